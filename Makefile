@@ -1,0 +1,30 @@
+# Two commands: `make run` runs the service, `make test` runs every test (pytest, ruff, mypy).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint bench stop clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	touch $(STAMP)
+
+run: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m memory_project.launcher
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
+
+stop: $(STAMP)
+	$(PY) -c "from pathlib import Path; from memory_project import embedded; embedded.postgres_stop(Path('var/pgdata').resolve()); embedded.redis_stop(Path('var').resolve())"
+
+clean:
+	rm -rf var $(VENV)

@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from governance.audit import audit_verify
+
+
+class Command(BaseCommand):
+    help = "Check the audit trail's hash chain: records checked, ok, and the first broken seq."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        result = audit_verify()
+        self.stdout.write(json.dumps(result.as_dict()))
+        if not result.ok:
+            raise CommandError(f"audit chain broken at seq {result.first_broken}")

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class AuditRecord(models.Model):
+    """One link of the audit trail: ids, names and outcomes, never content (reference 002).
+
+    hash = sha256(prev_hash + canonical JSON of the record); seq runs 1, 2, 3... without gaps.
+    """
+
+    seq = models.BigIntegerField(unique=True)
+    at = models.DateTimeField()
+    action = models.CharField(max_length=100)
+    actor = models.CharField(max_length=200, blank=True, default="")
+    agent_id = models.BigIntegerField(null=True, blank=True)
+    thread_id = models.CharField(max_length=128, blank=True, default="")
+    subject = models.CharField(max_length=300, blank=True, default="")
+    outcome = models.CharField(max_length=100, blank=True, default="")
+    details = models.JSONField(default=dict, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["seq"]
+        indexes = [
+            # audit_records(action=...), audit_records(thread_id=...)
+            models.Index(fields=["action", "seq"], name="audit_action_idx"),
+            models.Index(fields=["thread_id", "seq"], name="audit_thread_idx", condition=~models.Q(thread_id="")),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.seq} {self.action}"
+
+
+class JobRun(models.Model):
+    """One run of a background job, with its progress, result and the model usage it cost."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        SKIPPED = "skipped"
+
+    kind = models.CharField(max_length=60)
+    agent_id = models.BigIntegerField(null=True, blank=True)
+    arguments = models.JSONField(default=dict, blank=True)
+    # Runs asked for with the same key are one run (an idempotent enqueue).
+    dedupe_key = models.CharField(max_length=300, blank=True, default="")
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    progress_done = models.IntegerField(default=0)
+    progress_total = models.IntegerField(null=True, blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    attempts = models.IntegerField(default=0)
+    # Model usage: {"calls", "input_tokens", "output_tokens", "latency_ms"}.
+    usage = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["kind", "status", "-created_at"], name="jobrun_kind_status_idx"),
+            models.Index(fields=["dedupe_key"], name="jobrun_dedupe_idx", condition=~models.Q(dedupe_key="")),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} #{self.pk} ({self.status})"

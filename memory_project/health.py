@@ -1,0 +1,84 @@
+"""Health endpoints: /healthz (the process answers) and /readyz (what it depends on answers)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.http import HttpRequest, JsonResponse
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    return JsonResponse({"status": "ok"})
+
+
+def _database() -> tuple[bool, str]:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True, ""
+    except Exception as exc:  # readiness reports, it never raises
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+def _migrations() -> tuple[bool, str]:
+    executor = MigrationExecutor(connection)
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    return (not plan), (f"{len(plan)} migrations not applied: run `python manage.py migrate`" if plan else "")
+
+
+def _vector() -> tuple[bool, str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        row = cursor.fetchone()
+    if row is None:
+        return False, "the pgvector extension `vector` is not installed in this database"
+    return True, f"pgvector {row[0]}"
+
+
+def _broker() -> tuple[bool, str]:
+    import redis
+
+    try:
+        client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_connect_timeout=1, socket_timeout=1)
+        client.ping()
+        return True, ""
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+def _embeddings() -> tuple[bool, str]:
+    from memoryapp.search.space import vector_space_status
+
+    status = vector_space_status()
+    return status.ok, status.message
+
+
+def readyz(request: HttpRequest) -> JsonResponse:
+    checks: dict[str, bool] = {}
+    details: dict[str, Any] = {}
+    ok, detail = _database()
+    checks["database"] = ok
+    if ok:
+        for name, probe in (("migrations", _migrations), ("vector", _vector), ("embeddings", _embeddings)):
+            try:
+                passed, detail = probe()
+            except Exception as exc:
+                passed, detail = False, f"{type(exc).__name__}: {exc}"
+            checks[name] = passed
+            if detail:
+                details[name] = detail
+    else:
+        details["database"] = detail
+        checks.update(migrations=False, vector=False, embeddings=False)
+    passed, detail = _broker()
+    checks["broker"] = passed
+    if detail:
+        details["broker"] = detail
+    ready = all(checks.values())
+    return JsonResponse(
+        {"status": "ready" if ready else "not ready", "checks": checks, "details": details},
+        status=200 if ready else 503,
+    )

@@ -1,0 +1,211 @@
+"""The one settings module, read from environment variables (see the README's table)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+from memory_project import embedded
+from memory_project.env import env_bool, env_choice, env_float, env_int, env_list, env_str, env_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("REQUIRE_SECRET_KEY", False):
+        raise ImproperlyConfigured("SECRET_KEY must be set")
+    # A development key kept in var/ so sessions survive restarts; production sets SECRET_KEY.
+    key_file = VAR_DIR / "secret_key"
+    if not key_file.exists():
+        import secrets
+
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    SECRET_KEY = key_file.read_text().strip()
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "django_filters",
+    "django_celery_beat",
+    "memoryapp",
+    "governance",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "memory_project.urls"
+WSGI_APPLICATION = "memory_project.wsgi.application"
+ASGI_APPLICATION = "memory_project.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database: PostgreSQL with pgvector, always ---------------------------------------------
+
+TESTING = "pytest" in sys.modules or env_bool("TESTING", False)
+DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql"))
+EMBEDDED_PGDATA = Path(env_str("EMBEDDED_PGDATA", str(VAR_DIR / "pgdata")))
+USES_EMBEDDED_POSTGRES = not DATABASE_URL
+if USES_EMBEDDED_POSTGRES:
+    DATABASE_URL = embedded.postgres_url(EMBEDDED_PGDATA, database="memory")
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    parts = urlsplit(url)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    host = query.pop("host", None) or parts.hostname or ""
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "postgres",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": host,
+        "PORT": str(parts.port or ""),
+        "CONN_MAX_AGE": env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+        "CONN_HEALTH_CHECKS": True,
+        "OPTIONS": query,
+        "TEST": {"NAME": "test_memory"},
+    }
+
+
+DATABASES = {"default": database_from_url(DATABASE_URL)}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis and Celery -------------------------------------------------------------------------
+
+REDIS_URL = env_url("REDIS_URL", ("redis", "rediss", "unix"))
+if not REDIS_URL:
+    REDIS_URL = embedded.redis_url(VAR_DIR)
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True  # a crashed worker's job is delivered again
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 1800, minimum=10)
+CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 60}
+CELERY_TASK_DEFAULT_QUEUE = "default"
+# One queue per job kind, so a slow model never delays an erasure.
+CELERY_TASK_ROUTES = {
+    "memoryapp.tasks.embed_*": {"queue": "embedding"},
+    "memoryapp.tasks.extract_*": {"queue": "extraction"},
+    "memoryapp.tasks.compact_*": {"queue": "extraction"},
+    "memoryapp.tasks.consolidate_*": {"queue": "consolidation"},
+    "governance.tasks.*": {"queue": "governance"},
+}
+CELERY_WORKER_QUEUES = env_list("CELERY_QUEUES", ["default", "embedding", "extraction", "consolidation", "governance"])
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = "UTC"
+
+# --- Providers ---------------------------------------------------------------------------------
+
+EMBEDDER = env_choice("EMBEDDER", "local", ("local", "openai", "fake"))
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "all-MiniLM-L6-v2" if EMBEDDER != "openai" else "text-embedding-3-small")
+EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 384, minimum=1, maximum=16000)
+EMBEDDING_URL = env_url("EMBEDDING_URL", ("http", "https")) or "https://api.openai.com/v1"
+EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", "")
+EMBEDDING_TIMEOUT = env_float("EMBEDDING_TIMEOUT", 30.0, minimum=0.1)
+EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64, minimum=1, maximum=2048)
+
+LLM_PROVIDER = env_choice("LLM_PROVIDER", "none", ("none", "openai", "anthropic", "scripted"))
+LLM_BASE_URL = env_url("LLM_BASE_URL", ("http", "https"))
+LLM_MODEL = env_str("LLM_MODEL", "")
+LLM_API_KEY = env_str("LLM_API_KEY", "")
+LLM_TIMEOUT = env_float("LLM_TIMEOUT", 120.0, minimum=0.1)
+LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0, maximum=10)
+
+# --- Admin account created on first start -------------------------------------------------
+
+ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")
+ADMIN_PASSWORD = env_str("ADMIN_PASSWORD", "")
+ADMIN_EMAIL = env_str("ADMIN_EMAIL", "admin@localhost")
+
+# --- API -----------------------------------------------------------------------------------------
+
+API_PAGE_SIZE = env_int("API_PAGE_SIZE", 100, minimum=1, maximum=1000)
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["memoryapp.api.auth.AgentKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["memoryapp.api.auth.IsAgent"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "EXCEPTION_HANDLER": "memoryapp.api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Memory governance service",
+    "DESCRIPTION": "Long-term memory for AI agents: threads as trees, memory items, memory files, recall.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_AUTHENTICATION": [],
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+}
+
+# --- Static files, i18n, logging ------------------------------------------------------------
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise serves from here after collectstatic
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+LOG_LEVEL = env_choice("LOG_LEVEL", "info", ("debug", "info", "warning", "error")).upper()
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {"embedded_postgres": {"level": "WARNING"}},
+}

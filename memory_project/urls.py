@@ -1,0 +1,16 @@
+from django.contrib import admin
+from django.urls import include, path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from memory_project.health import healthz, readyz
+
+urlpatterns = [
+    path("", RedirectView.as_view(url="/admin/", permanent=False)),
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("memoryapp.api.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+]

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from memoryapp.keys import agent_key_create, agent_key_revoke
+from memoryapp.models import Agent, AgentKey
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"staff:{request.user.get_username()}"
+
+
+def _show_key_once(request: HttpRequest, agent: Agent, raw: str) -> None:
+    messages.warning(
+        request,
+        format_html(
+            "New key for <b>{}</b> (shown once, copy it now): <code style='user-select:all'>{}</code>",
+            agent.slug,
+            raw,
+        ),
+    )
+
+
+class AgentKeyInline(admin.TabularInline):
+    model = AgentKey
+    extra = 0
+    can_delete = False
+    fields = ("prefix", "name", "max_trust", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = ("prefix", "name", "created_at", "last_used_at", "revoked_at")
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ("slug", "name", "active", "shadow_mode", "created_at")
+    list_filter = ("active", "shadow_mode")
+    search_fields = ("slug", "name")
+    inlines = [AgentKeyInline]
+    actions = ["create_key"]
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if not change:
+            _, raw = agent_key_create(agent=obj, name="admin", actor=_actor(request))
+            _show_key_once(request, obj, raw)
+
+    @admin.action(description="Create a new API key (shown once)")
+    def create_key(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        for agent in queryset:
+            _, raw = agent_key_create(agent=agent, name="admin", actor=_actor(request))
+            _show_key_once(request, agent, raw)
+
+
+@admin.register(AgentKey)
+class AgentKeyAdmin(admin.ModelAdmin):
+    list_display = ("prefix", "agent", "name", "max_trust", "created_at", "last_used_at", "state")
+    list_filter = ("max_trust", ("revoked_at", admin.EmptyFieldListFilter))
+    list_select_related = ("agent",)
+    search_fields = ("prefix", "agent__slug", "name")
+    readonly_fields = ("agent", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at")
+    fields = ("agent", "name", "prefix", "max_trust", "created_at", "last_used_at", "revoked_at", "key_hash")
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # keys are made from the agent's page, where the raw key is shown once
+
+    @admin.display(description="state")
+    def state(self, obj: AgentKey) -> str:
+        return "revoked" if obj.revoked_at else "active"
+
+    @admin.action(description="Revoke the selected keys")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[AgentKey]) -> None:
+        for key in queryset:
+            agent_key_revoke(key=key, actor=_actor(request))
+        messages.success(request, f"Revoked {queryset.count()} key(s).")

@@ -1,0 +1,1 @@
+"""Admin pages of this area."""

@@ -1,0 +1,84 @@
+"""One shape for every error: {"error": {"code", "message", "field"?}} with the right status."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.db import DataError
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+from memoryapp.errors import DomainError
+
+logger = logging.getLogger(__name__)
+
+
+def _first_field_error(detail: Any, prefix: str = "") -> tuple[str | None, str, str]:
+    """(field path, message, code) of the first error inside a ValidationError's detail."""
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = str(key)
+            path = name if not prefix else f"{prefix}.{name}"
+            if name == "non_field_errors":
+                path = prefix or None  # type: ignore[assignment]
+            field, message, code = _first_field_error(value, path or "")
+            return field or path or None, message, code
+    if isinstance(detail, list):
+        for index, value in enumerate(detail):
+            if isinstance(value, (dict, list)) and value:
+                inner_prefix = f"{prefix}[{index}]" if isinstance(value, dict) else prefix
+                return _first_field_error(value, inner_prefix)
+            if value:
+                return _first_field_error(value, prefix)
+    if isinstance(detail, exceptions.ErrorDetail):
+        return (prefix or None), str(detail), str(detail.code or "invalid")
+    return (prefix or None), str(detail), "invalid"
+
+
+def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if field:
+        body["field"] = field
+    return {"error": body}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    if isinstance(exc, DomainError):
+        return Response(error_body(exc.code, exc.message, exc.field), status=exc.status)
+    if isinstance(exc, exceptions.ValidationError):
+        field, message, code = _first_field_error(exc.detail)
+        if code in ("invalid", "null", "required", "blank") and field:
+            message = f"{field}: {message}"
+        return Response(error_body(code if code != "invalid" else "invalid_value", message, field), status=400)
+    if isinstance(exc, exceptions.ParseError):
+        return Response(error_body("malformed_json", f"The request body is not valid JSON: {exc.detail}"), status=400)
+    if isinstance(exc, exceptions.UnsupportedMediaType):
+        return Response(error_body("unsupported_media_type", str(exc.detail)), status=415)
+    if isinstance(exc, (exceptions.NotAuthenticated, exceptions.AuthenticationFailed)):
+        code = "not_authenticated" if isinstance(exc, exceptions.NotAuthenticated) else "invalid_key"
+        message = (
+            "An API key is required: Authorization: Bearer <key>." if code == "not_authenticated" else str(exc.detail)
+        )
+        response = Response(error_body(code, message), status=401)
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+    if isinstance(exc, (Http404, exceptions.NotFound)):
+        return Response(error_body("not_found", "Not found."), status=404)
+    if isinstance(exc, (PermissionDenied, exceptions.PermissionDenied)):
+        return Response(error_body("permission_denied", "This key may not do that."), status=403)
+    if isinstance(exc, exceptions.MethodNotAllowed):
+        return Response(error_body("method_not_allowed", str(exc.detail)), status=405)
+    if isinstance(exc, exceptions.Throttled):
+        return Response(error_body("throttled", str(exc.detail)), status=429)
+    if isinstance(exc, exceptions.APIException):
+        return Response(error_body(str(exc.default_code), str(exc.detail)), status=exc.status_code)
+    if isinstance(exc, DataError):
+        # A value the database refuses (a NUL character, a number out of range): the input's fault.
+        return Response(error_body("invalid_value", "A value of the request cannot be stored."), status=400)
+    logger.exception("unhandled error in %s", context.get("view"))
+    return Response(
+        error_body("internal_error", "Something went wrong on our side."), status=status.HTTP_500_INTERNAL_SERVER_ERROR
+    )

@@ -1,0 +1,29 @@
+"""The one exception type of the domain: a code, a message and, when input caused it, the field."""
+
+from __future__ import annotations
+
+
+class DomainError(Exception):
+    status = 400
+
+    def __init__(self, code: str, message: str, *, field: str | None = None, status: int | None = None):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+        if status is not None:
+            self.status = status
+
+
+class NotFound(DomainError):
+    status = 404
+
+    def __init__(self, what: str, *, field: str | None = None):
+        super().__init__("not_found", f"{what} was not found.", field=field)
+
+
+class Conflict(DomainError):
+    status = 409
+
+    def __init__(self, code: str, message: str, *, field: str | None = None):
+        super().__init__(code, message, field=field)

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from django.db import models
+
+from memoryapp.ids import new_id
+from memoryapp.models.choices import FileAuthor
+from memoryapp.models.items import Scoped
+from memoryapp.models.threads import Entry
+
+
+def new_version_id() -> str:
+    return new_id("mfv")
+
+
+class MemoryFileVersion(Scoped):
+    """One version of a memory file under /memories; content NULL is a deletion."""
+
+    id = models.CharField(max_length=40, primary_key=True, default=new_version_id, editable=False)
+    path = models.CharField(max_length=1024)
+    sequence = models.IntegerField()
+    content = models.TextField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True, default="")
+    size = models.IntegerField(default=0)
+    previous = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The entry the version was written after (its place on a branch), if any.
+    place = models.ForeignKey(Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    renamed_from = models.CharField(max_length=1024, blank=True, default="")
+    author = models.CharField(max_length=10, choices=FileAuthor.choices, default=FileAuthor.MODEL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    redacted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # Two writers can never add the same version of one file.
+            models.UniqueConstraint(
+                fields=["agent", "user_id", "project_id", "thread_id", "path", "sequence"],
+                name="file_version_scope_path_seq_uniq",
+            ),
+        ]
+        indexes = [
+            # files_list: the newest version of every path of a scope.
+            models.Index(
+                fields=["agent", "user_id", "project_id", "thread_id", "path", "-sequence"],
+                name="file_version_head_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.path}@{self.sequence}"

@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from pgvector.django import HnswIndex, VectorField
+
+from memoryapp.ids import new_id
+from memoryapp.models.agents import Agent
+from memoryapp.models.choices import EvidenceStatus, ItemKind, ItemStatus, Trust
+from memoryapp.models.threads import Entry
+
+
+def new_item_id() -> str:
+    return new_id("mem")
+
+
+def new_entity_id() -> str:
+    return new_id("nty")
+
+
+class Scoped(models.Model):
+    """The scope of a piece of memory: its agent, and optionally a person, a project, a thread.
+
+    "" means "not limited to one" (NULL would make uniqueness and equality awkward).
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    user_id = models.CharField(max_length=128, blank=True, default="")
+    project_id = models.CharField(max_length=128, blank=True, default="")
+    thread_id = models.CharField(max_length=128, blank=True, default="")  # the thread's external id
+
+    class Meta:
+        abstract = True
+
+
+class Entity(Scoped):
+    """Who or what memory items are about."""
+
+    id = models.CharField(max_length=40, primary_key=True, default=new_entity_id, editable=False)
+    name = models.CharField(max_length=300)
+    # Lower-cased, spacing collapsed: the name items are matched on.
+    normalized_name = models.CharField(max_length=300)
+    aliases = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "entities"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "user_id", "project_id", "thread_id", "normalized_name"],
+                name="entity_scope_name_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MemoryItem(Scoped):
+    """One thing a conversation established, with its quotes, trust and times (bitemporal)."""
+
+    id = models.CharField(max_length=40, primary_key=True, default=new_item_id, editable=False)
+    kind = models.CharField(max_length=20, choices=ItemKind.choices, default=ItemKind.FACT)
+    entity = models.ForeignKey(Entity, null=True, blank=True, on_delete=models.SET_NULL, related_name="items")
+    subject = models.CharField(max_length=300, blank=True, default="")
+    attribute = models.CharField(max_length=300, blank=True, default="")
+    value = models.TextField()
+    # Facts (002) keep any JSON value; `value` holds its text for search and display.
+    value_json = models.JSONField(null=True, blank=True)
+    # Facts live in a namespace such as "users/42"; "" for other items.
+    namespace = models.CharField(max_length=500, blank=True, default="")
+    trust = models.CharField(max_length=10, choices=Trust.choices, default=Trust.MODEL)
+    status = models.CharField(max_length=12, choices=ItemStatus.choices, default=ItemStatus.SUGGESTED)
+    confidence = models.FloatField(default=0.5)
+    verified = models.BooleanField(default=False)
+    valid_from = models.DateTimeField()
+    valid_to = models.DateTimeField(null=True, blank=True)
+    recorded_at = models.DateTimeField()
+    expired_at = models.DateTimeField(null=True, blank=True)
+    # Facts with a time to live: invisible from then on, removed by the prune job.
+    expires_at = models.DateTimeField(null=True, blank=True)
+    times_retrieved = models.IntegerField(default=0)
+    last_retrieved_at = models.DateTimeField(null=True, blank=True)
+    prompt_version = models.CharField(max_length=40, blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True)
+    search_vector = models.GeneratedField(
+        expression=SearchVector("subject", "attribute", "value", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # items of a slot in one exact scope, laid out by time (supersession, history).
+            models.Index(
+                fields=["agent", "user_id", "project_id", "thread_id", "attribute", "subject", "valid_from"],
+                name="item_slot_idx",
+            ),
+            # review queue and listing: by status within an agent, newest first.
+            models.Index(fields=["agent", "status", "-recorded_at"], name="item_agent_status_idx"),
+            # facts: a namespace and those inside it (prefix match).
+            models.Index(
+                fields=["agent", "namespace"],
+                name="item_namespace_idx",
+                opclasses=["", "varchar_pattern_ops"],
+                condition=~models.Q(namespace=""),
+            ),
+            # prune job: facts whose time to live ran out.
+            models.Index(fields=["expires_at"], name="item_expires_idx", condition=models.Q(expires_at__isnull=False)),
+            GinIndex(fields=["search_vector"], name="item_search_gin"),
+            HnswIndex(
+                name="item_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject}.{self.attribute} = {self.value[:40]}"
+
+
+class Evidence(models.Model):
+    """A quote of an entry an item stands on."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    item = models.ForeignKey(MemoryItem, on_delete=models.CASCADE, related_name="evidence")
+    entry = models.ForeignKey(Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="evidence")
+    quote = models.TextField()
+    status = models.CharField(max_length=10, choices=EvidenceStatus.choices, default=EvidenceStatus.SUGGESTED)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "evidence"
+        indexes = [
+            # cascades: what stands on an entry.
+            models.Index(fields=["entry"], name="evidence_entry_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return self.quote[:60]

@@ -1,0 +1,113 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVector, SearchVectorField
+from django.db import models
+from pgvector.django import HnswIndex, VectorField
+
+from memoryapp.ids import new_id
+from memoryapp.models.agents import Agent
+from memoryapp.models.choices import EntryType, Role
+
+
+def new_entry_id() -> str:
+    return new_id("ent")
+
+
+class Thread(models.Model):
+    """A conversation of one agent about one person, stored as a tree of entries."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="threads")
+    # The id the agent knows the thread by: unique per agent, so two agents never collide.
+    external_id = models.CharField(max_length=128)
+    user_id = models.CharField(max_length=128, blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True)
+    # The services move the leaf before they delete entries, so it never points at a missing one.
+    active_leaf = models.ForeignKey(
+        "Entry", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
+    )
+    forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
+    # The next seq to hand out; advanced under the thread's row lock by entry_add.
+    next_seq = models.BigIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "external_id"], name="thread_agent_external_id_uniq"),
+        ]
+        indexes = [
+            # threads_list: newest updated first within an agent, keyset paging on (updated_at, id).
+            models.Index(fields=["agent", "-updated_at", "-id"], name="thread_agent_updated_idx"),
+            # threads_list(user_id=...), erasure by person.
+            models.Index(fields=["agent", "user_id"], name="thread_agent_user_idx"),
+            GinIndex(fields=["metadata"], name="thread_metadata_gin", opclasses=["jsonb_path_ops"]),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class Entry(models.Model):
+    """A node of a thread's tree: a message, a tool result, or a session event."""
+
+    id = models.CharField(max_length=40, primary_key=True, default=new_entry_id, editable=False)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="entries")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="children")
+    seq = models.BigIntegerField()
+    type = models.CharField(max_length=20, choices=EntryType.choices, default=EntryType.MESSAGE)
+    role = models.CharField(max_length=20, choices=Role.choices, blank=True, default="")
+    # Text, or a list of content blocks ({"type": "text", "text": ...}, {"type": "image", ...}).
+    content = models.JSONField(null=True, blank=True)
+    # The plain text of the content (text blocks, tool results), for keyword search and quotes.
+    text = models.TextField(blank=True, default="")
+    tool_calls = models.JSONField(null=True, blank=True)
+    tool_call_id = models.CharField(max_length=200, blank=True, default="")
+    tool_name = models.CharField(max_length=200, blank=True, default="")
+    sender_name = models.CharField(max_length=200, blank=True, default="")
+    token_count = models.IntegerField(default=0)
+    event = models.JSONField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+    # 000's hashNode: sha256 over parent, content and creation time, first 32 hex digits.
+    content_hash = models.CharField(max_length=32)
+    redacted_at = models.DateTimeField(null=True, blank=True)
+    search_vector = models.GeneratedField(
+        expression=SearchVector("text", config="english"),
+        output_field=SearchVectorField(),
+        db_persist=True,
+    )
+    embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
+    embedded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["thread", "seq"], name="entry_thread_seq_uniq"),
+        ]
+        indexes = [
+            # entries_list / path walks: a thread's entries in seq order.
+            # (covered by entry_thread_seq_uniq)
+            # entry_children: splicing on delete, tree rendering.
+            models.Index(fields=["parent"], name="entry_parent_idx"),
+            # keyword search: full-text over the entry text, filtered by agent first.
+            GinIndex(fields=["search_vector"], name="entry_search_gin"),
+            # vector search: cosine distance over embedded entries.
+            HnswIndex(
+                name="entry_embedding_hnsw",
+                fields=["embedding"],
+                m=16,
+                ef_construction=64,
+                opclasses=["vector_cosine_ops"],
+            ),
+            # embedding job: entries still to embed.
+            models.Index(
+                fields=["agent", "seq"],
+                name="entry_unembedded_idx",
+                condition=models.Q(embedding__isnull=True, redacted_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id

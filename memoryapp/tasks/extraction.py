@@ -1,0 +1,1 @@
+"""Celery tasks of this area."""

@@ -1,0 +1,46 @@
+"""The fixed cast: agents alice and bob, and mallory who must see nothing of theirs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from rest_framework.test import APIClient
+
+from memoryapp.keys import agent_get_or_create, agent_key_create
+from memoryapp.models import Agent
+
+
+@dataclass
+class Caller:
+    agent: Agent
+    key: str
+    client: APIClient
+
+
+def _caller(slug: str) -> Caller:
+    agent, _ = agent_get_or_create(slug=slug)
+    _, raw = agent_key_create(agent=agent)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    return Caller(agent=agent, key=raw, client=client)
+
+
+@pytest.fixture
+def alice(db: None) -> Caller:
+    return _caller("alice")
+
+
+@pytest.fixture
+def bob(db: None) -> Caller:
+    return _caller("bob")
+
+
+@pytest.fixture
+def mallory(db: None) -> Caller:
+    return _caller("mallory")
+
+
+@pytest.fixture
+def anonymous() -> APIClient:
+    return APIClient()

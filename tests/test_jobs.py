@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import pytest
+from django.db import transaction
+
+from governance.audit import audit_append
+from governance.jobs import job_add_usage, job_enqueue, job_fail, job_progress, job_run, job_skip, job_start
+from governance.models import JobRun
+from governance.tasks import audit_verify_job
+
+
+@pytest.mark.django_db
+def test_job_run_records_start_progress_and_result() -> None:
+    run = JobRun.objects.create(kind="test", arguments={"n": 3})
+
+    def work(r: JobRun) -> dict[str, int]:
+        for done in range(1, 4):
+            job_progress(r, done=done, total=3)
+        job_add_usage(r, input_tokens=100, output_tokens=20, latency_ms=12.5)
+        job_add_usage(r, input_tokens=50, output_tokens=5, latency_ms=2.5)
+        return {"items": 3}
+
+    job_run(run.pk, work)
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.result == {"items": 3}
+    assert (run.progress_done, run.progress_total, run.attempts) == (3, 3, 1)
+    assert run.usage == {"calls": 2, "input_tokens": 150, "output_tokens": 25, "latency_ms": 15.0}
+    assert run.started_at and run.finished_at and run.finished_at >= run.started_at
+
+
+@pytest.mark.django_db
+def test_job_run_records_failure_and_reraises() -> None:
+    run = JobRun.objects.create(kind="test")
+
+    def work(r: JobRun) -> None:
+        raise ValueError("model answered nonsense")
+
+    with pytest.raises(ValueError):
+        job_run(run.pk, work)
+    run.refresh_from_db()
+    assert run.status == "failed" and "model answered nonsense" in run.error
+
+
+@pytest.mark.django_db
+def test_finished_job_is_not_started_again() -> None:
+    run = JobRun.objects.create(kind="test")
+    job_run(run.pk, lambda r: {"done": True})
+    assert job_start(run.pk) is None  # a redelivered message finds it finished
+    calls = []
+    job_run(run.pk, lambda r: calls.append(1) or {})
+    assert calls == []
+
+
+@pytest.mark.django_db
+def test_skip_and_fail_helpers() -> None:
+    run = JobRun.objects.create(kind="test")
+    job_run(run.pk, lambda r: job_skip(r, "no language model configured") and None)
+    run.refresh_from_db()
+    assert run.status == "skipped" and run.result == {"skipped": "no language model configured"}
+    other = JobRun.objects.create(kind="test")
+    job_fail(other, "boom")
+    other.refresh_from_db()
+    assert other.status == "failed" and other.error == "boom"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_runs_after_commit_and_dedupes_queued_runs() -> None:
+    audit_append(action="x")
+    with transaction.atomic():
+        run = job_enqueue(kind="audit_verify", task=audit_verify_job, arguments={})
+        run.refresh_from_db()
+        assert run.status == "queued"  # not sent before the commit
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.result == {"records": 1, "ok": True, "first_broken": None}
+
+    # A run still queued under the same key is reused (checked inside one transaction, before commit).
+    with transaction.atomic():
+        first = job_enqueue(kind="k", task=audit_verify_job, arguments={}, dedupe_key="verify")
+        second = job_enqueue(kind="k", task=audit_verify_job, arguments={}, dedupe_key="verify")
+        assert first.pk == second.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_on_redis_runs_the_job(settings) -> None:
+    """The job goes through the real broker (Redis) to a real Celery worker thread."""
+    from celery.contrib.testing.worker import start_worker
+
+    from memory_project.celery import app
+
+    app.conf.task_always_eager = False
+    try:
+        with start_worker(app, perform_ping_check=False, queues=["governance"], pool="solo", shutdown_timeout=10):
+            run = job_enqueue(kind="audit_verify", task=audit_verify_job, arguments={})
+            import time
+
+            for _ in range(100):
+                run.refresh_from_db()
+                if run.status in ("succeeded", "failed"):
+                    break
+                time.sleep(0.1)
+    finally:
+        app.conf.task_always_eager = True
+    assert run.status == "succeeded", (run.status, run.error)
