@@ -1,0 +1,305 @@
+"""Reads of threads and entries: the one way in to an agent's conversations.
+
+Every read an agent's request makes goes through `thread_for_agent` / `entry_for_agent` (or a
+function here that takes the thread they returned), so another agent's thread answers the same
+404 as a missing one.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import Q, QuerySet
+
+from memoryapp.errors import DomainError, NotFound
+from memoryapp.models import Agent, Entry, Thread
+from memoryapp.models.choices import HISTORY_TYPES
+
+# Columns a branch read loads: everything but the vector and the tsvector, which no reader of a
+# path needs and which would multiply the bytes read (they stay lazily loadable).
+_PATH_COLUMNS = (
+    "id",
+    "agent_id",
+    "thread_id",
+    "parent_id",
+    "seq",
+    "type",
+    "role",
+    "content",
+    "text",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "sender_name",
+    "token_count",
+    "event",
+    "metadata",
+    "created_at",
+    "content_hash",
+    "redacted_at",
+    "embedded_at",
+)
+ENTRY_LIGHT_DEFER = ("embedding", "search_vector")
+
+
+def thread_for_agent(*, agent: Agent, external_id: str) -> Thread:
+    """The agent's thread of that id; a missing one and another agent's answer the same 404."""
+    thread = Thread.objects.filter(agent=agent, external_id=external_id).first()
+    if thread is None:
+        raise NotFound("Thread")
+    return thread
+
+
+def entry_for_agent(*, agent: Agent, entry_id: str) -> Entry:
+    """The agent's entry of that id (with its thread); another agent's answers the same 404."""
+    entry = Entry.objects.select_related("thread").defer(*ENTRY_LIGHT_DEFER).filter(agent=agent, id=entry_id).first()
+    if entry is None:
+        raise NotFound("Entry")
+    return entry
+
+
+def _types_list(types: Iterable[str] | None) -> list[str] | None:
+    return None if types is None else [str(t) for t in types]
+
+
+def _walk_sql(*, types: list[str] | None, limit: int | None) -> str:
+    """A recursive walk up the parent pointers from one entry, nearest first.
+
+    PostgreSQL evaluates a recursive CTE lazily, so the LIMIT of the inner select stops the walk
+    once it has found `limit` entries of the asked types: the rest of the branch is never read.
+    The walk is a chain (one parent each), so rows come out in the order they were reached.
+    """
+    where = "WHERE b.type = ANY(%(types)s)" if types is not None else ""
+    lim = "LIMIT %(limit)s" if limit is not None else ""
+    columns = ", ".join(f"e.{c}" for c in _PATH_COLUMNS)
+    return f"""
+        WITH RECURSIVE branch(id, parent_id, type, depth) AS (
+            SELECT id, parent_id, type, 0 FROM memoryapp_entry
+             WHERE id = %(start)s AND thread_id = %(thread)s
+            UNION ALL
+            SELECT p.id, p.parent_id, p.type, b.depth + 1
+              FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
+             WHERE p.thread_id = %(thread)s
+        )
+        SELECT {columns}, w.depth FROM (
+            SELECT b.id, b.depth FROM branch b {where} {lim}
+        ) w JOIN memoryapp_entry e ON e.id = w.id
+        ORDER BY w.depth DESC
+    """
+
+
+def _on_branch(*, thread: Thread, leaf_id: str, entry_id: str) -> bool:
+    """Whether `entry_id` is the leaf or one of its ancestors (the walk stops where it finds it)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE branch(id, parent_id) AS (
+                SELECT id, parent_id FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
+                UNION ALL
+                SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
+                 WHERE p.thread_id = %(thread)s
+            )
+            SELECT 1 FROM branch WHERE id = %(target)s LIMIT 1
+            """,
+            {"start": leaf_id, "thread": thread.pk, "target": entry_id},
+        )
+        return cursor.fetchone() is not None
+
+
+def entry_on_branch(*, thread: Thread, leaf_id: str | None, entry_id: str) -> bool:
+    """Whether `entry_id` lies on the branch ending at `leaf_id` (the leaf itself included)."""
+    if not leaf_id:
+        return False
+    return _on_branch(thread=thread, leaf_id=leaf_id, entry_id=entry_id)
+
+
+def path_entries(
+    *,
+    thread: Thread,
+    leaf_id: str | None = None,
+    limit: int | None = None,
+    before: str | None = None,
+    types: Iterable[str] | None = HISTORY_TYPES,
+) -> list[Entry]:
+    """One branch of the thread, oldest first, ending at `leaf_id` (default: the active leaf).
+
+    1. Start at the leaf (400 naming `leaf` when it is not an entry of this thread).
+    2. With `before`, check it lies on that branch (400 naming `before` otherwise) and start at
+       its parent instead: the page holds entries older than it.
+    3. Walk the parent pointers with a recursive CTE, keeping entries of `types` (None = all),
+       stopping after `limit` of them, so a long thread is never read whole.
+    4. Return them oldest first.
+    """
+    start = leaf_id or thread.active_leaf_id
+    if leaf_id and not Entry.objects.filter(thread=thread, id=leaf_id).exists():
+        raise DomainError("unknown_leaf", "The leaf is not an entry of this thread.", field="leaf")
+    if not start:
+        return []
+    if before:
+        parent_id = Entry.objects.filter(thread=thread, id=before).values_list("parent_id", flat=True).first()
+        if parent_id is None and not Entry.objects.filter(thread=thread, id=before).exists():
+            raise DomainError("unknown_entry", "`before` is not an entry of this thread.", field="before")
+        if not _on_branch(thread=thread, leaf_id=start, entry_id=before):
+            raise DomainError("not_on_branch", "`before` is not on this branch.", field="before")
+        if parent_id is None:
+            return []
+        start = parent_id
+    type_list = _types_list(types)
+    params: dict[str, Any] = {"start": start, "thread": thread.pk, "types": type_list, "limit": limit}
+    rows = list(Entry.objects.raw(_walk_sql(types=type_list, limit=limit), params))
+    return rows
+
+
+def path_ids(*, thread: Thread, leaf_id: str | None = None) -> set[str]:
+    """The ids of every entry on a branch (all types): for `evidence_on_path` and tree views."""
+    start = leaf_id or thread.active_leaf_id
+    if not start:
+        return set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE branch(id, parent_id) AS (
+                SELECT id, parent_id FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
+                UNION ALL
+                SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
+                 WHERE p.thread_id = %(thread)s
+            )
+            SELECT id FROM branch
+            """,
+            {"start": start, "thread": thread.pk},
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
+def tool_call_name_on_branch(*, thread: Thread, leaf_id: str | None, tool_call_id: str) -> str:
+    """The name of the tool call `tool_call_id` made on the branch ending at `leaf_id`, or "".
+
+    The walk stops at the nearest entry whose tool calls contain that id (usually the parent).
+    """
+    if not leaf_id or not tool_call_id:
+        return ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE branch(id, parent_id, tool_calls) AS (
+                SELECT id, parent_id, tool_calls FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
+                UNION ALL
+                SELECT p.id, p.parent_id, p.tool_calls FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
+                 WHERE p.thread_id = %(thread)s
+            )
+            SELECT tool_calls FROM branch WHERE tool_calls @> %(probe)s::jsonb LIMIT 1
+            """,
+            {"start": leaf_id, "thread": thread.pk, "probe": json.dumps([{"id": tool_call_id}])},
+        )
+        row = cursor.fetchone()
+    if row is None:
+        return ""
+    calls = row[0] if not isinstance(row[0], str) else json.loads(row[0])
+    for call in calls or []:
+        if isinstance(call, dict) and call.get("id") == tool_call_id:
+            return str(call.get("name") or "")
+    return ""
+
+
+# --- lists -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Page:
+    results: list[Any]
+    next_cursor: str | None
+
+
+def encode_cursor(values: dict[str, Any]) -> str:
+    raw = json.dumps(values, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, *, keys: tuple[str, ...]) -> dict[str, Any]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        values = json.loads(base64.urlsafe_b64decode(padded.encode()))
+    except (ValueError, TypeError) as exc:
+        raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor") from exc
+    if not isinstance(values, dict) or any(k not in values for k in keys):
+        raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor")
+    return values
+
+
+def threads_list(
+    *,
+    agent: Agent,
+    user_id: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    updated_after: datetime | None = None,
+    updated_before: datetime | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page:
+    """The agent's threads, most recently updated first, one page at a time.
+
+    Metadata values compare by type (JSONB containment: `{"n": 1}` does not match `{"n": "1"}`);
+    paging is by keyset on (updated_at, id), so a page costs the same however deep it is.
+    """
+    threads: QuerySet[Thread] = Thread.objects.filter(agent=agent)
+    if user_id is not None:
+        threads = threads.filter(user_id=user_id)
+    if metadata:
+        threads = threads.filter(metadata__contains=metadata)
+    if updated_after is not None:
+        threads = threads.filter(updated_at__gt=updated_after)
+    if updated_before is not None:
+        threads = threads.filter(updated_at__lt=updated_before)
+    if cursor:
+        values = decode_cursor(cursor, keys=("u", "i"))
+        try:
+            at = datetime.fromisoformat(str(values["u"]))
+            last_id = int(values["i"])
+        except (ValueError, TypeError) as exc:
+            raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor") from exc
+        threads = threads.filter(Q(updated_at__lt=at) | Q(updated_at=at, id__lt=last_id))
+    rows = list(threads.order_by("-updated_at", "-id")[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        last = rows[-1]
+        next_cursor = encode_cursor({"u": last.updated_at.isoformat(), "i": last.pk})
+    return Page(results=rows, next_cursor=next_cursor)
+
+
+def entries_list(
+    *,
+    thread: Thread,
+    types: Iterable[str] | None = HISTORY_TYPES,
+    limit: int = 100,
+    cursor: str | None = None,
+) -> Page:
+    """Every branch of the thread in `seq` order (the order entries were added), one page at a time."""
+    entries = Entry.objects.filter(thread=thread).defer(*ENTRY_LIGHT_DEFER)
+    type_list = _types_list(types)
+    if type_list is not None:
+        entries = entries.filter(type__in=type_list)
+    if cursor:
+        values = decode_cursor(cursor, keys=("s",))
+        try:
+            after_seq = int(values["s"])
+        except (ValueError, TypeError) as exc:
+            raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor") from exc
+        entries = entries.filter(seq__gt=after_seq)
+    rows = list(entries.order_by("seq")[: limit + 1])
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor({"s": rows[-1].seq})
+    return Page(results=rows, next_cursor=next_cursor)
+
+
+def thread_entries_all(*, thread: Thread) -> list[Entry]:
+    """Every entry of a thread in seq order, all types (export, admin tree, fork checks)."""
+    return list(Entry.objects.filter(thread=thread).defer(*ENTRY_LIGHT_DEFER).order_by("seq"))

@@ -1,0 +1,689 @@
+"""Writes of threads and entries: the conversation store as a tree (004 "Threads as Trees").
+
+Concurrency: every write that hands out a `seq` or moves the leaf first locks the thread row
+(`SELECT ... FOR UPDATE`). Writers of one thread queue on that lock, so seq comes from
+`thread.next_seq` strictly increasing and gap-free, and the leaf always ends on an entry one
+of them wrote. Writers of different threads never wait for each other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from governance.audit import audit_append
+from memoryapp.content import REDACTED_TEXT, content_text
+from memoryapp.context.tokens import count_message_tokens
+from memoryapp.errors import DomainError, NotFound
+from memoryapp.ids import new_id
+from memoryapp.models import Agent, Entry, Thread
+from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
+from memoryapp.selectors.threads import entry_on_branch, tool_call_name_on_branch
+from memoryapp.services.hooks import after_entries_added
+
+# Limits, each with its own error code (README "Limits").
+MAX_ENTRY_BYTES = 1024 * 1024  # JSON of one entry's content, tool calls, event and metadata
+MAX_BATCH_ENTRIES = 1000
+MAX_THREAD_METADATA_BYTES = 64 * 1024
+MAX_EXTERNAL_ID = 128
+MAX_SHORT_FIELD = 200  # tool_call_id, tool_name, sender_name
+
+_ENTRY_TYPES = {str(t) for t in EntryType}
+_ROLES = {str(r) for r in Role}
+_EVENT_TYPES = {str(t) for t in EVENT_TYPES}
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+
+
+def _millis(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
+
+
+def content_hash(*, parent_id: str | None, turn: dict[str, Any], created_at: datetime) -> str:
+    """000 `hashNode`: sha256 over JSON.stringify({parent, turn, createdAt}), first 32 hex digits.
+
+    A root's parent is JSON null, so a root never hashes like a chained node.
+    """
+    raw = json.dumps(
+        {"parent": parent_id, "turn": turn, "createdAt": _millis(created_at)},
+        ensure_ascii=False,
+        separators=(",", ":"),
+        default=str,
+    )
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def _turn(entry: Entry) -> dict[str, Any]:
+    """The part of an entry that the hash covers: what was said, by whom, in which form."""
+    turn: dict[str, Any] = {"type": entry.type, "role": entry.role, "content": entry.content}
+    if entry.tool_calls:
+        turn["toolCalls"] = entry.tool_calls
+    if entry.tool_call_id:
+        turn["toolCallId"] = entry.tool_call_id
+    if entry.event is not None:
+        turn["event"] = entry.event
+    return turn
+
+
+def entry_text(*, content: Any, tool_calls: list[dict[str, Any]] | None) -> str:
+    """The plain text of an entry: its content, and the names and arguments of its tool calls."""
+    parts = [content_text(content)]
+    for call in tool_calls or []:
+        arguments = call.get("arguments")
+        rendered = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        parts.append(f"{call.get('name', '')}({rendered})")
+    return "\n".join(p for p in parts if p)
+
+
+# --- validation ----------------------------------------------------------------------------
+
+
+def _check_str(value: Any, field: str, *, max_length: int = MAX_SHORT_FIELD) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DomainError("invalid_type", f"{field} must be a string.", field=field)
+    if len(value) > max_length:
+        raise DomainError("too_long", f"{field} is longer than {max_length} characters.", field=field)
+    if "\x00" in value:
+        raise DomainError("invalid_value", f"{field} contains a NUL character.", field=field)
+    return value
+
+
+def _check_content(content: Any, field: str = "content") -> None:
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise DomainError("invalid_type", "content must be text or a list of content blocks.", field=field)
+    for index, block in enumerate(content):
+        if isinstance(block, str):
+            continue
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise DomainError(
+                "invalid_type", "Each content block must be an object with a `type`.", field=f"{field}[{index}]"
+            )
+
+
+def normalize_tool_calls(tool_calls: Any, field: str = "tool_calls") -> list[dict[str, Any]] | None:
+    """Tool calls as stored: a list of {"id", "name", "arguments"} (`input` is read as arguments)."""
+    if tool_calls is None:
+        return None
+    if not isinstance(tool_calls, list):
+        raise DomainError("invalid_type", "tool_calls must be a list.", field=field)
+    calls: list[dict[str, Any]] = []
+    for index, call in enumerate(tool_calls):
+        where = f"{field}[{index}]"
+        if not isinstance(call, dict):
+            raise DomainError("invalid_type", "Each tool call must be an object.", field=where)
+        call_id, name = call.get("id"), call.get("name")
+        if not isinstance(call_id, str) or not call_id:
+            raise DomainError("invalid_value", "Each tool call needs a string `id`.", field=f"{where}.id")
+        if not isinstance(name, str) or not name:
+            raise DomainError("invalid_value", "Each tool call needs a string `name`.", field=f"{where}.name")
+        arguments = call.get("arguments", call.get("input", {}))
+        calls.append({"id": call_id, "name": name, "arguments": arguments})
+    return calls or None
+
+
+def _check_metadata(value: Any, field: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DomainError("invalid_type", f"{field} must be an object.", field=field)
+    return value
+
+
+def _entry_from_spec(
+    *,
+    thread: Thread,
+    spec: dict[str, Any],
+    parent_id: str | None,
+    seq: int,
+    now: datetime,
+    field_prefix: str = "",
+) -> Entry:
+    """A validated, unsaved Entry from one entry's fields (no queries)."""
+
+    def f(name: str) -> str:
+        return f"{field_prefix}{name}"
+
+    kind = spec.get("type") or EntryType.MESSAGE
+    if not isinstance(kind, str) or kind not in _ENTRY_TYPES:
+        raise DomainError("invalid_type", f"type must be one of {sorted(_ENTRY_TYPES)}.", field=f("type"))
+    role = spec.get("role") or ""
+    if not isinstance(role, str) or (role and role not in _ROLES):
+        raise DomainError("invalid_role", f"role must be one of {sorted(_ROLES)}.", field=f("role"))
+    content = spec.get("content")
+    _check_content(content, f("content"))
+    tool_calls = normalize_tool_calls(spec.get("tool_calls"), f("tool_calls"))
+    tool_call_id = _check_str(spec.get("tool_call_id"), f("tool_call_id"))
+    tool_name = _check_str(spec.get("tool_name"), f("tool_name"))
+    sender_name = _check_str(spec.get("sender_name"), f("sender_name"))
+    event = spec.get("event")
+    if event is not None and not isinstance(event, dict):
+        raise DomainError("invalid_type", "event must be an object.", field=f("event"))
+    metadata = _check_metadata(spec.get("metadata"), f("metadata"))
+    if kind == EntryType.MESSAGE:
+        if not role:
+            raise DomainError("required", "A message needs a role.", field=f("role"))
+        if content is None and not tool_calls:
+            raise DomainError("required", "A message needs content (or tool calls).", field=f("content"))
+        if role == Role.TOOL:
+            raise DomainError("invalid_role", "A tool's answer is a `tool_result` entry.", field=f("role"))
+    elif kind == EntryType.TOOL_RESULT:
+        role = role or Role.TOOL
+        if role != Role.TOOL:
+            raise DomainError("invalid_role", "A tool result has the role `tool`.", field=f("role"))
+        if not tool_call_id:
+            raise DomainError("required", "A tool result needs the tool_call_id it answers.", field=f("tool_call_id"))
+        if tool_calls:
+            raise DomainError("invalid_value", "A tool result makes no tool calls.", field=f("tool_calls"))
+    else:
+        if tool_calls:
+            raise DomainError("invalid_value", "An event makes no tool calls.", field=f("tool_calls"))
+    if tool_calls and role != Role.ASSISTANT:
+        raise DomainError("invalid_value", "Only assistant messages make tool calls.", field=f("tool_calls"))
+    token_count = spec.get("token_count")
+    if token_count is not None and (
+        isinstance(token_count, bool) or not isinstance(token_count, int) or not 0 <= token_count < 2**31
+    ):
+        raise DomainError("invalid_value", "token_count must be a non-negative integer.", field=f("token_count"))
+    size = _json_size([content, tool_calls, event, metadata])
+    if size > MAX_ENTRY_BYTES:
+        raise DomainError(
+            "entry_too_large",
+            f"An entry holds at most {MAX_ENTRY_BYTES} bytes of JSON (this one {size}).",
+            field=f("content"),
+            status=413,
+        )
+    created_at = spec.get("created_at") or now
+    if not isinstance(created_at, datetime):
+        raise DomainError("invalid_type", "created_at must be a date-time.", field=f("created_at"))
+    if timezone.is_naive(created_at):
+        created_at = timezone.make_aware(created_at, UTC)
+    if token_count is None:
+        token_count = count_message_tokens(content, tool_calls) if (content is not None or tool_calls) else 0
+    entry = Entry(
+        id=spec.get("id") or new_id("ent"),
+        agent_id=thread.agent_id,
+        thread=thread,
+        parent_id=parent_id,
+        seq=seq,
+        type=kind,
+        role=role,
+        content=content,
+        text=entry_text(content=content, tool_calls=tool_calls),
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
+        tool_name=tool_name,
+        sender_name=sender_name,
+        token_count=token_count,
+        event=event,
+        metadata=metadata,
+        created_at=created_at,
+    )
+    entry.content_hash = content_hash(parent_id=parent_id, turn=_turn(entry), created_at=created_at)
+    return entry
+
+
+# --- threads -------------------------------------------------------------------------------
+
+
+def _lock(thread: Thread) -> Thread:
+    """The thread's row, locked until the transaction ends; NotFound when it was deleted meanwhile."""
+    locked = Thread.objects.select_for_update().filter(pk=thread.pk).first()
+    if locked is None:
+        raise NotFound("Thread")
+    return locked
+
+
+def _sync(target: Thread, source: Thread) -> None:
+    """Let the caller's thread object see what the write changed."""
+    for name in ("active_leaf_id", "next_seq", "updated_at", "metadata", "user_id"):
+        setattr(target, name, getattr(source, name))
+
+
+@transaction.atomic
+def thread_create(
+    *, agent: Agent, external_id: str | None = None, user_id: str = "", metadata: dict[str, Any] | None = None
+) -> Thread:
+    """Create a thread, or update the one of that id (an idempotent upsert, safe on every run).
+
+    An existing thread keeps its entries and `created_at`; the given metadata keys are merged
+    into its metadata and a given `user_id` replaces the old one.
+    """
+    external_id = _check_str(external_id, "id", max_length=MAX_EXTERNAL_ID) or new_id("thr")
+    user_id = _check_str(user_id, "user_id", max_length=128)
+    metadata = _check_metadata(metadata, "metadata")
+    if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
+        raise DomainError(
+            "metadata_too_large", f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.", field="metadata"
+        )
+    existing = Thread.objects.select_for_update().filter(agent=agent, external_id=external_id).first()
+    if existing is None:
+        try:
+            with transaction.atomic():
+                return Thread.objects.create(agent=agent, external_id=external_id, user_id=user_id, metadata=metadata)
+        except IntegrityError:
+            # Another request created it between our read and our insert: update that one.
+            existing = Thread.objects.select_for_update().get(agent=agent, external_id=external_id)
+    existing.metadata = {**(existing.metadata or {}), **metadata}
+    if user_id:
+        existing.user_id = user_id
+    existing.save(update_fields=["metadata", "user_id", "updated_at"])
+    return existing
+
+
+@transaction.atomic
+def thread_update(
+    *,
+    thread: Thread,
+    metadata: dict[str, Any] | None = None,
+    user_id: str | None = None,
+    replace_metadata: bool = False,
+) -> Thread:
+    """Update a thread's metadata atomically (merged key by key; a null value removes the key)."""
+    locked = _lock(thread)
+    if metadata is not None:
+        metadata = _check_metadata(metadata, "metadata")
+        merged = {} if replace_metadata else dict(locked.metadata or {})
+        for key, value in metadata.items():
+            if value is None and not replace_metadata:
+                merged.pop(key, None)
+            else:
+                merged[key] = value
+        if _json_size(merged) > MAX_THREAD_METADATA_BYTES:
+            raise DomainError(
+                "metadata_too_large",
+                f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.",
+                field="metadata",
+            )
+        locked.metadata = merged
+    if user_id is not None:
+        locked.user_id = _check_str(user_id, "user_id", max_length=128)
+    locked.save(update_fields=["metadata", "user_id", "updated_at"])
+    _sync(thread, locked)
+    return locked
+
+
+@transaction.atomic
+def thread_delete(*, thread: Thread, actor: str = "") -> None:
+    """Delete a thread and every entry of it (evidence rows keep their item with entry = NULL)."""
+    locked = _lock(thread)
+    count = Entry.objects.filter(thread=locked).count()
+    # Children point at their parents with DO_NOTHING; the parent constraint is checked at
+    # commit, when the whole tree is gone, so the cascade may delete in any order.
+    audit_append(
+        action="thread.delete",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.external_id,
+        subject=locked.external_id,
+        outcome="deleted",
+        details={"entries": count},
+    )
+    locked.delete()
+
+
+# --- entries -------------------------------------------------------------------------------
+
+
+def _insert(*, thread: Thread, specs: Sequence[dict[str, Any]], field_prefix: str = "") -> list[Entry]:
+    """Validate and insert entries after one another, under the thread lock the caller holds.
+
+    1. Lock the thread row; read next_seq and the active leaf.
+    2. For each entry: its parent is the explicit `parent_id` (checked to be in this thread),
+       else the entry before it in the batch, else the active leaf; seq is the next one; a
+       tool result without a name takes it from the matching tool call on its branch.
+    3. Insert them all in one statement; move the leaf (to the last entry asked to activate),
+       advance next_seq and updated_at in one UPDATE of the thread.
+    4. Hand them to the hooks inside the transaction (they send jobs only on commit).
+    """
+    locked = _lock(thread)
+    now = timezone.now()
+    seq = locked.next_seq
+    leaf_id = locked.active_leaf_id
+    previous: str | None = leaf_id
+    explicit = {
+        str(spec["parent_id"]) for spec in specs if isinstance(spec.get("parent_id"), str) and spec.get("parent_id")
+    }
+    known_parents: set[str] = set()
+    if explicit:
+        known_parents = set(Entry.objects.filter(thread=locked, id__in=explicit).values_list("id", flat=True))
+    batch_calls: dict[str, str] = {}
+    entries: list[Entry] = []
+    for index, spec in enumerate(specs):
+        prefix = f"{field_prefix}[{index}]." if field_prefix else ""
+        if not isinstance(spec, dict):
+            raise DomainError("invalid_type", "Each entry must be an object.", field=f"{field_prefix}[{index}]")
+        parent_id = spec.get("parent_id")
+        if parent_id is not None and not isinstance(parent_id, str):
+            raise DomainError("invalid_type", "parent_id must be a string.", field=f"{prefix}parent_id")
+        if parent_id:
+            if parent_id not in known_parents:
+                raise DomainError(
+                    "unknown_parent", "parent_id is not an entry of this thread.", field=f"{prefix}parent_id"
+                )
+        else:
+            parent_id = previous
+        activate = spec.get("activate", True)
+        if not isinstance(activate, bool):
+            raise DomainError("invalid_type", "activate must be true or false.", field=f"{prefix}activate")
+        entry = _entry_from_spec(thread=locked, spec=spec, parent_id=parent_id, seq=seq, now=now, field_prefix=prefix)
+        if entry.type == EntryType.TOOL_RESULT and not entry.tool_name:
+            entry.tool_name = batch_calls.get(entry.tool_call_id) or tool_call_name_on_branch(
+                thread=locked, leaf_id=parent_id, tool_call_id=entry.tool_call_id
+            )
+        for call in entry.tool_calls or []:
+            batch_calls[call["id"]] = call["name"]
+        entries.append(entry)
+        known_parents.add(entry.id)
+        previous = entry.id
+        seq += 1
+        if activate:
+            leaf_id = entry.id
+    if len(entries) == 1:
+        entries[0].save(force_insert=True)
+    else:
+        Entry.objects.bulk_create(entries)
+    Thread.objects.filter(pk=locked.pk).update(next_seq=seq, active_leaf_id=leaf_id, updated_at=now)
+    locked.next_seq, locked.active_leaf_id, locked.updated_at = seq, leaf_id, now
+    _sync(thread, locked)
+    after_entries_added(thread=thread, entries=entries)
+    return entries
+
+
+@transaction.atomic
+def entry_add(
+    *,
+    thread: Thread,
+    type: str = "message",
+    role: str = "",
+    content: Any = None,
+    parent_id: str | None = None,
+    activate: bool = True,
+    tool_calls: list[Any] | None = None,
+    tool_call_id: str = "",
+    tool_name: str = "",
+    sender_name: str = "",
+    token_count: int | None = None,
+    event: dict[str, Any] | None = None,
+    metadata: dict[str, Any] | None = None,
+    created_at: datetime | None = None,
+) -> Entry:
+    """Add one entry: after the active leaf (moving it there), or under `parent_id`.
+
+    With `activate=False` the leaf stays where it is. See `_insert` for the steps.
+    """
+    spec = {
+        "type": type,
+        "role": role,
+        "content": content,
+        "parent_id": parent_id,
+        "activate": activate,
+        "tool_calls": tool_calls,
+        "tool_call_id": tool_call_id,
+        "tool_name": tool_name,
+        "sender_name": sender_name,
+        "token_count": token_count,
+        "event": event,
+        "metadata": metadata,
+        "created_at": created_at,
+    }
+    return _insert(thread=thread, specs=[spec])[0]
+
+
+@transaction.atomic
+def entries_add(*, thread: Thread, entries: list[dict[str, Any]]) -> list[Entry]:
+    """Add a batch in one transaction, each entry after the one before (unless it names a parent).
+
+    Each dict takes the keyword arguments of `entry_add`. All or nothing: a bad entry is a 400
+    naming `entries[i].<field>` and nothing of the batch is written.
+    """
+    if not isinstance(entries, list) or not entries:
+        raise DomainError("required", "entries must be a non-empty list.", field="entries")
+    if len(entries) > MAX_BATCH_ENTRIES:
+        raise DomainError(
+            "batch_too_large",
+            f"A batch holds at most {MAX_BATCH_ENTRIES} entries (this one {len(entries)}).",
+            field="entries",
+            status=413,
+        )
+    return _insert(thread=thread, specs=entries, field_prefix="entries")
+
+
+@transaction.atomic
+def thread_rewind(*, thread: Thread, entry_id: str, actor: str = "") -> Thread:
+    """Move the active leaf back to an entry of the active branch; nothing is deleted."""
+    locked = _lock(thread)
+    if not Entry.objects.filter(thread=locked, id=entry_id).exists():
+        raise DomainError("unknown_entry", "entry_id is not an entry of this thread.", field="entry_id")
+    if not entry_on_branch(thread=locked, leaf_id=locked.active_leaf_id, entry_id=entry_id):
+        raise DomainError("not_on_branch", "entry_id is not on the active branch.", field="entry_id")
+    previous = locked.active_leaf_id
+    locked.active_leaf_id = entry_id
+    locked.save(update_fields=["active_leaf", "updated_at"])
+    audit_append(
+        action="thread.rewind",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.external_id,
+        subject=entry_id,
+        outcome="rewound",
+        details={"from": previous, "to": entry_id},
+    )
+    _sync(thread, locked)
+    return locked
+
+
+@transaction.atomic
+def thread_checkout(*, thread: Thread, entry_id: str) -> Thread:
+    """Make any entry of the thread the active leaf (its branch becomes the active one)."""
+    locked = _lock(thread)
+    if not Entry.objects.filter(thread=locked, id=entry_id).exists():
+        raise DomainError("unknown_entry", "entry_id is not an entry of this thread.", field="entry_id")
+    locked.active_leaf_id = entry_id
+    locked.save(update_fields=["active_leaf", "updated_at"])
+    _sync(thread, locked)
+    return locked
+
+
+@transaction.atomic
+def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = None, actor: str = "") -> Thread:
+    """Copy the branch from the root to `entry_id` into a new thread.
+
+    1. Lock the origin; check the entry is in it; read the branch (all types) root first.
+    2. Create the new thread (409 `thread_exists` when the id is taken) with the origin's
+       user_id and metadata plus `forkedFrom` = the origin's id; `forked_from` points at it.
+    3. Copy each entry with a new id and the same seq order, parents mapped to the copies,
+       `metadata.forkOf` naming the original; the copy of `entry_id` is the new leaf.
+    4. Append the new id to the origin's `metadata.memoryForks`; audit.
+    """
+    from memoryapp.selectors.threads import path_entries
+
+    locked = _lock(thread)
+    if not Entry.objects.filter(thread=locked, id=entry_id).exists():
+        raise DomainError("unknown_entry", "entry_id is not an entry of this thread.", field="entry_id")
+    new_external = _check_str(new_thread_id, "new_thread_id", max_length=MAX_EXTERNAL_ID) or new_id("thr")
+    if Thread.objects.filter(agent_id=locked.agent_id, external_id=new_external).exists():
+        raise DomainError(
+            "thread_exists", "A thread with new_thread_id exists already.", field="new_thread_id", status=409
+        )
+    branch = path_entries(thread=locked, leaf_id=entry_id, types=None)
+    metadata = {k: v for k, v in (locked.metadata or {}).items() if k not in ("memoryForks", "forkedFrom")}
+    metadata["forkedFrom"] = locked.external_id
+    copy = Thread.objects.create(
+        agent_id=locked.agent_id,
+        external_id=new_external,
+        user_id=locked.user_id,
+        metadata=metadata,
+        forked_from=locked,
+    )
+    mapping: dict[str, str] = {}
+    copies: list[Entry] = []
+    for seq, original in enumerate(branch, start=1):
+        new_entry_id = new_id("ent")
+        parent = mapping.get(original.parent_id) if original.parent_id else None
+        mapping[original.id] = new_entry_id
+        entry = Entry(
+            id=new_entry_id,
+            agent_id=original.agent_id,
+            thread=copy,
+            parent_id=parent,
+            seq=seq,
+            type=original.type,
+            role=original.role,
+            content=original.content,
+            text=original.text,
+            tool_calls=original.tool_calls,
+            tool_call_id=original.tool_call_id,
+            tool_name=original.tool_name,
+            sender_name=original.sender_name,
+            token_count=original.token_count,
+            event=original.event,
+            metadata={**(original.metadata or {}), "forkOf": original.id},
+            created_at=original.created_at,
+            redacted_at=original.redacted_at,
+        )
+        entry.content_hash = content_hash(parent_id=parent, turn=_turn(entry), created_at=entry.created_at)
+        copies.append(entry)
+    Entry.objects.bulk_create(copies)
+    Thread.objects.filter(pk=copy.pk).update(next_seq=len(copies) + 1, active_leaf_id=copies[-1].id if copies else None)
+    copy.refresh_from_db()
+    forks = list((locked.metadata or {}).get("memoryForks") or [])
+    forks.append(new_external)
+    locked.metadata = {**(locked.metadata or {}), "memoryForks": forks}
+    locked.save(update_fields=["metadata", "updated_at"])
+    _sync(thread, locked)
+    audit_append(
+        action="thread.fork",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.external_id,
+        subject=new_external,
+        outcome="forked",
+        details={"at": entry_id, "entries": len(copies)},
+    )
+    after_entries_added(thread=copy, entries=copies)
+    return copy
+
+
+@transaction.atomic
+def entry_delete(*, entry: Entry, actor: str = "") -> None:
+    """Splice an entry out of its branch: its children go under its parent.
+
+    1. Lock the thread. 2. Re-parent the children to the entry's parent. 3. If the entry was
+    the active leaf, the leaf moves to its parent. 4. Delete the row (evidence keeps its item
+    with entry = NULL); audit.
+    """
+    thread = entry.thread
+    locked = _lock(thread)
+    current = Entry.objects.filter(pk=entry.pk, thread=locked).values_list("parent_id", flat=True)
+    if not current.exists():
+        raise NotFound("Entry")
+    parent_id = current.first()
+    children = Entry.objects.filter(thread=locked, parent_id=entry.pk).update(parent_id=parent_id)
+    update_fields = ["updated_at"]
+    if locked.active_leaf_id == entry.pk:
+        locked.active_leaf_id = parent_id
+        update_fields.append("active_leaf")
+    locked.save(update_fields=update_fields)
+    Entry.objects.filter(pk=entry.pk).delete()
+    audit_append(
+        action="entry.delete",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.external_id,
+        subject=entry.pk,
+        outcome="deleted",
+        details={"children_respliced": children},
+    )
+    _sync(thread, locked)
+
+
+def _redact_content(content: Any) -> Any:
+    """Content with every text and tool payload replaced; block kinds and call ids kept."""
+    if content is None:
+        return None
+    if isinstance(content, str):
+        return REDACTED_TEXT
+    if isinstance(content, list):
+        blocks: list[Any] = []
+        for block in content:
+            if not isinstance(block, dict):
+                blocks.append(REDACTED_TEXT)
+                continue
+            kind = block.get("type")
+            kept = {k: block[k] for k in ("type", "id", "tool_use_id", "tool_call_id", "name") if k in block}
+            if kind in ("text", "thinking"):
+                kept["text"] = REDACTED_TEXT
+            elif kind in ("tool_call", "tool_use"):
+                kept["input" if "input" in block else "arguments"] = REDACTED_TEXT
+            elif kind == "tool_result":
+                kept["content" if "content" in block else "output"] = REDACTED_TEXT
+            else:
+                kept["text"] = REDACTED_TEXT
+            blocks.append(kept)
+        return blocks
+    return REDACTED_TEXT
+
+
+@transaction.atomic
+def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
+    """Replace what an entry said with `[redacted]`, keeping its place in the tree.
+
+    Text, content blocks, tool call arguments and tool results become `[redacted]`; id, parent,
+    seq, role, type, call ids and tool names stay; a user's sender name goes; the embedding is
+    dropped; `metadata.redacted` = {at, reason}. Event entries are refused (400).
+    """
+    if entry.type in _EVENT_TYPES:
+        raise DomainError("not_redactable", "Event entries cannot be redacted.", field="entry_id")
+    reason = _check_str(reason, "reason", max_length=500)
+    thread = entry.thread
+    locked = _lock(thread)
+    row = Entry.objects.select_for_update().filter(pk=entry.pk, thread=locked).first()
+    if row is None:
+        raise NotFound("Entry")
+    now = timezone.now()
+    row.content = _redact_content(row.content)
+    if row.tool_calls:
+        row.tool_calls = [{**call, "arguments": REDACTED_TEXT} for call in row.tool_calls]
+    row.text = REDACTED_TEXT
+    if row.role == Role.USER:
+        row.sender_name = ""
+    row.metadata = {**(row.metadata or {}), "redacted": {"at": now.isoformat(), "reason": reason}}
+    row.redacted_at = now
+    row.embedding = None
+    row.embedded_at = None
+    row.token_count = count_message_tokens(row.content, row.tool_calls)
+    row.save(
+        update_fields=[
+            "content",
+            "tool_calls",
+            "text",
+            "sender_name",
+            "metadata",
+            "redacted_at",
+            "embedding",
+            "embedded_at",
+            "token_count",
+        ]
+    )
+    audit_append(
+        action="entry.redact",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.external_id,
+        subject=row.pk,
+        outcome="redacted",
+        details={"reason_given": bool(reason)},
+    )
+    return row
