@@ -1,0 +1,606 @@
+"""Writes of memory items: the rules of reference 004 "Memory Items".
+
+Writing only adds. A statement said again merges into the state it repeats; a new value is a
+new state, and after every write the states of its slot (subject + attribute) in exactly its
+scope are laid out by time so that each is closed when the next one starts. Who said a thing
+(trust) and whether its quotes hold (verified) decide whether it becomes `active` on its own;
+everything else waits, `suggested`, for a reviewer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypedDict
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from governance.audit import audit_append
+from memoryapp.errors import Conflict, DomainError
+from memoryapp.evidence import verify_evidence
+from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryItem
+from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
+
+# An item from `user` becomes active on its own only at this confidence or above (004 activationConfidence).
+ACTIVATION_CONFIDENCE: float = float(getattr(settings, "ITEM_ACTIVATION_CONFIDENCE", 0.7))
+OPINION_REPEAT_GAIN = 0.1
+OPINION_CONTRADICTION_LOSS = 0.2
+MAX_VALUE_CHARS = 20_000
+MAX_EVIDENCE = 50
+MAX_QUOTE_CHARS = 4_000
+# The states that take part in a slot's timeline; suggested, rejected and stale ones never do.
+TIMELINE_STATUSES = (ItemStatus.ACTIVE, ItemStatus.SUPERSEDED)
+# The key in `metadata` that keeps an end the writer gave, so a later layout never reopens it.
+VALID_UNTIL_KEY = "valid_until"
+
+_SPACE = re.compile(r"\s+")
+
+
+class EvidenceInput(TypedDict):
+    entry_id: str
+    quote: str
+
+
+@dataclass(frozen=True)
+class Scope:
+    user_id: str = ""
+    project_id: str = ""
+    thread_id: str = ""
+
+
+def same_value(a: str, b: str) -> bool:
+    """Values of a slot compare by text: spacing aside, case and signs count (004 sameValue)."""
+    return collapse_spaces(a) == collapse_spaces(b)
+
+
+def collapse_spaces(text: str) -> str:
+    return _SPACE.sub(" ", text or "").strip()
+
+
+def normalized_name(name: str) -> str:
+    """The name an entity is matched on: lower-cased, spacing collapsed."""
+    return collapse_spaces(name).lower()
+
+
+def better_source(a: tuple[str, bool], b: tuple[str, bool]) -> tuple[str, bool]:
+    """Of two (trust, verified) sources the better one: the more trusted first, then the one whose quotes hold."""
+    rank_a, rank_b = TRUST_RANK[Trust(a[0])], TRUST_RANK[Trust(b[0])]
+    if rank_a != rank_b:
+        return a if rank_a < rank_b else b
+    return a if a[1] or not b[1] else b
+
+
+def activates(*, trust: str, verified: bool, confidence: float, shadow: bool = False) -> bool:
+    """Whether an item becomes active on its own: from `system`, or from `user` with holding quotes at
+    the activation confidence. In shadow mode nothing new does."""
+    if shadow:
+        return False
+    if trust == Trust.SYSTEM:
+        return True
+    return trust == Trust.USER and verified and confidence >= ACTIVATION_CONFIDENCE
+
+
+def slot_lock(*, agent_id: int, scope: Scope, subject_key: str, attribute: str) -> None:
+    """Serialize the writers of one slot in one exact scope until the transaction ends."""
+    raw = "\x1f".join([str(agent_id), scope.user_id, scope.project_id, scope.thread_id, subject_key, attribute])
+    key = int.from_bytes(hashlib.blake2b(raw.encode(), digest_size=8).digest(), "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+
+
+def slot_items(*, agent: Agent, scope: Scope, subject: str, attribute: str) -> Any:
+    """Every item of a slot in exactly one scope (the `item_slot_idx` query)."""
+    return MemoryItem.objects.filter(
+        agent=agent,
+        user_id=scope.user_id,
+        project_id=scope.project_id,
+        thread_id=scope.thread_id,
+        attribute=attribute,
+        subject=subject,
+    )
+
+
+def _check_text(value: Any, field: str, *, max_length: int, required: bool = True) -> str:
+    if not isinstance(value, str):
+        raise DomainError("invalid_value", f"{field} must be a string.", field=field)
+    if "\x00" in value:
+        raise DomainError("invalid_value", f"{field} must not hold NUL characters.", field=field)
+    value = value.strip()
+    if required and not value:
+        raise DomainError("invalid_value", f"{field} must not be empty.", field=field)
+    if len(value) > max_length:
+        raise DomainError("value_too_large", f"{field} holds at most {max_length} characters.", field=field)
+    return value
+
+
+def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
+    """The entity a subject names: the narrowest one the scope sees with that name, else a new one in the scope."""
+    key = normalized_name(subject)
+    visible = Entity.objects.filter(
+        agent=agent,
+        normalized_name=key,
+        user_id__in=["", scope.user_id],
+        project_id__in=["", scope.project_id],
+        thread_id__in=["", scope.thread_id],
+    )
+    found = sorted(visible, key=lambda e: (-_narrowness(e), e.created_at))
+    if found:
+        return found[0]
+    try:
+        with transaction.atomic():
+            return Entity.objects.create(
+                agent=agent,
+                user_id=scope.user_id,
+                project_id=scope.project_id,
+                thread_id=scope.thread_id,
+                name=collapse_spaces(subject),
+                normalized_name=key,
+            )
+    except IntegrityError:  # another writer of another attribute created it first
+        return Entity.objects.get(
+            agent=agent,
+            user_id=scope.user_id,
+            project_id=scope.project_id,
+            thread_id=scope.thread_id,
+            normalized_name=key,
+        )
+
+
+def _narrowness(row: Any) -> int:
+    return sum(1 for v in (row.user_id, row.project_id, row.thread_id) if v)
+
+
+def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> list[tuple[Entry | None, str, str]]:
+    """(entry, quote, status) of each quote, the entry loaded within the agent (another agent's is missing)."""
+    if len(evidence) > MAX_EVIDENCE:
+        raise DomainError("too_many_quotes", f"An item stands on at most {MAX_EVIDENCE} quotes.", field="evidence")
+    ids: list[str] = []
+    for index, quote in enumerate(evidence):
+        if not isinstance(quote, dict):
+            raise DomainError("invalid_value", "Each evidence is {entry_id, quote}.", field=f"evidence[{index}]")
+        _check_text(quote.get("quote"), f"evidence[{index}].quote", max_length=MAX_QUOTE_CHARS)
+        entry_id = quote.get("entry_id") or ""
+        if not isinstance(entry_id, str):
+            raise DomainError("invalid_value", "entry_id must be a string.", field=f"evidence[{index}].entry_id")
+        ids.append(entry_id)
+    entries = {
+        e.id: e
+        for e in Entry.objects.filter(agent=agent, id__in=[i for i in ids if i]).only("id", "text", "redacted_at")
+    }
+    checked = []
+    for entry_id, quote in zip(ids, evidence, strict=True):
+        entry = entries.get(entry_id)
+        text = quote["quote"].strip()
+        checked.append((entry, text, verify_evidence(text, entry)))  # type: ignore[arg-type]
+    return checked
+
+
+def _add_evidence(*, item: MemoryItem, checked: list[tuple[Entry | None, str, str]]) -> None:
+    known: set[tuple[str | None, str]] = set(Evidence.objects.filter(item=item).values_list("entry_id", "quote"))
+    rows = []
+    for entry, quote, status in checked:
+        key = (entry.id if entry else None, quote)
+        if key in known:
+            continue
+        known.add(key)
+        rows.append(Evidence(agent_id=item.agent_id, item=item, entry=entry, quote=quote, status=status))
+    Evidence.objects.bulk_create(rows)
+
+
+def item_write(
+    *,
+    agent: Agent,
+    kind: str,
+    subject: str,
+    attribute: str,
+    value: str,
+    trust: str,
+    user_id: str = "",
+    project_id: str = "",
+    thread_id: str = "",
+    evidence: Sequence[EvidenceInput] = (),
+    confidence: float | None = None,
+    valid_from: datetime | None = None,
+    valid_to: datetime | None = None,
+    metadata: dict[str, Any] | None = None,
+    prompt_version: str = "",
+    shadow: bool = False,
+    actor: str = "",
+) -> MemoryItem:
+    """Write one statement about a slot; returns the item it became (new, or the one it merged into).
+
+    See `item_state_write` for the steps.
+    """
+    return item_state_write(
+        agent=agent,
+        kind=kind,
+        subject=subject,
+        attribute=attribute,
+        value=value,
+        trust=trust,
+        scope=Scope(user_id=user_id or "", project_id=project_id or "", thread_id=thread_id or ""),
+        evidence=evidence,
+        confidence=confidence,
+        valid_from=valid_from,
+        valid_to=valid_to,
+        metadata=metadata,
+        prompt_version=prompt_version,
+        shadow=shadow,
+        actor=actor,
+    )
+
+
+@transaction.atomic
+def item_state_write(
+    *,
+    agent: Agent,
+    kind: str,
+    subject: str,
+    attribute: str,
+    value: str,
+    trust: str,
+    scope: Scope,
+    evidence: Sequence[EvidenceInput] = (),
+    confidence: float | None = None,
+    valid_from: datetime | None = None,
+    valid_to: datetime | None = None,
+    metadata: dict[str, Any] | None = None,
+    prompt_version: str = "",
+    shadow: bool = False,
+    actor: str = "",
+    value_json: Any = None,
+    namespace: str = "",
+    expires_at: datetime | None = None,
+    use_entity: bool = True,
+) -> MemoryItem:
+    """The write of `item_write`, with the extra fields facts keep (value_json, namespace, expires_at).
+
+    1. Check the input and every quote against its entry (loaded within the agent).
+    2. Lock the slot in its exact scope (advisory lock), so racing writers go one after another.
+    3. The newest state of the slot that is still open and not let go is the one a repeat merges into,
+       when nothing else was said after it and its value is the same (`same_value`): the better
+       source's trust and verified, the higher confidence (an opinion repeated with holding quotes
+       gains 0.1), the quotes added, a suggested one activated when it now qualifies.
+    4. Otherwise a new state is added, `active` when `activates` says so, else `suggested`; an
+       active opinion it contradicts from a less trusted source loses 0.2 of confidence.
+    5. The slot's timeline is laid out again (`slot_layout`).
+    """
+    if kind not in ItemKind.values:
+        raise DomainError("invalid_value", f"kind must be one of {', '.join(ItemKind.values)}.", field="kind")
+    if trust not in Trust.values:
+        raise DomainError("invalid_value", f"trust must be one of {', '.join(Trust.values)}.", field="trust")
+    subject = collapse_spaces(_check_text(subject, "subject", max_length=300))
+    attribute = collapse_spaces(_check_text(attribute, "attribute", max_length=300))
+    value = _check_text(value, "value", max_length=MAX_VALUE_CHARS)
+    for name, scope_value in (
+        ("user_id", scope.user_id),
+        ("project_id", scope.project_id),
+        ("thread_id", scope.thread_id),
+    ):
+        _check_text(scope_value, name, max_length=128, required=False)
+    if confidence is None:
+        confidence = 1.0  # a statement made outright; extraction passes the model's own figure
+    if not isinstance(confidence, (int, float)) or not 0.0 <= float(confidence) <= 1.0:
+        raise DomainError("invalid_value", "confidence must be a number from 0 to 1.", field="confidence")
+    confidence = float(confidence)
+    now = timezone.now()
+    start = valid_from or now
+    if valid_to is not None and valid_to <= start:
+        raise DomainError("invalid_value", "valid_to must be after valid_from.", field="valid_to")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise DomainError("invalid_value", "metadata must be an object.", field="metadata")
+    checked = _checked_evidence(agent=agent, evidence=evidence)
+    verified = bool(checked) and all(status == EvidenceStatus.VERIFIED for _, _, status in checked)
+
+    subject_key = normalized_name(subject)
+    slot_lock(agent_id=agent.pk, scope=scope, subject_key=subject_key, attribute=attribute)
+    entity = _entity_for(agent=agent, scope=scope, subject=subject) if use_entity else None
+    slot_subject = entity.name if entity is not None else subject
+    slot = slot_items(agent=agent, scope=scope, subject=slot_subject, attribute=attribute)
+
+    newest = (
+        slot.filter(status__in=[ItemStatus.SUGGESTED, *TIMELINE_STATUSES], expired_at__isnull=True)
+        .order_by("-recorded_at", "-id")
+        .first()
+    )
+    if (
+        newest is not None
+        and newest.valid_to is None
+        and same_value(newest.value, value)
+        and (value_json is None or newest.value_json == value_json)
+    ):
+        return _merge(
+            item=newest,
+            trust=trust,
+            verified=verified,
+            confidence=confidence,
+            checked=checked,
+            shadow=shadow,
+            expires_at=expires_at,
+            actor=actor,
+        )
+
+    extra = dict(metadata or {})
+    if valid_to is not None:
+        extra[VALID_UNTIL_KEY] = valid_to.isoformat()
+    item = MemoryItem.objects.create(
+        agent=agent,
+        user_id=scope.user_id,
+        project_id=scope.project_id,
+        thread_id=scope.thread_id,
+        kind=kind,
+        entity=entity,
+        subject=slot_subject,
+        attribute=attribute,
+        value=value,
+        value_json=value_json,
+        namespace=namespace,
+        trust=trust,
+        status=ItemStatus.ACTIVE
+        if activates(trust=trust, verified=verified, confidence=confidence, shadow=shadow)
+        else ItemStatus.SUGGESTED,
+        confidence=confidence,
+        verified=verified,
+        valid_from=start,
+        valid_to=valid_to,
+        recorded_at=now,
+        expires_at=expires_at,
+        prompt_version=prompt_version,
+        metadata=extra,
+    )
+    _add_evidence(item=item, checked=checked)
+    if kind == ItemKind.OPINION:
+        _weaken_contradicted_opinions(item=item, slot=slot)
+    slot_layout(agent=agent, scope=scope, subject=slot_subject, attribute=attribute)
+    item.refresh_from_db()
+    audit_append(
+        action="item.written",
+        actor=actor,
+        agent_id=agent.pk,
+        thread_id=scope.thread_id,
+        subject=item.pk,
+        outcome=item.status,
+        details={"kind": kind, "trust": trust, "verified": verified, "quotes": len(checked)},
+    )
+    return item
+
+
+def _merge(
+    *,
+    item: MemoryItem,
+    trust: str,
+    verified: bool,
+    confidence: float,
+    checked: list[tuple[Entry | None, str, str]],
+    shadow: bool,
+    expires_at: datetime | None,
+    actor: str,
+) -> MemoryItem:
+    best_trust, best_verified = better_source((item.trust, item.verified), (trust, verified))
+    if item.kind == ItemKind.OPINION:
+        new_confidence = item.confidence + OPINION_REPEAT_GAIN if verified else item.confidence
+    else:
+        new_confidence = max(item.confidence, confidence)
+    new_confidence = min(1.0, new_confidence)
+    changed = (
+        best_trust != item.trust
+        or best_verified != item.verified
+        or new_confidence != item.confidence
+        or expires_at != item.expires_at
+    )
+    item.trust, item.verified, item.confidence = best_trust, best_verified, new_confidence
+    if expires_at != item.expires_at:
+        item.expires_at = expires_at
+    activated = item.status == ItemStatus.SUGGESTED and activates(
+        trust=item.trust, verified=item.verified, confidence=item.confidence, shadow=shadow
+    )
+    if activated:
+        item.status = ItemStatus.ACTIVE
+        item.metadata = {**item.metadata, "activatedAt": timezone.now().isoformat()}
+    if changed or activated:
+        item.save(update_fields=["trust", "verified", "confidence", "expires_at", "status", "metadata"])
+    before = Evidence.objects.filter(item=item).count()
+    _add_evidence(item=item, checked=checked)
+    if activated:
+        slot_layout(
+            agent=item.agent,
+            scope=Scope(item.user_id, item.project_id, item.thread_id),
+            subject=item.subject,
+            attribute=item.attribute,
+        )
+        item.refresh_from_db()
+    if changed or activated or Evidence.objects.filter(item=item).count() != before:
+        audit_append(
+            action="item.merged",
+            actor=actor,
+            agent_id=item.agent_id,
+            thread_id=item.thread_id,
+            subject=item.pk,
+            outcome=item.status,
+            details={"trust": item.trust, "verified": item.verified, "quotes": len(checked)},
+        )
+    return item
+
+
+def _weaken_contradicted_opinions(*, item: MemoryItem, slot: Any) -> None:
+    """An active opinion that a less trusted source now contradicts loses confidence (004)."""
+    rank = TRUST_RANK[Trust(item.trust)]
+    for held in slot.filter(status=ItemStatus.ACTIVE, kind=ItemKind.OPINION, expired_at__isnull=True).exclude(
+        pk=item.pk
+    ):
+        if TRUST_RANK[Trust(held.trust)] < rank and not same_value(held.value, item.value):
+            held.confidence = max(0.0, round(held.confidence - OPINION_CONTRADICTION_LOSS, 6))
+            held.save(update_fields=["confidence"])
+
+
+def slot_layout(*, agent: Agent, scope: Scope, subject: str, attribute: str) -> int:
+    """Lay the slot's timeline out again; returns how many states changed.
+
+    1. Take the active and superseded states of the slot in exactly this scope (let-go ones too:
+       a state let go keeps its place, so the one before it does not come back).
+    2. Order them by valid_from (then recorded_at, id): the order the world saw them in.
+    3. Each one is closed where the next one starts (superseded, valid_to = next.valid_from, or its
+       own given end when that comes first); the last one is left open (active, valid_to = its
+       given end or none). A state that starts later thus leaves the current one holding until then.
+    Callers hold the slot lock, so racing writers and late statements converge on one timeline.
+    """
+    states = list(
+        slot_items(agent=agent, scope=scope, subject=subject, attribute=attribute)
+        .filter(status__in=TIMELINE_STATUSES)
+        .order_by("valid_from", "recorded_at", "id")
+    )
+    changed = 0
+    for index, state in enumerate(states):
+        following = states[index + 1] if index + 1 < len(states) else None
+        own_end = _given_end(state)
+        if following is not None:
+            end = following.valid_from if own_end is None else min(own_end, following.valid_from)
+            status = ItemStatus.SUPERSEDED
+        else:
+            end = own_end
+            status = ItemStatus.ACTIVE
+        if state.valid_to != end or state.status != status:
+            MemoryItem.objects.filter(pk=state.pk).update(valid_to=end, status=status)
+            changed += 1
+    return changed
+
+
+def _given_end(item: MemoryItem) -> datetime | None:
+    raw = (item.metadata or {}).get(VALID_UNTIL_KEY)
+    if not raw:
+        return None
+    try:
+        return datetime.fromisoformat(str(raw))
+    except ValueError:
+        return None
+
+
+def note_retrieved(*, item_ids: Sequence[str], at: datetime | None = None) -> int:
+    """Count that these items went to a model, in one UPDATE; returns how many rows it counted."""
+    ids = [i for i in dict.fromkeys(item_ids) if i]
+    if not ids:
+        return 0
+    return MemoryItem.objects.filter(pk__in=ids).update(
+        times_retrieved=F("times_retrieved") + 1, last_retrieved_at=at or timezone.now()
+    )
+
+
+def _lock_item(item: MemoryItem) -> MemoryItem:
+    slot_lock(
+        agent_id=item.agent_id,
+        scope=Scope(item.user_id, item.project_id, item.thread_id),
+        subject_key=normalized_name(item.subject),
+        attribute=item.attribute,
+    )
+    return MemoryItem.objects.select_for_update().get(pk=item.pk)
+
+
+@transaction.atomic
+def item_approve(*, item: MemoryItem, actor: str, value: str | None = None) -> MemoryItem:
+    """A reviewer makes a suggested item active (with its value edited first, when given) and audits it."""
+    locked = _lock_item(item)
+    if locked.status != ItemStatus.SUGGESTED:
+        raise Conflict("not_suggested", f"Only a suggested item can be approved; this one is {locked.status}.")
+    edited = False
+    if value is not None:
+        new_value = _check_text(value, "value", max_length=MAX_VALUE_CHARS)
+        if not same_value(new_value, locked.value):
+            locked.value = new_value
+            locked.value_json = None
+            edited = True
+    locked.status = ItemStatus.ACTIVE
+    locked.metadata = {
+        **locked.metadata,
+        "activatedAt": timezone.now().isoformat(),
+        "reviewed_by": actor,
+        **({"edited_by_reviewer": True} if edited else {}),
+    }
+    locked.save(update_fields=["value", "value_json", "status", "metadata"])
+    slot_layout(
+        agent=locked.agent,
+        scope=Scope(locked.user_id, locked.project_id, locked.thread_id),
+        subject=locked.subject,
+        attribute=locked.attribute,
+    )
+    audit_append(
+        action="item.reviewed",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.thread_id,
+        subject=locked.pk,
+        outcome="approved_edited" if edited else "approved",
+    )
+    locked.refresh_from_db()
+    return locked
+
+
+@transaction.atomic
+def item_reject(*, item: MemoryItem, actor: str, reason: str = "") -> MemoryItem:
+    """A reviewer refuses a suggested item: it stays, rejected, out of every context; audited (without the reason's text)."""
+    locked = _lock_item(item)
+    if locked.status != ItemStatus.SUGGESTED:
+        raise Conflict("not_suggested", f"Only a suggested item can be rejected; this one is {locked.status}.")
+    reason = reason if isinstance(reason, str) else ""
+    locked.status = ItemStatus.REJECTED
+    locked.metadata = {**locked.metadata, "rejected_because": reason.strip()[:1000], "reviewed_by": actor}
+    locked.save(update_fields=["status", "metadata"])
+    audit_append(
+        action="item.reviewed",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.thread_id,
+        subject=locked.pk,
+        outcome="rejected",
+        details={"with_reason": bool(reason.strip())},
+    )
+    return locked
+
+
+@transaction.atomic
+def item_forget(*, item: MemoryItem, actor: str) -> MemoryItem:
+    """Let a state go: it leaves memory now (expired_at) and keeps its place in the slot's history.
+
+    Letting go twice changes nothing the second time.
+    """
+    locked = _lock_item(item)
+    if locked.expired_at is not None:
+        return locked
+    locked.expired_at = timezone.now()
+    locked.save(update_fields=["expired_at"])
+    audit_append(
+        action="item.forgotten",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.thread_id,
+        subject=locked.pk,
+        outcome="forgotten",
+    )
+    return locked
+
+
+def items_bulk_review(*, item_ids: Sequence[str], actor: str, approve: bool, reason: str = "") -> dict[str, int]:
+    """Approve or reject many suggested items, each in its own transaction; returns counts by outcome."""
+    counts = {"done": 0, "skipped": 0}
+    for item in MemoryItem.objects.filter(pk__in=list(item_ids)).order_by("recorded_at"):
+        try:
+            if approve:
+                item_approve(item=item, actor=actor)
+            else:
+                item_reject(item=item, actor=actor, reason=reason)
+            counts["done"] += 1
+        except Conflict:
+            counts["skipped"] += 1
+    return counts
+
+
+def visible_q(*, user_id: str = "", project_id: str = "", thread_id: str = "") -> Q:
+    """What an access of scope (user, project, thread) sees: items not limited, or limited to it."""
+    return Q(
+        user_id__in=["", user_id or ""], project_id__in=["", project_id or ""], thread_id__in=["", thread_id or ""]
+    )
