@@ -1,0 +1,31 @@
+"""The language-model port and its providers (see port.py)."""
+
+from memoryapp.llm.port import (
+    Completion,
+    LanguageModel,
+    Message,
+    ModelError,
+    ModelTransientError,
+    ModelUnavailable,
+    Usage,
+    complete,
+    current_model,
+    model_available,
+    recording_usage,
+    use_model,
+)
+
+__all__ = [
+    "Completion",
+    "LanguageModel",
+    "Message",
+    "ModelError",
+    "ModelTransientError",
+    "ModelUnavailable",
+    "Usage",
+    "complete",
+    "current_model",
+    "model_available",
+    "recording_usage",
+    "use_model",
+]
