@@ -11,16 +11,31 @@ Contract used by the context builder (recall area):
     items_for_recall(*, agent, user_id="", project_id="", thread_id="", as_of=None) -> QuerySet[MemoryItem]
         the active items the scope sees that hold at `as_of`: hybrid recall searches within it.
         Suggested, rejected and stale items are never in either.
+
+Which state holds is read from the times, not from the status alone: a state that starts later
+leaves the one before it `superseded` but holding until it starts.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
+from django.utils import timezone
 
+from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, MemoryItem
+from memoryapp.models.choices import ItemKind, ItemStatus
+from memoryapp.selectors.threads import Page, decode_cursor, encode_cursor
+from memoryapp.services.items import TIMELINE_STATUSES, normalized_name, visible_q
+
+# The attribute prefix of facts (002) kept as items: `core:<key>`.
+FACT_PREFIX = "core:"
+MAX_CONTEXT_FACTS = 200
+_FIRST_KINDS = (ItemKind.INSTRUCTION, ItemKind.PREFERENCE)
 
 
 @dataclass(frozen=True)
@@ -30,13 +45,228 @@ class ContextFact:
     text: str
 
 
-def context_facts(
-    *, agent: Agent, user_id: str = "", project_id: str = "", thread_id: str = "", as_of: datetime | None = None
-) -> list[ContextFact]:
-    return []  # placeholder until the items area lands
+def items_for_agent(*, agent: Agent) -> QuerySet[MemoryItem]:
+    """The one way in to an agent's items: every other read starts here."""
+    return MemoryItem.objects.filter(agent=agent)
+
+
+def item_for_agent(*, agent: Agent, item_id: str) -> MemoryItem:
+    """One item of the agent; another agent's answers the same 404 as a missing one."""
+    item = items_for_agent(agent=agent).filter(pk=item_id).select_related("entity").first()
+    if item is None:
+        raise NotFound("The item")
+    return item
+
+
+def items_visible(
+    *, agent: Agent, user_id: str = "", project_id: str = "", thread_id: str = ""
+) -> QuerySet[MemoryItem]:
+    """The agent's items an access of this scope sees (items of no scope, or of its own)."""
+    return items_for_agent(agent=agent).filter(
+        visible_q(user_id=user_id, project_id=project_id, thread_id=thread_id)
+    )
+
+
+def holding_q(*, as_of: datetime | None = None, known_at: datetime | None = None) -> Q:
+    """The states that hold at `as_of` (world time) as memory knew them at `known_at` (memory time).
+
+    Defaults as 004: known_at now, as_of known_at. Facts past their time to live never hold.
+    """
+    now = timezone.now()
+    known = known_at or now
+    at = as_of or known
+    return (
+        Q(status__in=TIMELINE_STATUSES)
+        & Q(valid_from__lte=at)
+        & (Q(valid_to__isnull=True) | Q(valid_to__gt=at))
+        & Q(recorded_at__lte=known)
+        & (Q(expired_at__isnull=True) | Q(expired_at__gt=known))
+        & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+    )
+
+
+def items_holding(
+    *,
+    agent: Agent,
+    user_id: str = "",
+    project_id: str = "",
+    thread_id: str = "",
+    as_of: datetime | None = None,
+    known_at: datetime | None = None,
+) -> QuerySet[MemoryItem]:
+    """What held at `as_of` as known at `known_at` (both now by default), for the scope."""
+    return items_visible(agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id).filter(
+        holding_q(as_of=as_of, known_at=known_at)
+    )
 
 
 def items_for_recall(
     *, agent: Agent, user_id: str = "", project_id: str = "", thread_id: str = "", as_of: datetime | None = None
 ) -> QuerySet[MemoryItem]:
-    return MemoryItem.objects.none()  # placeholder until the items area lands
+    return items_holding(agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, as_of=as_of)
+
+
+def _narrowness(item: MemoryItem) -> int:
+    return sum(1 for v in (item.user_id, item.project_id, item.thread_id) if v)
+
+
+def slot_key(item: MemoryItem) -> tuple[str, str]:
+    return (normalized_name(item.subject), item.attribute)
+
+
+def one_state_per_slot(items: Iterable[MemoryItem]) -> list[MemoryItem]:
+    """Of the states of each slot, the one that started last, the narrowest scope on a tie."""
+    chosen: dict[tuple[str, str], MemoryItem] = {}
+    for item in items:
+        key = slot_key(item)
+        held = chosen.get(key)
+        if held is None or (item.valid_from, _narrowness(item), item.recorded_at) > (
+            held.valid_from,
+            _narrowness(held),
+            held.recorded_at,
+        ):
+            chosen[key] = item
+    return list(chosen.values())
+
+
+def fact_line(item: MemoryItem, previous: str | None = None) -> str:
+    """The line a model reads for an item: "Ana diet: vegetarian (previously: vegan)"."""
+    if item.attribute.startswith(FACT_PREFIX) and item.namespace:
+        head = item.attribute[len(FACT_PREFIX) :]
+    else:
+        head = f"{item.subject} {item.attribute}".strip()
+    line = f"{head}: {item.value}"
+    if previous is not None and previous != item.value:
+        line += f" (previously: {previous})"
+    return line
+
+
+def context_facts(
+    *, agent: Agent, user_id: str = "", project_id: str = "", thread_id: str = "", as_of: datetime | None = None
+) -> list[ContextFact]:
+    """The `facts` partition of a context (see the module docstring for the order and the text).
+
+    1. Read the states the scope sees that hold at `as_of`.
+    2. Keep one per slot (the one that started last, the narrowest scope on a tie).
+    3. For each, the state it replaced: the one of its exact scope and slot whose interval ends where it
+       starts, visible, not let go; its value is shown as "(previously: X)".
+    4. Instructions and preferences first, then the newest first.
+    """
+    at = as_of or timezone.now()
+    held = one_state_per_slot(
+        items_holding(agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, as_of=at)
+        .defer("embedding", "search_vector")
+        .order_by("-valid_from")[: MAX_CONTEXT_FACTS * 5]
+    )
+    held.sort(key=lambda i: (0 if i.kind in _FIRST_KINDS else 1, -i.valid_from.timestamp(), i.pk))
+    held = held[:MAX_CONTEXT_FACTS]
+    previous = _previous_values(agent=agent, items=held, known_at=at if as_of else None)
+    return [ContextFact(item_id=i.pk, kind=i.kind, text=fact_line(i, previous.get(i.pk))) for i in held]
+
+
+def _previous_values(*, agent: Agent, items: list[MemoryItem], known_at: datetime | None) -> dict[str, str]:
+    if not items:
+        return {}
+    wanted = Q()
+    for item in items:
+        wanted |= Q(
+            user_id=item.user_id,
+            project_id=item.project_id,
+            thread_id=item.thread_id,
+            subject=item.subject,
+            attribute=item.attribute,
+            valid_to=item.valid_from,
+        )
+    known = known_at or timezone.now()
+    candidates = (
+        items_for_agent(agent=agent)
+        .filter(wanted, status=ItemStatus.SUPERSEDED, expired_at__isnull=True, recorded_at__lte=known)
+        .only("id", "user_id", "project_id", "thread_id", "subject", "attribute", "value", "valid_to", "recorded_at")
+        .order_by("-recorded_at")
+    )
+    by_slot: dict[tuple[str, str, str, str, str, datetime | None], str] = {}
+    for row in candidates:
+        key = (row.user_id, row.project_id, row.thread_id, row.subject, row.attribute, row.valid_to)
+        by_slot.setdefault(key, row.value)
+    found = {}
+    for item in items:
+        key = (item.user_id, item.project_id, item.thread_id, item.subject, item.attribute, item.valid_from)
+        if key in by_slot:
+            found[item.pk] = by_slot[key]
+    return found
+
+
+def slot_history(*, item: MemoryItem) -> list[MemoryItem]:
+    """Every value the item's slot took in its exact scope, closed and let-go ones included, oldest first."""
+    return list(
+        MemoryItem.objects.filter(
+            agent_id=item.agent_id,
+            user_id=item.user_id,
+            project_id=item.project_id,
+            thread_id=item.thread_id,
+            subject=item.subject,
+            attribute=item.attribute,
+        )
+        .defer("embedding", "search_vector")
+        .order_by("valid_from", "recorded_at", "id")
+    )
+
+
+def items_list(
+    *,
+    agent: Agent,
+    user_id: str | None = None,
+    project_id: str | None = None,
+    thread_id: str | None = None,
+    statuses: Iterable[str] | None = None,
+    kind: str | None = None,
+    attribute: str | None = None,
+    subject: str | None = None,
+    as_of: datetime | None = None,
+    known_at: datetime | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+) -> Page:
+    """The agent's items the scope sees, newest recorded first, one page at a time (keyset on recorded_at, id).
+
+    With `as_of` or `known_at`, only the states that held then; without, every state (history
+    included) unless `statuses` narrows it. A scope value given limits what is seen to items of no
+    scope or of that one, as contexts see them.
+    """
+    items = items_visible(agent=agent, user_id=user_id or "", project_id=project_id or "", thread_id=thread_id or "")
+    if as_of is not None or known_at is not None:
+        items = items.filter(holding_q(as_of=as_of, known_at=known_at))
+    status_list = list(statuses or [])
+    for status in status_list:
+        if status not in ItemStatus.values:
+            raise DomainError("invalid_value", f"status must be one of {', '.join(ItemStatus.values)}.", field="status")
+    if status_list:
+        items = items.filter(status__in=status_list)
+    if kind:
+        if kind not in ItemKind.values:
+            raise DomainError("invalid_value", f"kind must be one of {', '.join(ItemKind.values)}.", field="kind")
+        items = items.filter(kind=kind)
+    if attribute:
+        items = items.filter(attribute=attribute)
+    if subject:
+        items = items.filter(subject__iexact=subject.strip())
+    if cursor:
+        values = decode_cursor(cursor, keys=("r", "i"))
+        try:
+            at = datetime.fromisoformat(str(values["r"]))
+            last_id = str(values["i"])
+        except (ValueError, TypeError) as exc:
+            raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor") from exc
+        items = items.filter(Q(recorded_at__lt=at) | Q(recorded_at=at, id__lt=last_id))
+    rows = list(
+        items.defer("embedding", "search_vector").select_related("entity").order_by("-recorded_at", "-id")[: limit + 1]
+    )
+    next_cursor = None
+    if len(rows) > limit:
+        rows = rows[:limit]
+        next_cursor = encode_cursor({"r": rows[-1].recorded_at.isoformat(), "i": rows[-1].pk})
+    return Page(results=rows, next_cursor=next_cursor)
+
+
+def item_evidence(*, item: MemoryItem) -> list[Any]:
+    return list(item.evidence.select_related("entry").order_by("created_at", "id"))

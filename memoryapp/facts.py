@@ -1,0 +1,300 @@
+"""Facts (002 `Storage.remember / recall / search / forgetAll`): namespaced key/value memory with a TTL.
+
+Facts are not a second store: each key is the slot `core:<key>` of `system` memory items whose
+subject (and `namespace`) is the namespace, as 004 keeps its core facts. So a new value supersedes
+the one before with history kept, the same value again changes nothing, and facts reach a
+context like any other item. A namespace `users/<id>` (and anything inside it) is scoped to that
+person (`user_id`), which is how `Memory.byState("user_id", "users")` sees one person's facts;
+other namespaces are shared by every run of the agent (`Memory.shared`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from governance.audit import audit_append
+from memoryapp.errors import DomainError, NotFound
+from memoryapp.models import Agent, MemoryItem
+from memoryapp.models.choices import ItemKind, Trust
+from memoryapp.selectors.items import FACT_PREFIX, holding_q
+from memoryapp.services.items import Scope, item_forget, item_state_write
+
+MAX_VALUE_BYTES = 1024 * 1024  # 1 MiB of JSON text (002)
+MAX_NAMESPACE_CHARS = 500
+MAX_KEY_CHARS = 250
+MAX_TTL_SECS = 100 * 365 * 24 * 3600
+DEFAULT_SEARCH_LIMIT = 10
+MAX_SEARCH_LIMIT = 1000
+PERSON_PREFIX = "users"
+
+# Common words a query ignores (002: "common words such as 'the' are ignored").
+_STOP_TEXT = (
+    """a about above after again against all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have
+    having he her here hers herself him himself his how i if in into is it its itself just me more most my
+    myself no nor not now of off on once only or other our ours ourselves out over own same she should so
+    some such than that the their theirs them themselves then there these they this those through to too
+    under until up very was we were what when where which while who whom why will with would you your
+    yours yourself yourselves"""
+)
+STOP_WORDS = frozenset(_STOP_TEXT.split())
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class FactHit:
+    fact: dict[str, Any]
+    score: float | None
+
+
+def namespace_check(namespace: Any, field: str = "namespace") -> str:
+    """A namespace is non-empty segments separated by "/"; the root "" is refused."""
+    if not isinstance(namespace, str) or not namespace:
+        raise DomainError("invalid_value", "namespace must be a non-empty path such as users/42.", field=field)
+    if len(namespace) > MAX_NAMESPACE_CHARS:
+        raise DomainError("invalid_value", f"namespace holds at most {MAX_NAMESPACE_CHARS} characters.", field=field)
+    segments = namespace.split("/")
+    if any(not s or s != s.strip() or any(ord(c) < 32 for c in s) for s in segments):
+        raise DomainError(
+            "invalid_value",
+            "namespace must be non-empty segments separated by / (no empty segment, no surrounding spaces).",
+            field=field,
+        )
+    return namespace
+
+
+def key_check(key: Any, field: str = "key") -> str:
+    if not isinstance(key, str) or not key.strip():
+        raise DomainError("invalid_value", "key must be a non-empty string.", field=field)
+    if len(key) > MAX_KEY_CHARS or "/" in key or any(ord(c) < 32 for c in key) or key != key.strip():
+        raise DomainError(
+            "invalid_value",
+            f"key must be at most {MAX_KEY_CHARS} characters, without / or control characters or surrounding spaces.",
+            field=field,
+        )
+    return key
+
+
+def value_text(value: Any) -> str:
+    """The text of a fact's value: a string as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _value_check(value: Any) -> str:
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise DomainError("invalid_value", "value must be a JSON value.", field="value") from exc
+    if len(text.encode()) > MAX_VALUE_BYTES:
+        raise DomainError("value_too_large", "value holds at most 1 MiB as JSON text.", field="value", status=413)
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise DomainError("invalid_value", "value must not be empty.", field="value")
+    if "\x00" in text or "\\u0000" in text:
+        raise DomainError("invalid_value", "value must not hold NUL characters.", field="value")
+    return value_text(value)
+
+
+def scope_of_namespace(namespace: str) -> Scope:
+    """`users/<id>` and what is inside it belong to that person; other namespaces to every run."""
+    segments = namespace.split("/")
+    if len(segments) >= 2 and segments[0] == PERSON_PREFIX:
+        return Scope(user_id=segments[1][:128])
+    return Scope()
+
+
+def _facts(*, agent: Agent) -> QuerySet[MemoryItem]:
+    return MemoryItem.objects.filter(agent=agent, kind=ItemKind.FACT, attribute__startswith=FACT_PREFIX).exclude(
+        namespace=""
+    )
+
+
+def _in_namespace(namespace: str, *, nested: bool) -> Q:
+    if not nested:
+        return Q(namespace=namespace)
+    return Q(namespace=namespace) | Q(namespace__startswith=namespace + "/")
+
+
+def facts_current(*, agent: Agent, namespace: str, nested: bool = False) -> QuerySet[MemoryItem]:
+    """The values that hold now in a namespace (and those inside it with `nested`); expired ones are gone."""
+    return _facts(agent=agent).filter(_in_namespace(namespace, nested=nested)).filter(holding_q())
+
+
+def fact_dict(item: MemoryItem, *, created_at: datetime | None = None) -> dict[str, Any]:
+    """A fact as 002's recall returns it."""
+    out: dict[str, Any] = {
+        "namespace": item.namespace,
+        "key": item.attribute[len(FACT_PREFIX) :],
+        "value": item.value_json if item.value_json is not None else item.value,
+        "created_at_ms": _ms(created_at or item.recorded_at),
+        "updated_at_ms": _ms(item.recorded_at),
+    }
+    if item.expires_at is not None:
+        out["expires_at_ms"] = _ms(item.expires_at)
+    return out
+
+
+def _ms(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
+
+
+def _first_recorded(*, agent: Agent, items: list[MemoryItem]) -> dict[tuple[str, str], datetime]:
+    """When each fact's key was first written in its namespace (its history's oldest state)."""
+    if not items:
+        return {}
+    wanted = Q()
+    for item in items:
+        wanted |= Q(namespace=item.namespace, attribute=item.attribute)
+    firsts: dict[tuple[str, str], datetime] = {}
+    rows = _facts(agent=agent).filter(wanted).values_list("namespace", "attribute", "recorded_at")
+    for namespace, attribute, at in rows:
+        key = (namespace, attribute)
+        if key not in firsts or at < firsts[key]:
+            firsts[key] = at
+    return firsts
+
+
+def fact_remember(
+    *, agent: Agent, namespace: str, key: str, value: Any, ttl_secs: int | None = None, actor: str = ""
+) -> dict[str, Any]:
+    """Save a fact, replacing the value under the same key (the same value again changes nothing)."""
+    namespace = namespace_check(namespace)
+    key = key_check(key)
+    text = _value_check(value)
+    expires_at = None
+    if ttl_secs is not None:
+        if isinstance(ttl_secs, bool) or not isinstance(ttl_secs, int) or not 0 < ttl_secs <= MAX_TTL_SECS:
+            raise DomainError("invalid_value", "ttl_secs must be a positive whole number of seconds.", field="ttl_secs")
+        expires_at = timezone.now() + timedelta(seconds=ttl_secs)
+    item = item_state_write(
+        agent=agent,
+        kind=ItemKind.FACT,
+        subject=namespace,
+        attribute=FACT_PREFIX + key,
+        value=text,
+        trust=Trust.SYSTEM,
+        scope=scope_of_namespace(namespace),
+        value_json=value,
+        namespace=namespace,
+        expires_at=expires_at,
+        use_entity=False,
+        actor=actor,
+    )
+    return fact_recall(agent=agent, namespace=namespace, key=key) or fact_dict(item)
+
+
+def _current(*, agent: Agent, namespace: str, key: str) -> MemoryItem | None:
+    return (
+        facts_current(agent=agent, namespace=namespace)
+        .filter(attribute=FACT_PREFIX + key)
+        .order_by("-valid_from", "-recorded_at")
+        .first()
+    )
+
+
+def fact_recall(*, agent: Agent, namespace: str, key: str) -> dict[str, Any] | None:
+    """One fact, or None when it is missing or expired."""
+    namespace = namespace_check(namespace)
+    key = key_check(key)
+    item = _current(agent=agent, namespace=namespace, key=key)
+    if item is None:
+        return None
+    first = _first_recorded(agent=agent, items=[item])
+    return fact_dict(item, created_at=first.get((item.namespace, item.attribute)))
+
+
+def fact_forget(*, agent: Agent, namespace: str, key: str, actor: str = "") -> dict[str, Any]:
+    """Let a fact's current value go, keeping its history (004 CoreFactsStore.delete)."""
+    namespace = namespace_check(namespace)
+    key = key_check(key)
+    item = _current(agent=agent, namespace=namespace, key=key)
+    if item is None:
+        raise NotFound("The fact")
+    fact = fact_dict(item)
+    item_forget(item=item, actor=actor)
+    return fact
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in dict.fromkeys(_WORD.findall(text.lower())) if w not in STOP_WORDS]
+
+
+def fact_search(*, agent: Agent, namespace: str, text: str = "", limit: int = DEFAULT_SEARCH_LIMIT) -> list[FactHit]:
+    """Facts of a namespace and those inside it whose key or value holds the query's words.
+
+    1. The query's words, lower-cased, common words left out.
+    2. A fact matches when its key or the text of its value holds at least one of them as a word.
+    3. Score = the share of the query's words it holds (0..1); best first, then the newest.
+    Without words (no text, or only common words), every fact, newest first, without a score.
+    """
+    namespace = namespace_check(namespace)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
+        raise DomainError("invalid_value", f"limit must be from 1 to {MAX_SEARCH_LIMIT}.", field="limit")
+    if not isinstance(text, str):
+        raise DomainError("invalid_value", "text must be a string.", field="q")
+    current = facts_current(agent=agent, namespace=namespace, nested=True).defer("embedding", "search_vector")
+    words = _words(text)
+    if not words:
+        rows = list(current.order_by("-recorded_at", "-id")[:limit])
+        firsts = _first_recorded(agent=agent, items=rows)
+        return [FactHit(fact_dict(r, created_at=firsts.get((r.namespace, r.attribute))), None) for r in rows]
+    rough = Q()
+    for word in words:
+        rough |= Q(attribute__icontains=word) | Q(value__icontains=word)
+    scored: list[tuple[float, MemoryItem]] = []
+    for row in current.filter(rough):
+        held = set(_WORD.findall(f"{row.attribute[len(FACT_PREFIX) :]} {row.value}".lower()))
+        matched = sum(1 for w in words if w in held)
+        if matched:
+            scored.append((matched / len(words), row))
+    scored.sort(key=lambda pair: (-pair[0], -pair[1].recorded_at.timestamp(), pair[1].pk))
+    best = scored[:limit]
+    firsts = _first_recorded(agent=agent, items=[r for _, r in best])
+    return [
+        FactHit(fact_dict(r, created_at=firsts.get((r.namespace, r.attribute))), round(score, 4)) for score, r in best
+    ]
+
+
+@transaction.atomic
+def facts_forget_all(*, agent: Agent, namespace: str, actor: str = "") -> int:
+    """Delete every fact of a namespace and the namespaces inside it, history included (e.g. all about a person).
+
+    Returns how many facts were there to forget (keys whose value held).
+    """
+    namespace = namespace_check(namespace)
+    held = facts_current(agent=agent, namespace=namespace, nested=True).count()
+    rows = _facts(agent=agent).filter(_in_namespace(namespace, nested=True))
+    deleted, _ = rows.delete()
+    audit_append(
+        action="facts.forgotten",
+        actor=actor,
+        agent_id=agent.pk,
+        subject=namespace,
+        outcome="deleted",
+        details={"facts": held, "rows": deleted},
+    )
+    return held
+
+
+def facts_prune(*, now: datetime | None = None, batch: int = 1000) -> int:
+    """Remove the facts whose time to live ran out (they are invisible from that moment already)."""
+    at = now or timezone.now()
+    removed = 0
+    while True:
+        ids = list(
+            MemoryItem.objects.filter(expires_at__isnull=False, expires_at__lte=at).values_list("pk", flat=True)[
+                :batch
+            ]
+        )
+        if not ids:
+            return removed
+        with transaction.atomic():
+            _, by_model = MemoryItem.objects.filter(pk__in=ids).delete()
+        removed += by_model.get(MemoryItem._meta.label, 0)
