@@ -687,3 +687,79 @@ def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
         details={"reason_given": bool(reason)},
     )
     return row
+
+
+@transaction.atomic
+def thread_import(
+    *,
+    agent: Agent,
+    external_id: str | None,
+    user_id: str = "",
+    metadata: dict[str, Any] | None = None,
+    nodes: list[dict[str, Any]],
+    leaf_id: str | None,
+    actor: str = "",
+) -> Thread:
+    """Create a thread from exported entries, keeping their ids, parents, seq, times and metadata.
+
+    1. Refuse an existing thread id (409 `thread_exists`) or entry id (409 `entry_exists`).
+    2. Check each node: fields as `entry_add` checks them; seq unique and positive; its parent
+       a node of the file with a smaller seq (so the tree has no cycle); the leaf one of them.
+    3. Insert all in one statement; the thread's next_seq follows the largest seq; audit.
+    """
+    external_id = _check_str(external_id, "id", max_length=MAX_EXTERNAL_ID) or new_id("thr")
+    if Thread.objects.filter(agent=agent, external_id=external_id).exists():
+        raise DomainError("thread_exists", "A thread with this id exists already.", field="id", status=409)
+    thread = thread_create(agent=agent, external_id=external_id, user_id=user_id, metadata=metadata)
+    seqs: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        where = f"nodes[{index}]"
+        node_id, seq = node.get("id"), node.get("seq")
+        if not isinstance(node_id, str) or not node_id or len(node_id) > 40:
+            raise DomainError(
+                "invalid_value", "Each node needs a string id (at most 40 characters).", field=f"{where}.id"
+            )
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            raise DomainError("invalid_value", "Each node needs a positive integer seq.", field=f"{where}.seq")
+        if node_id in seqs:
+            raise DomainError("duplicate_id", f"The node id {node_id} appears twice.", field=f"{where}.id")
+        seqs[node_id] = seq
+    if len(set(seqs.values())) != len(seqs):
+        raise DomainError("duplicate_seq", "Two nodes share a seq.", field="nodes")
+    taken = list(Entry.objects.filter(id__in=list(seqs)).values_list("id", flat=True)[:1])
+    if taken:
+        raise DomainError("entry_exists", f"An entry {taken[0]} exists already.", field="nodes", status=409)
+    entries: list[Entry] = []
+    for index, node in enumerate(nodes):
+        where = f"nodes[{index}]."
+        parent_id = node.get("parent_id")
+        if parent_id is not None and (parent_id not in seqs or seqs[parent_id] >= node["seq"]):
+            raise DomainError(
+                "unknown_parent", "A node's parent must be an earlier node of the file.", field=f"{where}parent_id"
+            )
+        entry = _entry_from_spec(
+            thread=thread, spec=node, parent_id=parent_id, seq=node["seq"], now=timezone.now(), field_prefix=where
+        )
+        redacted_at = node.get("redacted_at")
+        if redacted_at is not None and not isinstance(redacted_at, datetime):
+            raise DomainError("invalid_type", "redacted_at must be a date-time.", field=f"{where}redacted_at")
+        entry.redacted_at = redacted_at
+        entries.append(entry)
+    if leaf_id is not None and leaf_id not in seqs:
+        raise DomainError("unknown_leaf", "The head names no node of the file.", field="leaf")
+    entries.sort(key=lambda e: e.seq)
+    Entry.objects.bulk_create(entries, batch_size=1000)
+    next_seq = (entries[-1].seq + 1) if entries else 1
+    Thread.objects.filter(pk=thread.pk).update(next_seq=next_seq, active_leaf_id=leaf_id)
+    thread.next_seq, thread.active_leaf_id = next_seq, leaf_id
+    audit_append(
+        action="thread.import",
+        actor=actor,
+        agent_id=agent.pk,
+        thread_id=external_id,
+        subject=external_id,
+        outcome="imported",
+        details={"entries": len(entries)},
+    )
+    after_entries_added(thread=thread, entries=entries)
+    return thread

@@ -1,0 +1,452 @@
+"""The agent API of threads and entries: thin views over the thread services and selectors.
+
+Each view: an input serializer that validates, one service or selector call, an output shape.
+Every thread and entry is reached through `thread_for_agent` / `entry_for_agent`, so another
+agent's objects answer the same 404 as missing ones.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from django.http import StreamingHttpResponse
+from rest_framework import serializers, status
+from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from memoryapp.api.auth import request_agent
+from memoryapp.api.base import StrictSerializer, validated
+from memoryapp.errors import DomainError
+from memoryapp.jsonl import thread_export_lines, thread_import_lines
+from memoryapp.models import Entry, Thread
+from memoryapp.models.choices import HISTORY_TYPES, EntryType, Role
+from memoryapp.selectors.threads import (
+    entries_list,
+    entry_for_agent,
+    path_entries,
+    thread_for_agent,
+    threads_list,
+)
+from memoryapp.services.threads import (
+    MAX_BATCH_ENTRIES,
+    entries_add,
+    entry_add,
+    entry_delete,
+    entry_redact,
+    thread_checkout,
+    thread_create,
+    thread_delete,
+    thread_fork,
+    thread_rewind,
+    thread_update,
+)
+
+# A request body of the entries endpoint holds at most this many bytes (a batch of 1,000
+# typical entries fits many times over; one entry is at most 1 MiB of JSON).
+MAX_REQUEST_BYTES = 32 * 1024 * 1024
+MAX_PATH_LIMIT = 1000
+MAX_PAGE_LIMIT = 1000
+
+
+def _actor(request: Request) -> str:
+    return f"agent:{request_agent(request).slug}"
+
+
+def _check_body_size(request: Request) -> None:
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > MAX_REQUEST_BYTES:
+        raise DomainError("request_too_large", f"A request body holds at most {MAX_REQUEST_BYTES} bytes.", status=413)
+
+
+# --- output shapes -------------------------------------------------------------------------
+
+
+def thread_json(thread: Thread) -> dict[str, Any]:
+    forked_from = thread.forked_from.external_id if thread.forked_from_id and thread.forked_from else None
+    return {
+        "id": thread.external_id,
+        "user_id": thread.user_id,
+        "metadata": thread.metadata or {},
+        "active_leaf_id": thread.active_leaf_id,
+        "forked_from": forked_from,
+        "created_at": thread.created_at.isoformat() if thread.created_at else None,
+        "updated_at": thread.updated_at.isoformat() if thread.updated_at else None,
+    }
+
+
+def entry_json(entry: Entry, thread_id: str) -> dict[str, Any]:
+    """An entry as agents see it; fields never set are absent rather than null (004)."""
+    body: dict[str, Any] = {
+        "id": entry.id,
+        "thread_id": thread_id,
+        "parent_id": entry.parent_id,
+        "seq": entry.seq,
+        "type": entry.type,
+        "role": entry.role,
+        "content": entry.content,
+        "token_count": entry.token_count,
+        "metadata": entry.metadata or {},
+        "created_at": entry.created_at.isoformat(),
+        "content_hash": entry.content_hash,
+    }
+    if entry.tool_calls:
+        body["tool_calls"] = entry.tool_calls
+    if entry.tool_call_id:
+        body["tool_call_id"] = entry.tool_call_id
+    if entry.tool_name:
+        body["tool_name"] = entry.tool_name
+    if entry.sender_name:
+        body["sender_name"] = entry.sender_name
+    if entry.event is not None:
+        body["event"] = entry.event
+    if entry.redacted_at is not None:
+        body["redacted_at"] = entry.redacted_at.isoformat()
+    return body
+
+
+def _page_url(request: Request, **changes: Any) -> str:
+    params = {k: v for k, v in request.query_params.items()}
+    params.update({k: str(v) for k, v in changes.items()})
+    return request.build_absolute_uri(request.path) + "?" + urlencode(params)
+
+
+# --- input serializers ---------------------------------------------------------------------
+
+
+class ThreadCreateInput(StrictSerializer):
+    id = serializers.CharField(max_length=128, required=False, allow_blank=False)
+    user_id = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
+    metadata = serializers.DictField(required=False, default=dict)
+
+
+class ThreadUpdateInput(StrictSerializer):
+    metadata = serializers.DictField(required=False)
+    user_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
+    replace_metadata = serializers.BooleanField(required=False, default=False)
+
+
+def _limit_field(maximum: int, default: int) -> serializers.IntegerField:
+    return serializers.IntegerField(min_value=1, max_value=maximum, required=False, default=default)
+
+
+class TypesField(serializers.CharField):
+    """`types`: `all`, or a comma list of entry types (default: messages and tool results)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        text = super().to_internal_value(data)
+        if text == "all":
+            return None
+        names = [name.strip() for name in text.split(",") if name.strip()]
+        unknown = [name for name in names if name not in EntryType.values]
+        if not names or unknown:
+            raise serializers.ValidationError(
+                f"Unknown entry type {unknown[0] if unknown else ''!r}: use 'all' or some of {EntryType.values}."
+            )
+        return names
+
+
+class ThreadsQuery(StrictSerializer):
+    user_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
+    metadata = serializers.JSONField(required=False, binary=True)
+    updated_after = serializers.DateTimeField(required=False)
+    updated_before = serializers.DateTimeField(required=False)
+    limit = _limit_field(MAX_PAGE_LIMIT, 50)
+    cursor = serializers.CharField(required=False, max_length=500)
+
+    def validate_metadata(self, value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise serializers.ValidationError("metadata must be a JSON object of values to match.")
+        return value
+
+
+class EntriesQuery(StrictSerializer):
+    types = TypesField(required=False, default=[str(t) for t in HISTORY_TYPES])
+    limit = _limit_field(MAX_PAGE_LIMIT, 100)
+    cursor = serializers.CharField(required=False, max_length=500)
+
+
+class PathQuery(StrictSerializer):
+    leaf = serializers.CharField(required=False, max_length=40)
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_PATH_LIMIT, required=False)
+    before = serializers.CharField(required=False, max_length=40)
+    types = TypesField(required=False, default=[str(t) for t in HISTORY_TYPES])
+
+
+class EntryInput(StrictSerializer):
+    type = serializers.ChoiceField(choices=EntryType.choices, required=False, default=EntryType.MESSAGE)
+    role = serializers.ChoiceField(choices=Role.choices, required=False, allow_blank=True, default="")
+    content = serializers.JSONField(required=False, allow_null=True, default=None)
+    parent_id = serializers.CharField(required=False, allow_null=True, max_length=40, default=None)
+    activate = serializers.BooleanField(required=False, default=True)
+    tool_calls = serializers.ListField(child=serializers.DictField(), required=False, allow_null=True, default=None)
+    tool_call_id = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    tool_name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    sender_name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    token_count = serializers.IntegerField(required=False, allow_null=True, min_value=0, default=None)
+    event = serializers.DictField(required=False, allow_null=True, default=None)
+    metadata = serializers.DictField(required=False, default=dict)
+    created_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        content = attrs.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise serializers.ValidationError({"content": ["content must be text or a list of content blocks."]})
+        if attrs.get("type") == EntryType.MESSAGE and content is None and not attrs.get("tool_calls"):
+            raise serializers.ValidationError({"content": ["A message needs content."]}, code="required")
+        return attrs
+
+
+class EntriesInput(StrictSerializer):
+    entries = serializers.ListField(child=serializers.JSONField(), min_length=1)
+
+    def validate_entries(self, value: list[Any]) -> list[Any]:
+        if len(value) > MAX_BATCH_ENTRIES:
+            raise DomainError(
+                "batch_too_large",
+                f"A batch holds at most {MAX_BATCH_ENTRIES} entries (this one {len(value)}).",
+                field="entries",
+                status=413,
+            )
+        return value
+
+
+class EntryIdInput(StrictSerializer):
+    entry_id = serializers.CharField(max_length=40)
+
+
+class ForkInput(StrictSerializer):
+    entry_id = serializers.CharField(max_length=40)
+    new_thread_id = serializers.CharField(max_length=128, required=False, allow_null=True, default=None)
+
+
+class RedactInput(StrictSerializer):
+    reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+def _batch_specs(raw_entries: list[Any]) -> list[dict[str, Any]]:
+    """Each entry of a batch validated like a single one; errors name `entries[i].<field>`."""
+    specs: list[dict[str, Any]] = []
+    for index, raw in enumerate(raw_entries):
+        serializer = EntryInput(data=raw)
+        if not serializer.is_valid():
+            raise serializers.ValidationError({f"entries[{index}]": serializer.errors})
+        specs.append(dict(serializer.validated_data))
+    return specs
+
+
+# --- views ---------------------------------------------------------------------------------
+
+
+class ThreadsView(APIView):
+    """POST: create a thread or update the one of that id. GET: list threads, newest updated first."""
+
+    def post(self, request: Request) -> Response:
+        agent = request_agent(request)
+        data = validated(ThreadCreateInput, request.data)
+        existed = bool(data.get("id")) and Thread.objects.filter(agent=agent, external_id=data["id"]).exists()
+        thread = thread_create(
+            agent=agent, external_id=data.get("id"), user_id=data["user_id"], metadata=data["metadata"]
+        )
+        return Response(thread_json(thread), status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
+
+    def get(self, request: Request) -> Response:
+        agent = request_agent(request)
+        query = validated(ThreadsQuery, request.query_params.dict())
+        page = threads_list(
+            agent=agent,
+            user_id=query.get("user_id"),
+            metadata=query.get("metadata"),
+            updated_after=query.get("updated_after"),
+            updated_before=query.get("updated_before"),
+            limit=query["limit"],
+            cursor=query.get("cursor"),
+        )
+        return Response(
+            {
+                "results": [thread_json(t) for t in page.results],
+                "next": _page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
+                "next_cursor": page.next_cursor,
+            }
+        )
+
+
+class ThreadView(APIView):
+    """GET, PATCH (metadata, user_id) and DELETE one thread."""
+
+    def get(self, request: Request, thread_id: str) -> Response:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        return Response(thread_json(thread))
+
+    def patch(self, request: Request, thread_id: str) -> Response:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        data = validated(ThreadUpdateInput, request.data)
+        thread = thread_update(
+            thread=thread,
+            metadata=data.get("metadata"),
+            user_id=data.get("user_id"),
+            replace_metadata=data["replace_metadata"],
+        )
+        return Response(thread_json(thread))
+
+    def delete(self, request: Request, thread_id: str) -> Response:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        thread_delete(thread=thread, actor=_actor(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ThreadEntriesView(APIView):
+    """POST: add one entry, or a batch `{"entries": [...]}`. GET: entries of every branch, paged."""
+
+    def post(self, request: Request, thread_id: str) -> Response:
+        _check_body_size(request)
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        body = request.data
+        if isinstance(body, dict) and "entries" in body:
+            raw = validated(EntriesInput, body)["entries"]
+            created = entries_add(thread=thread, entries=_batch_specs(raw))
+            return Response(
+                {
+                    "entries": [entry_json(e, thread.external_id) for e in created],
+                    "active_leaf_id": thread.active_leaf_id,
+                },
+                status=status.HTTP_201_CREATED,
+            )
+        data = validated(EntryInput, body)
+        entry = entry_add(thread=thread, **data)
+        return Response(entry_json(entry, thread.external_id), status=status.HTTP_201_CREATED)
+
+    def get(self, request: Request, thread_id: str) -> Response:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        query = validated(EntriesQuery, request.query_params.dict())
+        page = entries_list(thread=thread, types=query["types"], limit=query["limit"], cursor=query.get("cursor"))
+        return Response(
+            {
+                "results": [entry_json(e, thread.external_id) for e in page.results],
+                "next": _page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
+            }
+        )
+
+
+class ThreadPathView(APIView):
+    """GET: one branch, oldest first (`leaf`, newest `limit`, `before` to page back, `types`)."""
+
+    def get(self, request: Request, thread_id: str) -> Response:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        query = validated(PathQuery, request.query_params.dict())
+        limit = query.get("limit")
+        entries = path_entries(
+            thread=thread,
+            leaf_id=query.get("leaf"),
+            limit=limit,
+            before=query.get("before"),
+            types=query["types"],
+        )
+        more = limit is not None and len(entries) == limit and entries[0].parent_id is not None
+        return Response(
+            {
+                "results": [entry_json(e, thread.external_id) for e in entries],
+                "leaf_id": query.get("leaf") or thread.active_leaf_id,
+                # The page before this one (older entries of the same branch), when there may be one.
+                "next": _page_url(request, before=entries[0].id) if more else None,
+            }
+        )
+
+
+class ThreadRewindView(APIView):
+    def post(self, request: Request, thread_id: str) -> Response:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        data = validated(EntryIdInput, request.data)
+        return Response(thread_json(thread_rewind(thread=thread, entry_id=data["entry_id"], actor=_actor(request))))
+
+
+class ThreadCheckoutView(APIView):
+    def post(self, request: Request, thread_id: str) -> Response:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        data = validated(EntryIdInput, request.data)
+        return Response(thread_json(thread_checkout(thread=thread, entry_id=data["entry_id"])))
+
+
+class ThreadForkView(APIView):
+    def post(self, request: Request, thread_id: str) -> Response:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        data = validated(ForkInput, request.data)
+        copy = thread_fork(
+            thread=thread, entry_id=data["entry_id"], new_thread_id=data["new_thread_id"], actor=_actor(request)
+        )
+        return Response(thread_json(copy), status=status.HTTP_201_CREATED)
+
+
+class ThreadExportView(APIView):
+    """GET: the thread as JSONL (000's session file: node records, then a head record)."""
+
+    def get(self, request: Request, thread_id: str) -> StreamingHttpResponse:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        lines = (line + "\n" for line in thread_export_lines(thread=thread))
+        response = StreamingHttpResponse(lines, content_type="application/x-ndjson")
+        response["Content-Disposition"] = f'attachment; filename="{thread.external_id}.jsonl"'
+        return response
+
+
+class NdjsonParser(BaseParser):
+    """The body as text lines: JSONL is not one JSON document."""
+
+    media_type = "application/x-ndjson"
+
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        return stream.read().decode("utf-8", errors="strict") if stream is not None else ""
+
+
+class PlainTextParser(NdjsonParser):
+    media_type = "text/plain"
+
+
+class ThreadImportView(APIView):
+    """POST: a thread from JSONL (`?id=` names the new thread; else the export's own id)."""
+
+    parser_classes = [NdjsonParser, PlainTextParser, JSONParser]
+
+    def post(self, request: Request) -> Response:
+        _check_body_size(request)
+        agent = request_agent(request)
+        body = request.data
+        if isinstance(body, dict):
+            # The JSON form: {"id": ..., "jsonl": "<lines>"} or {"id": ..., "records": [...]}.
+            records = body.get("records")
+            text = body.get("jsonl")
+            lines = [json.dumps(r) for r in records] if isinstance(records, list) else str(text or "").splitlines()
+            thread_id = body.get("id") or request.query_params.get("id")
+        elif isinstance(body, str):
+            lines = body.splitlines()
+            thread_id = request.query_params.get("id")
+        else:
+            raise DomainError("invalid_body", "Send JSONL lines (application/x-ndjson).", field="body")
+        if thread_id is not None and not isinstance(thread_id, str):
+            raise DomainError("invalid_type", "id must be a string.", field="id")
+        thread = thread_import_lines(agent=agent, lines=lines, external_id=thread_id, actor=_actor(request))
+        return Response(thread_json(thread), status=status.HTTP_201_CREATED)
+
+
+class EntryView(APIView):
+    def get(self, request: Request, entry_id: str) -> Response:
+        entry = entry_for_agent(agent=request_agent(request), entry_id=entry_id)
+        return Response(entry_json(entry, entry.thread.external_id))
+
+    def delete(self, request: Request, entry_id: str) -> Response:
+        entry = entry_for_agent(agent=request_agent(request), entry_id=entry_id)
+        entry_delete(entry=entry, actor=_actor(request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class EntryRedactView(APIView):
+    def post(self, request: Request, entry_id: str) -> Response:
+        entry = entry_for_agent(agent=request_agent(request), entry_id=entry_id)
+        data = validated(RedactInput, request.data)
+        redacted = entry_redact(entry=entry, reason=data["reason"], actor=_actor(request))
+        return Response(entry_json(redacted, entry.thread.external_id))

@@ -1,0 +1,541 @@
+"""Threads as trees over the agent API: every operation, the database afterwards, audit rows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from governance.models import AuditRecord
+from memoryapp.models import Entry, Evidence, MemoryItem, Thread
+from tests.conftest import Caller
+
+pytestmark = pytest.mark.django_db
+
+
+def make_thread(caller: Caller, thread_id: str = "rome", **fields: Any) -> dict[str, Any]:
+    response = caller.client.post("/api/v1/threads", {"id": thread_id, **fields}, format="json")
+    assert response.status_code in (200, 201), response.content
+    return response.json()
+
+
+def add(caller: Caller, thread_id: str, **body: Any) -> dict[str, Any]:
+    response = caller.client.post(f"/api/v1/threads/{thread_id}/entries", body, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def rome_tree(caller: Caller) -> dict[str, dict[str, Any]]:
+    """question -> colosseum (active), question -> vatican (inactive)."""
+    make_thread(caller, "rome", user_id="u-ana", metadata={"topic": "rome"})
+    question = add(caller, "rome", role="user", content="Plan a day in Rome")
+    colosseum = add(caller, "rome", role="assistant", content="Start at the Colosseum")
+    vatican = add(
+        caller, "rome", role="assistant", content="Start at the Vatican", parent_id=question["id"], activate=False
+    )
+    return {"question": question, "colosseum": colosseum, "vatican": vatican}
+
+
+def contents(payload: dict[str, Any]) -> list[Any]:
+    return [e["content"] for e in payload["results"]]
+
+
+# --- threads -------------------------------------------------------------------------------
+
+
+def test_create_thread_answers_201_and_stores_it(alice: Caller) -> None:
+    response = alice.client.post(
+        "/api/v1/threads", {"id": "t1", "user_id": "u-ana", "metadata": {"topic": "rome"}}, format="json"
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert body["id"] == "t1" and body["user_id"] == "u-ana" and body["metadata"] == {"topic": "rome"}
+    thread = Thread.objects.get(agent=alice.agent, external_id="t1")
+    assert thread.metadata == {"topic": "rome"} and thread.active_leaf_id is None
+
+
+def test_create_thread_again_is_an_upsert_keeping_entries_and_created_at(alice: Caller) -> None:
+    first = make_thread(alice, "t1", metadata={"topic": "rome"})
+    add(alice, "t1", role="user", content="hi")
+    response = alice.client.post("/api/v1/threads", {"id": "t1", "metadata": {"mood": "calm"}}, format="json")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["created_at"] == first["created_at"]
+    assert body["metadata"] == {"topic": "rome", "mood": "calm"}
+    assert Thread.objects.filter(agent=alice.agent, external_id="t1").count() == 1
+    assert Entry.objects.filter(thread__external_id="t1").count() == 1
+
+
+def test_create_thread_without_id_gets_a_generated_one(alice: Caller) -> None:
+    response = alice.client.post("/api/v1/threads", {}, format="json")
+    assert response.status_code == 201
+    assert response.json()["id"].startswith("thr_")
+
+
+def test_two_agents_may_use_the_same_thread_id(alice: Caller, bob: Caller) -> None:
+    make_thread(alice, "same")
+    make_thread(bob, "same")
+    assert Thread.objects.filter(external_id="same").count() == 2
+
+
+def test_get_and_patch_thread_merge_metadata_and_remove_null_keys(alice: Caller) -> None:
+    make_thread(alice, "t1", metadata={"topic": "rome", "old": 1})
+    response = alice.client.patch(
+        "/api/v1/threads/t1", {"metadata": {"resolved": True, "old": None}, "user_id": "u-bo"}, format="json"
+    )
+    assert response.status_code == 200
+    assert response.json()["metadata"] == {"topic": "rome", "resolved": True}
+    thread = Thread.objects.get(external_id="t1")
+    assert thread.metadata == {"topic": "rome", "resolved": True} and thread.user_id == "u-bo"
+    assert alice.client.get("/api/v1/threads/t1").json()["user_id"] == "u-bo"
+
+
+def test_delete_thread_removes_its_entries_keeps_evidence_items_and_audits(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    item = MemoryItem.objects.create(
+        agent=alice.agent, kind="fact", value="likes Rome", valid_from=timezone.now(), recorded_at=timezone.now()
+    )
+    Evidence.objects.create(agent=alice.agent, item=item, entry_id=tree["question"]["id"], quote="Rome")
+    response = alice.client.delete("/api/v1/threads/rome")
+    assert response.status_code == 204
+    assert not Thread.objects.filter(external_id="rome").exists()
+    assert not Entry.objects.filter(agent=alice.agent).exists()
+    assert Evidence.objects.get(item=item).entry_id is None
+    record = AuditRecord.objects.get(action="thread.delete")
+    assert record.subject == "rome" and record.details == {"entries": 3}
+    assert alice.client.get("/api/v1/threads/rome").status_code == 404
+
+
+def test_list_threads_newest_updated_first_with_cursor_paging(alice: Caller) -> None:
+    for index in range(5):
+        make_thread(alice, f"t{index}")
+    add(alice, "t2", role="user", content="bump")  # t2 is now the most recently updated
+    first = alice.client.get("/api/v1/threads?limit=2").json()
+    assert [t["id"] for t in first["results"]] == ["t2", "t4"]
+    assert first["next"]
+    second = alice.client.get(first["next"]).json()
+    assert [t["id"] for t in second["results"]] == ["t3", "t1"]
+    third = alice.client.get(second["next"]).json()
+    assert [t["id"] for t in third["results"]] == ["t0"] and third["next"] is None
+
+
+def test_list_threads_filters_metadata_by_type_user_and_update_time(alice: Caller, bob: Caller) -> None:
+    make_thread(alice, "n1", user_id="u-ana", metadata={"n": 1, "tag": "a"})
+    make_thread(alice, "n2", user_id="u-bo", metadata={"n": "1", "tag": "a"})
+    make_thread(bob, "n3", user_id="u-ana", metadata={"n": 1})
+    by_number = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"n": 1})}).json()
+    assert [t["id"] for t in by_number["results"]] == ["n1"]
+    by_text = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"n": "1"})}).json()
+    assert [t["id"] for t in by_text["results"]] == ["n2"]
+    by_user = alice.client.get("/api/v1/threads", {"user_id": "u-ana"}).json()
+    assert [t["id"] for t in by_user["results"]] == ["n1"]
+    n1_updated = Thread.objects.get(external_id="n1").updated_at.isoformat()
+    after = alice.client.get("/api/v1/threads", {"updated_after": n1_updated}).json()
+    assert [t["id"] for t in after["results"]] == ["n2"]
+    before = alice.client.get("/api/v1/threads", {"updated_before": n1_updated}).json()
+    assert before["results"] == []
+
+
+def test_list_threads_refuses_bad_filters(alice: Caller) -> None:
+    for query in ({"limit": "0"}, {"limit": "5000"}, {"metadata": "[1]"}, {"metadata": "{no"}, {"cursor": "%%%"}):
+        response = alice.client.get("/api/v1/threads", query)
+        assert response.status_code == 400, query
+        assert response.json()["error"]["field"] in ("limit", "metadata", "cursor")
+
+
+# --- entries -------------------------------------------------------------------------------
+
+
+def test_add_entry_goes_after_the_active_leaf_and_moves_it(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    first = add(alice, "t1", role="user", content="hello", sender_name="Ana")
+    second = add(alice, "t1", role="assistant", content=[{"type": "text", "text": "hi Ana"}])
+    assert first["parent_id"] is None and second["parent_id"] == first["id"]
+    assert (first["seq"], second["seq"]) == (1, 2)
+    assert first["token_count"] > 0 and len(first["content_hash"]) == 32
+    thread = Thread.objects.get(external_id="t1")
+    assert thread.active_leaf_id == second["id"] and thread.next_seq == 3
+    stored = Entry.objects.get(id=second["id"])
+    assert stored.text == "hi Ana" and stored.agent_id == alice.agent.pk
+
+
+def test_add_entry_under_a_parent_without_activate_leaves_the_leaf(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    thread = Thread.objects.get(external_id="rome")
+    assert thread.active_leaf_id == tree["colosseum"]["id"]
+    assert tree["vatican"]["parent_id"] == tree["question"]["id"]
+
+
+def test_tool_result_takes_the_tool_name_from_the_call_on_its_branch(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    call = add(
+        alice,
+        "t1",
+        role="assistant",
+        content=None,
+        tool_calls=[{"id": "call-1", "name": "weather", "arguments": {"city": "Rome"}}],
+    )
+    result = add(alice, "t1", type="tool_result", content="sunny", tool_call_id="call-1")
+    assert call["tool_calls"] == [{"id": "call-1", "name": "weather", "arguments": {"city": "Rome"}}]
+    assert result["role"] == "tool" and result["tool_name"] == "weather" and result["tool_call_id"] == "call-1"
+    assert "weather" in Entry.objects.get(id=call["id"]).text
+
+
+def test_batch_add_chains_entries_in_one_transaction(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    head = add(alice, "t1", role="user", content="start")
+    batch = [{"role": "assistant" if i % 2 else "user", "content": f"n{i}"} for i in range(10)]
+    response = alice.client.post("/api/v1/threads/t1/entries", {"entries": batch}, format="json")
+    assert response.status_code == 201
+    created = response.json()["entries"]
+    assert [e["seq"] for e in created] == list(range(2, 12))
+    assert created[0]["parent_id"] == head["id"]
+    assert all(b["parent_id"] == a["id"] for a, b in zip(created, created[1:], strict=False))
+    assert Thread.objects.get(external_id="t1").active_leaf_id == created[-1]["id"]
+
+
+def test_a_bad_entry_in_a_batch_writes_nothing_and_names_it(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    batch = [{"role": "user", "content": "fine"}, {"role": "user", "content": None}]
+    response = alice.client.post("/api/v1/threads/t1/entries", {"entries": batch}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["field"].startswith("entries[1]")
+    assert not Entry.objects.exists()
+    assert Thread.objects.get(external_id="t1").next_seq == 1
+
+
+def test_get_entries_reads_every_branch_and_events_only_when_asked(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    add(alice, "rome", type="label", event={"label": "checkpoint"})
+    default = alice.client.get("/api/v1/threads/rome/entries").json()
+    assert [e["id"] for e in default["results"]] == [tree[k]["id"] for k in ("question", "colosseum", "vatican")]
+    everything = alice.client.get("/api/v1/threads/rome/entries?types=all").json()
+    assert [e["type"] for e in everything["results"]][-1] == "label"
+    labels = alice.client.get("/api/v1/threads/rome/entries?types=label").json()
+    assert [e["event"] for e in labels["results"]] == [{"label": "checkpoint"}]
+    assert alice.client.get("/api/v1/threads/rome/entries?types=bogus").status_code == 400
+
+
+def test_get_entries_pages_with_next_links(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    alice.client.post(
+        "/api/v1/threads/t1/entries",
+        {"entries": [{"role": "user", "content": f"n{i}"} for i in range(7)]},
+        format="json",
+    )
+    seen: list[int] = []
+    url: str | None = "/api/v1/threads/t1/entries?limit=3"
+    while url:
+        page = alice.client.get(url).json()
+        seen += [e["seq"] for e in page["results"]]
+        url = page["next"]
+    assert seen == list(range(1, 8))
+
+
+def test_get_entry_by_id(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    response = alice.client.get(f"/api/v1/entries/{tree['vatican']['id']}")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["content"] == "Start at the Vatican" and body["thread_id"] == "rome" and body["seq"] == 3
+
+
+# --- path ----------------------------------------------------------------------------------
+
+
+def test_path_reads_the_active_branch_or_another_leaf(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    active = alice.client.get("/api/v1/threads/rome/path").json()
+    assert contents(active) == ["Plan a day in Rome", "Start at the Colosseum"]
+    other = alice.client.get(f"/api/v1/threads/rome/path?leaf={tree['vatican']['id']}").json()
+    assert contents(other) == ["Plan a day in Rome", "Start at the Vatican"]
+
+
+def test_path_gives_the_newest_limit_and_pages_back_with_before(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    alice.client.post(
+        "/api/v1/threads/t1/entries",
+        {"entries": [{"role": "user", "content": f"n{i}"} for i in range(7)]},
+        format="json",
+    )
+    page = alice.client.get("/api/v1/threads/t1/path?limit=3").json()
+    assert contents(page) == ["n4", "n5", "n6"]
+    older = alice.client.get(page["next"]).json()
+    assert contents(older) == ["n1", "n2", "n3"]
+    oldest = alice.client.get(older["next"]).json()
+    assert contents(oldest) == ["n0"] and oldest["next"] is None
+
+
+def test_path_shows_events_only_when_types_asks(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    add(alice, "t1", role="user", content="hi")
+    add(alice, "t1", type="model_change", event={"model": "m2"})
+    add(alice, "t1", role="assistant", content="hello")
+    assert contents(alice.client.get("/api/v1/threads/t1/path").json()) == ["hi", "hello"]
+    everything = alice.client.get("/api/v1/threads/t1/path?types=all").json()
+    assert [e["type"] for e in everything["results"]] == ["message", "model_change", "message"]
+
+
+@pytest.mark.parametrize("limit", ["0", "1001", "-3", "many"])
+def test_path_limit_out_of_range_is_a_400_naming_limit(alice: Caller, limit: str) -> None:
+    make_thread(alice, "t1")
+    response = alice.client.get(f"/api/v1/threads/t1/path?limit={limit}")
+    assert response.status_code == 400 and response.json()["error"]["field"] == "limit"
+
+
+def test_path_with_unknown_leaf_or_before_off_the_branch_is_a_400(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    response = alice.client.get("/api/v1/threads/rome/path?leaf=ent_nope")
+    assert response.status_code == 400 and response.json()["error"]["field"] == "leaf"
+    response = alice.client.get(f"/api/v1/threads/rome/path?before={tree['vatican']['id']}")
+    assert response.status_code == 400 and response.json()["error"]["field"] == "before"
+
+
+# --- rewind, checkout, fork ------------------------------------------------------------------
+
+
+def test_rewind_moves_leaf_and_deletes_nothing(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    response = alice.client.post("/api/v1/threads/rome/rewind", {"entry_id": tree["question"]["id"]}, format="json")
+    assert response.status_code == 200 and response.json()["active_leaf_id"] == tree["question"]["id"]
+    assert Entry.objects.filter(thread__external_id="rome").count() == 3
+    assert AuditRecord.objects.filter(action="thread.rewind", subject=tree["question"]["id"]).exists()
+    after = add(alice, "rome", role="assistant", content="Or the Pantheon")
+    assert after["parent_id"] == tree["question"]["id"]
+
+
+def test_rewind_to_an_entry_off_the_active_branch_is_refused(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    response = alice.client.post("/api/v1/threads/rome/rewind", {"entry_id": tree["vatican"]["id"]}, format="json")
+    assert response.status_code == 400 and response.json()["error"]["field"] == "entry_id"
+    assert Thread.objects.get(external_id="rome").active_leaf_id == tree["colosseum"]["id"]
+    assert not AuditRecord.objects.filter(action="thread.rewind").exists()
+
+
+def test_checkout_makes_any_branch_the_active_one(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    response = alice.client.post("/api/v1/threads/rome/checkout", {"entry_id": tree["vatican"]["id"]}, format="json")
+    assert response.status_code == 200
+    assert contents(alice.client.get("/api/v1/threads/rome/path").json())[-1] == "Start at the Vatican"
+    bad = alice.client.post("/api/v1/threads/rome/checkout", {"entry_id": "ent_nope"}, format="json")
+    assert bad.status_code == 400 and bad.json()["error"]["field"] == "entry_id"
+
+
+def test_checkout_refuses_an_entry_of_another_thread(alice: Caller) -> None:
+    rome_tree(alice)
+    make_thread(alice, "other")
+    stranger = add(alice, "other", role="user", content="elsewhere")
+    response = alice.client.post("/api/v1/threads/rome/checkout", {"entry_id": stranger["id"]}, format="json")
+    assert response.status_code == 400
+
+
+def test_fork_copies_the_branch_with_lineage_in_metadata(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    response = alice.client.post(
+        "/api/v1/threads/rome/fork", {"entry_id": tree["vatican"]["id"], "new_thread_id": "rome-vatican"}, format="json"
+    )
+    assert response.status_code == 201
+    body = response.json()
+    assert body["id"] == "rome-vatican" and body["forked_from"] == "rome"
+    assert body["metadata"] == {"topic": "rome", "forkedFrom": "rome"} and body["user_id"] == "u-ana"
+    path = alice.client.get("/api/v1/threads/rome-vatican/path").json()["results"]
+    assert [e["content"] for e in path] == ["Plan a day in Rome", "Start at the Vatican"]
+    assert [e["metadata"]["forkOf"] for e in path] == [tree["question"]["id"], tree["vatican"]["id"]]
+    assert all(e["id"] not in (tree["question"]["id"], tree["vatican"]["id"]) for e in path)
+    assert [e["seq"] for e in path] == [1, 2]
+    origin = Thread.objects.get(external_id="rome")
+    assert origin.metadata["memoryForks"] == ["rome-vatican"]
+    copy = Thread.objects.get(external_id="rome-vatican")
+    assert copy.forked_from_id == origin.pk and copy.next_seq == 3
+    assert AuditRecord.objects.filter(action="thread.fork", subject="rome-vatican").exists()
+
+
+def test_fork_into_a_taken_id_is_a_409_and_writes_nothing(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    make_thread(alice, "taken")
+    response = alice.client.post(
+        "/api/v1/threads/rome/fork", {"entry_id": tree["vatican"]["id"], "new_thread_id": "taken"}, format="json"
+    )
+    assert response.status_code == 409
+    assert "memoryForks" not in Thread.objects.get(external_id="rome").metadata
+
+
+# --- delete and redact -----------------------------------------------------------------------
+
+
+def test_delete_entry_splices_children_to_its_parent(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    a = add(alice, "t1", role="user", content="a")
+    b = add(alice, "t1", role="assistant", content="b")
+    c = add(alice, "t1", role="user", content="c")
+    item = MemoryItem.objects.create(
+        agent=alice.agent, kind="fact", value="b", valid_from=timezone.now(), recorded_at=timezone.now()
+    )
+    Evidence.objects.create(agent=alice.agent, item=item, entry_id=b["id"], quote="b")
+    assert alice.client.delete(f"/api/v1/entries/{b['id']}").status_code == 204
+    assert Entry.objects.get(id=c["id"]).parent_id == a["id"]
+    assert contents(alice.client.get("/api/v1/threads/t1/path").json()) == ["a", "c"]
+    assert Evidence.objects.get(item=item).entry_id is None
+    assert AuditRecord.objects.filter(action="entry.delete", subject=b["id"]).exists()
+    assert alice.client.get(f"/api/v1/entries/{b['id']}").status_code == 404
+
+
+def test_delete_of_the_leaf_moves_the_leaf_to_its_parent(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    alice.client.delete(f"/api/v1/entries/{tree['colosseum']['id']}")
+    assert Thread.objects.get(external_id="rome").active_leaf_id == tree["question"]["id"]
+
+
+def test_redact_keeps_place_and_call_ids_and_replaces_what_was_said(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    q = add(alice, "t1", role="user", content="My card is 4111", sender_name="Ana")
+    call = add(alice, "t1", role="assistant", tool_calls=[{"id": "c1", "name": "pay", "arguments": {"card": "4111"}}])
+    result = add(
+        alice, "t1", type="tool_result", content=[{"type": "tool_result", "content": "paid 4111"}], tool_call_id="c1"
+    )
+    Entry.objects.filter(id=q["id"]).update(embedding=[0.1] * 384)
+    response = alice.client.post(f"/api/v1/entries/{q['id']}/redact", {"reason": "card number"}, format="json")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["content"] == "[redacted]" and "sender_name" not in body and body["seq"] == 1
+    assert body["metadata"]["redacted"]["reason"] == "card number"
+    stored = Entry.objects.get(id=q["id"])
+    assert stored.text == "[redacted]" and stored.redacted_at is not None and stored.embedding is None
+    assert stored.role == "user" and stored.parent_id is None
+    alice.client.post(f"/api/v1/entries/{call['id']}/redact", {}, format="json")
+    alice.client.post(f"/api/v1/entries/{result['id']}/redact", {}, format="json")
+    stored_call = Entry.objects.get(id=call["id"])
+    assert stored_call.tool_calls == [{"id": "c1", "name": "pay", "arguments": "[redacted]"}]
+    stored_result = Entry.objects.get(id=result["id"])
+    assert stored_result.tool_call_id == "c1" and "4111" not in json.dumps(stored_result.content)
+    assert stored_result.parent_id == call["id"]
+    assert AuditRecord.objects.filter(action="entry.redact").count() == 3
+    assert "4111" not in json.dumps(list(AuditRecord.objects.values("details", "subject")))
+
+
+def test_redact_refuses_event_entries(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    label = add(alice, "t1", type="label", event={"label": "x"})
+    response = alice.client.post(f"/api/v1/entries/{label['id']}/redact", {}, format="json")
+    assert response.status_code == 400
+    assert Entry.objects.get(id=label["id"]).redacted_at is None
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"role": "user", "content": "x", "parent_id": "no-such-entry"}, "parent_id"),
+        ({"role": 7, "content": "x"}, "role"),
+        ({"content": None}, "content"),
+        ({"role": "user", "content": None}, "content"),
+        ({"role": "user", "content": {"not": "allowed"}}, "content"),
+        ({"role": "user", "content": [1, 2]}, "content[0]"),
+        ({"role": "user", "content": "x", "type": "poem"}, "type"),
+        ({"role": "user", "content": "x", "activate": "maybe"}, "activate"),
+        ({"role": "user", "content": "x", "token_count": -1}, "token_count"),
+        ({"role": "user", "content": "x", "tool_calls": "call"}, "tool_calls"),
+        ({"role": "assistant", "tool_calls": [{"name": "f"}]}, "tool_calls[0].id"),
+        ({"role": "user", "content": "x", "colour": "red"}, "colour"),
+        ({"type": "tool_result", "content": "x"}, "tool_call_id"),
+        ({"role": "user", "content": "x", "metadata": [1]}, "metadata"),
+    ],
+)
+def test_bad_entry_input_is_a_400_naming_the_field_and_writes_nothing(
+    alice: Caller, body: dict[str, Any], field: str
+) -> None:
+    make_thread(alice, "t1")
+    response = alice.client.post("/api/v1/threads/t1/entries", body, format="json")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["field"] == field
+    assert not Entry.objects.exists()
+
+
+def test_a_parent_in_another_thread_is_refused(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    make_thread(alice, "t2")
+    elsewhere = add(alice, "t2", role="user", content="x")
+    response = alice.client.post(
+        "/api/v1/threads/t1/entries", {"role": "user", "content": "y", "parent_id": elsewhere["id"]}, format="json"
+    )
+    assert response.status_code == 400 and response.json()["error"]["field"] == "parent_id"
+    assert not Entry.objects.filter(thread__external_id="t1").exists()
+
+
+def test_malformed_json_is_a_400(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    response = alice.client.generic("POST", "/api/v1/threads/t1/entries", b"{not json", content_type="application/json")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "malformed_json"
+
+
+def test_an_entry_over_one_mebibyte_is_a_413_with_its_own_code(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    response = alice.client.post(
+        "/api/v1/threads/t1/entries", {"role": "user", "content": "x" * (1024 * 1024 + 1)}, format="json"
+    )
+    assert response.status_code == 413 and response.json()["error"]["code"] == "entry_too_large"
+    assert not Entry.objects.exists()
+
+
+def test_a_batch_over_a_thousand_entries_is_a_413(alice: Caller) -> None:
+    make_thread(alice, "t1")
+    batch = [{"role": "user", "content": "x"}] * 1001
+    response = alice.client.post("/api/v1/threads/t1/entries", {"entries": batch}, format="json")
+    assert response.status_code == 413 and response.json()["error"]["code"] == "batch_too_large"
+    assert not Entry.objects.exists()
+
+
+def test_adding_to_a_missing_thread_is_a_404(alice: Caller) -> None:
+    response = alice.client.post("/api/v1/threads/nope/entries", {"role": "user", "content": "x"}, format="json")
+    assert response.status_code == 404
+
+
+# --- isolation -------------------------------------------------------------------------------
+
+
+def test_another_agent_gets_404_on_every_thread_and_entry_endpoint(alice: Caller, mallory: Caller) -> None:
+    tree = rome_tree(alice)
+    entry_id = tree["question"]["id"]
+    calls = [
+        ("get", "/api/v1/threads/rome", None),
+        ("patch", "/api/v1/threads/rome", {"metadata": {"x": 1}}),
+        ("delete", "/api/v1/threads/rome", None),
+        ("post", "/api/v1/threads/rome/entries", {"role": "user", "content": "x"}),
+        ("get", "/api/v1/threads/rome/entries", None),
+        ("get", "/api/v1/threads/rome/path", None),
+        ("post", "/api/v1/threads/rome/rewind", {"entry_id": entry_id}),
+        ("post", "/api/v1/threads/rome/checkout", {"entry_id": entry_id}),
+        ("post", "/api/v1/threads/rome/fork", {"entry_id": entry_id}),
+        ("get", "/api/v1/threads/rome/export", None),
+        ("get", f"/api/v1/entries/{entry_id}", None),
+        ("delete", f"/api/v1/entries/{entry_id}", None),
+        ("post", f"/api/v1/entries/{entry_id}/redact", {}),
+    ]
+    for method, url, body in calls:
+        response = getattr(mallory.client, method)(url, body, format="json")
+        assert response.status_code == 404, (method, url, response.status_code)
+        assert response.json()["error"]["code"] == "not_found"
+    assert mallory.client.get("/api/v1/threads").json()["results"] == []
+    assert Entry.objects.filter(thread__external_id="rome").count() == 3
+    assert Thread.objects.get(external_id="rome").metadata == {"topic": "rome"}
+
+
+def test_an_entry_of_mine_cannot_be_used_as_a_parent_in_anothers_thread(alice: Caller, mallory: Caller) -> None:
+    tree = rome_tree(alice)
+    make_thread(mallory, "m1")
+    response = mallory.client.post(
+        "/api/v1/threads/m1/entries",
+        {"role": "user", "content": "x", "parent_id": tree["question"]["id"]},
+        format="json",
+    )
+    assert response.status_code == 400
+    forked = mallory.client.post("/api/v1/threads/m1/fork", {"entry_id": tree["question"]["id"]}, format="json")
+    assert forked.status_code == 400
+
+
+def test_anonymous_callers_are_refused(anonymous: Any) -> None:
+    assert anonymous.get("/api/v1/threads").status_code == 401
