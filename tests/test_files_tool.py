@@ -155,7 +155,8 @@ def test_create_under_a_file_or_over_a_directory_is_refused(alice: Caller) -> No
 def test_str_replace_edits_and_shows_a_numbered_snippet(alice: Caller) -> None:
     create(alice, "/memories/ana.md", "Allergic to peanuts.\nLikes Rome.\n")
     status, answer = run(
-        alice, {"command": "str_replace", "path": "/memories/ana.md", "old_str": "Likes Rome.", "new_str": "Likes Lisbon."}
+        alice,
+        {"command": "str_replace", "path": "/memories/ana.md", "old_str": "Likes Rome.", "new_str": "Likes Lisbon."},
     )
     assert status == 200
     assert answer["result"] == (
@@ -170,7 +171,9 @@ def test_str_replace_edits_and_shows_a_numbered_snippet(alice: Caller) -> None:
 
 def test_str_replace_of_missing_text_performs_no_replacement(alice: Caller) -> None:
     create(alice, "/memories/ana.md", "Likes Rome.\n")
-    status, answer = run(alice, {"command": "str_replace", "path": "/memories/ana.md", "old_str": "Paris", "new_str": "x"})
+    status, answer = run(
+        alice, {"command": "str_replace", "path": "/memories/ana.md", "old_str": "Paris", "new_str": "x"}
+    )
     assert status == 400
     assert answer["result"] == (
         "No replacement was performed, old_str `Paris` did not appear verbatim in /memories/ana.md."
@@ -181,7 +184,9 @@ def test_str_replace_of_missing_text_performs_no_replacement(alice: Caller) -> N
 
 def test_str_replace_of_repeated_text_names_the_lines(alice: Caller) -> None:
     create(alice, "/memories/ana.md", "tea\ncoffee\ntea\n")
-    status, answer = run(alice, {"command": "str_replace", "path": "/memories/ana.md", "old_str": "tea", "new_str": "x"})
+    status, answer = run(
+        alice, {"command": "str_replace", "path": "/memories/ana.md", "old_str": "tea", "new_str": "x"}
+    )
     assert status == 400
     assert answer["result"] == (
         "No replacement was performed. Multiple occurrences of old_str `tea` in lines: 1, 3. Please ensure it is unique"
@@ -238,7 +243,9 @@ def test_str_replace_with_the_sha256_last_read_goes_through(alice: Caller) -> No
 
 def test_insert_puts_text_after_the_line(alice: Caller) -> None:
     create(alice, "/memories/todo.md", "one\nthree\n")
-    status, answer = run(alice, {"command": "insert", "path": "/memories/todo.md", "insert_line": 1, "insert_text": "two\n"})
+    status, answer = run(
+        alice, {"command": "insert", "path": "/memories/todo.md", "insert_line": 1, "insert_text": "two\n"}
+    )
     assert (status, answer["result"]) == (200, "The file /memories/todo.md has been edited.")
     assert MemoryFileVersion.objects.get(pk=answer["version_id"]).content == "one\ntwo\nthree\n"
     run(alice, {"command": "insert", "path": "/memories/todo.md", "insert_line": 0, "insert_text": "zero"})
@@ -248,7 +255,9 @@ def test_insert_puts_text_after_the_line(alice: Caller) -> None:
 
 def test_insert_at_a_line_outside_the_file_is_refused(alice: Caller) -> None:
     create(alice, "/memories/todo.md", "one\ntwo\n")
-    status, answer = run(alice, {"command": "insert", "path": "/memories/todo.md", "insert_line": 3, "insert_text": "x"})
+    status, answer = run(
+        alice, {"command": "insert", "path": "/memories/todo.md", "insert_line": 3, "insert_text": "x"}
+    )
     assert status == 400
     assert answer["result"] == (
         "Error: Invalid `insert_line` parameter: 3. It should be within the range of lines of the file: [0, 2]"
@@ -263,7 +272,9 @@ def test_insert_into_a_missing_file_says_it_does_not_exist(alice: Caller) -> Non
 
 def test_insert_line_must_be_an_integer(alice: Caller) -> None:
     create(alice, "/memories/todo.md", "one\n")
-    status, answer = run(alice, {"command": "insert", "path": "/memories/todo.md", "insert_line": "1", "insert_text": "x"})
+    status, answer = run(
+        alice, {"command": "insert", "path": "/memories/todo.md", "insert_line": "1", "insert_text": "x"}
+    )
     assert (status, answer["error"]["field"]) == (400, "insert_line")
 
 
@@ -304,13 +315,17 @@ def test_delete_of_a_missing_path_or_the_root_is_refused(alice: Caller) -> None:
 
 def test_rename_moves_a_file_recording_where_it_came_from(alice: Caller) -> None:
     create(alice, "/memories/draft.md", "text")
-    status, answer = run(alice, {"command": "rename", "old_path": "/memories/draft.md", "new_path": "/memories/final.md"})
+    status, answer = run(
+        alice, {"command": "rename", "old_path": "/memories/draft.md", "new_path": "/memories/final.md"}
+    )
     assert (status, answer["result"]) == (200, "Successfully renamed /memories/draft.md to /memories/final.md")
     moved = MemoryFileVersion.objects.get(path="/memories/final.md")
     assert (moved.content, moved.renamed_from, moved.sequence) == ("text", "/memories/draft.md", 1)
     gone = MemoryFileVersion.objects.get(path="/memories/draft.md", sequence=2)
     assert gone.content is None
-    assert moved.previous_id == gone.previous_id == MemoryFileVersion.objects.get(path="/memories/draft.md", sequence=1).pk
+    assert (
+        moved.previous_id == gone.previous_id == MemoryFileVersion.objects.get(path="/memories/draft.md", sequence=1).pk
+    )
 
 
 def test_rename_of_a_directory_moves_all_its_files(alice: Caller) -> None:
@@ -387,8 +402,10 @@ def test_bad_paths_are_refused_and_change_nothing(alice: Caller, path: str, code
 
 
 def test_a_path_outside_memories_is_answered_with_the_rule(alice: Caller) -> None:
-    status, answer = run(alice, {"command": "create", "path": "/etc/passwd", "file_text": "x"})
-    assert answer["result"] == "Error: The path /etc/passwd is outside /memories. Every memory path starts with /memories."
+    _, answer = run(alice, {"command": "create", "path": "/etc/passwd", "file_text": "x"})
+    assert (
+        answer["result"] == "Error: The path /etc/passwd is outside /memories. Every memory path starts with /memories."
+    )
 
 
 def test_a_name_of_255_characters_is_fine(alice: Caller) -> None:
@@ -420,7 +437,11 @@ def test_reserved_paths_are_viewed_but_not_changed(alice: Caller) -> None:
     from memoryapp.files.access import FileAccess
     from memoryapp.files.services import file_put
 
-    file_put(access=FileAccess(agent=alice.agent, user_id="u-ana", reserved=()), path="/memories/playbook.md", text="Be kind.\n")
+    file_put(
+        access=FileAccess(agent=alice.agent, user_id="u-ana", reserved=()),
+        path="/memories/playbook.md",
+        text="Be kind.\n",
+    )
     status, answer = run(alice, {"command": "view", "path": "/memories/playbook.md"})
     assert status == 200 and "Be kind." in answer["result"]
     refused = [
@@ -436,7 +457,9 @@ def test_reserved_paths_are_viewed_but_not_changed(alice: Caller) -> None:
         assert answer["error"]["code"] == "reserved_path"
         assert answer["result"].endswith("is kept by memory itself and is read-only here")
     create(alice, "/memories/mine.md", "x")
-    status, answer = run(alice, {"command": "rename", "old_path": "/memories/mine.md", "new_path": "/memories/observations/x.md"})
+    status, answer = run(
+        alice, {"command": "rename", "old_path": "/memories/mine.md", "new_path": "/memories/observations/x.md"}
+    )
     assert answer["result"] == "/memories/observations/x.md is kept by memory itself and is read-only here"
     assert MemoryFileVersion.objects.filter(path__startswith="/memories/p").count() == 1
 
