@@ -163,11 +163,11 @@ def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> lis
     ids: list[str] = []
     for index, quote in enumerate(evidence):
         if not isinstance(quote, dict):
-            raise DomainError("invalid_value", "Each evidence is {entry_id, quote}.", field=f"evidence[{index}]")
-        _check_text(quote.get("quote"), f"evidence[{index}].quote", max_length=MAX_QUOTE_CHARS)
+            raise DomainError("invalid_value", "Each evidence is {entry_id, quote}.", field=f"evidence.{index}")
+        _check_text(quote.get("quote"), f"evidence.{index}.quote", max_length=MAX_QUOTE_CHARS)
         entry_id = quote.get("entry_id") or ""
         if not isinstance(entry_id, str):
-            raise DomainError("invalid_value", "entry_id must be a string.", field=f"evidence[{index}].entry_id")
+            raise DomainError("invalid_value", "entry_id must be a string.", field=f"evidence.{index}.entry_id")
         ids.append(entry_id)
     entries = {
         e.id: e

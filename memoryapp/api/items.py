@@ -1,0 +1,389 @@
+"""The agent API of memory items, facts and the model's memory tools: thin views over the items services.
+
+Every item is reached through `item_for_agent` / `items_list` (filtered by the request's agent
+first), so another agent's item answers the same 404 as a missing one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from memoryapp.api.auth import request_agent
+from memoryapp.api.base import StrictSerializer, validated
+from memoryapp.errors import DomainError, NotFound
+from memoryapp.facts import (
+    DEFAULT_SEARCH_LIMIT,
+    MAX_SEARCH_LIMIT,
+    fact_forget,
+    fact_recall,
+    fact_remember,
+    fact_search,
+    facts_forget_all,
+    namespace_check,
+    value_text,
+)
+from memoryapp.models import AgentKey, MemoryItem
+from memoryapp.models.choices import TRUST_RANK, ItemKind, Trust
+from memoryapp.selectors.items import item_evidence, item_for_agent, items_list, slot_history
+from memoryapp.services.items import item_forget, item_write
+
+MAX_PAGE_LIMIT = 1000
+
+
+def _actor(request: Request) -> str:
+    return f"agent:{request_agent(request).slug}"
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def item_json(item: MemoryItem, *, evidence: bool = False) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "id": item.pk,
+        "kind": item.kind,
+        "subject": item.subject,
+        "attribute": item.attribute,
+        "value": item.value,
+        "trust": item.trust,
+        "status": item.status,
+        "confidence": item.confidence,
+        "verified": item.verified,
+        "user_id": item.user_id,
+        "project_id": item.project_id,
+        "thread_id": item.thread_id,
+        "valid_from": _iso(item.valid_from),
+        "valid_to": _iso(item.valid_to),
+        "recorded_at": _iso(item.recorded_at),
+        "expired_at": _iso(item.expired_at),
+        "times_retrieved": item.times_retrieved,
+        "last_retrieved_at": _iso(item.last_retrieved_at),
+        "metadata": item.metadata or {},
+    }
+    if item.entity_id:
+        body["entity_id"] = item.entity_id
+    if item.namespace:
+        body["namespace"] = item.namespace
+        body["value_json"] = item.value_json
+    if item.expires_at is not None:
+        body["expires_at"] = _iso(item.expires_at)
+    if item.prompt_version:
+        body["prompt_version"] = item.prompt_version
+    if evidence:
+        body["evidence"] = [
+            {"id": e.pk, "entry_id": e.entry_id, "quote": e.quote, "status": e.status} for e in item_evidence(item=item)
+        ]
+    return body
+
+
+def _page_url(request: Request, **changes: Any) -> str:
+    params = {k: v for k, v in request.query_params.items()}
+    params.update({k: str(v) for k, v in changes.items()})
+    return request.build_absolute_uri(request.path) + "?" + urlencode(params)
+
+
+# --- input serializers ---------------------------------------------------------------------
+
+
+class ItemsQuery(StrictSerializer):
+    user_id = serializers.CharField(required=False, allow_blank=True, max_length=128)
+    project_id = serializers.CharField(required=False, allow_blank=True, max_length=128)
+    thread_id = serializers.CharField(required=False, allow_blank=True, max_length=128)
+    status = serializers.CharField(required=False, allow_blank=True)
+    kind = serializers.ChoiceField(choices=ItemKind.choices, required=False)
+    attribute = serializers.CharField(required=False, max_length=300)
+    subject = serializers.CharField(required=False, max_length=300)
+    as_of = serializers.DateTimeField(required=False)
+    known_at = serializers.DateTimeField(required=False)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_LIMIT)
+    cursor = serializers.CharField(required=False)
+
+
+class EvidenceIn(StrictSerializer):
+    entry_id = serializers.CharField(max_length=40)
+    quote = serializers.CharField(max_length=4000, trim_whitespace=False)
+
+
+class ItemIn(StrictSerializer):
+    kind = serializers.ChoiceField(choices=ItemKind.choices)
+    subject = serializers.CharField(max_length=300)
+    attribute = serializers.CharField(max_length=300)
+    value = serializers.CharField(max_length=20_000)
+    user_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    project_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    thread_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    trust = serializers.ChoiceField(choices=Trust.choices, required=False)
+    confidence = serializers.FloatField(required=False, min_value=0.0, max_value=1.0)
+    valid_from = serializers.DateTimeField(required=False)
+    valid_to = serializers.DateTimeField(required=False)
+    evidence = EvidenceIn(many=True, required=False)
+    metadata = serializers.DictField(required=False)
+    prompt_version = serializers.CharField(required=False, allow_blank=True, max_length=40, default="")
+
+
+class FactIn(StrictSerializer):
+    value = serializers.JSONField()
+    ttl_secs = serializers.IntegerField(required=False, min_value=1, allow_null=True)
+
+
+class FactSearchQuery(StrictSerializer):
+    q = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_SEARCH_LIMIT)
+    all = serializers.BooleanField(required=False)
+
+
+class MemoryToolIn(StrictSerializer):
+    name = serializers.ChoiceField(choices=["remember", "forget", "search_memory"])
+    input = serializers.DictField()
+    user_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    project_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    thread_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    namespace = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+    ttl_secs = serializers.IntegerField(required=False, min_value=1, allow_null=True)
+
+
+# --- items -----------------------------------------------------------------------------------
+
+
+class ItemsView(APIView):
+    def get(self, request: Request) -> Response:
+        query = validated(ItemsQuery, request.query_params.dict())
+        statuses = [s.strip() for s in request.query_params.getlist("status") for s in s.split(",") if s.strip()]
+        limit = query.get("limit", 100)
+        page = items_list(
+            agent=request_agent(request),
+            user_id=query.get("user_id"),
+            project_id=query.get("project_id"),
+            thread_id=query.get("thread_id"),
+            statuses=statuses,
+            kind=query.get("kind"),
+            attribute=query.get("attribute"),
+            subject=query.get("subject"),
+            as_of=query.get("as_of"),
+            known_at=query.get("known_at"),
+            limit=limit,
+            cursor=query.get("cursor"),
+        )
+        return Response(
+            {
+                "results": [item_json(i) for i in page.results],
+                "next": _page_url(request, cursor=page.next_cursor) if page.next_cursor else None,
+            }
+        )
+
+    def post(self, request: Request) -> Response:
+        body = validated(ItemIn, request.data)
+        key = request.auth
+        allowed = key.max_trust if isinstance(key, AgentKey) else Trust.MODEL
+        trust = body.get("trust") or allowed
+        if TRUST_RANK[Trust(trust)] < TRUST_RANK[Trust(allowed)]:
+            raise DomainError(
+                "trust_not_allowed",
+                f"This key may write items as trusted as {allowed!s} at most.",
+                field="trust",
+                status=403,
+            )
+        agent = request_agent(request)
+        item = item_write(
+            agent=agent,
+            kind=body["kind"],
+            subject=body["subject"],
+            attribute=body["attribute"],
+            value=body["value"],
+            trust=trust,
+            user_id=body["user_id"],
+            project_id=body["project_id"],
+            thread_id=body["thread_id"],
+            evidence=[{"entry_id": e["entry_id"], "quote": e["quote"]} for e in body.get("evidence", [])],
+            confidence=body.get("confidence"),
+            valid_from=body.get("valid_from"),
+            valid_to=body.get("valid_to"),
+            metadata=body.get("metadata"),
+            prompt_version=body["prompt_version"],
+            shadow=False,
+            actor=_actor(request),
+        )
+        return Response(item_json(item, evidence=True), status=status.HTTP_201_CREATED)
+
+
+class ItemView(APIView):
+    def get(self, request: Request, item_id: str) -> Response:
+        item = item_for_agent(agent=request_agent(request), item_id=item_id)
+        return Response(item_json(item, evidence=True))
+
+
+class ItemHistoryView(APIView):
+    def get(self, request: Request, item_id: str) -> Response:
+        item = item_for_agent(agent=request_agent(request), item_id=item_id)
+        return Response({"results": [item_json(i) for i in slot_history(item=item)], "next": None})
+
+
+class ItemForgetView(APIView):
+    def post(self, request: Request, item_id: str) -> Response:
+        if request.data:
+            raise DomainError("invalid_value", "This request takes no body.", field=next(iter(request.data), None))
+        item = item_for_agent(agent=request_agent(request), item_id=item_id)
+        return Response(item_json(item_forget(item=item, actor=_actor(request))))
+
+
+# --- facts ----------------------------------------------------------------------------------
+
+
+def _split(path: str) -> tuple[str, str]:
+    namespace, _, key = path.rpartition("/")
+    return namespace, key
+
+
+class FactsView(APIView):
+    """`/facts/{namespace}/{key}` (one fact) and `/facts/{namespace}` (search, forget all).
+
+    A namespace holds slashes, so the path alone cannot tell `users/42` (a namespace) from
+    `users` + key `42`. A GET with `q` or `limit` and a DELETE with `all=true` address the
+    whole path as a namespace, as does a path of one segment; otherwise the last segment is the key.
+    """
+
+    def _is_namespace(self, request: Request, path: str, *, delete: bool) -> bool:
+        if "/" not in path:
+            return True
+        if delete:
+            return str(request.query_params.get("all", "")).lower() in ("1", "true", "yes")
+        return "q" in request.query_params or "limit" in request.query_params
+
+    def get(self, request: Request, path: str) -> Response:
+        agent = request_agent(request)
+        if self._is_namespace(request, path, delete=False):
+            query = validated(FactSearchQuery, request.query_params.dict())
+            hits = fact_search(
+                agent=agent, namespace=path, text=query["q"], limit=query.get("limit", DEFAULT_SEARCH_LIMIT)
+            )
+            results = [{**h.fact, **({"score": h.score} if h.score is not None else {})} for h in hits]
+            return Response({"results": results, "next": None})
+        namespace, key = _split(path)
+        fact = fact_recall(agent=agent, namespace=namespace, key=key)
+        if fact is None:
+            raise NotFound("The fact")
+        return Response(fact)
+
+    def put(self, request: Request, path: str) -> Response:
+        if "/" not in path:
+            raise DomainError(
+                "invalid_value", "Name a namespace and a key: /facts/{namespace}/{key}.", field="namespace"
+            )
+        namespace, key = _split(path)
+        body = validated(FactIn, request.data)
+        fact = fact_remember(
+            agent=request_agent(request),
+            namespace=namespace,
+            key=key,
+            value=body["value"],
+            ttl_secs=body.get("ttl_secs"),
+            actor=_actor(request),
+        )
+        return Response(fact)
+
+    def delete(self, request: Request, path: str) -> Response:
+        agent = request_agent(request)
+        if self._is_namespace(request, path, delete=True):
+            namespace_check(path)
+            return Response(
+                {"namespace": path, "deleted": facts_forget_all(agent=agent, namespace=path, actor=_actor(request))}
+            )
+        namespace, key = _split(path)
+        fact = fact_forget(agent=agent, namespace=namespace, key=key, actor=_actor(request))
+        return Response({"namespace": fact["namespace"], "key": fact["key"], "forgotten": True})
+
+
+# --- the model's memory tools ------------------------------------------------------------------
+
+
+class MemoryToolsView(APIView):
+    """Runs the tool call a model produced (`remember`, `forget`, `search_memory`) and returns its result text.
+
+    The facts live in `users/<user_id>` (002 `Memory.byState("user_id", "users")`) unless the call
+    names another namespace (`Memory.shared`). A tool input the model got wrong is answered as a
+    tool result with `is_error` (the model reads it and tries again); a request the developer got
+    wrong (no scope, unknown tool) is a 400.
+    """
+
+    def post(self, request: Request) -> Response:
+        body = validated(MemoryToolIn, request.data)
+        agent = request_agent(request)
+        tool_input: dict[str, Any] = body["input"]
+        namespace = tool_input.get("namespace") or body["namespace"]
+        if not namespace:
+            if not body["user_id"]:
+                raise DomainError(
+                    "invalid_value", "Give user_id (facts go to users/<user_id>) or a namespace.", field="user_id"
+                )
+            namespace = f"users/{body['user_id']}"
+        if not isinstance(namespace, str):
+            return _tool_error("namespace must be a string.")
+        try:
+            namespace_check(namespace)
+        except DomainError as exc:
+            if "namespace" in tool_input:
+                return _tool_error(exc.message)
+            raise
+        try:
+            if body["name"] == "remember":
+                return self._remember(request, agent, namespace, tool_input, body.get("ttl_secs"))
+            if body["name"] == "forget":
+                return self._forget(request, agent, namespace, tool_input)
+            return self._search(agent, namespace, tool_input)
+        except DomainError as exc:
+            if exc.status >= 500:
+                raise
+            return _tool_error(exc.message)
+
+    def _remember(
+        self, request: Request, agent: Any, namespace: str, tool_input: dict[str, Any], ttl_secs: int | None
+    ) -> Response:
+        key, value = tool_input.get("key"), tool_input.get("value")
+        if "value" not in tool_input:
+            return _tool_error("remember needs a key and a value.")
+        fact = fact_remember(
+            agent=agent,
+            namespace=namespace,
+            key=key,  # type: ignore[arg-type]
+            value=value,
+            ttl_secs=tool_input.get("ttl_secs", ttl_secs),
+            actor=_actor(request),
+        )
+        return _tool_result(f"Remembered {fact['key']}: {_short(value_text(fact['value']))}")
+
+    def _forget(self, request: Request, agent: Any, namespace: str, tool_input: dict[str, Any]) -> Response:
+        key = tool_input.get("key")
+        try:
+            fact_forget(agent=agent, namespace=namespace, key=key, actor=_actor(request))  # type: ignore[arg-type]
+        except NotFound:
+            return _tool_result(f"Nothing was remembered as {key}.")
+        return _tool_result(f"Forgot {key}.")
+
+    def _search(self, agent: Any, namespace: str, tool_input: dict[str, Any]) -> Response:
+        query = tool_input.get("query", tool_input.get("text", ""))
+        if query is None:
+            query = ""
+        limit = tool_input.get("limit", 5)
+        hits = fact_search(agent=agent, namespace=namespace, text=query, limit=limit)
+        if not hits:
+            return _tool_result("No memories matched." if query else "Nothing is remembered yet.")
+        lines = [f"- {h.fact['key']}: {_short(value_text(h.fact['value']))}" for h in hits]
+        return _tool_result(f"Found {len(hits)} memor{'y' if len(hits) == 1 else 'ies'}:\n" + "\n".join(lines))
+
+
+def _short(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _tool_result(text: str) -> Response:
+    return Response({"result": text, "is_error": False})
+
+
+def _tool_error(text: str) -> Response:
+    return Response({"result": f"Error: {text}", "is_error": True})
