@@ -1,5 +1,11 @@
-"""URLs of this area of the agent API."""
+"""URLs of compaction, extraction and cleared tool results under /api/v1/ (no trailing slash)."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-urlpatterns: list[URLPattern] = []
+from memoryapp.api import compaction as views
+
+urlpatterns: list[URLPattern] = [
+    path("threads/<str:thread_id>/compact", views.ThreadCompactView.as_view(), name="thread-compact"),
+    path("threads/<str:thread_id>/extract", views.ThreadExtractView.as_view(), name="thread-extract"),
+    path("tool-results/<str:handle>", views.ToolResultView.as_view(), name="tool-result"),
+]

@@ -53,7 +53,10 @@ def compacted_history(path: Sequence[Entry]) -> CompactedHistory:
     event = _event(newest)
     first_kept_id = event.get("first_kept_entry_id")
     start = 0
-    if first_kept_id:
+    if not first_kept_id and event.get("summary"):
+        # The summary covers everything before the compaction: only later entries are kept.
+        start = next((i for i, e in enumerate(history) if e.seq > newest.seq), len(history))
+    elif first_kept_id:
         index = next((i for i, e in enumerate(history) if e.id == first_kept_id), None)
         if index is None:
             first_kept_seq = event.get("first_kept_seq")

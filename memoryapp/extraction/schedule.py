@@ -1,8 +1,27 @@
-"""Scheduling of extraction after new entries (owned by the extraction area)."""
+"""Scheduling of extraction after new entries: a debounced job per thread."""
 
 from __future__ import annotations
 
+from django.conf import settings
+
+# Entries arriving within this many seconds of the first join one extraction run.
+EXTRACTION_DEBOUNCE_SECONDS: float = float(getattr(settings, "EXTRACTION_DEBOUNCE_SECONDS", 30))
+
 
 def extraction_schedule(*, thread_pk: int) -> None:
-    """Send (debounced) the extraction job of a thread after new entries. Contract: cheap, idempotent."""
-    return None  # placeholder until the extraction area lands its job
+    """Send (debounced) the extraction job of a thread after new entries. Cheap and idempotent.
+
+    With no language model (LLM_PROVIDER=none, or `scripted` with no script) nothing is sent:
+    a run per write that could only be skipped would bury the job list. The API and the admin
+    still create one on request, and it says why it was skipped.
+    """
+    from memoryapp.extraction.service import extraction_request
+    from memoryapp.llm.port import model_available
+    from memoryapp.models import Thread
+
+    if not model_available():
+        return
+    thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id").first()
+    if thread is None:
+        return
+    extraction_request(thread=thread, actor="extraction", countdown=EXTRACTION_DEBOUNCE_SECONDS)

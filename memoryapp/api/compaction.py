@@ -1,0 +1,176 @@
+"""The agent API of compaction, extraction and cleared tool results: thin views over the services.
+
+POST /api/v1/threads/{id}/compact   {"strategy", ...options, "async"?}
+POST /api/v1/threads/{id}/extract   {"async"?}
+GET  /api/v1/tool-results/{handle}  the content a cleared tool result stands for (read_result)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from governance.models import JobRun
+from memoryapp.api.auth import request_agent
+from memoryapp.api.base import StrictSerializer, validated
+from memoryapp.api.threads import entry_json
+from memoryapp.compaction.service import compaction_now, compaction_request
+from memoryapp.compaction.strategies import CLEAR_TOOL_RESULTS, STRATEGY_NAMES
+from memoryapp.errors import NotFound
+from memoryapp.extraction.service import extraction_now, extraction_request
+from memoryapp.models import Entry
+from memoryapp.models.choices import EntryType, Role
+from memoryapp.selectors.threads import entry_for_agent, thread_for_agent
+
+
+def _actor(request: Request) -> str:
+    return f"agent:{request_agent(request).slug}"
+
+
+def job_run_json(run: JobRun) -> dict[str, Any]:
+    return {
+        "id": run.pk,
+        "kind": run.kind,
+        "status": run.status,
+        "result": run.result or {},
+        "error": run.error or None,
+        "usage": run.usage or {},
+        "created_at": run.created_at.isoformat() if run.created_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }
+
+
+class SummarizeFallbackInput(StrictSerializer):
+    preserve_recent_turns = serializers.IntegerField(required=False, min_value=0, max_value=10_000)
+    preserve_user_messages = serializers.IntegerField(required=False, min_value=0, max_value=100)
+    summarizer_input_char_budget = serializers.IntegerField(required=False, min_value=0, max_value=10_000_000)
+    summarizer_timeout = serializers.FloatField(required=False, min_value=0.1, max_value=600, allow_null=True)
+    prompt = serializers.CharField(required=False, allow_blank=True, max_length=4000)
+    summary_max_tokens = serializers.IntegerField(required=False, min_value=100, max_value=32_000)
+
+
+class FallbackField(serializers.Field):
+    """`summarize_fallback`: false (never), true (defaults) or an object of summarize options."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool):
+            return data
+        if isinstance(data, dict):
+            return validated(SummarizeFallbackInput, data)
+        raise serializers.ValidationError("summarize_fallback must be true, false or an object of options.")
+
+    def to_representation(self, value: Any) -> Any:  # pragma: no cover - input only
+        return value
+
+
+class CompactInput(SummarizeFallbackInput):
+    strategy = serializers.ChoiceField(choices=STRATEGY_NAMES)
+    # clear-old-tool-results
+    keep_tool_uses = serializers.IntegerField(required=False, min_value=0, max_value=10_000)
+    exclude_tools = serializers.ListField(child=serializers.CharField(max_length=200), required=False, max_length=100)
+    clear_at_least = serializers.IntegerField(required=False, min_value=0, max_value=10_000_000)
+    clear_tool_inputs = serializers.BooleanField(required=False)
+    externalize = serializers.BooleanField(required=False)
+    read_result_tool_name = serializers.CharField(required=False, allow_null=True, max_length=100)
+    summarize_fallback = FallbackField(required=False)
+    context_window = serializers.IntegerField(required=False, min_value=0, max_value=100_000_000)
+    trigger_ratio = serializers.FloatField(required=False, min_value=0.01, max_value=1.0)
+    # hierarchical
+    keep_recent = serializers.IntegerField(required=False, min_value=0, max_value=10_000)
+    keep_recent_tokens = serializers.IntegerField(required=False, min_value=0, max_value=10_000_000, allow_null=True)
+    chapter_tokens = serializers.IntegerField(required=False, min_value=200, max_value=200_000)
+    chapter_concurrency = serializers.IntegerField(required=False, min_value=1, max_value=8)
+    chapters_per_arc = serializers.IntegerField(required=False, min_value=1, max_value=100)
+    arcs_per_saga = serializers.IntegerField(required=False, min_value=1, max_value=100)
+    atoms_max_tokens = serializers.IntegerField(required=False, min_value=100, max_value=32_000)
+    # custom
+    name = serializers.CharField(required=False, max_length=200)
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        # `async` is a Python keyword, so it cannot be a class attribute.
+        fields["async"] = serializers.BooleanField(required=False)
+        return fields
+
+
+class ExtractInput(StrictSerializer):
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        fields["async"] = serializers.BooleanField(required=False)
+        return fields
+
+
+class ThreadCompactView(APIView):
+    """Compact a thread's active branch with a strategy; the clearing tier runs in the request.
+
+    `async` (default: false for clear-old-tool-results, true for the model-backed strategies)
+    runs it as a job and answers 202 with the job run.
+    """
+
+    def post(self, request: Request, thread_id: str) -> Response:
+        agent = request_agent(request)
+        thread = thread_for_agent(agent=agent, external_id=thread_id)
+        data = validated(CompactInput, request.data)
+        strategy = data.pop("strategy")
+        run_async = data.pop("async", strategy != CLEAR_TOOL_RESULTS)
+        if run_async:
+            run = compaction_request(thread=thread, strategy=strategy, options=data, actor=_actor(request))
+            run.refresh_from_db()
+            return Response({"job_run": job_run_json(run)}, status=status.HTTP_202_ACCEPTED)
+        run, outcome = compaction_now(thread=thread, strategy=strategy, options=data, actor=_actor(request))
+        body: dict[str, Any] = {"job_run": job_run_json(run), "strategy": strategy}
+        if outcome is None or outcome.entry is None:
+            reason = (run.result or {}).get("skipped") or (outcome.reason if outcome else "")
+            body.update(compacted=False, reason=reason)
+            if outcome is not None and outcome.notes:
+                body["partial"] = "; ".join(outcome.notes)
+            return Response(body, status=status.HTTP_200_OK)
+        body.update(outcome.as_result())
+        body["entry"] = entry_json(outcome.entry, thread.external_id)
+        return Response(body, status=status.HTTP_201_CREATED)
+
+
+class ThreadExtractView(APIView):
+    """Extract memory items from a thread's new entries: a job (202), or now with `async: false`."""
+
+    def post(self, request: Request, thread_id: str) -> Response:
+        agent = request_agent(request)
+        thread = thread_for_agent(agent=agent, external_id=thread_id)
+        data = validated(ExtractInput, request.data if request.data else {})
+        if data.get("async", True):
+            run = extraction_request(thread=thread, actor=_actor(request))
+            run.refresh_from_db()
+            return Response({"job_run": job_run_json(run)}, status=status.HTTP_202_ACCEPTED)
+        run, outcome = extraction_now(thread=thread, actor=_actor(request))
+        body: dict[str, Any] = {"job_run": job_run_json(run)}
+        if outcome is not None:
+            body["result"] = outcome.as_result()
+            body["item_ids"] = outcome.item_ids
+        return Response(body, status=status.HTTP_200_OK)
+
+
+def _is_tool_result(entry: Entry) -> bool:
+    return entry.type == EntryType.TOOL_RESULT or entry.role == Role.TOOL
+
+
+class ToolResultView(APIView):
+    """The content behind a cleared tool result's handle (what the `read_result` tool returns)."""
+
+    def get(self, request: Request, handle: str) -> Response:
+        entry = entry_for_agent(agent=request_agent(request), entry_id=handle)
+        if not _is_tool_result(entry):
+            raise NotFound("Tool result")
+        body: dict[str, Any] = {
+            "handle": entry.id,
+            "thread_id": entry.thread.external_id,
+            "tool_call_id": entry.tool_call_id,
+            "tool_name": entry.tool_name,
+            "content": entry.content,
+            "text": entry.text,
+            "redacted": entry.redacted_at is not None,
+        }
+        return Response(body)

@@ -1,0 +1,271 @@
+"""Compaction as a service: a strategy plans, the service re-checks and writes one compaction entry.
+
+Nothing is deleted: the compaction entry goes at the end of the active branch and names the
+first kept entry; `compacted_history` reads the branch through it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from governance.audit import audit_append
+from governance.jobs import job_enqueue, job_run, job_skip
+from governance.models import JobRun
+from memoryapp.compaction.history import compacted_history
+from memoryapp.compaction.policy import thread_branch
+from memoryapp.compaction.strategies import (
+    STRATEGIES,
+    STRATEGY_NAMES,
+    SUMMARIZE,
+    CompactionContext,
+    CompactionPlan,
+    strategy_options,
+)
+from memoryapp.errors import Conflict, DomainError, NotFound
+from memoryapp.llm.port import ModelUnavailable, model_available, recording_usage
+from memoryapp.models import Entry, Thread
+from memoryapp.models.choices import EntryType
+
+JOB_KIND = "compaction"
+
+
+@dataclass
+class CompactionOutcome:
+    strategy: str
+    entry: Entry | None = None
+    plan: CompactionPlan | None = None
+    reason: str = ""
+    # What the zero-model tier left out: the run says it was partial.
+    notes: list[str] = field(default_factory=list)
+
+    def as_result(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"strategy": self.strategy, "compacted": self.entry is not None}
+        if self.entry is not None:
+            event = self.entry.event or {}
+            result.update(
+                compaction_entry_id=self.entry.id,
+                first_kept_entry_id=event.get("first_kept_entry_id"),
+                tokens_before=event.get("tokens_before"),
+                tokens_after=event.get("tokens_after"),
+                cleared=len(event.get("cleared") or {}),
+                prompt_version=event.get("prompt_version", ""),
+            )
+        if self.reason:
+            result["reason"] = self.reason
+        if self.notes:
+            result["partial"] = "; ".join(self.notes)
+        return result
+
+
+def _check_strategy(strategy: str, options: dict[str, Any]) -> None:
+    if strategy not in STRATEGY_NAMES:
+        raise DomainError("unknown_strategy", f"strategy must be one of {', '.join(STRATEGY_NAMES)}.", field="strategy")
+    strategy_options(strategy, options)
+
+
+def _newest_compaction_id(entries: list[Entry]) -> str | None:
+    return next((e.id for e in reversed(entries) if e.type == EntryType.COMPACTION), None)
+
+
+def _audit_refused(*, thread: Thread, strategy: str, code: str, actor: str) -> None:
+    audit_append(
+        action="thread.compact",
+        actor=actor,
+        agent_id=thread.agent_id,
+        thread_id=thread.external_id,
+        outcome="refused",
+        details={"strategy": strategy, "code": code},
+    )
+
+
+def compaction_run(
+    *,
+    thread: Thread,
+    strategy: str,
+    options: dict[str, Any] | None = None,
+    run: JobRun | None = None,
+    actor: str = "",
+) -> CompactionOutcome:
+    """Plan a compaction of the thread's active branch with `strategy` and write it.
+
+    1. A job run that already wrote its compaction (a redelivered job) returns that entry.
+    2. Read the active branch and the history as the model sees it now.
+    3. The strategy plans (model calls are recorded on `run`); None: nothing to compact.
+    4. `compaction_write` re-checks what the plan stands on and writes the entry.
+    """
+    options = dict(options or {})
+    _check_strategy(strategy, options)
+    if run is not None:
+        done = Entry.objects.filter(thread=thread, type=EntryType.COMPACTION, event__job_run_id=run.pk).first()
+        if done is not None:
+            return CompactionOutcome(strategy=strategy, entry=done, reason="already written by this job run")
+    branch = thread_branch(thread)
+    ctx = CompactionContext(
+        thread=thread, branch=branch, view=compacted_history(branch), options=strategy_options(strategy, options)
+    )
+    try:
+        with recording_usage(run):
+            plan = STRATEGIES[strategy](ctx)
+    except Conflict as refused:
+        _audit_refused(thread=thread, strategy=strategy, code=refused.code, actor=actor)
+        raise
+    if plan is None:
+        return CompactionOutcome(strategy=strategy, reason="nothing to compact", notes=ctx.notes)
+    # Only what was there when the strategy read it counts: an entry redacted before the run
+    # began does not block every later compaction.
+    alive = {e.id for e in branch if e.redacted_at is None and e.type != EntryType.COMPACTION}
+    try:
+        entry = compaction_write(
+            thread=thread,
+            plan=plan,
+            covered_ids=plan.covered_ids & alive,
+            based_on=_newest_compaction_id(branch),
+            run_id=run.pk if run is not None else None,
+            actor=actor,
+        )
+    except Conflict as refused:
+        _audit_refused(thread=thread, strategy=strategy, code=refused.code, actor=actor)
+        raise
+    return CompactionOutcome(strategy=strategy, entry=entry, plan=plan, notes=ctx.notes)
+
+
+@transaction.atomic
+def compaction_write(
+    *,
+    thread: Thread,
+    plan: CompactionPlan,
+    covered_ids: set[str],
+    based_on: str | None,
+    run_id: int | None = None,
+    actor: str = "",
+) -> Entry:
+    """Write the compaction entry at the end of the active branch, if what it covers still stands.
+
+    1. Lock the thread row (entry writes, deletes and redactions of the thread wait for us).
+    2. Refuse (409) when an entry the plan covers was deleted, redacted, or left the active
+       branch while the strategy ran, or another compaction was written meanwhile.
+    3. Add the entry (type `compaction`, role `user`, content = summary or note, event = plan)
+       and its audit record, in this transaction.
+    """
+    from memoryapp.selectors.threads import path_ids
+    from memoryapp.services.threads import entry_add
+
+    locked = Thread.objects.select_for_update().filter(pk=thread.pk).first()
+    if locked is None:
+        raise NotFound("Thread")
+    on_branch = path_ids(thread=locked)
+    gone = covered_ids - on_branch
+    redacted = Entry.objects.filter(id__in=covered_ids, redacted_at__isnull=False).exists()
+    if gone or redacted:
+        raise Conflict(
+            "compaction_stale",
+            "Entries this compaction covers were deleted, redacted or left the branch while it ran; nothing was written.",
+        )
+    newest = (
+        Entry.objects.filter(thread=locked, id__in=on_branch, type=EntryType.COMPACTION)
+        .order_by("-seq")
+        .values_list("id", flat=True)
+        .first()
+    )
+    if newest != based_on:
+        raise Conflict(
+            "compaction_superseded", "Another compaction was written while this one ran; nothing was written."
+        )
+    event = plan.event()
+    if run_id is not None:
+        event["job_run_id"] = run_id
+    entry = entry_add(thread=thread, type=EntryType.COMPACTION, role="user", content=plan.content, event=event)
+    audit_append(
+        action="thread.compact",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.external_id,
+        subject=entry.id,
+        outcome="written",
+        details={
+            "strategy": plan.strategy,
+            "first_kept_entry_id": plan.first_kept_entry_id,
+            "cleared": len(plan.cleared),
+            "tokens_before": plan.tokens_before,
+            "tokens_after": plan.tokens_after,
+        },
+    )
+    return entry
+
+
+# --- jobs ------------------------------------------------------------------------------------------
+
+
+def _job_arguments(thread: Thread, strategy: str, options: dict[str, Any], actor: str) -> dict[str, Any]:
+    return {
+        "thread_pk": thread.pk,
+        "thread_id": thread.external_id,
+        "strategy": strategy,
+        "options": options,
+        "actor": actor,
+    }
+
+
+def compaction_job(run: JobRun, outcomes: list[CompactionOutcome] | None = None) -> dict[str, Any] | None:
+    """The body of a compaction job run: skipped with its reason when it cannot run."""
+    arguments = run.arguments or {}
+    thread = Thread.objects.filter(pk=int(arguments.get("thread_pk") or 0)).first()
+    if thread is None:
+        job_skip(run, "the thread was deleted")
+        return None
+    strategy = str(arguments.get("strategy"))
+    if strategy == SUMMARIZE and not model_available():
+        job_skip(run, f"no language model is configured (LLM_PROVIDER=none): {strategy} needs one")
+        return None
+    try:
+        outcome = compaction_run(
+            thread=thread,
+            strategy=strategy,
+            options=arguments.get("options") or {},
+            run=run,
+            actor=str(arguments.get("actor") or ""),
+        )
+    except ModelUnavailable as exc:
+        job_skip(run, f"no language model is configured: {exc}")
+        return None
+    if outcomes is not None:
+        outcomes.append(outcome)
+    return outcome.as_result()
+
+
+def compaction_request(
+    *, thread: Thread, strategy: str, options: dict[str, Any] | None = None, actor: str = ""
+) -> JobRun:
+    """Enqueue a compaction job (admin "compact now", API with async); one queued run per thread and strategy."""
+    from memoryapp.tasks.compaction import compact_thread
+
+    options = dict(options or {})
+    _check_strategy(strategy, options)
+    return job_enqueue(
+        kind=JOB_KIND,
+        task=compact_thread,
+        arguments=_job_arguments(thread, strategy, options, actor),
+        agent_id=thread.agent_id,
+        dedupe_key=f"compact:{thread.pk}:{strategy}",
+    )
+
+
+def compaction_now(
+    *, thread: Thread, strategy: str, options: dict[str, Any] | None = None, actor: str = ""
+) -> tuple[JobRun, CompactionOutcome | None]:
+    """Run a compaction in this process (the zero-model tier in a request), still as a job run.
+
+    Errors (a refused compaction) mark the run failed and are raised to the caller.
+    """
+    options = dict(options or {})
+    _check_strategy(strategy, options)
+    run = JobRun.objects.create(
+        kind=JOB_KIND, agent_id=thread.agent_id, arguments=_job_arguments(thread, strategy, options, actor)
+    )
+    outcomes: list[CompactionOutcome] = []
+    job_run(run.pk, lambda r: compaction_job(r, outcomes))
+    run.refresh_from_db()
+    return run, (outcomes[0] if outcomes else None)

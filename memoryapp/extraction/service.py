@@ -1,0 +1,303 @@
+"""Extraction as a service and a job per thread: new entries -> memory items, once.
+
+Progress is a high-water mark, `Thread.metadata["extraction"]` = {"through_seq", "failed",
+"prompt_version"}: every window's items and the mark move together in one transaction, so a job
+that dies half-way leaves whole windows done and the next run starts after them, writing
+nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection, transaction
+
+from governance.audit import audit_append
+from governance.jobs import job_enqueue, job_progress, job_run, job_skip
+from governance.models import JobRun
+from memoryapp.extraction.extractor import (
+    WINDOW_TOKENS,
+    ExtractedItem,
+    WindowResult,
+    extract_window,
+    extraction_windows,
+    quote_holds,
+)
+from memoryapp.extraction.times import zone_of
+from memoryapp.llm.arrays import NoArrayError
+from memoryapp.llm.port import ModelUnavailable, model_available, recording_usage
+from memoryapp.models import Entry, Thread
+from memoryapp.models.choices import HISTORY_TYPES
+from memoryapp.prompts import EXTRACTION
+
+JOB_KIND = "extraction"
+PROGRESS_KEY = "extraction"
+# A window that failed is tried again by this many later runs, then given up (and said so).
+FAILED_WINDOW_ATTEMPTS = 3
+
+
+class ExtractionFailed(Exception):
+    """Every window of the run failed: the job run fails with this."""
+
+
+@dataclass
+class ExtractionOutcome:
+    windows: int = 0
+    items_written: int = 0
+    items_left_out: int = 0
+    items_dropped_gone: int = 0
+    quotes_dropped: int = 0
+    model_calls: int = 0
+    continuations: int = 0
+    through_seq: int = 0
+    failed_windows: list[dict[str, Any]] = field(default_factory=list)
+    item_ids: list[str] = field(default_factory=list)
+
+    def as_result(self) -> dict[str, Any]:
+        return {
+            "windows": self.windows,
+            "items_written": self.items_written,
+            "items_left_out": self.items_left_out,
+            "items_dropped_entries_gone": self.items_dropped_gone,
+            "quotes_dropped": self.quotes_dropped,
+            "model_calls": self.model_calls,
+            "continuations": self.continuations,
+            "through_seq": self.through_seq,
+            "failed_windows": self.failed_windows,
+            "prompt_version": EXTRACTION,
+        }
+
+
+def extraction_progress(thread: Thread) -> dict[str, Any]:
+    progress = (thread.metadata or {}).get(PROGRESS_KEY)
+    return dict(progress) if isinstance(progress, dict) else {}
+
+
+def _save_progress(thread: Thread, progress: dict[str, Any]) -> None:
+    """Set metadata["extraction"] alone (jsonb_set), so an agent's own metadata keys are never lost."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE memoryapp_thread SET metadata = jsonb_set(COALESCE(metadata, '{}'::jsonb), %s, %s::jsonb) "
+            "WHERE id = %s",
+            ["{" + PROGRESS_KEY + "}", json.dumps(progress), thread.pk],
+        )
+    thread.metadata = {**(thread.metadata or {}), PROGRESS_KEY: progress}
+
+
+def _in_ranges(seq: int, ranges: list[dict[str, Any]]) -> bool:
+    return any(int(r["from_seq"]) <= seq <= int(r["to_seq"]) for r in ranges)
+
+
+def entries_to_extract(thread: Thread) -> tuple[list[Entry], list[Entry]]:
+    """(new entries of the active branch, the whole branch): after the mark, or in a failed window."""
+    from memoryapp.selectors.threads import path_entries
+
+    progress = extraction_progress(thread)
+    through = int(progress.get("through_seq") or 0)
+    failed = [r for r in progress.get("failed") or [] if isinstance(r, dict)]
+    branch = list(path_entries(thread=thread, types=HISTORY_TYPES))
+    fresh = [e for e in branch if e.redacted_at is None and (e.seq > through or _in_ranges(e.seq, failed))]
+    return fresh, branch
+
+
+@transaction.atomic
+def _write_window(
+    *,
+    thread: Thread,
+    window: list[Entry],
+    result: WindowResult,
+    shadow: bool,
+    actor: str,
+    outcome: ExtractionOutcome,
+) -> None:
+    """Write one window's items and move the mark, or nothing at all.
+
+    1. Lock the thread row: entry deletes and redactions of the thread wait until we are done.
+    2. A window another run already wrote (the mark is past it) writes nothing.
+    3. Re-read the quoted entries: a quote whose entry was deleted or redacted while the model
+       answered (or no longer holds) is dropped, and an item left without one is dropped.
+    4. Write each item through `item_write` (activation rules, merge of repeats, shadow mode).
+    5. Move the mark past the window, and take the window out of the failed ones.
+    """
+    from memoryapp.services.items import item_write
+
+    locked = Thread.objects.select_for_update().filter(pk=thread.pk).first()
+    if locked is None:
+        return
+    progress = extraction_progress(locked)
+    through = int(progress.get("through_seq") or 0)
+    first, last = window[0].seq, window[-1].seq
+    failed = [r for r in progress.get("failed") or [] if isinstance(r, dict)]
+    if last <= through and not _in_ranges(first, failed):
+        return
+    quoted_ids = {q["entry_id"] for item in result.items for q in item.evidence}
+    current = {
+        e.id: e
+        for e in Entry.objects.filter(thread=locked, id__in=quoted_ids, redacted_at__isnull=True).only(
+            "id", "text", "redacted_at"
+        )
+    }
+    written: list[ExtractedItem] = []
+    for item in result.items:
+        evidence = [
+            q for q in item.evidence if q["entry_id"] in current and quote_holds(q["quote"], current[q["entry_id"]])
+        ]
+        if not evidence:
+            outcome.items_dropped_gone += 1
+            continue
+        saved = item_write(
+            agent=locked.agent,
+            kind=item.kind,
+            subject=item.subject,
+            attribute=item.attribute,
+            value=item.value,
+            trust=item.trust,
+            user_id=locked.user_id,
+            project_id=str((locked.metadata or {}).get("project_id") or "")[:128],
+            evidence=[{"entry_id": q["entry_id"], "quote": q["quote"]} for q in evidence],
+            confidence=item.confidence,
+            valid_from=item.valid_from,
+            valid_to=item.valid_to,
+            metadata={"extracted_from_thread": locked.external_id},
+            prompt_version=EXTRACTION,
+            shadow=shadow,
+            actor=actor,
+        )
+        outcome.item_ids.append(saved.pk)
+        written.append(item)
+    progress["through_seq"] = max(through, last)
+    progress["failed"] = [r for r in failed if not (int(r["from_seq"]) >= first and int(r["to_seq"]) <= last)]
+    progress["prompt_version"] = EXTRACTION
+    _save_progress(locked, progress)
+    thread.metadata = locked.metadata
+    outcome.items_written += len(written)
+    audit_append(
+        action="thread.extract",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.external_id,
+        subject=f"seq {first}-{last}",
+        outcome="written",
+        details={"items": len(written), "left_out": result.left_out, "quotes_dropped": result.quotes_dropped},
+    )
+
+
+@transaction.atomic
+def _note_failed_window(*, thread: Thread, window: list[Entry], error: str) -> dict[str, Any]:
+    locked = Thread.objects.select_for_update().filter(pk=thread.pk).first()
+    first, last = window[0].seq, window[-1].seq
+    record = {"from_seq": first, "to_seq": last, "error": error[:300]}
+    if locked is None:
+        return record
+    progress = extraction_progress(locked)
+    failed = [r for r in progress.get("failed") or [] if isinstance(r, dict)]
+    previous = next((r for r in failed if int(r["from_seq"]) == first), None)
+    attempts = int(previous.get("attempts") or 0) + 1 if previous else 1
+    failed = [r for r in failed if r is not previous]
+    if attempts < FAILED_WINDOW_ATTEMPTS:
+        failed.append({"from_seq": first, "to_seq": last, "attempts": attempts})
+    progress["failed"] = failed
+    progress["through_seq"] = max(int(progress.get("through_seq") or 0), last)
+    _save_progress(locked, progress)
+    thread.metadata = locked.metadata
+    return {**record, "attempts": attempts, "given_up": attempts >= FAILED_WINDOW_ATTEMPTS}
+
+
+def extraction_run(
+    *, thread: Thread, run: JobRun | None = None, actor: str = "extraction", window_tokens: int = WINDOW_TOKENS
+) -> ExtractionOutcome:
+    """Extract memory items from the thread's entries not read yet, one window at a time.
+
+    1. The new entries of the active branch (after the mark, or in a window that failed before).
+    2. Windows of about `window_tokens`; for each, one model call (`extract_window`); a window
+       with no JSON array after three tries fails alone and is tried again by a later run.
+    3. Each window's items and the moved mark are written in one transaction (`_write_window`).
+    4. Every window failed: ExtractionFailed (the run fails).
+    """
+    outcome = ExtractionOutcome()
+    fresh, branch = entries_to_extract(thread)
+    windows = extraction_windows(fresh, window_tokens)
+    outcome.windows = len(windows)
+    zone = zone_of((thread.metadata or {}).get("time_zone") or (thread.metadata or {}).get("timezone"))
+    shadow = bool(thread.agent.shadow_mode)
+    for index, window in enumerate(windows):
+        try:
+            with recording_usage(run):
+                result = extract_window(window, user_id=thread.user_id, zone=zone, branch=branch)
+        except NoArrayError as exc:
+            outcome.failed_windows.append(_note_failed_window(thread=thread, window=window, error=str(exc)))
+        else:
+            outcome.items_left_out += result.left_out
+            outcome.quotes_dropped += result.quotes_dropped
+            outcome.model_calls += result.calls
+            outcome.continuations += result.continuations
+            _write_window(thread=thread, window=window, result=result, shadow=shadow, actor=actor, outcome=outcome)
+        if run is not None:
+            job_progress(run, done=index + 1, total=len(windows))
+    outcome.through_seq = int(extraction_progress(thread).get("through_seq") or 0)
+    if windows and len(outcome.failed_windows) == len(windows):
+        raise ExtractionFailed(f"All {len(windows)} window(s) failed: the model answered without a JSON array.")
+    return outcome
+
+
+# --- jobs ----------------------------------------------------------------------------------------------
+
+
+def extraction_job(run: JobRun, outcomes: list[ExtractionOutcome] | None = None) -> dict[str, Any] | None:
+    """The body of an extraction job run: skipped with its reason when it cannot run."""
+    arguments = run.arguments or {}
+    thread = Thread.objects.select_related("agent").filter(pk=int(arguments.get("thread_pk") or 0)).first()
+    if thread is None:
+        job_skip(run, "the thread was deleted")
+        return None
+    if not model_available():
+        job_skip(run, "no language model is configured (LLM_PROVIDER=none): extraction needs one")
+        return None
+    try:
+        outcome = extraction_run(thread=thread, run=run, actor=str(arguments.get("actor") or "extraction"))
+    except ModelUnavailable as exc:
+        job_skip(run, f"no language model is configured: {exc}")
+        return None
+    if outcomes is not None:
+        outcomes.append(outcome)
+    return outcome.as_result()
+
+
+def _arguments(thread: Thread, actor: str) -> dict[str, Any]:
+    return {"thread_pk": thread.pk, "thread_id": thread.external_id, "actor": actor}
+
+
+class Debounced:
+    """A task sent with a countdown: entries arriving meanwhile join the same queued run."""
+
+    def __init__(self, task: Any, countdown: float):
+        self.task = task
+        self.countdown = countdown
+
+    def delay(self, *args: Any) -> Any:
+        return self.task.apply_async(args=args, countdown=self.countdown)
+
+
+def extraction_request(*, thread: Thread, actor: str = "", countdown: float | None = None) -> JobRun:
+    """Enqueue the thread's extraction job (API, admin "extract now"); one queued run per thread."""
+    from memoryapp.tasks.extraction import extract_thread
+
+    task: Any = extract_thread if not countdown else Debounced(extract_thread, countdown)
+    return job_enqueue(
+        kind=JOB_KIND,
+        task=task,
+        arguments=_arguments(thread, actor or "extraction"),
+        agent_id=thread.agent_id,
+        dedupe_key=f"extract:{thread.pk}",
+    )
+
+
+def extraction_now(*, thread: Thread, actor: str = "") -> tuple[JobRun, ExtractionOutcome | None]:
+    """Run the thread's extraction in this process, still as a job run (errors mark it failed and raise)."""
+    run = JobRun.objects.create(kind=JOB_KIND, agent_id=thread.agent_id, arguments=_arguments(thread, actor))
+    outcomes: list[ExtractionOutcome] = []
+    job_run(run.pk, lambda r: extraction_job(r, outcomes))
+    run.refresh_from_db()
+    return run, (outcomes[0] if outcomes else None)
