@@ -52,3 +52,36 @@ def vector_space_status() -> VectorSpaceStatus:
     return VectorSpaceStatus(
         True, f"{settings.EMBEDDER}:{settings.EMBEDDING_MODEL} ({configured} dimensions)", stored, configured
     )
+
+
+# The vector columns and their HNSW indexes (names as declared in the models' Meta.indexes).
+VECTOR_COLUMNS = (
+    ("memoryapp_entry", "entry_embedding_hnsw"),
+    ("memoryapp_memoryitem", "item_embedding_hnsw"),
+)
+
+
+def vector_columns_resize(dimensions: int) -> None:
+    """Give the vector columns another dimension: the stored vectors cannot be kept.
+
+    1. Drop each HNSW index (an index is built for one dimension).
+    2. ALTER the column to vector(dimensions), every vector set to NULL (and embedded_at too),
+       so the embedding job sees every row as still to embed.
+    3. Build the index again (on an empty column that is quick; the job fills it).
+    Runs in one transaction: a failure leaves the old columns as they were.
+    """
+    from django.db import transaction
+
+    if dimensions < 1 or dimensions > 16000:
+        raise ValueError("dimensions must be between 1 and 16000")
+    with transaction.atomic(), connection.cursor() as cursor:
+        for table, index in VECTOR_COLUMNS:
+            cursor.execute(f"DROP INDEX IF EXISTS {index}")
+            cursor.execute(
+                f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(dimensions)}) USING NULL::vector({int(dimensions)})"
+            )
+            cursor.execute(f"UPDATE {table} SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
+            cursor.execute(
+                f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "
+                "WITH (m = 16, ef_construction = 64)"
+            )

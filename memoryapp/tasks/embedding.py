@@ -1,1 +1,49 @@
-"""Celery tasks of this area."""
+"""Celery tasks of the recall area: embedding (queue "embedding", routed by the embed_* name)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from governance.jobs import job_progress, job_run, job_skip
+from governance.models import JobRun
+from memoryapp.search.embedders import EmbedderError
+
+
+def _embed_pending_work(run: JobRun) -> dict[str, Any] | None:
+    from memoryapp.search.indexing import embed_pending as embed_pending_service
+
+    result = embed_pending_service(
+        agent_id=run.arguments.get("agent_id"), progress=lambda done: job_progress(run, done=done)
+    )
+    if "skipped" in result:
+        job_skip(run, str(result["skipped"]))
+        return None
+    return result
+
+
+@shared_task(
+    name="memoryapp.tasks.embed_pending",
+    autoretry_for=(EmbedderError,),
+    retry_backoff=5,
+    retry_backoff_max=120,
+    max_retries=5,
+    soft_time_limit=1500,
+    time_limit=1800,
+)
+def embed_pending(run_id: int) -> None:
+    """Embed the agent's entries and items that have no vector yet (memoryapp.search.indexing)."""
+    job_run(run_id, _embed_pending_work)
+
+
+def _reembed_work(run: JobRun) -> dict[str, Any] | None:
+    from memoryapp.search.indexing import reembed_all
+
+    return reembed_all(agent_id=run.arguments.get("agent_id"), progress=lambda done: job_progress(run, done=done))
+
+
+@shared_task(name="memoryapp.tasks.embed_all_again", autoretry_for=(EmbedderError,), retry_backoff=5, max_retries=3)
+def embed_all_again(run_id: int) -> None:
+    """Re-embed everything (of one agent) with the configured model: the `reembed` command's job."""
+    job_run(run_id, _reembed_work)

@@ -1,0 +1,758 @@
+"""The token-budgeted context builder (004 "Context Builder", "Partitions", "Built Context").
+
+`context_build(agent=, thread=, request=)` returns the BuiltContext of one turn as a dict:
+
+1. Budget: max_tokens - reserve_tokens. The required partitions (system prompt, pinned, index,
+   the compaction summary, the brief, and the current input, which is counted but not sent) are
+   fitted first; a system prompt larger than the budget is still sent whole, with a warning.
+2. History: the newest part of the branch is read (growing while the budget could take more),
+   through compacted_history, so a compaction's summary and cleared tool results apply.
+3. The shared partitions split what is left (fit_in_order): facts first, then recall, then
+   recent, each no more than its share unless the others leave room.
+4. Strategy: `recent` keeps one unbroken run back from the newest message; `relevant` keeps the
+   turns most similar to the input, in conversation order; `hybrid` keeps a recent run and
+   recalls older turns and memory items by the search selector into the memory context.
+5. Duplicates: a fact or recalled block that a kept block of a more lasting partition holds word
+   for word is left out (reason duplicate).
+6. Messages: one system message, the summary, the history (cache breakpoints on its last message
+   and on the last message of the turn before), then the <memory_context> user message.
+A part that fails to load is left out and reported in `errors`; build never fails for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+
+from memoryapp.compaction.history import SUMMARY_HEADING, compacted_history
+from memoryapp.context.partitions import (
+    DroppedBlock,
+    fit_in_order,
+    held_in,
+    partition_shares,
+    words_of,
+)
+from memoryapp.context.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
+from memoryapp.errors import DomainError
+from memoryapp.models import Agent, Entry, Thread
+from memoryapp.models.choices import EntryType, Role
+from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
+from memoryapp.search.indexing import entry_embedding_text, speaker_of
+from memoryapp.search.vector import vector_literal
+
+logger = logging.getLogger(__name__)
+
+STRATEGIES = ("recent", "relevant", "hybrid")
+MAX_TOKENS_LIMIT = 2_000_000
+RELEVANT_CANDIDATES = 200
+RECALL_LIMIT = 20
+RECALL_TEXT_CHARS = 1200
+FIRST_WINDOW = 64
+MAX_WINDOW = 20_000
+MEMORY_OPEN = "<memory_context>"
+MEMORY_CLOSE = "</memory_context>"
+HEADERS = {"facts": "Known facts:", "recall_entries": "Earlier in this conversation:", "recall_items": "From memory:"}
+
+
+@dataclass
+class ContextRequest:
+    max_tokens: int
+    strategy: str = "hybrid"
+    reserve_tokens: int | None = None
+    system_prompt: str = ""
+    pinned: list[str] = field(default_factory=list)
+    index: str = ""
+    brief: str = ""
+    current_input: str = ""
+    leaf_id: str | None = None
+    as_of: datetime | None = None
+    include_facts: bool = True
+    partitions: dict[str, Any] | None = None
+
+
+@dataclass
+class _Unit:
+    """Entries that go together: a message, or a tool call with its results."""
+
+    entries: list[Entry]
+    tokens: list[int]
+
+    @property
+    def cost(self) -> int:
+        return sum(self.tokens)
+
+    @property
+    def first(self) -> Entry:
+        return self.entries[0]
+
+
+@dataclass
+class _Run:
+    units: list[_Unit]  # chronological
+    notes: dict[str, int]  # entry id -> tokens of a tool result sent as a short note
+    cost: int
+    stopped: bool  # the budget ended the run (older entries were there)
+
+
+def _entry_tokens(entry: Entry) -> int:
+    return count_message_tokens(entry.content if entry.content is not None else entry.text, entry.tool_calls)
+
+
+def _is_reply(entry: Entry) -> bool:
+    return entry.type == EntryType.TOOL_RESULT or entry.role in (Role.ASSISTANT, Role.TOOL)
+
+
+def _units(entries: Sequence[Entry]) -> list[_Unit]:
+    """Group a tool call with the tool results that answer it (they are never split)."""
+    units: list[_Unit] = []
+    open_calls: dict[str, _Unit] = {}
+    for entry in entries:
+        if entry.type == EntryType.TOOL_RESULT and entry.tool_call_id in open_calls:
+            unit = open_calls[entry.tool_call_id]
+            unit.entries.append(entry)
+            unit.tokens.append(_entry_tokens(entry))
+            continue
+        unit = _Unit(entries=[entry], tokens=[_entry_tokens(entry)])
+        units.append(unit)
+        for call in entry.tool_calls or []:
+            if isinstance(call, dict) and call.get("id"):
+                open_calls[str(call["id"])] = unit
+    return units
+
+
+def _note_text(entry: Entry, tokens: int) -> str:
+    name = entry.tool_name or "tool"
+    return f"[{name} result of {tokens} tokens left out: too large for the context]"
+
+
+def _note_tokens(entry: Entry, tokens: int) -> int:
+    return count_message_tokens(_note_text(entry, tokens))
+
+
+def _fit_unit(unit: _Unit, room: int) -> dict[str, int] | None:
+    """The notes that make the unit fit `room` (tool results largest first), or None."""
+    if unit.cost <= room:
+        return {}
+    results = sorted(
+        (i for i, e in enumerate(unit.entries) if e.type == EntryType.TOOL_RESULT), key=lambda i: -unit.tokens[i]
+    )
+    cost = unit.cost
+    notes: dict[str, int] = {}
+    for i in results:
+        entry = unit.entries[i]
+        note = _note_tokens(entry, unit.tokens[i])
+        if note >= unit.tokens[i]:
+            continue
+        cost += note - unit.tokens[i]
+        notes[entry.id] = unit.tokens[i]
+        if cost <= room:
+            return notes
+    return None
+
+
+def _unit_cost(unit: _Unit, notes: dict[str, int]) -> int:
+    return sum(_note_tokens(e, t) if e.id in notes else t for e, t in zip(unit.entries, unit.tokens, strict=True))
+
+
+def _recent_run(units: list[_Unit], room: int, *, complete: bool) -> _Run:
+    """One unbroken run back from the newest unit that fits `room`.
+
+    1. Walk from the newest unit back; a unit that fits is kept; one that does not fit is kept
+       with its large tool results as short notes when that makes it fit; else the run ends.
+    2. A run may not start with a reply (assistant message or tool result) whose question is
+       older than the run: such units are dropped from its start (a reply never appears without
+       the message it answers), unless the run reaches the start of the history.
+    `complete` says whether `units` begin at the start of the history (nothing older unread).
+    """
+    kept: list[_Unit] = []
+    notes: dict[str, int] = {}
+    cost = 0
+    stopped = False
+    for unit in reversed(units):
+        unit_notes = _fit_unit(unit, room - cost)
+        if unit_notes is None:
+            stopped = True
+            break
+        notes.update(unit_notes)
+        cost += _unit_cost(unit, unit_notes)
+        kept.append(unit)
+    kept.reverse()
+    reaches_start = not stopped and complete
+    while kept and not reaches_start and _is_reply(kept[0].first):
+        dropped = kept.pop(0)
+        cost -= _unit_cost(dropped, notes)
+        for e in dropped.entries:
+            notes.pop(e.id, None)
+        stopped = True
+    return _Run(units=kept, notes=notes, cost=cost, stopped=stopped)
+
+
+class _MemoryBlock:
+    """Charges of the <memory_context> message: its wrapper goes to the first partition that
+    opens it, each section header to the partition of its first line."""
+
+    def __init__(self) -> None:
+        self.open = False
+        self.sections: set[str] = set()
+
+    def wrapper_cost(self) -> int:
+        return 0 if self.open else MESSAGE_OVERHEAD + count_tokens(MEMORY_OPEN + "\n") + count_tokens(MEMORY_CLOSE)
+
+    def line_cost(self, section: str | None, line: str) -> int:
+        cost = self.wrapper_cost() + count_tokens(line + "\n")
+        if section is not None and section not in self.sections:
+            cost += count_tokens("\n" + HEADERS[section] + "\n")
+        return cost
+
+    def take(self, section: str | None) -> None:
+        self.open = True
+        if section is not None:
+            self.sections.add(section)
+
+
+def _history_message(entry: Entry, note_tokens: int | None = None) -> dict[str, Any]:
+    role = "tool" if entry.type == EntryType.TOOL_RESULT else (entry.role or Role.USER)
+    content: Any = entry.content if entry.content is not None else entry.text
+    if note_tokens is not None:
+        content = _note_text(entry, note_tokens)
+    message: dict[str, Any] = {"role": role, "content": content}
+    if entry.tool_calls:
+        message["tool_calls"] = entry.tool_calls
+    if entry.tool_call_id:
+        message["tool_call_id"] = entry.tool_call_id
+    if entry.type == EntryType.TOOL_RESULT and entry.tool_name:
+        message["name"] = entry.tool_name
+    elif entry.sender_name:
+        message["name"] = entry.sender_name
+    message["entry_id"] = entry.id
+    return message
+
+
+def _entry_ref(entry: Entry, tokens: int) -> dict[str, Any]:
+    return {"id": entry.id, "seq": entry.seq, "type": entry.type, "role": entry.role, "tokens": tokens}
+
+
+def _date(at: datetime | None) -> str:
+    return at.date().isoformat() if at else "undated"
+
+
+def _recall_entry_line(hit: Any) -> str:
+    text = " ".join((hit.text or "").split())
+    if len(text) > RECALL_TEXT_CHARS:
+        text = text[:RECALL_TEXT_CHARS] + "…"
+    who = speaker_of(role=hit.role, sender_name=hit.sender_name)
+    return f"- [{_date(hit.created_at)}] {who}: {text}"
+
+
+def _recall_item_line(hit: Any, at: datetime) -> str:
+    line = f"- {hit.text}"
+    if hit.valid_to is not None and hit.valid_to <= at:
+        line += f" (held from {_date(hit.valid_from)} to {_date(hit.valid_to)})"
+    return line
+
+
+def _with_leaf_field(exc: DomainError) -> DomainError:
+    if exc.field == "leaf":
+        exc.field = "leaf_id"
+    return exc
+
+
+def _newest_compaction(*, thread: Thread, window: list[Entry], complete: bool) -> Entry | None:
+    """The newest compaction entry on the branch: in the window, or before it (then checked to be
+    on the branch: a compaction of another branch does not apply)."""
+    from memoryapp.selectors.threads import entry_on_branch
+
+    in_window = [e for e in window if e.type == EntryType.COMPACTION]
+    if in_window:
+        return in_window[-1]
+    if complete or not window:
+        return None
+    oldest = window[0]
+    candidates = Entry.objects.filter(thread=thread, type=EntryType.COMPACTION, seq__lt=oldest.seq).order_by("-seq")
+    for candidate in candidates.only("id", "seq", "event")[:10]:
+        if entry_on_branch(thread=thread, leaf_id=oldest.id, entry_id=candidate.id):
+            return candidate
+    return None
+
+
+def _read_history(*, thread: Thread, leaf_id: str | None, want: int, room: int) -> tuple[Any, bool, list[Entry]]:
+    """The kept history (compacted), whether it starts at the branch's start, and the raw window.
+
+    Reads the newest `want` entries; grows the window (x4) while the budget could take all of
+    it and more are there; when a compaction lies before the window, reads back to its first
+    kept entry so the summary and its cut apply.
+    """
+    from memoryapp.compaction.history import HISTORY_AND_COMPACTION
+    from memoryapp.selectors.threads import path_entries
+
+    limit = max(1, want)
+    while True:
+        try:
+            window = path_entries(thread=thread, leaf_id=leaf_id, limit=limit, types=HISTORY_AND_COMPACTION)
+        except DomainError as exc:
+            raise _with_leaf_field(exc) from exc
+        complete = len(window) < limit
+        compaction = _newest_compaction(thread=thread, window=window, complete=complete)
+        if compaction is not None and compaction not in window and not complete:
+            event = compaction.event if isinstance(compaction.event, dict) else {}
+            first_kept = event.get("first_kept_entry_id")
+            first_seq = Entry.objects.filter(thread=thread, id=first_kept).values_list("seq", flat=True).first()
+            if first_seq is None:
+                first_seq = event.get("first_kept_seq") if isinstance(event.get("first_kept_seq"), int) else None
+            span = Entry.objects.filter(
+                thread=thread, seq__gte=first_seq if first_seq is not None else compaction.seq
+            ).count()
+            if span + 1 > limit:
+                limit = min(MAX_WINDOW * 4, span + 1)
+                continue
+        history = compacted_history(window)
+        if complete or compaction is not None or limit >= MAX_WINDOW:
+            return history, complete or compaction is not None, window
+        tokens = sum(_entry_tokens(e) for e in history.entries)
+        if tokens >= room:
+            return history, False, window
+        limit *= 4
+
+
+def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> dict[str, Any]:
+    """Build the context of one turn (see the module's steps)."""
+    from memoryapp.selectors.items import context_facts, items_for_recall
+
+    strategy = request.strategy
+    shares = partition_shares(strategy, request.partitions)
+    max_tokens = request.max_tokens
+    reserve = request.reserve_tokens
+    if reserve is None:
+        reserve = min(max(100, math.ceil(max_tokens * 0.1)), max_tokens // 2)
+    budget = max_tokens - reserve
+    errors: list[dict[str, str]] = []
+    warnings: list[str] = []
+    dropped_blocks: list[DroppedBlock] = []
+    dropped_entries: list[dict[str, Any]] = []
+    partitions: dict[str, int] = {}
+    memory = _MemoryBlock()
+
+    # 1. Required partitions.
+    system_parts: list[tuple[str, str]] = []
+    if request.system_prompt:
+        system_parts.append(("system", request.system_prompt))
+    system_parts += [("pinned", text) for text in request.pinned if text]
+    if request.index:
+        system_parts.append(("index", request.index))
+    for position, (name, text) in enumerate(system_parts):
+        cost = count_tokens(text) + MESSAGE_OVERHEAD if position == 0 else count_tokens("\n\n" + text)
+        partitions[name] = partitions.get(name, 0) + cost
+    if request.current_input:
+        partitions["final"] = count_message_tokens(request.current_input)
+    if request.brief:
+        partitions["brief"] = memory.line_cost(None, request.brief)
+        memory.take(None)
+
+    # 2. History (needs the summary, a required partition, before the rest is split).
+    required_so_far = sum(partitions.values())
+    history_room_estimate = max(0, budget - required_so_far)
+    want = FIRST_WINDOW if strategy != "relevant" else RELEVANT_CANDIDATES
+    want = max(want, min(MAX_WINDOW, history_room_estimate // 40))
+    history_entries: list[Entry] = []
+    summary: str | None = None
+    compaction_id: str | None = None
+    complete = True
+    try:
+        compacted, complete, _ = _read_history(
+            thread=thread, leaf_id=request.leaf_id, want=want, room=history_room_estimate
+        )
+        history_entries = compacted.entries
+        summary, compaction_id = compacted.summary, compacted.compaction_id
+    except DomainError:
+        raise
+    except Exception as exc:  # a store failure leaves the history out, reported
+        logger.exception("context history failed")
+        errors.append({"source": "history", "message": str(exc)})
+    summary_text = ""
+    if summary:
+        summary_text = summary if summary.startswith(SUMMARY_HEADING) else f"{SUMMARY_HEADING}\n{summary}"
+        partitions["summaries"] = count_message_tokens(summary_text)
+
+    required = sum(partitions.values())
+    system_cost = partitions.get("system", 0)
+    if system_cost > budget:
+        warnings.append(
+            f"the system prompt ({system_cost} tokens) is larger than the budget ({budget} tokens): sent whole"
+        )
+    elif required > budget:
+        warnings.append(f"the required partitions ({required} tokens) are larger than the budget ({budget} tokens)")
+    available = max(0, budget - required)
+
+    # Texts of the more lasting partitions, for duplicate removal.
+    lasting: list[str] = [words_of(text) for _, text in system_parts]
+    if summary_text:
+        lasting.append(words_of(summary_text))
+    if request.brief:
+        lasting.append(words_of(request.brief))
+
+    # 3a. Facts.
+    fact_lines: list[tuple[str, str, int]] = []  # (item id, line, tokens)
+    facts_sent: list[dict[str, Any]] = []
+    if request.include_facts:
+        try:
+            facts = context_facts(
+                agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=request.as_of
+            )
+        except Exception as exc:
+            logger.exception("context facts failed")
+            errors.append({"source": "facts", "message": str(exc)})
+            facts = []
+        probe = _MemoryBlock()
+        probe.open, probe.sections = memory.open, set(memory.sections)
+        for fact in facts:
+            line = f"- {fact.text}"
+            if held_in(fact.text, lasting):
+                dropped_blocks.append(DroppedBlock("facts", "duplicate", count_tokens(line + "\n"), fact.item_id))
+                continue
+            cost = probe.line_cost("facts", line)
+            probe.take("facts")
+            fact_lines.append((fact.item_id, line, cost))
+    recall_wanted = strategy == "hybrid" and bool(request.current_input.strip())
+    needs = {
+        "facts": sum(c for _, _, c in fact_lines),
+        "recall": math.floor(shares["recall"] * available) if recall_wanted else 0,
+        "recent": available,
+    }
+    room = fit_in_order(available, shares, needs)
+    facts_used = 0
+    kept_fact_lines: list[str] = []
+    for item_id, line, _ in fact_lines:
+        cost = memory.line_cost("facts", line)
+        if facts_used + cost > room["facts"]:
+            reason = "oversized" if cost > room["facts"] else "budget"
+            dropped_blocks.append(DroppedBlock("facts", reason, cost, item_id))
+            continue
+        memory.take("facts")
+        facts_used += cost
+        kept_fact_lines.append(line)
+        facts_sent.append({"id": item_id, "text": line[2:]})
+        lasting.append(words_of(line[2:]))
+    if facts_used:
+        partitions["facts"] = facts_used
+    spare_from_facts = room["facts"] - facts_used
+
+    # 3b. History by strategy.
+    units = _units(history_entries)
+    recent_room = room["recent"]
+    if strategy == "hybrid" and not recall_wanted:
+        recent_room += spare_from_facts
+        spare_from_facts = 0
+    if strategy != "hybrid":
+        recent_room += spare_from_facts + room["recall"]
+    selected: list[_Unit]
+    notes: dict[str, int] = {}
+    not_selected: set[str] = set()
+    if strategy == "relevant":
+        selected, notes, not_selected = _relevant(
+            units=units, room=recent_room, current_input=request.current_input, errors=errors, complete=complete
+        )
+        history_cost = sum(_unit_cost(u, notes) for u in selected)
+    else:
+        run = _recent_run(units, recent_room, complete=complete)
+        selected, notes, history_cost = run.units, run.notes, run.cost
+
+    # 3c. Recall (hybrid): older turns and items found by the search selector.
+    recalled_entries: list[dict[str, Any]] = []
+    recalled_items: list[dict[str, Any]] = []
+    recall_blocks: list[tuple[str, str, str]] = []  # (section, line, source id)
+    recall_used = 0
+    if recall_wanted:
+        recall_room = room["recall"] + spare_from_facts
+        before_recall = (memory.open, set(memory.sections))
+        kept_ids = {e.id for u in selected for e in u.entries}
+        oldest_kept = selected[0].first.seq if selected else None
+        hits, search_errors = _recall_search(
+            agent=agent,
+            thread=thread,
+            text=request.current_input,
+            before_seq=oldest_kept if oldest_kept is not None else _after_seq(history_entries),
+            items=items_for_recall(
+                agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=request.as_of
+            ),
+            as_of=request.as_of,
+        )
+        errors.extend(search_errors)
+        fact_ids = {f["id"] for f in facts_sent}
+        at = request.as_of or timezone.now()
+        for hit in hits:
+            if hit.kind == "item":
+                section, line = "recall_items", _recall_item_line(hit, at)
+            else:
+                section, line = "recall_entries", _recall_entry_line(hit)
+            if hit.id in kept_ids or hit.id in fact_ids or held_in(hit.text, lasting):
+                dropped_blocks.append(DroppedBlock("recall", "duplicate", count_tokens(line + "\n"), hit.id))
+                continue
+            cost = memory.line_cost(section, line)
+            if recall_used + cost > recall_room:
+                reason = "oversized" if cost > recall_room else "budget"
+                dropped_blocks.append(DroppedBlock("recall", reason, cost, hit.id))
+                continue
+            memory.take(section)
+            recall_used += cost
+            recall_blocks.append((section, line, hit.id))
+            if hit.kind == "item":
+                recalled_items.append(
+                    {"id": hit.id, "text": hit.text, "kind": hit.item_kind, "score": round(hit.score, 6)}
+                )
+            else:
+                recalled_entries.append(
+                    {
+                        "id": hit.id,
+                        "seq": hit.seq,
+                        "text": hit.text,
+                        "created_at": hit.created_at.isoformat() if hit.created_at else None,
+                        "sender_name": hit.sender_name,
+                        "role": hit.role,
+                        "score": round(hit.score, 6),
+                        "channels": hit.channels,
+                    }
+                )
+        # What recall left goes to the history: the run goes further back.
+        extra = recall_room - recall_used
+        if extra > 0 and units:
+            run = _recent_run(units, recent_room + extra, complete=complete)
+            selected, notes, history_cost = run.units, run.notes, run.cost
+            now_kept = {e.id for u in selected for e in u.entries}
+            moved = [r for r in recalled_entries if r["id"] in now_kept]
+            if moved:
+                # Now in the history itself: the recalled copy is a duplicate (its room is freed).
+                moved_ids = {r["id"] for r in moved}
+                recalled_entries = [r for r in recalled_entries if r["id"] not in moved_ids]
+                for _section, line, source_id in recall_blocks:
+                    if source_id in moved_ids:
+                        dropped_blocks.append(DroppedBlock("recall", "duplicate", count_tokens(line + "\n"), source_id))
+                recall_blocks = [b for b in recall_blocks if b[2] not in moved_ids]
+                recall_used = _recall_cost(before_recall, recall_blocks)
+        if recall_used:
+            partitions["recall"] = recall_used
+    if history_cost:
+        partitions["recent"] = history_cost
+
+    # Dropped history: what the loaded window had and the strategy left out.
+    kept_ids = {e.id for u in selected for e in u.entries}
+    for unit in units:
+        for entry, tokens in zip(unit.entries, unit.tokens, strict=True):
+            if entry.id in kept_ids:
+                if entry.id in notes:
+                    dropped_blocks.append(DroppedBlock("recent", "oversized", tokens, entry.id))
+                continue
+            if any(r["id"] == entry.id for r in recalled_entries):
+                continue
+            reason = "not-selected" if entry.id in not_selected else "budget"
+            dropped_blocks.append(DroppedBlock("recent", reason, tokens, entry.id))
+            dropped_entries.append(_entry_ref(entry, tokens))
+
+    # 6. Messages.
+    messages: list[dict[str, Any]] = []
+    if system_parts:
+        messages.append({"role": "system", "content": "\n\n".join(text for _, text in system_parts)})
+    if summary_text:
+        messages.append({"role": "user", "content": summary_text, "compaction_id": compaction_id})
+    history_messages = [
+        _history_message(e, notes.get(e.id) if e.id in notes else None) for u in selected for e in u.entries
+    ]
+    _mark_turn_ends(history_messages)
+    messages += history_messages
+    memory_context = _memory_text(request.brief, kept_fact_lines, [(b[0], b[1]) for b in recall_blocks])
+    if memory_context:
+        messages.append({"role": "user", "content": memory_context})
+
+    truncated = bool(dropped_entries) or not complete
+    token_count = sum(v for k, v in partitions.items() if k != "final")
+    _note_retrieved([f["id"] for f in facts_sent] + [i["id"] for i in recalled_items])
+    original = len(history_entries) if complete else _history_count(thread, request.leaf_id, history_entries)
+    return {
+        "messages": messages,
+        "memory_context": memory_context or None,
+        "partitions": partitions,
+        "facts": facts_sent,
+        "recalled": {"entries": recalled_entries, "items": recalled_items},
+        "token_count": token_count,
+        "truncated": truncated,
+        "dropped": {
+            "entries": dropped_entries,
+            "blocks": [b.as_json() for b in dropped_blocks],
+            "token_count": sum(b.tokens for b in dropped_blocks),
+        },
+        "errors": errors,
+        "warnings": warnings,
+        "metadata": {
+            "strategy": strategy,
+            "budget": budget,
+            "reserve_tokens": reserve,
+            "original_message_count": original,
+            "included_message_count": len(history_messages),
+            "facts_included": len(facts_sent),
+            "semantic_results_included": len(recalled_entries) + len(recalled_items),
+            "recalled_entries": len(recalled_entries),
+            "recalled_items": len(recalled_items),
+        },
+    }
+
+
+def _after_seq(entries: list[Entry]) -> int | None:
+    return entries[-1].seq + 1 if entries else None
+
+
+def _history_count(thread: Thread, leaf_id: str | None, window: list[Entry]) -> int:
+    """How many history entries the branch holds up to the leaf (an estimate on a branched thread)."""
+    if not window:
+        return 0
+    return Entry.objects.filter(
+        thread=thread, type__in=(EntryType.MESSAGE, EntryType.TOOL_RESULT), seq__lte=window[-1].seq
+    ).count()
+
+
+def _recall_cost(before: tuple[bool, set[str]], blocks: list[tuple[str, str, str]]) -> int:
+    """What the recall blocks cost, given the memory block as it was before recall."""
+    memory = _MemoryBlock()
+    memory.open, memory.sections = before[0], set(before[1])
+    cost = 0
+    for section, line, _ in blocks:
+        cost += memory.line_cost(section, line)
+        memory.take(section)
+    return cost
+
+
+def _recall_search(
+    *, agent: Agent, thread: Thread, text: str, before_seq: int | None, items: Any, as_of: datetime | None
+) -> tuple[list[Any], list[dict[str, str]]]:
+    from memoryapp.search.retrieval import search
+
+    try:
+        outcome = search(
+            agent=agent,
+            text=text,
+            thread=thread,
+            kinds=("entries", "items"),
+            limit=RECALL_LIMIT,
+            method="hybrid",
+            as_of=as_of,
+            items=items,
+            before_seq=before_seq,
+        )
+    except Exception as exc:
+        logger.exception("recall search failed")
+        return [], [{"source": "semantic", "message": str(exc)}]
+    errors = [{"source": "semantic", "message": e["message"]} for e in outcome.errors]
+    return outcome.hits, errors
+
+
+def _relevant(
+    *, units: list[_Unit], room: int, current_input: str, errors: list[dict[str, str]], complete: bool
+) -> tuple[list[_Unit], dict[str, int], set[str]]:
+    """`relevant`: the turns most similar to the input that fit, in conversation order.
+
+    1. Group units into turns (a user message and the replies and tool calls after it), so a
+       reply never comes without its question nor a tool call without its result.
+    2. Score each turn by the best cosine of its entries to the input (stored vectors; entries
+       not embedded yet are embedded here, without storing).
+    3. Take turns best first while they fit; output them in conversation order.
+    Without input, or when the embedder fails (reported), it is the recent strategy.
+    """
+    candidates = units[-RELEVANT_CANDIDATES:]
+    if not current_input.strip():
+        run = _recent_run(units, room, complete=complete)
+        return run.units, run.notes, set()
+    try:
+        similarity = _similarities([e for u in candidates for e in u.entries], current_input)
+    except EmbedderError as exc:
+        errors.append({"source": "relevance", "message": f"{exc}: fell back to the recent strategy"})
+        run = _recent_run(units, room, complete=complete)
+        return run.units, run.notes, set()
+    turns: list[list[_Unit]] = []
+    for unit in candidates:
+        if not turns or (unit.first.role == Role.USER and unit.first.type == EntryType.MESSAGE):
+            turns.append([unit])
+        else:
+            turns[-1].append(unit)
+    scored = sorted(
+        range(len(turns)),
+        key=lambda i: (-max(similarity.get(e.id, 0.0) for u in turns[i] for e in u.entries), -i),
+    )
+    chosen: set[int] = set()
+    used = 0
+    for i in scored:
+        cost = sum(u.cost for u in turns[i])
+        if used + cost <= room:
+            chosen.add(i)
+            used += cost
+    selected = [u for i in sorted(chosen) for u in turns[i]]
+    candidate_ids = {e.id for u in candidates for e in u.entries}
+    not_selected = {e.id for u in units for e in u.entries if e.id not in candidate_ids}
+    return selected, {}, not_selected
+
+
+def _similarities(entries: list[Entry], text: str) -> dict[str, float]:
+    """Cosine of each entry to the text: stored vectors in the database, missing ones embedded now."""
+    from django.db import connection
+
+    if not entries:
+        return {}
+    query = embed_query(text)
+    scores: dict[str, float] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, 1 - (embedding <=> %s::vector) FROM memoryapp_entry "
+            "WHERE id = ANY(%s) AND embedding IS NOT NULL",
+            [vector_literal(query), [e.id for e in entries]],
+        )
+        for entry_id, score in cursor.fetchall():
+            scores[entry_id] = float(score)
+    missing = [e for e in entries if e.id not in scores and (e.text or "").strip()]
+    if missing:
+        by_id = {e.id: e for e in entries}
+        texts = [entry_embedding_text(entry=e, previous=by_id.get(e.parent_id or "")) for e in missing[-64:]]
+        for entry, vector in zip(missing[-64:], embed_texts(texts), strict=True):
+            scores[entry.id] = sum(a * b for a, b in zip(query, vector, strict=False))
+    return scores
+
+
+def _mark_turn_ends(messages: list[dict[str, Any]]) -> None:
+    """Cache breakpoints: the last message, and the last message of the turn before it."""
+    if not messages:
+        return
+    messages[-1]["cache_breakpoint"] = True
+    last_user = max((i for i, m in enumerate(messages) if m["role"] == Role.USER), default=None)
+    if last_user is not None and last_user > 0 and last_user - 1 != len(messages) - 1:
+        messages[last_user - 1]["cache_breakpoint"] = True
+
+
+def _memory_text(brief: str, fact_lines: list[str], recall_lines: list[tuple[str, str]]) -> str:
+    parts: list[str] = []
+    if brief:
+        parts.append(brief)
+    if fact_lines:
+        parts.append("\n" + HEADERS["facts"] + "\n" + "\n".join(fact_lines))
+    for section in ("recall_entries", "recall_items"):
+        lines = [line for s, line in recall_lines if s == section]
+        if lines:
+            parts.append("\n" + HEADERS[section] + "\n" + "\n".join(lines))
+    if not parts:
+        return ""
+    body = "\n".join(parts).lstrip("\n")
+    return f"{MEMORY_OPEN}\n{body}\n{MEMORY_CLOSE}"
+
+
+def _note_retrieved(item_ids: list[str]) -> None:
+    if not item_ids:
+        return
+    try:
+        from memoryapp.services.items import note_retrieved
+    except ImportError:
+        return
+    try:
+        note_retrieved(item_ids=item_ids)
+    except Exception:  # counting is best effort: never fail a build for it
+        logger.exception("note_retrieved failed")

@@ -1,0 +1,260 @@
+"""python manage.py eval_retrieval --locomo FILE [--k 5,10,25,50] [--methods keyword,vector,hybrid]
+                                   [--conversations conv-41,conv-42] [--json]
+
+Retrieval evaluation on a LoCoMo-format file, through the product's own search selector.
+
+1. Index: each conversation goes into a fresh agent as one thread of entries, turn by turn
+   (sender_name = speaker, metadata.dia_id kept, created_at from the session's date, an image's
+   caption as part of the turn), then embedded by the configured embedder (the embedding job's
+   service). Only `conversation` is read here: questions and evidence are not looked at.
+2. Ask: every question with evidence goes through `search(...)` (the selector POST /search
+   uses), scoped to that thread, once per method, for the largest k.
+3. Score: recall@k = |evidence ∩ dia_ids of the top k| / |evidence|, averaged over the
+   questions (malformed evidence ids such as "D8:6; D9:17" are split on ';'), overall and per
+   category; search latency p50 / p95 (the query's embedding time is shown apart).
+4. Clean up: the agents made for the run are deleted, with their threads and entries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import time
+import uuid
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from memoryapp.models import Agent, Entry, Thread
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+_SESSION = re.compile(r"^session_(\d+)$")
+
+
+def session_date(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    for pattern in ("%I:%M %p on %d %B, %Y", "%I:%M %p on %d %b, %Y", "%d %B %Y"):
+        try:
+            return datetime.strptime(text.strip(), pattern).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    return None
+
+
+def turn_text(turn: dict[str, Any]) -> str:
+    text = str(turn.get("text") or "").strip()
+    caption = turn.get("blip_caption")
+    if caption:
+        text = f"{text} [shares a photo: {caption}]".strip()
+    return text
+
+
+def evidence_ids(raw: Any) -> set[str]:
+    found: set[str] = set()
+    for item in raw or []:
+        for piece in str(item).split(";"):
+            piece = piece.strip()
+            if piece:
+                found.add(piece)
+    return found
+
+
+def percentile(values: list[float], share: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))
+    return ordered[index]
+
+
+class Command(BaseCommand):
+    help = "Recall@k of keyword, vector and hybrid search on a LoCoMo-format file."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--locomo", required=True, help="a LoCoMo-format JSON file")
+        parser.add_argument("--k", default="5,10,25,50")
+        parser.add_argument("--methods", default="keyword,vector,hybrid")
+        parser.add_argument("--conversations", default="", help="only these sample_ids (comma separated)")
+        parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from memoryapp.search.retrieval import METHODS
+
+        path = Path(options["locomo"])
+        if not path.is_file():
+            raise CommandError(f"no file {path}")
+        try:
+            ks = sorted({int(k) for k in str(options["k"]).split(",") if k.strip()})
+        except ValueError as exc:
+            raise CommandError("--k takes numbers separated by commas") from exc
+        if not ks or ks[0] < 1:
+            raise CommandError("--k takes positive numbers")
+        methods = [m.strip() for m in str(options["methods"]).split(",") if m.strip()]
+        for method in methods:
+            if method not in METHODS:
+                raise CommandError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
+        wanted = {c.strip() for c in str(options["conversations"]).split(",") if c.strip()}
+        samples = json.loads(path.read_text())
+        if not isinstance(samples, list):
+            raise CommandError("a LoCoMo file is a JSON list of conversations")
+        if wanted:
+            samples = [s for s in samples if s.get("sample_id") in wanted]
+        quiet = options["json"]
+        log = (lambda _msg: None) if quiet else (lambda msg: self.stdout.write(msg))
+
+        recalls: dict[str, dict[int, list[float]]] = {m: defaultdict(list) for m in methods}
+        by_category: dict[str, dict[str, dict[int, list[float]]]] = {
+            m: defaultdict(lambda: defaultdict(list)) for m in methods
+        }
+        latency: dict[str, list[float]] = {m: [] for m in methods}
+        embed_ms: dict[str, list[float]] = {m: [] for m in methods}
+        agents: list[Agent] = []
+        try:
+            for number, sample in enumerate(samples, start=1):
+                started = time.perf_counter()
+                agent, thread, dia_of = self._index(sample["conversation"])  # never reads `qa`
+                agents.append(agent)
+                log(
+                    f"[{number}/{len(samples)}] {sample.get('sample_id')}: {len(dia_of)} turns indexed "
+                    f"in {time.perf_counter() - started:.1f}s"
+                )
+                self._ask(
+                    sample.get("qa") or [], agent, thread, dia_of, methods, ks, recalls, by_category, latency, embed_ms
+                )
+        finally:
+            for agent in agents:
+                Agent.objects.filter(pk=agent.pk).delete()
+
+        summary: dict[str, dict[str, float]] = {}
+        for method in methods:
+            row: dict[str, float] = {}
+            for k in ks:
+                values = recalls[method][k]
+                row[f"recall@{k}"] = round(100 * statistics.fmean(values), 1) if values else 0.0
+            row["p50_ms"] = round(percentile(latency[method], 0.5), 1)
+            row["p95_ms"] = round(percentile(latency[method], 0.95), 1)
+            row["embed_p50_ms"] = round(percentile(embed_ms[method], 0.5), 1)
+            row["questions"] = len(recalls[method][ks[0]])
+            summary[method] = row
+        if not quiet:
+            self._table(summary, by_category, methods, ks)
+        else:
+            self.stdout.write(json.dumps(summary))
+
+    # --- 1. index (the conversation only) ---------------------------------------------------
+
+    def _index(self, conversation: dict[str, Any]) -> tuple[Agent, Thread, dict[str, str]]:
+        from memoryapp.keys import agent_get_or_create
+        from memoryapp.search.indexing import embed_pending
+        from memoryapp.services.threads import entries_add, thread_create
+
+        agent, _ = agent_get_or_create(slug=f"eval-{uuid.uuid4().hex[:12]}")
+        thread = thread_create(agent=agent, external_id="locomo")
+        speaker_a = conversation.get("speaker_a")
+        sessions = sorted(
+            (int(m.group(1)), key)
+            for key in conversation
+            if (m := _SESSION.match(key)) and isinstance(conversation[key], list)
+        )
+        specs: list[dict[str, Any]] = []
+        clock = datetime(2020, 1, 1, tzinfo=UTC)
+        for number, key in sessions:
+            start = session_date(conversation.get(f"{key}_date_time")) or clock
+            clock = max(clock, start)
+            for turn in conversation[key]:
+                text = turn_text(turn)
+                if not text:
+                    continue
+                clock += timedelta(seconds=30)
+                speaker = str(turn.get("speaker") or "")
+                specs.append(
+                    {
+                        "role": "user" if speaker == speaker_a else "assistant",
+                        "content": text,
+                        "sender_name": speaker,
+                        "metadata": {"dia_id": turn.get("dia_id"), "session": number},
+                        "created_at": clock,
+                    }
+                )
+        for offset in range(0, len(specs), 500):
+            entries_add(thread=thread, entries=specs[offset : offset + 500])
+        embed_pending(agent_id=agent.pk)
+        dia_of = {
+            entry_id: str((metadata or {}).get("dia_id") or "")
+            for entry_id, metadata in Entry.objects.filter(thread=thread).values_list("id", "metadata")
+        }
+        return agent, thread, dia_of
+
+    # --- 2. and 3. ask and score -----------------------------------------------------------------
+
+    def _ask(
+        self,
+        questions: list[dict[str, Any]],
+        agent: Agent,
+        thread: Thread,
+        dia_of: dict[str, str],
+        methods: list[str],
+        ks: list[int],
+        recalls: dict[str, dict[int, list[float]]],
+        by_category: dict[str, dict[str, dict[int, list[float]]]],
+        latency: dict[str, list[float]],
+        embed_ms: dict[str, list[float]],
+    ) -> None:
+        from memoryapp.search.embedders import query_cache_clear
+        from memoryapp.search.retrieval import search
+
+        for qa in questions:
+            evidence = evidence_ids(qa.get("evidence"))
+            if not evidence:
+                continue
+            category = CATEGORIES.get(int(qa.get("category") or 0), str(qa.get("category")))
+            for method in methods:
+                query_cache_clear()  # each method pays for its own query embedding
+                started = time.perf_counter()
+                outcome = search(
+                    agent=agent,
+                    text=str(qa.get("question") or ""),
+                    thread=thread,
+                    kinds=("entries",),
+                    limit=max(ks),
+                    method=method,
+                )
+                elapsed = (time.perf_counter() - started) * 1000
+                latency[method].append(elapsed - outcome.embed_ms)
+                embed_ms[method].append(outcome.embed_ms)
+                ranked = [dia_of.get(hit.id, "") for hit in outcome.hits]
+                for k in ks:
+                    found = len(evidence & set(ranked[:k])) / len(evidence)
+                    recalls[method][k].append(found)
+                    by_category[method][category][k].append(found)
+
+    def _table(
+        self,
+        summary: dict[str, dict[str, float]],
+        by_category: dict[str, dict[str, dict[int, list[float]]]],
+        methods: list[str],
+        ks: list[int],
+    ) -> None:
+        head = (
+            "method".ljust(10) + "".join(f"R@{k}".rjust(8) for k in ks) + "   p50 ms   p95 ms  (query embedding p50 ms)"
+        )
+        self.stdout.write(head)
+        for method in methods:
+            row = summary[method]
+            self.stdout.write(
+                method.ljust(10)
+                + "".join(f"{row[f'recall@{k}']:8.1f}" for k in ks)
+                + f"{row['p50_ms']:9.1f}{row['p95_ms']:9.1f}  ({row['embed_p50_ms']:.1f})"
+            )
+        self.stdout.write("")
+        self.stdout.write("per category (questions): " + ", ".join(f"R@{k}" for k in ks))
+        for method in methods:
+            for category in sorted(by_category[method]):
+                values = by_category[method][category]
+                cells = " ".join(f"{100 * statistics.fmean(values[k]):5.1f}" for k in ks)
+                self.stdout.write(f"  {method:<8} {category:<12} ({len(values[ks[0]]):4d})  {cells}")

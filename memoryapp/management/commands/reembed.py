@@ -1,0 +1,67 @@
+"""python manage.py reembed [--agent SLUG] [--dimensions] [--background]
+
+Re-embeds every entry and memory item (of one agent, or all) with the configured embedder, in
+batches, recorded as a JobRun of kind "reembed". With --dimensions, first gives the vector
+columns the configured EMBEDDING_DIMENSIONS (dropping the stored vectors and rebuilding the
+HNSW indexes), which is what /readyz asks for when the model's dimension changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from governance.jobs import job_enqueue
+from governance.models import JobRun
+from memoryapp.models import Agent
+from memoryapp.search.space import column_dimensions, vector_columns_resize
+
+
+class Command(BaseCommand):
+    help = "Re-embed entries and memory items with the configured embedder (as a job, in batches)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--agent", help="only this agent (slug)")
+        parser.add_argument(
+            "--dimensions",
+            action="store_true",
+            help="first resize the vector columns to EMBEDDING_DIMENSIONS (stored vectors are dropped)",
+        )
+        parser.add_argument(
+            "--background", action="store_true", help="send the job to the workers instead of running it here"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from memoryapp.tasks.embedding import _reembed_work, embed_all_again
+
+        agent_id = None
+        if options.get("agent"):
+            agent = Agent.objects.filter(slug=options["agent"]).first()
+            if agent is None:
+                raise CommandError(f"no agent {options['agent']!r}")
+            agent_id = agent.pk
+        stored = column_dimensions()
+        configured = settings.EMBEDDING_DIMENSIONS
+        if options["dimensions"]:
+            if stored != configured:
+                if agent_id is not None:
+                    raise CommandError("--dimensions changes every agent's vectors: leave out --agent")
+                vector_columns_resize(configured)
+                self.stdout.write(f"vector columns resized from {stored} to {configured} dimensions")
+        elif stored != configured:
+            raise CommandError(
+                f"the vector columns have {stored} dimensions but the embedder makes {configured}: "
+                "run with --dimensions"
+            )
+        if options["background"]:
+            run = job_enqueue(kind="reembed", task=embed_all_again, arguments={"agent_id": agent_id}, agent_id=agent_id)
+            self.stdout.write(f"job {run.pk} queued")
+            return
+        from governance.jobs import job_run
+
+        run = JobRun.objects.create(kind="reembed", agent_id=agent_id, arguments={"agent_id": agent_id})
+        finished = job_run(run.pk, _reembed_work)
+        result = finished.result if finished is not None else {}
+        self.stdout.write(f"job {run.pk}: {result}")

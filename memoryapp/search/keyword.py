@@ -1,0 +1,158 @@
+"""The keyword channel: Postgres full-text search over the GIN-indexed `search_vector`.
+
+Ranking follows 002's `Storage.search` (the share of the query's words a row holds), with each
+word weighted by how rare it is in the scope (as BM25 does) and a mild preference for short
+rows, ties newest first:
+
+1. Analyse the text: meaningful words only (question and stop words left out).
+2. One SQL query finds the rows of the scope that hold ANY of the words (an OR tsquery, GIN),
+   keeps the best KEYWORD_CANDIDATES by Postgres' cover density rank, and reports for each row
+   which words it holds and how many lexemes it has.
+3. Each word's document frequency is counted over those rows; the scope's size (cached for a
+   minute) gives its IDF.
+4. Score = sum of the IDF of the words held, each damped by the row's length (BM25 with binary
+   term frequency), divided by the sum of all the words' IDF: 1.0 means every word, rare ones
+   included, in a short row.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+from django.db.models import BooleanField, IntegerField, QuerySet
+from django.db.models.expressions import RawSQL
+
+from memoryapp.models import MemoryItem
+from memoryapp.search.query import QueryAnalysis, tsquery_terms
+from memoryapp.search.scope import EntryScope
+
+KEYWORD_CANDIDATES = 1000
+MAX_TERMS = 16
+BM25_K1 = 1.2
+BM25_B = 0.5
+
+
+@dataclass
+class ChannelHit:
+    id: str
+    score: float
+    created_order: float = 0.0  # larger is newer: the tie-break
+
+
+_size_cache: dict[tuple[Any, ...], tuple[float, int]] = {}
+_size_lock = threading.Lock()
+_SIZE_TTL = 60.0
+
+
+def _scope_size(key: tuple[Any, ...], count: Any) -> int:
+    now = time.monotonic()
+    with _size_lock:
+        cached = _size_cache.get(key)
+        if cached and now - cached[0] < _SIZE_TTL:
+            return cached[1]
+    size = int(count())
+    with _size_lock:
+        _size_cache[key] = (now, size)
+    return size
+
+
+def scope_size_forget() -> None:
+    with _size_lock:
+        _size_cache.clear()
+
+
+def _bm25(rows: list[tuple[str, list[bool], int, float]], *, terms: int, total: int, limit: int) -> list[ChannelHit]:
+    """Rows are (id, holds-word flags, lexeme count, newness); see the module's steps 3 and 4."""
+    if not rows:
+        return []
+    df = [0] * terms
+    for _, flags, _, _ in rows:
+        for i, held in enumerate(flags):
+            if held:
+                df[i] += 1
+    total = max(total, len(rows))
+    idf = [math.log(1 + (total - d + 0.5) / (d + 0.5)) if d else 0.0 for d in df]
+    idf_sum = sum(idf) or 1.0
+    avg_len = sum(max(1, r[2]) for r in rows) / len(rows)
+    hits: list[ChannelHit] = []
+    for row_id, flags, length, newness in rows:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * max(1, length) / avg_len)
+        score = sum(idf[i] * (BM25_K1 + 1) / (1 + norm) for i, held in enumerate(flags) if held)
+        hits.append(ChannelHit(id=row_id, score=score / idf_sum, created_order=newness))
+    hits.sort(key=lambda h: (-h.score, -h.created_order))
+    return hits[:limit]
+
+
+def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -> list[ChannelHit]:
+    terms = tsquery_terms(analysis)[:MAX_TERMS]
+    if not terms:
+        return []
+    where, params = scope.where("e")
+    params = {**params, "q_or": " | ".join(terms), "cap": KEYWORD_CANDIDATES}
+    flags = []
+    names = [t for t in terms if t in analysis.names]
+    for i, term in enumerate(terms):
+        params[f"q_{i}"] = term
+        flag = f"e.search_vector @@ to_tsquery('english', %(q_{i})s)"
+        if term in names:
+            # A name the question says is also held by what that person said (sender_name).
+            flag = f"({flag} OR lower(e.sender_name) = %(q_{i})s)"
+        flags.append(flag)
+    match = "e.search_vector @@ to_tsquery('english', %(q_or)s)"
+    if names:
+        params["names"] = names
+        match = f"({match} OR lower(e.sender_name) = ANY(%(names)s))"
+    sql = f"""
+        SELECT e.id, {", ".join(flags)}, length(e.search_vector), extract(epoch FROM e.created_at) + e.seq * 1e-6
+          FROM memoryapp_entry e
+         WHERE {where} AND {match}
+         ORDER BY ts_rank_cd(e.search_vector, to_tsquery('english', %(q_or)s)) DESC
+         LIMIT %(cap)s
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        raw = cursor.fetchall()
+    rows = [(r[0], [bool(x) for x in r[1 : 1 + len(terms)]], int(r[1 + len(terms)] or 0), float(r[-1])) for r in raw]
+
+    def count() -> int:
+        size_where, size_params = EntryScope(
+            agent_id=scope.agent_id, thread_pk=scope.thread_pk, user_id=scope.user_id
+        ).where("e")
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM memoryapp_entry e WHERE {size_where}", size_params)
+            return int(cursor.fetchone()[0])
+
+    total = _scope_size(("entries", *scope.cache_key), count) if len(rows) < KEYWORD_CANDIDATES else len(rows) * 4
+    return _bm25(rows, terms=len(terms), total=max(total, len(rows)), limit=limit)
+
+
+def keyword_items(*, items: QuerySet[MemoryItem], analysis: QueryAnalysis, limit: int) -> list[ChannelHit]:
+    terms = tsquery_terms(analysis)[:MAX_TERMS]
+    if not terms:
+        return []
+    table = MemoryItem._meta.db_table
+    column = f'"{table}"."search_vector"'
+    annotations: dict[str, Any] = {
+        f"holds_{i}": RawSQL(f"{column} @@ to_tsquery('english', %s)", (term,), output_field=BooleanField())
+        for i, term in enumerate(terms)
+    }
+    annotations["lexemes"] = RawSQL(f"length({column})", (), output_field=IntegerField())
+    matched = (
+        items.alias(
+            kw_match=RawSQL(f"{column} @@ to_tsquery('english', %s)", (" | ".join(terms),), output_field=BooleanField())
+        )
+        .filter(kw_match=True)
+        .annotate(**annotations)
+        .order_by(RawSQL(f"ts_rank_cd({column}, to_tsquery('english', %s))", (" | ".join(terms),)).desc())
+        .values_list("id", "recorded_at", "lexemes", *[f"holds_{i}" for i in range(len(terms))])[:KEYWORD_CANDIDATES]
+    )
+    rows = [(str(r[0]), [bool(x) for x in r[3:]], int(r[2] or 0), r[1].timestamp() if r[1] else 0.0) for r in matched]
+    if not rows:
+        return []
+    total = items.count() if len(rows) < KEYWORD_CANDIDATES else len(rows) * 4
+    return _bm25(rows, terms=len(terms), total=total, limit=limit)

@@ -1,0 +1,350 @@
+"""The one search selector: keyword, vector or hybrid search of an agent's entries and items.
+
+Used by POST /api/v1/search, by the context builder's recall, and by `eval_retrieval`, so the
+figures the evaluation prints are those of the product.
+
+1. Scope first: the agent (and thread, person, `as_of`, older-than) as one SQL condition for
+   entries; for items, a queryset of what the scope may see (active, holding now or at `as_of`).
+2. Read the query (memoryapp.search.query): words for the keyword channel.
+3. Keyword channel (Postgres full-text), vector channel (pgvector) — each one query per kind.
+   The vector channel is skipped, with a note in `errors`, when the stored vectors do not match
+   the configured model or the embedder fails: the search still answers by keyword.
+4. Hybrid: weighted RRF, neighbouring turns, MMR (memoryapp.search.hybrid).
+5. Load the rows of the final page in one query per kind.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import QuerySet
+
+from memoryapp.models import Agent, MemoryItem, Thread
+from memoryapp.search.embedders import EmbedderError, embed_query
+from memoryapp.search.hybrid import Fused, mmr, pool_size, rrf
+from memoryapp.search.keyword import ChannelHit, keyword_entries, keyword_items
+from memoryapp.search.query import analyze_query
+from memoryapp.search.scope import EntryScope
+from memoryapp.search.space import vector_space_status
+from memoryapp.search.vector import vector_entries, vector_items
+
+METHODS = ("keyword", "vector", "hybrid")
+KINDS = ("entries", "items")
+
+# Channel weights of the fusion, and how much of a hit's score its neighbouring turns get.
+# Calibrated on two LoCoMo conversations (conv-26, conv-30) only; see eval_retrieval.
+KEYWORD_WEIGHT = 1.0
+VECTOR_WEIGHT = 1.0
+NEIGHBOUR_SHARE = 0.35
+MMR_LAMBDA = 0.85
+# Each channel reads more rows than the page: fusion needs the rows one channel ranks low.
+CHANNEL_DEPTH = 3
+
+
+@dataclass
+class Hit:
+    kind: str  # "entry" | "item"
+    id: str
+    text: str
+    score: float
+    channels: list[str]
+    thread_id: str | None = None
+    seq: int | None = None
+    created_at: datetime | None = None
+    role: str = ""
+    sender_name: str = ""
+    item_kind: str = ""
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "kind": self.kind,
+            "id": self.id,
+            "text": self.text,
+            "score": round(self.score, 6),
+            "channels": self.channels,
+            "thread_id": self.thread_id,
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+        }
+        if self.kind == "entry":
+            payload.update(seq=self.seq, role=self.role, sender_name=self.sender_name)
+        else:
+            payload.update(
+                item_kind=self.item_kind,
+                valid_from=self.valid_from.isoformat() if self.valid_from else None,
+                valid_to=self.valid_to.isoformat() if self.valid_to else None,
+            )
+        return payload
+
+
+@dataclass
+class SearchOutcome:
+    hits: list[Hit] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    embed_ms: float = 0.0
+    vector_ok: bool = True
+
+
+_space_checked: tuple[float, bool, str] | None = None
+
+
+def _vector_space() -> tuple[bool, str]:
+    """Whether stored vectors match the configured model (checked at most every 10 s per process)."""
+    global _space_checked
+    now = time.monotonic()
+    if _space_checked is None or now - _space_checked[0] > 10:
+        status = vector_space_status()
+        _space_checked = (now, status.ok, status.message)
+    return _space_checked[1], _space_checked[2]
+
+
+def items_searchable(
+    *, agent: Agent, thread: Thread | None = None, user_id: str | None = None, as_of: datetime | None = None
+) -> QuerySet[MemoryItem]:
+    """Items a search may return: those that hold at `as_of` (now) and the scope sees.
+
+    A thread sees the items of its person and its own; a person those of no person and theirs;
+    the whole agent every item that holds. Suggested, rejected and stale items never.
+    """
+    from memoryapp.selectors.items import holding_q, items_for_agent, items_for_recall
+
+    if thread is not None:
+        return items_for_recall(agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=as_of)
+    if user_id is not None:
+        return items_for_recall(agent=agent, user_id=user_id, as_of=as_of)
+    return items_for_agent(agent=agent).filter(holding_q(as_of=as_of))
+
+
+def _entry_neighbours(*, scope: EntryScope, fused: dict[tuple[str, str], Fused], top: int, share: float) -> None:
+    """Step 4's neighbours: the turns next to the best `top` entry hits, in one query."""
+    best = sorted((f for f in fused.values() if f.kind == "entry"), key=lambda f: -f.score)[:top]
+    if not best or share <= 0:
+        return
+    where, params = scope.where("n")
+    params = {**params, "hit_ids": [f.id for f in best]}
+    sql = f"""
+        SELECT h.id, n.id FROM memoryapp_entry h
+         CROSS JOIN (VALUES (-1), (1)) AS step(offset_)
+          JOIN memoryapp_entry n ON n.thread_id = h.thread_id AND n.seq = h.seq + step.offset_
+         WHERE h.id = ANY(%(hit_ids)s) AND h.agent_id = %(s_agent)s AND {where}
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        pairs = cursor.fetchall()
+    score_of = {f.id: f.score for f in best}
+    for hit_id, neighbour_id in pairs:
+        row = fused.setdefault(("entry", neighbour_id), Fused(kind="entry", id=neighbour_id))
+        row.score += share * score_of[hit_id]
+        if "neighbour" not in row.channels:
+            row.channels.append("neighbour")
+
+
+def _load_entries(ids: list[str]) -> dict[str, Hit]:
+    """The rows of the page, as hits without score (one query, no model instances: it is hot)."""
+    if not ids:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            SELECT e.id, e.text, e.seq, e.created_at, e.role, e.sender_name, t.external_id
+              FROM memoryapp_entry e JOIN memoryapp_thread t ON t.id = e.thread_id
+             WHERE e.id = ANY(%s)
+            """,
+            [ids],
+        )
+        rows = cursor.fetchall()
+    return {
+        r[0]: Hit(
+            kind="entry",
+            id=r[0],
+            text=r[1],
+            score=0.0,
+            channels=[],
+            seq=r[2],
+            created_at=r[3],
+            role=r[4],
+            sender_name=r[5],
+            thread_id=r[6],
+        )
+        for r in rows
+    }
+
+
+def _load_items(ids: list[str]) -> dict[str, Hit]:
+    if not ids:
+        return {}
+    rows = MemoryItem.objects.filter(id__in=ids).values_list(
+        "id", "value", "subject", "attribute", "kind", "recorded_at", "valid_from", "valid_to", "thread_id"
+    )
+    return {
+        r[0]: Hit(
+            kind="item",
+            id=r[0],
+            text=f"{r[2]} {r[3]}: {r[1]}" if r[2] and r[3] else r[1],
+            score=0.0,
+            channels=[],
+            created_at=r[5],
+            item_kind=r[4],
+            valid_from=r[6],
+            valid_to=r[7],
+            thread_id=r[8] or None,
+        )
+        for r in rows
+    }
+
+
+def item_text(item: MemoryItem) -> str:
+    if item.subject and item.attribute:
+        return f"{item.subject} {item.attribute}: {item.value}"
+    return item.value
+
+
+def search(
+    *,
+    agent: Agent,
+    text: str,
+    thread: Thread | None = None,
+    user_id: str | None = None,
+    kinds: Sequence[str] = KINDS,
+    limit: int = 10,
+    method: str = "hybrid",
+    as_of: datetime | None = None,
+    items: QuerySet[MemoryItem] | None = None,
+    before_seq: int | None = None,
+    exclude_ids: Sequence[str] = (),
+    neighbours: bool = True,
+    diversify: bool = True,
+) -> SearchOutcome:
+    """Search the agent's memory (see the module's steps). Never raises for a failed channel."""
+    outcome = SearchOutcome()
+    scope = EntryScope(
+        agent_id=agent.pk,
+        thread_pk=thread.pk if thread is not None else None,
+        user_id=user_id if thread is None else None,
+        as_of=as_of,
+        before_seq=before_seq,
+        exclude_ids=tuple(exclude_ids),
+    )
+    item_rows: QuerySet[MemoryItem] | None = None
+    if "items" in kinds:
+        item_rows = (
+            items if items is not None else items_searchable(agent=agent, thread=thread, user_id=user_id, as_of=as_of)
+        )
+        item_rows = item_rows.filter(agent=agent)  # a caller's queryset never widens the agent
+    analysis = analyze_query(text)
+    depth = max(limit * CHANNEL_DEPTH, 30)
+
+    keyword_lists: list[tuple[str, str, list[ChannelHit], float]] = []
+    vector_lists: list[tuple[str, str, list[ChannelHit], float]] = []
+    if method in ("keyword", "hybrid"):
+        if "entries" in kinds:
+            keyword_lists.append(
+                ("entry", "keyword", keyword_entries(scope=scope, analysis=analysis, limit=depth), KEYWORD_WEIGHT)
+            )
+        if item_rows is not None:
+            keyword_lists.append(
+                ("item", "keyword", keyword_items(items=item_rows, analysis=analysis, limit=depth), KEYWORD_WEIGHT)
+            )
+    if method in ("vector", "hybrid") and text.strip():
+        vector = _query_vector(text, outcome)
+        if vector is not None:
+            if "entries" in kinds:
+                vector_lists.append(
+                    ("entry", "vector", vector_entries(scope=scope, vector=vector, limit=depth), VECTOR_WEIGHT)
+                )
+            if item_rows is not None:
+                vector_lists.append(
+                    ("item", "vector", vector_items(items=item_rows, vector=vector, limit=depth), VECTOR_WEIGHT)
+                )
+        elif method == "vector":
+            # The vector channel is down: answer by keyword rather than with nothing.
+            method = "keyword"
+            for kind_name, kind in (("entries", "entry"), ("items", "item")):
+                if kind_name not in kinds:
+                    continue
+                found = (
+                    keyword_entries(scope=scope, analysis=analysis, limit=depth)
+                    if kind == "entry"
+                    else keyword_items(items=item_rows, analysis=analysis, limit=depth)  # type: ignore[arg-type]
+                )
+                keyword_lists.append((kind, "keyword", found, KEYWORD_WEIGHT))
+
+    fused_rows = _fuse(
+        scope=scope,
+        keyword_lists=keyword_lists,
+        vector_lists=vector_lists,
+        method=method,
+        limit=limit,
+        neighbours=neighbours,
+    )
+    outcome.hits = _hits(fused_rows, limit=limit, diversify=diversify and method == "hybrid")
+    return outcome
+
+
+def _query_vector(text: str, outcome: SearchOutcome) -> list[float] | None:
+    ok, message = _vector_space()
+    if not ok:
+        outcome.vector_ok = False
+        outcome.errors.append({"source": "vector", "message": message})
+        outcome.warnings.append("vector search is off: keyword results only")
+        return None
+    started = time.perf_counter()
+    try:
+        vector = embed_query(text)
+    except EmbedderError as exc:
+        outcome.vector_ok = False
+        outcome.errors.append({"source": "embedder", "message": str(exc)})
+        outcome.warnings.append("the embedder failed: keyword results only")
+        return None
+    finally:
+        outcome.embed_ms += (time.perf_counter() - started) * 1000
+    return vector
+
+
+def _fuse(
+    *,
+    scope: EntryScope,
+    keyword_lists: list[tuple[str, str, list[ChannelHit], float]],
+    vector_lists: list[tuple[str, str, list[ChannelHit], float]],
+    method: str,
+    limit: int,
+    neighbours: bool,
+) -> list[Fused]:
+    if method != "hybrid" or not vector_lists:
+        # One channel (or one left): its own scores and order, no fusion needed.
+        rows: list[Fused] = []
+        for kind, channel, hits, _ in keyword_lists + vector_lists:
+            rows.extend(Fused(kind=kind, id=h.id, score=h.score, channels=[channel]) for h in hits)
+        rows.sort(key=lambda f: -f.score)
+        if method == "hybrid" and neighbours:
+            # Keyword fallback of a hybrid search still gets the neighbouring turns, on RRF scale.
+            fused = rrf(keyword_lists)
+            _entry_neighbours(scope=scope, fused=fused, top=limit, share=NEIGHBOUR_SHARE)
+            return sorted(fused.values(), key=lambda f: -f.score)
+        return rows
+    fused = rrf(keyword_lists + vector_lists)
+    if neighbours:
+        _entry_neighbours(scope=scope, fused=fused, top=limit, share=NEIGHBOUR_SHARE)
+    return sorted(fused.values(), key=lambda f: -f.score)
+
+
+def _hits(rows: list[Fused], *, limit: int, diversify: bool) -> list[Hit]:
+    pool = rows[: pool_size(limit)] if diversify else rows[:limit]
+    loaded = {("entry", k): v for k, v in _load_entries([r.id for r in pool if r.kind == "entry"]).items()}
+    loaded.update({("item", k): v for k, v in _load_items([r.id for r in pool if r.kind == "item"]).items()})
+    pool = [r for r in pool if (r.kind, r.id) in loaded]
+    texts = {key: hit.text for key, hit in loaded.items()}
+    chosen = mmr(pool, texts, limit=limit, lambda_=MMR_LAMBDA) if diversify else pool[:limit]
+    hits: list[Hit] = []
+    for r in chosen:
+        hit = loaded[(r.kind, r.id)]
+        hit.score, hit.channels = r.score, r.channels
+        hits.append(hit)
+    return hits

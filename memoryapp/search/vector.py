@@ -1,0 +1,60 @@
+"""The vector channel: pgvector cosine distance over the HNSW indexes.
+
+The scope filter is applied inside the same query as the distance order. HNSW alone would take
+its `ef_search` nearest rows of the whole table and filter afterwards, returning too few rows
+for a small scope; pgvector 0.8's iterative scan keeps reading the graph until enough rows pass
+the filter (relaxed order: results are re-sorted here).
+"""
+
+from __future__ import annotations
+
+from django.db import connection, transaction
+from django.db.models import QuerySet
+from pgvector.django import CosineDistance
+
+from memoryapp.models import MemoryItem
+from memoryapp.search.keyword import ChannelHit
+from memoryapp.search.scope import EntryScope
+
+
+def vector_literal(vector: list[float]) -> str:
+    return "[" + ",".join(f"{x:.7g}" for x in vector) + "]"
+
+
+def _tune_hnsw(cursor: object, limit: int) -> None:
+    # SET LOCAL lasts until the end of the surrounding transaction (the atomic block below).
+    cursor.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, limit * 2))}")  # type: ignore[attr-defined]
+    cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")  # type: ignore[attr-defined]
+
+
+def vector_entries(*, scope: EntryScope, vector: list[float], limit: int) -> list[ChannelHit]:
+    where, params = scope.where("e")
+    params = {**params, "v": vector_literal(vector), "n": limit}
+    sql = f"""
+        SELECT e.id, e.embedding <=> %(v)s::vector AS distance
+          FROM memoryapp_entry e
+         WHERE {where} AND e.embedding IS NOT NULL
+         ORDER BY distance
+         LIMIT %(n)s
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        _tune_hnsw(cursor, limit)
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    hits = [ChannelHit(id=r[0], score=1.0 - float(r[1])) for r in rows]
+    hits.sort(key=lambda h: -h.score)
+    return hits
+
+
+def vector_items(*, items: QuerySet[MemoryItem], vector: list[float], limit: int) -> list[ChannelHit]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        _tune_hnsw(cursor, limit)
+        rows = list(
+            items.filter(embedding__isnull=False)
+            .annotate(distance=CosineDistance("embedding", vector))
+            .order_by("distance")
+            .values_list("id", "distance")[:limit]
+        )
+    hits = [ChannelHit(id=str(r[0]), score=1.0 - float(r[1])) for r in rows]
+    hits.sort(key=lambda h: -h.score)
+    return hits

@@ -1,0 +1,206 @@
+"""Search: keyword, vector and hybrid over an agent's entries and items, scoped before anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from governance.models import JobRun
+from memoryapp.models import Entry
+from memoryapp.search import embedders, retrieval
+from memoryapp.search.embedders import EmbedderError
+from memoryapp.search.indexing import embedding_schedule
+from memoryapp.services.items import item_write
+from memoryapp.services.threads import entry_redact
+from tests.recall_helpers import by_text, conversation, embedded
+
+DOG_TURNS = [
+    ("user", "I adopted a puppy named Rex last May"),
+    ("assistant", "How lovely! What breed is Rex?"),
+    ("user", "A golden retriever, he loves swimming in the lake"),
+    ("assistant", "Swimming is great exercise for retrievers."),
+    ("user", "My sister lives in Lisbon and works as a nurse"),
+]
+
+
+def _search(caller: Any, **body: Any) -> Any:
+    return caller.client.post("/api/v1/search", body, format="json")
+
+
+class FailingEmbedder:
+    name = "failing"
+    dimensions = 384
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        raise EmbedderError("embedding endpoint answered 429")
+
+
+@pytest.fixture
+def failing_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(embedders, "embedder", lambda: FailingEmbedder())
+
+
+def test_an_entry_is_found_by_keyword_before_the_embedding_job_ran(alice: Any) -> None:
+    thread = conversation(alice.agent, DOG_TURNS)
+    assert not Entry.objects.filter(thread=thread, embedding__isnull=False).exists()
+
+    answer = _search(alice, text="Which lake does the retriever swim in?", method="hybrid")
+
+    assert answer.status_code == 200, answer.json()
+    results = answer.json()["results"]
+    assert results[0]["id"] == by_text(thread, "golden retriever").id
+    assert "keyword" in results[0]["channels"] and "vector" not in results[0]["channels"]
+    assert answer.json()["errors"] == []
+
+
+def test_vector_search_finds_entries_once_the_embedding_job_ran(alice: Any) -> None:
+    thread = conversation(alice.agent, DOG_TURNS)
+    assert _search(alice, text="puppy adopted", method="vector").json()["results"] == []
+
+    result = embedded(alice.agent)
+
+    assert result["entries"] == len(DOG_TURNS)
+    hits = _search(alice, text="adopting a puppy", method="vector").json()["results"]
+    assert hits[0]["id"] == by_text(thread, "adopted a puppy").id
+    assert hits[0]["channels"] == ["vector"]
+    assert 0 < hits[0]["score"] <= 1
+
+
+def test_a_hybrid_hit_found_by_both_channels_says_so_and_comes_first(alice: Any) -> None:
+    thread = conversation(alice.agent, DOG_TURNS)
+    embedded(alice.agent)
+
+    body = _search(alice, text="Where does my sister live and work?", limit=3).json()
+
+    first = body["results"][0]
+    assert first["id"] == by_text(thread, "sister lives").id
+    assert {"keyword", "vector"} <= set(first["channels"])
+    assert first["kind"] == "entry" and first["thread_id"] == "t-1" and first["seq"] == 5
+    assert len(body["results"]) <= 3
+
+
+def test_the_embedding_job_embeds_nothing_twice_and_records_a_job_run(
+    alice: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    conversation(alice.agent, DOG_TURNS)
+    with django_capture_on_commit_callbacks(execute=True):
+        embedding_schedule(agent_id=alice.agent.pk)
+
+    run = JobRun.objects.get(kind="embedding", agent_id=alice.agent.pk)
+    assert run.status == JobRun.Status.SUCCEEDED
+    assert run.result["entries"] == len(DOG_TURNS)
+    assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
+    first_times = dict(Entry.objects.filter(agent=alice.agent).values_list("id", "embedded_at"))
+
+    assert embedded(alice.agent)["entries"] == 0
+    assert dict(Entry.objects.filter(agent=alice.agent).values_list("id", "embedded_at")) == first_times
+
+
+def test_redacted_entries_are_not_embedded(alice: Any) -> None:
+    thread = conversation(alice.agent, DOG_TURNS)
+    entry_redact(entry=by_text(thread, "sister lives"))
+
+    embedded(alice.agent)
+
+    assert Entry.objects.filter(agent=alice.agent, embedding__isnull=False).count() == len(DOG_TURNS) - 1
+
+
+def test_mallory_finds_nothing_of_alices_and_her_thread_answers_404(alice: Any, mallory: Any) -> None:
+    conversation(alice.agent, DOG_TURNS)
+    embedded(alice.agent)
+    conversation(mallory.agent, [("user", "I like chess")], external_id="m-1")
+
+    for method in ("keyword", "vector", "hybrid"):
+        hits = _search(mallory, text="golden retriever puppy sister Lisbon", method=method).json()["results"]
+        assert all(hit["thread_id"] == "m-1" for hit in hits), method
+
+    answer = _search(mallory, text="retriever", thread_id="t-1")
+    assert answer.status_code == 404
+    assert answer.json()["error"]["code"] == "not_found"
+
+
+def test_search_is_limited_to_the_thread_or_the_person_asked(alice: Any) -> None:
+    conversation(alice.agent, [("user", "The lake house is blue")], external_id="t-ana", user_id="u-ana")
+    conversation(alice.agent, [("user", "The lake house is red")], external_id="t-ben", user_id="u-ben")
+
+    in_thread = _search(alice, text="lake house", thread_id="t-ben").json()["results"]
+    for_ana = _search(alice, text="lake house", user_id="u-ana").json()["results"]
+    everywhere = _search(alice, text="lake house").json()["results"]
+
+    assert [h["thread_id"] for h in in_thread] == ["t-ben"]
+    assert [h["thread_id"] for h in for_ana] == ["t-ana"]
+    assert sorted(h["thread_id"] for h in everywhere) == ["t-ana", "t-ben"]
+
+
+def test_items_are_found_when_active_and_never_when_suggested(alice: Any) -> None:
+    item_write(agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="lives in Porto", trust="system")
+    suggested = item_write(
+        agent=alice.agent,
+        kind="preference",
+        subject="Ana",
+        attribute="diet",
+        value="vegetarian, strictly",
+        trust="model",
+    )
+    assert suggested.status == "suggested"
+
+    results = _search(alice, text="Porto vegetarian diet city", kinds=["items"]).json()["results"]
+
+    assert [r["text"] for r in results] == ["Ana city: lives in Porto"]
+    assert results[0]["kind"] == "item" and results[0]["item_kind"] == "fact"
+
+
+def test_search_falls_back_to_keyword_when_the_embedder_fails(alice: Any, failing_embedder: None) -> None:
+    thread = conversation(alice.agent, DOG_TURNS)
+
+    for method in ("vector", "hybrid"):
+        body = _search(alice, text="golden retriever", method=method).json()
+        assert body["results"][0]["id"] == by_text(thread, "golden retriever").id
+        assert body["errors"][0]["source"] == "embedder"
+        assert "429" in body["errors"][0]["message"]
+        assert body["warnings"]
+
+
+def test_a_vector_space_mismatch_is_reported_and_search_answers_by_keyword(alice: Any) -> None:
+    conversation(alice.agent, DOG_TURNS)
+    retrieval._space_checked = None
+    try:
+        with override_settings(EMBEDDING_DIMENSIONS=768):
+            body = _search(alice, text="golden retriever").json()
+    finally:
+        retrieval._space_checked = None
+
+    assert body["results"] and body["results"][0]["channels"][0] == "keyword"
+    assert body["errors"][0]["source"] == "vector"
+    assert "reembed --dimensions" in body["errors"][0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "text"),
+        ({"text": ""}, "text"),
+        ({"text": "x", "limit": 0}, "limit"),
+        ({"text": "x", "limit": 101}, "limit"),
+        ({"text": "x", "method": "magic"}, "method"),
+        ({"text": "x", "kinds": ["files"]}, "kinds"),
+        ({"text": "x", "colour": "red"}, "colour"),
+    ],
+)
+def test_bad_search_input_is_a_400_naming_the_field(alice: Any, body: dict[str, Any], field: str) -> None:
+    answer = _search(alice, **body)
+
+    assert answer.status_code == 400
+    assert answer.json()["error"]["field"].split(".")[0] == field
+
+
+def test_search_needs_an_agent_key(anonymous: Any) -> None:
+    assert anonymous.post("/api/v1/search", {"text": "x"}, format="json").status_code in (401, 403)
+
+
+def test_stop_words_alone_find_nothing(alice: Any) -> None:
+    conversation(alice.agent, DOG_TURNS)
+
+    assert _search(alice, text="what is the", method="keyword").json()["results"] == []
