@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -192,7 +193,7 @@ def test_batch_add_chains_entries_in_one_transaction(alice: Caller) -> None:
     created = response.json()["entries"]
     assert [e["seq"] for e in created] == list(range(2, 12))
     assert created[0]["parent_id"] == head["id"]
-    assert all(b["parent_id"] == a["id"] for a, b in zip(created, created[1:], strict=False))
+    assert all(b["parent_id"] == a["id"] for a, b in itertools.pairwise(created))
     assert Thread.objects.get(external_id="t1").active_leaf_id == created[-1]["id"]
 
 

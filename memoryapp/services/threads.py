@@ -50,12 +50,15 @@ def _millis(at: datetime) -> int:
 def content_hash(*, parent_id: str | None, turn: dict[str, Any], created_at: datetime) -> str:
     """000 `hashNode`: sha256 over JSON.stringify({parent, turn, createdAt}), first 32 hex digits.
 
-    A root's parent is JSON null, so a root never hashes like a chained node.
+    A root's parent is JSON null, so a root never hashes like a chained node. Keys are sorted:
+    JSONB stores objects in its own key order, and the hash must come out the same when it is
+    computed again from the stored entry (an import, a check).
     """
     raw = json.dumps(
         {"parent": parent_id, "turn": turn, "createdAt": _millis(created_at)},
         ensure_ascii=False,
         separators=(",", ":"),
+        sort_keys=True,
         default=str,
     )
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
@@ -642,7 +645,7 @@ def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
 
     Text, content blocks, tool call arguments and tool results become `[redacted]`; id, parent,
     seq, role, type, call ids and tool names stay; a user's sender name goes; the embedding is
-    dropped; `metadata.redacted` = {at, reason}. Event entries are refused (400).
+    dropped and the content hash computed anew; `metadata.redacted` = {at, reason}. Event entries are refused (400).
     """
     if entry.type in _EVENT_TYPES:
         raise DomainError("not_redactable", "Event entries cannot be redacted.", field="entry_id")
@@ -664,6 +667,8 @@ def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
     row.embedding = None
     row.embedded_at = None
     row.token_count = count_message_tokens(row.content, row.tool_calls)
+    # The old hash was computed from the words said: a guess could be checked against it.
+    row.content_hash = content_hash(parent_id=row.parent_id, turn=_turn(row), created_at=row.created_at)
     row.save(
         update_fields=[
             "content",
@@ -675,6 +680,7 @@ def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
             "embedding",
             "embedded_at",
             "token_count",
+            "content_hash",
         ]
     )
     audit_append(

@@ -1,0 +1,371 @@
+"""The thread store's algorithms through its services: hashing, JSONL round trips, concurrent writers,
+and random sequences of tree operations (hypothesis)."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import threading
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from governance.models import AuditRecord
+from memoryapp.errors import DomainError
+from memoryapp.models import Entry, Thread
+from memoryapp.selectors.threads import path_entries, thread_for_agent
+from memoryapp.services import threads as threads_services
+from memoryapp.services.threads import (
+    content_hash,
+    entries_add,
+    entry_add,
+    entry_delete,
+    entry_redact,
+    thread_checkout,
+    thread_create,
+    thread_delete,
+    thread_fork,
+    thread_rewind,
+)
+from tests.conftest import Caller
+
+EXACT_FIELDS = (
+    "id",
+    "parent_id",
+    "seq",
+    "type",
+    "role",
+    "content",
+    "text",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "sender_name",
+    "token_count",
+    "event",
+    "metadata",
+    "created_at",
+    "content_hash",
+    "redacted_at",
+)
+
+
+def snapshot(thread: Thread) -> list[dict[str, Any]]:
+    return list(Entry.objects.filter(thread=thread).order_by("seq").values(*EXACT_FIELDS))
+
+
+def branchy_thread(caller: Caller, external_id: str = "t1") -> Thread:
+    """A thread with branches, tool calls, an event, a redaction and metadata everywhere."""
+    thread = thread_create(agent=caller.agent, external_id=external_id, user_id="u-ana", metadata={"topic": "rome"})
+    q = entry_add(thread=thread, role="user", content="Plan a day in Rome", sender_name="Ana", metadata={"k": [1]})
+    entry_add(
+        thread=thread,
+        role="assistant",
+        content=[{"type": "text", "text": "Let me look"}],
+        tool_calls=[{"id": "c1", "name": "maps", "arguments": {"q": "Rome"}}],
+    )
+    entry_add(thread=thread, type="tool_result", content="Colosseum, Vatican", tool_call_id="c1")
+    entry_add(thread=thread, type="model_change", event={"model": "m2"})
+    entry_add(thread=thread, role="assistant", content="Start at the Colosseum")
+    other = entry_add(thread=thread, role="assistant", content="Start at the Vatican", parent_id=q.id, activate=False)
+    secret = entry_add(thread=thread, role="user", content="my card 4111", parent_id=other.id, activate=False)
+    entry_redact(entry=Entry.objects.select_related("thread").get(id=secret.id), reason="card")
+    return thread
+
+
+# --- hashing -------------------------------------------------------------------------------
+
+
+def test_content_hash_is_000_hash_node_over_parent_turn_and_created_at_with_sorted_keys() -> None:
+    at = datetime(2024, 5, 1, 12, 0, 0, 123000, tzinfo=UTC)
+    turn = {"type": "message", "role": "user", "content": "hi"}
+    expected = hashlib.sha256(
+        json.dumps(
+            {"parent": None, "turn": turn, "createdAt": 1714564800123}, separators=(",", ":"), sort_keys=True
+        ).encode()
+    ).hexdigest()[:32]
+    assert content_hash(parent_id=None, turn=turn, created_at=at) == expected
+    assert content_hash(parent_id="ent_x", turn=turn, created_at=at) != expected
+
+
+@pytest.mark.django_db
+def test_entry_add_stores_the_hash_of_its_parent_content_and_time(alice: Caller) -> None:
+    thread = thread_create(agent=alice.agent, external_id="t1")
+    first = entry_add(thread=thread, role="user", content="hi")
+    second = entry_add(thread=thread, role="user", content="hi")
+    assert first.content_hash != second.content_hash  # same words, another parent
+    assert Entry.objects.get(id=second.id).content_hash == content_hash(
+        parent_id=first.id, turn={"type": "message", "role": "user", "content": "hi"}, created_at=second.created_at
+    )
+
+
+# --- JSONL -----------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_jsonl_export_then_import_round_trips_exactly_over_the_api(alice: Caller) -> None:
+    thread = branchy_thread(alice)
+    before = snapshot(thread)
+    leaf = Thread.objects.get(pk=thread.pk).active_leaf_id
+    response = alice.client.get("/api/v1/threads/t1/export")
+    assert response.status_code == 200 and response["Content-Type"] == "application/x-ndjson"
+    text = b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
+    records = [json.loads(line) for line in text.splitlines()]
+    assert [r["type"] for r in records] == ["thread"] + ["node"] * len(before) + ["head"]
+    assert records[-1] == {"type": "head", "leaf": leaf}
+    node = records[1]["node"]
+    assert {"id", "parent", "turn", "createdAt"} <= set(node) and node["parent"] is None
+    assert alice.client.delete("/api/v1/threads/t1").status_code == 204
+    response = alice.client.generic("POST", "/api/v1/threads/import", text, content_type="application/x-ndjson")
+    assert response.status_code == 201, response.content
+    assert response.json()["id"] == "t1" and response.json()["active_leaf_id"] == leaf
+    copy = Thread.objects.get(agent=alice.agent, external_id="t1")
+    assert snapshot(copy) == before
+    assert copy.metadata == {"topic": "rome"} and copy.user_id == "u-ana" and copy.next_seq == len(before) + 1
+    assert AuditRecord.objects.filter(action="thread.import", subject="t1").exists()
+    # The imported thread goes on like the original.
+    assert entry_add(thread=copy, role="user", content="next").seq == len(before) + 1
+
+
+@pytest.mark.django_db
+def test_jsonl_round_trip_through_the_management_commands(alice: Caller, tmp_path: Path) -> None:
+    thread = branchy_thread(alice)
+    before = snapshot(thread)
+    target = tmp_path / "t1.jsonl"
+    call_command("thread_export", "alice", "t1", "--output", str(target))
+    thread_delete(thread=thread)
+    call_command("thread_import", "alice", str(target), "--id", "t1-again")
+    copy = Thread.objects.get(agent=alice.agent, external_id="t1-again")
+    assert snapshot(copy) == before
+    assert copy.active_leaf_id == json.loads(target.read_text().splitlines()[-1])["leaf"]
+
+
+@pytest.mark.django_db
+def test_import_refuses_ids_that_exist_and_broken_files_writing_nothing(alice: Caller) -> None:
+    branchy_thread(alice)
+    text = "\n".join(
+        line + "\n" for line in [json.dumps(r) for r in _export_records(alice, "t1")]
+    )  # entries still exist: their ids are taken
+    response = alice.client.generic(
+        "POST", "/api/v1/threads/import?id=other", text, content_type="application/x-ndjson"
+    )
+    assert response.status_code == 409 and response.json()["error"]["code"] == "entry_exists"
+    node = {"id": "ent_a", "parent": "ent_missing", "turn": {"role": "user", "content": "x"}, "createdAt": 1}
+    cases = [
+        ("{not json", "malformed_jsonl"),
+        (json.dumps({"type": "node", "node": node}), "unknown_parent"),
+        (
+            json.dumps({"type": "node", "node": {**node, "parent": None}})
+            + "\n"
+            + json.dumps({"type": "head", "leaf": "zz"}),
+            "unknown_leaf",
+        ),
+        (
+            json.dumps({"type": "node", "node": {**node, "parent": None, "turn": {"role": "user", "content": None}}}),
+            "required",
+        ),
+    ]
+    for body, code in cases:
+        response = alice.client.generic(
+            "POST", "/api/v1/threads/import?id=fresh", body, content_type="application/x-ndjson"
+        )
+        assert response.status_code == 400 and response.json()["error"]["code"] == code, (body, response.content)
+    assert not Thread.objects.filter(external_id__in=["other", "fresh"]).exists()
+
+
+@pytest.mark.django_db
+def test_a_plain_000_session_file_imports_in_file_order(alice: Caller) -> None:
+    lines = [
+        {
+            "type": "node",
+            "node": {"id": "n1", "parent": None, "turn": {"role": "user", "content": "a"}, "createdAt": 1000},
+        },
+        {"type": "head", "leaf": "n1"},
+        {
+            "type": "node",
+            "node": {"id": "n2", "parent": "n1", "turn": {"role": "assistant", "content": "b"}, "createdAt": 2000},
+        },
+        {"type": "head", "leaf": "n2"},
+    ]
+    body = "\n".join(json.dumps(line) for line in lines)
+    response = alice.client.generic("POST", "/api/v1/threads/import?id=s1", body, content_type="application/x-ndjson")
+    assert response.status_code == 201
+    thread = Thread.objects.get(external_id="s1")
+    assert thread.active_leaf_id == "n2"
+    assert [(e.id, e.seq, e.parent_id) for e in path_entries(thread=thread)] == [("n1", 1, None), ("n2", 2, "n1")]
+
+
+def _export_records(caller: Caller, thread_id: str) -> list[dict[str, Any]]:
+    response = caller.client.get(f"/api/v1/threads/{thread_id}/export")
+    text = b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
+    return [json.loads(line) for line in text.splitlines()]
+
+
+# --- path reads ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_path_of_a_long_thread_reads_only_the_asked_entries(alice: Caller) -> None:
+    """The CTE stops after `limit` rows: the plan's branch scan reaches only limit rows."""
+    thread = thread_create(agent=alice.agent, external_id="long")
+    entries_add(thread=thread, entries=[{"role": "user", "content": f"n{i}"} for i in range(500)])
+    page = path_entries(thread=thread, limit=5)
+    assert [e.content for e in page] == [f"n{i}" for i in range(495, 500)]
+    with connection.cursor() as cursor:
+        from memoryapp.selectors.threads import _walk_sql
+
+        cursor.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + _walk_sql(types=["message"], limit=5),
+            {"start": thread.active_leaf_id, "thread": thread.pk, "types": ["message"], "limit": 5},
+        )
+        plan = json.dumps(cursor.fetchone()[0])
+    # The recursive union is pulled only as far as the limit needs (5 rows, not 500).
+    assert '"Node Type": "Recursive Union"' in plan
+    unions = [p for p in _plan_nodes(json.loads(plan)) if p.get("Node Type") == "Recursive Union"]
+    assert unions and all(p["Actual Rows"] <= 6 for p in unions)
+
+
+def _plan_nodes(plan: Any) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    if isinstance(plan, dict):
+        found.append(plan)
+        for value in plan.values():
+            found += _plan_nodes(value)
+    elif isinstance(plan, list):
+        for value in plan:
+            found += _plan_nodes(value)
+    return found
+
+
+# --- concurrency -----------------------------------------------------------------------------
+
+WRITERS = 8
+PER_WRITER = 200
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_never_lose_an_entry_or_share_a_seq(alice: Caller, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The hook only schedules background jobs on commit; here it counts what it is handed, so
+    # 1,600 commits do not each run the (eager, in tests) embedding and extraction jobs.
+    handed: list[str] = []
+    monkeypatch.setattr(
+        threads_services, "after_entries_added", lambda *, thread, entries: handed.extend(e.id for e in entries)
+    )
+    thread = thread_create(agent=alice.agent, external_id="busy")
+    errors: list[BaseException] = []
+    written: list[str] = []
+    lock = threading.Lock()
+    start = threading.Barrier(WRITERS)
+
+    def writer(number: int) -> None:
+        try:
+            mine = Thread.objects.get(pk=thread.pk)
+            start.wait()
+            ids = [entry_add(thread=mine, role="user", content=f"w{number} n{i}").id for i in range(PER_WRITER)]
+            with lock:
+                written.extend(ids)
+        except BaseException as exc:  # reported below: a thread's exception would vanish otherwise
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=writer, args=(n,)) for n in range(WRITERS)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert errors == []
+    rows = list(Entry.objects.filter(thread=thread).values_list("id", "parent_id", "seq"))
+    total = WRITERS * PER_WRITER
+    assert len(rows) == total and {r[0] for r in rows} == set(written)
+    assert sorted(r[2] for r in rows) == list(range(1, total + 1))
+    ids = {r[0] for r in rows}
+    assert all(parent is None or parent in ids for _, parent, _ in rows)
+    assert sum(1 for _, parent, _ in rows if parent is None) == 1
+    # Every writer appended at the leaf: the tree is one chain, seq order.
+    chain = sorted(rows, key=lambda r: r[2])
+    assert all(child[1] == parent[0] for parent, child in itertools.pairwise(chain))
+    final = Thread.objects.get(pk=thread.pk)
+    assert final.active_leaf_id in ids and final.active_leaf_id == chain[-1][0]
+    assert final.next_seq == total + 1
+    assert sorted(handed) == sorted(written)
+
+
+# --- random operation sequences --------------------------------------------------------------
+
+operation = st.tuples(
+    st.sampled_from(["add", "add", "add_branch", "batch", "rewind", "checkout", "fork", "delete", "redact"]),
+    st.integers(min_value=0, max_value=10_000),
+)
+
+
+def check_tree(thread: Thread) -> None:
+    """The invariants every operation keeps."""
+    thread = Thread.objects.get(pk=thread.pk)
+    rows = {e.id: e for e in Entry.objects.filter(thread=thread)}
+    seqs = [e.seq for e in rows.values()]
+    assert len(seqs) == len(set(seqs)) and all(0 < s < thread.next_seq for s in seqs)
+    for entry in rows.values():
+        assert entry.agent_id == thread.agent_id
+        # Parents are in the thread and older, so walking up always ends at a root (no cycle).
+        if entry.parent_id is not None:
+            assert entry.parent_id in rows and rows[entry.parent_id].seq < entry.seq
+    # The leaf is an entry of the thread; it is None only when the thread is empty or when
+    # the active branch was its root alone and that root was deleted (the next add starts anew).
+    if thread.active_leaf_id is not None:
+        assert thread.active_leaf_id in rows
+        path = path_entries(thread=thread, types=None)
+        assert path[-1].id == thread.active_leaf_id and path[0].parent_id is None
+        assert all(b.parent_id == a.id for a, b in itertools.pairwise(path))
+
+
+@pytest.mark.django_db
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(operation, min_size=1, max_size=12))
+def test_random_tree_operations_keep_the_tree_invariants(alice: Caller, ops: list[tuple[str, int]]) -> None:
+    thread = thread_create(agent=alice.agent, external_id=f"p-{uuid.uuid4().hex[:8]}")
+    for kind, pick in ops:
+        ids = list(Entry.objects.filter(thread=thread).order_by("seq").values_list("id", flat=True))
+        target = ids[pick % len(ids)] if ids else None
+        thread = Thread.objects.get(pk=thread.pk)
+        if kind == "add":
+            entry_add(thread=thread, role="user", content=f"n{pick}")
+        elif kind == "add_branch" and target:
+            entry_add(thread=thread, role="assistant", content=f"b{pick}", parent_id=target, activate=pick % 2 == 0)
+        elif kind == "batch":
+            entries_add(thread=thread, entries=[{"role": "user", "content": f"x{i}"} for i in range(pick % 3 + 1)])
+        elif kind == "rewind" and target:
+            path_ids = [e.id for e in path_entries(thread=thread, types=None)]
+            if target in path_ids:
+                thread_rewind(thread=thread, entry_id=target)
+                assert Thread.objects.get(pk=thread.pk).active_leaf_id == target
+            else:
+                with pytest.raises(DomainError):
+                    thread_rewind(thread=thread, entry_id=target)
+        elif kind == "checkout" and target:
+            thread_checkout(thread=thread, entry_id=target)
+        elif kind == "fork" and target:
+            original = [(e.content, e.type) for e in path_entries(thread=thread, leaf_id=target, types=None)]
+            copy = thread_fork(thread=thread, entry_id=target)
+            check_tree(copy)
+            assert [(e.content, e.type) for e in path_entries(thread=copy, types=None)] == original
+        elif kind == "delete" and target:
+            count = len(ids)
+            entry_delete(entry=Entry.objects.select_related("thread").get(id=target))
+            assert Entry.objects.filter(thread=thread).count() == count - 1
+        elif kind == "redact" and target:
+            entry = Entry.objects.select_related("thread").get(id=target)
+            before = (entry.parent_id, entry.seq, entry.role)
+            entry_redact(entry=entry, reason="test")
+            after = Entry.objects.get(id=target)
+            assert (after.parent_id, after.seq, after.role) == before and after.text == "[redacted]"
+        check_tree(thread)
+    assert thread_for_agent(agent=alice.agent, external_id=thread.external_id).pk == thread.pk
