@@ -26,7 +26,7 @@ from memoryapp.compaction.strategies import (
     CompactionPlan,
     register_compaction_strategy,
 )
-from memoryapp.llm.port import Completion, ModelUnavailable, use_model
+from memoryapp.llm.port import ModelUnavailable, use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread
 from memoryapp.services.threads import entry_redact
@@ -211,14 +211,14 @@ def test_without_externalize_or_a_read_tool_the_placeholder_promises_nothing(ali
         thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 1, "externalize": False}
     )
     first = _compactions(thread)[0].event["cleared"]
-    assert list(first.values())[0] == "[tool result cleared: fetch_page; 1.2k tokens]"
+    assert next(iter(first.values())) == "[tool result cleared: fetch_page; 1.2k tokens]"
     other = tool_thread(alice.agent, rounds=2, external_id="t-no-tool")
     compaction_now(
         thread=other,
         strategy="clear-old-tool-results",
         options={"keep_tool_uses": 1, "read_result_tool_name": None},
     )
-    placeholder = list(_compactions(other)[0].event["cleared"].values())[0]
+    placeholder = next(iter(_compactions(other)[0].event["cleared"].values()))
     assert "read_result" not in placeholder and "handle" in placeholder
 
 
@@ -258,7 +258,7 @@ def test_summarize_fallback_runs_when_clearing_does_not_reach_under_the_trigger(
 
 
 def test_summarize_fallback_without_a_model_clears_and_says_the_run_was_partial(alice: Caller) -> None:
-    thread = tool_thread(alice.agent, rounds=3)
+    tool_thread(alice.agent, rounds=3)
     with override_settings(LLM_PROVIDER="none"):
         response = alice.client.post(
             "/api/v1/threads/t-tools/compact",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+
 import pytest
 from django.test import override_settings
 
