@@ -689,13 +689,19 @@ def files_index_text(*, access: FileAccess) -> str:
 
 @transaction.atomic
 def files_redact(
-    *, access: FileAccess, paths: list[str], reason: str = "", every_scope: bool = False
+    *,
+    access: FileAccess,
+    paths: list[str],
+    reason: str = "",
+    every_scope: bool = False,
+    exact_scope: bool = False,
 ) -> RedactionReport:
     """Replace the content of every version of `paths` with [redacted], keeping everything else.
 
     1. Take the agent's file lock, so no rename copies a version while it is being redacted.
-    2. The versions in reach: the scopes the access reads (every branch), or every scope of the
-       agent with `every_scope`. A directory path takes every file under it.
+    2. The versions in reach: the scopes the access reads (every branch), only its own scope
+       with `exact_scope`, or every scope of the agent with `every_scope`. A directory path
+       takes every file under it.
     3. Follow renames both ways until nothing new turns up: the paths a file was renamed from,
        and the paths it was renamed to, carry the same text.
     4. Redact the content of each of their versions (sha256 recomputed over the redacted text,
@@ -705,7 +711,12 @@ def files_redact(
         raise MemoryFileError("invalid_paths", "Error: Name at least one path to redact.", field="paths")
     wanted = [path_normalize(p, field="paths") for p in paths]
     _lock_files(access)
-    reach = versions_for_agent(agent=access.agent) if every_scope else versions_seen(access=access, branch=False)
+    reach = versions_for_agent(agent=access.agent)
+    if exact_scope and not every_scope:
+        user_id, project_id, thread_id = access.scope
+        reach = reach.filter(user_id=user_id, project_id=project_id, thread_id=thread_id)
+    elif not every_scope:
+        reach = versions_seen(access=access, branch=False)
     found: set[str] = set()
     for path in wanted:
         if path == MEMORY_ROOT:
@@ -741,6 +752,7 @@ def files_redact(
             "versions": count,
             "reason": reason[:200],
             "every_scope": every_scope,
+            "exact_scope": exact_scope,
             "scope": {"user_id": access.user_id, "project_id": access.project_id, "thread_id": access.thread_id},
         },
     )
