@@ -136,11 +136,16 @@ def _limit_field(maximum: int, default: int) -> serializers.IntegerField:
     return serializers.IntegerField(min_value=1, max_value=maximum, required=False, default=default)
 
 
-class TypesField(serializers.CharField):
+class TypesField(serializers.Field):
     """`types`: `all`, or a comma list of entry types (default: messages and tool results)."""
 
+    def to_representation(self, value: Any) -> Any:
+        return value
+
     def to_internal_value(self, data: Any) -> Any:
-        text = super().to_internal_value(data)
+        if not isinstance(data, str):
+            raise serializers.ValidationError("types must be 'all' or a comma list of entry types.")
+        text = data.strip()
         if text == "all":
             return None
         names = [name.strip() for name in text.split(",") if name.strip()]

@@ -1,0 +1,102 @@
+"""The admin of threads and entries: list, search, the tree page, entry detail, actions through services."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from governance.models import AuditRecord
+from memoryapp.models import Entry, Thread
+from memoryapp.services.threads import entry_add, thread_create
+from tests.conftest import Caller
+
+pytestmark = pytest.mark.django_db
+
+
+def rome(caller: Caller) -> tuple[Thread, dict[str, Entry]]:
+    thread = thread_create(agent=caller.agent, external_id="rome", user_id="u-ana")
+    q = entry_add(thread=thread, role="user", content="Plan a day in Rome")
+    colosseum = entry_add(thread=thread, role="assistant", content="Start at the Colosseum")
+    vatican = entry_add(thread=thread, role="assistant", content="Start at the Vatican", parent_id=q.id, activate=False)
+    more = entry_add(thread=thread, role="user", content="And lunch?", parent_id=vatican.id, activate=False)
+    return thread, {"q": q, "colosseum": colosseum, "vatican": vatican, "more": more}
+
+
+def test_thread_list_searches_by_id_user_and_agent(admin_client: Client, alice: Caller, bob: Caller) -> None:
+    rome(alice)
+    thread_create(agent=bob.agent, external_id="paris", user_id="u-bo")
+    page = admin_client.get("/admin/memoryapp/thread/").content.decode()
+    assert "rome" in page and "paris" in page
+    for query, shown, hidden in [("rome", "rome", "paris"), ("u-bo", "paris", "rome"), ("alice", "rome", "paris")]:
+        page = admin_client.get("/admin/memoryapp/thread/", {"q": query}).content.decode()
+        assert f">{shown}<" in page and f">{hidden}<" not in page, query
+
+
+def test_thread_page_draws_the_tree_with_branches_and_the_active_path(admin_client: Client, alice: Caller) -> None:
+    thread, entries = rome(alice)
+    response = admin_client.get(f"/admin/memoryapp/thread/{thread.pk}/change/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    rows = re.findall(r'<li class="([^"]*)"\s+style="margin-left: (\d+)px"\s+data-entry="([^"]+)"', page)
+    order = [entry_id for _, _, entry_id in rows]
+    by_key = {key: entry.id for key, entry in entries.items()}
+    # Depth first: the question, then its older branch, then the other branch and its child.
+    assert order == [by_key["q"], by_key["colosseum"], by_key["vatican"], by_key["more"]]
+    depth = {entry_id: int(margin) for _, margin, entry_id in rows}
+    assert depth[by_key["q"]] == 0 and depth[by_key["colosseum"]] == depth[by_key["vatican"]] > 0
+    assert depth[by_key["more"]] > depth[by_key["vatican"]]
+    marked = {entry_id for classes, _, entry_id in rows if "active" in classes.split()}
+    assert marked == {by_key["q"], by_key["colosseum"]}
+    leaf = [entry_id for classes, _, entry_id in rows if "leaf" in classes.split()]
+    assert leaf == [by_key["colosseum"]]
+    assert "2 branches" in page
+    assert f'href="/admin/memoryapp/entry/{by_key["vatican"]}/change/"' in page
+
+
+def test_entry_detail_shows_the_entry_and_links_its_parent(admin_client: Client, alice: Caller) -> None:
+    _, entries = rome(alice)
+    response = admin_client.get(f"/admin/memoryapp/entry/{entries['vatican'].id}/change/")
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Start at the Vatican" in page
+    assert f'href="/admin/memoryapp/entry/{entries["q"].id}/change/"' in page
+
+
+def test_deleting_an_entry_in_the_admin_splices_it_and_audits(admin_client: Client, alice: Caller) -> None:
+    _, entries = rome(alice)
+    response = admin_client.post(f"/admin/memoryapp/entry/{entries['vatican'].id}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert Entry.objects.get(id=entries["more"].id).parent_id == entries["q"].id
+    record = AuditRecord.objects.get(action="entry.delete")
+    assert record.actor.startswith("staff:") and record.subject == entries["vatican"].id
+
+
+def test_redact_action_goes_through_the_service(admin_client: Client, alice: Caller) -> None:
+    _, entries = rome(alice)
+    data: dict[str, Any] = {"action": "redact_entries", "_selected_action": [entries["q"].id]}
+    response = admin_client.post("/admin/memoryapp/entry/", data)
+    assert response.status_code == 302
+    stored = Entry.objects.get(id=entries["q"].id)
+    assert stored.text == "[redacted]" and stored.redacted_at is not None
+    assert AuditRecord.objects.filter(action="entry.redact", subject=stored.id).exists()
+
+
+def test_deleting_a_thread_in_the_admin_audits(admin_client: Client, alice: Caller) -> None:
+    thread, _ = rome(alice)
+    response = admin_client.post(f"/admin/memoryapp/thread/{thread.pk}/delete/", {"post": "yes"})
+    assert response.status_code == 302
+    assert not Thread.objects.filter(pk=thread.pk).exists() and not Entry.objects.exists()
+    assert AuditRecord.objects.filter(action="thread.delete", subject="rome").exists()
+
+
+def test_editing_thread_metadata_in_the_admin_saves_it(admin_client: Client, alice: Caller) -> None:
+    thread, _ = rome(alice)
+    response = admin_client.post(
+        f"/admin/memoryapp/thread/{thread.pk}/change/", {"user_id": "u-new", "metadata": '{"topic": "roma"}'}
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    thread.refresh_from_db()
+    assert thread.user_id == "u-new" and thread.metadata == {"topic": "roma"}
