@@ -548,3 +548,16 @@ def test_history_of_a_path_never_written_is_404_and_a_bad_path_400(alice: Caller
     assert alice.client.get("/api/v1/memory-files/history?path=/memories/none.md").status_code == 404
     response = alice.client.get("/api/v1/memory-files/history?path=/etc/x")
     assert (response.status_code, response.json()["error"]["field"]) == (400, "path")
+
+
+def test_the_schema_documents_the_memory_file_endpoints(anonymous: Any) -> None:
+    schema = anonymous.get("/api/schema/", {"format": "json"}).json()
+    for endpoint in (
+        "/api/v1/memory-tool",
+        "/api/v1/memory-files",
+        "/api/v1/memory-files/history",
+        "/api/v1/working-note",
+    ):
+        assert endpoint in schema["paths"]
+    names = {p["name"] for p in schema["paths"]["/api/v1/memory-tool"]["post"]["parameters"]}
+    assert {"user_id", "project_id", "thread_id", "read_only"} <= names

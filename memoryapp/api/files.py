@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -32,6 +34,18 @@ _ACCESS_PARAMS = (*_SCOPE_PARAMS, "place", "read_only", "author")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # An agent may say who wrote a change; "memory" is for the service's own jobs.
 _AGENT_AUTHORS = (FileAuthor.MODEL, FileAuthor.USER, FileAuthor.SYSTEM)
+
+
+SCOPE_PARAMETERS = [
+    OpenApiParameter("user_id", str, description="The person the files are about ('' or absent: not limited)."),
+    OpenApiParameter("project_id", str, description="The project ('' or absent: not limited)."),
+    OpenApiParameter("thread_id", str, description="The thread's external id ('' or absent: not limited)."),
+    OpenApiParameter("place", str, description="The entry a change is written after: its branch sees it."),
+    OpenApiParameter("read_only", bool, description="Refuse every change (the model only reads)."),
+    OpenApiParameter(
+        "author", str, enum=list(_AGENT_AUTHORS), description="Who writes: model (default), user, system."
+    ),
+]
 
 
 def _scope_value(name: str, value: str) -> str:
@@ -118,6 +132,17 @@ def version_summary(version: MemoryFileVersion) -> dict[str, Any]:
 class MemoryToolView(APIView):
     """POST the model's memory tool input ({"command": "view", "path": "/memories"}), get `result`."""
 
+    @extend_schema(
+        parameters=SCOPE_PARAMETERS,
+        request=OpenApiTypes.OBJECT,
+        responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT},
+        description=(
+            "Run one command of Anthropic's memory tool (memory_20250818): view, create, str_replace, insert, "
+            "delete, rename, with the model's input unchanged, plus an optional expected_sha256 (the sha256 "
+            "last read) for str_replace, insert, delete and rename. `result` is the text the model reads; "
+            "a refused command answers 4xx with `error` and `result`."
+        ),
+    )
     def post(self, request: Request) -> Response:
         try:
             access = request_file_access(request)
@@ -136,6 +161,10 @@ class MemoryToolView(APIView):
 class MemoryFilesListView(APIView):
     """GET the files that stand in a scope: path, sha256, size, version."""
 
+    @extend_schema(
+        parameters=[*SCOPE_PARAMETERS, OpenApiParameter("under", str, description="Only files under this path.")],
+        responses=OpenApiTypes.OBJECT,
+    )
     def get(self, request: Request) -> Response:
         access = request_file_access(request, extra=("under",))
         under = path_normalize(request.query_params.get("under", MEMORY_ROOT), field="under")
@@ -162,6 +191,9 @@ class MemoryFilesListView(APIView):
 class MemoryFileHistoryView(APIView):
     """GET every version of one path the scope reads, oldest first, deletions and renames included."""
 
+    @extend_schema(
+        parameters=[*SCOPE_PARAMETERS, OpenApiParameter("path", str, required=True)], responses=OpenApiTypes.OBJECT
+    )
     def get(self, request: Request) -> Response:
         access = request_file_access(request, extra=("path",))
         path = path_normalize(request.query_params.get("path"), field="path")
@@ -174,6 +206,7 @@ class MemoryFileHistoryView(APIView):
 class MemoryFileVersionView(APIView):
     """GET one version with its content (null for a deletion); another agent's answers 404."""
 
+    @extend_schema(responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, version_id: str) -> Response:
         version = version_for_agent(agent=request_agent(request), version_id=version_id)
         if version is None:
@@ -184,9 +217,11 @@ class MemoryFileVersionView(APIView):
 class WorkingNoteView(APIView):
     """The working-memory note (reference 001): GET reads it, POST {"action", "content"} runs an action."""
 
+    @extend_schema(parameters=SCOPE_PARAMETERS, responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
         return self._run(request, {"action": "read"})
 
+    @extend_schema(parameters=SCOPE_PARAMETERS, request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request) -> Response:
         return self._run(request, request.data)
 
