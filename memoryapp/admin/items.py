@@ -432,6 +432,7 @@ class MemoryItemAdmin(admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "title": "Review queue",
             "opts": self.model._meta,
+            "is_nav_sidebar_enabled": False,  # the cards need the width
             "groups": groups,
             "total": total,
             "shown": shown,
