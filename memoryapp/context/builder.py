@@ -53,6 +53,9 @@ MAX_TOKENS_LIMIT = 2_000_000
 RELEVANT_CANDIDATES = 200
 RECALL_LIMIT = 20
 RECALL_TEXT_CHARS = 1200
+# Recall sends only turns and items that are about the input: a vector hit needs this cosine
+# (all-MiniLM-L6-v2 puts paraphrases above ~0.4 and unrelated chat below ~0.25).
+RECALL_MIN_SIMILARITY = 0.3
 FIRST_WINDOW = 64
 MAX_WINDOW = 20_000
 MEMORY_OPEN = "<memory_context>"
@@ -641,6 +644,7 @@ def _recall_search(
             as_of=as_of,
             items=items,
             before_seq=before_seq,
+            min_similarity=RECALL_MIN_SIMILARITY,
         )
     except Exception as exc:
         logger.exception("recall search failed")

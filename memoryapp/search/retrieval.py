@@ -221,8 +221,13 @@ def search(
     exclude_ids: Sequence[str] = (),
     neighbours: bool = True,
     diversify: bool = True,
+    min_similarity: float | None = None,
 ) -> SearchOutcome:
-    """Search the agent's memory (see the module's steps). Never raises for a failed channel."""
+    """Search the agent's memory (see the module's steps). Never raises for a failed channel.
+
+    `min_similarity` (recall uses it) keeps only vector hits with at least that cosine and at
+    least RELATIVE_FLOOR of the best one: a ranked list always has a first row, relevant or not.
+    """
     outcome = SearchOutcome()
     scope = EntryScope(
         agent_id=agent.pk,
@@ -256,13 +261,11 @@ def search(
         vector = _query_vector(text, outcome)
         if vector is not None:
             if "entries" in kinds:
-                vector_lists.append(
-                    ("entry", "vector", vector_entries(scope=scope, vector=vector, limit=depth), VECTOR_WEIGHT)
-                )
+                found = _floored(vector_entries(scope=scope, vector=vector, limit=depth), min_similarity)
+                vector_lists.append(("entry", "vector", found, VECTOR_WEIGHT))
             if item_rows is not None:
-                vector_lists.append(
-                    ("item", "vector", vector_items(items=item_rows, vector=vector, limit=depth), VECTOR_WEIGHT)
-                )
+                found = _floored(vector_items(items=item_rows, vector=vector, limit=depth), min_similarity)
+                vector_lists.append(("item", "vector", found, VECTOR_WEIGHT))
         elif method == "vector":
             # The vector channel is down: answer by keyword rather than with nothing.
             method = "keyword"
@@ -286,6 +289,16 @@ def search(
     )
     outcome.hits = _hits(fused_rows, limit=limit, diversify=diversify and method == "hybrid")
     return outcome
+
+
+RELATIVE_FLOOR = 0.6
+
+
+def _floored(hits: list[ChannelHit], min_similarity: float | None) -> list[ChannelHit]:
+    if min_similarity is None or not hits:
+        return hits
+    floor = max(min_similarity, RELATIVE_FLOOR * hits[0].score)
+    return [h for h in hits if h.score >= floor]
 
 
 def _query_vector(text: str, outcome: SearchOutcome) -> list[float] | None:

@@ -1,0 +1,478 @@
+"""The context builder over POST /api/v1/threads/{id}/context: strategies, partitions, budget."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from memoryapp.context.tokens import count_message_tokens, count_messages_tokens
+from memoryapp.models import Entry, MemoryItem
+from memoryapp.search import embedders
+from memoryapp.search.embedders import EmbedderError
+from memoryapp.services.items import item_write
+from memoryapp.services.threads import entry_add
+from tests.recall_helpers import by_text, conversation, embedded
+
+
+def _build(caller: Any, thread_id: str = "t-1", **body: Any) -> Any:
+    return caller.client.post(f"/api/v1/threads/{thread_id}/context", body, format="json")
+
+
+def _ok(caller: Any, thread_id: str = "t-1", **body: Any) -> dict[str, Any]:
+    answer = _build(caller, thread_id, **body)
+    assert answer.status_code == 200, answer.json()
+    return dict(answer.json())
+
+
+def _history(built: dict[str, Any]) -> list[dict[str, Any]]:
+    return [m for m in built["messages"] if "entry_id" in m]
+
+
+def _budget_kept(built: dict[str, Any], max_tokens: int, reserve: int) -> None:
+    """The budget holds to the token: what is sent, plus the input, is within it."""
+    sent = count_messages_tokens(built["messages"])
+    assert sent <= built["token_count"]
+    assert built["token_count"] + built["partitions"].get("final", 0) <= max_tokens - reserve
+    assert built["token_count"] == sum(v for k, v in built["partitions"].items() if k != "final")
+
+
+def _turns(n: int, words: int = 12) -> list[tuple[str, str]]:
+    turns = []
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        turns.append((role, f"turn {i} " + " ".join(f"w{i}x{j}" for j in range(words))))
+    return turns
+
+
+class FailingEmbedder:
+    name = "failing"
+    dimensions = 384
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        raise EmbedderError("connection refused")
+
+
+# --- recent ---------------------------------------------------------------------------------
+
+
+def test_recent_keeps_the_newest_unbroken_run_within_the_budget_to_the_token(alice: Any) -> None:
+    thread = conversation(alice.agent, _turns(40))
+    for max_tokens in (300, 301, 517, 1000):
+        built = _ok(alice, strategy="recent", max_tokens=max_tokens, reserve_tokens=50, system_prompt="Be brief.")
+
+        _budget_kept(built, max_tokens, 50)
+        history = _history(built)
+        seqs = [by_text(thread, m["content"]).seq for m in history]
+        assert seqs == list(range(41 - len(seqs), 41)), "one unbroken run ending at the newest"
+        assert history[0]["role"] == "user", "a reply never comes without the message it answers"
+        assert built["truncated"] is True
+        reasons = {b["reason"] for b in built["dropped"]["blocks"]}
+        assert reasons == {"budget"}
+        assert len(built["dropped"]["entries"]) == 40 - len(history)
+        # The room left could not take the next older turn.
+        older = by_text(thread, f"turn {40 - len(history) - 1} ")
+        assert (
+            built["token_count"] + count_message_tokens(older.content)
+            > max_tokens - 50 - built["partitions"].get("final", 0)
+            or older.role == "assistant"
+        )
+
+
+def test_the_whole_history_fits_a_large_budget_and_nothing_is_truncated(alice: Any) -> None:
+    conversation(alice.agent, _turns(6))
+
+    built = _ok(alice, strategy="recent", max_tokens=100_000)
+
+    assert len(_history(built)) == 6
+    assert built["truncated"] is False
+    assert built["dropped"] == {"entries": [], "blocks": [], "token_count": 0}
+    assert built["metadata"]["original_message_count"] == 6
+    assert built["metadata"]["included_message_count"] == 6
+
+
+def test_a_long_thread_is_read_in_growing_windows(alice: Any) -> None:
+    conversation(alice.agent, _turns(150, words=2))
+
+    built = _ok(alice, strategy="recent", max_tokens=100_000)
+
+    assert len(_history(built)) == 150
+    assert built["truncated"] is False
+
+
+def test_required_partitions_are_fitted_first_and_one_system_message_holds_them(alice: Any) -> None:
+    conversation(alice.agent, _turns(10))
+
+    built = _ok(
+        alice,
+        strategy="recent",
+        max_tokens=400,
+        reserve_tokens=0,
+        system_prompt="You are a concierge.",
+        pinned=["The user is on the Pro plan.", "Answer in Portuguese."],
+        index="/memories/notes.md",
+        brief="Current date: Wednesday.",
+        current_input="What changed?",
+    )
+
+    system = [m for m in built["messages"] if m["role"] == "system"]
+    assert len(system) == 1 and built["messages"][0] is not None
+    assert built["messages"][0]["role"] == "system"
+    assert "You are a concierge." in system[0]["content"] and "Pro plan" in system[0]["content"]
+    assert "/memories/notes.md" in system[0]["content"]
+    for name in ("system", "pinned", "index", "brief", "final"):
+        assert built["partitions"][name] > 0, name
+    assert built["partitions"]["final"] == count_message_tokens("What changed?")
+    assert "What changed?" not in str(built["messages"]), "the input is counted, not sent"
+    assert built["messages"][-1]["content"].startswith("<memory_context>\nCurrent date: Wednesday.")
+    assert built["memory_context"] == built["messages"][-1]["content"]
+    _budget_kept(built, 400, 0)
+
+
+def test_a_system_prompt_over_the_budget_is_sent_whole_with_a_warning(alice: Any) -> None:
+    conversation(alice.agent, _turns(4))
+    prompt = "Rules. " * 200
+
+    built = _ok(alice, strategy="recent", max_tokens=150, reserve_tokens=0, system_prompt=prompt)
+
+    assert built["messages"][0]["content"] == prompt
+    assert _history(built) == []
+    assert "larger than the budget" in built["warnings"][0]
+
+
+def test_cache_breakpoints_mark_the_last_message_and_the_end_of_the_turn_before(alice: Any) -> None:
+    conversation(alice.agent, [("user", "q1"), ("assistant", "a1"), ("user", "q2"), ("assistant", "a2")])
+
+    history = _history(_ok(alice, strategy="recent", max_tokens=2000))
+
+    assert [m.get("cache_breakpoint", False) for m in history] == [False, True, False, True]
+
+
+def _tool_thread(alice: Any, result_text: str) -> Any:
+    thread = conversation(alice.agent, _turns(6))
+    entry_add(thread=thread, role="user", content="look up the weather")
+    entry_add(
+        thread=thread,
+        role="assistant",
+        content="",
+        tool_calls=[{"id": "c1", "name": "weather", "arguments": {"city": "Lisbon"}}],
+    )
+    entry_add(thread=thread, type="tool_result", tool_call_id="c1", content=result_text)
+    entry_add(thread=thread, role="assistant", content="It is sunny.")
+    return thread
+
+
+def test_a_tool_call_is_never_kept_without_its_result(alice: Any) -> None:
+    _tool_thread(alice, "sunny, 24 degrees " * 10)
+    # Find budgets at which the cut falls on every side of the pair.
+    for max_tokens in range(40, 220, 7):
+        built = _ok(alice, strategy="recent", max_tokens=max_tokens, reserve_tokens=0)
+        history = _history(built)
+        calls = [m for m in history if m.get("tool_calls")]
+        results = [m for m in history if m["role"] == "tool"]
+        assert len(calls) == len(results), max_tokens
+        _budget_kept(built, max_tokens, 0)
+
+
+def test_an_oversized_tool_result_stays_as_a_short_note_and_the_run_goes_on(alice: Any) -> None:
+    thread = _tool_thread(alice, "x" * 8000)
+
+    built = _ok(alice, strategy="recent", max_tokens=600, reserve_tokens=0)
+
+    history = _history(built)
+    result = next(m for m in history if m["role"] == "tool")
+    assert "left out" in result["content"] and result["tool_call_id"] == "c1"
+    assert any(m.get("tool_calls") for m in history)
+    assert by_text(thread, "look up the weather").id in [m["entry_id"] for m in history], "the run went on"
+    oversized = [b for b in built["dropped"]["blocks"] if b["reason"] == "oversized"]
+    assert oversized[0]["partition"] == "recent" and oversized[0]["tokens"] > 2000
+    _budget_kept(built, 600, 0)
+
+
+def test_the_compaction_summary_comes_before_the_kept_history(alice: Any) -> None:
+    thread = conversation(alice.agent, _turns(8))
+    first_kept = by_text(thread, "turn 6 ")
+    entry_add(
+        thread=thread,
+        type="compaction",
+        event={"summary": "They talked about turns 0 to 5.", "first_kept_entry_id": first_kept.id},
+    )
+
+    built = _ok(alice, strategy="recent", max_tokens=5000, system_prompt="Hi.")
+
+    assert built["messages"][1]["role"] == "user"
+    assert built["messages"][1]["content"].startswith("[condensed earlier context]")
+    assert "turns 0 to 5" in built["messages"][1]["content"]
+    assert [m["entry_id"] for m in _history(built)] == [first_kept.id, by_text(thread, "turn 7 ").id]
+    assert built["partitions"]["summaries"] > 0
+
+
+# --- facts, duplicates, items ------------------------------------------------------------------
+
+
+def test_facts_go_into_the_memory_context_and_a_fact_the_system_prompt_states_is_a_duplicate(alice: Any) -> None:
+    conversation(alice.agent, _turns(2))
+    city = item_write(
+        agent=alice.agent,
+        kind="fact",
+        subject="Ana",
+        attribute="city",
+        value="lives in Porto",
+        trust="system",
+        user_id="u-ana",
+    )
+    plan = item_write(
+        agent=alice.agent, kind="fact", subject="Ana", attribute="plan", value="is on the Pro plan", trust="system"
+    )
+    stated = next(f for f in _facts_text(alice) if "Pro plan" in f)
+
+    built = _ok(alice, strategy="recent", max_tokens=3000, system_prompt=f"Known: {stated}")
+
+    assert "Known facts:" in built["memory_context"]
+    assert "lives in Porto" in built["memory_context"]
+    assert "Pro plan" not in built["memory_context"]
+    assert [f["id"] for f in built["facts"]] == [city.id]
+    assert {"partition": "facts", "reason": "duplicate", "source_id": plan.id}.items() <= built["dropped"]["blocks"][
+        0
+    ].items()
+    city.refresh_from_db()
+    assert city.times_retrieved == 1
+
+
+def _facts_text(alice: Any) -> list[str]:
+    from memoryapp.selectors.items import context_facts
+
+    return [f.text for f in context_facts(agent=alice.agent, user_id="u-ana", thread_id="t-1")]
+
+
+def test_include_facts_false_leaves_facts_out(alice: Any) -> None:
+    conversation(alice.agent, _turns(2))
+    item_write(agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="lives in Porto", trust="system")
+
+    built = _ok(alice, strategy="recent", max_tokens=3000, include_facts=False)
+
+    assert built["memory_context"] is None and built["facts"] == []
+
+
+def test_facts_beyond_their_share_are_dropped_for_budget(alice: Any) -> None:
+    conversation(alice.agent, _turns(30))
+    for i in range(60):
+        item_write(
+            agent=alice.agent,
+            kind="fact",
+            subject=f"thing {i}",
+            attribute="colour",
+            value=f"colour number {i} is a long descriptive value",
+            trust="system",
+        )
+
+    built = _ok(alice, strategy="recent", max_tokens=1000, reserve_tokens=0)
+
+    # Its 15%, and the recall share no strategy but hybrid uses (fill order: facts first).
+    assert 0 < built["partitions"]["facts"] <= 500
+    assert any(b["partition"] == "facts" and b["reason"] == "budget" for b in built["dropped"]["blocks"])
+    _budget_kept(built, 1000, 0)
+
+
+# --- hybrid --------------------------------------------------------------------------------------
+
+OLD_TURNS = [
+    ("user", "My sister Marta moved to Lisbon in 2019 and works as a nurse there"),
+    ("assistant", "That sounds like a big change for her."),
+]
+
+
+def test_hybrid_recalls_older_turns_dated_and_items_but_never_suggested_ones(alice: Any) -> None:
+    thread = conversation(alice.agent, OLD_TURNS + _turns(60))
+    embedded(alice.agent)
+    item_write(
+        agent=alice.agent, kind="fact", subject="Marta", attribute="job", value="nurse in Lisbon", trust="system"
+    )
+    item_write(
+        agent=alice.agent,
+        kind="preference",
+        subject="Ana",
+        attribute="diet",
+        value="vegetarian, strictly",
+        trust="model",
+    )
+
+    built = _ok(
+        alice,
+        strategy="hybrid",
+        max_tokens=1200,
+        reserve_tokens=0,
+        current_input="Where does my sister Marta live?",
+        include_facts=False,
+    )
+
+    old = by_text(thread, "Marta moved")
+    assert old.id not in [m["entry_id"] for m in _history(built)]
+    assert old.id in [e["id"] for e in built["recalled"]["entries"]]
+    assert "Earlier in this conversation:" in built["memory_context"]
+    assert f"[{old.created_at.date().isoformat()}]" in built["memory_context"]
+    assert [i["text"] for i in built["recalled"]["items"]] == ["Marta job: nurse in Lisbon"]
+    assert "From memory:" in built["memory_context"]
+    assert "vegetarian, strictly" not in str(built)
+    assert built["partitions"]["recall"] > 0
+    _budget_kept(built, 1200, 0)
+
+
+def test_a_recalled_turn_never_repeats_the_kept_history(alice: Any) -> None:
+    conversation(alice.agent, OLD_TURNS + _turns(4))
+    embedded(alice.agent)
+
+    built = _ok(alice, strategy="hybrid", max_tokens=8000, current_input="Where does my sister Marta live?")
+
+    assert len(_history(built)) == 6
+    assert built["recalled"]["entries"] == []
+
+
+def test_hybrid_falls_back_to_keyword_recall_when_the_embedder_fails(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread = conversation(alice.agent, OLD_TURNS + _turns(60))
+    monkeypatch.setattr(embedders, "embedder", lambda: FailingEmbedder())
+
+    built = _ok(alice, strategy="hybrid", max_tokens=1200, reserve_tokens=0, current_input="Where does Marta live?")
+
+    assert by_text(thread, "Marta moved").id in [e["id"] for e in built["recalled"]["entries"]]
+    assert built["errors"][0]["source"] == "semantic"
+    assert "connection refused" in built["errors"][0]["message"]
+
+
+def test_hybrid_without_input_is_the_recent_history(alice: Any) -> None:
+    conversation(alice.agent, _turns(10))
+
+    built = _ok(alice, strategy="hybrid", max_tokens=5000)
+
+    assert len(_history(built)) == 10 and built["recalled"] == {"entries": [], "items": []}
+
+
+# --- relevant ------------------------------------------------------------------------------------
+
+
+def test_relevant_keeps_the_most_similar_turns_in_conversation_order(alice: Any) -> None:
+    thread = conversation(
+        alice.agent,
+        [
+            ("user", "Tell me about golden retriever puppies"),
+            ("assistant", "Golden retriever puppies are friendly and love swimming"),
+            *_turns(10),
+            ("user", "Which lake is best for swimming dogs?"),
+            ("assistant", "The lake at Sintra is calm for swimming dogs"),
+            *_turns(4),
+        ],
+    )
+    embedded(alice.agent)
+
+    built = _ok(
+        alice, strategy="relevant", max_tokens=140, reserve_tokens=0, current_input="golden retriever puppies swimming"
+    )
+
+    ids = [m["entry_id"] for m in _history(built)]
+    assert by_text(thread, "Tell me about golden").id in ids
+    assert by_text(thread, "Golden retriever puppies are").id in ids
+    seq_of = dict(Entry.objects.filter(thread=thread).values_list("id", "seq"))
+    seqs = [seq_of[i] for i in ids]
+    assert seqs == sorted(seqs)
+    assert _history(built)[0]["role"] == "user"
+    _budget_kept(built, 140, 0)
+
+
+def test_relevant_without_input_or_with_a_failing_embedder_is_recent(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    conversation(alice.agent, _turns(20))
+    recent = _ok(alice, strategy="recent", max_tokens=300, reserve_tokens=0)
+
+    without_input = _ok(alice, strategy="relevant", max_tokens=300, reserve_tokens=0)
+    monkeypatch.setattr(embedders, "embedder", lambda: FailingEmbedder())
+    failing = _ok(alice, strategy="relevant", max_tokens=300, reserve_tokens=0, current_input="turn 3")
+
+    assert _history(without_input) == _history(recent)
+    assert _history(failing) == _history(recent)
+    assert failing["errors"][0]["source"] == "relevance"
+
+
+# --- input -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "max_tokens"),
+        ({"max_tokens": 0}, "max_tokens"),
+        ({"max_tokens": 2_000_001}, "max_tokens"),
+        ({"max_tokens": 100, "strategy": "best"}, "strategy"),
+        ({"max_tokens": 100, "reserve_tokens": 100}, "reserve_tokens"),
+        ({"max_tokens": 100, "partitions": {"facts": 0.5, "recall": 0.7}}, "partitions"),
+        ({"max_tokens": 100, "partitions": {"system": 0.1}}, "partitions"),
+        ({"max_tokens": 100, "partitions": {"facts": 2}}, "partitions"),
+        ({"max_tokens": 100, "leaf_id": "ent_nope"}, "leaf_id"),
+        ({"max_tokens": 100, "colour": "red"}, "colour"),
+    ],
+)
+def test_bad_context_input_is_a_400_naming_the_field(alice: Any, body: dict[str, Any], field: str) -> None:
+    conversation(alice.agent, _turns(2))
+
+    answer = _build(alice, **body)
+
+    assert answer.status_code == 400, answer.json()
+    assert answer.json()["error"]["field"].split(".")[0] == field
+
+
+def test_mallorys_context_of_alices_thread_answers_404(alice: Any, mallory: Any) -> None:
+    conversation(alice.agent, _turns(2))
+
+    answer = _build(mallory, max_tokens=1000)
+
+    assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found"
+
+
+def test_partition_shares_can_be_overridden(alice: Any) -> None:
+    conversation(alice.agent, _turns(80))
+    for i in range(20):
+        item_write(
+            agent=alice.agent, kind="fact", subject=f"s{i}", attribute="a", value=f"value {i} " * 5, trust="system"
+        )
+
+    small = _ok(alice, strategy="recent", max_tokens=1000, reserve_tokens=0, partitions={"facts": 0.05, "recall": 0})
+    large = _ok(alice, strategy="recent", max_tokens=1000, reserve_tokens=0, partitions={"facts": 0.5, "recall": 0})
+
+    assert small["partitions"]["facts"] <= 50 < large["partitions"]["facts"] <= 500
+    assert large["partitions"]["recent"] < small["partitions"]["recent"]
+
+
+def test_leaf_id_builds_the_context_of_another_branch(alice: Any) -> None:
+    thread = conversation(alice.agent, _turns(4))
+    turn_1 = by_text(thread, "turn 1 ")
+    entry_add(thread=thread, role="user", content="a branch question", parent_id=turn_1.id, activate=False)
+    branch_leaf = by_text(thread, "a branch question")
+
+    built = _ok(alice, strategy="recent", max_tokens=5000, leaf_id=branch_leaf.id)
+
+    assert [m["content"].split()[0:2] for m in _history(built)][-1] == ["a", "branch"]
+    assert len(_history(built)) == 3
+
+
+def test_as_of_reads_items_as_they_held_then(alice: Any) -> None:
+    conversation(alice.agent, _turns(2))
+    past = timezone.now() - timedelta(days=30)
+    item_write(
+        agent=alice.agent,
+        kind="fact",
+        subject="Ana",
+        attribute="city",
+        value="lives in Porto",
+        trust="system",
+        valid_from=past,
+    )
+    assert MemoryItem.objects.filter(agent=alice.agent, status="active").count() == 1
+
+    before = _ok(alice, strategy="recent", max_tokens=3000, as_of=(past - timedelta(days=1)).isoformat())
+    after = _ok(alice, strategy="recent", max_tokens=3000)
+
+    assert before["facts"] == [] and len(after["facts"]) == 1
