@@ -194,3 +194,25 @@ def test_forget_lets_a_state_go_and_keeps_it_in_history(alice):
 
 def test_items_need_a_key(anonymous):
     assert anonymous.get("/api/v1/items").status_code == 401
+
+
+def test_a_suggested_item_never_reaches_a_built_context_but_an_approved_one_does(alice):
+    from memoryapp.services.items import item_approve
+
+    created = alice.client.post("/api/v1/items", ANA, format="json").json()
+    alice.client.post("/api/v1/threads", {"id": "t-ctx", "user_id": "u-ana"}, format="json")
+    alice.client.post(
+        "/api/v1/threads/t-ctx/entries", {"role": "user", "content": "What should I cook tonight?"}, format="json"
+    )
+    ask = {
+        "strategy": "hybrid",
+        "max_tokens": 4000,
+        "current_input": "what is my diet? vegetarian?",
+        "include_facts": True,
+    }
+    context = alice.client.post("/api/v1/threads/t-ctx/context", ask, format="json")
+    assert context.status_code == 200, context.json()
+    assert "vegetarian, strictly" not in context.content.decode()
+    item_approve(item=MemoryItem.objects.get(pk=created["id"]), actor="staff:rita")
+    again = alice.client.post("/api/v1/threads/t-ctx/context", ask, format="json")
+    assert "vegetarian, strictly" in again.content.decode()
