@@ -75,6 +75,8 @@ def vector_columns_resize(dimensions: int) -> None:
     if dimensions < 1 or dimensions > 16000:
         raise ValueError("dimensions must be between 1 and 16000")
     with transaction.atomic(), connection.cursor() as cursor:
+        # Deferred constraint checks of this transaction would block ALTER TABLE: run them now.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         for table, index in VECTOR_COLUMNS:
             cursor.execute(f"DROP INDEX IF EXISTS {index}")
             cursor.execute(

@@ -1,0 +1,84 @@
+"""eval_retrieval: recall@k of the product's search on a LoCoMo-format file."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+from django.core.management import call_command
+
+from memoryapp.models import Agent, Entry
+
+LOCOMO = [
+    {
+        "sample_id": "tiny-1",
+        "conversation": {
+            "speaker_a": "Ana",
+            "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a golden retriever puppy called Rex."},
+                {"speaker": "Ben", "dia_id": "D1:2", "text": "Lovely! Does Rex like water?"},
+                {"speaker": "Ana", "dia_id": "D1:3", "text": "He swims in the lake every morning."},
+            ],
+            "session_2_date_time": "10:00 am on 20 June, 2023",
+            "session_2": [
+                {"speaker": "Ben", "dia_id": "D2:1", "text": "I started learning the cello last week."},
+                {
+                    "speaker": "Ana",
+                    "dia_id": "D2:2",
+                    "text": "Look at this!",
+                    "blip_caption": "a photo of a violin on a table",
+                },
+            ],
+        },
+        "qa": [
+            {"question": "What is the name of Ana's puppy?", "answer": "Rex", "evidence": ["D1:1"], "category": 4},
+            {
+                "question": "Which instrument is Ben learning?",
+                "answer": "cello",
+                "evidence": ["D2:1; D1:2"],
+                "category": 1,
+            },
+            {"question": "What did Ana show?", "answer": "a violin", "evidence": ["D2:2"], "category": 4},
+            {"question": "No evidence here", "answer": "x", "evidence": [], "category": 5},
+        ],
+    }
+]
+
+
+def test_eval_retrieval_prints_recall_per_method_as_json_and_cleans_up(tmp_path: Path, db: None) -> None:
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(LOCOMO))
+    agents_before = Agent.objects.count()
+    out = StringIO()
+
+    call_command("eval_retrieval", "--locomo", str(path), "--k", "1,5", "--json", stdout=out)
+
+    summary = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert set(summary) == {"keyword", "vector", "hybrid"}
+    for row in summary.values():
+        assert row["questions"] == 3
+        assert 0 <= row["recall@1"] <= row["recall@5"] <= 100
+        assert row["p50_ms"] >= 0 and row["p95_ms"] >= row["p50_ms"]
+    # "D2:1; D1:2" counts as two evidence ids: with k=5 on 5 turns everything is found.
+    assert summary["keyword"]["recall@5"] == 100.0 or summary["hybrid"]["recall@5"] == 100.0
+    assert summary["keyword"]["recall@1"] > 0
+    assert Agent.objects.count() == agents_before
+    assert not Entry.objects.filter(metadata__has_key="dia_id").exists()
+
+
+def test_eval_retrieval_prints_a_table_per_category_for_the_chosen_conversations(tmp_path: Path, db: Any) -> None:
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps([*LOCOMO, {**LOCOMO[0], "sample_id": "tiny-2"}]))
+    out = StringIO()
+
+    call_command(
+        "eval_retrieval", "--locomo", str(path), "--methods", "keyword", "--conversations", "tiny-2", stdout=out
+    )
+
+    text = out.getvalue()
+    assert "tiny-2" in text and "tiny-1" not in text
+    assert "R@10" in text and "single-hop" in text and "multi-hop" in text
