@@ -36,15 +36,13 @@ MAX_SEARCH_LIMIT = 1000
 PERSON_PREFIX = "users"
 
 # Common words a query ignores (002: "common words such as 'the' are ignored").
-_STOP_TEXT = (
-    """a about above after again against all am an and any are as at be because been before being below
+_STOP_TEXT = """a about above after again against all am an and any are as at be because been before being below
     between both but by can could did do does doing down during each few for from further had has have
     having he her here hers herself him himself his how i if in into is it its itself just me more most my
     myself no nor not now of off on once only or other our ours ourselves out over own same she should so
     some such than that the their theirs them themselves then there these they this those through to too
     under until up very was we were what when where which while who whom why will with would you your
     yours yourself yourselves"""
-)
 STOP_WORDS = frozenset(_STOP_TEXT.split())
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -289,9 +287,7 @@ def facts_prune(*, now: datetime | None = None, batch: int = 1000) -> int:
     removed = 0
     while True:
         ids = list(
-            MemoryItem.objects.filter(expires_at__isnull=False, expires_at__lte=at).values_list("pk", flat=True)[
-                :batch
-            ]
+            MemoryItem.objects.filter(expires_at__isnull=False, expires_at__lte=at).values_list("pk", flat=True)[:batch]
         )
         if not ids:
             return removed

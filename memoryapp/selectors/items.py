@@ -62,9 +62,7 @@ def items_visible(
     *, agent: Agent, user_id: str = "", project_id: str = "", thread_id: str = ""
 ) -> QuerySet[MemoryItem]:
     """The agent's items an access of this scope sees (items of no scope, or of its own)."""
-    return items_for_agent(agent=agent).filter(
-        visible_q(user_id=user_id, project_id=project_id, thread_id=thread_id)
-    )
+    return items_for_agent(agent=agent).filter(visible_q(user_id=user_id, project_id=project_id, thread_id=thread_id))
 
 
 def holding_q(*, as_of: datetime | None = None, known_at: datetime | None = None) -> Q:
