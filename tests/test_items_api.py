@@ -216,3 +216,9 @@ def test_a_suggested_item_never_reaches_a_built_context_but_an_approved_one_does
     item_approve(item=MemoryItem.objects.get(pk=created["id"]), actor="staff:rita")
     again = alice.client.post("/api/v1/threads/t-ctx/context", ask, format="json")
     assert "vegetarian, strictly" in again.content.decode()
+
+
+def test_the_openapi_schema_documents_items_facts_and_memory_tools(client):
+    body = client.get("/api/schema/").content.decode()
+    for route in ("/api/v1/items", "/api/v1/items/{item_id}/history", "/api/v1/facts/{path}", "/api/v1/memory-tools"):
+        assert route in body, route

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -152,6 +153,10 @@ class MemoryToolIn(StrictSerializer):
 
 
 class ItemsView(APIView):
+    @extend_schema(
+        parameters=[ItemsQuery],
+        summary="List the agent's items the scope sees, newest first (as_of / known_at: what held then)",
+    )
     def get(self, request: Request) -> Response:
         query = validated(ItemsQuery, request.query_params.dict())
         statuses = [s.strip() for s in request.query_params.getlist("status") for s in s.split(",") if s.strip()]
@@ -177,6 +182,9 @@ class ItemsView(APIView):
             }
         )
 
+    @extend_schema(
+        request=ItemIn, summary="Write an item (trust at most the key's max_trust; model items arrive suggested)"
+    )
     def post(self, request: Request) -> Response:
         body = validated(ItemIn, request.data)
         key = request.auth
@@ -255,6 +263,10 @@ class FactsView(APIView):
             return str(request.query_params.get("all", "")).lower() in ("1", "true", "yes")
         return "q" in request.query_params or "limit" in request.query_params
 
+    @extend_schema(
+        parameters=[OpenApiParameter("q", str), OpenApiParameter("limit", int)],
+        summary="Recall /facts/{namespace}/{key}, or search /facts/{namespace}?q=&limit=",
+    )
     def get(self, request: Request, path: str) -> Response:
         agent = request_agent(request)
         if self._is_namespace(request, path, delete=False):
@@ -270,6 +282,7 @@ class FactsView(APIView):
             raise NotFound("The fact")
         return Response(fact)
 
+    @extend_schema(request=FactIn, summary="Remember a fact: /facts/{namespace}/{key}")
     def put(self, request: Request, path: str) -> Response:
         if "/" not in path:
             raise DomainError(
@@ -287,6 +300,10 @@ class FactsView(APIView):
         )
         return Response(fact)
 
+    @extend_schema(
+        parameters=[OpenApiParameter("all", bool)],
+        summary="Forget /facts/{namespace}/{key} (history kept), or every fact of /facts/{namespace}?all=true",
+    )
     def delete(self, request: Request, path: str) -> Response:
         agent = request_agent(request)
         if self._is_namespace(request, path, delete=True):
@@ -311,6 +328,7 @@ class MemoryToolsView(APIView):
     wrong (no scope, unknown tool) is a 400.
     """
 
+    @extend_schema(request=MemoryToolIn, summary="Run the model's remember / forget / search_memory tool call")
     def post(self, request: Request) -> Response:
         body = validated(MemoryToolIn, request.data)
         agent = request_agent(request)
