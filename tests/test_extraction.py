@@ -349,3 +349,16 @@ def test_extract_endpoint_queues_a_job_and_checks_its_input(
         bad = alice.client.post("/api/v1/threads/t-queue/extract", body, format="json")
         assert bad.status_code == 400 and bad.json()["error"]["field"] == field
     assert JobRun.objects.count() == 1
+
+
+def test_an_event_after_the_mark_schedules_no_extraction(alice: Caller) -> None:
+    thread = _thread(alice, "t-event")
+    say(thread, "user", "I have a bike.")
+    with use_model(ScriptedModel(lambda s, m: answer(item("vehicle", "bike", (1, "I have a bike"))))):
+        extraction_now(thread=thread)
+        entry_add(thread=thread, type="label", event={"label": "checkpoint"})
+        extraction_schedule(thread_pk=thread.pk)
+        assert JobRun.objects.filter(kind="extraction", status="queued").count() == 0
+        say(thread, "user", "And a scooter.")
+        extraction_schedule(thread_pk=thread.pk)
+        assert JobRun.objects.filter(kind="extraction", status="queued").count() == 1

@@ -15,13 +15,18 @@ def extraction_schedule(*, thread_pk: int) -> None:
     a run per write that could only be skipped would bury the job list. The API and the admin
     still create one on request, and it says why it was skipped.
     """
-    from memoryapp.extraction.service import extraction_request
+    from memoryapp.extraction.service import extraction_progress, extraction_request
     from memoryapp.llm.port import model_available
-    from memoryapp.models import Thread
+    from memoryapp.models import Entry, Thread
+    from memoryapp.models.choices import HISTORY_TYPES
 
     if not model_available():
         return
-    thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id").first()
+    thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id", "metadata").first()
     if thread is None:
+        return
+    # Events (a compaction entry, a label) after the mark give extraction nothing to read.
+    through = int(extraction_progress(thread).get("through_seq") or 0)
+    if not Entry.objects.filter(thread_id=thread_pk, seq__gt=through, type__in=HISTORY_TYPES).exists():
         return
     extraction_request(thread=thread, actor="extraction", countdown=EXTRACTION_DEBOUNCE_SECONDS)
