@@ -175,10 +175,10 @@ def _entry_from_spec(
         raise DomainError("invalid_type", "event must be an object.", field=f("event"))
     metadata = _check_metadata(spec.get("metadata"), f("metadata"))
     if kind == EntryType.MESSAGE:
-        if not role:
-            raise DomainError("required", "A message needs a role.", field=f("role"))
         if content is None and not tool_calls:
             raise DomainError("required", "A message needs content (or tool calls).", field=f("content"))
+        if not role:
+            raise DomainError("required", "A message needs a role.", field=f("role"))
         if role == Role.TOOL:
             raise DomainError("invalid_role", "A tool's answer is a `tool_result` entry.", field=f("role"))
     elif kind == EntryType.TOOL_RESULT:
@@ -217,7 +217,8 @@ def _entry_from_spec(
     entry = Entry(
         id=spec.get("id") or new_id("ent"),
         agent_id=thread.agent_id,
-        thread=thread,
+        # By id, then cached: the descriptor's checks cost more than the rest of the row.
+        thread_id=thread.pk,
         parent_id=parent_id,
         seq=seq,
         type=kind,
@@ -233,6 +234,7 @@ def _entry_from_spec(
         metadata=metadata,
         created_at=created_at,
     )
+    Entry.thread.field.set_cached_value(entry, thread)
     entry.content_hash = content_hash(parent_id=parent_id, turn=_turn(entry), created_at=created_at)
     return entry
 
