@@ -242,6 +242,9 @@ def test_as_of_reads_world_time_and_known_at_reads_memory_time(alice):
     # before the second statement was recorded, memory knew only the first
     assert values(known_at=T0 + timedelta(days=1), as_of=T0 - timedelta(days=200)) == []
     assert values(known_at=T0 + timedelta(days=1), as_of=T0 - timedelta(days=60)) == ["vegan"]
+    # memory then did not know vegan had ended 50 days before: it held, as far as memory knew
+    assert values(known_at=T0 + timedelta(days=1), as_of=T0 - timedelta(days=10)) == ["vegan"]
+    assert values(known_at=T0 + timedelta(days=1)) == ["vegan"]
     assert values(known_at=T0 - timedelta(days=1)) == []
 
 

@@ -203,17 +203,32 @@ def test_what_did_the_agent_know_shows_the_items_that_held_then(alice):
             trust="system",
             user_id="u-ana",
         )
+    with freeze_time(start + timedelta(days=8)):  # told late: Ana had been in Faro since day 1
+        item_write(
+            agent=alice.agent,
+            kind="fact",
+            subject="Ana",
+            attribute="city",
+            value="Faro",
+            trust="system",
+            user_id="u-ana",
+            valid_from=start + timedelta(days=1),
+        )
     client = reviewer_client()
     at = (start + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%S")
+    hindsight = client.get(
+        "/admin/memoryapp/memoryitem/known/", {"agent": alice.agent.pk, "user_id": "u-ana", "at": at, "world": "1"}
+    ).content.decode()
+    assert "Ana city: Faro" in hindsight
     page = client.get("/admin/memoryapp/memoryitem/known/", {"agent": alice.agent.pk, "user_id": "u-ana", "at": at})
     text = page.content.decode()
     assert page.status_code == 200
-    assert "Ana city: Lisbon" in text and "Porto" not in text
+    assert "Ana city: Lisbon" in text and "Porto" not in text and "Faro" not in text
     now_text = client.get(
         "/admin/memoryapp/memoryitem/known/",
         {"agent": alice.agent.pk, "user_id": "u-ana", "at": timezone.now().strftime("%Y-%m-%dT%H:%M:%S")},
     ).content.decode()
-    assert "Ana city: Porto (previously: Lisbon)" in now_text
+    assert "Ana city: Porto (previously: Faro)" in now_text
 
 
 def test_the_item_page_shows_the_slot_history_and_the_list_filters(alice):

@@ -515,12 +515,11 @@ class MemoryItemAdmin(admin.ModelAdmin):
         if agent is not None and at is not None:
             known_at = None if world else at
             rows = list(
-                items_holding(agent=agent, as_of=at, known_at=known_at or timezone.now(), **scope)
+                items_holding(agent=agent, as_of=at, known_at=known_at, **scope)
                 .defer("embedding", "search_vector")
                 .order_by("subject", "attribute", "-valid_from")
             )
-            if not world:
-                lines = [f.text for f in context_facts(agent=agent, as_of=at, **scope)]
+            lines = [f.text for f in context_facts(agent=agent, as_of=at, known_at=known_at, **scope)]
         context = {
             **self.admin_site.each_context(request),
             "title": "What did the agent know?",

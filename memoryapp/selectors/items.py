@@ -23,14 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, MemoryItem
 from memoryapp.models.choices import ItemKind, ItemStatus
 from memoryapp.selectors.threads import Page, decode_cursor, encode_cursor
-from memoryapp.services.items import TIMELINE_STATUSES, normalized_name, visible_q
+from memoryapp.services.items import TIMELINE_STATUSES, VALID_UNTIL_KEY, normalized_name, visible_q
 
 # The attribute prefix of facts (002) kept as items: `core:<key>`.
 FACT_PREFIX = "core:"
@@ -69,14 +69,33 @@ def holding_q(*, as_of: datetime | None = None, known_at: datetime | None = None
     """The states that hold at `as_of` (world time) as memory knew them at `known_at` (memory time).
 
     Defaults as 004: known_at now, as_of known_at. Facts past their time to live never hold.
+    With a `known_at` in the past, a state closed by a successor memory recorded only after
+    `known_at` was still open then (a state told late changes what is known, not what was).
     """
     now = timezone.now()
     known = known_at or now
     at = as_of or known
+    interval = Q(valid_to__isnull=True) | Q(valid_to__gt=at)
+    if known_at is not None and known_at < now:
+        closed_then = Exists(
+            MemoryItem.objects.filter(
+                agent_id=OuterRef("agent_id"),
+                user_id=OuterRef("user_id"),
+                project_id=OuterRef("project_id"),
+                thread_id=OuterRef("thread_id"),
+                subject=OuterRef("subject"),
+                attribute=OuterRef("attribute"),
+                valid_from=OuterRef("valid_to"),
+                status__in=TIMELINE_STATUSES,
+                recorded_at__lte=known,
+            )
+        )
+        # An end the writer gave (metadata valid_until) was known from the start.
+        interval |= ~Q(metadata__has_key=VALID_UNTIL_KEY) & Q(~closed_then)
     return (
         Q(status__in=TIMELINE_STATUSES)
         & Q(valid_from__lte=at)
-        & (Q(valid_to__isnull=True) | Q(valid_to__gt=at))
+        & interval
         & Q(recorded_at__lte=known)
         & (Q(expired_at__isnull=True) | Q(expired_at__gt=known))
         & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
@@ -140,9 +159,17 @@ def fact_line(item: MemoryItem, previous: str | None = None) -> str:
 
 
 def context_facts(
-    *, agent: Agent, user_id: str = "", project_id: str = "", thread_id: str = "", as_of: datetime | None = None
+    *,
+    agent: Agent,
+    user_id: str = "",
+    project_id: str = "",
+    thread_id: str = "",
+    as_of: datetime | None = None,
+    known_at: datetime | None = None,
 ) -> list[ContextFact]:
     """The `facts` partition of a context (see the module docstring for the order and the text).
+
+    `known_at` (memory time, now by default) replays what memory knew then ("what did the agent know").
 
     1. Read the states the scope sees that hold at `as_of`.
     2. Keep one per slot (the one that started last, the narrowest scope on a tie).
@@ -152,13 +179,15 @@ def context_facts(
     """
     at = as_of or timezone.now()
     held = one_state_per_slot(
-        items_holding(agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, as_of=at)
+        items_holding(
+            agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, as_of=at, known_at=known_at
+        )
         .defer("embedding", "search_vector")
         .order_by("-valid_from")[: MAX_CONTEXT_FACTS * 5]
     )
     held.sort(key=lambda i: (0 if i.kind in _FIRST_KINDS else 1, -i.valid_from.timestamp(), i.pk))
     held = held[:MAX_CONTEXT_FACTS]
-    previous = _previous_values(agent=agent, items=held, known_at=at if as_of else None)
+    previous = _previous_values(agent=agent, items=held, known_at=known_at or (at if as_of else None))
     return [ContextFact(item_id=i.pk, kind=i.kind, text=fact_line(i, previous.get(i.pk))) for i in held]
 
 
