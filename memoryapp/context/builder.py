@@ -21,12 +21,13 @@ A part that fails to load is left out and reported in `errors`; build never fail
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.utils import timezone
 
@@ -260,12 +261,6 @@ def _recall_item_line(hit: Any, at: datetime) -> str:
     return line
 
 
-def _with_leaf_field(exc: DomainError) -> DomainError:
-    if exc.field == "leaf":
-        exc.field = "leaf_id"
-    return exc
-
-
 def _newest_compaction(*, thread: Thread, window: list[Entry], complete: bool) -> Entry | None:
     """The newest compaction entry on the branch: in the window, or before it (then checked to be
     on the branch: a compaction of another branch does not apply)."""
@@ -273,7 +268,7 @@ def _newest_compaction(*, thread: Thread, window: list[Entry], complete: bool) -
 
     in_window = [e for e in window if e.type == EntryType.COMPACTION]
     if in_window:
-        return in_window[-1]
+        return cast(Entry, in_window[-1])
     if complete or not window:
         return None
     oldest = window[0]
@@ -284,43 +279,140 @@ def _newest_compaction(*, thread: Thread, window: list[Entry], complete: bool) -
     return None
 
 
-def _read_history(*, thread: Thread, leaf_id: str | None, want: int, room: int) -> tuple[Any, bool, list[Entry]]:
+class PathEntry:
+    """One entry of a branch as the builder reads it: the columns it needs, no model instance.
+
+    The hot path of every build: a Django model per row costs more than the query itself, so the
+    window is read as plain rows into these (duck-typed like Entry for compacted_history).
+    """
+
+    __slots__ = (
+        "content",
+        "created_at",
+        "event",
+        "id",
+        "parent_id",
+        "redacted_at",
+        "role",
+        "sender_name",
+        "seq",
+        "text",
+        "token_count",
+        "tool_call_id",
+        "tool_calls",
+        "tool_name",
+        "type",
+    )
+
+    def __init__(self, row: tuple[Any, ...]):
+        (
+            self.id,
+            self.parent_id,
+            self.seq,
+            self.type,
+            self.role,
+            self.content,
+            self.text,
+            self.tool_calls,
+            self.tool_call_id,
+            self.tool_name,
+            self.sender_name,
+            self.token_count,
+            self.event,
+            self.created_at,
+            self.redacted_at,
+        ) = row
+        # Django reads jsonb as text and decodes it itself; so does this reader.
+        self.content = _json(self.content)
+        self.tool_calls = _json(self.tool_calls)
+        self.event = _json(self.event)
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+_WINDOW_SQL = """
+    WITH RECURSIVE branch(id, parent_id, type, depth) AS (
+        SELECT id, parent_id, type, 0 FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
+        UNION ALL
+        SELECT p.id, p.parent_id, p.type, b.depth + 1
+          FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
+         WHERE p.thread_id = %(thread)s
+    )
+    SELECT e.id, e.parent_id, e.seq, e.type, e.role, e.content, e.text, e.tool_calls, e.tool_call_id,
+           e.tool_name, e.sender_name, e.token_count, e.event, e.created_at, e.redacted_at
+      FROM (SELECT b.id, b.depth FROM branch b WHERE b.type = ANY(%(types)s) LIMIT %(limit)s) w
+      JOIN memoryapp_entry e ON e.id = w.id
+     ORDER BY w.depth DESC
+"""
+
+
+def _path_chunk(*, thread: Thread, start: str, limit: int) -> list[PathEntry]:
+    """Up to `limit` history and compaction entries of the branch, from `start` up, oldest first.
+
+    The same walk as memoryapp.selectors.threads.path_entries (a lazily evaluated recursive
+    CTE that stops after `limit` rows), read as plain rows.
+    """
+    from django.db import connection
+
+    from memoryapp.compaction.history import HISTORY_AND_COMPACTION
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _WINDOW_SQL,
+            {"start": start, "thread": thread.pk, "types": [str(t) for t in HISTORY_AND_COMPACTION], "limit": limit},
+        )
+        return [PathEntry(row) for row in cursor.fetchall()]
+
+
+def _read_history(*, thread: Thread, leaf_id: str | None, want: int, room: int) -> tuple[Any, bool, list[Any]]:
     """The kept history (compacted), whether it starts at the branch's start, and the raw window.
 
-    Reads the newest `want` entries; grows the window (x4) while the budget could take all of
-    it and more are there; when a compaction lies before the window, reads back to its first
-    kept entry so the summary and its cut apply.
+    1. Read the newest `want` entries of the branch.
+    2. While the budget could take everything read and the branch goes on, read the next older
+       chunk (sized by the tokens a message took so far), up to MAX_WINDOW entries.
+    3. When a compaction lies before the window, read back to its first kept entry so the
+       summary and its cut apply.
     """
-    from memoryapp.compaction.history import HISTORY_AND_COMPACTION
-    from memoryapp.selectors.threads import path_entries
-
+    if leaf_id and not Entry.objects.filter(thread=thread, id=leaf_id).exists():
+        raise DomainError("unknown_leaf", "The leaf is not an entry of this thread.", field="leaf_id")
+    start = leaf_id or thread.active_leaf_id
+    if not start:
+        return compacted_history([]), True, []
+    window: list[Any] = []
     limit = max(1, want)
-    while True:
-        try:
-            window = path_entries(thread=thread, leaf_id=leaf_id, limit=limit, types=HISTORY_AND_COMPACTION)
-        except DomainError as exc:
-            raise _with_leaf_field(exc) from exc
-        complete = len(window) < limit
-        compaction = _newest_compaction(thread=thread, window=window, complete=complete)
-        if compaction is not None and compaction not in window and not complete:
-            event = compaction.event if isinstance(compaction.event, dict) else {}
-            first_kept = event.get("first_kept_entry_id")
-            first_seq = Entry.objects.filter(thread=thread, id=first_kept).values_list("seq", flat=True).first()
-            if first_seq is None:
-                first_seq = event.get("first_kept_seq") if isinstance(event.get("first_kept_seq"), int) else None
-            span = Entry.objects.filter(
-                thread=thread, seq__gte=first_seq if first_seq is not None else compaction.seq
-            ).count()
-            if span + 1 > limit:
-                limit = min(MAX_WINDOW * 4, span + 1)
-                continue
-        history = compacted_history(window)
-        if complete or compaction is not None or limit >= MAX_WINDOW:
-            return history, complete or compaction is not None, window
-        tokens = sum(_entry_tokens(e) for e in history.entries)
-        if tokens >= room:
-            return history, False, window
-        limit *= 4
+    complete = False
+    next_start: str | None = start
+    while next_start is not None:
+        chunk = _path_chunk(thread=thread, start=next_start, limit=limit)
+        window = chunk + window
+        complete = len(chunk) < limit
+        next_start = None if complete or not window[0].parent_id else window[0].parent_id
+        if next_start is None:
+            complete = True
+            break
+        if any(e.type == EntryType.COMPACTION for e in chunk):
+            break
+        tokens = sum(_entry_tokens(e) for e in window if e.type != EntryType.COMPACTION)
+        if tokens >= room or len(window) >= MAX_WINDOW:
+            break
+        average = max(1.0, tokens / max(1, len(window)))
+        limit = min(MAX_WINDOW - len(window), int((room - tokens) / average * 1.3) + 16)
+    compaction = _newest_compaction(thread=thread, window=window, complete=complete)
+    if compaction is not None and compaction not in window and not complete:
+        event = compaction.event if isinstance(compaction.event, dict) else {}
+        first_kept = event.get("first_kept_entry_id")
+        first_seq = Entry.objects.filter(thread=thread, id=first_kept).values_list("seq", flat=True).first()
+        if first_seq is None and isinstance(event.get("first_kept_seq"), int):
+            first_seq = event["first_kept_seq"]
+        bound = first_seq if first_seq is not None else compaction.seq
+        # Read on until the first kept entry (and the compaction entry itself) are in the window.
+        while window and window[0].parent_id and window[0].seq > min(bound, compaction.seq):
+            span = Entry.objects.filter(thread=thread, seq__gte=bound, seq__lt=window[0].seq).count() + 2
+            window = _path_chunk(thread=thread, start=window[0].parent_id, limit=span) + window
+    history = compacted_history(window)
+    return history, complete or compaction is not None, window
 
 
 def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> dict[str, Any]:
@@ -360,8 +452,10 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> d
     # 2. History (needs the summary, a required partition, before the rest is split).
     required_so_far = sum(partitions.values())
     history_room_estimate = max(0, budget - required_so_far)
+    # A first guess of how many entries the budget can take (about 16 tokens a short message);
+    # the reader grows the window from what it finds.
     want = FIRST_WINDOW if strategy != "relevant" else RELEVANT_CANDIDATES
-    want = max(want, min(MAX_WINDOW, history_room_estimate // 40))
+    want = max(want, min(MAX_WINDOW, history_room_estimate // 16))
     history_entries: list[Entry] = []
     summary: str | None = None
     compaction_id: str | None = None
