@@ -369,3 +369,34 @@ def test_random_tree_operations_keep_the_tree_invariants(alice: Caller, ops: lis
             assert (after.parent_id, after.seq, after.role) == before and after.text == "[redacted]"
         check_tree(thread)
     assert thread_for_agent(agent=alice.agent, external_id=thread.external_id).pk == thread.pk
+
+
+# --- cost ------------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_append_is_a_handful_of_queries_however_long_the_thread(
+    alice: Caller, django_assert_max_num_queries: Any
+) -> None:
+    thread = thread_create(agent=alice.agent, external_id="t1")
+    entries_add(thread=thread, entries=[{"role": "user", "content": f"n{i}"} for i in range(300)])
+    # lock the thread, insert, update the thread (+ a savepoint pair inside the test's transaction)
+    with django_assert_max_num_queries(5):
+        entry_add(thread=thread, role="user", content="one more")
+    with django_assert_max_num_queries(5):
+        entries_add(thread=thread, entries=[{"role": "user", "content": f"m{i}"} for i in range(100)])
+
+
+@pytest.mark.django_db
+def test_a_page_of_threads_costs_the_same_queries_however_many_forks(
+    alice: Caller, django_assert_max_num_queries: Any
+) -> None:
+    origin = thread_create(agent=alice.agent, external_id="origin")
+    first = entry_add(thread=origin, role="user", content="hi")
+    for index in range(10):
+        thread_fork(thread=origin, entry_id=first.id, new_thread_id=f"fork-{index}")
+    # the key lookup, its last-used stamp, the page of threads with their origins
+    with django_assert_max_num_queries(4):
+        page = alice.client.get("/api/v1/threads?limit=20").json()
+    assert len(page["results"]) == 11
+    assert sorted(t["forked_from"] for t in page["results"] if t["forked_from"]) == ["origin"] * 10

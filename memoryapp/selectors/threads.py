@@ -247,7 +247,7 @@ def threads_list(
     Metadata values compare by type (JSONB containment: `{"n": 1}` does not match `{"n": "1"}`);
     paging is by keyset on (updated_at, id), so a page costs the same however deep it is.
     """
-    threads: QuerySet[Thread] = Thread.objects.filter(agent=agent)
+    threads: QuerySet[Thread] = Thread.objects.filter(agent=agent).select_related("forked_from")
     if user_id is not None:
         threads = threads.filter(user_id=user_id)
     if metadata:
