@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
 from memoryapp.api.base import StrictSerializer, validated
-from memoryapp.errors import DomainError
+from memoryapp.errors import DomainError, NotFound
 from memoryapp.jsonl import thread_export_lines, thread_import_lines
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
@@ -256,7 +256,13 @@ class ThreadsView(APIView):
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
         data = validated(ThreadCreateInput, request.data)
-        existed = bool(data.get("id")) and Thread.objects.filter(agent=agent, external_id=data["id"]).exists()
+        existed = False
+        if data.get("id"):
+            try:
+                thread_for_agent(agent=agent, external_id=data["id"])
+                existed = True
+            except NotFound:
+                pass
         thread = thread_create(
             agent=agent, external_id=data.get("id"), user_id=data["user_id"], metadata=data["metadata"]
         )
