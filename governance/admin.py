@@ -47,7 +47,18 @@ class AuditRecordAdmin(admin.ModelAdmin):
 
 @admin.register(JobRun)
 class JobRunAdmin(admin.ModelAdmin):
-    list_display = ("id", "kind", "status", "progress", "agent_id", "model_calls", "tokens", "created_at", "duration")
+    list_display = (
+        "id",
+        "kind",
+        "status",
+        "progress",
+        "agent_id",
+        "model_calls",
+        "tokens",
+        "cost",
+        "created_at",
+        "duration",
+    )
     list_filter = ("status", "kind")
     search_fields = ("kind", "dedupe_key")
     show_full_result_count = False
@@ -78,6 +89,11 @@ class JobRunAdmin(admin.ModelAdmin):
     def tokens(self, obj: JobRun) -> str:
         usage = obj.usage or {}
         return f"{usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)}" if usage else ""
+
+    @admin.display(description="cost (USD)")
+    def cost(self, obj: JobRun) -> str:
+        usage = obj.usage or {}
+        return f"{usage['cost_usd']:.4f}" if usage.get("cost_usd") else ""
 
     @admin.display(description="took")
     def duration(self, obj: JobRun) -> str:

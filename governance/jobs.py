@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -80,6 +81,11 @@ def job_add_usage(run: JobRun | None, *, input_tokens: int, output_tokens: int, 
         usage["input_tokens"] = usage.get("input_tokens", 0) + input_tokens
         usage["output_tokens"] = usage.get("output_tokens", 0) + output_tokens
         usage["latency_ms"] = round(usage.get("latency_ms", 0) + latency_ms, 1)
+        usage["cost_usd"] = round(
+            usage["input_tokens"] * settings.LLM_PRICE_INPUT_PER_MTOK / 1e6
+            + usage["output_tokens"] * settings.LLM_PRICE_OUTPUT_PER_MTOK / 1e6,
+            6,
+        )
         JobRun.objects.filter(pk=run.pk).update(usage=usage)
         run.usage = usage
 

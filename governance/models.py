@@ -54,7 +54,7 @@ class JobRun(models.Model):
     result = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     attempts = models.IntegerField(default=0)
-    # Model usage: {"calls", "input_tokens", "output_tokens", "latency_ms"}.
+    # Model usage: {"calls", "input_tokens", "output_tokens", "latency_ms", "cost_usd"}.
     usage = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)

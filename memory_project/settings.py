@@ -154,6 +154,9 @@ LLM_MODEL = env_str("LLM_MODEL", "")
 LLM_API_KEY = env_str("LLM_API_KEY", "")
 LLM_TIMEOUT = env_float("LLM_TIMEOUT", 120.0, minimum=0.1)
 LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0, maximum=10)
+# Prices per million tokens, so job runs show what they cost (0: not priced).
+LLM_PRICE_INPUT_PER_MTOK = env_float("LLM_PRICE_INPUT_PER_MTOK", 0.0, minimum=0.0)
+LLM_PRICE_OUTPUT_PER_MTOK = env_float("LLM_PRICE_OUTPUT_PER_MTOK", 0.0, minimum=0.0)
 
 # --- Admin account created on first start -------------------------------------------------
 

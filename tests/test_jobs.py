@@ -10,7 +10,9 @@ from governance.tasks import audit_verify_job
 
 
 @pytest.mark.django_db
-def test_job_run_records_start_progress_and_result() -> None:
+def test_job_run_records_start_progress_and_result(settings) -> None:
+    settings.LLM_PRICE_INPUT_PER_MTOK = 3.0
+    settings.LLM_PRICE_OUTPUT_PER_MTOK = 15.0
     run = JobRun.objects.create(kind="test", arguments={"n": 3})
 
     def work(r: JobRun) -> dict[str, int]:
@@ -24,7 +26,7 @@ def test_job_run_records_start_progress_and_result() -> None:
     run.refresh_from_db()
     assert run.status == "succeeded" and run.result == {"items": 3}
     assert (run.progress_done, run.progress_total, run.attempts) == (3, 3, 1)
-    assert run.usage == {"calls": 2, "input_tokens": 150, "output_tokens": 25, "latency_ms": 15.0}
+    assert run.usage == {"calls": 2, "input_tokens": 150, "output_tokens": 25, "latency_ms": 15.0, "cost_usd": 0.000825}
     assert run.started_at and run.finished_at and run.finished_at >= run.started_at
 
 
