@@ -21,6 +21,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass
+from itertools import combinations
 from typing import Any
 
 from django.db import connection
@@ -32,6 +33,8 @@ from memoryapp.search.query import QueryAnalysis, tsquery_terms
 from memoryapp.search.scope import EntryScope
 
 KEYWORD_CANDIDATES = 1000
+# From this many rows in scope, a long query first reads the rows holding two of its words.
+LARGE_SCOPE = 20_000
 MAX_TERMS = 16
 BM25_K1 = 1.2
 BM25_B = 0.5
@@ -89,10 +92,26 @@ def _bm25(rows: list[tuple[str, list[bool], int, float]], *, terms: int, total: 
 
 
 def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -> list[ChannelHit]:
+    """Step 2-4 of the module doc for entries.
+
+    In a large scope (LARGE_SCOPE rows or more) a query of three words or more first reads only
+    the rows that hold at least two of them: a common word alone would match thousands of rows
+    that could never rank. Only when that finds fewer than `limit` rows is the plain OR read.
+    """
     terms = tsquery_terms(analysis)[:MAX_TERMS]
     if not terms:
         return []
     where, params = scope.where("e")
+
+    def count() -> int:
+        size_where, size_params = EntryScope(
+            agent_id=scope.agent_id, thread_pk=scope.thread_pk, user_id=scope.user_id
+        ).where("e")
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM memoryapp_entry e WHERE {size_where}", size_params)
+            return int(cursor.fetchone()[0])
+
+    total = _scope_size(("entries", *scope.cache_key), count)
     params = {**params, "q_or": " | ".join(terms), "cap": KEYWORD_CANDIDATES}
     flags = []
     names = [t for t in terms if t in analysis.names]
@@ -103,31 +122,35 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
             # A name the question says is also held by what that person said (sender_name).
             flag = f"({flag} OR lower(e.sender_name) = %(q_{i})s)"
         flags.append(flag)
-    match = "e.search_vector @@ to_tsquery('english', %(q_or)s)"
     if names:
         params["names"] = names
-        match = f"({match} OR lower(e.sender_name) = ANY(%(names)s))"
-    sql = f"""
-        SELECT e.id, {", ".join(flags)}, length(e.search_vector), extract(epoch FROM e.created_at) + e.seq * 1e-6
-          FROM memoryapp_entry e
-         WHERE {where} AND {match}
-         ORDER BY ts_rank_cd(e.search_vector, to_tsquery('english', %(q_or)s)) DESC
-         LIMIT %(cap)s
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        raw = cursor.fetchall()
-    rows = [(r[0], [bool(x) for x in r[1 : 1 + len(terms)]], int(r[1 + len(terms)] or 0), float(r[-1])) for r in raw]
 
-    def count() -> int:
-        size_where, size_params = EntryScope(
-            agent_id=scope.agent_id, thread_pk=scope.thread_pk, user_id=scope.user_id
-        ).where("e")
+    def read(query: str) -> list[tuple[str, list[bool], int, float]]:
+        match = "e.search_vector @@ to_tsquery('english', %(q_match)s)"
+        if names:
+            match = f"({match} OR lower(e.sender_name) = ANY(%(names)s))"
+        sql = f"""
+            SELECT e.id, {", ".join(flags)}, length(e.search_vector),
+                   extract(epoch FROM e.created_at) + e.seq * 1e-6
+              FROM memoryapp_entry e
+             WHERE {where} AND {match}
+             ORDER BY ts_rank_cd(e.search_vector, to_tsquery('english', %(q_or)s)) DESC
+             LIMIT %(cap)s
+        """
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM memoryapp_entry e WHERE {size_where}", size_params)
-            return int(cursor.fetchone()[0])
+            cursor.execute(sql, {**params, "q_match": query})
+            raw = cursor.fetchall()
+        n = len(terms)
+        return [(r[0], [bool(x) for x in r[1 : 1 + n]], int(r[1 + n] or 0), float(r[-1])) for r in raw]
 
-    total = _scope_size(("entries", *scope.cache_key), count) if len(rows) < KEYWORD_CANDIDATES else len(rows) * 4
+    rows: list[tuple[str, list[bool], int, float]] = []
+    if total >= LARGE_SCOPE and len(terms) >= 3:
+        pairs = " | ".join(f"({a} & {b})" for a, b in combinations(terms, 2))
+        rows = read(pairs)
+    if len(rows) < limit:
+        rows = read(" | ".join(terms))
+    if len(rows) >= KEYWORD_CANDIDATES:
+        total = max(total, len(rows) * 4)
     return _bm25(rows, terms=len(terms), total=max(total, len(rows)), limit=limit)
 
 
