@@ -2,8 +2,8 @@
 
 Entries are searchable by keyword the moment they are written (the tsvector is a generated
 column) and by vector once this job has embedded them. The job is never on the request path:
-`embedding_schedule` only enqueues it (after commit, debounced by the JobRun dedupe key: while a
-run for the agent is still queued, more writes reuse it).
+`embedding_schedule` only enqueues it (after commit, debounced: while a run for the agent is
+pending, more writes send nothing).
 
 What is embedded for a turn is its *contextual* text: who said it, what they said, and for a
 short turn ("Yes, last May!") the turn it answers, so the vector carries what the turn is about.
@@ -32,20 +32,26 @@ CONTEXT_CHARS = 300
 MAX_EMBED_CHARS = 2000
 
 
+def embedding_debounce_key(agent_id: int | None) -> str:
+    return f"embed:{agent_id}"
+
+
 def embedding_schedule(*, agent_id: int) -> None:
     """Send the embedding job for the agent's entries and items not embedded yet (debounced).
 
-    Contract: called after commit by memoryapp.services.hooks; cheap and idempotent.
+    Contract: called after commit by memoryapp.services.hooks on every write, so it costs one
+    Redis round trip while a run is pending (governance.jobs.job_enqueue_debounced).
     """
-    from governance.jobs import job_enqueue
+    from governance.jobs import job_enqueue_debounced
     from memoryapp.tasks.embedding import embed_pending
 
-    job_enqueue(
+    job_enqueue_debounced(
         kind=JOB_KIND,
         task=embed_pending,
         arguments={"agent_id": agent_id},
         agent_id=agent_id,
-        dedupe_key=f"embed:{agent_id}",
+        debounce_key=embedding_debounce_key(agent_id),
+        countdown=1.0,
     )
 
 

@@ -36,12 +36,16 @@ from memoryapp.search.vector import vector_entries, vector_items
 METHODS = ("keyword", "vector", "hybrid")
 KINDS = ("entries", "items")
 
-# Channel weights of the fusion, and how much of a hit's score its neighbouring turns get.
-# Calibrated on two LoCoMo conversations (conv-26, conv-30) only; see eval_retrieval.
-KEYWORD_WEIGHT = 1.0
+# Fusion calibration, tuned with eval_retrieval on two LoCoMo conversations only (conv-26,
+# conv-30; the others are kept for reporting): a small RRF constant lets each channel's first
+# rows count (the default 60 flattens them), words weigh a little more than vectors, and the
+# best NEIGHBOUR_TOP hits pull the turns next to them with 30% of their score.
+RRF_FUSION_K = 10
+KEYWORD_WEIGHT = 1.2
 VECTOR_WEIGHT = 1.0
-NEIGHBOUR_SHARE = 0.35
-MMR_LAMBDA = 0.85
+NEIGHBOUR_SHARE = 0.3
+NEIGHBOUR_TOP = 10
+MMR_LAMBDA = 0.95
 # Each channel reads more rows than the page: fusion needs the rows one channel ranks low.
 CHANNEL_DEPTH = 3
 
@@ -338,13 +342,13 @@ def _fuse(
         rows.sort(key=lambda f: -f.score)
         if method == "hybrid" and neighbours:
             # Keyword fallback of a hybrid search still gets the neighbouring turns, on RRF scale.
-            fused = rrf(keyword_lists)
-            _entry_neighbours(scope=scope, fused=fused, top=limit, share=NEIGHBOUR_SHARE)
+            fused = rrf(keyword_lists, k=RRF_FUSION_K)
+            _entry_neighbours(scope=scope, fused=fused, top=NEIGHBOUR_TOP, share=NEIGHBOUR_SHARE)
             return sorted(fused.values(), key=lambda f: -f.score)
         return rows
-    fused = rrf(keyword_lists + vector_lists)
+    fused = rrf(keyword_lists + vector_lists, k=RRF_FUSION_K)
     if neighbours:
-        _entry_neighbours(scope=scope, fused=fused, top=limit, share=NEIGHBOUR_SHARE)
+        _entry_neighbours(scope=scope, fused=fused, top=NEIGHBOUR_TOP, share=NEIGHBOUR_SHARE)
     return sorted(fused.values(), key=lambda f: -f.score)
 
 
