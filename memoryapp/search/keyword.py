@@ -33,8 +33,8 @@ from memoryapp.search.query import QueryAnalysis, tsquery_terms
 from memoryapp.search.scope import EntryScope
 
 KEYWORD_CANDIDATES = 1000
-# From this many rows in scope, a long query first reads the rows holding two of its words.
-LARGE_SCOPE = 20_000
+# From this many rows in scope, a query first reads the rows holding all (then two) of its words.
+LARGE_SCOPE = 5_000
 MAX_TERMS = 16
 BM25_K1 = 1.2
 BM25_B = 0.5
@@ -94,9 +94,10 @@ def _bm25(rows: list[tuple[str, list[bool], int, float]], *, terms: int, total: 
 def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -> list[ChannelHit]:
     """Step 2-4 of the module doc for entries.
 
-    In a large scope (LARGE_SCOPE rows or more) a query of three words or more first reads only
-    the rows that hold at least two of them: a common word alone would match thousands of rows
-    that could never rank. Only when that finds fewer than `limit` rows is the plain OR read.
+    In a large scope (LARGE_SCOPE rows or more) a query of several words first reads only the
+    rows that hold all of them, then those that hold two of them: a common word alone would
+    match thousands of rows (each a heap visit) that could never rank. Only when these find
+    fewer than `limit` rows is the plain OR read.
     """
     terms = tsquery_terms(analysis)[:MAX_TERMS]
     if not terms:
@@ -144,9 +145,16 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
         return [(r[0], [bool(x) for x in r[1 : 1 + n]], int(r[1 + n] or 0), float(r[-1])) for r in raw]
 
     rows: list[tuple[str, list[bool], int, float]] = []
-    if total >= LARGE_SCOPE and len(terms) >= 3:
-        pairs = " | ".join(f"({a} & {b})" for a, b in combinations(terms, 2))
-        rows = read(pairs)
+    if total >= LARGE_SCOPE and len(terms) >= 2:
+        # Most selective first: every word, then any two words; each tier is read only when the
+        # one before found fewer rows than asked for.
+        tiers = [" & ".join(terms)]
+        if len(terms) >= 3:
+            tiers.append(" | ".join(f"({a} & {b})" for a, b in combinations(terms, 2)))
+        for query in tiers:
+            rows = read(query)
+            if len(rows) >= limit:
+                break
     if len(rows) < limit:
         rows = read(" | ".join(terms))
     if len(rows) >= KEYWORD_CANDIDATES:
