@@ -7,10 +7,13 @@ run and sends the task once the surrounding transaction commits.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import traceback
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
@@ -28,8 +31,9 @@ def job_enqueue(
     arguments: dict[str, Any],
     agent_id: int | None = None,
     dedupe_key: str = "",
+    countdown: float | None = None,
 ) -> JobRun:
-    """Create a queued run and send `task(job_run_id)` after commit.
+    """Create a queued run and send `task(job_run_id)` after commit (after `countdown` seconds).
 
     With a dedupe_key, a run of that key still queued is reused instead of adding another.
     """
@@ -45,8 +49,51 @@ def job_enqueue(
                 return waiting
         run = JobRun.objects.create(kind=kind, agent_id=agent_id, arguments=arguments, dedupe_key=dedupe_key)
         run_id = run.pk
-        transaction.on_commit(lambda: task.delay(run_id))
+        transaction.on_commit(lambda: task.apply_async(args=[run_id], countdown=countdown))
     return run
+
+
+@functools.cache
+def broker_redis() -> redis.Redis:
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2, socket_connect_timeout=2)
+
+
+def _debounce_name(key: str) -> str:
+    return f"memory:pending-job:{key}"
+
+
+def job_enqueue_debounced(
+    *,
+    kind: str,
+    task: Any,
+    arguments: dict[str, Any],
+    debounce_key: str,
+    agent_id: int | None = None,
+    countdown: float | None = None,
+    pending_ttl: int = 300,
+) -> JobRun | None:
+    """Send at most one run per key while one is pending, for jobs asked for on every write.
+
+    A Redis `SET NX` marks the key pending (one round trip, no database row on the hot path);
+    the job clears the mark when it starts (`job_debounce_clear`), so a write that lands after
+    the job read its rows sends the next run. The mark expires after `pending_ttl` seconds in
+    case a run is lost before it starts. Returns the new run, or None when one was pending.
+    """
+    try:
+        fresh = bool(broker_redis().set(_debounce_name(debounce_key), "1", nx=True, ex=pending_ttl))
+    except redis.RedisError:
+        fresh = True  # the broker is unwell: fall back to the JobRun dedupe below
+    if not fresh:
+        return None
+    return job_enqueue(
+        kind=kind, task=task, arguments=arguments, agent_id=agent_id, dedupe_key=debounce_key, countdown=countdown
+    )
+
+
+def job_debounce_clear(debounce_key: str) -> None:
+    """Called by a debounced job as it starts: later writes send another run."""
+    with contextlib.suppress(redis.RedisError):
+        broker_redis().delete(_debounce_name(debounce_key))
 
 
 def job_start(run_id: int) -> JobRun | None:
@@ -111,11 +158,18 @@ def job_fail(run: JobRun, error: BaseException | str) -> JobRun:
     return _end(run, Status.FAILED, error=text[:4000])
 
 
-def job_run(run_id: int, work: Callable[[JobRun], dict[str, Any] | None]) -> JobRun | None:
+def job_run(
+    run_id: int,
+    work: Callable[[JobRun], dict[str, Any] | None],
+    *,
+    transient: tuple[type[BaseException], ...] = (),
+    final_attempt: bool = True,
+) -> JobRun | None:
     """Run `work(run)` as the body of a job: start, then finish with its result or fail with its error.
 
     Tasks are thin: they pass the service call as `work`. The error is re-raised so Celery's
-    retry policy (transient errors only) sees it.
+    retry policy sees it. An error of a `transient` type on an attempt that Celery will retry
+    puts the run back to queued (with the error noted), so the retry can claim it again.
     """
     run = job_start(run_id)
     if run is None:
@@ -123,7 +177,10 @@ def job_run(run_id: int, work: Callable[[JobRun], dict[str, Any] | None]) -> Job
     try:
         result = work(run)
     except Exception as exc:
-        job_fail(run, exc)
+        if isinstance(exc, transient) and not final_attempt:
+            JobRun.objects.filter(pk=run.pk).update(status=Status.QUEUED, error=f"retrying after: {exc}"[:4000])
+        else:
+            job_fail(run, exc)
         raise
     if run.status == Status.SKIPPED:
         return run

@@ -103,3 +103,26 @@ def test_a_real_worker_on_redis_runs_the_job(settings) -> None:
     finally:
         app.conf.task_always_eager = True
     assert run.status == "succeeded", (run.status, run.error)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_debounced_enqueue_sends_one_run_while_one_is_pending() -> None:
+    from governance.jobs import job_debounce_clear, job_enqueue_debounced
+    from memory_project.celery import app
+
+    job_debounce_clear("verify-debounce")
+    app.conf.task_always_eager = False  # keep the run pending: nothing consumes queue `governance` here
+    try:
+        first = job_enqueue_debounced(kind="k", task=audit_verify_job, arguments={}, debounce_key="verify-debounce")
+        second = job_enqueue_debounced(kind="k", task=audit_verify_job, arguments={}, debounce_key="verify-debounce")
+        assert first is not None and second is None
+        assert JobRun.objects.filter(dedupe_key="verify-debounce").count() == 1
+        job_debounce_clear("verify-debounce")  # what the job does as it starts
+        third = job_enqueue_debounced(kind="k", task=audit_verify_job, arguments={}, debounce_key="verify-debounce")
+        assert third is not None
+    finally:
+        app.conf.task_always_eager = True
+        job_debounce_clear("verify-debounce")
+        from governance.jobs import broker_redis
+
+        broker_redis().delete("governance")  # the queue's list: leave no message for a later worker

@@ -15,18 +15,25 @@ def extraction_schedule(*, thread_pk: int) -> None:
     a run per write that could only be skipped would bury the job list. The API and the admin
     still create one on request, and it says why it was skipped.
     """
-    from memoryapp.extraction.service import extraction_progress, extraction_request
+    from governance.jobs import broker_redis, job_debounce_clear
+    from memoryapp.extraction.service import extraction_debounce_key, extraction_progress, extraction_request
     from memoryapp.llm.port import model_available
     from memoryapp.models import Entry, Thread
     from memoryapp.models.choices import HISTORY_TYPES
 
     if not model_available():
         return
-    thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id", "metadata").first()
-    if thread is None:
+    # While a run of this thread is pending, a write costs one Redis round trip and nothing more.
+    key = f"memory:pending-job:{extraction_debounce_key(thread_pk)}"
+    if not broker_redis().set(key, "1", nx=True, ex=int(EXTRACTION_DEBOUNCE_SECONDS) + 300):
         return
+    thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id", "metadata").first()
     # Events (a compaction entry, a label) after the mark give extraction nothing to read.
-    through = int(extraction_progress(thread).get("through_seq") or 0)
-    if not Entry.objects.filter(thread_id=thread_pk, seq__gt=through, type__in=HISTORY_TYPES).exists():
+    through = int(extraction_progress(thread).get("through_seq") or 0) if thread else 0
+    if (
+        thread is None
+        or not Entry.objects.filter(thread_id=thread_pk, seq__gt=through, type__in=HISTORY_TYPES).exists()
+    ):
+        job_debounce_clear(extraction_debounce_key(thread_pk))
         return
     extraction_request(thread=thread, actor="extraction", countdown=EXTRACTION_DEBOUNCE_SECONDS)

@@ -269,28 +269,21 @@ def _arguments(thread: Thread, actor: str) -> dict[str, Any]:
     return {"thread_pk": thread.pk, "thread_id": thread.external_id, "actor": actor}
 
 
-class Debounced:
-    """A task sent with a countdown: entries arriving meanwhile join the same queued run."""
-
-    def __init__(self, task: Any, countdown: float):
-        self.task = task
-        self.countdown = countdown
-
-    def delay(self, *args: Any) -> Any:
-        return self.task.apply_async(args=args, countdown=self.countdown)
+def extraction_debounce_key(thread_pk: int) -> str:
+    return f"extract:{thread_pk}"
 
 
 def extraction_request(*, thread: Thread, actor: str = "", countdown: float | None = None) -> JobRun:
     """Enqueue the thread's extraction job (API, admin "extract now"); one queued run per thread."""
     from memoryapp.tasks.extraction import extract_thread
 
-    task: Any = extract_thread if not countdown else Debounced(extract_thread, countdown)
     return job_enqueue(
         kind=JOB_KIND,
-        task=task,
+        task=extract_thread,
         arguments=_arguments(thread, actor or "extraction"),
         agent_id=thread.agent_id,
-        dedupe_key=f"extract:{thread.pk}",
+        dedupe_key=extraction_debounce_key(thread.pk),
+        countdown=countdown,
     )
 
 

@@ -6,14 +6,16 @@ from typing import Any
 
 from celery import shared_task
 
-from governance.jobs import job_progress, job_run, job_skip
+from governance.jobs import job_debounce_clear, job_progress, job_run, job_skip
 from governance.models import JobRun
 from memoryapp.search.embedders import EmbedderError
 
 
 def _embed_pending_work(run: JobRun) -> dict[str, Any] | None:
     from memoryapp.search.indexing import embed_pending as embed_pending_service
+    from memoryapp.search.indexing import embedding_debounce_key
 
+    job_debounce_clear(embedding_debounce_key(run.arguments.get("agent_id")))
     result = embed_pending_service(
         agent_id=run.arguments.get("agent_id"), progress=lambda done: job_progress(run, done=done)
     )
@@ -24,6 +26,7 @@ def _embed_pending_work(run: JobRun) -> dict[str, Any] | None:
 
 
 @shared_task(
+    bind=True,
     name="memoryapp.tasks.embed_pending",
     autoretry_for=(EmbedderError,),
     retry_backoff=5,
@@ -32,9 +35,14 @@ def _embed_pending_work(run: JobRun) -> dict[str, Any] | None:
     soft_time_limit=1500,
     time_limit=1800,
 )
-def embed_pending(run_id: int) -> None:
+def embed_pending(self: Any, run_id: int) -> None:
     """Embed the agent's entries and items that have no vector yet (memoryapp.search.indexing)."""
-    job_run(run_id, _embed_pending_work)
+    job_run(
+        run_id,
+        _embed_pending_work,
+        transient=(EmbedderError,),
+        final_attempt=self.request.retries >= (self.max_retries or 0),
+    )
 
 
 def _reembed_work(run: JobRun) -> dict[str, Any] | None:
