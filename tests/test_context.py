@@ -476,3 +476,25 @@ def test_as_of_reads_items_as_they_held_then(alice: Any) -> None:
     after = _ok(alice, strategy="recent", max_tokens=3000)
 
     assert before["facts"] == [] and len(after["facts"]) == 1
+
+
+def test_after_clearing_old_tool_results_the_context_holds_only_the_newest_result(alice: Any) -> None:
+    from memoryapp.compaction.service import compaction_run
+
+    thread = conversation(alice.agent, [])
+    for i in range(4):
+        entry_add(thread=thread, role="user", content=f"look up page {i}")
+        entry_add(
+            thread=thread,
+            role="assistant",
+            content="",
+            tool_calls=[{"id": f"c{i}", "name": "fetch_page", "arguments": {"page": i}}],
+        )
+        entry_add(thread=thread, type="tool_result", tool_call_id=f"c{i}", content=f"PAGE-{i}-BODY " + "lorem " * 400)
+    compaction_run(thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 1})
+
+    built = _ok(alice, strategy="recent", max_tokens=100_000)
+
+    body = str(built)
+    assert "PAGE-3-BODY" in body and "PAGE-0-BODY" not in body and "PAGE-2-BODY" not in body
+    assert len([m for m in _history(built) if m["role"] == "tool"]) == 4
