@@ -100,3 +100,27 @@ def test_editing_thread_metadata_in_the_admin_saves_it(admin_client: Client, ali
     assert response.status_code == 302, response.content.decode()[:2000]
     thread.refresh_from_db()
     assert thread.user_id == "u-new" and thread.metadata == {"topic": "roma"}
+
+
+def test_compact_now_and_extract_now_enqueue_jobs(admin_client, alice) -> None:
+    from governance.models import JobRun
+    from memoryapp.models import Thread
+    from memoryapp.services.threads import entry_add, thread_create
+
+    thread = thread_create(agent=alice.agent, external_id="t-admin-jobs", user_id="u-ana")
+    entry_add(thread=thread, role="user", content="look up page 1")
+    entry_add(thread=thread, role="assistant", content="", tool_calls=[{"id": "c1", "name": "fetch", "arguments": {}}])
+    entry_add(thread=thread, type="tool_result", tool_call_id="c1", content="PAGE " * 200)
+    page = admin_client.get(f"/admin/memoryapp/thread/{thread.pk}/change/").content.decode()
+    assert "Compact now" in page and "Extract now" in page
+    response = admin_client.post(
+        f"/admin/memoryapp/thread/{thread.pk}/compact/", {"strategy": "clear-old-tool-results"}, follow=True
+    )
+    assert "queued as job run" in response.content.decode()
+    assert JobRun.objects.filter(kind__icontains="compact").exists()
+    response = admin_client.post(f"/admin/memoryapp/thread/{thread.pk}/extract/", follow=True)
+    assert "Extraction queued" in response.content.decode()
+    assert JobRun.objects.filter(kind__icontains="extract").exists()
+    # a GET does nothing
+    assert admin_client.get(f"/admin/memoryapp/thread/{thread.pk}/extract/").status_code == 403
+    assert Thread.objects.filter(pk=thread.pk).exists()

@@ -13,8 +13,9 @@ from django.contrib import admin, messages
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
@@ -154,7 +155,44 @@ class ThreadAdmin(admin.ModelAdmin):
         if thread is not None:
             rows, cut = thread_tree_rows(thread)
             context.update({"tree_rows": rows, "tree_cut": cut, "tree_limit": TREE_LIMIT})
+            context["can_run_jobs"] = self.has_change_permission(request, thread)
         return super().change_view(request, object_id, form_url, extra_context=context)
+
+    def get_urls(self) -> list[Any]:
+        own = [
+            path("<int:pk>/compact/", self.admin_site.admin_view(self.compact_view), name="memoryapp_thread_compact"),
+            path("<int:pk>/extract/", self.admin_site.admin_view(self.extract_view), name="memoryapp_thread_extract"),
+        ]
+        return own + super().get_urls()
+
+    def _thread_for_job(self, request: HttpRequest, pk: int) -> Thread:
+        thread = self.get_object(request, str(pk))
+        if thread is None or request.method != "POST" or not self.has_change_permission(request, thread):
+            raise PermissionDenied
+        return thread
+
+    def compact_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """"Compact now": enqueue a compaction job of the thread (the service checks the strategy)."""
+        from memoryapp.compaction.service import compaction_request
+
+        thread = self._thread_for_job(request, pk)
+        strategy = request.POST.get("strategy", "clear-old-tool-results")
+        try:
+            run = compaction_request(thread=thread, strategy=strategy, options={}, actor=_actor(request))
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Compaction ({strategy}) queued as job run #{run.pk}.")
+        return HttpResponseRedirect(reverse("admin:memoryapp_thread_change", args=[thread.pk]))
+
+    def extract_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """"Extract now": enqueue the thread's extraction job."""
+        from memoryapp.extraction.service import extraction_request
+
+        thread = self._thread_for_job(request, pk)
+        run = extraction_request(thread=thread, actor=_actor(request))
+        messages.success(request, f"Extraction queued as job run #{run.pk}.")
+        return HttpResponseRedirect(reverse("admin:memoryapp_thread_change", args=[thread.pk]))
 
     def save_model(self, request: HttpRequest, obj: Thread, form: Any, change: bool) -> None:
         thread_update(thread=obj, metadata=obj.metadata, user_id=obj.user_id, replace_metadata=True)
