@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import QuerySet
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.functional import cached_property
@@ -172,7 +172,7 @@ class ThreadAdmin(admin.ModelAdmin):
         return thread
 
     def compact_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """"Compact now": enqueue a compaction job of the thread (the service checks the strategy)."""
+        """ "Compact now": enqueue a compaction job of the thread (the service checks the strategy)."""
         from memoryapp.compaction.service import compaction_request
 
         thread = self._thread_for_job(request, pk)
@@ -186,7 +186,7 @@ class ThreadAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:memoryapp_thread_change", args=[thread.pk]))
 
     def extract_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """"Extract now": enqueue the thread's extraction job."""
+        """ "Extract now": enqueue the thread's extraction job."""
         from memoryapp.extraction.service import extraction_request
 
         thread = self._thread_for_job(request, pk)
