@@ -498,3 +498,22 @@ def test_after_clearing_old_tool_results_the_context_holds_only_the_newest_resul
     body = str(built)
     assert "PAGE-3-BODY" in body and "PAGE-0-BODY" not in body and "PAGE-2-BODY" not in body
     assert len([m for m in _history(built) if m["role"] == "tool"]) == 4
+
+
+def test_relevant_falls_back_to_recent_when_the_stored_vectors_do_not_match_the_model(alice: Any) -> None:
+    from django.test import override_settings
+
+    from memoryapp.search import retrieval
+
+    conversation(alice.agent, _turns(20))
+    embedded(alice.agent)
+    recent = _ok(alice, strategy="recent", max_tokens=300, reserve_tokens=0)
+    retrieval._space_checked = None
+    try:
+        with override_settings(EMBEDDING_DIMENSIONS=768):
+            built = _ok(alice, strategy="relevant", max_tokens=300, reserve_tokens=0, current_input="turn 3")
+    finally:
+        retrieval._space_checked = None
+
+    assert _history(built) == _history(recent)
+    assert built["errors"][0]["source"] == "relevance" and "768" in built["errors"][0]["message"]

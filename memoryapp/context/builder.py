@@ -763,7 +763,12 @@ def _relevant(
     if not current_input.strip():
         run = _recent_run(units, room, complete=complete)
         return run.units, run.notes, set()
+    from memoryapp.search.retrieval import vector_space_ok
+
     try:
+        ok, message = vector_space_ok()
+        if not ok:
+            raise EmbedderError(message)
         similarity = _similarities([e for u in candidates for e in u.entries], current_input)
     except EmbedderError as exc:
         errors.append({"source": "relevance", "message": f"{exc}: fell back to the recent strategy"})

@@ -96,17 +96,21 @@ class SearchOutcome:
     vector_ok: bool = True
 
 
-_space_checked: tuple[float, bool, str] | None = None
+_space_checked: tuple[float, tuple[object, ...], bool, str] | None = None
 
 
-def _vector_space() -> tuple[bool, str]:
-    """Whether stored vectors match the configured model (checked at most every 10 s per process)."""
+def vector_space_ok() -> tuple[bool, str]:
+    """Whether stored vectors match the configured model (checked at most every 10 s per process
+    and configuration)."""
+    from django.conf import settings
+
     global _space_checked
     now = time.monotonic()
-    if _space_checked is None or now - _space_checked[0] > 10:
+    key = (settings.EMBEDDER, settings.EMBEDDING_MODEL, settings.EMBEDDING_DIMENSIONS)
+    if _space_checked is None or _space_checked[1] != key or now - _space_checked[0] > 10:
         status = vector_space_status()
-        _space_checked = (now, status.ok, status.message)
-    return _space_checked[1], _space_checked[2]
+        _space_checked = (now, key, status.ok, status.message)
+    return _space_checked[2], _space_checked[3]
 
 
 def items_searchable(
@@ -306,7 +310,7 @@ def _floored(hits: list[ChannelHit], min_similarity: float | None) -> list[Chann
 
 
 def _query_vector(text: str, outcome: SearchOutcome) -> list[float] | None:
-    ok, message = _vector_space()
+    ok, message = vector_space_ok()
     if not ok:
         outcome.vector_ok = False
         outcome.errors.append({"source": "vector", "message": message})
