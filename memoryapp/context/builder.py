@@ -703,12 +703,12 @@ def _after_seq(entries: list[Entry]) -> int | None:
 
 
 def _history_count(thread: Thread, leaf_id: str | None, window: list[Entry]) -> int:
-    """How many history entries the branch holds up to the leaf (an estimate on a branched thread)."""
+    """How many entries the branch holds up to the leaf: an estimate (other branches and events
+    counted too) read from the (thread, seq) index alone, since an exact count would read every
+    row of a long thread for one number."""
     if not window:
         return 0
-    return Entry.objects.filter(
-        thread=thread, type__in=(EntryType.MESSAGE, EntryType.TOOL_RESULT), seq__lte=window[-1].seq
-    ).count()
+    return Entry.objects.filter(thread=thread, seq__lte=window[-1].seq).count()
 
 
 def _recall_cost(before: tuple[bool, set[str]], blocks: list[tuple[str, str, str]]) -> int:
