@@ -26,6 +26,7 @@ from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
 from memoryapp.selectors.threads import entry_on_branch, tool_call_name_on_branch
 from memoryapp.services.hooks import after_entries_added
+from memoryapp.services.lineage import derived_forget
 
 # Limits, each with its own error code (README "Limits").
 MAX_ENTRY_BYTES = 1024 * 1024  # JSON of one entry's content, tool calls, event and metadata
@@ -321,9 +322,11 @@ def thread_update(
 
 @transaction.atomic
 def thread_delete(*, thread: Thread, actor: str = "") -> None:
-    """Delete a thread and every entry of it (evidence rows keep their item with entry = NULL)."""
+    """Delete a thread and every entry of it, and first what memory derived from them (`derived_forget`)."""
     locked = _lock(thread)
-    count = Entry.objects.filter(thread=locked).count()
+    doomed = list(Entry.objects.filter(thread=locked).only("id"))
+    derived_forget(agent=locked.agent, entries=doomed, reason="thread.delete", actor=actor, entries_deleted=True)
+    count = len(doomed)
     # Children point at their parents with DO_NOTHING; the parent constraint is checked at
     # commit, when the whole tree is gone, so the cascade may delete in any order.
     audit_append(
@@ -585,11 +588,12 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
 def entry_delete(*, entry: Entry, actor: str = "") -> None:
     """Splice an entry out of its branch: its children go under its parent.
 
-    1. Lock the thread. 2. Re-parent the children to the entry's parent. 3. If the entry was
-    the active leaf, the leaf moves to its parent. 4. Delete the row (evidence keeps its item
-    with entry = NULL); audit.
+    1. Take what memory derived from the entry (`derived_forget`: items, quotes, file versions,
+    the compactions covering it); it locks the thread. 2. Re-parent the children to the entry's
+    parent. 3. If the entry was the active leaf, the leaf moves to its parent. 4. Delete the row; audit.
     """
     thread = entry.thread
+    derived_forget(agent=thread.agent, entries=[entry], reason="entry.delete", actor=actor, entries_deleted=True)
     locked = _lock(thread)
     current = Entry.objects.filter(pk=entry.pk, thread=locked).values_list("parent_id", flat=True)
     if not current.exists():
@@ -653,6 +657,8 @@ def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
         raise DomainError("not_redactable", "Event entries cannot be redacted.", field="entry_id")
     reason = _check_str(reason, "reason", max_length=500)
     thread = entry.thread
+    # What memory derived from the entry goes first (it locks the thread); see `derived_forget`.
+    derived_forget(agent=thread.agent, entries=[entry], reason="entry.redact", actor=actor)
     locked = _lock(thread)
     row = Entry.objects.select_for_update().filter(pk=entry.pk, thread=locked).first()
     if row is None:

@@ -1,0 +1,348 @@
+"""Derived memory goes with its source (004 "Forgetting, Redacting and Rewinding").
+
+What memory derives from a conversation names the entries it stands on: the evidence rows of
+memory items, the place of a memory file version, and a compaction's first kept entry, cleared
+tool results and atoms. When entries are deleted or redacted, `derived_forget` follows that
+lineage so that nothing written from a turn outlives the turn. The services that delete or
+redact entries (`entry_delete`, `entry_redact`, `thread_delete`) call it inside their
+transaction, before the entries change. Rewind is no cascade: it deletes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.utils import timezone
+
+from governance.audit import audit_append
+from memoryapp.content import REDACTED_TEXT
+from memoryapp.evidence import verify_evidence
+from memoryapp.files.access import FileAccess
+from memoryapp.files.services import _lock_files
+from memoryapp.files.text import sha256_of, size_of
+from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.models.choices import EntryType, EvidenceStatus, ItemStatus
+from memoryapp.selectors.threads import path_ids
+from memoryapp.services.items import Scope, normalized_name, slot_layout, slot_lock
+
+# The audit record lists ids up to this many per kind (a thread's delete may name thousands).
+AUDIT_IDS = 50
+_SUMMARIZED_TYPES = (EntryType.MESSAGE, EntryType.TOOL_RESULT, EntryType.COMPACTION)
+
+
+@dataclass
+class LineageReport:
+    items_purged: int = 0
+    items_trimmed: int = 0
+    evidence_removed: int = 0
+    file_versions_redacted: int = 0
+    summaries_removed: int = 0
+    entities_deleted: int = 0
+    # Ids for the audit record (not counts): what went.
+    purged_item_ids: list[str] = field(default_factory=list, repr=False)
+    summary_ids: list[str] = field(default_factory=list, repr=False)
+
+    def counts(self) -> dict[str, int]:
+        return {k: v for k, v in asdict(self).items() if isinstance(v, int)}
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: str
+    thread_id: int
+    seq: int
+    parent_id: str | None
+    type: str
+
+
+def derived_forget(
+    *,
+    agent: Agent,
+    entries: Sequence[Entry],
+    reason: str,
+    actor: str = "",
+    entries_deleted: bool = False,
+) -> LineageReport:
+    """Take away what stands on `entries` before they are deleted or redacted (call inside the transaction).
+
+    1. Lock the threads of the entries (in id order), so no entry write, compaction or extraction
+       window of them runs meanwhile; read the entries again within the agent.
+    2. Find the compaction entries of those threads that cover them: a forgotten entry lies on the
+       compaction's branch before its first kept entry (by seq; everything before the compaction
+       when it has a summary and no first kept entry; turns and summaries, not events), or the compaction names it in `cleared`,
+       `cleared_inputs` or the evidence of an atom in `levels`. They go in step 6, so the next
+       compaction writes them again; their quotes count as the entries' own in step 3 (a summary
+       says again what the entries said).
+    3. Memory items: the evidence rows of these entries are deleted (a quote is content and must
+       not survive a redaction). Items left with no evidence are purged; the others are trimmed and
+       their `verified` is recomputed: only when every remaining quote holds in its entry. The slots
+       of purged items are laid out again, so a state the purged one had closed holds again.
+    4. Entities of purged items that no item is about any more are deleted.
+    5. Memory file versions written at these entries are redacted (content `[redacted]`, sha256
+       and size of that, `redacted_at`). With `entries_deleted`, and for the compactions removed,
+       the versions' place moves to the nearest surviving ancestor, as their children do, so they
+       stay on the branches that held them.
+    6. The covering compactions are spliced out like `entry_delete` does (children and the active
+       leaf go to the parent), without following their lineage again.
+    7. One audit record, ids and counts only, in the caller's transaction.
+    """
+    report = LineageReport()
+    wanted = sorted({e.pk for e in entries})
+    if not wanted:
+        return report
+    thread_pks = sorted(set(Entry.objects.filter(agent=agent, id__in=wanted).values_list("thread_id", flat=True)))
+    threads = list(Thread.objects.select_for_update().filter(agent=agent, pk__in=thread_pks).order_by("pk"))
+    rows = {
+        r.id: r
+        for r in (
+            _Row(*values)
+            for values in Entry.objects.filter(agent=agent, id__in=wanted).values_list(
+                "id", "thread_id", "seq", "parent_id", "type"
+            )
+        )
+    }
+    if not rows:
+        return report
+
+    summaries = _covering_compactions(agent=agent, threads=threads, gone=rows)
+    quoted_ids = set(rows) | {c.id for c in summaries}
+    _forget_items(agent=agent, entry_ids=quoted_ids, report=report)
+    _redact_file_versions(
+        agent=agent,
+        gone=rows,
+        summaries=summaries,
+        entries_deleted=entries_deleted,
+        report=report,
+    )
+    _splice_out(agent=agent, threads=threads, summaries=summaries, report=report)
+
+    single_thread = threads[0].external_id if len(threads) == 1 else ""
+    audit_append(
+        action="lineage.forget",
+        actor=actor,
+        agent_id=agent.pk,
+        thread_id=single_thread,
+        subject=wanted[0] if len(wanted) == 1 else f"{len(rows)} entries",
+        outcome="forgotten",
+        details={
+            "because": reason,
+            "entries": len(rows),
+            "entry_ids": sorted(rows)[:AUDIT_IDS],
+            **report.counts(),
+            "purged_item_ids": report.purged_item_ids[:AUDIT_IDS],
+            "summary_ids": report.summary_ids[:AUDIT_IDS],
+        },
+    )
+    return report
+
+
+# --- compactions -----------------------------------------------------------------------------------
+
+
+def _entry_ids_in(value: Any) -> Iterator[str]:
+    """Every `entry_id` named anywhere in a JSON value (the evidence of atoms, of closing atoms...)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if key == "entry_id" and isinstance(inner, str):
+                yield inner
+            else:
+                yield from _entry_ids_in(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _entry_ids_in(inner)
+
+
+def _names(event: dict[str, Any]) -> set[str]:
+    """The entries a compaction names outright: cleared results, cleared inputs, quoted by atoms."""
+    named: set[str] = set()
+    for key in ("cleared", "cleared_inputs"):
+        value = event.get(key)
+        if isinstance(value, dict):
+            named.update(str(k) for k in value)
+    named.update(_entry_ids_in(event.get("levels")))
+    return named
+
+
+def _cut_seq(*, agent: Agent, thread: Thread, compaction: Entry, event: dict[str, Any]) -> int | None:
+    """The seq before which the compaction's summary stands in for the branch; None: it replaces nothing."""
+    first_kept_id = event.get("first_kept_entry_id")
+    if first_kept_id:
+        seq = (
+            Entry.objects.filter(agent=agent, thread=thread, id=str(first_kept_id))
+            .values_list("seq", flat=True)
+            .first()
+        )
+        if seq is None:
+            recorded = event.get("first_kept_seq")
+            seq = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else None
+        # No trace of where the cut was: the summary stood in for everything before the compaction.
+        return compaction.seq if seq is None else seq
+    return compaction.seq if event.get("summary") else None
+
+
+def _covering_compactions(*, agent: Agent, threads: list[Thread], gone: dict[str, _Row]) -> list[Entry]:
+    """Step 2: the compaction entries (not forgotten themselves) that cover a forgotten entry."""
+    covering: list[Entry] = []
+    for thread in threads:
+        forgotten = {r.id: r for r in gone.values() if r.thread_id == thread.pk}
+        if not forgotten:
+            continue
+        # What a summary was written from: turns and earlier summaries, not events such as labels.
+        summarized = [r for r in forgotten.values() if r.type in _SUMMARIZED_TYPES]
+        # Only a later entry can cover an earlier one: a compaction reads the branch before it.
+        candidates = (
+            Entry.objects.filter(
+                agent=agent,
+                thread=thread,
+                type=EntryType.COMPACTION,
+                seq__gt=min(r.seq for r in forgotten.values()),
+            )
+            .exclude(id__in=list(forgotten))
+            .only("id", "seq", "parent_id", "event")
+            .order_by("seq")
+        )
+        for compaction in candidates:
+            event = compaction.event if isinstance(compaction.event, dict) else {}
+            if _names(event) & set(forgotten):
+                covering.append(compaction)
+                continue
+            cut = _cut_seq(agent=agent, thread=thread, compaction=compaction, event=event)
+            before_cut = [r.id for r in summarized if cut is not None and r.seq < cut]
+            if before_cut and set(before_cut) & path_ids(thread=thread, leaf_id=compaction.id):
+                covering.append(compaction)
+    return covering
+
+
+# --- memory items ----------------------------------------------------------------------------------
+
+
+def _forget_items(*, agent: Agent, entry_ids: set[str], report: LineageReport) -> None:
+    """Steps 3 and 4: purge or trim the items quoting the entries; drop entities left without items."""
+    touched_ids = set(
+        Evidence.objects.filter(agent=agent, entry_id__in=list(entry_ids)).values_list("item_id", flat=True)
+    )
+    if not touched_ids:
+        return
+    touched = list(
+        MemoryItem.objects.filter(agent=agent, pk__in=list(touched_ids)).only(
+            "id", "user_id", "project_id", "thread_id", "subject", "attribute", "entity_id", "status", "verified"
+        )
+    )
+    # The item writers of these slots wait for us (a repeat must not merge into a purged item);
+    # slot locks in one order, so two cascades never wait for each other crosswise.
+    slots = sorted({(i.user_id, i.project_id, i.thread_id, normalized_name(i.subject), i.attribute) for i in touched})
+    for user_id, project_id, thread_id, subject_key, attribute in slots:
+        slot_lock(
+            agent_id=agent.pk, scope=Scope(user_id, project_id, thread_id), subject_key=subject_key, attribute=attribute
+        )
+
+    report.evidence_removed, _ = Evidence.objects.filter(agent=agent, entry_id__in=list(entry_ids)).delete()
+    still_quoted = set(
+        Evidence.objects.filter(agent=agent, item_id__in=list(touched_ids)).values_list("item_id", flat=True)
+    )
+    purged = [i for i in touched if i.pk not in still_quoted]
+    trimmed = [i for i in touched if i.pk in still_quoted]
+
+    if purged:
+        MemoryItem.objects.filter(agent=agent, pk__in=[i.pk for i in purged]).delete()
+        report.items_purged = len(purged)
+        report.purged_item_ids = sorted(i.pk for i in purged)
+        for item in purged:
+            if item.status in (ItemStatus.ACTIVE, ItemStatus.SUPERSEDED):
+                slot_layout(
+                    agent=agent,
+                    scope=Scope(item.user_id, item.project_id, item.thread_id),
+                    subject=item.subject,
+                    attribute=item.attribute,
+                )
+        entity_ids = {i.entity_id for i in purged if i.entity_id}
+        about = MemoryItem.objects.filter(agent=agent, entity_id__in=list(entity_ids)).values("entity_id")
+        report.entities_deleted, _ = (
+            Entity.objects.filter(agent=agent, pk__in=list(entity_ids)).exclude(pk__in=about).delete()
+        )
+
+    if trimmed:
+        report.items_trimmed = len(trimmed)
+        _verify_again(agent=agent, items=trimmed)
+
+
+def _verify_again(*, agent: Agent, items: list[MemoryItem]) -> None:
+    """An item is verified only when every quote it has left still holds in its entry."""
+    remaining = Evidence.objects.filter(agent=agent, item_id__in=[i.pk for i in items]).select_related("entry")
+    holds: dict[str, bool] = {}
+    for evidence in remaining:
+        status = verify_evidence(evidence.quote, evidence.entry)  # type: ignore[arg-type]
+        if status != evidence.status:
+            Evidence.objects.filter(pk=evidence.pk).update(status=status)
+        holds[evidence.item_id] = holds.get(evidence.item_id, True) and status == EvidenceStatus.VERIFIED
+    for item in items:
+        verified = holds.get(item.pk, False)
+        if verified != item.verified:
+            MemoryItem.objects.filter(agent=agent, pk=item.pk).update(verified=verified)
+
+
+# --- memory files ----------------------------------------------------------------------------------
+
+
+def _surviving_ancestor(entry_id: str | None, parents: dict[str, str | None], going: set[str]) -> str | None:
+    while entry_id is not None and entry_id in going:
+        entry_id = parents.get(entry_id)
+    return entry_id
+
+
+def _redact_file_versions(
+    *,
+    agent: Agent,
+    gone: dict[str, _Row],
+    summaries: list[Entry],
+    entries_deleted: bool,
+    report: LineageReport,
+) -> None:
+    """Step 5: redact the versions written at the entries; move places off entries that go."""
+    # The agent's file writers wait for us, so no version is written at an entry being forgotten meanwhile.
+    _lock_files(FileAccess(agent=agent))
+    at_entries = MemoryFileVersion.objects.filter(agent=agent, place_id__in=list(gone))
+    report.file_versions_redacted = (
+        at_entries.filter(content__isnull=False)
+        .exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
+        .update(
+            content=REDACTED_TEXT,
+            sha256=sha256_of(REDACTED_TEXT),
+            size=size_of(REDACTED_TEXT),
+            redacted_at=timezone.now(),
+        )
+    )
+    going = {c.id for c in summaries} | (set(gone) if entries_deleted else set())
+    if not going:
+        return
+    parents = {r.id: r.parent_id for r in gone.values()} | {c.id: c.parent_id for c in summaries}
+    placed = (
+        MemoryFileVersion.objects.filter(agent=agent, place_id__in=list(going))
+        .values_list("place_id", flat=True)
+        .distinct()
+    )
+    for place_id in list(placed):
+        MemoryFileVersion.objects.filter(agent=agent, place_id=place_id).update(
+            place_id=_surviving_ancestor(place_id, parents, going)
+        )
+
+
+# --- removing compactions ---------------------------------------------------------------------------
+
+
+def _splice_out(*, agent: Agent, threads: list[Thread], summaries: list[Entry], report: LineageReport) -> None:
+    """Step 6: delete each covering compaction; its children and the active leaf go to its parent."""
+    by_pk = {t.pk: t for t in threads}
+    for compaction in summaries:
+        thread = by_pk[compaction.thread_id]
+        # Read the parent now: an earlier splice may have moved this compaction under another entry.
+        parent_id = Entry.objects.filter(agent=agent, pk=compaction.pk).values_list("parent_id", flat=True).first()
+        Entry.objects.filter(agent=agent, thread=thread, parent_id=compaction.pk).update(parent_id=parent_id)
+        if thread.active_leaf_id == compaction.pk:
+            thread.active_leaf_id = parent_id
+            Thread.objects.filter(pk=thread.pk).update(active_leaf_id=parent_id, updated_at=timezone.now())
+        Entry.objects.filter(agent=agent, pk=compaction.pk).delete()
+        report.summaries_removed += 1
+        report.summary_ids.append(compaction.pk)

@@ -1,0 +1,318 @@
+"""Derived memory goes with its source: deleting or redacting entries, or a thread, takes what stands on them."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import connection
+
+from governance.models import AuditRecord
+from memoryapp.compaction.service import compaction_run
+from memoryapp.content import REDACTED_TEXT
+from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.services.items import item_write
+from memoryapp.services.threads import entry_add
+from tests.compaction_helpers import tool_thread
+from tests.conftest import Caller
+
+SECRET = "passport number is X12345678"
+
+
+def _thread(caller: Caller, thread_id: str = "t-1") -> None:
+    response = caller.client.post("/api/v1/threads", {"id": thread_id, "user_id": "u-ana"}, format="json")
+    assert response.status_code in (200, 201), response.json()
+
+
+def _say(caller: Caller, text: str, thread_id: str = "t-1", role: str = "user") -> str:
+    response = caller.client.post(
+        f"/api/v1/threads/{thread_id}/entries", {"role": role, "content": text}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    return str(response.json()["id"])
+
+
+def _item(caller: Caller, subject: str, attribute: str, value: str, quotes: list[tuple[str, str]]) -> str:
+    body = {
+        "kind": "fact",
+        "subject": subject,
+        "attribute": attribute,
+        "value": value,
+        "user_id": "u-ana",
+        "evidence": [{"entry_id": entry_id, "quote": quote} for entry_id, quote in quotes],
+    }
+    response = caller.client.post("/api/v1/items", body, format="json")
+    assert response.status_code == 201, response.json()
+    return str(response.json()["id"])
+
+
+def _write_file(caller: Caller, path: str, text: str, place: str | None) -> None:
+    url = "/api/v1/memory-tool?thread_id=t-1" + (f"&place={place}" if place else "")
+    response = caller.client.post(url, {"command": "create", "path": path, "file_text": text}, format="json")
+    assert response.status_code in (200, 201), response.json()
+
+
+def _rows_holding(text: str, agent_id: int) -> dict[str, int]:
+    """How many rows of the agent's memory tables hold `text`, table by table (the whole row as text)."""
+    counts = {}
+    with connection.cursor() as cursor:
+        for table in ("memoryapp_evidence", "memoryapp_memoryitem", "memoryapp_entry", "memoryapp_memoryfileversion"):
+            cursor.execute(
+                f"SELECT count(*) FROM {table} t WHERE agent_id = %s AND t::text LIKE %s", [agent_id, f"%{text}%"]
+            )
+            counts[table] = cursor.fetchone()[0]
+    return counts
+
+
+def _lineage_audit() -> AuditRecord:
+    return AuditRecord.objects.filter(action="lineage.forget").latest("seq")
+
+
+def test_redacting_an_entry_purges_what_stands_only_on_it_and_trims_what_stands_on_more(
+    alice: Caller, mallory: Caller
+) -> None:
+    _thread(alice)
+    told = _say(alice, f"My {SECRET} and I live in Porto.")
+    again = _say(alice, "Yes, Porto is home.")
+    passport = _item(alice, "Passport", "number", "X12345678", [(told, SECRET)])
+    city = _item(alice, "Ana", "city", "Porto", [(told, "I live in Porto"), (again, "Porto is home")])
+    _thread(mallory, "m-1")
+    theirs = _item(mallory, "Passport", "number", "X12345678", [(_say(mallory, f"My {SECRET}.", "m-1"), SECRET)])
+
+    response = alice.client.post(f"/api/v1/entries/{told}/redact", {"reason": "the user asked"}, format="json")
+
+    assert response.status_code == 200, response.json()
+    assert not MemoryItem.objects.filter(pk=passport).exists()
+    assert not Evidence.objects.filter(item_id=passport).exists()
+    assert not Entity.objects.filter(agent=alice.agent, name="Passport").exists()
+    assert _rows_holding("X12345678", alice.agent.pk) == dict.fromkeys(_rows_holding("", alice.agent.pk), 0)
+    kept = MemoryItem.objects.get(pk=city)
+    assert list(kept.evidence.values_list("entry_id", "quote")) == [(again, "Porto is home")]
+    assert kept.verified is True
+    assert Entity.objects.filter(agent=alice.agent, name="Ana").exists()
+    # mallory's memory with the same words is none of this cascade's business
+    assert MemoryItem.objects.get(pk=theirs).evidence.get().quote == SECRET
+    assert Entity.objects.filter(agent=mallory.agent, name="Passport").exists()
+    record = _lineage_audit()
+    assert record.agent_id == alice.agent.pk and record.subject == told and record.thread_id == "t-1"
+    assert record.details["because"] == "entry.redact"
+    assert record.details["items_purged"] == 1 and record.details["items_trimmed"] == 1
+    assert record.details["evidence_removed"] == 2 and record.details["entities_deleted"] == 1
+    assert record.details["purged_item_ids"] == [passport]
+    assert not any("X12345678" in json.dumps([r.subject, r.details]) for r in AuditRecord.objects.all())
+
+
+def test_a_trimmed_item_is_verified_again_when_the_quotes_it_keeps_hold(alice: Caller) -> None:
+    _thread(alice)
+    first = _say(alice, "I moved last spring.")
+    second = _say(alice, "I live in Porto now.")
+    # The quote of the first entry is a paraphrase that does not hold: the item is not verified.
+    item = _item(alice, "Ana", "city", "Porto", [(first, "she moved to Porto"), (second, "I live in Porto")])
+    assert MemoryItem.objects.get(pk=item).verified is False
+
+    assert alice.client.delete(f"/api/v1/entries/{first}").status_code == 204
+
+    kept = MemoryItem.objects.get(pk=item)
+    assert kept.verified is True
+    assert list(kept.evidence.values_list("entry_id", "status")) == [(second, "verified")]
+
+
+def test_a_state_a_purged_item_had_closed_holds_again(alice: Caller) -> None:
+    _thread(alice)
+    porto = _say(alice, "I live in Porto.")
+    lisbon = _say(alice, "I moved to Lisbon.")
+    old = item_write(
+        agent=alice.agent,
+        kind="fact",
+        subject="Ana",
+        attribute="city",
+        value="Porto",
+        trust="system",
+        evidence=[{"entry_id": porto, "quote": "I live in Porto"}],
+    )
+    new = item_write(
+        agent=alice.agent,
+        kind="fact",
+        subject="Ana",
+        attribute="city",
+        value="Lisbon",
+        trust="system",
+        evidence=[{"entry_id": lisbon, "quote": "I moved to Lisbon"}],
+    )
+    old.refresh_from_db()
+    assert old.status == "superseded"
+
+    assert alice.client.delete(f"/api/v1/entries/{lisbon}").status_code == 204
+
+    assert not MemoryItem.objects.filter(pk=new.pk).exists()
+    old.refresh_from_db()
+    assert old.status == "active" and old.valid_to is None
+
+
+def test_file_versions_written_at_a_deleted_entry_are_redacted_and_stay_on_its_branch(alice: Caller) -> None:
+    _thread(alice)
+    root = _say(alice, "Hello.")
+    told = _say(alice, f"My {SECRET}.")
+    later = _say(alice, "Thanks.")
+    _write_file(alice, "/memories/ana.md", f"Ana's {SECRET}", place=told)
+    _write_file(alice, "/memories/later.md", "Ana said thanks", place=later)
+    _write_file(alice, "/memories/nowhere.md", "No place", place=None)
+
+    assert alice.client.delete(f"/api/v1/entries/{told}").status_code == 204
+
+    written_there = MemoryFileVersion.objects.get(agent=alice.agent, path="/memories/ana.md")
+    assert written_there.content == REDACTED_TEXT and written_there.redacted_at is not None
+    assert written_there.size == len(REDACTED_TEXT)
+    # like the entry's children, the version now hangs on the entry's parent
+    assert written_there.place_id == root
+    untouched = MemoryFileVersion.objects.filter(
+        agent=alice.agent, path__in=["/memories/later.md", "/memories/nowhere.md"]
+    )
+    assert all(v.redacted_at is None and v.content != REDACTED_TEXT for v in untouched)
+    assert _lineage_audit().details["file_versions_redacted"] == 1
+    assert _rows_holding("X12345678", alice.agent.pk)["memoryapp_memoryfileversion"] == 0
+
+
+def test_file_versions_written_at_a_redacted_entry_are_redacted_in_place(alice: Caller) -> None:
+    _thread(alice)
+    told = _say(alice, f"My {SECRET}.")
+    _write_file(alice, "/memories/ana.md", f"Ana's {SECRET}", place=told)
+
+    assert alice.client.post(f"/api/v1/entries/{told}/redact", {}, format="json").status_code == 200
+
+    version = MemoryFileVersion.objects.get(agent=alice.agent, path="/memories/ana.md")
+    assert (version.content, version.place_id) == (REDACTED_TEXT, told)
+    view = alice.client.post(
+        "/api/v1/memory-tool?thread_id=t-1", {"command": "view", "path": "/memories/ana.md"}, format="json"
+    )
+    assert "X12345678" not in json.dumps(view.json())
+
+
+def _turns(caller: Caller, n: int) -> list[str]:
+    return [_say(caller, f"turn {i} words", role="user" if i % 2 == 0 else "assistant") for i in range(n)]
+
+
+def _context(caller: Caller) -> dict[str, Any]:
+    response = caller.client.post(
+        "/api/v1/threads/t-1/context", {"strategy": "recent", "max_tokens": 5000, "system_prompt": "Hi."}, format="json"
+    )
+    assert response.status_code == 200, response.json()
+    return dict(response.json())
+
+
+def _summarize(caller: Caller, first_kept: str) -> Entry:
+    thread = Thread.objects.get(agent=caller.agent, external_id="t-1")
+    return entry_add(
+        thread=thread,
+        type="compaction",
+        role="user",
+        content="[condensed earlier context] They talked about turns 0 to 5.",
+        event={"summary": "They talked about turns 0 to 5.", "first_kept_entry_id": first_kept},
+    )
+
+
+def test_a_compaction_covering_a_deleted_entry_is_removed_and_the_context_shows_the_kept_history(
+    alice: Caller,
+) -> None:
+    _thread(alice)
+    turns = _turns(alice, 8)
+    summary = _summarize(alice, first_kept=turns[6])
+    after = _say(alice, "turn 8 words")
+    before = _context(alice)
+    assert "turns 0 to 5" in before["messages"][1]["content"]
+
+    assert alice.client.delete(f"/api/v1/entries/{turns[2]}").status_code == 204
+
+    assert not Entry.objects.filter(pk=summary.pk).exists()
+    assert Entry.objects.get(pk=after).parent_id == turns[7]  # spliced like a deleted entry
+    thread = Thread.objects.get(agent=alice.agent, external_id="t-1")
+    assert thread.active_leaf_id == after
+    built = _context(alice)
+    assert not any("condensed earlier context" in str(m.get("content")) for m in built["messages"])
+    assert [m["entry_id"] for m in built["messages"] if "entry_id" in m] == [*turns[:2], *turns[3:], after]
+    record = _lineage_audit()
+    assert record.details["summaries_removed"] == 1 and record.details["summary_ids"] == [summary.pk]
+
+
+def test_a_compaction_survives_the_deletion_of_an_entry_it_keeps_verbatim(alice: Caller) -> None:
+    _thread(alice)
+    turns = _turns(alice, 8)
+    summary = _summarize(alice, first_kept=turns[6])
+
+    assert alice.client.delete(f"/api/v1/entries/{turns[7]}").status_code == 204
+
+    assert Entry.objects.filter(pk=summary.pk, parent_id=turns[6]).exists()
+    built = _context(alice)
+    assert "turns 0 to 5" in built["messages"][1]["content"]
+    assert [m["entry_id"] for m in built["messages"] if "entry_id" in m] == [turns[6]]
+
+
+def test_a_compaction_that_is_the_active_leaf_leaves_the_leaf_to_its_parent(alice: Caller) -> None:
+    _thread(alice)
+    turns = _turns(alice, 8)
+    summary = _summarize(alice, first_kept=turns[6])
+
+    assert alice.client.post(f"/api/v1/entries/{turns[0]}/redact", {}, format="json").status_code == 200
+
+    assert not Entry.objects.filter(pk=summary.pk).exists()
+    assert Thread.objects.get(agent=alice.agent, external_id="t-1").active_leaf_id == turns[7]
+    assert len(_context(alice)["messages"]) == 1 + 8
+
+
+def test_a_clearing_compaction_naming_a_redacted_tool_result_goes_and_the_handle_serves_redacted(
+    alice: Caller,
+) -> None:
+    thread = tool_thread(alice.agent, rounds=3, external_id="t-1")
+    compaction = compaction_run(thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 1}).entry
+    assert compaction is not None
+    cleared = sorted(compaction.event["cleared"], key=lambda i: Entry.objects.get(pk=i).seq)
+    handle = cleared[0]
+    assert "PAGE-0-BODY" in alice.client.get(f"/api/v1/tool-results/{handle}").json()["text"]
+
+    assert alice.client.post(f"/api/v1/entries/{handle}/redact", {}, format="json").status_code == 200
+
+    assert not Entry.objects.filter(pk=compaction.pk).exists()
+    served = alice.client.get(f"/api/v1/tool-results/{handle}").json()
+    assert served["redacted"] is True and served["text"] == REDACTED_TEXT and served["content"] == REDACTED_TEXT
+
+
+def test_deleting_a_thread_purges_items_on_its_entries_and_trims_those_standing_elsewhere(
+    alice: Caller, mallory: Caller
+) -> None:
+    _thread(alice, "t-1")
+    _thread(alice, "t-2")
+    told = _say(alice, f"My {SECRET}. I live in Porto.", "t-1")
+    elsewhere = _say(alice, "Porto, as I said.", "t-2")
+    passport = _item(alice, "Passport", "number", "X12345678", [(told, SECRET)])
+    city = _item(alice, "Ana", "city", "Porto", [(told, "I live in Porto"), (elsewhere, "Porto, as I said")])
+    _write_file(alice, "/memories/ana.md", f"Ana's {SECRET}", place=told)
+    _thread(mallory, "t-1")
+    theirs = _item(mallory, "Passport", "number", "X12345678", [(_say(mallory, f"My {SECRET}.", "t-1"), SECRET)])
+
+    assert mallory.client.delete("/api/v1/threads/t-2").status_code == 404
+    assert alice.client.delete("/api/v1/threads/t-1").status_code == 204
+
+    assert not MemoryItem.objects.filter(pk=passport).exists()
+    assert list(MemoryItem.objects.get(pk=city).evidence.values_list("entry_id", flat=True)) == [elsewhere]
+    version = MemoryFileVersion.objects.get(agent=alice.agent, path="/memories/ana.md")
+    assert version.content == REDACTED_TEXT and version.place_id is None
+    assert _rows_holding("X12345678", alice.agent.pk) == dict.fromkeys(_rows_holding("", alice.agent.pk), 0)
+    assert MemoryItem.objects.filter(pk=theirs).exists()
+    assert Thread.objects.filter(agent=mallory.agent, external_id="t-1").exists()
+    record = _lineage_audit()
+    assert record.details["because"] == "thread.delete" and record.details["entries"] == 1
+    assert AuditRecord.objects.filter(action="thread.delete", seq__gt=record.seq).exists()
+
+
+def test_another_agent_cannot_start_a_cascade_and_a_rewind_forgets_nothing(alice: Caller, mallory: Caller) -> None:
+    _thread(alice)
+    told = _say(alice, f"My {SECRET}.")
+    _say(alice, "Later.")
+    passport = _item(alice, "Passport", "number", "X12345678", [(told, SECRET)])
+
+    assert mallory.client.delete(f"/api/v1/entries/{told}").status_code == 404
+    assert mallory.client.post(f"/api/v1/entries/{told}/redact", {}, format="json").status_code == 404
+    assert alice.client.post("/api/v1/threads/t-1/rewind", {"entry_id": told}, format="json").status_code == 200
+
+    assert MemoryItem.objects.get(pk=passport).evidence.get().quote == SECRET
+    assert not AuditRecord.objects.filter(action="lineage.forget").exists()
