@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -58,8 +59,16 @@ def broker_redis() -> redis.Redis:
     return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2, socket_connect_timeout=2)
 
 
-def _debounce_name(key: str) -> str:
-    return f"memory:pending-job:{key}"
+@functools.cache
+def _database_tag() -> str:
+    """Which database the marks belong to: services (or test runs) sharing one Redis never mix them."""
+    db = settings.DATABASES["default"]
+    return hashlib.sha256(f"{db['HOST']}|{db['PORT']}|{db['NAME']}".encode()).hexdigest()[:10]
+
+
+def debounce_mark(key: str) -> str:
+    """The Redis key that marks a run of `key` pending."""
+    return f"memory:{_database_tag()}:pending-job:{key}"
 
 
 def job_enqueue_debounced(
@@ -80,7 +89,7 @@ def job_enqueue_debounced(
     case a run is lost before it starts. Returns the new run, or None when one was pending.
     """
     try:
-        fresh = bool(broker_redis().set(_debounce_name(debounce_key), "1", nx=True, ex=pending_ttl))
+        fresh = bool(broker_redis().set(debounce_mark(debounce_key), "1", nx=True, ex=pending_ttl))
     except redis.RedisError:
         fresh = True  # the broker is unwell: fall back to the JobRun dedupe below
     if not fresh:
@@ -93,7 +102,7 @@ def job_enqueue_debounced(
 def job_debounce_clear(debounce_key: str) -> None:
     """Called by a debounced job as it starts: later writes send another run."""
     with contextlib.suppress(redis.RedisError):
-        broker_redis().delete(_debounce_name(debounce_key))
+        broker_redis().delete(debounce_mark(debounce_key))
 
 
 def job_start(run_id: int) -> JobRun | None:

@@ -15,7 +15,7 @@ def extraction_schedule(*, thread_pk: int) -> None:
     a run per write that could only be skipped would bury the job list. The API and the admin
     still create one on request, and it says why it was skipped.
     """
-    from governance.jobs import broker_redis, job_debounce_clear
+    from governance.jobs import broker_redis, debounce_mark, job_debounce_clear
     from memoryapp.extraction.service import extraction_debounce_key, extraction_progress, extraction_request
     from memoryapp.llm.port import model_available
     from memoryapp.models import Entry, Thread
@@ -24,7 +24,7 @@ def extraction_schedule(*, thread_pk: int) -> None:
     if not model_available():
         return
     # While a run of this thread is pending, a write costs one Redis round trip and nothing more.
-    key = f"memory:pending-job:{extraction_debounce_key(thread_pk)}"
+    key = debounce_mark(extraction_debounce_key(thread_pk))
     if not broker_redis().set(key, "1", nx=True, ex=int(EXTRACTION_DEBOUNCE_SECONDS) + 300):
         return
     thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id", "metadata").first()
