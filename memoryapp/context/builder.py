@@ -668,7 +668,7 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> d
     truncated = bool(dropped_entries) or not complete
     token_count = sum(v for k, v in partitions.items() if k != "final")
     _note_retrieved([f["id"] for f in facts_sent] + [i["id"] for i in recalled_items])
-    original = len(history_entries) if complete else _history_count(thread, request.leaf_id, history_entries)
+    original = len(history_entries) if complete else _history_count(history_entries)
     return {
         "messages": messages,
         "memory_context": memory_context or None,
@@ -702,13 +702,11 @@ def _after_seq(entries: list[Entry]) -> int | None:
     return entries[-1].seq + 1 if entries else None
 
 
-def _history_count(thread: Thread, leaf_id: str | None, window: list[Entry]) -> int:
-    """How many entries the branch holds up to the leaf: an estimate (other branches and events
-    counted too) read from the (thread, seq) index alone, since an exact count would read every
-    row of a long thread for one number."""
-    if not window:
-        return 0
-    return Entry.objects.filter(thread=thread, seq__lte=window[-1].seq).count()
+def _history_count(window: list[Any]) -> int:
+    """How many entries the branch holds up to the leaf, when only its newest part was read: the
+    leaf's seq, an upper bound (other branches and events share the numbering). Counting exactly
+    would read every row of a long thread for one number."""
+    return int(window[-1].seq) if window else 0
 
 
 def _recall_cost(before: tuple[bool, set[str]], blocks: list[tuple[str, str, str]]) -> int:
