@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
 from memoryapp.api.errors import error_body
+from memoryapp.api.parsers import ToolInputJSONParser
 from memoryapp.errors import NotFound
 from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError
@@ -132,6 +133,9 @@ def version_summary(version: MemoryFileVersion) -> dict[str, Any]:
 class MemoryToolView(APIView):
     """POST the model's memory tool input ({"command": "view", "path": "/memories"}), get `result`."""
 
+    # A NUL in the tool's input is answered by the tool itself, with the text the model reads.
+    parser_classes = [ToolInputJSONParser]
+
     @extend_schema(
         parameters=SCOPE_PARAMETERS,
         request=OpenApiTypes.OBJECT,
@@ -216,6 +220,8 @@ class MemoryFileVersionView(APIView):
 
 class WorkingNoteView(APIView):
     """The working-memory note (reference 001): GET reads it, POST {"action", "content"} runs an action."""
+
+    parser_classes = [ToolInputJSONParser]
 
     @extend_schema(parameters=SCOPE_PARAMETERS, responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
 from memoryapp.api.base import StrictSerializer, validated
+from memoryapp.api.parsers import ToolInputJSONParser
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.facts import (
     DEFAULT_SEARCH_LIMIT,
@@ -234,8 +235,11 @@ class ItemHistoryView(APIView):
 
 class ItemForgetView(APIView):
     def post(self, request: Request, item_id: str) -> Response:
-        if request.data:
-            raise DomainError("invalid_value", "This request takes no body.", field=next(iter(request.data), None))
+        body = request.data
+        if body:
+            # Any JSON may arrive here (a number, a list): name a field only when there is one.
+            field = next(iter(body), None) if isinstance(body, dict) else None
+            raise DomainError("invalid_value", "This request takes no body.", field=field)
         item = item_for_agent(agent=request_agent(request), item_id=item_id)
         return Response(item_json(item_forget(item=item, actor=_actor(request))))
 
@@ -327,6 +331,9 @@ class MemoryToolsView(APIView):
     tool result with `is_error` (the model reads it and tries again); a request the developer got
     wrong (no scope, unknown tool) is a 400.
     """
+
+    # A NUL in the model's input is the tool's to answer (is_error), not a 400.
+    parser_classes = [ToolInputJSONParser]
 
     @extend_schema(request=MemoryToolIn, summary="Run the model's remember / forget / search_memory tool call")
     def post(self, request: Request) -> Response:
