@@ -14,3 +14,7 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
 ]
+
+# Under /api/, a URL no route matches answers in the API's error shape too.
+handler404 = "memoryapp.api.errors.page_not_found"
+handler500 = "memoryapp.api.errors.server_error"

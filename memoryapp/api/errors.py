@@ -7,7 +7,8 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.db import DataError
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
@@ -82,3 +83,21 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return Response(
         error_body("internal_error", "Something went wrong on our side."), status=status.HTTP_500_INTERNAL_SERVER_ERROR
     )
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path_info.startswith("/api/")
+
+
+def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 404 for a URL no route matches: under /api/ in the API's error shape."""
+    if _is_api(request):
+        return JsonResponse(error_body("not_found", "Not found."), status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's 500 for an error outside DRF's views (a middleware): under /api/ in the API's error shape."""
+    if _is_api(request):
+        return JsonResponse(error_body("internal_error", "Something went wrong on our side."), status=500)
+    return defaults.server_error(request)
