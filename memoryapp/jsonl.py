@@ -24,8 +24,10 @@ from memoryapp.errors import DomainError
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.selectors.threads import thread_entries_all
 from memoryapp.services.threads import thread_import
+from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
 
 MAX_IMPORT_LINES = 200_000
+MAX_SEQ = 2**62
 
 
 def _dumps(record: dict[str, Any]) -> str:
@@ -94,7 +96,7 @@ def _time(value: Any, field: str) -> datetime | None:
             raise ValueError(value)
     except (ValueError, OverflowError, OSError) as exc:
         raise DomainError("invalid_value", f"{field} is not a time.", field=field) from exc
-    return at if at.tzinfo else at.replace(tzinfo=UTC)
+    return time_in_range(at if at.tzinfo else at.replace(tzinfo=UTC), field=field)
 
 
 def _node_spec(node: Any, line: int, order: int) -> dict[str, Any]:
@@ -106,11 +108,15 @@ def _node_spec(node: Any, line: int, order: int) -> dict[str, Any]:
     if not isinstance(turn, dict):
         raise DomainError("invalid_record", "A node's turn must be an object.", field=f"{where}.turn")
     metadata = node.get("metadata") if "metadata" in node else {}
+    seq = node.get("seq", order)
+    if isinstance(seq, int) and not isinstance(seq, bool) and seq > MAX_SEQ:
+        # The column is a bigint, and the thread's next seq follows the largest one.
+        raise DomainError("invalid_value", f"A node's seq is at most {MAX_SEQ}.", field=f"{where}.seq")
     return {
         "id": node.get("id"),
         "parent_id": node.get("parent"),
         # A file of 000 itself has no seq: its order is the file's order.
-        "seq": node.get("seq", order),
+        "seq": seq,
         "type": node.get("entryType") or turn.get("type") or "message",
         "role": turn.get("role") or "",
         "content": turn.get("content"),
@@ -146,8 +152,10 @@ def thread_import_lines(
             continue
         try:
             record = json.loads(text)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise DomainError("malformed_jsonl", f"Line {number} is not JSON.", field=f"line {number}") from exc
+        if json_text_may_hold_unstorable(text):
+            storable_text_check(record, field=f"line {number}")
         if not isinstance(record, dict):
             raise DomainError("invalid_record", f"Line {number} is not a record.", field=f"line {number}")
         kind = record.get("type")

@@ -14,13 +14,15 @@ from urllib.parse import urlencode
 from django.http import StreamingHttpResponse
 from django.utils.dateparse import parse_datetime
 from rest_framework import serializers, status
-from rest_framework.parsers import BaseParser, JSONParser
+from rest_framework.exceptions import ParseError
+from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
 from memoryapp.api.base import StrictSerializer, validated
+from memoryapp.api.parsers import JSONParser
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.jsonl import thread_export_lines, thread_import_lines
 from memoryapp.models import Entry, Thread
@@ -45,6 +47,7 @@ from memoryapp.services.threads import (
     thread_rewind,
     thread_update,
 )
+from memoryapp.storable import storable_text_check, time_in_range
 
 # A request body of the entries endpoint holds at most this many bytes (a batch of 1,000
 # typical entries fits many times over; one entry is at most 1 MiB of JSON).
@@ -169,6 +172,8 @@ class ThreadsQuery(StrictSerializer):
     def validate_metadata(self, value: Any) -> Any:
         if not isinstance(value, dict):
             raise serializers.ValidationError("metadata must be a JSON object of values to match.")
+        # The query string is parsed here, not by the API's JSON parser: the same check of its text.
+        storable_text_check(value, field="metadata")
         return value
 
 
@@ -227,10 +232,14 @@ def entry_input(raw: Any, prefix: str = "") -> dict[str, Any]:
             raise DomainError("invalid_type", f"{name} must be {expected.get(kind, 'valid')}.", field=f"{prefix}{name}")
         spec[name] = value
     if isinstance(spec.get("created_at"), str):
-        at = parse_datetime(spec["created_at"])
+        try:
+            # None when it is not shaped like a date-time; ValueError when it is but names no day (2020-02-30).
+            at = parse_datetime(spec["created_at"])
+        except ValueError:
+            at = None
         if at is None:
             raise DomainError("invalid_value", "created_at must be an ISO 8601 date-time.", field=f"{prefix}created_at")
-        spec["created_at"] = at
+        spec["created_at"] = time_in_range(at, field=f"{prefix}created_at")
     return spec
 
 
@@ -424,7 +433,10 @@ class NdjsonParser(BaseParser):
     media_type = "application/x-ndjson"
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        return stream.read().decode("utf-8", errors="strict") if stream is not None else ""
+        try:
+            return stream.read().decode("utf-8", errors="strict") if stream is not None else ""
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"The body is not UTF-8 text: {exc.reason} at byte {exc.start}.") from exc
 
 
 class PlainTextParser(NdjsonParser):
@@ -442,9 +454,16 @@ class ThreadImportView(APIView):
         body = request.data
         if isinstance(body, dict):
             # The JSON form: {"id": ..., "jsonl": "<lines>"} or {"id": ..., "records": [...]}.
+            unknown = sorted(set(body) - {"id", "jsonl", "records"})
+            if unknown:
+                raise DomainError("unknown_field", f"{unknown[0]}: Unknown field.", field=unknown[0])
             records = body.get("records")
             text = body.get("jsonl")
-            lines = [json.dumps(r) for r in records] if isinstance(records, list) else str(text or "").splitlines()
+            if records is not None and not isinstance(records, list):
+                raise DomainError("invalid_type", "records must be a list of JSONL records.", field="records")
+            if text is not None and not isinstance(text, str):
+                raise DomainError("invalid_type", "jsonl must be a string of JSONL lines.", field="jsonl")
+            lines = [json.dumps(r) for r in records] if records is not None else (text or "").splitlines()
             thread_id = body.get("id") or request.query_params.get("id")
         elif isinstance(body, str):
             lines = body.splitlines()
