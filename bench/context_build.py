@@ -199,7 +199,7 @@ def main() -> None:
 
         def hybrid(i: int) -> Any:
             query_cache_clear()
-            outcome = search(agent=agent, text=QUERIES[i % len(QUERIES)] + f" {i}", limit=10, method="hybrid")
+            outcome = search(agent=agent, text=QUERIES[i % len(QUERIES)], limit=10, method="hybrid")
             embed_times.append(outcome.embed_ms)
             return outcome
 

@@ -60,6 +60,8 @@ def _scope_size(key: tuple[Any, ...], count: Any) -> int:
             return cached[1]
     size = int(count())
     with _size_lock:
+        if len(_size_cache) > 10_000:  # bounded: scopes come and go
+            _size_cache.clear()
         _size_cache[key] = (now, size)
     return size
 
@@ -95,7 +97,7 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
     """Step 2-4 of the module doc for entries.
 
     In a large scope (LARGE_SCOPE rows or more) a query of several words first reads only the
-    rows that hold all of them, then those that hold two of them: a common word alone would
+    rows that hold all of them, then all but one, then two of them: a common word alone would
     match thousands of rows (each a heap visit) that could never rank. Only when these find
     fewer than `limit` rows is the plain OR read.
     """
@@ -149,6 +151,9 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
         # Most selective first: every word, then any two words; each tier is read only when the
         # one before found fewer rows than asked for.
         tiers = [" & ".join(terms)]
+        if len(terms) >= 4:
+            # One word of the question is often not in memory at all ("... in 2019?").
+            tiers.append(" | ".join("(" + " & ".join(c) + ")" for c in combinations(terms, len(terms) - 1)))
         if len(terms) >= 3:
             tiers.append(" | ".join(f"({a} & {b})" for a, b in combinations(terms, 2)))
         for query in tiers:
@@ -185,5 +190,5 @@ def keyword_items(*, items: QuerySet[MemoryItem], analysis: QueryAnalysis, limit
     rows = [(str(r[0]), [bool(x) for x in r[3:]], int(r[2] or 0), r[1].timestamp() if r[1] else 0.0) for r in matched]
     if not rows:
         return []
-    total = items.count() if len(rows) < KEYWORD_CANDIDATES else len(rows) * 4
+    total = _scope_size(("items", str(items.query)), items.count) if len(rows) < KEYWORD_CANDIDATES else len(rows) * 4
     return _bm25(rows, terms=len(terms), total=total, limit=limit)
