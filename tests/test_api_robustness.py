@@ -374,3 +374,24 @@ def test_a_forged_cursor_is_a_400_or_an_empty_page_never_a_500(alice: Caller, cu
 def test_an_unknown_route_under_the_api_answers_404_in_the_error_shape(alice: Caller) -> None:
     for url in ("/api/v1/nothing-here", "/api/v1/threads/a/b/c/d", "/api/v1/entries/x/unknown"):
         assert error_of(alice.client.get(url), 404)["code"] == "not_found"
+
+
+def test_the_schema_states_the_bearer_key_and_the_bodies_a_fuzzer_generates_from(client: Client) -> None:
+    schema = client.get("/api/schema/", {"format": "json"}).json()
+    assert schema["components"]["securitySchemes"]["agentKey"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An agent key: Authorization: Bearer mk_...",
+    }
+    paths = schema["paths"]
+    for path, method in [
+        ("/api/v1/threads", "post"),
+        ("/api/v1/threads/{thread_id}", "patch"),
+        ("/api/v1/threads/{thread_id}/fork", "post"),
+        ("/api/v1/search", "post"),
+        ("/api/v1/threads/{thread_id}/context", "post"),
+        ("/api/v1/threads/{thread_id}/compact", "post"),
+    ]:
+        assert "requestBody" in paths[path][method], (path, method)
+    listed = {p["name"] for p in paths["/api/v1/threads"]["get"]["parameters"]}
+    assert {"limit", "cursor", "metadata", "user_id"} <= listed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
@@ -57,3 +58,13 @@ def request_agent(request: Request) -> Agent:
     if not isinstance(user, AgentUser):
         raise exceptions.NotAuthenticated()
     return user.agent
+
+
+class AgentKeyScheme(OpenApiAuthenticationExtension):
+    """The key as the OpenAPI schema states it, so clients and fuzzers know to send it."""
+
+    target_class = AgentKeyAuthentication
+    name = "agentKey"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "description": "An agent key: Authorization: Bearer mk_..."}

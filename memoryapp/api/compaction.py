@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -111,6 +113,9 @@ class ThreadCompactView(APIView):
     runs it as a job and answers 202 with the job run.
     """
 
+    @extend_schema(
+        request=CompactInput, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT}
+    )
     def post(self, request: Request, thread_id: str) -> Response:
         agent = request_agent(request)
         thread = thread_for_agent(agent=agent, external_id=thread_id)
@@ -137,6 +142,7 @@ class ThreadCompactView(APIView):
 class ThreadExtractView(APIView):
     """Extract memory items from a thread's new entries: a job (202), or now with `async: false`."""
 
+    @extend_schema(request=ExtractInput, responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT})
     def post(self, request: Request, thread_id: str) -> Response:
         agent = request_agent(request)
         thread = thread_for_agent(agent=agent, external_id=thread_id)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -31,6 +33,7 @@ class SearchInput(StrictSerializer):
 
 
 class SearchView(APIView):
+    @extend_schema(request=SearchInput, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
         data = validated(SearchInput, request.data)
@@ -84,6 +87,7 @@ class ContextInput(StrictSerializer):
 
 
 class ContextView(APIView):
+    @extend_schema(request=ContextInput, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, thread_id: str) -> Response:
         agent = request_agent(request)
         thread = thread_for_agent(agent=agent, external_id=thread_id)

@@ -13,6 +13,8 @@ from urllib.parse import urlencode
 
 from django.http import StreamingHttpResponse
 from django.utils.dateparse import parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
@@ -140,6 +142,7 @@ def _limit_field(maximum: int, default: int) -> serializers.IntegerField:
     return serializers.IntegerField(min_value=1, max_value=maximum, required=False, default=default)
 
 
+@extend_schema_field(OpenApiTypes.STR)
 class TypesField(serializers.Field):
     """`types`: `all`, or a comma list of entry types (default: messages and tool results)."""
 
@@ -262,6 +265,7 @@ class RedactInput(StrictSerializer):
 class ThreadsView(APIView):
     """POST: create a thread or update the one of that id. GET: list threads, newest updated first."""
 
+    @extend_schema(request=ThreadCreateInput, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT})
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
         data = validated(ThreadCreateInput, request.data)
@@ -277,6 +281,7 @@ class ThreadsView(APIView):
         )
         return Response(thread_json(thread), status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
 
+    @extend_schema(parameters=[ThreadsQuery], responses=OpenApiTypes.OBJECT)
     def get(self, request: Request) -> Response:
         agent = request_agent(request)
         query = validated(ThreadsQuery, request.query_params.dict())
@@ -305,6 +310,7 @@ class ThreadView(APIView):
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         return Response(thread_json(thread))
 
+    @extend_schema(request=ThreadUpdateInput, responses=OpenApiTypes.OBJECT)
     def patch(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(ThreadUpdateInput, request.data)
@@ -325,6 +331,11 @@ class ThreadView(APIView):
 class ThreadEntriesView(APIView):
     """POST: add one entry, or a batch `{"entries": [...]}`. GET: entries of every branch, paged."""
 
+    @extend_schema(
+        request=OpenApiTypes.OBJECT,
+        responses={201: OpenApiTypes.OBJECT},
+        description='One entry {"role", "content", ...} or a batch {"entries": [...]}.',
+    )
     def post(self, request: Request, thread_id: str) -> Response:
         _check_body_size(request)
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
@@ -355,6 +366,7 @@ class ThreadEntriesView(APIView):
         entry = entry_add(thread=thread, **entry_input(body))
         return Response(entry_json(entry, thread.external_id), status=status.HTTP_201_CREATED)
 
+    @extend_schema(parameters=[EntriesQuery], responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         query = validated(EntriesQuery, request.query_params.dict())
@@ -370,6 +382,7 @@ class ThreadEntriesView(APIView):
 class ThreadPathView(APIView):
     """GET: one branch, oldest first (`leaf`, newest `limit`, `before` to page back, `types`)."""
 
+    @extend_schema(parameters=[PathQuery], responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         query = validated(PathQuery, request.query_params.dict())
@@ -393,6 +406,7 @@ class ThreadPathView(APIView):
 
 
 class ThreadRewindView(APIView):
+    @extend_schema(request=EntryIdInput, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(EntryIdInput, request.data)
@@ -400,6 +414,7 @@ class ThreadRewindView(APIView):
 
 
 class ThreadCheckoutView(APIView):
+    @extend_schema(request=EntryIdInput, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(EntryIdInput, request.data)
@@ -407,6 +422,7 @@ class ThreadCheckoutView(APIView):
 
 
 class ThreadForkView(APIView):
+    @extend_schema(request=ForkInput, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(ForkInput, request.data)
@@ -488,6 +504,7 @@ class EntryView(APIView):
 
 
 class EntryRedactView(APIView):
+    @extend_schema(request=RedactInput, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, entry_id: str) -> Response:
         entry = entry_for_agent(agent=request_agent(request), entry_id=entry_id)
         data = validated(RedactInput, request.data)
