@@ -1,0 +1,304 @@
+"""Mallory never reaches Alice's data: the endpoints and inputs the per-area isolation tests leave out.
+
+Each area tests its own 404s (test_threads_api, test_items_api, test_files_tool, test_facts,
+test_search, test_context, test_compaction). Here: the ways one agent could name another's rows
+from inside its own requests (an upsert by the same id, a leaf, a page boundary, a place, a
+quote's entry, a tool call), and the admin's doors (staff only; approving needs the permission).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from governance.models import AuditRecord, JobRun
+from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.models.choices import ItemStatus
+from tests.conftest import Caller
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "my passport number is X12345678"
+
+
+def alices_thread(alice: Caller) -> dict[str, str]:
+    """Alice's thread `t-ana` with a question and its answer; the ids Mallory might learn."""
+    assert (
+        alice.client.post(
+            "/api/v1/threads", {"id": "t-ana", "user_id": "u-ana", "metadata": {"who": "alice"}}, format="json"
+        ).status_code
+        == 201
+    )
+    said = alice.client.post(
+        "/api/v1/threads/t-ana/entries",
+        {"entries": [{"role": "user", "content": SECRET}, {"role": "assistant", "content": "Noted."}]},
+        format="json",
+    ).json()["entries"]
+    return {"told": said[0]["id"], "answer": said[1]["id"]}
+
+
+def mallorys_thread(mallory: Caller, thread_id: str = "t-mal") -> str:
+    assert mallory.client.post("/api/v1/threads", {"id": thread_id}, format="json").status_code in (200, 201)
+    reply = mallory.client.post(
+        f"/api/v1/threads/{thread_id}/entries", {"role": "user", "content": "hello"}, format="json"
+    )
+    assert reply.status_code == 201, reply.content
+    return str(reply.json()["id"])
+
+
+def assert_nothing_of_alice(response: Any, ids: dict[str, str]) -> None:
+    text = response.content.decode()
+    assert "X12345678" not in text and "u-ana" not in text
+    assert all(entry_id not in text for entry_id in ids.values()), text
+
+
+# --- an id Mallory chooses is hers, never Alice's --------------------------------------------------
+
+
+def test_posting_a_thread_with_alices_id_creates_mallorys_own_and_leaves_alices_alone(
+    alice: Caller, mallory: Caller
+) -> None:
+    ids = alices_thread(alice)
+    response = mallory.client.post("/api/v1/threads", {"id": "t-ana", "metadata": {"who": "mallory"}}, format="json")
+    assert response.status_code == 201  # created, not "updated": Alice's thread is not found for her
+    assert response.json()["active_leaf_id"] is None
+    assert_nothing_of_alice(response, ids)
+    theirs = Thread.objects.get(agent=alice.agent, external_id="t-ana")
+    assert (theirs.metadata, theirs.user_id, theirs.active_leaf_id) == ({"who": "alice"}, "u-ana", ids["answer"])
+    assert Thread.objects.get(agent=mallory.agent, external_id="t-ana").metadata == {"who": "mallory"}
+
+
+def test_importing_a_thread_under_alices_id_makes_mallorys_own(alice: Caller, mallory: Caller) -> None:
+    alices_thread(alice)
+    response = mallory.client.post("/api/v1/threads/import", {"id": "t-ana", "records": []}, format="json")
+    assert response.status_code == 201, response.content
+    assert Thread.objects.filter(external_id="t-ana").count() == 2
+    assert Entry.objects.filter(agent=alice.agent).count() == 2
+
+
+def test_forking_into_alices_thread_id_makes_mallorys_own(alice: Caller, mallory: Caller) -> None:
+    alices_thread(alice)
+    mine = mallorys_thread(mallory)
+    response = mallory.client.post(
+        "/api/v1/threads/t-mal/fork", {"entry_id": mine, "new_thread_id": "t-ana"}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    assert Thread.objects.get(agent=alice.agent, external_id="t-ana").forked_from_id is None
+    assert Entry.objects.filter(thread__agent=alice.agent).count() == 2
+
+
+# --- Alice's entry ids inside Mallory's own requests --------------------------------------------------
+
+
+def test_alices_entry_is_no_leaf_nor_page_boundary_of_mallorys_path(alice: Caller, mallory: Caller) -> None:
+    ids = alices_thread(alice)
+    mallorys_thread(mallory)
+    for params, field in [({"leaf": ids["answer"]}, "leaf"), ({"before": ids["answer"]}, "before")]:
+        response = mallory.client.get("/api/v1/threads/t-mal/path", params)
+        assert response.status_code == 400 and response.json()["error"]["field"] == field
+        assert_nothing_of_alice(response, {})
+
+
+def test_alices_entry_is_no_leaf_of_mallorys_context(alice: Caller, mallory: Caller) -> None:
+    ids = alices_thread(alice)
+    mallorys_thread(mallory)
+    response = mallory.client.post(
+        "/api/v1/threads/t-mal/context", {"max_tokens": 2000, "leaf_id": ids["answer"]}, format="json"
+    )
+    assert 400 <= response.status_code < 500
+    assert_nothing_of_alice(response, {"told": ids["told"]})
+
+
+def test_alices_entries_are_not_rewind_or_checkout_targets_in_mallorys_thread(alice: Caller, mallory: Caller) -> None:
+    ids = alices_thread(alice)
+    mallorys_thread(mallory)
+    for action in ("rewind", "checkout"):
+        response = mallory.client.post(f"/api/v1/threads/t-mal/{action}", {"entry_id": ids["told"]}, format="json")
+        assert 400 <= response.status_code < 500, (action, response.content)
+    assert Thread.objects.get(agent=alice.agent).active_leaf_id == ids["answer"]
+
+
+def test_alices_entry_is_no_place_of_mallorys_memory_files(alice: Caller, mallory: Caller) -> None:
+    ids = alices_thread(alice)
+    response = mallory.client.get("/api/v1/memory-files", {"place": ids["told"]})
+    assert response.status_code == 404 and response.json()["error"]["field"] == "place"
+    created = mallory.client.post(
+        f"/api/v1/memory-tool?place={ids['told']}",
+        {"command": "create", "path": "/memories/a.md", "file_text": "x"},
+        format="json",
+    )
+    assert created.status_code == 404
+    assert not MemoryFileVersion.objects.exists()
+
+
+def test_a_quote_of_alices_entry_counts_as_a_quote_of_no_entry(alice: Caller, mallory: Caller) -> None:
+    """Otherwise `verified` would tell Mallory whether her guess of Alice's words was right."""
+    ids = alices_thread(alice)
+
+    def write(entry_id: str) -> dict[str, Any]:
+        body = {
+            "kind": "fact",
+            "subject": "Ana",
+            "attribute": "passport",
+            "value": "X12345678",
+            "evidence": [{"entry_id": entry_id, "quote": SECRET}],
+        }
+        response = mallory.client.post("/api/v1/items", body, format="json")
+        assert response.status_code == 201, response.content
+        return dict(response.json())
+
+    guessed = write(ids["told"])
+    made_up = write("ent_00000000000000000000000000")
+    assert guessed["verified"] is made_up["verified"] is False
+    assert guessed["evidence"][0]["status"] == made_up["evidence"][0]["status"]
+    assert guessed["evidence"][0]["entry_id"] is None
+    assert not Evidence.objects.filter(agent=mallory.agent, entry__agent=alice.agent).exists()
+
+
+def test_search_and_items_filtered_by_alices_person_find_nothing_of_hers(alice: Caller, mallory: Caller) -> None:
+    ids = alices_thread(alice)
+    alice.client.post(
+        "/api/v1/items",
+        {"kind": "fact", "subject": "Ana", "attribute": "passport", "value": "X12345678", "user_id": "u-ana"},
+        format="json",
+    )
+    for method in ("keyword", "vector", "hybrid"):
+        response = mallory.client.post(
+            "/api/v1/search", {"text": "passport number X12345678", "user_id": "u-ana", "method": method}, format="json"
+        )
+        assert response.status_code == 200 and response.json()["results"] == []
+    for params in ({"user_id": "u-ana"}, {"thread_id": "t-ana"}, {"subject": "Ana"}, {"status": "suggested"}):
+        response = mallory.client.get("/api/v1/items", params)
+        assert response.json()["results"] == [], params
+        assert_nothing_of_alice(response, ids)
+
+
+def test_mallorys_memory_tools_neither_read_nor_forget_alices_facts(alice: Caller, mallory: Caller) -> None:
+    assert (
+        alice.client.put("/api/v1/facts/users/u-ana/passport", {"value": "X12345678"}, format="json").status_code == 200
+    )
+
+    def tool(name: str, tool_input: dict[str, Any]) -> str:
+        response = mallory.client.post(
+            "/api/v1/memory-tools", {"name": name, "input": tool_input, "user_id": "u-ana"}, format="json"
+        )
+        assert response.status_code == 200, response.content
+        return str(response.json()["result"])
+
+    assert "X12345678" not in tool("search_memory", {"query": "passport"})
+    assert tool("forget", {"key": "passport"}) == "Nothing was remembered as passport."
+    assert alice.client.get("/api/v1/facts/users/u-ana/passport").json()["value"] == "X12345678"
+    assert mallory.client.get("/api/v1/facts/users/u-ana?q=passport").json()["results"] == []
+
+
+def test_the_api_root_names_only_the_calling_agent(alice: Caller, mallory: Caller) -> None:
+    body = mallory.client.get("/api/v1/").json()
+    assert body["agent"]["slug"] == "mallory"
+    assert "alice" not in str(body)
+
+
+def test_mallorys_key_never_writes_into_alices_rows(alice: Caller, mallory: Caller) -> None:
+    """After every attempt above in one go, each row of Alice's is still hers and unchanged."""
+    ids = alices_thread(alice)
+    before = sorted(Entry.objects.filter(agent=alice.agent).values_list("id", "content_hash", "redacted_at"))
+    for method, url, body in [
+        ("post", "/api/v1/threads/t-ana/entries", {"role": "user", "content": "x"}),
+        ("post", f"/api/v1/entries/{ids['told']}/redact", {}),
+        ("delete", f"/api/v1/entries/{ids['told']}", None),
+        ("post", "/api/v1/threads/t-ana/compact", {"strategy": "clear-old-tool-results", "async": False}),
+        ("post", "/api/v1/threads/t-ana/extract", {"async": False}),
+        ("get", f"/api/v1/tool-results/{ids['told']}", None),
+    ]:
+        response = getattr(mallory.client, method)(url, body, format="json")
+        assert response.status_code == 404, (url, response.content)
+    assert sorted(Entry.objects.filter(agent=alice.agent).values_list("id", "content_hash", "redacted_at")) == before
+    assert not JobRun.objects.exists()
+
+
+# --- the admin ---------------------------------------------------------------------------------------
+
+
+def staff_client(username: str, *, staff: bool = True, codenames: tuple[str, ...] = ()) -> Client:
+    user = User.objects.create_user(username, is_staff=staff)
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def suggested_item(alice: Caller) -> str:
+    body = {"kind": "fact", "subject": "Ana", "attribute": "city", "value": "Lisbon", "user_id": "u-ana"}
+    response = alice.client.post("/api/v1/items", body, format="json")
+    assert response.json()["status"] == ItemStatus.SUGGESTED
+    return str(response.json()["id"])
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/admin/",
+        "/admin/memoryapp/thread/",
+        "/admin/memoryapp/memoryitem/",
+        "/admin/memoryapp/memoryitem/review/",
+        "/admin/memoryapp/memoryfileversion/tree/",
+        "/admin/governance/auditrecord/",
+    ],
+)
+def test_a_logged_in_user_who_is_not_staff_is_sent_to_the_login_page(alice: Caller, url: str) -> None:
+    suggested_item(alice)
+    response = staff_client("norma", staff=False).get(url)
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+
+
+def test_an_agent_key_opens_no_admin_page(alice: Caller) -> None:
+    response = alice.client.get("/admin/memoryapp/memoryitem/")
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+
+
+def test_staff_without_the_change_permission_cannot_approve_from_the_queue(alice: Caller) -> None:
+    item_id = suggested_item(alice)
+    viewer = staff_client("vera", codenames=("view_memoryitem", "view_entity"))
+    audits = AuditRecord.objects.count()
+    response = viewer.post("/admin/memoryapp/memoryitem/review/", {"action": "approve", "item": item_id})
+    assert response.status_code == 403
+    bulk = viewer.post("/admin/memoryapp/memoryitem/review/", {"action": "bulk_approve", "selected": [item_id]})
+    assert bulk.status_code == 403
+    assert MemoryItem.objects.get(pk=item_id).status == ItemStatus.SUGGESTED
+    assert AuditRecord.objects.count() == audits
+
+
+def test_staff_without_the_change_permission_cannot_approve_by_admin_action_or_form(alice: Caller) -> None:
+    item_id = suggested_item(alice)
+    viewer = staff_client("vera", codenames=("view_memoryitem", "view_entity"))
+    viewer.post("/admin/memoryapp/memoryitem/", {"action": "approve_selected", "_selected_action": [item_id]})
+    change = viewer.post(f"/admin/memoryapp/memoryitem/{item_id}/change/", {"status": ItemStatus.ACTIVE})
+    assert change.status_code == 403
+    assert MemoryItem.objects.get(pk=item_id).status == ItemStatus.SUGGESTED
+
+
+def test_a_reviewer_with_the_permission_can_approve(alice: Caller) -> None:
+    """The positive case, so the refusals above are for the permission and not for a broken form."""
+    item_id = suggested_item(alice)
+    reviewer = staff_client("rita", codenames=("change_memoryitem", "view_memoryitem", "view_entity"))
+    response = reviewer.post("/admin/memoryapp/memoryitem/review/", {"action": "approve", "item": item_id})
+    assert response.status_code == 302
+    assert MemoryItem.objects.get(pk=item_id).status == ItemStatus.ACTIVE
+
+
+def test_staff_without_the_thread_change_permission_cannot_start_jobs(alice: Caller) -> None:
+    alices_thread(alice)
+    thread = Thread.objects.get(agent=alice.agent)
+    viewer = staff_client("vera", codenames=("view_thread",))
+    for action in ("compact", "extract"):
+        viewer.post(f"/admin/memoryapp/thread/{thread.pk}/{action}/")
+    assert not JobRun.objects.exists()
+
+
+def test_verifying_the_audit_chain_needs_the_permission_to_read_the_audit(alice: Caller) -> None:
+    alices_thread(alice)
+    assert staff_client("vera").get("/admin/governance/auditrecord/verify/").status_code == 403
+    auditor = staff_client("aldo", codenames=("view_auditrecord",))
+    assert auditor.get("/admin/governance/auditrecord/verify/").status_code == 302
