@@ -395,3 +395,10 @@ def test_the_schema_states_the_bearer_key_and_the_bodies_a_fuzzer_generates_from
         assert "requestBody" in paths[path][method], (path, method)
     listed = {p["name"] for p in paths["/api/v1/threads"]["get"]["parameters"]}
     assert {"limit", "cursor", "metadata", "user_id"} <= listed
+
+
+def test_a_json_body_past_32_mib_is_refused_before_it_is_parsed(alice: Caller) -> None:
+    raw = b'{"kind": "fact", "subject": "s", "attribute": "a", "value": "' + b"x" * (32 * 1024 * 1024) + b'"}'
+    error = error_of(send(alice, "post", "/api/v1/items", raw=raw), 413)
+    assert error["code"] == "request_too_large"
+    assert not MemoryItem.objects.exists()

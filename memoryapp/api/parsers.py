@@ -7,7 +7,8 @@ errors that name nothing:
   and even the error message echoing it, fail to encode it;
 - NUL (`"\\u0000"`): PostgreSQL keeps it neither in text nor in jsonb;
 - a number too large for a float (`1e999` is read as infinity, which JSON cannot write back);
-- nesting deep enough to exhaust Python's recursion (a RecursionError is not a ValueError).
+- nesting deep enough to exhaust Python's recursion (a RecursionError is not a ValueError);
+- a body of any size (DRF reads it whole, past Django's DATA_UPLOAD_MAX_MEMORY_SIZE): 413 past 32 MiB.
 
 Strict JSON refuses raw control characters in strings and raw bytes that are not UTF-8, so a
 NUL or a surrogate can only arrive as a `\\u` escape: the parsed value is walked only when the
@@ -26,6 +27,10 @@ from rest_framework.parsers import BaseParser
 
 from memoryapp.errors import DomainError
 from memoryapp.storable import json_text_may_hold_unstorable, unstorable_text_field
+
+# The largest JSON body of any endpoint: a batch of entries or an import (their views say so
+# from Content-Length first). Read with a bound, so a chunked body without one is cut off too.
+MAX_JSON_BODY_BYTES = 32 * 1024 * 1024
 
 
 def _finite_float(text: str) -> float:
@@ -47,7 +52,11 @@ class JSONParser(BaseParser):
     refuse_nul = True
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
-        raw = stream.read() if stream is not None else b""
+        raw = stream.read(MAX_JSON_BODY_BYTES + 1) if stream is not None else b""
+        if len(raw) > MAX_JSON_BODY_BYTES:
+            raise DomainError(
+                "request_too_large", f"A request body holds at most {MAX_JSON_BODY_BYTES} bytes.", status=413
+            )
         try:
             text = raw.decode(settings.DEFAULT_CHARSET)
             data = json.loads(text, parse_float=_finite_float, parse_constant=_refuse_constant)

@@ -449,8 +449,14 @@ class NdjsonParser(BaseParser):
     media_type = "application/x-ndjson"
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
+        raw = stream.read(MAX_REQUEST_BYTES + 1) if stream is not None else b""
+        if len(raw) > MAX_REQUEST_BYTES:
+            # Content-Length is checked first; a chunked body has none, so the read is bounded too.
+            raise DomainError(
+                "request_too_large", f"A request body holds at most {MAX_REQUEST_BYTES} bytes.", status=413
+            )
         try:
-            return stream.read().decode("utf-8", errors="strict") if stream is not None else ""
+            return raw.decode("utf-8", errors="strict")
         except UnicodeDecodeError as exc:
             raise ParseError(f"The body is not UTF-8 text: {exc.reason} at byte {exc.start}.") from exc
 
