@@ -402,3 +402,53 @@ def test_a_json_body_past_32_mib_is_refused_before_it_is_parsed(alice: Caller) -
     error = error_of(send(alice, "post", "/api/v1/items", raw=raw), 413)
     assert error["code"] == "request_too_large"
     assert not MemoryItem.objects.exists()
+
+
+# --- two requests racing past a service's check ---------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_racing_another_writer_of_its_thread_is_a_409_not_a_500(alice: Caller) -> None:
+    """The import checks that its thread is new, then creates it; a writer between the two used to
+    make the import insert into that thread, hit the (thread, seq) constraint and answer 500.
+
+    The interleaving is forced: this test's transaction holds the new thread while the import
+    waits on its row lock, then adds an entry of seq 1 and commits.
+    """
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    from memoryapp.services.threads import entry_add, thread_create
+
+    answers: list[Any] = []
+
+    def import_in_background() -> None:
+        node = {"id": "ent_race1", "parent": None, "seq": 1, "turn": {"role": "user", "content": "imported"}}
+        try:
+            answers.append(
+                send(
+                    alice,
+                    "post",
+                    "/api/v1/threads/import",
+                    {"id": "t-race", "records": [{"type": "node", "node": node}]},
+                )
+            )
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        thread = thread_create(agent=alice.agent, external_id="t-race")
+        importer = threading.Thread(target=import_in_background)
+        importer.start()
+        with connection.cursor() as cursor:
+            for _ in range(2000):  # until the import waits for this transaction (a lock not granted)
+                cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                if cursor.fetchone()[0]:
+                    break
+                importer.join(0.01)
+        entry_add(thread=thread, role="user", content="written first")
+    importer.join(60)
+    assert answers and answers[0].status_code == 409, answers[0].content if answers else "no answer"
+    assert answers[0].json()["error"]["code"] in ("conflict", "thread_exists")
+    assert list(Entry.objects.filter(thread__external_id="t-race").values_list("text", flat=True)) == ["written first"]

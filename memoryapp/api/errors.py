@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db import DataError
+from django.db import DataError, IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, status
@@ -79,6 +79,13 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, DataError):
         # A value the database refuses (a NUL character, a number out of range): the input's fault.
         return Response(error_body("invalid_value", "A value of the request cannot be stored."), status=400)
+    if isinstance(exc, IntegrityError):
+        # A constraint caught two requests racing past a service's own check: the later one
+        # changed nothing (its transaction rolled back) and may simply try again.
+        logger.warning("integrity error in %s: %s", context.get("view"), exc)
+        return Response(
+            error_body("conflict", "Another request changed the same data at the same time; try again."), status=409
+        )
     logger.exception("unhandled error in %s", context.get("view"))
     return Response(
         error_body("internal_error", "Something went wrong on our side."), status=status.HTTP_500_INTERNAL_SERVER_ERROR
