@@ -452,3 +452,38 @@ def test_an_import_racing_another_writer_of_its_thread_is_a_409_not_a_500(alice:
     assert answers and answers[0].status_code == 409, answers[0].content if answers else "no answer"
     assert answers[0].json()["error"]["code"] in ("conflict", "thread_exists")
     assert list(Entry.objects.filter(thread__external_id="t-race").values_list("text", flat=True)) == ["written first"]
+
+
+# --- the admin's own inputs ------------------------------------------------------------------------------
+
+
+def test_the_what_did_it_know_page_reads_a_time_past_year_9999_in_utc_as_unreadable(
+    admin_client: Client, alice: Caller
+) -> None:
+    for at in ("9999-12-31T23:59:59-05:00", "0001-01-01T00:00+05:00"):
+        response = admin_client.get("/admin/memoryapp/memoryitem/known/", {"agent": alice.agent.pk, "at": at})
+        assert response.status_code == 200  # was an OverflowError
+        assert "The time is not one I can read" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        {"action": "approve", "item": "mem_" + NUL},
+        {"action": "reject", "item": "ITEM", "reason": "wrong" + NUL},
+        {"action": "bulk_approve", "selected": [NUL, "ITEM"]},
+    ],
+)
+def test_a_nul_in_a_review_form_is_a_400_and_decides_nothing(
+    admin_client: Client, alice: Caller, form: dict[str, Any]
+) -> None:
+    body = {"kind": "fact", "subject": "Ana", "attribute": "city", "value": "Lisbon"}
+    item_id = alice.client.post("/api/v1/items", body, format="json").json()["id"]
+    audits = AuditRecord.objects.count()
+    filled = {
+        k: ([item_id if x == "ITEM" else x for x in v] if isinstance(v, list) else v.replace("ITEM", item_id))
+        for k, v in form.items()
+    }
+    assert admin_client.post("/admin/memoryapp/memoryitem/review/", filled).status_code == 400  # was a DataError 500
+    assert MemoryItem.objects.get(pk=item_id).status == "suggested"
+    assert AuditRecord.objects.count() == audits

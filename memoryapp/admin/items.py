@@ -30,6 +30,7 @@ from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryItem
 from memoryapp.models.choices import EvidenceStatus, ItemKind, ItemStatus, Trust
 from memoryapp.selectors.items import context_facts, items_holding, slot_history
 from memoryapp.services.items import item_approve, item_forget, item_reject, items_bulk_review
+from memoryapp.storable import time_in_range
 
 REVIEW_PERMISSION = "memoryapp.change_memoryitem"
 QUEUE_PAGE = 100
@@ -624,7 +625,11 @@ def _parse_local(text: str) -> datetime | None:
         return None
     if timezone.is_naive(parsed):
         parsed = timezone.make_aware(parsed, timezone.get_fixed_timezone(0))
-    return parsed
+    try:
+        # 9999-12-31T23:59-05:00 is past year 9999 in UTC: the queries would overflow.
+        return time_in_range(parsed, field="at")
+    except DomainError:
+        return None
 
 
 def queue_url(**params: Any) -> str:
