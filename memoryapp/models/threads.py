@@ -101,6 +101,12 @@ class Entry(models.Model):
                 ef_construction=64,
                 opclasses=["vector_cosine_ops"],
             ),
+            # context builder: the newest compaction of a thread before the part of it read.
+            models.Index(
+                fields=["thread", "-seq"],
+                name="entry_compaction_idx",
+                condition=models.Q(type="compaction"),
+            ),
             # embedding job: entries still to embed.
             models.Index(
                 fields=["agent", "seq"],
