@@ -722,9 +722,23 @@ def thread_import(
     3. Insert all in one statement; the thread's next_seq follows the largest seq; audit.
     """
     external_id = _check_str(external_id, "id", max_length=MAX_EXTERNAL_ID) or new_id("thr")
-    if Thread.objects.filter(agent=agent, external_id=external_id).exists():
+    metadata = _check_metadata(metadata, "metadata")
+    if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
+        raise DomainError(
+            "metadata_too_large", f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.", field="metadata"
+        )
+    try:
+        # A plain insert, not the upsert: an import never writes into a thread that exists,
+        # even one another request created a moment ago.
+        with transaction.atomic():
+            thread = Thread.objects.create(
+                agent=agent,
+                external_id=external_id,
+                user_id=_check_str(user_id, "user_id", max_length=128),
+                metadata=metadata,
+            )
+    except IntegrityError:
         raise DomainError("thread_exists", "A thread with this id exists already.", field="id", status=409)
-    thread = thread_create(agent=agent, external_id=external_id, user_id=user_id, metadata=metadata)
     seqs: dict[str, int] = {}
     for index, node in enumerate(nodes):
         where = f"nodes[{index}]"
