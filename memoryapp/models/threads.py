@@ -83,6 +83,7 @@ class Entry(models.Model):
     embedded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "entries"
         constraints = [
             models.UniqueConstraint(fields=["thread", "seq"], name="entry_thread_seq_uniq"),
         ]
