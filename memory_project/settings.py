@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -81,7 +80,6 @@ TEMPLATES = [
 
 # --- Database: PostgreSQL with pgvector, always ---------------------------------------------
 
-TESTING = "pytest" in sys.modules or env_bool("TESTING", False)
 DATABASE_URL = env_url("DATABASE_URL", ("postgres", "postgresql"))
 EMBEDDED_PGDATA = Path(env_str("EMBEDDED_PGDATA", str(VAR_DIR / "pgdata")))
 USES_EMBEDDED_POSTGRES = not DATABASE_URL
