@@ -126,3 +126,31 @@ def test_debounced_enqueue_sends_one_run_while_one_is_pending() -> None:
         from governance.jobs import broker_redis
 
         broker_redis().delete("governance")  # the queue's list: leave no message for a later worker
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_succeeds_when_the_broker_is_down(alice, settings) -> None:
+    """The entry is committed; a broker that cannot take the embedding job is logged, not a 500."""
+    from governance import jobs
+    from memory_project.celery import app
+    from memoryapp.models import Entry
+
+    alice.client.post("/api/v1/threads", {"id": "t-broker"}, format="json")
+    old_url = app.conf.broker_url
+    app.conf.task_always_eager = False
+    app.conf.broker_url = "redis://127.0.0.1:1/0"
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    jobs.broker_redis.cache_clear()
+    old_options = app.conf.broker_transport_options
+    app.conf.broker_transport_options = {"max_retries": 0}
+    try:
+        response = alice.client.post(
+            "/api/v1/threads/t-broker/entries", {"role": "user", "content": "hello"}, format="json"
+        )
+    finally:
+        app.conf.broker_url = old_url
+        app.conf.broker_transport_options = old_options
+        app.conf.task_always_eager = True
+        jobs.broker_redis.cache_clear()
+    assert response.status_code == 201, response.content
+    assert Entry.objects.filter(thread__external_id="t-broker").count() == 1
