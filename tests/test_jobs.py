@@ -154,3 +154,29 @@ def test_a_write_succeeds_when_the_broker_is_down(alice, settings) -> None:
         jobs.broker_redis.cache_clear()
     assert response.status_code == 201, response.content
     assert Entry.objects.filter(thread__external_id="t-broker").count() == 1
+
+
+@pytest.mark.django_db
+def test_embed_sweep_embeds_entries_whose_job_was_never_sent(alice, django_capture_on_commit_callbacks) -> None:
+    from django_celery_beat.models import PeriodicTask
+
+    from memoryapp.models import Entry, Thread
+    from memoryapp.tasks.embedding import embed_sweep
+
+    thread = Thread.objects.create(agent=alice.agent, external_id="t-sweep")
+    # Written without the hooks, as if the broker had been down when it was committed.
+    Entry.objects.create(
+        agent=alice.agent,
+        thread=thread,
+        seq=1,
+        role="user",
+        content="lost job",
+        text="lost job",
+        created_at=thread.created_at,
+        content_hash="x" * 32,
+    )
+    assert Entry.objects.filter(thread=thread, embedding__isnull=True).count() == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        embed_sweep()
+    assert Entry.objects.filter(thread=thread, embedding__isnull=True).count() == 0
+    assert PeriodicTask.objects.filter(task="memoryapp.tasks.embed_sweep", enabled=True).exists()

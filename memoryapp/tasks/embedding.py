@@ -55,3 +55,24 @@ def _reembed_work(run: JobRun) -> dict[str, Any] | None:
 def embed_all_again(run_id: int) -> None:
     """Re-embed everything (of one agent) with the configured model: the `reembed` command's job."""
     job_run(run_id, _reembed_work)
+
+
+@shared_task(name="memoryapp.tasks.embed_sweep", ignore_result=True)
+def embed_sweep() -> None:
+    """Beat, every few minutes: send the embedding job of every agent with entries or items not
+    embedded yet, so writes whose job could not be sent (a broker outage) are embedded anyway."""
+    from django.db.models import Q
+
+    from memoryapp.models import Entry, MemoryItem
+    from memoryapp.models.choices import HISTORY_TYPES
+    from memoryapp.search.indexing import embedding_schedule
+
+    pending_entries = Entry.objects.filter(
+        Q(embedding__isnull=True), redacted_at__isnull=True, type__in=HISTORY_TYPES
+    ).exclude(text="")
+    agents = set(pending_entries.values_list("agent_id", flat=True).distinct()[:1000])
+    agents |= set(
+        MemoryItem.objects.filter(embedding__isnull=True).values_list("agent_id", flat=True).distinct()[:1000]
+    )
+    for agent_id in sorted(agents):
+        embedding_schedule(agent_id=agent_id)
