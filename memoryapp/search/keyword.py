@@ -128,23 +128,32 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
     if names:
         params["names"] = names
 
-    def read(query: str) -> list[tuple[str, list[bool], int, float]]:
+    def read(query: str, also: str | None = None) -> list[tuple[str, list[bool], int, float, bool]]:
+        """The matches of `query`, best first; the last field: whether the row also matches `also`."""
         match = "e.search_vector @@ to_tsquery('english', %(q_match)s)"
+        also_sql = "e.search_vector @@ to_tsquery('english', %(q_also)s)" if also is not None else "false"
         if names:
             match = f"({match} OR lower(e.sender_name) = ANY(%(names)s))"
+            if also is not None:
+                also_sql = f"({also_sql} OR lower(e.sender_name) = ANY(%(names)s))"
         sql = f"""
             SELECT e.id, {", ".join(flags)}, length(e.search_vector),
-                   extract(epoch FROM e.created_at) + e.seq * 1e-6
+                   extract(epoch FROM e.created_at) + e.seq * 1e-6, {also_sql}
               FROM memoryapp_entry e
              WHERE {where} AND {match}
              ORDER BY ts_rank_cd(e.search_vector, to_tsquery('english', %(q_or)s)) DESC
              LIMIT %(cap)s
         """
         with connection.cursor() as cursor:
-            cursor.execute(sql, {**params, "q_match": query})
+            cursor.execute(sql, {**params, "q_match": query, "q_also": also})
             raw = cursor.fetchall()
         n = len(terms)
-        return [(r[0], [bool(x) for x in r[1 : 1 + n]], int(r[1 + n] or 0), float(r[-1])) for r in raw]
+        return [
+            (r[0], [bool(x) for x in r[1 : 1 + n]], int(r[1 + n] or 0), float(r[2 + n]), bool(r[3 + n])) for r in raw
+        ]
+
+    def plain(found: list[tuple[str, list[bool], int, float, bool]]) -> list[tuple[str, list[bool], int, float]]:
+        return [(r[0], r[1], r[2], r[3]) for r in found]
 
     rows: list[tuple[str, list[bool], int, float]] = []
     if total >= LARGE_SCOPE and len(terms) >= 2:
@@ -156,12 +165,23 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
             tiers.append(" | ".join("(" + " & ".join(c) + ")" for c in combinations(terms, len(terms) - 1)))
         if len(terms) >= 3:
             tiers.append(" | ".join(f"({a} & {b})" for a, b in combinations(terms, 2)))
+        if len(tiers) >= 2:
+            # The first two tiers in one read (each GIN scan has a fixed cost, the pending list's):
+            # the second tier's rows, each flagged whether it matches the first. Its matches are a
+            # subset of the second's, so when that read is not capped it holds all of them, in
+            # the same order: the same rows as reading the first tier alone.
+            second = read(tiers[1], also=tiers[0])
+            capped = len(second) >= KEYWORD_CANDIDATES
+            rows = plain(read(tiers[0]) if capped else [r for r in second if r[4]])
+            if len(rows) < limit:
+                rows = plain(second)
+            tiers = tiers[2:] if len(rows) < limit else []
         for query in tiers:
-            rows = read(query)
+            rows = plain(read(query))
             if len(rows) >= limit:
                 break
     if len(rows) < limit:
-        rows = read(" | ".join(terms))
+        rows = plain(read(" | ".join(terms)))
     if len(rows) >= KEYWORD_CANDIDATES:
         total = max(total, len(rows) * 4)
     return _bm25(rows, terms=len(terms), total=max(total, len(rows)), limit=limit)

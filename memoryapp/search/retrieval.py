@@ -251,6 +251,9 @@ def search(
             items if items is not None else items_searchable(agent=agent, thread=thread, user_id=user_id, as_of=as_of)
         )
         item_rows = item_rows.filter(agent=agent)  # a caller's queryset never widens the agent
+    # A scope without items (common: a context build of a thread with no memory yet) skips both item
+    # channels: one cheap EXISTS instead of two searches that would find nothing.
+    no_items = item_rows is not None and not item_rows.exists()
     analysis = analyze_query(text)
     depth = max(limit * CHANNEL_DEPTH, 30)
 
@@ -263,7 +266,12 @@ def search(
             )
         if item_rows is not None:
             keyword_lists.append(
-                ("item", "keyword", keyword_items(items=item_rows, analysis=analysis, limit=depth), KEYWORD_WEIGHT)
+                (
+                    "item",
+                    "keyword",
+                    [] if no_items else keyword_items(items=item_rows, analysis=analysis, limit=depth),
+                    KEYWORD_WEIGHT,
+                )
             )
     if method in ("vector", "hybrid") and text.strip():
         vector = _query_vector(text, outcome)
@@ -272,7 +280,11 @@ def search(
                 found = _floored(vector_entries(scope=scope, vector=vector, limit=depth), min_similarity)
                 vector_lists.append(("entry", "vector", found, VECTOR_WEIGHT))
             if item_rows is not None:
-                found = _floored(vector_items(items=item_rows, vector=vector, limit=depth), min_similarity)
+                found = (
+                    []
+                    if no_items
+                    else _floored(vector_items(items=item_rows, vector=vector, limit=depth), min_similarity)
+                )
                 vector_lists.append(("item", "vector", found, VECTOR_WEIGHT))
         elif method == "vector":
             # The vector channel is down: answer by keyword rather than with nothing.
@@ -283,6 +295,8 @@ def search(
                 found = (
                     keyword_entries(scope=scope, analysis=analysis, limit=depth)
                     if kind == "entry"
+                    else []
+                    if no_items
                     else keyword_items(items=item_rows, analysis=analysis, limit=depth)  # type: ignore[arg-type]
                 )
                 keyword_lists.append((kind, "keyword", found, KEYWORD_WEIGHT))
