@@ -14,14 +14,16 @@ $(STAMP): requirements.txt requirements-dev.txt
 run: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m memory_project.launcher
 
+# mypy's Django plugin loads the settings: a URL that is never dialled keeps it from starting
+# the embedded PostgreSQL (and leaving it running).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
+	DATABASE_URL=postgres://typecheck@localhost/none REDIS_URL=redis://localhost:1/0 $(VENV)/bin/mypy
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && DATABASE_URL=postgres://typecheck@localhost/none REDIS_URL=redis://localhost:1/0 $(VENV)/bin/mypy
 
 stop: $(STAMP)
 	$(PY) -c "from pathlib import Path; from memory_project import embedded; embedded.postgres_stop(Path('var/pgdata').resolve()); embedded.redis_stop(Path('var').resolve())"
