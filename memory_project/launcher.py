@@ -56,6 +56,7 @@ def main() -> int:
     from django.core.management import call_command
 
     from memory_project import embedded
+    from memory_project.env import env_int
 
     _check_vector_available()
     call_command("migrate", interactive=False, verbosity=0)
@@ -67,6 +68,8 @@ def main() -> int:
     web_workers = os.environ.get("WEB_WORKERS", "3")
     web_threads = os.environ.get("WEB_THREADS", "4")
     worker_concurrency = os.environ.get("WORKER_CONCURRENCY", "2")
+    # Background jobs (embedding above all) yield the CPU to requests when they share a machine.
+    worker_nice = env_int("WORKER_NICE", 10, minimum=0, maximum=19)
     commands = {
         "web": [
             python,
@@ -104,6 +107,8 @@ def main() -> int:
     }
     children: dict[str, subprocess.Popen[bytes]] = {}
     for name, command in commands.items():
+        if name != "web" and worker_nice:
+            command = ["nice", "-n", str(worker_nice), *command]
         children[name] = subprocess.Popen(command, start_new_session=True)
 
     base = f"http://{host}:{port}"
