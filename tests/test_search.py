@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 
 from governance.models import JobRun
 from memoryapp.models import Entry
 from memoryapp.search import embedders, retrieval
 from memoryapp.search.embedders import EmbedderError
-from memoryapp.search.indexing import embedding_schedule
+from memoryapp.search.indexing import embed_pending, embedding_schedule
+from memoryapp.services import threads as threads_services
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_redact
 from tests.recall_helpers import by_text, conversation, embedded
@@ -96,6 +100,53 @@ def test_the_embedding_job_embeds_nothing_twice_and_records_a_job_run(
 
     assert embedded(alice.agent)["entries"] == 0
     assert dict(Entry.objects.filter(agent=alice.agent).values_list("id", "embedded_at")) == first_times
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(EMBEDDING_BATCH_SIZE=4)
+def test_concurrent_embedding_runs_take_different_batches(alice: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two runs for one agent at once (a write landed after the first run started): each batch
+    # is claimed while it is embedded, so no text is embedded twice and both runs share the work.
+    turns = [("user", f"turn number {n} about the garden") for n in range(16)]
+    with monkeypatch.context() as patched:
+        patched.setattr(threads_services, "after_entries_added", lambda *, thread, entries: None)
+        conversation(alice.agent, turns)
+    fake = embedders.embedder()
+    embedded_texts: list[str] = []
+    both_started = threading.Barrier(2)
+    lock = threading.Lock()
+
+    class SlowEmbedder:
+        name, dimensions = fake.name, fake.dimensions
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            with lock:
+                embedded_texts.extend(texts)
+            time.sleep(0.05)
+            return fake.embed(texts)
+
+    monkeypatch.setattr(embedders, "embedder", lambda: SlowEmbedder())
+    results: list[dict[str, Any]] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            both_started.wait()
+            results.append(embed_pending(agent_id=alice.agent.pk))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    runners = [threading.Thread(target=run) for _ in range(2)]
+    for runner in runners:
+        runner.start()
+    for runner in runners:
+        runner.join()
+    assert errors == []
+    assert len(embedded_texts) == len(turns)
+    assert sorted(r["entries"] for r in results)[0] > 0 and sum(r["entries"] for r in results) == len(turns)
+    assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
 
 
 def test_redacted_entries_are_not_embedded(alice: Any) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -89,10 +89,17 @@ def _pending_entries(agent_id: int | None, batch: int) -> list[Entry]:
     if agent_id is not None:
         rows = rows.filter(agent_id=agent_id)
     return list(
-        rows.order_by("agent_id", "seq").only(
-            "id", "agent_id", "thread_id", "parent_id", "seq", "type", "role", "text", "sender_name", "tool_name"
-        )[:batch]
+        rows.order_by("agent_id", "seq")
+        .only("id", "agent_id", "thread_id", "parent_id", "seq", "type", "role", "text", "sender_name", "tool_name")
+        .select_for_update(skip_locked=True, no_key=True)[:batch]
     )
+
+
+def _pending_items(agent_id: int | None, batch: int) -> list[MemoryItem]:
+    rows = MemoryItem.objects.filter(embedding__isnull=True).exclude(value="")
+    if agent_id is not None:
+        rows = rows.filter(agent_id=agent_id)
+    return list(rows.order_by("recorded_at").select_for_update(skip_locked=True, no_key=True)[:batch])
 
 
 def _parents(entries: list[Entry]) -> dict[str, Entry]:
@@ -140,8 +147,9 @@ def embed_pending(
     """Embed every entry and item of the agent (all agents with None) that has no vector yet.
 
     1. Refuse (skip) when the stored vectors do not match the configured model.
-    2. Entries in batches of EMBEDDING_BATCH_SIZE, oldest first, each written only where the
-       vector is still NULL (a concurrent run or a re-run writes nothing twice).
+    2. Entries in batches of EMBEDDING_BATCH_SIZE, oldest first, each batch claimed with
+       SKIP LOCKED while it is embedded (a concurrent run takes the next one) and written only
+       where the vector is still NULL (a re-run writes nothing twice).
     3. Items the same way.
     Returns counts; raises EmbedderError for the job's retry policy.
     """
@@ -149,30 +157,33 @@ def embed_pending(
     if not status.ok:
         return {"skipped": status.message, "entries": 0, "items": 0}
     batch = settings.EMBEDDING_BATCH_SIZE
-    done_entries = done_items = batches = 0
+    done = {"entries": 0, "items": 0}
+    batches = 0
     seen: set[str] = set()
-    while max_batches is None or batches < max_batches:
-        entries = [e for e in _pending_entries(agent_id, batch) if e.id not in seen]
-        if not entries:
-            break
-        seen.update(e.id for e in entries)
-        done_entries += embed_entries_batch(entries)
-        batches += 1
-        if progress:
-            progress(done_entries)
-    while max_batches is None or batches < max_batches:
-        items_q = MemoryItem.objects.filter(embedding__isnull=True).exclude(value="")
-        if agent_id is not None:
-            items_q = items_q.filter(agent_id=agent_id)
-        items = [i for i in items_q.order_by("recorded_at")[:batch] if i.id not in seen]
-        if not items:
-            break
-        seen.update(i.id for i in items)
-        done_items += embed_items_batch(items)
-        batches += 1
-        if progress:
-            progress(done_entries + done_items)
-    return {"entries": done_entries, "items": done_items, "batches": batches}
+
+    def claim_and_embed(pending: Callable[[], list[Any]], embed: Callable[[list[Any]], int]) -> int | None:
+        # The batch stays claimed (rows locked, SKIP LOCKED) until its vectors are stored:
+        # concurrent runs take different batches instead of embedding the same ones twice.
+        with transaction.atomic():
+            rows = [r for r in pending() if r.id not in seen]
+            if not rows:
+                return None
+            seen.update(r.id for r in rows)
+            return embed(rows)
+
+    for kind in ("entries", "items"):
+        while max_batches is None or batches < max_batches:
+            if kind == "entries":
+                count = claim_and_embed(lambda: _pending_entries(agent_id, batch), embed_entries_batch)
+            else:
+                count = claim_and_embed(lambda: _pending_items(agent_id, batch), embed_items_batch)
+            if count is None:
+                break
+            done[kind] += count
+            batches += 1
+            if progress:
+                progress(done["entries"] + done["items"])
+    return {**done, "batches": batches}
 
 
 def reembed_all(*, agent_id: int | None, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
