@@ -38,10 +38,9 @@ from memoryapp.selectors.threads import (
 )
 from memoryapp.services.threads import (
     MAX_BATCH_ENTRIES,
-    entries_add,
-    entry_add,
     entry_delete,
     entry_redact,
+    thread_append,
     thread_checkout,
     thread_create,
     thread_delete,
@@ -338,7 +337,7 @@ class ThreadEntriesView(APIView):
     )
     def post(self, request: Request, thread_id: str) -> Response:
         _check_body_size(request)
-        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        agent = request_agent(request)
         body = request.data
         if isinstance(body, dict) and "entries" in body:
             raw = body["entries"]
@@ -355,7 +354,7 @@ class ThreadEntriesView(APIView):
                     status=413,
                 )
             specs = [entry_input(item, f"entries[{index}].") for index, item in enumerate(raw)]
-            created = entries_add(thread=thread, entries=specs)
+            thread, created = thread_append(agent=agent, external_id=thread_id, entries=specs, field_prefix="entries")
             return Response(
                 {
                     "entries": [entry_json(e, thread.external_id) for e in created],
@@ -363,8 +362,8 @@ class ThreadEntriesView(APIView):
                 },
                 status=status.HTTP_201_CREATED,
             )
-        entry = entry_add(thread=thread, **entry_input(body))
-        return Response(entry_json(entry, thread.external_id), status=status.HTTP_201_CREATED)
+        thread, created = thread_append(agent=agent, external_id=thread_id, entries=[entry_input(body)])
+        return Response(entry_json(created[0], thread.external_id), status=status.HTTP_201_CREATED)
 
     @extend_schema(parameters=[EntriesQuery], responses=OpenApiTypes.OBJECT)
     def get(self, request: Request, thread_id: str) -> Response:

@@ -48,9 +48,13 @@ _PATH_COLUMNS = (
 ENTRY_LIGHT_DEFER = ("embedding", "search_vector")
 
 
-def thread_for_agent(*, agent: Agent, external_id: str) -> Thread:
-    """The agent's thread of that id; a missing one and another agent's answer the same 404."""
-    thread = Thread.objects.filter(agent=agent, external_id=external_id).first()
+def thread_for_agent(*, agent: Agent, external_id: str, for_update: bool = False) -> Thread:
+    """The agent's thread of that id; a missing one and another agent's answer the same 404.
+
+    With `for_update` (inside a transaction) the row is locked until the transaction ends.
+    """
+    threads = Thread.objects.select_for_update() if for_update else Thread.objects
+    thread = threads.filter(agent=agent, external_id=external_id).first()
     if thread is None:
         raise NotFound("Thread")
     return thread

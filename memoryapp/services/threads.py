@@ -25,7 +25,7 @@ from memoryapp.errors import DomainError, NotFound
 from memoryapp.ids import new_id
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
-from memoryapp.selectors.threads import entry_on_branch, tool_call_name_on_branch
+from memoryapp.selectors.threads import entry_on_branch, thread_for_agent, tool_call_name_on_branch
 from memoryapp.services.hooks import after_entries_added
 from memoryapp.services.lineage import derived_forget
 
@@ -345,7 +345,9 @@ def thread_delete(*, thread: Thread, actor: str = "") -> None:
 # --- entries -------------------------------------------------------------------------------
 
 
-def _insert(*, thread: Thread, specs: Sequence[dict[str, Any]], field_prefix: str = "") -> list[Entry]:
+def _insert(
+    *, thread: Thread, specs: Sequence[dict[str, Any]], field_prefix: str = "", locked: Thread | None = None
+) -> list[Entry]:
     """Validate and insert entries after one another, under the thread lock the caller holds.
 
     1. Lock the thread row; read next_seq and the active leaf.
@@ -355,8 +357,10 @@ def _insert(*, thread: Thread, specs: Sequence[dict[str, Any]], field_prefix: st
     3. Insert them all in one statement; move the leaf (to the last entry asked to activate),
        advance next_seq and updated_at in one UPDATE of the thread.
     4. Hand them to the hooks inside the transaction (they send jobs only on commit).
+
+    `locked` is the thread's row when the caller read it locked in this transaction.
     """
-    locked = _lock(thread)
+    locked = locked or _lock(thread)
     now = timezone.now()
     seq = locked.next_seq
     leaf_id = locked.active_leaf_id
@@ -417,27 +421,24 @@ _JSON_COLUMNS = ("content", "tool_calls", "event", "metadata")
 
 
 def _bulk_insert(entries: Sequence[Entry]) -> None:
-    """Insert a batch as one `INSERT ... SELECT FROM unnest(arrays)`: one short statement with a
-    parameter per column, instead of bulk_create's statement with a parameter per value (whose
-    client-side parsing cost more than the insert itself at 100 rows)."""
-    first = entries[0]
-    params: list[Any] = [first.agent_id, first.thread_id]
-    params += [[getattr(e, column) for e in entries] for column in _TEXT_COLUMNS]
-    params += [
-        [None if getattr(e, column) is None else Jsonb(getattr(e, column)) for e in entries] for column in _JSON_COLUMNS
-    ]
-    params += [[e.seq for e in entries], [e.token_count for e in entries], [e.created_at for e in entries]]
-    columns = ", ".join((*_TEXT_COLUMNS, *_JSON_COLUMNS, "seq", "token_count", "created_at"))
-    arrays = ", ".join(
-        ["%s::text[]" for _ in _TEXT_COLUMNS]
-        + ["%s::jsonb[]" for _ in _JSON_COLUMNS]
-        + ["%s::bigint[]", "%s::int[]", "%s::timestamptz[]"]
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO memoryapp_entry (agent_id, thread_id, {columns}) SELECT %s, %s, * FROM unnest({arrays})",
-            params,
-        )
+    """Insert a batch with COPY: psycopg formats the rows in C, which costs a quarter of the
+    client-side parsing of one multi-row INSERT (and a tenth of bulk_create's) at 100 rows. The
+    generated search_vector and the indexes are filled by PostgreSQL as for an INSERT."""
+    columns = ("agent_id", "thread_id", *_TEXT_COLUMNS, *_JSON_COLUMNS, "seq", "token_count", "created_at")
+    statement = f"COPY memoryapp_entry ({', '.join(columns)}) FROM STDIN"
+    with connection.cursor() as cursor, cursor.copy(statement) as copy:
+        for e in entries:
+            copy.write_row(
+                (
+                    e.agent_id,
+                    e.thread_id,
+                    *(getattr(e, column) for column in _TEXT_COLUMNS),
+                    *(None if (value := getattr(e, column)) is None else Jsonb(value) for column in _JSON_COLUMNS),
+                    e.seq,
+                    e.token_count,
+                    e.created_at,
+                )
+            )
 
 
 @transaction.atomic
@@ -497,6 +498,16 @@ def entries_add(*, thread: Thread, entries: list[dict[str, Any]]) -> list[Entry]
             status=413,
         )
     return _insert(thread=thread, specs=entries, field_prefix="entries")
+
+
+@transaction.atomic
+def thread_append(
+    *, agent: Agent, external_id: str, entries: list[dict[str, Any]], field_prefix: str = ""
+) -> tuple[Thread, list[Entry]]:
+    """Add entries to the agent's thread of that id, found and locked by one query (the API's
+    write path: one round trip less than a lookup and then a lock). Entries as `entries_add`."""
+    thread = thread_for_agent(agent=agent, external_id=external_id, for_update=True)
+    return thread, _insert(thread=thread, specs=entries, field_prefix=field_prefix, locked=thread)
 
 
 @transaction.atomic
