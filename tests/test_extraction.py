@@ -159,9 +159,16 @@ def test_extraction_over_http_writes_checked_items_in_shadow_mode(alice: Caller)
     evidence = Evidence.objects.get(item=items[1])
     assert evidence.entry_id == said.id and evidence.status == "verified"
     thread.refresh_from_db()
-    assert thread.metadata["extraction"]["through_seq"] == said.seq
+    assert thread.extraction["through_seq"] == said.seq
     run = JobRun.objects.get(pk=body["job_run"]["id"])
     assert run.usage["calls"] == 1 and run.result["prompt_version"] == "extraction_v1"
+    # The mark is not the agent's metadata: replacing that neither shows nor resets it.
+    replaced = alice.client.patch(
+        "/api/v1/threads/t-api", {"metadata": {"topic": "moving"}, "replace_metadata": True}, format="json"
+    )
+    assert replaced.status_code == 200 and replaced.json()["metadata"] == {"topic": "moving"}
+    thread.refresh_from_db()
+    assert thread.extraction["through_seq"] == said.seq
 
 
 def test_without_shadow_mode_a_users_quoted_statement_becomes_active(alice: Caller) -> None:
@@ -218,14 +225,14 @@ def test_a_window_without_an_array_fails_alone_and_is_tried_again_later(alice: C
     assert [i.attribute for i in _items(thread)] == ["drink"]
     assert run.status == "succeeded" and run.result["failed_windows"][0]["attempts"] == 1
     thread.refresh_from_db()
-    assert len(thread.metadata["extraction"]["failed"]) == 1
+    assert len(thread.extraction["failed"]) == 1
 
     with use_model(ScriptedModel([answer(item("car", "red", (1, "I drive a red car")))])):
         _, again = extraction_now(thread=thread)
     assert again is not None and again.windows == 1 and again.items_written == 1
     assert sorted(i.attribute for i in _items(thread)) == ["car", "drink"]
     thread.refresh_from_db()
-    assert thread.metadata["extraction"]["failed"] == []
+    assert thread.extraction["failed"] == []
 
 
 def test_when_every_window_fails_the_run_fails(alice: Caller) -> None:

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 from django.conf import settings
 
-# Entries arriving within this many seconds of the first join one extraction run.
-EXTRACTION_DEBOUNCE_SECONDS: float = float(getattr(settings, "EXTRACTION_DEBOUNCE_SECONDS", 30))
-
 
 def extraction_schedule(*, thread_pk: int) -> None:
     """Send (debounced) the extraction job of a thread after new entries. Cheap and idempotent.
@@ -23,11 +20,12 @@ def extraction_schedule(*, thread_pk: int) -> None:
 
     if not model_available():
         return
+    debounce = settings.EXTRACTION_DEBOUNCE_SECONDS
     # While a run of this thread is pending, a write costs one Redis round trip and nothing more.
     key = debounce_mark(extraction_debounce_key(thread_pk))
-    if not broker_redis().set(key, "1", nx=True, ex=int(EXTRACTION_DEBOUNCE_SECONDS) + 300):
+    if not broker_redis().set(key, "1", nx=True, ex=int(debounce) + 300):
         return
-    thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id", "metadata").first()
+    thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id", "extraction").first()
     # Events (a compaction entry, a label) after the mark give extraction nothing to read.
     through = int(extraction_progress(thread).get("through_seq") or 0) if thread else 0
     if (
@@ -36,4 +34,4 @@ def extraction_schedule(*, thread_pk: int) -> None:
     ):
         job_debounce_clear(extraction_debounce_key(thread_pk))
         return
-    extraction_request(thread=thread, actor="extraction", countdown=EXTRACTION_DEBOUNCE_SECONDS)
+    extraction_request(thread=thread, actor="extraction", countdown=debounce)

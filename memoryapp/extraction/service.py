@@ -1,6 +1,6 @@
 """Extraction as a service and a job per thread: new entries -> memory items, once.
 
-Progress is a high-water mark, `Thread.metadata["extraction"]` = {"through_seq", "failed",
+Progress is a high-water mark, `Thread.extraction` = {"through_seq", "failed",
 "prompt_version"}: every window's items and the mark move together in one transaction, so a job
 that dies half-way leaves whole windows done and the next run starts after them, writing
 nothing twice.
@@ -8,11 +8,10 @@ nothing twice.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from governance.audit import audit_append
 from governance.jobs import job_enqueue, job_progress, job_run, job_skip
@@ -33,7 +32,6 @@ from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.prompts import EXTRACTION
 
 JOB_KIND = "extraction"
-PROGRESS_KEY = "extraction"
 # A window that failed is tried again by this many later runs, then given up (and said so).
 FAILED_WINDOW_ATTEMPTS = 3
 
@@ -71,19 +69,14 @@ class ExtractionOutcome:
 
 
 def extraction_progress(thread: Thread) -> dict[str, Any]:
-    progress = (thread.metadata or {}).get(PROGRESS_KEY)
+    progress = thread.extraction
     return dict(progress) if isinstance(progress, dict) else {}
 
 
 def _save_progress(thread: Thread, progress: dict[str, Any]) -> None:
-    """Set metadata["extraction"] alone (jsonb_set), so an agent's own metadata keys are never lost."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE memoryapp_thread SET metadata = jsonb_set(COALESCE(metadata, '{}'::jsonb), %s, %s::jsonb) "
-            "WHERE id = %s",
-            ["{" + PROGRESS_KEY + "}", json.dumps(progress), thread.pk],
-        )
-    thread.metadata = {**(thread.metadata or {}), PROGRESS_KEY: progress}
+    """Store the mark (its own column: the agent's metadata and updated_at are left alone)."""
+    Thread.objects.filter(pk=thread.pk).update(extraction=progress)
+    thread.extraction = progress
 
 
 def _in_ranges(seq: int, ranges: list[dict[str, Any]]) -> bool:
