@@ -156,6 +156,8 @@ LLM_MAX_RETRIES = env_int("LLM_MAX_RETRIES", 3, minimum=0, maximum=10)
 # Prices per million tokens, so job runs show what they cost (0: not priced).
 LLM_PRICE_INPUT_PER_MTOK = env_float("LLM_PRICE_INPUT_PER_MTOK", 0.0, minimum=0.0)
 LLM_PRICE_OUTPUT_PER_MTOK = env_float("LLM_PRICE_OUTPUT_PER_MTOK", 0.0, minimum=0.0)
+# Entries arriving within this many seconds of the first join one extraction run.
+EXTRACTION_DEBOUNCE_SECONDS = env_float("EXTRACTION_DEBOUNCE_SECONDS", 30.0, minimum=0.0, maximum=86400.0)
 
 # --- Admin account created on first start -------------------------------------------------
 
