@@ -54,6 +54,10 @@ def test_thread_page_draws_the_tree_with_branches_and_the_active_path(admin_clie
     assert leaf == [by_key["colosseum"]]
     assert "2 branches" in page
     assert f'href="/admin/memoryapp/entry/{by_key["vatican"]}/change/"' in page
+    assert "not run yet" in page
+    type(thread).objects.filter(pk=thread.pk).update(extraction={"through_seq": 3, "failed": [{"from_seq": 2}]})
+    page = admin_client.get(f"/admin/memoryapp/thread/{thread.pk}/change/").content.decode()
+    assert "extracted through seq 3; 1 window(s) to try again" in page
 
 
 def test_entry_detail_shows_the_entry_and_links_its_parent(admin_client: Client, alice: Caller) -> None:

@@ -118,7 +118,16 @@ class ThreadAdmin(admin.ModelAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     raw_id_fields = ("agent", "active_leaf", "forked_from")
-    readonly_fields = ("agent", "external_id", "active_leaf", "forked_from", "next_seq", "created_at", "updated_at")
+    readonly_fields = (
+        "agent",
+        "external_id",
+        "active_leaf",
+        "forked_from",
+        "next_seq",
+        "extraction_mark",
+        "created_at",
+        "updated_at",
+    )
     fields = (
         "agent",
         "external_id",
@@ -127,6 +136,7 @@ class ThreadAdmin(admin.ModelAdmin):
         "active_leaf",
         "forked_from",
         "next_seq",
+        "extraction_mark",
         "created_at",
         "updated_at",
     )
@@ -134,6 +144,15 @@ class ThreadAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # agents create threads over the API
+
+    @admin.display(description="extraction")
+    def extraction_mark(self, obj: Thread) -> str:
+        progress = obj.extraction or {}
+        if not progress:
+            return "not run yet"
+        failed = progress.get("failed") or []
+        retrying = f"; {len(failed)} window(s) to try again" if failed else ""
+        return f"extracted through seq {progress.get('through_seq', 0)}{retrying}"
 
     @admin.display(description="entries written")
     def entries_written(self, obj: Thread) -> int:
