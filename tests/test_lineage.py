@@ -316,3 +316,80 @@ def test_another_agent_cannot_start_a_cascade_and_a_rewind_forgets_nothing(alice
 
     assert MemoryItem.objects.get(pk=passport).evidence.get().quote == SECRET
     assert not AuditRecord.objects.filter(action="lineage.forget").exists()
+
+
+# --- copies in forks go with their originals (004: forkOf, forks of forks followed) ----------
+
+
+def _fork(caller: Caller, thread_id: str, entry_id: str, new_thread_id: str) -> dict[str, str]:
+    response = caller.client.post(
+        f"/api/v1/threads/{thread_id}/fork", {"entry_id": entry_id, "new_thread_id": new_thread_id}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    rows = Entry.objects.filter(thread__external_id=new_thread_id, thread__agent=caller.agent)
+    return {row.metadata["forkOf"]: row.id for row in rows}
+
+
+def _forked_rome(alice: Caller) -> tuple[str, str, str, dict[str, str], dict[str, str]]:
+    """t-1: hello -> secret -> after; fork f-1 at `after` (+ its own turn); f-2 forked from f-1."""
+    _thread(alice)
+    hello = _say(alice, "Hello, plan a day in Rome.")
+    told = _say(alice, f"My {SECRET}.")
+    after = _say(alice, "Start at the Colosseum.", role="assistant")
+    first = _fork(alice, "t-1", after, "f-1")
+    _say(alice, "And lunch near the Pantheon?", "f-1")
+    second = _fork(alice, "f-1", Thread.objects.get(external_id="f-1").active_leaf_id, "f-2")
+    return hello, told, after, first, second
+
+
+def test_redacting_an_entry_redacts_its_copies_in_forks_and_forks_of_forks(alice: Caller) -> None:
+    hello, told, _, first, second = _forked_rome(alice)
+    copy_in_f2 = second[first[told]]
+
+    response = alice.client.post(f"/api/v1/entries/{told}/redact", {"reason": "the user asked"}, format="json")
+
+    assert response.status_code == 200, response.json()
+    for entry_id in (told, first[told], copy_in_f2):
+        row = Entry.objects.get(pk=entry_id)
+        assert row.text == REDACTED_TEXT and row.redacted_at is not None and row.embedding is None
+    assert Entry.objects.get(pk=first[hello]).text == "Hello, plan a day in Rome."
+    assert _rows_holding("X12345678", alice.agent.pk) == dict.fromkeys(_rows_holding("", alice.agent.pk), 0)
+    copies = AuditRecord.objects.filter(action="entry.redact", details__fork_copy_of=told)
+    assert sorted(copies.values_list("subject", flat=True)) == sorted([first[told], copy_in_f2])
+    assert not any("X12345678" in json.dumps([r.subject, r.details]) for r in AuditRecord.objects.all())
+
+
+def test_deleting_an_entry_splices_out_its_copies_in_forks(alice: Caller) -> None:
+    _, told, after, first, second = _forked_rome(alice)
+
+    assert alice.client.delete(f"/api/v1/entries/{told}").status_code == 204
+
+    gone = [told, first[told], second[first[told]]]
+    assert not Entry.objects.filter(pk__in=gone).exists()
+    # In each fork the copy's child now hangs under the copy's parent, as in the origin.
+    assert Entry.objects.get(pk=after).parent_id == Entry.objects.get(pk=after).thread.entries.get(seq=1).id
+    for fork in (first, second):
+        copy_after = Entry.objects.get(pk=fork[after] if fork is first else fork[first[after]])
+        assert copy_after.parent_id == copy_after.thread.entries.get(seq=1).id
+    assert _rows_holding("X12345678", alice.agent.pk) == dict.fromkeys(_rows_holding("", alice.agent.pk), 0)
+
+
+def test_deleting_a_thread_takes_the_copies_of_its_entries_in_its_forks(alice: Caller, mallory: Caller) -> None:
+    _thread(mallory, "t-1")
+    _say(mallory, f"My {SECRET}.", "t-1")
+    _, _, _, first, _ = _forked_rome(alice)
+    own = Entry.objects.get(thread__external_id="f-1", thread__agent=alice.agent, text__contains="Pantheon")
+
+    assert alice.client.delete("/api/v1/threads/t-1").status_code == 204
+
+    fork = Thread.objects.get(agent=alice.agent, external_id="f-1")
+    assert list(fork.entries.values_list("id", flat=True)) == [own.id]
+    assert Entry.objects.get(pk=own.id).parent_id is None and fork.active_leaf_id == own.id
+    assert not Entry.objects.filter(pk__in=list(first.values())).exists()
+    # f-2's copies of f-1's copies went too; its copy of f-1's own turn stays.
+    assert list(
+        Entry.objects.filter(thread__external_id="f-2", thread__agent=alice.agent).values_list("text", flat=True)
+    ) == [own.text]
+    assert _rows_holding("X12345678", alice.agent.pk) == dict.fromkeys(_rows_holding("", alice.agent.pk), 0)
+    assert _rows_holding("X12345678", mallory.agent.pk)["memoryapp_entry"] == 1
+    assert AuditRecord.objects.get(action="thread.delete").details["fork_copies"] == 6  # 3 in f-1, 3 in f-2

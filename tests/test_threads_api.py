@@ -106,7 +106,7 @@ def test_delete_thread_removes_its_entries_with_the_items_standing_on_them_and_a
     # The item stood only on the thread's entries: it goes with them (tests/test_lineage.py).
     assert not MemoryItem.objects.filter(pk=item.pk).exists() and not Evidence.objects.exists()
     record = AuditRecord.objects.get(action="thread.delete")
-    assert record.subject == "rome" and record.details == {"entries": 3}
+    assert record.subject == "rome" and record.details == {"entries": 3, "fork_copies": 0}
     assert alice.client.get("/api/v1/threads/rome").status_code == 404
 
 

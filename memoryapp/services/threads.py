@@ -27,7 +27,7 @@ from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
 from memoryapp.selectors.threads import entry_on_branch, thread_for_agent, tool_call_name_on_branch
 from memoryapp.services.hooks import after_entries_added
-from memoryapp.services.lineage import derived_forget
+from memoryapp.services.lineage import AUDIT_IDS, derived_forget
 
 # Limits, each with its own error code (README "Limits").
 MAX_ENTRY_BYTES = 1024 * 1024  # JSON of one entry's content, tool calls, event and metadata
@@ -323,9 +323,11 @@ def thread_update(
 
 @transaction.atomic
 def thread_delete(*, thread: Thread, actor: str = "") -> None:
-    """Delete a thread and every entry of it, and first what memory derived from them (`derived_forget`)."""
+    """Delete a thread and every entry of it, first what memory derived from them (`derived_forget`),
+    and the copies of its entries in its forks (004: they go with their originals)."""
     locked = _lock(thread)
-    doomed = list(Entry.objects.filter(thread=locked).only("id"))
+    doomed = list(Entry.objects.filter(thread=locked).only("id", "agent_id", "thread_id"))
+    copies = fork_copies(doomed)
     derived_forget(agent=locked.agent, entries=doomed, reason="thread.delete", actor=actor, entries_deleted=True)
     count = len(doomed)
     # Children point at their parents with DO_NOTHING; the parent constraint is checked at
@@ -337,9 +339,10 @@ def thread_delete(*, thread: Thread, actor: str = "") -> None:
         thread_id=locked.external_id,
         subject=locked.external_id,
         outcome="deleted",
-        details={"entries": count},
+        details={"entries": count, "fork_copies": len(copies)},
     )
     locked.delete()
+    _delete_fork_copies(copies, reason="thread.delete", actor=actor)
 
 
 # --- entries -------------------------------------------------------------------------------
@@ -626,6 +629,77 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
     return copy
 
 
+def fork_copies(entries: Sequence[Entry]) -> list[Entry]:
+    """The copies of these entries in the threads forked from theirs, forks of forks followed
+    (a copy names its original in `metadata.forkOf`): what goes, or is redacted, with them."""
+    found: list[Entry] = []
+    agent_ids = {e.agent_id for e in entries}
+    threads = {e.thread_id for e in entries}
+    ids = [e.id for e in entries]
+    while ids:
+        level = list(
+            Entry.objects.select_related("thread").filter(
+                agent_id__in=agent_ids, thread__forked_from_id__in=threads, metadata__forkOf__in=ids
+            )
+        )
+        found.extend(level)
+        threads = {e.thread_id for e in level}
+        ids = [e.id for e in level]
+    return found
+
+
+def _splice_many(locked: Thread, doomed: set[str]) -> int:
+    """Delete these entries of a locked thread; children and the leaf go to the nearest survivor."""
+    parents = dict(Entry.objects.filter(thread=locked).values_list("id", "parent_id"))
+
+    def survivor(entry_id: str | None) -> str | None:
+        while entry_id is not None and entry_id in doomed:
+            entry_id = parents.get(entry_id)
+        return entry_id
+
+    moves = [(eid, survivor(pid)) for eid, pid in parents.items() if eid not in doomed and pid in doomed]
+    if moves:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE memoryapp_entry AS e SET parent_id = m.parent FROM unnest(%s::text[], %s::text[]) AS m(id, parent)"
+                " WHERE e.id = m.id AND e.thread_id = %s",
+                [[m[0] for m in moves], [m[1] for m in moves], locked.pk],
+            )
+    if locked.active_leaf_id in doomed:
+        locked.active_leaf_id = survivor(locked.active_leaf_id)
+    Thread.objects.filter(pk=locked.pk).update(active_leaf_id=locked.active_leaf_id, updated_at=timezone.now())
+    Entry.objects.filter(thread=locked, pk__in=doomed).delete()
+    return len(moves)
+
+
+def _delete_fork_copies(copies: Sequence[Entry], *, reason: str, actor: str) -> None:
+    """Take the fork copies of deleted entries: what stands on them, then the copies (spliced)."""
+    if not copies:
+        return
+    derived_forget(agent=copies[0].thread.agent, entries=copies, reason=reason, actor=actor, entries_deleted=True)
+    by_thread: dict[int, list[Entry]] = {}
+    for copy in copies:
+        by_thread.setdefault(copy.thread_id, []).append(copy)
+    for thread_pk in sorted(by_thread):
+        locked = _lock(by_thread[thread_pk][0].thread)
+        doomed = {c.id for c in by_thread[thread_pk]}
+        respliced = _splice_many(locked, doomed)
+        audit_append(
+            action="entry.delete",
+            actor=actor,
+            agent_id=locked.agent_id,
+            thread_id=locked.external_id,
+            subject=sorted(doomed)[0] if len(doomed) == 1 else f"{len(doomed)} fork copies",
+            outcome="deleted",
+            details={
+                "fork_copies": len(doomed),
+                "entry_ids": sorted(doomed)[:AUDIT_IDS],
+                "children_respliced": respliced,
+                "because": reason,
+            },
+        )
+
+
 @transaction.atomic
 def entry_delete(*, entry: Entry, actor: str = "") -> None:
     """Splice an entry out of its branch: its children go under its parent.
@@ -633,8 +707,10 @@ def entry_delete(*, entry: Entry, actor: str = "") -> None:
     1. Take what memory derived from the entry (`derived_forget`: items, quotes, file versions,
     the compactions covering it); it locks the thread. 2. Re-parent the children to the entry's
     parent. 3. If the entry was the active leaf, the leaf moves to its parent. 4. Delete the row; audit.
+    5. Its copies in the threads forked from this one (forks of forks too) go the same way.
     """
     thread = entry.thread
+    copies = fork_copies([entry])
     derived_forget(agent=thread.agent, entries=[entry], reason="entry.delete", actor=actor, entries_deleted=True)
     locked = _lock(thread)
     current = Entry.objects.filter(pk=entry.pk, thread=locked).values_list("parent_id", flat=True)
@@ -655,8 +731,9 @@ def entry_delete(*, entry: Entry, actor: str = "") -> None:
         thread_id=locked.external_id,
         subject=entry.pk,
         outcome="deleted",
-        details={"children_respliced": children},
+        details={"children_respliced": children, "fork_copies": len(copies)},
     )
+    _delete_fork_copies(copies, reason="entry.delete", actor=actor)
     _sync(thread, locked)
 
 
@@ -694,10 +771,20 @@ def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
     Text, content blocks, tool call arguments and tool results become `[redacted]`; id, parent,
     seq, role, type, call ids and tool names stay; a user's sender name goes; the embedding is
     dropped and the content hash computed anew; `metadata.redacted` = {at, reason}. Event entries are refused (400).
+    Its copies in forks are redacted the same way.
     """
     if entry.type in _EVENT_TYPES:
         raise DomainError("not_redactable", "Event entries cannot be redacted.", field="entry_id")
     reason = _check_str(reason, "reason", max_length=500)
+    row = _redact_row(entry=entry, reason=reason, actor=actor)
+    # Its copies in forks (and forks of forks) say the same words: they are redacted too.
+    for copy in fork_copies([entry]):
+        if copy.redacted_at is None:
+            _redact_row(entry=copy, reason=reason, actor=actor, copy_of=entry.id)
+    return row
+
+
+def _redact_row(*, entry: Entry, reason: str, actor: str, copy_of: str | None = None) -> Entry:
     thread = entry.thread
     # What memory derived from the entry goes first (it locks the thread); see `derived_forget`.
     derived_forget(agent=thread.agent, entries=[entry], reason="entry.redact", actor=actor)
@@ -740,7 +827,7 @@ def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
         thread_id=locked.external_id,
         subject=row.pk,
         outcome="redacted",
-        details={"reason_given": bool(reason)},
+        details={"reason_given": bool(reason), **({"fork_copy_of": copy_of} if copy_of else {})},
     )
     return row
 
