@@ -52,7 +52,11 @@ class AgentAdmin(admin.ModelAdmin):
             _, raw = agent_key_create(agent=obj, name="admin", actor=_actor(request))
             _show_key_once(request, obj, raw)
 
-    @admin.action(description="Create a new API key (shown once)")
+    def has_mint_permission(self, request: HttpRequest) -> bool:
+        # A key is a credential: minting one needs the add permission of keys, not a view of agents.
+        return bool(request.user.has_perm("memoryapp.add_agentkey"))
+
+    @admin.action(description="Create a new API key (shown once)", permissions=["mint"])
     def create_key(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
         for agent in queryset:
             _, raw = agent_key_create(agent=agent, name="admin", actor=_actor(request))
@@ -76,7 +80,7 @@ class AgentKeyAdmin(admin.ModelAdmin):
     def state(self, obj: AgentKey) -> str:
         return "revoked" if obj.revoked_at else "active"
 
-    @admin.action(description="Revoke the selected keys")
+    @admin.action(description="Revoke the selected keys", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[AgentKey]) -> None:
         for key in queryset:
             agent_key_revoke(key=key, actor=_actor(request))

@@ -141,7 +141,13 @@ class MemoryFileVersionAdmin(admin.ModelAdmin):
             return "(deleted)"
         return format_html('<pre style="white-space:pre-wrap">{}</pre>', content)
 
-    @admin.action(description="Redact the selected files in their scope (every version, along renames)")
+    def has_redact_permission(self, request: HttpRequest) -> bool:
+        # The admin never deletes a version (history stays whole), but redaction is for those who may.
+        return bool(request.user.has_perm("memoryapp.delete_memoryfileversion"))
+
+    @admin.action(
+        description="Redact the selected files in their scope (every version, along renames)", permissions=["redact"]
+    )
     def redact(self, request: HttpRequest, queryset: QuerySet[MemoryFileVersion]) -> None:
         by_scope: dict[tuple[int, str, str, str], set[str]] = defaultdict(set)
         for agent_id, user_id, project_id, thread_id, file_path in queryset.values_list(

@@ -280,7 +280,11 @@ class EntryAdmin(admin.ModelAdmin):
     def redacted(self, obj: Entry) -> bool:
         return obj.redacted_at is not None
 
-    @admin.action(description="Redact selected entries (keeps their place in the tree)")
+    def has_redact_permission(self, request: HttpRequest) -> bool:
+        # Redacting destroys what was said: it takes the delete permission, not a view of entries.
+        return bool(request.user.has_perm("memoryapp.delete_entry"))
+
+    @admin.action(description="Redact selected entries (keeps their place in the tree)", permissions=["redact"])
     def redact_entries(self, request: HttpRequest, queryset: QuerySet[Entry]) -> None:
         done = 0
         for entry in queryset.select_related("thread"):
