@@ -1,7 +1,14 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 
 class GovernanceConfig(AppConfig):
     name = "governance"
     verbose_name = "Governance"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from governance.roles import roles_sync
+
+        # After every app's permissions exist: governance is the last installed app.
+        post_migrate.connect(roles_sync, sender=self, dispatch_uid="governance.roles_sync")

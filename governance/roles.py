@@ -1,0 +1,70 @@
+"""The staff roles, as Django groups kept in step with this table after every `migrate`.
+
+Give a staff user a group in the admin (Authentication → Users) and they can do that job and no
+more. A group's permissions are set to exactly these on each migrate, so a release that changes a
+role changes it everywhere; staff-made groups are left alone.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q
+
+ROLES: dict[str, tuple[str, ...]] = {
+    # Clear the queue of suggested items: read the conversations they quote, decide.
+    "Reviewers": (
+        "memoryapp.view_memoryitem",
+        "memoryapp.change_memoryitem",
+        "memoryapp.view_evidence",
+        "memoryapp.view_entity",
+        "memoryapp.view_thread",
+        "memoryapp.view_entry",
+        "memoryapp.view_agent",
+    ),
+    # Find what memory holds about a person and take it away (delete, redact), and prove it.
+    "Privacy officers": (
+        "memoryapp.view_agent",
+        "memoryapp.view_thread",
+        "memoryapp.delete_thread",
+        "memoryapp.view_entry",
+        "memoryapp.delete_entry",
+        "memoryapp.view_memoryitem",
+        "memoryapp.change_memoryitem",
+        "memoryapp.view_evidence",
+        "memoryapp.view_entity",
+        "memoryapp.view_memoryfileversion",
+        "memoryapp.delete_memoryfileversion",
+        "governance.view_auditrecord",
+        "governance.view_jobrun",
+    ),
+    # Keep the service running: agents and their keys, jobs, schedules; no conversation content.
+    "Operators": (
+        "memoryapp.view_agent",
+        "memoryapp.add_agent",
+        "memoryapp.change_agent",
+        "memoryapp.view_agentkey",
+        "memoryapp.add_agentkey",
+        "memoryapp.change_agentkey",
+        "governance.view_jobrun",
+        "governance.view_auditrecord",
+        "django_celery_beat.view_periodictask",
+        "django_celery_beat.change_periodictask",
+    ),
+}
+
+
+def roles_sync(**_: Any) -> None:
+    """Create or update the role groups (a post_migrate receiver; safe to run any number of times)."""
+    from django.contrib.auth.models import Group, Permission
+
+    for name, codes in ROLES.items():
+        wanted = Q(pk__in=[])
+        for code in codes:
+            app_label, codename = code.split(".", 1)
+            wanted |= Q(content_type__app_label=app_label, codename=codename)
+        permissions = list(Permission.objects.filter(wanted))
+        if len(permissions) < len(codes):
+            continue  # an app's permissions are not created yet: the post_migrate of that app comes later
+        group, _ = Group.objects.get_or_create(name=name)
+        group.permissions.set(permissions)
