@@ -54,7 +54,7 @@ ROLES: dict[str, tuple[str, ...]] = {
 }
 
 
-def roles_sync(**_: Any) -> None:
+def roles_sync(**signal_arguments: Any) -> None:
     """Create or update the role groups (a post_migrate receiver; safe to run any number of times)."""
     from django.contrib.auth.models import Group, Permission
 
