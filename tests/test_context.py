@@ -320,6 +320,35 @@ def test_hybrid_recalls_older_turns_dated_and_items_but_never_suggested_ones(ali
     _budget_kept(built, 1200, 0)
 
 
+def test_hybrid_recalls_no_turn_of_a_branch_left_by_a_rewind(alice: Any) -> None:
+    thread = conversation(alice.agent, _turns(4))
+    wrong = entry_add(thread=thread, role="assistant", content="Your sister Marta lives in Madrid, I believe.")
+    entry_add(thread=thread, role="user", content="No, that is wrong.")
+    rewound = alice.client.post("/api/v1/threads/t-1/rewind", {"entry_id": wrong.parent_id}, format="json")
+    assert rewound.status_code == 200
+    thread.refresh_from_db()
+    assert thread.branched
+    for role, text in OLD_TURNS + _turns(60):
+        entry_add(thread=thread, role=role, content=text)
+    embedded(alice.agent)
+
+    built = _ok(alice, strategy="hybrid", max_tokens=1200, reserve_tokens=0, current_input="Where does Marta live?")
+
+    recalled = [e["id"] for e in built["recalled"]["entries"]]
+    assert by_text(thread, "Marta moved").id in recalled
+    assert wrong.id not in recalled and "Madrid" not in built["memory_context"]
+    # Built from the old leaf, the rewound branch is that context's past again.
+    old_leaf = _ok(
+        alice,
+        strategy="hybrid",
+        max_tokens=1200,
+        reserve_tokens=0,
+        current_input="Where does Marta live?",
+        leaf_id=by_text(thread, "No, that is wrong").id,
+    )
+    assert "Madrid" in str(old_leaf["messages"]) or wrong.id in [e["id"] for e in old_leaf["recalled"]["entries"]]
+
+
 def test_a_recalled_turn_never_repeats_the_kept_history(alice: Any) -> None:
     conversation(alice.agent, OLD_TURNS + _turns(4))
     embedded(alice.agent)

@@ -130,6 +130,7 @@ def test_jsonl_export_then_import_round_trips_exactly_over_the_api(alice: Caller
     copy = Thread.objects.get(agent=alice.agent, external_id="t1")
     assert snapshot(copy) == before
     assert copy.metadata == {"topic": "rome"} and copy.user_id == "u-ana" and copy.next_seq == len(before) + 1
+    assert copy.branched  # a tree with branches stays known as one
     assert AuditRecord.objects.filter(action="thread.import", subject="t1").exists()
     # The imported thread goes on like the original.
     assert entry_add(thread=copy, role="user", content="next").seq == len(before) + 1
@@ -325,6 +326,13 @@ def check_tree(thread: Thread) -> None:
         path = path_entries(thread=thread, types=None)
         assert path[-1].id == thread.active_leaf_id and path[0].parent_id is None
         assert all(b.parent_id == a.id for a, b in itertools.pairwise(path))
+    # An unbranched thread is one chain ending at the leaf: its active branch is all of it.
+    if not thread.branched:
+        ordered = sorted(rows.values(), key=lambda e: e.seq)
+        assert all(b.parent_id == a.id for a, b in itertools.pairwise(ordered))
+        assert thread.active_leaf_id == (ordered[-1].id if ordered else None) or (
+            not ordered and thread.active_leaf_id is None
+        )
 
 
 @pytest.mark.django_db
@@ -400,3 +408,39 @@ def test_a_page_of_threads_costs_the_same_queries_however_many_forks(
         page = alice.client.get("/api/v1/threads?limit=20").json()
     assert len(page["results"]) == 11
     assert sorted(t["forked_from"] for t in page["results"] if t["forked_from"]) == ["origin"] * 10
+
+
+@pytest.mark.django_db
+def test_a_thread_is_marked_branched_at_its_first_branch_rewind_or_checkout(alice: Caller) -> None:
+    def branched(thread: Thread) -> bool:
+        return Thread.objects.get(pk=thread.pk).branched
+
+    line = thread_create(agent=alice.agent, external_id="line")
+    first = entry_add(thread=line, role="user", content="one")
+    entries_add(thread=line, entries=[{"role": "assistant", "content": "two"}, {"role": "user", "content": "three"}])
+    last = entry_add(thread=line, role="assistant", content="four", parent_id=line.active_leaf_id)
+    thread_checkout(thread=line, entry_id=last.id)  # to the leaf it stands on: nothing moves
+    entry_delete(entry=Entry.objects.get(pk=first.id))  # a splice keeps one chain
+    assert not branched(line)
+    fork = thread_fork(thread=line, entry_id=last.id, new_thread_id="line-fork")
+    assert not branched(fork)
+    exported = "".join(
+        b.decode() if isinstance(b, bytes) else b
+        for b in alice.client.get("/api/v1/threads/line/export").streaming_content  # type: ignore[attr-defined]
+    )
+    assert alice.client.delete("/api/v1/threads/line").status_code == 204  # entries keep their ids
+    imported = alice.client.generic("POST", "/api/v1/threads/import", exported, content_type="application/x-ndjson")
+    assert imported.status_code == 201, imported.content
+    assert not Thread.objects.get(agent=alice.agent, external_id="line").branched
+
+    for make_branch in (
+        lambda t, e: entry_add(thread=t, role="user", content="aside", activate=False),
+        lambda t, e: entry_add(thread=t, role="user", content="again", parent_id=e.id),
+        lambda t, e: thread_rewind(thread=t, entry_id=e.id),
+        lambda t, e: thread_checkout(thread=t, entry_id=e.id),
+    ):
+        thread = thread_create(agent=alice.agent, external_id=f"b-{uuid.uuid4().hex[:6]}")
+        root = entry_add(thread=thread, role="user", content="root")
+        entry_add(thread=thread, role="assistant", content="reply")
+        make_branch(thread, root)
+        assert branched(thread)

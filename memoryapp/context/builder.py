@@ -46,6 +46,7 @@ from memoryapp.models.choices import EntryType, Role
 from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
 from memoryapp.search.indexing import entry_embedding_text, speaker_of
 from memoryapp.search.vector import vector_literal
+from memoryapp.selectors.threads import off_branch_ids
 
 logger = logging.getLogger(__name__)
 
@@ -569,11 +570,16 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> d
         before_recall = (memory.open, set(memory.sections))
         kept_ids = {e.id for u in selected for e in u.entries}
         oldest_kept = selected[0].first.seq if selected else None
+        before_seq = oldest_kept if oldest_kept is not None else _after_seq(history_entries)
         hits, search_errors = _recall_search(
             agent=agent,
             thread=thread,
             text=request.current_input,
-            before_seq=oldest_kept if oldest_kept is not None else _after_seq(history_entries),
+            before_seq=before_seq,
+            # Turns of other branches (left by a rewind or a checkout) are not this conversation's past.
+            exclude_ids=off_branch_ids(thread=thread, leaf_id=request.leaf_id, before_seq=before_seq)
+            if thread.branched
+            else (),
             items=items_for_recall(
                 agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=request.as_of
             ),
@@ -721,7 +727,14 @@ def _recall_cost(before: tuple[bool, set[str]], blocks: list[tuple[str, str, str
 
 
 def _recall_search(
-    *, agent: Agent, thread: Thread, text: str, before_seq: int | None, items: Any, as_of: datetime | None
+    *,
+    agent: Agent,
+    thread: Thread,
+    text: str,
+    before_seq: int | None,
+    exclude_ids: Sequence[str],
+    items: Any,
+    as_of: datetime | None,
 ) -> tuple[list[Any], list[dict[str, str]]]:
     from memoryapp.search.retrieval import search
 
@@ -736,6 +749,7 @@ def _recall_search(
             as_of=as_of,
             items=items,
             before_seq=before_seq,
+            exclude_ids=exclude_ids,
             min_similarity=RECALL_MIN_SIMILARITY,
         )
     except Exception as exc:

@@ -30,6 +30,9 @@ class Thread(models.Model):
     forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
     # The next seq to hand out; advanced under the thread's row lock by entry_add.
     next_seq = models.BigIntegerField(default=1)
+    # False while the entries form one chain ending at the leaf (so the active branch is the whole
+    # thread); set by the services at the first branch, rewind or checkout, and never cleared.
+    branched = models.BooleanField(default=False)
     # Extraction's high-water mark {"through_seq", "failed"} (memoryapp.extraction.service): kept
     # apart from the agent's metadata, which an agent may replace at any time.
     extraction = models.JSONField(default=dict, blank=True)

@@ -181,6 +181,29 @@ def path_ids(*, thread: Thread, leaf_id: str | None = None) -> set[str]:
         return {row[0] for row in cursor.fetchall()}
 
 
+def off_branch_ids(*, thread: Thread, leaf_id: str | None = None, before_seq: int | None = None) -> list[str]:
+    """The messages and tool results of the thread that are not on the branch ending at `leaf_id`
+    (the active leaf by default), older than `before_seq` when given: what recall leaves out."""
+    start = leaf_id or thread.active_leaf_id
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE branch(id, parent_id) AS (
+                SELECT id, parent_id FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
+                UNION ALL
+                SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
+                 WHERE p.thread_id = %(thread)s
+            )
+            SELECT e.id FROM memoryapp_entry e
+             WHERE e.thread_id = %(thread)s AND e.type IN ('message', 'tool_result')
+               AND (%(before)s::bigint IS NULL OR e.seq < %(before)s::bigint)
+               AND NOT EXISTS (SELECT 1 FROM branch b WHERE b.id = e.id)
+            """,
+            {"start": start, "thread": thread.pk, "before": before_seq},
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
 def tool_call_name_on_branch(*, thread: Thread, leaf_id: str | None, tool_call_id: str) -> str:
     """The name of the tool call `tool_call_id` made on the branch ending at `leaf_id`, or "".
 

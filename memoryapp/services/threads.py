@@ -254,7 +254,7 @@ def _lock(thread: Thread) -> Thread:
 
 def _sync(target: Thread, source: Thread) -> None:
     """Let the caller's thread object see what the write changed."""
-    for name in ("active_leaf_id", "next_seq", "updated_at", "metadata", "user_id"):
+    for name in ("active_leaf_id", "next_seq", "updated_at", "metadata", "user_id", "branched"):
         setattr(target, name, getattr(source, name))
 
 
@@ -376,6 +376,7 @@ def _insert(
         known_parents = set(Entry.objects.filter(thread=locked, id__in=explicit).values_list("id", flat=True))
     batch_calls: dict[str, str] = {}
     entries: list[Entry] = []
+    branched = False  # does this write make the tree more than one chain ending at the leaf?
     for index, spec in enumerate(specs):
         prefix = f"{field_prefix}[{index}]." if field_prefix else ""
         if not isinstance(spec, dict):
@@ -388,6 +389,7 @@ def _insert(
                 raise DomainError(
                     "unknown_parent", "parent_id is not an entry of this thread.", field=f"{prefix}parent_id"
                 )
+            branched = branched or parent_id != previous
         else:
             parent_id = previous
         activate = spec.get("activate", True)
@@ -406,11 +408,16 @@ def _insert(
         seq += 1
         if activate:
             leaf_id = entry.id
+        else:
+            branched = True
     if len(entries) == 1:
         entries[0].save(force_insert=True)
     else:
         _bulk_insert(entries)
-    Thread.objects.filter(pk=locked.pk).update(next_seq=seq, active_leaf_id=leaf_id, updated_at=now)
+    changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id, "updated_at": now}
+    if branched and not locked.branched:
+        changes["branched"] = locked.branched = True
+    Thread.objects.filter(pk=locked.pk).update(**changes)
     locked.next_seq, locked.active_leaf_id, locked.updated_at = seq, leaf_id, now
     _sync(thread, locked)
     after_entries_added(thread=thread, entries=entries)
@@ -522,8 +529,10 @@ def thread_rewind(*, thread: Thread, entry_id: str, actor: str = "") -> Thread:
     if not entry_on_branch(thread=locked, leaf_id=locked.active_leaf_id, entry_id=entry_id):
         raise DomainError("not_on_branch", "entry_id is not on the active branch.", field="entry_id")
     previous = locked.active_leaf_id
+    # The entries after the new leaf are off its branch from now on.
+    locked.branched = locked.branched or entry_id != previous
     locked.active_leaf_id = entry_id
-    locked.save(update_fields=["active_leaf", "updated_at"])
+    locked.save(update_fields=["active_leaf", "branched", "updated_at"])
     audit_append(
         action="thread.rewind",
         actor=actor,
@@ -543,8 +552,9 @@ def thread_checkout(*, thread: Thread, entry_id: str) -> Thread:
     locked = _lock(thread)
     if not Entry.objects.filter(thread=locked, id=entry_id).exists():
         raise DomainError("unknown_entry", "entry_id is not an entry of this thread.", field="entry_id")
+    locked.branched = locked.branched or entry_id != locked.active_leaf_id
     locked.active_leaf_id = entry_id
-    locked.save(update_fields=["active_leaf", "updated_at"])
+    locked.save(update_fields=["active_leaf", "branched", "updated_at"])
     _sync(thread, locked)
     return locked
 
@@ -907,8 +917,15 @@ def thread_import(
     entries.sort(key=lambda e: e.seq)
     Entry.objects.bulk_create(entries, batch_size=1000)
     next_seq = (entries[-1].seq + 1) if entries else 1
-    Thread.objects.filter(pk=thread.pk).update(next_seq=next_seq, active_leaf_id=leaf_id)
-    thread.next_seq, thread.active_leaf_id = next_seq, leaf_id
+    # One chain: one root, no entry with two children, and the leaf is the newest entry.
+    parents = [e.parent_id for e in entries]
+    chain = (
+        parents.count(None) <= 1
+        and len(set(parents)) == len(parents)
+        and leaf_id == (entries[-1].id if entries else None)
+    )
+    Thread.objects.filter(pk=thread.pk).update(next_seq=next_seq, active_leaf_id=leaf_id, branched=not chain)
+    thread.next_seq, thread.active_leaf_id, thread.branched = next_seq, leaf_id, not chain
     audit_append(
         action="thread.import",
         actor=actor,
