@@ -347,6 +347,14 @@ def test_hybrid_recalls_no_turn_of_a_branch_left_by_a_rewind(alice: Any) -> None
         leaf_id=by_text(thread, "No, that is wrong").id,
     )
     assert "Madrid" in str(old_leaf["messages"]) or wrong.id in [e["id"] for e in old_leaf["recalled"]["entries"]]
+    # Checked out there, the newer branch is the one left: what was recalled before is not now.
+    moved = alice.client.post(
+        "/api/v1/threads/t-1/checkout", {"entry_id": by_text(thread, "No, that is wrong").id}, format="json"
+    )
+    assert moved.status_code == 200
+    again = _ok(alice, strategy="hybrid", max_tokens=1200, reserve_tokens=0, current_input="Where does Marta live?")
+    assert by_text(thread, "Marta moved").id not in [e["id"] for e in again["recalled"]["entries"]]
+    assert "Marta moved" not in str(again["messages"])
 
 
 def test_a_recalled_turn_never_repeats_the_kept_history(alice: Any) -> None:

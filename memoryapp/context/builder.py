@@ -24,6 +24,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -577,9 +579,7 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> d
             text=request.current_input,
             before_seq=before_seq,
             # Turns of other branches (left by a rewind or a checkout) are not this conversation's past.
-            exclude_ids=off_branch_ids(thread=thread, leaf_id=request.leaf_id, before_seq=before_seq)
-            if thread.branched
-            else (),
+            exclude_ids=_off_branch(thread, request.leaf_id, before_seq) if thread.branched else (),
             items=items_for_recall(
                 agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=request.as_of
             ),
@@ -724,6 +724,31 @@ def _recall_cost(before: tuple[bool, set[str]], blocks: list[tuple[str, str, str
         cost += memory.line_cost(section, line)
         memory.take(section)
     return cost
+
+
+# (thread pk, branch_epoch) -> the ids off the active branch. Appends at the leaf leave that set as
+# it is and every other change of the tree bumps the epoch, so an entry is never stale; bounded.
+_off_branch_cache: OrderedDict[tuple[int, int], tuple[str, ...]] = OrderedDict()
+_OFF_BRANCH_CACHE_SIZE = 256
+_off_branch_lock = threading.Lock()
+
+
+def _off_branch(thread: Thread, leaf_id: str | None, before_seq: int | None) -> Sequence[str]:
+    """The turns recall leaves out: those off the branch the context is built for. For the active
+    leaf, walked once per (thread, branch_epoch) and process; for another leaf, every time."""
+    if leaf_id and leaf_id != thread.active_leaf_id:
+        return off_branch_ids(thread=thread, leaf_id=leaf_id, before_seq=before_seq)
+    key = (thread.pk, thread.branch_epoch)
+    with _off_branch_lock:
+        if key in _off_branch_cache:
+            _off_branch_cache.move_to_end(key)
+            return _off_branch_cache[key]
+    found = tuple(off_branch_ids(thread=thread))
+    with _off_branch_lock:
+        _off_branch_cache[key] = found
+        while len(_off_branch_cache) > _OFF_BRANCH_CACHE_SIZE:
+            _off_branch_cache.popitem(last=False)
+    return found
 
 
 def _recall_search(

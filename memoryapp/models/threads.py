@@ -30,9 +30,11 @@ class Thread(models.Model):
     forked_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks")
     # The next seq to hand out; advanced under the thread's row lock by entry_add.
     next_seq = models.BigIntegerField(default=1)
-    # False while the entries form one chain ending at the leaf (so the active branch is the whole
-    # thread); set by the services at the first branch, rewind or checkout, and never cleared.
-    branched = models.BooleanField(default=False)
+    # 0 while the entries form one chain ending at the leaf (the active branch is the whole thread).
+    # Each write that changes which entries are off the active branch (a branch, a rewind, a
+    # checkout) adds one; plain appends at the leaf do not, so what is off the branch can be cached
+    # per (thread, branch_epoch).
+    branch_epoch = models.PositiveIntegerField(default=0)
     # Extraction's high-water mark {"through_seq", "failed"} (memoryapp.extraction.service): kept
     # apart from the agent's metadata, which an agent may replace at any time.
     extraction = models.JSONField(default=dict, blank=True)
@@ -53,6 +55,10 @@ class Thread(models.Model):
 
     def __str__(self) -> str:
         return self.external_id
+
+    @property
+    def branched(self) -> bool:
+        return self.branch_epoch > 0
 
 
 class Entry(models.Model):

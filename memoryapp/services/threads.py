@@ -254,7 +254,7 @@ def _lock(thread: Thread) -> Thread:
 
 def _sync(target: Thread, source: Thread) -> None:
     """Let the caller's thread object see what the write changed."""
-    for name in ("active_leaf_id", "next_seq", "updated_at", "metadata", "user_id", "branched"):
+    for name in ("active_leaf_id", "next_seq", "updated_at", "metadata", "user_id", "branch_epoch"):
         setattr(target, name, getattr(source, name))
 
 
@@ -415,8 +415,8 @@ def _insert(
     else:
         _bulk_insert(entries)
     changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id, "updated_at": now}
-    if branched and not locked.branched:
-        changes["branched"] = locked.branched = True
+    if branched:
+        changes["branch_epoch"] = locked.branch_epoch = locked.branch_epoch + 1
     Thread.objects.filter(pk=locked.pk).update(**changes)
     locked.next_seq, locked.active_leaf_id, locked.updated_at = seq, leaf_id, now
     _sync(thread, locked)
@@ -530,9 +530,9 @@ def thread_rewind(*, thread: Thread, entry_id: str, actor: str = "") -> Thread:
         raise DomainError("not_on_branch", "entry_id is not on the active branch.", field="entry_id")
     previous = locked.active_leaf_id
     # The entries after the new leaf are off its branch from now on.
-    locked.branched = locked.branched or entry_id != previous
+    locked.branch_epoch += entry_id != previous
     locked.active_leaf_id = entry_id
-    locked.save(update_fields=["active_leaf", "branched", "updated_at"])
+    locked.save(update_fields=["active_leaf", "branch_epoch", "updated_at"])
     audit_append(
         action="thread.rewind",
         actor=actor,
@@ -552,9 +552,9 @@ def thread_checkout(*, thread: Thread, entry_id: str) -> Thread:
     locked = _lock(thread)
     if not Entry.objects.filter(thread=locked, id=entry_id).exists():
         raise DomainError("unknown_entry", "entry_id is not an entry of this thread.", field="entry_id")
-    locked.branched = locked.branched or entry_id != locked.active_leaf_id
+    locked.branch_epoch += entry_id != locked.active_leaf_id
     locked.active_leaf_id = entry_id
-    locked.save(update_fields=["active_leaf", "branched", "updated_at"])
+    locked.save(update_fields=["active_leaf", "branch_epoch", "updated_at"])
     _sync(thread, locked)
     return locked
 
@@ -924,8 +924,9 @@ def thread_import(
         and len(set(parents)) == len(parents)
         and leaf_id == (entries[-1].id if entries else None)
     )
-    Thread.objects.filter(pk=thread.pk).update(next_seq=next_seq, active_leaf_id=leaf_id, branched=not chain)
-    thread.next_seq, thread.active_leaf_id, thread.branched = next_seq, leaf_id, not chain
+    epoch = 0 if chain else 1
+    Thread.objects.filter(pk=thread.pk).update(next_seq=next_seq, active_leaf_id=leaf_id, branch_epoch=epoch)
+    thread.next_seq, thread.active_leaf_id, thread.branch_epoch = next_seq, leaf_id, epoch
     audit_append(
         action="thread.import",
         actor=actor,
