@@ -17,6 +17,7 @@ class AuditRecordAdmin(admin.ModelAdmin):
     list_display = ("seq", "at", "action", "actor", "agent_id", "thread_id", "subject", "outcome")
     list_filter = ("action",)
     search_fields = ("action", "actor", "subject", "thread_id")
+    ordering = ("-seq",)  # newest first: what just happened is what staff come to check
     show_full_result_count = False
     change_list_template = "admin/governance/auditrecord/change_list.html"
 

@@ -47,6 +47,8 @@ def test_create_key_action_adds_a_key(admin_client, alice) -> None:
 def test_audit_verify_button_reports_the_chain(admin_client, alice) -> None:
     response = admin_client.get("/admin/governance/auditrecord/verify/", follow=True)
     assert "Audit chain verified" in response.content.decode()
+    listed = response.context["cl"].result_list
+    assert [r.seq for r in listed] == sorted((r.seq for r in listed), reverse=True)  # newest first
     AuditRecord.objects.filter(seq=1).update(outcome="tampered")
     response = admin_client.get("/admin/governance/auditrecord/verify/", follow=True)
     assert "BROKEN at seq 1" in response.content.decode()
