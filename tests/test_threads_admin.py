@@ -10,7 +10,7 @@ from django.test import Client
 
 from governance.models import AuditRecord
 from memoryapp.models import Entry, Thread
-from memoryapp.services.threads import entry_add, thread_create
+from memoryapp.services.threads import entry_add, thread_create, thread_fork
 from tests.conftest import Caller
 
 pytestmark = pytest.mark.django_db
@@ -55,6 +55,9 @@ def test_thread_page_draws_the_tree_with_branches_and_the_active_path(admin_clie
     assert "2 branches" in page
     assert f'href="/admin/memoryapp/entry/{by_key["vatican"]}/change/"' in page
     assert "not run yet" in page
+    fork = thread_fork(thread=thread, entry_id=entries["q"].id, new_thread_id="rome-fork")
+    page = admin_client.get(f"/admin/memoryapp/thread/{thread.pk}/change/").content.decode()
+    assert f'<a href="/admin/memoryapp/thread/{fork.pk}/change/">rome-fork</a>' in page
     type(thread).objects.filter(pk=thread.pk).update(extraction={"through_seq": 3, "failed": [{"from_seq": 2}]})
     page = admin_client.get(f"/admin/memoryapp/thread/{thread.pk}/change/").content.decode()
     assert "extracted through seq 3; 1 window(s) to try again" in page

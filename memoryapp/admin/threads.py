@@ -17,7 +17,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.functional import cached_property
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Thread
@@ -124,6 +124,7 @@ class ThreadAdmin(admin.ModelAdmin):
         "active_leaf",
         "forked_from",
         "next_seq",
+        "fork_links",
         "extraction_mark",
         "created_at",
         "updated_at",
@@ -135,6 +136,7 @@ class ThreadAdmin(admin.ModelAdmin):
         "metadata",
         "active_leaf",
         "forked_from",
+        "fork_links",
         "next_seq",
         "extraction_mark",
         "created_at",
@@ -144,6 +146,17 @@ class ThreadAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # agents create threads over the API
+
+    @admin.display(description="forks")
+    def fork_links(self, obj: Thread) -> str:
+        forks = list(obj.forks.order_by("created_at").values_list("pk", "external_id")[:50])
+        if not forks:
+            return "-"
+        return format_html_join(
+            ", ",
+            '<a href="{}">{}</a>',
+            ((reverse("admin:memoryapp_thread_change", args=[pk]), name) for pk, name in forks),
+        )
 
     @admin.display(description="extraction")
     def extraction_mark(self, obj: Thread) -> str:
