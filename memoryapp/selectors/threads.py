@@ -98,19 +98,22 @@ def _walk_sql(*, types: list[str] | None, limit: int | None) -> str:
     """
 
 
+# The entries of one branch, from %(start)s up to its root, within the thread %(thread)s.
+_BRANCH_CTE = """
+    WITH RECURSIVE branch(id, parent_id) AS (
+        SELECT id, parent_id FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
+        UNION ALL
+        SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
+         WHERE p.thread_id = %(thread)s
+    )
+"""
+
+
 def _on_branch(*, thread: Thread, leaf_id: str, entry_id: str) -> bool:
     """Whether `entry_id` is the leaf or one of its ancestors (the walk stops where it finds it)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            WITH RECURSIVE branch(id, parent_id) AS (
-                SELECT id, parent_id FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
-                UNION ALL
-                SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
-                 WHERE p.thread_id = %(thread)s
-            )
-            SELECT 1 FROM branch WHERE id = %(target)s LIMIT 1
-            """,
+            _BRANCH_CTE + "SELECT 1 FROM branch WHERE id = %(target)s LIMIT 1",
             {"start": leaf_id, "thread": thread.pk, "target": entry_id},
         )
         return cursor.fetchone() is not None
@@ -167,15 +170,7 @@ def path_ids(*, thread: Thread, leaf_id: str | None = None) -> set[str]:
         return set()
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            WITH RECURSIVE branch(id, parent_id) AS (
-                SELECT id, parent_id FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
-                UNION ALL
-                SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
-                 WHERE p.thread_id = %(thread)s
-            )
-            SELECT id FROM branch
-            """,
+            _BRANCH_CTE + "SELECT id FROM branch",
             {"start": start, "thread": thread.pk},
         )
         return {row[0] for row in cursor.fetchall()}
@@ -187,13 +182,8 @@ def off_branch_ids(*, thread: Thread, leaf_id: str | None = None, before_seq: in
     start = leaf_id or thread.active_leaf_id
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            WITH RECURSIVE branch(id, parent_id) AS (
-                SELECT id, parent_id FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
-                UNION ALL
-                SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
-                 WHERE p.thread_id = %(thread)s
-            )
+            _BRANCH_CTE
+            + """
             SELECT e.id FROM memoryapp_entry e
              WHERE e.thread_id = %(thread)s AND e.type IN ('message', 'tool_result')
                AND (%(before)s::bigint IS NULL OR e.seq < %(before)s::bigint)
