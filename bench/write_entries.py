@@ -2,6 +2,7 @@
 
 Against the running service (`make run`), as one agent (`--key`):
 
+0. single appends, one client alone: the latency of an append when nothing else is sent;
 1. single appends, own threads: N clients, each appending `--entries` entries one request at a
    time to a thread of its own;
 2. single appends, one shared thread: the same N clients all appending to one thread (they
@@ -320,9 +321,10 @@ def main(argv: list[str] | None = None) -> None:
     clients = [Client(args.base, args.key) for _ in range(args.clients)]
     own = [f"bench-{run}-own-{n:02d}" for n in range(args.clients)]
     shared = f"bench-{run}-shared"
+    alone = f"bench-{run}-alone"
     batch_threads = [f"bench-{run}-batch-{n:02d}" for n in range(args.clients)]
     raw_threads = [f"bench-{run}-raw-{n:02d}" for n in range(args.clients)]
-    for thread_id in [*own, shared, *batch_threads, *raw_threads]:
+    for thread_id in [alone, *own, shared, *batch_threads, *raw_threads]:
         create_thread(clients[0], thread_id)
 
     def singles(target: Callable[[int], str]) -> Callable[[int, Client], list[tuple[float, int, int]]]:
@@ -345,6 +347,8 @@ def main(argv: list[str] | None = None) -> None:
         return out
 
     print(f"{args.clients} clients against {args.base}; run {run}")
+    solo = run_phase("single appends, one client alone", clients[:1], singles(lambda n: alone))
+    print(solo.line())
     phases = [
         run_phase("single appends, own threads", clients, singles(lambda n: own[n])),
         run_phase("single appends, one shared thread", clients, singles(lambda n: shared)),
@@ -380,13 +384,17 @@ def main(argv: list[str] | None = None) -> None:
         f"batch appends / raw batch inserts = {phases[2].rate / raw_batch.rate:.0%}   "
         f"single appends (own threads) / raw single-row inserts = {phases[0].rate / raw_single.rate:.0%}"
     )
+    print(
+        f"single append p50: {solo.percentile(50) * 1000:.2f} ms alone, "
+        f"{phases[0].percentile(50) * 1000:.2f} ms with {args.clients} clients at once"
+    )
     counts = [phases[0].entries, phases[1].entries, phases[2].entries]
     status, path = clients[0].call("GET", f"/api/v1/threads/{shared}/path?limit=1")
     last_seq = path["results"][-1]["seq"] if status == 200 and path and path.get("results") else None
     print(f"check: shared thread's last seq {last_seq} (expected {args.clients * args.entries}); entries ok {counts}")
 
     if not args.keep:
-        for thread_id in [*own, shared, *batch_threads, *raw_threads]:
+        for thread_id in [alone, *own, shared, *batch_threads, *raw_threads]:
             clients[0].call("DELETE", f"/api/v1/threads/{thread_id}")
     for client in clients:
         client.close()
