@@ -146,6 +146,9 @@ EMBEDDING_URL = env_url("EMBEDDING_URL", ("http", "https")) or "https://api.open
 EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", "")
 EMBEDDING_TIMEOUT = env_float("EMBEDDING_TIMEOUT", 30.0, minimum=0.1)
 EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64, minimum=1, maximum=2048)
+# CPU threads of the local model in each process (0: torch's default, one per core). One each keeps
+# two worker processes and the web from oversubscribing a small machine.
+EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1, minimum=0, maximum=256)
 
 LLM_PROVIDER = env_choice("LLM_PROVIDER", "none", ("none", "openai", "anthropic", "scripted"))
 LLM_BASE_URL = env_url("LLM_BASE_URL", ("http", "https"))

