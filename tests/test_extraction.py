@@ -159,7 +159,7 @@ def test_extraction_over_http_writes_checked_items_in_shadow_mode(alice: Caller)
     evidence = Evidence.objects.get(item=items[1])
     assert evidence.entry_id == said.id and evidence.status == "verified"
     thread.refresh_from_db()
-    assert thread.extraction["through_seq"] == said.seq
+    assert thread.extraction["through_seq"] == said.seq == body["result"]["through_seq"]
     run = JobRun.objects.get(pk=body["job_run"]["id"])
     assert run.usage["calls"] == 1 and run.result["prompt_version"] == "extraction_v1"
     # The mark is not the agent's metadata: replacing that neither shows nor resets it.

@@ -164,7 +164,7 @@ def _write_window(
     progress["failed"] = [r for r in failed if not (int(r["from_seq"]) >= first and int(r["to_seq"]) <= last)]
     progress["prompt_version"] = EXTRACTION
     _save_progress(locked, progress)
-    thread.metadata = locked.metadata
+    thread.extraction = locked.extraction
     outcome.items_written += len(written)
     audit_append(
         action="thread.extract",
@@ -194,7 +194,7 @@ def _note_failed_window(*, thread: Thread, window: list[Entry], error: str) -> d
     progress["failed"] = failed
     progress["through_seq"] = max(int(progress.get("through_seq") or 0), last)
     _save_progress(locked, progress)
-    thread.metadata = locked.metadata
+    thread.extraction = locked.extraction
     return {**record, "attempts": attempts, "given_up": attempts >= FAILED_WINDOW_ATTEMPTS}
 
 
