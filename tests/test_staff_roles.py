@@ -77,3 +77,21 @@ def test_staff_with_a_view_of_keys_only_cannot_revoke_them(alice: Caller) -> Non
     viewer.post("/admin/memoryapp/agentkey/", {"action": "revoke", "_selected_action": [key.pk]})
     key.refresh_from_db()
     assert key.revoked_at is None
+
+
+def test_creating_an_agent_mints_its_first_key_only_for_those_who_may_make_keys() -> None:
+    creator = _staff(name="creator")
+    User.objects.get(username="creator").user_permissions.add(
+        *Group.objects.get(name="Operators").permissions.filter(codename__in=["add_agent", "view_agent"])
+    )
+    response = creator.post("/admin/memoryapp/agent/add/", {"slug": "newbie", "name": "Newbie"}, follow=True)
+    assert response.status_code == 200
+    assert not AgentKey.objects.filter(agent__slug="newbie").exists()
+    assert "without a key" in response.content.decode()
+
+    operator = _staff(groups=("Operators",), name="operator")
+    operator.post(
+        "/admin/memoryapp/agent/add/",
+        {"slug": "second", "name": "Second", "keys-TOTAL_FORMS": "0", "keys-INITIAL_FORMS": "0"},
+    )
+    assert AgentKey.objects.filter(agent__slug="second").count() == 1

@@ -48,9 +48,15 @@ class AgentAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        if not change:
-            _, raw = agent_key_create(agent=obj, name="admin", actor=_actor(request))
-            _show_key_once(request, obj, raw)
+        if change:
+            return
+        if not self.has_mint_permission(request):
+            messages.warning(
+                request, f"{obj.slug} was created without a key: making keys needs the 'add agent key' permission."
+            )
+            return
+        _, raw = agent_key_create(agent=obj, name="admin", actor=_actor(request))
+        _show_key_once(request, obj, raw)
 
     def has_mint_permission(self, request: HttpRequest) -> bool:
         # A key is a credential: minting one needs the add permission of keys, not a view of agents.
