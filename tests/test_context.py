@@ -8,12 +8,13 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from memoryapp.context import builder
 from memoryapp.context.tokens import count_message_tokens, count_messages_tokens
-from memoryapp.models import Entry, MemoryItem
+from memoryapp.models import Entry, MemoryItem, Thread
 from memoryapp.search import embedders
 from memoryapp.search.embedders import EmbedderError
 from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add
+from memoryapp.services.threads import entry_add, entry_delete, thread_rewind
 from tests.recall_helpers import by_text, conversation, embedded
 
 
@@ -355,6 +356,25 @@ def test_hybrid_recalls_no_turn_of_a_branch_left_by_a_rewind(alice: Any) -> None
     again = _ok(alice, strategy="hybrid", max_tokens=1200, reserve_tokens=0, current_input="Where does Marta live?")
     assert by_text(thread, "Marta moved").id not in [e["id"] for e in again["recalled"]["entries"]]
     assert "Marta moved" not in str(again["messages"])
+
+
+def test_the_off_branch_set_belongs_to_the_epoch_it_was_read_with(alice: Any) -> None:
+    # A build that read the thread before an append (or a delete of the leaf) must not cache the
+    # newer turn as off its branch: the set is read with the leaf and epoch it belongs to.
+    thread = conversation(alice.agent, _turns(3))
+    first = Entry.objects.filter(thread=thread).order_by("seq").first()
+    assert first is not None
+    left = entry_add(thread=thread, role="assistant", content="A turn the rewind leaves.")
+    thread_rewind(thread=thread, entry_id=left.parent_id or "")
+    stale = Thread.objects.get(pk=thread.pk)
+    newer = entry_add(thread=thread, role="user", content="Written after the build read the thread.")
+    assert set(builder._off_branch(stale, None, None)) == {left.id}
+    fresh = Thread.objects.get(pk=thread.pk)
+    assert set(builder._off_branch(fresh, None, None)) == {left.id} and newer.id not in builder._off_branch(
+        fresh, None, None
+    )
+    entry_delete(entry=Entry.objects.get(pk=newer.id))  # the leaf goes: its parent is the leaf again
+    assert set(builder._off_branch(Thread.objects.get(pk=thread.pk), None, None)) == {left.id}
 
 
 def test_a_recalled_turn_never_repeats_the_kept_history(alice: Any) -> None:

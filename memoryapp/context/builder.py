@@ -48,7 +48,7 @@ from memoryapp.models.choices import EntryType, Role
 from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
 from memoryapp.search.indexing import entry_embedding_text, speaker_of
 from memoryapp.search.vector import vector_literal
-from memoryapp.selectors.threads import off_branch_ids
+from memoryapp.selectors.threads import off_branch_ids, off_branch_now
 
 logger = logging.getLogger(__name__)
 
@@ -743,11 +743,15 @@ def _off_branch(thread: Thread, leaf_id: str | None, before_seq: int | None) -> 
         if key in _off_branch_cache:
             _off_branch_cache.move_to_end(key)
             return _off_branch_cache[key]
-    found = tuple(off_branch_ids(thread=thread))
-    with _off_branch_lock:
-        _off_branch_cache[key] = found
-        while len(_off_branch_cache) > _OFF_BRANCH_CACHE_SIZE:
-            _off_branch_cache.popitem(last=False)
+    # Leaf and epoch are read with the set (the thread may have moved since this build read it):
+    # the set is stored under the epoch it belongs to.
+    epoch, ids = off_branch_now(thread_pk=thread.pk)
+    found = tuple(ids)
+    if epoch is not None:
+        with _off_branch_lock:
+            _off_branch_cache[(thread.pk, epoch)] = found
+            while len(_off_branch_cache) > _OFF_BRANCH_CACHE_SIZE:
+                _off_branch_cache.popitem(last=False)
     return found
 
 

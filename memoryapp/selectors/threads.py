@@ -194,6 +194,32 @@ def off_branch_ids(*, thread: Thread, leaf_id: str | None = None, before_seq: in
         return [row[0] for row in cursor.fetchall()]
 
 
+def off_branch_now(*, thread_pk: int) -> tuple[int | None, list[str]]:
+    """(branch_epoch, the messages and tool results off the active branch), read in one statement,
+    so the set belongs to that epoch whatever writes land meanwhile. (None, []) without the thread."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH RECURSIVE head AS (
+                SELECT active_leaf_id, branch_epoch FROM memoryapp_thread WHERE id = %(thread)s
+            ), branch(id, parent_id) AS (
+                SELECT e.id, e.parent_id FROM memoryapp_entry e JOIN head h ON e.id = h.active_leaf_id
+                 WHERE e.thread_id = %(thread)s
+                UNION ALL
+                SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
+                 WHERE p.thread_id = %(thread)s
+            )
+            SELECT (SELECT branch_epoch FROM head),
+                   ARRAY(SELECT e.id FROM memoryapp_entry e
+                          WHERE e.thread_id = %(thread)s AND e.type IN ('message', 'tool_result')
+                            AND NOT EXISTS (SELECT 1 FROM branch b WHERE b.id = e.id))
+            """,
+            {"thread": thread_pk},
+        )
+        epoch, ids = cursor.fetchone()
+    return (None, []) if epoch is None else (int(epoch), list(ids))
+
+
 def tool_call_name_on_branch(*, thread: Thread, leaf_id: str | None, tool_call_id: str) -> str:
     """The name of the tool call `tool_call_id` made on the branch ending at `leaf_id`, or "".
 
