@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
+import pytest
 from django.db import connection
 
 from governance.models import AuditRecord
 from memoryapp.compaction.service import compaction_run
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.services import lineage
+from memoryapp.services import threads as threads_services
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_add
 from tests.compaction_helpers import tool_thread
@@ -393,3 +398,92 @@ def test_deleting_a_thread_takes_the_copies_of_its_entries_in_its_forks(alice: C
     assert _rows_holding("X12345678", alice.agent.pk) == dict.fromkeys(_rows_holding("", alice.agent.pk), 0)
     assert _rows_holding("X12345678", mallory.agent.pk)["memoryapp_entry"] == 1
     assert AuditRecord.objects.get(action="thread.delete").details["fork_copies"] == 6  # 3 in f-1, 3 in f-2
+
+
+# --- concurrent cascades and forks (transactions commit: real locks) --------------------------
+
+
+def _in_thread(work: Any, errors: list[BaseException], name: str | None = None) -> threading.Thread:
+    def run() -> None:
+        try:
+            work()
+        except BaseException as exc:  # reported by the test: a thread's exception would vanish
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    runner = threading.Thread(target=run, name=name)
+    runner.start()
+    return runner
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fork_made_while_an_entry_is_deleted_never_keeps_its_copy(alice: Caller, monkeypatch: Any) -> None:
+    _thread(alice)
+    told = _say(alice, f"My {SECRET}.")
+    _say(alice, "Later.")
+    copies_read, fork_tried = threading.Event(), threading.Event()
+    real_fork_copies = threads_services.fork_copies
+
+    def slow_fork_copies(entries: Any) -> Any:
+        found = real_fork_copies(entries)
+        copies_read.set()
+        fork_tried.wait(5)
+        time.sleep(0.3)  # the fork below is waiting for the thread's lock by now
+        return found
+
+    monkeypatch.setattr(threads_services, "fork_copies", slow_fork_copies)
+    errors: list[BaseException] = []
+    deleting = _in_thread(lambda: threads_services.entry_delete(entry=Entry.objects.get(pk=told)), errors)
+    copies_read.wait(5)
+    origin = Thread.objects.get(agent=alice.agent, external_id="t-1")
+    leaf = origin.active_leaf_id or ""
+
+    def fork() -> None:
+        fork_tried.set()
+        threads_services.thread_fork(thread=origin, entry_id=leaf, new_thread_id="f-late")
+
+    forking = _in_thread(fork, errors)
+    deleting.join(10)
+    forking.join(10)
+    assert errors == []
+    assert not Entry.objects.filter(metadata__forkOf=told).exists()
+    assert _rows_holding("X12345678", alice.agent.pk)["memoryapp_entry"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cascade_into_a_fork_and_a_redaction_in_that_fork_do_not_deadlock(alice: Caller, monkeypatch: Any) -> None:
+    _thread(alice)
+    told = _say(alice, f"My {SECRET}.")
+    after = _say(alice, "Later.")
+    _fork(alice, "t-1", after, "f-1")
+    own = _say(alice, "A turn of the fork's own.", "f-1")
+    fork_locked, delete_started = threading.Event(), threading.Event()
+    real_lock_files = lineage._lock_files
+
+    def lock_files_later(access: Any) -> None:
+        # The redaction in f-1 holds f-1's row; it takes the agent's file lock only once the
+        # cascade from t-1 has started (the order that used to deadlock).
+        if threading.current_thread().name == "redactor":
+            fork_locked.set()
+            delete_started.wait(5)
+            time.sleep(0.3)
+        real_lock_files(access)
+
+    monkeypatch.setattr(lineage, "_lock_files", lock_files_later)
+    errors: list[BaseException] = []
+    redactor = _in_thread(
+        lambda: threads_services.entry_redact(entry=Entry.objects.get(pk=own)), errors, name="redactor"
+    )
+    fork_locked.wait(5)
+
+    def delete() -> None:
+        delete_started.set()
+        threads_services.entry_delete(entry=Entry.objects.get(pk=told))
+
+    deleting = _in_thread(delete, errors)
+    redactor.join(15)
+    deleting.join(15)
+    assert errors == []
+    assert Entry.objects.get(pk=own).redacted_at is not None
+    assert not Entry.objects.filter(pk=told).exists() and not Entry.objects.filter(metadata__forkOf=told).exists()

@@ -328,7 +328,9 @@ def thread_delete(*, thread: Thread, actor: str = "") -> None:
     locked = _lock(thread)
     doomed = list(Entry.objects.filter(thread=locked).only("id", "agent_id", "thread_id"))
     copies = fork_copies(doomed)
-    derived_forget(agent=locked.agent, entries=doomed, reason="thread.delete", actor=actor, entries_deleted=True)
+    derived_forget(
+        agent=locked.agent, entries=[*doomed, *copies], reason="thread.delete", actor=actor, entries_deleted=True
+    )
     count = len(doomed)
     # Children point at their parents with DO_NOTHING; the parent constraint is checked at
     # commit, when the whole tree is gone, so the cascade may delete in any order.
@@ -641,17 +643,26 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
 
 def fork_copies(entries: Sequence[Entry]) -> list[Entry]:
     """The copies of these entries in the threads forked from theirs, forks of forks followed
-    (a copy names its original in `metadata.forkOf`): what goes, or is redacted, with them."""
+    (a copy names its original in `metadata.forkOf`): what goes, or is redacted, with them.
+
+    Call with the entries' own threads locked. Each level of forks is locked (in pk order) before
+    its copies are read, so no fork made meanwhile escapes, and every cascade locks a thread before
+    its forks and all of them before `derived_forget`'s advisory locks: cascades never deadlock.
+    """
     found: list[Entry] = []
     agent_ids = {e.agent_id for e in entries}
     threads = {e.thread_id for e in entries}
     ids = [e.id for e in entries]
     while ids:
-        level = list(
-            Entry.objects.select_related("thread").filter(
-                agent_id__in=agent_ids, thread__forked_from_id__in=threads, metadata__forkOf__in=ids
-            )
+        forks = list(
+            Thread.objects.select_for_update()
+            .filter(agent_id__in=agent_ids, forked_from_id__in=threads)
+            .order_by("pk")
+            .values_list("pk", flat=True)
         )
+        if not forks:
+            break
+        level = list(Entry.objects.select_related("thread").filter(thread_id__in=forks, metadata__forkOf__in=ids))
         found.extend(level)
         threads = {e.thread_id for e in level}
         ids = [e.id for e in level]
@@ -683,10 +694,7 @@ def _splice_many(locked: Thread, doomed: set[str]) -> int:
 
 
 def _delete_fork_copies(copies: Sequence[Entry], *, reason: str, actor: str) -> None:
-    """Take the fork copies of deleted entries: what stands on them, then the copies (spliced)."""
-    if not copies:
-        return
-    derived_forget(agent=copies[0].thread.agent, entries=copies, reason=reason, actor=actor, entries_deleted=True)
+    """Splice out the fork copies of deleted entries (their threads locked, `derived_forget` done)."""
     by_thread: dict[int, list[Entry]] = {}
     for copy in copies:
         by_thread.setdefault(copy.thread_id, []).append(copy)
@@ -714,15 +722,18 @@ def _delete_fork_copies(copies: Sequence[Entry], *, reason: str, actor: str) -> 
 def entry_delete(*, entry: Entry, actor: str = "") -> None:
     """Splice an entry out of its branch: its children go under its parent.
 
-    1. Take what memory derived from the entry (`derived_forget`: items, quotes, file versions,
-    the compactions covering it); it locks the thread. 2. Re-parent the children to the entry's
-    parent. 3. If the entry was the active leaf, the leaf moves to its parent. 4. Delete the row; audit.
-    5. Its copies in the threads forked from this one (forks of forks too) go the same way.
+    1. Lock the thread, then its forks, reading the entry's copies there (`fork_copies`).
+    2. Take what memory derived from the entry and its copies (`derived_forget`: items, quotes,
+    file versions, the compactions covering them). 3. Re-parent the children to the entry's
+    parent; if the entry was the active leaf, the leaf moves to its parent. 4. Delete the row; audit.
+    5. Splice the copies out of the forks the same way.
     """
     thread = entry.thread
-    copies = fork_copies([entry])
-    derived_forget(agent=thread.agent, entries=[entry], reason="entry.delete", actor=actor, entries_deleted=True)
     locked = _lock(thread)
+    copies = fork_copies([entry])
+    derived_forget(
+        agent=thread.agent, entries=[entry, *copies], reason="entry.delete", actor=actor, entries_deleted=True
+    )
     current = Entry.objects.filter(pk=entry.pk, thread=locked).values_list("parent_id", flat=True)
     if not current.exists():
         raise NotFound("Entry")
@@ -786,19 +797,20 @@ def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
     if entry.type in _EVENT_TYPES:
         raise DomainError("not_redactable", "Event entries cannot be redacted.", field="entry_id")
     reason = _check_str(reason, "reason", max_length=500)
-    row = _redact_row(entry=entry, reason=reason, actor=actor)
+    _lock(entry.thread)
     # Its copies in forks (and forks of forks) say the same words: they are redacted too.
-    for copy in fork_copies([entry]):
-        if copy.redacted_at is None:
-            _redact_row(entry=copy, reason=reason, actor=actor, copy_of=entry.id)
+    copies = [c for c in fork_copies([entry]) if c.redacted_at is None]
+    # What memory derived from them goes first; see `derived_forget`.
+    derived_forget(agent=entry.thread.agent, entries=[entry, *copies], reason="entry.redact", actor=actor)
+    row = _redact_row(entry=entry, reason=reason, actor=actor)
+    for copy in copies:
+        _redact_row(entry=copy, reason=reason, actor=actor, copy_of=entry.id)
     return row
 
 
 def _redact_row(*, entry: Entry, reason: str, actor: str, copy_of: str | None = None) -> Entry:
-    thread = entry.thread
-    # What memory derived from the entry goes first (it locks the thread); see `derived_forget`.
-    derived_forget(agent=thread.agent, entries=[entry], reason="entry.redact", actor=actor)
-    locked = _lock(thread)
+    """Redact one entry whose thread the caller locked and whose derived memory it took."""
+    locked = _lock(entry.thread)
     row = Entry.objects.select_for_update().filter(pk=entry.pk, thread=locked).first()
     if row is None:
         raise NotFound("Entry")
