@@ -149,6 +149,54 @@ def test_concurrent_embedding_runs_take_different_batches(alice: Any, monkeypatc
     assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_redaction_never_waits_for_the_embedder_and_the_old_vector_is_not_stored(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patched:
+        patched.setattr(threads_services, "after_entries_added", lambda *, thread, entries: None)
+        thread = conversation(alice.agent, DOG_TURNS)
+    target = by_text(thread, "sister lives in Lisbon")
+    fake = embedders.embedder()
+    embedding, release = threading.Event(), threading.Event()
+
+    class HeldEmbedder:
+        name, dimensions = fake.name, fake.dimensions
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            embedding.set()
+            release.wait(10)
+            return fake.embed(texts)
+
+    monkeypatch.setattr(embedders, "embedder", lambda: HeldEmbedder())
+    errors: list[BaseException] = []
+
+    def in_thread(work: Any) -> threading.Thread:
+        def run() -> None:
+            try:
+                work()
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+            finally:
+                connection.close()
+
+        runner = threading.Thread(target=run)
+        runner.start()
+        return runner
+
+    job = in_thread(lambda: embed_pending(agent_id=alice.agent.pk))
+    assert embedding.wait(10)
+    redaction = in_thread(lambda: entry_redact(entry=Entry.objects.get(pk=target.pk), reason="asked"))
+    redaction.join(10)
+    finished_while_the_model_ran = not redaction.is_alive()
+    release.set()
+    job.join(10)
+    assert errors == [] and finished_while_the_model_ran
+    target.refresh_from_db()
+    assert target.redacted_at is not None and target.embedding is None
+    assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 1
+
+
 def test_redacted_entries_are_not_embedded(alice: Any) -> None:
     thread = conversation(alice.agent, DOG_TURNS)
     entry_redact(entry=by_text(thread, "sister lives"))

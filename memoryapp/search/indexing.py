@@ -26,6 +26,8 @@ from memoryapp.search.space import vector_space_status
 from memoryapp.search.vector import vector_literal
 
 JOB_KIND = "embedding"
+# pg_advisory_xact_lock(class, agent): one embedding batch of an agent at a time.
+EMBED_LOCK_CLASS = 0x454D  # "EM"
 # A turn shorter than this many characters is embedded with the turn before it.
 SHORT_TURN_CHARS = 200
 CONTEXT_CHARS = 300
@@ -89,9 +91,9 @@ def _pending_entries(agent_id: int | None, batch: int) -> list[Entry]:
     if agent_id is not None:
         rows = rows.filter(agent_id=agent_id)
     return list(
-        rows.order_by("agent_id", "seq")
-        .only("id", "agent_id", "thread_id", "parent_id", "seq", "type", "role", "text", "sender_name", "tool_name")
-        .select_for_update(skip_locked=True, no_key=True)[:batch]
+        rows.order_by("agent_id", "seq").only(
+            "id", "agent_id", "thread_id", "parent_id", "seq", "type", "role", "text", "sender_name", "tool_name"
+        )[:batch]
     )
 
 
@@ -99,7 +101,7 @@ def _pending_items(agent_id: int | None, batch: int) -> list[MemoryItem]:
     rows = MemoryItem.objects.filter(embedding__isnull=True).exclude(value="")
     if agent_id is not None:
         rows = rows.filter(agent_id=agent_id)
-    return list(rows.order_by("recorded_at").select_for_update(skip_locked=True, no_key=True)[:batch])
+    return list(rows.order_by("recorded_at")[:batch])
 
 
 def _parents(entries: list[Entry]) -> dict[str, Entry]:
@@ -110,11 +112,16 @@ def _parents(entries: list[Entry]) -> dict[str, Entry]:
     return {e.id: e for e in rows}
 
 
-def _store(table: str, pairs: list[tuple[str, list[float]]], *, overwrite: bool = False) -> int:
-    """Write vectors; without `overwrite` only where the row has none (a second run writes nothing)."""
+def _store(
+    table: str, pairs: list[tuple[str, list[float]]], *, overwrite: bool = False, live_only: bool = False
+) -> int:
+    """Write vectors; without `overwrite` only where the row has none (a second run writes nothing);
+    with `live_only` never into a row redacted while its text was being embedded."""
     if not pairs:
         return 0
     condition = "" if overwrite else "AND t.embedding IS NULL"
+    if live_only:
+        condition += " AND t.redacted_at IS NULL"
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -131,7 +138,8 @@ def embed_entries_batch(entries: list[Entry], *, overwrite: bool = False) -> int
     parents = _parents(entries)
     texts = [entry_embedding_text(entry=e, previous=parents.get(e.parent_id or "")) for e in entries]
     vectors = embed_texts(texts)
-    return _store(Entry._meta.db_table, list(zip([e.id for e in entries], vectors, strict=True)), overwrite=overwrite)
+    pairs = list(zip([e.id for e in entries], vectors, strict=True))
+    return _store(Entry._meta.db_table, pairs, overwrite=overwrite, live_only=True)
 
 
 def embed_items_batch(items: list[MemoryItem], *, overwrite: bool = False) -> int:
@@ -147,9 +155,9 @@ def embed_pending(
     """Embed every entry and item of the agent (all agents with None) that has no vector yet.
 
     1. Refuse (skip) when the stored vectors do not match the configured model.
-    2. Entries in batches of EMBEDDING_BATCH_SIZE, oldest first, each batch claimed with
-       SKIP LOCKED while it is embedded (a concurrent run takes the next one) and written only
-       where the vector is still NULL (a re-run writes nothing twice).
+    2. Entries in batches of EMBEDDING_BATCH_SIZE, oldest first, one batch of the agent at a time
+       (an advisory lock: a concurrent run takes the next batch), written only where the vector
+       is still NULL and the entry not redacted (a re-run writes nothing twice).
     3. Items the same way.
     Returns counts; raises EmbedderError for the job's retry policy.
     """
@@ -162,9 +170,12 @@ def embed_pending(
     seen: set[str] = set()
 
     def claim_and_embed(pending: Callable[[], list[Any]], embed: Callable[[list[Any]], int]) -> int | None:
-        # The batch stays claimed (rows locked, SKIP LOCKED) until its vectors are stored:
-        # concurrent runs take different batches instead of embedding the same ones twice.
-        with transaction.atomic():
+        # One batch of an agent at a time (a transaction-level advisory lock, held until the vectors
+        # are stored): a second run waits for the batch and then takes the next instead of embedding
+        # the same rows twice. No row is locked, so writes, deletes and redactions never wait for
+        # the model; what a redaction changed meanwhile is not written (`_store`).
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [EMBED_LOCK_CLASS, (agent_id or 0) % 2**31])
             rows = [r for r in pending() if r.id not in seen]
             if not rows:
                 return None
