@@ -12,9 +12,10 @@ from django.test import override_settings
 
 from governance.models import JobRun
 from memoryapp.models import Entry
-from memoryapp.search import embedders, retrieval
+from memoryapp.search import embedders, retrieval, vector
 from memoryapp.search.embedders import EmbedderError
 from memoryapp.search.indexing import embed_pending, embedding_schedule
+from memoryapp.search.scope import EntryScope
 from memoryapp.services import threads as threads_services
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_redact
@@ -195,6 +196,31 @@ def test_a_redaction_never_waits_for_the_embedder_and_the_old_vector_is_not_stor
     target.refresh_from_db()
     assert target.redacted_at is not None and target.embedding is None
     assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 1
+
+
+def test_a_short_hnsw_walk_is_completed_by_an_exact_read_of_a_small_scope(
+    alice: Any, bob: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In a large table the graph walk can stop (hnsw.max_scan_tuples) before it has found the rows
+    # of a small scope; starved here to one tuple, the channel must still answer the whole scope.
+    conversation(alice.agent, DOG_TURNS)
+    conversation(bob.agent, [("user", f"bob's own turn {n} about a puppy") for n in range(200)], external_id="b")
+    embedded(alice.agent)
+    embedded(bob.agent)
+    real_tune = vector._tune_hnsw
+
+    def starved(cursor: Any, limit: int) -> None:
+        real_tune(cursor, limit)
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_sort = off")  # the graph gives the order: use it
+        cursor.execute("SET LOCAL hnsw.max_scan_tuples = 1")
+
+    monkeypatch.setattr(vector, "_tune_hnsw", starved)
+    hits = vector.vector_entries(
+        scope=EntryScope(agent_id=alice.agent.pk), vector=embedders.embed_query("my puppy"), limit=10
+    )
+    assert {h.id for h in hits} == set(Entry.objects.filter(agent=alice.agent).values_list("id", flat=True))
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
 def test_redacted_entries_are_not_embedded(alice: Any) -> None:
