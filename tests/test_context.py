@@ -377,6 +377,31 @@ def test_the_off_branch_set_belongs_to_the_epoch_it_was_read_with(alice: Any) ->
     assert set(builder._off_branch(Thread.objects.get(pk=thread.pk), None, None)) == {left.id}
 
 
+def test_a_compaction_read_in_the_first_window_keeps_all_it_kept(alice: Any) -> None:
+    # The compaction is among the newest entries but its cut is far older: every kept entry that
+    # fits is sent, and nothing is reported left out.
+    thread = conversation(alice.agent, [("user" if i % 2 == 0 else "assistant", f"ok {i}") for i in range(100)])
+    first_kept = by_text(thread, "ok 20")
+    entry_add(
+        thread=thread,
+        type="compaction",
+        event={
+            "summary": "They said ok 0 to 19.",
+            "first_kept_entry_id": first_kept.id,
+            "first_kept_seq": first_kept.seq,
+        },
+    )
+    for i in range(100, 110):
+        entry_add(thread=thread, role="user" if i % 2 == 0 else "assistant", content=f"ok {i}")
+
+    built = _ok(alice, strategy="recent", max_tokens=1000, reserve_tokens=0)
+
+    kept = [m["content"] for m in _history(built)]
+    assert kept[0] == "ok 20" and kept[-1] == "ok 109" and len(kept) == 90
+    assert built["truncated"] is False and built["dropped"]["entries"] == []
+    _budget_kept(built, 1000, 0)
+
+
 def test_a_recalled_turn_never_repeats_the_kept_history(alice: Any) -> None:
     conversation(alice.agent, OLD_TURNS + _turns(4))
     embedded(alice.agent)

@@ -375,8 +375,8 @@ def _read_history(*, thread: Thread, leaf_id: str | None, want: int, room: int) 
     1. Read the newest `want` entries of the branch.
     2. While the budget could take everything read and the branch goes on, read the next older
        chunk (sized by the tokens a message took so far), up to MAX_WINDOW entries.
-    3. When a compaction lies before the window, read back to its first kept entry so the
-       summary and its cut apply.
+    3. When the newest compaction's first kept entry lies before the window (the compaction in the
+       window or before it), read back to it so the summary and its cut apply.
     """
     if leaf_id and not Entry.objects.filter(thread=thread, id=leaf_id).exists():
         raise DomainError("unknown_leaf", "The leaf is not an entry of this thread.", field="leaf_id")
@@ -403,7 +403,8 @@ def _read_history(*, thread: Thread, leaf_id: str | None, want: int, room: int) 
         average = max(1.0, tokens / max(1, len(window)))
         limit = min(MAX_WINDOW - len(window), int((room - tokens) / average * 1.3) + 16)
     compaction = _newest_compaction(thread=thread, window=window, complete=complete)
-    if compaction is not None and compaction not in window and not complete:
+    # The compaction's cut may lie before the window even when the compaction is in it.
+    if compaction is not None and not complete:
         event = compaction.event if isinstance(compaction.event, dict) else {}
         first_kept = event.get("first_kept_entry_id")
         first_seq = Entry.objects.filter(thread=thread, id=first_kept).values_list("seq", flat=True).first()
