@@ -177,6 +177,52 @@ def test_a_tool_call_is_never_kept_without_its_result(alice: Any) -> None:
         _budget_kept(built, max_tokens, 0)
 
 
+def test_a_tool_call_left_unanswered_is_never_sent(alice: Any) -> None:
+    # The user moved on before the tool answered: a model API refuses a call without its result.
+    thread = conversation(alice.agent, [("user", "look up the weather")])
+    entry_add(
+        thread=thread, role="assistant", content="", tool_calls=[{"id": "c1", "name": "weather", "arguments": {}}]
+    )
+    entry_add(
+        thread=thread,
+        role="assistant",
+        content="Checking two things.",
+        tool_calls=[{"id": "c2", "name": "clock", "arguments": {}}, {"id": "c3", "name": "map", "arguments": {}}],
+    )
+    entry_add(thread=thread, type="tool_result", tool_call_id="c2", content="10:00")
+    entry_add(thread=thread, role="user", content="never mind, thanks")
+
+    built = _ok(alice, strategy="recent", max_tokens=2000)
+
+    history = _history(built)
+    sent_calls = [c["id"] for m in history for c in m.get("tool_calls") or []]
+    assert sent_calls == ["c2"]
+    assert [m["content"] for m in history] == [
+        "look up the weather",
+        "Checking two things.",
+        "10:00",
+        "never mind, thanks",
+    ]
+    _budget_kept(built, 2000, built["metadata"]["reserve_tokens"])
+
+
+@pytest.mark.parametrize(("max_tokens", "reserve"), [(50, 25), (150, 100), (199, 100), (1005, 101), (8000, 800)])
+def test_the_default_reserve_is_a_tenth_of_the_budget_and_at_least_100(
+    alice: Any, max_tokens: int, reserve: int
+) -> None:
+    conversation(alice.agent, [("user", "hi")])
+    assert _ok(alice, strategy="recent", max_tokens=max_tokens)["metadata"]["reserve_tokens"] == reserve
+
+
+def test_an_image_given_as_a_data_url_is_counted_by_its_size() -> None:
+    data_url = "data:image/png;base64," + "A" * 40_000
+    tokens = count_message_tokens([{"type": "image_url", "image_url": {"url": data_url}}], None)
+    assert tokens >= 10_000
+    linked = count_message_tokens([{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}], None)
+    assert 1000 <= linked < 1100
+    assert count_message_tokens([{"type": "audio", "data": "B" * 4000}], None) >= 1000
+
+
 def test_an_oversized_tool_result_stays_as_a_short_note_and_the_run_goes_on(alice: Any) -> None:
     thread = _tool_thread(alice, "x" * 8000)
 

@@ -34,6 +34,7 @@ from typing import Any, cast
 from django.utils import timezone
 
 from memoryapp.compaction.history import SUMMARY_HEADING, compacted_history
+from memoryapp.content import content_text
 from memoryapp.context.partitions import (
     DroppedBlock,
     fit_in_order,
@@ -130,7 +131,22 @@ def _units(entries: Sequence[Entry]) -> list[_Unit]:
         for call in entry.tool_calls or []:
             if isinstance(call, dict) and call.get("id"):
                 open_calls[str(call["id"])] = unit
-    return units
+    return [unit for unit in units if _answered_calls_only(unit)]
+
+
+def _answered_calls_only(unit: _Unit) -> bool:
+    """Keep only the tool calls whose result is on the branch (a model API refuses a call left
+    unanswered, e.g. when the user moved on); False when the message is left with nothing to say."""
+    first = unit.first
+    if not first.tool_calls:
+        return True
+    answered = {e.tool_call_id for e in unit.entries[1:]}
+    calls = [c for c in first.tool_calls if isinstance(c, dict) and c.get("id") in answered]
+    if len(calls) == len(first.tool_calls):
+        return True
+    first.tool_calls = calls or None  # the row read for this build, never saved
+    unit.tokens[0] = _entry_tokens(first)
+    return bool(calls) or bool(content_text(first.content if first.content is not None else first.text).strip())
 
 
 def _note_text(entry: Entry, tokens: int) -> str:
@@ -428,7 +444,10 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> d
     max_tokens = request.max_tokens
     reserve = request.reserve_tokens
     if reserve is None:
-        reserve = min(max(100, math.ceil(max_tokens * 0.1)), max_tokens // 2)
+        # 004: 10% of the budget, at least 100; half of a budget too small to keep anything after that.
+        reserve = max(100, math.ceil(max_tokens * 0.1))
+        if reserve >= max_tokens:
+            reserve = max_tokens // 2
     budget = max_tokens - reserve
     errors: list[dict[str, str]] = []
     warnings: list[str] = []

@@ -44,7 +44,14 @@ def count_block_chars(block: Any) -> int:
     if kind == "image":
         data = block.get("data") or block.get("dataBase64") or (block.get("source") or {}).get("data")
         return len(data) if isinstance(data, str) else IMAGE_URL_TOKENS * CHARS_PER_TOKEN
-    return 0
+    if kind == "image_url":  # the OpenAI form: a data URL is counted as its base64, a link as an image
+        image = block.get("image_url")
+        url = image.get("url") if isinstance(image, dict) else image
+        if isinstance(url, str) and url.startswith("data:"):
+            return len(url.split(",", 1)[-1])
+        return IMAGE_URL_TOKENS * CHARS_PER_TOKEN
+    # 000 counts any other block as nothing; a budget that must hold counts what it would send.
+    return len(_serialized(block))
 
 
 def count_content_chars(content: Any) -> int:
