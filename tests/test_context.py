@@ -510,6 +510,26 @@ def test_relevant_keeps_the_most_similar_turns_in_conversation_order(alice: Any)
     _budget_kept(built, 140, 0)
 
 
+def test_relevant_never_sends_a_reply_whose_question_lies_before_its_candidates(alice: Any) -> None:
+    turns = [
+        ("user", "Tell me about golden retriever puppies"),
+        ("assistant", "Golden retriever puppies are friendly and love swimming"),
+    ]
+    turns += [
+        ("user" if i % 2 == 0 else "assistant", f"turn {i} about taxes and invoices number {i}") for i in range(199)
+    ]
+    conversation(alice.agent, turns)
+    embedded(alice.agent)
+
+    built = _ok(
+        alice, strategy="relevant", max_tokens=300, reserve_tokens=0, current_input="golden retriever puppies swimming"
+    )
+
+    history = _history(built)
+    assert history and history[0]["role"] == "user"
+    assert all("Golden retriever puppies are" not in str(m["content"]) for m in history)
+
+
 def test_relevant_without_input_or_with_a_failing_embedder_is_recent(
     alice: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

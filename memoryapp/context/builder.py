@@ -841,6 +841,10 @@ def _relevant(
             turns.append([unit])
         else:
             turns[-1].append(unit)
+    # Candidates that begin inside a turn (the window or the candidate cut fell after its
+    # question) begin with replies whose question is not here: they are never sent alone.
+    cut_in_turn = bool(turns) and _is_reply(turns[0][0].first) and not (complete and len(candidates) == len(units))
+    orphans = turns.pop(0) if cut_in_turn else []
     scored = sorted(
         range(len(turns)),
         key=lambda i: (-max(similarity.get(e.id, 0.0) for u in turns[i] for e in u.entries), -i),
@@ -853,7 +857,7 @@ def _relevant(
             chosen.add(i)
             used += cost
     selected = [u for i in sorted(chosen) for u in turns[i]]
-    candidate_ids = {e.id for u in candidates for e in u.entries}
+    candidate_ids = {e.id for u in candidates for e in u.entries} - {e.id for u in orphans for e in u.entries}
     not_selected = {e.id for u in units for e in u.entries if e.id not in candidate_ids}
     return selected, {}, not_selected
 
