@@ -448,6 +448,34 @@ def test_a_compaction_read_in_the_first_window_keeps_all_it_kept(alice: Any) -> 
     _budget_kept(built, 1000, 0)
 
 
+def test_recall_takes_the_room_a_short_history_leaves(alice: Any) -> None:
+    conversation(alice.agent, [("user", "hi"), ("assistant", "hello")])
+    for i in range(20):
+        item_write(
+            agent=alice.agent,
+            kind="fact",
+            subject="Marta",
+            attribute=f"detail{i}",
+            value=f"Marta sister Lisbon detail {i} " + "lorem ipsum dolor sit amet " * 8,
+            trust="system",
+        )
+    embedded(alice.agent)
+
+    built = _ok(
+        alice,
+        strategy="hybrid",
+        max_tokens=2000,
+        reserve_tokens=0,
+        include_facts=False,
+        current_input="Where does my sister Marta live in Lisbon?",
+    )
+
+    assert len(built["recalled"]["items"]) == 20
+    assert not [b for b in built["dropped"]["blocks"] if b["partition"] == "recall" and b["reason"] == "budget"]
+    assert len(_history(built)) == 2
+    _budget_kept(built, 2000, 0)
+
+
 def test_a_recalled_turn_never_repeats_the_kept_history(alice: Any) -> None:
     conversation(alice.agent, OLD_TURNS + _turns(4))
     embedded(alice.agent)

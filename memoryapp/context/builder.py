@@ -588,7 +588,9 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> d
     recall_blocks: list[tuple[str, str, str]] = []  # (section, line, source id)
     recall_used = 0
     if recall_wanted:
-        recall_room = room["recall"] + spare_from_facts
+        # Recall comes before recent in the fill order: the room the history run could not use
+        # (a short thread) is recall's too; the run gets back whatever recall leaves.
+        recall_room = room["recall"] + spare_from_facts + max(0, recent_room - history_cost)
         before_recall = (memory.open, set(memory.sections))
         kept_ids = {e.id for u in selected for e in u.entries}
         oldest_kept = selected[0].first.seq if selected else None
@@ -644,7 +646,7 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> d
         # What recall left goes to the history: the run goes further back.
         extra = recall_room - recall_used
         if extra > 0 and units:
-            run = _recent_run(units, recent_room + extra, complete=complete)
+            run = _recent_run(units, history_cost + extra, complete=complete)
             selected, notes, history_cost = run.units, run.notes, run.cost
             now_kept = {e.id for u in selected for e in u.entries}
             moved = [r for r in recalled_entries if r["id"] in now_kept]
