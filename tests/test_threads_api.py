@@ -69,6 +69,16 @@ def test_create_thread_again_is_an_upsert_keeping_entries_and_created_at(alice: 
     assert Entry.objects.filter(thread__external_id="t1").count() == 1
 
 
+def test_an_upsert_merges_like_patch_and_never_grows_metadata_past_its_limit(alice: Caller) -> None:
+    make_thread(alice, "big", metadata={"a": "x" * 40_000, "gone": 1})
+    again = alice.client.post("/api/v1/threads", {"id": "big", "metadata": {"gone": None}}, format="json")
+    assert again.status_code == 200 and set(again.json()["metadata"]) == {"a"}
+    response = alice.client.post("/api/v1/threads", {"id": "big", "metadata": {"b": "y" * 40_000}}, format="json")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "metadata_too_large"
+    assert response.json()["error"]["field"] == "metadata"
+    assert set(Thread.objects.get(agent=alice.agent, external_id="big").metadata) == {"a"}
+
+
 def test_create_thread_without_id_gets_a_generated_one(alice: Caller) -> None:
     response = alice.client.post("/api/v1/threads", {}, format="json")
     assert response.status_code == 201

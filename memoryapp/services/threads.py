@@ -265,7 +265,8 @@ def thread_create(
     """Create a thread, or update the one of that id (an idempotent upsert, safe on every run).
 
     An existing thread keeps its entries and `created_at`; the given metadata keys are merged
-    into its metadata and a given `user_id` replaces the old one.
+    into its metadata as PATCH merges them (a null removes the key; the result is size-checked)
+    and a given `user_id` replaces the old one.
     """
     external_id = _check_str(external_id, "id", max_length=MAX_EXTERNAL_ID) or new_id("thr")
     user_id = _check_str(user_id, "user_id", max_length=128)
@@ -278,15 +279,32 @@ def thread_create(
     if existing is None:
         try:
             with transaction.atomic():
-                return Thread.objects.create(agent=agent, external_id=external_id, user_id=user_id, metadata=metadata)
+                return Thread.objects.create(
+                    agent=agent, external_id=external_id, user_id=user_id, metadata=_merged_metadata({}, metadata)
+                )
         except IntegrityError:
             # Another request created it between our read and our insert: update that one.
             existing = Thread.objects.select_for_update().get(agent=agent, external_id=external_id)
-    existing.metadata = {**(existing.metadata or {}), **metadata}
+    existing.metadata = _merged_metadata(existing.metadata, metadata)
     if user_id:
         existing.user_id = user_id
     existing.save(update_fields=["metadata", "user_id", "updated_at"])
     return existing
+
+
+def _merged_metadata(current: dict[str, Any] | None, changes: dict[str, Any]) -> dict[str, Any]:
+    """Metadata with the changes merged key by key (a null value removes the key), size checked."""
+    merged = dict(current or {})
+    for key, value in changes.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    if _json_size(merged) > MAX_THREAD_METADATA_BYTES:
+        raise DomainError(
+            "metadata_too_large", f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.", field="metadata"
+        )
+    return merged
 
 
 @transaction.atomic
@@ -301,19 +319,16 @@ def thread_update(
     locked = _lock(thread)
     if metadata is not None:
         metadata = _check_metadata(metadata, "metadata")
-        merged = {} if replace_metadata else dict(locked.metadata or {})
-        for key, value in metadata.items():
-            if value is None and not replace_metadata:
-                merged.pop(key, None)
-            else:
-                merged[key] = value
-        if _json_size(merged) > MAX_THREAD_METADATA_BYTES:
-            raise DomainError(
-                "metadata_too_large",
-                f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.",
-                field="metadata",
-            )
-        locked.metadata = merged
+        if replace_metadata:
+            if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
+                raise DomainError(
+                    "metadata_too_large",
+                    f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.",
+                    field="metadata",
+                )
+            locked.metadata = metadata
+        else:
+            locked.metadata = _merged_metadata(locked.metadata, metadata)
     if user_id is not None:
         locked.user_id = _check_str(user_id, "user_id", max_length=128)
     locked.save(update_fields=["metadata", "user_id", "updated_at"])
