@@ -150,6 +150,32 @@ def test_list_threads_filters_metadata_by_type_user_and_update_time(alice: Calle
     assert before["results"] == []
 
 
+def test_list_threads_metadata_values_must_be_equal_not_merely_contained(alice: Caller) -> None:
+    make_thread(alice, "m1", metadata={"tags": ["a", "b"], "o": {"x": 1, "y": 2}})
+    make_thread(alice, "m2", metadata={"tags": ["a"], "o": {}})
+    for wanted, ids in (
+        ({"tags": ["a"]}, ["m2"]),
+        ({"tags": ["a", "b"]}, ["m1"]),
+        ({"o": {}}, ["m2"]),
+        ({"o": {"x": 1}}, []),
+        ({"tags": []}, []),
+    ):
+        found = alice.client.get("/api/v1/threads", {"metadata": json.dumps(wanted)}).json()["results"]
+        assert [t["id"] for t in found] == ids, wanted
+
+
+def test_the_next_page_keeps_the_filters_of_the_first(alice: Caller) -> None:
+    for n in range(3):
+        make_thread(alice, f"ana-{n}", user_id="u-ana")
+        make_thread(alice, f"bo-{n}", user_id="u-bo")
+    first = alice.client.get("/api/v1/threads", {"user_id": "u-ana", "limit": 2}).json()
+    cursor = first["next_cursor"]
+    rest = alice.client.get("/api/v1/threads", {"cursor": cursor}).json()
+    assert [t["id"] for t in first["results"] + rest["results"]] == ["ana-2", "ana-1", "ana-0"]
+    other = alice.client.get("/api/v1/threads", {"cursor": cursor, "user_id": "u-bo"})
+    assert other.status_code == 400 and other.json()["error"]["field"] == "cursor"
+
+
 def test_list_threads_refuses_bad_filters(alice: Caller) -> None:
     for query in ({"limit": "0"}, {"limit": "5000"}, {"metadata": "[1]"}, {"metadata": "{no"}, {"cursor": "%%%"}):
         response = alice.client.get("/api/v1/threads", query)

@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KeyTransform
 
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, Entry, Thread
@@ -287,32 +288,56 @@ def threads_list(
 ) -> Page:
     """The agent's threads, most recently updated first, one page at a time.
 
-    Metadata values compare by type (JSONB containment: `{"n": 1}` does not match `{"n": "1"}`);
-    paging is by keyset on (updated_at, id), so a page costs the same however deep it is.
+    Each metadata key given must hold exactly that value, compared by type (`{"n": 1}` does not
+    match `{"n": "1"}`, `{"tags": ["a"]}` does not match `["a", "b"]`); JSONB containment first,
+    for the GIN index. Paging is by keyset on (updated_at, id), so a page costs the same however
+    deep it is; the cursor carries the filters it was made with, so the next page may be asked
+    for with the cursor alone (other filters with it are a 400).
     """
+    filters: dict[str, Any] = {
+        "user_id": user_id,
+        "metadata": metadata or None,
+        "after": updated_after.isoformat() if updated_after else None,
+        "before": updated_before.isoformat() if updated_before else None,
+    }
+    position: tuple[datetime, int] | None = None
+    if cursor:
+        values = decode_cursor(cursor, keys=("u", "i"))
+        made_with = values.get("f")
+        saved: dict[str, Any] = made_with if isinstance(made_with, dict) else {}
+        if any(v is not None for v in filters.values()) and filters != {k: saved.get(k) for k in filters}:
+            raise DomainError("invalid_cursor", "The cursor was made with other filters.", field="cursor")
+        filters = {k: saved.get(k) for k in filters}
+        if not isinstance(filters["user_id"], str | None) or not isinstance(filters["metadata"], dict | None):
+            raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor")
+        try:
+            position = (datetime.fromisoformat(str(values["u"])), int(values["i"]))
+            after = datetime.fromisoformat(filters["after"]) if filters["after"] else None
+            before = datetime.fromisoformat(filters["before"]) if filters["before"] else None
+        except (ValueError, TypeError) as exc:
+            raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor") from exc
+        user_id, metadata, updated_after, updated_before = filters["user_id"], filters["metadata"], after, before
     threads: QuerySet[Thread] = Thread.objects.filter(agent=agent).select_related("forked_from")
     if user_id is not None:
         threads = threads.filter(user_id=user_id)
     if metadata:
         threads = threads.filter(metadata__contains=metadata)
+        for number, (key, value) in enumerate(metadata.items()):
+            name = f"_meta_{number}"
+            threads = threads.alias(**{name: KeyTransform(key, "metadata")}).filter(**{name: value})
     if updated_after is not None:
         threads = threads.filter(updated_at__gt=updated_after)
     if updated_before is not None:
         threads = threads.filter(updated_at__lt=updated_before)
-    if cursor:
-        values = decode_cursor(cursor, keys=("u", "i"))
-        try:
-            at = datetime.fromisoformat(str(values["u"]))
-            last_id = int(values["i"])
-        except (ValueError, TypeError) as exc:
-            raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor") from exc
+    if position is not None:
+        at, last_id = position
         threads = threads.filter(Q(updated_at__lt=at) | Q(updated_at=at, id__lt=last_id))
     rows = list(threads.order_by("-updated_at", "-id")[: limit + 1])
     next_cursor = None
     if len(rows) > limit:
         rows = rows[:limit]
         last = rows[-1]
-        next_cursor = encode_cursor({"u": last.updated_at.isoformat(), "i": last.pk})
+        next_cursor = encode_cursor({"u": last.updated_at.isoformat(), "i": last.pk, "f": filters})
     return Page(results=rows, next_cursor=next_cursor)
 
 
