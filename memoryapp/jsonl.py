@@ -179,4 +179,5 @@ def thread_import_lines(
         nodes=nodes,
         leaf_id=leaf,
         actor=actor,
+        created_at=_time(header.get("created_at"), "thread.created_at"),
     )

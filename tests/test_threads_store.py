@@ -78,6 +78,10 @@ def branchy_thread(caller: Caller, external_id: str = "t1") -> Thread:
     other = entry_add(thread=thread, role="assistant", content="Start at the Vatican", parent_id=q.id, activate=False)
     secret = entry_add(thread=thread, role="user", content="my card 4111", parent_id=other.id, activate=False)
     entry_redact(entry=Entry.objects.select_related("thread").get(id=secret.id), reason="card")
+    # A spliced-out entry: its child's parent (and so its content hash) changes.
+    spliced = entry_add(thread=thread, role="user", content="one more", parent_id=secret.id, activate=False)
+    entry_add(thread=thread, role="assistant", content="after it", parent_id=spliced.id, activate=False)
+    entry_delete(entry=Entry.objects.select_related("thread").get(id=spliced.id))
     return thread
 
 
@@ -129,11 +133,12 @@ def test_jsonl_export_then_import_round_trips_exactly_over_the_api(alice: Caller
     assert response.json()["id"] == "t1" and response.json()["active_leaf_id"] == leaf
     copy = Thread.objects.get(agent=alice.agent, external_id="t1")
     assert snapshot(copy) == before
-    assert copy.metadata == {"topic": "rome"} and copy.user_id == "u-ana" and copy.next_seq == len(before) + 1
+    assert copy.created_at.isoformat() == records[0]["thread"]["created_at"]
+    assert copy.metadata == {"topic": "rome"} and copy.user_id == "u-ana" and copy.next_seq == before[-1]["seq"] + 1
     assert copy.branched  # a tree with branches stays known as one
     assert AuditRecord.objects.filter(action="thread.import", subject="t1").exists()
     # The imported thread goes on like the original.
-    assert entry_add(thread=copy, role="user", content="next").seq == len(before) + 1
+    assert entry_add(thread=copy, role="user", content="next").seq == before[-1]["seq"] + 1
 
 
 @pytest.mark.django_db

@@ -339,7 +339,12 @@ def _splice_out(*, agent: Agent, threads: list[Thread], summaries: list[Entry], 
         thread = by_pk[compaction.thread_id]
         # Read the parent now: an earlier splice may have moved this compaction under another entry.
         parent_id = Entry.objects.filter(agent=agent, pk=compaction.pk).values_list("parent_id", flat=True).first()
-        Entry.objects.filter(agent=agent, thread=thread, parent_id=compaction.pk).update(parent_id=parent_id)
+        from memoryapp.services.threads import reparent  # threads imports this module
+
+        children = Entry.objects.filter(agent=agent, thread=thread, parent_id=compaction.pk).values_list(
+            "id", flat=True
+        )
+        reparent(dict.fromkeys(children, parent_id))
         if thread.active_leaf_id == compaction.pk:
             thread.active_leaf_id = parent_id
             Thread.objects.filter(pk=thread.pk).update(active_leaf_id=parent_id, updated_at=timezone.now())

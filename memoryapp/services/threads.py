@@ -78,6 +78,19 @@ def _turn(entry: Entry) -> dict[str, Any]:
     return turn
 
 
+def reparent(moves: dict[str, str | None]) -> int:
+    """Give entries new parents (a splice), their content hash computed anew: the hash covers the
+    parent, so a stored one would no longer match the entry (an export re-imported would differ)."""
+    if not moves:
+        return 0
+    rows = list(Entry.objects.filter(id__in=list(moves)).defer("embedding", "search_vector"))
+    for row in rows:
+        row.parent_id = moves[row.id]
+        row.content_hash = content_hash(parent_id=row.parent_id, turn=_turn(row), created_at=row.created_at)
+    Entry.objects.bulk_update(rows, ["parent_id", "content_hash"], batch_size=500)
+    return len(rows)
+
+
 def entry_text(*, content: Any, tool_calls: list[dict[str, Any]] | None) -> str:
     """The plain text of an entry: its content, and the names and arguments of its tool calls."""
     parts = [content_text(content)]
@@ -693,14 +706,8 @@ def _splice_many(locked: Thread, doomed: set[str]) -> int:
             entry_id = parents.get(entry_id)
         return entry_id
 
-    moves = [(eid, survivor(pid)) for eid, pid in parents.items() if eid not in doomed and pid in doomed]
-    if moves:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "UPDATE memoryapp_entry AS e SET parent_id = m.parent FROM unnest(%s::text[], %s::text[]) AS m(id, parent)"
-                " WHERE e.id = m.id AND e.thread_id = %s",
-                [[m[0] for m in moves], [m[1] for m in moves], locked.pk],
-            )
+    moves = {eid: survivor(pid) for eid, pid in parents.items() if eid not in doomed and pid in doomed}
+    reparent(moves)
     if locked.active_leaf_id in doomed:
         locked.active_leaf_id = survivor(locked.active_leaf_id)
     Thread.objects.filter(pk=locked.pk).update(active_leaf_id=locked.active_leaf_id, updated_at=timezone.now())
@@ -753,7 +760,8 @@ def entry_delete(*, entry: Entry, actor: str = "") -> None:
     if not current.exists():
         raise NotFound("Entry")
     parent_id = current.first()
-    children = Entry.objects.filter(thread=locked, parent_id=entry.pk).update(parent_id=parent_id)
+    child_ids = Entry.objects.filter(thread=locked, parent_id=entry.pk).values_list("id", flat=True)
+    children = reparent(dict.fromkeys(child_ids, parent_id))
     update_fields = ["updated_at"]
     if locked.active_leaf_id == entry.pk:
         locked.active_leaf_id = parent_id
@@ -879,8 +887,10 @@ def thread_import(
     nodes: list[dict[str, Any]],
     leaf_id: str | None,
     actor: str = "",
+    created_at: datetime | None = None,
 ) -> Thread:
-    """Create a thread from exported entries, keeping their ids, parents, seq, times and metadata.
+    """Create a thread from exported entries, keeping their ids, parents, seq, times and metadata
+    (and the thread's own `created_at` when the file gives it).
 
     1. Refuse an existing thread id (409 `thread_exists`) or entry id (409 `entry_exists`).
     2. Check each node: fields as `entry_add` checks them; seq unique and positive; its parent
@@ -905,6 +915,9 @@ def thread_import(
             )
     except IntegrityError:
         raise DomainError("thread_exists", "A thread with this id exists already.", field="id", status=409)
+    if created_at is not None:  # auto_now_add set it on insert
+        Thread.objects.filter(pk=thread.pk).update(created_at=created_at)
+        thread.created_at = created_at
     seqs: dict[str, int] = {}
     for index, node in enumerate(nodes):
         where = f"nodes[{index}]"
