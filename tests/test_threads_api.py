@@ -123,7 +123,9 @@ def test_delete_thread_removes_its_entries_with_the_items_standing_on_them_and_a
 def test_list_threads_newest_updated_first_with_cursor_paging(alice: Caller) -> None:
     for index in range(5):
         make_thread(alice, f"t{index}")
-    add(alice, "t2", role="user", content="bump")  # t2 is now the most recently updated
+    add(alice, "t1", role="user", content="an entry")  # 004: entries do not move updatedAt
+    patched = alice.client.patch("/api/v1/threads/t2", {"metadata": {"mood": "calm"}}, format="json")
+    assert patched.status_code == 200  # metadata does: t2 is now the most recently updated
     first = alice.client.get("/api/v1/threads?limit=2").json()
     assert [t["id"] for t in first["results"]] == ["t2", "t4"]
     assert first["next"]

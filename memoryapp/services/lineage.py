@@ -347,7 +347,7 @@ def _splice_out(*, agent: Agent, threads: list[Thread], summaries: list[Entry], 
         reparent(dict.fromkeys(children, parent_id))
         if thread.active_leaf_id == compaction.pk:
             thread.active_leaf_id = parent_id
-            Thread.objects.filter(pk=thread.pk).update(active_leaf_id=parent_id, updated_at=timezone.now())
+            Thread.objects.filter(pk=thread.pk).update(active_leaf_id=parent_id)
         Entry.objects.filter(agent=agent, pk=compaction.pk).delete()
         report.summaries_removed += 1
         report.summary_ids.append(compaction.pk)

@@ -388,7 +388,8 @@ def _insert(
        else the entry before it in the batch, else the active leaf; seq is the next one; a
        tool result without a name takes it from the matching tool call on its branch.
     3. Insert them all in one statement; move the leaf (to the last entry asked to activate),
-       advance next_seq and updated_at in one UPDATE of the thread.
+       advance next_seq in one UPDATE of the thread (its updated_at is left: 004 moves it only
+       when the thread is created or its metadata changes).
     4. Hand them to the hooks inside the transaction (they send jobs only on commit).
 
     `locked` is the thread's row when the caller read it locked in this transaction.
@@ -444,11 +445,11 @@ def _insert(
         entries[0].save(force_insert=True)
     else:
         _bulk_insert(entries)
-    changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id, "updated_at": now}
+    changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id}
     if branched:
         changes["branch_epoch"] = locked.branch_epoch = locked.branch_epoch + 1
     Thread.objects.filter(pk=locked.pk).update(**changes)
-    locked.next_seq, locked.active_leaf_id, locked.updated_at = seq, leaf_id, now
+    locked.next_seq, locked.active_leaf_id = seq, leaf_id
     _sync(thread, locked)
     after_entries_added(thread=thread, entries=entries)
     return entries
@@ -562,7 +563,7 @@ def thread_rewind(*, thread: Thread, entry_id: str, actor: str = "") -> Thread:
     # The entries after the new leaf are off its branch from now on.
     locked.branch_epoch += entry_id != previous
     locked.active_leaf_id = entry_id
-    locked.save(update_fields=["active_leaf", "branch_epoch", "updated_at"])
+    locked.save(update_fields=["active_leaf", "branch_epoch"])
     audit_append(
         action="thread.rewind",
         actor=actor,
@@ -584,7 +585,7 @@ def thread_checkout(*, thread: Thread, entry_id: str) -> Thread:
         raise DomainError("unknown_entry", "entry_id is not an entry of this thread.", field="entry_id")
     locked.branch_epoch += entry_id != locked.active_leaf_id
     locked.active_leaf_id = entry_id
-    locked.save(update_fields=["active_leaf", "branch_epoch", "updated_at"])
+    locked.save(update_fields=["active_leaf", "branch_epoch"])
     _sync(thread, locked)
     return locked
 
@@ -710,7 +711,7 @@ def _splice_many(locked: Thread, doomed: set[str]) -> int:
     reparent(moves)
     if locked.active_leaf_id in doomed:
         locked.active_leaf_id = survivor(locked.active_leaf_id)
-    Thread.objects.filter(pk=locked.pk).update(active_leaf_id=locked.active_leaf_id, updated_at=timezone.now())
+    Thread.objects.filter(pk=locked.pk).update(active_leaf_id=locked.active_leaf_id)
     Entry.objects.filter(thread=locked, pk__in=doomed).delete()
     return len(moves)
 
@@ -762,11 +763,9 @@ def entry_delete(*, entry: Entry, actor: str = "") -> None:
     parent_id = current.first()
     child_ids = Entry.objects.filter(thread=locked, parent_id=entry.pk).values_list("id", flat=True)
     children = reparent(dict.fromkeys(child_ids, parent_id))
-    update_fields = ["updated_at"]
     if locked.active_leaf_id == entry.pk:
         locked.active_leaf_id = parent_id
-        update_fields.append("active_leaf")
-    locked.save(update_fields=update_fields)
+        locked.save(update_fields=["active_leaf"])
     Entry.objects.filter(pk=entry.pk).delete()
     audit_append(
         action="entry.delete",
