@@ -333,7 +333,8 @@ def test_the_json_form_of_an_import_checks_its_fields(alice: Caller, body: dict[
     [
         ("/api/v1/threads", {"limit": str(10**30)}, "limit"),
         ("/api/v1/threads", {"limit": "-1"}, "limit"),
-        ("/api/v1/threads/t-robust/entries", {"limit": "0"}, "limit"),
+        ("/api/v1/threads/t-robust/entries", {"limit": "-1"}, "limit"),
+        ("/api/v1/threads/t-robust/entries", {"before": "yesterday"}, "before"),
         ("/api/v1/threads/t-robust/path", {"limit": str(10**30)}, "limit"),
         ("/api/v1/items", {"limit": str(-(10**30))}, "limit"),
         ("/api/v1/facts/users/u-ana", {"q": "x", "limit": str(10**30)}, "limit"),

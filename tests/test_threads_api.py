@@ -262,16 +262,24 @@ def test_get_entries_pages_with_next_links(alice: Caller) -> None:
     make_thread(alice, "t1")
     alice.client.post(
         "/api/v1/threads/t1/entries",
-        {"entries": [{"role": "user", "content": f"n{i}"} for i in range(7)]},
+        {"entries": [{"role": "user", "content": f"n{i}", "created_at": f"2026-01-01T00:00:0{i}Z"} for i in range(7)]},
         format="json",
     )
-    seen: list[int] = []
+    # 004 getEntries: the most recent `limit`, oldest first; `next` holds the ones before.
+    pages: list[list[int]] = []
     url: str | None = "/api/v1/threads/t1/entries?limit=3"
     while url:
         page = alice.client.get(url).json()
-        seen += [e["seq"] for e in page["results"]]
+        pages.append([e["seq"] for e in page["results"]])
         url = page["next"]
-    assert seen == list(range(1, 8))
+    assert pages == [[5, 6, 7], [2, 3, 4], [1]]
+    everything = alice.client.get("/api/v1/threads/t1/entries?limit=0").json()
+    assert [e["seq"] for e in everything["results"]] == list(range(1, 8)) and everything["next"] is None
+    fifth = Entry.objects.get(thread__external_id="t1", seq=5).created_at.isoformat()
+    bounded = alice.client.get("/api/v1/threads/t1/entries", {"before": fifth, "limit": 2}).json()
+    assert [e["seq"] for e in bounded["results"]] == [3, 4]
+    later = alice.client.get("/api/v1/threads/t1/entries", {"after": fifth}).json()
+    assert [e["seq"] for e in later["results"]] == [6, 7]
 
 
 def test_get_entry_by_id(alice: Caller) -> None:

@@ -181,8 +181,11 @@ class ThreadsQuery(StrictSerializer):
 
 class EntriesQuery(StrictSerializer):
     types = TypesField(required=False, default=[str(t) for t in HISTORY_TYPES])
-    limit = _limit_field(MAX_PAGE_LIMIT, 100)
+    # 004 getEntries: the most recent `limit`, oldest first; 0 for all.
+    limit = serializers.IntegerField(min_value=0, max_value=MAX_PAGE_LIMIT, required=False, default=50)
     cursor = serializers.CharField(required=False, max_length=500)
+    before = serializers.DateTimeField(required=False)
+    after = serializers.DateTimeField(required=False)
 
 
 class PathQuery(StrictSerializer):
@@ -369,7 +372,14 @@ class ThreadEntriesView(APIView):
     def get(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         query = validated(EntriesQuery, request.query_params.dict())
-        page = entries_list(thread=thread, types=query["types"], limit=query["limit"], cursor=query.get("cursor"))
+        page = entries_list(
+            thread=thread,
+            types=query["types"],
+            limit=query["limit"],
+            cursor=query.get("cursor"),
+            before=query.get("before"),
+            after=query.get("after"),
+        )
         return Response(
             {
                 "results": [entry_json(e, thread.external_id) for e in page.results],

@@ -345,27 +345,34 @@ def entries_list(
     *,
     thread: Thread,
     types: Iterable[str] | None = HISTORY_TYPES,
-    limit: int = 100,
+    limit: int = 50,
     cursor: str | None = None,
+    before: datetime | None = None,
+    after: datetime | None = None,
 ) -> Page:
-    """Every branch of the thread in `seq` order (the order entries were added), one page at a time."""
+    """Entries of every branch (004 getEntries): the newest `limit`, oldest first (`limit` 0: all),
+    within the `before` / `after` time bounds; the next page holds the `limit` before these."""
     entries = Entry.objects.filter(thread=thread).defer(*ENTRY_LIGHT_DEFER)
     type_list = _types_list(types)
     if type_list is not None:
         entries = entries.filter(type__in=type_list)
+    if before is not None:
+        entries = entries.filter(created_at__lt=before)
+    if after is not None:
+        entries = entries.filter(created_at__gt=after)
     if cursor:
-        values = decode_cursor(cursor, keys=("s",))
+        values = decode_cursor(cursor, keys=("b",))
         try:
-            after_seq = int(values["s"])
+            below_seq = int(values["b"])
         except (ValueError, TypeError) as exc:
             raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor") from exc
-        entries = entries.filter(seq__gt=after_seq)
-    rows = list(entries.order_by("seq")[: limit + 1])
-    next_cursor = None
-    if len(rows) > limit:
-        rows = rows[:limit]
-        next_cursor = encode_cursor({"s": rows[-1].seq})
-    return Page(results=rows, next_cursor=next_cursor)
+        entries = entries.filter(seq__lt=below_seq)
+    if limit == 0:
+        return Page(results=list(entries.order_by("seq")), next_cursor=None)
+    rows = list(entries.order_by("-seq")[: limit + 1])
+    more = len(rows) > limit
+    rows = rows[:limit][::-1]
+    return Page(results=rows, next_cursor=encode_cursor({"b": rows[0].seq}) if more else None)
 
 
 def thread_entries_all(*, thread: Thread) -> list[Entry]:
