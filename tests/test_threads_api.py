@@ -491,6 +491,7 @@ def test_redact_refuses_event_entries(alice: Caller) -> None:
         ({"role": "user", "content": "x", "colour": "red"}, "colour"),
         ({"type": "tool_result", "content": "x"}, "tool_call_id"),
         ({"role": "user", "content": "x", "metadata": [1]}, "metadata"),
+        ({"type": "label"}, "event"),
     ],
 )
 def test_bad_entry_input_is_a_400_naming_the_field_and_writes_nothing(

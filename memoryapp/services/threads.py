@@ -207,6 +207,8 @@ def _entry_from_spec(
     else:
         if tool_calls:
             raise DomainError("invalid_value", "An event makes no tool calls.", field=f("tool_calls"))
+        if event is None:
+            raise DomainError("required", f"A {kind} event carries its payload in `event`.", field=f("event"))
     if tool_calls and role != Role.ASSISTANT:
         raise DomainError("invalid_value", "Only assistant messages make tool calls.", field=f("tool_calls"))
     token_count = spec.get("token_count")
