@@ -11,6 +11,12 @@ A node carries 000's fields (`id`, `parent`, `turn` = {role, content, toolCalls?
 `senderName`, `tokenCount`, `event`, `metadata`, `hash` (the content hash), `createdAtIso`
 (microseconds, so a round trip is exact) and `redactedAt`. As in 000, the last head wins;
 records of other types are skipped, so a newer file still loads.
+
+`hash` is 000's hashNode over the entry as stored: the first 32 hex digits of SHA-256 over
+JSON({"parent", "turn", "createdAt"}) with sorted keys and no spaces, where this `turn` is the
+node's `turn` plus `type` (= `entryType`) and, for an event, `event`. Keys are sorted because
+PostgreSQL's JSONB keeps its own key order, and the hash must come out the same when computed
+again from a stored entry (services.threads.content_hash).
 """
 
 from __future__ import annotations
