@@ -174,6 +174,12 @@ def test_the_next_page_keeps_the_filters_of_the_first(alice: Caller) -> None:
     cursor = first["next_cursor"]
     rest = alice.client.get("/api/v1/threads", {"cursor": cursor}).json()
     assert [t["id"] for t in first["results"] + rest["results"]] == ["ana-2", "ana-1", "ana-0"]
+    followed = alice.client.get(first["next"]).json()  # the link repeats the filters: the same page
+    assert [t["id"] for t in followed["results"]] == ["ana-0"]
+    dated = alice.client.get(
+        "/api/v1/threads", {"metadata": json.dumps({}), "updated_after": "2000-01-01T00:00:00Z", "limit": 1}
+    ).json()
+    assert alice.client.get(dated["next"]).status_code == 200
     other = alice.client.get("/api/v1/threads", {"cursor": cursor, "user_id": "u-bo"})
     assert other.status_code == 400 and other.json()["error"]["field"] == "cursor"
 
