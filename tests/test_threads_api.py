@@ -184,6 +184,37 @@ def test_the_next_page_keeps_the_filters_of_the_first(alice: Caller) -> None:
     assert other.status_code == 400 and other.json()["error"]["field"] == "cursor"
 
 
+def test_list_filters_on_number_like_keys_and_pages_with_large_filters(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_thread(alice, "y1", metadata={"2024": "x", "note": "n" * 1500})
+    make_thread(alice, "y2", metadata={"2024": "x", "note": "n" * 1500})
+    found = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"2024": "x"})}).json()["results"]
+    assert sorted(t["id"] for t in found) == ["y1", "y2"]
+    # Filters too large to ride in the cursor: the next link (which repeats them) still works,
+    # the cursor alone asks for them again.
+    first = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"note": "n" * 1500}), "limit": 1}).json()
+    assert len(first["next_cursor"]) < 200
+    assert [t["id"] for t in alice.client.get(first["next"]).json()["results"]] == ["y1"]
+    alone = alice.client.get("/api/v1/threads", {"cursor": first["next_cursor"]})
+    assert alone.status_code == 400 and alone.json()["error"]["field"] == "cursor"
+
+
+def test_limit_zero_is_all_entries_up_to_what_one_answer_holds(alice: Caller, monkeypatch: pytest.MonkeyPatch) -> None:
+    from memoryapp.selectors import threads as thread_selectors
+
+    make_thread(alice, "t1")
+    alice.client.post(
+        "/api/v1/threads/t1/entries",
+        {"entries": [{"role": "user", "content": f"n{i}"} for i in range(5)]},
+        format="json",
+    )
+    monkeypatch.setattr(thread_selectors, "ALL_ENTRIES_MAX", 3)
+    page = alice.client.get("/api/v1/threads/t1/entries?limit=0").json()
+    assert [e["seq"] for e in page["results"]] == [3, 4, 5] and page["next"]
+    assert [e["seq"] for e in alice.client.get(page["next"]).json()["results"]] == [1, 2]
+
+
 def test_list_threads_refuses_bad_filters(alice: Caller) -> None:
     for query in ({"limit": "0"}, {"limit": "5000"}, {"metadata": "[1]"}, {"metadata": "{no"}, {"cursor": "%%%"}):
         response = alice.client.get("/api/v1/threads", query)

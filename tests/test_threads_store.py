@@ -449,3 +449,42 @@ def test_a_thread_is_marked_branched_at_its_first_branch_rewind_or_checkout(alic
         entry_add(thread=thread, role="assistant", content="reply")
         make_branch(thread, root)
         assert branched(thread)
+
+
+@pytest.mark.django_db
+def test_an_event_stored_before_payloads_were_required_still_imports(alice: Caller) -> None:
+    lines = [
+        json.dumps({"type": "thread", "thread": {"id": "old"}}),
+        json.dumps(
+            {
+                "type": "node",
+                "node": {
+                    "id": "e1",
+                    "parent": None,
+                    "turn": {"role": "user", "content": "hi"},
+                    "createdAt": 1700000000000,
+                    "seq": 1,
+                    "entryType": "message",
+                },
+            }
+        ),
+        json.dumps(
+            {
+                "type": "node",
+                "node": {
+                    "id": "e2",
+                    "parent": "e1",
+                    "turn": {"role": "", "content": None},
+                    "createdAt": 1700000001000,
+                    "seq": 2,
+                    "entryType": "label",
+                },
+            }
+        ),
+        json.dumps({"type": "head", "leaf": "e2"}),
+    ]
+    response = alice.client.generic(
+        "POST", "/api/v1/threads/import", "\n".join(lines), content_type="application/x-ndjson"
+    )
+    assert response.status_code == 201, response.content
+    assert Entry.objects.get(pk="e2").type == "label" and Entry.objects.get(pk="e2").event is None

@@ -169,7 +169,7 @@ class ThreadsQuery(StrictSerializer):
     updated_after = serializers.DateTimeField(required=False)
     updated_before = serializers.DateTimeField(required=False)
     limit = _limit_field(MAX_PAGE_LIMIT, 50)
-    cursor = serializers.CharField(required=False, max_length=500)
+    cursor = serializers.CharField(required=False, max_length=2000)
 
     def validate_metadata(self, value: Any) -> Any:
         if not isinstance(value, dict):
@@ -183,7 +183,7 @@ class EntriesQuery(StrictSerializer):
     types = TypesField(required=False, default=[str(t) for t in HISTORY_TYPES])
     # 004 getEntries: the most recent `limit`, oldest first; 0 for all.
     limit = serializers.IntegerField(min_value=0, max_value=MAX_PAGE_LIMIT, required=False, default=50)
-    cursor = serializers.CharField(required=False, max_length=500)
+    cursor = serializers.CharField(required=False, max_length=2000)
     before = serializers.DateTimeField(required=False)
     after = serializers.DateTimeField(required=False)
 

@@ -8,6 +8,7 @@ function here that takes the thread they returned), so another agent's thread an
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -15,8 +16,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q, QuerySet
-from django.db.models.fields.json import KeyTransform
+from django.db.models import JSONField, Q, QuerySet
+from django.db.models.expressions import RawSQL
 
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, Entry, Thread
@@ -276,6 +277,20 @@ def decode_cursor(cursor: str, *, keys: tuple[str, ...]) -> dict[str, Any]:
     return values
 
 
+# Filters up to this many characters of JSON ride in the cursor; larger ones as a digest.
+CURSOR_FILTERS_MAX = 1000
+
+
+def _filters_digest(filters: dict[str, Any]) -> str:
+    raw = json.dumps(filters, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def _filters_in_cursor(filters: dict[str, Any]) -> dict[str, Any]:
+    small = len(json.dumps(filters, separators=(",", ":"))) <= CURSOR_FILTERS_MAX
+    return {"f": filters} if small else {"h": _filters_digest(filters)}
+
+
 def threads_list(
     *,
     agent: Agent,
@@ -303,11 +318,18 @@ def threads_list(
     position: tuple[datetime, int] | None = None
     if cursor:
         values = decode_cursor(cursor, keys=("u", "i"))
-        made_with = values.get("f")
-        saved: dict[str, Any] = made_with if isinstance(made_with, dict) else {}
-        if any(v is not None for v in filters.values()) and filters != {k: saved.get(k) for k in filters}:
-            raise DomainError("invalid_cursor", "The cursor was made with other filters.", field="cursor")
-        filters = {k: saved.get(k) for k in filters}
+        given = any(v is not None for v in filters.values())
+        if "h" in values:  # made with filters too large to carry: they must come with it again
+            if values["h"] != _filters_digest(filters):
+                raise DomainError(
+                    "invalid_cursor", "Send the cursor with the filters of the first page.", field="cursor"
+                )
+        else:
+            made_with = values.get("f")
+            saved: dict[str, Any] = made_with if isinstance(made_with, dict) else {}
+            if given and filters != {k: saved.get(k) for k in filters}:
+                raise DomainError("invalid_cursor", "The cursor was made with other filters.", field="cursor")
+            filters = {k: saved.get(k) for k in filters}
         if not isinstance(filters["user_id"], str | None) or not isinstance(filters["metadata"], dict | None):
             raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor")
         try:
@@ -324,7 +346,9 @@ def threads_list(
         threads = threads.filter(metadata__contains=metadata)
         for number, (key, value) in enumerate(metadata.items()):
             name = f"_meta_{number}"
-            threads = threads.alias(**{name: KeyTransform(key, "metadata")}).filter(**{name: value})
+            # The key as text: a KeyTransform would read a key like "2024" as an array index.
+            value_of_key = RawSQL("memoryapp_thread.metadata -> %s", (key,), output_field=JSONField())
+            threads = threads.alias(**{name: value_of_key}).filter(**{name: value})
     if updated_after is not None:
         threads = threads.filter(updated_at__gt=updated_after)
     if updated_before is not None:
@@ -337,8 +361,12 @@ def threads_list(
     if len(rows) > limit:
         rows = rows[:limit]
         last = rows[-1]
-        next_cursor = encode_cursor({"u": last.updated_at.isoformat(), "i": last.pk, "f": filters})
+        next_cursor = encode_cursor({"u": last.updated_at.isoformat(), "i": last.pk, **_filters_in_cursor(filters)})
     return Page(results=rows, next_cursor=next_cursor)
+
+
+# `limit=0` ("all", 004) answers at most this many entries, with `next` for the rest.
+ALL_ENTRIES_MAX = 10_000
 
 
 def entries_list(
@@ -350,7 +378,8 @@ def entries_list(
     before: datetime | None = None,
     after: datetime | None = None,
 ) -> Page:
-    """Entries of every branch (004 getEntries): the newest `limit`, oldest first (`limit` 0: all),
+    """Entries of every branch (004 getEntries): the newest `limit`, oldest first (`limit` 0: all,
+    up to ALL_ENTRIES_MAX at a time),
     within the `before` / `after` time bounds; the next page holds the `limit` before these."""
     entries = Entry.objects.filter(thread=thread).defer(*ENTRY_LIGHT_DEFER)
     type_list = _types_list(types)
@@ -367,8 +396,7 @@ def entries_list(
         except (ValueError, TypeError) as exc:
             raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor") from exc
         entries = entries.filter(seq__lt=below_seq)
-    if limit == 0:
-        return Page(results=list(entries.order_by("seq")), next_cursor=None)
+    limit = limit or ALL_ENTRIES_MAX  # 0 is "all": as many as one answer holds, then `next`
     rows = list(entries.order_by("-seq")[: limit + 1])
     more = len(rows) > limit
     rows = rows[:limit][::-1]

@@ -167,8 +167,10 @@ def _entry_from_spec(
     seq: int,
     now: datetime,
     field_prefix: str = "",
+    require_event: bool = True,
 ) -> Entry:
-    """A validated, unsaved Entry from one entry's fields (no queries)."""
+    """A validated, unsaved Entry from one entry's fields (no queries). An import takes event
+    entries stored before their payload was required (`require_event=False`)."""
 
     def f(name: str) -> str:
         return f"{field_prefix}{name}"
@@ -207,7 +209,7 @@ def _entry_from_spec(
     else:
         if tool_calls:
             raise DomainError("invalid_value", "An event makes no tool calls.", field=f("tool_calls"))
-        if event is None:
+        if event is None and require_event:
             raise DomainError("required", f"A {kind} event carries its payload in `event`.", field=f("event"))
     if tool_calls and role != Role.ASSISTANT:
         raise DomainError("invalid_value", "Only assistant messages make tool calls.", field=f("tool_calls"))
@@ -946,7 +948,13 @@ def thread_import(
                 "unknown_parent", "A node's parent must be an earlier node of the file.", field=f"{where}parent_id"
             )
         entry = _entry_from_spec(
-            thread=thread, spec=node, parent_id=parent_id, seq=node["seq"], now=timezone.now(), field_prefix=where
+            thread=thread,
+            spec=node,
+            parent_id=parent_id,
+            seq=node["seq"],
+            now=timezone.now(),
+            field_prefix=where,
+            require_event=False,
         )
         redacted_at = node.get("redacted_at")
         if redacted_at is not None and not isinstance(redacted_at, datetime):
