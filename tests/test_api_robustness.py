@@ -7,6 +7,7 @@ surrogates as `\\u` escapes, which is how they arrive over the wire.
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -21,6 +22,12 @@ pytestmark = pytest.mark.django_db
 
 LONE_SURROGATE = "\ud800"
 NUL = "\u0000"
+
+
+def _cursor(**extra: Any) -> str:
+    """A thread-list cursor as a client could forge it."""
+    values = {"u": "2026-01-01T00:00:00+00:00", "i": 1, **extra}
+    return base64.urlsafe_b64encode(json.dumps(values).encode()).decode().rstrip("=")
 
 
 def send(caller: Caller, method: str, url: str, body: Any = None, *, raw: bytes | None = None, ctype: str = "") -> Any:
@@ -340,6 +347,11 @@ def test_the_json_form_of_an_import_checks_its_fields(alice: Caller, body: dict[
         ("/api/v1/facts/users/u-ana", {"q": "x", "limit": str(10**30)}, "limit"),
         ("/api/v1/threads", {"cursor": "eyJ1IjoiMDAwMS0wMS0wMVQwMDowMDowMCswNTowMCIsImkiOjF9"}, "cursor"),
         ("/api/v1/threads", {"colour": "red"}, "colour"),
+        ("/api/v1/threads", {"cursor": _cursor(f={"metadata": {"a": NUL}})}, "cursor"),
+        ("/api/v1/threads", {"cursor": _cursor(f={"user_id": LONE_SURROGATE})}, "cursor"),
+        ("/api/v1/threads", {"cursor": _cursor(f={"after": "0001-01-01T00:00:00+05:00"})}, "cursor"),
+        ("/api/v1/threads", {"cursor": _cursor(h=5)}, "cursor"),
+        ("/api/v1/threads/t-robust/entries", {"after": "9999-12-31T23:59:59-05:00"}, "after"),
     ],
 )
 def test_out_of_range_numbers_and_unknown_parameters_name_the_parameter(

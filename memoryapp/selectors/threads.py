@@ -22,6 +22,7 @@ from django.db.models.expressions import RawSQL
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
+from memoryapp.storable import time_in_range, unstorable_text_field
 
 # Columns a branch read loads: everything but the vector and the tsvector, which no reader of a
 # path needs and which would multiply the bytes read (they stay lazily loadable).
@@ -332,10 +333,20 @@ def threads_list(
             filters = {k: saved.get(k) for k in filters}
         if not isinstance(filters["user_id"], str | None) or not isinstance(filters["metadata"], dict | None):
             raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor")
+        # A cursor is client input: what it carries is checked as the same filters would be.
+        if unstorable_text_field([filters["user_id"], filters["metadata"]]) is not None:
+            raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor")
         try:
-            position = (datetime.fromisoformat(str(values["u"])), int(values["i"]))
-            after = datetime.fromisoformat(filters["after"]) if filters["after"] else None
-            before = datetime.fromisoformat(filters["before"]) if filters["before"] else None
+            position = (
+                time_in_range(datetime.fromisoformat(str(values["u"])), field="cursor"),
+                int(values["i"]),
+            )
+            after = (
+                time_in_range(datetime.fromisoformat(filters["after"]), field="cursor") if filters["after"] else None
+            )
+            before = (
+                time_in_range(datetime.fromisoformat(filters["before"]), field="cursor") if filters["before"] else None
+            )
         except (ValueError, TypeError) as exc:
             raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor") from exc
         user_id, metadata, updated_after, updated_before = filters["user_id"], filters["metadata"], after, before
