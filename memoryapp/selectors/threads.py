@@ -179,19 +179,20 @@ def path_ids(*, thread: Thread, leaf_id: str | None = None) -> set[str]:
         return {row[0] for row in cursor.fetchall()}
 
 
+# The thread's messages and tool results that the `branch` CTE does not hold.
+_OFF_BRANCH = """
+    SELECT e.id FROM memoryapp_entry e
+     WHERE e.thread_id = %(thread)s AND e.type IN ('message', 'tool_result')
+       AND NOT EXISTS (SELECT 1 FROM branch b WHERE b.id = e.id)"""
+
+
 def off_branch_ids(*, thread: Thread, leaf_id: str | None = None, before_seq: int | None = None) -> list[str]:
     """The messages and tool results of the thread that are not on the branch ending at `leaf_id`
     (the active leaf by default), older than `before_seq` when given: what recall leaves out."""
     start = leaf_id or thread.active_leaf_id
     with connection.cursor() as cursor:
         cursor.execute(
-            _BRANCH_CTE
-            + """
-            SELECT e.id FROM memoryapp_entry e
-             WHERE e.thread_id = %(thread)s AND e.type IN ('message', 'tool_result')
-               AND (%(before)s::bigint IS NULL OR e.seq < %(before)s::bigint)
-               AND NOT EXISTS (SELECT 1 FROM branch b WHERE b.id = e.id)
-            """,
+            _BRANCH_CTE + _OFF_BRANCH + " AND (%(before)s::bigint IS NULL OR e.seq < %(before)s::bigint)",
             {"start": start, "thread": thread.pk, "before": before_seq},
         )
         return [row[0] for row in cursor.fetchall()]
@@ -212,11 +213,9 @@ def off_branch_now(*, thread_pk: int) -> tuple[int | None, list[str]]:
                 SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
                  WHERE p.thread_id = %(thread)s
             )
-            SELECT (SELECT branch_epoch FROM head),
-                   ARRAY(SELECT e.id FROM memoryapp_entry e
-                          WHERE e.thread_id = %(thread)s AND e.type IN ('message', 'tool_result')
-                            AND NOT EXISTS (SELECT 1 FROM branch b WHERE b.id = e.id))
-            """,
+            SELECT (SELECT branch_epoch FROM head), ARRAY("""
+            + _OFF_BRANCH
+            + ")",
             {"thread": thread_pk},
         )
         epoch, ids = cursor.fetchone()

@@ -336,16 +336,7 @@ def thread_update(
     locked = _lock(thread)
     if metadata is not None:
         metadata = _check_metadata(metadata, "metadata")
-        if replace_metadata:
-            if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
-                raise DomainError(
-                    "metadata_too_large",
-                    f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.",
-                    field="metadata",
-                )
-            locked.metadata = metadata
-        else:
-            locked.metadata = _merged_metadata(locked.metadata, metadata)
+        locked.metadata = _merged_metadata({} if replace_metadata else locked.metadata, metadata)
     if user_id is not None:
         locked.user_id = _check_str(user_id, "user_id", max_length=128)
     locked.save(update_fields=["metadata", "user_id", "updated_at"])
@@ -715,7 +706,7 @@ def _splice_many(locked: Thread, doomed: set[str]) -> int:
     reparent(moves)
     if locked.active_leaf_id in doomed:
         locked.active_leaf_id = survivor(locked.active_leaf_id)
-    Thread.objects.filter(pk=locked.pk).update(active_leaf_id=locked.active_leaf_id)
+        Thread.objects.filter(pk=locked.pk).update(active_leaf_id=locked.active_leaf_id)
     Entry.objects.filter(thread=locked, pk__in=doomed).delete()
     return len(moves)
 
