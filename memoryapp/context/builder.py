@@ -131,10 +131,10 @@ def _units(entries: Sequence[Entry]) -> list[_Unit]:
         for call in entry.tool_calls or []:
             if isinstance(call, dict) and call.get("id"):
                 open_calls[str(call["id"])] = unit
-    return [unit for unit in units if _answered_calls_only(unit)]
+    return [unit for unit in units if _without_unanswered_calls(unit)]
 
 
-def _answered_calls_only(unit: _Unit) -> bool:
+def _without_unanswered_calls(unit: _Unit) -> bool:
     """Keep only the tool calls whose result is on the branch (a model API refuses a call left
     unanswered, e.g. when the user moved on); False when the message is left with nothing to say."""
     first = unit.first

@@ -169,25 +169,28 @@ def embed_pending(
     batches = 0
     seen: set[str] = set()
 
-    def claim_and_embed(pending: Callable[[], list[Any]], embed: Callable[[list[Any]], int]) -> int | None:
+    def claim_and_embed(
+        pending: Callable[[int | None, int], list[Any]], embed: Callable[[list[Any]], int]
+    ) -> int | None:
         # One batch of an agent at a time (a transaction-level advisory lock, held until the vectors
         # are stored): a second run waits for the batch and then takes the next instead of embedding
         # the same rows twice. No row is locked, so writes, deletes and redactions never wait for
         # the model; what a redaction changed meanwhile is not written (`_store`).
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [EMBED_LOCK_CLASS, (agent_id or 0) % 2**31])
-            rows = [r for r in pending() if r.id not in seen]
+            rows = [r for r in pending(agent_id, batch) if r.id not in seen]
             if not rows:
                 return None
             seen.update(r.id for r in rows)
             return embed(rows)
 
-    for kind in ("entries", "items"):
+    steps: list[tuple[str, Callable[[int | None, int], list[Any]], Callable[[list[Any]], int]]] = [
+        ("entries", _pending_entries, embed_entries_batch),
+        ("items", _pending_items, embed_items_batch),
+    ]
+    for kind, pending, embed in steps:
         while max_batches is None or batches < max_batches:
-            if kind == "entries":
-                count = claim_and_embed(lambda: _pending_entries(agent_id, batch), embed_entries_batch)
-            else:
-                count = claim_and_embed(lambda: _pending_items(agent_id, batch), embed_items_batch)
+            count = claim_and_embed(pending, embed)
             if count is None:
                 break
             done[kind] += count

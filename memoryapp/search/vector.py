@@ -55,7 +55,7 @@ def vector_entries(*, scope: EntryScope, vector: list[float], limit: int) -> lis
             )
             held = cursor.fetchone()[0]
             if len(rows) < held <= EXACT_SCAN_MAX:
-                # `distance + 0` is no index order: every row of the scope is compared.
+                # `(distance) + 0` is no order the index gives: every row of the scope is compared.
                 cursor.execute(nearest.format(order="(e.embedding <=> %(v)s::vector) + 0"), params)
                 rows = cursor.fetchall()
     hits = [ChannelHit(id=r[0], score=1.0 - float(r[1])) for r in rows]
