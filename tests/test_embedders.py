@@ -157,7 +157,7 @@ def test_reembed_rewrites_every_vector_as_a_job(alice: Any) -> None:
     call_command("reembed", "--agent", alice.agent.slug, stdout=StringIO())
 
     run = JobRun.objects.get(kind="reembed")
-    assert run.status == JobRun.Status.SUCCEEDED and run.result == {"embedded": 2}
+    assert run.status == JobRun.Status.SUCCEEDED and run.result == {"embedded": 2, "passed_over": 0}
     after = dict(Entry.objects.filter(agent=alice.agent).values_list("id", "embedded_at"))
     assert all(after[i] > before[i] for i in before)
 

@@ -84,12 +84,14 @@ def item_embedding_text(item: MemoryItem) -> str:
     return (f"{head}: {item.value}" if head else item.value)[:MAX_EMBED_CHARS]
 
 
-def _pending_entries(agent_id: int | None, batch: int) -> list[Entry]:
+def _pending_entries(agent_id: int | None, batch: int, passed_over: set[str]) -> list[Entry]:
     rows = Entry.objects.filter(type__in=HISTORY_TYPES, embedding__isnull=True, redacted_at__isnull=True).exclude(
         text=""
     )
     if agent_id is not None:
         rows = rows.filter(agent_id=agent_id)
+    if passed_over:
+        rows = rows.exclude(id__in=list(passed_over))
     return list(
         rows.order_by("agent_id", "seq").only(
             "id", "agent_id", "thread_id", "parent_id", "seq", "type", "role", "text", "sender_name", "tool_name"
@@ -97,10 +99,12 @@ def _pending_entries(agent_id: int | None, batch: int) -> list[Entry]:
     )
 
 
-def _pending_items(agent_id: int | None, batch: int) -> list[MemoryItem]:
+def _pending_items(agent_id: int | None, batch: int, passed_over: set[str]) -> list[MemoryItem]:
     rows = MemoryItem.objects.filter(embedding__isnull=True).exclude(value="")
     if agent_id is not None:
         rows = rows.filter(agent_id=agent_id)
+    if passed_over:
+        rows = rows.exclude(id__in=list(passed_over))
     return list(rows.order_by("recorded_at")[:batch])
 
 
@@ -114,27 +118,52 @@ def _parents(entries: list[Entry]) -> dict[str, Entry]:
 
 def _store(
     table: str, pairs: list[tuple[str, list[float]]], *, overwrite: bool = False, live_only: bool = False
-) -> int:
-    """Write vectors; without `overwrite` only where the row has none (a second run writes nothing);
-    with `live_only` never into a row redacted while its text was being embedded."""
+) -> set[str]:
+    """Write vectors and answer the ids written; without `overwrite` only where the row has none (a
+    second run writes nothing); with `live_only` never into a row redacted while its text was being
+    embedded.
+
+    The rows are first locked in id order with SKIP LOCKED, and only those are updated: a row that a
+    delete, a splice or a redaction holds is passed over instead of waited for. A plain multi-row
+    UPDATE locks its rows in the order of its plan while a cascade deletes the same rows in its own
+    order, and each ends up waiting for a row the other holds ("deadlock detected while deleting
+    tuple"). This way the job never waits for a row lock, so it can be in no cycle; the rows it
+    passed over are tried again later (`embed_pending`). NO KEY UPDATE is the lock the UPDATE takes
+    anyway: it does not block the inserts of children that reference these rows (KEY SHARE).
+    """
     if not pairs:
-        return 0
+        return set()
     condition = "" if overwrite else "AND t.embedding IS NULL"
     if live_only:
         condition += " AND t.redacted_at IS NULL"
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
+            SELECT t.id FROM {table} AS t
+             WHERE t.id = ANY(%s::text[]) {condition}
+             ORDER BY t.id
+               FOR NO KEY UPDATE SKIP LOCKED
+            """,
+            [[p[0] for p in pairs]],
+        )
+        claimed = {row[0] for row in cursor.fetchall()}
+        if not claimed:
+            return set()
+        chosen = [p for p in pairs if p[0] in claimed]
+        cursor.execute(
+            f"""
             UPDATE {table} AS t SET embedding = v.vec::vector, embedded_at = %s
               FROM unnest(%s::text[], %s::text[]) AS v(id, vec)
              WHERE t.id = v.id {condition}
+            RETURNING t.id
             """,
-            [timezone.now(), [p[0] for p in pairs], [vector_literal(p[1]) for p in pairs]],
+            [timezone.now(), [p[0] for p in chosen], [vector_literal(p[1]) for p in chosen]],
         )
-        return cursor.rowcount
+        return {row[0] for row in cursor.fetchall()}
 
 
-def embed_entries_batch(entries: list[Entry], *, overwrite: bool = False) -> int:
+def embed_entries_batch(entries: list[Entry], *, overwrite: bool = False) -> set[str]:
+    """Embed the entries; answers the ids whose vector was written (see `_store`)."""
     parents = _parents(entries)
     texts = [entry_embedding_text(entry=e, previous=parents.get(e.parent_id or "")) for e in entries]
     vectors = embed_texts(texts)
@@ -142,7 +171,8 @@ def embed_entries_batch(entries: list[Entry], *, overwrite: bool = False) -> int
     return _store(Entry._meta.db_table, pairs, overwrite=overwrite, live_only=True)
 
 
-def embed_items_batch(items: list[MemoryItem], *, overwrite: bool = False) -> int:
+def embed_items_batch(items: list[MemoryItem], *, overwrite: bool = False) -> set[str]:
+    """Embed the items; answers the ids whose vector was written (see `_store`)."""
     vectors = embed_texts([item_embedding_text(i) for i in items])
     return _store(
         MemoryItem._meta.db_table, list(zip([i.id for i in items], vectors, strict=True)), overwrite=overwrite
@@ -158,8 +188,13 @@ def embed_pending(
     2. Entries in batches of EMBEDDING_BATCH_SIZE, oldest first, one batch of the agent at a time
        (an advisory lock: a concurrent run takes the next batch), written only where the vector
        is still NULL and the entry not redacted (a re-run writes nothing twice).
-    3. Items the same way.
-    Returns counts; raises EmbedderError for the job's retry policy.
+    3. A row that a delete, splice or redaction held while its batch was written is passed over
+       (`_store`), and looked at once more when the other rows are done (the cascade has most
+       likely committed by then: a deleted row is gone, a spliced one is embedded). What is still
+       held then is left to the next run (the next write's, or the sweep's).
+    4. Items the same way.
+    Returns counts (`passed_over`: rows left to the next run); raises EmbedderError for the job's
+    retry policy.
     """
     status = vector_space_status()
     if not status.ok:
@@ -167,44 +202,56 @@ def embed_pending(
     batch = settings.EMBEDDING_BATCH_SIZE
     done = {"entries": 0, "items": 0}
     batches = 0
-    seen: set[str] = set()
+    left_over = 0
 
     def claim_and_embed(
-        pending: Callable[[int | None, int], list[Any]], embed: Callable[[list[Any]], int]
-    ) -> int | None:
+        pending: Callable[[int | None, int, set[str]], list[Any]],
+        embed: Callable[[list[Any]], set[str]],
+        passed_over: set[str],
+    ) -> tuple[int, set[str]] | None:
         # One batch of an agent at a time (a transaction-level advisory lock, held until the vectors
         # are stored): a second run waits for the batch and then takes the next instead of embedding
-        # the same rows twice. No row is locked, so writes, deletes and redactions never wait for
-        # the model; what a redaction changed meanwhile is not written (`_store`).
+        # the same rows twice. Rows are locked only to write their vectors, and never waited for,
+        # so writes, deletes and redactions never wait for the model (`_store`).
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [EMBED_LOCK_CLASS, (agent_id or 0) % 2**31])
-            rows = [r for r in pending(agent_id, batch) if r.id not in seen]
+            rows = pending(agent_id, batch, passed_over)
             if not rows:
                 return None
-            seen.update(r.id for r in rows)
-            return embed(rows)
+            written = embed(rows)
+            return len(written), {r.id for r in rows} - written
 
-    steps: list[tuple[str, Callable[[int | None, int], list[Any]], Callable[[list[Any]], int]]] = [
+    steps: list[tuple[str, Callable[[int | None, int, set[str]], list[Any]], Callable[[list[Any]], set[str]]]] = [
         ("entries", _pending_entries, embed_entries_batch),
         ("items", _pending_items, embed_items_batch),
     ]
     for kind, pending, embed in steps:
+        passed_over: set[str] = set()
+        second_look = False
         while max_batches is None or batches < max_batches:
-            count = claim_and_embed(pending, embed)
-            if count is None:
-                break
+            outcome = claim_and_embed(pending, embed, passed_over)
+            if outcome is None:
+                if second_look or not passed_over:
+                    break
+                second_look, passed_over = True, set()  # step 3: once more, what was held
+                continue
+            count, held = outcome
+            passed_over |= held
             done[kind] += count
             batches += 1
             if progress:
                 progress(done["entries"] + done["items"])
-    return {**done, "batches": batches}
+        left_over += len(passed_over)
+    return {**done, "batches": batches, "passed_over": left_over}
 
 
 def reembed_all(*, agent_id: int | None, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Re-embed every entry and item (of one agent, or all), overwriting vectors, in batches.
 
     Walks by primary key so a crash resumes anywhere without re-reading what is done twice in
-    one run; rows written after the walk passed them are embedded by the normal job.
+    one run; rows written after the walk passed them are embedded by the normal job. Rows a
+    cascade held while their batch was written (`_store`) are embedded again at the end; the
+    count of those still held then is `passed_over` (run the command again for them).
     """
     batch = settings.EMBEDDING_BATCH_SIZE
     done = 0
@@ -213,30 +260,47 @@ def reembed_all(*, agent_id: int | None, progress: Callable[[int], None] | None 
     if agent_id is not None:
         entries_q = entries_q.filter(agent_id=agent_id)
         items_q = items_q.filter(agent_id=agent_id)
-    after = ""
-    while True:
-        entries = list(
-            entries_q.filter(id__gt=after)
-            .order_by("id")
-            .only("id", "parent_id", "type", "role", "text", "sender_name", "tool_name")[:batch]
-        )
-        if not entries:
-            break
-        done += embed_entries_batch(entries, overwrite=True)
-        after = entries[-1].id
-        if progress:
-            progress(done)
-    after = ""
-    while True:
-        items = list(items_q.filter(id__gt=after).order_by("id")[:batch])
-        if not items:
-            break
-        done += embed_items_batch(items, overwrite=True)
-        after = items[-1].id
-        if progress:
-            progress(done)
+    entry_fields = ("id", "parent_id", "type", "role", "text", "sender_name", "tool_name")
+    held: dict[str, set[str]] = {"entries": set(), "items": set()}
+
+    def walk(kind: str, rows_after: Callable[[str], list[Any]], embed: Callable[[list[Any]], set[str]]) -> None:
+        nonlocal done
+        after = ""
+        while rows := rows_after(after):
+            written = embed(rows)
+            done += len(written)
+            held[kind] |= {r.id for r in rows} - written
+            after = rows[-1].id
+            if progress:
+                progress(done)
+
+    walk(
+        "entries",
+        lambda after: list(entries_q.filter(id__gt=after).order_by("id").only(*entry_fields)[:batch]),
+        lambda rows: embed_entries_batch(rows, overwrite=True),
+    )
+    walk(
+        "items",
+        lambda after: list(items_q.filter(id__gt=after).order_by("id")[:batch]),
+        lambda rows: embed_items_batch(rows, overwrite=True),
+    )
+    # A second look at the held rows (a deleted one is gone by now, a spliced one is there).
+    again = {kind: sorted(ids) for kind, ids in held.items()}
+    held = {"entries": set(), "items": set()}
+    walk(
+        "entries",
+        lambda after: list(
+            entries_q.filter(id__in=again["entries"], id__gt=after).order_by("id").only(*entry_fields)[:batch]
+        ),
+        lambda rows: embed_entries_batch(rows, overwrite=True),
+    )
+    walk(
+        "items",
+        lambda after: list(items_q.filter(id__in=again["items"], id__gt=after).order_by("id")[:batch]),
+        lambda rows: embed_items_batch(rows, overwrite=True),
+    )
     # Redacted entries keep no vector (derived memory goes with its source).
     Entry.objects.filter(Q(redacted_at__isnull=False) & Q(embedding__isnull=False)).update(
         embedding=None, embedded_at=None
     )
-    return {"embedded": done}
+    return {"embedded": done, "passed_over": len(held["entries"]) + len(held["items"])}

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -28,6 +29,7 @@ from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
 from memoryapp.selectors.threads import entry_on_branch, thread_for_agent, tool_call_name_on_branch
 from memoryapp.services.hooks import after_entries_added
 from memoryapp.services.lineage import AUDIT_IDS, derived_forget
+from memoryapp.services.retry import atomic_retrying
 
 # Limits, each with its own error code (README "Limits").
 MAX_ENTRY_BYTES = 1024 * 1024  # JSON of one entry's content, tool calls, event and metadata
@@ -344,10 +346,15 @@ def thread_update(
     return locked
 
 
-@transaction.atomic
+@atomic_retrying
 def thread_delete(*, thread: Thread, actor: str = "") -> None:
     """Delete a thread and every entry of it, first what memory derived from them (`derived_forget`),
-    and the copies of its entries in its forks (004: they go with their originals)."""
+    and the copies of its entries in its forks (004: they go with their originals).
+
+    Lock order, the same in every cascade: the thread, its forks level by level (`fork_copies`),
+    `derived_forget`'s advisory locks, then the rows that go, in id order, just before they go.
+    A deadlock victim is run again (`atomic_retrying`).
+    """
     locked = _lock(thread)
     doomed = list(Entry.objects.filter(thread=locked).only("id", "agent_id", "thread_id"))
     copies = fork_copies(doomed)
@@ -355,6 +362,7 @@ def thread_delete(*, thread: Thread, actor: str = "") -> None:
         agent=locked.agent, entries=[*doomed, *copies], reason="thread.delete", actor=actor, entries_deleted=True
     )
     count = len(doomed)
+    _lock_rows(Entry.objects.filter(thread=locked))
     # Children point at their parents with DO_NOTHING; the parent constraint is checked at
     # commit, when the whole tree is gone, so the cascade may delete in any order.
     audit_append(
@@ -671,7 +679,8 @@ def fork_copies(entries: Sequence[Entry]) -> list[Entry]:
 
     Call with the entries' own threads locked. Each level of forks is locked (in pk order) before
     its copies are read, so no fork made meanwhile escapes, and every cascade locks a thread before
-    its forks and all of them before `derived_forget`'s advisory locks: cascades never deadlock.
+    its forks, all of them before `derived_forget`'s advisory locks, and those before the entry rows
+    it changes (`_lock_rows`, in id order): cascades never deadlock with each other.
     """
     found: list[Entry] = []
     agent_ids = {e.agent_id for e in entries}
@@ -693,6 +702,15 @@ def fork_copies(entries: Sequence[Entry]) -> list[Entry]:
     return found
 
 
+def _lock_rows(entries: QuerySet[Entry]) -> None:
+    """Lock the entry rows a cascade is about to change or delete, in id order.
+
+    A multi-row UPDATE or DELETE locks rows in the order of its plan; two of them over the same
+    rows in different orders wait for each other. Taken first in one order, they cannot.
+    """
+    list(entries.select_for_update().order_by("pk").values_list("pk", flat=True))
+
+
 def _splice_many(locked: Thread, doomed: set[str]) -> int:
     """Delete these entries of a locked thread; children and the leaf go to the nearest survivor."""
     parents = dict(Entry.objects.filter(thread=locked).values_list("id", "parent_id"))
@@ -703,6 +721,7 @@ def _splice_many(locked: Thread, doomed: set[str]) -> int:
         return entry_id
 
     moves = {eid: survivor(pid) for eid, pid in parents.items() if eid not in doomed and pid in doomed}
+    _lock_rows(Entry.objects.filter(thread=locked, pk__in=[*doomed, *moves]))
     reparent(moves)
     if locked.active_leaf_id in doomed:
         locked.active_leaf_id = survivor(locked.active_leaf_id)
@@ -736,7 +755,7 @@ def _delete_fork_copies(copies: Sequence[Entry], *, reason: str, actor: str) -> 
         )
 
 
-@transaction.atomic
+@atomic_retrying
 def entry_delete(*, entry: Entry, actor: str = "") -> None:
     """Splice an entry out of its branch: its children go under its parent.
 
@@ -756,7 +775,8 @@ def entry_delete(*, entry: Entry, actor: str = "") -> None:
     if not current.exists():
         raise NotFound("Entry")
     parent_id = current.first()
-    child_ids = Entry.objects.filter(thread=locked, parent_id=entry.pk).values_list("id", flat=True)
+    child_ids = list(Entry.objects.filter(thread=locked, parent_id=entry.pk).values_list("id", flat=True))
+    _lock_rows(Entry.objects.filter(thread=locked, pk__in=[entry.pk, *child_ids]))
     children = reparent(dict.fromkeys(child_ids, parent_id))
     if locked.active_leaf_id == entry.pk:
         locked.active_leaf_id = parent_id
@@ -802,7 +822,7 @@ def _redact_content(content: Any) -> Any:
     return REDACTED_TEXT
 
 
-@transaction.atomic
+@atomic_retrying
 def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
     """Replace what an entry said with `[redacted]`, keeping its place in the tree.
 
