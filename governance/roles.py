@@ -30,7 +30,6 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_entry",
         "memoryapp.delete_entry",
         "memoryapp.view_memoryitem",
-        "memoryapp.change_memoryitem",
         "memoryapp.view_evidence",
         "memoryapp.view_entity",
         "memoryapp.view_memoryfileversion",

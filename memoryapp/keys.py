@@ -8,9 +8,15 @@ import secrets
 from django.db import transaction
 from django.utils import timezone
 
+from memoryapp.errors import DomainError
 from memoryapp.models import Agent, AgentKey
+from memoryapp.models.choices import TRUST_RANK, Trust
 
 KEY_PREFIX = "mk_"
+# Who may change how far an agent's writes are trusted (a key's max trust, the agent's shadow
+# mode): that decides which items skip the review queue, so it is a security decision. No role
+# group holds it (governance/roles.py); a superuser has it and may grant it to a named user.
+TRUST_PERMISSION = "memoryapp.set_agent_trust"
 
 
 def hash_key(raw: str) -> str:
@@ -43,6 +49,56 @@ def agent_key_revoke(*, key: AgentKey, actor: str) -> AgentKey:
         outcome="revoked" if updated else "already-revoked",
     )
     return key
+
+
+@transaction.atomic
+def agent_key_trust_set(*, key: AgentKey, max_trust: str, actor: str) -> AgentKey:
+    """Set the most trusted source a key may write items as; audited with the old and new level.
+
+    The caller checks that the person holds TRUST_PERMISSION (the admin does): raising a key to
+    `user` or `system` lets its agent's items skip the review queue.
+    """
+    from governance.audit import audit_append
+
+    if max_trust not in Trust.values:
+        raise DomainError("invalid_value", f"max_trust must be one of {list(Trust.values)}.", field="max_trust")
+    locked = AgentKey.objects.select_for_update().get(pk=key.pk)
+    old = locked.max_trust
+    if old != max_trust:
+        locked.max_trust = max_trust
+        locked.save(update_fields=["max_trust"])
+        audit_append(
+            action="agent_key.trust_set",
+            actor=actor,
+            agent_id=locked.agent_id,
+            subject=locked.prefix,
+            outcome="raised" if TRUST_RANK[Trust(max_trust)] < TRUST_RANK[Trust(old)] else "lowered",
+            details={"key_id": locked.pk, "from": old, "to": max_trust},
+        )
+    key.max_trust = locked.max_trust
+    return locked
+
+
+@transaction.atomic
+def agent_shadow_mode_set(*, agent: Agent, shadow_mode: bool, actor: str) -> Agent:
+    """Turn an agent's shadow mode on or off; audited. Off, what extraction finds from trusted turns
+    becomes active without review, so the caller checks TRUST_PERMISSION as for a key's trust."""
+    from governance.audit import audit_append
+
+    locked = Agent.objects.select_for_update().get(pk=agent.pk)
+    if locked.shadow_mode != shadow_mode:
+        locked.shadow_mode = shadow_mode
+        locked.save(update_fields=["shadow_mode"])
+        audit_append(
+            action="agent.shadow_mode_set",
+            actor=actor,
+            agent_id=locked.pk,
+            subject=locked.slug,
+            outcome="on" if shadow_mode else "off",
+            details={"from": not shadow_mode, "to": shadow_mode},
+        )
+    agent.shadow_mode = locked.shadow_mode
+    return locked
 
 
 @transaction.atomic

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group, User
+from django.contrib.auth.models import Group, Permission, User
 from django.test import Client
 
+from governance.audit import audit_verify
 from governance.models import AuditRecord
 from governance.roles import ROLES, roles_sync
-from memoryapp.models import AgentKey, Entry
+from memoryapp.errors import DomainError
+from memoryapp.keys import TRUST_PERMISSION, agent_key_trust_set
+from memoryapp.models import AgentKey, Entry, MemoryItem
+from memoryapp.services.items import item_write
+from memoryapp.services.threads import entry_add, thread_create
 from tests.conftest import Caller
 from tests.test_threads_admin import rome
 
@@ -95,3 +100,195 @@ def test_creating_an_agent_mints_its_first_key_only_for_those_who_may_make_keys(
         {"slug": "second", "name": "Second", "keys-TOTAL_FORMS": "0", "keys-INITIAL_FORMS": "0"},
     )
     assert AgentKey.objects.filter(agent__slug="second").count() == 1
+
+
+# --- each role both ways: what it may do and what it may not ------------------------------------
+
+REVIEW_URL = "/admin/memoryapp/memoryitem/review/"
+
+
+def _suggested(caller: Caller) -> tuple[MemoryItem, Entry]:
+    thread = thread_create(agent=caller.agent, external_id="t-ana", user_id="u-ana")
+    answer = entry_add(thread=thread, role="user", content="I am vegetarian now.")
+    item = item_write(
+        agent=caller.agent,
+        kind="preference",
+        subject="Ana",
+        attribute="diet",
+        value="vegetarian",
+        trust="model",
+        user_id="u-ana",
+        evidence=[{"entry_id": answer.id, "quote": "I am vegetarian now"}],
+    )
+    assert item.status == "suggested"
+    return item, answer
+
+
+def _key_form(key: AgentKey, **changes: str) -> dict[str, str]:
+    return {"name": key.name, "max_trust": key.max_trust, **changes}
+
+
+def test_no_role_group_may_set_an_agents_trust() -> None:
+    app_label, codename = TRUST_PERMISSION.split(".")
+    assert Permission.objects.filter(content_type__app_label=app_label, codename=codename).exists()
+    for name, codes in ROLES.items():
+        assert TRUST_PERMISSION not in codes, name
+        assert not Group.objects.get(name=name).permissions.filter(codename=codename).exists(), name
+
+
+def test_a_reviewer_approves_rejects_and_edits_and_reads_the_quoted_conversation(alice: Caller) -> None:
+    item, answer = _suggested(alice)
+    reviewer = _staff(groups=("Reviewers",), name="rita")
+    assert reviewer.get(f"/admin/memoryapp/thread/{answer.thread_id}/change/").status_code == 200
+    assert reviewer.get(f"/admin/memoryapp/entry/{answer.id}/change/").status_code == 200
+    reviewer.post(REVIEW_URL, {"action": "approve", "item": item.pk, "value": "vegetarian (no meat)"})
+    item.refresh_from_db()
+    assert (item.status, item.value) == ("active", "vegetarian (no meat)")
+    other = item_write(
+        agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="Lisbon", trust="model", user_id="u-ana"
+    )
+    reviewer.post(REVIEW_URL, {"action": "reject", "item": other.pk, "reason": "wrong"})
+    other.refresh_from_db()
+    assert other.status == "rejected"
+    assert set(AuditRecord.objects.filter(actor="staff:rita").values_list("action", flat=True)) == {"item.reviewed"}
+
+
+def test_a_reviewer_may_not_delete_threads_read_audit_or_touch_keys(alice: Caller) -> None:
+    thread, entries = rome(alice)
+    reviewer = _staff(groups=("Reviewers",), name="rita")
+    assert reviewer.get(f"/admin/memoryapp/thread/{thread.pk}/delete/").status_code == 403
+    assert reviewer.post(f"/admin/memoryapp/thread/{thread.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert reviewer.post(f"/admin/memoryapp/entry/{entries['q'].id}/delete/", {"post": "yes"}).status_code == 403
+    assert Entry.objects.filter(thread=thread).count() == 4
+    assert reviewer.get("/admin/governance/auditrecord/").status_code == 403
+    key = AgentKey.objects.get(agent=alice.agent)
+    assert reviewer.get(f"/admin/memoryapp/agentkey/{key.pk}/change/").status_code == 403
+    reviewer.post(f"/admin/memoryapp/agentkey/{key.pk}/change/", _key_form(key, max_trust="system"))
+    key.refresh_from_db()
+    assert key.max_trust == "model"
+
+
+def test_a_privacy_officer_deletes_threads_and_reads_the_audit_list(alice: Caller) -> None:
+    thread, _ = rome(alice)
+    officer = _staff(groups=("Privacy officers",), name="officer")
+    assert officer.get("/admin/governance/auditrecord/").status_code == 200
+    assert officer.get(f"/admin/memoryapp/thread/{thread.pk}/delete/").status_code == 200
+    officer.post(f"/admin/memoryapp/thread/{thread.pk}/delete/", {"post": "yes"})
+    assert not Entry.objects.filter(thread_id=thread.pk).exists()
+    assert AuditRecord.objects.get(action="thread.delete").actor == "staff:officer"
+
+
+def test_a_privacy_officer_may_not_decide_review_items_nor_touch_keys(alice: Caller) -> None:
+    item, _ = _suggested(alice)
+    officer = _staff(groups=("Privacy officers",), name="officer")
+    assert officer.get(REVIEW_URL).status_code == 403
+    assert officer.post(REVIEW_URL, {"action": "approve", "item": item.pk, "value": "x"}).status_code == 403
+    assert officer.post(REVIEW_URL, {"action": "reject", "item": item.pk, "reason": "no"}).status_code == 403
+    changelist = officer.get("/admin/memoryapp/memoryitem/")
+    assert changelist.status_code == 200  # they may see what memory holds about a person
+    assert "approve_selected" not in changelist.content.decode()
+    officer.post("/admin/memoryapp/memoryitem/", {"action": "approve_selected", "_selected_action": [item.pk]})
+    officer.post("/admin/memoryapp/memoryitem/", {"action": "reject_selected", "_selected_action": [item.pk]})
+    item.refresh_from_db()
+    assert (item.status, item.value) == ("suggested", "vegetarian")
+    assert not AuditRecord.objects.filter(action="item.reviewed").exists()
+    keys = AgentKey.objects.count()
+    officer.post("/admin/memoryapp/agent/", {"action": "create_key", "_selected_action": [alice.agent.pk]})
+    assert AgentKey.objects.count() == keys
+    assert officer.get("/admin/django_celery_beat/periodictask/").status_code == 403
+
+
+def test_an_operator_sees_job_runs_and_schedules_and_a_keys_trust_but_cannot_raise_it(alice: Caller) -> None:
+    operator = _staff(groups=("Operators",), name="operator")
+    assert operator.get("/admin/governance/jobrun/").status_code == 200
+    assert operator.get("/admin/django_celery_beat/periodictask/").status_code == 200
+    key = AgentKey.objects.get(agent=alice.agent)
+    page = operator.get(f"/admin/memoryapp/agentkey/{key.pk}/change/")
+    assert page.status_code == 200
+    assert 'name="max_trust"' not in page.content.decode()  # shown, not a field of the form
+    operator.post(f"/admin/memoryapp/agentkey/{key.pk}/change/", _key_form(key, name="renamed", max_trust="system"))
+    key.refresh_from_db()
+    assert (key.name, key.max_trust) == ("renamed", "model")
+    # Nor through the agent's page (its keys inline) or by leaving shadow mode.
+    operator.post(
+        f"/admin/memoryapp/agent/{alice.agent.pk}/change/",
+        {
+            "slug": alice.agent.slug,
+            "name": "Alice",
+            "active": "on",
+            "keys-TOTAL_FORMS": "1",
+            "keys-INITIAL_FORMS": "1",
+            "keys-0-id": str(key.pk),
+            "keys-0-agent": str(alice.agent.pk),
+            "keys-0-max_trust": "system",
+        },
+    )
+    key.refresh_from_db()
+    alice.agent.refresh_from_db()
+    assert key.max_trust == "model"
+    assert alice.agent.name == "Alice" and alice.agent.shadow_mode is True
+    assert not AuditRecord.objects.filter(action__in=["agent_key.trust_set", "agent.shadow_mode_set"]).exists()
+    # So the agent's own items still wait for review.
+    response = alice.client.post(
+        "/api/v1/items",
+        {"kind": "fact", "subject": "Ana", "attribute": "city", "value": "Rome", "trust": "system"},
+        format="json",
+    )
+    assert response.status_code == 403 and response.json()["error"]["code"] == "trust_not_allowed"
+    assert not MemoryItem.objects.filter(agent=alice.agent, attribute="city").exists()
+
+
+def test_an_operator_may_not_read_conversations_nor_review(alice: Caller) -> None:
+    thread, _ = rome(alice)
+    item, _ = _suggested(alice)
+    operator = _staff(groups=("Operators",), name="operator")
+    assert operator.get(f"/admin/memoryapp/thread/{thread.pk}/change/").status_code == 403
+    assert operator.get("/admin/memoryapp/thread/").status_code == 403
+    assert operator.get(REVIEW_URL).status_code == 403
+    assert operator.post(REVIEW_URL, {"action": "approve", "item": item.pk, "value": "x"}).status_code == 403
+    item.refresh_from_db()
+    assert item.status == "suggested"
+    assert operator.post(f"/admin/memoryapp/thread/{thread.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert Entry.objects.filter(thread=thread).count() == 4
+
+
+def test_who_holds_the_trust_permission_raises_a_keys_trust_and_the_audit_chain_records_it(alice: Caller) -> None:
+    trusted = _staff(groups=("Operators",), name="security")
+    User.objects.get(username="security").user_permissions.add(
+        Permission.objects.get(content_type__app_label="memoryapp", codename=TRUST_PERMISSION.split(".")[1])
+    )
+    key = AgentKey.objects.get(agent=alice.agent)
+    page = trusted.get(f"/admin/memoryapp/agentkey/{key.pk}/change/").content.decode()
+    assert 'name="max_trust"' in page
+    trusted.post(f"/admin/memoryapp/agentkey/{key.pk}/change/", _key_form(key, max_trust="system"))
+    key.refresh_from_db()
+    assert key.max_trust == "system"
+    record = AuditRecord.objects.get(action="agent_key.trust_set")
+    assert (record.actor, record.agent_id, record.subject, record.outcome) == (
+        "staff:security",
+        alice.agent.pk,
+        key.prefix,
+        "raised",
+    )
+    assert record.details == {"key_id": key.pk, "from": "model", "to": "system"}
+    assert audit_verify().ok
+
+    trusted.post(
+        f"/admin/memoryapp/agent/{alice.agent.pk}/change/",
+        {"slug": alice.agent.slug, "name": "Alice", "active": "on", "keys-TOTAL_FORMS": "0", "keys-INITIAL_FORMS": "0"},
+    )
+    alice.agent.refresh_from_db()
+    assert alice.agent.shadow_mode is False
+    shadow = AuditRecord.objects.get(action="agent.shadow_mode_set")
+    assert (shadow.actor, shadow.outcome, shadow.details) == ("staff:security", "off", {"from": True, "to": False})
+
+
+def test_setting_a_keys_trust_to_the_same_level_writes_nothing_and_a_bad_level_is_refused(alice: Caller) -> None:
+    key = AgentKey.objects.get(agent=alice.agent)
+    agent_key_trust_set(key=key, max_trust="model", actor="staff:admin")
+    assert not AuditRecord.objects.filter(action="agent_key.trust_set").exists()
+    with pytest.raises(DomainError) as refused:
+        agent_key_trust_set(key=key, max_trust="root", actor="staff:admin")
+    assert refused.value.field == "max_trust"
+    agent_key_trust_set(key=key, max_trust="web", actor="staff:admin")
+    assert AuditRecord.objects.get(action="agent_key.trust_set").outcome == "lowered"

@@ -3,16 +3,27 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from memoryapp.keys import agent_key_create, agent_key_revoke
+from memoryapp.keys import (
+    TRUST_PERMISSION,
+    agent_key_create,
+    agent_key_revoke,
+    agent_key_trust_set,
+    agent_shadow_mode_set,
+)
 from memoryapp.models import Agent, AgentKey
 
 
 def _actor(request: HttpRequest) -> str:
     return f"staff:{request.user.get_username()}"
+
+
+def _may_set_trust(request: HttpRequest) -> bool:
+    return bool(request.user.has_perm(TRUST_PERMISSION))
 
 
 def _show_key_once(request: HttpRequest, agent: Agent, raw: str) -> None:
@@ -31,7 +42,8 @@ class AgentKeyInline(admin.TabularInline):
     extra = 0
     can_delete = False
     fields = ("prefix", "name", "max_trust", "created_at", "last_used_at", "revoked_at")
-    readonly_fields = ("prefix", "name", "created_at", "last_used_at", "revoked_at")
+    # A key's trust changes on the key's own page, through the audited service, for those who may.
+    readonly_fields = fields
     show_change_link = True
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -46,8 +58,27 @@ class AgentAdmin(admin.ModelAdmin):
     inlines = [AgentKeyInline]
     actions = ["create_key"]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
+        # Shadow mode off lets extracted items skip review: only TRUST_PERMISSION changes it
+        # (a new agent starts in shadow mode).
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if _may_set_trust(request) else [*fields, "shadow_mode"]
+
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
+        shadow_mode = obj.shadow_mode
+        shadow_changed = "shadow_mode" in form.changed_data
+        if shadow_changed and not _may_set_trust(request):
+            raise PermissionDenied
+        if shadow_changed:
+            # Written by the service below (audited), not by the form.
+            obj.shadow_mode = (
+                Agent.objects.values_list("shadow_mode", flat=True).get(pk=obj.pk)
+                if change
+                else Agent._meta.get_field("shadow_mode").get_default()
+            )
         super().save_model(request, obj, form, change)
+        if shadow_changed:
+            agent_shadow_mode_set(agent=obj, shadow_mode=shadow_mode, actor=_actor(request))
         if change:
             return
         if not self.has_mint_permission(request):
@@ -81,6 +112,22 @@ class AgentKeyAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # keys are made from the agent's page, where the raw key is shown once
+
+    def get_readonly_fields(self, request: HttpRequest, obj: AgentKey | None = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        return fields if _may_set_trust(request) else [*fields, "max_trust"]
+
+    def save_model(self, request: HttpRequest, obj: AgentKey, form: Any, change: bool) -> None:
+        """The name is saved by the form; a new max trust only through `agent_key_trust_set` (audited)."""
+        trust_changed = "max_trust" in form.changed_data
+        if trust_changed and not _may_set_trust(request):
+            raise PermissionDenied
+        wanted = obj.max_trust
+        if trust_changed:
+            obj.max_trust = AgentKey.objects.values_list("max_trust", flat=True).get(pk=obj.pk)
+        super().save_model(request, obj, form, change)
+        if trust_changed:
+            agent_key_trust_set(key=obj, max_trust=wanted, actor=_actor(request))
 
     @admin.display(description="state")
     def state(self, obj: AgentKey) -> str:

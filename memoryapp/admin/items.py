@@ -1,7 +1,7 @@
 """Admin of memory items: the reviewers' queue, "what did the agent know", items and entities.
 
-Who reviews: staff users with the built-in permission `memoryapp.change_memoryitem` (give it to
-a Group "reviewers"). Every decision goes through `item_approve` / `item_reject` /
+Who reviews: staff users with the built-in permission `memoryapp.change_memoryitem`, which only
+the "Reviewers" group holds (governance/roles.py). Every decision goes through `item_approve` / `item_reject` /
 `item_forget`, which write the audit record in the same transaction; this module holds no rule
 of its own.
 """
