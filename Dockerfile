@@ -8,7 +8,8 @@ RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorc
  && pip install --no-cache-dir -r requirements.txt
 COPY . .
 RUN python -c "import compileall; compileall.compile_dir('.', quiet=1)" \
- && useradd --create-home memory && chown -R memory /app
+ && useradd --create-home memory && chown -R memory /app \
+ && mkdir -p /srv/anchors && chown memory /srv/anchors
 USER memory
 EXPOSE 8000
 CMD ["gunicorn", "memory_project.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--worker-class", "gthread"]

@@ -42,10 +42,16 @@ class AuditRecordAdmin(admin.ModelAdmin):
             raise PermissionDenied
         result = audit_verify()
         if result.ok:
-            messages.success(request, f"Audit chain verified: {result.records} records, unbroken.")
+            messages.success(
+                request,
+                f"Audit chain verified: {result.records} records, unbroken; "
+                f"{result.anchors} anchors outside the database agree.",
+            )
         else:
             messages.error(
-                request, f"Audit chain BROKEN at seq {result.first_broken} ({result.records} records checked)."
+                request,
+                f"Audit chain BROKEN at seq {result.first_broken}: {result.reason} "
+                f"({result.records} records checked, {result.anchors} anchors).",
             )
         return HttpResponseRedirect(reverse("admin:governance_auditrecord_changelist"))
 

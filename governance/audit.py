@@ -3,20 +3,38 @@
 Appends take a transaction-level advisory lock, so concurrent transactions queue up and the
 chain stays one unbroken line: each record's `prev_hash` is the `hash` of the record before,
 and a transaction that rolls back takes its record with it.
+
+A chain alone cannot see its own end cut off, nor a suffix re-hashed by someone who can write
+the table. So each record is also *anchored*: once its transaction has committed, a line
+`{"seq", "hash", "at"}` is appended to a file outside the database (`AUDIT_ANCHOR_FILE`), and
+`audit_verify` checks the chain against those lines. What a crash can do to this:
+
+- A line is written only after the commit (`transaction.on_commit`, dropped with a rolled-back
+  savepoint), so an anchor never names a seq that was rolled back.
+- A crash between the commit and the line leaves that record unanchored: it verifies as a plain
+  chain link does, and the next anchored record covers it (its hash chains through it).
+- Each line is one `write` with O_APPEND (appends of concurrent processes do not interleave),
+  then fsync; a line torn by a crash mid-write is skipped when read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import os
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from governance.models import AuditRecord
+
+logger = logging.getLogger(__name__)
 
 GENESIS_HASH = "0" * 64
 _AUDIT_LOCK_KEY = 0x4D454D41  # "MEMA": the advisory lock of the audit chain
@@ -77,7 +95,63 @@ def audit_append(
         )
         record.hash = record_hash(record.prev_hash, _hashed_fields(record))
         record.save(force_insert=True)
+        seq, hash_, at = record.seq, record.hash, record.at
+        transaction.on_commit(lambda: anchor_append(seq=seq, hash_=hash_, at=at), robust=True)
         return record
+
+
+# --- anchors: the chain's head, outside the database ---------------------------------------------
+
+
+def anchor_path() -> Path:
+    return Path(settings.AUDIT_ANCHOR_FILE)
+
+
+def anchor_append(*, seq: int, hash_: str, at: datetime) -> None:
+    """Append one anchor line (after the record's commit). A failure is logged, never raised: the
+    change it records is committed, and an unanchored record still verifies as a chain link."""
+    line = json.dumps({"seq": seq, "hash": hash_, "at": at.isoformat(timespec="microseconds")}) + "\n"
+    path = anchor_path()
+    try:
+        fresh = not path.exists()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+        try:
+            data = line.encode()
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data  # end a line torn by a crash, so this one reads whole
+            if os.write(fd, data) != len(data):
+                raise OSError(f"short write of the anchor of seq {seq}")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if fresh:  # the new file's name must survive a crash too
+            directory = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+    except OSError:
+        logger.exception("could not anchor audit record %s in %s", seq, path)
+
+
+def anchors_read() -> dict[int, set[str]]:
+    """Every anchored seq with the hash(es) written for it; torn or foreign lines are skipped."""
+    anchors: dict[int, set[str]] = {}
+    try:
+        with anchor_path().open(encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                try:
+                    anchor = json.loads(line)
+                    seq, hash_ = anchor["seq"], anchor["hash"]
+                except (ValueError, TypeError, KeyError):
+                    continue
+                if isinstance(seq, int) and not isinstance(seq, bool) and isinstance(hash_, str):
+                    anchors.setdefault(seq, set()).add(hash_)
+    except FileNotFoundError:
+        pass
+    return anchors
 
 
 @dataclass(frozen=True)
@@ -85,16 +159,37 @@ class AuditVerification:
     records: int
     ok: bool
     first_broken: int | None
+    anchors: int = 0
+    reason: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"records": self.records, "ok": self.ok, "first_broken": self.first_broken}
+        return {
+            "records": self.records,
+            "ok": self.ok,
+            "first_broken": self.first_broken,
+            "anchors": self.anchors,
+            "reason": self.reason,
+        }
 
 
 def audit_verify() -> AuditVerification:
-    """Walk the chain oldest first; the first record whose seq, link or hash does not hold breaks it."""
+    """Check the chain, and the chain against its anchors; name the first seq that does not hold.
+
+    1. Walk the records oldest first: each must have the next seq, link to the hash before and
+       hash to its own `hash` (a record changed, deleted or inserted in the middle).
+    2. A record whose anchor names another hash: the suffix from there was rewritten, however
+       consistently (its own links all hold).
+    3. Anchors past the chain's last record: the newest records were cut off; the first missing
+       seq is named.
+    """
+    anchors = anchors_read()
     prev_hash = GENESIS_HASH
     expected_seq = 1
     checked = 0
+
+    def broken(seq: int, reason: str) -> AuditVerification:
+        return AuditVerification(records=checked, ok=False, first_broken=seq, anchors=len(anchors), reason=reason)
+
     for record in AuditRecord.objects.order_by("seq").iterator(chunk_size=2000):
         checked += 1
         if (
@@ -102,10 +197,18 @@ def audit_verify() -> AuditVerification:
             or record.prev_hash != prev_hash
             or record.hash != record_hash(record.prev_hash, _hashed_fields(record))
         ):
-            return AuditVerification(records=checked, ok=False, first_broken=record.seq)
+            return broken(record.seq, "the record does not follow the chain (changed, or one before it is missing)")
+        anchored = anchors.get(record.seq)
+        if anchored is not None and anchored != {record.hash}:
+            return broken(record.seq, "the record's hash differs from its anchor (the chain was rewritten from here)")
         prev_hash = record.hash
         expected_seq += 1
-    return AuditVerification(records=checked, ok=True, first_broken=None)
+    newest_anchor = max(anchors, default=0)
+    if newest_anchor >= expected_seq:
+        return broken(
+            expected_seq, f"records up to seq {newest_anchor} were anchored, the chain ends at seq {expected_seq - 1}"
+        )
+    return AuditVerification(records=checked, ok=True, first_broken=None, anchors=len(anchors))
 
 
 def audit_records(

@@ -13,6 +13,8 @@ from governance.models import JobRun
 
 @shared_task(name="governance.tasks.audit_verify_job", acks_late=True)
 def audit_verify_job(run_id: int) -> None:
+    """Verify the chain against its anchors; the run's result names the first broken seq and why."""
+
     def work(run: JobRun) -> dict[str, Any]:
         return audit_verify().as_dict()
 

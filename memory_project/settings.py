@@ -162,6 +162,14 @@ LLM_PRICE_OUTPUT_PER_MTOK = env_float("LLM_PRICE_OUTPUT_PER_MTOK", 0.0, minimum=
 # Entries arriving within this many seconds of the first join one extraction run.
 EXTRACTION_DEBOUNCE_SECONDS = env_float("EXTRACTION_DEBOUNCE_SECONDS", 30.0, minimum=0.0, maximum=86400.0)
 
+# --- Audit ---------------------------------------------------------------------------------------
+
+# After each commit the audit chain's head is appended here, outside the database, so a chain cut
+# short or re-hashed from some record on no longer verifies (governance.audit). It belongs to its
+# database: keep it (and back it up) with the database, on storage every web and worker process
+# of the deployment writes to.
+AUDIT_ANCHOR_FILE = Path(env_str("AUDIT_ANCHOR_FILE", str(VAR_DIR / "audit-anchors.log")))
+
 # --- Admin account created on first start -------------------------------------------------
 
 ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
@@ -24,6 +26,14 @@ def _caller(slug: str) -> Caller:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
     return Caller(agent=agent, key=raw, client=client)
+
+
+@pytest.fixture(autouse=True)
+def audit_anchor_file(tmp_path: Path, settings: Any) -> Path:
+    """Each test anchors its audit chain in a file of its own: a chain starts again at seq 1 in
+    every test, and must not be compared with the anchors of another test's chain."""
+    settings.AUDIT_ANCHOR_FILE = tmp_path / "audit-anchors.log"
+    return settings.AUDIT_ANCHOR_FILE
 
 
 @pytest.fixture

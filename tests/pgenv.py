@@ -19,6 +19,13 @@ os.environ.setdefault("LLM_PROVIDER", "scripted")
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# Audit anchors of the test runs never go to the service's var/ (tests/conftest.py gives each test
+# a file of its own; this one catches what runs outside a test, and worker processes).
+if not os.environ.get("AUDIT_ANCHOR_FILE"):
+    _anchors = tempfile.mkdtemp(prefix="test-anchors-")
+    os.environ["AUDIT_ANCHOR_FILE"] = os.path.join(_anchors, "audit-anchors.log")
+    atexit.register(shutil.rmtree, _anchors, True)
+
 if not os.environ.get("REDIS_URL"):
     # A database of its own on the local Redis, so a running service never takes the tests' jobs.
     from memory_project import embedded

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import json
 import threading
+from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 
-from governance.audit import audit_append, audit_records, audit_verify
+from governance.audit import _hashed_fields, audit_append, audit_records, audit_verify, record_hash
+from governance.jobs import job_enqueue
 from governance.models import AuditRecord
+from governance.tasks import audit_verify_job
 
 
 @pytest.mark.django_db
@@ -16,7 +20,7 @@ def test_append_chains_records_and_verify_passes() -> None:
     second = audit_append(action="item.rejected", actor="staff:rita", subject="mem_2", outcome="rejected")
     assert (first.seq, second.seq) == (1, 2)
     assert second.prev_hash == first.hash
-    assert audit_verify().as_dict() == {"records": 2, "ok": True, "first_broken": None}
+    assert audit_verify().as_dict() == {"records": 2, "ok": True, "first_broken": None, "anchors": 0, "reason": ""}
 
 
 @pytest.mark.django_db
@@ -80,7 +84,8 @@ def test_concurrent_appends_stay_one_unbroken_chain() -> None:
     assert not errors
     seqs = list(AuditRecord.objects.order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, 121))
-    assert audit_verify().as_dict() == {"records": 120, "ok": True, "first_broken": None}
+    # Every committed append was anchored too, in whatever order the commits came.
+    assert audit_verify().as_dict() == {"records": 120, "ok": True, "first_broken": None, "anchors": 120, "reason": ""}
 
 
 @pytest.mark.django_db
@@ -91,3 +96,118 @@ def test_audit_verify_command_fails_on_a_broken_chain(capsys) -> None:
     AuditRecord.objects.update(actor="someone else")
     with pytest.raises(Exception, match="broken at seq 1"):
         call_command("audit_verify")
+
+
+# --- anchors outside the database -----------------------------------------------------------------
+
+
+def _anchored_chain(count: int) -> None:
+    for n in range(count):
+        audit_append(action="thread.delete", subject=f"t-{n}", outcome="deleted")  # each its own commit
+
+
+def _anchor_lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_committed_record_is_anchored_in_the_file_and_an_untouched_chain_verifies(
+    audit_anchor_file: Path,
+) -> None:
+    _anchored_chain(5)
+    records = list(AuditRecord.objects.order_by("seq"))
+    assert _anchor_lines(audit_anchor_file) == [
+        {"seq": r.seq, "hash": r.hash, "at": r.at.isoformat(timespec="microseconds")} for r in records
+    ]
+    assert audit_verify().as_dict() == {"records": 5, "ok": True, "first_broken": None, "anchors": 5, "reason": ""}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_anchor_never_names_a_seq_that_was_rolled_back(audit_anchor_file: Path) -> None:
+    audit_append(action="kept")
+    with transaction.atomic():
+        audit_append(action="kept-too")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            audit_append(action="lost")  # seq 3, rolled back with its savepoint
+            raise RuntimeError
+        assert [a["seq"] for a in _anchor_lines(audit_anchor_file)] == [1]  # not before the commit
+    with pytest.raises(RuntimeError), transaction.atomic():
+        audit_append(action="lost-too")
+        raise RuntimeError
+    audit_append(action="third")
+    hashes = dict(AuditRecord.objects.values_list("seq", "hash"))
+    assert [(a["seq"], a["hash"]) for a in _anchor_lines(audit_anchor_file)] == [(s, hashes[s]) for s in (1, 2, 3)]
+    assert audit_verify().ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_names_the_first_missing_seq_when_the_newest_records_are_cut_off() -> None:
+    _anchored_chain(6)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM governance_auditrecord WHERE seq > 3")
+    result = audit_verify()
+    assert (result.ok, result.first_broken, result.records, result.anchors) == (False, 4, 3, 6)
+    assert "anchored" in result.reason and "ends at seq 3" in result.reason
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_names_the_first_seq_of_a_suffix_rehashed_consistently() -> None:
+    _anchored_chain(6)
+    # Someone who can write the table rewrites records 4.. and every hash after, link by link.
+    prev_hash = AuditRecord.objects.get(seq=3).hash
+    with connection.cursor() as cursor:
+        for record in AuditRecord.objects.filter(seq__gte=4).order_by("seq"):
+            record.outcome, record.prev_hash = "kept", prev_hash
+            record.hash = record_hash(prev_hash, _hashed_fields(record))
+            cursor.execute(
+                "UPDATE governance_auditrecord SET outcome = %s, prev_hash = %s, hash = %s WHERE seq = %s",
+                [record.outcome, record.prev_hash, record.hash, record.seq],
+            )
+            prev_hash = record.hash
+    result = audit_verify()
+    assert (result.ok, result.first_broken) == (False, 4)
+    assert "differs from its anchor" in result.reason
+    # The same rewrite without the anchors is invisible to the chain alone: what the anchors add.
+    from django.conf import settings
+
+    settings.AUDIT_ANCHOR_FILE = Path(str(settings.AUDIT_ANCHOR_FILE) + ".elsewhere")
+    assert audit_verify().ok
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_torn_line_is_skipped_and_a_record_whose_anchor_was_lost_still_verifies(
+    audit_anchor_file: Path, settings
+) -> None:
+    _anchored_chain(2)
+    with audit_anchor_file.open("a") as file:
+        file.write('{"seq": 3, "hash": "ab')  # a crash in the middle of a write
+    # The anchor of this record cannot be written (as if the crash came right after its commit):
+    # the change stands, and nothing is raised.
+    settings.AUDIT_ANCHOR_FILE = audit_anchor_file.parent  # a directory: cannot be appended to
+    audit_append(action="unanchored")
+    settings.AUDIT_ANCHOR_FILE = audit_anchor_file
+    audit_append(action="anchored again")
+    assert AuditRecord.objects.count() == 4
+    lines = audit_anchor_file.read_text().splitlines()
+    assert lines[-1] == json.dumps(
+        {
+            "seq": 4,
+            "hash": AuditRecord.objects.get(seq=4).hash,
+            "at": AuditRecord.objects.get(seq=4).at.isoformat(timespec="microseconds"),
+        }
+    )
+    assert audit_verify().as_dict() == {"records": 4, "ok": True, "first_broken": None, "anchors": 3, "reason": ""}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_page_and_the_verification_job_report_a_truncated_chain(admin_client) -> None:
+    _anchored_chain(4)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM governance_auditrecord WHERE seq >= 3")
+    page = admin_client.get("/admin/governance/auditrecord/verify/", follow=True).content.decode()
+    assert "BROKEN at seq 3" in page and "ends at seq 2" in page
+    run = job_enqueue(kind="audit_verify", task=audit_verify_job, arguments={})
+    run.refresh_from_db()
+    assert run.status == "succeeded"
+    assert (run.result["ok"], run.result["first_broken"], run.result["anchors"]) == (False, 3, 4)
+    assert "ends at seq 2" in run.result["reason"]

@@ -73,7 +73,7 @@ def test_enqueue_runs_after_commit_and_dedupes_queued_runs() -> None:
         run.refresh_from_db()
         assert run.status == "queued"  # not sent before the commit
     run.refresh_from_db()
-    assert run.status == "succeeded" and run.result == {"records": 1, "ok": True, "first_broken": None}
+    assert run.status == "succeeded" and (run.result["records"], run.result["ok"]) == (1, True)
 
     # A run still queued under the same key is reused (checked inside one transaction, before commit).
     with transaction.atomic():

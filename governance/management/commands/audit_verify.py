@@ -9,10 +9,13 @@ from governance.audit import audit_verify
 
 
 class Command(BaseCommand):
-    help = "Check the audit trail's hash chain: records checked, ok, and the first broken seq."
+    help = (
+        "Check the audit trail's hash chain and its anchors (AUDIT_ANCHOR_FILE): records checked, ok, "
+        "the first broken seq and why."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
         result = audit_verify()
         self.stdout.write(json.dumps(result.as_dict()))
         if not result.ok:
-            raise CommandError(f"audit chain broken at seq {result.first_broken}")
+            raise CommandError(f"audit chain broken at seq {result.first_broken}: {result.reason}")
