@@ -199,3 +199,16 @@ def test_an_unknown_memory_tool_is_a_400(alice):
     response = alice.client.post("/api/v1/memory-tools", {"name": "rm_rf", "input": {}, "user_id": "u"}, format="json")
     assert response.status_code == 400
     assert response.json()["error"]["field"] == "name"
+
+
+def test_only_all_true_forgets_a_namespace_and_any_other_value_is_a_400_naming_all(alice):
+    put(alice, "users/42/diet", "vegan")
+    put(alice, "users/43/diet", "keto")
+    for path in ("users?all=false", "users?all=maybe", "users?all=1", "users?all=", "users", "users/42?all=no"):
+        response = alice.client.delete(f"/api/v1/facts/{path}")
+        assert response.status_code == 400, path
+        assert response.json()["error"]["field"] == "all", path
+    assert MemoryItem.objects.filter(agent=alice.agent, status="active").count() == 2
+    assert not AuditRecord.objects.filter(action="facts.forgotten").exists()
+    response = alice.client.delete("/api/v1/facts/users?all=true")
+    assert response.status_code == 200 and response.json() == {"namespace": "users", "deleted": 2}

@@ -256,16 +256,29 @@ class FactsView(APIView):
     """`/facts/{namespace}/{key}` (one fact) and `/facts/{namespace}` (search, forget all).
 
     A namespace holds slashes, so the path alone cannot tell `users/42` (a namespace) from
-    `users` + key `42`. A GET with `q` or `limit` and a DELETE with `all=true` address the
-    whole path as a namespace, as does a path of one segment; otherwise the last segment is the key.
+    `users` + key `42`. A GET with `q` or `limit`, or of a path of one segment, searches the whole
+    path as a namespace; otherwise the last segment is the key. A DELETE forgets a whole namespace
+    only with `all=true`: it cannot be undone, so `all=false`, `all=maybe` or a path of one segment
+    without `all` is a 400 naming `all`, never a guess.
     """
 
-    def _is_namespace(self, request: Request, path: str, *, delete: bool) -> bool:
-        if "/" not in path:
-            return True
-        if delete:
-            return str(request.query_params.get("all", "")).lower() in ("1", "true", "yes")
-        return "q" in request.query_params or "limit" in request.query_params
+    def _is_namespace(self, request: Request, path: str) -> bool:
+        return "/" not in path or "q" in request.query_params or "limit" in request.query_params
+
+    def _forgets_namespace(self, request: Request, path: str) -> bool:
+        if "all" not in request.query_params:
+            if "/" not in path:
+                raise DomainError(
+                    "invalid_value",
+                    "To forget every fact of a namespace send all=true; to forget one fact, name its key.",
+                    field="all",
+                )
+            return False
+        if request.query_params.getlist("all") != ["true"]:
+            raise DomainError(
+                "invalid_value", "all must be true (it forgets every fact of the namespace).", field="all"
+            )
+        return True
 
     @extend_schema(
         parameters=[OpenApiParameter("q", str), OpenApiParameter("limit", int)],
@@ -273,7 +286,7 @@ class FactsView(APIView):
     )
     def get(self, request: Request, path: str) -> Response:
         agent = request_agent(request)
-        if self._is_namespace(request, path, delete=False):
+        if self._is_namespace(request, path):
             query = validated(FactSearchQuery, request.query_params.dict())
             hits = fact_search(
                 agent=agent, namespace=path, text=query["q"], limit=query.get("limit", DEFAULT_SEARCH_LIMIT)
@@ -305,12 +318,12 @@ class FactsView(APIView):
         return Response(fact)
 
     @extend_schema(
-        parameters=[OpenApiParameter("all", bool)],
+        parameters=[OpenApiParameter("all", str, enum=["true"], description="true: forget the whole namespace")],
         summary="Forget /facts/{namespace}/{key} (history kept), or every fact of /facts/{namespace}?all=true",
     )
     def delete(self, request: Request, path: str) -> Response:
         agent = request_agent(request)
-        if self._is_namespace(request, path, delete=True):
+        if self._forgets_namespace(request, path):
             namespace_check(path)
             return Response(
                 {"namespace": path, "deleted": facts_forget_all(agent=agent, namespace=path, actor=_actor(request))}
