@@ -1,9 +1,26 @@
-"""Identifiers of the objects agents see: a short prefix and a time-ordered random part."""
+"""Identifiers of the objects agents see: a short prefix and a time-ordered random part, or the
+client's own id, which must follow one rule (`client_id_check`)."""
 
 import os
+import re
 import time
 
+from memoryapp.errors import DomainError
+
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford's base32, lower case
+
+# The columns hold at most this many characters.
+MAX_THREAD_ID = 128
+MAX_ENTRY_ID = 40
+
+# Characters a URL path segment carries as themselves (RFC 3986 unreserved, plus `:` `@` `+`):
+# an id is always reachable at /threads/{id} or /entries/{id} without encoding, and prints
+# plainly in a log line or an admin page. No `/` (it would split the path), no `%`, no space,
+# no control character (a newline in an id broke the admin's links).
+_ID_CHARACTERS = re.compile(r"[A-Za-z0-9_.~:@+-]+")
+# Path segments that clients normalise away, and words a route takes before `threads/{id}`.
+_NOT_AN_ID = {".", ".."}
+RESERVED_THREAD_IDS = frozenset({"import"})
 
 
 def new_id(prefix: str) -> str:
@@ -19,3 +36,34 @@ def new_id(prefix: str) -> str:
         tail += _ALPHABET[bits & 31]
         bits >>= 5
     return f"{prefix}_{head}{tail}"
+
+
+def client_id_check(value: object, *, field: str, max_length: int, reserved: frozenset[str] = frozenset()) -> str:
+    """`value` if it may be the id of a thread or an entry, else a 400 naming `field`.
+
+    One rule for every id a client gives (create, import, fork): a non-empty string of at most
+    `max_length` of the characters `A-Z a-z 0-9 _ . ~ : @ + -`, not `.` or `..`, not a reserved word.
+    """
+    if not isinstance(value, str):
+        raise DomainError("invalid_type", f"{field} must be a string.", field=field)
+    if not value:
+        raise DomainError("invalid_value", f"{field} must not be empty.", field=field)
+    if len(value) > max_length:
+        raise DomainError("too_long", f"{field} is longer than {max_length} characters.", field=field)
+    if not _ID_CHARACTERS.fullmatch(value) or value in _NOT_AN_ID:
+        raise DomainError(
+            "invalid_id",
+            f"{field} may hold only letters, digits and _ . ~ : @ + - (and is not . or ..).",
+            field=field,
+        )
+    if value in reserved:
+        raise DomainError("invalid_id", f"{field} must not be {value!r}: a route has that name.", field=field)
+    return value
+
+
+def thread_id_check(value: object, *, field: str = "id") -> str:
+    return client_id_check(value, field=field, max_length=MAX_THREAD_ID, reserved=RESERVED_THREAD_IDS)
+
+
+def entry_id_check(value: object, *, field: str = "id") -> str:
+    return client_id_check(value, field=field, max_length=MAX_ENTRY_ID)

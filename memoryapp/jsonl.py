@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from memoryapp.errors import DomainError
+from memoryapp.ids import entry_id_check, thread_id_check
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.selectors.threads import thread_entries_all
 from memoryapp.services.threads import thread_import
@@ -119,7 +120,8 @@ def _node_spec(node: Any, line: int, order: int) -> dict[str, Any]:
         # The column is a bigint, and the thread's next seq follows the largest one.
         raise DomainError("invalid_value", f"A node's seq is at most {MAX_SEQ}.", field=f"{where}.seq")
     return {
-        "id": node.get("id"),
+        # Checked here to name the line; the import service checks it again for other callers.
+        "id": entry_id_check(node.get("id"), field=f"{where}.id"),
         "parent_id": node.get("parent"),
         # A file of 000 itself has no seq: its order is the file's order.
         "seq": seq,
@@ -146,6 +148,7 @@ def thread_import_lines(
     Malformed lines are a 400 naming the line; nothing is written unless every line is good.
     """
     header: dict[str, Any] = {}
+    header_line = 0
     nodes: list[dict[str, Any]] = []
     leaf: str | None = None
     for number, raw in enumerate(lines, start=1):
@@ -166,7 +169,7 @@ def thread_import_lines(
             raise DomainError("invalid_record", f"Line {number} is not a record.", field=f"line {number}")
         kind = record.get("type")
         if kind == "thread" and isinstance(record.get("thread"), dict):
-            header = record["thread"]
+            header, header_line = record["thread"], number
         elif kind == "node":
             nodes.append(_node_spec(record.get("node"), number, len(nodes) + 1))
         elif kind == "head":
@@ -174,6 +177,9 @@ def thread_import_lines(
             if leaf is not None and not isinstance(leaf, str):
                 raise DomainError("invalid_record", "A head names its leaf by id.", field=f"line {number}")
     thread_id = external_id or header.get("id")
+    if not external_id and isinstance(thread_id, str) and thread_id:
+        # The file's own id: an error names its line (an `external_id` given is checked as `id`).
+        thread_id_check(thread_id, field=f"line {header_line}.thread.id")
     metadata = header.get("metadata") if isinstance(header.get("metadata"), dict) else {}
     raw_user = header.get("user_id")
     user_id = raw_user if isinstance(raw_user, str) else ""

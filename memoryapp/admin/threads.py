@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
@@ -101,7 +102,8 @@ def thread_tree_rows(thread: Thread, *, limit: int = TREE_LIMIT) -> tuple[list[T
                 on_active_path=entry.id in active,
                 is_leaf=entry.id == thread.active_leaf_id,
                 branches=len(kids),
-                url=reverse("admin:memoryapp_entry_change", args=[entry.pk]),
+                # Quoted as the admin's own links are: it unquotes `_3A` and the like in a pk.
+                url=reverse("admin:memoryapp_entry_change", args=[quote(entry.pk)]),
                 preview=preview(entry),
             )
         )
@@ -282,7 +284,7 @@ class EntryAdmin(admin.ModelAdmin):
     def parent_link(self, obj: Entry) -> str:
         if not obj.parent_id:
             return "(root)"
-        url = reverse("admin:memoryapp_entry_change", args=[obj.parent_id])
+        url = reverse("admin:memoryapp_entry_change", args=[quote(obj.parent_id)])
         return format_html('<a href="{}">{}</a>', url, obj.parent_id)
 
     @admin.display(description="text")

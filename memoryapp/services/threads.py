@@ -23,7 +23,7 @@ from governance.audit import audit_append
 from memoryapp.content import REDACTED_TEXT, content_text
 from memoryapp.context.tokens import count_message_tokens
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.ids import new_id
+from memoryapp.ids import entry_id_check, new_id, thread_id_check
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
 from memoryapp.selectors.threads import entry_on_branch, thread_for_agent, tool_call_name_on_branch
@@ -35,7 +35,6 @@ from memoryapp.services.retry import atomic_retrying
 MAX_ENTRY_BYTES = 1024 * 1024  # JSON of one entry's content, tool calls, event and metadata
 MAX_BATCH_ENTRIES = 1000
 MAX_THREAD_METADATA_BYTES = 64 * 1024
-MAX_EXTERNAL_ID = 128
 MAX_SHORT_FIELD = 200  # tool_call_id, tool_name, sender_name
 
 _ENTRY_TYPES = {str(t) for t in EntryType}
@@ -235,8 +234,9 @@ def _entry_from_spec(
         created_at = timezone.make_aware(created_at, UTC)
     if token_count is None:
         token_count = count_message_tokens(content, tool_calls) if (content is not None or tool_calls) else 0
+    given_id = spec.get("id")
     entry = Entry(
-        id=spec.get("id") or new_id("ent"),
+        id=new_id("ent") if given_id is None else entry_id_check(given_id, field=f("id")),
         agent_id=thread.agent_id,
         # By id, then cached: the descriptor's checks cost more than the rest of the row.
         thread_id=thread.pk,
@@ -263,6 +263,13 @@ def _entry_from_spec(
 # --- threads -------------------------------------------------------------------------------
 
 
+def _new_thread_id(given: Any, *, field: str) -> str:
+    """The client's id of a new thread, checked (`thread_id_check`), or a generated one."""
+    if given is None or given == "":
+        return new_id("thr")
+    return thread_id_check(given, field=field)
+
+
 def _lock(thread: Thread) -> Thread:
     """The thread's row, locked until the transaction ends; NotFound when it was deleted meanwhile."""
     locked = Thread.objects.select_for_update().filter(pk=thread.pk).first()
@@ -287,7 +294,7 @@ def thread_create(
     into its metadata as PATCH merges them (a null removes the key; the result is size-checked)
     and a given `user_id` replaces the old one.
     """
-    external_id = _check_str(external_id, "id", max_length=MAX_EXTERNAL_ID) or new_id("thr")
+    external_id = _new_thread_id(external_id, field="id")
     user_id = _check_str(user_id, "user_id", max_length=128)
     metadata = _check_metadata(metadata, "metadata")
     if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
@@ -609,7 +616,7 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
     locked = _lock(thread)
     if not Entry.objects.filter(thread=locked, id=entry_id).exists():
         raise DomainError("unknown_entry", "entry_id is not an entry of this thread.", field="entry_id")
-    new_external = _check_str(new_thread_id, "new_thread_id", max_length=MAX_EXTERNAL_ID) or new_id("thr")
+    new_external = _new_thread_id(new_thread_id, field="new_thread_id")
     if Thread.objects.filter(agent_id=locked.agent_id, external_id=new_external).exists():
         raise DomainError(
             "thread_exists", "A thread with new_thread_id exists already.", field="new_thread_id", status=409
@@ -911,7 +918,7 @@ def thread_import(
        a node of the file with a smaller seq (so the tree has no cycle); the leaf one of them.
     3. Insert all in one statement; the thread's next_seq follows the largest seq; audit.
     """
-    external_id = _check_str(external_id, "id", max_length=MAX_EXTERNAL_ID) or new_id("thr")
+    external_id = _new_thread_id(external_id, field="id")
     metadata = _check_metadata(metadata, "metadata")
     if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
         raise DomainError(
@@ -935,11 +942,7 @@ def thread_import(
     seqs: dict[str, int] = {}
     for index, node in enumerate(nodes):
         where = f"nodes[{index}]"
-        node_id, seq = node.get("id"), node.get("seq")
-        if not isinstance(node_id, str) or not node_id or len(node_id) > 40:
-            raise DomainError(
-                "invalid_value", "Each node needs a string id (at most 40 characters).", field=f"{where}.id"
-            )
+        node_id, seq = entry_id_check(node.get("id"), field=f"{where}.id"), node.get("seq")
         if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
             raise DomainError("invalid_value", "Each node needs a positive integer seq.", field=f"{where}.seq")
         if node_id in seqs:

@@ -1,0 +1,107 @@
+"""One rule for the ids clients give threads and entries: checked on create, fork and import,
+so every id stored can be reached by the API and the admin."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from django.test import Client
+
+from memoryapp.errors import DomainError
+from memoryapp.models import Entry, Thread
+from memoryapp.services.threads import thread_import
+from tests.conftest import Caller
+
+pytestmark = pytest.mark.django_db
+
+BAD_THREAD_IDS = ["a/b", ".", "..", "import", "a b", "a\nb", "tab\there", "100%", "é", "x" * 129]
+BAD_ENTRY_IDS = ["a/b", ".", "..", "a\nb", "a b", "a?b", "a#b", "x" * 41, ""]
+# Every character the rule allows, including those the admin quotes in its URLs (`_3A` reads as `:`).
+ODD_THREAD_ID = "t_3A:1@x+y~z.w-v"
+ODD_ENTRY_IDS = ["e_3A:1@a+b~c.d-e", "e_2F_5Fz"]
+
+
+def node_line(node_id: Any, *, parent: str | None = None, seq: int = 1) -> str:
+    node = {"id": node_id, "parent": parent, "turn": {"role": "user", "content": f"turn {seq}"}, "seq": seq}
+    return json.dumps({"type": "node", "node": node})
+
+
+def import_jsonl(caller: Caller, lines: list[str], query: str = "") -> Any:
+    return caller.client.generic(
+        "POST", f"/api/v1/threads/import{query}", "\n".join(lines), content_type="application/x-ndjson"
+    )
+
+
+def error_field(response: Any) -> str:
+    assert response.status_code == 400, response.content
+    return str(response.json()["error"]["field"])
+
+
+@pytest.mark.parametrize("thread_id", BAD_THREAD_IDS)
+def test_a_thread_id_outside_the_rule_is_a_400_naming_id_on_create_fork_and_import(
+    alice: Caller, thread_id: str
+) -> None:
+    created = alice.client.post("/api/v1/threads", {"id": thread_id}, format="json")
+    assert error_field(created) == "id"
+    origin = alice.client.post("/api/v1/threads", {"id": "origin"}, format="json").json()
+    entry = alice.client.post("/api/v1/threads/origin/entries", {"role": "user", "content": "hi"}, format="json")
+    fork = alice.client.post(
+        "/api/v1/threads/origin/fork", {"entry_id": entry.json()["id"], "new_thread_id": thread_id}, format="json"
+    )
+    assert error_field(fork) == "new_thread_id"
+    query = import_jsonl(alice, [node_line("ent_q1")], "?" + urlencode({"id": thread_id}))
+    assert error_field(query) == "id"
+    in_body = alice.client.post("/api/v1/threads/import", {"id": thread_id, "records": []}, format="json")
+    assert error_field(in_body) == "id"
+    header = json.dumps({"type": "thread", "thread": {"id": thread_id}})
+    from_file = import_jsonl(alice, [header, node_line("ent_h1")])
+    assert error_field(from_file) == "line 1.thread.id"
+    assert list(Thread.objects.values_list("external_id", flat=True)) == [origin["id"]]
+    assert Entry.objects.count() == 1
+
+
+@pytest.mark.parametrize("entry_id", BAD_ENTRY_IDS)
+def test_an_imported_entry_id_outside_the_rule_is_a_400_naming_its_line(alice: Caller, entry_id: str) -> None:
+    response = import_jsonl(alice, [node_line("ent_ok1"), node_line(entry_id, parent="ent_ok1", seq=2)], "?id=t-imp")
+    assert error_field(response) == "line 2.id"
+    assert not Thread.objects.exists() and not Entry.objects.exists()
+
+
+def test_the_import_service_checks_node_ids_for_every_caller(alice: Caller) -> None:
+    nodes = [{"id": "a\nb", "parent_id": None, "seq": 1, "role": "user", "content": "hi"}]
+    with pytest.raises(DomainError) as caught:
+        thread_import(agent=alice.agent, external_id="t-direct", nodes=nodes, leaf_id=None)
+    assert caught.value.field == "nodes[0].id"
+    assert not Thread.objects.exists()
+
+
+def test_ids_with_every_allowed_character_are_reachable_over_the_api_and_in_the_admin(
+    alice: Caller, admin_client: Client
+) -> None:
+    first, second = ODD_ENTRY_IDS
+    lines = [node_line(first), node_line(second, parent=first, seq=2), json.dumps({"type": "head", "leaf": second})]
+    imported = import_jsonl(alice, lines, f"?id={ODD_THREAD_ID.replace('+', '%2B')}")
+    assert imported.status_code == 201, imported.content
+    assert imported.json()["id"] == ODD_THREAD_ID
+    assert alice.client.get(f"/api/v1/threads/{ODD_THREAD_ID}").json()["active_leaf_id"] == second
+    assert alice.client.get(f"/api/v1/entries/{second}").json()["parent_id"] == first
+    thread = Thread.objects.get(external_id=ODD_THREAD_ID)
+    page = admin_client.get(f"/admin/memoryapp/thread/{thread.pk}/change/")
+    assert page.status_code == 200
+    links = set(re.findall(r'href="(/admin/memoryapp/entry/[^"]+/change/)"', page.content.decode()))
+    reached = {}
+    for link in links:
+        entry_page = admin_client.get(link)
+        assert entry_page.status_code == 200, link  # a pk read wrongly redirects to the list
+        reached[entry_page.context["original"].pk] = link
+    assert set(reached) == set(ODD_ENTRY_IDS)
+    child = admin_client.get(reached[second]).content.decode()
+    parent_link = re.search(r'href="(/admin/memoryapp/entry/[^"]+/change/)">' + re.escape(first), child)
+    assert parent_link and admin_client.get(parent_link.group(1)).context["original"].pk == first
+    assert alice.client.delete(f"/api/v1/entries/{second}").status_code == 204
+    assert alice.client.delete(f"/api/v1/threads/{ODD_THREAD_ID}").status_code == 204
+    assert not Entry.objects.exists()
