@@ -488,3 +488,66 @@ def test_an_event_stored_before_payloads_were_required_still_imports(alice: Call
     )
     assert response.status_code == 201, response.content
     assert Entry.objects.get(pk="e2").type == "label" and Entry.objects.get(pk="e2").event is None
+
+
+def test_a_node_marked_redacted_imports_redacted_without_its_words_text_or_vector(
+    alice: Caller, django_capture_on_commit_callbacks: Any
+) -> None:
+    def node(node_id: str, parent: str | None, seq: int, turn: dict[str, Any], **more: Any) -> str:
+        body = {"id": node_id, "parent": parent, "turn": turn, "createdAt": 1700000000000 + seq, "seq": seq, **more}
+        return json.dumps({"type": "node", "node": body})
+
+    at = "2025-03-01T10:00:00+00:00"
+    lines = [
+        node("r1", None, 1, {"role": "user", "content": "my card is 4111 1111"}, senderName="Ana", redactedAt=at),
+        node(
+            "r2",
+            "r1",
+            2,
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "noted 4111 1111"}],
+                "toolCalls": [{"id": "c1", "name": "vault", "arguments": {"card": "4111 1111"}}],
+            },
+            redactedAt=at,
+            metadata={"redacted": {"at": at, "reason": "card"}},
+        ),
+        node("r3", "r2", 3, {"role": "user", "content": "plan a day in Rome"}),
+        json.dumps({"type": "head", "leaf": "r3"}),
+    ]
+    with django_capture_on_commit_callbacks(execute=True):  # the embedding job runs
+        response = alice.client.generic(
+            "POST", "/api/v1/threads/import?id=t-red", "\n".join(lines), content_type="application/x-ndjson"
+        )
+    assert response.status_code == 201, response.content
+    user, assistant, kept = Entry.objects.order_by("seq")
+    assert (user.content, user.text, user.sender_name) == ("[redacted]", "[redacted]", "")
+    assert assistant.content == [{"type": "text", "text": "[redacted]"}]
+    assert assistant.tool_calls == [{"id": "c1", "name": "vault", "arguments": "[redacted]"}]
+    assert user.metadata["redacted"] == {"at": at, "reason": ""}
+    assert assistant.metadata["redacted"] == {"at": at, "reason": "card"}
+    assert user.redacted_at == assistant.redacted_at == datetime(2025, 3, 1, 10, tzinfo=UTC)
+    assert user.embedding is None and assistant.embedding is None and kept.embedding is not None
+    # The hash is that of what is stored, as after a redaction (a guess cannot be checked against it).
+    assert user.content_hash == content_hash(
+        parent_id=None, turn={"type": "message", "role": "user", "content": "[redacted]"}, created_at=user.created_at
+    )
+    for url in ("/api/v1/entries/r1", "/api/v1/entries/r2", "/api/v1/threads/t-red/export"):
+        response = alice.client.get(url)
+        body = b"".join(response.streaming_content) if response.streaming else response.content  # type: ignore[attr-defined]
+        assert response.status_code == 200 and b"4111" not in body, url
+    assert b'"redactedAt"' in body
+    assert not Entry.objects.filter(text__contains="4111").exists()
+
+
+def test_an_event_node_marked_redacted_is_refused(alice: Caller) -> None:
+    node = {"id": "ev1", "parent": None, "turn": {"role": "", "content": None}, "seq": 1, "entryType": "label"}
+    node.update(event={"label": "x"}, redactedAt="2025-03-01T10:00:00+00:00")
+    response = alice.client.generic(
+        "POST",
+        "/api/v1/threads/import?id=t-ev",
+        json.dumps({"type": "node", "node": node}),
+        content_type="application/x-ndjson",
+    )
+    assert response.status_code == 400 and response.json()["error"]["field"] == "nodes[0].redacted_at"
+    assert not Thread.objects.filter(external_id="t-ev").exists()

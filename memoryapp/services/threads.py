@@ -852,6 +852,24 @@ def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
     return row
 
 
+def _redaction_apply(row: Entry, *, at: datetime, record: dict[str, Any]) -> None:
+    """Make an entry (saved or not) say nothing: what a redaction changes, for `entry_redact` and
+    for an import of an entry redacted before its export. `record` goes to `metadata.redacted`."""
+    row.content = _redact_content(row.content)
+    if row.tool_calls:
+        row.tool_calls = [{**call, "arguments": REDACTED_TEXT} for call in row.tool_calls]
+    row.text = REDACTED_TEXT
+    if row.role == Role.USER:
+        row.sender_name = ""
+    row.metadata = {**(row.metadata or {}), "redacted": record}
+    row.redacted_at = at
+    row.embedding = None
+    row.embedded_at = None
+    row.token_count = count_message_tokens(row.content, row.tool_calls)
+    # The old hash was computed from the words said: a guess could be checked against it.
+    row.content_hash = content_hash(parent_id=row.parent_id, turn=_turn(row), created_at=row.created_at)
+
+
 def _redact_row(*, entry: Entry, reason: str, actor: str, copy_of: str | None = None) -> Entry:
     """Redact one entry whose thread the caller locked and whose derived memory it took."""
     locked = _lock(entry.thread)
@@ -859,19 +877,7 @@ def _redact_row(*, entry: Entry, reason: str, actor: str, copy_of: str | None = 
     if row is None:
         raise NotFound("Entry")
     now = timezone.now()
-    row.content = _redact_content(row.content)
-    if row.tool_calls:
-        row.tool_calls = [{**call, "arguments": REDACTED_TEXT} for call in row.tool_calls]
-    row.text = REDACTED_TEXT
-    if row.role == Role.USER:
-        row.sender_name = ""
-    row.metadata = {**(row.metadata or {}), "redacted": {"at": now.isoformat(), "reason": reason}}
-    row.redacted_at = now
-    row.embedding = None
-    row.embedded_at = None
-    row.token_count = count_message_tokens(row.content, row.tool_calls)
-    # The old hash was computed from the words said: a guess could be checked against it.
-    row.content_hash = content_hash(parent_id=row.parent_id, turn=_turn(row), created_at=row.created_at)
+    _redaction_apply(row, at=now, record={"at": now.isoformat(), "reason": reason})
     row.save(
         update_fields=[
             "content",
@@ -898,6 +904,22 @@ def _redact_row(*, entry: Entry, reason: str, actor: str, copy_of: str | None = 
     return row
 
 
+def _import_redacted(entry: Entry, redacted_at: Any, *, field: str) -> None:
+    """An entry the file says was redacted is stored redacted: a file that marks an entry so while
+    keeping its words (hand-made, or edited) must not bring them back. Its own record of the
+    redaction (`metadata.redacted`: at, reason) is kept, or one is written."""
+    if not isinstance(redacted_at, datetime):
+        raise DomainError("invalid_type", "redacted_at must be a date-time.", field=field)
+    if entry.type in _EVENT_TYPES:
+        raise DomainError("not_redactable", "Event entries cannot be redacted.", field=field)
+    if timezone.is_naive(redacted_at):
+        redacted_at = timezone.make_aware(redacted_at, UTC)
+    record = (entry.metadata or {}).get("redacted")
+    if not isinstance(record, dict):
+        record = {"at": redacted_at.isoformat(), "reason": ""}
+    _redaction_apply(entry, at=redacted_at, record=record)
+
+
 @transaction.atomic
 def thread_import(
     *,
@@ -915,7 +937,8 @@ def thread_import(
 
     1. Refuse an existing thread id (409 `thread_exists`) or entry id (409 `entry_exists`).
     2. Check each node: fields as `entry_add` checks them; seq unique and positive; its parent
-       a node of the file with a smaller seq (so the tree has no cycle); the leaf one of them.
+       a node of the file with a smaller seq (so the tree has no cycle); the leaf one of them;
+       a node marked redacted is stored as a redaction leaves an entry (`_import_redacted`).
     3. Insert all in one statement; the thread's next_seq follows the largest seq; audit.
     """
     external_id = _new_thread_id(external_id, field="id")
@@ -971,9 +994,8 @@ def thread_import(
             require_event=False,
         )
         redacted_at = node.get("redacted_at")
-        if redacted_at is not None and not isinstance(redacted_at, datetime):
-            raise DomainError("invalid_type", "redacted_at must be a date-time.", field=f"{where}redacted_at")
-        entry.redacted_at = redacted_at
+        if redacted_at is not None:
+            _import_redacted(entry, redacted_at, field=f"{where}redacted_at")
         entries.append(entry)
     if leaf_id is not None and leaf_id not in seqs:
         raise DomainError("unknown_leaf", "The head names no node of the file.", field="leaf")
