@@ -11,7 +11,7 @@ from django.test import Client
 
 from governance.models import AuditRecord
 from memoryapp.models import Entry, Thread
-from memoryapp.services.threads import entry_add, thread_create, thread_fork
+from memoryapp.services.threads import entry_add, thread_create, thread_fork, thread_update
 from tests.conftest import Caller
 
 pytestmark = pytest.mark.django_db
@@ -109,6 +109,62 @@ def test_editing_thread_metadata_in_the_admin_saves_it(admin_client: Client, ali
     assert response.status_code == 302, response.content.decode()[:2000]
     thread.refresh_from_db()
     assert thread.user_id == "u-new" and thread.metadata == {"topic": "roma"}
+
+
+@pytest.fixture
+def thread_editor(db: None) -> Client:
+    """A staff user who may view and change threads, and nothing else."""
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user("editor", password="x", is_staff=True)
+    user.user_permissions.add(
+        *Permission.objects.filter(content_type__app_label="memoryapp", codename__in=["view_thread", "change_thread"])
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        "[1, 2]",
+        '"a string"',
+        "7",
+        "null",
+        "",
+        '{"big": "' + "x" * (64 * 1024) + '"}',
+        '{"a": "nul \\u0000 here"}',
+        '{"a\\u0000": 1}',
+        '{"a": "lone \\ud800 half"}',
+    ],
+)
+def test_thread_metadata_the_api_would_refuse_is_a_form_error_in_the_admin(
+    thread_editor: Client, alice: Caller, metadata: str
+) -> None:
+    thread, _ = rome(alice)
+    thread_update(thread=thread, metadata={"topic": "rome"})
+    response = thread_editor.post(
+        f"/admin/memoryapp/thread/{thread.pk}/change/", {"user_id": "u-new", "metadata": metadata}
+    )
+    assert response.status_code == 200, response.content.decode()[:500]
+    assert response.context["adminform"].form.errors["metadata"]
+    thread.refresh_from_db()
+    assert thread.metadata == {"topic": "rome"} and thread.user_id == "u-ana"
+    # The same value over the API: refused there too (the admin adds no rule of its own).
+    if metadata not in ("null", ""):
+        api = alice.client.patch("/api/v1/threads/rome", f'{{"metadata": {metadata}}}', content_type="application/json")
+        assert 400 <= api.status_code < 500
+
+
+def test_a_thread_editor_saves_good_metadata_in_the_admin(thread_editor: Client, alice: Caller) -> None:
+    thread, _ = rome(alice)
+    response = thread_editor.post(
+        f"/admin/memoryapp/thread/{thread.pk}/change/", {"user_id": "u-ana", "metadata": '{"topic": "roma"}'}
+    )
+    assert response.status_code == 302
+    thread.refresh_from_db()
+    assert thread.metadata == {"topic": "roma"}
 
 
 def test_compact_now_and_extract_now_enqueue_jobs(admin_client, alice) -> None:

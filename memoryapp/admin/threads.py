@@ -9,12 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
 from django.db.models import QuerySet
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.functional import cached_property
@@ -23,7 +25,13 @@ from django.utils.html import format_html, format_html_join
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Thread
 from memoryapp.selectors.threads import ENTRY_LIGHT_DEFER, path_ids
-from memoryapp.services.threads import entry_delete, entry_redact, thread_delete, thread_update
+from memoryapp.services.threads import (
+    entry_delete,
+    entry_redact,
+    thread_delete,
+    thread_metadata_check,
+    thread_update,
+)
 
 # A thread page draws at most this many entries of the tree (the oldest first).
 TREE_LIMIT = 2000
@@ -111,8 +119,37 @@ def thread_tree_rows(thread: Thread, *, limit: int = TREE_LIMIT) -> tuple[list[T
     return rows, cut
 
 
+class MetadataJSONField(forms.JSONField):
+    """Shows back the text as typed when the form has errors: Django's field would decode it and
+    write it out again, and a lone surrogate (`"\\ud800"`) cannot be written to the page (a 500)."""
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if self.disabled:
+            return initial
+        return InvalidJSONInput(data or "")
+
+
+class ThreadAdminForm(forms.ModelForm):
+    metadata = MetadataJSONField(required=False)
+
+    class Meta:
+        model = Thread
+        fields = ("user_id", "metadata")
+
+    def clean_metadata(self) -> dict[str, Any]:
+        value = self.cleaned_data.get("metadata")
+        if value is None:
+            # `null` (or an empty box) would save nothing yet report success.
+            raise forms.ValidationError("Metadata is a JSON object: {} for none.")
+        try:
+            return thread_metadata_check(value)
+        except DomainError as exc:
+            raise forms.ValidationError(exc.message) from exc
+
+
 @admin.register(Thread)
 class ThreadAdmin(admin.ModelAdmin):
+    form = ThreadAdminForm
     list_display = ("external_id", "agent", "user_id", "entries_written", "forked_from_link", "updated_at")
     list_select_related = ("agent", "forked_from")
     search_fields = ("external_id", "user_id", "agent__slug")

@@ -30,6 +30,7 @@ from memoryapp.selectors.threads import entry_on_branch, thread_for_agent, tool_
 from memoryapp.services.hooks import after_entries_added
 from memoryapp.services.lineage import AUDIT_IDS, derived_forget
 from memoryapp.services.retry import atomic_retrying
+from memoryapp.storable import storable_text_check
 
 # Limits, each with its own error code (README "Limits").
 MAX_ENTRY_BYTES = 1024 * 1024  # JSON of one entry's content, tool calls, event and metadata
@@ -158,6 +159,19 @@ def _check_metadata(value: Any, field: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise DomainError("invalid_type", f"{field} must be an object.", field=field)
     return value
+
+
+def thread_metadata_check(metadata: Any, *, field: str = "metadata") -> dict[str, Any]:
+    """Thread metadata as every way in checks it (the API, the admin's form, an import): a JSON
+    object, of text PostgreSQL can keep (no NUL, no lone surrogate), at most 64 KiB."""
+    if not isinstance(metadata, dict):
+        raise DomainError("invalid_type", f"{field} must be a JSON object.", field=field)
+    storable_text_check(metadata, field=field)
+    if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
+        raise DomainError(
+            "metadata_too_large", f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.", field=field
+        )
+    return metadata
 
 
 def _entry_from_spec(
@@ -296,11 +310,7 @@ def thread_create(
     """
     external_id = _new_thread_id(external_id, field="id")
     user_id = _check_str(user_id, "user_id", max_length=128)
-    metadata = _check_metadata(metadata, "metadata")
-    if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
-        raise DomainError(
-            "metadata_too_large", f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.", field="metadata"
-        )
+    metadata = thread_metadata_check({} if metadata is None else metadata)
     existing = Thread.objects.select_for_update().filter(agent=agent, external_id=external_id).first()
     if existing is None:
         try:
@@ -344,7 +354,7 @@ def thread_update(
     """Update a thread's metadata atomically (merged key by key; a null value removes the key)."""
     locked = _lock(thread)
     if metadata is not None:
-        metadata = _check_metadata(metadata, "metadata")
+        metadata = thread_metadata_check(metadata)
         locked.metadata = _merged_metadata({} if replace_metadata else locked.metadata, metadata)
     if user_id is not None:
         locked.user_id = _check_str(user_id, "user_id", max_length=128)
@@ -942,11 +952,7 @@ def thread_import(
     3. Insert all in one statement; the thread's next_seq follows the largest seq; audit.
     """
     external_id = _new_thread_id(external_id, field="id")
-    metadata = _check_metadata(metadata, "metadata")
-    if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
-        raise DomainError(
-            "metadata_too_large", f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.", field="metadata"
-        )
+    metadata = thread_metadata_check({} if metadata is None else metadata)
     try:
         # A plain insert, not the upsert: an import never writes into a thread that exists,
         # even one another request created a moment ago.
