@@ -49,6 +49,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before anything reads a body: a chunked one is read whole here (or refused).
+    "memoryapp.api.middleware.ChunkedBodyMiddleware",
     "memoryapp.api.middleware.RefuseNulInUrlMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

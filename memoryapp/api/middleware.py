@@ -1,4 +1,5 @@
-"""A NUL in a URL is refused before any view runs.
+"""What every request is checked for before any view runs: a NUL in its URL, a chunked body
+(`ChunkedBodyMiddleware`).
 
 `%00` decodes to a NUL in a path segment or a query value; PostgreSQL refuses it in every text
 comparison, so without this check each lookup by id (`/threads/a%00b`, `?place=...`) would have
@@ -9,8 +10,11 @@ same statuses without the JSON body.
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Callable
 
+from django.conf import settings
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -18,9 +22,12 @@ from django.http import (
     HttpResponseNotFound,
     JsonResponse,
     QueryDict,
+    StreamingHttpResponse,
 )
+from django.http.response import HttpResponseBase
 
 from memoryapp.api.errors import error_body
+from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 
 API_PREFIX = "/api/"
 
@@ -63,3 +70,69 @@ class RefuseNulInUrlMiddleware:
                 return JsonResponse(error_body("invalid_text", message, parameter), status=400)
             return HttpResponseBadRequest(message)
         return self.get_response(request)
+
+
+def _chunked_without_length(request: HttpRequest) -> bool:
+    if request.META.get("CONTENT_LENGTH"):
+        return False
+    codings = request.META.get("HTTP_TRANSFER_ENCODING", "")
+    return "chunked" in (coding.strip().lower() for coding in codings.split(","))
+
+
+def _body_limit(*, api: bool) -> int:
+    if api:
+        return MAX_JSON_BODY_BYTES
+    return settings.DATA_UPLOAD_MAX_MEMORY_SIZE or MAX_JSON_BODY_BYTES
+
+
+class ChunkedBodyMiddleware:
+    """A body sent with `Transfer-Encoding: chunked` (and so without Content-Length) is read in
+    full within the body limit, or refused: never taken as empty.
+
+    Django sizes a body by Content-Length alone; without one it reads nothing, and a view sees an
+    empty body: an import answered 201 with an empty thread, a PATCH 200 changing nothing.
+
+    1. A server that decodes the chunks says so (`wsgi.input_terminated`, as gunicorn does): the
+       decoded body is read to its end, at most the limit + 1 byte (the API's 32 MiB; a page's
+       DATA_UPLOAD_MAX_MEMORY_SIZE): past the limit, a 413.
+    2. The request goes on as if it had come with that Content-Length, so every later step
+       (DRF's parsers, Django's form parsing and its own limits) reads it as usual.
+    3. A server that hands over the raw chunks (Django's runserver and test server) gets a 411:
+       send a Content-Length. Its answer has no length of its own, so that server closes the
+       connection rather than read the unread chunks as the next request.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        if not _chunked_without_length(request):
+            return self.get_response(request)
+        api = request.path_info.startswith(API_PREFIX)
+        environ = getattr(request, "environ", {})
+        if not environ.get("wsgi.input_terminated"):
+            message = "This server cannot read a chunked body: send it with a Content-Length."
+            return _refusal(411, "length_required", message, api=api, close=True)
+        limit = _body_limit(api=api)
+        stream, parts, size = environ["wsgi.input"], [], 0
+        while size <= limit:
+            part = stream.read(min(64 * 1024, limit + 1 - size))
+            if not part:
+                break
+            parts.append(part)
+            size += len(part)
+        if size > limit:
+            return _refusal(413, "request_too_large", f"A request body holds at most {limit} bytes.", api=api)
+        body = b"".join(parts)
+        request.META["CONTENT_LENGTH"] = str(len(body))
+        # WSGIRequest fixed its stream at Content-Length 0 when it was made: give it the body read.
+        request._stream = io.BytesIO(body)  # type: ignore[attr-defined]
+        return self.get_response(request)
+
+
+def _refusal(status: int, code: str, message: str, *, api: bool, close: bool = False) -> HttpResponseBase:
+    content_type = "application/json" if api else "text/plain; charset=utf-8"
+    content = json.dumps(error_body(code, message)).encode() if api else message.encode()
+    if close:
+        return StreamingHttpResponse(iter([content]), status=status, content_type=content_type)
+    return HttpResponse(content, status=status, content_type=content_type)

@@ -1,0 +1,167 @@
+"""Bodies sent with `Transfer-Encoding: chunked` (no Content-Length) are read in full, or refused:
+never taken as empty. Checked against the real servers: gunicorn (gthread, as `make run` starts
+it) decodes the chunks; Django's test server cannot, and answers 411."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.db import connection
+
+from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
+from memoryapp.models import Entry, Thread
+from tests.conftest import Caller
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def database_url_of_the_tests() -> str:
+    """A DATABASE_URL of the tests' database (its host is the embedded server's socket directory)."""
+    d = connection.settings_dict
+    host, port = d["HOST"] or "", d["PORT"] or ""
+    if host.startswith("/"):
+        return f"postgres://{quote(d['USER'])}:{quote(d['PASSWORD'] or '')}@/{d['NAME']}?host={quote(host)}"
+    return f"postgres://{quote(d['USER'])}:{quote(d['PASSWORD'] or '')}@{host}:{port}/{d['NAME']}"
+
+
+@pytest.fixture
+def gunicorn(transactional_db: None, tmp_path: Path) -> Iterator[str]:
+    """The service's WSGI application under gunicorn's gthread worker, on the tests' database."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url_of_the_tests(),
+        "DB_CONN_MAX_AGE": "0",  # no connection outlives its request: the test database can be dropped
+        "VAR_DIR": str(tmp_path),
+    }
+    command = [sys.executable, "-m", "gunicorn", "memory_project.wsgi:application", "--bind", f"127.0.0.1:{port}"]
+    command += ["--worker-class", "gthread", "--threads", "2", "--workers", "1", "--timeout", "120"]
+    log = (tmp_path / "gunicorn.log").open("wb")
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert process.poll() is None, (tmp_path / "gunicorn.log").read_text()
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+def pieces(body: bytes, size: int = 7) -> Iterator[bytes]:
+    """The body in small chunks, cut through the middle of JSON tokens."""
+    for start in range(0, len(body), size):
+        yield body[start : start + size]
+
+
+def send_chunked(
+    where: str, method: str, path: str, body: bytes | Iterator[bytes], key: str, content_type: str = "application/json"
+) -> tuple[int, dict[str, str], Any]:
+    host, port = where.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        chunks = pieces(body) if isinstance(body, bytes) else body
+        headers = {"Authorization": f"Bearer {key}", "Content-Type": content_type, "Transfer-Encoding": "chunked"}
+        conn.request(method, path, body=chunks, headers=headers, encode_chunked=True)
+        response = conn.getresponse()
+        raw = response.read()
+        head = {k.lower(): v for k, v in response.getheaders()}
+        return response.status, head, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+def test_chunked_bodies_reach_the_views_whole_under_gunicorn(gunicorn: str, alice: Caller) -> None:
+    created = send_chunked(
+        gunicorn,
+        "POST",
+        "/api/v1/threads",
+        json.dumps({"id": "t-chunked", "metadata": {"topic": "rome"}}).encode(),
+        alice.key,
+    )
+    assert created[0] == 201, created
+    assert created[2]["id"] == "t-chunked" and created[2]["metadata"] == {"topic": "rome"}
+
+    patched = send_chunked(
+        gunicorn, "PATCH", "/api/v1/threads/t-chunked", json.dumps({"metadata": {"topic": "paris"}}).encode(), alice.key
+    )
+    assert patched[0] == 200, patched
+    assert Thread.objects.get(external_id="t-chunked").metadata == {"topic": "paris"}
+
+    batch = {"entries": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+    added = send_chunked(gunicorn, "POST", "/api/v1/threads/t-chunked/entries", json.dumps(batch).encode(), alice.key)
+    assert added[0] == 201, added
+    assert Entry.objects.filter(thread__external_id="t-chunked").count() == 2
+
+    lines = [
+        {"type": "node", "node": {"id": f"ck{i}", "parent": f"ck{i - 1}" if i > 1 else None, "seq": i,
+                                  "turn": {"role": "user", "content": f"turn {i}"}}}
+        for i in range(1, 4)
+    ]  # fmt: skip
+    jsonl = "\n".join(json.dumps(line) for line in lines).encode()
+    imported = send_chunked(
+        gunicorn, "POST", "/api/v1/threads/import?id=t-imported", jsonl, alice.key, content_type="application/x-ndjson"
+    )
+    assert imported[0] == 201, imported
+    assert list(
+        Entry.objects.filter(thread__external_id="t-imported").order_by("seq").values_list("id", flat=True)
+    ) == [
+        "ck1",
+        "ck2",
+        "ck3",
+    ]
+
+
+def test_a_chunked_body_over_the_limit_is_a_413_under_gunicorn(gunicorn: str, alice: Caller) -> None:
+    def oversized() -> Iterator[bytes]:
+        head = b'{"id": "t-big", "metadata": {"pad": "'
+        yield head
+        left = MAX_JSON_BODY_BYTES + 1 - len(head)
+        while left > 0:
+            piece = min(left, 1024 * 1024)
+            yield b"x" * piece
+            left -= piece
+
+    status, _, body = send_chunked(gunicorn, "POST", "/api/v1/threads", oversized(), alice.key)
+    assert status == 413 and body["error"]["code"] == "request_too_large"
+    assert not Thread.objects.filter(external_id="t-big").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_server_that_cannot_decode_chunks_answers_411_and_writes_nothing(live_server: Any, alice: Caller) -> None:
+    where = live_server.url.removeprefix("http://")
+    body = json.dumps({"id": "t-dev", "metadata": {"topic": "rome"}}).encode()
+    status, head, answer = send_chunked(where, "POST", "/api/v1/threads", body, alice.key)
+    assert status == 411 and answer["error"]["code"] == "length_required"
+    # The unread chunks must not be read as a next request on the same connection.
+    assert head.get("connection") == "close"
+    assert not Thread.objects.exists()
