@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from rest_framework.test import APIClient
@@ -159,6 +161,18 @@ def test_api_docs_and_schema_load(anonymous: APIClient) -> None:
     assert anonymous.get("/api/docs/").status_code == 200
     schema = anonymous.get("/api/schema/")
     assert schema.status_code == 200
+
+
+def test_api_docs_page_loads_pinned_assets_we_serve_and_nothing_from_another_host(anonymous: APIClient) -> None:
+    page = anonymous.get("/api/docs/").content.decode()
+    assert "http://" not in page and "https://" not in page  # no CDN, no public validator
+    assets = re.findall(r'(?:src|href)="([^"]+)"', page)
+    assert any(a.endswith("swagger-ui-bundle.js") for a in assets) and any(a.endswith(".css") for a in assets)
+    for asset in assets:
+        assert asset.startswith("/static/") and not asset.startswith("//"), asset
+        response = anonymous.get(asset)
+        assert response.status_code == 200, asset
+        assert b"".join(response.streaming_content), asset  # type: ignore[attr-defined]
 
 
 def test_admin_login_page_loads(client) -> None:
