@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from memoryapp.keys import agent_get_or_create, agent_key_create
@@ -54,3 +56,14 @@ def mallory(db: None) -> Caller:
 @pytest.fixture
 def anonymous() -> APIClient:
     return APIClient()
+
+
+def database_url(*, name: str | None = None) -> str:
+    """A DATABASE_URL for a server process or a command the tests start: the tests' database, or
+    `name` on the same server (the embedded server's host is a socket directory)."""
+    d = connection.settings_dict
+    user, password = quote(d["USER"] or ""), quote(d["PASSWORD"] or "")
+    database, host, port = name or d["NAME"], d["HOST"] or "", d["PORT"] or ""
+    if host.startswith("/"):
+        return f"postgres://{user}:{password}@/{database}?host={quote(host)}" + (f"&port={port}" if port else "")
+    return f"postgres://{user}:{password}@{host}{':' + port if port else ''}/{database}"

@@ -15,14 +15,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
 
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 from memoryapp.models import Entry, Thread
-from tests.conftest import Caller
+from tests.conftest import Caller, database_url
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,22 +31,13 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def database_url_of_the_tests() -> str:
-    """A DATABASE_URL of the tests' database (its host is the embedded server's socket directory)."""
-    d = connection.settings_dict
-    host, port = d["HOST"] or "", d["PORT"] or ""
-    if host.startswith("/"):
-        return f"postgres://{quote(d['USER'])}:{quote(d['PASSWORD'] or '')}@/{d['NAME']}?host={quote(host)}"
-    return f"postgres://{quote(d['USER'])}:{quote(d['PASSWORD'] or '')}@{host}:{port}/{d['NAME']}"
-
-
 @pytest.fixture
 def gunicorn(transactional_db: None, tmp_path: Path) -> Iterator[str]:
     """The service's WSGI application under gunicorn's gthread worker, on the tests' database."""
     port = free_port()
     env = {
         **os.environ,
-        "DATABASE_URL": database_url_of_the_tests(),
+        "DATABASE_URL": database_url(),
         "DB_CONN_MAX_AGE": "0",  # no connection outlives its request: the test database can be dropped
         "VAR_DIR": str(tmp_path),
     }

@@ -3,12 +3,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from governance.audit import audit_verify
+from memory_project.commands import ProjectCommand
 
 
-class Command(BaseCommand):
+class Command(ProjectCommand):
     help = (
         "Check the audit trail's hash chain and its anchors (AUDIT_ANCHOR_FILE): records checked, ok, "
         "the first broken seq and why."

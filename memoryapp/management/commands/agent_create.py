@@ -2,12 +2,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import CommandParser
 
+from memory_project.commands import ProjectCommand
 from memoryapp.keys import agent_get_or_create, agent_key_create
 
 
-class Command(BaseCommand):
+class Command(ProjectCommand):
     help = "Create the agent SLUG if it does not exist and a new API key for it; the key alone is the last line."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -27,8 +27,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from memory_project.commands import ProjectCommand
 from memoryapp.models import Agent, Entry, Thread
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -72,7 +73,7 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[index]
 
 
-class Command(BaseCommand):
+class Command(ProjectCommand):
     help = "Recall@k of keyword, vector and hybrid search on a LoCoMo-format file."
 
     def add_arguments(self, parser: CommandParser) -> None:

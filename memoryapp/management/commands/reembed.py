@@ -11,15 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
 from governance.jobs import job_enqueue
 from governance.models import JobRun
+from memory_project.commands import ProjectCommand
 from memoryapp.models import Agent
 from memoryapp.search.space import column_dimensions, vector_columns_resize
 
 
-class Command(BaseCommand):
+class Command(ProjectCommand):
     help = "Re-embed entries and memory items with the configured embedder (as a job, in batches)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -3,15 +3,16 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from memory_project.commands import ProjectCommand
 from memoryapp.errors import DomainError
 from memoryapp.jsonl import thread_export_lines
 from memoryapp.models import Agent
 from memoryapp.selectors.threads import thread_for_agent
 
 
-class Command(BaseCommand):
+class Command(ProjectCommand):
     help = "Write the thread THREAD_ID of agent AGENT_SLUG as JSONL (000's node/head records) to --output or stdout."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -3,14 +3,15 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import CommandError, CommandParser
 
+from memory_project.commands import ProjectCommand
 from memoryapp.errors import DomainError
 from memoryapp.jsonl import thread_import_lines
 from memoryapp.models import Agent
 
 
-class Command(BaseCommand):
+class Command(ProjectCommand):
     help = "Create a thread of agent AGENT_SLUG from a JSONL export (a file, or - for stdin); --id names it."
 
     def add_arguments(self, parser: CommandParser) -> None:
