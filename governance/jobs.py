@@ -3,6 +3,21 @@
 A task calls `job_start(...)` with the JobRun id it was enqueued with, reports progress with
 `job_progress`, and ends with `job_finish` / `job_fail` / `job_skip`. `job_enqueue` creates the
 run and sends the task once the surrounding transaction commits.
+
+Nothing is lost, nothing runs twice at once:
+
+1. A run is handed to the broker after commit; `sent_at` records that the broker took it. A send
+   that fails (Redis away) is logged, never raised: the write stands and the run stays queued.
+2. A never-sent queued run is sent again by the next `job_enqueue` of its dedupe key, and by the
+   job sweep (`jobs_sweep`, beat every minute), which also sends again a run taken long ago and
+   never started (its message may have gone with a Redis restart).
+3. The process running a run holds a PostgreSQL session advisory lock on it. When the process
+   dies (kill -9, out of memory, a lost host), PostgreSQL frees the lock as the connection drops:
+   a free lock on a `running` run means its worker is gone. The message of a pool child killed
+   mid-task comes back at once (acks_late + reject_on_worker_lost) and claims the run; a run
+   whose whole worker died is put back to queued and sent by the sweep.
+4. However often a run is sent, `job_start` claims it only with its lock: one process runs it
+   at a time, and a finished run is never started again.
 """
 
 from __future__ import annotations
@@ -10,19 +25,65 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
+import time
 import traceback
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import redis
+from celery import current_app
 from django.conf import settings
-from django.db import transaction
-from django.db.models import F
+from django.db import DatabaseError, connection, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from governance.models import JobRun
 
+logger = logging.getLogger(__name__)
+
 Status = JobRun.Status
+FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.SKIPPED)
+# pg_advisory_lock(class, run): held by the process running the run, for as long as it runs.
+RUN_LOCK_CLASS = 0x4A52  # "JR"
+# How long a redelivered message waits for the lock of a `running` run: PostgreSQL frees a killed
+# worker's lock as soon as it notices the connection closed (at once when it was idle).
+CLAIM_WAIT_SECONDS = 10.0
+# A run whose worker died this many times is failed, not sent again (a job that kills its worker).
+LOST_RUN_MAX_ATTEMPTS = 5
+
+
+def _run_lock_key(run_id: int) -> int:
+    return run_id % 2**31
+
+
+def _run_lock_try(run_id: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [RUN_LOCK_CLASS, _run_lock_key(run_id)])
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _run_lock_release(run_id: int) -> None:
+    # A connection that broke frees its locks with it.
+    with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [RUN_LOCK_CLASS, _run_lock_key(run_id)])
+
+
+def job_send(*, run_id: int, task: Any, countdown: float | None = None) -> bool:
+    """Hand a run to the broker; True when it took it (then `sent_at` says when).
+
+    A broker that is away is logged, never raised: this runs after the write committed, and the
+    run stays queued without `sent_at`, so the next enqueue of its key or the job sweep sends it.
+    """
+    try:
+        task.apply_async(args=[run_id], countdown=countdown)
+    except Exception:
+        logger.warning("the broker did not take job run %s (%s); it stays queued", run_id, task.name, exc_info=True)
+        return False
+    JobRun.objects.filter(pk=run_id).update(sent_at=timezone.now())
+    return True
 
 
 def job_enqueue(
@@ -36,7 +97,8 @@ def job_enqueue(
 ) -> JobRun:
     """Create a queued run and send `task(job_run_id)` after commit (after `countdown` seconds).
 
-    With a dedupe_key, a run of that key still queued is reused instead of adding another.
+    With a dedupe_key, a run of that key still queued is reused instead of adding another; if the
+    broker never took it (it was away), it is sent again now.
     """
     with transaction.atomic():
         if dedupe_key:
@@ -47,16 +109,22 @@ def job_enqueue(
                 .first()
             )
             if waiting is not None:
+                if waiting.sent_at is None:
+                    waiting_id = waiting.pk
+                    transaction.on_commit(lambda: job_send(run_id=waiting_id, task=task, countdown=countdown))
                 return waiting
-        run = JobRun.objects.create(kind=kind, agent_id=agent_id, arguments=arguments, dedupe_key=dedupe_key)
+        run = JobRun.objects.create(
+            kind=kind, agent_id=agent_id, arguments=arguments, dedupe_key=dedupe_key, task_name=task.name
+        )
         run_id = run.pk
-        transaction.on_commit(lambda: task.apply_async(args=[run_id], countdown=countdown))
+        transaction.on_commit(lambda: job_send(run_id=run_id, task=task, countdown=countdown))
     return run
 
 
 @functools.cache
 def broker_redis() -> redis.Redis:
-    return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2, socket_connect_timeout=2)
+    timeout = settings.BROKER_TIMEOUT
+    return redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
 @functools.cache
@@ -105,15 +173,47 @@ def job_debounce_clear(debounce_key: str) -> None:
         broker_redis().delete(debounce_mark(debounce_key))
 
 
+def _run_lock_take(run_id: int, status: str) -> bool:
+    """Take the run's lock. A `running` run's lock may still be its killed worker's for a moment
+    (until PostgreSQL notices the connection closed): wait for it a little. A queued run's lock
+    held means another process is claiming it right now."""
+    deadline = time.monotonic() + (CLAIM_WAIT_SECONDS if status == Status.RUNNING else 0)
+    while not _run_lock_try(run_id):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def job_start(run_id: int) -> JobRun | None:
-    """Mark a run running; None when it already ended (a redelivered message of a finished job)."""
-    now = timezone.now()
-    claimed = JobRun.objects.filter(pk=run_id, status__in=[Status.QUEUED, Status.RUNNING]).update(
-        status=Status.RUNNING, started_at=now, attempts=F("attempts") + 1, finished_at=None
-    )
-    if not claimed:
+    """Claim a run for this process: mark it running, holding its lock until `job_run` ends.
+
+    None when there is nothing to run: the run ended (a redelivered message of a finished job),
+    or a live process holds it (a second message of a run in good hands). A `running` run whose
+    lock is free lost its worker: it is claimed again, up to LOST_RUN_MAX_ATTEMPTS attempts.
+    """
+    seen = JobRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if seen is None or seen in FINISHED:
         return None
-    return JobRun.objects.get(pk=run_id)
+    if not _run_lock_take(run_id, seen):
+        logger.info("job run %s is held by a live process; this message is dropped", run_id)
+        return None
+    try:
+        current = JobRun.objects.filter(pk=run_id).values("status", "attempts").first()
+        if current is None or current["status"] in FINISHED:
+            _run_lock_release(run_id)
+            return None
+        if current["status"] == Status.RUNNING and current["attempts"] >= LOST_RUN_MAX_ATTEMPTS:
+            job_fail(JobRun.objects.get(pk=run_id), f"its worker died during {current['attempts']} attempts")
+            _run_lock_release(run_id)
+            return None
+        JobRun.objects.filter(pk=run_id).update(
+            status=Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1, finished_at=None
+        )
+        return JobRun.objects.get(pk=run_id)
+    except BaseException:
+        _run_lock_release(run_id)
+        raise
 
 
 def job_progress(run: JobRun, *, done: int, total: int | None = None) -> None:
@@ -184,13 +284,92 @@ def job_run(
     if run is None:
         return None
     try:
-        result = work(run)
-    except Exception as exc:
-        if isinstance(exc, transient) and not final_attempt:
-            JobRun.objects.filter(pk=run.pk).update(status=Status.QUEUED, error=f"retrying after: {exc}"[:4000])
+        try:
+            result = work(run)
+        except Exception as exc:
+            if isinstance(exc, transient) and not final_attempt:
+                # Celery sends the retry now: it counts as handed over.
+                JobRun.objects.filter(pk=run.pk).update(
+                    status=Status.QUEUED, error=f"retrying after: {exc}"[:4000], sent_at=timezone.now()
+                )
+            else:
+                job_fail(run, exc)
+            raise
+        if run.status == Status.SKIPPED:
+            return run
+        return job_finish(run, result)
+    finally:
+        _run_lock_release(run.pk)
+
+
+# Runs looked at per sweep: a backlog is worked through one minute after another.
+SWEEP_BATCH = 500
+
+
+def _requeue_lost(run_id: int) -> str:
+    """With the run's lock held: what to do with a `running` run whose process is gone."""
+    run = JobRun.objects.filter(pk=run_id, status=Status.RUNNING).first()
+    if run is None:
+        return "gone"
+    if not run.task_name:
+        job_fail(run, "the process running it stopped before it ended")
+        return "failed"
+    if run.attempts >= LOST_RUN_MAX_ATTEMPTS:
+        job_fail(run, f"its worker died during {run.attempts} attempts")
+        return "failed"
+    JobRun.objects.filter(pk=run_id, status=Status.RUNNING).update(
+        status=Status.QUEUED, sent_at=None, error="requeued: the worker running it stopped"
+    )
+    return "requeued"
+
+
+def jobs_sweep() -> dict[str, int]:
+    """Hand the broker what it never got or lost, and requeue runs whose worker died (beat, every minute).
+
+    1. A `running` run whose lock is free lost its process (`job_start`): a run of a task goes back
+       to queued, unsent; a run done in a request process, or whose worker died
+       LOST_RUN_MAX_ATTEMPTS times, is failed with the reason.
+    2. Queued runs of a task are sent: those the broker never took once JOB_UNSENT_GRACE_SECONDS
+       old (their send failed, or the process died between commit and send), those put back in
+       step 1, and those taken JOB_RESEND_AFTER_SECONDS ago and never started.
+    Sending a run twice is harmless: it is claimed once.
+    """
+    counts = {"requeued": 0, "failed": 0, "sent": 0, "not_sent": 0}
+    requeued: list[int] = []
+    running = JobRun.objects.filter(status=Status.RUNNING).order_by("created_at").values_list("pk", flat=True)
+    for run_id in list(running[:SWEEP_BATCH]):
+        if not _run_lock_try(run_id):
+            continue  # its process is alive
+        try:
+            outcome = _requeue_lost(run_id)
+        finally:
+            _run_lock_release(run_id)
+        if outcome == "requeued":
+            requeued.append(run_id)
+            counts["requeued"] += 1
+        elif outcome == "failed":
+            counts["failed"] += 1
+    if requeued:
+        logger.warning("job runs %s lost their worker; sent again", requeued)
+
+    now = timezone.now()
+    unsent = now - timedelta(seconds=settings.JOB_UNSENT_GRACE_SECONDS)
+    stale = now - timedelta(seconds=settings.JOB_RESEND_AFTER_SECONDS)
+    due = (
+        JobRun.objects.filter(status=Status.QUEUED)
+        .exclude(task_name="")
+        .filter(Q(sent_at__isnull=True, created_at__lte=unsent) | Q(sent_at__lte=stale) | Q(pk__in=requeued))
+        .order_by("created_at")
+        .values_list("pk", "task_name")
+    )
+    for run_id, task_name in list(due[:SWEEP_BATCH]):
+        task = current_app.tasks.get(task_name)
+        if task is None:
+            logger.error("job run %s names task %s, which this worker does not know", run_id, task_name)
+            counts["not_sent"] += 1
+        elif job_send(run_id=run_id, task=task):
+            counts["sent"] += 1
         else:
-            job_fail(run, exc)
-        raise
-    if run.status == Status.SKIPPED:
-        return run
-    return job_finish(run, result)
+            counts["not_sent"] += 1
+            break  # the broker is away: the next sweep tries again
+    return counts

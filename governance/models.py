@@ -48,6 +48,10 @@ class JobRun(models.Model):
     arguments = models.JSONField(default=dict, blank=True)
     # Runs asked for with the same key are one run (an idempotent enqueue).
     dedupe_key = models.CharField(max_length=300, blank=True, default="")
+    # The Celery task that runs it ("" for a run done in the asking process): what the sweep sends.
+    task_name = models.CharField(max_length=200, blank=True, default="")
+    # When the broker last took its message; null while it never did (sent again by the sweep).
+    sent_at = models.DateTimeField(null=True, blank=True)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     progress_done = models.IntegerField(default=0)
     progress_total = models.IntegerField(null=True, blank=True)
@@ -65,6 +69,12 @@ class JobRun(models.Model):
         indexes = [
             models.Index(fields=["kind", "status", "-created_at"], name="jobrun_kind_status_idx"),
             models.Index(fields=["dedupe_key"], name="jobrun_dedupe_idx", condition=~models.Q(dedupe_key="")),
+            # The job sweep's queries: runs still queued or running (few, among many finished).
+            models.Index(
+                fields=["status", "created_at"],
+                name="jobrun_open_idx",
+                condition=models.Q(status__in=["queued", "running"]),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import shared_task
 
+from governance import jobs
 from governance.audit import audit_verify
 from governance.jobs import job_run
 from governance.models import JobRun
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(name="governance.tasks.audit_verify_job", acks_late=True)
@@ -19,3 +23,12 @@ def audit_verify_job(run_id: int) -> None:
         return audit_verify().as_dict()
 
     job_run(run_id, work)
+
+
+@shared_task(name="governance.tasks.jobs_sweep", ignore_result=True)
+def jobs_sweep() -> None:
+    """Beat, every minute: send the runs the broker never got or lost; requeue runs whose worker
+    died (governance.jobs.jobs_sweep). Safe to run often and twice at once: a run is claimed once."""
+    counts = jobs.jobs_sweep()
+    if any(counts.values()):
+        logger.info("job sweep: %s", counts)

@@ -125,7 +125,25 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 1800, minimum=10)
 CELERY_TASK_SOFT_TIME_LIMIT = CELERY_TASK_TIME_LIMIT - 5
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT + 60}
+# Seconds a publish waits on a broker that does not answer (to connect, then for each reply): a
+# write whose job the broker cannot take answers as usual and its run is sent later (governance.jobs).
+BROKER_TIMEOUT = env_float("BROKER_TIMEOUT", 3.0, minimum=0.1, maximum=60)
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": CELERY_TASK_TIME_LIMIT + 60,
+    "socket_connect_timeout": BROKER_TIMEOUT,
+    "socket_timeout": BROKER_TIMEOUT,
+}
+CELERY_BROKER_CONNECTION_TIMEOUT = BROKER_TIMEOUT
+# One more try, at once: a publish never holds a request for long (the job sweep sends it later).
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
+# A worker (and beat) waits out a broker outage instead of exiting.
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+# The job sweep (governance.tasks.jobs_sweep, every minute): a queued run the broker never took is
+# sent once it is this old; one taken this long ago and still not started is sent again (its
+# message may have gone with a Redis restart); the run is claimed once however often it is sent.
+JOB_UNSENT_GRACE_SECONDS = env_int("JOB_UNSENT_GRACE_SECONDS", 30, minimum=0)
+JOB_RESEND_AFTER_SECONDS = env_int("JOB_RESEND_AFTER_SECONDS", 600, minimum=60)
 CELERY_TASK_DEFAULT_QUEUE = "default"
 # One queue per job kind, so a slow model never delays an erasure.
 CELERY_TASK_ROUTES = {

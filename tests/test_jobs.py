@@ -7,6 +7,10 @@ from governance.audit import audit_append
 from governance.jobs import job_add_usage, job_enqueue, job_fail, job_progress, job_run, job_skip, job_start
 from governance.models import JobRun
 from governance.tasks import audit_verify_job
+from tests.faults import broker_at
+
+# Nothing listens there: a broker that is away (connections refused at once).
+DEAD_BROKER = "redis://127.0.0.1:1/0"
 
 
 @pytest.mark.django_db
@@ -130,30 +134,248 @@ def test_debounced_enqueue_sends_one_run_while_one_is_pending() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_write_succeeds_when_the_broker_is_down(alice, settings) -> None:
-    """The entry is committed; a broker that cannot take the embedding job is logged, not a 500."""
-    from governance import jobs
-    from memory_project.celery import app
+    """The entry is committed; a broker that cannot take the embedding job is logged, not a 500,
+    and the run stays queued, marked as never handed over."""
     from memoryapp.models import Entry
 
     alice.client.post("/api/v1/threads", {"id": "t-broker"}, format="json")
-    old_url = app.conf.broker_url
-    app.conf.task_always_eager = False
-    app.conf.broker_url = "redis://127.0.0.1:1/0"
-    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
-    jobs.broker_redis.cache_clear()
-    old_options = app.conf.broker_transport_options
-    app.conf.broker_transport_options = {"max_retries": 0}
-    try:
+    with broker_at(DEAD_BROKER, settings):
         response = alice.client.post(
             "/api/v1/threads/t-broker/entries", {"role": "user", "content": "hello"}, format="json"
         )
-    finally:
-        app.conf.broker_url = old_url
-        app.conf.broker_transport_options = old_options
-        app.conf.task_always_eager = True
-        jobs.broker_redis.cache_clear()
     assert response.status_code == 201, response.content
     assert Entry.objects.filter(thread__external_id="t-broker").count() == 1
+    run = JobRun.objects.get(kind="embedding")
+    assert run.status == "queued" and run.sent_at is None and run.task_name == "memoryapp.tasks.embed_pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_while_the_broker_is_away_still_leaves_its_extraction_run_to_be_sent(alice, settings) -> None:
+    """The extraction debounce mark cannot be set without Redis: the run is created anyway, unsent."""
+    from memoryapp.llm.scripted import set_script
+
+    alice.client.post("/api/v1/threads", {"id": "t-extract-away"}, format="json")
+    set_script(lambda system, messages: "[]")
+    try:
+        with broker_at(DEAD_BROKER, settings):
+            response = alice.client.post(
+                "/api/v1/threads/t-extract-away/entries", {"role": "user", "content": "I moved to Lyon"}, format="json"
+            )
+    finally:
+        set_script(None)
+    assert response.status_code == 201, response.content
+    run = JobRun.objects.get(kind="extraction")
+    assert run.status == "queued" and run.sent_at is None and run.task_name == "memoryapp.tasks.extract_thread"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_compact_and_extract_answer_202_when_the_broker_is_away(alice, settings) -> None:
+    """Their run is committed before the send: a refused send must not turn the answer into a 500."""
+    from tests.compaction_helpers import make_thread, say
+
+    thread = make_thread(alice.agent, "t-away")
+    for i in range(4):
+        say(thread, "user", f"question {i}")
+        say(thread, "assistant", f"answer {i}")
+    with broker_at(DEAD_BROKER, settings):
+        compact = alice.client.post(
+            "/api/v1/threads/t-away/compact", {"strategy": "summarize-old-preserve-recent"}, format="json"
+        )
+        extract = alice.client.post("/api/v1/threads/t-away/extract", {}, format="json")
+    assert compact.status_code == 202, compact.content
+    assert extract.status_code == 202, extract.content
+    for answer in (compact, extract):
+        run = JobRun.objects.get(pk=answer.json()["job_run"]["id"])
+        assert run.status == "queued" and run.sent_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_write_answers_when_the_broker_takes_connections_but_never_replies(alice, settings) -> None:
+    """A broker that hangs (half-open, overloaded) costs a write the broker timeouts, not forever."""
+    import socket
+    import threading
+
+    from tests.compaction_helpers import make_thread
+
+    make_thread(alice.agent, "t-hung")
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # connections complete in the kernel's backlog; nothing ever answers
+    answers: list[int] = []
+    with broker_at(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", settings):
+
+        def ask() -> None:
+            from django.db import connection
+
+            try:
+                answer = alice.client.post("/api/v1/threads/t-hung/extract", {}, format="json")
+                answers.append(answer.status_code)
+            finally:
+                connection.close()
+
+        asking = threading.Thread(target=ask, daemon=True)
+        asking.start()
+        asking.join(timeout=120)  # a generous deadline: a hang is what fails, not a slow answer
+    silent.close()
+    assert answers == [202]
+
+
+@pytest.mark.django_db
+def test_the_next_enqueue_of_a_key_hands_its_never_sent_run_to_the_broker_again(
+    settings, django_capture_on_commit_callbacks
+) -> None:
+    with broker_at(DEAD_BROKER, settings), django_capture_on_commit_callbacks(execute=True):
+        first = job_enqueue(kind="k", task=audit_verify_job, arguments={}, dedupe_key="verify-again")
+    first.refresh_from_db()
+    assert first.status == "queued" and first.sent_at is None
+    # The broker is back (eager: the task runs as the broker hands it to a worker).
+    with django_capture_on_commit_callbacks(execute=True):
+        second = job_enqueue(kind="k", task=audit_verify_job, arguments={}, dedupe_key="verify-again")
+    assert second.pk == first.pk
+    first.refresh_from_db()
+    assert first.status == "succeeded" and first.sent_at is not None
+
+
+@pytest.mark.django_db
+def test_the_job_sweep_sends_runs_the_broker_never_took_or_lost(settings) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from governance.tasks import jobs_sweep
+
+    with broker_at(DEAD_BROKER, settings), transaction.atomic():
+        unsent = job_enqueue(kind="k", task=audit_verify_job, arguments={}, dedupe_key="unsent")
+    lost = JobRun.objects.create(kind="k", task_name=audit_verify_job.name, sent_at=timezone.now() - timedelta(hours=1))
+    waiting = JobRun.objects.create(kind="k", task_name=audit_verify_job.name, sent_at=timezone.now())
+    in_request = JobRun.objects.create(kind="k")  # done in the asking process: no task to send
+    old = timezone.now() - timedelta(minutes=5)
+    JobRun.objects.filter(pk__in=[unsent.pk, in_request.pk]).update(created_at=old)
+
+    jobs_sweep()
+
+    statuses = dict(JobRun.objects.values_list("pk", "status"))
+    assert statuses[unsent.pk] == "succeeded"  # never taken by the broker
+    assert statuses[lost.pk] == "succeeded"  # taken an hour ago, never started: its message was lost
+    assert statuses[waiting.pk] == "queued"  # just sent: still on its way
+    assert statuses[in_request.pk] == "queued"
+
+
+@pytest.mark.django_db
+def test_the_job_sweep_leaves_a_just_created_unsent_run_to_its_own_send(settings) -> None:
+    from governance.tasks import jobs_sweep
+
+    settings.JOB_UNSENT_GRACE_SECONDS = 60
+    run = JobRun.objects.create(kind="k", task_name=audit_verify_job.name)  # its commit's send is under way
+    jobs_sweep()
+    run.refresh_from_db()
+    assert run.status == "queued" and run.sent_at is None
+
+
+@pytest.fixture
+def other_process():
+    """A second database session, standing for another worker process."""
+    from django.db import connection
+
+    other = connection.copy()
+    yield other
+    other.close()
+
+
+def _hold(session, run: JobRun) -> None:
+    from governance.jobs import RUN_LOCK_CLASS
+
+    with session.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [RUN_LOCK_CLASS, run.pk % 2**31])
+
+
+@pytest.mark.django_db
+def test_a_second_message_of_a_run_a_live_process_holds_does_not_run_it(other_process, monkeypatch) -> None:
+    from governance import jobs
+
+    monkeypatch.setattr(jobs, "CLAIM_WAIT_SECONDS", 0.5)
+    for status in ("queued", "running"):
+        run = JobRun.objects.create(kind="test", status=status, attempts=1 if status == "running" else 0)
+        _hold(other_process, run)
+        calls: list[int] = []
+
+        def work(r: JobRun, calls: list[int] = calls) -> dict:
+            calls.append(1)
+            return {}
+
+        assert job_run(run.pk, work) is None
+        run.refresh_from_db()
+        assert calls == [] and run.status == status
+
+
+@pytest.mark.django_db
+def test_a_running_run_whose_process_died_is_claimed_by_its_next_message() -> None:
+    run = JobRun.objects.create(kind="test", status="running", attempts=1)  # no process holds it
+    job_run(run.pk, lambda r: {"done": True})
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.attempts == 2
+
+
+@pytest.mark.django_db
+def test_the_job_sweep_requeues_runs_whose_worker_died_and_leaves_live_ones(other_process) -> None:
+    from governance.tasks import jobs_sweep
+
+    alive = JobRun.objects.create(kind="k", status="running", attempts=1, task_name=audit_verify_job.name)
+    _hold(other_process, alive)
+    dead = JobRun.objects.create(kind="k", status="running", attempts=1, task_name=audit_verify_job.name)
+    dead_in_request = JobRun.objects.create(kind="k", status="running", attempts=1)
+    dying_again = JobRun.objects.create(kind="k", status="running", attempts=5, task_name=audit_verify_job.name)
+
+    jobs_sweep()
+
+    alive.refresh_from_db()
+    assert alive.status == "running" and alive.attempts == 1
+    dead.refresh_from_db()
+    assert dead.status == "succeeded" and dead.attempts == 2  # sent again, and run (eagerly here)
+    dead_in_request.refresh_from_db()
+    assert dead_in_request.status == "failed" and "stopped" in dead_in_request.error
+    dying_again.refresh_from_db()
+    assert dying_again.status == "failed" and "died during 5 attempts" in dying_again.error
+
+
+@pytest.mark.django_db
+def test_the_job_sweep_is_scheduled_every_minute() -> None:
+    from django_celery_beat.models import PeriodicTask
+
+    sweep = PeriodicTask.objects.get(task="governance.tasks.jobs_sweep")
+    assert sweep.enabled and sweep.interval is not None
+    assert (sweep.interval.every, sweep.interval.period) == (1, "minutes")
+
+
+@pytest.mark.django_db
+def test_embed_sweep_embeds_entries_even_while_a_debounce_mark_says_a_run_is_pending(
+    alice, django_capture_on_commit_callbacks
+) -> None:
+    """A mark left by a run that never started must not keep entries without vectors."""
+    from governance.jobs import broker_redis, debounce_mark, job_debounce_clear
+    from memoryapp.models import Entry, Thread
+    from memoryapp.search.indexing import embedding_debounce_key
+    from memoryapp.tasks.embedding import embed_sweep
+
+    thread = Thread.objects.create(agent=alice.agent, external_id="t-marked")
+    Entry.objects.create(
+        agent=alice.agent,
+        thread=thread,
+        seq=1,
+        role="user",
+        content="marked",
+        text="marked",
+        created_at=thread.created_at,
+        content_hash="y" * 32,
+    )
+    key = embedding_debounce_key(alice.agent.pk)
+    broker_redis().set(debounce_mark(key), "1", ex=300)
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            embed_sweep()
+    finally:
+        job_debounce_clear(key)
+    assert Entry.objects.filter(thread=thread, embedding__isnull=True).count() == 0
 
 
 @pytest.mark.django_db

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import redis
 from django.conf import settings
 
 
@@ -23,7 +24,13 @@ def extraction_schedule(*, thread_pk: int) -> None:
     debounce = settings.EXTRACTION_DEBOUNCE_SECONDS
     # While a run of this thread is pending, a write costs one Redis round trip and nothing more.
     key = debounce_mark(extraction_debounce_key(thread_pk))
-    if not broker_redis().set(key, "1", nx=True, ex=int(debounce) + 300):
+    try:
+        pending = not broker_redis().set(key, "1", nx=True, ex=int(debounce) + 300)
+    except redis.RedisError:
+        # The broker is away: the run is created anyway (one queued run per thread) and sent
+        # when the broker is back (governance.jobs: the job sweep, or the next write's enqueue).
+        pending = False
+    if pending:
         return
     thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id", "extraction").first()
     # Events (a compaction entry, a label) after the mark give extraction nothing to read.

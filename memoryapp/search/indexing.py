@@ -38,21 +38,30 @@ def embedding_debounce_key(agent_id: int | None) -> str:
     return f"embed:{agent_id}"
 
 
-def embedding_schedule(*, agent_id: int) -> None:
-    """Send the embedding job for the agent's entries and items not embedded yet (debounced).
+def embedding_schedule(*, agent_id: int, debounced: bool = True) -> None:
+    """Send the embedding job for the agent's entries and items not embedded yet.
 
     Contract: called after commit by memoryapp.services.hooks on every write, so it costs one
-    Redis round trip while a run is pending (governance.jobs.job_enqueue_debounced).
+    Redis round trip while a run is pending (governance.jobs.job_enqueue_debounced). The sweep
+    asks with `debounced=False`: Redis marks (lost, or left by a run that never started) are not
+    consulted, the agent's queued run is reused (and sent if the broker never took it) or a new
+    one is sent.
     """
-    from governance.jobs import job_enqueue_debounced
+    from governance.jobs import job_enqueue, job_enqueue_debounced
     from memoryapp.tasks.embedding import embed_pending
 
+    key = embedding_debounce_key(agent_id)
+    if not debounced:
+        job_enqueue(
+            kind=JOB_KIND, task=embed_pending, arguments={"agent_id": agent_id}, agent_id=agent_id, dedupe_key=key
+        )
+        return
     job_enqueue_debounced(
         kind=JOB_KIND,
         task=embed_pending,
         arguments={"agent_id": agent_id},
         agent_id=agent_id,
-        debounce_key=embedding_debounce_key(agent_id),
+        debounce_key=key,
         countdown=1.0,
     )
 

@@ -8,7 +8,7 @@ nothing and a repeat does nothing twice.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from django.db import transaction
 
@@ -28,15 +28,17 @@ def after_entries_added(*, thread: Thread, entries: Sequence[Entry]) -> None:
         from memoryapp.search.indexing import embedding_schedule
 
         # The entries are committed: a broker that cannot take the job must not turn the write
-        # into an error the client would retry (and duplicate). The next write, or `reembed`,
-        # picks the entries up; the failure is logged for the operator.
-        for send, kwargs in (
-            (embedding_schedule, {"agent_id": agent_id}),
-            (extraction_schedule, {"thread_pk": thread_pk}),
-        ):
+        # into an error the client would retry (and duplicate). A run the broker did not take
+        # stays queued and is sent later (governance.jobs: the next write, the job sweep), and
+        # the embedding sweep embeds whatever has no vector; the failure is logged.
+        sends: tuple[tuple[str, Callable[[], None]], ...] = (
+            ("embedding", lambda: embedding_schedule(agent_id=agent_id)),
+            ("extraction", lambda: extraction_schedule(thread_pk=thread_pk)),
+        )
+        for name, send in sends:
             try:
-                send(**kwargs)
+                send()
             except Exception:
-                logger.exception("could not send %s after a write of thread %s", send.__name__, thread_pk)
+                logger.exception("could not send the %s job after a write of thread %s", name, thread_pk)
 
     transaction.on_commit(schedule)

@@ -60,7 +60,9 @@ def embed_all_again(run_id: int) -> None:
 @shared_task(name="memoryapp.tasks.embed_sweep", ignore_result=True)
 def embed_sweep() -> None:
     """Beat, every few minutes: send the embedding job of every agent with entries or items not
-    embedded yet, so writes whose job could not be sent (a broker outage) are embedded anyway."""
+    embedded yet, so writes whose job could not be sent (a broker outage) are embedded anyway.
+    The writes' Redis debounce marks are not consulted: a mark left by a run that never started
+    must not keep an agent's entries without vectors."""
     from django.db.models import Q
 
     from memoryapp.models import Entry, MemoryItem
@@ -75,4 +77,4 @@ def embed_sweep() -> None:
         MemoryItem.objects.filter(embedding__isnull=True).values_list("agent_id", flat=True).distinct()[:1000]
     )
     for agent_id in sorted(agents):
-        embedding_schedule(agent_id=agent_id)
+        embedding_schedule(agent_id=agent_id, debounced=False)
