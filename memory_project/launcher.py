@@ -3,18 +3,23 @@
 1. Settings are loaded, which starts the embedded PostgreSQL and Redis when no URL is given.
 2. Migrations are applied (after a clear check that the database has pgvector).
 3. An admin account is created on the first start (ADMIN_PASSWORD, or generated and printed once).
-4. The web server (gunicorn), a Celery worker and Celery beat run as child processes.
+4. The web server (gunicorn), a Celery worker and Celery beat run as child processes; one that
+   exits (a crash, kill -9, out of memory) is started again after a delay (`supervise`).
 5. Ctrl-C (or SIGTERM) stops the children, then the embedded servers this launcher started.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
@@ -46,6 +51,111 @@ def _ensure_admin() -> None:
         f"\n  Admin account created: {settings.ADMIN_USERNAME} / {shown}  (shown once; change it in the admin)\n",
         flush=True,
     )
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays between restarts of a child: `first` seconds, doubled after each exit that came less
+    than `stable_after` seconds after its start, at most `longest`; back to `first` after a child
+    stayed up `stable_after` seconds."""
+
+    first: float = 1.0
+    longest: float = 30.0
+    stable_after: float = 60.0
+
+    def next_delay(self, previous: float | None, uptime: float) -> float:
+        if previous is None or uptime >= self.stable_after:
+            return self.first
+        return min(previous * 2, self.longest)
+
+
+@dataclass
+class _Child:
+    name: str
+    command: list[str]
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    delay: float | None = None
+    restart_at: float = 0.0
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _start(child: _Child, say: Callable[[str], None]) -> None:
+    # A session of its own: Ctrl-C in the terminal reaches the launcher only, which stops the
+    # children in order.
+    child.process = subprocess.Popen(child.command, start_new_session=True)
+    child.started = time.monotonic()
+    say(f"  {child.name} started (pid {child.process.pid})")
+
+
+def _stop_all(children: list[_Child], grace: float) -> None:
+    running = [c.process for c in children if c.process is not None and c.process.poll() is None]
+    for process in running:
+        process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in running:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def supervise(
+    commands: dict[str, list[str]],
+    *,
+    stop: threading.Event,
+    backoff: Backoff = Backoff(),
+    grace: float = 15.0,
+    say: Callable[[str], None] = _say,
+) -> None:
+    """Run each command as a child process until `stop` is set, restarting any that exits.
+
+    1. Every command starts at once, each in a session of its own.
+    2. A child that exits is told about (name, exit status, how long it ran) and started again
+       after the delay `backoff` gives: a worker killed mid-job comes back in a second, a child
+       that cannot start is tried again every `backoff.longest` seconds without a busy loop.
+    3. Once `stop` is set, nothing is restarted: every child gets SIGTERM, and those still running
+       `grace` seconds later are killed with their process group.
+    """
+    children = [_Child(name, command) for name, command in commands.items()]
+    for child in children:
+        _start(child, say)
+    try:
+        while not stop.is_set():
+            now = time.monotonic()
+            for child in children:
+                if child.process is None:
+                    if now >= child.restart_at and not stop.is_set():
+                        _start(child, say)
+                    continue
+                code = child.process.poll()
+                if code is None:
+                    continue
+                uptime = now - child.started
+                child.delay = backoff.next_delay(child.delay, uptime)
+                child.process = None
+                child.restart_at = now + child.delay
+                say(f"  {child.name} exited with {code} after {uptime:.1f}s; restarting it in {child.delay:g}s")
+            stop.wait(0.2)
+    finally:
+        _stop_all(children, grace)
+
+
+def stop_on_signals() -> threading.Event:
+    """An event set by Ctrl-C (SIGINT) or SIGTERM: what `supervise` waits for to stop everything."""
+    stop = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+    return stop
 
 
 def main() -> int:
@@ -105,49 +215,22 @@ def main() -> int:
         ],
         "beat": [python, "-m", "celery", "-A", "memory_project", "beat", "--loglevel", "INFO"],
     }
-    children: dict[str, subprocess.Popen[bytes]] = {}
     for name, command in commands.items():
         if name != "web" and worker_nice:
-            command = ["nice", "-n", str(worker_nice), *command]
-        children[name] = subprocess.Popen(command, start_new_session=True)
+            commands[name] = ["nice", "-n", str(worker_nice), *command]
 
+    stop = stop_on_signals()
     base = f"http://{host}:{port}"
     print(
         f"\n  Memory service running (web, worker, beat)\n"
         f"    admin:   {base}/admin/\n"
         f"    API:     {base}/api/v1/   docs: {base}/api/docs/\n"
         f"    health:  {base}/healthz   ready: {base}/readyz\n"
-        f"  Ctrl-C stops everything.\n",
+        f"  A web, worker or beat process that exits is started again. Ctrl-C stops everything.\n",
         flush=True,
     )
+    supervise(commands, stop=stop)
 
-    stopping = False
-
-    def stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    exit_code = 0
-    while not stopping:
-        for name, child in children.items():
-            if child.poll() is not None:
-                print(f"  {name} exited with {child.returncode}; stopping the service", flush=True)
-                exit_code = child.returncode or 1
-                stopping = True
-                break
-        time.sleep(0.5)
-
-    for child in children.values():
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    deadline = time.time() + 15
-    for child in children.values():
-        try:
-            child.wait(timeout=max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            child.kill()
     from django.db import connections
 
     connections.close_all()
@@ -156,7 +239,7 @@ def main() -> int:
     if not os.environ.get("REDIS_URL") and not embedded.redis_answers(*embedded.LOCAL_REDIS):
         embedded.redis_stop(settings.VAR_DIR)
     print("  stopped", flush=True)
-    return exit_code
+    return 0
 
 
 if __name__ == "__main__":
