@@ -163,12 +163,17 @@ class Worker:
         return self.process.pid
 
     def pool_processes(self) -> list[int]:
-        """The pids of the worker's pool processes (children of its main process)."""
-        children = Path(f"/proc/{self.pid}/task/{self.pid}/children")
-        try:
-            return [int(pid) for pid in children.read_text().split()]
-        except OSError:
-            return []
+        """The pids of the worker's pool processes (children of its main process, from /proc)."""
+        pids = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                # pid (comm) state ppid ...: comm may hold spaces, so read after its closing parenthesis.
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == self.pid:
+                pids.append(int(stat.parent.name))
+        return sorted(pids)
 
     def kill_all(self) -> None:
         """kill -9 of the main process and its pool at once (its process group), as a crash of the host would."""
