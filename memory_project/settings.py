@@ -205,7 +205,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["memoryapp.api.auth.IsAgent"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["memoryapp.api.parsers.JSONParser"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "memoryapp.api.schema.AgentApiSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "EXCEPTION_HANDLER": "memoryapp.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -223,6 +223,18 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     # Swagger UI would otherwise send the schema's URL to its public validator for a badge.
     "SWAGGER_UI_SETTINGS": {"deepLinking": True, "validatorUrl": None},
+    # Fields of the same name with different choices (a `status` of an item, of a quote, of a job)
+    # get an enum each, named here rather than by a hash.
+    "ENUM_NAME_OVERRIDES": {
+        "ItemKindEnum": "memoryapp.models.choices.ItemKind",
+        "ItemStatusEnum": "memoryapp.models.choices.ItemStatus",
+        "EvidenceStatusEnum": "memoryapp.models.choices.EvidenceStatus",
+        "JobStatusEnum": "governance.models.JobRun.Status",
+        "HitKindEnum": "memoryapp.api.search.HIT_KINDS",
+        "PathKindEnum": "memoryapp.api.files.PATH_KINDS",
+        "CompactionStrategyEnum": "memoryapp.compaction.strategies.STRATEGY_NAMES",
+        "ContextStrategyEnum": "memoryapp.context.builder.STRATEGIES",
+    },
 }
 
 # --- Static files, i18n, logging ------------------------------------------------------------

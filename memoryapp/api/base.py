@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 
@@ -22,3 +23,56 @@ def validated(serializer_class: type[serializers.Serializer], data: Any, **conte
     serializer = serializer_class(data=data, context=context)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
+
+
+# --- output serializers ----------------------------------------------------------------------
+
+
+class OutputSerializer(serializers.Serializer):
+    """A response shape: what the OpenAPI schema (and so the docs page and generated clients) shows.
+
+    A field declared `required=False` is one the API leaves out when it was never set (absent
+    rather than null, as 004 writes entries): it is dropped from an answer when it holds None or
+    "", and a dict without its key leaves it out too. (Read-only fields, such as a
+    SerializerMethodField, are always answered.)
+    """
+
+    def to_representation(self, instance: Any) -> Any:
+        body = super().to_representation(instance)
+        for name, field in self.fields.items():
+            optional = not field.required and not field.read_only
+            if optional and name in body and (body[name] is None or body[name] == ""):
+                del body[name]
+        return body
+
+
+class IsoDateTimeField(serializers.DateTimeField):
+    """A time as the API has always written it: ISO 8601 with its offset (`+00:00`, not `Z`)."""
+
+    def to_representation(self, value: Any) -> Any:
+        return value.isoformat()
+
+
+@extend_schema_field({"type": "object", "additionalProperties": {}})
+class JsonObjectField(serializers.Field):
+    """A JSON object of the client's (metadata) or of a job's (result, usage).
+
+    A required one is never null (unset is {}); an optional one is left out when unset.
+    """
+
+    def get_attribute(self, instance: Any) -> Any:
+        value = super().get_attribute(instance)
+        return value or {} if self.required else value
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class TextOrNullField(serializers.CharField):
+    """A text column whose empty value the API answers as null (a job's error, a rename's source)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_null=True, **kwargs)
+
+    def get_attribute(self, instance: Any) -> Any:
+        return super().get_attribute(instance) or None

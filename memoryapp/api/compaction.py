@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,8 +17,15 @@ from rest_framework.views import APIView
 
 from governance.models import JobRun
 from memoryapp.api.auth import request_agent
-from memoryapp.api.base import StrictSerializer, validated
-from memoryapp.api.threads import entry_json
+from memoryapp.api.base import (
+    IsoDateTimeField,
+    JsonObjectField,
+    OutputSerializer,
+    StrictSerializer,
+    TextOrNullField,
+    validated,
+)
+from memoryapp.api.threads import EntryOut, entry_json
 from memoryapp.compaction.service import compaction_now, compaction_request
 from memoryapp.compaction.strategies import CLEAR_TOOL_RESULTS, STRATEGY_NAMES
 from memoryapp.errors import NotFound
@@ -33,17 +39,87 @@ def _actor(request: Request) -> str:
     return f"agent:{request_agent(request).slug}"
 
 
+# --- output serializers --------------------------------------------------------------------
+
+
+class JobRunOut(OutputSerializer):
+    id = serializers.IntegerField()
+    kind = serializers.CharField(help_text="compaction, extraction, ...")
+    status = serializers.ChoiceField(choices=JobRun.Status.choices)
+    result = JsonObjectField(help_text="What the job did (its fields depend on the kind).")
+    error = TextOrNullField(help_text="Why it failed or was skipped (null: no error).")
+    usage = JsonObjectField(help_text="Model calls, tokens, latency and cost.")
+    created_at = IsoDateTimeField(allow_null=True)
+    finished_at = IsoDateTimeField(allow_null=True)
+
+
 def job_run_json(run: JobRun) -> dict[str, Any]:
-    return {
-        "id": run.pk,
-        "kind": run.kind,
-        "status": run.status,
-        "result": run.result or {},
-        "error": run.error or None,
-        "usage": run.usage or {},
-        "created_at": run.created_at.isoformat() if run.created_at else None,
-        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
-    }
+    return dict(JobRunOut(run).data)
+
+
+class JobAcceptedOut(OutputSerializer):
+    job_run = JobRunOut(help_text="The queued job: follow it in the admin's job runs.")
+
+
+class CompactionSkippedOut(OutputSerializer):
+    job_run = JobRunOut()
+    strategy = serializers.CharField()
+    compacted = serializers.BooleanField(help_text="Always false here.")
+    reason = serializers.CharField(allow_blank=True, help_text="Why nothing was compacted.")
+    partial = serializers.CharField(  # type: ignore[assignment]  # a declared field, not BaseSerializer.partial
+        required=False, help_text="What the zero-model tier left out."
+    )
+
+
+class CompactedOut(OutputSerializer):
+    """Declared here, built from the compaction's own result (`as_result`) and the new entry."""
+
+    job_run = JobRunOut()
+    strategy = serializers.CharField()
+    compacted = serializers.BooleanField(help_text="Always true here.")
+    compaction_entry_id = serializers.CharField()
+    first_kept_entry_id = serializers.CharField(allow_null=True)
+    tokens_before = serializers.IntegerField(allow_null=True)
+    tokens_after = serializers.IntegerField(allow_null=True)
+    cleared = serializers.IntegerField(help_text="Tool results cleared.")
+    prompt_version = serializers.CharField(allow_blank=True)
+    reason = serializers.CharField(required=False)
+    partial = serializers.CharField(  # type: ignore[assignment]  # a declared field, not BaseSerializer.partial
+        required=False, help_text="What the zero-model tier left out."
+    )
+    entry = EntryOut(help_text="The compaction entry, at the end of the active branch.")
+
+
+class ExtractionResultOut(OutputSerializer):
+    windows = serializers.IntegerField()
+    items_written = serializers.IntegerField()
+    items_left_out = serializers.IntegerField()
+    items_dropped_entries_gone = serializers.IntegerField()
+    quotes_dropped = serializers.IntegerField()
+    model_calls = serializers.IntegerField()
+    continuations = serializers.IntegerField()
+    through_seq = serializers.IntegerField(allow_null=True, help_text="The last entry read.")
+    failed_windows = serializers.ListField(child=serializers.DictField())
+    prompt_version = serializers.CharField()
+
+
+class ExtractionOut(OutputSerializer):
+    job_run = JobRunOut()
+    result = ExtractionResultOut(required=False, help_text="Absent when the job was skipped.")
+    item_ids = serializers.ListField(child=serializers.CharField(), required=False, help_text="The items written.")
+
+
+class ToolResultOut(OutputSerializer):
+    handle = serializers.CharField(source="id")
+    thread_id = serializers.CharField(source="thread.external_id")
+    tool_call_id = serializers.CharField(allow_blank=True)
+    tool_name = serializers.CharField(allow_blank=True)
+    content = serializers.JSONField(help_text="The result as the tool gave it.")
+    text = serializers.CharField(allow_blank=True)
+    redacted = serializers.SerializerMethodField()
+
+    def get_redacted(self, entry: Entry) -> bool:
+        return entry.redacted_at is not None
 
 
 class SummarizeFallbackInput(StrictSerializer):
@@ -57,6 +133,8 @@ class SummarizeFallbackInput(StrictSerializer):
 
 class FallbackField(serializers.Field):
     """`summarize_fallback`: false (never), true (defaults) or an object of summarize options."""
+
+    options = SummarizeFallbackInput  # what the schema shows for the object (memoryapp.api.schema)
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, bool):
@@ -114,7 +192,12 @@ class ThreadCompactView(APIView):
     """
 
     @extend_schema(
-        request=CompactInput, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT}
+        request=CompactInput,
+        responses={
+            200: OpenApiResponse(CompactionSkippedOut, description="Ran in the request: nothing to compact."),
+            201: OpenApiResponse(CompactedOut, description="Ran in the request: a compaction entry was added."),
+            202: OpenApiResponse(JobAcceptedOut, description="Sent as a job."),
+        },
     )
     def post(self, request: Request, thread_id: str) -> Response:
         agent = request_agent(request)
@@ -142,7 +225,13 @@ class ThreadCompactView(APIView):
 class ThreadExtractView(APIView):
     """Extract memory items from a thread's new entries: a job (202), or now with `async: false`."""
 
-    @extend_schema(request=ExtractInput, responses={200: OpenApiTypes.OBJECT, 202: OpenApiTypes.OBJECT})
+    @extend_schema(
+        request=ExtractInput,
+        responses={
+            200: OpenApiResponse(ExtractionOut, description="Ran in the request (async: false)."),
+            202: OpenApiResponse(JobAcceptedOut, description="Sent as a job."),
+        },
+    )
     def post(self, request: Request, thread_id: str) -> Response:
         agent = request_agent(request)
         thread = thread_for_agent(agent=agent, external_id=thread_id)
@@ -166,17 +255,9 @@ def _is_tool_result(entry: Entry) -> bool:
 class ToolResultView(APIView):
     """The content behind a cleared tool result's handle (what the `read_result` tool returns)."""
 
+    @extend_schema(responses={200: ToolResultOut})
     def get(self, request: Request, handle: str) -> Response:
         entry = entry_for_agent(agent=request_agent(request), entry_id=handle)
         if not _is_tool_result(entry):
             raise NotFound("Tool result")
-        body: dict[str, Any] = {
-            "handle": entry.id,
-            "thread_id": entry.thread.external_id,
-            "tool_call_id": entry.tool_call_id,
-            "tool_name": entry.tool_name,
-            "content": entry.content,
-            "text": entry.text,
-            "redacted": entry.redacted_at is not None,
-        }
-        return Response(body)
+        return Response(ToolResultOut(entry).data)

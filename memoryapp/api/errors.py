@@ -9,9 +9,10 @@ from django.core.exceptions import PermissionDenied
 from django.db import DataError, IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
-from rest_framework import exceptions, status
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
+from memoryapp.api.base import OutputSerializer
 from memoryapp.errors import DomainError
 
 logger = logging.getLogger(__name__)
@@ -37,6 +38,20 @@ def _first_field_error(detail: Any, prefix: str = "") -> tuple[str | None, str, 
     if isinstance(detail, exceptions.ErrorDetail):
         return (prefix or None), str(detail), str(detail.code or "invalid")
     return (prefix or None), str(detail), "invalid"
+
+
+class ErrorDetailOut(OutputSerializer):
+    code = serializers.CharField(help_text="What went wrong, for programs: `not_found`, `unknown_field`, ...")
+    message = serializers.CharField(help_text="What went wrong, for people.")
+    field = serializers.CharField(
+        required=False, help_text="The input at fault (`entries[3].role`, a query parameter), when there is one."
+    )
+
+
+class ErrorOut(OutputSerializer):
+    """The one error shape of the API (`error_body` builds it: errors are rare, and middleware writes them too)."""
+
+    error = ErrorDetailOut()
 
 
 def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:

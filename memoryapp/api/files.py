@@ -12,13 +12,15 @@ import re
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_field
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
-from memoryapp.api.errors import error_body
+from memoryapp.api.base import OutputSerializer, TextOrNullField
+from memoryapp.api.errors import ErrorOut, error_body
 from memoryapp.api.parsers import ToolInputJSONParser
 from memoryapp.errors import NotFound
 from memoryapp.files.access import FileAccess
@@ -35,6 +37,7 @@ _ACCESS_PARAMS = (*_SCOPE_PARAMS, "place", "read_only", "author")
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # An agent may say who wrote a change; "memory" is for the service's own jobs.
 _AGENT_AUTHORS = (FileAuthor.MODEL, FileAuthor.USER, FileAuthor.SYSTEM)
+PATH_KINDS = ("file", "directory")
 
 
 SCOPE_PARAMETERS = [
@@ -107,26 +110,143 @@ def _expected_sha256(value: Any) -> ExpectedSha:
     return value
 
 
-def _scope_of(version: MemoryFileVersion) -> dict[str, str]:
-    return {"user_id": version.user_id, "project_id": version.project_id, "thread_id": version.thread_id}
+# --- output serializers --------------------------------------------------------------------
 
 
-def version_summary(version: MemoryFileVersion) -> dict[str, Any]:
-    return {
-        "version_id": version.pk,
-        "path": version.path,
-        "version": version.sequence,
-        "sha256": version.sha256,
-        "size": version.size,
+class ScopeOut(OutputSerializer):
+    user_id = serializers.CharField()
+    project_id = serializers.CharField()
+    thread_id = serializers.CharField()
+
+
+class MemoryFileOut(OutputSerializer):
+    path = serializers.CharField()
+    sha256 = serializers.CharField()
+    size = serializers.IntegerField(help_text="Bytes of UTF-8.")
+    version = serializers.IntegerField(source="sequence")
+    version_id = serializers.CharField(source="pk")
+    author = serializers.ChoiceField(choices=FileAuthor.choices)
+    scope = ScopeOut(source="*")
+    updated_at = serializers.DateTimeField(source="created_at", help_text="When this version was written.")
+
+
+class MemoryFilesOut(OutputSerializer):
+    files = MemoryFileOut(many=True)
+
+
+class VersionOut(OutputSerializer):
+    version_id = serializers.CharField(source="pk")
+    path = serializers.CharField()
+    version = serializers.IntegerField(source="sequence")
+    sha256 = serializers.CharField(help_text="'' for a deletion (an empty file has the sha256 of '').")
+    size = serializers.IntegerField()
+    deleted = serializers.SerializerMethodField(help_text="This version deletes the file.")
+    renamed_from = TextOrNullField(help_text="The path it was renamed from (null: not a rename).")
+    previous_id = serializers.CharField(allow_null=True, help_text="The version this one follows.")
+    author = serializers.ChoiceField(choices=FileAuthor.choices)
+    place = serializers.CharField(source="place_id", allow_null=True, help_text="The entry it was written after.")
+    scope = ScopeOut(source="*")
+    created_at = serializers.DateTimeField()
+    redacted = serializers.SerializerMethodField()
+
+    def get_deleted(self, version: MemoryFileVersion) -> bool:
         # A deletion has no content, so no sha256 (an empty file has the sha256 of "").
-        "deleted": version.sha256 == "",
-        "renamed_from": version.renamed_from or None,
-        "previous_id": version.previous_id,
-        "author": version.author,
-        "place": version.place_id,
-        "scope": _scope_of(version),
-        "created_at": version.created_at,
-        "redacted": version.redacted_at is not None,
+        return version.sha256 == ""
+
+    def get_redacted(self, version: MemoryFileVersion) -> bool:
+        return version.redacted_at is not None
+
+
+class FileHistoryOut(OutputSerializer):
+    path = serializers.CharField()
+    versions = VersionOut(many=True, help_text="Oldest first, deletions and renames included.")
+
+
+class VersionContentOut(VersionOut):
+    content = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": "string", "nullable": True, "description": "null for a deletion."})
+    def get_content(self, version: MemoryFileVersion) -> str | None:
+        return version_content(version)
+
+
+class DirectoryEntryOut(OutputSerializer):
+    path = serializers.CharField()
+    kind = serializers.ChoiceField(choices=PATH_KINDS)
+    size = serializers.IntegerField(help_text="A directory's: the total of the files under it.")
+
+
+class MovedFileOut(OutputSerializer):
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # `from` is a Python keyword, so it cannot be a class attribute.
+        return {
+            "from": serializers.CharField(),
+            "to": serializers.CharField(),
+            "version_id": serializers.CharField(help_text="The version written at the new path."),
+        }
+
+
+class MemoryToolAnswerOut(OutputSerializer):
+    """The answer of a memory tool command: `result` for the model, and fields for programs.
+
+    Which fields come depends on the command: `view` of a file (kind, lines, path, sha256, size,
+    version, version_id), `view` of a directory (kind, path, size, entries), `create`,
+    `str_replace` and `insert` (path, sha256, size, version, version_id), `delete` (path,
+    deleted), `rename` (old_path, new_path, moved).
+    """
+
+    result = serializers.CharField(help_text="The text the model reads (as Anthropic's memory tool answers).")
+    command = serializers.CharField()
+    kind = serializers.ChoiceField(choices=PATH_KINDS, required=False, help_text="view: what the path is.")
+    lines = serializers.IntegerField(required=False, help_text="view of a file: its number of lines.")
+    path = serializers.CharField(required=False)
+    sha256 = serializers.CharField(required=False, help_text="The version's sha256: send it as expected_sha256.")
+    size = serializers.IntegerField(required=False)
+    version = serializers.IntegerField(required=False)
+    version_id = serializers.CharField(required=False)
+    entries = DirectoryEntryOut(many=True, required=False, help_text="view of a directory: two levels of it.")
+    deleted = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="delete: the files it deleted."
+    )
+    old_path = serializers.CharField(required=False)
+    new_path = serializers.CharField(required=False)
+    moved = MovedFileOut(many=True, required=False, help_text="rename: every file moved.")
+
+
+class MemoryToolErrorOut(ErrorOut):
+    """A refused command: the error shape, and `result`, the text the model should read."""
+
+    result = serializers.CharField()
+
+
+class WorkingNoteDetailsOut(OutputSerializer):
+    action = serializers.CharField(allow_null=True)
+    ok = serializers.BooleanField()
+    length = serializers.IntegerField(allow_null=True, help_text="Characters of the note (null on an error).")
+
+
+class WorkingNoteOut(OutputSerializer):
+    text = serializers.CharField(help_text="The note (after the action).")
+    details = WorkingNoteDetailsOut()
+    path = serializers.CharField()
+    version_id = serializers.CharField(allow_null=True, help_text="The version written (null: nothing changed).")
+
+
+class WorkingNoteErrorOut(MemoryToolErrorOut):
+    text = serializers.CharField()
+    details = WorkingNoteDetailsOut()
+
+
+def _refusals(shape: type[serializers.Serializer]) -> dict[int, OpenApiResponse]:
+    return {
+        status: OpenApiResponse(shape, description=text)
+        for status, text in (
+            (400, "A command or parameter the tool refuses; `result` is the text for the model."),
+            (403, "A read-only request or a path kept by memory itself."),
+            (404, "No such file or directory (or place entry)."),
+            (409, "The file changed since it was read (expected_sha256), or the path is taken."),
+            (413, "A file or a change too large."),
+        )
     }
 
 
@@ -139,7 +259,11 @@ class MemoryToolView(APIView):
     @extend_schema(
         parameters=SCOPE_PARAMETERS,
         request=OpenApiTypes.OBJECT,
-        responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT},
+        responses={
+            200: MemoryToolAnswerOut,
+            201: OpenApiResponse(MemoryToolAnswerOut, description="create: the file was created."),
+            **_refusals(MemoryToolErrorOut),
+        },
         description=(
             "Run one command of Anthropic's memory tool (memory_20250818): view, create, str_replace, insert, "
             "delete, rename, with the model's input unchanged, plus an optional expected_sha256 (the sha256 "
@@ -159,7 +283,7 @@ class MemoryToolView(APIView):
             answer = memory_tool_run(access=access, command=command, expected_sha256=expected)
         except MemoryFileError as error:
             return tool_error_response(error)
-        return Response({"result": answer.result, **answer.details}, status=answer.status)
+        return Response(MemoryToolAnswerOut({"result": answer.result, **answer.details}).data, status=answer.status)
 
 
 class MemoryFilesListView(APIView):
@@ -167,36 +291,21 @@ class MemoryFilesListView(APIView):
 
     @extend_schema(
         parameters=[*SCOPE_PARAMETERS, OpenApiParameter("under", str, description="Only files under this path.")],
-        responses=OpenApiTypes.OBJECT,
+        responses={200: MemoryFilesOut},
     )
     def get(self, request: Request) -> Response:
         access = request_file_access(request, extra=("under",))
         under = path_normalize(request.query_params.get("under", MEMORY_ROOT), field="under")
         files = files_list(access=access, under=under)
-        return Response(
-            {
-                "files": [
-                    {
-                        "path": v.path,
-                        "sha256": v.sha256,
-                        "size": v.size,
-                        "version": v.sequence,
-                        "version_id": v.pk,
-                        "author": v.author,
-                        "scope": _scope_of(v),
-                        "updated_at": v.created_at,
-                    }
-                    for v in files
-                ]
-            }
-        )
+        return Response(MemoryFilesOut({"files": files}).data)
 
 
 class MemoryFileHistoryView(APIView):
     """GET every version of one path the scope reads, oldest first, deletions and renames included."""
 
     @extend_schema(
-        parameters=[*SCOPE_PARAMETERS, OpenApiParameter("path", str, required=True)], responses=OpenApiTypes.OBJECT
+        parameters=[*SCOPE_PARAMETERS, OpenApiParameter("path", str, required=True)],
+        responses={200: FileHistoryOut},
     )
     def get(self, request: Request) -> Response:
         access = request_file_access(request, extra=("path",))
@@ -204,18 +313,18 @@ class MemoryFileHistoryView(APIView):
         versions = file_history(access=access, path=path)
         if not versions:
             raise NotFound("The memory file", field="path")
-        return Response({"path": path, "versions": [version_summary(v) for v in versions]})
+        return Response(FileHistoryOut({"path": path, "versions": versions}).data)
 
 
 class MemoryFileVersionView(APIView):
     """GET one version with its content (null for a deletion); another agent's answers 404."""
 
-    @extend_schema(responses=OpenApiTypes.OBJECT)
+    @extend_schema(responses={200: VersionContentOut})
     def get(self, request: Request, version_id: str) -> Response:
         version = version_for_agent(agent=request_agent(request), version_id=version_id)
         if version is None:
             raise NotFound("The memory file version")
-        return Response({**version_summary(version), "content": version_content(version)})
+        return Response(VersionContentOut(version).data)
 
 
 class WorkingNoteView(APIView):
@@ -223,11 +332,15 @@ class WorkingNoteView(APIView):
 
     parser_classes = [ToolInputJSONParser]
 
-    @extend_schema(parameters=SCOPE_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=SCOPE_PARAMETERS, responses={200: WorkingNoteOut, **_refusals(WorkingNoteErrorOut)})
     def get(self, request: Request) -> Response:
         return self._run(request, {"action": "read"})
 
-    @extend_schema(parameters=SCOPE_PARAMETERS, request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @extend_schema(
+        parameters=SCOPE_PARAMETERS,
+        request=OpenApiTypes.OBJECT,
+        responses={200: WorkingNoteOut, **_refusals(WorkingNoteErrorOut)},
+    )
     def post(self, request: Request) -> Response:
         return self._run(request, request.data)
 
@@ -251,5 +364,12 @@ class WorkingNoteView(APIView):
             details = {"action": action, "ok": False, "length": None}
             return tool_error_response(error, text=error.message, details=details)
         return Response(
-            {"text": answer.text, "details": answer.details, "path": WORKING_NOTE_PATH, "version_id": answer.version_id}
+            WorkingNoteOut(
+                {
+                    "text": answer.text,
+                    "details": answer.details,
+                    "path": WORKING_NOTE_PATH,
+                    "version_id": answer.version_id,
+                }
+            ).data
         )

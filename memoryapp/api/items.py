@@ -9,14 +9,20 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
-from memoryapp.api.base import StrictSerializer, validated
+from memoryapp.api.base import IsoDateTimeField, JsonObjectField, OutputSerializer, StrictSerializer, validated
+from memoryapp.api.errors import ErrorOut
 from memoryapp.api.parsers import ToolInputJSONParser
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.facts import (
@@ -31,7 +37,7 @@ from memoryapp.facts import (
     value_text,
 )
 from memoryapp.models import AgentKey, MemoryItem
-from memoryapp.models.choices import TRUST_RANK, ItemKind, Trust
+from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
 from memoryapp.selectors.items import item_evidence, item_for_agent, items_list, slot_history
 from memoryapp.services.items import item_forget, item_write
 
@@ -42,11 +48,56 @@ def _actor(request: Request) -> str:
     return f"agent:{request_agent(request).slug}"
 
 
+# --- output serializers --------------------------------------------------------------------
+
+
+class EvidenceOut(OutputSerializer):
+    id = serializers.IntegerField()
+    entry_id = serializers.CharField(allow_null=True, help_text="The entry quoted (null once it is deleted).")
+    quote = serializers.CharField()
+    status = serializers.ChoiceField(choices=EvidenceStatus.choices, help_text="verified: found in the entry.")
+
+
+class ItemOut(OutputSerializer):
+    """An item as agents see it: declared here, rendered by `item_json`."""
+
+    id = serializers.CharField()
+    kind = serializers.ChoiceField(choices=ItemKind.choices)
+    subject = serializers.CharField()
+    attribute = serializers.CharField()
+    value = serializers.CharField()
+    trust = serializers.ChoiceField(choices=Trust.choices)
+    status = serializers.ChoiceField(choices=ItemStatus.choices)
+    confidence = serializers.FloatField()
+    verified = serializers.BooleanField()
+    user_id = serializers.CharField()
+    project_id = serializers.CharField()
+    thread_id = serializers.CharField()
+    valid_from = IsoDateTimeField(help_text="When it became true in the world.")
+    valid_to = IsoDateTimeField(allow_null=True, help_text="When it stopped being true (null: it holds).")
+    recorded_at = IsoDateTimeField(help_text="When memory learned it.")
+    expired_at = IsoDateTimeField(allow_null=True, help_text="When memory let it go (null: it is current).")
+    times_retrieved = serializers.IntegerField()
+    last_retrieved_at = IsoDateTimeField(allow_null=True)
+    metadata = JsonObjectField()
+    entity_id = serializers.CharField(required=False, help_text="The entity of the subject, when one is kept.")
+    namespace = serializers.CharField(required=False, help_text="A fact's namespace (facts only).")
+    value_json = serializers.JSONField(required=False, help_text="A fact's value as JSON (facts only).")
+    expires_at = IsoDateTimeField(required=False, help_text="When a fact with a TTL vanishes.")
+    prompt_version = serializers.CharField(required=False, help_text="The prompt that extracted it.")
+
+
+class ItemWithEvidenceOut(ItemOut):
+    evidence = EvidenceOut(many=True, help_text="The quotes the item stands on.")
+
+
 def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
 def item_json(item: MemoryItem, *, evidence: bool = False) -> dict[str, Any]:
+    """An item as `ItemOut` (with `evidence`: `ItemWithEvidenceOut`) declares it, built by hand:
+    lists answer up to 1,000 items, and a DRF serializer costs about ten times as much."""
     body: dict[str, Any] = {
         "id": item.pk,
         "kind": item.kind,
@@ -78,10 +129,49 @@ def item_json(item: MemoryItem, *, evidence: bool = False) -> dict[str, Any]:
     if item.prompt_version:
         body["prompt_version"] = item.prompt_version
     if evidence:
-        body["evidence"] = [
-            {"id": e.pk, "entry_id": e.entry_id, "quote": e.quote, "status": e.status} for e in item_evidence(item=item)
-        ]
+        body["evidence"] = EvidenceOut(item_evidence(item=item), many=True).data
     return body
+
+
+class ItemPageOut(OutputSerializer):
+    results = ItemOut(many=True)
+    next = serializers.URLField(allow_null=True, help_text="The URL of the next page (null on the last).")
+
+
+class FactOut(OutputSerializer):
+    """A fact as 002's recall returns it."""
+
+    namespace = serializers.CharField()
+    key = serializers.CharField()
+    value = serializers.JSONField(help_text="Any JSON value.")
+    created_at_ms = serializers.IntegerField(help_text="When the key was first remembered (epoch milliseconds).")
+    updated_at_ms = serializers.IntegerField(help_text="When this value was remembered (epoch milliseconds).")
+    expires_at_ms = serializers.IntegerField(required=False, help_text="When it vanishes (with ttl_secs).")
+
+
+class FactHitOut(FactOut):
+    score = serializers.FloatField(required=False, help_text="Share of the words of q matched (absent without q).")
+
+
+class FactPageOut(OutputSerializer):
+    results = FactHitOut(many=True)
+    next = serializers.URLField(allow_null=True, help_text="Always null: one page holds every hit (up to limit).")
+
+
+class FactForgottenOut(OutputSerializer):
+    namespace = serializers.CharField()
+    key = serializers.CharField()
+    forgotten = serializers.BooleanField()
+
+
+class NamespaceForgottenOut(OutputSerializer):
+    namespace = serializers.CharField()
+    deleted = serializers.IntegerField(help_text="How many facts were let go.")
+
+
+class MemoryToolResultOut(OutputSerializer):
+    result = serializers.CharField(help_text="The text the model reads as the tool's result.")
+    is_error = serializers.BooleanField(help_text="The model's input was wrong; the result says how.")
 
 
 def _page_url(request: Request, **changes: Any) -> str:
@@ -155,7 +245,9 @@ class MemoryToolIn(StrictSerializer):
 
 class ItemsView(APIView):
     @extend_schema(
+        operation_id="v1_items_list",
         parameters=[ItemsQuery],
+        responses={200: ItemPageOut},
         summary="List the agent's items the scope sees, newest first (as_of / known_at: what held then)",
     )
     def get(self, request: Request) -> Response:
@@ -184,7 +276,12 @@ class ItemsView(APIView):
         )
 
     @extend_schema(
-        request=ItemIn, summary="Write an item (trust at most the key's max_trust; model items arrive suggested)"
+        request=ItemIn,
+        responses={
+            201: ItemWithEvidenceOut,
+            403: OpenApiResponse(ErrorOut, description="trust_not_allowed: more trusted than the key may write."),
+        },
+        summary="Write an item (trust at most the key's max_trust; model items arrive suggested)",
     )
     def post(self, request: Request) -> Response:
         body = validated(ItemIn, request.data)
@@ -222,18 +319,23 @@ class ItemsView(APIView):
 
 
 class ItemView(APIView):
+    @extend_schema(responses={200: ItemWithEvidenceOut})
     def get(self, request: Request, item_id: str) -> Response:
         item = item_for_agent(agent=request_agent(request), item_id=item_id)
         return Response(item_json(item, evidence=True))
 
 
 class ItemHistoryView(APIView):
+    @extend_schema(
+        responses={200: OpenApiResponse(ItemPageOut, description="Every value of the item's slot (one page).")}
+    )
     def get(self, request: Request, item_id: str) -> Response:
         item = item_for_agent(agent=request_agent(request), item_id=item_id)
         return Response({"results": [item_json(i) for i in slot_history(item=item)], "next": None})
 
 
 class ItemForgetView(APIView):
+    @extend_schema(request=None, responses={200: ItemOut})
     def post(self, request: Request, item_id: str) -> Response:
         body = request.data
         if body:
@@ -245,6 +347,19 @@ class ItemForgetView(APIView):
 
 
 # --- facts ----------------------------------------------------------------------------------
+
+FACT_OR_HITS = PolymorphicProxySerializer(
+    component_name="FactOrHits",
+    serializers=[FactOut, FactPageOut],
+    resource_type_field_name=None,
+    many=False,
+)
+FORGOTTEN = PolymorphicProxySerializer(
+    component_name="FactsForgotten",
+    serializers=[FactForgottenOut, NamespaceForgottenOut],
+    resource_type_field_name=None,
+    many=False,
+)
 
 
 def _split(path: str) -> tuple[str, str]:
@@ -282,6 +397,7 @@ class FactsView(APIView):
 
     @extend_schema(
         parameters=[OpenApiParameter("q", str), OpenApiParameter("limit", int)],
+        responses={200: FACT_OR_HITS},
         summary="Recall /facts/{namespace}/{key}, or search /facts/{namespace}?q=&limit=",
     )
     def get(self, request: Request, path: str) -> Response:
@@ -291,15 +407,15 @@ class FactsView(APIView):
             hits = fact_search(
                 agent=agent, namespace=path, text=query["q"], limit=query.get("limit", DEFAULT_SEARCH_LIMIT)
             )
-            results = [{**h.fact, **({"score": h.score} if h.score is not None else {})} for h in hits]
-            return Response({"results": results, "next": None})
+            results = [{**h.fact, "score": h.score} for h in hits]
+            return Response(FactPageOut({"results": results, "next": None}).data)
         namespace, key = _split(path)
         fact = fact_recall(agent=agent, namespace=namespace, key=key)
         if fact is None:
             raise NotFound("The fact")
-        return Response(fact)
+        return Response(FactOut(fact).data)
 
-    @extend_schema(request=FactIn, summary="Remember a fact: /facts/{namespace}/{key}")
+    @extend_schema(request=FactIn, responses={200: FactOut}, summary="Remember a fact: /facts/{namespace}/{key}")
     def put(self, request: Request, path: str) -> Response:
         if "/" not in path:
             raise DomainError(
@@ -315,22 +431,22 @@ class FactsView(APIView):
             ttl_secs=body.get("ttl_secs"),
             actor=_actor(request),
         )
-        return Response(fact)
+        return Response(FactOut(fact).data)
 
     @extend_schema(
         parameters=[OpenApiParameter("all", str, enum=["true"], description="true: forget the whole namespace")],
+        responses={200: FORGOTTEN},
         summary="Forget /facts/{namespace}/{key} (history kept), or every fact of /facts/{namespace}?all=true",
     )
     def delete(self, request: Request, path: str) -> Response:
         agent = request_agent(request)
         if self._forgets_namespace(request, path):
             namespace_check(path)
-            return Response(
-                {"namespace": path, "deleted": facts_forget_all(agent=agent, namespace=path, actor=_actor(request))}
-            )
+            deleted = facts_forget_all(agent=agent, namespace=path, actor=_actor(request))
+            return Response(NamespaceForgottenOut({"namespace": path, "deleted": deleted}).data)
         namespace, key = _split(path)
         fact = fact_forget(agent=agent, namespace=namespace, key=key, actor=_actor(request))
-        return Response({"namespace": fact["namespace"], "key": fact["key"], "forgotten": True})
+        return Response(FactForgottenOut({**fact, "forgotten": True}).data)
 
 
 # --- the model's memory tools ------------------------------------------------------------------
@@ -348,7 +464,11 @@ class MemoryToolsView(APIView):
     # A NUL in the model's input is the tool's to answer (is_error), not a 400.
     parser_classes = [ToolInputJSONParser]
 
-    @extend_schema(request=MemoryToolIn, summary="Run the model's remember / forget / search_memory tool call")
+    @extend_schema(
+        request=MemoryToolIn,
+        responses={200: MemoryToolResultOut},
+        summary="Run the model's remember / forget / search_memory tool call",
+    )
     def post(self, request: Request) -> Response:
         body = validated(MemoryToolIn, request.data)
         agent = request_agent(request)
@@ -420,8 +540,8 @@ def _short(text: str, limit: int = 500) -> str:
 
 
 def _tool_result(text: str) -> Response:
-    return Response({"result": text, "is_error": False})
+    return Response(MemoryToolResultOut({"result": text, "is_error": False}).data)
 
 
 def _tool_error(text: str) -> Response:
-    return Response({"result": f"Error: {text}", "is_error": True})
+    return Response(MemoryToolResultOut({"result": f"Error: {text}", "is_error": True}).data)

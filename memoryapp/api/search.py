@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -12,12 +11,15 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
-from memoryapp.api.base import StrictSerializer, validated
+from memoryapp.api.base import IsoDateTimeField, OutputSerializer, StrictSerializer, validated
 from memoryapp.context.builder import MAX_TOKENS_LIMIT, STRATEGIES, ContextRequest, context_build
+from memoryapp.models.choices import Role
 from memoryapp.search.retrieval import KINDS, METHODS, search
 from memoryapp.selectors.threads import thread_for_agent
 
 MAX_TEXT = 10_000
+HIT_KINDS = ("entry", "item")
+DROP_REASONS = ("budget", "duplicate", "not-selected", "oversized")
 
 
 class SearchInput(StrictSerializer):
@@ -32,8 +34,140 @@ class SearchInput(StrictSerializer):
     as_of = serializers.DateTimeField(required=False)
 
 
+# --- output serializers --------------------------------------------------------------------
+#
+# Declared here, rendered by the search and the context builder themselves (`Hit.as_json`,
+# `context_build`): they are the hot paths the benches measure, and their answers are plain
+# dicts already. tests/test_api_schema.py checks every answer against these declarations.
+
+
+class ProblemOut(OutputSerializer):
+    # A field named like a serializer attribute (`source`, `errors`): DRF's metaclass takes declared
+    # fields out of the class, so only mypy sees a clash.
+    source = serializers.CharField(  # type: ignore[assignment]
+        help_text="The part that failed: vector, embedder, history, facts, semantic, ..."
+    )
+    message = serializers.CharField()
+
+
+class SearchHitOut(OutputSerializer):
+    kind = serializers.ChoiceField(choices=HIT_KINDS)
+    id = serializers.CharField()
+    text = serializers.CharField()
+    score = serializers.FloatField(help_text="Higher is better; comparable within one answer.")
+    channels = serializers.ListField(
+        child=serializers.CharField(), help_text="How it was found: keyword, vector, neighbour (a turn next to a hit)."
+    )
+    thread_id = serializers.CharField(allow_null=True, help_text="An entry's thread, an item's thread scope.")
+    created_at = IsoDateTimeField(allow_null=True)
+    seq = serializers.IntegerField(required=False, help_text="Entries only.")
+    role = serializers.CharField(required=False, allow_blank=True, help_text="Entries only.")
+    sender_name = serializers.CharField(required=False, allow_blank=True, help_text="Entries only ('' when none).")
+    item_kind = serializers.CharField(required=False, help_text="Items only: fact, preference, ...")
+    valid_from = IsoDateTimeField(required=False, allow_null=True, help_text="Items only.")
+    valid_to = IsoDateTimeField(required=False, allow_null=True, help_text="Items only.")
+
+
+class SearchOut(OutputSerializer):
+    results = SearchHitOut(many=True, help_text="Best first.")
+    errors = ProblemOut(  # type: ignore[assignment]
+        many=True, help_text="Parts that failed (the answer is made of the rest)."
+    )
+    warnings = serializers.ListField(child=serializers.CharField())
+
+
+class ContextMessageOut(OutputSerializer):
+    role = serializers.ChoiceField(choices=Role.choices)
+    content = serializers.JSONField(help_text="Text, or a list of content blocks.")
+    tool_calls = serializers.ListField(child=serializers.JSONField(), required=False)
+    tool_call_id = serializers.CharField(required=False)
+    name = serializers.CharField(required=False, help_text="The tool's name (tool results) or the sender's.")
+    compaction_id = serializers.CharField(required=False, help_text="The summary's compaction entry.")
+    entry_id = serializers.CharField(required=False, help_text="The entry a history message comes from.")
+    cache_breakpoint = serializers.BooleanField(required=False, help_text="A good place for a prompt-cache mark.")
+
+
+class ContextFactOut(OutputSerializer):
+    id = serializers.CharField(help_text="The item.")
+    text = serializers.CharField()
+
+
+class RecalledEntryOut(OutputSerializer):
+    id = serializers.CharField()
+    seq = serializers.IntegerField()
+    text = serializers.CharField()
+    created_at = IsoDateTimeField(allow_null=True)
+    sender_name = serializers.CharField(allow_blank=True)
+    role = serializers.CharField(allow_blank=True)
+    score = serializers.FloatField()
+    channels = serializers.ListField(child=serializers.CharField())
+
+
+class RecalledItemOut(OutputSerializer):
+    id = serializers.CharField()
+    text = serializers.CharField()
+    kind = serializers.CharField()
+    score = serializers.FloatField()
+
+
+class RecalledOut(OutputSerializer):
+    entries = RecalledEntryOut(many=True)
+    items = RecalledItemOut(many=True)
+
+
+class DroppedEntryOut(OutputSerializer):
+    id = serializers.CharField()
+    seq = serializers.IntegerField()
+    type = serializers.CharField()
+    role = serializers.CharField(allow_blank=True)
+    tokens = serializers.IntegerField()
+
+
+class DroppedBlockOut(OutputSerializer):
+    partition = serializers.CharField(help_text="recent, recall, facts, ...")
+    reason = serializers.ChoiceField(choices=DROP_REASONS)
+    tokens = serializers.IntegerField()
+    source_id = serializers.CharField(help_text="The entry or item left out.")
+
+
+class DroppedOut(OutputSerializer):
+    entries = DroppedEntryOut(many=True, help_text="History entries left out.")
+    blocks = DroppedBlockOut(many=True, help_text="Every block left out, with its partition and reason.")
+    token_count = serializers.IntegerField()
+
+
+class ContextMetadataOut(OutputSerializer):
+    strategy = serializers.ChoiceField(choices=STRATEGIES)
+    budget = serializers.IntegerField(help_text="max_tokens less reserve_tokens.")
+    reserve_tokens = serializers.IntegerField()
+    original_message_count = serializers.IntegerField()
+    included_message_count = serializers.IntegerField()
+    facts_included = serializers.IntegerField()
+    semantic_results_included = serializers.IntegerField()
+    recalled_entries = serializers.IntegerField()
+    recalled_items = serializers.IntegerField()
+
+
+class ContextOut(OutputSerializer):
+    """The reference's BuiltContext: the messages for the next model call, and what went into them."""
+
+    messages = ContextMessageOut(many=True)
+    memory_context = serializers.CharField(allow_null=True, help_text="The <memory_context> block (null: none).")
+    partitions = serializers.DictField(child=serializers.IntegerField(), help_text="Tokens used by each partition.")
+    facts = ContextFactOut(many=True)
+    recalled = RecalledOut()
+    token_count = serializers.IntegerField()
+    truncated = serializers.BooleanField(help_text="Some of the history was left out.")
+    dropped = DroppedOut()
+    errors = ProblemOut(  # type: ignore[assignment]
+        many=True, help_text="Parts that failed; the context is built from the rest."
+    )
+    warnings = serializers.ListField(child=serializers.CharField())
+    metadata = ContextMetadataOut()
+
+
 class SearchView(APIView):
-    @extend_schema(request=SearchInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=SearchInput, responses={200: SearchOut})
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
         data = validated(SearchInput, request.data)
@@ -87,7 +221,7 @@ class ContextInput(StrictSerializer):
 
 
 class ContextView(APIView):
-    @extend_schema(request=ContextInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=ContextInput, responses={200: ContextOut})
     def post(self, request: Request, thread_id: str) -> Response:
         agent = request_agent(request)
         thread = thread_for_agent(agent=agent, external_id=thread_id)

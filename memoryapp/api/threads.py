@@ -14,7 +14,13 @@ from urllib.parse import urlencode
 from django.http import StreamingHttpResponse
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers, status
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser
@@ -23,12 +29,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
-from memoryapp.api.base import StrictSerializer, validated
+from memoryapp.api.base import IsoDateTimeField, JsonObjectField, OutputSerializer, StrictSerializer, validated
 from memoryapp.api.parsers import JSONParser
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.jsonl import thread_export_lines, thread_import_lines
 from memoryapp.models import Entry, Thread
-from memoryapp.models.choices import HISTORY_TYPES, EntryType
+from memoryapp.models.choices import HISTORY_TYPES, EntryType, Role
 from memoryapp.selectors.threads import (
     entries_list,
     entry_for_agent,
@@ -70,10 +76,28 @@ def _check_body_size(request: Request) -> None:
         raise DomainError("request_too_large", f"A request body holds at most {MAX_REQUEST_BYTES} bytes.", status=413)
 
 
-# --- output shapes -------------------------------------------------------------------------
+# --- output serializers --------------------------------------------------------------------
+
+
+class ThreadOut(OutputSerializer):
+    """A thread as agents see it: declared here, rendered by `thread_json`."""
+
+    id = serializers.CharField(source="external_id", help_text="The thread's id (the client's own, or generated).")
+    user_id = serializers.CharField(help_text="The person the thread is about ('' when none).")
+    metadata = JsonObjectField()
+    active_leaf_id = serializers.CharField(
+        allow_null=True, help_text="The entry new entries go under (null for an empty thread)."
+    )
+    forked_from = serializers.CharField(
+        source="forked_from.external_id", allow_null=True, help_text="The thread this one was forked from."
+    )
+    created_at = IsoDateTimeField()
+    updated_at = IsoDateTimeField(help_text="Changed when the thread is created or its metadata or user_id change.")
 
 
 def thread_json(thread: Thread) -> dict[str, Any]:
+    """A thread as `ThreadOut` declares it, built by hand: lists answer up to 1,000 threads, and
+    a DRF serializer costs about ten times as much (see EntryOut)."""
     forked_from = thread.forked_from.external_id if thread.forked_from_id and thread.forked_from else None
     return {
         "id": thread.external_id,
@@ -86,8 +110,49 @@ def thread_json(thread: Thread) -> dict[str, Any]:
     }
 
 
+class ThreadPageOut(OutputSerializer):
+    results = ThreadOut(many=True)
+    next = serializers.URLField(allow_null=True, help_text="The URL of the next page (null on the last).")
+    next_cursor = serializers.CharField(allow_null=True, help_text="The cursor of the next page (null on the last).")
+
+
+class ToolCallOut(OutputSerializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    arguments = serializers.JSONField(help_text="The arguments the model gave (any JSON).")
+
+
+class EntryOut(OutputSerializer):
+    """An entry as agents see it; fields never set are absent rather than null (004).
+
+    Declared here, rendered by `entry_json`: entries are the hot path (a batch of 1,000, pages
+    of 10,000), and a DRF serializer costs tens of microseconds an entry where the dict costs
+    a few. tests/test_api_schema.py checks every entry the API answers against this declaration.
+    """
+
+    id = serializers.CharField()
+    thread_id = serializers.CharField()
+    parent_id = serializers.CharField(allow_null=True, help_text="null for the first entry of the thread.")
+    seq = serializers.IntegerField(help_text="Strictly increasing within the thread.")
+    type = serializers.ChoiceField(choices=EntryType.choices)
+    role = serializers.ChoiceField(choices=Role.choices, allow_blank=True, help_text="'' for an event.")
+    content = serializers.JSONField(
+        allow_null=True, help_text="Text, or a list of content blocks; null for an event (see `event`)."
+    )
+    token_count = serializers.IntegerField()
+    metadata = JsonObjectField()
+    created_at = IsoDateTimeField()
+    content_hash = serializers.CharField(help_text="000's hashNode of the entry as stored.")
+    tool_calls = ToolCallOut(many=True, required=False, help_text="An assistant message's tool calls.")
+    tool_call_id = serializers.CharField(required=False, help_text="The call a tool result answers.")
+    tool_name = serializers.CharField(required=False)
+    sender_name = serializers.CharField(required=False)
+    event = JsonObjectField(required=False, help_text="An event's payload (compaction, label, ...).")
+    redacted_at = IsoDateTimeField(required=False, help_text="When the entry was redacted (its content replaced).")
+
+
 def entry_json(entry: Entry, thread_id: str) -> dict[str, Any]:
-    """An entry as agents see it; fields never set are absent rather than null (004)."""
+    """An entry as `EntryOut` declares it, built by hand for speed (see EntryOut)."""
     body: dict[str, Any] = {
         "id": entry.id,
         "thread_id": thread_id,
@@ -114,6 +179,30 @@ def entry_json(entry: Entry, thread_id: str) -> dict[str, Any]:
     if entry.redacted_at is not None:
         body["redacted_at"] = entry.redacted_at.isoformat()
     return body
+
+
+class EntryBatchOut(OutputSerializer):
+    entries = EntryOut(many=True)
+    active_leaf_id = serializers.CharField(allow_null=True)
+
+
+ENTRIES_ADDED = PolymorphicProxySerializer(
+    component_name="EntriesAdded",
+    serializers=[EntryOut, EntryBatchOut],
+    resource_type_field_name=None,
+    many=False,
+)
+
+
+class EntryPageOut(OutputSerializer):
+    results = EntryOut(many=True, help_text="Oldest first.")
+    next = serializers.URLField(allow_null=True, help_text="The URL of the page of older entries (null: none).")
+
+
+class PathPageOut(OutputSerializer):
+    results = EntryOut(many=True, help_text="The branch, oldest first.")
+    leaf_id = serializers.CharField(allow_null=True, help_text="The leaf the branch ends at.")
+    next = serializers.URLField(allow_null=True, help_text="The URL of the page of older entries (null: none).")
 
 
 def _page_url(request: Request, **changes: Any) -> str:
@@ -267,7 +356,13 @@ class RedactInput(StrictSerializer):
 class ThreadsView(APIView):
     """POST: create a thread or update the one of that id. GET: list threads, newest updated first."""
 
-    @extend_schema(request=ThreadCreateInput, responses={200: OpenApiTypes.OBJECT, 201: OpenApiTypes.OBJECT})
+    @extend_schema(
+        request=ThreadCreateInput,
+        responses={
+            200: OpenApiResponse(ThreadOut, description="The thread of that id existed: updated."),
+            201: OpenApiResponse(ThreadOut, description="A new thread."),
+        },
+    )
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
         data = validated(ThreadCreateInput, request.data)
@@ -283,7 +378,7 @@ class ThreadsView(APIView):
         )
         return Response(thread_json(thread), status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
 
-    @extend_schema(parameters=[ThreadsQuery], responses=OpenApiTypes.OBJECT)
+    @extend_schema(operation_id="v1_threads_list", parameters=[ThreadsQuery], responses={200: ThreadPageOut})
     def get(self, request: Request) -> Response:
         agent = request_agent(request)
         query = validated(ThreadsQuery, request.query_params.dict())
@@ -308,11 +403,12 @@ class ThreadsView(APIView):
 class ThreadView(APIView):
     """GET, PATCH (metadata, user_id) and DELETE one thread."""
 
+    @extend_schema(responses={200: ThreadOut})
     def get(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         return Response(thread_json(thread))
 
-    @extend_schema(request=ThreadUpdateInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=ThreadUpdateInput, responses={200: ThreadOut})
     def patch(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(ThreadUpdateInput, request.data)
@@ -324,6 +420,7 @@ class ThreadView(APIView):
         )
         return Response(thread_json(thread))
 
+    @extend_schema(responses={204: OpenApiResponse(description="Deleted, with its entries and what stood on them.")})
     def delete(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         thread_delete(thread=thread, actor=_actor(request))
@@ -335,7 +432,11 @@ class ThreadEntriesView(APIView):
 
     @extend_schema(
         request=OpenApiTypes.OBJECT,
-        responses={201: OpenApiTypes.OBJECT},
+        responses={
+            201: OpenApiResponse(
+                ENTRIES_ADDED, description="The entry added; for a batch, the entries added and the new active leaf."
+            )
+        },
         description='One entry {"role", "content", ...} or a batch {"entries": [...]}.',
     )
     def post(self, request: Request, thread_id: str) -> Response:
@@ -368,7 +469,7 @@ class ThreadEntriesView(APIView):
         thread, created = thread_append(agent=agent, external_id=thread_id, entries=[entry_input(body)])
         return Response(entry_json(created[0], thread.external_id), status=status.HTTP_201_CREATED)
 
-    @extend_schema(parameters=[EntriesQuery], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[EntriesQuery], responses={200: EntryPageOut})
     def get(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         query = validated(EntriesQuery, request.query_params.dict())
@@ -391,7 +492,7 @@ class ThreadEntriesView(APIView):
 class ThreadPathView(APIView):
     """GET: one branch, oldest first (`leaf`, newest `limit`, `before` to page back, `types`)."""
 
-    @extend_schema(parameters=[PathQuery], responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=[PathQuery], responses={200: PathPageOut})
     def get(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         query = validated(PathQuery, request.query_params.dict())
@@ -415,7 +516,7 @@ class ThreadPathView(APIView):
 
 
 class ThreadRewindView(APIView):
-    @extend_schema(request=EntryIdInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=EntryIdInput, responses={200: ThreadOut})
     def post(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(EntryIdInput, request.data)
@@ -423,7 +524,7 @@ class ThreadRewindView(APIView):
 
 
 class ThreadCheckoutView(APIView):
-    @extend_schema(request=EntryIdInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=EntryIdInput, responses={200: ThreadOut})
     def post(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(EntryIdInput, request.data)
@@ -431,7 +532,7 @@ class ThreadCheckoutView(APIView):
 
 
 class ThreadForkView(APIView):
-    @extend_schema(request=ForkInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=ForkInput, responses={201: OpenApiResponse(ThreadOut, description="The new thread.")})
     def post(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(ForkInput, request.data)
@@ -444,6 +545,18 @@ class ThreadForkView(APIView):
 class ThreadExportView(APIView):
     """GET: the thread as JSONL (000's session file: node records, then a head record)."""
 
+    @extend_schema(
+        responses={
+            (200, "application/x-ndjson"): OpenApiResponse(
+                OpenApiTypes.STR,
+                description=(
+                    "JSON Lines, one record a line: a thread record, a node record per entry in seq order "
+                    '({"type": "node", "node": {"id", "parent", "turn", "createdAt", "seq", "entryType", ...}}), '
+                    'then a head record ({"type": "head", "leaf"}). POST /threads/import reads them back.'
+                ),
+            )
+        }
+    )
     def get(self, request: Request, thread_id: str) -> StreamingHttpResponse:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         lines = (line + "\n" for line in thread_export_lines(thread=thread))
@@ -474,11 +587,28 @@ class PlainTextParser(NdjsonParser):
     media_type = "text/plain"
 
 
+class ImportJsonForm(serializers.Serializer):
+    """The JSON form of an import, for the schema (the view reads the body itself: see below)."""
+
+    id = serializers.CharField(required=False, help_text="The new thread's id (else ?id=, else the export's).")
+    jsonl = serializers.CharField(required=False, help_text="The JSONL lines, as one string.")
+    records = serializers.ListField(child=serializers.DictField(), required=False, help_text="Or the records, parsed.")
+
+
 class ThreadImportView(APIView):
     """POST: a thread from JSONL (`?id=` names the new thread; else the export's own id)."""
 
     parser_classes = [NdjsonParser, PlainTextParser, JSONParser]
 
+    @extend_schema(
+        parameters=[OpenApiParameter("id", str, description="The new thread's id (else the export's own).")],
+        request={
+            "application/x-ndjson": OpenApiTypes.STR,
+            "text/plain": OpenApiTypes.STR,
+            "application/json": ImportJsonForm,
+        },
+        responses={201: OpenApiResponse(ThreadOut, description="The thread imported.")},
+    )
     def post(self, request: Request) -> Response:
         _check_body_size(request)
         agent = request_agent(request)
@@ -508,10 +638,12 @@ class ThreadImportView(APIView):
 
 
 class EntryView(APIView):
+    @extend_schema(responses={200: EntryOut})
     def get(self, request: Request, entry_id: str) -> Response:
         entry = entry_for_agent(agent=request_agent(request), entry_id=entry_id)
         return Response(entry_json(entry, entry.thread.external_id))
 
+    @extend_schema(responses={204: OpenApiResponse(description="Deleted: its children now stand under its parent.")})
     def delete(self, request: Request, entry_id: str) -> Response:
         entry = entry_for_agent(agent=request_agent(request), entry_id=entry_id)
         entry_delete(entry=entry, actor=_actor(request))
@@ -519,7 +651,7 @@ class EntryView(APIView):
 
 
 class EntryRedactView(APIView):
-    @extend_schema(request=RedactInput, responses=OpenApiTypes.OBJECT)
+    @extend_schema(request=RedactInput, responses={200: EntryOut})
     def post(self, request: Request, entry_id: str) -> Response:
         entry = entry_for_agent(agent=request_agent(request), entry_id=entry_id)
         data = validated(RedactInput, request.data)

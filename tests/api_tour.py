@@ -1,0 +1,291 @@
+"""A tour of the agent API: every operation called, its answers in each of their forms kept.
+
+The schema tests check every answer of the tour against the OpenAPI schema the service
+publishes, so a response shape cannot drift from what the docs page and generated clients see.
+Each visit names the operation by its schema path (`/api/v1/threads/{thread_id}`), so the
+check finds the declared response of the status the call got.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from django.http import HttpResponseBase
+
+from memoryapp.llm.port import use_model
+from memoryapp.llm.scripted import ScriptedModel
+from memoryapp.services.items import item_write
+from tests.conftest import Caller
+
+V1 = "/api/v1"
+
+
+@dataclass
+class Visit:
+    method: str
+    path: str  # the operation's path as the schema names it
+    url: str
+    response: HttpResponseBase
+
+    @property
+    def status(self) -> int:
+        return self.response.status_code
+
+    @property
+    def content_type(self) -> str:
+        return self.response.get("Content-Type", "").split(";")[0]
+
+    def body(self) -> Any:
+        if getattr(self.response, "streaming", False):
+            return b"".join(self.response.streaming_content).decode()  # type: ignore[attr-defined]
+        raw = self.response.content
+        if not raw:
+            return None
+        return json.loads(raw) if self.content_type == "application/json" else raw.decode()
+
+
+class Tour:
+    def __init__(self, caller: Caller):
+        self.client = caller.client
+        self.visits: list[Visit] = []
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        url: str | None = None,
+        body: Any = None,
+        *,
+        raw: str | None = None,
+        query: dict[str, Any] | None = None,
+    ) -> Visit:
+        target = url or path
+        kwargs: dict[str, Any] = {}
+        if raw is not None:
+            kwargs = {"data": raw, "content_type": "application/x-ndjson"}
+        elif body is not None:
+            kwargs = {"data": body, "format": "json"}
+        if query:
+            target += "?" + urlencode(query)
+        response = getattr(self.client, method.lower())(target, **kwargs)
+        visit = Visit(method.upper(), path, target, response)
+        self.visits.append(visit)
+        return visit
+
+
+def api_tour(caller: Caller) -> list[Visit]:
+    """Call every operation of the agent API, each answer form at least once (errors included)."""
+    tour = Tour(caller)
+    call = tour.call
+    thread = f"{V1}/threads/{{thread_id}}"
+
+    call("GET", f"{V1}/")
+
+    # Threads.
+    call("POST", f"{V1}/threads", body={"id": "tour", "user_id": "u-ana", "metadata": {"topic": "trip"}})
+    call("POST", f"{V1}/threads", body={"id": "tour", "metadata": {"mood": "fine"}})
+    call("POST", f"{V1}/threads", body={"id": "tour-b"})
+    call("GET", f"{V1}/threads")
+    page = call("GET", f"{V1}/threads", query={"limit": 1}).body()
+    assert page["next"], page
+    call("GET", thread, f"{V1}/threads/tour")
+    call("PATCH", thread, f"{V1}/threads/tour", body={"metadata": {"mood": None}})
+
+    # Entries: every optional field of an entry set once, a batch, the pages.
+    entries = f"{thread}/entries"
+    at = f"{V1}/threads/tour/entries"
+    first = call("POST", entries, at, body={"role": "user", "content": "I fly to Lisbon on Friday."}).body()
+    call(
+        "POST",
+        entries,
+        at,
+        body={
+            "role": "assistant",
+            "content": "",
+            "sender_name": "planner",
+            "tool_calls": [{"id": "c1", "name": "fetch_page", "arguments": {"page": 1}}],
+        },
+    )
+    call(
+        "POST",
+        entries,
+        at,
+        body={"type": "tool_result", "tool_call_id": "c1", "tool_name": "fetch_page", "content": "page one " * 300},
+    )
+    batch = call(
+        "POST",
+        entries,
+        at,
+        body={
+            "entries": [
+                {"role": "assistant", "content": "Lisbon on Friday, noted."},
+                {"type": "label", "event": {"label": "booked"}, "metadata": {"source": "tour"}},
+                {"role": "user", "content": [{"type": "text", "text": "I am vegetarian."}]},
+            ]
+        },
+    ).body()
+    last_id = batch["entries"][-1]["id"]
+    call("GET", entries, at)
+    call("GET", entries, at, query={"limit": 2, "types": "all"})
+    call("GET", f"{thread}/path", f"{V1}/threads/tour/path")
+    call("GET", f"{thread}/path", f"{V1}/threads/tour/path", query={"limit": 2})
+    call("GET", f"{V1}/entries/{{entry_id}}", f"{V1}/entries/{first['id']}")
+    call("POST", f"{thread}/checkout", f"{V1}/threads/tour/checkout", body={"entry_id": first["id"]})
+    call("POST", f"{thread}/checkout", f"{V1}/threads/tour/checkout", body={"entry_id": last_id})
+    label_id = batch["entries"][1]["id"]
+    call("POST", f"{thread}/rewind", f"{V1}/threads/tour/rewind", body={"entry_id": label_id})
+    call("POST", f"{thread}/fork", f"{V1}/threads/tour/fork", body={"entry_id": last_id, "new_thread_id": "tour-fork"})
+    call("GET", f"{thread}/export", f"{V1}/threads/tour-fork/export")
+    # A longer conversation, imported: recall and a summary need turns older than the kept history.
+    turns = [("user", "My sister Marta moved to Porto in 2019 and works as a nurse there")]
+    turns += [(("user", "assistant")[n % 2], f"turn {n}: we talk about the weather and the trains") for n in range(40)]
+    nodes = [
+        {
+            "type": "node",
+            "node": {
+                "id": f"tour-n{n}",
+                "parent": f"tour-n{n - 1}" if n else None,
+                "seq": n + 1,
+                "turn": {"role": role, "content": text},
+            },
+        }
+        for n, (role, text) in enumerate(turns)
+    ]
+    lines = "".join(
+        json.dumps(record) + "\n" for record in [*nodes, {"type": "head", "leaf": f"tour-n{len(turns) - 1}"}]
+    )
+    call("POST", f"{V1}/threads/import", raw=lines, query={"id": "tour-copy"})
+
+    # Items and facts.
+    item = call(
+        "POST",
+        f"{V1}/items",
+        body={
+            "kind": "preference",
+            "subject": "user",
+            "attribute": "diet",
+            "value": "vegetarian",
+            "user_id": "u-ana",
+            "prompt_version": "tour_v1",
+            "evidence": [{"entry_id": last_id, "quote": "I am vegetarian"}],
+        },
+    ).body()
+    call("GET", f"{V1}/items")
+    call("GET", f"{V1}/items", query={"limit": 1})
+    call("GET", f"{V1}/items/{{item_id}}", f"{V1}/items/{item['id']}")
+    call("GET", f"{V1}/items/{{item_id}}/history", f"{V1}/items/{item['id']}/history")
+    # An active item (written by the service: an agent's key writes suggested ones) for recall.
+    item_write(agent=caller.agent, kind="fact", subject="Marta", attribute="job", value="nurse", trust="system")
+    call("POST", f"{V1}/search", body={"text": "Lisbon Friday", "method": "keyword"})
+    call("POST", f"{V1}/search", body={"text": "Marta nurse", "kinds": ["entries", "items"]})
+    facts = f"{V1}/facts/{{path}}"
+    call("PUT", facts, f"{V1}/facts/users/u-ana/city", body={"value": "Lisbon"})
+    call("PUT", facts, f"{V1}/facts/users/u-ana/trip", body={"value": {"day": "Friday"}, "ttl_secs": 3600})
+    call("GET", facts, f"{V1}/facts/users/u-ana/city")
+    fact_items = call("GET", f"{V1}/items", query={"kind": "fact", "user_id": "u-ana"}).body()["results"]
+    trip = next(i for i in fact_items if i.get("expires_at"))  # facts are items: namespace, value_json, TTL
+    call("GET", f"{V1}/items/{{item_id}}", f"{V1}/items/{trip['id']}")
+    call("GET", facts, f"{V1}/facts/users/u-ana", query={"q": "Lisbon"})
+    call("GET", facts, f"{V1}/facts/users", query={"limit": 5})
+    tools = f"{V1}/memory-tools"
+    call("POST", tools, body={"name": "remember", "input": {"key": "seat", "value": "aisle"}, "user_id": "u-ana"})
+    call("POST", tools, body={"name": "search_memory", "input": {"query": "seat"}, "user_id": "u-ana"})
+    call("POST", tools, body={"name": "forget", "input": {"key": "nothing"}, "user_id": "u-ana"})
+    call("POST", tools, body={"name": "remember", "input": {"key": "seat"}, "user_id": "u-ana"})
+    call(
+        "POST",
+        f"{thread}/context",
+        f"{V1}/threads/tour/context",
+        body={
+            "max_tokens": 700,
+            "system_prompt": "You plan trips.",
+            "brief": "Ana travels often.",
+            "current_input": "Where do I fly on Friday?",
+        },
+    )
+    call("POST", f"{thread}/context", f"{V1}/threads/tour/context", body={"max_tokens": 4000, "strategy": "recent"})
+    call("DELETE", facts, f"{V1}/facts/users/u-ana/city")
+    call("DELETE", facts, f"{V1}/facts/users/u-ana", query={"all": "true"})
+    call("POST", f"{V1}/items/{{item_id}}/forget", f"{V1}/items/{item['id']}/forget")
+
+    # Memory files and the working note.
+    tool = f"{V1}/memory-tool"
+    call("POST", tool, body={"command": "create", "path": "/memories/trip.md", "file_text": "Lisbon\nFriday\n"})
+    viewed = call("POST", tool, body={"command": "view", "path": "/memories/trip.md"}).body()
+    call("POST", tool, body={"command": "view", "path": "/memories"})
+    call(
+        "POST",
+        tool,
+        body={
+            "command": "str_replace",
+            "path": "/memories/trip.md",
+            "old_str": "Friday",
+            "new_str": "Saturday",
+            "expected_sha256": viewed["sha256"],
+        },
+    )
+    call("POST", tool, body={"command": "insert", "path": "/memories/trip.md", "insert_line": 0, "insert_text": "#"})
+    call("POST", tool, body={"command": "rename", "old_path": "/memories/trip.md", "new_path": "/memories/t.md"})
+    call("POST", tool, body={"command": "view", "path": "/memories/missing.md"})
+    listed = call("GET", f"{V1}/memory-files").body()
+    history = call("GET", f"{V1}/memory-files/history", query={"path": "/memories/trip.md"}).body()
+    call("POST", tool, body={"command": "delete", "path": "/memories/t.md"})
+    for version in (listed["files"][0], history["versions"][-1]):
+        call("GET", f"{V1}/memory-files/versions/{{version_id}}", f"{V1}/memory-files/versions/{version['version_id']}")
+    call("GET", f"{V1}/working-note")
+    call("POST", f"{V1}/working-note", body={"action": "append", "content": "check the passport"})
+    call("POST", f"{V1}/working-note", body={"action": "replace"})
+
+    # Compaction, extraction, cleared tool results.
+    compact = f"{thread}/compact"
+    call(
+        "POST",
+        compact,
+        f"{V1}/threads/tour/compact",
+        body={"strategy": "clear-old-tool-results", "keep_tool_uses": 0, "clear_at_least": 0},
+    )
+    call("POST", compact, f"{V1}/threads/tour/compact", body={"strategy": "clear-old-tool-results"})
+    with use_model(ScriptedModel(lambda system, messages: "They talked about a trip to Lisbon.")):
+        call(
+            "POST",
+            compact,
+            f"{V1}/threads/tour-copy/compact",
+            body={"strategy": "summarize-old-preserve-recent", "preserve_recent_turns": 2, "async": False},
+        )
+        call("POST", compact, f"{V1}/threads/tour-b/compact", body={"strategy": "summarize-old-preserve-recent"})
+    call(
+        "POST",
+        f"{thread}/context",
+        f"{V1}/threads/tour-copy/context",
+        body={
+            "max_tokens": 400,
+            "reserve_tokens": 0,
+            "current_input": "Where does my sister Marta work?",
+            "include_facts": False,
+        },
+    )
+    call("POST", f"{thread}/context", f"{V1}/threads/tour-copy/context", body={"max_tokens": 150, "strategy": "recent"})
+    with use_model(ScriptedModel(lambda system, messages: "[]")):
+        call("POST", f"{thread}/extract", f"{V1}/threads/tour/extract", body={"async": False})
+        call("POST", f"{thread}/extract", f"{V1}/threads/tour-b/extract")
+    results = call("GET", f"{thread}/entries", at, query={"types": "tool_result"}).body()["results"]
+    tool_result = results[0]["id"]
+    call("GET", f"{V1}/tool-results/{{handle}}", f"{V1}/tool-results/{tool_result}")
+    call("POST", f"{V1}/entries/{{entry_id}}/redact", f"{V1}/entries/{first['id']}/redact", body={"reason": "tour"})
+
+    # Refusals: each error status the API answers.
+    call("POST", f"{V1}/threads", body={"id": "tour", "colour": "blue"})  # 400 unknown field
+    call("GET", thread, f"{V1}/threads/nowhere")  # 404
+    call("POST", f"{thread}/fork", f"{V1}/threads/tour/fork", body={"entry_id": last_id, "new_thread_id": "tour-b"})
+    call("POST", entries, at, body={"entries": [{"role": "user", "content": "x"}] * 1001})  # 413
+    call(
+        "POST", f"{V1}/items", body={"kind": "fact", "subject": "s", "attribute": "a", "value": "v", "trust": "system"}
+    )
+
+    # Deletions last.
+    call("DELETE", f"{V1}/entries/{{entry_id}}", f"{V1}/entries/{last_id}")
+    call("DELETE", thread, f"{V1}/threads/tour-fork")
+    return tour.visits
