@@ -1,8 +1,11 @@
-"""Job runs: what every Celery task records about itself (status, progress, result, usage).
+"""Job runs, the one job decorator, and the beat schedules.
 
-A task calls `job_start(...)` with the JobRun id it was enqueued with, reports progress with
-`job_progress`, and ends with `job_finish` / `job_fail` / `job_skip`. `job_enqueue` creates the
-run and sends the task once the surrounding transaction commits.
+A job is declared once, with `@job(name=..., queue=..., transient=..., retries=..., ...)` on a
+function `work(run) -> result`: the decorator registers the Celery task and does the JobRun
+bookkeeping (claim, finish, skip, fail, back to queued before a retry), so no task can forget it.
+Services ask for a job with `job_enqueue(kind=..., task_name=...)`: by name, after commit, so a
+service never imports a task module (tasks import services, never the other way). Beat tasks are
+declared with `@tick(...)`.
 
 Nothing is lost, nothing runs twice at once:
 
@@ -18,6 +21,9 @@ Nothing is lost, nothing runs twice at once:
    whose whole worker died is put back to queued and sent by the sweep.
 4. However often a run is sent, `job_start` claims it only with its lock: one process runs it
    at a time, and a finished run is never started again.
+5. An error the job declares transient, on an attempt Celery will retry, puts the run back to
+   queued before the retry is sent, so the retry claims it; any other error, or the last
+   attempt's, fails the run.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from datetime import timedelta
 from typing import Any
 
 import redis
-from celery import current_app
+from celery import current_app, shared_task
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Q
@@ -71,16 +77,35 @@ def _run_lock_release(run_id: int) -> None:
         cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [RUN_LOCK_CLASS, _run_lock_key(run_id)])
 
 
-def job_send(*, run_id: int, task: Any, countdown: float | None = None) -> bool:
+def job_task(name: str) -> Any | None:
+    """The Celery task registered under `name`, or None when no installed app declares one.
+
+    The worker and beat import every app's `tasks` module as they start; another process (a web
+    process, a command) sends jobs by name without importing them, so the first look-up of a
+    name it has not seen has Celery import them (the same discovery the worker does).
+    """
+    task = current_app.tasks.get(name)
+    if task is None:
+        current_app.autodiscover_tasks(force=True)
+        task = current_app.tasks.get(name)
+    return task
+
+
+def job_send(*, run_id: int, task_name: str, countdown: float | None = None) -> bool:
     """Hand a run to the broker; True when it took it (then `sent_at` says when).
 
     A broker that is away is logged, never raised: this runs after the write committed, and the
     run stays queued without `sent_at`, so the next enqueue of its key or the job sweep sends it.
+    The task's own options (its queue) route the message.
     """
+    task = job_task(task_name)
+    if task is None:
+        logger.error("job run %s names task %s, which this process does not know", run_id, task_name)
+        return False
     try:
         task.apply_async(args=[run_id], countdown=countdown)
     except Exception:
-        logger.warning("the broker did not take job run %s (%s); it stays queued", run_id, task.name, exc_info=True)
+        logger.warning("the broker did not take job run %s (%s); it stays queued", run_id, task_name, exc_info=True)
         return False
     JobRun.objects.filter(pk=run_id).update(sent_at=timezone.now())
     return True
@@ -89,17 +114,21 @@ def job_send(*, run_id: int, task: Any, countdown: float | None = None) -> bool:
 def job_enqueue(
     *,
     kind: str,
-    task: Any,
+    task_name: str,
     arguments: dict[str, Any],
     agent_id: int | None = None,
     dedupe_key: str = "",
     countdown: float | None = None,
 ) -> JobRun:
-    """Create a queued run and send `task(job_run_id)` after commit (after `countdown` seconds).
+    """Create a queued run and send the task `task_name` (a `@job`) its id after commit (after
+    `countdown` seconds).
 
     With a dedupe_key, a run of that key still queued is reused instead of adding another; if the
-    broker never took it (it was away), it is sent again now.
+    broker never took it (it was away), it is sent again now. A name no app declares is a
+    programming error, raised here, before anything is written.
     """
+    if job_task(task_name) is None:
+        raise LookupError(f"no job task is named {task_name!r}")
     with transaction.atomic():
         if dedupe_key:
             waiting = (
@@ -111,13 +140,13 @@ def job_enqueue(
             if waiting is not None:
                 if waiting.sent_at is None:
                     waiting_id = waiting.pk
-                    transaction.on_commit(lambda: job_send(run_id=waiting_id, task=task, countdown=countdown))
+                    transaction.on_commit(lambda: job_send(run_id=waiting_id, task_name=task_name, countdown=countdown))
                 return waiting
         run = JobRun.objects.create(
-            kind=kind, agent_id=agent_id, arguments=arguments, dedupe_key=dedupe_key, task_name=task.name
+            kind=kind, agent_id=agent_id, arguments=arguments, dedupe_key=dedupe_key, task_name=task_name
         )
         run_id = run.pk
-        transaction.on_commit(lambda: job_send(run_id=run_id, task=task, countdown=countdown))
+        transaction.on_commit(lambda: job_send(run_id=run_id, task_name=task_name, countdown=countdown))
     return run
 
 
@@ -142,7 +171,7 @@ def debounce_mark(key: str) -> str:
 def job_enqueue_debounced(
     *,
     kind: str,
-    task: Any,
+    task_name: str,
     arguments: dict[str, Any],
     debounce_key: str,
     agent_id: int | None = None,
@@ -163,7 +192,12 @@ def job_enqueue_debounced(
     if not fresh:
         return None
     return job_enqueue(
-        kind=kind, task=task, arguments=arguments, agent_id=agent_id, dedupe_key=debounce_key, countdown=countdown
+        kind=kind,
+        task_name=task_name,
+        arguments=arguments,
+        agent_id=agent_id,
+        dedupe_key=debounce_key,
+        countdown=countdown,
     )
 
 
@@ -302,6 +336,82 @@ def job_run(
         _run_lock_release(run.pk)
 
 
+# --- declaring jobs -----------------------------------------------------------------------------
+
+Work = Callable[[JobRun], "dict[str, Any] | None"]
+
+
+def job(
+    *,
+    name: str,
+    queue: str,
+    transient: tuple[type[BaseException], ...] = (),
+    retries: int = 0,
+    backoff: int = 5,
+    backoff_max: int = 120,
+    time_limit: int | None = None,
+    soft_time_limit: int | None = None,
+    debounce: Callable[[JobRun], str] | None = None,
+) -> Callable[[Work], Any]:
+    """Declare a job: `work(run)` becomes the Celery task `name`, whose one argument is a JobRun id.
+
+    - name: the task name the run records and the broker's messages carry; never renamed, or
+      messages already queued would find no task.
+    - queue: where its messages go (one queue per kind of work: a slow model never delays an erasure).
+    - transient, retries, backoff, backoff_max: an error of a `transient` type is retried up to
+      `retries` times, after an exponential backoff from `backoff` up to `backoff_max` seconds;
+      the run goes back to queued in between, so the retry claims it. Any other error, and the
+      last attempt's, fails the run.
+    - time_limit, soft_time_limit: seconds (default CELERY_TASK_TIME_LIMIT, five seconds less).
+    - debounce: the run's debounce key (`job_enqueue_debounced`), cleared as the run starts: a
+      write after that point sends the next run.
+
+    The task acks late and rejects on worker loss: the message of a worker that died mid-run comes
+    back and claims the run again (`job_start`). `work` ends the run with what it returns
+    (`job_finish`), or skips it (`job_skip`, then returns None). Called directly (a command that
+    waits for the job, a test), the task runs the job in this process, as its last attempt.
+    """
+    if bool(transient) != (retries > 0):
+        raise ValueError(f"job {name}: transient errors are retried, and only they: give both or neither")
+
+    def declare(work: Work) -> Any:
+        def body(run: JobRun) -> dict[str, Any] | None:
+            if debounce is not None and (key := debounce(run)):
+                job_debounce_clear(key)
+            return work(run)
+
+        def run_task(task: Any, run_id: int) -> None:
+            # Celery retries only what came through the broker (or `apply`), not a direct call.
+            final_attempt = bool(task.request.called_directly) or task.request.retries >= retries
+            job_run(run_id, body, transient=transient, final_attempt=final_attempt)
+
+        run_task.__name__, run_task.__qualname__ = work.__name__, work.__qualname__
+        run_task.__module__, run_task.__doc__ = work.__module__, work.__doc__
+        options: dict[str, Any] = {
+            "name": name,
+            "queue": queue,
+            "bind": True,
+            "acks_late": True,
+            "reject_on_worker_lost": True,
+            "max_retries": retries,
+        }
+        if transient:
+            options.update(autoretry_for=transient, retry_backoff=backoff, retry_backoff_max=backoff_max)
+        if time_limit is not None:
+            options["time_limit"] = time_limit
+        if soft_time_limit is not None:
+            options["soft_time_limit"] = soft_time_limit
+        return shared_task(**options)(run_task)
+
+    return declare
+
+
+def tick(*, name: str, queue: str) -> Callable[[Callable[[], None]], Any]:
+    """Declare a beat task (scheduled in SCHEDULES): it has no run of its own, it finds work and
+    enqueues jobs, and is safe to run twice at once."""
+    return shared_task(name=name, queue=queue, ignore_result=True)
+
+
 # Runs looked at per sweep: a backlog is worked through one minute after another.
 SWEEP_BATCH = 500
 
@@ -363,11 +473,10 @@ def jobs_sweep() -> dict[str, int]:
         .values_list("pk", "task_name")
     )
     for run_id, task_name in list(due[:SWEEP_BATCH]):
-        task = current_app.tasks.get(task_name)
-        if task is None:
+        if job_task(task_name) is None:
             logger.error("job run %s names task %s, which this worker does not know", run_id, task_name)
             counts["not_sent"] += 1
-        elif job_send(run_id=run_id, task=task):
+        elif job_send(run_id=run_id, task_name=task_name):
             counts["sent"] += 1
         else:
             counts["not_sent"] += 1

@@ -5,27 +5,21 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery import shared_task
-
 from governance import jobs
 from governance.audit import audit_verify
-from governance.jobs import job_run
+from governance.jobs import job, tick
 from governance.models import JobRun
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="governance.tasks.audit_verify_job", acks_late=True)
-def audit_verify_job(run_id: int) -> None:
+@job(name="governance.tasks.audit_verify_job", queue="governance")
+def audit_verify_job(run: JobRun) -> dict[str, Any]:
     """Verify the chain against its anchors; the run's result names the first broken seq and why."""
-
-    def work(run: JobRun) -> dict[str, Any]:
-        return audit_verify().as_dict()
-
-    job_run(run_id, work)
+    return audit_verify().as_dict()
 
 
-@shared_task(name="governance.tasks.jobs_sweep", ignore_result=True)
+@tick(name="governance.tasks.jobs_sweep", queue="governance")
 def jobs_sweep() -> None:
     """Beat, every minute: send the runs the broker never got or lost; requeue runs whose worker
     died (governance.jobs.jobs_sweep). Safe to run often and twice at once: a run is claimed once."""

@@ -144,15 +144,9 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # message may have gone with a Redis restart); the run is claimed once however often it is sent.
 JOB_UNSENT_GRACE_SECONDS = env_int("JOB_UNSENT_GRACE_SECONDS", 30, minimum=0)
 JOB_RESEND_AFTER_SECONDS = env_int("JOB_RESEND_AFTER_SECONDS", 600, minimum=60)
+# One queue per kind of work, so a slow model never delays an erasure: each task names its queue
+# where it is declared (governance.jobs: `@job(queue=...)`, `@tick(queue=...)`).
 CELERY_TASK_DEFAULT_QUEUE = "default"
-# One queue per job kind, so a slow model never delays an erasure.
-CELERY_TASK_ROUTES = {
-    "memoryapp.tasks.embed_*": {"queue": "embedding"},
-    "memoryapp.tasks.extract_*": {"queue": "extraction"},
-    "memoryapp.tasks.compact_*": {"queue": "extraction"},
-    "memoryapp.tasks.consolidate_*": {"queue": "consolidation"},
-    "governance.tasks.*": {"queue": "governance"},
-}
 CELERY_WORKER_QUEUES = env_list("CELERY_QUEUES", ["default", "embedding", "extraction", "consolidation", "governance"])
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"

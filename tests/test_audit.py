@@ -206,7 +206,7 @@ def test_the_admin_page_and_the_verification_job_report_a_truncated_chain(admin_
         cursor.execute("DELETE FROM governance_auditrecord WHERE seq >= 3")
     page = admin_client.get("/admin/governance/auditrecord/verify/", follow=True).content.decode()
     assert "BROKEN at seq 3" in page and "ends at seq 2" in page
-    run = job_enqueue(kind="audit_verify", task=audit_verify_job, arguments={})
+    run = job_enqueue(kind="audit_verify", task_name=audit_verify_job.name, arguments={})
     run.refresh_from_db()
     assert run.status == "succeeded"
     assert (run.result["ok"], run.result["first_broken"], run.result["anchors"]) == (False, 3, 4)

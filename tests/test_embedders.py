@@ -162,6 +162,31 @@ def test_reembed_rewrites_every_vector_as_a_job(alice: Any) -> None:
     assert all(after[i] > before[i] for i in before)
 
 
+def test_a_reembed_job_whose_embedder_is_down_for_a_while_is_retried_and_finishes(
+    alice: Any, endpoint: str, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The first attempt gives up on an endpoint answering 500s; Celery's retry claims the same run
+    (it went back to queued) and embeds everything."""
+    from governance.jobs import job_enqueue
+
+    conversation(alice.agent, [("user", "one"), ("assistant", "two")])
+    _Endpoint.answers = [(500, {})] * 4  # one attempt's worth: the embedder tries 4 times, then raises
+    with (
+        override_settings(EMBEDDER="openai", EMBEDDING_URL=endpoint, EMBEDDING_TIMEOUT=5),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
+        run = job_enqueue(
+            kind="reembed",
+            task_name="memoryapp.tasks.embed_all_again",
+            arguments={"agent_id": alice.agent.pk},
+            agent_id=alice.agent.pk,
+        )
+    run.refresh_from_db()
+    assert run.status == JobRun.Status.SUCCEEDED and run.attempts == 2, (run.status, run.error)
+    assert run.result == {"embedded": 2, "passed_over": 0}
+    assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
+
+
 def test_reembed_dimensions_resizes_the_vector_columns_and_embeds_again(alice: Any) -> None:
     conversation(alice.agent, [("user", "one"), ("assistant", "two")])
     embedded(alice.agent)

@@ -1,16 +1,43 @@
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
 import pytest
 from django.db import transaction
 
 from governance.audit import audit_append
-from governance.jobs import job_add_usage, job_enqueue, job_fail, job_progress, job_run, job_skip, job_start
+from governance.jobs import job, job_add_usage, job_enqueue, job_fail, job_progress, job_run, job_skip, job_start
 from governance.models import JobRun
 from governance.tasks import audit_verify_job
 from tests.faults import broker_at
 
 # Nothing listens there: a broker that is away (connections refused at once).
 DEAD_BROKER = "redis://127.0.0.1:1/0"
+
+
+class Busy(Exception):
+    """A transient error, as an embedder or a model that is overloaded for a moment."""
+
+
+@job(name="tests.jobs.busy_once", queue="governance", transient=(Busy,), retries=2, backoff=1, backoff_max=1)
+def busy_once(run: JobRun) -> dict[str, Any]:
+    if run.attempts == 1:
+        raise Busy("busy for a moment")
+    return {"done_at_attempt": run.attempts}
+
+
+@job(name="tests.jobs.always_busy", queue="governance", transient=(Busy,), retries=2, backoff=1, backoff_max=1)
+def always_busy(run: JobRun) -> None:
+    raise Busy(f"still busy at attempt {run.attempts}")
+
+
+@job(name="tests.jobs.broken", queue="governance", transient=(Busy,), retries=2, backoff=1, backoff_max=1)
+def broken(run: JobRun) -> None:
+    raise ValueError("not a transient error")
 
 
 @pytest.mark.django_db
@@ -73,7 +100,7 @@ def test_skip_and_fail_helpers() -> None:
 def test_enqueue_runs_after_commit_and_dedupes_queued_runs() -> None:
     audit_append(action="x")
     with transaction.atomic():
-        run = job_enqueue(kind="audit_verify", task=audit_verify_job, arguments={})
+        run = job_enqueue(kind="audit_verify", task_name=audit_verify_job.name, arguments={})
         run.refresh_from_db()
         assert run.status == "queued"  # not sent before the commit
     run.refresh_from_db()
@@ -81,8 +108,8 @@ def test_enqueue_runs_after_commit_and_dedupes_queued_runs() -> None:
 
     # A run still queued under the same key is reused (checked inside one transaction, before commit).
     with transaction.atomic():
-        first = job_enqueue(kind="k", task=audit_verify_job, arguments={}, dedupe_key="verify")
-        second = job_enqueue(kind="k", task=audit_verify_job, arguments={}, dedupe_key="verify")
+        first = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="verify")
+        second = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="verify")
         assert first.pk == second.pk
 
 
@@ -96,7 +123,7 @@ def test_a_real_worker_on_redis_runs_the_job(settings) -> None:
     app.conf.task_always_eager = False
     try:
         with start_worker(app, perform_ping_check=False, queues=["governance"], pool="solo", shutdown_timeout=10):
-            run = job_enqueue(kind="audit_verify", task=audit_verify_job, arguments={})
+            run = job_enqueue(kind="audit_verify", task_name=audit_verify_job.name, arguments={})
             import time
 
             for _ in range(100):
@@ -117,12 +144,18 @@ def test_debounced_enqueue_sends_one_run_while_one_is_pending() -> None:
     job_debounce_clear("verify-debounce")
     app.conf.task_always_eager = False  # keep the run pending: nothing consumes queue `governance` here
     try:
-        first = job_enqueue_debounced(kind="k", task=audit_verify_job, arguments={}, debounce_key="verify-debounce")
-        second = job_enqueue_debounced(kind="k", task=audit_verify_job, arguments={}, debounce_key="verify-debounce")
+        first = job_enqueue_debounced(
+            kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key="verify-debounce"
+        )
+        second = job_enqueue_debounced(
+            kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key="verify-debounce"
+        )
         assert first is not None and second is None
         assert JobRun.objects.filter(dedupe_key="verify-debounce").count() == 1
         job_debounce_clear("verify-debounce")  # what the job does as it starts
-        third = job_enqueue_debounced(kind="k", task=audit_verify_job, arguments={}, debounce_key="verify-debounce")
+        third = job_enqueue_debounced(
+            kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key="verify-debounce"
+        )
         assert third is not None
     finally:
         app.conf.task_always_eager = True
@@ -225,12 +258,12 @@ def test_the_next_enqueue_of_a_key_hands_its_never_sent_run_to_the_broker_again(
     settings, django_capture_on_commit_callbacks
 ) -> None:
     with broker_at(DEAD_BROKER, settings), django_capture_on_commit_callbacks(execute=True):
-        first = job_enqueue(kind="k", task=audit_verify_job, arguments={}, dedupe_key="verify-again")
+        first = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="verify-again")
     first.refresh_from_db()
     assert first.status == "queued" and first.sent_at is None
     # The broker is back (eager: the task runs as the broker hands it to a worker).
     with django_capture_on_commit_callbacks(execute=True):
-        second = job_enqueue(kind="k", task=audit_verify_job, arguments={}, dedupe_key="verify-again")
+        second = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="verify-again")
     assert second.pk == first.pk
     first.refresh_from_db()
     assert first.status == "succeeded" and first.sent_at is not None
@@ -245,7 +278,7 @@ def test_the_job_sweep_sends_runs_the_broker_never_took_or_lost(settings) -> Non
     from governance.tasks import jobs_sweep
 
     with broker_at(DEAD_BROKER, settings), transaction.atomic():
-        unsent = job_enqueue(kind="k", task=audit_verify_job, arguments={}, dedupe_key="unsent")
+        unsent = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="unsent")
     lost = JobRun.objects.create(kind="k", task_name=audit_verify_job.name, sent_at=timezone.now() - timedelta(hours=1))
     waiting = JobRun.objects.create(kind="k", task_name=audit_verify_job.name, sent_at=timezone.now())
     in_request = JobRun.objects.create(kind="k")  # done in the asking process: no task to send
@@ -402,3 +435,139 @@ def test_embed_sweep_embeds_entries_whose_job_was_never_sent(alice, django_captu
         embed_sweep()
     assert Entry.objects.filter(thread=thread, embedding__isnull=True).count() == 0
     assert PeriodicTask.objects.filter(task="memoryapp.tasks.embed_sweep", enabled=True).exists()
+
+
+def _enqueued(task_name: str, django_capture_on_commit_callbacks: Any) -> JobRun:
+    with django_capture_on_commit_callbacks(execute=True):
+        run = job_enqueue(kind="test", task_name=task_name, arguments={})
+    run.refresh_from_db()
+    return run
+
+
+@pytest.mark.django_db
+def test_a_job_retries_its_transient_error_and_the_retry_finds_its_run(django_capture_on_commit_callbacks) -> None:
+    run = _enqueued("tests.jobs.busy_once", django_capture_on_commit_callbacks)
+    assert run.status == "succeeded" and run.attempts == 2 and run.result == {"done_at_attempt": 2}
+
+
+@pytest.mark.django_db
+def test_a_job_whose_transient_error_lasts_fails_after_its_last_retry(django_capture_on_commit_callbacks) -> None:
+    run = _enqueued("tests.jobs.always_busy", django_capture_on_commit_callbacks)
+    assert run.status == "failed" and run.attempts == 3 and "still busy at attempt 3" in run.error
+
+
+@pytest.mark.django_db
+def test_a_job_fails_at_once_on_an_error_it_does_not_declare_transient(django_capture_on_commit_callbacks) -> None:
+    run = _enqueued("tests.jobs.broken", django_capture_on_commit_callbacks)
+    assert run.status == "failed" and run.attempts == 1 and "not a transient error" in run.error
+
+
+@pytest.mark.django_db
+def test_a_job_called_directly_runs_once_as_its_last_attempt() -> None:
+    """A command that waits for a job calls its task: no retry follows, so the run fails, not queued."""
+    run = JobRun.objects.create(kind="test", task_name="tests.jobs.busy_once")
+    with pytest.raises(Busy):
+        busy_once(run.pk)
+    run.refresh_from_db()
+    assert run.status == "failed" and run.attempts == 1
+
+
+def test_a_job_declares_transient_errors_and_retries_together() -> None:
+    with pytest.raises(ValueError, match="give both or neither"):
+        job(name="tests.jobs.retries_nothing", queue="default", retries=3)
+    with pytest.raises(ValueError, match="give both or neither"):
+        job(name="tests.jobs.never_retried", queue="default", transient=(Busy,))
+
+
+@pytest.mark.django_db
+def test_enqueueing_a_job_no_app_declares_is_refused_before_anything_is_written() -> None:
+    with pytest.raises(LookupError, match="no_such_job"):
+        job_enqueue(kind="test", task_name="memoryapp.tasks.no_such_job", arguments={})
+    assert not JobRun.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_worker_retries_a_transient_error_and_the_retry_finds_its_run() -> None:
+    """Through Redis: the retry is a new message, sent after a backoff, that claims the same run."""
+    import time
+
+    from celery.contrib.testing.worker import start_worker
+
+    from memory_project.celery import app
+
+    app.conf.task_always_eager = False
+    try:
+        with start_worker(app, perform_ping_check=False, queues=["governance"], pool="solo", shutdown_timeout=10):
+            run = job_enqueue(kind="test", task_name="tests.jobs.busy_once", arguments={})
+            for _ in range(300):
+                run.refresh_from_db()
+                if run.status in ("succeeded", "failed"):
+                    break
+                time.sleep(0.1)
+    finally:
+        app.conf.task_always_eager = True
+    assert run.status == "succeeded" and run.attempts == 2, (run.status, run.error)
+
+
+# Names and queues of every task: messages already in a broker carry these names, and workers
+# are started per queue (CELERY_QUEUES), so neither may change in a release.
+TASK_QUEUES = {
+    "memoryapp.tasks.embed_pending": "embedding",
+    "memoryapp.tasks.embed_all_again": "embedding",
+    "memoryapp.tasks.embed_sweep": "embedding",
+    "memoryapp.tasks.compact_thread": "extraction",
+    "memoryapp.tasks.extract_thread": "extraction",
+    "memoryapp.tasks.items_prune_job": "default",
+    "memoryapp.tasks.items_prune_tick": "default",
+    "governance.tasks.audit_verify_job": "governance",
+    "governance.tasks.jobs_sweep": "governance",
+}
+
+
+def test_every_task_keeps_its_name_and_sends_to_its_queue() -> None:
+    """Each task's message lands in the Redis list of its queue (sent for real, consumed by none)."""
+    from governance.jobs import broker_redis, job_task
+    from memory_project.celery import app
+
+    queues = set(TASK_QUEUES.values())
+    broker = broker_redis()
+    broker.delete(*queues)
+    app.conf.task_always_eager = False
+    try:
+        for name in TASK_QUEUES:
+            task = job_task(name)
+            assert task is not None, name
+            beat_task = name.endswith(("_sweep", "_tick"))  # a tick takes no argument, a job its run's id
+            task.apply_async(args=[] if beat_task else [0])
+        landed = {
+            json.loads(message)["headers"]["task"]: queue for queue in queues for message in broker.lrange(queue, 0, -1)
+        }
+    finally:
+        app.conf.task_always_eager = True
+        broker.delete(*queues)
+    assert landed == TASK_QUEUES
+
+
+def test_services_send_jobs_by_name_and_never_import_a_task_module() -> None:
+    """A fresh process that loads the services (as a web process does) has no task module loaded;
+    sending a job by name loads them then, as the worker does."""
+    code = """
+import os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
+import django
+django.setup()
+import memory_project.urls, memoryapp.compaction.service, memoryapp.extraction.service
+import memoryapp.extraction.schedule, memoryapp.search.indexing, memoryapp.services.hooks
+def tasks(): return sorted(m for m in sys.modules if m.startswith("memoryapp.tasks") or m == "governance.tasks")
+print(tasks())
+from governance.jobs import job_task
+print(job_task("memoryapp.tasks.compact_thread").queue, tasks())
+"""
+    env = {"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.strip().splitlines()
+    assert before == "[]"
+    assert after.startswith("extraction [") and "'memoryapp.tasks.compaction'" in after

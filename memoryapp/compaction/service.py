@@ -30,6 +30,8 @@ from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EntryType
 
 JOB_KIND = "compaction"
+# The job that runs `compaction_job` (memoryapp.tasks.compaction), sent by name.
+JOB_TASK = "memoryapp.tasks.compact_thread"
 
 
 @dataclass
@@ -240,13 +242,11 @@ def compaction_request(
     *, thread: Thread, strategy: str, options: dict[str, Any] | None = None, actor: str = ""
 ) -> JobRun:
     """Enqueue a compaction job (admin "compact now", API with async); one queued run per thread and strategy."""
-    from memoryapp.tasks.compaction import compact_thread
-
     options = dict(options or {})
     _check_strategy(strategy, options)
     return job_enqueue(
         kind=JOB_KIND,
-        task=compact_thread,
+        task_name=JOB_TASK,
         arguments=_job_arguments(thread, strategy, options, actor),
         agent_id=thread.agent_id,
         dedupe_key=f"compact:{thread.pk}:{strategy}",

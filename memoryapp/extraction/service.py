@@ -32,6 +32,8 @@ from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.prompts import EXTRACTION
 
 JOB_KIND = "extraction"
+# The job that runs `extraction_job` (memoryapp.tasks.extraction), sent by name.
+JOB_TASK = "memoryapp.tasks.extract_thread"
 # A window that failed is tried again by this many later runs, then given up (and said so).
 FAILED_WINDOW_ATTEMPTS = 3
 
@@ -268,11 +270,9 @@ def extraction_debounce_key(thread_pk: int) -> str:
 
 def extraction_request(*, thread: Thread, actor: str = "", countdown: float | None = None) -> JobRun:
     """Enqueue the thread's extraction job (API, admin "extract now"); one queued run per thread."""
-    from memoryapp.tasks.extraction import extract_thread
-
     return job_enqueue(
         kind=JOB_KIND,
-        task=extract_thread,
+        task_name=JOB_TASK,
         arguments=_arguments(thread, actor or "extraction"),
         agent_id=thread.agent_id,
         dedupe_key=extraction_debounce_key(thread.pk),

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from governance.jobs import job_enqueue, job_enqueue_debounced
 from memoryapp.models import Entry, MemoryItem
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.search.embedders import embed_texts
@@ -26,6 +27,8 @@ from memoryapp.search.space import vector_space_status
 from memoryapp.search.vector import vector_literal
 
 JOB_KIND = "embedding"
+# The job that runs `embed_pending` for one agent (memoryapp.tasks.embedding), sent by name.
+JOB_TASK = "memoryapp.tasks.embed_pending"
 # pg_advisory_xact_lock(class, agent): one embedding batch of an agent at a time.
 EMBED_LOCK_CLASS = 0x454D  # "EM"
 # A turn shorter than this many characters is embedded with the turn before it.
@@ -47,23 +50,39 @@ def embedding_schedule(*, agent_id: int, debounced: bool = True) -> None:
     consulted, the agent's queued run is reused (and sent if the broker never took it) or a new
     one is sent.
     """
-    from governance.jobs import job_enqueue, job_enqueue_debounced
-    from memoryapp.tasks.embedding import embed_pending
-
     key = embedding_debounce_key(agent_id)
     if not debounced:
         job_enqueue(
-            kind=JOB_KIND, task=embed_pending, arguments={"agent_id": agent_id}, agent_id=agent_id, dedupe_key=key
+            kind=JOB_KIND, task_name=JOB_TASK, arguments={"agent_id": agent_id}, agent_id=agent_id, dedupe_key=key
         )
         return
     job_enqueue_debounced(
         kind=JOB_KIND,
-        task=embed_pending,
+        task_name=JOB_TASK,
         arguments={"agent_id": agent_id},
         agent_id=agent_id,
         debounce_key=key,
         countdown=1.0,
     )
+
+
+def embedding_sweep() -> list[int]:
+    """Send the embedding job of every agent with entries or items not embedded yet (beat, every
+    few minutes), so writes whose job could not be sent (a broker outage) are embedded anyway.
+
+    The writes' Redis debounce marks are not consulted: a mark left by a run that never started
+    must not keep an agent's entries without vectors. Returns the agents asked for.
+    """
+    pending_entries = Entry.objects.filter(
+        Q(embedding__isnull=True), redacted_at__isnull=True, type__in=HISTORY_TYPES
+    ).exclude(text="")
+    agents = set(pending_entries.values_list("agent_id", flat=True).distinct()[:1000])
+    agents |= set(
+        MemoryItem.objects.filter(embedding__isnull=True).values_list("agent_id", flat=True).distinct()[:1000]
+    )
+    for agent_id in sorted(agents):
+        embedding_schedule(agent_id=agent_id, debounced=False)
+    return sorted(agents)
 
 
 def speaker_of(*, role: str, sender_name: str, tool_name: str = "", type_: str = "message") -> str:

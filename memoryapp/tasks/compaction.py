@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from typing import Any
 
-from governance.jobs import job_run
+from governance.jobs import job
+from governance.models import JobRun
+from memoryapp.compaction.service import compaction_job
 
 
-@shared_task(name="memoryapp.tasks.compact_thread", acks_late=True)
-def compact_thread(run_id: int) -> None:
+@job(name="memoryapp.tasks.compact_thread", queue="extraction")
+def compact_thread(run: JobRun) -> dict[str, Any] | None:
     """Compact one thread as its job run says (strategy, options); safe to run twice."""
-    from memoryapp.compaction.service import compaction_job
-
-    job_run(run_id, compaction_job)
+    return compaction_job(run)

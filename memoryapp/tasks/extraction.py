@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from typing import Any
 
-from governance.jobs import job_debounce_clear, job_run
+from governance.jobs import job
+from governance.models import JobRun
+from memoryapp.extraction.service import extraction_debounce_key, extraction_job
 
 
-@shared_task(name="memoryapp.tasks.extract_thread", acks_late=True)
-def extract_thread(run_id: int) -> None:
+def _debounce_key(run: JobRun) -> str:
+    thread_pk = (run.arguments or {}).get("thread_pk")
+    return extraction_debounce_key(int(thread_pk)) if thread_pk is not None else ""
+
+
+@job(name="memoryapp.tasks.extract_thread", queue="extraction", debounce=_debounce_key)
+def extract_thread(run: JobRun) -> dict[str, Any] | None:
     """Extract memory items from one thread's new entries; safe to run twice."""
-    from governance.models import JobRun
-    from memoryapp.extraction.service import extraction_debounce_key, extraction_job
-
-    thread_pk = JobRun.objects.filter(pk=run_id).values_list("arguments__thread_pk", flat=True).first()
-    if thread_pk is not None:
-        job_debounce_clear(extraction_debounce_key(int(thread_pk)))
-    job_run(run_id, extraction_job)
+    return extraction_job(run)

@@ -1,31 +1,28 @@
 """Celery tasks of the items area: the prune of facts whose time to live ran out.
 
 Celery beat runs `items_prune_tick` (schedule created by migration 0002_items_prune_schedule,
-editable in the admin under Periodic tasks); it enqueues one JobRun-recorded `items_prune_job`,
-deduplicated while one is still queued. The prune is idempotent: running it twice removes nothing twice.
+editable in the admin under Periodic tasks); it enqueues one JobRun-recorded `items_prune_job`, deduplicated while one is
+still queued. The prune is idempotent: running it twice removes nothing twice.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from celery import shared_task
-
-from governance.jobs import job_enqueue, job_run
+from governance.jobs import job, job_enqueue, tick
 from governance.models import JobRun
 from memoryapp.facts import facts_prune
 
 PRUNE_JOB_KIND = "items_prune"
 
 
-@shared_task(name="memoryapp.tasks.items_prune_job", acks_late=True)
-def items_prune_job(run_id: int) -> None:
-    def work(run: JobRun) -> dict[str, Any]:
-        return {"memory_items_deleted": facts_prune()}
-
-    job_run(run_id, work)
+@job(name="memoryapp.tasks.items_prune_job", queue="default")
+def items_prune_job(run: JobRun) -> dict[str, Any]:
+    return {"memory_items_deleted": facts_prune()}
 
 
-@shared_task(name="memoryapp.tasks.items_prune_tick", ignore_result=True)
+@tick(name="memoryapp.tasks.items_prune_tick", queue="default")
 def items_prune_tick() -> None:
-    job_enqueue(kind=PRUNE_JOB_KIND, task=items_prune_job, arguments={}, dedupe_key=PRUNE_JOB_KIND)
+    job_enqueue(
+        kind=PRUNE_JOB_KIND, task_name="memoryapp.tasks.items_prune_job", arguments={}, dedupe_key=PRUNE_JOB_KIND
+    )

@@ -18,6 +18,7 @@ from governance.models import JobRun
 from memory_project.commands import ProjectCommand
 from memoryapp.models import Agent
 from memoryapp.search.space import column_dimensions, vector_columns_resize
+from memoryapp.tasks.embedding import embed_all_again
 
 
 class Command(ProjectCommand):
@@ -35,8 +36,6 @@ class Command(ProjectCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from memoryapp.tasks.embedding import _reembed_work, embed_all_again
-
         agent_id = None
         if options.get("agent"):
             agent = Agent.objects.filter(slug=options["agent"]).first()
@@ -57,12 +56,13 @@ class Command(ProjectCommand):
                 "run with --dimensions"
             )
         if options["background"]:
-            run = job_enqueue(kind="reembed", task=embed_all_again, arguments={"agent_id": agent_id}, agent_id=agent_id)
+            run = job_enqueue(
+                kind="reembed", task_name=embed_all_again.name, arguments={"agent_id": agent_id}, agent_id=agent_id
+            )
             self.stdout.write(f"job {run.pk} queued")
             return
-        from governance.jobs import job_run
-
+        # Called directly, the job runs here (its errors fail the run and are raised).
         run = JobRun.objects.create(kind="reembed", agent_id=agent_id, arguments={"agent_id": agent_id})
-        finished = job_run(run.pk, _reembed_work)
-        result = finished.result if finished is not None else {}
-        self.stdout.write(f"job {run.pk}: {result}")
+        embed_all_again(run.pk)
+        run.refresh_from_db()
+        self.stdout.write(f"job {run.pk}: {run.result}")
