@@ -8,7 +8,10 @@ class GovernanceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from governance.jobs import schedules_sync
         from governance.roles import roles_sync
 
         # After every app's permissions exist: governance is the last installed app.
         post_migrate.connect(roles_sync, sender=self, dispatch_uid="governance.roles_sync")
+        # Beat schedules are declared in governance.jobs.SCHEDULES and kept in the database.
+        post_migrate.connect(schedules_sync, sender=self, dispatch_uid="governance.schedules_sync")

@@ -5,7 +5,7 @@ function `work(run) -> result`: the decorator registers the Celery task and does
 bookkeeping (claim, finish, skip, fail, back to queued before a retry), so no task can forget it.
 Services ask for a job with `job_enqueue(kind=..., task_name=...)`: by name, after commit, so a
 service never imports a task module (tasks import services, never the other way). Beat tasks are
-declared with `@tick(...)`.
+declared with `@tick(...)` and scheduled in SCHEDULES, kept in the database on every migrate.
 
 Nothing is lost, nothing runs twice at once:
 
@@ -35,6 +35,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -44,6 +45,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from governance.models import JobRun
 
@@ -482,3 +484,83 @@ def jobs_sweep() -> dict[str, int]:
             counts["not_sent"] += 1
             break  # the broker is away: the next sweep tries again
     return counts
+
+
+# --- beat schedules ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A beat schedule: `task` (a `@tick`) every `every` `period` ("seconds", "minutes", "hours", "days")."""
+
+    name: str  # how its row is found again (else by its task, when an operator renamed the row)
+    task: str
+    every: int
+    period: str
+    description: str
+
+
+# Every beat schedule of the service, kept in django-celery-beat's tables by `schedules_sync`.
+SCHEDULES: tuple[Schedule, ...] = (
+    Schedule(
+        name="Send job runs the broker never got; requeue runs whose worker died",
+        task="governance.tasks.jobs_sweep",
+        every=1,
+        period="minutes",
+        description="Sends queued job runs the broker never took or lost; requeues runs whose worker died.",
+    ),
+    Schedule(
+        name="Prune expired facts",
+        task="memoryapp.tasks.items_prune_tick",
+        every=10,
+        period="minutes",
+        description="Removes facts whose time to live ran out (one job run at a time).",
+    ),
+    Schedule(
+        name="Embed what is not embedded yet",
+        task="memoryapp.tasks.embed_sweep",
+        every=5,
+        period="minutes",
+        description="Sends the embedding job of every agent with entries or items that have no vector yet.",
+    ),
+)
+
+
+def schedules_sync(*, apps: Any = None, using: str = "default", **signal_arguments: Any) -> None:
+    """Keep SCHEDULES in the database (a post_migrate receiver; safe to run any number of times).
+
+    1. A schedule's row is found by its name, else by its task (an operator renamed it).
+    2. A missing row is created, enabled, with the declared interval and description: a deleted
+       schedule comes back on the next migrate (to stop one, disable it).
+    3. A found row gets the declared task path (a task that moved in a release) and, when it has
+       none, the description; its interval, enabled flag and every other field are the
+       operator's and are left as they are.
+    """
+    if apps is not None:
+        try:
+            apps.get_model("django_celery_beat", "PeriodicTask")
+        except LookupError:
+            return  # django-celery-beat is not migrated (yet) on this database
+    rows = PeriodicTask.objects.using(using)
+    for schedule in SCHEDULES:
+        row = rows.filter(name=schedule.name).first() or rows.filter(task=schedule.task).order_by("pk").first()
+        if row is None:
+            every = (
+                IntervalSchedule.objects.using(using)
+                .filter(every=schedule.every, period=schedule.period)
+                .order_by("pk")
+                .first()
+            ) or IntervalSchedule.objects.using(using).create(every=schedule.every, period=schedule.period)
+            # The real model's save tells a running beat that its schedules changed.
+            PeriodicTask(
+                name=schedule.name,
+                task=schedule.task,
+                interval=every,
+                enabled=True,
+                description=schedule.description,
+            ).save(using=using)
+            continue
+        if row.task != schedule.task or not row.description:
+            row.task = schedule.task
+            row.description = row.description or schedule.description
+            row.save(using=using)

@@ -571,3 +571,44 @@ print(job_task("memoryapp.tasks.compact_thread").queue, tasks())
     before, after = done.stdout.strip().splitlines()
     assert before == "[]"
     assert after.startswith("extraction [") and "'memoryapp.tasks.compaction'" in after
+
+
+@pytest.mark.django_db
+def test_migrate_keeps_every_declared_schedule_and_leaves_the_operators_edits() -> None:
+    """After migrate every schedule of SCHEDULES exists; an operator's interval, enabled flag and
+    name survive the next migrate; a deleted one comes back; a row whose task moved follows it."""
+    from django.core.management import call_command
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    from governance.jobs import SCHEDULES, job_task
+
+    for schedule in SCHEDULES:
+        row = PeriodicTask.objects.get(name=schedule.name)
+        assert row.task == schedule.task and row.enabled and row.description
+        assert (row.interval.every, row.interval.period) == (schedule.every, schedule.period)
+        assert job_task(schedule.task) is not None, schedule.task
+    declared = {schedule.task: schedule for schedule in SCHEDULES}
+    sweep = PeriodicTask.objects.get(task="governance.tasks.jobs_sweep")
+    sweep.interval, _ = IntervalSchedule.objects.get_or_create(every=3, period="minutes")
+    sweep.enabled = False
+    sweep.save()
+    PeriodicTask.objects.filter(task="memoryapp.tasks.items_prune_tick").delete()
+    embed = PeriodicTask.objects.get(task="memoryapp.tasks.embed_sweep")
+    embed.task = "memoryapp.tasks.an_older_path"  # as if the task had moved in a release
+    embed.save()
+
+    call_command("migrate", verbosity=0)
+
+    sweep.refresh_from_db()
+    assert (sweep.interval.every, sweep.interval.period, sweep.enabled) == (3, "minutes", False)
+    prune = PeriodicTask.objects.get(task="memoryapp.tasks.items_prune_tick")
+    assert prune.name == declared[prune.task].name and prune.enabled and prune.interval.every == 10
+    embed.refresh_from_db()
+    assert embed.task == "memoryapp.tasks.embed_sweep"
+
+    embed.name = "Embedding sweep (ours)"  # an operator's name: the row is found by its task
+    embed.save()
+    call_command("migrate", verbosity=0)
+    assert list(PeriodicTask.objects.filter(task="memoryapp.tasks.embed_sweep").values_list("pk", flat=True)) == [
+        embed.pk
+    ]

@@ -1,21 +1,11 @@
-"""The beat schedule of the facts prune: every 10 minutes (editable in the admin, Periodic tasks)."""
+"""The beat schedule of the facts prune: now declared in governance.jobs.SCHEDULES.
+
+This migration created the schedule's row once; the rows are now kept by `schedules_sync` after
+every migrate (created when missing, operator edits kept), so it does nothing. It stays because
+migrations never move.
+"""
 
 from django.db import migrations
-
-TASK = "memoryapp.tasks.items_prune_tick"
-NAME = "Prune expired facts"
-
-
-def add_schedule(apps, schema_editor):
-    IntervalSchedule = apps.get_model("django_celery_beat", "IntervalSchedule")
-    PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
-    every, _ = IntervalSchedule.objects.get_or_create(every=10, period="minutes")
-    PeriodicTask.objects.get_or_create(name=NAME, defaults={"task": TASK, "interval": every, "enabled": True})
-
-
-def remove_schedule(apps, schema_editor):
-    PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
-    PeriodicTask.objects.filter(name=NAME, task=TASK).delete()
 
 
 class Migration(migrations.Migration):
@@ -24,4 +14,4 @@ class Migration(migrations.Migration):
         ("django_celery_beat", "0019_alter_periodictasks_options"),
     ]
 
-    operations = [migrations.RunPython(add_schedule, remove_schedule)]
+    operations = [migrations.RunPython(migrations.RunPython.noop, migrations.RunPython.noop)]

@@ -1,7 +1,7 @@
 """Celery tasks of the items area: the prune of facts whose time to live ran out.
 
-Celery beat runs `items_prune_tick` (schedule created by migration 0002_items_prune_schedule,
-editable in the admin under Periodic tasks); it enqueues one JobRun-recorded `items_prune_job`, deduplicated while one is
+Celery beat runs `items_prune_tick` (governance.jobs.SCHEDULES, editable in the admin under
+Periodic tasks); it enqueues one JobRun-recorded `items_prune_job`, deduplicated while one is
 still queued. The prune is idempotent: running it twice removes nothing twice.
 """
 
