@@ -312,8 +312,8 @@ def job_run(
 ) -> JobRun | None:
     """Run `work(run)` as the body of a job: start, then finish with its result or fail with its error.
 
-    Tasks are thin: they pass the service call as `work`. The error is re-raised so Celery's
-    retry policy sees it. An error of a `transient` type on an attempt that Celery will retry
+    The body of every `@job` task; also what a service calls to run a job in the asking process
+    (`compaction_now`, `extraction_now`). The error is re-raised so Celery's retry policy sees it. An error of a `transient` type on an attempt that Celery will retry
     puts the run back to queued (with the error noted), so the retry can claim it again.
     """
     run = job_start(run_id)
