@@ -2,7 +2,7 @@
 
 Unless DATABASE_URL is set, a fresh data directory is made under var/, the server started
 there, and stopped and deleted when the session ends. Celery runs tasks eagerly in the test
-process unless a test starts a real worker (see tests/test_jobs.py).
+process unless a test starts a real worker (see tests/governance/test_jobs.py).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_add, thread_create
 
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
 PASSWORD = "review-the-memory-2026"
 
 pytestmark = [

@@ -22,7 +22,7 @@ from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 from memoryapp.models import Entry, Thread
 from tests.conftest import Caller, database_url
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

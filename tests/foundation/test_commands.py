@@ -17,7 +17,7 @@ from django.core.management import get_commands, load_command_class
 from memory_project.commands import ProjectCommand
 from tests.conftest import database_url
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT_APPS = ("memoryapp", "governance")
 
 

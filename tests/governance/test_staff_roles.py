@@ -14,8 +14,8 @@ from memoryapp.keys import TRUST_PERMISSION, agent_key_trust_set
 from memoryapp.models import AgentKey, Entry, MemoryItem
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_add, thread_create
+from tests.admin.test_threads_admin import rome
 from tests.conftest import Caller
-from tests.test_threads_admin import rome
 
 pytestmark = pytest.mark.django_db
 

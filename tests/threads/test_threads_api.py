@@ -113,7 +113,7 @@ def test_delete_thread_removes_its_entries_with_the_items_standing_on_them_and_a
     assert response.status_code == 204
     assert not Thread.objects.filter(external_id="rome").exists()
     assert not Entry.objects.filter(agent=alice.agent).exists()
-    # The item stood only on the thread's entries: it goes with them (tests/test_lineage.py).
+    # The item stood only on the thread's entries: it goes with them (tests/threads/test_lineage.py).
     assert not MemoryItem.objects.filter(pk=item.pk).exists() and not Evidence.objects.exists()
     record = AuditRecord.objects.get(action="thread.delete")
     assert record.subject == "rome" and record.details == {"entries": 3, "fork_copies": 0}
@@ -462,7 +462,7 @@ def test_delete_entry_splices_children_to_its_parent(alice: Caller) -> None:
     assert alice.client.delete(f"/api/v1/entries/{b['id']}").status_code == 204
     assert Entry.objects.get(id=c["id"]).parent_id == a["id"]
     assert contents(alice.client.get("/api/v1/threads/t1/path").json()) == ["a", "c"]
-    assert not MemoryItem.objects.filter(pk=item.pk).exists()  # it stood only on b (tests/test_lineage.py)
+    assert not MemoryItem.objects.filter(pk=item.pk).exists()  # it stood only on b (tests/threads/test_lineage.py)
     assert AuditRecord.objects.filter(action="entry.delete", subject=b["id"]).exists()
     assert alice.client.get(f"/api/v1/entries/{b['id']}").status_code == 404
 

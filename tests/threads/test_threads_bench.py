@@ -13,7 +13,7 @@ from django.db import connection
 from memoryapp.models import Thread
 from tests.conftest import Caller
 
-BENCH = Path(__file__).resolve().parent.parent / "bench" / "write_entries.py"
+BENCH = Path(__file__).resolve().parents[2] / "bench" / "write_entries.py"
 
 
 def load_bench() -> Any:
