@@ -1,33 +1,20 @@
-"""The fixed cast: agents alice and bob, and mallory who must see nothing of theirs."""
+"""The fixed cast: agents alice and bob, and mallory who must see nothing of theirs.
+
+What tests share besides the cast lives in tests/kit (factories, API calls, servers)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
-from django.db import connection
 from rest_framework.test import APIClient
 
-from memoryapp.keys import agent_get_or_create, agent_key_create
-from memoryapp.models import Agent
+from tests.kit.api import Caller, agent_caller
+from tests.kit.servers import database_url
 
-
-@dataclass
-class Caller:
-    agent: Agent
-    key: str
-    client: APIClient
-
-
-def _caller(slug: str) -> Caller:
-    agent, _ = agent_get_or_create(slug=slug)
-    _, raw = agent_key_create(agent=agent)
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    return Caller(agent=agent, key=raw, client=client)
+# Test modules take the cast's type, and the URL of the tests' database, from here.
+__all__ = ["Caller", "database_url"]
 
 
 @pytest.fixture(autouse=True)
@@ -40,30 +27,19 @@ def audit_anchor_file(tmp_path: Path, settings: Any) -> Path:
 
 @pytest.fixture
 def alice(db: None) -> Caller:
-    return _caller("alice")
+    return agent_caller("alice")
 
 
 @pytest.fixture
 def bob(db: None) -> Caller:
-    return _caller("bob")
+    return agent_caller("bob")
 
 
 @pytest.fixture
 def mallory(db: None) -> Caller:
-    return _caller("mallory")
+    return agent_caller("mallory")
 
 
 @pytest.fixture
 def anonymous() -> APIClient:
     return APIClient()
-
-
-def database_url(*, name: str | None = None) -> str:
-    """A DATABASE_URL for a server process or a command the tests start: the tests' database, or
-    `name` on the same server (the embedded server's host is a socket directory)."""
-    d = connection.settings_dict
-    user, password = quote(d["USER"] or ""), quote(d["PASSWORD"] or "")
-    database, host, port = name or d["NAME"], d["HOST"] or "", d["PORT"] or ""
-    if host.startswith("/"):
-        return f"postgres://{user}:{password}@/{database}?host={quote(host)}" + (f"&port={port}" if port else "")
-    return f"postgres://{user}:{password}@{host}{':' + port if port else ''}/{database}"

@@ -30,8 +30,9 @@ from memoryapp.llm.port import ModelUnavailable, use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread
 from memoryapp.services.threads import entry_redact
-from tests.compaction_helpers import make_thread, say, tool_round, tool_thread
 from tests.conftest import Caller
+from tests.kit.api import build_context
+from tests.kit.factories import EntryFactory, JobRunFactory, ThreadFactory, tool_round, tool_thread
 
 
 def _entry(type: str = "message", role: str = "user") -> Entry:
@@ -159,8 +160,8 @@ def test_compact_and_extract_answer_404_for_another_agents_thread(alice: Caller,
 
 
 def test_exclude_tools_and_keep_tool_uses(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-mixed")
-    say(thread, "user", "go")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-mixed")
+    EntryFactory(thread=thread, role="user", content="go")
     tool_round(thread, 0, tool="read_config", body="CONFIG-BODY " * 50)
     tool_round(thread, 1, tool="fetch_page", body="PAGE-1-BODY " * 50)
     tool_round(thread, 2, tool="fetch_page", body="PAGE-2-BODY " * 50)
@@ -189,8 +190,8 @@ def test_clear_at_least_leaves_small_results_alone(alice: Caller) -> None:
 
 
 def test_clear_tool_inputs_blanks_the_paired_call_arguments(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-inputs")
-    say(thread, "user", "write it")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-inputs")
+    EntryFactory(thread=thread, role="user", content="write it")
     call, _ = tool_round(thread, 0, tool="write_file", body="ok " * 300)
     call.tool_calls = None
     tool_round(thread, 1, tool="write_file", body="ok " * 300)
@@ -227,7 +228,7 @@ def test_clearing_twice_clears_only_what_is_new(alice: Caller) -> None:
     compaction_now(thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 1})
     _, again = compaction_now(thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 1})
     assert again is not None and again.entry is None  # nothing new to clear
-    say(thread, "user", "one more")
+    EntryFactory(thread=thread, role="user", content="one more")
     tool_round(thread, 9)
     compaction_now(thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 1})
     text = _history_text(thread)
@@ -236,10 +237,10 @@ def test_clearing_twice_clears_only_what_is_new(alice: Caller) -> None:
 
 
 def test_summarize_fallback_runs_when_clearing_does_not_reach_under_the_trigger(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-fallback")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-fallback")
     for i in range(6):
-        say(thread, "user", f"question {i} " + "words " * 200)
-        say(thread, "assistant", f"answer {i} " + "words " * 200)
+        EntryFactory(thread=thread, role="user", content=f"question {i} " + "words " * 200)
+        EntryFactory(thread=thread, role="assistant", content=f"answer {i} " + "words " * 200)
     tool_round(thread, 0)
     model = ScriptedModel(["The user asked six questions about words."])
     with use_model(model):
@@ -277,12 +278,12 @@ def test_summarize_fallback_without_a_model_clears_and_says_the_run_was_partial(
 
 def _conversation(thread: Thread, turns: int = 6) -> None:
     for i in range(turns):
-        say(thread, "user", f"user message {i}: please keep the budget under {i}00 euros")
-        say(thread, "assistant", f"assistant reply {i}")
+        EntryFactory(thread=thread, role="user", content=f"user message {i}: please keep the budget under {i}00 euros")
+        EntryFactory(thread=thread, role="assistant", content=f"assistant reply {i}")
 
 
 def test_summary_replaces_old_history_and_keeps_recent_user_messages_verbatim(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-sum")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-sum")
     _conversation(thread)
     model = ScriptedModel(["Planning a trip on a budget."])
     with use_model(model):
@@ -326,7 +327,7 @@ def test_summary_replaces_old_history_and_keeps_recent_user_messages_verbatim(al
 
 
 def test_summarizer_input_budget_elides_the_oldest_with_a_marker(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-budget")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-budget")
     _conversation(thread, turns=10)
     model = ScriptedModel(["summary"])
     with use_model(model):
@@ -343,7 +344,7 @@ def test_summarizer_input_budget_elides_the_oldest_with_a_marker(alice: Caller) 
 
 
 def test_a_second_summary_folds_in_the_first(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-twice")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-twice")
     _conversation(thread, turns=4)
     with use_model(ScriptedModel(["FIRST SUMMARY", "SECOND SUMMARY"])) as model:
         compaction_now(thread=thread, strategy="summarize-old-preserve-recent", options={"preserve_recent_turns": 2})
@@ -358,7 +359,7 @@ def test_a_second_summary_folds_in_the_first(alice: Caller) -> None:
 def test_summarize_is_async_by_default_and_runs_as_a_job(
     alice: Caller, django_capture_on_commit_callbacks: Any
 ) -> None:
-    thread = make_thread(alice.agent, "t-async")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-async")
     _conversation(thread)
     with use_model(ScriptedModel(["S"])), django_capture_on_commit_callbacks(execute=True):
         response = alice.client.post(
@@ -372,7 +373,7 @@ def test_summarize_is_async_by_default_and_runs_as_a_job(
 
 
 def test_without_a_model_summarize_is_skipped_with_its_reason(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-none")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-none")
     _conversation(thread)
     with override_settings(LLM_PROVIDER="none"):
         response = alice.client.post(
@@ -408,7 +409,7 @@ def test_bad_compact_requests_are_400_naming_the_field_and_change_nothing(alice:
 
 
 def test_a_compaction_whose_entries_were_redacted_while_it_ran_is_refused(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-race")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-race")
     _conversation(thread)
     first = Entry.objects.filter(thread=thread).order_by("seq").first()
     assert first is not None
@@ -468,9 +469,9 @@ def test_custom_strategies_are_python_callables_registered_by_name(alice: Caller
 
 
 def test_a_job_run_again_after_its_worker_died_writes_its_compaction_once(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-crash")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-crash")
     _conversation(thread)
-    run = JobRun.objects.create(
+    run = JobRunFactory(
         kind="compaction",
         arguments={"thread_pk": thread.pk, "strategy": "summarize-old-preserve-recent", "options": {}},
     )
@@ -498,14 +499,14 @@ def test_compaction_request_dedupes_queued_runs_per_thread_and_strategy(alice: C
 
 
 def test_compaction_job_of_a_deleted_thread_is_skipped(alice: Caller) -> None:
-    run = JobRun.objects.create(kind="compaction", arguments={"thread_pk": 999_999, "strategy": "hierarchical"})
+    run = JobRunFactory(kind="compaction", arguments={"thread_pk": 999_999, "strategy": "hierarchical"})
     compaction_job(run)
     run.refresh_from_db()
     assert run.status == "skipped" and run.result["skipped"] == "the thread was deleted"
 
 
 def test_compaction_service_raises_model_unavailable_only_inside_jobs(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-direct")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-direct")
     _conversation(thread)
     with override_settings(LLM_PROVIDER="none"), pytest.raises(ModelUnavailable):
         compaction_run(thread=thread, strategy="summarize-old-preserve-recent")
@@ -529,21 +530,14 @@ def test_context_builder_shows_the_summary_first_and_only_the_newest_tool_result
         "/api/v1/threads/t-tools/compact", {"strategy": "clear-old-tool-results", "keep_tool_uses": 1}, format="json"
     )
     assert compacted.status_code == 201
-    context = alice.client.post(
-        "/api/v1/threads/t-tools/context", {"strategy": "recent", "max_tokens": 100000}, format="json"
-    )
-    assert context.status_code == 200, context.content
-    body = json.dumps(context.json())
+    body = json.dumps(build_context(alice, "t-tools", strategy="recent", max_tokens=100000))
     assert "PAGE-3-BODY" in body and "PAGE-0-BODY" not in body and "read_result" in body
 
-    thread = make_thread(alice.agent, "t-sum-ctx")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-sum-ctx")
     _conversation(thread)
     with use_model(ScriptedModel(["SUMMARY-OF-EARLIER"])):
         compaction_now(thread=thread, strategy="summarize-old-preserve-recent", options={"preserve_recent_turns": 2})
-    context = alice.client.post(
-        "/api/v1/threads/t-sum-ctx/context", {"strategy": "recent", "max_tokens": 100000}, format="json"
-    )
-    messages = context.json()["messages"]
+    messages = build_context(alice, "t-sum-ctx", strategy="recent", max_tokens=100000)["messages"]
     contents = [m["content"] if isinstance(m["content"], str) else json.dumps(m["content"]) for m in messages]
     summary_at = next(i for i, c in enumerate(contents) if "SUMMARY-OF-EARLIER" in c)
     assert all("assistant reply 0" not in c for c in contents)

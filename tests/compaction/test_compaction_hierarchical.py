@@ -17,8 +17,8 @@ from memoryapp.compaction.service import compaction_now
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread
-from tests.compaction_helpers import make_thread, say
 from tests.conftest import Caller
+from tests.kit.factories import EntryFactory, ThreadFactory
 
 EVERYTHING = {"keep_recent_tokens": None, "keep_recent": 0}
 
@@ -39,10 +39,12 @@ def _open_ids(system: str) -> dict[str, str]:
 
 
 def test_atoms_are_checked_and_the_handoff_keeps_its_sections_in_order(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-h1")
-    say(thread, "user", "We must keep downtime under 5 minutes. Please migrate the orders table.")
-    say(thread, "assistant", "Decided: we will use logical replication.")
-    say(thread, "user", "What about the reports table?")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-h1")
+    EntryFactory(
+        thread=thread, role="user", content="We must keep downtime under 5 minutes. Please migrate the orders table."
+    )
+    EntryFactory(thread=thread, role="assistant", content="Decided: we will use logical replication.")
+    EntryFactory(thread=thread, role="user", content="What about the reports table?")
     answer = [
         {
             "kind": "constraint",
@@ -100,8 +102,8 @@ def test_atoms_are_checked_and_the_handoff_keeps_its_sections_in_order(alice: Ca
 
 
 def test_open_items_are_carried_and_closed_only_by_a_quote_that_holds(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-h2")
-    say(thread, "user", "Please migrate the orders table.")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-h2")
+    EntryFactory(thread=thread, role="user", content="Please migrate the orders table.")
 
     def first(system: str, messages: list[dict[str, str]]) -> str:
         return json.dumps(
@@ -118,7 +120,7 @@ def test_open_items_are_carried_and_closed_only_by_a_quote_that_holds(alice: Cal
     with use_model(ScriptedModel(first)):
         compaction_now(thread=thread, strategy="hierarchical", options=EVERYTHING)
 
-    say(thread, "assistant", "I am still copying rows.")
+    EntryFactory(thread=thread, role="assistant", content="I am still copying rows.")
     seen: list[str] = []
 
     def bad_close(system: str, messages: list[dict[str, str]]) -> str:
@@ -142,7 +144,7 @@ def test_open_items_are_carried_and_closed_only_by_a_quote_that_holds(alice: Cal
     handoff = _handoff(thread)
     assert "Migrate the orders table" in _section(handoff, "Open tasks") and "## Done" not in handoff
 
-    say(thread, "assistant", "Confirmed: the orders table migrated successfully.")
+    EntryFactory(thread=thread, role="assistant", content="Confirmed: the orders table migrated successfully.")
 
     def good_close(system: str, messages: list[dict[str, str]]) -> str:
         item = _open_ids(system)["Migrate the orders table"]
@@ -174,15 +176,25 @@ def test_open_items_are_carried_and_closed_only_by_a_quote_that_holds(alice: Cal
 
 
 def test_without_a_model_task_lines_failed_tool_calls_and_files_are_still_taken(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-h3")
-    say(thread, "user", "Plan:\n- [ ] write tests\nTODO: update the changelog")
-    say(thread, "assistant", "", tool_calls=[{"id": "w1", "name": "write_file", "arguments": {"path": "src/app.py"}}])
-    from memoryapp.services.threads import entry_add
-
-    entry_add(thread=thread, type="tool_result", tool_call_id="w1", content="Error: permission denied")
-    say(thread, "assistant", "", tool_calls=[{"id": "r1", "name": "run_tests", "arguments": {"suite": "all"}}])
-    entry_add(thread=thread, type="tool_result", tool_call_id="r1", content="Traceback (most recent call last): boom")
-    say(thread, "user", "- [x] write tests")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-h3")
+    EntryFactory(thread=thread, role="user", content="Plan:\n- [ ] write tests\nTODO: update the changelog")
+    EntryFactory(
+        thread=thread,
+        role="assistant",
+        content="",
+        tool_calls=[{"id": "w1", "name": "write_file", "arguments": {"path": "src/app.py"}}],
+    )
+    EntryFactory(thread=thread, type="tool_result", tool_call_id="w1", content="Error: permission denied")
+    EntryFactory(
+        thread=thread,
+        role="assistant",
+        content="",
+        tool_calls=[{"id": "r1", "name": "run_tests", "arguments": {"suite": "all"}}],
+    )
+    EntryFactory(
+        thread=thread, type="tool_result", tool_call_id="r1", content="Traceback (most recent call last): boom"
+    )
+    EntryFactory(thread=thread, role="user", content="- [x] write tests")
     with override_settings(LLM_PROVIDER="none"):
         response = alice.client.post(
             "/api/v1/threads/t-h3/compact", {"strategy": "hierarchical", "async": False, **EVERYTHING}, format="json"
@@ -203,9 +215,9 @@ def test_without_a_model_task_lines_failed_tool_calls_and_files_are_still_taken(
 
 
 def test_chapters_fold_into_arcs_and_the_saga_keeps_every_open_item(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-h4")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-h4")
     for i in range(20):
-        say(thread, "user", f"TODO: chore number {i}\n" + "context " * 60)
+        EntryFactory(thread=thread, role="user", content=f"TODO: chore number {i}\n" + "context " * 60)
     with override_settings(LLM_PROVIDER="none"):
         _, outcome = compaction_now(
             thread=thread,
@@ -221,12 +233,12 @@ def test_chapters_fold_into_arcs_and_the_saga_keeps_every_open_item(alice: Calle
 
 
 def test_a_summary_that_would_drop_an_open_item_is_refused(alice: Caller, monkeypatch: pytest.MonkeyPatch) -> None:
-    thread = make_thread(alice.agent, "t-h5")
-    say(thread, "user", "TODO: renew the certificate")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-h5")
+    EntryFactory(thread=thread, role="user", content="TODO: renew the certificate")
     with override_settings(LLM_PROVIDER="none"):
         compaction_now(thread=thread, strategy="hierarchical", options=EVERYTHING)
-        say(thread, "user", "Anything else? " + "filler " * 100)
-        say(thread, "user", "And then? " + "filler " * 100)
+        EntryFactory(thread=thread, role="user", content="Anything else? " + "filler " * 100)
+        EntryFactory(thread=thread, role="user", content="And then? " + "filler " * 100)
         # A folding that loses items (as a bug, or a custom trim, could).
         monkeypatch.setattr(hierarchical, "_trim_saga", lambda saga: {**saga, "atoms": []})
         response = alice.client.post(
@@ -260,8 +272,8 @@ def test_dropped_open_items_accepts_only_evidence_backed_closing() -> None:
 
 
 def test_a_chapter_without_an_array_after_three_tries_is_read_without_a_model(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-h6")
-    say(thread, "user", "TODO: call the bank")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-h6")
+    EntryFactory(thread=thread, role="user", content="TODO: call the bank")
     model = ScriptedModel(["I cannot", "Really cannot", "No JSON from me"])
     with use_model(model):
         run, outcome = compaction_now(thread=thread, strategy="hierarchical", options=EVERYTHING)
@@ -272,9 +284,9 @@ def test_a_chapter_without_an_array_after_three_tries_is_read_without_a_model(al
 
 
 def test_chapters_read_concurrently_still_record_every_call_on_the_run(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-h7")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-h7")
     for i in range(6):
-        say(thread, "user", f"fact {i}: " + "detail " * 120)
+        EntryFactory(thread=thread, role="user", content=f"fact {i}: " + "detail " * 120)
 
     def atoms(system: str, messages: list[dict[str, str]]) -> str:
         transcript = messages[0]["content"]
@@ -296,10 +308,10 @@ def test_chapters_read_concurrently_still_record_every_call_on_the_run(alice: Ca
 
 
 def test_keep_recent_tokens_keeps_the_newest_whole_turns(alice: Caller) -> None:
-    thread = make_thread(alice.agent, "t-h8")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-h8")
     for i in range(4):
-        say(thread, "user", f"question {i} " + "words " * 100)
-        say(thread, "assistant", f"answer {i} " + "words " * 100)
+        EntryFactory(thread=thread, role="user", content=f"question {i} " + "words " * 100)
+        EntryFactory(thread=thread, role="assistant", content=f"answer {i} " + "words " * 100)
     with use_model(ScriptedModel(["[]"])):
         _, outcome = compaction_now(thread=thread, strategy="hierarchical", options={"keep_recent_tokens": 400})
     assert outcome is not None and outcome.entry is not None

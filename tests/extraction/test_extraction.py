@@ -18,10 +18,10 @@ from memoryapp.extraction.times import resolve_time
 from memoryapp.llm.port import Completion, use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Evidence, MemoryItem, Thread
-from memoryapp.services.threads import entry_add, entry_delete
+from memoryapp.services.threads import entry_delete
 from memoryapp.tasks.extraction import extract_thread
-from tests.compaction_helpers import make_thread, say
 from tests.conftest import Caller
+from tests.kit.factories import EntryFactory, JobRunFactory, ThreadFactory
 
 WED = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)  # a Wednesday
 UTC_ZONE = ZoneInfo("UTC")
@@ -49,7 +49,7 @@ def _items(thread: Thread) -> list[MemoryItem]:
 def _thread(caller: Caller, external_id: str = "t-x", *, shadow: bool = True) -> Thread:
     caller.agent.shadow_mode = shadow
     caller.agent.save(update_fields=["shadow_mode"])
-    return make_thread(caller.agent, external_id)
+    return ThreadFactory(agent=caller.agent, external_id=external_id)
 
 
 # --- parsing -----------------------------------------------------------------------------------------------
@@ -57,8 +57,10 @@ def _thread(caller: Caller, external_id: str = "t-x", *, shadow: bool = True) ->
 
 def test_answer_is_read_past_text_around_it_and_bad_elements_and_quotes_are_dropped(alice: Caller) -> None:
     thread = _thread(alice, "t-parse")
-    said = say(thread, "user", "I moved to Lisbon yesterday. I am vegetarian.", at=WED)
-    reply = say(thread, "assistant", "Noted, Lisbon it is.", at=WED)
+    said = EntryFactory(
+        thread=thread, role="user", content="I moved to Lisbon yesterday. I am vegetarian.", created_at=WED
+    )
+    reply = EntryFactory(thread=thread, role="assistant", content="Noted, Lisbon it is.", created_at=WED)
     elements = json.loads(
         answer(
             item("home city", "Lisbon", (1, "I moved to Lisbon yesterday"), confidence=0.9, valid_from="yesterday"),
@@ -80,13 +82,17 @@ def test_answer_is_read_past_text_around_it_and_bad_elements_and_quotes_are_drop
 
 def test_trust_is_that_of_the_least_trusted_entry_a_holding_quote_is_in(alice: Caller) -> None:
     thread = _thread(alice, "t-trust")
-    mine = say(thread, "user", "My budget is 500 euros.")
-    other = say(thread, "user", "Ana's budget is 900 euros.", metadata={"user_id": "u-bob"})
-    assistant = say(thread, "assistant", "Your budget is 500 euros.")
-    say(thread, "assistant", "", tool_calls=[{"id": "q1", "name": "lookup", "arguments": {}}])
-    tool = entry_add(thread=thread, type="tool_result", tool_call_id="q1", content="budget: 500 EUR")
-    system = say(thread, "system", "The user's budget is 500 euros.")
-    web = entry_add(
+    mine = EntryFactory(thread=thread, role="user", content="My budget is 500 euros.")
+    other = EntryFactory(
+        thread=thread, role="user", content="Ana's budget is 900 euros.", metadata={"user_id": "u-bob"}
+    )
+    assistant = EntryFactory(thread=thread, role="assistant", content="Your budget is 500 euros.")
+    EntryFactory(
+        thread=thread, role="assistant", content="", tool_calls=[{"id": "q1", "name": "lookup", "arguments": {}}]
+    )
+    tool = EntryFactory(thread=thread, type="tool_result", tool_call_id="q1", content="budget: 500 EUR")
+    system = EntryFactory(thread=thread, role="system", content="The user's budget is 500 euros.")
+    web = EntryFactory(
         thread=thread, type="tool_result", tool_call_id="q1", content="budget 700", metadata={"source": "web"}
     )
     assert [trust_of_entry(e, "u-ana") for e in (mine, other, assistant, tool, system, web)] == [
@@ -133,7 +139,9 @@ def test_time_words_are_resolved_from_the_message_that_said_them() -> None:
 
 def test_extraction_over_http_writes_checked_items_in_shadow_mode(alice: Caller) -> None:
     thread = _thread(alice, "t-api")
-    said = say(thread, "user", "I moved to Lisbon yesterday. I am vegetarian.", at=WED)
+    said = EntryFactory(
+        thread=thread, role="user", content="I moved to Lisbon yesterday. I am vegetarian.", created_at=WED
+    )
     model = ScriptedModel(
         [
             answer(
@@ -173,8 +181,8 @@ def test_extraction_over_http_writes_checked_items_in_shadow_mode(alice: Caller)
 
 def test_without_shadow_mode_a_users_quoted_statement_becomes_active(alice: Caller) -> None:
     thread = _thread(alice, "t-active", shadow=False)
-    say(thread, "user", "I am allergic to peanuts.")
-    say(thread, "assistant", "You told me you are allergic to shellfish.")
+    EntryFactory(thread=thread, role="user", content="I am allergic to peanuts.")
+    EntryFactory(thread=thread, role="assistant", content="You told me you are allergic to shellfish.")
     with use_model(
         ScriptedModel(
             [
@@ -192,7 +200,7 @@ def test_without_shadow_mode_a_users_quoted_statement_becomes_active(alice: Call
 
 def test_a_cut_answer_keeps_its_items_and_is_continued(alice: Caller) -> None:
     thread = _thread(alice, "t-cut")
-    say(thread, "user", "I live in Porto. I work at Acme. I play chess.")
+    EntryFactory(thread=thread, role="user", content="I live in Porto. I work at Acme. I play chess.")
     first = answer(item("home city", "Porto", (1, "I live in Porto")), item("employer", "Acme", (1, "I work at Acme")))
     model = ScriptedModel(
         [
@@ -210,8 +218,8 @@ def test_a_cut_answer_keeps_its_items_and_is_continued(alice: Caller) -> None:
 
 def test_a_window_without_an_array_fails_alone_and_is_tried_again_later(alice: Caller) -> None:
     thread = _thread(alice, "t-windows")
-    say(thread, "user", "WINDOW-A: I drive a red car. " + "filler " * 2400)
-    say(thread, "user", "WINDOW-B: I drink green tea. " + "filler " * 2400)
+    EntryFactory(thread=thread, role="user", content="WINDOW-A: I drive a red car. " + "filler " * 2400)
+    EntryFactory(thread=thread, role="user", content="WINDOW-B: I drink green tea. " + "filler " * 2400)
 
     def stubborn(system: str, messages: list[dict[str, str]]) -> str:
         if "WINDOW-A" in messages[0]["content"]:
@@ -237,7 +245,7 @@ def test_a_window_without_an_array_fails_alone_and_is_tried_again_later(alice: C
 
 def test_when_every_window_fails_the_run_fails(alice: Caller) -> None:
     thread = _thread(alice, "t-fail")
-    say(thread, "user", "Hello there.")
+    EntryFactory(thread=thread, role="user", content="Hello there.")
     with use_model(ScriptedModel(lambda s, m: "no")), pytest.raises(ExtractionFailed):
         extraction_now(thread=thread)
     run = JobRun.objects.get(kind="extraction")
@@ -246,7 +254,7 @@ def test_when_every_window_fails_the_run_fails(alice: Caller) -> None:
 
 def test_running_extraction_twice_on_the_same_entries_adds_nothing(alice: Caller) -> None:
     thread = _thread(alice, "t-twice")
-    say(thread, "user", "My name is Ana.")
+    EntryFactory(thread=thread, role="user", content="My name is Ana.")
     model = ScriptedModel(lambda s, m: answer(item("name", "Ana", (1, "My name is Ana"))))
     with use_model(model):
         extraction_now(thread=thread)
@@ -258,8 +266,8 @@ def test_running_extraction_twice_on_the_same_entries_adds_nothing(alice: Caller
 
 def test_a_worker_killed_mid_job_resumes_after_the_last_whole_window(alice: Caller) -> None:
     thread = _thread(alice, "t-crash")
-    say(thread, "user", "FIRST: I am a nurse. " + "filler " * 2400)
-    say(thread, "user", "SECOND: I live in Braga. " + "filler " * 2400)
+    EntryFactory(thread=thread, role="user", content="FIRST: I am a nurse. " + "filler " * 2400)
+    EntryFactory(thread=thread, role="user", content="SECOND: I live in Braga. " + "filler " * 2400)
 
     def dies_on_second(system: str, messages: list[dict[str, str]]) -> str:
         if "SECOND" in messages[0]["content"]:
@@ -277,7 +285,7 @@ def test_a_worker_killed_mid_job_resumes_after_the_last_whole_window(alice: Call
             else answer(item("job", "nurse", (1, "I am a nurse")))
         )
     )
-    run = JobRun.objects.create(kind="extraction", arguments={"thread_pk": thread.pk})
+    run = JobRunFactory(kind="extraction", arguments={"thread_pk": thread.pk})
     with use_model(model):
         extract_thread(run.pk)
         # Died before marking the run done: the message is delivered again and the run claimed again.
@@ -292,8 +300,8 @@ def test_a_worker_killed_mid_job_resumes_after_the_last_whole_window(alice: Call
 
 def test_items_whose_entries_were_deleted_while_the_model_answered_are_dropped(alice: Caller) -> None:
     thread = _thread(alice, "t-gone")
-    say(thread, "user", "I speak Portuguese.")
-    doomed = say(thread, "user", "My phone number is 555-0101.")
+    EntryFactory(thread=thread, role="user", content="I speak Portuguese.")
+    doomed = EntryFactory(thread=thread, role="user", content="My phone number is 555-0101.")
 
     def deletes_meanwhile(system: str, messages: list[dict[str, str]]) -> str:
         entry_delete(entry=Entry.objects.select_related("thread").get(pk=doomed.pk))
@@ -310,7 +318,7 @@ def test_items_whose_entries_were_deleted_while_the_model_answered_are_dropped(a
 
 def test_without_a_model_extraction_is_skipped_and_never_scheduled(alice: Caller) -> None:
     thread = _thread(alice, "t-none")
-    say(thread, "user", "Hello.")
+    EntryFactory(thread=thread, role="user", content="Hello.")
     with override_settings(LLM_PROVIDER="none"):
         extraction_schedule(thread_pk=thread.pk)
         assert not JobRun.objects.exists()
@@ -327,11 +335,11 @@ def test_new_entries_schedule_one_debounced_run_per_thread(
     thread = _thread(alice, "t-sched")
     with use_model(ScriptedModel(lambda s, m: answer(item("pet", "a dog", (1, "I have a dog"))))):
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
-            say(thread, "user", "I have a dog.")
+            EntryFactory(thread=thread, role="user", content="I have a dog.")
         for callback in callbacks:
             callback()
         with django_capture_on_commit_callbacks(execute=False) as more:
-            say(thread, "user", "It is called Rex.")
+            EntryFactory(thread=thread, role="user", content="It is called Rex.")
         for callback in more:
             callback()
         runs = list(JobRun.objects.filter(kind="extraction"))
@@ -345,7 +353,7 @@ def test_extract_endpoint_queues_a_job_and_checks_its_input(
     alice: Caller, django_capture_on_commit_callbacks: Any
 ) -> None:
     thread = _thread(alice, "t-queue")
-    say(thread, "user", "I like jazz.")
+    EntryFactory(thread=thread, role="user", content="I like jazz.")
     model = ScriptedModel([answer(item("music", "jazz", (1, "I like jazz"), kind="preference"))])
     with use_model(model), django_capture_on_commit_callbacks(execute=True):
         response = alice.client.post("/api/v1/threads/t-queue/extract", {}, format="json")
@@ -360,12 +368,12 @@ def test_extract_endpoint_queues_a_job_and_checks_its_input(
 
 def test_an_event_after_the_mark_schedules_no_extraction(alice: Caller) -> None:
     thread = _thread(alice, "t-event")
-    say(thread, "user", "I have a bike.")
+    EntryFactory(thread=thread, role="user", content="I have a bike.")
     with use_model(ScriptedModel(lambda s, m: answer(item("vehicle", "bike", (1, "I have a bike"))))):
         extraction_now(thread=thread)
-        entry_add(thread=thread, type="label", event={"label": "checkpoint"})
+        EntryFactory(thread=thread, type="label", event={"label": "checkpoint"})
         extraction_schedule(thread_pk=thread.pk)
         assert JobRun.objects.filter(kind="extraction", status="queued").count() == 0
-        say(thread, "user", "And a scooter.")
+        EntryFactory(thread=thread, role="user", content="And a scooter.")
         extraction_schedule(thread_pk=thread.pk)
         assert JobRun.objects.filter(kind="extraction", status="queued").count() == 1

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import socket
-
 import pytest
 from django.test import override_settings
 
-from governance.models import JobRun
 from memoryapp.llm import http as llm_http
 from memoryapp.llm.anthropic import AnthropicModel
 from memoryapp.llm.arrays import NoArrayError, ask_for_array, parse_json_array
@@ -25,7 +22,8 @@ from memoryapp.llm.port import (
     use_model,
 )
 from memoryapp.llm.scripted import ScriptedModel, set_script
-from tests.compaction_helpers import ModelServer, Reply
+from tests.kit.factories import JobRunFactory
+from tests.kit.servers import ModelServer, Reply, free_port
 
 
 def openai_reply(text: str, finish: str = "stop", prompt: int = 12, completion: int = 5) -> Reply:
@@ -86,7 +84,7 @@ def test_openai_answer_cut_at_its_limit_says_length() -> None:
 
 def test_a_429_is_asked_again_and_the_usage_lands_on_the_job_run(db: None) -> None:
     replies = [Reply(429, {"error": "slow down"}, {"Retry-After": "0"}), openai_reply("ok", prompt=100, completion=3)]
-    run = JobRun.objects.create(kind="test")
+    run = JobRunFactory()
     with ModelServer(replies).running() as server:
         model = OpenAIChatModel(base_url=server.url, model="m", max_retries=2)
         with recording_usage(run):
@@ -117,10 +115,7 @@ def test_server_errors_are_retried_a_bounded_number_of_times(quick_backoff: None
 
 
 def test_a_refused_connection_is_transient_and_bounded(quick_backoff: None) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    model = OpenAIChatModel(base_url=f"http://127.0.0.1:{port}", model="m", max_retries=1)
+    model = OpenAIChatModel(base_url=f"http://127.0.0.1:{free_port()}", model="m", max_retries=1)
     with pytest.raises(ModelTransientError):
         model.complete(system="s", messages=[{"role": "user", "content": "q"}], max_tokens=5, timeout=2)
 

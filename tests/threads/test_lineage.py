@@ -16,45 +16,33 @@ from memoryapp.content import REDACTED_TEXT
 from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.services import lineage
 from memoryapp.services import threads as threads_services
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add
-from tests.compaction_helpers import tool_thread
 from tests.conftest import Caller
+from tests.kit.api import build_context, create_memory_file, post_entry, post_item, post_ok, post_thread
+from tests.kit.concurrency import started
+from tests.kit.factories import EntryFactory, MemoryItemFactory, tool_thread
 
 SECRET = "passport number is X12345678"
 
 
 def _thread(caller: Caller, thread_id: str = "t-1") -> None:
-    response = caller.client.post("/api/v1/threads", {"id": thread_id, "user_id": "u-ana"}, format="json")
-    assert response.status_code in (200, 201), response.json()
+    post_thread(caller, thread_id, user_id="u-ana")
 
 
 def _say(caller: Caller, text: str, thread_id: str = "t-1", role: str = "user") -> str:
-    response = caller.client.post(
-        f"/api/v1/threads/{thread_id}/entries", {"role": role, "content": text}, format="json"
-    )
-    assert response.status_code == 201, response.json()
-    return str(response.json()["id"])
+    return str(post_entry(caller, thread_id, role=role, content=text)["id"])
 
 
 def _item(caller: Caller, subject: str, attribute: str, value: str, quotes: list[tuple[str, str]]) -> str:
-    body = {
-        "kind": "fact",
-        "subject": subject,
-        "attribute": attribute,
-        "value": value,
-        "user_id": "u-ana",
-        "evidence": [{"entry_id": entry_id, "quote": quote} for entry_id, quote in quotes],
-    }
-    response = caller.client.post("/api/v1/items", body, format="json")
-    assert response.status_code == 201, response.json()
-    return str(response.json()["id"])
+    evidence = [{"entry_id": entry_id, "quote": quote} for entry_id, quote in quotes]
+    body = post_item(
+        caller, kind="fact", subject=subject, attribute=attribute, value=value, user_id="u-ana", evidence=evidence
+    )
+    return str(body["id"])
 
 
 def _write_file(caller: Caller, path: str, text: str, place: str | None) -> None:
     url = "/api/v1/memory-tool?thread_id=t-1" + (f"&place={place}" if place else "")
-    response = caller.client.post(url, {"command": "create", "path": path, "file_text": text}, format="json")
-    assert response.status_code in (200, 201), response.json()
+    create_memory_file(caller, path, text, url)
 
 
 def _rows_holding(text: str, agent_id: int) -> dict[str, int]:
@@ -126,22 +114,18 @@ def test_a_state_a_purged_item_had_closed_holds_again(alice: Caller) -> None:
     _thread(alice)
     porto = _say(alice, "I live in Porto.")
     lisbon = _say(alice, "I moved to Lisbon.")
-    old = item_write(
+    old = MemoryItemFactory(
         agent=alice.agent,
-        kind="fact",
-        subject="Ana",
         attribute="city",
         value="Porto",
-        trust="system",
+        user_id="",
         evidence=[{"entry_id": porto, "quote": "I live in Porto"}],
     )
-    new = item_write(
+    new = MemoryItemFactory(
         agent=alice.agent,
-        kind="fact",
-        subject="Ana",
         attribute="city",
         value="Lisbon",
-        trust="system",
+        user_id="",
         evidence=[{"entry_id": lisbon, "quote": "I moved to Lisbon"}],
     )
     old.refresh_from_db()
@@ -198,16 +182,12 @@ def _turns(caller: Caller, n: int) -> list[str]:
 
 
 def _context(caller: Caller) -> dict[str, Any]:
-    response = caller.client.post(
-        "/api/v1/threads/t-1/context", {"strategy": "recent", "max_tokens": 5000, "system_prompt": "Hi."}, format="json"
-    )
-    assert response.status_code == 200, response.json()
-    return dict(response.json())
+    return build_context(caller, "t-1", strategy="recent", max_tokens=5000, system_prompt="Hi.")
 
 
 def _summarize(caller: Caller, first_kept: str) -> Entry:
     thread = Thread.objects.get(agent=caller.agent, external_id="t-1")
-    return entry_add(
+    return EntryFactory(
         thread=thread,
         type="compaction",
         role="user",
@@ -327,10 +307,7 @@ def test_another_agent_cannot_start_a_cascade_and_a_rewind_forgets_nothing(alice
 
 
 def _fork(caller: Caller, thread_id: str, entry_id: str, new_thread_id: str) -> dict[str, str]:
-    response = caller.client.post(
-        f"/api/v1/threads/{thread_id}/fork", {"entry_id": entry_id, "new_thread_id": new_thread_id}, format="json"
-    )
-    assert response.status_code == 201, response.json()
+    post_ok(caller.client, f"/api/v1/threads/{thread_id}/fork", {"entry_id": entry_id, "new_thread_id": new_thread_id})
     rows = Entry.objects.filter(thread__external_id=new_thread_id, thread__agent=caller.agent)
     return {row.metadata["forkOf"]: row.id for row in rows}
 
@@ -403,20 +380,6 @@ def test_deleting_a_thread_takes_the_copies_of_its_entries_in_its_forks(alice: C
 # --- concurrent cascades and forks (transactions commit: real locks) --------------------------
 
 
-def _in_thread(work: Any, errors: list[BaseException], name: str | None = None) -> threading.Thread:
-    def run() -> None:
-        try:
-            work()
-        except BaseException as exc:  # reported by the test: a thread's exception would vanish
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    runner = threading.Thread(target=run, name=name)
-    runner.start()
-    return runner
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_fork_made_while_an_entry_is_deleted_never_keeps_its_copy(alice: Caller, monkeypatch: Any) -> None:
     _thread(alice)
@@ -434,7 +397,7 @@ def test_a_fork_made_while_an_entry_is_deleted_never_keeps_its_copy(alice: Calle
 
     monkeypatch.setattr(threads_services, "fork_copies", slow_fork_copies)
     errors: list[BaseException] = []
-    deleting = _in_thread(lambda: threads_services.entry_delete(entry=Entry.objects.get(pk=told)), errors)
+    deleting = started(lambda: threads_services.entry_delete(entry=Entry.objects.get(pk=told)), errors)
     copies_read.wait(5)
     origin = Thread.objects.get(agent=alice.agent, external_id="t-1")
     leaf = origin.active_leaf_id or ""
@@ -443,7 +406,7 @@ def test_a_fork_made_while_an_entry_is_deleted_never_keeps_its_copy(alice: Calle
         fork_tried.set()
         threads_services.thread_fork(thread=origin, entry_id=leaf, new_thread_id="f-late")
 
-    forking = _in_thread(fork, errors)
+    forking = started(fork, errors)
     deleting.join(10)
     forking.join(10)
     assert errors == []
@@ -472,16 +435,14 @@ def test_a_cascade_into_a_fork_and_a_redaction_in_that_fork_do_not_deadlock(alic
 
     monkeypatch.setattr(lineage, "_lock_files", lock_files_later)
     errors: list[BaseException] = []
-    redactor = _in_thread(
-        lambda: threads_services.entry_redact(entry=Entry.objects.get(pk=own)), errors, name="redactor"
-    )
+    redactor = started(lambda: threads_services.entry_redact(entry=Entry.objects.get(pk=own)), errors, name="redactor")
     fork_locked.wait(5)
 
     def delete() -> None:
         delete_started.set()
         threads_services.entry_delete(entry=Entry.objects.get(pk=told))
 
-    deleting = _in_thread(delete, errors)
+    deleting = started(delete, errors)
     redactor.join(15)
     deleting.join(15)
     assert errors == []

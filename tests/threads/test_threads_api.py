@@ -7,33 +7,22 @@ import json
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from governance.models import AuditRecord
 from memoryapp.models import Entry, Evidence, MemoryItem, Thread
 from tests.conftest import Caller
+from tests.kit.api import post_entries, post_entry, post_thread
+from tests.kit.factories import MemoryItemFactory
 
 pytestmark = pytest.mark.django_db
 
 
-def make_thread(caller: Caller, thread_id: str = "rome", **fields: Any) -> dict[str, Any]:
-    response = caller.client.post("/api/v1/threads", {"id": thread_id, **fields}, format="json")
-    assert response.status_code in (200, 201), response.content
-    return response.json()
-
-
-def add(caller: Caller, thread_id: str, **body: Any) -> dict[str, Any]:
-    response = caller.client.post(f"/api/v1/threads/{thread_id}/entries", body, format="json")
-    assert response.status_code == 201, response.content
-    return response.json()
-
-
 def rome_tree(caller: Caller) -> dict[str, dict[str, Any]]:
     """question -> colosseum (active), question -> vatican (inactive)."""
-    make_thread(caller, "rome", user_id="u-ana", metadata={"topic": "rome"})
-    question = add(caller, "rome", role="user", content="Plan a day in Rome")
-    colosseum = add(caller, "rome", role="assistant", content="Start at the Colosseum")
-    vatican = add(
+    post_thread(caller, "rome", user_id="u-ana", metadata={"topic": "rome"})
+    question = post_entry(caller, "rome", role="user", content="Plan a day in Rome")
+    colosseum = post_entry(caller, "rome", role="assistant", content="Start at the Colosseum")
+    vatican = post_entry(
         caller, "rome", role="assistant", content="Start at the Vatican", parent_id=question["id"], activate=False
     )
     return {"question": question, "colosseum": colosseum, "vatican": vatican}
@@ -58,8 +47,8 @@ def test_create_thread_answers_201_and_stores_it(alice: Caller) -> None:
 
 
 def test_create_thread_again_is_an_upsert_keeping_entries_and_created_at(alice: Caller) -> None:
-    first = make_thread(alice, "t1", metadata={"topic": "rome"})
-    add(alice, "t1", role="user", content="hi")
+    first = post_thread(alice, "t1", metadata={"topic": "rome"})
+    post_entry(alice, "t1", role="user", content="hi")
     response = alice.client.post("/api/v1/threads", {"id": "t1", "metadata": {"mood": "calm"}}, format="json")
     assert response.status_code == 200
     body = response.json()
@@ -70,7 +59,7 @@ def test_create_thread_again_is_an_upsert_keeping_entries_and_created_at(alice: 
 
 
 def test_an_upsert_merges_like_patch_and_never_grows_metadata_past_its_limit(alice: Caller) -> None:
-    make_thread(alice, "big", metadata={"a": "x" * 40_000, "gone": 1})
+    post_thread(alice, "big", metadata={"a": "x" * 40_000, "gone": 1})
     again = alice.client.post("/api/v1/threads", {"id": "big", "metadata": {"gone": None}}, format="json")
     assert again.status_code == 200 and set(again.json()["metadata"]) == {"a"}
     response = alice.client.post("/api/v1/threads", {"id": "big", "metadata": {"b": "y" * 40_000}}, format="json")
@@ -86,13 +75,13 @@ def test_create_thread_without_id_gets_a_generated_one(alice: Caller) -> None:
 
 
 def test_two_agents_may_use_the_same_thread_id(alice: Caller, bob: Caller) -> None:
-    make_thread(alice, "same")
-    make_thread(bob, "same")
+    post_thread(alice, "same")
+    post_thread(bob, "same")
     assert Thread.objects.filter(external_id="same").count() == 2
 
 
 def test_get_and_patch_thread_merge_metadata_and_remove_null_keys(alice: Caller) -> None:
-    make_thread(alice, "t1", metadata={"topic": "rome", "old": 1})
+    post_thread(alice, "t1", metadata={"topic": "rome", "old": 1})
     response = alice.client.patch(
         "/api/v1/threads/t1", {"metadata": {"resolved": True, "old": None}, "user_id": "u-bo"}, format="json"
     )
@@ -105,10 +94,9 @@ def test_get_and_patch_thread_merge_metadata_and_remove_null_keys(alice: Caller)
 
 def test_delete_thread_removes_its_entries_with_the_items_standing_on_them_and_audits(alice: Caller) -> None:
     tree = rome_tree(alice)
-    item = MemoryItem.objects.create(
-        agent=alice.agent, kind="fact", value="likes Rome", valid_from=timezone.now(), recorded_at=timezone.now()
+    item = MemoryItemFactory(
+        agent=alice.agent, value="likes Rome", evidence=[{"entry_id": tree["question"]["id"], "quote": "Rome"}]
     )
-    Evidence.objects.create(agent=alice.agent, item=item, entry_id=tree["question"]["id"], quote="Rome")
     response = alice.client.delete("/api/v1/threads/rome")
     assert response.status_code == 204
     assert not Thread.objects.filter(external_id="rome").exists()
@@ -122,8 +110,8 @@ def test_delete_thread_removes_its_entries_with_the_items_standing_on_them_and_a
 
 def test_list_threads_newest_updated_first_with_cursor_paging(alice: Caller) -> None:
     for index in range(5):
-        make_thread(alice, f"t{index}")
-    add(alice, "t1", role="user", content="an entry")  # 004: entries do not move updatedAt
+        post_thread(alice, f"t{index}")
+    post_entry(alice, "t1", role="user", content="an entry")  # 004: entries do not move updatedAt
     patched = alice.client.patch("/api/v1/threads/t2", {"metadata": {"mood": "calm"}}, format="json")
     assert patched.status_code == 200  # metadata does: t2 is now the most recently updated
     first = alice.client.get("/api/v1/threads?limit=2").json()
@@ -136,9 +124,9 @@ def test_list_threads_newest_updated_first_with_cursor_paging(alice: Caller) -> 
 
 
 def test_list_threads_filters_metadata_by_type_user_and_update_time(alice: Caller, bob: Caller) -> None:
-    make_thread(alice, "n1", user_id="u-ana", metadata={"n": 1, "tag": "a"})
-    make_thread(alice, "n2", user_id="u-bo", metadata={"n": "1", "tag": "a"})
-    make_thread(bob, "n3", user_id="u-ana", metadata={"n": 1})
+    post_thread(alice, "n1", user_id="u-ana", metadata={"n": 1, "tag": "a"})
+    post_thread(alice, "n2", user_id="u-bo", metadata={"n": "1", "tag": "a"})
+    post_thread(bob, "n3", user_id="u-ana", metadata={"n": 1})
     by_number = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"n": 1})}).json()
     assert [t["id"] for t in by_number["results"]] == ["n1"]
     by_text = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"n": "1"})}).json()
@@ -153,8 +141,8 @@ def test_list_threads_filters_metadata_by_type_user_and_update_time(alice: Calle
 
 
 def test_list_threads_metadata_values_must_be_equal_not_merely_contained(alice: Caller) -> None:
-    make_thread(alice, "m1", metadata={"tags": ["a", "b"], "o": {"x": 1, "y": 2}})
-    make_thread(alice, "m2", metadata={"tags": ["a"], "o": {}})
+    post_thread(alice, "m1", metadata={"tags": ["a", "b"], "o": {"x": 1, "y": 2}})
+    post_thread(alice, "m2", metadata={"tags": ["a"], "o": {}})
     for wanted, ids in (
         ({"tags": ["a"]}, ["m2"]),
         ({"tags": ["a", "b"]}, ["m1"]),
@@ -168,8 +156,8 @@ def test_list_threads_metadata_values_must_be_equal_not_merely_contained(alice: 
 
 def test_the_next_page_keeps_the_filters_of_the_first(alice: Caller) -> None:
     for n in range(3):
-        make_thread(alice, f"ana-{n}", user_id="u-ana")
-        make_thread(alice, f"bo-{n}", user_id="u-bo")
+        post_thread(alice, f"ana-{n}", user_id="u-ana")
+        post_thread(alice, f"bo-{n}", user_id="u-bo")
     first = alice.client.get("/api/v1/threads", {"user_id": "u-ana", "limit": 2}).json()
     cursor = first["next_cursor"]
     rest = alice.client.get("/api/v1/threads", {"cursor": cursor}).json()
@@ -187,8 +175,8 @@ def test_the_next_page_keeps_the_filters_of_the_first(alice: Caller) -> None:
 def test_list_filters_on_number_like_keys_and_pages_with_large_filters(
     alice: Caller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    make_thread(alice, "y1", metadata={"2024": "x", "note": "n" * 1500})
-    make_thread(alice, "y2", metadata={"2024": "x", "note": "n" * 1500})
+    post_thread(alice, "y1", metadata={"2024": "x", "note": "n" * 1500})
+    post_thread(alice, "y2", metadata={"2024": "x", "note": "n" * 1500})
     found = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"2024": "x"})}).json()["results"]
     assert sorted(t["id"] for t in found) == ["y1", "y2"]
     # Filters too large to ride in the cursor: the next link (which repeats them) still works,
@@ -203,12 +191,8 @@ def test_list_filters_on_number_like_keys_and_pages_with_large_filters(
 def test_limit_zero_is_all_entries_up_to_what_one_answer_holds(alice: Caller, monkeypatch: pytest.MonkeyPatch) -> None:
     from memoryapp.selectors import threads as thread_selectors
 
-    make_thread(alice, "t1")
-    alice.client.post(
-        "/api/v1/threads/t1/entries",
-        {"entries": [{"role": "user", "content": f"n{i}"} for i in range(5)]},
-        format="json",
-    )
+    post_thread(alice, "t1")
+    post_entries(alice, "t1", [{"role": "user", "content": f"n{i}"} for i in range(5)])
     monkeypatch.setattr(thread_selectors, "ALL_ENTRIES_MAX", 3)
     page = alice.client.get("/api/v1/threads/t1/entries?limit=0").json()
     assert [e["seq"] for e in page["results"]] == [3, 4, 5] and page["next"]
@@ -226,9 +210,9 @@ def test_list_threads_refuses_bad_filters(alice: Caller) -> None:
 
 
 def test_add_entry_goes_after_the_active_leaf_and_moves_it(alice: Caller) -> None:
-    make_thread(alice, "t1")
-    first = add(alice, "t1", role="user", content="hello", sender_name="Ana")
-    second = add(alice, "t1", role="assistant", content=[{"type": "text", "text": "hi Ana"}])
+    post_thread(alice, "t1")
+    first = post_entry(alice, "t1", role="user", content="hello", sender_name="Ana")
+    second = post_entry(alice, "t1", role="assistant", content=[{"type": "text", "text": "hi Ana"}])
     assert first["parent_id"] is None and second["parent_id"] == first["id"]
     assert (first["seq"], second["seq"]) == (1, 2)
     assert first["token_count"] > 0 and len(first["content_hash"]) == 32
@@ -246,23 +230,23 @@ def test_add_entry_under_a_parent_without_activate_leaves_the_leaf(alice: Caller
 
 
 def test_tool_result_takes_the_tool_name_from_the_call_on_its_branch(alice: Caller) -> None:
-    make_thread(alice, "t1")
-    call = add(
+    post_thread(alice, "t1")
+    call = post_entry(
         alice,
         "t1",
         role="assistant",
         content=None,
         tool_calls=[{"id": "call-1", "name": "weather", "arguments": {"city": "Rome"}}],
     )
-    result = add(alice, "t1", type="tool_result", content="sunny", tool_call_id="call-1")
+    result = post_entry(alice, "t1", type="tool_result", content="sunny", tool_call_id="call-1")
     assert call["tool_calls"] == [{"id": "call-1", "name": "weather", "arguments": {"city": "Rome"}}]
     assert result["role"] == "tool" and result["tool_name"] == "weather" and result["tool_call_id"] == "call-1"
     assert "weather" in Entry.objects.get(id=call["id"]).text
 
 
 def test_batch_add_chains_entries_in_one_transaction(alice: Caller) -> None:
-    make_thread(alice, "t1")
-    head = add(alice, "t1", role="user", content="start")
+    post_thread(alice, "t1")
+    head = post_entry(alice, "t1", role="user", content="start")
     batch = [{"role": "assistant" if i % 2 else "user", "content": f"n{i}"} for i in range(10)]
     response = alice.client.post("/api/v1/threads/t1/entries", {"entries": batch}, format="json")
     assert response.status_code == 201
@@ -274,7 +258,7 @@ def test_batch_add_chains_entries_in_one_transaction(alice: Caller) -> None:
 
 
 def test_a_bad_entry_in_a_batch_writes_nothing_and_names_it(alice: Caller) -> None:
-    make_thread(alice, "t1")
+    post_thread(alice, "t1")
     batch = [{"role": "user", "content": "fine"}, {"role": "user", "content": None}]
     response = alice.client.post("/api/v1/threads/t1/entries", {"entries": batch}, format="json")
     assert response.status_code == 400
@@ -285,7 +269,7 @@ def test_a_bad_entry_in_a_batch_writes_nothing_and_names_it(alice: Caller) -> No
 
 def test_get_entries_reads_every_branch_and_events_only_when_asked(alice: Caller) -> None:
     tree = rome_tree(alice)
-    add(alice, "rome", type="label", event={"label": "checkpoint"})
+    post_entry(alice, "rome", type="label", event={"label": "checkpoint"})
     default = alice.client.get("/api/v1/threads/rome/entries").json()
     assert [e["id"] for e in default["results"]] == [tree[k]["id"] for k in ("question", "colosseum", "vatican")]
     everything = alice.client.get("/api/v1/threads/rome/entries?types=all").json()
@@ -296,11 +280,9 @@ def test_get_entries_reads_every_branch_and_events_only_when_asked(alice: Caller
 
 
 def test_get_entries_pages_with_next_links(alice: Caller) -> None:
-    make_thread(alice, "t1")
-    alice.client.post(
-        "/api/v1/threads/t1/entries",
-        {"entries": [{"role": "user", "content": f"n{i}", "created_at": f"2026-01-01T00:00:0{i}Z"} for i in range(7)]},
-        format="json",
+    post_thread(alice, "t1")
+    post_entries(
+        alice, "t1", [{"role": "user", "content": f"n{i}", "created_at": f"2026-01-01T00:00:0{i}Z"} for i in range(7)]
     )
     # 004 getEntries: the most recent `limit`, oldest first; `next` holds the ones before.
     pages: list[list[int]] = []
@@ -339,12 +321,8 @@ def test_path_reads_the_active_branch_or_another_leaf(alice: Caller) -> None:
 
 
 def test_path_gives_the_newest_limit_and_pages_back_with_before(alice: Caller) -> None:
-    make_thread(alice, "t1")
-    alice.client.post(
-        "/api/v1/threads/t1/entries",
-        {"entries": [{"role": "user", "content": f"n{i}"} for i in range(7)]},
-        format="json",
-    )
+    post_thread(alice, "t1")
+    post_entries(alice, "t1", [{"role": "user", "content": f"n{i}"} for i in range(7)])
     page = alice.client.get("/api/v1/threads/t1/path?limit=3").json()
     assert contents(page) == ["n4", "n5", "n6"]
     older = alice.client.get(page["next"]).json()
@@ -354,10 +332,10 @@ def test_path_gives_the_newest_limit_and_pages_back_with_before(alice: Caller) -
 
 
 def test_path_shows_events_only_when_types_asks(alice: Caller) -> None:
-    make_thread(alice, "t1")
-    add(alice, "t1", role="user", content="hi")
-    add(alice, "t1", type="model_change", event={"model": "m2"})
-    add(alice, "t1", role="assistant", content="hello")
+    post_thread(alice, "t1")
+    post_entry(alice, "t1", role="user", content="hi")
+    post_entry(alice, "t1", type="model_change", event={"model": "m2"})
+    post_entry(alice, "t1", role="assistant", content="hello")
     assert contents(alice.client.get("/api/v1/threads/t1/path").json()) == ["hi", "hello"]
     everything = alice.client.get("/api/v1/threads/t1/path?types=all").json()
     assert [e["type"] for e in everything["results"]] == ["message", "model_change", "message"]
@@ -365,7 +343,7 @@ def test_path_shows_events_only_when_types_asks(alice: Caller) -> None:
 
 @pytest.mark.parametrize("limit", ["0", "1001", "-3", "many"])
 def test_path_limit_out_of_range_is_a_400_naming_limit(alice: Caller, limit: str) -> None:
-    make_thread(alice, "t1")
+    post_thread(alice, "t1")
     response = alice.client.get(f"/api/v1/threads/t1/path?limit={limit}")
     assert response.status_code == 400 and response.json()["error"]["field"] == "limit"
 
@@ -387,7 +365,7 @@ def test_rewind_moves_leaf_and_deletes_nothing(alice: Caller) -> None:
     assert response.status_code == 200 and response.json()["active_leaf_id"] == tree["question"]["id"]
     assert Entry.objects.filter(thread__external_id="rome").count() == 3
     assert AuditRecord.objects.filter(action="thread.rewind", subject=tree["question"]["id"]).exists()
-    after = add(alice, "rome", role="assistant", content="Or the Pantheon")
+    after = post_entry(alice, "rome", role="assistant", content="Or the Pantheon")
     assert after["parent_id"] == tree["question"]["id"]
 
 
@@ -410,8 +388,8 @@ def test_checkout_makes_any_branch_the_active_one(alice: Caller) -> None:
 
 def test_checkout_refuses_an_entry_of_another_thread(alice: Caller) -> None:
     rome_tree(alice)
-    make_thread(alice, "other")
-    stranger = add(alice, "other", role="user", content="elsewhere")
+    post_thread(alice, "other")
+    stranger = post_entry(alice, "other", role="user", content="elsewhere")
     response = alice.client.post("/api/v1/threads/rome/checkout", {"entry_id": stranger["id"]}, format="json")
     assert response.status_code == 400
 
@@ -439,7 +417,7 @@ def test_fork_copies_the_branch_with_lineage_in_metadata(alice: Caller) -> None:
 
 def test_fork_into_a_taken_id_is_a_409_and_writes_nothing(alice: Caller) -> None:
     tree = rome_tree(alice)
-    make_thread(alice, "taken")
+    post_thread(alice, "taken")
     response = alice.client.post(
         "/api/v1/threads/rome/fork", {"entry_id": tree["vatican"]["id"], "new_thread_id": "taken"}, format="json"
     )
@@ -451,14 +429,11 @@ def test_fork_into_a_taken_id_is_a_409_and_writes_nothing(alice: Caller) -> None
 
 
 def test_delete_entry_splices_children_to_its_parent(alice: Caller) -> None:
-    make_thread(alice, "t1")
-    a = add(alice, "t1", role="user", content="a")
-    b = add(alice, "t1", role="assistant", content="b")
-    c = add(alice, "t1", role="user", content="c")
-    item = MemoryItem.objects.create(
-        agent=alice.agent, kind="fact", value="b", valid_from=timezone.now(), recorded_at=timezone.now()
-    )
-    Evidence.objects.create(agent=alice.agent, item=item, entry_id=b["id"], quote="b")
+    post_thread(alice, "t1")
+    a = post_entry(alice, "t1", role="user", content="a")
+    b = post_entry(alice, "t1", role="assistant", content="b")
+    c = post_entry(alice, "t1", role="user", content="c")
+    item = MemoryItemFactory(agent=alice.agent, value="b", evidence=[{"entry_id": b["id"], "quote": "b"}])
     assert alice.client.delete(f"/api/v1/entries/{b['id']}").status_code == 204
     assert Entry.objects.get(id=c["id"]).parent_id == a["id"]
     assert contents(alice.client.get("/api/v1/threads/t1/path").json()) == ["a", "c"]
@@ -474,10 +449,12 @@ def test_delete_of_the_leaf_moves_the_leaf_to_its_parent(alice: Caller) -> None:
 
 
 def test_redact_keeps_place_and_call_ids_and_replaces_what_was_said(alice: Caller) -> None:
-    make_thread(alice, "t1")
-    q = add(alice, "t1", role="user", content="My card is 4111", sender_name="Ana")
-    call = add(alice, "t1", role="assistant", tool_calls=[{"id": "c1", "name": "pay", "arguments": {"card": "4111"}}])
-    result = add(
+    post_thread(alice, "t1")
+    q = post_entry(alice, "t1", role="user", content="My card is 4111", sender_name="Ana")
+    call = post_entry(
+        alice, "t1", role="assistant", tool_calls=[{"id": "c1", "name": "pay", "arguments": {"card": "4111"}}]
+    )
+    result = post_entry(
         alice, "t1", type="tool_result", content=[{"type": "tool_result", "content": "paid 4111"}], tool_call_id="c1"
     )
     Entry.objects.filter(id=q["id"]).update(embedding=[0.1] * 384)
@@ -501,8 +478,8 @@ def test_redact_keeps_place_and_call_ids_and_replaces_what_was_said(alice: Calle
 
 
 def test_redact_refuses_event_entries(alice: Caller) -> None:
-    make_thread(alice, "t1")
-    label = add(alice, "t1", type="label", event={"label": "x"})
+    post_thread(alice, "t1")
+    label = post_entry(alice, "t1", type="label", event={"label": "x"})
     response = alice.client.post(f"/api/v1/entries/{label['id']}/redact", {}, format="json")
     assert response.status_code == 400
     assert Entry.objects.get(id=label["id"]).redacted_at is None
@@ -534,7 +511,7 @@ def test_redact_refuses_event_entries(alice: Caller) -> None:
 def test_bad_entry_input_is_a_400_naming_the_field_and_writes_nothing(
     alice: Caller, body: dict[str, Any], field: str
 ) -> None:
-    make_thread(alice, "t1")
+    post_thread(alice, "t1")
     response = alice.client.post("/api/v1/threads/t1/entries", body, format="json")
     assert response.status_code == 400, response.content
     assert response.json()["error"]["field"] == field
@@ -542,9 +519,9 @@ def test_bad_entry_input_is_a_400_naming_the_field_and_writes_nothing(
 
 
 def test_a_parent_in_another_thread_is_refused(alice: Caller) -> None:
-    make_thread(alice, "t1")
-    make_thread(alice, "t2")
-    elsewhere = add(alice, "t2", role="user", content="x")
+    post_thread(alice, "t1")
+    post_thread(alice, "t2")
+    elsewhere = post_entry(alice, "t2", role="user", content="x")
     response = alice.client.post(
         "/api/v1/threads/t1/entries", {"role": "user", "content": "y", "parent_id": elsewhere["id"]}, format="json"
     )
@@ -553,13 +530,13 @@ def test_a_parent_in_another_thread_is_refused(alice: Caller) -> None:
 
 
 def test_malformed_json_is_a_400(alice: Caller) -> None:
-    make_thread(alice, "t1")
+    post_thread(alice, "t1")
     response = alice.client.generic("POST", "/api/v1/threads/t1/entries", b"{not json", content_type="application/json")
     assert response.status_code == 400 and response.json()["error"]["code"] == "malformed_json"
 
 
 def test_an_entry_over_one_mebibyte_is_a_413_with_its_own_code(alice: Caller) -> None:
-    make_thread(alice, "t1")
+    post_thread(alice, "t1")
     response = alice.client.post(
         "/api/v1/threads/t1/entries", {"role": "user", "content": "x" * (1024 * 1024 + 1)}, format="json"
     )
@@ -568,7 +545,7 @@ def test_an_entry_over_one_mebibyte_is_a_413_with_its_own_code(alice: Caller) ->
 
 
 def test_a_batch_over_a_thousand_entries_is_a_413(alice: Caller) -> None:
-    make_thread(alice, "t1")
+    post_thread(alice, "t1")
     batch = [{"role": "user", "content": "x"}] * 1001
     response = alice.client.post("/api/v1/threads/t1/entries", {"entries": batch}, format="json")
     assert response.status_code == 413 and response.json()["error"]["code"] == "batch_too_large"
@@ -612,7 +589,7 @@ def test_another_agent_gets_404_on_every_thread_and_entry_endpoint(alice: Caller
 
 def test_an_entry_of_mine_cannot_be_used_as_a_parent_in_anothers_thread(alice: Caller, mallory: Caller) -> None:
     tree = rome_tree(alice)
-    make_thread(mallory, "m1")
+    post_thread(mallory, "m1")
     response = mallory.client.post(
         "/api/v1/threads/m1/entries",
         {"role": "user", "content": "x", "parent_id": tree["question"]["id"]},

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import importlib.util
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from memoryapp.models import Thread
 from tests.conftest import Caller
+from tests.kit import PROJECT_ROOT
+from tests.kit.servers import database_conninfo
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "write_entries.py"
+BENCH = PROJECT_ROOT / "bench" / "write_entries.py"
 
 
 def load_bench() -> Any:
@@ -25,23 +25,11 @@ def load_bench() -> Any:
     return module
 
 
-def database_url(settings_dict: dict[str, Any]) -> str:
-    """A libpq conninfo of the test database (its host may be a socket directory)."""
-    from psycopg.conninfo import make_conninfo
-
-    return make_conninfo(
-        dbname=settings_dict["NAME"],
-        user=settings_dict["USER"] or None,
-        password=settings_dict["PASSWORD"] or None,
-        host=settings_dict["HOST"] or None,
-        port=settings_dict["PORT"] or None,
-    )
-
-
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_write_bench_runs_and_cleans_up(live_server: Any, alice: Caller, capsys: pytest.CaptureFixture[str]) -> None:
     bench = load_bench()
-    url = database_url(connection.settings_dict)
+    url = database_conninfo()
     for method in ("executemany", "copy"):
         bench.main(
             [

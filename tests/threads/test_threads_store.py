@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-import threading
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +35,8 @@ from memoryapp.services.threads import (
     thread_rewind,
 )
 from tests.conftest import Caller
+from tests.kit.api import content_of, exported_lines, import_jsonl
+from tests.kit.concurrency import in_threads
 
 EXACT_FIELDS = (
     "id",
@@ -121,14 +122,14 @@ def test_jsonl_export_then_import_round_trips_exactly_over_the_api(alice: Caller
     leaf = Thread.objects.get(pk=thread.pk).active_leaf_id
     response = alice.client.get("/api/v1/threads/t1/export")
     assert response.status_code == 200 and response["Content-Type"] == "application/x-ndjson"
-    text = b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
+    text = content_of(response).decode()
     records = [json.loads(line) for line in text.splitlines()]
     assert [r["type"] for r in records] == ["thread"] + ["node"] * len(before) + ["head"]
     assert records[-1] == {"type": "head", "leaf": leaf}
     node = records[1]["node"]
     assert {"id", "parent", "turn", "createdAt"} <= set(node) and node["parent"] is None
     assert alice.client.delete("/api/v1/threads/t1").status_code == 204
-    response = alice.client.generic("POST", "/api/v1/threads/import", text, content_type="application/x-ndjson")
+    response = import_jsonl(alice, text)
     assert response.status_code == 201, response.content
     assert response.json()["id"] == "t1" and response.json()["active_leaf_id"] == leaf
     copy = Thread.objects.get(agent=alice.agent, external_id="t1")
@@ -157,12 +158,8 @@ def test_jsonl_round_trip_through_the_management_commands(alice: Caller, tmp_pat
 @pytest.mark.django_db
 def test_import_refuses_ids_that_exist_and_broken_files_writing_nothing(alice: Caller) -> None:
     branchy_thread(alice)
-    text = "\n".join(
-        line + "\n" for line in [json.dumps(r) for r in _export_records(alice, "t1")]
-    )  # entries still exist: their ids are taken
-    response = alice.client.generic(
-        "POST", "/api/v1/threads/import?id=other", text, content_type="application/x-ndjson"
-    )
+    text = exported_lines(alice, "t1")  # entries still exist: their ids are taken
+    response = import_jsonl(alice, text, "?id=other")
     assert response.status_code == 409 and response.json()["error"]["code"] == "entry_exists"
     node = {"id": "ent_a", "parent": "ent_missing", "turn": {"role": "user", "content": "x"}, "createdAt": 1}
     cases = [
@@ -180,9 +177,7 @@ def test_import_refuses_ids_that_exist_and_broken_files_writing_nothing(alice: C
         ),
     ]
     for body, code in cases:
-        response = alice.client.generic(
-            "POST", "/api/v1/threads/import?id=fresh", body, content_type="application/x-ndjson"
-        )
+        response = import_jsonl(alice, body, "?id=fresh")
         assert response.status_code == 400 and response.json()["error"]["code"] == code, (body, response.content)
     assert not Thread.objects.filter(external_id__in=["other", "fresh"]).exists()
 
@@ -202,17 +197,11 @@ def test_a_plain_000_session_file_imports_in_file_order(alice: Caller) -> None:
         {"type": "head", "leaf": "n2"},
     ]
     body = "\n".join(json.dumps(line) for line in lines)
-    response = alice.client.generic("POST", "/api/v1/threads/import?id=s1", body, content_type="application/x-ndjson")
+    response = import_jsonl(alice, body, "?id=s1")
     assert response.status_code == 201
     thread = Thread.objects.get(external_id="s1")
     assert thread.active_leaf_id == "n2"
     assert [(e.id, e.seq, e.parent_id) for e in path_entries(thread=thread)] == [("n1", 1, None), ("n2", 2, "n1")]
-
-
-def _export_records(caller: Caller, thread_id: str) -> list[dict[str, Any]]:
-    response = caller.client.get(f"/api/v1/threads/{thread_id}/export")
-    text = b"".join(response.streaming_content).decode()  # type: ignore[attr-defined]
-    return [json.loads(line) for line in text.splitlines()]
 
 
 # --- path reads ------------------------------------------------------------------------------
@@ -257,6 +246,7 @@ WRITERS = 8
 PER_WRITER = 200
 
 
+@pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_writers_never_lose_an_entry_or_share_a_seq(alice: Caller, monkeypatch: pytest.MonkeyPatch) -> None:
     # The hook only schedules background jobs on commit; here it counts what it is handed, so
@@ -266,29 +256,14 @@ def test_concurrent_writers_never_lose_an_entry_or_share_a_seq(alice: Caller, mo
         threads_services, "after_entries_added", lambda *, thread, entries: handed.extend(e.id for e in entries)
     )
     thread = thread_create(agent=alice.agent, external_id="busy")
-    errors: list[BaseException] = []
-    written: list[str] = []
-    lock = threading.Lock()
-    start = threading.Barrier(WRITERS)
 
-    def writer(number: int) -> None:
-        try:
-            mine = Thread.objects.get(pk=thread.pk)
-            start.wait()
-            ids = [entry_add(thread=mine, role="user", content=f"w{number} n{i}").id for i in range(PER_WRITER)]
-            with lock:
-                written.extend(ids)
-        except BaseException as exc:  # reported below: a thread's exception would vanish otherwise
-            errors.append(exc)
-        finally:
-            connection.close()
+    def writer(number: int) -> list[str]:
+        mine = Thread.objects.get(pk=thread.pk)
+        return [entry_add(thread=mine, role="user", content=f"w{number} n{i}").id for i in range(PER_WRITER)]
 
-    workers = [threading.Thread(target=writer, args=(n,)) for n in range(WRITERS)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    assert errors == []
+    outcomes = in_threads(*(lambda n=n: writer(n) for n in range(WRITERS)), timeout=300)
+    assert [o for o in outcomes if not isinstance(o, list)] == []
+    written = [entry_id for ids in outcomes for entry_id in ids]
     rows = list(Entry.objects.filter(thread=thread).values_list("id", "parent_id", "seq"))
     total = WRITERS * PER_WRITER
     assert len(rows) == total and {r[0] for r in rows} == set(written)
@@ -340,6 +315,7 @@ def check_tree(thread: Thread) -> None:
         )
 
 
+@pytest.mark.slow
 @pytest.mark.django_db
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(operation, min_size=1, max_size=12))
@@ -429,12 +405,9 @@ def test_a_thread_is_marked_branched_at_its_first_branch_rewind_or_checkout(alic
     assert not branched(line)
     fork = thread_fork(thread=line, entry_id=last.id, new_thread_id="line-fork")
     assert not branched(fork)
-    exported = "".join(
-        b.decode() if isinstance(b, bytes) else b
-        for b in alice.client.get("/api/v1/threads/line/export").streaming_content  # type: ignore[attr-defined]
-    )
+    exported = exported_lines(alice, "line")
     assert alice.client.delete("/api/v1/threads/line").status_code == 204  # entries keep their ids
-    imported = alice.client.generic("POST", "/api/v1/threads/import", exported, content_type="application/x-ndjson")
+    imported = import_jsonl(alice, exported)
     assert imported.status_code == 201, imported.content
     assert not Thread.objects.get(agent=alice.agent, external_id="line").branched
 
@@ -483,9 +456,7 @@ def test_an_event_stored_before_payloads_were_required_still_imports(alice: Call
         ),
         json.dumps({"type": "head", "leaf": "e2"}),
     ]
-    response = alice.client.generic(
-        "POST", "/api/v1/threads/import", "\n".join(lines), content_type="application/x-ndjson"
-    )
+    response = import_jsonl(alice, lines)
     assert response.status_code == 201, response.content
     assert Entry.objects.get(pk="e2").type == "label" and Entry.objects.get(pk="e2").event is None
 
@@ -516,9 +487,7 @@ def test_a_node_marked_redacted_imports_redacted_without_its_words_text_or_vecto
         json.dumps({"type": "head", "leaf": "r3"}),
     ]
     with django_capture_on_commit_callbacks(execute=True):  # the embedding job runs
-        response = alice.client.generic(
-            "POST", "/api/v1/threads/import?id=t-red", "\n".join(lines), content_type="application/x-ndjson"
-        )
+        response = import_jsonl(alice, lines, "?id=t-red")
     assert response.status_code == 201, response.content
     user, assistant, kept = Entry.objects.order_by("seq")
     assert (user.content, user.text, user.sender_name) == ("[redacted]", "[redacted]", "")
@@ -534,7 +503,7 @@ def test_a_node_marked_redacted_imports_redacted_without_its_words_text_or_vecto
     )
     for url in ("/api/v1/entries/r1", "/api/v1/entries/r2", "/api/v1/threads/t-red/export"):
         response = alice.client.get(url)
-        body = b"".join(response.streaming_content) if response.streaming else response.content  # type: ignore[attr-defined]
+        body = content_of(response)
         assert response.status_code == 200 and b"4111" not in body, url
     assert b'"redactedAt"' in body
     assert not Entry.objects.filter(text__contains="4111").exists()
@@ -543,11 +512,6 @@ def test_a_node_marked_redacted_imports_redacted_without_its_words_text_or_vecto
 def test_an_event_node_marked_redacted_is_refused(alice: Caller) -> None:
     node = {"id": "ev1", "parent": None, "turn": {"role": "", "content": None}, "seq": 1, "entryType": "label"}
     node.update(event={"label": "x"}, redactedAt="2025-03-01T10:00:00+00:00")
-    response = alice.client.generic(
-        "POST",
-        "/api/v1/threads/import?id=t-ev",
-        json.dumps({"type": "node", "node": node}),
-        content_type="application/x-ndjson",
-    )
+    response = import_jsonl(alice, json.dumps({"type": "node", "node": node}), "?id=t-ev")
     assert response.status_code == 400 and response.json()["error"]["field"] == "nodes[0].redacted_at"
     assert not Thread.objects.filter(external_id="t-ev").exists()

@@ -1,0 +1,110 @@
+"""Servers the tests talk to or start: free ports, the tests' database for another process, and a
+local HTTP server speaking a model provider's protocol."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import quote
+
+from django.db import connection
+
+
+def free_port() -> int:
+    """A local TCP port nothing listens on (the system's pick; free when asked)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# --- the tests' database, for a process of their own ------------------------------------------
+
+
+def database_url(*, name: str | None = None) -> str:
+    """A DATABASE_URL for a server process or a command the tests start: the tests' database, or
+    `name` on the same server (the embedded server's host is a socket directory)."""
+    d = connection.settings_dict
+    user, password = quote(d["USER"] or ""), quote(d["PASSWORD"] or "")
+    database, host, port = name or d["NAME"], d["HOST"] or "", d["PORT"] or ""
+    if host.startswith("/"):
+        return f"postgres://{user}:{password}@/{database}?host={quote(host)}" + (f"&port={port}" if port else "")
+    return f"postgres://{user}:{password}@{host}{':' + port if port else ''}/{database}"
+
+
+def database_conninfo(*, name: str | None = None) -> str:
+    """The same as a libpq conninfo string, for psycopg itself."""
+    from psycopg.conninfo import make_conninfo
+
+    d = connection.settings_dict
+    return make_conninfo(
+        dbname=name or d["NAME"],
+        user=d["USER"] or None,
+        password=d["PASSWORD"] or None,
+        host=d["HOST"] or None,
+        port=str(d["PORT"]) if d["PORT"] else None,
+    )
+
+
+# --- a local HTTP server speaking a model provider's protocol --------------------------------------
+
+
+@dataclass
+class Reply:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SeenRequest:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class ModelServer:
+    """A real HTTP server on localhost answering from a list of replies, recording each request."""
+
+    def __init__(self, replies: list[Reply]):
+        self.replies = list(replies)
+        self.seen: list[SeenRequest] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length)
+                server.seen.append(
+                    SeenRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, json.loads(raw or b"{}"))
+                )
+                reply = server.replies.pop(0) if server.replies else Reply(500, {"error": "no reply left"})
+                payload = json.dumps(reply.body).encode()
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @contextmanager
+    def running(self) -> Iterator[ModelServer]:
+        self.thread.start()
+        try:
+            yield self
+        finally:
+            self.httpd.shutdown()
+            self.httpd.server_close()
