@@ -12,20 +12,14 @@ from memoryapp.context import builder
 from memoryapp.context.tokens import count_message_tokens, count_messages_tokens
 from memoryapp.models import Entry, MemoryItem, Thread
 from memoryapp.search import embedders
-from memoryapp.search.embedders import EmbedderError
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add, entry_delete, thread_rewind
-from tests.recall_helpers import by_text, conversation, embedded
+from memoryapp.services.threads import entry_delete, thread_rewind
+from tests.kit.api import build_context
+from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory, tool_thread
+from tests.kit.recall import FailingEmbedder, by_text, embedded
 
 
 def _build(caller: Any, thread_id: str = "t-1", **body: Any) -> Any:
     return caller.client.post(f"/api/v1/threads/{thread_id}/context", body, format="json")
-
-
-def _ok(caller: Any, thread_id: str = "t-1", **body: Any) -> dict[str, Any]:
-    answer = _build(caller, thread_id, **body)
-    assert answer.status_code == 200, answer.json()
-    return dict(answer.json())
 
 
 def _history(built: dict[str, Any]) -> list[dict[str, Any]]:
@@ -48,21 +42,15 @@ def _turns(n: int, words: int = 12) -> list[tuple[str, str]]:
     return turns
 
 
-class FailingEmbedder:
-    name = "failing"
-    dimensions = 384
-
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        raise EmbedderError("connection refused")
-
-
 # --- recent ---------------------------------------------------------------------------------
 
 
 def test_recent_keeps_the_newest_unbroken_run_within_the_budget_to_the_token(alice: Any) -> None:
-    thread = conversation(alice.agent, _turns(40))
+    thread = ThreadFactory(agent=alice.agent, turns=_turns(40))
     for max_tokens in (300, 301, 517, 1000):
-        built = _ok(alice, strategy="recent", max_tokens=max_tokens, reserve_tokens=50, system_prompt="Be brief.")
+        built = build_context(
+            alice, strategy="recent", max_tokens=max_tokens, reserve_tokens=50, system_prompt="Be brief."
+        )
 
         _budget_kept(built, max_tokens, 50)
         history = _history(built)
@@ -83,9 +71,9 @@ def test_recent_keeps_the_newest_unbroken_run_within_the_budget_to_the_token(ali
 
 
 def test_the_whole_history_fits_a_large_budget_and_nothing_is_truncated(alice: Any) -> None:
-    conversation(alice.agent, _turns(6))
+    ThreadFactory(agent=alice.agent, turns=_turns(6))
 
-    built = _ok(alice, strategy="recent", max_tokens=100_000)
+    built = build_context(alice, strategy="recent", max_tokens=100_000)
 
     assert len(_history(built)) == 6
     assert built["truncated"] is False
@@ -95,18 +83,18 @@ def test_the_whole_history_fits_a_large_budget_and_nothing_is_truncated(alice: A
 
 
 def test_a_long_thread_is_read_in_growing_windows(alice: Any) -> None:
-    conversation(alice.agent, _turns(150, words=2))
+    ThreadFactory(agent=alice.agent, turns=_turns(150, words=2))
 
-    built = _ok(alice, strategy="recent", max_tokens=100_000)
+    built = build_context(alice, strategy="recent", max_tokens=100_000)
 
     assert len(_history(built)) == 150
     assert built["truncated"] is False
 
 
 def test_required_partitions_are_fitted_first_and_one_system_message_holds_them(alice: Any) -> None:
-    conversation(alice.agent, _turns(10))
+    ThreadFactory(agent=alice.agent, turns=_turns(10))
 
-    built = _ok(
+    built = build_context(
         alice,
         strategy="recent",
         max_tokens=400,
@@ -133,10 +121,10 @@ def test_required_partitions_are_fitted_first_and_one_system_message_holds_them(
 
 
 def test_a_system_prompt_over_the_budget_is_sent_whole_with_a_warning(alice: Any) -> None:
-    conversation(alice.agent, _turns(4))
+    ThreadFactory(agent=alice.agent, turns=_turns(4))
     prompt = "Rules. " * 200
 
-    built = _ok(alice, strategy="recent", max_tokens=150, reserve_tokens=0, system_prompt=prompt)
+    built = build_context(alice, strategy="recent", max_tokens=150, reserve_tokens=0, system_prompt=prompt)
 
     assert built["messages"][0]["content"] == prompt
     assert _history(built) == []
@@ -144,24 +132,24 @@ def test_a_system_prompt_over_the_budget_is_sent_whole_with_a_warning(alice: Any
 
 
 def test_cache_breakpoints_mark_the_last_message_and_the_end_of_the_turn_before(alice: Any) -> None:
-    conversation(alice.agent, [("user", "q1"), ("assistant", "a1"), ("user", "q2"), ("assistant", "a2")])
+    ThreadFactory(agent=alice.agent, turns=[("user", "q1"), ("assistant", "a1"), ("user", "q2"), ("assistant", "a2")])
 
-    history = _history(_ok(alice, strategy="recent", max_tokens=2000))
+    history = _history(build_context(alice, strategy="recent", max_tokens=2000))
 
     assert [m.get("cache_breakpoint", False) for m in history] == [False, True, False, True]
 
 
 def _tool_thread(alice: Any, result_text: str) -> Any:
-    thread = conversation(alice.agent, _turns(6))
-    entry_add(thread=thread, role="user", content="look up the weather")
-    entry_add(
+    thread = ThreadFactory(agent=alice.agent, turns=_turns(6))
+    EntryFactory(thread=thread, role="user", content="look up the weather")
+    EntryFactory(
         thread=thread,
         role="assistant",
         content="",
         tool_calls=[{"id": "c1", "name": "weather", "arguments": {"city": "Lisbon"}}],
     )
-    entry_add(thread=thread, type="tool_result", tool_call_id="c1", content=result_text)
-    entry_add(thread=thread, role="assistant", content="It is sunny.")
+    EntryFactory(thread=thread, type="tool_result", tool_call_id="c1", content=result_text)
+    EntryFactory(thread=thread, role="assistant", content="It is sunny.")
     return thread
 
 
@@ -169,7 +157,7 @@ def test_a_tool_call_is_never_kept_without_its_result(alice: Any) -> None:
     _tool_thread(alice, "sunny, 24 degrees " * 10)
     # Find budgets at which the cut falls on every side of the pair.
     for max_tokens in range(40, 220, 7):
-        built = _ok(alice, strategy="recent", max_tokens=max_tokens, reserve_tokens=0)
+        built = build_context(alice, strategy="recent", max_tokens=max_tokens, reserve_tokens=0)
         history = _history(built)
         calls = [m for m in history if m.get("tool_calls")]
         results = [m for m in history if m["role"] == "tool"]
@@ -179,20 +167,20 @@ def test_a_tool_call_is_never_kept_without_its_result(alice: Any) -> None:
 
 def test_a_tool_call_left_unanswered_is_never_sent(alice: Any) -> None:
     # The user moved on before the tool answered: a model API refuses a call without its result.
-    thread = conversation(alice.agent, [("user", "look up the weather")])
-    entry_add(
+    thread = ThreadFactory(agent=alice.agent, turns=[("user", "look up the weather")])
+    EntryFactory(
         thread=thread, role="assistant", content="", tool_calls=[{"id": "c1", "name": "weather", "arguments": {}}]
     )
-    entry_add(
+    EntryFactory(
         thread=thread,
         role="assistant",
         content="Checking two things.",
         tool_calls=[{"id": "c2", "name": "clock", "arguments": {}}, {"id": "c3", "name": "map", "arguments": {}}],
     )
-    entry_add(thread=thread, type="tool_result", tool_call_id="c2", content="10:00")
-    entry_add(thread=thread, role="user", content="never mind, thanks")
+    EntryFactory(thread=thread, type="tool_result", tool_call_id="c2", content="10:00")
+    EntryFactory(thread=thread, role="user", content="never mind, thanks")
 
-    built = _ok(alice, strategy="recent", max_tokens=2000)
+    built = build_context(alice, strategy="recent", max_tokens=2000)
 
     history = _history(built)
     sent_calls = [c["id"] for m in history for c in m.get("tool_calls") or []]
@@ -210,8 +198,8 @@ def test_a_tool_call_left_unanswered_is_never_sent(alice: Any) -> None:
 def test_the_default_reserve_is_a_tenth_of_the_budget_and_at_least_100(
     alice: Any, max_tokens: int, reserve: int
 ) -> None:
-    conversation(alice.agent, [("user", "hi")])
-    assert _ok(alice, strategy="recent", max_tokens=max_tokens)["metadata"]["reserve_tokens"] == reserve
+    ThreadFactory(agent=alice.agent, turns=[("user", "hi")])
+    assert build_context(alice, strategy="recent", max_tokens=max_tokens)["metadata"]["reserve_tokens"] == reserve
 
 
 def test_an_image_given_as_a_data_url_is_counted_by_its_size() -> None:
@@ -226,7 +214,7 @@ def test_an_image_given_as_a_data_url_is_counted_by_its_size() -> None:
 def test_an_oversized_tool_result_stays_as_a_short_note_and_the_run_goes_on(alice: Any) -> None:
     thread = _tool_thread(alice, "x" * 8000)
 
-    built = _ok(alice, strategy="recent", max_tokens=600, reserve_tokens=0)
+    built = build_context(alice, strategy="recent", max_tokens=600, reserve_tokens=0)
 
     history = _history(built)
     result = next(m for m in history if m["role"] == "tool")
@@ -239,15 +227,15 @@ def test_an_oversized_tool_result_stays_as_a_short_note_and_the_run_goes_on(alic
 
 
 def test_the_compaction_summary_comes_before_the_kept_history(alice: Any) -> None:
-    thread = conversation(alice.agent, _turns(8))
+    thread = ThreadFactory(agent=alice.agent, turns=_turns(8))
     first_kept = by_text(thread, "turn 6 ")
-    entry_add(
+    EntryFactory(
         thread=thread,
         type="compaction",
         event={"summary": "They talked about turns 0 to 5.", "first_kept_entry_id": first_kept.id},
     )
 
-    built = _ok(alice, strategy="recent", max_tokens=5000, system_prompt="Hi.")
+    built = build_context(alice, strategy="recent", max_tokens=5000, system_prompt="Hi.")
 
     assert built["messages"][1]["role"] == "user"
     assert built["messages"][1]["content"].startswith("[condensed earlier context]")
@@ -260,22 +248,12 @@ def test_the_compaction_summary_comes_before_the_kept_history(alice: Any) -> Non
 
 
 def test_facts_go_into_the_memory_context_and_a_fact_the_system_prompt_states_is_a_duplicate(alice: Any) -> None:
-    conversation(alice.agent, _turns(2))
-    city = item_write(
-        agent=alice.agent,
-        kind="fact",
-        subject="Ana",
-        attribute="city",
-        value="lives in Porto",
-        trust="system",
-        user_id="u-ana",
-    )
-    plan = item_write(
-        agent=alice.agent, kind="fact", subject="Ana", attribute="plan", value="is on the Pro plan", trust="system"
-    )
+    ThreadFactory(agent=alice.agent, turns=_turns(2))
+    city = MemoryItemFactory(agent=alice.agent, attribute="city", value="lives in Porto")
+    plan = MemoryItemFactory(agent=alice.agent, attribute="plan", value="is on the Pro plan", user_id="")
     stated = next(f for f in _facts_text(alice) if "Pro plan" in f)
 
-    built = _ok(alice, strategy="recent", max_tokens=3000, system_prompt=f"Known: {stated}")
+    built = build_context(alice, strategy="recent", max_tokens=3000, system_prompt=f"Known: {stated}")
 
     assert "Known facts:" in built["memory_context"]
     assert "lives in Porto" in built["memory_context"]
@@ -295,27 +273,26 @@ def _facts_text(alice: Any) -> list[str]:
 
 
 def test_include_facts_false_leaves_facts_out(alice: Any) -> None:
-    conversation(alice.agent, _turns(2))
-    item_write(agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="lives in Porto", trust="system")
+    ThreadFactory(agent=alice.agent, turns=_turns(2))
+    MemoryItemFactory(agent=alice.agent, attribute="city", value="lives in Porto", user_id="")
 
-    built = _ok(alice, strategy="recent", max_tokens=3000, include_facts=False)
+    built = build_context(alice, strategy="recent", max_tokens=3000, include_facts=False)
 
     assert built["memory_context"] is None and built["facts"] == []
 
 
 def test_facts_beyond_their_share_are_dropped_for_budget(alice: Any) -> None:
-    conversation(alice.agent, _turns(30))
+    ThreadFactory(agent=alice.agent, turns=_turns(30))
     for i in range(60):
-        item_write(
+        MemoryItemFactory(
             agent=alice.agent,
-            kind="fact",
             subject=f"thing {i}",
             attribute="colour",
             value=f"colour number {i} is a long descriptive value",
-            trust="system",
+            user_id="",
         )
 
-    built = _ok(alice, strategy="recent", max_tokens=1000, reserve_tokens=0)
+    built = build_context(alice, strategy="recent", max_tokens=1000, reserve_tokens=0)
 
     # Its 15%, and the recall share no strategy but hybrid uses (fill order: facts first).
     assert 0 < built["partitions"]["facts"] <= 500
@@ -332,21 +309,12 @@ OLD_TURNS = [
 
 
 def test_hybrid_recalls_older_turns_dated_and_items_but_never_suggested_ones(alice: Any) -> None:
-    thread = conversation(alice.agent, OLD_TURNS + _turns(60))
+    thread = ThreadFactory(agent=alice.agent, turns=OLD_TURNS + _turns(60))
     embedded(alice.agent)
-    item_write(
-        agent=alice.agent, kind="fact", subject="Marta", attribute="job", value="nurse in Lisbon", trust="system"
-    )
-    item_write(
-        agent=alice.agent,
-        kind="preference",
-        subject="Ana",
-        attribute="diet",
-        value="vegetarian, strictly",
-        trust="model",
-    )
+    MemoryItemFactory(agent=alice.agent, subject="Marta", attribute="job", value="nurse in Lisbon", user_id="")
+    MemoryItemFactory(agent=alice.agent, kind="preference", value="vegetarian, strictly", trust="model", user_id="")
 
-    built = _ok(
+    built = build_context(
         alice,
         strategy="hybrid",
         max_tokens=1200,
@@ -368,24 +336,26 @@ def test_hybrid_recalls_older_turns_dated_and_items_but_never_suggested_ones(ali
 
 
 def test_hybrid_recalls_no_turn_of_a_branch_left_by_a_rewind(alice: Any) -> None:
-    thread = conversation(alice.agent, _turns(4))
-    wrong = entry_add(thread=thread, role="assistant", content="Your sister Marta lives in Madrid, I believe.")
-    entry_add(thread=thread, role="user", content="No, that is wrong.")
+    thread = ThreadFactory(agent=alice.agent, turns=_turns(4))
+    wrong = EntryFactory(thread=thread, role="assistant", content="Your sister Marta lives in Madrid, I believe.")
+    EntryFactory(thread=thread, role="user", content="No, that is wrong.")
     rewound = alice.client.post("/api/v1/threads/t-1/rewind", {"entry_id": wrong.parent_id}, format="json")
     assert rewound.status_code == 200
     thread.refresh_from_db()
     assert thread.branched
     for role, text in OLD_TURNS + _turns(60):
-        entry_add(thread=thread, role=role, content=text)
+        EntryFactory(thread=thread, role=role, content=text)
     embedded(alice.agent)
 
-    built = _ok(alice, strategy="hybrid", max_tokens=1200, reserve_tokens=0, current_input="Where does Marta live?")
+    built = build_context(
+        alice, strategy="hybrid", max_tokens=1200, reserve_tokens=0, current_input="Where does Marta live?"
+    )
 
     recalled = [e["id"] for e in built["recalled"]["entries"]]
     assert by_text(thread, "Marta moved").id in recalled
     assert wrong.id not in recalled and "Madrid" not in built["memory_context"]
     # Built from the old leaf, the rewound branch is that context's past again.
-    old_leaf = _ok(
+    old_leaf = build_context(
         alice,
         strategy="hybrid",
         max_tokens=1200,
@@ -399,7 +369,9 @@ def test_hybrid_recalls_no_turn_of_a_branch_left_by_a_rewind(alice: Any) -> None
         "/api/v1/threads/t-1/checkout", {"entry_id": by_text(thread, "No, that is wrong").id}, format="json"
     )
     assert moved.status_code == 200
-    again = _ok(alice, strategy="hybrid", max_tokens=1200, reserve_tokens=0, current_input="Where does Marta live?")
+    again = build_context(
+        alice, strategy="hybrid", max_tokens=1200, reserve_tokens=0, current_input="Where does Marta live?"
+    )
     assert by_text(thread, "Marta moved").id not in [e["id"] for e in again["recalled"]["entries"]]
     assert "Marta moved" not in str(again["messages"])
 
@@ -407,13 +379,13 @@ def test_hybrid_recalls_no_turn_of_a_branch_left_by_a_rewind(alice: Any) -> None
 def test_the_off_branch_set_belongs_to_the_epoch_it_was_read_with(alice: Any) -> None:
     # A build that read the thread before an append (or a delete of the leaf) must not cache the
     # newer turn as off its branch: the set is read with the leaf and epoch it belongs to.
-    thread = conversation(alice.agent, _turns(3))
+    thread = ThreadFactory(agent=alice.agent, turns=_turns(3))
     first = Entry.objects.filter(thread=thread).order_by("seq").first()
     assert first is not None
-    left = entry_add(thread=thread, role="assistant", content="A turn the rewind leaves.")
+    left = EntryFactory(thread=thread, role="assistant", content="A turn the rewind leaves.")
     thread_rewind(thread=thread, entry_id=left.parent_id or "")
     stale = Thread.objects.get(pk=thread.pk)
-    newer = entry_add(thread=thread, role="user", content="Written after the build read the thread.")
+    newer = EntryFactory(thread=thread, role="user", content="Written after the build read the thread.")
     assert set(builder._off_branch(stale, None, None)) == {left.id}
     fresh = Thread.objects.get(pk=thread.pk)
     assert set(builder._off_branch(fresh, None, None)) == {left.id} and newer.id not in builder._off_branch(
@@ -426,9 +398,11 @@ def test_the_off_branch_set_belongs_to_the_epoch_it_was_read_with(alice: Any) ->
 def test_a_compaction_read_in_the_first_window_keeps_all_it_kept(alice: Any) -> None:
     # The compaction is among the newest entries but its cut is far older: every kept entry that
     # fits is sent, and nothing is reported left out.
-    thread = conversation(alice.agent, [("user" if i % 2 == 0 else "assistant", f"ok {i}") for i in range(100)])
+    thread = ThreadFactory(
+        agent=alice.agent, turns=[("user" if i % 2 == 0 else "assistant", f"ok {i}") for i in range(100)]
+    )
     first_kept = by_text(thread, "ok 20")
-    entry_add(
+    EntryFactory(
         thread=thread,
         type="compaction",
         event={
@@ -438,9 +412,9 @@ def test_a_compaction_read_in_the_first_window_keeps_all_it_kept(alice: Any) -> 
         },
     )
     for i in range(100, 110):
-        entry_add(thread=thread, role="user" if i % 2 == 0 else "assistant", content=f"ok {i}")
+        EntryFactory(thread=thread, role="user" if i % 2 == 0 else "assistant", content=f"ok {i}")
 
-    built = _ok(alice, strategy="recent", max_tokens=1000, reserve_tokens=0)
+    built = build_context(alice, strategy="recent", max_tokens=1000, reserve_tokens=0)
 
     kept = [m["content"] for m in _history(built)]
     assert kept[0] == "ok 20" and kept[-1] == "ok 109" and len(kept) == 90
@@ -449,19 +423,18 @@ def test_a_compaction_read_in_the_first_window_keeps_all_it_kept(alice: Any) -> 
 
 
 def test_recall_takes_the_room_a_short_history_leaves(alice: Any) -> None:
-    conversation(alice.agent, [("user", "hi"), ("assistant", "hello")])
+    ThreadFactory(agent=alice.agent, turns=[("user", "hi"), ("assistant", "hello")])
     for i in range(20):
-        item_write(
+        MemoryItemFactory(
             agent=alice.agent,
-            kind="fact",
             subject="Marta",
             attribute=f"detail{i}",
             value=f"Marta sister Lisbon detail {i} " + "lorem ipsum dolor sit amet " * 8,
-            trust="system",
+            user_id="",
         )
     embedded(alice.agent)
 
-    built = _ok(
+    built = build_context(
         alice,
         strategy="hybrid",
         max_tokens=2000,
@@ -477,10 +450,10 @@ def test_recall_takes_the_room_a_short_history_leaves(alice: Any) -> None:
 
 
 def test_a_recalled_turn_never_repeats_the_kept_history(alice: Any) -> None:
-    conversation(alice.agent, OLD_TURNS + _turns(4))
+    ThreadFactory(agent=alice.agent, turns=OLD_TURNS + _turns(4))
     embedded(alice.agent)
 
-    built = _ok(alice, strategy="hybrid", max_tokens=8000, current_input="Where does my sister Marta live?")
+    built = build_context(alice, strategy="hybrid", max_tokens=8000, current_input="Where does my sister Marta live?")
 
     assert len(_history(built)) == 6
     assert built["recalled"]["entries"] == []
@@ -489,10 +462,12 @@ def test_a_recalled_turn_never_repeats_the_kept_history(alice: Any) -> None:
 def test_hybrid_falls_back_to_keyword_recall_when_the_embedder_fails(
     alice: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    thread = conversation(alice.agent, OLD_TURNS + _turns(60))
-    monkeypatch.setattr(embedders, "embedder", lambda: FailingEmbedder())
+    thread = ThreadFactory(agent=alice.agent, turns=OLD_TURNS + _turns(60))
+    monkeypatch.setattr(embedders, "embedder", lambda: FailingEmbedder("connection refused"))
 
-    built = _ok(alice, strategy="hybrid", max_tokens=1200, reserve_tokens=0, current_input="Where does Marta live?")
+    built = build_context(
+        alice, strategy="hybrid", max_tokens=1200, reserve_tokens=0, current_input="Where does Marta live?"
+    )
 
     assert by_text(thread, "Marta moved").id in [e["id"] for e in built["recalled"]["entries"]]
     assert built["errors"][0]["source"] == "semantic"
@@ -500,9 +475,9 @@ def test_hybrid_falls_back_to_keyword_recall_when_the_embedder_fails(
 
 
 def test_hybrid_without_input_is_the_recent_history(alice: Any) -> None:
-    conversation(alice.agent, _turns(10))
+    ThreadFactory(agent=alice.agent, turns=_turns(10))
 
-    built = _ok(alice, strategy="hybrid", max_tokens=5000)
+    built = build_context(alice, strategy="hybrid", max_tokens=5000)
 
     assert len(_history(built)) == 10 and built["recalled"] == {"entries": [], "items": []}
 
@@ -511,9 +486,9 @@ def test_hybrid_without_input_is_the_recent_history(alice: Any) -> None:
 
 
 def test_relevant_keeps_the_most_similar_turns_in_conversation_order(alice: Any) -> None:
-    thread = conversation(
-        alice.agent,
-        [
+    thread = ThreadFactory(
+        agent=alice.agent,
+        turns=[
             ("user", "Tell me about golden retriever puppies"),
             ("assistant", "Golden retriever puppies are friendly and love swimming"),
             *_turns(10),
@@ -524,7 +499,7 @@ def test_relevant_keeps_the_most_similar_turns_in_conversation_order(alice: Any)
     )
     embedded(alice.agent)
 
-    built = _ok(
+    built = build_context(
         alice, strategy="relevant", max_tokens=140, reserve_tokens=0, current_input="golden retriever puppies swimming"
     )
 
@@ -546,10 +521,10 @@ def test_relevant_never_sends_a_reply_whose_question_lies_before_its_candidates(
     turns += [
         ("user" if i % 2 == 0 else "assistant", f"turn {i} about taxes and invoices number {i}") for i in range(199)
     ]
-    conversation(alice.agent, turns)
+    ThreadFactory(agent=alice.agent, turns=turns)
     embedded(alice.agent)
 
-    built = _ok(
+    built = build_context(
         alice, strategy="relevant", max_tokens=300, reserve_tokens=0, current_input="golden retriever puppies swimming"
     )
 
@@ -561,12 +536,12 @@ def test_relevant_never_sends_a_reply_whose_question_lies_before_its_candidates(
 def test_relevant_without_input_or_with_a_failing_embedder_is_recent(
     alice: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    conversation(alice.agent, _turns(20))
-    recent = _ok(alice, strategy="recent", max_tokens=300, reserve_tokens=0)
+    ThreadFactory(agent=alice.agent, turns=_turns(20))
+    recent = build_context(alice, strategy="recent", max_tokens=300, reserve_tokens=0)
 
-    without_input = _ok(alice, strategy="relevant", max_tokens=300, reserve_tokens=0)
-    monkeypatch.setattr(embedders, "embedder", lambda: FailingEmbedder())
-    failing = _ok(alice, strategy="relevant", max_tokens=300, reserve_tokens=0, current_input="turn 3")
+    without_input = build_context(alice, strategy="relevant", max_tokens=300, reserve_tokens=0)
+    monkeypatch.setattr(embedders, "embedder", lambda: FailingEmbedder("connection refused"))
+    failing = build_context(alice, strategy="relevant", max_tokens=300, reserve_tokens=0, current_input="turn 3")
 
     assert _history(without_input) == _history(recent)
     assert _history(failing) == _history(recent)
@@ -592,7 +567,7 @@ def test_relevant_without_input_or_with_a_failing_embedder_is_recent(
     ],
 )
 def test_bad_context_input_is_a_400_naming_the_field(alice: Any, body: dict[str, Any], field: str) -> None:
-    conversation(alice.agent, _turns(2))
+    ThreadFactory(agent=alice.agent, turns=_turns(2))
 
     answer = _build(alice, **body)
 
@@ -601,7 +576,7 @@ def test_bad_context_input_is_a_400_naming_the_field(alice: Any, body: dict[str,
 
 
 def test_mallorys_context_of_alices_thread_answers_404(alice: Any, mallory: Any) -> None:
-    conversation(alice.agent, _turns(2))
+    ThreadFactory(agent=alice.agent, turns=_turns(2))
 
     answer = _build(mallory, max_tokens=1000)
 
@@ -609,47 +584,41 @@ def test_mallorys_context_of_alices_thread_answers_404(alice: Any, mallory: Any)
 
 
 def test_partition_shares_can_be_overridden(alice: Any) -> None:
-    conversation(alice.agent, _turns(80))
+    ThreadFactory(agent=alice.agent, turns=_turns(80))
     for i in range(20):
-        item_write(
-            agent=alice.agent, kind="fact", subject=f"s{i}", attribute="a", value=f"value {i} " * 5, trust="system"
-        )
+        MemoryItemFactory(agent=alice.agent, subject=f"s{i}", attribute="a", value=f"value {i} " * 5, user_id="")
 
-    small = _ok(alice, strategy="recent", max_tokens=1000, reserve_tokens=0, partitions={"facts": 0.05, "recall": 0})
-    large = _ok(alice, strategy="recent", max_tokens=1000, reserve_tokens=0, partitions={"facts": 0.5, "recall": 0})
+    small = build_context(
+        alice, strategy="recent", max_tokens=1000, reserve_tokens=0, partitions={"facts": 0.05, "recall": 0}
+    )
+    large = build_context(
+        alice, strategy="recent", max_tokens=1000, reserve_tokens=0, partitions={"facts": 0.5, "recall": 0}
+    )
 
     assert small["partitions"]["facts"] <= 50 < large["partitions"]["facts"] <= 500
     assert large["partitions"]["recent"] < small["partitions"]["recent"]
 
 
 def test_leaf_id_builds_the_context_of_another_branch(alice: Any) -> None:
-    thread = conversation(alice.agent, _turns(4))
+    thread = ThreadFactory(agent=alice.agent, turns=_turns(4))
     turn_1 = by_text(thread, "turn 1 ")
-    entry_add(thread=thread, role="user", content="a branch question", parent_id=turn_1.id, activate=False)
+    EntryFactory(thread=thread, role="user", content="a branch question", parent_id=turn_1.id, activate=False)
     branch_leaf = by_text(thread, "a branch question")
 
-    built = _ok(alice, strategy="recent", max_tokens=5000, leaf_id=branch_leaf.id)
+    built = build_context(alice, strategy="recent", max_tokens=5000, leaf_id=branch_leaf.id)
 
     assert [m["content"].split()[0:2] for m in _history(built)][-1] == ["a", "branch"]
     assert len(_history(built)) == 3
 
 
 def test_as_of_reads_items_as_they_held_then(alice: Any) -> None:
-    conversation(alice.agent, _turns(2))
+    ThreadFactory(agent=alice.agent, turns=_turns(2))
     past = timezone.now() - timedelta(days=30)
-    item_write(
-        agent=alice.agent,
-        kind="fact",
-        subject="Ana",
-        attribute="city",
-        value="lives in Porto",
-        trust="system",
-        valid_from=past,
-    )
+    MemoryItemFactory(agent=alice.agent, attribute="city", value="lives in Porto", valid_from=past, user_id="")
     assert MemoryItem.objects.filter(agent=alice.agent, status="active").count() == 1
 
-    before = _ok(alice, strategy="recent", max_tokens=3000, as_of=(past - timedelta(days=1)).isoformat())
-    after = _ok(alice, strategy="recent", max_tokens=3000)
+    before = build_context(alice, strategy="recent", max_tokens=3000, as_of=(past - timedelta(days=1)).isoformat())
+    after = build_context(alice, strategy="recent", max_tokens=3000)
 
     assert before["facts"] == [] and len(after["facts"]) == 1
 
@@ -657,19 +626,10 @@ def test_as_of_reads_items_as_they_held_then(alice: Any) -> None:
 def test_after_clearing_old_tool_results_the_context_holds_only_the_newest_result(alice: Any) -> None:
     from memoryapp.compaction.service import compaction_run
 
-    thread = conversation(alice.agent, [])
-    for i in range(4):
-        entry_add(thread=thread, role="user", content=f"look up page {i}")
-        entry_add(
-            thread=thread,
-            role="assistant",
-            content="",
-            tool_calls=[{"id": f"c{i}", "name": "fetch_page", "arguments": {"page": i}}],
-        )
-        entry_add(thread=thread, type="tool_result", tool_call_id=f"c{i}", content=f"PAGE-{i}-BODY " + "lorem " * 400)
+    thread = tool_thread(alice.agent, rounds=4, external_id="t-1")
     compaction_run(thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 1})
 
-    built = _ok(alice, strategy="recent", max_tokens=100_000)
+    built = build_context(alice, strategy="recent", max_tokens=100_000)
 
     body = str(built)
     assert "PAGE-3-BODY" in body and "PAGE-0-BODY" not in body and "PAGE-2-BODY" not in body
@@ -681,13 +641,13 @@ def test_relevant_falls_back_to_recent_when_the_stored_vectors_do_not_match_the_
 
     from memoryapp.search import retrieval
 
-    conversation(alice.agent, _turns(20))
+    ThreadFactory(agent=alice.agent, turns=_turns(20))
     embedded(alice.agent)
-    recent = _ok(alice, strategy="recent", max_tokens=300, reserve_tokens=0)
+    recent = build_context(alice, strategy="recent", max_tokens=300, reserve_tokens=0)
     retrieval._space_checked = None
     try:
         with override_settings(EMBEDDING_DIMENSIONS=768):
-            built = _ok(alice, strategy="relevant", max_tokens=300, reserve_tokens=0, current_input="turn 3")
+            built = build_context(alice, strategy="relevant", max_tokens=300, reserve_tokens=0, current_input="turn 3")
     finally:
         retrieval._space_checked = None
 

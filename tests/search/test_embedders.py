@@ -19,7 +19,8 @@ from memoryapp.models import Entry
 from memoryapp.search.embedders import EmbedderError, FakeEmbedder, LocalEmbedder, OpenAIEmbedder, embedder
 from memoryapp.search.indexing import entry_embedding_text
 from memoryapp.search.space import column_dimensions, vector_space_status
-from tests.recall_helpers import conversation, embedded
+from tests.kit.factories import ThreadFactory
+from tests.kit.recall import embedded
 
 
 def _cosine(a: list[float], b: list[float]) -> float:
@@ -137,9 +138,12 @@ def test_an_unreachable_openai_endpoint_is_an_embedder_error() -> None:
 
 
 def test_a_short_turn_is_embedded_with_the_turn_it_answers(alice: Any) -> None:
-    thread = conversation(
-        alice.agent,
-        [{"role": "user", "content": "Did you go to Lisbon in May?", "sender_name": "Ana"}, ("assistant", "Yes!")],
+    thread = ThreadFactory(
+        agent=alice.agent,
+        turns=[
+            {"role": "user", "content": "Did you go to Lisbon in May?", "sender_name": "Ana"},
+            ("assistant", "Yes!"),
+        ],
     )
     question, answer = Entry.objects.filter(thread=thread).order_by("seq")
 
@@ -150,7 +154,7 @@ def test_a_short_turn_is_embedded_with_the_turn_it_answers(alice: Any) -> None:
 
 
 def test_reembed_rewrites_every_vector_as_a_job(alice: Any) -> None:
-    conversation(alice.agent, [("user", "one"), ("assistant", "two")])
+    ThreadFactory(agent=alice.agent, turns=[("user", "one"), ("assistant", "two")])
     embedded(alice.agent)
     before = dict(Entry.objects.filter(agent=alice.agent).values_list("id", "embedded_at"))
 
@@ -188,7 +192,7 @@ def test_a_reembed_job_whose_embedder_is_down_for_a_while_is_retried_and_finishe
 
 
 def test_reembed_dimensions_resizes_the_vector_columns_and_embeds_again(alice: Any) -> None:
-    conversation(alice.agent, [("user", "one"), ("assistant", "two")])
+    ThreadFactory(agent=alice.agent, turns=[("user", "one"), ("assistant", "two")])
     embedded(alice.agent)
 
     with override_settings(EMBEDDING_DIMENSIONS=16):

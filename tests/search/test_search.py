@@ -7,19 +7,18 @@ import time
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.test import override_settings
 
 from governance.models import JobRun
 from memoryapp.models import Entry
 from memoryapp.search import embedders, retrieval, vector
-from memoryapp.search.embedders import EmbedderError
 from memoryapp.search.indexing import embed_pending, embedding_schedule
 from memoryapp.search.scope import EntryScope
 from memoryapp.services import threads as threads_services
-from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_redact
-from tests.recall_helpers import by_text, conversation, embedded
+from tests.kit.concurrency import in_threads, started
+from tests.kit.factories import MemoryItemFactory, ThreadFactory
+from tests.kit.recall import FailingEmbedder, by_text, embedded
 
 DOG_TURNS = [
     ("user", "I adopted a puppy named Rex last May"),
@@ -34,21 +33,13 @@ def _search(caller: Any, **body: Any) -> Any:
     return caller.client.post("/api/v1/search", body, format="json")
 
 
-class FailingEmbedder:
-    name = "failing"
-    dimensions = 384
-
-    def embed(self, texts: list[str]) -> list[list[float]]:
-        raise EmbedderError("embedding endpoint answered 429")
-
-
 @pytest.fixture
 def failing_embedder(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(embedders, "embedder", lambda: FailingEmbedder())
+    monkeypatch.setattr(embedders, "embedder", lambda: FailingEmbedder("embedding endpoint answered 429"))
 
 
 def test_an_entry_is_found_by_keyword_before_the_embedding_job_ran(alice: Any) -> None:
-    thread = conversation(alice.agent, DOG_TURNS)
+    thread = ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
     assert not Entry.objects.filter(thread=thread, embedding__isnull=False).exists()
 
     answer = _search(alice, text="Which lake does the retriever swim in?", method="hybrid")
@@ -61,7 +52,7 @@ def test_an_entry_is_found_by_keyword_before_the_embedding_job_ran(alice: Any) -
 
 
 def test_vector_search_finds_entries_once_the_embedding_job_ran(alice: Any) -> None:
-    thread = conversation(alice.agent, DOG_TURNS)
+    thread = ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
     assert _search(alice, text="puppy adopted", method="vector").json()["results"] == []
 
     result = embedded(alice.agent)
@@ -74,7 +65,7 @@ def test_vector_search_finds_entries_once_the_embedding_job_ran(alice: Any) -> N
 
 
 def test_a_hybrid_hit_found_by_both_channels_says_so_and_comes_first(alice: Any) -> None:
-    thread = conversation(alice.agent, DOG_TURNS)
+    thread = ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
     embedded(alice.agent)
 
     body = _search(alice, text="Where does my sister live and work?", limit=3).json()
@@ -89,7 +80,7 @@ def test_a_hybrid_hit_found_by_both_channels_says_so_and_comes_first(alice: Any)
 def test_the_embedding_job_embeds_nothing_twice_and_records_a_job_run(
     alice: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    conversation(alice.agent, DOG_TURNS)
+    ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
     with django_capture_on_commit_callbacks(execute=True):
         embedding_schedule(agent_id=alice.agent.pk)
 
@@ -111,10 +102,9 @@ def test_concurrent_embedding_runs_take_different_batches(alice: Any, monkeypatc
     turns = [("user", f"turn number {n} about the garden") for n in range(16)]
     with monkeypatch.context() as patched:
         patched.setattr(threads_services, "after_entries_added", lambda *, thread, entries: None)
-        conversation(alice.agent, turns)
+        ThreadFactory(agent=alice.agent, turns=turns)
     fake = embedders.embedder()
     embedded_texts: list[str] = []
-    both_started = threading.Barrier(2)
     lock = threading.Lock()
 
     class SlowEmbedder:
@@ -127,24 +117,8 @@ def test_concurrent_embedding_runs_take_different_batches(alice: Any, monkeypatc
             return fake.embed(texts)
 
     monkeypatch.setattr(embedders, "embedder", lambda: SlowEmbedder())
-    results: list[dict[str, Any]] = []
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            both_started.wait()
-            results.append(embed_pending(agent_id=alice.agent.pk))
-        except BaseException as exc:  # reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    runners = [threading.Thread(target=run) for _ in range(2)]
-    for runner in runners:
-        runner.start()
-    for runner in runners:
-        runner.join()
-    assert errors == []
+    results = in_threads(lambda: embed_pending(agent_id=alice.agent.pk), lambda: embed_pending(agent_id=alice.agent.pk))
+    assert all(isinstance(r, dict) for r in results), results
     assert len(embedded_texts) == len(turns)
     assert sorted(r["entries"] for r in results)[0] > 0 and sum(r["entries"] for r in results) == len(turns)
     assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
@@ -156,7 +130,7 @@ def test_a_redaction_never_waits_for_the_embedder_and_the_old_vector_is_not_stor
 ) -> None:
     with monkeypatch.context() as patched:
         patched.setattr(threads_services, "after_entries_added", lambda *, thread, entries: None)
-        thread = conversation(alice.agent, DOG_TURNS)
+        thread = ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
     target = by_text(thread, "sister lives in Lisbon")
     fake = embedders.embedder()
     embedding, release = threading.Event(), threading.Event()
@@ -171,23 +145,9 @@ def test_a_redaction_never_waits_for_the_embedder_and_the_old_vector_is_not_stor
 
     monkeypatch.setattr(embedders, "embedder", lambda: HeldEmbedder())
     errors: list[BaseException] = []
-
-    def in_thread(work: Any) -> threading.Thread:
-        def run() -> None:
-            try:
-                work()
-            except BaseException as exc:  # reported below
-                errors.append(exc)
-            finally:
-                connection.close()
-
-        runner = threading.Thread(target=run)
-        runner.start()
-        return runner
-
-    job = in_thread(lambda: embed_pending(agent_id=alice.agent.pk))
+    job = started(lambda: embed_pending(agent_id=alice.agent.pk), errors)
     assert embedding.wait(10)
-    redaction = in_thread(lambda: entry_redact(entry=Entry.objects.get(pk=target.pk), reason="asked"))
+    redaction = started(lambda: entry_redact(entry=Entry.objects.get(pk=target.pk), reason="asked"), errors)
     redaction.join(10)
     finished_while_the_model_ran = not redaction.is_alive()
     release.set()
@@ -203,8 +163,10 @@ def test_a_short_hnsw_walk_is_completed_by_an_exact_read_of_a_small_scope(
 ) -> None:
     # In a large table the graph walk can stop (hnsw.max_scan_tuples) before it has found the rows
     # of a small scope; starved here to one tuple, the channel must still answer the whole scope.
-    conversation(alice.agent, DOG_TURNS)
-    conversation(bob.agent, [("user", f"bob's own turn {n} about a puppy") for n in range(200)], external_id="b")
+    ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
+    ThreadFactory(
+        agent=bob.agent, turns=[("user", f"bob's own turn {n} about a puppy") for n in range(200)], external_id="b"
+    )
     embedded(alice.agent)
     embedded(bob.agent)
     real_tune = vector._tune_hnsw
@@ -224,7 +186,7 @@ def test_a_short_hnsw_walk_is_completed_by_an_exact_read_of_a_small_scope(
 
 
 def test_redacted_entries_are_not_embedded(alice: Any) -> None:
-    thread = conversation(alice.agent, DOG_TURNS)
+    thread = ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
     entry_redact(entry=by_text(thread, "sister lives"))
 
     embedded(alice.agent)
@@ -233,9 +195,9 @@ def test_redacted_entries_are_not_embedded(alice: Any) -> None:
 
 
 def test_mallory_finds_nothing_of_alices_and_her_thread_answers_404(alice: Any, mallory: Any) -> None:
-    conversation(alice.agent, DOG_TURNS)
+    ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
     embedded(alice.agent)
-    conversation(mallory.agent, [("user", "I like chess")], external_id="m-1")
+    ThreadFactory(agent=mallory.agent, turns=[("user", "I like chess")], external_id="m-1")
 
     for method in ("keyword", "vector", "hybrid"):
         hits = _search(mallory, text="golden retriever puppy sister Lisbon", method=method).json()["results"]
@@ -247,8 +209,8 @@ def test_mallory_finds_nothing_of_alices_and_her_thread_answers_404(alice: Any, 
 
 
 def test_search_is_limited_to_the_thread_or_the_person_asked(alice: Any) -> None:
-    conversation(alice.agent, [("user", "The lake house is blue")], external_id="t-ana", user_id="u-ana")
-    conversation(alice.agent, [("user", "The lake house is red")], external_id="t-ben", user_id="u-ben")
+    ThreadFactory(agent=alice.agent, turns=[("user", "The lake house is blue")], external_id="t-ana", user_id="u-ana")
+    ThreadFactory(agent=alice.agent, turns=[("user", "The lake house is red")], external_id="t-ben", user_id="u-ben")
 
     in_thread = _search(alice, text="lake house", thread_id="t-ben").json()["results"]
     for_ana = _search(alice, text="lake house", user_id="u-ana").json()["results"]
@@ -260,14 +222,9 @@ def test_search_is_limited_to_the_thread_or_the_person_asked(alice: Any) -> None
 
 
 def test_items_are_found_when_active_and_never_when_suggested(alice: Any) -> None:
-    item_write(agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="lives in Porto", trust="system")
-    suggested = item_write(
-        agent=alice.agent,
-        kind="preference",
-        subject="Ana",
-        attribute="diet",
-        value="vegetarian, strictly",
-        trust="model",
+    MemoryItemFactory(agent=alice.agent, attribute="city", value="lives in Porto", user_id="")
+    suggested = MemoryItemFactory(
+        agent=alice.agent, kind="preference", value="vegetarian, strictly", trust="model", user_id=""
     )
     assert suggested.status == "suggested"
 
@@ -278,7 +235,7 @@ def test_items_are_found_when_active_and_never_when_suggested(alice: Any) -> Non
 
 
 def test_search_falls_back_to_keyword_when_the_embedder_fails(alice: Any, failing_embedder: None) -> None:
-    thread = conversation(alice.agent, DOG_TURNS)
+    thread = ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
 
     for method in ("vector", "hybrid"):
         body = _search(alice, text="golden retriever", method=method).json()
@@ -289,7 +246,7 @@ def test_search_falls_back_to_keyword_when_the_embedder_fails(alice: Any, failin
 
 
 def test_a_vector_space_mismatch_is_reported_and_search_answers_by_keyword(alice: Any) -> None:
-    conversation(alice.agent, DOG_TURNS)
+    ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
     retrieval._space_checked = None
     try:
         with override_settings(EMBEDDING_DIMENSIONS=768):
@@ -326,6 +283,6 @@ def test_search_needs_an_agent_key(anonymous: Any) -> None:
 
 
 def test_stop_words_alone_find_nothing(alice: Any) -> None:
-    conversation(alice.agent, DOG_TURNS)
+    ThreadFactory(agent=alice.agent, turns=DOG_TURNS)
 
     assert _search(alice, text="what is the", method="keyword").json()["results"] == []
