@@ -312,7 +312,9 @@ def test_hybrid_recalls_older_turns_dated_and_items_but_never_suggested_ones(ali
     thread = ThreadFactory(agent=alice.agent, turns=OLD_TURNS + _turns(60))
     embedded(alice.agent)
     MemoryItemFactory(agent=alice.agent, subject="Marta", attribute="job", value="nurse in Lisbon", user_id="")
-    MemoryItemFactory(agent=alice.agent, kind="preference", value="vegetarian, strictly", trust="model", user_id="")
+    MemoryItemFactory(
+        agent=alice.agent, kind="preference", attribute="diet", value="vegetarian, strictly", trust="model", user_id=""
+    )
 
     built = build_context(
         alice,

@@ -9,7 +9,8 @@ import pytest
 from governance.models import AuditRecord
 from memoryapp.models import MemoryItem
 from memoryapp.selectors.items import context_facts
-from memoryapp.services.items import item_write
+from tests.kit.api import post_entry, post_item, post_thread
+from tests.kit.factories import MemoryItemFactory
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ANA = {"kind": "preference", "subject": "Ana", "attribute": "diet", "value": "vegetarian, strictly", "user_id": "u-ana"}
@@ -65,15 +66,9 @@ def test_bad_item_input_is_a_400_naming_the_field_and_writes_nothing(alice, chan
 
 
 def test_an_item_is_read_with_its_evidence(alice):
-    thread = alice.client.post("/api/v1/threads", {"id": "t-1", "user_id": "u-ana"}, format="json")
-    assert thread.status_code in (200, 201)
-    entry = alice.client.post(
-        "/api/v1/threads/t-1/entries", {"role": "user", "content": "I am vegetarian, strictly."}, format="json"
-    ).json()
-    entry_id = entry.get("id") or entry["entries"][0]["id"]
-    created = alice.client.post(
-        "/api/v1/items", {**ANA, "evidence": [{"entry_id": entry_id, "quote": "vegetarian, strictly"}]}, format="json"
-    ).json()
+    post_thread(alice, "t-1", user_id="u-ana")
+    entry_id = post_entry(alice, "t-1", role="user", content="I am vegetarian, strictly.")["id"]
+    created = post_item(alice, **ANA, evidence=[{"entry_id": entry_id, "quote": "vegetarian, strictly"}])
     body = alice.client.get(f"/api/v1/items/{created['id']}").json()
     assert body["evidence"] == [
         {"id": body["evidence"][0]["id"], "entry_id": entry_id, "quote": "vegetarian, strictly", "status": "verified"}
@@ -82,7 +77,7 @@ def test_an_item_is_read_with_its_evidence(alice):
 
 
 def test_another_agents_item_answers_404_on_every_endpoint(alice, mallory):
-    item_id = alice.client.post("/api/v1/items", ANA, format="json").json()["id"]
+    item_id = post_item(alice, **ANA)["id"]
     for method, url in [
         ("get", f"/api/v1/items/{item_id}"),
         ("get", f"/api/v1/items/{item_id}/history"),
@@ -101,7 +96,7 @@ def test_a_missing_item_answers_404(alice):
 
 def test_the_list_pages_newest_first_with_next_links(alice):
     for n in range(5):
-        item_write(agent=alice.agent, kind="fact", subject="Ana", attribute=f"a{n}", value=f"v{n}", trust="system")
+        MemoryItemFactory(agent=alice.agent, attribute=f"a{n}", value=f"v{n}", user_id="")
     first = alice.client.get("/api/v1/items?limit=2").json()
     assert [i["value"] for i in first["results"]] == ["v4", "v3"]
     second = alice.client.get(first["next"]).json()
@@ -111,22 +106,12 @@ def test_the_list_pages_newest_first_with_next_links(alice):
 
 
 def test_the_list_filters_by_scope_status_kind_attribute_and_subject(alice):
-    item_write(
-        agent=alice.agent, kind="fact", subject="Ana", attribute="diet", value="vegan", trust="system", user_id="u-ana"
+    MemoryItemFactory(agent=alice.agent, kind="fact", subject="Ana", attribute="diet", value="vegan")
+    MemoryItemFactory(agent=alice.agent, kind="fact", subject="Ben", attribute="diet", value="keto", user_id="u-ben")
+    MemoryItemFactory(
+        agent=alice.agent, kind="preference", subject="Ana", attribute="tea", value="green", trust="model"
     )
-    item_write(
-        agent=alice.agent, kind="fact", subject="Ben", attribute="diet", value="keto", trust="system", user_id="u-ben"
-    )
-    item_write(
-        agent=alice.agent,
-        kind="preference",
-        subject="Ana",
-        attribute="tea",
-        value="green",
-        trust="model",
-        user_id="u-ana",
-    )
-    item_write(agent=alice.agent, kind="fact", subject="Team", attribute="office", value="Lisbon", trust="system")
+    MemoryItemFactory(agent=alice.agent, kind="fact", subject="Team", attribute="office", value="Lisbon", user_id="")
 
     def values(query: str) -> list[str]:
         response = alice.client.get(f"/api/v1/items?{query}")
@@ -146,9 +131,9 @@ def test_the_list_reads_what_held_as_of_and_as_known_at(alice):
     from freezegun import freeze_time
 
     with freeze_time(T0):
-        item_write(agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="Lisbon", trust="system")
+        MemoryItemFactory(agent=alice.agent, attribute="city", value="Lisbon", user_id="")
     with freeze_time(T0 + timedelta(days=10)):
-        item_write(agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="Porto", trust="system")
+        MemoryItemFactory(agent=alice.agent, attribute="city", value="Porto", user_id="")
 
     def values(query: str) -> list[str]:
         return [i["value"] for i in alice.client.get(f"/api/v1/items?{query}").json()["results"]]
@@ -161,14 +146,8 @@ def test_the_list_reads_what_held_as_of_and_as_known_at(alice):
 
 def test_history_lists_every_value_of_the_slot_oldest_first(alice):
     for n, city in enumerate(["Lisbon", "Porto", "Faro"]):
-        last = item_write(
-            agent=alice.agent,
-            kind="fact",
-            subject="Ana",
-            attribute="city",
-            value=city,
-            trust="system",
-            valid_from=T0 + timedelta(days=n),
+        last = MemoryItemFactory(
+            agent=alice.agent, attribute="city", value=city, valid_from=T0 + timedelta(days=n), user_id=""
         )
     body = alice.client.get(f"/api/v1/items/{last.pk}/history").json()
     assert [(i["value"], i["status"]) for i in body["results"]] == [
@@ -180,7 +159,7 @@ def test_history_lists_every_value_of_the_slot_oldest_first(alice):
 
 
 def test_forget_lets_a_state_go_and_keeps_it_in_history(alice):
-    item = item_write(agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="Lisbon", trust="system")
+    item = MemoryItemFactory(agent=alice.agent, attribute="city", value="Lisbon", user_id="")
     response = alice.client.post(f"/api/v1/items/{item.pk}/forget")
     assert response.status_code == 200
     assert response.json()["expired_at"] is not None
@@ -199,11 +178,9 @@ def test_items_need_a_key(anonymous):
 def test_a_suggested_item_never_reaches_a_built_context_but_an_approved_one_does(alice):
     from memoryapp.services.items import item_approve
 
-    created = alice.client.post("/api/v1/items", ANA, format="json").json()
-    alice.client.post("/api/v1/threads", {"id": "t-ctx", "user_id": "u-ana"}, format="json")
-    alice.client.post(
-        "/api/v1/threads/t-ctx/entries", {"role": "user", "content": "What should I cook tonight?"}, format="json"
-    )
+    created = post_item(alice, **ANA)
+    post_thread(alice, "t-ctx", user_id="u-ana")
+    post_entry(alice, "t-ctx", role="user", content="What should I cook tonight?")
     ask = {
         "strategy": "hybrid",
         "max_tokens": 4000,

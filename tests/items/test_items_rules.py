@@ -3,35 +3,24 @@
 from __future__ import annotations
 
 import itertools
-import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 from freezegun import freeze_time
 
 from governance.models import AuditRecord
-from memoryapp.keys import agent_get_or_create
-from memoryapp.models import Entry, Evidence, MemoryItem, Thread
+from memoryapp.models import Entity, Entry, Evidence, MemoryItem
 from memoryapp.selectors.items import context_facts, items_for_recall, items_holding, slot_history
 from memoryapp.services.items import item_forget, item_write, note_retrieved, same_value
-from memoryapp.services.threads import entry_add, thread_create
+from tests.kit.concurrency import in_threads
+from tests.kit.factories import AgentFactory, EntityFactory, EntryFactory, MemoryItemFactory, ThreadFactory
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def said(agent, text: str, *, role: str = "user", thread_id: str = "t-ana") -> Entry:
-    thread = Thread.objects.filter(agent=agent, external_id=thread_id).first() or thread_create(
-        agent=agent, external_id=thread_id, user_id="u-ana"
-    )
-    return entry_add(thread=thread, role=role, content=text)
-
-
-def write(agent, value: str, **kw) -> MemoryItem:
-    args = {"kind": "fact", "subject": "Ana", "attribute": "diet", "trust": "system", "user_id": "u-ana"}
-    args.update(kw)
-    return item_write(agent=agent, value=value, **args)
+    return EntryFactory(thread=ThreadFactory(agent=agent, external_id=thread_id), role=role, content=text)
 
 
 def statuses(agent) -> list[tuple[str, str]]:
@@ -44,15 +33,15 @@ def statuses(agent) -> list[tuple[str, str]]:
 
 
 def test_a_system_statement_is_active_at_once(alice):
-    item = write(alice.agent, "vegan")
+    item = MemoryItemFactory(agent=alice.agent, value="vegan")
     assert (item.status, item.valid_to, item.verified) == ("active", None, False)
 
 
 def test_a_user_statement_with_holding_quotes_at_the_activation_confidence_is_active(alice):
     entry = said(alice.agent, "I have been vegetarian for years now.")
-    item = write(
-        alice.agent,
-        "vegetarian",
+    item = MemoryItemFactory(
+        agent=alice.agent,
+        value="vegetarian",
         trust="user",
         confidence=0.7,
         evidence=[{"entry_id": entry.id, "quote": "been  vegetarian"}],
@@ -73,8 +62,12 @@ def test_a_user_statement_with_holding_quotes_at_the_activation_confidence_is_ac
 )
 def test_other_statements_stay_suggested_and_out_of_every_context(alice, trust, quote, confidence):
     entry = said(alice.agent, "I have been vegetarian for years now.")
-    item = write(
-        alice.agent, "vegetarian", trust=trust, confidence=confidence, evidence=[{"entry_id": entry.id, "quote": quote}]
+    item = MemoryItemFactory(
+        agent=alice.agent,
+        value="vegetarian",
+        trust=trust,
+        confidence=confidence,
+        evidence=[{"entry_id": entry.id, "quote": quote}],
     )
     assert item.status == "suggested"
     assert context_facts(agent=alice.agent, user_id="u-ana") == []
@@ -82,18 +75,20 @@ def test_other_statements_stay_suggested_and_out_of_every_context(alice, trust, 
 
 
 def test_a_user_statement_without_quotes_stays_suggested(alice):
-    assert write(alice.agent, "vegetarian", trust="user").status == "suggested"
+    assert MemoryItemFactory(agent=alice.agent, value="vegetarian", trust="user").status == "suggested"
 
 
 def test_a_quote_of_another_agents_entry_never_holds(alice, bob):
     entry = said(bob.agent, "I have been vegetarian for years now.")
-    item = write(alice.agent, "vegetarian", trust="user", evidence=[{"entry_id": entry.id, "quote": "vegetarian"}])
+    item = MemoryItemFactory(
+        agent=alice.agent, value="vegetarian", trust="user", evidence=[{"entry_id": entry.id, "quote": "vegetarian"}]
+    )
     assert item.status == "suggested" and not item.verified
     assert Evidence.objects.get(item=item).entry_id is None
 
 
 def test_shadow_mode_writes_even_a_system_statement_as_suggested(alice):
-    assert write(alice.agent, "vegan", shadow=True).status == "suggested"
+    assert MemoryItemFactory(agent=alice.agent, value="vegan", shadow=True).status == "suggested"
 
 
 # --- merge ------------------------------------------------------------------------------------
@@ -102,11 +97,17 @@ def test_shadow_mode_writes_even_a_system_statement_as_suggested(alice):
 def test_a_repeated_statement_merges_spacing_aside_and_keeps_both_quotes(alice):
     first_entry = said(alice.agent, "I am vegan.")
     second_entry = said(alice.agent, "Still vegan, yes.")
-    first = write(
-        alice.agent, "strict  vegan", trust="model", evidence=[{"entry_id": first_entry.id, "quote": "I am vegan"}]
+    first = MemoryItemFactory(
+        agent=alice.agent,
+        value="strict  vegan",
+        trust="model",
+        evidence=[{"entry_id": first_entry.id, "quote": "I am vegan"}],
     )
-    again = write(
-        alice.agent, " strict vegan ", trust="model", evidence=[{"entry_id": second_entry.id, "quote": "Still vegan"}]
+    again = MemoryItemFactory(
+        agent=alice.agent,
+        value=" strict vegan ",
+        trust="model",
+        evidence=[{"entry_id": second_entry.id, "quote": "Still vegan"}],
     )
     assert again.pk == first.pk
     assert MemoryItem.objects.filter(agent=alice.agent).count() == 1
@@ -116,37 +117,39 @@ def test_a_repeated_statement_merges_spacing_aside_and_keeps_both_quotes(alice):
 @pytest.mark.parametrize(("a", "b"), [("Vegan", "vegan"), ("-5", "5"), ("+5", "5")])
 def test_case_and_signs_count_when_values_compare(alice, a, b):
     assert not same_value(a, b)
-    write(alice.agent, a)
-    write(alice.agent, b)
+    MemoryItemFactory(agent=alice.agent, value=a)
+    MemoryItemFactory(agent=alice.agent, value=b)
     assert MemoryItem.objects.filter(agent=alice.agent).count() == 2
 
 
 def test_a_merge_takes_trust_from_the_more_trusted_source_and_activates(alice):
-    claim = write(alice.agent, "vegan", trust="model")
+    claim = MemoryItemFactory(agent=alice.agent, value="vegan", trust="model")
     assert claim.status == "suggested"
-    merged = write(alice.agent, "vegan", trust="system")
+    merged = MemoryItemFactory(agent=alice.agent, value="vegan", trust="system")
     assert merged.pk == claim.pk
     assert (merged.trust, merged.status) == ("system", "active")
 
 
 def test_a_merge_never_lowers_trust_and_takes_verified_from_the_holding_quotes(alice):
     entry = said(alice.agent, "I am vegan.")
-    user_claim = write(alice.agent, "vegan", trust="user")
+    user_claim = MemoryItemFactory(agent=alice.agent, value="vegan", trust="user")
     assert (user_claim.status, user_claim.verified) == ("suggested", False)
-    merged = write(alice.agent, "vegan", trust="user", evidence=[{"entry_id": entry.id, "quote": "I am vegan"}])
+    merged = MemoryItemFactory(
+        agent=alice.agent, value="vegan", trust="user", evidence=[{"entry_id": entry.id, "quote": "I am vegan"}]
+    )
     assert merged.pk == user_claim.pk
     assert (merged.trust, merged.verified, merged.status) == ("user", True, "active")
-    again = write(alice.agent, "vegan", trust="model")
+    again = MemoryItemFactory(agent=alice.agent, value="vegan", trust="model")
     assert (again.pk, again.trust, again.verified) == (user_claim.pk, "user", True)
 
 
 def test_a_repeat_after_another_value_is_a_new_state(alice):
     with freeze_time(T0):
-        write(alice.agent, "vegan")
+        MemoryItemFactory(agent=alice.agent, value="vegan")
     with freeze_time(T0 + timedelta(days=1)):
-        write(alice.agent, "vegetarian")
+        MemoryItemFactory(agent=alice.agent, value="vegetarian")
     with freeze_time(T0 + timedelta(days=2)):
-        write(alice.agent, "vegan")
+        MemoryItemFactory(agent=alice.agent, value="vegan")
     assert statuses(alice.agent) == [("vegan", "superseded"), ("vegetarian", "superseded"), ("vegan", "active")]
 
 
@@ -154,16 +157,16 @@ def test_a_repeat_after_another_value_is_a_new_state(alice):
 
 
 def test_a_new_value_closes_the_old_state_where_it_starts(alice):
-    old = write(alice.agent, "vegan", valid_from=T0)
-    new = write(alice.agent, "vegetarian", valid_from=T0 + timedelta(days=10))
+    old = MemoryItemFactory(agent=alice.agent, value="vegan", valid_from=T0)
+    new = MemoryItemFactory(agent=alice.agent, value="vegetarian", valid_from=T0 + timedelta(days=10))
     old.refresh_from_db()
     assert (old.status, old.valid_to) == ("superseded", new.valid_from)
     assert (new.status, new.valid_to) == ("active", None)
 
 
 def test_a_state_told_late_takes_its_place_in_the_timeline(alice):
-    newer = write(alice.agent, "vegetarian", valid_from=T0 + timedelta(days=10))
-    late = write(alice.agent, "vegan", valid_from=T0)
+    newer = MemoryItemFactory(agent=alice.agent, value="vegetarian", valid_from=T0 + timedelta(days=10))
+    late = MemoryItemFactory(agent=alice.agent, value="vegan", valid_from=T0)
     newer.refresh_from_db()
     assert (late.status, late.valid_to) == ("superseded", newer.valid_from)
     assert (newer.status, newer.valid_to) == ("active", None)
@@ -175,8 +178,8 @@ def test_a_state_told_late_takes_its_place_in_the_timeline(alice):
 
 def test_a_state_that_starts_later_leaves_the_current_one_holding_until_then(alice):
     now = timezone.now()
-    current = write(alice.agent, "vegan")
-    write(alice.agent, "vegetarian", valid_from=now + timedelta(days=30))
+    current = MemoryItemFactory(agent=alice.agent, value="vegan")
+    MemoryItemFactory(agent=alice.agent, value="vegetarian", valid_from=now + timedelta(days=30))
     assert [i.pk for i in items_holding(agent=alice.agent, user_id="u-ana")] == [current.pk]
     assert [f.text for f in context_facts(agent=alice.agent, user_id="u-ana")] == ["Ana diet: vegan"]
     later = context_facts(agent=alice.agent, user_id="u-ana", as_of=now + timedelta(days=31))
@@ -184,8 +187,10 @@ def test_a_state_that_starts_later_leaves_the_current_one_holding_until_then(ali
 
 
 def test_a_given_end_is_kept_when_the_timeline_is_laid_out_again(alice):
-    trip = write(alice.agent, "Lisbon", attribute="city", valid_from=T0, valid_to=T0 + timedelta(days=3))
-    write(alice.agent, "Porto", attribute="city", valid_from=T0 + timedelta(days=10))
+    trip = MemoryItemFactory(
+        agent=alice.agent, value="Lisbon", attribute="city", valid_from=T0, valid_to=T0 + timedelta(days=3)
+    )
+    MemoryItemFactory(agent=alice.agent, value="Porto", attribute="city", valid_from=T0 + timedelta(days=10))
     trip.refresh_from_db()
     assert trip.valid_to == T0 + timedelta(days=3)
     assert list(items_holding(agent=alice.agent, user_id="u-ana", as_of=T0 + timedelta(days=5))) == []
@@ -193,32 +198,21 @@ def test_a_given_end_is_kept_when_the_timeline_is_laid_out_again(alice):
 
 @pytest.mark.django_db(transaction=True)
 def test_racing_writers_of_one_slot_converge_on_one_open_state():
-    agent, _ = agent_get_or_create(slug="racer")
-    start = T0
-    errors: list[BaseException] = []
+    agent = AgentFactory(slug="racer")
 
-    def writer(n: int) -> None:
-        try:
-            item_write(
-                agent=agent,
-                kind="fact",
-                subject="Ana",
-                attribute="city",
-                value=f"city {n}",
-                trust="system",
-                valid_from=start + timedelta(hours=n),
-            )
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+    def writer(n: int) -> MemoryItem:
+        return item_write(
+            agent=agent,
+            kind="fact",
+            subject="Ana",
+            attribute="city",
+            value=f"city {n}",
+            trust="system",
+            valid_from=T0 + timedelta(hours=n),
+        )
 
-    workers = [threading.Thread(target=writer, args=(n,)) for n in (3, 1, 4, 2, 0, 5)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    assert errors == []
+    outcomes = in_threads(*(lambda n=n: writer(n) for n in (3, 1, 4, 2, 0, 5)))
+    assert [o for o in outcomes if not isinstance(o, MemoryItem)] == []
     rows = list(MemoryItem.objects.filter(agent=agent).order_by("valid_from"))
     assert [r.value for r in rows] == [f"city {n}" for n in range(6)]
     assert [r.status for r in rows] == ["superseded"] * 5 + ["active"]
@@ -229,9 +223,11 @@ def test_racing_writers_of_one_slot_converge_on_one_open_state():
 
 def test_as_of_reads_world_time_and_known_at_reads_memory_time(alice):
     with freeze_time(T0):
-        write(alice.agent, "vegan", valid_from=T0 - timedelta(days=100))
+        MemoryItemFactory(agent=alice.agent, value="vegan", valid_from=T0 - timedelta(days=100))
     with freeze_time(T0 + timedelta(days=5)):
-        write(alice.agent, "vegetarian", valid_from=T0 - timedelta(days=50))  # told late: it began earlier
+        MemoryItemFactory(
+            agent=alice.agent, value="vegetarian", valid_from=T0 - timedelta(days=50)
+        )  # told late: it began earlier
 
     def values(**kw):
         return [i.value for i in items_holding(agent=alice.agent, user_id="u-ana", **kw)]
@@ -249,20 +245,20 @@ def test_as_of_reads_world_time_and_known_at_reads_memory_time(alice):
 
 
 def test_history_of_a_slot_lists_every_value_closed_ones_and_let_go_ones_included(alice):
-    first = write(alice.agent, "vegan", valid_from=T0)
-    write(alice.agent, "vegetarian", valid_from=T0 + timedelta(days=1))
-    last = write(alice.agent, "pescatarian", valid_from=T0 + timedelta(days=2))
+    first = MemoryItemFactory(agent=alice.agent, value="vegan", valid_from=T0)
+    MemoryItemFactory(agent=alice.agent, value="vegetarian", valid_from=T0 + timedelta(days=1))
+    last = MemoryItemFactory(agent=alice.agent, value="pescatarian", valid_from=T0 + timedelta(days=2))
     item_forget(item=last, actor="test")
     assert [i.value for i in slot_history(item=first)] == ["vegan", "vegetarian", "pescatarian"]
 
 
 def test_a_state_let_go_keeps_its_place_so_the_one_before_does_not_come_back(alice):
-    write(alice.agent, "vegan", valid_from=T0)
-    last = write(alice.agent, "vegetarian", valid_from=T0 + timedelta(days=1))
+    MemoryItemFactory(agent=alice.agent, value="vegan", valid_from=T0)
+    last = MemoryItemFactory(agent=alice.agent, value="vegetarian", valid_from=T0 + timedelta(days=1))
     item_forget(item=last, actor="reviewer:1")
     assert list(items_holding(agent=alice.agent, user_id="u-ana")) == []
     assert AuditRecord.objects.filter(action="item.forgotten", subject=last.pk, outcome="forgotten").count() == 1
-    write(alice.agent, "raw vegan", valid_from=T0 + timedelta(days=2))
+    MemoryItemFactory(agent=alice.agent, value="raw vegan", valid_from=T0 + timedelta(days=2))
     assert [i.value for i in items_holding(agent=alice.agent, user_id="u-ana")] == ["raw vegan"]
 
 
@@ -272,18 +268,18 @@ def test_a_state_let_go_keeps_its_place_so_the_one_before_does_not_come_back(ali
 def test_an_opinion_said_again_with_holding_quotes_gains_a_tenth(alice):
     entry = said(alice.agent, "Honestly, Lisbon is the best city.")
     quote = [{"entry_id": entry.id, "quote": "Lisbon is the best city"}]
-    first = write(
-        alice.agent,
-        "Lisbon is the best",
+    first = MemoryItemFactory(
+        agent=alice.agent,
+        value="Lisbon is the best",
         kind="opinion",
         attribute="best city",
         trust="user",
         confidence=0.7,
         evidence=quote,
     )
-    again = write(
-        alice.agent,
-        "Lisbon is the best",
+    again = MemoryItemFactory(
+        agent=alice.agent,
+        value="Lisbon is the best",
         kind="opinion",
         attribute="best city",
         trust="user",
@@ -292,13 +288,19 @@ def test_an_opinion_said_again_with_holding_quotes_gains_a_tenth(alice):
     )
     assert again.pk == first.pk
     assert again.confidence == pytest.approx(0.8)
-    unquoted = write(alice.agent, "Lisbon is the best", kind="opinion", attribute="best city", trust="user")
+    unquoted = MemoryItemFactory(
+        agent=alice.agent, value="Lisbon is the best", kind="opinion", attribute="best city", trust="user"
+    )
     assert unquoted.confidence == pytest.approx(0.8)
 
 
 def test_an_opinion_contradicted_by_a_less_trusted_source_loses_a_fifth(alice):
-    held = write(alice.agent, "Lisbon is the best", kind="opinion", attribute="best city", confidence=0.9)
-    write(alice.agent, "Porto is the best", kind="opinion", attribute="best city", trust="model")
+    held = MemoryItemFactory(
+        agent=alice.agent, value="Lisbon is the best", kind="opinion", attribute="best city", confidence=0.9
+    )
+    MemoryItemFactory(
+        agent=alice.agent, value="Porto is the best", kind="opinion", attribute="best city", trust="model"
+    )
     held.refresh_from_db()
     assert held.confidence == pytest.approx(0.7)
     assert held.status == "active"  # the model's contradiction is only a suggestion
@@ -308,11 +310,11 @@ def test_an_opinion_contradicted_by_a_less_trusted_source_loses_a_fifth(alice):
 
 
 def test_an_access_sees_items_of_no_scope_and_of_its_own_only(alice, bob):
-    write(alice.agent, "agent-wide", attribute="a", user_id="")
-    write(alice.agent, "for ana", attribute="b", user_id="u-ana")
-    write(alice.agent, "for ben", attribute="c", user_id="u-ben")
-    write(alice.agent, "for ana in p1", attribute="d", user_id="u-ana", project_id="p1")
-    write(bob.agent, "bob's", attribute="e", user_id="u-ana")
+    MemoryItemFactory(agent=alice.agent, value="agent-wide", attribute="a", user_id="")
+    MemoryItemFactory(agent=alice.agent, value="for ana", attribute="b", user_id="u-ana")
+    MemoryItemFactory(agent=alice.agent, value="for ben", attribute="c", user_id="u-ben")
+    MemoryItemFactory(agent=alice.agent, value="for ana in p1", attribute="d", user_id="u-ana", project_id="p1")
+    MemoryItemFactory(agent=bob.agent, value="bob's", attribute="e", user_id="u-ana")
 
     def seen(**scope):
         return sorted(i.value for i in items_for_recall(agent=alice.agent, **scope))
@@ -322,17 +324,44 @@ def test_an_access_sees_items_of_no_scope_and_of_its_own_only(alice, bob):
     assert seen() == ["agent-wide"]
 
 
+def test_an_item_is_about_the_narrowest_entity_its_scope_sees_by_that_name(alice, bob):
+    agent_wide = EntityFactory(agent=alice.agent, name="Ana Lima")
+    for_ana = EntityFactory(agent=alice.agent, name="ana  lima", user_id="u-ana")
+    EntityFactory(agent=alice.agent, name="Ana Lima", user_id="u-ben")
+    bobs = EntityFactory(agent=bob.agent, name="Ana Lima", user_id="u-ana")
+
+    about_ana = MemoryItemFactory(agent=alice.agent, subject="ANA   LIMA", attribute="city", value="Porto")
+    in_a_project = MemoryItemFactory(agent=alice.agent, subject="Ana Lima", attribute="team", project_id="p1")
+    agent_wide_item = MemoryItemFactory(agent=alice.agent, subject="Ana Lima", attribute="job", user_id="")
+    someone_new = MemoryItemFactory(agent=alice.agent, subject="Marta", attribute="job", project_id="p1")
+
+    assert about_ana.entity_id == in_a_project.entity_id == for_ana.pk
+    assert agent_wide_item.entity_id == agent_wide.pk
+    new = Entity.objects.get(pk=someone_new.entity_id)
+    assert (new.name, new.normalized_name, new.user_id, new.project_id) == ("Marta", "marta", "u-ana", "p1")
+    assert Entity.objects.filter(agent=alice.agent).count() == 4
+    assert not MemoryItem.objects.filter(entity=bobs).exists()
+
+
 def test_context_facts_keep_one_state_per_slot_the_narrowest_on_a_tie_instructions_first(alice):
     with freeze_time(T0):
-        write(alice.agent, "omnivore", valid_from=T0, user_id="")
-        write(alice.agent, "vegan", valid_from=T0)  # same slot, narrower scope, same start
+        MemoryItemFactory(agent=alice.agent, value="omnivore", valid_from=T0, user_id="")
+        MemoryItemFactory(agent=alice.agent, value="vegan", valid_from=T0)  # same slot, narrower scope, same start
     with freeze_time(T0 + timedelta(days=1)):
-        write(alice.agent, "Lisbon", attribute="city")
+        MemoryItemFactory(agent=alice.agent, value="Lisbon", attribute="city")
     with freeze_time(T0 + timedelta(days=2)):
-        write(alice.agent, "Portuguese", attribute="language")
+        MemoryItemFactory(agent=alice.agent, value="Portuguese", attribute="language")
     with freeze_time(T0 + timedelta(days=3)):
-        write(alice.agent, "answer briefly", kind="instruction", attribute="style", valid_from=T0 - timedelta(days=9))
-        write(alice.agent, "Tea", attribute="drink", kind="preference", valid_from=T0 - timedelta(days=8))
+        MemoryItemFactory(
+            agent=alice.agent,
+            value="answer briefly",
+            kind="instruction",
+            attribute="style",
+            valid_from=T0 - timedelta(days=9),
+        )
+        MemoryItemFactory(
+            agent=alice.agent, value="Tea", attribute="drink", kind="preference", valid_from=T0 - timedelta(days=8)
+        )
     with freeze_time(T0 + timedelta(days=4)):
         facts = context_facts(agent=alice.agent, user_id="u-ana")
     assert [f.text for f in facts] == [
@@ -345,8 +374,8 @@ def test_context_facts_keep_one_state_per_slot_the_narrowest_on_a_tie_instructio
 
 
 def test_note_retrieved_counts_each_item_once_per_call(alice):
-    a = write(alice.agent, "vegan")
-    b = write(alice.agent, "Lisbon", attribute="city")
+    a = MemoryItemFactory(agent=alice.agent, value="vegan")
+    b = MemoryItemFactory(agent=alice.agent, value="Lisbon", attribute="city")
     at = T0 + timedelta(days=1)
     assert note_retrieved(item_ids=[a.pk, b.pk, a.pk], at=at) == 2
     note_retrieved(item_ids=[a.pk])
@@ -356,7 +385,7 @@ def test_note_retrieved_counts_each_item_once_per_call(alice):
 
 
 def test_every_write_is_audited_without_content(alice):
-    item = write(alice.agent, "a secret diet")
+    item = MemoryItemFactory(agent=alice.agent, value="a secret diet")
     record = AuditRecord.objects.get(action="item.written", subject=item.pk)
     assert record.outcome == "active"
     assert "secret" not in str(record.details)

@@ -224,7 +224,7 @@ def test_search_is_limited_to_the_thread_or_the_person_asked(alice: Any) -> None
 def test_items_are_found_when_active_and_never_when_suggested(alice: Any) -> None:
     MemoryItemFactory(agent=alice.agent, attribute="city", value="lives in Porto", user_id="")
     suggested = MemoryItemFactory(
-        agent=alice.agent, kind="preference", value="vegetarian, strictly", trust="model", user_id=""
+        agent=alice.agent, kind="preference", attribute="diet", value="vegetarian, strictly", trust="model", user_id=""
     )
     assert suggested.status == "suggested"
 
