@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 
 from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError
@@ -16,30 +16,9 @@ from memoryapp.files.selectors import file_history
 from memoryapp.files.services import file_create, file_put, file_str_replace
 from memoryapp.models import MemoryFileVersion
 from tests.conftest import Caller
+from tests.kit.concurrency import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def in_threads(*works: Callable[[], Any]) -> list[Any]:
-    """Run each work in its own thread (own database connection), started together; answers or errors."""
-    barrier = threading.Barrier(len(works))
-    outcomes: list[Any] = [None] * len(works)
-
-    def run(index: int, work: Callable[[], Any]) -> None:
-        try:
-            barrier.wait()
-            outcomes[index] = work()
-        except Exception as error:
-            outcomes[index] = error
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(works)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return outcomes
 
 
 def test_two_writers_from_the_same_read_one_wins_the_other_is_told_to_view_again(alice: Caller) -> None:

@@ -16,9 +16,10 @@ from hypothesis import strategies as st
 from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError
 from memoryapp.files.selectors import file_history
-from memoryapp.files.services import file_put, file_view, memory_tool_run
+from memoryapp.files.services import file_put, memory_tool_run
 from memoryapp.models import MemoryFileVersion
 from tests.conftest import Caller
+from tests.kit.files import text_seen
 
 pytestmark = pytest.mark.django_db
 
@@ -144,16 +145,7 @@ def run(access: FileAccess, command: dict[str, Any]) -> str | None:
     return None
 
 
-def seen(access: FileAccess, path: str) -> str | None:
-    try:
-        answer = file_view(access=access, path=path)
-    except MemoryFileError:
-        return None
-    if answer.details["kind"] != "file":
-        return None
-    return "\n".join(line.split("\t", 1)[1] for line in answer.result.splitlines()[1:])
-
-
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(commands, max_size=15))
 @example(
@@ -178,7 +170,7 @@ def test_random_commands_agree_with_a_dict_of_files(alice: Caller, steps: list[d
         for path in PATHS:
             want = model.files.get(path)
             # view shows lines: a final newline is not a line of its own.
-            assert seen(access, path) == (None if want is None else "\n".join(Model.lines(want))), (step, path)
+            assert text_seen(access, path) == (None if want is None else "\n".join(Model.lines(want))), (step, path)
     for path in PATHS:
         history = file_history(access=access, path=path)
         assert [v.sequence for v in history] == list(range(1, model.versions.get(path, 0) + 1)), path

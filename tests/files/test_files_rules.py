@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
-from django.utils import timezone
 
 from governance.models import AuditRecord
 from memoryapp.files.access import FileAccess
@@ -24,23 +21,12 @@ from memoryapp.files.services import (
     files_redact,
 )
 from memoryapp.files.working_note import WORKING_NOTE_PATH, working_note_run
-from memoryapp.models import Entry, MemoryFileVersion, Thread
+from memoryapp.models import MemoryFileVersion
 from tests.conftest import Caller
+from tests.kit.factories import EntryFactory, ThreadFactory
+from tests.kit.files import sha256_hex, text_seen
 
 pytestmark = pytest.mark.django_db
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def content_seen(access: FileAccess, path: str) -> str | None:
-    try:
-        answer = file_view(access=access, path=path)
-    except MemoryFileError as error:
-        assert error.code == "path_not_found"
-        return None
-    return "\n".join(line.split("\t", 1)[1] for line in answer.result.splitlines()[1:])
 
 
 # --- scopes --------------------------------------------------------------------------------------
@@ -52,14 +38,14 @@ def test_the_narrowest_scope_holding_a_path_wins(alice: Caller) -> None:
     ana_in_thread = FileAccess(agent=alice.agent, user_id="ana", thread_id="t1")
     bruno = FileAccess(agent=alice.agent, user_id="bruno")
     file_create(access=agent_wide, path="/memories/style.md", file_text="formal")
-    assert content_seen(ana, "/memories/style.md") == "formal"
-    assert content_seen(bruno, "/memories/style.md") == "formal"
+    assert text_seen(ana, "/memories/style.md") == "formal"
+    assert text_seen(bruno, "/memories/style.md") == "formal"
 
     file_str_replace(access=ana, path="/memories/style.md", old_str="formal", new_str="casual")
-    assert content_seen(ana, "/memories/style.md") == "casual"
-    assert content_seen(ana_in_thread, "/memories/style.md") == "casual"
-    assert content_seen(bruno, "/memories/style.md") == "formal"
-    assert content_seen(agent_wide, "/memories/style.md") == "formal"
+    assert text_seen(ana, "/memories/style.md") == "casual"
+    assert text_seen(ana_in_thread, "/memories/style.md") == "casual"
+    assert text_seen(bruno, "/memories/style.md") == "formal"
+    assert text_seen(agent_wide, "/memories/style.md") == "formal"
     # The edit went into ana's scope: the agent-wide version is untouched.
     assert MemoryFileVersion.objects.get(user_id="ana").previous == MemoryFileVersion.objects.get(user_id="")
 
@@ -67,40 +53,34 @@ def test_the_narrowest_scope_holding_a_path_wins(alice: Caller) -> None:
 def test_a_deletion_in_a_narrow_scope_hides_the_wider_file_there_only(alice: Caller) -> None:
     file_create(access=FileAccess(agent=alice.agent), path="/memories/style.md", file_text="formal")
     file_delete(access=FileAccess(agent=alice.agent, user_id="ana"), path="/memories/style.md")
-    assert content_seen(FileAccess(agent=alice.agent, user_id="ana"), "/memories/style.md") is None
-    assert content_seen(FileAccess(agent=alice.agent, user_id="bruno"), "/memories/style.md") == "formal"
+    assert text_seen(FileAccess(agent=alice.agent, user_id="ana"), "/memories/style.md") is None
+    assert text_seen(FileAccess(agent=alice.agent, user_id="bruno"), "/memories/style.md") == "formal"
 
 
 def test_a_thread_scope_is_narrower_than_a_project_and_a_person(alice: Caller) -> None:
     full = FileAccess(agent=alice.agent, user_id="ana", project_id="p", thread_id="t")
     file_put(access=FileAccess(agent=alice.agent, user_id="ana"), path="/memories/n.md", text="person")
     file_put(access=FileAccess(agent=alice.agent, project_id="p"), path="/memories/n.md", text="project")
-    assert content_seen(full, "/memories/n.md") == "project"
+    assert text_seen(full, "/memories/n.md") == "project"
     file_put(access=FileAccess(agent=alice.agent, thread_id="t"), path="/memories/n.md", text="thread")
-    assert content_seen(full, "/memories/n.md") == "thread"
-    assert content_seen(FileAccess(agent=alice.agent, user_id="ana", project_id="q"), "/memories/n.md") == "person"
+    assert text_seen(full, "/memories/n.md") == "thread"
+    assert text_seen(FileAccess(agent=alice.agent, user_id="ana", project_id="q"), "/memories/n.md") == "person"
 
 
 def test_another_agent_with_the_same_scope_sees_nothing(alice: Caller, mallory: Caller) -> None:
     file_create(access=FileAccess(agent=alice.agent, user_id="ana"), path="/memories/ana.md", file_text="secret")
-    assert content_seen(FileAccess(agent=mallory.agent, user_id="ana"), "/memories/ana.md") is None
+    assert text_seen(FileAccess(agent=mallory.agent, user_id="ana"), "/memories/ana.md") is None
     assert files_list(access=FileAccess(agent=mallory.agent, user_id="ana")) == []
 
 
 # --- branches --------------------------------------------------------------------------------------
 
 
-def _entry(thread: Thread, seq: int, parent: Entry | None) -> Entry:
-    return Entry.objects.create(
-        agent=thread.agent, thread=thread, parent=parent, seq=seq, created_at=timezone.now(), content_hash=f"h{seq}"
-    )
-
-
 def test_a_version_written_on_a_branch_is_seen_only_on_branches_holding_its_place(alice: Caller) -> None:
-    thread = Thread.objects.create(agent=alice.agent, external_id="t1", user_id="ana")
-    root = _entry(thread, 1, None)
-    left, right = _entry(thread, 2, root), _entry(thread, 3, root)
-    after_left = _entry(thread, 4, left)
+    thread = ThreadFactory(agent=alice.agent, external_id="t1", user_id="ana")
+    root = EntryFactory(thread=thread)
+    left, right = EntryFactory(thread=thread, parent_id=root.id), EntryFactory(thread=thread, parent_id=root.id)
+    after_left = EntryFactory(thread=thread, parent_id=left.id)
     base = FileAccess(agent=alice.agent, user_id="ana", thread_id="t1")
     file_put(
         access=FileAccess(agent=alice.agent, user_id="ana", thread_id="t1", place=root),
@@ -113,14 +93,13 @@ def test_a_version_written_on_a_branch_is_seen_only_on_branches_holding_its_plac
         text="v2",
     )
     assert (
-        content_seen(FileAccess(agent=alice.agent, user_id="ana", thread_id="t1", place=after_left), "/memories/a.md")
+        text_seen(FileAccess(agent=alice.agent, user_id="ana", thread_id="t1", place=after_left), "/memories/a.md")
         == "v2"
     )
     assert (
-        content_seen(FileAccess(agent=alice.agent, user_id="ana", thread_id="t1", place=right), "/memories/a.md")
-        == "v1"
+        text_seen(FileAccess(agent=alice.agent, user_id="ana", thread_id="t1", place=right), "/memories/a.md") == "v1"
     )
-    assert content_seen(base, "/memories/a.md") == "v2"  # without a place, the newest
+    assert text_seen(base, "/memories/a.md") == "v2"  # without a place, the newest
     # Writing on the other branch continues the file's sequence, never reusing a number.
     version = file_put(
         access=FileAccess(agent=alice.agent, user_id="ana", thread_id="t1", place=right),
@@ -141,8 +120,8 @@ def test_put_creates_replaces_and_checks_the_version_it_was_made_from(alice: Cal
         file_put(access=access, path="/memories/own.md", text="two", expected_sha256=None)
     assert (refused.value.code, refused.value.status) == ("file_changed", 409)
     with pytest.raises(MemoryFileError):
-        file_put(access=access, path="/memories/own.md", text="two", expected_sha256=sha("zero"))
-    second = file_put(access=access, path="/memories/own.md", text="two", expected_sha256=sha("one"))
+        file_put(access=access, path="/memories/own.md", text="two", expected_sha256=sha256_hex("zero"))
+    second = file_put(access=access, path="/memories/own.md", text="two", expected_sha256=sha256_hex("one"))
     assert second.sequence == 2
     # The same text again is not a change: no version is added.
     assert file_put(access=access, path="/memories/own.md", text="two").pk == second.pk
@@ -223,11 +202,11 @@ def test_redaction_replaces_every_version_along_renames_and_is_audited(alice: Ca
     for version in MemoryFileVersion.objects.exclude(path="/memories/other.md"):
         if version.content is not None:
             assert version.content == "[redacted]"
-            assert version.sha256 == sha("[redacted]") and version.redacted_at is not None
+            assert version.sha256 == sha256_hex("[redacted]") and version.redacted_at is not None
     assert MemoryFileVersion.objects.get(path="/memories/other.md").content == "untouched"
     # Deletions stay deletions, and the file still stands, redacted.
     assert MemoryFileVersion.objects.filter(content__isnull=True).count() == 2
-    assert content_seen(access, "/memories/people/ana.md") == "[redacted]"
+    assert text_seen(access, "/memories/people/ana.md") == "[redacted]"
     record = AuditRecord.objects.get(action="memory_files.redact")
     assert (record.actor, record.agent_id, record.outcome) == ("staff:eve", alice.agent.pk, "redacted")
     assert record.details["versions"] == 4 and record.details["reason"] == "erasure request"
