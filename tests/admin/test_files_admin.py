@@ -3,30 +3,29 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
 from governance.models import AuditRecord
 from memoryapp.files.access import FileAccess
-from memoryapp.files.services import file_create, file_put, file_rename, file_str_replace
+from memoryapp.files.services import file_create, file_rename, file_str_replace
 from memoryapp.models import MemoryFileVersion
 from tests.conftest import Caller
+from tests.kit.admin import staff_client
+from tests.kit.factories import MemoryFileVersionFactory
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def staff(db: None) -> Client:
-    client = Client()
-    client.force_login(User.objects.create_superuser("eve", "eve@example.com", "pw"))
-    return client
+    return staff_client(username="eve", is_superuser=True)
 
 
 def test_tree_shows_the_files_of_each_scope(staff: Client, alice: Caller, bob: Caller) -> None:
-    file_put(access=FileAccess(agent=alice.agent, user_id="ana"), path="/memories/people/ana.md", text="x")
-    file_put(access=FileAccess(agent=alice.agent), path="/memories/style.md", text="y")
-    file_put(access=FileAccess(agent=bob.agent), path="/memories/bobs.md", text="z")
+    MemoryFileVersionFactory(agent=alice.agent, user_id="ana", path="/memories/people/ana.md", content="x")
+    MemoryFileVersionFactory(agent=alice.agent, path="/memories/style.md", content="y")
+    MemoryFileVersionFactory(agent=bob.agent, path="/memories/bobs.md", content="z")
     page = staff.get(reverse("admin:memoryapp_memoryfileversion_tree")).content.decode()
     for shown in ("alice", "bob", "agent-wide", "user ana", "people/", "ana.md", "style.md", "bobs.md"):
         assert shown in page
@@ -48,9 +47,10 @@ def test_history_lists_every_version_with_author_and_place(staff: Client, alice:
 
 
 def test_diff_between_two_versions_is_escaped(staff: Client, alice: Caller) -> None:
-    access = FileAccess(agent=alice.agent)
-    first = file_put(access=access, path="/memories/a.md", text="<b>bold</b>\nsame\n")
-    second = file_put(access=access, path="/memories/a.md", text="<script>alert(1)</script>\nsame\n")
+    first = MemoryFileVersionFactory(agent=alice.agent, path="/memories/a.md", content="<b>bold</b>\nsame\n")
+    second = MemoryFileVersionFactory(
+        agent=alice.agent, path="/memories/a.md", content="<script>alert(1)</script>\nsame\n"
+    )
     page = staff.get(reverse("admin:memoryapp_memoryfileversion_diff"), {"a": first.pk, "b": second.pk})
     text = page.content.decode()
     assert page.status_code == 200
@@ -59,10 +59,9 @@ def test_diff_between_two_versions_is_escaped(staff: Client, alice: Caller) -> N
 
 
 def test_redact_action_redacts_every_version_in_the_scope_and_audits(staff: Client, alice: Caller) -> None:
-    ana = FileAccess(agent=alice.agent, user_id="ana")
-    file_put(access=FileAccess(agent=alice.agent), path="/memories/n.md", text="agent-wide")
-    file_put(access=ana, path="/memories/n.md", text="secret 1")
-    version = file_put(access=ana, path="/memories/n.md", text="secret 2")
+    MemoryFileVersionFactory(agent=alice.agent, path="/memories/n.md", content="agent-wide")
+    MemoryFileVersionFactory(agent=alice.agent, user_id="ana", path="/memories/n.md", content="secret 1")
+    version = MemoryFileVersionFactory(agent=alice.agent, user_id="ana", path="/memories/n.md", content="secret 2")
     response = staff.post(
         reverse("admin:memoryapp_memoryfileversion_changelist"),
         {"action": "redact", "_selected_action": [version.pk]},
@@ -78,7 +77,7 @@ def test_redact_action_redacts_every_version_in_the_scope_and_audits(staff: Clie
 
 
 def test_changelist_and_version_page_open(staff: Client, alice: Caller) -> None:
-    version = file_put(access=FileAccess(agent=alice.agent), path="/memories/a.md", text="hello")
+    version = MemoryFileVersionFactory(agent=alice.agent, path="/memories/a.md", content="hello")
     assert staff.get(reverse("admin:memoryapp_memoryfileversion_changelist")).status_code == 200
     page = staff.get(reverse("admin:memoryapp_memoryfileversion_change", args=[version.pk]))
     assert page.status_code == 200 and "hello" in page.content.decode()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
@@ -13,40 +12,34 @@ from governance.models import AuditRecord
 from memoryapp.admin.items import highlighted, quote_spans
 from memoryapp.models import MemoryItem
 from memoryapp.selectors.items import context_facts
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add, thread_create
+from tests.kit.admin import staff_client
+from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory
 
 REVIEW_URL = "/admin/memoryapp/memoryitem/review/"
 
 
+REVIEWER = ("change_memoryitem", "view_memoryitem", "view_entity")
+
+
 def reviewer_client(username: str = "rita", *, permitted: bool = True) -> Client:
-    user = User.objects.create_user(username, is_staff=True)  # force_login below: no password to hash
-    if permitted:
-        user.user_permissions.add(
-            *Permission.objects.filter(codename__in=["change_memoryitem", "view_memoryitem", "view_entity"])
-        )
-    client = Client()
-    client.force_login(user)
-    return client
+    return staff_client(username=username, permissions=REVIEWER if permitted else ())
 
 
 def conversation(agent):
-    thread = thread_create(agent=agent, external_id="t-ana", user_id="u-ana")
-    question = entry_add(thread=thread, role="assistant", content="Anything I should know about your food?")
-    answer = entry_add(thread=thread, role="user", content="I stopped eating meat, I am vegetarian now <b>really</b>.")
-    reply = entry_add(thread=thread, role="assistant", content="Noted, vegetarian recipes from now on.")
+    thread = ThreadFactory(agent=agent, external_id="t-ana")
+    question = EntryFactory(thread=thread, role="assistant", content="Anything I should know about your food?")
+    answer = EntryFactory(thread=thread, content="I stopped eating meat, I am vegetarian now <b>really</b>.")
+    reply = EntryFactory(thread=thread, role="assistant", content="Noted, vegetarian recipes from now on.")
     return thread, question, answer, reply
 
 
 def suggested(agent, entry, value="vegetarian", attribute="diet", quote="I am vegetarian now"):
-    return item_write(
+    return MemoryItemFactory(
         agent=agent,
         kind="preference",
-        subject="Ana",
         attribute=attribute,
         value=value,
         trust="model",
-        user_id="u-ana",
         evidence=[{"entry_id": entry.id, "quote": quote}],
     )
 
@@ -73,10 +66,10 @@ def test_a_card_shows_the_slot_trust_and_the_quote_highlighted_between_the_turns
 def test_the_queue_shows_only_suggested_items_grouped_by_agent_and_person(alice, bob):
     _, _, answer, _ = conversation(alice.agent)
     waiting = suggested(alice.agent, answer)
-    decided = item_write(
-        agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="Lisbon", trust="system"
+    decided = MemoryItemFactory(agent=alice.agent, attribute="city", value="Lisbon", user_id="")
+    other = MemoryItemFactory(
+        agent=bob.agent, subject="Ben", attribute="city", value="Porto", trust="model", user_id=""
     )
-    other = item_write(agent=bob.agent, kind="fact", subject="Ben", attribute="city", value="Porto", trust="model")
     page = reviewer_client().get(REVIEW_URL).content.decode()
     assert f"card-{waiting.pk}" in page and f"card-{other.pk}" in page
     assert f"card-{decided.pk}" not in page
@@ -159,15 +152,7 @@ def test_bulk_approve_and_reject_of_a_selection(alice):
 
 def test_approving_a_newer_value_supersedes_the_current_one(alice):
     _, _, answer, _ = conversation(alice.agent)
-    held = item_write(
-        agent=alice.agent,
-        kind="preference",
-        subject="Ana",
-        attribute="diet",
-        value="omnivore",
-        trust="system",
-        user_id="u-ana",
-    )
+    held = MemoryItemFactory(agent=alice.agent, kind="preference", attribute="diet", value="omnivore")
     item = suggested(alice.agent, answer)
     page = reviewer_client().get(REVIEW_URL).content.decode()
     assert "replaces <q>omnivore</q>" in page
@@ -184,36 +169,11 @@ def test_what_did_the_agent_know_shows_the_items_that_held_then(alice):
     from freezegun import freeze_time
 
     with freeze_time(start):
-        item_write(
-            agent=alice.agent,
-            kind="fact",
-            subject="Ana",
-            attribute="city",
-            value="Lisbon",
-            trust="system",
-            user_id="u-ana",
-        )
+        MemoryItemFactory(agent=alice.agent, attribute="city", value="Lisbon")
     with freeze_time(start + timedelta(days=5)):
-        item_write(
-            agent=alice.agent,
-            kind="fact",
-            subject="Ana",
-            attribute="city",
-            value="Porto",
-            trust="system",
-            user_id="u-ana",
-        )
+        MemoryItemFactory(agent=alice.agent, attribute="city", value="Porto")
     with freeze_time(start + timedelta(days=8)):  # told late: Ana had been in Faro since day 1
-        item_write(
-            agent=alice.agent,
-            kind="fact",
-            subject="Ana",
-            attribute="city",
-            value="Faro",
-            trust="system",
-            user_id="u-ana",
-            valid_from=start + timedelta(days=1),
-        )
+        MemoryItemFactory(agent=alice.agent, attribute="city", value="Faro", valid_from=start + timedelta(days=1))
     client = reviewer_client()
     at = (start + timedelta(days=2)).strftime("%Y-%m-%dT%H:%M:%S")
     hindsight = client.get(
@@ -232,8 +192,8 @@ def test_what_did_the_agent_know_shows_the_items_that_held_then(alice):
 
 
 def test_the_item_page_shows_the_slot_history_and_the_list_filters(alice):
-    first = item_write(agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="Lisbon", trust="system")
-    item_write(agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="Porto", trust="system")
+    first = MemoryItemFactory(agent=alice.agent, attribute="city", value="Lisbon", user_id="")
+    MemoryItemFactory(agent=alice.agent, attribute="city", value="Porto", user_id="")
     client = reviewer_client()
     page = client.get(f"/admin/memoryapp/memoryitem/{first.pk}/change/").content.decode()
     assert "slot history" in page.lower() and "Porto" in page and "superseded" in page

@@ -12,16 +12,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 
 from governance.models import AuditRecord
-from memoryapp.keys import agent_get_or_create
 from memoryapp.models import MemoryItem
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add, thread_create
+from tests.kit import PROJECT_ROOT
+from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, StaffFactory, ThreadFactory
 
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "var" / "screenshots"
+SCREENSHOTS = PROJECT_ROOT / "var" / "screenshots"
 PASSWORD = "review-the-memory-2026"
 
 pytestmark = [
@@ -101,16 +100,15 @@ TALKS = [
 
 
 def _seed() -> dict[str, str]:
-    alice, _ = agent_get_or_create(slug="concierge")
-    coach, _ = agent_get_or_create(slug="coach")
+    concierge, coach = AgentFactory(slug="concierge"), AgentFactory(slug="coach")
     ids: dict[str, str] = {}
     for n, (person, question, answer, kind, attribute, value, quote) in enumerate(TALKS):
-        agent = alice if person == "u-ana" else coach
-        thread = thread_create(agent=agent, external_id=f"t-{person}-{n}", user_id=person)
-        entry_add(thread=thread, role="assistant", content=question)
-        said = entry_add(thread=thread, role="user", content=answer)
-        entry_add(thread=thread, role="assistant", content="Thanks, noted.")
-        item = item_write(
+        agent = concierge if person == "u-ana" else coach
+        thread = ThreadFactory(agent=agent, external_id=f"t-{person}-{n}", user_id=person)
+        EntryFactory(thread=thread, role="assistant", content=question)
+        said = EntryFactory(thread=thread, role="user", content=answer)
+        EntryFactory(thread=thread, role="assistant", content="Thanks, noted.")
+        item = MemoryItemFactory(
             agent=agent,
             kind=kind,
             subject="Ana" if person == "u-ana" else "Ben",
@@ -127,9 +125,7 @@ def _seed() -> dict[str, str]:
 
 @pytest.fixture
 def reviewer(transactional_db: None) -> User:
-    user = User.objects.create_user("rita", password=PASSWORD, is_staff=True)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=["change_memoryitem", "view_memoryitem"]))
-    return user
+    return StaffFactory(username="rita", password=PASSWORD, permissions=("change_memoryitem", "view_memoryitem"))
 
 
 def test_a_reviewer_approves_and_rejects_from_the_queue_in_a_browser(

@@ -9,26 +9,19 @@ import pytest
 from django.contrib.admin.utils import quote
 from django.test import Client
 
-from governance.models import AuditRecord
+from governance.models import AuditRecord, JobRun
 from memoryapp.models import Entry, Thread
-from memoryapp.services.threads import entry_add, thread_create, thread_fork, thread_update
+from memoryapp.services.threads import thread_fork, thread_update
 from tests.conftest import Caller
+from tests.kit.admin import staff_client
+from tests.kit.factories import EntryFactory, ThreadFactory, rome_thread, tool_round
 
 pytestmark = pytest.mark.django_db
 
 
-def rome(caller: Caller) -> tuple[Thread, dict[str, Entry]]:
-    thread = thread_create(agent=caller.agent, external_id="rome", user_id="u-ana")
-    q = entry_add(thread=thread, role="user", content="Plan a day in Rome")
-    colosseum = entry_add(thread=thread, role="assistant", content="Start at the Colosseum")
-    vatican = entry_add(thread=thread, role="assistant", content="Start at the Vatican", parent_id=q.id, activate=False)
-    more = entry_add(thread=thread, role="user", content="And lunch?", parent_id=vatican.id, activate=False)
-    return thread, {"q": q, "colosseum": colosseum, "vatican": vatican, "more": more}
-
-
 def test_thread_list_searches_by_id_user_and_agent(admin_client: Client, alice: Caller, bob: Caller) -> None:
-    rome(alice)
-    thread_create(agent=bob.agent, external_id="paris", user_id="u-bo")
+    rome_thread(alice.agent)
+    ThreadFactory(agent=bob.agent, external_id="paris", user_id="u-bo")
     page = admin_client.get("/admin/memoryapp/thread/").content.decode()
     assert "rome" in page and "paris" in page
     for query, shown, hidden in [("rome", "rome", "paris"), ("u-bo", "paris", "rome"), ("alice", "rome", "paris")]:
@@ -37,7 +30,7 @@ def test_thread_list_searches_by_id_user_and_agent(admin_client: Client, alice: 
 
 
 def test_thread_page_draws_the_tree_with_branches_and_the_active_path(admin_client: Client, alice: Caller) -> None:
-    thread, entries = rome(alice)
+    thread, entries = rome_thread(alice.agent)
     response = admin_client.get(f"/admin/memoryapp/thread/{thread.pk}/change/")
     assert response.status_code == 200
     page = response.content.decode()
@@ -66,7 +59,7 @@ def test_thread_page_draws_the_tree_with_branches_and_the_active_path(admin_clie
 
 
 def test_entry_detail_shows_the_entry_and_links_its_parent(admin_client: Client, alice: Caller) -> None:
-    _, entries = rome(alice)
+    _, entries = rome_thread(alice.agent)
     response = admin_client.get(f"/admin/memoryapp/entry/{entries['vatican'].id}/change/")
     assert response.status_code == 200
     page = response.content.decode()
@@ -75,7 +68,7 @@ def test_entry_detail_shows_the_entry_and_links_its_parent(admin_client: Client,
 
 
 def test_deleting_an_entry_in_the_admin_splices_it_and_audits(admin_client: Client, alice: Caller) -> None:
-    _, entries = rome(alice)
+    _, entries = rome_thread(alice.agent)
     response = admin_client.post(f"/admin/memoryapp/entry/{entries['vatican'].id}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert Entry.objects.get(id=entries["more"].id).parent_id == entries["q"].id
@@ -84,7 +77,7 @@ def test_deleting_an_entry_in_the_admin_splices_it_and_audits(admin_client: Clie
 
 
 def test_redact_action_goes_through_the_service(admin_client: Client, alice: Caller) -> None:
-    _, entries = rome(alice)
+    _, entries = rome_thread(alice.agent)
     data: dict[str, Any] = {"action": "redact_entries", "_selected_action": [entries["q"].id]}
     response = admin_client.post("/admin/memoryapp/entry/", data)
     assert response.status_code == 302
@@ -94,7 +87,7 @@ def test_redact_action_goes_through_the_service(admin_client: Client, alice: Cal
 
 
 def test_deleting_a_thread_in_the_admin_audits(admin_client: Client, alice: Caller) -> None:
-    thread, _ = rome(alice)
+    thread, _ = rome_thread(alice.agent)
     response = admin_client.post(f"/admin/memoryapp/thread/{thread.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert not Thread.objects.filter(pk=thread.pk).exists() and not Entry.objects.exists()
@@ -102,7 +95,7 @@ def test_deleting_a_thread_in_the_admin_audits(admin_client: Client, alice: Call
 
 
 def test_editing_thread_metadata_in_the_admin_saves_it(admin_client: Client, alice: Caller) -> None:
-    thread, _ = rome(alice)
+    thread, _ = rome_thread(alice.agent)
     response = admin_client.post(
         f"/admin/memoryapp/thread/{thread.pk}/change/", {"user_id": "u-new", "metadata": '{"topic": "roma"}'}
     )
@@ -114,15 +107,7 @@ def test_editing_thread_metadata_in_the_admin_saves_it(admin_client: Client, ali
 @pytest.fixture
 def thread_editor(db: None) -> Client:
     """A staff user who may view and change threads, and nothing else."""
-    from django.contrib.auth.models import Permission, User
-
-    user = User.objects.create_user("editor", password="x", is_staff=True)
-    user.user_permissions.add(
-        *Permission.objects.filter(content_type__app_label="memoryapp", codename__in=["view_thread", "change_thread"])
-    )
-    client = Client()
-    client.force_login(user)
-    return client
+    return staff_client(username="editor", permissions=("view_thread", "change_thread"))
 
 
 @pytest.mark.parametrize(
@@ -142,7 +127,7 @@ def thread_editor(db: None) -> Client:
 def test_thread_metadata_the_api_would_refuse_is_a_form_error_in_the_admin(
     thread_editor: Client, alice: Caller, metadata: str
 ) -> None:
-    thread, _ = rome(alice)
+    thread, _ = rome_thread(alice.agent)
     thread_update(thread=thread, metadata={"topic": "rome"})
     response = thread_editor.post(
         f"/admin/memoryapp/thread/{thread.pk}/change/", {"user_id": "u-new", "metadata": metadata}
@@ -158,7 +143,7 @@ def test_thread_metadata_the_api_would_refuse_is_a_form_error_in_the_admin(
 
 
 def test_a_thread_editor_saves_good_metadata_in_the_admin(thread_editor: Client, alice: Caller) -> None:
-    thread, _ = rome(alice)
+    thread, _ = rome_thread(alice.agent)
     response = thread_editor.post(
         f"/admin/memoryapp/thread/{thread.pk}/change/", {"user_id": "u-ana", "metadata": '{"topic": "roma"}'}
     )
@@ -168,14 +153,9 @@ def test_a_thread_editor_saves_good_metadata_in_the_admin(thread_editor: Client,
 
 
 def test_compact_now_and_extract_now_enqueue_jobs(admin_client, alice) -> None:
-    from governance.models import JobRun
-    from memoryapp.models import Thread
-    from memoryapp.services.threads import entry_add, thread_create
-
-    thread = thread_create(agent=alice.agent, external_id="t-admin-jobs", user_id="u-ana")
-    entry_add(thread=thread, role="user", content="look up page 1")
-    entry_add(thread=thread, role="assistant", content="", tool_calls=[{"id": "c1", "name": "fetch", "arguments": {}}])
-    entry_add(thread=thread, type="tool_result", tool_call_id="c1", content="PAGE " * 200)
+    thread = ThreadFactory(agent=alice.agent, external_id="t-admin-jobs")
+    EntryFactory(thread=thread, role="user", content="look up page 1")
+    tool_round(thread, 1, tool="fetch", body="PAGE " * 200)
     page = admin_client.get(f"/admin/memoryapp/thread/{thread.pk}/change/").content.decode()
     assert "Compact now" in page and "Extract now" in page
     response = admin_client.post(
