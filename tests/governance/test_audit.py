@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from governance.audit import _hashed_fields, audit_append, audit_records, audit_
 from governance.jobs import job_enqueue
 from governance.models import AuditRecord
 from governance.tasks import audit_verify_job
+from tests.kit.concurrency import in_threads
 
 
 @pytest.mark.django_db
@@ -62,26 +62,13 @@ def test_rolled_back_transaction_takes_its_record_with_it() -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_appends_stay_one_unbroken_chain() -> None:
-    errors: list[BaseException] = []
-    start = threading.Barrier(8)
+    def writer(n: int) -> int:
+        for i in range(15):
+            with transaction.atomic():
+                audit_append(action="concurrent", actor=f"w{n}", subject=str(i))
+        return 15
 
-    def writer(n: int) -> None:
-        try:
-            start.wait()
-            for i in range(15):
-                with transaction.atomic():
-                    audit_append(action="concurrent", actor=f"w{n}", subject=str(i))
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
+    assert in_threads(*(lambda n=n: writer(n) for n in range(8))) == [15] * 8
     seqs = list(AuditRecord.objects.order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, 121))
     # Every committed append was anchored too, in whatever order the commits came.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth.models import Group, Permission, User
+from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
 from governance.audit import audit_verify
@@ -12,20 +12,15 @@ from governance.roles import ROLES, roles_sync
 from memoryapp.errors import DomainError
 from memoryapp.keys import TRUST_PERMISSION, agent_key_trust_set
 from memoryapp.models import AgentKey, Entry, MemoryItem
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add, thread_create
-from tests.admin.test_threads_admin import rome
 from tests.conftest import Caller
+from tests.kit.admin import staff_client
+from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory, rome_thread
 
 pytestmark = pytest.mark.django_db
 
 
-def _staff(*, groups: tuple[str, ...] = (), name: str = "staffer") -> Client:
-    user = User.objects.create_user(name, password="pw-not-used", is_staff=True)
-    user.groups.set(Group.objects.filter(name__in=groups))
-    client = Client()
-    client.force_login(user)
-    return client
+def _staff(*, groups: tuple[str, ...] = (), name: str = "staffer", permissions: tuple[str, ...] = ()) -> Client:
+    return staff_client(username=name, groups=groups, permissions=permissions)
 
 
 def test_migrate_keeps_the_role_groups_with_exactly_their_permissions() -> None:
@@ -40,7 +35,7 @@ def test_migrate_keeps_the_role_groups_with_exactly_their_permissions() -> None:
 
 
 def test_a_reviewer_opens_the_queue_but_cannot_redact_or_mint_keys(alice: Caller) -> None:
-    _, entries = rome(alice)
+    _, entries = rome_thread(alice.agent)
     reviewer = _staff(groups=("Reviewers",))
     assert reviewer.get("/admin/memoryapp/memoryitem/review/").status_code == 200
     changelist = reviewer.get("/admin/memoryapp/entry/")
@@ -54,7 +49,7 @@ def test_a_reviewer_opens_the_queue_but_cannot_redact_or_mint_keys(alice: Caller
 
 
 def test_a_privacy_officer_redacts_and_an_operator_mints_and_revokes_keys(alice: Caller) -> None:
-    _, entries = rome(alice)
+    _, entries = rome_thread(alice.agent)
     officer = _staff(groups=("Privacy officers",), name="officer")
     officer.post("/admin/memoryapp/entry/", {"action": "redact_entries", "_selected_action": [entries["q"].id]})
     assert Entry.objects.get(pk=entries["q"].id).redacted_at is not None
@@ -73,9 +68,7 @@ def test_a_privacy_officer_redacts_and_an_operator_mints_and_revokes_keys(alice:
 
 
 def test_staff_with_a_view_of_keys_only_cannot_revoke_them(alice: Caller) -> None:
-    viewer = _staff()
-    viewer_user = User.objects.get(username="staffer")
-    viewer_user.user_permissions.add(*Group.objects.get(name="Operators").permissions.filter(codename="view_agentkey"))
+    viewer = _staff(permissions=("view_agentkey",))
     key = AgentKey.objects.filter(agent=alice.agent).first()
     assert key is not None
     assert viewer.get("/admin/memoryapp/agentkey/").status_code == 200
@@ -85,10 +78,7 @@ def test_staff_with_a_view_of_keys_only_cannot_revoke_them(alice: Caller) -> Non
 
 
 def test_creating_an_agent_mints_its_first_key_only_for_those_who_may_make_keys() -> None:
-    creator = _staff(name="creator")
-    User.objects.get(username="creator").user_permissions.add(
-        *Group.objects.get(name="Operators").permissions.filter(codename__in=["add_agent", "view_agent"])
-    )
+    creator = _staff(name="creator", permissions=("add_agent", "view_agent"))
     response = creator.post("/admin/memoryapp/agent/add/", {"slug": "newbie", "name": "Newbie"}, follow=True)
     assert response.status_code == 200
     assert not AgentKey.objects.filter(agent__slug="newbie").exists()
@@ -108,16 +98,14 @@ REVIEW_URL = "/admin/memoryapp/memoryitem/review/"
 
 
 def _suggested(caller: Caller) -> tuple[MemoryItem, Entry]:
-    thread = thread_create(agent=caller.agent, external_id="t-ana", user_id="u-ana")
-    answer = entry_add(thread=thread, role="user", content="I am vegetarian now.")
-    item = item_write(
+    thread = ThreadFactory(agent=caller.agent, external_id="t-ana")
+    answer = EntryFactory(thread=thread, content="I am vegetarian now.")
+    item = MemoryItemFactory(
         agent=caller.agent,
         kind="preference",
-        subject="Ana",
         attribute="diet",
         value="vegetarian",
         trust="model",
-        user_id="u-ana",
         evidence=[{"entry_id": answer.id, "quote": "I am vegetarian now"}],
     )
     assert item.status == "suggested"
@@ -144,9 +132,7 @@ def test_a_reviewer_approves_rejects_and_edits_and_reads_the_quoted_conversation
     reviewer.post(REVIEW_URL, {"action": "approve", "item": item.pk, "value": "vegetarian (no meat)"})
     item.refresh_from_db()
     assert (item.status, item.value) == ("active", "vegetarian (no meat)")
-    other = item_write(
-        agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="Lisbon", trust="model", user_id="u-ana"
-    )
+    other = MemoryItemFactory(agent=alice.agent, attribute="city", value="Lisbon", trust="model")
     reviewer.post(REVIEW_URL, {"action": "reject", "item": other.pk, "reason": "wrong"})
     other.refresh_from_db()
     assert other.status == "rejected"
@@ -154,7 +140,7 @@ def test_a_reviewer_approves_rejects_and_edits_and_reads_the_quoted_conversation
 
 
 def test_a_reviewer_may_not_delete_threads_read_audit_or_touch_keys(alice: Caller) -> None:
-    thread, entries = rome(alice)
+    thread, entries = rome_thread(alice.agent)
     reviewer = _staff(groups=("Reviewers",), name="rita")
     assert reviewer.get(f"/admin/memoryapp/thread/{thread.pk}/delete/").status_code == 403
     assert reviewer.post(f"/admin/memoryapp/thread/{thread.pk}/delete/", {"post": "yes"}).status_code == 403
@@ -169,7 +155,7 @@ def test_a_reviewer_may_not_delete_threads_read_audit_or_touch_keys(alice: Calle
 
 
 def test_a_privacy_officer_deletes_threads_and_reads_the_audit_list(alice: Caller) -> None:
-    thread, _ = rome(alice)
+    thread, _ = rome_thread(alice.agent)
     officer = _staff(groups=("Privacy officers",), name="officer")
     assert officer.get("/admin/governance/auditrecord/").status_code == 200
     assert officer.get(f"/admin/memoryapp/thread/{thread.pk}/delete/").status_code == 200
@@ -239,7 +225,7 @@ def test_an_operator_sees_job_runs_and_schedules_and_a_keys_trust_but_cannot_rai
 
 
 def test_an_operator_may_not_read_conversations_nor_review(alice: Caller) -> None:
-    thread, _ = rome(alice)
+    thread, _ = rome_thread(alice.agent)
     item, _ = _suggested(alice)
     operator = _staff(groups=("Operators",), name="operator")
     assert operator.get(f"/admin/memoryapp/thread/{thread.pk}/change/").status_code == 403
@@ -253,10 +239,7 @@ def test_an_operator_may_not_read_conversations_nor_review(alice: Caller) -> Non
 
 
 def test_who_holds_the_trust_permission_raises_a_keys_trust_and_the_audit_chain_records_it(alice: Caller) -> None:
-    trusted = _staff(groups=("Operators",), name="security")
-    User.objects.get(username="security").user_permissions.add(
-        Permission.objects.get(content_type__app_label="memoryapp", codename=TRUST_PERMISSION.split(".")[1])
-    )
+    trusted = _staff(groups=("Operators",), name="security", permissions=(TRUST_PERMISSION.split(".")[1],))
     key = AgentKey.objects.get(agent=alice.agent)
     page = trusted.get(f"/admin/memoryapp/agentkey/{key.pk}/change/").content.decode()
     assert 'name="max_trust"' in page
