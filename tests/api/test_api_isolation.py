@@ -11,13 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
-from django.test import Client
 
 from governance.models import AuditRecord, JobRun
 from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.models.choices import ItemStatus
 from tests.conftest import Caller
+from tests.kit.admin import staff_client
+from tests.kit.api import post_entries, post_entry, post_item, post_thread, put_ok, use_fact_tool
 
 pytestmark = pytest.mark.django_db
 
@@ -26,27 +26,16 @@ SECRET = "my passport number is X12345678"
 
 def alices_thread(alice: Caller) -> dict[str, str]:
     """Alice's thread `t-ana` with a question and its answer; the ids Mallory might learn."""
-    assert (
-        alice.client.post(
-            "/api/v1/threads", {"id": "t-ana", "user_id": "u-ana", "metadata": {"who": "alice"}}, format="json"
-        ).status_code
-        == 201
+    post_thread(alice, "t-ana", status=201, user_id="u-ana", metadata={"who": "alice"})
+    said = post_entries(
+        alice, "t-ana", [{"role": "user", "content": SECRET}, {"role": "assistant", "content": "Noted."}]
     )
-    said = alice.client.post(
-        "/api/v1/threads/t-ana/entries",
-        {"entries": [{"role": "user", "content": SECRET}, {"role": "assistant", "content": "Noted."}]},
-        format="json",
-    ).json()["entries"]
     return {"told": said[0]["id"], "answer": said[1]["id"]}
 
 
 def mallorys_thread(mallory: Caller, thread_id: str = "t-mal") -> str:
-    assert mallory.client.post("/api/v1/threads", {"id": thread_id}, format="json").status_code in (200, 201)
-    reply = mallory.client.post(
-        f"/api/v1/threads/{thread_id}/entries", {"role": "user", "content": "hello"}, format="json"
-    )
-    assert reply.status_code == 201, reply.content
-    return str(reply.json()["id"])
+    post_thread(mallory, thread_id)
+    return str(post_entry(mallory, thread_id, role="user", content="hello")["id"])
 
 
 def assert_nothing_of_alice(response: Any, ids: dict[str, str]) -> None:
@@ -139,16 +128,10 @@ def test_a_quote_of_alices_entry_counts_as_a_quote_of_no_entry(alice: Caller, ma
     ids = alices_thread(alice)
 
     def write(entry_id: str) -> dict[str, Any]:
-        body = {
-            "kind": "fact",
-            "subject": "Ana",
-            "attribute": "passport",
-            "value": "X12345678",
-            "evidence": [{"entry_id": entry_id, "quote": SECRET}],
-        }
-        response = mallory.client.post("/api/v1/items", body, format="json")
-        assert response.status_code == 201, response.content
-        return dict(response.json())
+        evidence = [{"entry_id": entry_id, "quote": SECRET}]
+        return dict(
+            post_item(mallory, kind="fact", subject="Ana", attribute="passport", value="X12345678", evidence=evidence)
+        )
 
     guessed = write(ids["told"])
     made_up = write("ent_00000000000000000000000000")
@@ -160,11 +143,7 @@ def test_a_quote_of_alices_entry_counts_as_a_quote_of_no_entry(alice: Caller, ma
 
 def test_search_and_items_filtered_by_alices_person_find_nothing_of_hers(alice: Caller, mallory: Caller) -> None:
     ids = alices_thread(alice)
-    alice.client.post(
-        "/api/v1/items",
-        {"kind": "fact", "subject": "Ana", "attribute": "passport", "value": "X12345678", "user_id": "u-ana"},
-        format="json",
-    )
+    post_item(alice, kind="fact", subject="Ana", attribute="passport", value="X12345678", user_id="u-ana")
     for method in ("keyword", "vector", "hybrid"):
         response = mallory.client.post(
             "/api/v1/search", {"text": "passport number X12345678", "user_id": "u-ana", "method": method}, format="json"
@@ -177,16 +156,10 @@ def test_search_and_items_filtered_by_alices_person_find_nothing_of_hers(alice: 
 
 
 def test_mallorys_memory_tools_neither_read_nor_forget_alices_facts(alice: Caller, mallory: Caller) -> None:
-    assert (
-        alice.client.put("/api/v1/facts/users/u-ana/passport", {"value": "X12345678"}, format="json").status_code == 200
-    )
+    put_ok(alice.client, "/api/v1/facts/users/u-ana/passport", {"value": "X12345678"})
 
     def tool(name: str, tool_input: dict[str, Any]) -> str:
-        response = mallory.client.post(
-            "/api/v1/memory-tools", {"name": name, "input": tool_input, "user_id": "u-ana"}, format="json"
-        )
-        assert response.status_code == 200, response.content
-        return str(response.json()["result"])
+        return str(use_fact_tool(mallory, name, tool_input, user_id="u-ana")["result"])
 
     assert "X12345678" not in tool("search_memory", {"query": "passport"})
     assert tool("forget", {"key": "passport"}) == "Nothing was remembered as passport."
@@ -221,19 +194,10 @@ def test_mallorys_key_never_writes_into_alices_rows(alice: Caller, mallory: Call
 # --- the admin ---------------------------------------------------------------------------------------
 
 
-def staff_client(username: str, *, staff: bool = True, codenames: tuple[str, ...] = ()) -> Client:
-    user = User.objects.create_user(username, is_staff=staff)
-    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def suggested_item(alice: Caller) -> str:
-    body = {"kind": "fact", "subject": "Ana", "attribute": "city", "value": "Lisbon", "user_id": "u-ana"}
-    response = alice.client.post("/api/v1/items", body, format="json")
-    assert response.json()["status"] == ItemStatus.SUGGESTED
-    return str(response.json()["id"])
+    item = post_item(alice, kind="fact", subject="Ana", attribute="city", value="Lisbon", user_id="u-ana")
+    assert item["status"] == ItemStatus.SUGGESTED
+    return str(item["id"])
 
 
 @pytest.mark.parametrize(
@@ -249,7 +213,7 @@ def suggested_item(alice: Caller) -> str:
 )
 def test_a_logged_in_user_who_is_not_staff_is_sent_to_the_login_page(alice: Caller, url: str) -> None:
     suggested_item(alice)
-    response = staff_client("norma", staff=False).get(url)
+    response = staff_client(username="norma", is_staff=False).get(url)
     assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
 
 
@@ -260,7 +224,7 @@ def test_an_agent_key_opens_no_admin_page(alice: Caller) -> None:
 
 def test_staff_without_the_change_permission_cannot_approve_from_the_queue(alice: Caller) -> None:
     item_id = suggested_item(alice)
-    viewer = staff_client("vera", codenames=("view_memoryitem", "view_entity"))
+    viewer = staff_client(username="vera", permissions=("view_memoryitem", "view_entity"))
     audits = AuditRecord.objects.count()
     response = viewer.post("/admin/memoryapp/memoryitem/review/", {"action": "approve", "item": item_id})
     assert response.status_code == 403
@@ -272,7 +236,7 @@ def test_staff_without_the_change_permission_cannot_approve_from_the_queue(alice
 
 def test_staff_without_the_change_permission_cannot_approve_by_admin_action_or_form(alice: Caller) -> None:
     item_id = suggested_item(alice)
-    viewer = staff_client("vera", codenames=("view_memoryitem", "view_entity"))
+    viewer = staff_client(username="vera", permissions=("view_memoryitem", "view_entity"))
     viewer.post("/admin/memoryapp/memoryitem/", {"action": "approve_selected", "_selected_action": [item_id]})
     change = viewer.post(f"/admin/memoryapp/memoryitem/{item_id}/change/", {"status": ItemStatus.ACTIVE})
     assert change.status_code == 403
@@ -282,7 +246,7 @@ def test_staff_without_the_change_permission_cannot_approve_by_admin_action_or_f
 def test_a_reviewer_with_the_permission_can_approve(alice: Caller) -> None:
     """The positive case, so the refusals above are for the permission and not for a broken form."""
     item_id = suggested_item(alice)
-    reviewer = staff_client("rita", codenames=("change_memoryitem", "view_memoryitem", "view_entity"))
+    reviewer = staff_client(username="rita", permissions=("change_memoryitem", "view_memoryitem", "view_entity"))
     response = reviewer.post("/admin/memoryapp/memoryitem/review/", {"action": "approve", "item": item_id})
     assert response.status_code == 302
     assert MemoryItem.objects.get(pk=item_id).status == ItemStatus.ACTIVE
@@ -291,7 +255,7 @@ def test_a_reviewer_with_the_permission_can_approve(alice: Caller) -> None:
 def test_staff_without_the_thread_change_permission_cannot_start_jobs(alice: Caller) -> None:
     alices_thread(alice)
     thread = Thread.objects.get(agent=alice.agent)
-    viewer = staff_client("vera", codenames=("view_thread",))
+    viewer = staff_client(username="vera", permissions=("view_thread",))
     for action in ("compact", "extract"):
         viewer.post(f"/admin/memoryapp/thread/{thread.pk}/{action}/")
     assert not JobRun.objects.exists()
@@ -299,6 +263,6 @@ def test_staff_without_the_thread_change_permission_cannot_start_jobs(alice: Cal
 
 def test_verifying_the_audit_chain_needs_the_permission_to_read_the_audit(alice: Caller) -> None:
     alices_thread(alice)
-    assert staff_client("vera").get("/admin/governance/auditrecord/verify/").status_code == 403
-    auditor = staff_client("aldo", codenames=("view_auditrecord",))
+    assert staff_client(username="vera").get("/admin/governance/auditrecord/verify/").status_code == 403
+    auditor = staff_client(username="aldo", permissions=("view_auditrecord",))
     assert auditor.get("/admin/governance/auditrecord/verify/").status_code == 302

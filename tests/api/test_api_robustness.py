@@ -17,6 +17,7 @@ from django.test import Client
 from governance.models import AuditRecord
 from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread
 from tests.conftest import Caller
+from tests.kit.api import error_of, jsonl_node, post_entry, post_item, post_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -36,21 +37,9 @@ def send(caller: Caller, method: str, url: str, body: Any = None, *, raw: bytes 
     return getattr(caller.client, method)(url, data=data, content_type=ctype or "application/json")
 
 
-def error_of(response: Any, status: int = 400) -> dict[str, Any]:
-    assert response.status_code == status, response.content
-    body = response.json()
-    assert set(body["error"]) <= {"code", "message", "field"} and body["error"]["message"]
-    return body["error"]
-
-
 def thread_with_entry(caller: Caller, thread_id: str = "t-robust") -> tuple[str, str]:
-    response = caller.client.post("/api/v1/threads", {"id": thread_id, "user_id": "u-ana"}, format="json")
-    assert response.status_code == 201, response.content
-    entry = caller.client.post(
-        f"/api/v1/threads/{thread_id}/entries", {"role": "user", "content": "I live in Lisbon."}, format="json"
-    )
-    assert entry.status_code == 201, entry.content
-    return thread_id, entry.json()["id"]
+    post_thread(caller, thread_id, status=201, user_id="u-ana")
+    return thread_id, post_entry(caller, thread_id, role="user", content="I live in Lisbon.")["id"]
 
 
 def counts() -> tuple[int, int, int, int, int]:
@@ -244,16 +233,10 @@ def test_numbers_json_cannot_write_back_and_bytes_that_are_not_utf8_are_malforme
 
 
 def test_forget_with_a_body_that_is_not_an_object_is_a_400(alice: Caller) -> None:
-    response = alice.client.post(
-        "/api/v1/items",
-        {"kind": "fact", "subject": "Ana", "attribute": "city", "value": "Lisbon"},
-        format="json",
-    )
-    assert response.status_code == 201, response.content
-    item_id = response.json()["id"]
+    item = post_item(alice, kind="fact", subject="Ana", attribute="city", value="Lisbon")
     for raw in (b"1000000000000000000000000000000", b"[1]", b'"x"'):
-        assert error_of(send(alice, "post", f"/api/v1/items/{item_id}/forget", raw=raw))["code"] == "invalid_value"
-    assert MemoryItem.objects.get(pk=item_id).status == response.json()["status"]
+        assert error_of(send(alice, "post", f"/api/v1/items/{item['id']}/forget", raw=raw))["code"] == "invalid_value"
+    assert MemoryItem.objects.get(pk=item["id"]).status == item["status"]
 
 
 # --- times the database would keep but never give back -----------------------------------------------
@@ -291,23 +274,22 @@ def test_a_created_at_outside_years_1_to_9999_in_utc_is_refused_and_the_thread_s
 # --- the JSONL import ---------------------------------------------------------------------------------
 
 
-def node_line(node_id: str = "ent_imp1", **more: Any) -> str:
-    node = {"id": node_id, "parent": None, "turn": {"role": "user", "content": "hi"}, "seq": 1, **more}
-    return json.dumps({"type": "node", "node": node})
-
-
 @pytest.mark.parametrize(
     ("raw", "code", "field"),
     [
         (b"\xff\xfe\n", "malformed_json", None),
         (b"[" * 5000 + b"]" * 5000 + b"\n", "malformed_jsonl", "line 1"),
         (
-            node_line(turn={"role": "user", "content": LONE_SURROGATE}).encode(),
+            jsonl_node("ent_imp1", turn={"role": "user", "content": LONE_SURROGATE}).encode(),
             "invalid_text",
             "line 1.node.turn.content",
         ),
-        (node_line(createdAtIso="9999-12-31T23:59:59-05:00").encode(), "invalid_value", "line 1.createdAt"),
-        (node_line(seq=10**30).encode(), "invalid_value", "line 1.seq"),
+        (
+            jsonl_node("ent_imp1", createdAtIso="9999-12-31T23:59:59-05:00").encode(),
+            "invalid_value",
+            "line 1.createdAt",
+        ),
+        (jsonl_node("ent_imp1", seq=10**30).encode(), "invalid_value", "line 1.seq"),
     ],
 )
 def test_a_jsonl_import_with_a_bad_line_names_it_and_creates_no_thread(
@@ -491,7 +473,7 @@ def test_a_nul_in_a_review_form_is_a_400_and_decides_nothing(
     admin_client: Client, alice: Caller, form: dict[str, Any]
 ) -> None:
     body = {"kind": "fact", "subject": "Ana", "attribute": "city", "value": "Lisbon"}
-    item_id = alice.client.post("/api/v1/items", body, format="json").json()["id"]
+    item_id = post_item(alice, **body)["id"]
     audits = AuditRecord.objects.count()
     filled = {
         k: ([item_id if x == "ITEM" else x for x in v] if isinstance(v, list) else v.replace("ITEM", item_id))

@@ -20,15 +20,9 @@ import pytest
 
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 from memoryapp.models import Entry, Thread
-from tests.conftest import Caller, database_url
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.conftest import Caller
+from tests.kit import PROJECT_ROOT
+from tests.kit.servers import database_url, free_port
 
 
 @pytest.fixture
@@ -44,7 +38,7 @@ def gunicorn(transactional_db: None, tmp_path: Path) -> Iterator[str]:
     command = [sys.executable, "-m", "gunicorn", "memory_project.wsgi:application", "--bind", f"127.0.0.1:{port}"]
     command += ["--worker-class", "gthread", "--threads", "2", "--workers", "1", "--timeout", "120"]
     log = (tmp_path / "gunicorn.log").open("wb")
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -89,6 +83,7 @@ def send_chunked(
         conn.close()
 
 
+@pytest.mark.slow
 def test_chunked_bodies_reach_the_views_whole_under_gunicorn(gunicorn: str, alice: Caller) -> None:
     created = send_chunked(
         gunicorn,
@@ -130,6 +125,7 @@ def test_chunked_bodies_reach_the_views_whole_under_gunicorn(gunicorn: str, alic
     ]
 
 
+@pytest.mark.slow
 def test_a_chunked_body_over_the_limit_is_a_413_under_gunicorn(gunicorn: str, alice: Caller) -> None:
     def oversized() -> Iterator[bytes]:
         head = b'{"id": "t-big", "metadata": {"pad": "'

@@ -15,6 +15,7 @@ from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Thread
 from memoryapp.services.threads import thread_import
 from tests.conftest import Caller
+from tests.kit.api import error_of, import_jsonl, jsonl_node, post_entry, post_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -25,20 +26,8 @@ ODD_THREAD_ID = "t_3A:1@x+y~z.w-v"
 ODD_ENTRY_IDS = ["e_3A:1@a+b~c.d-e", "e_2F_5Fz"]
 
 
-def node_line(node_id: Any, *, parent: str | None = None, seq: int = 1) -> str:
-    node = {"id": node_id, "parent": parent, "turn": {"role": "user", "content": f"turn {seq}"}, "seq": seq}
-    return json.dumps({"type": "node", "node": node})
-
-
-def import_jsonl(caller: Caller, lines: list[str], query: str = "") -> Any:
-    return caller.client.generic(
-        "POST", f"/api/v1/threads/import{query}", "\n".join(lines), content_type="application/x-ndjson"
-    )
-
-
 def error_field(response: Any) -> str:
-    assert response.status_code == 400, response.content
-    return str(response.json()["error"]["field"])
+    return str(error_of(response)["field"])
 
 
 @pytest.mark.parametrize("thread_id", BAD_THREAD_IDS)
@@ -47,18 +36,18 @@ def test_a_thread_id_outside_the_rule_is_a_400_naming_id_on_create_fork_and_impo
 ) -> None:
     created = alice.client.post("/api/v1/threads", {"id": thread_id}, format="json")
     assert error_field(created) == "id"
-    origin = alice.client.post("/api/v1/threads", {"id": "origin"}, format="json").json()
-    entry = alice.client.post("/api/v1/threads/origin/entries", {"role": "user", "content": "hi"}, format="json")
+    origin = post_thread(alice, "origin", status=201)
+    entry = post_entry(alice, "origin", role="user", content="hi")
     fork = alice.client.post(
-        "/api/v1/threads/origin/fork", {"entry_id": entry.json()["id"], "new_thread_id": thread_id}, format="json"
+        "/api/v1/threads/origin/fork", {"entry_id": entry["id"], "new_thread_id": thread_id}, format="json"
     )
     assert error_field(fork) == "new_thread_id"
-    query = import_jsonl(alice, [node_line("ent_q1")], "?" + urlencode({"id": thread_id}))
+    query = import_jsonl(alice, [jsonl_node("ent_q1")], "?" + urlencode({"id": thread_id}))
     assert error_field(query) == "id"
     in_body = alice.client.post("/api/v1/threads/import", {"id": thread_id, "records": []}, format="json")
     assert error_field(in_body) == "id"
     header = json.dumps({"type": "thread", "thread": {"id": thread_id}})
-    from_file = import_jsonl(alice, [header, node_line("ent_h1")])
+    from_file = import_jsonl(alice, [header, jsonl_node("ent_h1")])
     assert error_field(from_file) == "line 1.thread.id"
     assert list(Thread.objects.values_list("external_id", flat=True)) == [origin["id"]]
     assert Entry.objects.count() == 1
@@ -66,7 +55,7 @@ def test_a_thread_id_outside_the_rule_is_a_400_naming_id_on_create_fork_and_impo
 
 @pytest.mark.parametrize("entry_id", BAD_ENTRY_IDS)
 def test_an_imported_entry_id_outside_the_rule_is_a_400_naming_its_line(alice: Caller, entry_id: str) -> None:
-    response = import_jsonl(alice, [node_line("ent_ok1"), node_line(entry_id, parent="ent_ok1", seq=2)], "?id=t-imp")
+    response = import_jsonl(alice, [jsonl_node("ent_ok1"), jsonl_node(entry_id, parent="ent_ok1", seq=2)], "?id=t-imp")
     assert error_field(response) == "line 2.id"
     assert not Thread.objects.exists() and not Entry.objects.exists()
 
@@ -83,7 +72,7 @@ def test_ids_with_every_allowed_character_are_reachable_over_the_api_and_in_the_
     alice: Caller, admin_client: Client
 ) -> None:
     first, second = ODD_ENTRY_IDS
-    lines = [node_line(first), node_line(second, parent=first, seq=2), json.dumps({"type": "head", "leaf": second})]
+    lines = [jsonl_node(first), jsonl_node(second, parent=first, seq=2), json.dumps({"type": "head", "leaf": second})]
     imported = import_jsonl(alice, lines, f"?id={ODD_THREAD_ID.replace('+', '%2B')}")
     assert imported.status_code == 201, imported.content
     assert imported.json()["id"] == ODD_THREAD_ID

@@ -13,6 +13,7 @@ from memoryapp.facts import fact_remember, fact_search, facts_prune
 from memoryapp.models import MemoryItem
 from memoryapp.selectors.items import context_facts
 from memoryapp.tasks.items import items_prune_tick
+from tests.kit.api import use_fact_tool
 
 
 def put(caller, path: str, value, **extra):
@@ -175,23 +176,24 @@ def test_facts_of_another_agent_are_not_found(alice, mallory):
 
 
 def test_the_memory_tools_remember_search_and_forget_in_the_persons_namespace(alice, mallory):
-    def tool(caller, name: str, tool_input: dict, **scope):
-        response = caller.client.post(
-            "/api/v1/memory-tools", {"name": name, "input": tool_input, **scope}, format="json"
-        )
-        assert response.status_code == 200, response.json()
-        return response.json()
-
-    remembered = tool(alice, "remember", {"key": "diet", "value": "vegetarian"}, user_id="u-ana")
+    remembered = use_fact_tool(alice, "remember", {"key": "diet", "value": "vegetarian"}, user_id="u-ana")
     assert remembered == {"result": "Remembered diet: vegetarian", "is_error": False}
     assert MemoryItem.objects.get().namespace == "users/u-ana"
-    found = tool(alice, "search_memory", {"query": "what about vegetarian food"}, user_id="u-ana")
+    found = use_fact_tool(alice, "search_memory", {"query": "what about vegetarian food"}, user_id="u-ana")
     assert found["result"] == "Found 1 memory:\n- diet: vegetarian"
-    assert tool(mallory, "search_memory", {"query": "vegetarian"}, user_id="u-ana")["result"] == "No memories matched."
-    assert tool(alice, "search_memory", {"query": "vegetarian"}, user_id="u-ben")["result"] == "No memories matched."
-    assert tool(alice, "forget", {"key": "diet"}, user_id="u-ana")["result"] == "Forgot diet."
-    assert tool(alice, "forget", {"key": "diet"}, user_id="u-ana")["result"] == "Nothing was remembered as diet."
-    wrong = tool(alice, "remember", {"key": "a/b", "value": "x"}, user_id="u-ana")
+    assert (
+        use_fact_tool(mallory, "search_memory", {"query": "vegetarian"}, user_id="u-ana")["result"]
+        == "No memories matched."
+    )
+    assert (
+        use_fact_tool(alice, "search_memory", {"query": "vegetarian"}, user_id="u-ben")["result"]
+        == "No memories matched."
+    )
+    assert use_fact_tool(alice, "forget", {"key": "diet"}, user_id="u-ana")["result"] == "Forgot diet."
+    assert (
+        use_fact_tool(alice, "forget", {"key": "diet"}, user_id="u-ana")["result"] == "Nothing was remembered as diet."
+    )
+    wrong = use_fact_tool(alice, "remember", {"key": "a/b", "value": "x"}, user_id="u-ana")
     assert wrong["is_error"] is True and wrong["result"].startswith("Error: key must")
 
 

@@ -152,3 +152,10 @@ def exported_lines(caller: Caller, thread_id: str) -> str:
     response = caller.client.get(f"{THREADS}/{thread_id}/export")
     assert response.status_code == 200, content_of(response)
     return content_of(response).decode()
+
+
+def use_fact_tool(caller: Caller, name: str, tool_input: dict[str, Any], **scope: Any) -> dict[str, Any]:
+    """One of the model's fact tools (remember, search_memory, forget) over /api/v1/memory-tools;
+    its answer (an error the model should read is an answer too: `is_error`)."""
+    body = {"name": name, "input": tool_input, **scope}
+    return dict(post_ok(caller.client, "/api/v1/memory-tools", body, status=200))
