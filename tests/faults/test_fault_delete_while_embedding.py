@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
 
 import pytest
-from django.db import OperationalError, connection, connections, transaction
+from django.db import OperationalError, connection, transaction
 from django.test import override_settings
 
 from governance.models import AuditRecord
@@ -18,33 +16,12 @@ from memoryapp.search.indexing import embed_pending
 from memoryapp.services import retry
 from memoryapp.services.threads import entries_add, thread_create, thread_delete, thread_fork
 from tests.conftest import Caller
+from tests.kit.concurrency import in_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.fault]
 
 ENTRIES = 2000
 ROUNDS = 3
-
-
-def in_threads(*works: Callable[[], Any]) -> list[Any]:
-    """Run each work in its own thread (own database connection), started together; answers or errors."""
-    barrier = threading.Barrier(len(works))
-    outcomes: list[Any] = [None] * len(works)
-
-    def run(index: int, work: Callable[[], Any]) -> None:
-        try:
-            barrier.wait()
-            outcomes[index] = work()
-        except Exception as error:
-            outcomes[index] = error
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(works)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=300)
-    return outcomes
 
 
 def _thread_with_forks(caller: Caller, name: str) -> tuple[Thread, list[Thread]]:
@@ -79,8 +56,9 @@ def test_deleting_a_thread_with_forks_while_embedding_runs_never_fails_and_leave
         outcomes = in_threads(
             lambda: embed_pending(agent_id=alice.agent.pk),
             lambda doomed=thread: thread_delete(thread=doomed, actor="test"),
+            timeout=300,
         )
-        assert not any(isinstance(o, Exception) for o in outcomes), outcomes
+        assert not any(isinstance(o, BaseException) for o in outcomes), outcomes
         # Whatever the job passed over while the delete held it is taken by the next run (the sweep).
         embed_pending(agent_id=alice.agent.pk)
 
@@ -135,7 +113,7 @@ def test_a_delete_chosen_as_deadlock_victim_is_run_again_and_the_thread_goes(ali
             time.sleep(0.05)
         go_on.set()
 
-    outcomes = in_threads(other_writer, deleter, conductor)
+    outcomes = in_threads(other_writer, deleter, conductor, timeout=300)
     assert outcomes[:2] == ["committed", None], outcomes
     assert not Thread.objects.filter(pk=thread.pk).exists()
     assert not Entry.objects.filter(thread_id=thread.pk).exists()

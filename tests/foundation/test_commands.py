@@ -8,16 +8,15 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
 from django.core.management import get_commands, load_command_class
 
 from memory_project.commands import ProjectCommand
-from tests.conftest import database_url
+from tests.kit import PROJECT_ROOT
+from tests.kit.servers import database_conninfo, database_url
 
-ROOT = Path(__file__).resolve().parents[2]
 PROJECT_APPS = ("memoryapp", "governance")
 
 
@@ -25,23 +24,13 @@ PROJECT_APPS = ("memoryapp", "governance")
 def empty_database(db: None) -> Iterator[str]:
     """A DATABASE_URL of a database just created on the tests' server, with no table at all."""
     name = f"empty_{uuid.uuid4().hex[:12]}"
-    admin_url = database_url(name="postgres")
-    with psycopg.connect(_conninfo(admin_url), autocommit=True) as conn:
+    with psycopg.connect(database_conninfo(name="postgres"), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
         yield database_url(name=name)
     finally:
-        with psycopg.connect(_conninfo(admin_url), autocommit=True) as conn:
+        with psycopg.connect(database_conninfo(name="postgres"), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def _conninfo(url: str) -> str:
-    from memory_project.settings import database_from_url
-
-    d = database_from_url(url)
-    return psycopg.conninfo.make_conninfo(
-        dbname=str(d["NAME"]), user=str(d["USER"]) or None, host=str(d["HOST"]) or None, port=str(d["PORT"]) or None
-    )
 
 
 def test_every_project_command_checks_the_database_first() -> None:
@@ -51,6 +40,7 @@ def test_every_project_command_checks_the_database_first() -> None:
         assert isinstance(load_command_class(app, name), ProjectCommand), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -65,7 +55,12 @@ def test_a_command_on_an_unmigrated_database_says_to_migrate_without_a_traceback
 ) -> None:
     env = {**os.environ, "DATABASE_URL": empty_database}
     done = subprocess.run(
-        [sys.executable, "manage.py", *arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "manage.py", *arguments],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 1, (done.stdout, done.stderr)
     assert "Traceback" not in done.stderr and "does not exist" not in done.stderr, done.stderr
