@@ -1,10 +1,11 @@
 # Two commands: `make run` runs the service, `make test` runs every test (pytest, ruff, mypy).
+# `make test-quick` runs the tests not marked slow, browser or fault (pytest only), for quick rounds.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench stop clean
+.PHONY: run test test-quick lint bench stop clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,6 +22,9 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=postgres://typecheck@localhost/none REDIS_URL=redis://localhost:1/0 $(VENV)/bin/mypy
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+test-quick: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow and not browser and not fault"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && DATABASE_URL=postgres://typecheck@localhost/none REDIS_URL=redis://localhost:1/0 $(VENV)/bin/mypy
