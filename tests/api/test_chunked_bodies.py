@@ -143,9 +143,27 @@ def test_a_chunked_body_over_the_limit_is_a_413_under_gunicorn(gunicorn: str, al
 
 @pytest.mark.django_db(transaction=True)
 def test_a_server_that_cannot_decode_chunks_answers_411_and_writes_nothing(live_server: Any, alice: Caller) -> None:
-    where = live_server.url.removeprefix("http://")
+    host, port = live_server.url.removeprefix("http://").rsplit(":", 1)
     body = json.dumps({"id": "t-dev", "metadata": {"topic": "rome"}}).encode()
-    status, head, answer = send_chunked(where, "POST", "/api/v1/threads", body, alice.key)
+    # The whole request in one write: the server answers as soon as it has read the headers and
+    # closes, and a client still sending chunks then would fail on a broken pipe, not on the answer.
+    request = (
+        b"POST /api/v1/threads HTTP/1.1\r\n"
+        + f"Host: {host}:{port}\r\nAuthorization: Bearer {alice.key}\r\n".encode()
+        + b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + f"{len(body):x}\r\n".encode()
+        + body
+        + b"\r\n0\r\n\r\n"
+    )
+    with socket.create_connection((host, int(port)), timeout=120) as conn:
+        conn.sendall(request)
+        response = http.client.HTTPResponse(conn)
+        response.begin()
+        status, head, answer = (
+            response.status,
+            {k.lower(): v for k, v in response.getheaders()},
+            json.loads(response.read()),
+        )
     assert status == 411 and answer["error"]["code"] == "length_required"
     # The unread chunks must not be read as a next request on the same connection.
     assert head.get("connection") == "close"
