@@ -21,6 +21,7 @@ from memoryapp.models import Entry, Evidence, MemoryItem, Thread
 from memoryapp.services.threads import entry_delete
 from memoryapp.tasks.extraction import extract_thread
 from tests.conftest import Caller
+from tests.kit.api import patch_ok
 from tests.kit.factories import EntryFactory, JobRunFactory, ThreadFactory
 
 WED = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)  # a Wednesday
@@ -171,10 +172,10 @@ def test_extraction_over_http_writes_checked_items_in_shadow_mode(alice: Caller)
     run = JobRun.objects.get(pk=body["job_run"]["id"])
     assert run.usage["calls"] == 1 and run.result["prompt_version"] == "extraction_v1"
     # The mark is not the agent's metadata: replacing that neither shows nor resets it.
-    replaced = alice.client.patch(
-        "/api/v1/threads/t-api", {"metadata": {"topic": "moving"}, "replace_metadata": True}, format="json"
+    replaced = patch_ok(
+        alice.client, "/api/v1/threads/t-api", {"metadata": {"topic": "moving"}, "replace_metadata": True}
     )
-    assert replaced.status_code == 200 and replaced.json()["metadata"] == {"topic": "moving"}
+    assert replaced["metadata"] == {"topic": "moving"}
     thread.refresh_from_db()
     assert thread.extraction["through_seq"] == said.seq
 

@@ -4,18 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import User
 from django.test import Client
 
 from tests.kit.factories import StaffFactory
 
 
-def logged_in(user: User) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def staff_client(**staff: Any) -> Client:
     """A client logged in as a new staff user (StaffFactory's arguments: username, groups, permissions...)."""
-    return logged_in(StaffFactory(**staff))
+    client = Client()
+    client.force_login(StaffFactory(**staff))
+    return client

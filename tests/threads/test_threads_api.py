@@ -11,7 +11,7 @@ import pytest
 from governance.models import AuditRecord
 from memoryapp.models import Entry, Evidence, MemoryItem, Thread
 from tests.conftest import Caller
-from tests.kit.api import post_entries, post_entry, post_thread
+from tests.kit.api import delete_ok, get_ok, patch_ok, post_entries, post_entry, post_thread
 from tests.kit.factories import MemoryItemFactory
 
 pytestmark = pytest.mark.django_db
@@ -89,7 +89,7 @@ def test_get_and_patch_thread_merge_metadata_and_remove_null_keys(alice: Caller)
     assert response.json()["metadata"] == {"topic": "rome", "resolved": True}
     thread = Thread.objects.get(external_id="t1")
     assert thread.metadata == {"topic": "rome", "resolved": True} and thread.user_id == "u-bo"
-    assert alice.client.get("/api/v1/threads/t1").json()["user_id"] == "u-bo"
+    assert get_ok(alice.client, "/api/v1/threads/t1")["user_id"] == "u-bo"
 
 
 def test_delete_thread_removes_its_entries_with_the_items_standing_on_them_and_audits(alice: Caller) -> None:
@@ -112,14 +112,13 @@ def test_list_threads_newest_updated_first_with_cursor_paging(alice: Caller) -> 
     for index in range(5):
         post_thread(alice, f"t{index}")
     post_entry(alice, "t1", role="user", content="an entry")  # 004: entries do not move updatedAt
-    patched = alice.client.patch("/api/v1/threads/t2", {"metadata": {"mood": "calm"}}, format="json")
-    assert patched.status_code == 200  # metadata does: t2 is now the most recently updated
-    first = alice.client.get("/api/v1/threads?limit=2").json()
+    patch_ok(alice.client, "/api/v1/threads/t2", {"metadata": {"mood": "calm"}})  # metadata does: t2 moves first
+    first = get_ok(alice.client, "/api/v1/threads?limit=2")
     assert [t["id"] for t in first["results"]] == ["t2", "t4"]
     assert first["next"]
-    second = alice.client.get(first["next"]).json()
+    second = get_ok(alice.client, first["next"])
     assert [t["id"] for t in second["results"]] == ["t3", "t1"]
-    third = alice.client.get(second["next"]).json()
+    third = get_ok(alice.client, second["next"])
     assert [t["id"] for t in third["results"]] == ["t0"] and third["next"] is None
 
 
@@ -127,16 +126,16 @@ def test_list_threads_filters_metadata_by_type_user_and_update_time(alice: Calle
     post_thread(alice, "n1", user_id="u-ana", metadata={"n": 1, "tag": "a"})
     post_thread(alice, "n2", user_id="u-bo", metadata={"n": "1", "tag": "a"})
     post_thread(bob, "n3", user_id="u-ana", metadata={"n": 1})
-    by_number = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"n": 1})}).json()
+    by_number = get_ok(alice.client, "/api/v1/threads", {"metadata": json.dumps({"n": 1})})
     assert [t["id"] for t in by_number["results"]] == ["n1"]
-    by_text = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"n": "1"})}).json()
+    by_text = get_ok(alice.client, "/api/v1/threads", {"metadata": json.dumps({"n": "1"})})
     assert [t["id"] for t in by_text["results"]] == ["n2"]
-    by_user = alice.client.get("/api/v1/threads", {"user_id": "u-ana"}).json()
+    by_user = get_ok(alice.client, "/api/v1/threads", {"user_id": "u-ana"})
     assert [t["id"] for t in by_user["results"]] == ["n1"]
     n1_updated = Thread.objects.get(external_id="n1").updated_at.isoformat()
-    after = alice.client.get("/api/v1/threads", {"updated_after": n1_updated}).json()
+    after = get_ok(alice.client, "/api/v1/threads", {"updated_after": n1_updated})
     assert [t["id"] for t in after["results"]] == ["n2"]
-    before = alice.client.get("/api/v1/threads", {"updated_before": n1_updated}).json()
+    before = get_ok(alice.client, "/api/v1/threads", {"updated_before": n1_updated})
     assert before["results"] == []
 
 
@@ -150,7 +149,7 @@ def test_list_threads_metadata_values_must_be_equal_not_merely_contained(alice: 
         ({"o": {"x": 1}}, []),
         ({"tags": []}, []),
     ):
-        found = alice.client.get("/api/v1/threads", {"metadata": json.dumps(wanted)}).json()["results"]
+        found = get_ok(alice.client, "/api/v1/threads", {"metadata": json.dumps(wanted)})["results"]
         assert [t["id"] for t in found] == ids, wanted
 
 
@@ -158,15 +157,17 @@ def test_the_next_page_keeps_the_filters_of_the_first(alice: Caller) -> None:
     for n in range(3):
         post_thread(alice, f"ana-{n}", user_id="u-ana")
         post_thread(alice, f"bo-{n}", user_id="u-bo")
-    first = alice.client.get("/api/v1/threads", {"user_id": "u-ana", "limit": 2}).json()
+    first = get_ok(alice.client, "/api/v1/threads", {"user_id": "u-ana", "limit": 2})
     cursor = first["next_cursor"]
-    rest = alice.client.get("/api/v1/threads", {"cursor": cursor}).json()
+    rest = get_ok(alice.client, "/api/v1/threads", {"cursor": cursor})
     assert [t["id"] for t in first["results"] + rest["results"]] == ["ana-2", "ana-1", "ana-0"]
-    followed = alice.client.get(first["next"]).json()  # the link repeats the filters: the same page
+    followed = get_ok(alice.client, first["next"])  # the link repeats the filters: the same page
     assert [t["id"] for t in followed["results"]] == ["ana-0"]
-    dated = alice.client.get(
-        "/api/v1/threads", {"metadata": json.dumps({}), "updated_after": "2000-01-01T00:00:00Z", "limit": 1}
-    ).json()
+    dated = get_ok(
+        alice.client,
+        "/api/v1/threads",
+        {"metadata": json.dumps({}), "updated_after": "2000-01-01T00:00:00Z", "limit": 1},
+    )
     assert alice.client.get(dated["next"]).status_code == 200
     other = alice.client.get("/api/v1/threads", {"cursor": cursor, "user_id": "u-bo"})
     assert other.status_code == 400 and other.json()["error"]["field"] == "cursor"
@@ -177,13 +178,13 @@ def test_list_filters_on_number_like_keys_and_pages_with_large_filters(
 ) -> None:
     post_thread(alice, "y1", metadata={"2024": "x", "note": "n" * 1500})
     post_thread(alice, "y2", metadata={"2024": "x", "note": "n" * 1500})
-    found = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"2024": "x"})}).json()["results"]
+    found = get_ok(alice.client, "/api/v1/threads", {"metadata": json.dumps({"2024": "x"})})["results"]
     assert sorted(t["id"] for t in found) == ["y1", "y2"]
     # Filters too large to ride in the cursor: the next link (which repeats them) still works,
     # the cursor alone asks for them again.
-    first = alice.client.get("/api/v1/threads", {"metadata": json.dumps({"note": "n" * 1500}), "limit": 1}).json()
+    first = get_ok(alice.client, "/api/v1/threads", {"metadata": json.dumps({"note": "n" * 1500}), "limit": 1})
     assert len(first["next_cursor"]) < 200
-    assert [t["id"] for t in alice.client.get(first["next"]).json()["results"]] == ["y1"]
+    assert [t["id"] for t in get_ok(alice.client, first["next"])["results"]] == ["y1"]
     alone = alice.client.get("/api/v1/threads", {"cursor": first["next_cursor"]})
     assert alone.status_code == 400 and alone.json()["error"]["field"] == "cursor"
 
@@ -194,9 +195,9 @@ def test_limit_zero_is_all_entries_up_to_what_one_answer_holds(alice: Caller, mo
     post_thread(alice, "t1")
     post_entries(alice, "t1", [{"role": "user", "content": f"n{i}"} for i in range(5)])
     monkeypatch.setattr(thread_selectors, "ALL_ENTRIES_MAX", 3)
-    page = alice.client.get("/api/v1/threads/t1/entries?limit=0").json()
+    page = get_ok(alice.client, "/api/v1/threads/t1/entries?limit=0")
     assert [e["seq"] for e in page["results"]] == [3, 4, 5] and page["next"]
-    assert [e["seq"] for e in alice.client.get(page["next"]).json()["results"]] == [1, 2]
+    assert [e["seq"] for e in get_ok(alice.client, page["next"])["results"]] == [1, 2]
 
 
 def test_list_threads_refuses_bad_filters(alice: Caller) -> None:
@@ -270,11 +271,11 @@ def test_a_bad_entry_in_a_batch_writes_nothing_and_names_it(alice: Caller) -> No
 def test_get_entries_reads_every_branch_and_events_only_when_asked(alice: Caller) -> None:
     tree = rome_tree(alice)
     post_entry(alice, "rome", type="label", event={"label": "checkpoint"})
-    default = alice.client.get("/api/v1/threads/rome/entries").json()
+    default = get_ok(alice.client, "/api/v1/threads/rome/entries")
     assert [e["id"] for e in default["results"]] == [tree[k]["id"] for k in ("question", "colosseum", "vatican")]
-    everything = alice.client.get("/api/v1/threads/rome/entries?types=all").json()
+    everything = get_ok(alice.client, "/api/v1/threads/rome/entries?types=all")
     assert [e["type"] for e in everything["results"]][-1] == "label"
-    labels = alice.client.get("/api/v1/threads/rome/entries?types=label").json()
+    labels = get_ok(alice.client, "/api/v1/threads/rome/entries?types=label")
     assert [e["event"] for e in labels["results"]] == [{"label": "checkpoint"}]
     assert alice.client.get("/api/v1/threads/rome/entries?types=bogus").status_code == 400
 
@@ -288,16 +289,16 @@ def test_get_entries_pages_with_next_links(alice: Caller) -> None:
     pages: list[list[int]] = []
     url: str | None = "/api/v1/threads/t1/entries?limit=3"
     while url:
-        page = alice.client.get(url).json()
+        page = get_ok(alice.client, url)
         pages.append([e["seq"] for e in page["results"]])
         url = page["next"]
     assert pages == [[5, 6, 7], [2, 3, 4], [1]]
-    everything = alice.client.get("/api/v1/threads/t1/entries?limit=0").json()
+    everything = get_ok(alice.client, "/api/v1/threads/t1/entries?limit=0")
     assert [e["seq"] for e in everything["results"]] == list(range(1, 8)) and everything["next"] is None
     fifth = Entry.objects.get(thread__external_id="t1", seq=5).created_at.isoformat()
-    bounded = alice.client.get("/api/v1/threads/t1/entries", {"before": fifth, "limit": 2}).json()
+    bounded = get_ok(alice.client, "/api/v1/threads/t1/entries", {"before": fifth, "limit": 2})
     assert [e["seq"] for e in bounded["results"]] == [3, 4]
-    later = alice.client.get("/api/v1/threads/t1/entries", {"after": fifth}).json()
+    later = get_ok(alice.client, "/api/v1/threads/t1/entries", {"after": fifth})
     assert [e["seq"] for e in later["results"]] == [6, 7]
 
 
@@ -314,20 +315,20 @@ def test_get_entry_by_id(alice: Caller) -> None:
 
 def test_path_reads_the_active_branch_or_another_leaf(alice: Caller) -> None:
     tree = rome_tree(alice)
-    active = alice.client.get("/api/v1/threads/rome/path").json()
+    active = get_ok(alice.client, "/api/v1/threads/rome/path")
     assert contents(active) == ["Plan a day in Rome", "Start at the Colosseum"]
-    other = alice.client.get(f"/api/v1/threads/rome/path?leaf={tree['vatican']['id']}").json()
+    other = get_ok(alice.client, f"/api/v1/threads/rome/path?leaf={tree['vatican']['id']}")
     assert contents(other) == ["Plan a day in Rome", "Start at the Vatican"]
 
 
 def test_path_gives_the_newest_limit_and_pages_back_with_before(alice: Caller) -> None:
     post_thread(alice, "t1")
     post_entries(alice, "t1", [{"role": "user", "content": f"n{i}"} for i in range(7)])
-    page = alice.client.get("/api/v1/threads/t1/path?limit=3").json()
+    page = get_ok(alice.client, "/api/v1/threads/t1/path?limit=3")
     assert contents(page) == ["n4", "n5", "n6"]
-    older = alice.client.get(page["next"]).json()
+    older = get_ok(alice.client, page["next"])
     assert contents(older) == ["n1", "n2", "n3"]
-    oldest = alice.client.get(older["next"]).json()
+    oldest = get_ok(alice.client, older["next"])
     assert contents(oldest) == ["n0"] and oldest["next"] is None
 
 
@@ -336,8 +337,8 @@ def test_path_shows_events_only_when_types_asks(alice: Caller) -> None:
     post_entry(alice, "t1", role="user", content="hi")
     post_entry(alice, "t1", type="model_change", event={"model": "m2"})
     post_entry(alice, "t1", role="assistant", content="hello")
-    assert contents(alice.client.get("/api/v1/threads/t1/path").json()) == ["hi", "hello"]
-    everything = alice.client.get("/api/v1/threads/t1/path?types=all").json()
+    assert contents(get_ok(alice.client, "/api/v1/threads/t1/path")) == ["hi", "hello"]
+    everything = get_ok(alice.client, "/api/v1/threads/t1/path?types=all")
     assert [e["type"] for e in everything["results"]] == ["message", "model_change", "message"]
 
 
@@ -381,7 +382,7 @@ def test_checkout_makes_any_branch_the_active_one(alice: Caller) -> None:
     tree = rome_tree(alice)
     response = alice.client.post("/api/v1/threads/rome/checkout", {"entry_id": tree["vatican"]["id"]}, format="json")
     assert response.status_code == 200
-    assert contents(alice.client.get("/api/v1/threads/rome/path").json())[-1] == "Start at the Vatican"
+    assert contents(get_ok(alice.client, "/api/v1/threads/rome/path"))[-1] == "Start at the Vatican"
     bad = alice.client.post("/api/v1/threads/rome/checkout", {"entry_id": "ent_nope"}, format="json")
     assert bad.status_code == 400 and bad.json()["error"]["field"] == "entry_id"
 
@@ -403,7 +404,7 @@ def test_fork_copies_the_branch_with_lineage_in_metadata(alice: Caller) -> None:
     body = response.json()
     assert body["id"] == "rome-vatican" and body["forked_from"] == "rome"
     assert body["metadata"] == {"topic": "rome", "forkedFrom": "rome"} and body["user_id"] == "u-ana"
-    path = alice.client.get("/api/v1/threads/rome-vatican/path").json()["results"]
+    path = get_ok(alice.client, "/api/v1/threads/rome-vatican/path")["results"]
     assert [e["content"] for e in path] == ["Plan a day in Rome", "Start at the Vatican"]
     assert [e["metadata"]["forkOf"] for e in path] == [tree["question"]["id"], tree["vatican"]["id"]]
     assert all(e["id"] not in (tree["question"]["id"], tree["vatican"]["id"]) for e in path)
@@ -434,9 +435,9 @@ def test_delete_entry_splices_children_to_its_parent(alice: Caller) -> None:
     b = post_entry(alice, "t1", role="assistant", content="b")
     c = post_entry(alice, "t1", role="user", content="c")
     item = MemoryItemFactory(agent=alice.agent, value="b", evidence=[{"entry_id": b["id"], "quote": "b"}])
-    assert alice.client.delete(f"/api/v1/entries/{b['id']}").status_code == 204
+    delete_ok(alice.client, f"/api/v1/entries/{b['id']}")
     assert Entry.objects.get(id=c["id"]).parent_id == a["id"]
-    assert contents(alice.client.get("/api/v1/threads/t1/path").json()) == ["a", "c"]
+    assert contents(get_ok(alice.client, "/api/v1/threads/t1/path")) == ["a", "c"]
     assert not MemoryItem.objects.filter(pk=item.pk).exists()  # it stood only on b (tests/threads/test_lineage.py)
     assert AuditRecord.objects.filter(action="entry.delete", subject=b["id"]).exists()
     assert alice.client.get(f"/api/v1/entries/{b['id']}").status_code == 404
@@ -582,7 +583,7 @@ def test_another_agent_gets_404_on_every_thread_and_entry_endpoint(alice: Caller
         response = getattr(mallory.client, method)(url, body, format="json")
         assert response.status_code == 404, (method, url, response.status_code)
         assert response.json()["error"]["code"] == "not_found"
-    assert mallory.client.get("/api/v1/threads").json()["results"] == []
+    assert get_ok(mallory.client, "/api/v1/threads")["results"] == []
     assert Entry.objects.filter(thread__external_id="rome").count() == 3
     assert Thread.objects.get(external_id="rome").metadata == {"topic": "rome"}
 
