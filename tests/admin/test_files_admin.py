@@ -10,8 +10,8 @@ from governance.models import AuditRecord
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import file_create, file_rename, file_str_replace
 from memoryapp.models import MemoryFileVersion
-from tests.conftest import Caller
 from tests.kit.admin import staff_client
+from tests.kit.api import Caller
 from tests.kit.factories import MemoryFileVersionFactory
 
 pytestmark = pytest.mark.django_db

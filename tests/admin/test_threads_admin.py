@@ -12,8 +12,8 @@ from django.test import Client
 from governance.models import AuditRecord, JobRun
 from memoryapp.models import Entry, Thread
 from memoryapp.services.threads import thread_fork, thread_update
-from tests.conftest import Caller
 from tests.kit.admin import staff_client
+from tests.kit.api import Caller
 from tests.kit.factories import EntryFactory, ThreadFactory, rome_thread, tool_round
 
 pytestmark = pytest.mark.django_db

@@ -15,9 +15,8 @@ import pytest
 from governance.models import AuditRecord, JobRun
 from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.models.choices import ItemStatus
-from tests.conftest import Caller
 from tests.kit.admin import staff_client
-from tests.kit.api import post_entries, post_entry, post_item, post_thread, put_ok, use_fact_tool
+from tests.kit.api import Caller, post_entries, post_entry, post_item, post_thread, put_ok, use_fact_tool
 
 pytestmark = pytest.mark.django_db
 

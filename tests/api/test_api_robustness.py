@@ -16,8 +16,7 @@ from django.test import Client
 
 from governance.models import AuditRecord
 from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread
-from tests.conftest import Caller
-from tests.kit.api import error_of, jsonl_node, post_entry, post_item, post_thread
+from tests.kit.api import Caller, error_of, jsonl_node, post_entry, post_item, post_thread
 
 pytestmark = pytest.mark.django_db
 

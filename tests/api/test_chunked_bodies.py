@@ -20,8 +20,8 @@ import pytest
 
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 from memoryapp.models import Entry, Thread
-from tests.conftest import Caller
 from tests.kit import PROJECT_ROOT
+from tests.kit.api import Caller
 from tests.kit.servers import database_url, free_port
 
 

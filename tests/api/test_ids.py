@@ -14,8 +14,7 @@ from django.test import Client
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Thread
 from memoryapp.services.threads import thread_import
-from tests.conftest import Caller
-from tests.kit.api import error_of, import_jsonl, jsonl_node, post_entry, post_thread
+from tests.kit.api import Caller, error_of, import_jsonl, jsonl_node, post_entry, post_thread
 
 pytestmark = pytest.mark.django_db
 

@@ -30,8 +30,7 @@ from memoryapp.llm.port import ModelUnavailable, use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread
 from memoryapp.services.threads import entry_redact
-from tests.conftest import Caller
-from tests.kit.api import build_context
+from tests.kit.api import Caller, build_context
 from tests.kit.factories import EntryFactory, JobRunFactory, ThreadFactory, tool_round, tool_thread
 
 

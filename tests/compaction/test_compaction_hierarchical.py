@@ -17,7 +17,7 @@ from memoryapp.compaction.service import compaction_now
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread
-from tests.conftest import Caller
+from tests.kit.api import Caller
 from tests.kit.factories import EntryFactory, ThreadFactory
 
 EVERYTHING = {"keep_recent_tokens": None, "keep_recent": 0}

@@ -20,8 +20,7 @@ from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Evidence, MemoryItem, Thread
 from memoryapp.services.threads import entry_delete
 from memoryapp.tasks.extraction import extract_thread
-from tests.conftest import Caller
-from tests.kit.api import patch_ok
+from tests.kit.api import Caller, patch_ok
 from tests.kit.factories import EntryFactory, JobRunFactory, ThreadFactory
 
 WED = datetime(2026, 3, 4, 10, 0, tzinfo=UTC)  # a Wednesday

@@ -15,7 +15,7 @@ from memoryapp.models import Entry, Thread
 from memoryapp.search.indexing import embed_pending
 from memoryapp.services import retry
 from memoryapp.services.threads import entries_add, thread_create, thread_delete, thread_fork
-from tests.conftest import Caller
+from tests.kit.api import Caller
 from tests.kit.concurrency import in_threads
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.fault]

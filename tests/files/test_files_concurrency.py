@@ -15,7 +15,7 @@ from memoryapp.files.errors import MemoryFileError
 from memoryapp.files.selectors import file_history
 from memoryapp.files.services import file_create, file_put, file_str_replace
 from memoryapp.models import MemoryFileVersion
-from tests.conftest import Caller
+from tests.kit.api import Caller
 from tests.kit.concurrency import in_threads
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,7 +18,7 @@ from memoryapp.files.errors import MemoryFileError
 from memoryapp.files.selectors import file_history
 from memoryapp.files.services import file_put, memory_tool_run
 from memoryapp.models import MemoryFileVersion
-from tests.conftest import Caller
+from tests.kit.api import Caller
 from tests.kit.files import text_seen
 
 pytestmark = pytest.mark.django_db

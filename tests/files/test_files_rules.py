@@ -22,7 +22,7 @@ from memoryapp.files.services import (
 )
 from memoryapp.files.working_note import WORKING_NOTE_PATH, working_note_run
 from memoryapp.models import MemoryFileVersion
-from tests.conftest import Caller
+from tests.kit.api import Caller
 from tests.kit.factories import EntryFactory, ThreadFactory
 from tests.kit.files import sha256_hex, text_seen
 

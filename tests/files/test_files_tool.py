@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 
 from memoryapp.models import MemoryFileVersion
-from tests.conftest import Caller
-from tests.kit.api import MEMORY_TOOL, create_memory_file, use_memory_tool
+from tests.kit.api import MEMORY_TOOL, Caller, create_memory_file, use_memory_tool
 from tests.kit.factories import MemoryFileVersionFactory
 from tests.kit.files import sha256_hex
 

@@ -13,7 +13,8 @@ from governance.audit import audit_append
 from governance.jobs import job, job_add_usage, job_enqueue, job_fail, job_progress, job_run, job_skip, job_start
 from governance.models import JobRun
 from governance.tasks import audit_verify_job
-from tests.faults import broker_at
+from tests.kit.factories import EntryFactory, ThreadFactory
+from tests.kit.faults import broker_at
 
 # Nothing listens there: a broker that is away (connections refused at once).
 DEAD_BROKER = "redis://127.0.0.1:1/0"
@@ -204,12 +205,11 @@ def test_a_write_while_the_broker_is_away_still_leaves_its_extraction_run_to_be_
 @pytest.mark.django_db(transaction=True)
 def test_async_compact_and_extract_answer_202_when_the_broker_is_away(alice, settings) -> None:
     """Their run is committed before the send: a refused send must not turn the answer into a 500."""
-    from tests.compaction_helpers import make_thread, say
 
-    thread = make_thread(alice.agent, "t-away")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-away")
     for i in range(4):
-        say(thread, "user", f"question {i}")
-        say(thread, "assistant", f"answer {i}")
+        EntryFactory(thread=thread, role="user", content=f"question {i}")
+        EntryFactory(thread=thread, role="assistant", content=f"answer {i}")
     with broker_at(DEAD_BROKER, settings):
         compact = alice.client.post(
             "/api/v1/threads/t-away/compact", {"strategy": "summarize-old-preserve-recent"}, format="json"
@@ -228,9 +228,7 @@ def test_a_write_answers_when_the_broker_takes_connections_but_never_replies(ali
     import socket
     import threading
 
-    from tests.compaction_helpers import make_thread
-
-    make_thread(alice.agent, "t-hung")
+    ThreadFactory(agent=alice.agent, external_id="t-hung")
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
     silent.listen(16)  # connections complete in the kernel's backlog; nothing ever answers

@@ -12,8 +12,8 @@ from governance.roles import ROLES, roles_sync
 from memoryapp.errors import DomainError
 from memoryapp.keys import TRUST_PERMISSION, agent_key_trust_set
 from memoryapp.models import AgentKey, Entry, MemoryItem
-from tests.conftest import Caller
 from tests.kit.admin import staff_client
+from tests.kit.api import Caller
 from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory, rome_thread
 
 pytestmark = pytest.mark.django_db

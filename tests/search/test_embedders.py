@@ -173,7 +173,7 @@ def test_a_reembed_job_whose_embedder_is_down_for_a_while_is_retried_and_finishe
     (it went back to queued) and embeds everything."""
     from governance.jobs import job_enqueue
 
-    conversation(alice.agent, [("user", "one"), ("assistant", "two")])
+    ThreadFactory(agent=alice.agent, turns=[("user", "one"), ("assistant", "two")])
     _Endpoint.answers = [(500, {})] * 4  # one attempt's worth: the embedder tries 4 times, then raises
     with (
         override_settings(EMBEDDER="openai", EMBEDDING_URL=endpoint, EMBEDDING_TIMEOUT=5),

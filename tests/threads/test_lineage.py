@@ -16,8 +16,7 @@ from memoryapp.content import REDACTED_TEXT
 from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.services import lineage
 from memoryapp.services import threads as threads_services
-from tests.conftest import Caller
-from tests.kit.api import build_context, create_memory_file, post_entry, post_item, post_ok, post_thread
+from tests.kit.api import Caller, build_context, create_memory_file, post_entry, post_item, post_ok, post_thread
 from tests.kit.concurrency import started
 from tests.kit.factories import EntryFactory, MemoryItemFactory, tool_thread
 

@@ -10,8 +10,7 @@ import pytest
 
 from governance.models import AuditRecord
 from memoryapp.models import Entry, Evidence, MemoryItem, Thread
-from tests.conftest import Caller
-from tests.kit.api import delete_ok, get_ok, patch_ok, post_entries, post_entry, post_thread
+from tests.kit.api import Caller, delete_ok, get_ok, patch_ok, post_entries, post_entry, post_thread
 from tests.kit.factories import MemoryItemFactory
 
 pytestmark = pytest.mark.django_db

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from memoryapp.models import Thread
-from tests.conftest import Caller
 from tests.kit import PROJECT_ROOT
+from tests.kit.api import Caller
 from tests.kit.servers import database_conninfo
 
 BENCH = PROJECT_ROOT / "bench" / "write_entries.py"

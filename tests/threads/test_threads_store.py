@@ -34,8 +34,7 @@ from memoryapp.services.threads import (
     thread_fork,
     thread_rewind,
 )
-from tests.conftest import Caller
-from tests.kit.api import content_of, exported_lines, import_jsonl
+from tests.kit.api import Caller, content_of, exported_lines, import_jsonl
 from tests.kit.concurrency import in_threads
 
 EXACT_FIELDS = (

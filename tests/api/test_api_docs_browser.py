@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "var" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "bench" / "out" / "screenshots"
 
 pytestmark = [
     pytest.mark.browser,

@@ -21,9 +21,9 @@ from memoryapp.compaction.strategies import SUMMARIZE
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.tasks.embedding import embed_sweep
-from tests.compaction_helpers import make_thread, say
-from tests.conftest import Caller
-from tests.faults import ChatServer, Worker, broker_at, private_redis, wait_for
+from tests.kit.api import Caller
+from tests.kit.factories import EntryFactory, ThreadFactory
+from tests.kit.faults import ChatServer, Worker, broker_at, private_redis, wait_for
 
 pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
 
@@ -40,8 +40,8 @@ def _without_vector(thread: Thread) -> int:
 
 def _conversation(thread: Thread, turns: int = 6) -> None:
     for i in range(turns):
-        say(thread, "user", f"user message {i}: please keep the budget under {i}00 euros")
-        say(thread, "assistant", f"assistant reply {i}")
+        EntryFactory(thread=thread, role="user", content=f"user message {i}: please keep the budget under {i}00 euros")
+        EntryFactory(thread=thread, role="assistant", content=f"assistant reply {i}")
 
 
 def test_jobs_asked_for_while_the_broker_is_away_all_run_once_it_is_back(alice: Caller, settings: Any) -> None:
@@ -117,7 +117,9 @@ def test_a_pool_process_killed_in_the_middle_of_a_job_is_requeued_at_once_and_th
     """kill -9 of the pool process running a job: the worker rejects its message back to the queue
     (acks_late + reject_on_worker_lost), the next pool process claims the run once its dead holder's
     lock is gone, and the job ends with one compaction written, no sweep needed."""
-    _conversation(make_thread(alice.agent, "t-kill"))  # eagerly embedded, before the broker is switched
+    _conversation(
+        ThreadFactory(agent=alice.agent, external_id="t-kill")
+    )  # eagerly embedded, before the broker is switched
     with (
         private_redis() as redis_server,
         ChatServer(hold_first=True).running() as model,
@@ -148,7 +150,7 @@ def test_a_worker_killed_whole_in_the_middle_of_a_job_is_requeued_by_the_sweep_a
     """kill -9 of the whole worker (main process and pool): its message waits in Redis for the
     visibility timeout (half an hour), but the run's lock went with the worker, so the job sweep
     requeues it and the restarted worker finishes it."""
-    _conversation(make_thread(alice.agent, "t-kill"))
+    _conversation(ThreadFactory(agent=alice.agent, external_id="t-kill"))
     with (
         private_redis() as redis_server,
         ChatServer(hold_first=True).running() as model,

@@ -14,9 +14,9 @@ import threading
 from pathlib import Path
 
 from memory_project.launcher import Backoff, supervise
-from tests.faults import wait_for
+from tests.kit.faults import wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _crashing(starts: Path, *, after: float = 0.0) -> list[str]:

@@ -20,8 +20,8 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from tests.api_tour import Visit, api_tour
-from tests.conftest import Caller
+from tests.kit.api import Caller
+from tests.kit.api_tour import Visit, api_tour
 
 METHODS = ("get", "post", "put", "patch", "delete")
 WRITES = ("post", "put", "patch", "delete")

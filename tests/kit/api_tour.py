@@ -18,7 +18,7 @@ from django.http import HttpResponseBase
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.services.items import item_write
-from tests.conftest import Caller
+from tests.kit.api import Caller
 
 V1 = "/api/v1"
 
