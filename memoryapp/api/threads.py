@@ -374,7 +374,11 @@ class ThreadsView(APIView):
             except NotFound:
                 pass
         thread = thread_create(
-            agent=agent, external_id=data.get("id"), user_id=data["user_id"], metadata=data["metadata"]
+            agent=agent,
+            external_id=data.get("id"),
+            user_id=data["user_id"],
+            metadata=data["metadata"],
+            actor=_actor(request),
         )
         return Response(thread_json(thread), status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED)
 
@@ -417,6 +421,7 @@ class ThreadView(APIView):
             metadata=data.get("metadata"),
             user_id=data.get("user_id"),
             replace_metadata=data["replace_metadata"],
+            actor=_actor(request),
         )
         return Response(thread_json(thread))
 

@@ -300,13 +300,18 @@ def _sync(target: Thread, source: Thread) -> None:
 
 @transaction.atomic
 def thread_create(
-    *, agent: Agent, external_id: str | None = None, user_id: str = "", metadata: dict[str, Any] | None = None
+    *,
+    agent: Agent,
+    external_id: str | None = None,
+    user_id: str = "",
+    metadata: dict[str, Any] | None = None,
+    actor: str = "",
 ) -> Thread:
     """Create a thread, or update the one of that id (an idempotent upsert, safe on every run).
 
     An existing thread keeps its entries and `created_at`; the given metadata keys are merged
     into its metadata as PATCH merges them (a null removes the key; the result is size-checked)
-    and a given `user_id` replaces the old one.
+    and a given `user_id` replaces the old one (audited as `thread_update` audits it).
     """
     external_id = _new_thread_id(external_id, field="id")
     user_id = _check_str(user_id, "user_id", max_length=128)
@@ -322,10 +327,25 @@ def thread_create(
             # Another request created it between our read and our insert: update that one.
             existing = Thread.objects.select_for_update().get(agent=agent, external_id=external_id)
     existing.metadata = _merged_metadata(existing.metadata, metadata)
-    if user_id:
+    if user_id and user_id != existing.user_id:
+        _audit_user_change(existing, old=existing.user_id, new=user_id, actor=actor)
         existing.user_id = user_id
     existing.save(update_fields=["metadata", "user_id", "updated_at"])
     return existing
+
+
+def _audit_user_change(thread: Thread, *, old: str, new: str, actor: str) -> None:
+    """Whose thread it is decides what an erasure or an export of a person takes: a change of it is
+    audited (the two person ids, which are identifiers, never the metadata)."""
+    audit_append(
+        action="thread.user_change",
+        actor=actor,
+        agent_id=thread.agent_id,
+        thread_id=thread.external_id,
+        subject=thread.external_id,
+        outcome="changed",
+        details={"from_user_id": old, "to_user_id": new},
+    )
 
 
 def _merged_metadata(current: dict[str, Any] | None, changes: dict[str, Any]) -> dict[str, Any]:
@@ -350,14 +370,19 @@ def thread_update(
     metadata: dict[str, Any] | None = None,
     user_id: str | None = None,
     replace_metadata: bool = False,
+    actor: str = "",
 ) -> Thread:
-    """Update a thread's metadata atomically (merged key by key; a null value removes the key)."""
+    """Update a thread's metadata atomically (merged key by key; a null value removes the key) and
+    its person (`user_id`: a change is audited as `thread.user_change`, with both ids)."""
     locked = _lock(thread)
     if metadata is not None:
         metadata = thread_metadata_check(metadata)
         locked.metadata = _merged_metadata({} if replace_metadata else locked.metadata, metadata)
     if user_id is not None:
-        locked.user_id = _check_str(user_id, "user_id", max_length=128)
+        user_id = _check_str(user_id, "user_id", max_length=128)
+        if user_id != locked.user_id:
+            _audit_user_change(locked, old=locked.user_id, new=user_id, actor=actor)
+        locked.user_id = user_id
     locked.save(update_fields=["metadata", "user_id", "updated_at"])
     _sync(thread, locked)
     return locked
