@@ -1,0 +1,75 @@
+"""Staff send a failed job run again (the job-run admin's "retry").
+
+A run is retried in place, not copied: its id stays the one the pages, the audit trail and the
+job's own records name. The jobs are idempotent (`governance.jobs`), so running one again writes
+nothing twice.
+
+1. Lock the run; only a failed run of a task is retried (a run done inside a request has no task
+   to send: it is asked for again where it was asked for).
+2. Put it back to queued as a new run would be: no start, no end, no progress, no result, attempts
+   from zero (the lost-worker limit counts this series only), the old error kept after a note.
+3. Send its task after commit (`job_send`: a broker that is away leaves it queued and unsent, and
+   the job sweep sends it); audit `job.retry` with the run's id and kind, in the same transaction.
+"""
+
+from __future__ import annotations
+
+from celery import current_app
+from django.db import transaction
+
+from governance.audit import audit_append
+from governance.jobs import job_send
+from governance.models import JobRun
+
+
+class RetryRefused(Exception):
+    """The run cannot be sent again (its message says why)."""
+
+
+def _task_named(name: str) -> object | None:
+    """The Celery task of that name. A web process imports the tasks modules only when something
+    asks for them: the registry is filled the way a worker fills it (autodiscovery) first."""
+    if not name:
+        return None
+    if name not in current_app.tasks:
+        current_app.loader.import_default_modules()
+    return current_app.tasks.get(name)
+
+
+@transaction.atomic
+def job_retry(*, run: JobRun, actor: str) -> JobRun:
+    locked = JobRun.objects.select_for_update().filter(pk=run.pk).first()
+    if locked is None:
+        raise RetryRefused(f"Job run #{run.pk} no longer exists.")
+    if locked.status != JobRun.Status.FAILED:
+        raise RetryRefused(f"Job run #{locked.pk} is {locked.status}: only a failed run is retried.")
+    task = _task_named(locked.task_name)
+    if task is None:
+        raise RetryRefused(
+            f"Job run #{locked.pk} ran inside a request (no task to send): ask for it again where it was asked for."
+        )
+    attempts = locked.attempts
+    previous_error = locked.error
+    JobRun.objects.filter(pk=locked.pk).update(
+        status=JobRun.Status.QUEUED,
+        started_at=None,
+        finished_at=None,
+        sent_at=None,
+        attempts=0,
+        progress_done=0,
+        progress_total=None,
+        result={},
+        error=f"retried by staff after: {previous_error}"[:4000] if previous_error else "",
+    )
+    audit_append(
+        action="job.retry",
+        actor=actor,
+        agent_id=locked.agent_id,
+        subject=str(locked.pk),
+        outcome="queued",
+        details={"kind": locked.kind, "attempts_before": attempts},
+    )
+    run_id = locked.pk
+    transaction.on_commit(lambda: job_send(run_id=run_id, task=task))
+    locked.refresh_from_db()
+    return locked
