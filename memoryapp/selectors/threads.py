@@ -166,6 +166,30 @@ def path_entries(
     return rows
 
 
+def path_after(*, thread: Thread, leaf_id: str, after_seq: int, limit: int) -> list[Entry]:
+    """The oldest `limit` entries (all types) of the branch ending at `leaf_id` whose seq is above
+    `after_seq`, oldest first: the later pages of a branch read from its start or an anchor.
+
+    Seq grows from parent to child on every branch (an entry is written after its parent; imports
+    and forks keep that order), so the walk up from the leaf stops at the first entry at or below
+    `after_seq` and reads only the part of the branch after it.
+    """
+    columns = ", ".join(f"e.{c}" for c in _PATH_COLUMNS)
+    sql = f"""
+        WITH RECURSIVE branch(id, parent_id) AS (
+            SELECT id, parent_id FROM memoryapp_entry
+             WHERE id = %(start)s AND thread_id = %(thread)s AND seq > %(after)s
+            UNION ALL
+            SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
+             WHERE p.thread_id = %(thread)s AND p.seq > %(after)s
+        )
+        SELECT {columns} FROM branch b JOIN memoryapp_entry e ON e.id = b.id
+        ORDER BY e.seq LIMIT %(limit)s
+    """
+    params = {"start": leaf_id, "thread": thread.pk, "after": after_seq, "limit": limit}
+    return list(Entry.objects.raw(sql, params))
+
+
 def path_ids(*, thread: Thread, leaf_id: str | None = None) -> set[str]:
     """The ids of every entry on a branch (all types): for `evidence_on_path` and tree views."""
     start = leaf_id or thread.active_leaf_id

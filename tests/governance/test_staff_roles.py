@@ -40,7 +40,10 @@ def test_a_reviewer_opens_the_queue_but_cannot_redact_or_mint_keys(alice: Caller
     assert reviewer.get("/admin/memoryapp/memoryitem/review/").status_code == 200
     changelist = reviewer.get("/admin/memoryapp/entry/")
     assert changelist.status_code == 200 and "redact_entries" not in changelist.content.decode()
-    reviewer.post("/admin/memoryapp/entry/", {"action": "redact_entries", "_selected_action": [entries["q"].id]})
+    reviewer.post(
+        "/admin/memoryapp/entry/",
+        {"action": "redact_entries", "_selected_action": [entries["q"].id], "post": "yes", "reason": "asked"},
+    )
     assert Entry.objects.get(pk=entries["q"].id).redacted_at is None
     keys = AgentKey.objects.count()
     reviewer.post("/admin/memoryapp/agent/", {"action": "create_key", "_selected_action": [alice.agent.pk]})
@@ -51,7 +54,10 @@ def test_a_reviewer_opens_the_queue_but_cannot_redact_or_mint_keys(alice: Caller
 def test_a_privacy_officer_redacts_and_an_operator_mints_and_revokes_keys(alice: Caller) -> None:
     _, entries = rome_thread(alice.agent)
     officer = _staff(groups=("Privacy officers",), name="officer")
-    officer.post("/admin/memoryapp/entry/", {"action": "redact_entries", "_selected_action": [entries["q"].id]})
+    officer.post(
+        "/admin/memoryapp/entry/",
+        {"action": "redact_entries", "_selected_action": [entries["q"].id], "post": "yes", "reason": "asked"},
+    )
     assert Entry.objects.get(pk=entries["q"].id).redacted_at is not None
     assert AuditRecord.objects.get(action="entry.redact").actor == "staff:officer"
 
