@@ -1,22 +1,141 @@
+"""Admin of the audit trail and the job runs: both read-only lists that fit the screen, with their
+ids as links to the objects they name (looked up a page at a time, never a query per row)."""
+
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import path, reverse
-from django.utils.html import format_html
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
+from django.urls import NoReverseMatch, path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
+from governance.admin_filters import DateRangeFilter
 from governance.audit import audit_verify
+from governance.job_retry import RetryRefused, job_retry
 from governance.models import AuditRecord, JobRun
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"staff:{request.user.get_username()}"
+
+
+def _cut(text: str, limit: int) -> SafeString:
+    """A cell's text cut to `limit` characters, the whole of it on hover."""
+    flat = " ".join((text or "").split())
+    shown = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return format_html('<span title="{}">{}</span>', flat[:2000], shown)
+
+
+def _url(name: str, pk: Any) -> str:
+    try:
+        return reverse(f"admin:{name}", args=[quote(pk)])
+    except NoReverseMatch:
+        return ""
+
+
+class ObjectLinks:
+    """Admin links to the agents, threads, entries and items a page of rows names, found with one
+    query per kind for the whole page."""
+
+    def __init__(self) -> None:
+        self.agent_ids: set[int] = set()
+        self.thread_pks: set[int] = set()
+        self.threads: set[tuple[int, str]] = set()  # (agent id, external id)
+        self.entries: set[str] = set()
+        self.items: set[str] = set()
+        self.key_prefixes: set[str] = set()
+        self.agent_slugs: set[str] = set()
+        self.runs: set[int] = set()
+        self.resolved: dict[tuple[str, Any], tuple[str, str]] = {}  # (kind, key) -> (label, url)
+
+    def resolve(self) -> None:
+        from memoryapp.models import Agent, AgentKey, Entry, MemoryItem, Thread
+
+        if self.agent_ids or self.agent_slugs:
+            for pk, slug in Agent.objects.filter(pk__in=self.agent_ids).values_list("pk", "slug"):
+                self.resolved[("agent", pk)] = (slug, _url("memoryapp_agent_change", pk))
+            for pk, slug in Agent.objects.filter(slug__in=self.agent_slugs).values_list("pk", "slug"):
+                self.resolved[("agent_slug", slug)] = (slug, _url("memoryapp_agent_change", pk))
+        if self.thread_pks:
+            for pk, name in Thread.objects.filter(pk__in=self.thread_pks).values_list("pk", "external_id"):
+                self.resolved[("thread_pk", pk)] = (name, _url("memoryapp_thread_change", pk))
+        if self.threads:
+            rows = Thread.objects.filter(
+                agent_id__in={a for a, _ in self.threads}, external_id__in={n for _, n in self.threads}
+            ).values_list("pk", "agent_id", "external_id")
+            for pk, agent_id, name in rows:
+                self.resolved[("thread", (agent_id, name))] = (name, _url("memoryapp_thread_change", pk))
+        if self.entries:
+            for entry_id, thread_pk in Entry.objects.filter(pk__in=self.entries).values_list("pk", "thread_id"):
+                url = _url("memoryapp_thread_change", thread_pk)
+                self.resolved[("entry", entry_id)] = (entry_id, f"{url}?entry={entry_id}#entry-{entry_id}")
+        if self.items:
+            for item_id in MemoryItem.objects.filter(pk__in=self.items).values_list("pk", flat=True):
+                self.resolved[("item", item_id)] = (item_id, _url("memoryapp_memoryitem_change", item_id))
+        if self.key_prefixes:
+            for pk, prefix in AgentKey.objects.filter(prefix__in=self.key_prefixes).values_list("pk", "prefix"):
+                self.resolved[("key", prefix)] = (prefix, _url("memoryapp_agentkey_change", pk))
+        if self.runs:
+            for pk in JobRun.objects.filter(pk__in=self.runs).values_list("pk", flat=True):
+                self.resolved[("run", pk)] = (f"job run #{pk}", _url("governance_jobrun_change", pk))
+
+    def link(self, kind: str, key: Any, label: str | None = None) -> SafeString:
+        found = self.resolved.get((kind, key))
+        if found is None or not found[1]:
+            return _cut(str(label if label is not None else key), 40)
+        return format_html('<a href="{}" title="{}">{}</a>', found[1], found[0], _cut(str(label or found[0]), 40))
+
+
+# --- audit --------------------------------------------------------------------------------------------
+
+# What an action's subject names: the object kind to link it to.
+_SUBJECT_KINDS = (
+    ("item.", "item"),
+    ("entry.", "entry"),
+    ("lineage.", "entry"),
+    ("thread.rewind", "entry"),
+    ("thread.compact", "entry"),
+    ("thread.", "thread"),
+    ("agent_key.", "key"),
+    ("agent.", "agent_slug"),
+    ("job.", "run"),
+)
+
+
+def subject_kind(action: str) -> str | None:
+    for prefix, kind in _SUBJECT_KINDS:
+        if action.startswith(prefix):
+            return kind
+    return None
 
 
 @admin.register(AuditRecord)
 class AuditRecordAdmin(admin.ModelAdmin):
-    list_display = ("seq", "at", "action", "actor", "agent_id", "thread_id", "subject", "outcome")
-    list_filter = ("action",)
-    search_fields = ("action", "actor", "subject", "thread_id")
+    list_display = (
+        "seq",
+        "at",
+        "action",
+        "actor_shown",
+        "agent_shown",
+        "subject_link",
+        "thread_link",
+        "outcome",
+        "details_shown",
+    )
+    list_display_links = ("seq",)
+    list_filter = (("at", DateRangeFilter), "action")
+    # Exact ids and prefixes of action names: the table grows without end, and these use its indexes.
+    search_fields = ("^action", "=actor", "=subject", "=thread_id")
+    search_help_text = "An action (its start, e.g. entry.), or an exact actor, subject or thread id."
     ordering = ("-seq",)  # newest first: what just happened is what staff come to check
     show_full_result_count = False
     change_list_template = "admin/governance/auditrecord/change_list.html"
@@ -29,6 +148,68 @@ class AuditRecordAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        links = ObjectLinks()
+        for record in changelist.result_list:
+            if record.agent_id is not None:
+                links.agent_ids.add(record.agent_id)
+                if record.thread_id:
+                    links.threads.add((record.agent_id, record.thread_id))
+            kind = subject_kind(record.action)
+            if kind == "thread" and record.agent_id is not None:
+                links.threads.add((record.agent_id, record.subject))
+            elif kind == "entry":
+                links.entries.add(record.subject)
+            elif kind == "item":
+                links.items.add(record.subject)
+            elif kind == "key":
+                links.key_prefixes.add(record.subject)
+            elif kind == "agent_slug":
+                links.agent_slugs.add(record.subject)
+            elif kind == "run" and record.subject.isdigit():
+                links.runs.add(int(record.subject))
+        links.resolve()
+        for record in changelist.result_list:
+            record.links = links
+        return changelist
+
+    @admin.display(description="actor", ordering="actor")
+    def actor_shown(self, obj: AuditRecord) -> SafeString:
+        return _cut(obj.actor, 24)
+
+    @admin.display(description="agent")
+    def agent_shown(self, obj: AuditRecord) -> SafeString:
+        links: ObjectLinks | None = getattr(obj, "links", None)
+        if obj.agent_id is None:
+            return mark_safe("")
+        return links.link("agent", obj.agent_id) if links else _cut(str(obj.agent_id), 20)
+
+    @admin.display(description="subject")
+    def subject_link(self, obj: AuditRecord) -> SafeString:
+        links: ObjectLinks | None = getattr(obj, "links", None)
+        kind = subject_kind(obj.action)
+        if links is None or kind is None:
+            return _cut(obj.subject, 40)
+        key: Any = obj.subject
+        if kind == "thread":
+            key = (obj.agent_id, obj.subject)
+        elif kind == "run":
+            key = int(obj.subject) if obj.subject.isdigit() else obj.subject
+        return links.link(kind, key, obj.subject)
+
+    @admin.display(description="thread")
+    def thread_link(self, obj: AuditRecord) -> SafeString:
+        links: ObjectLinks | None = getattr(obj, "links", None)
+        if not obj.thread_id:
+            return mark_safe("")
+        return links.link("thread", (obj.agent_id, obj.thread_id), obj.thread_id) if links else _cut(obj.thread_id, 30)
+
+    @admin.display(description="details")
+    def details_shown(self, obj: AuditRecord) -> SafeString:
+        text = json.dumps(obj.details, ensure_ascii=False, sort_keys=True) if obj.details else ""
+        return _cut(text, 60)
 
     def get_urls(self) -> list[Any]:
         return [
@@ -56,58 +237,303 @@ class AuditRecordAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:governance_auditrecord_changelist"))
 
 
+# --- job runs -----------------------------------------------------------------------------------------
+
+OPEN = (JobRun.Status.QUEUED, JobRun.Status.RUNNING)
+
+
+def run_rate(run: JobRun, *, now: datetime | None = None) -> float | None:
+    """Units done per second since the run started (to its end, or now while it runs)."""
+    if not run.started_at or not run.progress_done:
+        return None
+    end = run.finished_at or now or timezone.now()
+    seconds = (end - run.started_at).total_seconds()
+    return run.progress_done / seconds if seconds > 0 else None
+
+
+def progress_text(run: JobRun) -> str:
+    """`done / total · percent · rate`, what of it is known."""
+    parts: list[str] = []
+    if run.progress_total:
+        parts += [
+            f"{run.progress_done} / {run.progress_total}",
+            f"{int(100 * run.progress_done / run.progress_total)}%",
+        ]
+    elif run.progress_done:
+        parts.append(f"{run.progress_done} done")
+    rate = run_rate(run)
+    if rate is not None:
+        parts.append(f"{rate:.1f}/s" if rate >= 0.1 else f"{rate * 60:.1f}/min")
+    return " · ".join(parts)
+
+
+def progress_state(run: JobRun) -> dict[str, Any]:
+    """What the page's script needs to redraw a run's progress (the JSON endpoint's rows)."""
+    return {
+        "id": run.pk,
+        "status": run.status,
+        "done": run.progress_done,
+        "total": run.progress_total,
+        "text": progress_text(run),
+        "open": run.status in OPEN,
+    }
+
+
+def progress_bar(run: JobRun) -> SafeString:
+    if run.progress_total:
+        bar = format_html('<progress value="{}" max="{}"></progress>', run.progress_done, run.progress_total)
+    elif run.status == JobRun.Status.RUNNING:
+        bar = mark_safe("<progress></progress>")  # running, size unknown: an indeterminate bar
+    else:
+        bar = mark_safe("")
+    return format_html(
+        '<span class="jr-progress" data-run="{}" data-open="{}">{} <span class="jr-text">{}</span></span>',
+        run.pk,
+        "1" if run.status in OPEN else "",
+        bar,
+        progress_text(run),
+    )
+
+
+# Keys of job arguments and results that name objects, and what they name.
+_ID_KEYS = {
+    "thread_pk": "thread_pk",
+    "thread_id": "thread",
+    "agent_id": "agent",
+    "compaction_entry_id": "entry",
+    "first_kept_entry_id": "entry",
+    "entry_id": "entry",
+    "entry_ids": "entry",
+    "item_id": "item",
+    "item_ids": "item",
+    "purged_item_ids": "item",
+}
+
+
+def _named(run: JobRun) -> Iterable[tuple[str, Any]]:
+    """(kind, key) of every object the run's arguments and result name."""
+    for values in (run.arguments or {}, run.result or {}):
+        if not isinstance(values, dict):
+            continue
+        for key, value in values.items():
+            kind = _ID_KEYS.get(key)
+            for one in value if isinstance(value, list) else [value]:
+                if kind == "thread" and isinstance(one, str) and run.agent_id is not None:
+                    yield kind, (run.agent_id, one)
+                elif (kind in ("thread_pk", "agent") and isinstance(one, int)) or (
+                    kind in ("entry", "item") and isinstance(one, str)
+                ):
+                    yield kind, one
+    if run.agent_id is not None:
+        yield "agent", run.agent_id
+
+
+def _collect(runs: Iterable[JobRun]) -> ObjectLinks:
+    links = ObjectLinks()
+    sets = {
+        "thread_pk": links.thread_pks,
+        "thread": links.threads,
+        "agent": links.agent_ids,
+        "entry": links.entries,
+        "item": links.items,
+    }
+    for run in runs:
+        for kind, key in _named(run):
+            sets[kind].add(key)  # type: ignore[attr-defined]
+    links.resolve()
+    return links
+
+
+def readable(values: Any, run: JobRun, links: ObjectLinks) -> SafeString:
+    """A run's arguments or result as a table of names and values, ids as links to their pages."""
+    if not values:
+        return mark_safe("—")
+    if not isinstance(values, dict):
+        return format_html("<pre>{}</pre>", json.dumps(values, ensure_ascii=False, indent=2))
+
+    def shown(key: str, value: Any) -> SafeString:
+        kind = _ID_KEYS.get(key)
+        if kind and isinstance(value, list):
+            return format_html_join(", ", "{}", ((shown(key, one),) for one in value[:50]))
+        if kind == "thread" and isinstance(value, str) and run.agent_id is not None:
+            return links.link("thread", (run.agent_id, value), value)
+        if kind in ("thread_pk", "agent") and isinstance(value, int):
+            return links.link(kind, value, f"#{value}" if kind == "thread_pk" else None)
+        if kind in ("entry", "item") and isinstance(value, str):
+            return links.link(kind, value, value)
+        if isinstance(value, dict | list):
+            return format_html('<code class="jr-json">{}</code>', json.dumps(value, ensure_ascii=False))
+        return format_html("{}", value)
+
+    rows = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", ((key, shown(key, v)) for key, v in values.items()))
+    return format_html('<table class="jr-fields"><tbody>{}</tbody></table>', rows)
+
+
 @admin.register(JobRun)
 class JobRunAdmin(admin.ModelAdmin):
     list_display = (
         "id",
         "kind",
         "status",
-        "progress",
-        "agent_id",
-        "model_calls",
-        "tokens",
-        "cost",
+        "progress_shown",
+        "agent_shown",
+        "about",
         "created_at",
         "duration",
+        "usage_shown",
     )
-    list_filter = ("status", "kind")
-    search_fields = ("kind", "dedupe_key")
+    list_display_links = ("id", "kind")
+    list_filter = ("status", "kind", ("created_at", DateRangeFilter))
+    search_fields = ("=kind", "=dedupe_key")
     show_full_result_count = False
-    readonly_fields = [f.name for f in JobRun._meta.fields]
+    actions = ["retry_runs"]
+    change_form_template = "admin/governance/jobrun/change_form.html"
+    change_list_template = "admin/governance/jobrun/change_list.html"
+    fields = (
+        "kind",
+        "status",
+        "progress_shown",
+        "agent_shown",
+        "arguments_shown",
+        "result_shown",
+        "error_shown",
+        "attempts",
+        "usage_shown",
+        "task_name",
+        "dedupe_key",
+        "created_at",
+        "sent_at",
+        "started_at",
+        "finished_at",
+        "duration",
+    )
+    readonly_fields = fields
 
+    # Job runs are written by the jobs only: staff read them and may send a failed one again.
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_retry_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.has_perm("governance.change_jobrun"))
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        links = _collect(changelist.result_list)
+        for run in changelist.result_list:
+            run.links = links
+        return changelist
+
+    def _links(self, run: JobRun) -> ObjectLinks:
+        links: ObjectLinks | None = getattr(run, "links", None)
+        if links is None:
+            links = run.links = _collect([run])  # type: ignore[attr-defined]
+        return links
+
     @admin.display(description="progress")
-    def progress(self, obj: JobRun) -> str:
-        if not obj.progress_total:
-            return str(obj.progress_done or "")
-        pct = int(100 * obj.progress_done / obj.progress_total)
-        return format_html(
-            "<progress value='{}' max='{}'></progress> {}/{} ({}%)",
-            obj.progress_done,
-            obj.progress_total,
-            obj.progress_done,
-            obj.progress_total,
-            pct,
-        )
+    def progress_shown(self, obj: JobRun) -> SafeString:
+        return progress_bar(obj)
 
-    @admin.display(description="model calls")
-    def model_calls(self, obj: JobRun) -> int:
-        return int((obj.usage or {}).get("calls", 0))
+    @admin.display(description="agent")
+    def agent_shown(self, obj: JobRun) -> SafeString:
+        return self._links(obj).link("agent", obj.agent_id) if obj.agent_id is not None else mark_safe("—")
 
-    @admin.display(description="tokens in/out")
-    def tokens(self, obj: JobRun) -> str:
+    @admin.display(description="about")
+    def about(self, obj: JobRun) -> SafeString:
+        arguments = obj.arguments or {}
+        links = self._links(obj)
+        if isinstance(arguments.get("thread_id"), str) and obj.agent_id is not None:
+            return format_html("thread {}", links.link("thread", (obj.agent_id, arguments["thread_id"])))
+        if isinstance(arguments.get("thread_pk"), int):
+            return format_html("thread {}", links.link("thread_pk", arguments["thread_pk"]))
+        return mark_safe("")
+
+    @admin.display(description="arguments")
+    def arguments_shown(self, obj: JobRun) -> SafeString:
+        return readable(obj.arguments, obj, self._links(obj))
+
+    @admin.display(description="result")
+    def result_shown(self, obj: JobRun) -> SafeString:
+        return readable(obj.result, obj, self._links(obj))
+
+    @admin.display(description="error")
+    def error_shown(self, obj: JobRun) -> SafeString:
+        return format_html('<pre class="jr-error">{}</pre>', obj.error) if obj.error else mark_safe("—")
+
+    @admin.display(description="model")
+    def usage_shown(self, obj: JobRun) -> str:
         usage = obj.usage or {}
-        return f"{usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)}" if usage else ""
-
-    @admin.display(description="cost (USD)")
-    def cost(self, obj: JobRun) -> str:
-        usage = obj.usage or {}
-        return f"{usage['cost_usd']:.4f}" if usage.get("cost_usd") else ""
+        if not usage:
+            return ""
+        text = f"{usage.get('calls', 0)} calls · {usage.get('input_tokens', 0)}/{usage.get('output_tokens', 0)} tok"
+        return text + (f" · ${usage['cost_usd']:.4f}" if usage.get("cost_usd") else "")
 
     @admin.display(description="took")
     def duration(self, obj: JobRun) -> str:
         if obj.started_at and obj.finished_at:
             return f"{(obj.finished_at - obj.started_at).total_seconds():.1f}s"
+        if obj.started_at and obj.status == JobRun.Status.RUNNING:
+            return f"{(timezone.now() - obj.started_at).total_seconds():.0f}s so far"
         return ""
+
+    # --- retry, and the progress the pages poll ------------------------------------------------------
+
+    def _retry(self, request: HttpRequest, runs: Iterable[JobRun]) -> None:
+        sent, refused = [], []
+        for run in runs:
+            try:
+                job_retry(run=run, actor=_actor(request))
+                sent.append(run.pk)
+            except RetryRefused as exc:
+                refused.append(str(exc))
+        if sent:
+            messages.success(request, f"Sent again: job run {', '.join(f'#{pk}' for pk in sent)}.")
+        for reason in refused:
+            messages.warning(request, reason)
+
+    @admin.action(description="Retry the selected failed runs", permissions=["retry"])
+    def retry_runs(self, request: HttpRequest, queryset: QuerySet[JobRun]) -> None:
+        self._retry(request, queryset.order_by("pk"))
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path("progress/", self.admin_site.admin_view(self.progress_view), name="governance_jobrun_progress"),
+            path("<int:pk>/retry/", self.admin_site.admin_view(self.retry_view), name="governance_jobrun_retry"),
+            *super().get_urls(),
+        ]
+
+    def retry_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        if not self.has_retry_permission(request):
+            raise PermissionDenied
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        run = JobRun.objects.filter(pk=pk).first()
+        if run is None:
+            raise PermissionDenied
+        self._retry(request, [run])
+        return HttpResponseRedirect(reverse("admin:governance_jobrun_change", args=[pk]))
+
+    def progress_view(self, request: HttpRequest) -> JsonResponse:
+        """The progress of the runs a page shows (`?ids=1,2,3`, at most 200): what its script polls."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        ids = [int(part) for part in request.GET.get("ids", "").split(",") if part.strip().isdigit()][:200]
+        runs = JobRun.objects.filter(pk__in=ids).only(
+            "id", "status", "progress_done", "progress_total", "started_at", "finished_at"
+        )
+        return JsonResponse({"runs": [progress_state(run) for run in runs]})
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        run = JobRun.objects.filter(pk=object_id).only("status").first() if object_id.isdigit() else None
+        context = {
+            **(extra_context or {}),
+            "may_retry": run is not None and run.status == JobRun.Status.FAILED and self.has_retry_permission(request),
+        }
+        return super().change_view(request, object_id, form_url, extra_context=context)

@@ -46,6 +46,7 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.add_agentkey",
         "memoryapp.change_agentkey",
         "governance.view_jobrun",
+        "governance.change_jobrun",  # send a failed run again (the job-run page shows, never edits)
         "governance.view_auditrecord",
         "django_celery_beat.view_periodictask",
         "django_celery_beat.change_periodictask",

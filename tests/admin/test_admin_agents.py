@@ -58,4 +58,4 @@ def test_audit_verify_button_reports_the_chain(admin_client, alice) -> None:
 def test_job_runs_list_shows_progress(admin_client) -> None:
     JobRunFactory(kind="embed_entries", status="running", progress_done=3, progress_total=12, usage={"calls": 2})
     page = admin_client.get("/admin/governance/jobrun/").content.decode()
-    assert "3/12 (25%)" in page and "embed_entries" in page
+    assert "3 / 12 · 25%" in page and "embed_entries" in page
