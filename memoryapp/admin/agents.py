@@ -6,7 +6,9 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.html import format_html
+from django.urls import NoReverseMatch, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from memoryapp.keys import (
     TRUST_PERMISSION,
@@ -15,7 +17,8 @@ from memoryapp.keys import (
     agent_key_trust_set,
     agent_shadow_mode_set,
 )
-from memoryapp.models import Agent, AgentKey
+from memoryapp.models import Agent, AgentKey, MemoryItem, Thread
+from memoryapp.models.choices import ItemStatus
 
 
 def _actor(request: HttpRequest) -> str:
@@ -50,6 +53,13 @@ class AgentKeyInline(admin.TabularInline):
         return False
 
 
+def _link(name: str, label: str, query: str = "") -> str | None:
+    try:
+        return format_html('<a href="{}{}">{}</a>', reverse(f"admin:{name}"), query, label)
+    except NoReverseMatch:
+        return None
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     list_display = ("slug", "name", "active", "shadow_mode", "created_at")
@@ -57,12 +67,33 @@ class AgentAdmin(admin.ModelAdmin):
     search_fields = ("slug", "name")
     inlines = [AgentKeyInline]
     actions = ["create_key"]
+    readonly_fields = ("memory_links",)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
         # Shadow mode off lets extracted items skip review: only TRUST_PERMISSION changes it
         # (a new agent starts in shadow mode).
         fields = list(super().get_readonly_fields(request, obj))
         return fields if _may_set_trust(request) else [*fields, "shadow_mode"]
+
+    @admin.display(description="its memory")
+    def memory_links(self, obj: Agent) -> SafeString:
+        """Where the agent's threads, items, files, review queue, jobs and audit records are (each
+        list filtered to this agent), with the two counts a person looks for first."""
+        if obj.pk is None:
+            return mark_safe("—")
+        threads = Thread.objects.filter(agent=obj).count()
+        waiting = MemoryItem.objects.filter(agent=obj, status=ItemStatus.SUGGESTED, expired_at__isnull=True).count()
+        by_agent = f"?agent__id__exact={obj.pk}"
+        links = [
+            _link("memoryapp_thread_changelist", f"threads ({threads})", by_agent),
+            _link("memoryapp_entry_changelist", "entries", by_agent),
+            _link("memoryapp_memoryitem_changelist", "memory items", by_agent),
+            _link("memoryapp_memoryitem_review", f"review queue ({waiting} waiting)", f"?agent={obj.pk}"),
+            _link("memoryapp_memoryfileversion_tree", "memory files", f"?agent={obj.slug}"),
+            _link("governance_jobrun_changelist", "job runs", f"?agent_id={obj.pk}"),
+            _link("governance_auditrecord_changelist", "audit records", f"?agent_id={obj.pk}"),
+        ]
+        return format_html_join(" · ", "{}", ((link,) for link in links if link))
 
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
         shadow_mode = obj.shadow_mode
