@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.admin_filters import DateRangeFilter
+from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
 from governance.audit import audit_verify
 from governance.job_retry import RetryRefused, job_retry
 from governance.models import AuditRecord, JobRun
@@ -26,13 +26,6 @@ from governance.models import AuditRecord, JobRun
 
 def _actor(request: HttpRequest) -> str:
     return f"staff:{request.user.get_username()}"
-
-
-def _cut(text: str, limit: int) -> SafeString:
-    """A cell's text cut to `limit` characters, the whole of it on hover."""
-    flat = " ".join((text or "").split())
-    shown = flat if len(flat) <= limit else flat[: limit - 1] + "…"
-    return format_html('<span title="{}">{}</span>', flat[:2000], shown)
 
 
 def _url(name: str, pk: Any) -> str:
@@ -88,11 +81,15 @@ class ObjectLinks:
             for pk in JobRun.objects.filter(pk__in=self.runs).values_list("pk", flat=True):
                 self.resolved[("run", pk)] = (f"job run #{pk}", _url("governance_jobrun_change", pk))
 
-    def link(self, kind: str, key: Any, label: str | None = None) -> SafeString:
+    def link(self, kind: str, key: Any, label: str | None = None, *, limit: int = 24) -> SafeString:
+        """A link to the object (its whole name on hover), or its name when it is gone."""
         found = self.resolved.get((kind, key))
+        text = str(label if label is not None else found[0] if found else key)
+        shown = short_id(text) if kind in ("entry", "item") else text
+        shown = shown if len(shown) <= limit else shown[: limit - 1] + "…"
         if found is None or not found[1]:
-            return _cut(str(label if label is not None else key), 40)
-        return format_html('<a href="{}" title="{}">{}</a>', found[1], found[0], _cut(str(label or found[0]), 40))
+            return format_html('<span class="gone" title="{}">{}</span>', text, shown)
+        return format_html('<a href="{}" title="{}">{}</a>', found[1], text, shown)
 
 
 # --- audit --------------------------------------------------------------------------------------------
@@ -119,18 +116,8 @@ def subject_kind(action: str) -> str | None:
 
 
 @admin.register(AuditRecord)
-class AuditRecordAdmin(admin.ModelAdmin):
-    list_display = (
-        "seq",
-        "at",
-        "action",
-        "actor_shown",
-        "agent_shown",
-        "subject_link",
-        "thread_link",
-        "outcome",
-        "details_shown",
-    )
+class AuditRecordAdmin(FullWidthList, admin.ModelAdmin):
+    list_display = ("seq", "at_shown", "action", "actor_shown", "subject_link", "where", "outcome", "details_shown")
     list_display_links = ("seq",)
     list_filter = (("at", DateRangeFilter), "action")
     # Exact ids and prefixes of action names: the table grows without end, and these use its indexes.
@@ -175,23 +162,20 @@ class AuditRecordAdmin(admin.ModelAdmin):
             record.links = links
         return changelist
 
+    @admin.display(description="at", ordering="seq")
+    def at_shown(self, obj: AuditRecord) -> SafeString:
+        return moment(obj.at)
+
     @admin.display(description="actor", ordering="actor")
     def actor_shown(self, obj: AuditRecord) -> SafeString:
-        return _cut(obj.actor, 24)
-
-    @admin.display(description="agent")
-    def agent_shown(self, obj: AuditRecord) -> SafeString:
-        links: ObjectLinks | None = getattr(obj, "links", None)
-        if obj.agent_id is None:
-            return mark_safe("")
-        return links.link("agent", obj.agent_id) if links else _cut(str(obj.agent_id), 20)
+        return cell_text(obj.actor, 16)
 
     @admin.display(description="subject")
     def subject_link(self, obj: AuditRecord) -> SafeString:
         links: ObjectLinks | None = getattr(obj, "links", None)
         kind = subject_kind(obj.action)
         if links is None or kind is None:
-            return _cut(obj.subject, 40)
+            return cell_text(obj.subject, 24)
         key: Any = obj.subject
         if kind == "thread":
             key = (obj.agent_id, obj.subject)
@@ -199,17 +183,23 @@ class AuditRecordAdmin(admin.ModelAdmin):
             key = int(obj.subject) if obj.subject.isdigit() else obj.subject
         return links.link(kind, key, obj.subject)
 
-    @admin.display(description="thread")
-    def thread_link(self, obj: AuditRecord) -> SafeString:
+    @admin.display(description="agent / thread")
+    def where(self, obj: AuditRecord) -> SafeString:
+        """The agent and the thread the record is about, each a link."""
         links: ObjectLinks | None = getattr(obj, "links", None)
+        if obj.agent_id is None or links is None:
+            return cell_text(obj.thread_id, 24)
+        agent = links.link("agent", obj.agent_id, limit=12)
         if not obj.thread_id:
-            return mark_safe("")
-        return links.link("thread", (obj.agent_id, obj.thread_id), obj.thread_id) if links else _cut(obj.thread_id, 30)
+            return agent
+        return format_html(
+            "{} / {}", agent, links.link("thread", (obj.agent_id, obj.thread_id), obj.thread_id, limit=14)
+        )
 
     @admin.display(description="details")
     def details_shown(self, obj: AuditRecord) -> SafeString:
         text = json.dumps(obj.details, ensure_ascii=False, sort_keys=True) if obj.details else ""
-        return _cut(text, 60)
+        return cell_text(text, 44)
 
     def get_urls(self) -> list[Any]:
         return [
@@ -272,6 +262,7 @@ def progress_state(run: JobRun) -> dict[str, Any]:
     return {
         "id": run.pk,
         "status": run.status,
+        "status_label": run.get_status_display(),
         "done": run.progress_done,
         "total": run.progress_total,
         "text": progress_text(run),
@@ -291,7 +282,7 @@ def progress_bar(run: JobRun) -> SafeString:
         run.pk,
         "1" if run.status in OPEN else "",
         bar,
-        progress_text(run),
+        progress_text(run) or ("—" if not bar else ""),
     )
 
 
@@ -370,19 +361,9 @@ def readable(values: Any, run: JobRun, links: ObjectLinks) -> SafeString:
 
 
 @admin.register(JobRun)
-class JobRunAdmin(admin.ModelAdmin):
-    list_display = (
-        "id",
-        "kind",
-        "status",
-        "progress_shown",
-        "agent_shown",
-        "about",
-        "created_at",
-        "duration",
-        "usage_shown",
-    )
-    list_display_links = ("id", "kind")
+class JobRunAdmin(FullWidthList, admin.ModelAdmin):
+    list_display = ("id", "run", "status", "progress_shown", "agent_shown", "created", "took")
+    list_display_links = ("id",)
     list_filter = ("status", "kind", ("created_at", DateRangeFilter))
     search_fields = ("=kind", "=dedupe_key")
     show_full_result_count = False
@@ -442,6 +423,29 @@ class JobRunAdmin(admin.ModelAdmin):
     @admin.display(description="agent")
     def agent_shown(self, obj: JobRun) -> SafeString:
         return self._links(obj).link("agent", obj.agent_id) if obj.agent_id is not None else mark_safe("—")
+
+    @admin.display(description="run", ordering="kind")
+    def run(self, obj: JobRun) -> SafeString:
+        """Its kind (a link to it) and what it is about, beneath."""
+        url = _url("governance_jobrun_change", obj.pk)
+        about = self.about(obj)
+        return format_html(
+            '<a href="{}">{}</a>{}',
+            url,
+            obj.kind,
+            format_html('<br><span class="jr-about">{}</span>', about) if about else "",
+        )
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: JobRun) -> SafeString:
+        return moment(obj.created_at)
+
+    @admin.display(description="took")
+    def took(self, obj: JobRun) -> SafeString:
+        usage = self.usage_shown(obj)
+        return format_html(
+            "{}{}", self.duration(obj), format_html('<br><span class="jr-about">{}</span>', usage) if usage else ""
+        )
 
     @admin.display(description="about")
     def about(self, obj: JobRun) -> SafeString:

@@ -29,12 +29,16 @@ def locomo_turns() -> list[dict[str, Any]]:
     if not LOCOMO.exists():
         pytest.skip(f"{LOCOMO} is not here")
     turns: list[dict[str, Any]] = []
+    shift = timedelta(0)  # each conversation is moved to start a day after the one before ends
     for sample in json.loads(LOCOMO.read_text()):
         talk = sample["conversation"]
         first = talk["speaker_a"]
+        if turns:
+            opened = datetime.strptime(talk["session_1_date_time"], "%I:%M %p on %d %B, %Y").replace(tzinfo=UTC)
+            shift = turns[-1]["at"] + timedelta(days=1) - opened
         number = 1
         while f"session_{number}" in talk:
-            started = datetime.strptime(talk[f"session_{number}_date_time"], "%I:%M %p on %d %B, %Y")
+            started = datetime.strptime(talk[f"session_{number}_date_time"], "%I:%M %p on %d %B, %Y") + shift
             for index, turn in enumerate(talk[f"session_{number}"]):
                 text = turn["text"]
                 if turn.get("blip_caption"):
@@ -59,7 +63,7 @@ def locomo_specs(count: int, *, start: int = 0, tools_every: int = 0) -> list[di
     while len(specs) < count:
         turn = source[index % len(source)]
         # A pass over the data again moves on in time, so entries stay in order.
-        at = turn["at"] + timedelta(days=800 * (index // len(source)))
+        at = turn["at"] + (source[-1]["at"] - source[0]["at"] + timedelta(days=1)) * (index // len(source))
         specs.append({"role": turn["role"], "content": turn["text"], "sender_name": turn["speaker"], "created_at": at})
         index += 1
         if tools_every and index % tools_every == 0 and len(specs) + 2 <= count:

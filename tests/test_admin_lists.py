@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 
 
 def listed_ids(page: str, model: str) -> list[str]:
-    return re.findall(rf'<th class="field-id"><a href="/admin/memoryapp/{model}/([^/]+)/change/', page)
+    return re.findall(rf'<th class="field-entry_link"><a href="/admin/memoryapp/{model}/([^/]+)/change/', page)
 
 
 def test_entry_search_finds_words_through_the_full_text_index(admin_client: Client, alice: Caller) -> None:
@@ -119,7 +119,11 @@ def test_the_audit_list_filters_by_dates_and_links_its_subjects(admin_client: Cl
     page = admin_client.get("/admin/governance/auditrecord/").content.decode()
     # An item's record links to the item; a deleted entry's stays text; the thread column links.
     assert f'<a href="/admin/memoryapp/memoryitem/{item.pk.replace("_", "_5F")}/change/"' in page
-    assert re.search(rf'<td class="field-thread_link"><a href="/admin/memoryapp/thread/{thread.pk}/change/"', page)
+    assert re.search(
+        rf'<td class="field-where"><a href="/admin/memoryapp/agent/{alice.agent.pk}/change/" title="alice">alice</a>'
+        rf' / <a href="/admin/memoryapp/thread/{thread.pk}/change/" title="rome">rome</a>',
+        page,
+    )
     assert f'title="{first.id}"' in page or f">{first.id}<" in page
     assert f'href="/admin/memoryapp/thread/{thread.pk}/change/?entry={first.id}' not in page
     assert '<a href="/admin/memoryapp/agent/' in page and ">alice<" in page

@@ -74,6 +74,7 @@ def test_the_job_run_list_shows_a_progress_bar_with_done_total_and_rate_and_the_
     assert progress["runs"][0] | {"text": ""} == {
         "id": run.pk,
         "status": "running",
+        "status_label": "Running",
         "done": 30,
         "total": 120,
         "text": "",

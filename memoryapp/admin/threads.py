@@ -24,6 +24,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
 from memoryapp.admin.confirm import apply_and_report, confirm_page, confirmed, staff_actor
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
 from memoryapp.errors import DomainError
@@ -71,13 +72,6 @@ def preview(entry: Entry, limit: int = PREVIEW_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def truncated(text: str, limit: int) -> SafeString:
-    """The text cut to `limit` characters in a list cell, the whole of it on hover."""
-    flat = " ".join((text or "").split())
-    shown = flat if len(flat) <= limit else flat[: limit - 1] + "…"
-    return format_html('<span class="cell-text" title="{}">{}</span>', flat[:2000], shown)
-
-
 def _entry_param(request: HttpRequest, name: str) -> str | None:
     value = request.GET.get(name) or None
     if value is not None and (len(value) > _ENTRY_PARAM_MAX or "\x00" in value):
@@ -102,8 +96,8 @@ class PersonForm(forms.Form):
 
 
 @admin.register(Thread)
-class ThreadAdmin(admin.ModelAdmin):
-    list_display = ("external_id", "agent", "user_id", "entries_written", "forked_from_link", "updated_at")
+class ThreadAdmin(FullWidthList, admin.ModelAdmin):
+    list_display = ("external_id", "agent", "person", "entries_written", "forked_from_link", "updated")
     list_select_related = ("agent", "forked_from")
     search_fields = ("external_id", "user_id", "agent__slug")
     list_filter = ("agent",)
@@ -118,6 +112,14 @@ class ThreadAdmin(admin.ModelAdmin):
         actions = super().get_actions(request)
         actions.pop("delete_selected", None)  # Django's lists rows; ours counts what goes (delete_threads)
         return actions
+
+    @admin.display(description="person", ordering="user_id")
+    def person(self, obj: Thread) -> SafeString:
+        return cell_text(obj.user_id, 24)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, obj: Thread) -> SafeString:
+        return moment(obj.updated_at)
 
     @admin.display(description="entries written")
     def entries_written(self, obj: Thread) -> int:
@@ -228,9 +230,7 @@ class ThreadAdmin(admin.ModelAdmin):
 
     def _job_message(self, request: HttpRequest, what: str, run: Any) -> None:
         url = reverse("admin:governance_jobrun_change", args=[run.pk])
-        messages.success(
-            request, format_html('{} queued as <a href="{}">job run #{}</a> ({}).', what, url, run.pk, run.status)
-        )
+        messages.success(request, format_html('{} queued as <a href="{}">job run #{}</a>.', what, url, run.pk))
 
     def compact_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """ "Compact now": enqueue a compaction job of the thread (the service checks the strategy)."""
@@ -330,11 +330,10 @@ class ThreadAdmin(admin.ModelAdmin):
 
 
 @admin.register(Entry)
-class EntryAdmin(admin.ModelAdmin):
-    list_display = ("id", "thread_link", "seq", "turn", "speaker", "short_text", "redacted", "created_at")
-    list_display_links = ("id",)
+class EntryAdmin(FullWidthList, admin.ModelAdmin):
+    list_display = ("entry_link", "thread_link", "seq", "who", "short_text", "created")
     list_select_related = ("thread",)
-    list_filter = ("type", "role", ("redacted_at", admin.EmptyFieldListFilter), "created_at")
+    list_filter = ("type", "role", ("redacted_at", admin.EmptyFieldListFilter), ("created_at", DateRangeFilter))
     search_fields = ("=id",)  # and the words of the text: get_search_results
     search_help_text = 'Words of the text (full-text: stems, "a phrase", -word), or an entry id.'
     show_full_result_count = False
@@ -395,25 +394,39 @@ class EntryAdmin(admin.ModelAdmin):
         query = SearchQuery(term, config="english", search_type="websearch")
         return queryset.filter(search_vector=query), False
 
+    @admin.display(description="id", ordering="pk")
+    def entry_link(self, obj: Entry) -> SafeString:
+        url = reverse("admin:memoryapp_entry_change", args=[quote(obj.pk)])
+        return format_html('<a href="{}" title="{}">{}</a>', url, obj.pk, short_id(obj.pk))
+
     @admin.display(description="thread", ordering="thread__external_id")
-    def thread_link(self, obj: Entry) -> str:
+    def thread_link(self, obj: Entry) -> SafeString:
+        name = obj.thread.external_id
         return format_html(
-            '<a href="{}" title="this turn in its conversation">{}</a>',
+            '<a href="{}" title="{} (this turn in its conversation)">{}</a>',
             turn_link(obj.thread_id, obj.id),
-            obj.thread.external_id,
+            name,
+            name if len(name) <= 22 else name[:21] + "…",
         )
 
-    @admin.display(description="turn")
-    def turn(self, obj: Entry) -> str:
-        return f"{obj.type}/{obj.role}" if obj.role and obj.type != "message" else (obj.role or obj.type)
-
-    @admin.display(description="speaker")
-    def speaker(self, obj: Entry) -> SafeString:
-        return truncated(obj.sender_name or obj.tool_name, 24)
+    @admin.display(description="who")
+    def who(self, obj: Entry) -> SafeString:
+        """Who spoke (name and role), or which tool answered, or which event it is."""
+        if obj.type == "tool_result":
+            text = f"tool · {obj.tool_name}" if obj.tool_name else "tool"
+        elif obj.type != "message":
+            text = obj.type.replace("_", " ")
+        else:
+            text = f"{obj.sender_name} · {obj.role}" if obj.sender_name else obj.role
+        return cell_text(text, 22)
 
     @admin.display(description="text")
     def short_text(self, obj: Entry) -> SafeString:
-        return truncated(preview(obj, limit=2000), 90)
+        return cell_text(preview(obj, limit=2000), 90)
+
+    @admin.display(description="written", ordering="created_at")
+    def created(self, obj: Entry) -> SafeString:
+        return moment(obj.created_at)
 
     @admin.display(description="redacted", boolean=True)
     def redacted(self, obj: Entry) -> bool:
@@ -449,9 +462,9 @@ class EntryAdmin(admin.ModelAdmin):
                     reverse("admin:memoryapp_memoryitem_change", args=[quote(e.item.pk)]),
                     e.item.pk,
                     f"{e.item.subject} · {e.item.attribute}",
-                    truncated(e.item.value, 80),
+                    cell_text(e.item.value, 80),
                     e.item.status,
-                    truncated(e.quote, 120),
+                    cell_text(e.quote, 120),
                 )
                 for e in quoted
             ),

@@ -1,6 +1,6 @@
 /* Job runs (admin): while a run shown on the page is queued or running, ask the server for its
-   progress every two seconds and redraw its bar and numbers; stop when none is left open. On a
-   run's own page, reload once it ends, so its result and links show. */
+   progress every two seconds and redraw its bar and numbers; when one ends, reload the page once,
+   so what only the server draws (its result, links, time taken) shows. Stop when none is open. */
 (function () {
   "use strict";
   var PERIOD_MS = 2000;
@@ -26,7 +26,7 @@
       bar.setAttribute("data-status", run.status);
       var row = bar.closest("tr");
       var status = row && row.querySelector(".field-status");
-      if (status) status.textContent = run.status;
+      if (status) status.textContent = run.status_label;
     }
   }
   function poll() {
@@ -39,7 +39,7 @@
       .then(function (body) {
         var ended = false;
         (body.runs || []).forEach(function (run) { redraw(run); if (!run.open) ended = true; });
-        if (ended && root.getAttribute("data-reload-when-done")) { window.location.reload(); return; }
+        if (ended) { window.location.reload(); return; }
         if (openRuns().length) window.setTimeout(poll, PERIOD_MS);
       })
       .catch(function () { window.setTimeout(poll, PERIOD_MS * 3); });

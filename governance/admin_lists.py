@@ -1,6 +1,10 @@
-"""A list filter of the admin for a moment column: from one day to another (both days included),
-typed as dates, with shortcuts for the last day, week and month. Used by the audit trail and the
-job runs, whose tables grow without end: the filter is a range on their indexed time column."""
+"""What the admin's long lists share: cells that fit (text cut with the whole of it on hover, long
+ids shortened, moments in one short form), the width of the screen (no navigation sidebar on
+them), and a filter of a moment column from one day to another.
+
+The lists of entries, audit records and job runs hold many columns a person needs at once; at
+1,280 px they fit only with the sidebar folded away, as the review queue does.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,39 @@ from django.contrib import admin
 from django.db.models import Field, Model, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+# Ids longer than this are shown shortened in a list cell (all of the id on hover and in the link).
+SHORT_ID = 16
+
+
+def cell_text(text: str, limit: int) -> SafeString:
+    """The text on one line cut to `limit` characters, the whole of it (up to 2,000) on hover."""
+    flat = " ".join((text or "").split())
+    shown = flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return format_html('<span class="cell-text" title="{}">{}</span>', flat[:2000], shown)
+
+
+def short_id(value: str) -> str:
+    """`ent_01m8r1yv…7g6k`: the prefix and both ends of an id tell ids on a page apart."""
+    return value if len(value) <= SHORT_ID else f"{value[:10]}…{value[-4:]}"
+
+
+def moment(at: datetime | None) -> SafeString:
+    """A moment to the minute, the exact one on hover."""
+    if at is None:
+        return format_html("")
+    local = timezone.localtime(at)
+    return format_html('<span title="{}">{}</span>', local.isoformat(), local.strftime("%Y-%m-%d %H:%M"))
+
+
+class FullWidthList:
+    """A ModelAdmin mixin: its list takes the whole width (the navigation sidebar is left out)."""
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        context = {"is_nav_sidebar_enabled": False, **(extra_context or {})}
+        return super().changelist_view(request, extra_context=context)  # type: ignore[misc]
 
 
 def _day(value: Any) -> date | None:
