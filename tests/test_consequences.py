@@ -126,3 +126,16 @@ def test_records_of_another_actor_written_meanwhile_are_not_counted(alice: Calle
 
     report = consequences_preview(steps=[(said.id, redact_while_someone_else_deletes)], actor=ACTOR)
     assert report.counts["entries_redacted"] == 1 and report.counts["entries_deleted"] == 0
+
+
+def test_letting_items_go_is_counted_and_a_second_time_counts_nothing(alice: Caller) -> None:
+    from memoryapp.services.items import item_forget
+
+    world(alice)
+    items = list(MemoryItem.objects.filter(agent=alice.agent).order_by("pk"))
+    steps = [(i.pk, lambda i=i: item_forget(item=i, actor=ACTOR)) for i in items]
+    previewed = consequences_preview(steps=steps, actor=ACTOR)
+    assert MemoryItem.objects.filter(agent=alice.agent, expired_at__isnull=False).count() == 0
+    assert report_of(previewed) == report_of(consequences_apply(steps=steps, actor=ACTOR))
+    assert previewed.summary() == "2 memory items let go (history kept)"
+    assert consequences_preview(steps=steps, actor=ACTOR).summary() == "nothing"

@@ -180,7 +180,9 @@ def test_the_retry_button_and_action_are_for_those_who_may_retry(
     officer.post("/admin/governance/jobrun/", {"action": "retry_runs", "_selected_action": [failed.pk]})
     failed.refresh_from_db()
     assert failed.status == "failed"
-    assert staff("rita", "Reviewers").get(f"/admin/governance/jobrun/{failed.pk}/change/").status_code == 403
+    reviewer = staff("rita", "Reviewers")
+    assert reviewer.get(f"/admin/governance/jobrun/{failed.pk}/change/").status_code == 403
+    assert reviewer.get("/admin/governance/jobrun/progress/", {"ids": str(failed.pk)}).status_code == 403
 
     operator = staff("olav", "Operators")
     assert operator.get(f"/admin/governance/jobrun/{failed.pk}/retry/").status_code == 405

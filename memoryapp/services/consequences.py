@@ -9,7 +9,7 @@ real services run, inside a transaction that is then rolled back.
    entry that cannot be redacted, is listed as skipped and the others still run).
 2. Read the audit records this run appended (those after the noted seq, of this actor): every
    cascade records its ids and counts there (`thread.delete`, `entry.delete`, `entry.redact`,
-   `lineage.forget`), in the same transaction as the change.
+   `lineage.forget`, `item.forgotten`), in the same transaction as the change.
 3. Preview: raise a private exception so the whole transaction rolls back (no job is sent, no audit
    anchor written: both wait for a commit). Outcome: commit, and report the same counts.
 
@@ -46,6 +46,7 @@ KINDS: tuple[tuple[str, str, str], ...] = (
     ("file_versions_redacted", "memory file version redacted", "memory file versions redacted"),
     ("summaries_removed", "compaction summary removed", "compaction summaries removed"),
     ("entities_deleted", "entity deleted", "entities deleted"),
+    ("items_let_go", "memory item let go (history kept)", "memory items let go (history kept)"),
 )
 _LINEAGE = (
     "items_purged",
@@ -99,6 +100,8 @@ class Consequences:
                 self.forks.add((record.agent_id, record.thread_id))
             else:
                 count["entries_redacted"] += 1
+        elif record.action == "item.forgotten":
+            count["items_let_go"] += 1
         elif record.action == "lineage.forget":
             for key in _LINEAGE:
                 count[key] += _int(details.get(key))
