@@ -73,7 +73,7 @@ class Consequences:
         """(label, count) of every kind, the zeros too: a preview says what does *not* go as well."""
         rows = [(plural if self.counts[key] != 1 else singular, self.counts[key]) for key, singular, plural in KINDS]
         rows.append(("fork touched" if len(self.forks) == 1 else "forks touched", len(self.forks)))
-        return rows
+        return [row for row in rows if row[1]] + [row for row in rows if not row[1]]  # what goes first
 
     def summary(self) -> str:
         """One line of what was taken, non-zero kinds only: for the message after the action."""
