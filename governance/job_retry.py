@@ -14,26 +14,15 @@ nothing twice.
 
 from __future__ import annotations
 
-from celery import current_app
 from django.db import transaction
 
 from governance.audit import audit_append
-from governance.jobs import job_send
+from governance.jobs import job_send, job_task
 from governance.models import JobRun
 
 
 class RetryRefused(Exception):
     """The run cannot be sent again (its message says why)."""
-
-
-def _task_named(name: str) -> object | None:
-    """The Celery task of that name. A web process imports the tasks modules only when something
-    asks for them: the registry is filled the way a worker fills it (autodiscovery) first."""
-    if not name:
-        return None
-    if name not in current_app.tasks:
-        current_app.loader.import_default_modules()
-    return current_app.tasks.get(name)
 
 
 @transaction.atomic
@@ -43,7 +32,7 @@ def job_retry(*, run: JobRun, actor: str) -> JobRun:
         raise RetryRefused(f"Job run #{run.pk} no longer exists.")
     if locked.status != JobRun.Status.FAILED:
         raise RetryRefused(f"Job run #{locked.pk} is {locked.status}: only a failed run is retried.")
-    task = _task_named(locked.task_name)
+    task = job_task(locked.task_name) if locked.task_name else None
     if task is None:
         raise RetryRefused(
             f"Job run #{locked.pk} ran inside a request (no task to send): ask for it again where it was asked for."
@@ -70,6 +59,7 @@ def job_retry(*, run: JobRun, actor: str) -> JobRun:
         details={"kind": locked.kind, "attempts_before": attempts},
     )
     run_id = locked.pk
-    transaction.on_commit(lambda: job_send(run_id=run_id, task=task))
+    task_name = locked.task_name
+    transaction.on_commit(lambda: job_send(run_id=run_id, task_name=task_name))
     locked.refresh_from_db()
     return locked

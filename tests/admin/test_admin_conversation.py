@@ -17,7 +17,7 @@ from memoryapp.models import Entry, Thread
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_add, entry_redact, thread_create, thread_fork
 from tests.conftest import Caller
-from tests.locomo_threads import locomo_thread
+from tests.kit.locomo_threads import locomo_thread
 
 pytestmark = pytest.mark.django_db
 

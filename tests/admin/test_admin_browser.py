@@ -24,10 +24,10 @@ from memoryapp.keys import agent_get_or_create
 from memoryapp.models import Entry, MemoryItem, Thread
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_add, entry_redact, thread_fork
-from tests.locomo_threads import locomo_thread
+from tests.kit.locomo_threads import locomo_thread
 
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "bench" / "out" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "bench" / "out" / "screenshots"
 PASSWORD = "read-the-conversation-2026"
 VIEWPORT = {"width": 1280, "height": 800}
 

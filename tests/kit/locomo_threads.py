@@ -20,7 +20,7 @@ import pytest
 from memoryapp.models import Agent, Thread
 from memoryapp.services.threads import MAX_BATCH_ENTRIES, entries_add, thread_create
 
-LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo_dev.json"
 
 
 @functools.cache
