@@ -14,7 +14,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"status": "ok"})
 
 
-def _database() -> tuple[bool, str]:
+def database_probe() -> tuple[bool, str]:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -38,7 +38,7 @@ def _vector() -> tuple[bool, str]:
     return True, f"pgvector {row[0]}"
 
 
-def _broker() -> tuple[bool, str]:
+def broker_probe() -> tuple[bool, str]:
     import redis
 
     try:
@@ -59,7 +59,7 @@ def _embeddings() -> tuple[bool, str]:
 def readyz(request: HttpRequest) -> JsonResponse:
     checks: dict[str, bool] = {}
     details: dict[str, Any] = {}
-    ok, detail = _database()
+    ok, detail = database_probe()
     checks["database"] = ok
     if ok:
         for name, probe in (("migrations", _migrations), ("vector", _vector), ("embeddings", _embeddings)):
@@ -73,7 +73,7 @@ def readyz(request: HttpRequest) -> JsonResponse:
     else:
         details["database"] = detail
         checks.update(migrations=False, vector=False, embeddings=False)
-    passed, detail = _broker()
+    passed, detail = broker_probe()
     checks["broker"] = passed
     if detail:
         details["broker"] = detail

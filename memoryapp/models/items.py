@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from pgvector.django import HnswIndex, VectorField
@@ -78,6 +78,9 @@ class MemoryItem(Scoped):
     valid_from = models.DateTimeField()
     valid_to = models.DateTimeField(null=True, blank=True)
     recorded_at = models.DateTimeField()
+    # When the state entered its slot's timeline (active on writing, or approved by a reviewer later):
+    # "what did the agent know at T" counts it from here, not from recorded_at. Null while suggested.
+    activated_at = models.DateTimeField(null=True, blank=True)
     expired_at = models.DateTimeField(null=True, blank=True)
     # Facts with a time to live: invisible from then on, removed by the prune job.
     expires_at = models.DateTimeField(null=True, blank=True)
@@ -112,6 +115,8 @@ class MemoryItem(Scoped):
             # prune job: facts whose time to live ran out.
             models.Index(fields=["expires_at"], name="item_expires_idx", condition=models.Q(expires_at__isnull=False)),
             GinIndex(fields=["search_vector"], name="item_search_gin"),
+            # admin overview: items stored per agent per day over 30 days (see entry_created_brin).
+            BrinIndex(fields=["recorded_at"], name="item_recorded_brin"),
             HnswIndex(
                 name="item_embedding_hnsw",
                 fields=["embedding"],
@@ -123,6 +128,57 @@ class MemoryItem(Scoped):
 
     def __str__(self) -> str:
         return f"{self.subject}.{self.attribute} = {self.value[:40]}"
+
+
+class ItemReview(models.Model):
+    """One step of an item's review history: a decision, the undo of one, a forget.
+
+    The audit chain keeps who decided what about which item (ids and outcomes only); this keeps the
+    rest a reviewer needs to read later: the value before and after an edit and the reason's text.
+    It goes with the item when the item is erased (cascade), content and all.
+    """
+
+    class Action(models.TextChoices):
+        APPROVED = "approved"
+        REJECTED = "rejected"
+        UNDONE = "undone"
+        FORGOTTEN = "forgotten"
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    item = models.ForeignKey(MemoryItem, on_delete=models.CASCADE, related_name="reviews")
+    # One decision may cover several items (a slot's choice, a near-duplicate group, a selection): an
+    # undo takes it back whole.
+    decision = models.CharField(max_length=40)
+    action = models.CharField(max_length=10, choices=Action.choices)
+    actor = models.CharField(max_length=200)
+    at = models.DateTimeField()
+    status_before = models.CharField(max_length=12)
+    status_after = models.CharField(max_length=12)
+    # Set when the step changed the value (a reviewer's edit, or the undo of one).
+    value_before = models.TextField(null=True, blank=True)
+    value_after = models.TextField(null=True, blank=True)
+    value_json_before = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    # Set on an approval or rejection when an undo takes it back: an approval undone was still
+    # active from `at` to `undone_at` (what the agent knew then).
+    undone_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # an item's history, newest step first (item page, undo's "is this still the last step").
+            models.Index(fields=["item", "-at"], name="itemreview_item_idx"),
+            # undo: the steps of one decision.
+            models.Index(fields=["decision"], name="itemreview_decision_idx"),
+            # what the agent knew: approvals undone later (few rows).
+            models.Index(
+                fields=["item", "at", "undone_at"],
+                name="itemreview_undone_idx",
+                condition=models.Q(undone_at__isnull=False, action="approved"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.item_id} {self.action} by {self.actor}"
 
 
 class Evidence(models.Model):

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.models import Agent, MemoryItem
+from memoryapp.models import Agent, ItemReview, MemoryItem, Thread
 from memoryapp.models.choices import ItemKind, ItemStatus
 from memoryapp.selectors.threads import Page, decode_cursor, encode_cursor
 from memoryapp.services.items import TIMELINE_STATUSES, VALID_UNTIL_KEY, normalized_name, visible_q
@@ -69,36 +69,67 @@ def holding_q(*, as_of: datetime | None = None, known_at: datetime | None = None
     """The states that hold at `as_of` (world time) as memory knew them at `known_at` (memory time).
 
     Defaults as 004: known_at now, as_of known_at. Facts past their time to live never hold.
-    With a `known_at` in the past, a state closed by a successor memory recorded only after
-    `known_at` was still open then (a state told late changes what is known, not what was).
+    With a `known_at` in the past, memory is replayed as it stood then:
+
+    1. a state counts from its activation (`activated_at`: written active, or approved by a
+       reviewer), not from when it was suggested; an approval undone later counts between the
+       approval and its undo (`ItemReview.undone_at`);
+    2. a state closed by a successor activated only after `known_at` was still open then (a state
+       told late changes what is known, not what was);
+    3. a state reopened by the undo of its successor's approval was closed while that approval
+       stood.
     """
     now = timezone.now()
     known = known_at or now
     at = as_of or known
+    in_memory = Q(status__in=TIMELINE_STATUSES)
     interval = Q(valid_to__isnull=True) | Q(valid_to__gt=at)
     if known_at is not None and known_at < now:
+        in_memory = (in_memory & activated_by(known)) | Q(Exists(_approvals_standing(known, item=OuterRef("pk"))))
         closed_then = Exists(
-            MemoryItem.objects.filter(
-                agent_id=OuterRef("agent_id"),
-                user_id=OuterRef("user_id"),
-                project_id=OuterRef("project_id"),
-                thread_id=OuterRef("thread_id"),
-                subject=OuterRef("subject"),
-                attribute=OuterRef("attribute"),
-                valid_from=OuterRef("valid_to"),
-                status__in=TIMELINE_STATUSES,
-                recorded_at__lte=known,
-            )
+            _same_slot()
+            .filter(valid_from=OuterRef("valid_to"), status__in=TIMELINE_STATUSES)
+            .filter(activated_by(known))
         )
         # An end the writer gave (metadata valid_until) was known from the start.
         interval |= ~Q(metadata__has_key=VALID_UNTIL_KEY) & Q(~closed_then)
+        successor_undone_since = Exists(
+            _same_slot()
+            .filter(valid_from__gt=OuterRef("valid_from"), valid_from__lte=at)
+            .filter(Exists(_approvals_standing(known, item=OuterRef("pk"))))
+        )
+        interval &= Q(~successor_undone_since)
     return (
-        Q(status__in=TIMELINE_STATUSES)
+        in_memory
         & Q(valid_from__lte=at)
         & interval
         & Q(recorded_at__lte=known)
         & (Q(expired_at__isnull=True) | Q(expired_at__gt=known))
         & (Q(expires_at__isnull=True) | Q(expires_at__gt=now))
+    )
+
+
+def activated_by(known: datetime) -> Q:
+    """States in a timeline since `known` or before (rows from before activated_at was kept count from recorded_at)."""
+    return Q(activated_at__lte=known) | Q(activated_at__isnull=True, recorded_at__lte=known)
+
+
+def _approvals_standing(known: datetime, *, item: Any) -> QuerySet[ItemReview]:
+    """Approvals of `item` made by `known` and undone only after it."""
+    return ItemReview.objects.filter(
+        item_id=item, action=ItemReview.Action.APPROVED, at__lte=known, undone_at__gt=known
+    )
+
+
+def _same_slot() -> QuerySet[MemoryItem]:
+    """The other states of the outer query's item's slot, in its exact scope (`item_slot_idx`)."""
+    return MemoryItem.objects.filter(
+        agent_id=OuterRef("agent_id"),
+        user_id=OuterRef("user_id"),
+        project_id=OuterRef("project_id"),
+        thread_id=OuterRef("thread_id"),
+        subject=OuterRef("subject"),
+        attribute=OuterRef("attribute"),
     )
 
 
@@ -207,7 +238,7 @@ def _previous_values(*, agent: Agent, items: list[MemoryItem], known_at: datetim
     known = known_at or timezone.now()
     candidates = (
         items_for_agent(agent=agent)
-        .filter(wanted, status=ItemStatus.SUPERSEDED, expired_at__isnull=True, recorded_at__lte=known)
+        .filter(wanted, activated_by(known), status=ItemStatus.SUPERSEDED, expired_at__isnull=True)
         .only("id", "user_id", "project_id", "thread_id", "subject", "attribute", "value", "valid_to", "recorded_at")
         .order_by("-recorded_at")
     )
@@ -297,3 +328,87 @@ def items_list(
 
 def item_evidence(*, item: MemoryItem) -> list[Any]:
     return list(item.evidence.select_related("entry").order_by("created_at", "id"))
+
+
+# --- what did the agent know ----------------------------------------------------------------------
+
+# The states one question about a scope lists at most (a person with more is read a slot at a time).
+KNOWN_MAX = 1000
+
+
+def known_reach(item: MemoryItem) -> str:
+    """Which contexts a state reaches: one thread's, one person's, one project's, or every one of the agent."""
+    if item.thread_id:
+        return f"thread {item.thread_id}"
+    if item.user_id and item.project_id:
+        return f"person · project {item.project_id}"
+    if item.user_id:
+        return "person"
+    if item.project_id:
+        return f"project {item.project_id}"
+    return "every person"
+
+
+def items_known(
+    *,
+    agent: Agent,
+    at: datetime,
+    user_id: str = "",
+    project_id: str = "",
+    thread_id: str = "",
+    world: bool = False,
+    limit: int = KNOWN_MAX,
+) -> list[MemoryItem]:
+    """The states a scope saw at `at`: what held in the world then, as memory knew it then (`world`:
+    as memory knows it now).
+
+    Asked about a person without a thread, the states tied to one of the person's threads come too
+    (every context of that thread saw them); `known_reach` labels them.
+    """
+    seen = visible_q(user_id=user_id, project_id=project_id, thread_id=thread_id)
+    if user_id and not thread_id:
+        threads = Thread.objects.filter(agent=agent, user_id=user_id).values("external_id")
+        seen |= Q(user_id__in=["", user_id], project_id__in=["", project_id or ""]) & Q(thread_id__in=Subquery(threads))
+    return list(
+        items_for_agent(agent=agent)
+        .filter(seen)
+        .filter(holding_q(as_of=at, known_at=None if world else at))
+        .defer("embedding", "search_vector")
+        .order_by("subject", "attribute", "thread_id", "-valid_from", "id")[:limit]
+    )
+
+
+@dataclass
+class KnownChanges:
+    added: list[MemoryItem]
+    removed: list[MemoryItem]
+    changed: list[tuple[MemoryItem, MemoryItem]]  # (then, later) of one slot whose value differs
+    unchanged: int
+
+
+def known_changes(*, earlier: list[MemoryItem], later: list[MemoryItem]) -> KnownChanges:
+    """What changed in what a scope knew between two moments, slot by slot in each exact scope."""
+
+    def key(i: MemoryItem) -> tuple[str, str, str, str, str]:
+        return (i.user_id, i.project_id, i.thread_id, normalized_name(i.subject), i.attribute)
+
+    def by_slot(items: list[MemoryItem]) -> dict[tuple[str, str, str, str, str], MemoryItem]:
+        slots: dict[tuple[str, str, str, str, str], MemoryItem] = {}
+        for item in items:
+            held = slots.get(key(item))
+            if held is None or (item.valid_from, item.recorded_at) > (held.valid_from, held.recorded_at):
+                slots[key(item)] = item
+        return slots
+
+    before, after = by_slot(earlier), by_slot(later)
+    changes = KnownChanges(added=[], removed=[], changed=[], unchanged=0)
+    for slot, item in after.items():
+        old = before.get(slot)
+        if old is None:
+            changes.added.append(item)
+        elif old.value != item.value:
+            changes.changed.append((old, item))
+        else:
+            changes.unchanged += 1
+    changes.removed = [item for slot, item in before.items() if slot not in after]
+    return changes

@@ -9,10 +9,12 @@ everything else waits, `suggested`, for a reviewer.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
+import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypedDict
 
@@ -24,7 +26,8 @@ from django.utils import timezone
 from governance.audit import audit_append
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.evidence import verify_evidence
-from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryItem
+from memoryapp.ids import new_id
+from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryItem
 from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
 
 # An item from `user` becomes active on its own only at this confidence or above (004 activationConfidence).
@@ -329,6 +332,7 @@ def item_state_write(
     extra = dict(metadata or {})
     if valid_to is not None:
         extra[VALID_UNTIL_KEY] = valid_to.isoformat()
+    active = activates(trust=trust, verified=verified, confidence=confidence, shadow=shadow)
     item = MemoryItem.objects.create(
         agent=agent,
         user_id=scope.user_id,
@@ -342,14 +346,13 @@ def item_state_write(
         value_json=value_json,
         namespace=namespace,
         trust=trust,
-        status=ItemStatus.ACTIVE
-        if activates(trust=trust, verified=verified, confidence=confidence, shadow=shadow)
-        else ItemStatus.SUGGESTED,
+        status=ItemStatus.ACTIVE if active else ItemStatus.SUGGESTED,
         confidence=confidence,
         verified=verified,
         valid_from=start,
         valid_to=valid_to,
         recorded_at=now,
+        activated_at=now if active else None,
         expires_at=expires_at,
         prompt_version=prompt_version,
         metadata=extra,
@@ -402,9 +405,10 @@ def _merge(
     )
     if activated:
         item.status = ItemStatus.ACTIVE
-        item.metadata = {**item.metadata, "activatedAt": timezone.now().isoformat()}
+        item.activated_at = timezone.now()
+        item.metadata = {**item.metadata, "activatedAt": item.activated_at.isoformat()}
     if changed or activated:
-        item.save(update_fields=["trust", "verified", "confidence", "expires_at", "status", "metadata"])
+        item.save(update_fields=["trust", "verified", "confidence", "expires_at", "status", "activated_at", "metadata"])
     before = Evidence.objects.filter(item=item).count()
     _add_evidence(item=item, checked=checked)
     if activated:
@@ -501,12 +505,51 @@ def _lock_item(item: MemoryItem) -> MemoryItem:
     return MemoryItem.objects.select_for_update().get(pk=item.pk)
 
 
+def new_decision_id() -> str:
+    """The id one reviewer's decision gets: every item it covers carries it, and an undo takes them all back."""
+    return new_id("dec")
+
+
+def _review_step(
+    *,
+    item: MemoryItem,
+    decision: str,
+    action: str,
+    actor: str,
+    at: datetime,
+    status_before: str,
+    value_before: str | None = None,
+    value_after: str | None = None,
+    value_json_before: Any = None,
+    reason: str = "",
+) -> ItemReview:
+    return ItemReview.objects.create(
+        agent_id=item.agent_id,
+        item=item,
+        decision=decision,
+        action=action,
+        actor=actor,
+        at=at,
+        status_before=status_before,
+        status_after=item.status,
+        value_before=value_before,
+        value_after=value_after,
+        value_json_before=value_json_before,
+        reason=reason,
+    )
+
+
 @transaction.atomic
-def item_approve(*, item: MemoryItem, actor: str, value: str | None = None) -> MemoryItem:
-    """A reviewer makes a suggested item active (with its value edited first, when given) and audits it."""
+def item_approve(*, item: MemoryItem, actor: str, value: str | None = None, decision: str = "") -> MemoryItem:
+    """A reviewer makes a suggested item active (with its value edited first, when given) and audits it.
+
+    The value before an edit is kept in the item's review history (`ItemReview`), and the time of the
+    decision in `activated_at`: from then on the item counts as known.
+    """
     locked = _lock_item(item)
     if locked.status != ItemStatus.SUGGESTED:
         raise Conflict("not_suggested", f"Only a suggested item can be approved; this one is {locked.status}.")
+    before, before_json = locked.value, locked.value_json
     edited = False
     if value is not None:
         new_value = _check_text(value, "value", max_length=MAX_VALUE_CHARS)
@@ -514,14 +557,27 @@ def item_approve(*, item: MemoryItem, actor: str, value: str | None = None) -> M
             locked.value = new_value
             locked.value_json = None
             edited = True
+    now = timezone.now()
     locked.status = ItemStatus.ACTIVE
+    locked.activated_at = now
     locked.metadata = {
         **locked.metadata,
-        "activatedAt": timezone.now().isoformat(),
+        "activatedAt": now.isoformat(),
         "reviewed_by": actor,
         **({"edited_by_reviewer": True} if edited else {}),
     }
-    locked.save(update_fields=["value", "value_json", "status", "metadata"])
+    locked.save(update_fields=["value", "value_json", "status", "activated_at", "metadata"])
+    _review_step(
+        item=locked,
+        decision=decision or new_decision_id(),
+        action=ItemReview.Action.APPROVED,
+        actor=actor,
+        at=now,
+        status_before=ItemStatus.SUGGESTED,
+        value_before=before if edited else None,
+        value_after=locked.value if edited else None,
+        value_json_before=before_json if edited else None,
+    )
     slot_layout(
         agent=locked.agent,
         scope=Scope(locked.user_id, locked.project_id, locked.thread_id),
@@ -541,15 +597,24 @@ def item_approve(*, item: MemoryItem, actor: str, value: str | None = None) -> M
 
 
 @transaction.atomic
-def item_reject(*, item: MemoryItem, actor: str, reason: str = "") -> MemoryItem:
+def item_reject(*, item: MemoryItem, actor: str, reason: str = "", decision: str = "") -> MemoryItem:
     """A reviewer refuses a suggested item: it stays, rejected, out of every context; audited (without the reason's text)."""
     locked = _lock_item(item)
     if locked.status != ItemStatus.SUGGESTED:
         raise Conflict("not_suggested", f"Only a suggested item can be rejected; this one is {locked.status}.")
-    reason = reason if isinstance(reason, str) else ""
+    reason = reason.strip()[:1000] if isinstance(reason, str) else ""
     locked.status = ItemStatus.REJECTED
-    locked.metadata = {**locked.metadata, "rejected_because": reason.strip()[:1000], "reviewed_by": actor}
+    locked.metadata = {**locked.metadata, "rejected_because": reason, "reviewed_by": actor}
     locked.save(update_fields=["status", "metadata"])
+    _review_step(
+        item=locked,
+        decision=decision or new_decision_id(),
+        action=ItemReview.Action.REJECTED,
+        actor=actor,
+        at=timezone.now(),
+        status_before=ItemStatus.SUGGESTED,
+        reason=reason,
+    )
     audit_append(
         action="item.reviewed",
         actor=actor,
@@ -557,7 +622,7 @@ def item_reject(*, item: MemoryItem, actor: str, reason: str = "") -> MemoryItem
         thread_id=locked.thread_id,
         subject=locked.pk,
         outcome="rejected",
-        details={"with_reason": bool(reason.strip())},
+        details={"with_reason": bool(reason)},
     )
     return locked
 
@@ -573,6 +638,14 @@ def item_forget(*, item: MemoryItem, actor: str) -> MemoryItem:
         return locked
     locked.expired_at = timezone.now()
     locked.save(update_fields=["expired_at"])
+    _review_step(
+        item=locked,
+        decision=new_decision_id(),
+        action=ItemReview.Action.FORGOTTEN,
+        actor=actor,
+        at=locked.expired_at,
+        status_before=locked.status,
+    )
     audit_append(
         action="item.forgotten",
         actor=actor,
@@ -584,19 +657,207 @@ def item_forget(*, item: MemoryItem, actor: str) -> MemoryItem:
     return locked
 
 
-def items_bulk_review(*, item_ids: Sequence[str], actor: str, approve: bool, reason: str = "") -> dict[str, int]:
-    """Approve or reject many suggested items, each in its own transaction; returns counts by outcome."""
+def items_bulk_review(
+    *, item_ids: Sequence[str], actor: str, approve: bool, reason: str = "", decision: str = ""
+) -> dict[str, int]:
+    """Approve or reject many suggested items, each in its own transaction, as one decision (one undo
+    takes them all back); returns counts by outcome."""
+    decision = decision or new_decision_id()
     counts = {"done": 0, "skipped": 0}
     for item in MemoryItem.objects.filter(pk__in=list(item_ids)).order_by("recorded_at"):
         try:
             if approve:
-                item_approve(item=item, actor=actor)
+                item_approve(item=item, actor=actor, decision=decision)
             else:
-                item_reject(item=item, actor=actor, reason=reason)
+                item_reject(item=item, actor=actor, reason=reason, decision=decision)
             counts["done"] += 1
         except Conflict:
             counts["skipped"] += 1
     return counts
+
+
+# --- a slot's suggestions decided together -------------------------------------------------------
+
+_NOT_WORD = re.compile(r"[^\w\s]+")
+_DIGITS = re.compile(r"\d+")
+# Two values this alike (difflib's ratio over their normalised text) are one value written twice.
+NEAR_DUPLICATE_RATIO = 0.9
+
+
+def value_key(text: str) -> str:
+    """A value as near-duplicates compare it: Unicode-normalised (NFKC), case folded, punctuation
+    dropped, spacing collapsed. "Peanuts (severe)." and "peanuts severe" have one key."""
+    folded = unicodedata.normalize("NFKC", text or "").casefold()
+    return collapse_spaces(_NOT_WORD.sub(" ", folded))
+
+
+def near_duplicate(a: str, b: str) -> bool:
+    """Whether two values of one slot say the same thing, in this order of tests:
+
+    1. the same key (`value_key`): case, punctuation and spacing aside;
+    2. otherwise never when their numbers differ ("10 km" and "100 km" are two values);
+    3. the same words in another order ("short answers, bullets" / "bullets, short answers");
+    4. a typo apart: difflib's similarity ratio of the keys at least NEAR_DUPLICATE_RATIO (0.9),
+       e.g. "vegetarian" / "vegeterian".
+    """
+    ka, kb = value_key(a), value_key(b)
+    if ka == kb:
+        return True
+    if _DIGITS.findall(ka) != _DIGITS.findall(kb):
+        return False
+    if sorted(ka.split()) == sorted(kb.split()):
+        return True
+    return difflib.SequenceMatcher(None, ka, kb, autojunk=False).ratio() >= NEAR_DUPLICATE_RATIO
+
+
+def _source_rank(item: MemoryItem) -> tuple[int, int, float, datetime, str]:
+    """Which of several near-duplicates speaks for them: the most trusted, verified, confident, oldest."""
+    return (TRUST_RANK[Trust(item.trust)], 0 if item.verified else 1, -item.confidence, item.recorded_at, item.pk)
+
+
+def slot_clusters(items: Sequence[MemoryItem]) -> list[list[MemoryItem]]:
+    """The suggestions of one slot gathered into values: near-duplicates (`near_duplicate`, linked
+    transitively) form one cluster, its best source first; clusters in the order of their oldest item.
+    More than one cluster is a conflict: the slot can hold one value at a time."""
+    parent = list(range(len(items)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in range(len(items)):
+        for j in range(i + 1, len(items)):
+            if root(i) != root(j) and near_duplicate(items[i].value, items[j].value):
+                parent[root(j)] = root(i)
+    clusters: dict[int, list[MemoryItem]] = {}
+    for index, item in enumerate(items):
+        clusters.setdefault(root(index), []).append(item)
+    ordered = sorted(clusters.values(), key=lambda c: min((i.recorded_at, i.pk) for i in c))
+    return [sorted(cluster, key=_source_rank) for cluster in ordered]
+
+
+def _slot_of(item: MemoryItem) -> tuple[int, str, str, str, str, str]:
+    return (item.agent_id, item.user_id, item.project_id, item.thread_id, item.subject, item.attribute)
+
+
+@dataclass
+class SlotDecision:
+    decision: str
+    approved: MemoryItem
+    duplicates: list[str] = field(default_factory=list)  # rejected as the same value said again
+    conflicting: list[str] = field(default_factory=list)  # rejected: another value was chosen
+    skipped: list[str] = field(default_factory=list)  # decided already by someone else
+
+
+@transaction.atomic
+def items_slot_decide(
+    *, keep: MemoryItem, others: Sequence[MemoryItem], actor: str, value: str | None = None, decision: str = ""
+) -> SlotDecision:
+    """One decision over the suggestions of one slot: approve `keep` (its value edited when given),
+    reject the others in the same transaction: its near-duplicates as duplicates of it, the other
+    values as not chosen. The reasons name the kept item; one undo takes the whole decision back.
+    """
+    others = [o for o in others if o.pk != keep.pk]
+    if any(_slot_of(o) != _slot_of(keep) for o in others):
+        raise DomainError("invalid_value", "Only suggestions of one slot are decided together.", field="items")
+    decision = decision or new_decision_id()
+    same_cluster = next(c for c in slot_clusters([keep, *others]) if any(i.pk == keep.pk for i in c))
+    duplicate_ids = {i.pk for i in same_cluster if i.pk != keep.pk}
+    approved = item_approve(item=keep, actor=actor, value=value, decision=decision)
+    outcome = SlotDecision(decision=decision, approved=approved)
+    for other in sorted(others, key=lambda o: o.pk):  # one lock order for every decider of the slot
+        duplicate = other.pk in duplicate_ids
+        reason = f"duplicate of {keep.pk}" if duplicate else f"another value chosen ({keep.pk})"
+        try:
+            item_reject(item=other, actor=actor, reason=reason, decision=decision)
+        except Conflict:
+            outcome.skipped.append(other.pk)
+            continue
+        (outcome.duplicates if duplicate else outcome.conflicting).append(other.pk)
+    return outcome
+
+
+# --- undo ------------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def items_review_undo(*, decision: str, actor: str) -> list[MemoryItem]:
+    """Take a reviewer's own decision back: a new step of each item's history, audited.
+
+    1. The approvals and rejections of the decision not undone yet, each item locked (id order).
+    2. Only the reviewer who decided may undo it, and only while it is each item's last step
+       (nothing decided, forgotten or undone about the item since).
+    3. Each item is suggested again: an approved one leaves its slot's timeline (the slot is laid
+       out again, so the value it replaced holds again) with its value from before an edit; a
+       rejected one loses its reason.
+    4. The step undone keeps its time and gets `undone_at` (an approval undone was active between
+       the two: "what did the agent know" still says so); an `undone` step is added; audit
+       `item.reviewed` with outcome `undone`.
+    """
+    if not isinstance(decision, str) or not decision:
+        raise DomainError("invalid_value", "Which decision is to be undone?", field="decision")
+    steps = list(
+        ItemReview.objects.filter(
+            decision=decision,
+            action__in=[ItemReview.Action.APPROVED, ItemReview.Action.REJECTED],
+            undone_at__isnull=True,
+        ).order_by("item_id")
+    )
+    if not steps:
+        raise Conflict("nothing_to_undo", "That decision was undone already, or never made.")
+    if any(step.actor != actor for step in steps):
+        raise DomainError("forbidden", "Only the reviewer who made a decision can undo it.", status=403)
+    now = timezone.now()
+    restored: list[MemoryItem] = []
+    for step in steps:
+        locked = _lock_item(MemoryItem.objects.get(pk=step.item_id))
+        last = ItemReview.objects.filter(item_id=locked.pk).order_by("-at", "-id").first()
+        if last is None or last.pk != step.pk or locked.expired_at is not None:
+            raise Conflict("decided_since", f"Item {locked.pk} changed after that decision; it cannot be undone.")
+        approved = step.action == ItemReview.Action.APPROVED
+        if locked.status not in (TIMELINE_STATUSES if approved else (ItemStatus.REJECTED,)):
+            raise Conflict("decided_since", f"Item {locked.pk} is {locked.status} now; it cannot be undone.")
+        status_before, value_now = locked.status, locked.value
+        locked.status = ItemStatus.SUGGESTED
+        edited_back = approved and step.value_before is not None
+        if edited_back:
+            locked.value, locked.value_json = step.value_before or "", step.value_json_before
+        if approved:
+            locked.activated_at = None
+        drop = ("activatedAt", "reviewed_by", "edited_by_reviewer", "rejected_because")
+        locked.metadata = {k: v for k, v in (locked.metadata or {}).items() if k not in drop}
+        locked.save(update_fields=["status", "value", "value_json", "activated_at", "metadata"])
+        ItemReview.objects.filter(pk=step.pk).update(undone_at=now)
+        _review_step(
+            item=locked,
+            decision=decision,
+            action=ItemReview.Action.UNDONE,
+            actor=actor,
+            at=now,
+            status_before=status_before,
+            value_before=value_now if edited_back else None,
+            value_after=locked.value if edited_back else None,
+        )
+        if approved:
+            slot_layout(
+                agent=locked.agent,
+                scope=Scope(locked.user_id, locked.project_id, locked.thread_id),
+                subject=locked.subject,
+                attribute=locked.attribute,
+            )
+        audit_append(
+            action="item.reviewed",
+            actor=actor,
+            agent_id=locked.agent_id,
+            thread_id=locked.thread_id,
+            subject=locked.pk,
+            outcome="undone",
+            details={"undid": step.action},
+        )
+        restored.append(locked)
+    return restored
 
 
 def visible_q(*, user_id: str = "", project_id: str = "", thread_id: str = "") -> Q:
