@@ -50,17 +50,24 @@ def _coloured(series: Sequence[Series]) -> list[Series]:
     return [Series(s.name, s.values, s.colour or PALETTE[i % len(PALETTE)]) for i, s in enumerate(series)]
 
 
+def _counted(value: float, unit: str) -> str:
+    """ "1 entry", "2 entries": units are given plural."""
+    if value == 1:
+        unit = unit[:-3] + "y" if unit.endswith("ies") else unit.removesuffix("s")
+    return f"{_figure(value)} {escape(unit)}"
+
+
 def _legend(series: Sequence[Series], *, unit: str) -> str:
     items = "".join(
         f'<li><span class="ch-swatch" style="background:{s.colour}"></span>{escape(s.name)} '
-        f'<span class="ch-total">{_figure(sum(s.values))} {escape(unit)}</span></li>'
+        f'<span class="ch-total">{_counted(sum(s.values), unit)}</span></li>'
         for s in series
     )
     return f'<ul class="ch-legend">{items}</ul>'
 
 
 def stacked_bars_by_day(
-    *, title: str, days: Sequence[date], series: Sequence[Series], unit: str, width: int = 560, height: int = 190
+    *, title: str, days: Sequence[date], series: Sequence[Series], unit: str, width: int = 440, height: int = 170
 ) -> SafeString:
     """One bar per day, stacked by series (agents, outcomes); y axis from 0 with three ticks, a date
     every fifth day, the legend below with each series' total."""
@@ -93,7 +100,7 @@ def stacked_bars_by_day(
             base -= h
             parts.append(
                 f'<rect x="{x:.1f}" y="{base:.1f}" width="{bar_w:.1f}" height="{h:.1f}" fill="{s.colour}">'
-                f"<title>{day.isoformat()} · {escape(s.name)}: {_figure(value)} {escape(unit)}</title></rect>"
+                f"<title>{day.isoformat()} · {escape(s.name)}: {_counted(value, unit)}</title></rect>"
             )
         if i % 5 == 0 or i == len(days) - 1:
             parts.append(
@@ -114,10 +121,10 @@ class Duration:
     p95: float
 
 
-def duration_bars(*, title: str, rows: Sequence[Duration], width: int = 560) -> SafeString:
+def duration_bars(*, title: str, rows: Sequence[Duration], width: int = 440) -> SafeString:
     """Per job kind, the median and the 95th percentile of how long its runs took, side by side
     (seconds, a linear axis from 0 to the slowest p95)."""
-    label_w, right, row_h, top = 150, 60, 30, 8
+    label_w, right, row_h, top = 130, 50, 30, 8
     height = top + row_h * max(len(rows), 1) + 22
     plot_w = width - label_w - right
     ceiling = nice_ceiling(max((r.p95 for r in rows), default=0))

@@ -28,7 +28,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from governance.audit import AuditVerification, audit_verify_tail
-from governance.charts import Duration, Series, duration_bars, stacked_bars_by_day
+from governance.charts import PALETTE, Duration, Series, duration_bars, stacked_bars_by_day
 from governance.models import AuditRecord, JobRun
 from memory_project.health import broker_probe, database_probe
 from memoryapp.selectors.overview import entries_per_agent_per_day, items_per_agent_per_day, window_days
@@ -41,6 +41,7 @@ ROLE_MARKERS = {
     "operator": "memoryapp.change_agent",
 }
 CHART_DAYS = 30
+OTHERS = "#9e9e9e"  # the agents summed as one series
 CHART_CACHE_SECONDS = 120
 PRIVACY_DAYS = 7
 AUDIT_TAIL_RECORDS = 500
@@ -213,17 +214,20 @@ def operator_charts() -> tuple[list[Any], datetime]:
         }
         cache.set("staff-overview:figures:v1", figures, CHART_CACHE_SECONDS)
     entries, items, decisions = figures["entries"], figures["items"], figures["decisions"]
+    # One colour per agent in both charts (by name), the agents not drawn one by one in grey.
+    names = sorted({name for name, _ in (*entries.series, *items.series) if not name.endswith("other agents")})
+    colours = {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(names)}
     charts = [
         stacked_bars_by_day(
             title=f"Entries stored per agent per day ({CHART_DAYS} days, UTC)",
             days=entries.days,
-            series=[Series(name, values) for name, values in entries.series],
+            series=[Series(name, values, colours.get(name, OTHERS)) for name, values in entries.series],
             unit="entries",
         ),
         stacked_bars_by_day(
             title=f"Memory items stored per agent per day ({CHART_DAYS} days)",
             days=items.days,
-            series=[Series(name, values) for name, values in items.series],
+            series=[Series(name, values, colours.get(name, OTHERS)) for name, values in items.series],
             unit="items",
         ),
         stacked_bars_by_day(

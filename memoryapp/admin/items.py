@@ -259,6 +259,7 @@ class MemoryItemAdmin(admin.ModelAdmin):
             thread_url=thread_entry_url(thread.pk, None) if thread else "",
             metadata=metadata,
             has_view_permission=True,
+            is_nav_sidebar_enabled=False,  # the quotes need the width
         )
         return TemplateResponse(request, "admin/memoryapp/memoryitem/decision.html", context)
 
@@ -334,6 +335,7 @@ class MemoryItemAdmin(admin.ModelAdmin):
         context = self._page(
             request,
             "What did the agent know?",
+            is_nav_sidebar_enabled=False,  # the table needs the width
             agents=agents,
             agent=agent,
             scope=scope,

@@ -212,7 +212,7 @@
 
   function choose(card, n) {
     if (!card || !isChoice(card) || card.classList.contains("rq-done")) return;
-    const radios = [...card.querySelectorAll("input[name=keep]")];
+    const radios = [...card.querySelectorAll("input[type=radio][name=keep]")];
     const radio = radios[n - 1];
     if (!radio) return;
     radio.checked = true;
@@ -265,7 +265,7 @@
     if (event.target.id === "rq-all") {
       open().forEach((card) => (card.querySelector(".rq-check").checked = event.target.checked));
     }
-    if (event.target.name === "keep") chosen(event.target);
+    if (event.target.name === "keep" && event.target.type === "radio") chosen(event.target);
     countSelected();
   });
 

@@ -2,7 +2,7 @@
 
 A reviewer logs into the admin, opens the queue, sees a quote highlighted in its conversation,
 approves one item from the keyboard and rejects another with a reason, and the database and the
-audit trail say so. A screenshot of the queue goes to var/screenshots/review-queue.png.
+audit trail say so. Screenshots of the queue go to bench/out/screenshots/ (review-flow-*.png).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tests.kit import PROJECT_ROOT
 from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, StaffFactory, ThreadFactory
 
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = PROJECT_ROOT / "var" / "screenshots"
+SCREENSHOTS = PROJECT_ROOT / "bench" / "out" / "screenshots"
 PASSWORD = "review-the-memory-2026"
 
 pytestmark = [
@@ -154,7 +154,7 @@ def test_a_reviewer_approves_and_rejects_from_the_queue_in_a_browser(
             ],
         )
         try:
-            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
             page.goto(f"{live_server.url}/admin/login/?next=/admin/memoryapp/memoryitem/review/")
             page.fill("#id_username", "rita")
             page.fill("#id_password", PASSWORD)
@@ -165,7 +165,7 @@ def test_a_reviewer_approves_and_rejects_from_the_queue_in_a_browser(
             expect(diet.locator("mark")).to_have_text("I am vegetarian now")
             expect(diet.locator(".rq-ctx").first).to_contain_text("Anything I should know about your food?")
             expect(diet.locator(".rq-where a")).to_have_attribute("href", source_link)
-            page.screenshot(path=str(SCREENSHOTS / "review-queue.png"), full_page=False)
+            page.screenshot(path=str(SCREENSHOTS / "review-flow.png"), full_page=False)
 
             # approve from the keyboard: pick the card, press a
             diet.locator(".rq-slot").click()
@@ -182,7 +182,7 @@ def test_a_reviewer_approves_and_rejects_from_the_queue_in_a_browser(
             page.keyboard.press("Enter")
             expect(city).to_have_class(_has("rq-rejected"))
             expect(page.locator("#rq-left")).to_have_text(str(len(TALKS) - 2))
-            page.screenshot(path=str(SCREENSHOTS / "review-queue-decided.png"), full_page=False)
+            page.screenshot(path=str(SCREENSHOTS / "review-flow-decided.png"), full_page=False)
         finally:
             browser.close()
 
@@ -192,7 +192,7 @@ def test_a_reviewer_approves_and_rejects_from_the_queue_in_a_browser(
     assert MemoryItem.objects.filter(status="suggested").count() == len(TALKS) - 2
     audit = {r.subject: (r.actor, r.outcome) for r in AuditRecord.objects.filter(action="item.reviewed")}
     assert audit == {ids["diet"]: ("staff:rita", "approved"), ids["city"]: ("staff:rita", "rejected")}
-    assert os.path.getsize(SCREENSHOTS / "review-queue.png") > 10_000
+    assert os.path.getsize(SCREENSHOTS / "review-flow.png") > 10_000
 
 
 def _has(name: str):
