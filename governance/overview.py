@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.exceptions import NotRegistered
 from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count
@@ -168,8 +169,11 @@ def _timed(name: str, probe: Any) -> Health:
 def job_runs_url(**filters: str) -> str:
     """The job-run list filtered; a date filter only when that list offers one (else it refuses it)."""
     changelist = reverse("admin:governance_jobrun_changelist")
-    run_admin = admin.site._registry.get(JobRun)
-    offered = {f if isinstance(f, str) else f[0] for f in getattr(run_admin, "list_filter", ())}
+    try:
+        run_filters = admin.site.get_model_admin(JobRun).list_filter
+    except NotRegistered:
+        run_filters = ()
+    offered = {f if isinstance(f, str) else f[0] for f in run_filters if isinstance(f, str | tuple | list)}
     query = {k: v for k, v in filters.items() if k.split("__", 1)[0] in offered}
     return changelist + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
 

@@ -48,6 +48,10 @@ def test_the_page_shows_each_quote_once_in_its_turns_and_offers_no_save_button(a
     assert f"/admin/memoryapp/thread/{thread.pk}/change/#{answer.id}" in page
     assert 'name="_save"' not in page and 'name="_continue"' not in page
     assert 'value="approve"' in page and 'value="reject"' in page
+    posted = staff("reviewer", name="rita2").post(page_url(item), {"status": "active", "value": "x"})
+    assert posted.status_code == 405  # the page has no form to save: decisions post to decide/
+    item.refresh_from_db()
+    assert (item.status, item.value) == ("suggested", "vegetarian")
 
 
 def test_approving_with_an_edit_keeps_the_value_before_in_the_items_history(alice: Caller) -> None:
@@ -126,6 +130,7 @@ def test_a_privacy_officer_reads_the_page_but_cannot_decide(alice: Caller) -> No
     assert 'value="approve"' not in text and "approving or rejecting it is for reviewers" in text
     assert officer.post(decide_url(item), {"action": "approve", "item": item.pk}).status_code == 403
     assert officer.post(f"/admin/memoryapp/memoryitem/{item.pk}/forget/").status_code == 403
+    assert officer.post(page_url(item), {"status": "active"}).status_code == 403
     assert staff("operator").get(page_url(item)).status_code == 403
     item.refresh_from_db()
     assert item.status == "suggested" and item.expired_at is None

@@ -18,7 +18,14 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -233,6 +240,11 @@ class MemoryItemAdmin(admin.ModelAdmin):
             raise Http404("No such item.")
         if not self.has_view_or_change_permission(request, item):
             raise PermissionDenied
+        if request.method != "GET":
+            # No form here: decisions post to decide/ (reviewers) and nothing else changes an item.
+            if not _may_review(request):
+                raise PermissionDenied
+            return HttpResponseNotAllowed(["GET"])
         read = quotes_with_turns(item_ids=[item.pk])
         card = cards_for([item], read, window=ITEM_PAGE_WINDOW)[item.pk]
         reviews = item_reviews(item=item)
