@@ -189,6 +189,11 @@ def test_the_queue_filters_pages_decides_a_conflict_and_undoes_in_a_browser(
             page.keyboard.press("a")
             expect(card).to_have_class(_has("rq-done"))
             _shot(page, "review-queue-after-decisions")
+
+            dark = _login(browser, live_server, "rita", dark=True)
+            dark.goto(queue)
+            dark.wait_for_selector(".rq-choice")
+            _shot(dark, "review-queue-dark")
         finally:
             browser.close()
 
@@ -233,6 +238,9 @@ def test_the_item_page_approves_with_an_edit_and_rejects_with_a_reason_in_a_brow
             expect(page.locator("#ip-state")).to_have_text("Rejected")
             expect(page.locator("#ip-reason")).to_contain_text("not what she said")
             _shot(page, "item-page-rejected")
+            dark = _login(browser, live_server, "rita", dark=True)
+            dark.goto(f"{live_server.url}/admin/memoryapp/memoryitem/{edited.pk}/change/")
+            _shot(dark, "item-page-dark")
 
             stamp = (moment - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
             later = (timezone.now() + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S")
