@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from memoryapp.models import Entry, Thread
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_add, entry_redact, thread_create, thread_fork
-from tests.conftest import Caller
+from tests.kit.api import Caller
 from tests.kit.locomo_threads import locomo_thread
 
 pytestmark = pytest.mark.django_db

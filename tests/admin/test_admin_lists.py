@@ -15,7 +15,7 @@ from django.utils import timezone
 from governance.models import AuditRecord
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_add, entry_delete, thread_create
-from tests.conftest import Caller
+from tests.kit.api import Caller
 
 pytestmark = pytest.mark.django_db
 

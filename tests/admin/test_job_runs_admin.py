@@ -17,7 +17,7 @@ from governance.job_retry import RetryRefused, job_retry
 from governance.models import AuditRecord, JobRun
 from memoryapp.compaction.service import compaction_now
 from memoryapp.services.threads import entry_add, thread_create
-from tests.conftest import Caller
+from tests.kit.api import Caller
 
 AUDIT_TASK = "governance.tasks.audit_verify_job"
 

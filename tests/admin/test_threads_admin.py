@@ -11,7 +11,7 @@ from django.test import Client
 from governance.models import AuditRecord
 from memoryapp.models import Entry, Thread
 from memoryapp.services.threads import entry_add, thread_create
-from tests.conftest import Caller
+from tests.kit.api import Caller
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem, Thr
 from memoryapp.services.consequences import Consequences, consequences_apply, consequences_preview
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_add, entry_delete, entry_redact, thread_create, thread_delete, thread_fork
-from tests.conftest import Caller
+from tests.kit.api import Caller
 
 pytestmark = pytest.mark.django_db
 ACTOR = "staff:olga"

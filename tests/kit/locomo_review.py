@@ -20,7 +20,7 @@ from memoryapp.models import Agent, Entry, MemoryItem, Thread
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entries_add, thread_create
 
-LOCOMO = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo" / "locomo_dev.json"
+LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo_dev.json"
 
 _STAND_IN = {
     "sample_id": "stand-in",

@@ -28,11 +28,11 @@ from memoryapp.keys import agent_get_or_create
 from memoryapp.models import Entry, ItemReview, MemoryItem
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entries_add, thread_create
-from tests.locomo_review import locomo_suggestions, locomo_thread, quote_of
-from tests.review_staff import ROLE_GROUPS
+from tests.kit.locomo_review import locomo_suggestions, locomo_thread, quote_of
+from tests.kit.review_staff import ROLE_GROUPS
 
 CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).resolve().parent.parent / "bench" / "out" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "bench" / "out" / "screenshots"
 PASSWORD = "console-of-the-memory-2026"
 VIEWPORT = {"width": 1280, "height": 800}
 

@@ -16,8 +16,8 @@ from governance.models import AuditRecord, JobRun
 from memoryapp.models import Entry, MemoryItem
 from memoryapp.selectors.overview import entries_per_agent_per_day, window_days
 from memoryapp.services.threads import entry_add, thread_create
-from tests.conftest import Caller
-from tests.review_staff import food_talk, staff, suggest
+from tests.kit.api import Caller
+from tests.kit.review_staff import food_talk, staff, suggest
 
 pytestmark = pytest.mark.django_db
 

@@ -11,8 +11,8 @@ from governance.models import AuditRecord
 from memoryapp.models import ItemReview, MemoryItem
 from memoryapp.services.items import item_write
 from memoryapp.services.threads import entry_add, thread_create
-from tests.conftest import Caller
-from tests.review_staff import food_talk, staff, suggest
+from tests.kit.api import Caller
+from tests.kit.review_staff import food_talk, staff, suggest
 
 pytestmark = pytest.mark.django_db
 

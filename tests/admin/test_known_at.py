@@ -13,8 +13,8 @@ from memoryapp.models import MemoryItem
 from memoryapp.selectors.items import items_holding, items_known, items_list, known_changes, known_reach
 from memoryapp.services.items import item_approve, item_forget, item_write, items_review_undo
 from memoryapp.services.threads import thread_create
-from tests.conftest import Caller
-from tests.review_staff import staff
+from tests.kit.api import Caller
+from tests.kit.review_staff import staff
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from memoryapp.models import Evidence, ItemReview, MemoryItem
 from memoryapp.selectors.items import context_facts
 from memoryapp.services.items import item_write, near_duplicate, slot_clusters, value_key
 from memoryapp.services.threads import entry_add, thread_create
-from tests.conftest import Caller
-from tests.review_staff import REVIEW_URL, food_talk, staff, suggest
+from tests.kit.api import Caller
+from tests.kit.review_staff import REVIEW_URL, food_talk, staff, suggest
 
 pytestmark = pytest.mark.django_db
 
