@@ -21,6 +21,7 @@ from django.utils.safestring import SafeString, mark_safe
 from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
 from governance.audit import audit_verify
 from governance.job_retry import RetryRefused, job_retry
+from governance.jobs import WAITING_NOTE
 from governance.models import AuditRecord, JobRun
 
 
@@ -360,11 +361,26 @@ def readable(values: Any, run: JobRun, links: ObjectLinks) -> SafeString:
     return format_html('<table class="jr-fields"><tbody>{}</tbody></table>', rows)
 
 
+class NotTakenFilter(admin.SimpleListFilter):
+    """Queued runs the broker took that no worker started (the job sweep's note in their error)."""
+
+    title = "taken by a worker"
+    parameter_name = "not_taken"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "not taken by any worker")]
+
+    def queryset(self, request: HttpRequest, queryset: Any) -> Any:
+        if self.value() == "yes":
+            return queryset.filter(status=JobRun.Status.QUEUED, error__startswith=WAITING_NOTE)
+        return queryset
+
+
 @admin.register(JobRun)
 class JobRunAdmin(FullWidthList, admin.ModelAdmin):
     list_display = ("id", "run", "status", "progress_shown", "agent_shown", "created", "took")
     list_display_links = ("id",)
-    list_filter = ("status", "kind", ("created_at", DateRangeFilter))
+    list_filter = ("status", "kind", NotTakenFilter, ("created_at", DateRangeFilter))
     search_fields = ("=kind", "=dedupe_key")
     show_full_result_count = False
     actions = ["retry_runs"]

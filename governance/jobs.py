@@ -11,9 +11,14 @@ Nothing is lost, nothing runs twice at once:
 
 1. A run is handed to the broker after commit; `sent_at` records that the broker took it. A send
    that fails (Redis away) is logged, never raised: the write stands and the run stays queued.
+   After a failed send the process stops asking the broker for BROKER_BREAKER_SECONDS (a breaker),
+   so a broker that hangs costs one request its timeout, not every write of the outage.
 2. A never-sent queued run is sent again by the next `job_enqueue` of its dedupe key, and by the
-   job sweep (`jobs_sweep`, beat every minute), which also sends again a run taken long ago and
-   never started (its message may have gone with a Redis restart).
+   job sweep (`jobs_sweep`, beat every minute). A sent run not started JOB_RESEND_AFTER_SECONDS
+   after its countdown is sent again when the broker lost its data since (a Redis restart without
+   persistence), and otherwise at most JOB_RESEND_MAX times, only while its queue is empty (with
+   messages waiting, a copy would only wait behind them), looked at after doubling waits; a run
+   waiting that long says so in its error ("not taken by any worker of queue ... since ...").
 3. The process running a run holds a PostgreSQL session advisory lock on it. When the process
    dies (kill -9, out of memory, a lost host), PostgreSQL frees the lock as the connection drops:
    a free lock on a `running` run means its worker is gone. The message of a pool child killed
@@ -36,16 +41,17 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import redis
 from celery import current_app, shared_task
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import Case, Count, F, Min, Q, TextField, Value, When
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from kombu.exceptions import OperationalError
 
 from governance.models import JobRun
 
@@ -60,6 +66,8 @@ RUN_LOCK_CLASS = 0x4A52  # "JR"
 CLAIM_WAIT_SECONDS = 10.0
 # A run whose worker died this many times is failed, not sent again (a job that kills its worker).
 LOST_RUN_MAX_ATTEMPTS = 5
+# How the error of a run no worker took begins (the job sweep's note; cleared when a worker takes it).
+WAITING_NOTE = "not taken by any worker of queue"
 
 
 def _run_lock_key(run_id: int) -> int:
@@ -93,23 +101,74 @@ def job_task(name: str) -> Any | None:
     return task
 
 
-def job_send(*, run_id: int, task_name: str, countdown: float | None = None) -> bool:
+# --- the broker breaker ---------------------------------------------------------------------
+# Per process: until this time.monotonic(), requests do not ask the broker (it failed just now).
+_broker_down_until = 0.0
+
+
+def broker_resting() -> bool:
+    """True for BROKER_BREAKER_SECONDS after a send or a debounce mark of this process failed.
+
+    A broker that accepts connections and never answers costs each send BROKER_TIMEOUT seconds
+    (and a write two or three of them): while the breaker is open, writes skip the broker and
+    answer at once, their runs left queued and unsent for the job sweep, which always tries.
+    """
+    return time.monotonic() < _broker_down_until
+
+
+def _broker_failed() -> None:
+    global _broker_down_until
+    _broker_down_until = time.monotonic() + settings.BROKER_BREAKER_SECONDS
+
+
+def _broker_answered() -> None:
+    global _broker_down_until
+    _broker_down_until = 0.0
+
+
+def broker_breaker_reset() -> None:
+    """Ask the broker again from the next send on (tests: each starts with the breaker closed)."""
+    _broker_answered()
+
+
+def job_send(
+    *, run_id: int, task_name: str, countdown: float | None = None, force: bool = False, resend: bool = False
+) -> bool:
     """Hand a run to the broker; True when it took it (then `sent_at` says when).
 
     A broker that is away is logged, never raised: this runs after the write committed, and the
     run stays queued without `sent_at`, so the next enqueue of its key or the job sweep sends it.
-    The task's own options (its queue) route the message.
+    While the breaker is open (`broker_resting`) it is not even asked, unless `force` (the sweep).
+    The task's own options (its queue) route the message. A `countdown` sets the run's `eta`,
+    before which the sweep never sends it again. A `resend` (the sweep's, of a message the broker
+    still holds) counts in `resends` and leaves `sent_at`, the start of the wait, as it is.
     """
     task = job_task(task_name)
     if task is None:
         logger.error("job run %s names task %s, which this process does not know", run_id, task_name)
         return False
+    if not force and broker_resting():
+        logger.info("the broker failed just now: job run %s (%s) stays queued for the job sweep", run_id, task_name)
+        return False
     try:
         task.apply_async(args=[run_id], countdown=countdown)
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, (OperationalError, redis.RedisError, OSError)):
+            _broker_failed()  # the broker, not this message: rest from it
         logger.warning("the broker did not take job run %s (%s); it stays queued", run_id, task_name, exc_info=True)
         return False
-    JobRun.objects.filter(pk=run_id).update(sent_at=timezone.now())
+    _broker_answered()
+    now = timezone.now()
+    fields: dict[str, Any] = {}
+    if resend:
+        fields["resends"] = F("resends") + 1
+    else:
+        fields.update(sent_at=now, resends=0)
+    if countdown:
+        fields["eta"] = now + timedelta(seconds=countdown)
+    not_before = fields.get("eta") or now
+    fields["next_check_at"] = not_before + timedelta(seconds=settings.JOB_RESEND_AFTER_SECONDS)
+    JobRun.objects.filter(pk=run_id).update(**fields)
     return True
 
 
@@ -144,8 +203,10 @@ def job_enqueue(
                     waiting_id = waiting.pk
                     transaction.on_commit(lambda: job_send(run_id=waiting_id, task_name=task_name, countdown=countdown))
                 return waiting
+        # Not before the countdown, even when the broker is away and the sweep sends it.
+        eta = timezone.now() + timedelta(seconds=countdown) if countdown else None
         run = JobRun.objects.create(
-            kind=kind, agent_id=agent_id, arguments=arguments, dedupe_key=dedupe_key, task_name=task_name
+            kind=kind, agent_id=agent_id, arguments=arguments, dedupe_key=dedupe_key, task_name=task_name, eta=eta
         )
         run_id = run.pk
         transaction.on_commit(lambda: job_send(run_id=run_id, task_name=task_name, countdown=countdown))
@@ -187,11 +248,7 @@ def job_enqueue_debounced(
     the job read its rows sends the next run. The mark expires after `pending_ttl` seconds in
     case a run is lost before it starts. Returns the new run, or None when one was pending.
     """
-    try:
-        fresh = bool(broker_redis().set(debounce_mark(debounce_key), "1", nx=True, ex=pending_ttl))
-    except redis.RedisError:
-        fresh = True  # the broker is unwell: fall back to the JobRun dedupe below
-    if not fresh:
+    if not debounce_mark_set(debounce_mark(debounce_key), ttl=pending_ttl):
         return None
     return job_enqueue(
         kind=kind,
@@ -203,17 +260,33 @@ def job_enqueue_debounced(
     )
 
 
+def debounce_mark_set(key: str, *, ttl: int) -> bool:
+    """Mark `key` (a `debounce_mark`) pending for `ttl` seconds; False when it was pending already.
+
+    True when the broker is unwell (or resting after a failure): the caller then goes on to the
+    JobRun dedupe of `job_enqueue`, which needs no broker.
+    """
+    if broker_resting():
+        return True
+    try:
+        fresh = bool(broker_redis().set(key, "1", nx=True, ex=ttl))
+    except redis.RedisError:
+        _broker_failed()
+        return True
+    _broker_answered()
+    return fresh
+
+
 def job_debounce_clear(debounce_key: str) -> None:
     """Called by a debounced job as it starts: later writes send another run."""
     with contextlib.suppress(redis.RedisError):
         broker_redis().delete(debounce_mark(debounce_key))
 
 
-def _run_lock_take(run_id: int, status: str) -> bool:
-    """Take the run's lock. A `running` run's lock may still be its killed worker's for a moment
-    (until PostgreSQL notices the connection closed): wait for it a little. A queued run's lock
-    held means another process is claiming it right now."""
-    deadline = time.monotonic() + (CLAIM_WAIT_SECONDS if status == Status.RUNNING else 0)
+def _run_lock_take(run_id: int, *, wait: bool) -> bool:
+    """Take the run's lock, waiting for it a little with `wait`: a `running` run's lock may still
+    be its killed worker's for a moment (until PostgreSQL notices the connection closed)."""
+    deadline = time.monotonic() + (CLAIM_WAIT_SECONDS if wait else 0)
     while not _run_lock_try(run_id):
         if time.monotonic() >= deadline:
             return False
@@ -221,17 +294,21 @@ def _run_lock_take(run_id: int, status: str) -> bool:
     return True
 
 
-def job_start(run_id: int) -> JobRun | None:
+def job_start(run_id: int, *, message_id: str = "") -> JobRun | None:
     """Claim a run for this process: mark it running, holding its lock until `job_run` ends.
 
     None when there is nothing to run: the run ended (a redelivered message of a finished job),
     or a live process holds it (a second message of a run in good hands). A `running` run whose
     lock is free lost its worker: it is claimed again, up to LOST_RUN_MAX_ATTEMPTS attempts.
+    Only the message that claimed a `running` run (`message_id`, brought back by the worker's
+    loss) waits for its lock; another copy of it (a resend) is dropped at once, holding no pool
+    process while the run runs.
     """
-    seen = JobRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
-    if seen is None or seen in FINISHED:
+    seen = JobRun.objects.filter(pk=run_id).values("status", "message_id").first()
+    if seen is None or seen["status"] in FINISHED:
         return None
-    if not _run_lock_take(run_id, seen):
+    wait = seen["status"] == Status.RUNNING and (not message_id or seen["message_id"] in ("", message_id))
+    if not _run_lock_take(run_id, wait=wait):
         logger.info("job run %s is held by a live process; this message is dropped", run_id)
         return None
     try:
@@ -244,7 +321,15 @@ def job_start(run_id: int) -> JobRun | None:
             _run_lock_release(run_id)
             return None
         JobRun.objects.filter(pk=run_id).update(
-            status=Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1, finished_at=None
+            status=Status.RUNNING,
+            started_at=timezone.now(),
+            attempts=F("attempts") + 1,
+            finished_at=None,
+            message_id=message_id,
+            next_check_at=None,
+            error=Case(
+                When(error__startswith=WAITING_NOTE, then=Value("")), default=F("error"), output_field=TextField()
+            ),
         )
         return JobRun.objects.get(pk=run_id)
     except BaseException:
@@ -309,14 +394,18 @@ def job_run(
     *,
     transient: tuple[type[BaseException], ...] = (),
     final_attempt: bool = True,
+    retry_within: float = 0,
+    message_id: str = "",
 ) -> JobRun | None:
     """Run `work(run)` as the body of a job: start, then finish with its result or fail with its error.
 
     The body of every `@job` task; also what a service calls to run a job in the asking process
-    (`compaction_now`, `extraction_now`). The error is re-raised so Celery's retry policy sees it. An error of a `transient` type on an attempt that Celery will retry
-    puts the run back to queued (with the error noted), so the retry can claim it again.
+    (`compaction_now`, `extraction_now`). The error is re-raised so Celery's retry policy sees it.
+    An error of a `transient` type on an attempt that Celery will retry (within `retry_within`
+    seconds, its longest backoff) puts the run back to queued (with the error noted), so the retry
+    can claim it again. `message_id` is the broker message that asked (`job_start`).
     """
-    run = job_start(run_id)
+    run = job_start(run_id, message_id=message_id)
     if run is None:
         return None
     try:
@@ -324,9 +413,16 @@ def job_run(
             result = work(run)
         except Exception as exc:
             if isinstance(exc, transient) and not final_attempt:
-                # Celery sends the retry now: it counts as handed over.
+                # Celery sends the retry now: it counts as handed over, due after its backoff.
+                now = timezone.now()
+                eta = now + timedelta(seconds=retry_within)
                 JobRun.objects.filter(pk=run.pk).update(
-                    status=Status.QUEUED, error=f"retrying after: {exc}"[:4000], sent_at=timezone.now()
+                    status=Status.QUEUED,
+                    error=f"retrying after: {exc}"[:4000],
+                    sent_at=now,
+                    eta=eta,
+                    resends=0,
+                    next_check_at=eta + timedelta(seconds=settings.JOB_RESEND_AFTER_SECONDS),
                 )
             else:
                 job_fail(run, exc)
@@ -385,7 +481,14 @@ def job(
         def run_task(task: Any, run_id: int) -> None:
             # Celery retries only what came through the broker (or `apply`), not a direct call.
             final_attempt = bool(task.request.called_directly) or task.request.retries >= retries
-            job_run(run_id, body, transient=transient, final_attempt=final_attempt)
+            job_run(
+                run_id,
+                body,
+                transient=transient,
+                final_attempt=final_attempt,
+                retry_within=backoff_max,
+                message_id=str(task.request.id or ""),
+            )
 
         run_task.__name__, run_task.__qualname__ = work.__name__, work.__qualname__
         run_task.__module__, run_task.__doc__ = work.__module__, work.__doc__
@@ -435,18 +538,93 @@ def _requeue_lost(run_id: int) -> str:
     return "requeued"
 
 
+def broker_epoch_mark() -> str:
+    """The Redis key holding `broker_epoch` (in the broker's own database, beside its queues)."""
+    return f"memory:{_database_tag()}:broker-epoch"
+
+
+def broker_epoch() -> datetime | None:
+    """Since when the broker has kept its data; None when it does not answer.
+
+    A key written the first time the sweep finds it missing lives and dies with the broker's data:
+    a Redis restarted without persistence (or flushed) loses it with every message it held, and
+    the next sweep writes it again with that sweep's time. A message taken before that time is
+    gone; one taken after is still in the broker (waiting in its queue, or reserved by a worker)
+    unless a worker consumed it. A message sent between the loss and that sweep counts as lost:
+    it is sent once more, which is harmless.
+    """
+    key = broker_epoch_mark()
+    try:
+        pipe = broker_redis().pipeline(transaction=False)
+        pipe.set(key, timezone.now().isoformat(), nx=True)
+        pipe.get(key)
+        _, value = pipe.execute()
+    except redis.RedisError:
+        return None
+    try:
+        return datetime.fromisoformat(value.decode())
+    except (AttributeError, ValueError):
+        with contextlib.suppress(redis.RedisError):
+            broker_redis().delete(key)  # not ours to read: the next sweep starts it again
+        return None
+
+
+def _queue_of(task_name: str) -> str:
+    task = job_task(task_name)
+    return str(getattr(task, "queue", None) or settings.CELERY_TASK_DEFAULT_QUEUE)
+
+
+def _look_at_waiting_run(run: JobRun, *, epoch: datetime, queue_length: Callable[[str], int]) -> str:
+    """The sweep's look at a queued run the broker took and no worker started: "sent", "resent",
+    "noted" or "broker_away" (see `jobs_sweep`, step 3)."""
+    assert run.sent_at is not None
+    if run.sent_at < epoch:
+        # The broker lost its data since: a new hand-over, as if it had never been sent.
+        return "sent" if job_send(run_id=run.pk, task_name=run.task_name, force=True) else "broker_away"
+    now = timezone.now()
+    queue = _queue_of(run.task_name)
+    since = max(run.sent_at, run.eta or run.sent_at)
+    waiting = queue_length(queue)
+    note = f"{WAITING_NOTE} {queue} since {since:%Y-%m-%d %H:%M:%S} UTC"
+    outcome = "noted"
+    if waiting:
+        # Its message is, in all likelihood, one of those: a copy would only wait behind it.
+        note += f": {waiting} message(s) wait in that queue; is a worker consuming it (CELERY_QUEUES)?"
+    elif run.resends < settings.JOB_RESEND_MAX:
+        if not job_send(run_id=run.pk, task_name=run.task_name, force=True, resend=True):
+            return "broker_away"
+        outcome = "resent"
+        note += f"; its queue was empty: sent again ({run.resends + 1} of at most {settings.JOB_RESEND_MAX})"
+    else:
+        note += f"; sent again {run.resends} time(s), the most (JOB_RESEND_MAX): left queued"
+    # Looked at again after doubling waits: a run no worker takes costs a look now and then.
+    wait = max(settings.JOB_RESEND_AFTER_SECONDS, (now - since).total_seconds())
+    JobRun.objects.filter(pk=run.pk, status=Status.QUEUED).update(
+        error=note, next_check_at=now + timedelta(seconds=wait)
+    )
+    return outcome
+
+
 def jobs_sweep() -> dict[str, int]:
     """Hand the broker what it never got or lost, and requeue runs whose worker died (beat, every minute).
 
     1. A `running` run whose lock is free lost its process (`job_start`): a run of a task goes back
        to queued, unsent; a run done in a request process, or whose worker died
        LOST_RUN_MAX_ATTEMPTS times, is failed with the reason.
-    2. Queued runs of a task are sent: those the broker never took once JOB_UNSENT_GRACE_SECONDS
-       old (their send failed, or the process died between commit and send), those put back in
-       step 1, and those taken JOB_RESEND_AFTER_SECONDS ago and never started.
-    Sending a run twice is harmless: it is claimed once.
+    2. Queued runs of a task the broker never took are sent once their countdown (`eta`) passed:
+       those JOB_UNSENT_GRACE_SECONDS old (their send failed, or the process died between commit
+       and send) and those put back in step 1.
+    3. Queued runs the broker took, past their countdown, that no worker started:
+       - taken before the broker lost its data (`broker_epoch`): sent again at once;
+       - otherwise looked at JOB_RESEND_AFTER_SECONDS after their countdown, then after waits
+         that double: sent again while their queue is empty (the message may have been dropped)
+         up to JOB_RESEND_MAX times; with messages waiting in the queue (a backlog, or a queue no
+         worker consumes) not sent, as a copy would wait behind them. Each look writes in the
+         run's error that it is "not taken by any worker of queue Q since T", and why.
+    Sending a run twice is harmless: it is claimed once. The sweep sends even while this process's
+    breaker rests (it runs in a worker, where waiting on the broker holds no request).
     """
-    counts = {"requeued": 0, "failed": 0, "sent": 0, "not_sent": 0}
+    counts = {"requeued": 0, "failed": 0, "sent": 0, "resent": 0, "noted": 0, "not_sent": 0}
     requeued: list[int] = []
     running = JobRun.objects.filter(status=Status.RUNNING).order_by("created_at").values_list("pk", flat=True)
     for run_id in list(running[:SWEEP_BATCH]):
@@ -466,24 +644,74 @@ def jobs_sweep() -> dict[str, int]:
 
     now = timezone.now()
     unsent = now - timedelta(seconds=settings.JOB_UNSENT_GRACE_SECONDS)
-    stale = now - timedelta(seconds=settings.JOB_RESEND_AFTER_SECONDS)
-    due = (
-        JobRun.objects.filter(status=Status.QUEUED)
-        .exclude(task_name="")
-        .filter(Q(sent_at__isnull=True, created_at__lte=unsent) | Q(sent_at__lte=stale) | Q(pk__in=requeued))
+    queued = (
+        JobRun.objects.filter(status=Status.QUEUED).exclude(task_name="").filter(Q(eta__isnull=True) | Q(eta__lte=now))
+    )
+    never_sent = (
+        queued.filter(sent_at__isnull=True)
+        .filter(Q(created_at__lte=unsent) | Q(pk__in=requeued))
         .order_by("created_at")
         .values_list("pk", "task_name")
     )
-    for run_id, task_name in list(due[:SWEEP_BATCH]):
+    for run_id, task_name in list(never_sent[:SWEEP_BATCH]):
         if job_task(task_name) is None:
             logger.error("job run %s names task %s, which this worker does not know", run_id, task_name)
             counts["not_sent"] += 1
-        elif job_send(run_id=run_id, task_name=task_name):
+        elif job_send(run_id=run_id, task_name=task_name, force=True):
             counts["sent"] += 1
         else:
             counts["not_sent"] += 1
-            break  # the broker is away: the next sweep tries again
+            return counts  # the broker is away: the next sweep tries again
+
+    epoch = broker_epoch()
+    if epoch is None:
+        return counts
+    lengths: dict[str, int] = {}
+
+    def queue_length(queue: str) -> int:
+        if queue not in lengths:
+            lengths[queue] = int(broker_redis().llen(queue))  # kombu's Redis transport: a list per queue
+        return lengths[queue]
+
+    taken = (
+        queued.filter(sent_at__isnull=False)
+        .filter(Q(sent_at__lt=epoch) | Q(next_check_at__lte=now))
+        .order_by("created_at")
+        .only("pk", "task_name", "sent_at", "eta", "resends")
+    )
+    for run in list(taken[:SWEEP_BATCH]):
+        if job_task(run.task_name) is None:
+            logger.error("job run %s names task %s, which this worker does not know", run.pk, run.task_name)
+            counts["not_sent"] += 1
+            continue
+        try:
+            outcome = _look_at_waiting_run(run, epoch=epoch, queue_length=queue_length)
+        except redis.RedisError:
+            outcome = "broker_away"
+        if outcome == "broker_away":
+            counts["not_sent"] += 1
+            break
+        counts[outcome] += 1
     return counts
+
+
+def jobs_waiting() -> list[dict[str, Any]]:
+    """Per task, the queued runs the broker took that no worker started JOB_RESEND_AFTER_SECONDS
+    after their countdown: how many, and since when (/readyz shows them; the admin's job runs
+    list filters them)."""
+    stale = timezone.now() - timedelta(seconds=settings.JOB_RESEND_AFTER_SECONDS)
+    rows = (
+        JobRun.objects.filter(status=Status.QUEUED, sent_at__lte=stale)
+        .exclude(task_name="")
+        .filter(Q(eta__isnull=True) | Q(eta__lte=stale))
+        .values("task_name")
+        .annotate(runs=Count("pk"), since=Min("sent_at"))
+        .order_by("task_name")
+    )
+    return [
+        {"queue": _queue_of(row["task_name"]), "task": row["task_name"], "runs": row["runs"], "since": row["since"]}
+        for row in rows
+    ]
 
 
 # --- beat schedules ---------------------------------------------------------------------------

@@ -50,8 +50,17 @@ class JobRun(models.Model):
     dedupe_key = models.CharField(max_length=300, blank=True, default="")
     # The Celery task that runs it ("" for a run done in the asking process): what the sweep sends.
     task_name = models.CharField(max_length=200, blank=True, default="")
-    # When the broker last took its message; null while it never did (sent again by the sweep).
+    # When the broker took its message (the start of this hand-over); null while it never did
+    # (sent by the sweep). A resend of a message the broker still holds leaves it as it is.
     sent_at = models.DateTimeField(null=True, blank=True)
+    # Not before: the end of the countdown it was sent with (a debounce); never resent before it.
+    eta = models.DateTimeField(null=True, blank=True)
+    # Times the job sweep sent this hand-over again, and when it looks at the run next.
+    resends = models.IntegerField(default=0)
+    next_check_at = models.DateTimeField(null=True, blank=True)
+    # The broker message (Celery task id) whose process claimed the run: its redelivery waits for
+    # the run's lock, another message of the same run does not.
+    message_id = models.CharField(max_length=255, blank=True, default="")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     progress_done = models.IntegerField(default=0)
     progress_total = models.IntegerField(null=True, blank=True)

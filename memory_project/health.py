@@ -56,7 +56,16 @@ def _embeddings() -> tuple[bool, str]:
     return status.ok, status.message
 
 
+def _jobs_waiting() -> list[dict[str, Any]]:
+    from governance.jobs import jobs_waiting
+
+    return [{**row, "since": row["since"].isoformat()} for row in jobs_waiting()]
+
+
 def readyz(request: HttpRequest) -> JsonResponse:
+    """Ready when every check passes. Job runs no worker took (a queue no worker consumes, a
+    backlog) are shown under `details.jobs_waiting` without making the web process unready: a load
+    balancer taking it out would not bring a worker."""
     checks: dict[str, bool] = {}
     details: dict[str, Any] = {}
     ok, detail = database_probe()
@@ -70,6 +79,12 @@ def readyz(request: HttpRequest) -> JsonResponse:
             checks[name] = passed
             if detail:
                 details[name] = detail
+        if checks["migrations"]:
+            try:
+                if waiting := _jobs_waiting():
+                    details["jobs_waiting"] = waiting
+            except Exception as exc:
+                details["jobs_waiting"] = f"{type(exc).__name__}: {exc}"
     else:
         details["database"] = detail
         checks.update(migrations=False, vector=False, embeddings=False)

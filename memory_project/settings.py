@@ -134,16 +134,22 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "socket_timeout": BROKER_TIMEOUT,
 }
 CELERY_BROKER_CONNECTION_TIMEOUT = BROKER_TIMEOUT
+# After a send (or a debounce mark) fails, a process stops asking the broker for this many seconds:
+# its writes answer at once and leave their runs to the job sweep (governance.jobs; 0: always ask).
+BROKER_BREAKER_SECONDS = env_float("BROKER_BREAKER_SECONDS", 30.0, minimum=0, maximum=3600)
 # One more try, at once: a publish never holds a request for long (the job sweep sends it later).
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.5, "interval_max": 0.5}
 # A worker (and beat) waits out a broker outage instead of exiting.
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 # The job sweep (governance.tasks.jobs_sweep, every minute): a queued run the broker never took is
-# sent once it is this old; one taken this long ago and still not started is sent again (its
-# message may have gone with a Redis restart); the run is claimed once however often it is sent.
+# sent once it is this old; one taken this long ago (after its countdown) and still not started is
+# looked at: sent again when the broker lost it, else at most JOB_RESEND_MAX times, with backoff.
 JOB_UNSENT_GRACE_SECONDS = env_int("JOB_UNSENT_GRACE_SECONDS", 30, minimum=0)
 JOB_RESEND_AFTER_SECONDS = env_int("JOB_RESEND_AFTER_SECONDS", 600, minimum=60)
+# How often the sweep sends a run again while the broker still holds its data (then it only says
+# the run waits); the waits between looks double from JOB_RESEND_AFTER_SECONDS.
+JOB_RESEND_MAX = env_int("JOB_RESEND_MAX", 3, minimum=0, maximum=100)
 # One queue per kind of work, so a slow model never delays an erasure: each task names its queue
 # where it is declared (governance.jobs: `@job(queue=...)`, `@tick(queue=...)`).
 CELERY_TASK_DEFAULT_QUEUE = "default"

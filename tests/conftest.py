@@ -25,6 +25,15 @@ def audit_anchor_file(tmp_path: Path, settings: Any) -> Path:
     return settings.AUDIT_ANCHOR_FILE
 
 
+@pytest.fixture(autouse=True)
+def broker_breaker_closed() -> None:
+    """The broker breaker is per process: a test that took the broker away must not leave the
+    next test's sends skipped."""
+    from governance.jobs import broker_breaker_reset
+
+    broker_breaker_reset()
+
+
 @pytest.fixture
 def alice(db: None) -> Caller:
     return agent_caller("alice")

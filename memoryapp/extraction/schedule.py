@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import redis
 from django.conf import settings
 
 
@@ -13,7 +12,7 @@ def extraction_schedule(*, thread_pk: int) -> None:
     a run per write that could only be skipped would bury the job list. The API and the admin
     still create one on request, and it says why it was skipped.
     """
-    from governance.jobs import broker_redis, debounce_mark, job_debounce_clear
+    from governance.jobs import debounce_mark, debounce_mark_set, job_debounce_clear
     from memoryapp.extraction.service import extraction_debounce_key, extraction_progress, extraction_request
     from memoryapp.llm.port import model_available
     from memoryapp.models import Entry, Thread
@@ -23,14 +22,9 @@ def extraction_schedule(*, thread_pk: int) -> None:
         return
     debounce = settings.EXTRACTION_DEBOUNCE_SECONDS
     # While a run of this thread is pending, a write costs one Redis round trip and nothing more.
-    key = debounce_mark(extraction_debounce_key(thread_pk))
-    try:
-        pending = not broker_redis().set(key, "1", nx=True, ex=int(debounce) + 300)
-    except redis.RedisError:
-        # The broker is away: the run is created anyway (one queued run per thread) and sent
-        # when the broker is back (governance.jobs: the job sweep, or the next write's enqueue).
-        pending = False
-    if pending:
+    # With the broker away (or resting after a failure), the run is created anyway (one queued
+    # run per thread) and sent when the broker is back (the job sweep, or a later enqueue).
+    if not debounce_mark_set(debounce_mark(extraction_debounce_key(thread_pk)), ttl=int(debounce) + 300):
         return
     thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id", "extraction").first()
     # Events (a compaction entry, a label) after the mark give extraction nothing to read.

@@ -141,6 +141,23 @@ def test_readyz_reports_every_check_true(anonymous: APIClient) -> None:
     assert body["checks"] == {"database": True, "migrations": True, "vector": True, "embeddings": True, "broker": True}
 
 
+def test_readyz_shows_job_runs_no_worker_took_without_turning_unready(anonymous: APIClient) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from governance.models import JobRun
+
+    since = timezone.now() - timedelta(hours=3)
+    JobRun.objects.create(kind="extraction", task_name="memoryapp.tasks.extract_thread", sent_at=since)
+    response = anonymous.get("/readyz")
+    body = response.json()
+    assert response.status_code == 200, body
+    assert body["details"]["jobs_waiting"] == [
+        {"queue": "extraction", "task": "memoryapp.tasks.extract_thread", "runs": 1, "since": since.isoformat()}
+    ]
+
+
 def test_readyz_reports_an_unreachable_broker(anonymous: APIClient, settings) -> None:
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
     response = anonymous.get("/readyz")

@@ -4,13 +4,27 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from governance.audit import audit_append
-from governance.jobs import job, job_add_usage, job_enqueue, job_fail, job_progress, job_run, job_skip, job_start
+from governance.jobs import (
+    broker_breaker_reset,
+    job,
+    job_add_usage,
+    job_enqueue,
+    job_fail,
+    job_progress,
+    job_run,
+    job_skip,
+    job_start,
+)
 from governance.models import JobRun
 from governance.tasks import audit_verify_job
 from tests.kit.factories import EntryFactory, ThreadFactory
@@ -125,8 +139,6 @@ def test_a_real_worker_on_redis_runs_the_job(settings) -> None:
     try:
         with start_worker(app, perform_ping_check=False, queues=["governance"], pool="solo", shutdown_timeout=10):
             run = job_enqueue(kind="audit_verify", task_name=audit_verify_job.name, arguments={})
-            import time
-
             for _ in range(100):
                 run.refresh_from_db()
                 if run.status in ("succeeded", "failed"):
@@ -259,7 +271,9 @@ def test_the_next_enqueue_of_a_key_hands_its_never_sent_run_to_the_broker_again(
         first = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="verify-again")
     first.refresh_from_db()
     assert first.status == "queued" and first.sent_at is None
-    # The broker is back (eager: the task runs as the broker hands it to a worker).
+    # The broker is back (eager: the task runs as the broker hands it to a worker), and this
+    # process's rest from it after the failure (BROKER_BREAKER_SECONDS) is over.
+    broker_breaker_reset()
     with django_capture_on_commit_callbacks(execute=True):
         second = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="verify-again")
     assert second.pk == first.pk
@@ -267,18 +281,27 @@ def test_the_next_enqueue_of_a_key_hands_its_never_sent_run_to_the_broker_again(
     assert first.status == "succeeded" and first.sent_at is not None
 
 
+def _broker_lost_its_data_at(moment: datetime) -> None:
+    """As if Redis had restarted empty and the sweep had noticed at `moment` (governance.jobs.broker_epoch)."""
+    from governance.jobs import broker_epoch_mark, broker_redis
+
+    broker_redis().set(broker_epoch_mark(), moment.isoformat())
+
+
 @pytest.mark.django_db
 def test_the_job_sweep_sends_runs_the_broker_never_took_or_lost(settings) -> None:
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     from governance.tasks import jobs_sweep
 
     with broker_at(DEAD_BROKER, settings), transaction.atomic():
         unsent = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="unsent")
+    _broker_lost_its_data_at(timezone.now() - timedelta(minutes=30))
     lost = JobRun.objects.create(kind="k", task_name=audit_verify_job.name, sent_at=timezone.now() - timedelta(hours=1))
-    waiting = JobRun.objects.create(kind="k", task_name=audit_verify_job.name, sent_at=timezone.now())
+    waiting = JobRun.objects.create(
+        kind="k",
+        task_name=audit_verify_job.name,
+        sent_at=timezone.now(),
+        next_check_at=timezone.now() + timedelta(minutes=10),
+    )
     in_request = JobRun.objects.create(kind="k")  # done in the asking process: no task to send
     old = timezone.now() - timedelta(minutes=5)
     JobRun.objects.filter(pk__in=[unsent.pk, in_request.pk]).update(created_at=old)
@@ -287,9 +310,239 @@ def test_the_job_sweep_sends_runs_the_broker_never_took_or_lost(settings) -> Non
 
     statuses = dict(JobRun.objects.values_list("pk", "status"))
     assert statuses[unsent.pk] == "succeeded"  # never taken by the broker
-    assert statuses[lost.pk] == "succeeded"  # taken an hour ago, never started: its message was lost
+    assert statuses[lost.pk] == "succeeded"  # taken before the broker lost its data: its message went with it
     assert statuses[waiting.pk] == "queued"  # just sent: still on its way
     assert statuses[in_request.pk] == "queued"
+
+
+@pytest.mark.django_db
+def test_the_job_sweep_never_sends_a_run_before_its_countdown_ends(
+    settings, django_capture_on_commit_callbacks
+) -> None:
+    """A debounced extraction sent with a countdown longer than JOB_RESEND_AFTER_SECONDS must not be
+    started early by the sweep, whether the broker took it, lost it, or never took it."""
+    from governance.jobs import jobs_sweep
+
+    settings.JOB_UNSENT_GRACE_SECONDS = 0
+    with broker_at(DEAD_BROKER, settings), django_capture_on_commit_callbacks(execute=True):
+        never_taken = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, countdown=900)
+    _broker_lost_its_data_at(timezone.now() - timedelta(minutes=1))
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    counting_down = JobRun.objects.create(
+        kind="k",
+        task_name=audit_verify_job.name,
+        sent_at=an_hour_ago,
+        eta=timezone.now() + timedelta(minutes=5),  # sent with a countdown of 65 minutes
+        next_check_at=an_hour_ago,
+    )
+
+    counts = jobs_sweep()
+
+    for run in (never_taken, counting_down):
+        run.refresh_from_db()
+        assert run.status == "queued" and run.resends == 0, (run.status, run.error)
+    assert never_taken.sent_at is None and never_taken.eta is not None
+    assert counts["sent"] == counts["resent"] == 0
+
+    JobRun.objects.filter(pk__in=[never_taken.pk, counting_down.pk]).update(eta=timezone.now() - timedelta(seconds=1))
+    jobs_sweep()  # the countdowns ended: the one never taken and the one the broker lost are sent
+    assert set(JobRun.objects.filter(pk__in=[never_taken.pk, counting_down.pk]).values_list("status", flat=True)) == {
+        "succeeded"
+    }
+
+
+def _governance_queue() -> list[bytes]:
+    from governance.jobs import broker_redis
+
+    return list(broker_redis().lrange("governance", 0, -1))
+
+
+@pytest.fixture
+def governance_queue_without_consumer(settings):
+    """Jobs of queue `governance` sent to the real Redis of this test run, which no worker consumes."""
+    from governance.jobs import broker_redis
+
+    broker_redis().delete("governance")
+    with broker_at(settings.CELERY_BROKER_URL, settings):
+        yield
+    broker_redis().delete("governance")  # leave no message for a later worker
+
+
+def _taken_long_ago(run: JobRun, *, minutes: int) -> None:
+    """As if the broker had taken the run `minutes` ago and the sweep's next look were due."""
+    JobRun.objects.filter(pk=run.pk).update(
+        sent_at=timezone.now() - timedelta(minutes=minutes), next_check_at=timezone.now() - timedelta(seconds=1)
+    )
+
+
+@pytest.mark.django_db
+def test_a_run_no_worker_takes_is_not_sent_again_while_its_queue_holds_messages_and_says_so(
+    governance_queue_without_consumer, django_capture_on_commit_callbacks
+) -> None:
+    """A queue no worker consumes (or a backlog): every look of the sweep used to add one more copy
+    of every waiting run to Redis; the run's message is still there, so none is added, and the run
+    says what it waits for."""
+    from governance.tasks import jobs_sweep
+
+    _broker_lost_its_data_at(timezone.now() - timedelta(days=1))  # the broker kept everything since
+    with django_capture_on_commit_callbacks(execute=True):
+        run = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={})
+    run.refresh_from_db()
+    assert run.sent_at is not None and len(_governance_queue()) == 1
+
+    for minutes in (11, 30, 70, 150, 310):
+        _taken_long_ago(run, minutes=minutes)
+        jobs_sweep()
+        assert len(_governance_queue()) == 1
+    run.refresh_from_db()
+    assert run.status == "queued" and run.resends == 0
+    assert run.error.startswith("not taken by any worker of queue governance since "), run.error
+    assert "1 message(s) wait in that queue" in run.error
+    # Looked at again after a wait as long as it has waited so far (310 minutes), not every minute.
+    assert run.next_check_at is not None and run.next_check_at > timezone.now() + timedelta(minutes=300)
+
+
+@pytest.mark.django_db
+def test_the_job_sweep_sends_a_run_whose_message_is_gone_again_at_most_job_resend_max_times(
+    settings, governance_queue_without_consumer, django_capture_on_commit_callbacks
+) -> None:
+    """With its queue empty and the broker's data kept, a run not started was dropped by a worker (or
+    is reserved by a busy one): it is sent again, a bounded number of times, then only noted."""
+    from governance.jobs import broker_redis
+    from governance.tasks import jobs_sweep
+
+    settings.JOB_RESEND_MAX = 2
+    _broker_lost_its_data_at(timezone.now() - timedelta(days=1))
+    with django_capture_on_commit_callbacks(execute=True):
+        run = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={})
+    copies = []
+    for minutes in (11, 30, 70, 150):
+        broker_redis().delete("governance")  # a worker took the message and dropped it
+        _taken_long_ago(run, minutes=minutes)
+        jobs_sweep()
+        copies.append(len(_governance_queue()))
+    run.refresh_from_db()
+    assert copies == [1, 1, 0, 0]
+    assert run.status == "queued" and run.resends == 2
+    assert run.error.startswith("not taken by any worker of queue governance since ")
+    assert "the most (JOB_RESEND_MAX)" in run.error
+
+    # A worker takes it at last: it runs, and the note goes.
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    job_run(run.pk, lambda r: {"done": True}, message_id="late")
+    run.refresh_from_db()
+    assert run.status == "succeeded" and run.error == ""
+
+
+@pytest.mark.django_db
+def test_jobs_waiting_counts_runs_no_worker_took_per_queue(settings) -> None:
+    from governance.jobs import jobs_waiting
+
+    long_ago = timezone.now() - timedelta(hours=2)
+    JobRun.objects.create(kind="k", task_name=audit_verify_job.name, sent_at=long_ago)
+    JobRun.objects.create(kind="k", task_name=audit_verify_job.name, sent_at=timezone.now())  # on its way
+    JobRun.objects.create(  # still counting down
+        kind="k", task_name=audit_verify_job.name, sent_at=long_ago, eta=timezone.now() + timedelta(minutes=5)
+    )
+    assert jobs_waiting() == [{"queue": "governance", "task": audit_verify_job.name, "runs": 1, "since": long_ago}]
+
+
+@pytest.mark.django_db
+def test_the_job_runs_admin_lists_the_runs_no_worker_took(admin_client) -> None:
+    from governance.jobs import WAITING_NOTE
+
+    waiting = JobRun.objects.create(
+        kind="waiting-kind", task_name=audit_verify_job.name, error=f"{WAITING_NOTE} governance since ..."
+    )
+    other = JobRun.objects.create(kind="other-kind", task_name=audit_verify_job.name)
+    page = admin_client.get("/admin/governance/jobrun/", {"not_taken": "yes"}).content.decode()
+    assert f"/admin/governance/jobrun/{waiting.pk}/change/" in page
+    assert f"/admin/governance/jobrun/{other.pk}/change/" not in page
+
+
+@pytest.mark.django_db
+def test_after_a_failed_send_writes_skip_the_broker_for_a_while_and_the_sweep_still_sends(
+    settings, governance_queue_without_consumer, django_capture_on_commit_callbacks
+) -> None:
+    from governance.tasks import jobs_sweep
+
+    settings.JOB_UNSENT_GRACE_SECONDS = 0
+    with broker_at(DEAD_BROKER, settings), django_capture_on_commit_callbacks(execute=True):
+        refused = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="first")
+    # The broker is back, but this process rests from it for BROKER_BREAKER_SECONDS.
+    with django_capture_on_commit_callbacks(execute=True):
+        skipped = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="second")
+    for run in (refused, skipped):
+        run.refresh_from_db()
+        assert run.status == "queued" and run.sent_at is None
+    assert _governance_queue() == []
+
+    jobs_sweep()  # the sweep always asks the broker
+    assert len(_governance_queue()) == 2
+    assert not JobRun.objects.filter(sent_at__isnull=True).exists()
+    with django_capture_on_commit_callbacks(execute=True):  # it answered: the breaker is closed
+        sent = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="third")
+    sent.refresh_from_db()
+    assert sent.sent_at is not None and len(_governance_queue()) == 3
+
+
+@pytest.mark.django_db
+def test_with_broker_breaker_seconds_zero_every_send_asks_the_broker(
+    settings, governance_queue_without_consumer, django_capture_on_commit_callbacks
+) -> None:
+    settings.BROKER_BREAKER_SECONDS = 0
+    with broker_at(DEAD_BROKER, settings), django_capture_on_commit_callbacks(execute=True):
+        job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="first")
+    with django_capture_on_commit_callbacks(execute=True):
+        run = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="second")
+    run.refresh_from_db()
+    assert run.sent_at is not None and len(_governance_queue()) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hung_broker_costs_one_write_its_timeout_not_every_write(alice, settings) -> None:
+    """A broker that takes connections and never answers: the first write waits for it (and answers
+    201), the next ones do not ask it at all while the breaker rests; their runs stay for the sweep."""
+    import socket
+    import threading
+
+    from memoryapp.llm.scripted import set_script
+    from tests.compaction_helpers import make_thread
+
+    make_thread(alice.agent, "t-hung")
+    settings.BROKER_TIMEOUT = 0.5  # the Redis client of the debounce marks is made inside broker_at
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(silent.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    set_script(lambda system, messages: "[]")  # a model: each write also schedules its extraction
+    answers, connections = [], []
+    try:
+        with broker_at(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", settings):
+            for i in range(4):
+                answer = alice.client.post(
+                    "/api/v1/threads/t-hung/entries", {"role": "user", "content": f"hello {i}"}, format="json"
+                )
+                answers.append(answer.status_code)
+                connections.append(len(accepted))
+            extract = alice.client.post("/api/v1/threads/t-hung/extract", {}, format="json")
+            connections.append(len(accepted))
+    finally:
+        set_script(None)
+        silent.close()
+    assert answers == [201] * 4 and extract.status_code == 202
+    assert connections[0] >= 1 and len(set(connections)) == 1, connections  # only the first write asked
+    assert not JobRun.objects.filter(sent_at__isnull=False).exists()
+    assert set(JobRun.objects.values_list("kind", flat=True)) == {"embedding", "extraction"}
 
 
 @pytest.mark.django_db
@@ -337,6 +590,51 @@ def test_a_second_message_of_a_run_a_live_process_holds_does_not_run_it(other_pr
         assert job_run(run.pk, work) is None
         run.refresh_from_db()
         assert calls == [] and run.status == status
+
+
+def _release_soon(session, run: JobRun) -> threading.Thread:
+    """Free `session`'s lock on the run in a moment, from another thread (as PostgreSQL frees a
+    killed worker's lock once it notices its connection closed)."""
+    from governance.jobs import RUN_LOCK_CLASS
+
+    session.inc_thread_sharing()
+
+    def release() -> None:
+        time.sleep(1.0)
+        with session.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [RUN_LOCK_CLASS, run.pk % 2**31])
+
+    releasing = threading.Thread(target=release)
+    releasing.start()
+    return releasing
+
+
+@pytest.mark.django_db
+def test_a_copy_of_a_running_runs_message_is_dropped_at_once_and_only_its_own_message_waits_for_it(
+    other_process, monkeypatch
+) -> None:
+    """A resent copy arriving while its run runs must not hold a pool process for CLAIM_WAIT_SECONDS:
+    it is dropped without waiting for the lock (so the lock freed a moment later is not taken). The
+    message that claimed the run, brought back by the loss of its worker, waits and takes it over."""
+    from governance import jobs
+
+    monkeypatch.setattr(jobs, "CLAIM_WAIT_SECONDS", 60.0)
+    calls: list[str] = []
+    run = JobRun.objects.create(kind="test", status="running", attempts=1, message_id="claimer")
+
+    _hold(other_process, run)
+    releasing = _release_soon(other_process, run)
+    assert job_run(run.pk, lambda r: calls.append("copy") or {}, message_id="a-resent-copy") is None
+    releasing.join()
+    run.refresh_from_db()
+    assert calls == [] and run.status == "running" and run.attempts == 1
+
+    _hold(other_process, run)
+    releasing = _release_soon(other_process, run)
+    job_run(run.pk, lambda r: calls.append("claimer") or {}, message_id="claimer")
+    releasing.join()
+    run.refresh_from_db()
+    assert calls == ["claimer"] and run.status == "succeeded" and run.attempts == 2
 
 
 @pytest.mark.django_db
@@ -487,7 +785,6 @@ def test_enqueueing_a_job_no_app_declares_is_refused_before_anything_is_written(
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_retries_a_transient_error_and_the_retry_finds_its_run() -> None:
     """Through Redis: the retry is a new message, sent after a backoff, that claims the same run."""
-    import time
 
     from celery.contrib.testing.worker import start_worker
 

@@ -106,6 +106,7 @@ def broker_at(url: str, settings: Any) -> Iterator[None]:
         jobs.broker_redis.cache_clear()
 
     saved = (app.conf.broker_url, app.conf.task_always_eager)
+    saved_settings = (settings.CELERY_BROKER_URL, settings.CELERY_TASK_ALWAYS_EAGER)
     forget_connections()
     app.conf.broker_url = url
     app.conf.task_always_eager = False
@@ -114,6 +115,8 @@ def broker_at(url: str, settings: Any) -> Iterator[None]:
     try:
         yield
     finally:
+        # The settings too: a Redis client made after this block (broker_redis) must reach the real one.
+        settings.CELERY_BROKER_URL, settings.CELERY_TASK_ALWAYS_EAGER = saved_settings
         forget_connections()
         app.conf.broker_url, app.conf.task_always_eager = saved
 
