@@ -23,7 +23,8 @@ Nothing is lost, nothing runs twice at once:
    dies (kill -9, out of memory, a lost host), PostgreSQL frees the lock as the connection drops:
    a free lock on a `running` run means its worker is gone. The message of a pool child killed
    mid-task comes back at once (acks_late + reject_on_worker_lost) and claims the run; a run
-   whose whole worker died is put back to queued and sent by the sweep.
+   whose whole worker died is put back to queued and sent by the sweep. A pool child killed by
+   the job's hard time limit fails its run at once (it would only time out again).
 4. However often a run is sent, `job_start` claims it only with its lock: one process runs it
    at a time, and a finished run is never started again.
 5. An error the job declares transient, on an attempt Celery will retry, puts the run back to
@@ -45,9 +46,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import redis
-from celery import current_app, shared_task
+from billiard.exceptions import TimeLimitExceeded
+from celery import Task, current_app, shared_task
 from django.conf import settings
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, close_old_connections, connection, transaction
 from django.db.models import Case, Count, F, Min, Q, TextField, Value, When
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
@@ -439,6 +441,38 @@ def job_run(
 Work = Callable[[JobRun], "dict[str, Any] | None"]
 
 
+def job_time_limit_exceeded(*, run_id: int, message_id: str, limit: float) -> bool:
+    """Fail the run whose pool process the job's hard time limit kills; True when it was its run.
+
+    Called in the worker's main process as it kills the pool process (which still holds the
+    run's lock, so the run is not taken, only failed where `message_id` claimed it and it still
+    runs). Without this, the run would stay `running`, be requeued by the job sweep and time out
+    again, LOST_RUN_MAX_ATTEMPTS times.
+    """
+    close_old_connections()  # the main process's connection may have been idle for long
+    failed = JobRun.objects.filter(pk=run_id, status=Status.RUNNING, message_id=message_id).update(
+        status=Status.FAILED,
+        finished_at=timezone.now(),
+        error=f"time limit of {limit:g} s exceeded: the worker stopped the job (not retried: it would time out again)",
+    )
+    return bool(failed)
+
+
+class JobTask(Task):  # type: ignore[misc]  # celery's Task is untyped
+    """The Celery task class of every `@job`: its hard time limit fails its run at once."""
+
+    def on_failure(self, exc: BaseException, task_id: str, args: Any, kwargs: Any, einfo: Any) -> None:
+        # Celery calls this in the worker's main process for a hard time limit (TimeLimitExceeded);
+        # every other failure was recorded by `job_run` in the pool process already.
+        if not isinstance(exc, TimeLimitExceeded) or not args:
+            return
+        limit = exc.args[0] if exc.args and isinstance(exc.args[0], (int, float)) else self.time_limit
+        try:
+            job_time_limit_exceeded(run_id=int(args[0]), message_id=str(task_id), limit=float(limit or 0))
+        except DatabaseError:
+            logger.exception("job run %s exceeded its time limit and could not be failed; the sweep will", args[0])
+
+
 def job(
     *,
     name: str,
@@ -460,7 +494,10 @@ def job(
       `retries` times, after an exponential backoff from `backoff` up to `backoff_max` seconds;
       the run goes back to queued in between, so the retry claims it. Any other error, and the
       last attempt's, fails the run.
-    - time_limit, soft_time_limit: seconds (default CELERY_TASK_TIME_LIMIT, five seconds less).
+    - time_limit, soft_time_limit: seconds (default CELERY_TASK_TIME_LIMIT, five seconds less; a
+      time_limit alone gets a soft one five seconds less). Past the soft limit the job gets
+      SoftTimeLimitExceeded and fails its run; past the hard one the worker kills its process and
+      the run fails at once (`JobTask`).
     - debounce: the run's debounce key (`job_enqueue_debounced`), cleared as the run starts: a
       write after that point sends the next run.
 
@@ -494,6 +531,7 @@ def job(
         run_task.__module__, run_task.__doc__ = work.__module__, work.__doc__
         options: dict[str, Any] = {
             "name": name,
+            "base": JobTask,
             "queue": queue,
             "bind": True,
             "acks_late": True,
@@ -502,10 +540,15 @@ def job(
         }
         if transient:
             options.update(autoretry_for=transient, retry_backoff=backoff, retry_backoff_max=backoff_max)
+        soft = soft_time_limit
         if time_limit is not None:
             options["time_limit"] = time_limit
-        if soft_time_limit is not None:
-            options["soft_time_limit"] = soft_time_limit
+            if soft is None:
+                # Not the app's soft limit (CELERY_TASK_TIME_LIMIT's), which may be the longer:
+                # Celery refuses to send a task whose soft limit passes its hard one.
+                soft = time_limit - 5 if time_limit > 10 else time_limit
+        if soft is not None:
+            options["soft_time_limit"] = soft
         return shared_task(**options)(run_task)
 
     return declare

@@ -177,3 +177,34 @@ def test_a_worker_killed_whole_in_the_middle_of_a_job_is_requeued_by_the_sweep_a
     assert run.status == JobRun.Status.SUCCEEDED and run.result["compacted"] is True, (run.status, run.error)
     assert run.attempts == 2
     assert Entry.objects.filter(thread=thread, type="compaction").count() == 1
+
+
+def test_a_job_killed_by_its_hard_time_limit_fails_at_once_and_is_not_run_again(settings: Any) -> None:
+    """Celery's worker kills the pool process of a job past its hard time limit: the run is failed
+    right away, saying so, instead of staying `running` for the sweep to requeue it into the same
+    time limit up to LOST_RUN_MAX_ATTEMPTS times."""
+    from governance.jobs import job_enqueue
+    from tests.worker_jobs import TINY_TIME_LIMIT, outlives_its_time_limit
+
+    with private_redis() as redis_server, broker_at(redis_server.url, settings):
+        worker = Worker(redis_url=redis_server.url, queues="governance", include="tests.worker_jobs")
+        try:
+            with transaction.atomic():
+                run = job_enqueue(kind="test", task_name=outlives_its_time_limit.name, arguments={})
+            wait_for("the run to start", lambda: JobRun.objects.filter(pk=run.pk, attempts=1).exists())
+            wait_for(
+                "the run to end",
+                lambda: JobRun.objects.filter(pk=run.pk).exclude(status__in=OPEN).exists(),
+                timeout=60,
+            )
+            jobs_sweep()  # what beat would do next: nothing is left for it
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}\n{worker.log_tail()}") from None
+        finally:
+            worker.stop()
+        log = worker.log.read_text(errors="replace")
+    run.refresh_from_db()
+    assert run.status == JobRun.Status.FAILED, (run.status, run.error)
+    assert f"time limit of {TINY_TIME_LIMIT} s exceeded" in run.error
+    assert run.attempts == 1
+    assert "Hard time limit" in log

@@ -55,6 +55,11 @@ def broken(run: JobRun) -> None:
     raise ValueError("not a transient error")
 
 
+@job(name="tests.jobs.time_limited", queue="governance", time_limit=60)
+def time_limited(run: JobRun) -> dict[str, Any]:
+    return {"done": True}
+
+
 @pytest.mark.django_db
 def test_job_run_records_start_progress_and_result(settings) -> None:
     settings.LLM_PRICE_INPUT_PER_MTOK = 3.0
@@ -766,6 +771,15 @@ def test_a_job_called_directly_runs_once_as_its_last_attempt() -> None:
         busy_once(run.pk)
     run.refresh_from_db()
     assert run.status == "failed" and run.attempts == 1
+
+
+@pytest.mark.django_db
+def test_a_job_declaring_only_a_hard_time_limit_is_sent_and_runs(django_capture_on_commit_callbacks) -> None:
+    """The app's soft limit (CELERY_TASK_TIME_LIMIT - 5) passes a shorter hard limit: Celery would
+    refuse to send the job at all. Its soft limit is its own hard one, five seconds less."""
+    assert (time_limited.time_limit, time_limited.soft_time_limit) == (60, 55)
+    run = _enqueued("tests.jobs.time_limited", django_capture_on_commit_callbacks)
+    assert run.status == "succeeded" and run.sent_at is not None
 
 
 def test_a_job_declares_transient_errors_and_retries_together() -> None:

@@ -138,7 +138,15 @@ def database_url_of_this_test() -> str:
 class Worker:
     """A real `celery worker` process (prefork pool) on the private Redis and the test database."""
 
-    def __init__(self, *, redis_url: str, queues: str, env: dict[str, str] | None = None, concurrency: int = 1):
+    def __init__(
+        self,
+        *,
+        redis_url: str,
+        queues: str,
+        env: dict[str, str] | None = None,
+        concurrency: int = 1,
+        include: str = "",
+    ):
         self.log = Path(tempfile.mkstemp(prefix="fault-worker-", suffix=".log")[1])
         environment = {
             **os.environ,
@@ -155,6 +163,8 @@ class Worker:
         command = [sys.executable, "-m", "celery", "-A", "memory_project", "worker", "--loglevel", "INFO"]
         command += ["--pool", "prefork", "--concurrency", str(concurrency), "-Q", queues]
         command += ["--without-mingle", "--without-gossip", "-n", f"fault-{os.getpid()}-{time.monotonic_ns()}@%h"]
+        if include:
+            command += ["--include", include]  # modules of test jobs, beside the apps' tasks
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(
                 command, cwd=ROOT, env=environment, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
