@@ -25,11 +25,13 @@ from memoryapp.api.base import (
     TextOrNullField,
     validated,
 )
+from memoryapp.api.errors import ErrorOut
 from memoryapp.api.threads import EntryOut, entry_json
 from memoryapp.compaction.service import compaction_now, compaction_request
 from memoryapp.compaction.strategies import CLEAR_TOOL_RESULTS, STRATEGY_NAMES
-from memoryapp.errors import NotFound
-from memoryapp.extraction.service import extraction_now, extraction_request
+from memoryapp.errors import DomainError, NotFound
+from memoryapp.extraction.service import ExtractionFailed, extraction_now, extraction_request
+from memoryapp.llm.port import ModelError
 from memoryapp.models import Entry
 from memoryapp.models.choices import EntryType, Role
 from memoryapp.selectors.threads import entry_for_agent, thread_for_agent
@@ -37,6 +39,23 @@ from memoryapp.selectors.threads import entry_for_agent, thread_for_agent
 
 def _actor(request: Request) -> str:
     return f"agent:{request_agent(request).slug}"
+
+
+class ModelFailed(DomainError):
+    """A job run in the request (`async: false`) failed because the language model did: a 502 (the
+    upstream failed) carrying the error the failed job run records, as the async path's run would."""
+
+    status = 502
+
+    def __init__(self, code: str, what: str, error: Exception):
+        super().__init__(code, f"{what} failed: {error}")
+
+
+MODEL_FAILED = OpenApiResponse(
+    ErrorOut,
+    description="Ran in the request (async: false) and the language model failed: `compaction_failed` or "
+    "`extraction_failed`, with the error its failed job run records. No compaction or item was written.",
+)
 
 
 # --- output serializers --------------------------------------------------------------------
@@ -188,7 +207,8 @@ class ThreadCompactView(APIView):
     """Compact a thread's active branch with a strategy; the clearing tier runs in the request.
 
     `async` (default: false for clear-old-tool-results, true for the model-backed strategies)
-    runs it as a job and answers 202 with the job run.
+    runs it as a job and answers 202 with the job run. Run in the request, a model that fails
+    fails the run and answers 502 `compaction_failed` with the run's error.
     """
 
     @extend_schema(
@@ -197,6 +217,7 @@ class ThreadCompactView(APIView):
             200: OpenApiResponse(CompactionSkippedOut, description="Ran in the request: nothing to compact."),
             201: OpenApiResponse(CompactedOut, description="Ran in the request: a compaction entry was added."),
             202: OpenApiResponse(JobAcceptedOut, description="Sent as a job."),
+            502: MODEL_FAILED,
         },
     )
     def post(self, request: Request, thread_id: str) -> Response:
@@ -209,7 +230,10 @@ class ThreadCompactView(APIView):
             run = compaction_request(thread=thread, strategy=strategy, options=data, actor=_actor(request))
             run.refresh_from_db()
             return Response({"job_run": job_run_json(run)}, status=status.HTTP_202_ACCEPTED)
-        run, outcome = compaction_now(thread=thread, strategy=strategy, options=data, actor=_actor(request))
+        try:
+            run, outcome = compaction_now(thread=thread, strategy=strategy, options=data, actor=_actor(request))
+        except ModelError as exc:  # not ModelUnavailable: compaction_job skips the run for it
+            raise ModelFailed("compaction_failed", f"Compaction ({strategy})", exc) from exc
         body: dict[str, Any] = {"job_run": job_run_json(run), "strategy": strategy}
         if outcome is None or outcome.entry is None:
             reason = (run.result or {}).get("skipped") or (outcome.reason if outcome else "")
@@ -223,13 +247,16 @@ class ThreadCompactView(APIView):
 
 
 class ThreadExtractView(APIView):
-    """Extract memory items from a thread's new entries: a job (202), or now with `async: false`."""
+    """Extract memory items from a thread's new entries: a job (202), or now with `async: false`
+    (200; 502 `extraction_failed` with the failed run's error when every window failed or the
+    model did)."""
 
     @extend_schema(
         request=ExtractInput,
         responses={
             200: OpenApiResponse(ExtractionOut, description="Ran in the request (async: false)."),
             202: OpenApiResponse(JobAcceptedOut, description="Sent as a job."),
+            502: MODEL_FAILED,
         },
     )
     def post(self, request: Request, thread_id: str) -> Response:
@@ -240,7 +267,10 @@ class ThreadExtractView(APIView):
             run = extraction_request(thread=thread, actor=_actor(request))
             run.refresh_from_db()
             return Response({"job_run": job_run_json(run)}, status=status.HTTP_202_ACCEPTED)
-        run, outcome = extraction_now(thread=thread, actor=_actor(request))
+        try:
+            run, outcome = extraction_now(thread=thread, actor=_actor(request))
+        except (ExtractionFailed, ModelError) as exc:  # ModelUnavailable skips the run instead
+            raise ModelFailed("extraction_failed", "Extraction", exc) from exc
         body: dict[str, Any] = {"job_run": job_run_json(run)}
         if outcome is not None:
             body["result"] = outcome.as_result()

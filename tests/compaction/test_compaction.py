@@ -26,7 +26,7 @@ from memoryapp.compaction.strategies import (
     CompactionPlan,
     register_compaction_strategy,
 )
-from memoryapp.llm.port import ModelUnavailable, use_model
+from memoryapp.llm.port import ModelError, ModelUnavailable, use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread
 from memoryapp.services.threads import entry_redact
@@ -383,6 +383,25 @@ def test_without_a_model_summarize_is_skipped_with_its_reason(alice: Caller) -> 
     assert response.status_code == 200 and response.json()["compacted"] is False
     run = JobRun.objects.get(pk=response.json()["job_run"]["id"])
     assert run.status == "skipped" and "no language model" in run.result["skipped"]
+    assert not _compactions(thread)
+
+
+def test_a_compaction_in_the_request_whose_model_fails_answers_502_compaction_failed(alice: Caller) -> None:
+    """As the async path's run would record it: the run failed with the model's error, no 500."""
+    thread = make_thread(alice.agent, "t-model-down")
+    _conversation(thread)
+    with use_model(ScriptedModel([ModelError("the model answered 500 three times")])):
+        response = alice.client.post(
+            "/api/v1/threads/t-model-down/compact",
+            {"strategy": "summarize-old-preserve-recent", "async": False},
+            format="json",
+        )
+    assert response.status_code == 502, response.content
+    error = response.json()["error"]
+    assert error["code"] == "compaction_failed"
+    assert "summarize-old-preserve-recent" in error["message"] and "500 three times" in error["message"]
+    run = JobRun.objects.get(kind="compaction")
+    assert run.status == "failed" and "500 three times" in run.error
     assert not _compactions(thread)
 
 

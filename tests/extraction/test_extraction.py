@@ -15,7 +15,7 @@ from memoryapp.extraction.extractor import parse_extraction, trust_of_entry
 from memoryapp.extraction.schedule import extraction_schedule
 from memoryapp.extraction.service import ExtractionFailed, extraction_now
 from memoryapp.extraction.times import resolve_time
-from memoryapp.llm.port import Completion, use_model
+from memoryapp.llm.port import Completion, ModelError, use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Evidence, MemoryItem, Thread
 from memoryapp.services.threads import entry_delete
@@ -250,6 +250,34 @@ def test_when_every_window_fails_the_run_fails(alice: Caller) -> None:
         extraction_now(thread=thread)
     run = JobRun.objects.get(kind="extraction")
     assert run.status == "failed" and "JSON array" in run.error
+
+
+def test_an_extraction_in_the_request_whose_every_window_fails_answers_502_extraction_failed(
+    alice: Caller,
+) -> None:
+    """`async: false` with a model that never answers with a JSON array: a 502 naming what failed
+    (the run's error), as the async path's failed run would report it, not a 500."""
+    thread = _thread(alice, "t-sync-fail")
+    say(thread, "user", "Hello there.")
+    with use_model(ScriptedModel(lambda s, m: "no")):
+        response = alice.client.post("/api/v1/threads/t-sync-fail/extract", {"async": False}, format="json")
+    assert response.status_code == 502, response.content
+    error = response.json()["error"]
+    assert error["code"] == "extraction_failed" and "window(s) failed" in error["message"]
+    run = JobRun.objects.get(kind="extraction")
+    assert run.status == "failed" and run.error.split(": ", 1)[1] in error["message"]
+    assert not MemoryItem.objects.exists()
+
+
+def test_an_extraction_in_the_request_whose_model_errors_answers_502_extraction_failed(alice: Caller) -> None:
+    thread = _thread(alice, "t-sync-down")
+    say(thread, "user", "Hello there.")
+    with use_model(ScriptedModel([ModelError("the model answered 503 three times")])):
+        response = alice.client.post("/api/v1/threads/t-sync-down/extract", {"async": False}, format="json")
+    assert response.status_code == 502, response.content
+    assert response.json()["error"]["code"] == "extraction_failed"
+    assert "503 three times" in response.json()["error"]["message"]
+    assert JobRun.objects.get(kind="extraction").status == "failed"
 
 
 def test_running_extraction_twice_on_the_same_entries_adds_nothing(alice: Caller) -> None:
