@@ -30,6 +30,11 @@ Nothing is lost, nothing runs twice at once:
 5. An error the job declares transient, on an attempt Celery will retry, puts the run back to
    queued before the retry is sent, so the retry claims it; any other error, or the last
    attempt's, fails the run.
+
+The lock is a session-level advisory lock: every process that runs jobs (workers, and web
+processes running a job in a request) needs a database session of its own for as long as the job
+runs. A pooler in transaction mode (PgBouncer `pool_mode = transaction`) hands the session to other
+clients between transactions and breaks it; use session pooling, or a direct connection, for them.
 """
 
 from __future__ import annotations
