@@ -388,7 +388,7 @@ def test_without_a_model_summarize_is_skipped_with_its_reason(alice: Caller) -> 
 
 def test_a_compaction_in_the_request_whose_model_fails_answers_502_compaction_failed(alice: Caller) -> None:
     """As the async path's run would record it: the run failed with the model's error, no 500."""
-    thread = make_thread(alice.agent, "t-model-down")
+    thread = ThreadFactory(agent=alice.agent, external_id="t-model-down")
     _conversation(thread)
     with use_model(ScriptedModel([ModelError("the model answered 500 three times")])):
         response = alice.client.post(

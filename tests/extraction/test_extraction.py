@@ -258,7 +258,7 @@ def test_an_extraction_in_the_request_whose_every_window_fails_answers_502_extra
     """`async: false` with a model that never answers with a JSON array: a 502 naming what failed
     (the run's error), as the async path's failed run would report it, not a 500."""
     thread = _thread(alice, "t-sync-fail")
-    say(thread, "user", "Hello there.")
+    EntryFactory(thread=thread, role="user", content="Hello there.")
     with use_model(ScriptedModel(lambda s, m: "no")):
         response = alice.client.post("/api/v1/threads/t-sync-fail/extract", {"async": False}, format="json")
     assert response.status_code == 502, response.content
@@ -271,7 +271,7 @@ def test_an_extraction_in_the_request_whose_every_window_fails_answers_502_extra
 
 def test_an_extraction_in_the_request_whose_model_errors_answers_502_extraction_failed(alice: Caller) -> None:
     thread = _thread(alice, "t-sync-down")
-    say(thread, "user", "Hello there.")
+    EntryFactory(thread=thread, role="user", content="Hello there.")
     with use_model(ScriptedModel([ModelError("the model answered 503 three times")])):
         response = alice.client.post("/api/v1/threads/t-sync-down/extract", {"async": False}, format="json")
     assert response.status_code == 502, response.content

@@ -184,10 +184,10 @@ def test_a_job_killed_by_its_hard_time_limit_fails_at_once_and_is_not_run_again(
     right away, saying so, instead of staying `running` for the sweep to requeue it into the same
     time limit up to LOST_RUN_MAX_ATTEMPTS times."""
     from governance.jobs import job_enqueue
-    from tests.worker_jobs import TINY_TIME_LIMIT, outlives_its_time_limit
+    from tests.kit.worker_jobs import TINY_TIME_LIMIT, outlives_its_time_limit
 
     with private_redis() as redis_server, broker_at(redis_server.url, settings):
-        worker = Worker(redis_url=redis_server.url, queues="governance", include="tests.worker_jobs")
+        worker = Worker(redis_url=redis_server.url, queues="governance", include="tests.kit.worker_jobs")
         try:
             with transaction.atomic():
                 run = job_enqueue(kind="test", task_name=outlives_its_time_limit.name, arguments={})

@@ -1,4 +1,4 @@
-"""Jobs of the tests that real worker processes run (`Worker(include="tests.worker_jobs")`)."""
+"""Jobs of the tests that real worker processes run (`Worker(include="tests.kit.worker_jobs")`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ TINY_TIME_LIMIT = 2
 
 
 @job(
-    name="tests.worker_jobs.outlives_its_time_limit",
+    name="tests.kit.worker_jobs.outlives_its_time_limit",
     queue="governance",
     soft_time_limit=1,
     time_limit=TINY_TIME_LIMIT,
