@@ -1,6 +1,6 @@
 """Fault tests: the broker taken away and brought back, worker processes killed in the middle of a job.
 
-Each test runs its own redis-server (tests.faults.PrivateRedis, never the shared one) and real
+Each test runs its own redis-server (tests.kit.faults.PrivateRedis, never the shared one) and real
 `celery worker` processes on the test database. They poll with generous deadlines and never
 assert how long anything took. Marked `fault`; `make test` runs them with the rest.
 """

@@ -512,9 +512,8 @@ def test_a_hung_broker_costs_one_write_its_timeout_not_every_write(alice, settin
     import threading
 
     from memoryapp.llm.scripted import set_script
-    from tests.compaction_helpers import make_thread
 
-    make_thread(alice.agent, "t-hung")
+    ThreadFactory(agent=alice.agent, external_id="t-hung")
     settings.BROKER_TIMEOUT = 0.5  # the Redis client of the debounce marks is made inside broker_at
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
