@@ -158,13 +158,17 @@ def _store(
     tuple"). This way the job never waits for a row lock, so it can be in no cycle; the rows it
     passed over are tried again later (`embed_pending`). NO KEY UPDATE is the lock the UPDATE takes
     anyway: it does not block the inserts of children that reference these rows (KEY SHARE).
+
+    The claim and the UPDATE are one transaction of their own (a savepoint inside a caller's): a
+    caller in autocommit (`reembed_all`) would otherwise end the claim's locks with its SELECT, and
+    the UPDATE would wait, in its own order, for rows a cascade took in between.
     """
     if not pairs:
         return set()
     condition = "" if overwrite else "AND t.embedding IS NULL"
     if live_only:
         condition += " AND t.redacted_at IS NULL"
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
             f"""
             SELECT t.id FROM {table} AS t
