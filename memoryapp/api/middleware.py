@@ -100,6 +100,10 @@ class ChunkedBodyMiddleware:
     3. A server that hands over the raw chunks (Django's runserver and test server) gets a 411:
        send a Content-Length. Its answer has no length of its own, so that server closes the
        connection rather than read the unread chunks as the next request.
+    4. Chunks the server cannot decode (a size that is not hex, a chunk without its line end, a
+       body cut off) are a 400 `invalid_body` naming the body, not a 500. Where the next request
+       would start is then unknown, so the connection is closed: gunicorn does so itself once a
+       read of the body failed, and the answer has no length of its own for servers that go by that.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
@@ -115,12 +119,16 @@ class ChunkedBodyMiddleware:
             return _refusal(411, "length_required", message, api=api, close=True)
         limit = _body_limit(api=api)
         stream, parts, size = environ["wsgi.input"], [], 0
-        while size <= limit:
-            part = stream.read(min(64 * 1024, limit + 1 - size))
-            if not part:
-                break
-            parts.append(part)
-            size += len(part)
+        try:
+            while size <= limit:
+                part = stream.read(min(64 * 1024, limit + 1 - size))
+                if not part:
+                    break
+                parts.append(part)
+                size += len(part)
+        except _unreadable_body_errors():
+            message = "The chunked request body could not be read: its chunks are malformed or cut off."
+            return _refusal(400, "invalid_body", message, api=api, close=True, field="body")
         if size > limit:
             return _refusal(413, "request_too_large", f"A request body holds at most {limit} bytes.", api=api)
         body = b"".join(parts)
@@ -130,9 +138,23 @@ class ChunkedBodyMiddleware:
         return self.get_response(request)
 
 
-def _refusal(status: int, code: str, message: str, *, api: bool, close: bool = False) -> HttpResponseBase:
+def _unreadable_body_errors() -> tuple[type[BaseException], ...]:
+    """What reading a chunked body raises when its chunks are bad: gunicorn's parse errors
+    (InvalidChunkSize, ChunkMissingTerminator, NoMoreData, ...; imported here, as only a process
+    under gunicorn can meet them), and a socket's or a stream's own errors."""
+    errors: tuple[type[BaseException], ...] = (OSError, ValueError)
+    try:
+        from gunicorn.http.errors import ParseException
+    except ImportError:  # another server: its own errors are among the ones above, or its own 400
+        return errors
+    return (ParseException, *errors)
+
+
+def _refusal(
+    status: int, code: str, message: str, *, api: bool, close: bool = False, field: str | None = None
+) -> HttpResponseBase:
     content_type = "application/json" if api else "text/plain; charset=utf-8"
-    content = json.dumps(error_body(code, message)).encode() if api else message.encode()
+    content = json.dumps(error_body(code, message, field)).encode() if api else message.encode()
     if close:
         return StreamingHttpResponse(iter([content]), status=status, content_type=content_type)
     return HttpResponse(content, status=status, content_type=content_type)

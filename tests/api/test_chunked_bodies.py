@@ -5,6 +5,7 @@ it) decodes the chunks; Django's test server cannot, and answers 411."""
 from __future__ import annotations
 
 import http.client
+import io
 import json
 import os
 import signal
@@ -139,6 +140,64 @@ def test_a_chunked_body_over_the_limit_is_a_413_under_gunicorn(gunicorn: str, al
     status, _, body = send_chunked(gunicorn, "POST", "/api/v1/threads", oversized(), alice.key)
     assert status == 413 and body["error"]["code"] == "request_too_large"
     assert not Thread.objects.filter(external_id="t-big").exists()
+
+
+class _Kept(io.BytesIO):
+    """What a server sent, read by http.client as from its socket; left open for what follows."""
+
+    def close(self) -> None:
+        pass
+
+    def makefile(self, mode: str) -> _Kept:
+        return self
+
+
+def send_raw(where: str, request: bytes, *, then_stop: bool) -> tuple[int, Any, bytes]:
+    """Send bytes as they are (http.client cannot make a malformed chunked body), and with
+    `then_stop` say that nothing more comes (a half close). Reads until the server closes the
+    connection; answers the status, the JSON body, and whatever the server sent after its answer."""
+    host, port = where.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(request)
+        if then_stop:
+            sock.shutdown(socket.SHUT_WR)
+        received = bytearray()
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except TimeoutError:
+            raise AssertionError(f"the server kept the connection open after: {bytes(received)!r}") from None
+    sent = _Kept(bytes(received))
+    response = http.client.HTTPResponse(sent)  # type: ignore[arg-type]
+    response.begin()
+    raw = response.read()
+    return response.status, json.loads(raw) if raw else None, sent.read()
+
+
+MALFORMED_CHUNKS = {
+    "a chunk size that is not hex": (b"zz\r\n{}\r\n0\r\n\r\n", False),
+    "a chunk without its line end": (b"2\r\n{}XX0\r\n\r\n", False),
+    "a body cut off mid-chunk": (b"10\r\n{}", True),
+}
+
+
+@pytest.mark.parametrize("body, then_stop", list(MALFORMED_CHUNKS.values()), ids=list(MALFORMED_CHUNKS))
+def test_a_malformed_chunked_body_is_a_400_naming_the_body_and_the_connection_closes(
+    gunicorn: str, alice: Caller, body: bytes, then_stop: bool
+) -> None:
+    head = (
+        "POST /api/v1/threads HTTP/1.1\r\nHost: localhost\r\n"
+        f"Authorization: Bearer {alice.key}\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    status, answer, after = send_raw(gunicorn, head + body, then_stop=then_stop)
+    assert status == 400, answer
+    assert (answer["error"]["code"], answer["error"]["field"]) == ("invalid_body", "body"), answer
+    assert "chunked" in answer["error"]["message"]
+    # Where a next request would start on this connection is unknown: the server closed it, and
+    # sent nothing more (no second answer to the rest of the bytes).
+    assert after == b""
+    assert not Thread.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
