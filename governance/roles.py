@@ -12,7 +12,8 @@ from typing import Any
 from django.db.models import Q
 
 ROLES: dict[str, tuple[str, ...]] = {
-    # Clear the queue of suggested items: read the conversations they quote, decide.
+    # Clear the queue of suggested items: read the conversations they quote, decide. Letting an item
+    # go (forget_memoryitem) is not theirs: it takes memory away about a person, a privacy officer's call.
     "Reviewers": (
         "memoryapp.view_memoryitem",
         "memoryapp.change_memoryitem",
@@ -22,7 +23,7 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_entry",
         "memoryapp.view_agent",
     ),
-    # Find what memory holds about a person and take it away (delete, redact), and prove it.
+    # Find what memory holds about a person and take it away (delete, redact, let items go), and prove it.
     "Privacy officers": (
         "memoryapp.view_agent",
         "memoryapp.view_thread",
@@ -30,6 +31,7 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_entry",
         "memoryapp.delete_entry",
         "memoryapp.view_memoryitem",
+        "memoryapp.forget_memoryitem",
         "memoryapp.view_evidence",
         "memoryapp.view_entity",
         "memoryapp.view_memoryfileversion",

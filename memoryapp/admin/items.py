@@ -3,7 +3,8 @@ items and entities.
 
 Who reviews: staff users with the built-in permission `memoryapp.change_memoryitem`, which only
 the "Reviewers" group holds (governance/roles.py); those who may only view items (privacy officers)
-read the same pages without their buttons. Every decision goes through the services
+read the same pages without their buttons. Who lets items go (forget): those with
+`memoryapp.forget_memoryitem`, the "Privacy officers". Every decision goes through the services
 (`item_approve`, `item_reject`, `items_slot_decide`, `items_review_undo`, `item_forget`), which write
 the audit record in the same transaction; this module holds no rule of its own.
 """
@@ -55,6 +56,7 @@ from memoryapp.storable import time_in_range
 __all__ = ["MemoryItemAdmin", "highlighted", "quote_spans"]  # the last two: tests of the highlighting
 
 REVIEW_PERMISSION = "memoryapp.change_memoryitem"
+FORGET_PERMISSION = "memoryapp.forget_memoryitem"
 ITEM_PAGE_WINDOW = 700  # characters of a quoted entry shown around its quotes on the item page
 # metadata keys the item page shows in words (history, reason) rather than as raw JSON
 REVIEW_KEYS = ("activatedAt", "reviewed_by", "edited_by_reviewer", "rejected_because")
@@ -140,6 +142,9 @@ class MemoryItemAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # writing only adds; forgetting keeps history, erasure goes through its request
 
+    def has_forget_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm(FORGET_PERMISSION))
+
     @admin.display(description="value")
     def short_value(self, obj: MemoryItem) -> str:
         return cut(obj.value, 80)
@@ -167,7 +172,7 @@ class MemoryItemAdmin(admin.ModelAdmin):
         )
         self.message_user(request, f"{counts['done']} rejected, {counts['skipped']} not suggested (left as they were).")
 
-    @admin.action(description="Forget the selected items (history kept)", permissions=["change"])
+    @admin.action(description="Forget the selected items (history kept)", permissions=["forget"])
     def forget_selected(self, request: HttpRequest, queryset: QuerySet[MemoryItem]) -> None:
         for item in queryset:
             item_forget(item=item, actor=_actor(request))
@@ -266,6 +271,7 @@ class MemoryItemAdmin(admin.ModelAdmin):
             legacy_reason=(item.metadata or {}).get("rejected_because", "") if not reviews else "",
             slot_rows=slot_history(item=item),
             may_review=may_review,
+            may_forget=self.has_forget_permission(request),
             undoable=last_decision_undoable(item=item, actor=_actor(request)) if may_review else None,
             reasons=REJECT_REASONS,
             thread_url=thread_entry_url(thread.pk, None) if thread else "",
@@ -293,8 +299,8 @@ class MemoryItemAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(page)
 
     def forget_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """Forget one item: a page that says what goes, then the service on POST."""
-        if not _may_review(request):
+        """Forget one item: a page that says what goes, then the service on POST (privacy officers)."""
+        if not (request.user.is_active and request.user.is_staff and self.has_forget_permission(request)):
             raise PermissionDenied
         item = self.get_object(request, unquote(object_id))
         if item is None:

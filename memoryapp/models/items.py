@@ -125,6 +125,9 @@ class MemoryItem(Scoped):
                 opclasses=["vector_cosine_ops"],
             ),
         ]
+        # Letting an item go is taking something away from memory (the privacy officers' job), not a
+        # review decision (change_memoryitem, the reviewers'): memoryapp.admin.items.FORGET_PERMISSION.
+        permissions = [("forget_memoryitem", "Can let memory items go (forget; their history is kept)")]
 
     def __str__(self) -> str:
         return f"{self.subject}.{self.attribute} = {self.value[:40]}"

@@ -190,6 +190,68 @@ def test_a_privacy_officer_may_not_decide_review_items_nor_touch_keys(alice: Cal
     assert officer.get("/admin/django_celery_beat/periodictask/").status_code == 403
 
 
+ITEMS_URL = "/admin/memoryapp/memoryitem/"
+
+
+def _active(caller: Caller) -> MemoryItem:
+    item = item_write(
+        agent=caller.agent,
+        kind="fact",
+        subject="Ana",
+        attribute="city",
+        value="Lisbon",
+        trust="system",
+        user_id="u-ana",
+    )
+    assert item.status == "active" and item.expired_at is None
+    return item
+
+
+def test_a_privacy_officer_forgets_items_but_may_not_approve_or_reject_them(alice: Caller) -> None:
+    suggested, _ = _suggested(alice)
+    active = _active(alice)
+    officer = _staff(groups=("Privacy officers",), name="officer")
+    page = officer.get(ITEMS_URL).content.decode()
+    assert "forget_selected" in page
+    assert "approve_selected" not in page and "reject_selected" not in page
+
+    officer.post(ITEMS_URL, {"action": "approve_selected", "_selected_action": [suggested.pk]})
+    officer.post(ITEMS_URL, {"action": "reject_selected", "_selected_action": [suggested.pk]})
+    suggested.refresh_from_db()
+    assert suggested.status == "suggested"
+
+    officer.post(ITEMS_URL, {"action": "forget_selected", "_selected_action": [active.pk]})
+    active.refresh_from_db()
+    assert active.expired_at is not None
+    record = AuditRecord.objects.get(action="item.forgotten")
+    assert (record.actor, record.subject) == ("staff:officer", active.pk)
+    assert not AuditRecord.objects.filter(action="item.reviewed").exists()
+
+
+def test_a_reviewer_approves_from_the_item_list_but_may_not_forget_items(alice: Caller) -> None:
+    suggested, _ = _suggested(alice)
+    active = _active(alice)
+    reviewer = _staff(groups=("Reviewers",), name="rita")
+    page = reviewer.get(ITEMS_URL).content.decode()
+    assert "approve_selected" in page and "forget_selected" not in page
+
+    reviewer.post(ITEMS_URL, {"action": "forget_selected", "_selected_action": [active.pk]})
+    active.refresh_from_db()
+    assert active.expired_at is None
+    assert not AuditRecord.objects.filter(action="item.forgotten").exists()
+
+    reviewer.post(ITEMS_URL, {"action": "approve_selected", "_selected_action": [suggested.pk]})
+    suggested.refresh_from_db()
+    assert suggested.status == "active"
+
+
+def test_a_superuser_forgets_items(alice: Caller, admin_client: Client) -> None:
+    active = _active(alice)
+    admin_client.post(ITEMS_URL, {"action": "forget_selected", "_selected_action": [active.pk]})
+    active.refresh_from_db()
+    assert active.expired_at is not None
+
+
 def test_an_operator_sees_job_runs_and_schedules_and_a_keys_trust_but_cannot_raise_it(alice: Caller) -> None:
     operator = _staff(groups=("Operators",), name="operator")
     assert operator.get("/admin/governance/jobrun/").status_code == 200
