@@ -15,6 +15,22 @@ the table. So each record is also *anchored*: once its transaction has committed
   chain link does, and the next anchored record covers it (its hash chains through it).
 - Each line is one `write` with O_APPEND (appends of concurrent processes do not interleave),
   then fsync; a line torn by a crash mid-write is skipped when read.
+
+Each line also names its chain and its database, so one file can hold the anchors of several
+databases (DATABASE_URL pointed elsewhere, the database made anew, a backup restored, while
+VAR_DIR stays):
+
+- `chain` is the hash of the chain's first record (seq 1). A dump restored elsewhere keeps it, and
+  rightly: a restored chain is the same chain and is held to its anchors (an older backup shows as
+  cut off). Another database, or one made anew, has another first record, so another chain.
+  Verification compares only the lines of its own chain.
+- `db` is where the line was written: PostgreSQL's system identifier, the database's oid and name
+  (null when the server does not tell its identifier). Lines of *this* database naming another
+  chain mean its first record was rewritten (which renames the chain) or its records replaced: that
+  is reported at seq 1, so renaming the chain cannot hide a rewrite from its start.
+- A line without `chain` (written before lines named it) is read as the current chain's, as it was
+  when written: an upgrade keeps every anchor it had. A file that such a version shared between
+  databases has to be moved aside once.
 """
 
 from __future__ import annotations
@@ -29,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import Error, connection, transaction
 from django.utils import timezone
 
 from governance.models import AuditRecord
@@ -96,8 +112,33 @@ def audit_append(
         record.hash = record_hash(record.prev_hash, _hashed_fields(record))
         record.save(force_insert=True)
         seq, hash_, at = record.seq, record.hash, record.at
-        transaction.on_commit(lambda: anchor_append(seq=seq, hash_=hash_, at=at), robust=True)
+        chain = record.hash if seq == 1 else (_first_record_hash() or "")
+        transaction.on_commit(lambda: anchor_append(chain=chain, seq=seq, hash_=hash_, at=at), robust=True)
         return record
+
+
+def _first_record_hash() -> str | None:
+    """The chain's name: the hash of its first record (None while it has none)."""
+    return AuditRecord.objects.filter(seq=1).values_list("hash", flat=True).first()
+
+
+def database_identity() -> str | None:
+    """`<system identifier>:<database oid>:<name>`: which database of which PostgreSQL cluster this
+    is. A database made anew has another oid, a cluster made anew another identifier. None when the
+    server does not tell its identifier (then no line is taken for this database's)."""
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT (SELECT system_identifier FROM pg_control_system()), d.oid, d.datname"
+                "  FROM pg_database AS d WHERE d.datname = current_database()"
+            )
+            row = cursor.fetchone()
+    except Error:  # not permitted on this server, or the connection is gone: the line is still written
+        logger.warning("the database's system identifier cannot be read: anchors name no database")
+        return None
+    if row is None or row[0] is None:
+        return None
+    return f"{row[0]}:{row[1]}:{row[2]}"
 
 
 # --- anchors: the chain's head, outside the database ---------------------------------------------
@@ -107,10 +148,17 @@ def anchor_path() -> Path:
     return Path(settings.AUDIT_ANCHOR_FILE)
 
 
-def anchor_append(*, seq: int, hash_: str, at: datetime) -> None:
+def anchor_append(*, chain: str, seq: int, hash_: str, at: datetime) -> None:
     """Append one anchor line (after the record's commit). A failure is logged, never raised: the
     change it records is committed, and an unanchored record still verifies as a chain link."""
-    line = json.dumps({"seq": seq, "hash": hash_, "at": at.isoformat(timespec="microseconds")}) + "\n"
+    anchor = {
+        "chain": chain,
+        "db": database_identity(),
+        "seq": seq,
+        "hash": hash_,
+        "at": at.isoformat(timespec="microseconds"),
+    }
+    line = json.dumps(anchor) + "\n"
     path = anchor_path()
     try:
         fresh = not path.exists()
@@ -136,12 +184,20 @@ def anchor_append(*, seq: int, hash_: str, at: datetime) -> None:
         logger.exception("could not anchor audit record %s in %s", seq, path)
 
 
-def anchors_read(*, tail_bytes: int | None = None) -> dict[int, set[str]]:
-    """Every anchored seq with the hash(es) written for it; torn or foreign lines are skipped.
+@dataclass(frozen=True)
+class Anchor:
+    chain: str | None  # None: a line of the older format, read as the current chain's
+    db: str | None
+    seq: int
+    hash: str
+
+
+def anchors_read(*, tail_bytes: int | None = None) -> list[Anchor]:
+    """Every anchor line of the file; torn or foreign lines are skipped.
 
     With `tail_bytes`, only the anchors in that many bytes at the file's end (the newest).
     """
-    anchors: dict[int, set[str]] = {}
+    anchors: list[Anchor] = []
     try:
         with anchor_path().open("rb") as raw:
             if tail_bytes is not None:
@@ -154,10 +210,17 @@ def anchors_read(*, tail_bytes: int | None = None) -> dict[int, set[str]]:
                 try:
                     anchor = json.loads(line)
                     seq, hash_ = anchor["seq"], anchor["hash"]
-                except (ValueError, TypeError, KeyError):
+                    chain, db = anchor.get("chain"), anchor.get("db")
+                except (ValueError, TypeError, KeyError, AttributeError):
                     continue
-                if isinstance(seq, int) and not isinstance(seq, bool) and isinstance(hash_, str):
-                    anchors.setdefault(seq, set()).add(hash_)
+                if (
+                    isinstance(seq, int)
+                    and not isinstance(seq, bool)
+                    and isinstance(hash_, str)
+                    and isinstance(chain, str | None)
+                    and isinstance(db, str | None)
+                ):
+                    anchors.append(Anchor(chain=chain, db=db, seq=seq, hash=hash_))
     except FileNotFoundError:
         pass
     return anchors
@@ -181,23 +244,48 @@ class AuditVerification:
         }
 
 
+def _chain_anchors(lines: list[Anchor]) -> tuple[dict[int, set[str]], bool]:
+    """The anchored hashes of this chain by seq (lines without a chain name count as its own), and
+    whether this database anchored another chain (its records rewritten from seq 1, or replaced)."""
+    chain = _first_record_hash()
+    here = database_identity()
+    anchors: dict[int, set[str]] = {}
+    replaced = False
+    for line in lines:
+        if line.chain is None or line.chain == chain:
+            anchors.setdefault(line.seq, set()).add(line.hash)
+        elif here is not None and line.db == here:
+            replaced = True
+    return anchors, replaced
+
+
 def audit_verify() -> AuditVerification:
     """Check the chain, and the chain against its anchors; name the first seq that does not hold.
 
-    1. Walk the records oldest first: each must have the next seq, link to the hash before and
+    1. Take the anchor lines of this chain (named by its first record's hash; lines without a name
+       count as its own). Lines that this database wrote for another chain: its first record was
+       rewritten or its records replaced, broken at seq 1.
+    2. Walk the records oldest first: each must have the next seq, link to the hash before and
        hash to its own `hash` (a record changed, deleted or inserted in the middle).
-    2. A record whose anchor names another hash: the suffix from there was rewritten, however
+    3. A record whose anchor names another hash: the suffix from there was rewritten, however
        consistently (its own links all hold).
-    3. Anchors past the chain's last record: the newest records were cut off; the first missing
+    4. Anchors past the chain's last record: the newest records were cut off; the first missing
        seq is named.
     """
-    anchors = anchors_read()
+    anchors, replaced = _chain_anchors(anchors_read())
     prev_hash = GENESIS_HASH
     expected_seq = 1
     checked = 0
 
     def broken(seq: int, reason: str) -> AuditVerification:
         return AuditVerification(records=checked, ok=False, first_broken=seq, anchors=len(anchors), reason=reason)
+
+    if replaced:
+        return broken(
+            1,
+            "this database anchored a chain whose first record is not this one (the chain was rewritten "
+            "from its start, or its records replaced)",
+        )
 
     for record in AuditRecord.objects.order_by("seq").iterator(chunk_size=2000):
         checked += 1
@@ -226,7 +314,15 @@ def audit_verify_tail(*, records: int = 500) -> AuditVerification:
     and no anchor names a seq past the chain's end. `audit_verify` is the whole check."""
     newest = list(AuditRecord.objects.order_by("-seq")[:records])
     newest.reverse()
-    anchors = anchors_read(tail_bytes=records * 200)
+    anchors, replaced = _chain_anchors(anchors_read(tail_bytes=records * 300))
+    if replaced:
+        return AuditVerification(
+            records=0,
+            ok=False,
+            first_broken=1,
+            anchors=len(anchors),
+            reason="this database anchored a chain whose first record is not this one",
+        )
     checked = 0
     previous: AuditRecord | None = None
     for record in newest:

@@ -1,16 +1,28 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 
-from governance.audit import _hashed_fields, audit_append, audit_records, audit_verify, record_hash
+from governance.audit import (
+    GENESIS_HASH,
+    _hashed_fields,
+    audit_append,
+    audit_records,
+    audit_verify,
+    database_identity,
+    record_hash,
+)
 from governance.jobs import job_enqueue
 from governance.models import AuditRecord
 from governance.tasks import audit_verify_job
+from tests.foundation.test_commands import ROOT, empty_database  # noqa: F401  (a fixture, used by other_database)
 from tests.kit.concurrency import in_threads
 
 
@@ -103,8 +115,18 @@ def test_each_committed_record_is_anchored_in_the_file_and_an_untouched_chain_ve
 ) -> None:
     _anchored_chain(5)
     records = list(AuditRecord.objects.order_by("seq"))
+    here = database_identity()
+    assert here is not None and here.endswith(f":{connection.settings_dict['NAME']}")
+    # Each line names its chain (the hash of its first record) and the database that wrote it.
     assert _anchor_lines(audit_anchor_file) == [
-        {"seq": r.seq, "hash": r.hash, "at": r.at.isoformat(timespec="microseconds")} for r in records
+        {
+            "chain": records[0].hash,
+            "db": here,
+            "seq": r.seq,
+            "hash": r.hash,
+            "at": r.at.isoformat(timespec="microseconds"),
+        }
+        for r in records
     ]
     assert audit_verify().as_dict() == {"records": 5, "ok": True, "first_broken": None, "anchors": 5, "reason": ""}
 
@@ -178,6 +200,8 @@ def test_a_torn_line_is_skipped_and_a_record_whose_anchor_was_lost_still_verifie
     lines = audit_anchor_file.read_text().splitlines()
     assert lines[-1] == json.dumps(
         {
+            "chain": AuditRecord.objects.get(seq=1).hash,
+            "db": database_identity(),
             "seq": 4,
             "hash": AuditRecord.objects.get(seq=4).hash,
             "at": AuditRecord.objects.get(seq=4).at.isoformat(timespec="microseconds"),
@@ -198,3 +222,105 @@ def test_the_admin_page_and_the_verification_job_report_a_truncated_chain(admin_
     assert run.status == "succeeded"
     assert (run.result["ok"], run.result["first_broken"], run.result["anchors"]) == (False, 3, 4)
     assert "ends at seq 2" in run.result["reason"]
+
+
+# --- anchors of several databases in one file -----------------------------------------------------
+
+
+@pytest.fixture
+def other_database(request: pytest.FixtureRequest) -> str:
+    """Another migrated database on the tests' server, as a DATABASE_URL pointed elsewhere."""
+    empty: str = request.getfixturevalue("empty_database")
+    done = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": empty},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    return empty
+
+
+def _in_other(url: str, anchor_file: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """A manage.py command of a process on the other database, anchoring in the same file."""
+    env = {**os.environ, "DATABASE_URL": url, "AUDIT_ANCHOR_FILE": str(anchor_file)}
+    return subprocess.run(
+        [sys.executable, "manage.py", *arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def _append_in_other(url: str, anchor_file: Path, count: int) -> None:
+    code = f"from governance.audit import audit_append\nfor n in range({count}): audit_append(action='elsewhere')"
+    done = _in_other(url, anchor_file, "shell", "-c", code)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_databases_anchoring_in_one_file_each_verify_their_own_chain(
+    other_database: str, audit_anchor_file: Path
+) -> None:
+    # DATABASE_URL pointed at another database (or the database made anew) while VAR_DIR, and so
+    # the anchor file, stays: both chains have a seq 1, 2, 3... in the same file.
+    _append_in_other(other_database, audit_anchor_file, 3)
+    _anchored_chain(5)
+    _append_in_other(other_database, audit_anchor_file, 2)
+    assert len(_anchor_lines(audit_anchor_file)) == 10
+    assert audit_verify().as_dict() == {"records": 5, "ok": True, "first_broken": None, "anchors": 5, "reason": ""}
+    elsewhere = _in_other(other_database, audit_anchor_file, "audit_verify")
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert json.loads(elsewhere.stdout)["anchors"] == 5
+
+    # Each chain is still held to its own anchors: the newest records cut off here are seen here only.
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM governance_auditrecord WHERE seq > 3")
+    result = audit_verify()
+    assert (result.ok, result.first_broken, result.anchors) == (False, 4, 5)
+    assert _in_other(other_database, audit_anchor_file, "audit_verify").returncode == 0
+
+
+def _rehash_from(seq: int, **changes: str) -> None:
+    """What someone who can write the table does: rewrite records from `seq` on and every hash after."""
+    before = AuditRecord.objects.filter(seq=seq - 1).values_list("hash", flat=True).first()
+    prev_hash = before or GENESIS_HASH
+    with connection.cursor() as cursor:
+        for record in AuditRecord.objects.filter(seq__gte=seq).order_by("seq"):
+            for name, value in changes.items():
+                setattr(record, name, value)
+            record.prev_hash = prev_hash
+            record.hash = record_hash(prev_hash, _hashed_fields(record))
+            cursor.execute(
+                "UPDATE governance_auditrecord SET outcome = %s, prev_hash = %s, hash = %s WHERE seq = %s",
+                [record.outcome, record.prev_hash, record.hash, record.seq],
+            )
+            prev_hash = record.hash
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_chain_rewritten_from_its_first_record_is_seen_although_its_anchors_name_another_chain() -> None:
+    # Anchors are compared within a chain, named by its first record's hash: rewriting that record
+    # gives the chain another name, but the anchors also say which database wrote them.
+    _anchored_chain(4)
+    _rehash_from(1, outcome="kept")
+    result = audit_verify()
+    assert (result.ok, result.first_broken) == (False, 1)
+    assert "first record" in result.reason
+    # And every record of this database gone: its anchors still say there were some.
+    AuditRecord.objects.all().delete()
+    result = audit_verify()
+    assert (result.ok, result.first_broken) == (False, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_anchor_lines_without_a_chain_are_read_as_the_current_chains(audit_anchor_file: Path) -> None:
+    # Lines an older version wrote ({"seq", "hash", "at"}) anchored the one chain the file was for.
+    _anchored_chain(3)
+    hashes = dict(AuditRecord.objects.values_list("seq", "hash"))
+    audit_anchor_file.write_text(
+        "".join(json.dumps({"seq": s, "hash": h, "at": "x"}) + "\n" for s, h in hashes.items())
+    )
+    assert audit_verify().as_dict() == {"records": 3, "ok": True, "first_broken": None, "anchors": 3, "reason": ""}
+    with audit_anchor_file.open("a") as file:
+        file.write(json.dumps({"seq": 2, "hash": "f" * 64, "at": "x"}) + "\n")
+    assert (audit_verify().ok, audit_verify().first_broken) == (False, 2)

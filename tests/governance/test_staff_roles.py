@@ -12,6 +12,7 @@ from governance.roles import ROLES, roles_sync
 from memoryapp.errors import DomainError
 from memoryapp.keys import TRUST_PERMISSION, agent_key_trust_set
 from memoryapp.models import AgentKey, Entry, MemoryItem
+from memoryapp.services.items import item_write
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller
 from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory, rome_thread
