@@ -93,16 +93,25 @@ def speaker_of(*, role: str, sender_name: str, tool_name: str = "", type_: str =
     return role or "someone"
 
 
+def embedding_context(*, entry: Entry, previous: Entry | None) -> Entry | None:
+    """The turn whose words go into the entry's vector: the one before a short turn, unless redacted."""
+    short = len((entry.text or "").strip()) < SHORT_TURN_CHARS
+    if short and previous is not None and previous.text and not previous.redacted_at:
+        return previous
+    return None
+
+
 def entry_embedding_text(*, entry: Entry, previous: Entry | None) -> str:
     """`<speaker> said: <text>`, with the previous turn for a short one (see the module doc)."""
     text = (entry.text or "").strip()
     who = speaker_of(role=entry.role, sender_name=entry.sender_name, tool_name=entry.tool_name, type_=entry.type)
     line = f"{who} said: {text}"
-    if previous is not None and len(text) < SHORT_TURN_CHARS and previous.text and not previous.redacted_at:
+    context = embedding_context(entry=entry, previous=previous)
+    if context is not None:
         before = speaker_of(
-            role=previous.role, sender_name=previous.sender_name, tool_name=previous.tool_name, type_=previous.type
+            role=context.role, sender_name=context.sender_name, tool_name=context.tool_name, type_=context.type
         )
-        line = f"{line}\n(in reply to {before}: {previous.text.strip()[:CONTEXT_CHARS]})"
+        line = f"{line}\n(in reply to {before}: {context.text.strip()[:CONTEXT_CHARS]})"
     return line[:MAX_EMBED_CHARS]
 
 
@@ -145,11 +154,19 @@ def _parents(entries: list[Entry]) -> dict[str, Entry]:
 
 
 def _store(
-    table: str, pairs: list[tuple[str, list[float]]], *, overwrite: bool = False, live_only: bool = False
+    table: str,
+    pairs: list[tuple[str, list[float]]],
+    *,
+    overwrite: bool = False,
+    live_only: bool = False,
+    contexts: list[str | None] | None = None,
 ) -> set[str]:
     """Write vectors and answer the ids written; without `overwrite` only where the row has none (a
     second run writes nothing); with `live_only` never into a row redacted while its text was being
-    embedded.
+    embedded; with `contexts` (the entry whose words each vector also carries, see
+    `embedding_context`) only while that entry is still the row's parent and not redacted: a
+    redaction or a splice of the parent while the model ran clears the row's vector, and the words
+    read before must not come back in (the row is passed over and embedded again from what remains).
 
     The rows are first locked in id order with SKIP LOCKED, and only those are updated: a row that a
     delete, a splice or a redaction holds is passed over instead of waited for. A plain multi-row
@@ -181,15 +198,23 @@ def _store(
         claimed = {row[0] for row in cursor.fetchall()}
         if not claimed:
             return set()
-        chosen = [p for p in pairs if p[0] in claimed]
+        chosen = [i for i, p in enumerate(pairs) if p[0] in claimed]
+        columns: list[list[Any]] = [[pairs[i][0] for i in chosen], [vector_literal(pairs[i][1]) for i in chosen]]
+        source, guard = "unnest(%s::text[], %s::text[]) AS v(id, vec)", ""
+        if contexts is not None:
+            columns.append([contexts[i] for i in chosen])
+            source = "unnest(%s::text[], %s::text[], %s::text[]) AS v(id, vec, context)"
+            guard = f"""
+               AND (v.context IS NULL OR (t.parent_id = v.context AND NOT EXISTS (
+                    SELECT 1 FROM {table} AS p WHERE p.id = v.context AND p.redacted_at IS NOT NULL)))"""
         cursor.execute(
             f"""
             UPDATE {table} AS t SET embedding = v.vec::vector, embedded_at = %s
-              FROM unnest(%s::text[], %s::text[]) AS v(id, vec)
-             WHERE t.id = v.id {condition}
+              FROM {source}
+             WHERE t.id = v.id {condition} {guard}
             RETURNING t.id
             """,
-            [timezone.now(), [p[0] for p in chosen], [vector_literal(p[1]) for p in chosen]],
+            [timezone.now(), *columns],
         )
         return {row[0] for row in cursor.fetchall()}
 
@@ -197,10 +222,17 @@ def _store(
 def embed_entries_batch(entries: list[Entry], *, overwrite: bool = False) -> set[str]:
     """Embed the entries; answers the ids whose vector was written (see `_store`)."""
     parents = _parents(entries)
-    texts = [entry_embedding_text(entry=e, previous=parents.get(e.parent_id or "")) for e in entries]
+    contexts = [embedding_context(entry=e, previous=parents.get(e.parent_id or "")) for e in entries]
+    texts = [entry_embedding_text(entry=e, previous=c) for e, c in zip(entries, contexts, strict=True)]
     vectors = embed_texts(texts)
     pairs = list(zip([e.id for e in entries], vectors, strict=True))
-    return _store(Entry._meta.db_table, pairs, overwrite=overwrite, live_only=True)
+    return _store(
+        Entry._meta.db_table,
+        pairs,
+        overwrite=overwrite,
+        live_only=True,
+        contexts=[c.id if c is not None else None for c in contexts],
+    )
 
 
 def embed_items_batch(items: list[MemoryItem], *, overwrite: bool = False) -> set[str]:

@@ -42,3 +42,19 @@ def after_entries_added(*, thread: Thread, entries: Sequence[Entry]) -> None:
                 logger.exception("could not send the %s job after a write of thread %s", name, thread_pk)
 
     transaction.on_commit(schedule)
+
+
+def after_vectors_cleared(*, agent_id: int) -> None:
+    """Entries of the agent lost their vectors in a cascade (the words they were embedded with went):
+    the embedding job embeds them again from what remains, once the cascade commits (and not at all
+    if it rolls back). A broker that cannot take the job leaves them to the embedding sweep."""
+
+    def schedule() -> None:
+        from memoryapp.search.indexing import embedding_schedule
+
+        try:
+            embedding_schedule(agent_id=agent_id)
+        except Exception:
+            logger.exception("could not send the embedding job after a cascade of agent %s", agent_id)
+
+    transaction.on_commit(schedule)

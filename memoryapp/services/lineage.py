@@ -25,6 +25,7 @@ from memoryapp.files.text import sha256_of, size_of
 from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.models.choices import EntryType, EvidenceStatus, ItemStatus
 from memoryapp.selectors.threads import path_ids
+from memoryapp.services.hooks import after_vectors_cleared
 from memoryapp.services.items import Scope, normalized_name, slot_layout, slot_lock
 
 # The audit record lists ids up to this many per kind (a thread's delete may name thousands).
@@ -40,6 +41,7 @@ class LineageReport:
     file_versions_redacted: int = 0
     summaries_removed: int = 0
     entities_deleted: int = 0
+    vectors_cleared: int = 0
     # Ids for the audit record (not counts): what went.
     purged_item_ids: list[str] = field(default_factory=list, repr=False)
     summary_ids: list[str] = field(default_factory=list, repr=False)
@@ -84,9 +86,15 @@ def derived_forget(
        and size of that, `redacted_at`). With `entries_deleted`, and for the compactions removed,
        the versions' place moves to the nearest surviving ancestor, as their children do, so they
        stay on the branches that held them.
-    6. The covering compactions are spliced out like `entry_delete` does (children and the active
+    6. The vectors of the entries' children and of the covering compactions' children are cleared:
+       a short turn is embedded with the turn it answers (`entry_embedding_text`), so its vector
+       carries the words of the parent being forgotten, and a splice gives it another parent. Their
+       rows are locked first, in id order, so an embedding job that read the old words cannot store
+       them meanwhile (it skips locked rows, and checks the parent it read when it stores); the job
+       is sent once the transaction commits and embeds them from what remains.
+    7. The covering compactions are spliced out like `entry_delete` does (children and the active
        leaf go to the parent), without following their lineage again.
-    7. One audit record, ids and counts only, in the caller's transaction.
+    8. One audit record, ids and counts only, in the caller's transaction.
     """
     report = LineageReport()
     wanted = sorted({e.pk for e in entries})
@@ -116,6 +124,7 @@ def derived_forget(
         entries_deleted=entries_deleted,
         report=report,
     )
+    _clear_context_vectors(agent=agent, parent_ids=set(rows) | {c.id for c in summaries}, report=report)
     _splice_out(agent=agent, threads=threads, summaries=summaries, report=report)
 
     single_thread = threads[0].external_id if len(threads) == 1 else ""
@@ -327,6 +336,24 @@ def _redact_file_versions(
         MemoryFileVersion.objects.filter(agent=agent, place_id=place_id).update(
             place_id=_surviving_ancestor(place_id, parents, going)
         )
+
+
+# --- vectors -----------------------------------------------------------------------------------------
+
+
+def _clear_context_vectors(*, agent: Agent, parent_ids: set[str], report: LineageReport) -> None:
+    """Step 6: clear the vectors of the children of these entries (see the steps above)."""
+    children = Entry.objects.filter(agent=agent, parent_id__in=list(parent_ids)).exclude(id__in=list(parent_ids))
+    # Every child, embedded or not: a job in flight that claimed one is waited for here (it never
+    # waits itself), so the UPDATE below sees and clears what it stored. NO KEY: only vectors change.
+    locked = list(children.select_for_update(no_key=True).order_by("pk").values_list("pk", flat=True))
+    if not locked:
+        return
+    report.vectors_cleared = Entry.objects.filter(pk__in=locked, embedding__isnull=False).update(
+        embedding=None, embedded_at=None
+    )
+    if report.vectors_cleared:
+        after_vectors_cleared(agent_id=agent.pk)
 
 
 # --- removing compactions ---------------------------------------------------------------------------

@@ -10,10 +10,13 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from governance.models import AuditRecord
+from governance.models import AuditRecord, JobRun
 from memoryapp.compaction.service import compaction_run
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.search import embedders
+from memoryapp.search.embedders import embed_texts
+from memoryapp.search.indexing import embed_pending, entry_embedding_text
 from memoryapp.services import lineage
 from memoryapp.services import threads as threads_services
 from tests.kit.api import Caller, build_context, create_memory_file, post_entry, post_item, post_ok, post_thread
@@ -447,3 +450,107 @@ def test_a_cascade_into_a_fork_and_a_redaction_in_that_fork_do_not_deadlock(alic
     assert errors == []
     assert Entry.objects.get(pk=own).redacted_at is not None
     assert not Entry.objects.filter(pk=told).exists() and not Entry.objects.filter(metadata__forkOf=told).exists()
+
+
+# --- vectors: a short turn is embedded with the words of the turn it answers -----------------------
+
+CARD = "my card number is 4111 1111 1111"
+
+
+def _embedding_text(entry_id: str) -> str:
+    entry = Entry.objects.get(pk=entry_id)
+    return entry_embedding_text(entry=entry, previous=Entry.objects.filter(pk=entry.parent_id).first())
+
+
+def _stored_vector(entry_id: str) -> list[float] | None:
+    vector = Entry.objects.get(pk=entry_id).embedding
+    return None if vector is None else [float(v) for v in vector]
+
+
+def _same_vector(stored: list[float] | None, text: str) -> bool:
+    expected = embed_texts([text])[0]
+    return stored is not None and max(abs(a - b) for a, b in zip(stored, expected, strict=True)) < 1e-5
+
+
+def _vector_score(caller: Caller, text: str, entry_id: str) -> float:
+    answer = caller.client.post("/api/v1/search", {"text": text, "method": "vector", "limit": 100}, format="json")
+    assert answer.status_code == 200, answer.json()
+    scores = {hit["id"]: hit["score"] for hit in answer.json()["results"]}
+    return float(scores.get(entry_id, 0.0))
+
+
+@pytest.mark.parametrize("forget", ["redact", "delete"])
+def test_a_short_reply_loses_the_vector_that_carried_its_parents_words_and_is_embedded_again_without_them(
+    alice: Caller, forget: str, django_capture_on_commit_callbacks: Any
+) -> None:
+    _thread(alice)
+    _say(alice, "Hello, I need help with a payment.")
+    told = _say(alice, CARD)
+    reply = _say(alice, "ok", role="assistant")
+    embed_pending(agent_id=alice.agent.pk)
+    said_with_card = _embedding_text(reply)
+    assert "4111" in said_with_card and _same_vector(_stored_vector(reply), said_with_card)
+    score_with_card = _vector_score(alice, CARD, reply)
+
+    with django_capture_on_commit_callbacks() as after_commit:
+        if forget == "redact":
+            threads_services.entry_redact(entry=Entry.objects.get(pk=told))
+        else:  # the reply goes under the turn before: a splice
+            threads_services.entry_delete(entry=Entry.objects.get(pk=told))
+    row = Entry.objects.get(pk=reply)
+    assert (row.embedding, row.embedded_at) == (None, None)
+    assert _lineage_audit().details["vectors_cleared"] == 1
+    said_now = _embedding_text(reply)
+    assert "4111" not in said_now and said_now.startswith("assistant said: ok")
+
+    # Once the cascade commits, the embedding job is sent and embeds the reply from what remains.
+    with django_capture_on_commit_callbacks(execute=True):  # and what the job sends after its own commit
+        for callback in after_commit:
+            callback()
+    assert JobRun.objects.filter(kind="embedding", agent_id=alice.agent.pk, status="succeeded").exists()
+    assert _same_vector(_stored_vector(reply), said_now)
+    assert not _same_vector(_stored_vector(reply), said_with_card)
+    # Searching by vector for the number: the reply's vector no longer carries it.
+    assert _vector_score(alice, CARD, reply) < score_with_card
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reply_embedded_while_its_parent_is_redacted_never_stores_the_parents_words(
+    alice: Caller, monkeypatch: Any
+) -> None:
+    with monkeypatch.context() as quiet:
+        quiet.setattr(threads_services, "after_entries_added", lambda *, thread, entries: None)
+        _thread(alice)
+        told = _say(alice, CARD)
+        reply = _say(alice, "ok", role="assistant")
+    said_with_card = _embedding_text(reply)
+    fake = embedders.embedder()
+    embedding, release = threading.Event(), threading.Event()
+
+    class HeldEmbedder:
+        name, dimensions = fake.name, fake.dimensions
+
+        def embed(self, texts: list[str]) -> list[list[float]]:
+            embedding.set()
+            release.wait(10)
+            return fake.embed(texts)
+
+    monkeypatch.setattr(embedders, "embedder", lambda: HeldEmbedder())
+    # The job below embeds the reply again; the one the redaction sends would wait for it.
+    monkeypatch.setattr(lineage, "after_vectors_cleared", lambda *, agent_id: None)
+    errors: list[BaseException] = []
+    # The job reads the reply and its parent's words, then the model takes its time...
+    job = _in_thread(lambda: embed_pending(agent_id=alice.agent.pk), errors)
+    assert embedding.wait(10)
+    # ...while the parent is redacted (not waiting for the model).
+    redaction = _in_thread(lambda: threads_services.entry_redact(entry=Entry.objects.get(pk=told)), errors)
+    redaction.join(10)
+    finished_while_the_model_ran = not redaction.is_alive()
+    release.set()
+    job.join(10)
+    assert errors == [] and finished_while_the_model_ran
+    said_now = _embedding_text(reply)
+    assert "4111" not in said_now
+    # The vector made from the parent's words was not stored; the job's second look embedded the rest.
+    assert not _same_vector(_stored_vector(reply), said_with_card)
+    assert _same_vector(_stored_vector(reply), said_now)
