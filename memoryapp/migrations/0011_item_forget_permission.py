@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryapp', '0009_agent_trust_permission'),
+        ('memoryapp', '0010_item_reviews_activation'),
     ]
 
     operations = [
