@@ -4,14 +4,17 @@ What tests share besides the cast lives in tests/kit (factories, API calls, serv
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from rest_framework.test import APIClient
 
 from tests.kit.api import Caller, agent_caller
-from tests.kit.servers import database_url
+from tests.kit.servers import database_conninfo, database_url
 
 # Test modules take the cast's type, and the URL of the tests' database, from here.
 __all__ = ["Caller", "database_url"]
@@ -52,3 +55,16 @@ def mallory(db: None) -> Caller:
 @pytest.fixture
 def anonymous() -> APIClient:
     return APIClient()
+
+
+@pytest.fixture
+def empty_database(db: None) -> Iterator[str]:
+    """A DATABASE_URL of a database just created on the tests' server, with no table at all."""
+    name = f"empty_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database_conninfo(name="postgres"), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield database_url(name=name)
+    finally:
+        with psycopg.connect(database_conninfo(name="postgres"), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

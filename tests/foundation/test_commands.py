@@ -6,31 +6,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 
-import psycopg
 import pytest
 from django.core.management import get_commands, load_command_class
 
 from memory_project.commands import ProjectCommand
 from tests.kit import PROJECT_ROOT
-from tests.kit.servers import database_conninfo, database_url
 
 PROJECT_APPS = ("memoryapp", "governance")
-
-
-@pytest.fixture
-def empty_database(db: None) -> Iterator[str]:
-    """A DATABASE_URL of a database just created on the tests' server, with no table at all."""
-    name = f"empty_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(database_conninfo(name="postgres"), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield database_url(name=name)
-    finally:
-        with psycopg.connect(database_conninfo(name="postgres"), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def test_every_project_command_checks_the_database_first() -> None:

@@ -22,7 +22,7 @@ from governance.audit import (
 from governance.jobs import job_enqueue
 from governance.models import AuditRecord
 from governance.tasks import audit_verify_job
-from tests.foundation.test_commands import ROOT, empty_database  # noqa: F401  (a fixture, used by other_database)
+from tests.kit import PROJECT_ROOT
 from tests.kit.concurrency import in_threads
 
 
@@ -233,7 +233,7 @@ def other_database(request: pytest.FixtureRequest) -> str:
     empty: str = request.getfixturevalue("empty_database")
     done = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput"],
-        cwd=ROOT,
+        cwd=PROJECT_ROOT,
         env={**os.environ, "DATABASE_URL": empty},
         capture_output=True,
         text=True,
@@ -247,7 +247,12 @@ def _in_other(url: str, anchor_file: Path, *arguments: str) -> subprocess.Comple
     """A manage.py command of a process on the other database, anchoring in the same file."""
     env = {**os.environ, "DATABASE_URL": url, "AUDIT_ANCHOR_FILE": str(anchor_file)}
     return subprocess.run(
-        [sys.executable, "manage.py", *arguments], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "manage.py", *arguments],
+        cwd=PROJECT_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -540,10 +540,10 @@ def test_a_reply_embedded_while_its_parent_is_redacted_never_stores_the_parents_
     monkeypatch.setattr(lineage, "after_vectors_cleared", lambda *, agent_id: None)
     errors: list[BaseException] = []
     # The job reads the reply and its parent's words, then the model takes its time...
-    job = _in_thread(lambda: embed_pending(agent_id=alice.agent.pk), errors)
+    job = started(lambda: embed_pending(agent_id=alice.agent.pk), errors)
     assert embedding.wait(10)
     # ...while the parent is redacted (not waiting for the model).
-    redaction = _in_thread(lambda: threads_services.entry_redact(entry=Entry.objects.get(pk=told)), errors)
+    redaction = started(lambda: threads_services.entry_redact(entry=Entry.objects.get(pk=told)), errors)
     redaction.join(10)
     finished_while_the_model_ran = not redaction.is_alive()
     release.set()
