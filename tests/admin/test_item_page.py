@@ -104,7 +104,10 @@ def test_the_reviewer_undoes_their_decision_from_the_page(alice: Caller) -> None
 
 def test_after_forget_the_page_and_the_list_say_forgotten(alice: Caller) -> None:
     item = item_write(agent=alice.agent, kind="fact", subject="Ana", attribute="city", value="Porto", trust="system")
-    client = staff("reviewer")
+    # Letting memory go is the privacy officers' (memoryapp.forget_memoryitem), not the reviewers'.
+    assert staff("reviewer").get(f"/admin/memoryapp/memoryitem/{item.pk}/forget/").status_code == 403
+    client = staff("privacy")
+    assert 'id="ip-forget"' in client.get(page_url(item)).content.decode()
     confirm = client.get(f"/admin/memoryapp/memoryitem/{item.pk}/forget/").content.decode()
     assert "Yes, forget it" in confirm and "the value it replaced does not come back" in confirm
     item.refresh_from_db()
@@ -129,7 +132,6 @@ def test_a_privacy_officer_reads_the_page_but_cannot_decide(alice: Caller) -> No
     text = page.content.decode()
     assert 'value="approve"' not in text and "approving or rejecting it is for reviewers" in text
     assert officer.post(decide_url(item), {"action": "approve", "item": item.pk}).status_code == 403
-    assert officer.post(f"/admin/memoryapp/memoryitem/{item.pk}/forget/").status_code == 403
     assert officer.post(page_url(item), {"status": "active"}).status_code == 403
     assert staff("operator").get(page_url(item)).status_code == 403
     item.refresh_from_db()
