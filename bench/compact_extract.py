@@ -52,8 +52,8 @@ from memoryapp.llm.port import use_model  # noqa: E402
 from memoryapp.llm.scripted import ScriptedModel  # noqa: E402
 from memoryapp.models import Agent, Thread  # noqa: E402
 from memoryapp.search import indexing as indexing_module  # noqa: E402
-from memoryapp.selectors.threads import path_entries  # noqa: E402
-from memoryapp.services.threads import entries_add, thread_create  # noqa: E402
+from memoryapp.threads.selectors import path_entries  # noqa: E402
+from memoryapp.threads.services import entries_add, thread_create  # noqa: E402
 
 
 def _not_in_this_process(**_: Any) -> None:

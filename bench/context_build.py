@@ -39,8 +39,8 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
+from memoryapp.agents.services import agent_get_or_create  # noqa: E402
 from memoryapp.context.builder import ContextRequest, context_build  # noqa: E402
-from memoryapp.keys import agent_get_or_create  # noqa: E402
 from memoryapp.models import Agent, Entry, Thread  # noqa: E402
 from memoryapp.search.embedders import embed_query, embed_texts, embedder, query_cache_clear  # noqa: E402
 from memoryapp.search.retrieval import search  # noqa: E402

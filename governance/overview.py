@@ -28,12 +28,12 @@ from django.db.models.functions import TruncDay
 from django.urls import reverse
 from django.utils import timezone
 
+from governance.activity import entries_per_agent_per_day, items_per_agent_per_day, window_days
 from governance.audit import AuditVerification, audit_verify_tail
 from governance.charts import PALETTE, Duration, Series, duration_bars, stacked_bars_by_day
 from governance.models import AuditRecord, JobRun
+from governance.review import Backlog, review_backlog
 from memory_project.health import broker_probe, database_probe
-from memoryapp.selectors.overview import entries_per_agent_per_day, items_per_agent_per_day, window_days
-from memoryapp.selectors.review import Backlog, review_backlog
 
 # The permission only that role's group holds among the three (governance/roles.py).
 ROLE_MARKERS = {

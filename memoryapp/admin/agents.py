@@ -10,7 +10,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from memoryapp.keys import (
+from memoryapp.agents.services import (
     TRUST_PERMISSION,
     agent_key_create,
     agent_key_revoke,

@@ -1,7 +1,7 @@
 """A page of a thread drawn as a transcript: what each turn shows (speaker, time, text with the
 quotes memory took from it marked, tool calls, results, summaries, redactions).
 
-The reads are `memoryapp.selectors.conversation`; this module only turns them into what the
+The reads are `memoryapp.threads.conversation`; this module only turns them into what the
 template draws, and escapes every piece of text it marks up.
 """
 
@@ -21,7 +21,7 @@ from django.utils.safestring import SafeString, mark_safe
 from memoryapp.content import content_text
 from memoryapp.models import Entry
 from memoryapp.models.choices import EntryType
-from memoryapp.selectors.conversation import ConversationPage, ForkLink, QuoteMark, SideBranch
+from memoryapp.threads.conversation import ConversationPage, ForkLink, QuoteMark, SideBranch
 
 # A turn longer than this (characters or lines) is drawn folded to a few lines, with "show all".
 LONG_CHARS = 700

@@ -33,6 +33,7 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from governance.review import item_reviews, last_decision_undoable, quotes_with_turns
 from memoryapp.admin.review import (
     LAST_DECISION,
     REJECT_REASONS,
@@ -46,11 +47,10 @@ from memoryapp.admin.review import (
     waiting_under,
 )
 from memoryapp.errors import DomainError
+from memoryapp.items.selectors import context_facts, items_known, known_changes, known_reach, slot_history
+from memoryapp.items.services import item_forget, items_bulk_review
 from memoryapp.models import Agent, Entity, MemoryItem, Thread
 from memoryapp.models.choices import ItemStatus
-from memoryapp.selectors.items import context_facts, items_known, known_changes, known_reach, slot_history
-from memoryapp.selectors.review import item_reviews, last_decision_undoable, quotes_with_turns
-from memoryapp.services.items import item_forget, items_bulk_review
 from memoryapp.storable import time_in_range
 
 __all__ = ["MemoryItemAdmin", "highlighted", "quote_spans"]  # the last two: tests of the highlighting

@@ -1,7 +1,7 @@
 """The reviewers' queue as the admin shows it: cards with their quotes highlighted in their turns,
 the suggestions of one slot gathered into one decision, the decisions posted by the page.
 
-Reads come from `memoryapp.selectors.review`, writes go through `memoryapp.services.items`; this
+Reads come from `governance.review`, writes go through `memoryapp.items.services`; this
 module turns one into pages and the page's posts into calls of the other.
 """
 
@@ -17,10 +17,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from memoryapp.errors import DomainError
-from memoryapp.models import Agent, Entry, Evidence, MemoryItem
-from memoryapp.models.choices import EvidenceStatus, ItemKind, Trust
-from memoryapp.selectors.review import (
+from governance.review import (
     ORDERS,
     QueueFilters,
     QueuePage,
@@ -30,7 +27,8 @@ from memoryapp.selectors.review import (
     slot_values_now,
     suggestions_waiting,
 )
-from memoryapp.services.items import (
+from memoryapp.errors import DomainError
+from memoryapp.items.services import (
     item_approve,
     item_reject,
     items_bulk_review,
@@ -39,6 +37,8 @@ from memoryapp.services.items import (
     new_decision_id,
     slot_clusters,
 )
+from memoryapp.models import Agent, Entry, Evidence, MemoryItem
+from memoryapp.models.choices import EvidenceStatus, ItemKind, Trust
 
 ENTRY_WINDOW = 280  # characters of an entry shown on each side of its quotes
 TURN_CHARS = 220  # characters of the turns shown around a quoted entry

@@ -29,9 +29,9 @@ from memoryapp.admin.confirm import apply_and_report, confirm_page, confirmed, s
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Evidence, Thread
-from memoryapp.selectors.conversation import PAGE_TURNS, conversation_page
-from memoryapp.selectors.threads import ENTRY_LIGHT_DEFER
-from memoryapp.services.threads import entry_delete, entry_redact, thread_delete, thread_update
+from memoryapp.threads.conversation import PAGE_TURNS, conversation_page
+from memoryapp.threads.selectors import ENTRY_LIGHT_DEFER
+from memoryapp.threads.services import entry_delete, entry_redact, thread_delete, thread_update
 
 PREVIEW_CHARS = 120
 # What a page parameter naming an entry may be (entry ids are at most 40 characters): anything

@@ -34,7 +34,7 @@ from memoryapp.extraction.service import ExtractionFailed, extraction_now, extra
 from memoryapp.llm.port import ModelError
 from memoryapp.models import Entry
 from memoryapp.models.choices import EntryType, Role
-from memoryapp.selectors.threads import entry_for_agent, thread_for_agent
+from memoryapp.threads.selectors import entry_for_agent, thread_for_agent
 
 
 def _actor(request: Request) -> str:

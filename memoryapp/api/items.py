@@ -25,7 +25,7 @@ from memoryapp.api.base import IsoDateTimeField, JsonObjectField, OutputSerializ
 from memoryapp.api.errors import ErrorOut
 from memoryapp.api.parsers import ToolInputJSONParser
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.facts import (
+from memoryapp.items.facts import (
     DEFAULT_SEARCH_LIMIT,
     MAX_SEARCH_LIMIT,
     fact_forget,
@@ -36,10 +36,10 @@ from memoryapp.facts import (
     namespace_check,
     value_text,
 )
+from memoryapp.items.selectors import item_evidence, item_for_agent, items_list, slot_history
+from memoryapp.items.services import item_forget, item_write
 from memoryapp.models import AgentKey, MemoryItem
 from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
-from memoryapp.selectors.items import item_evidence, item_for_agent, items_list, slot_history
-from memoryapp.services.items import item_forget, item_write
 
 MAX_PAGE_LIMIT = 1000
 

@@ -15,7 +15,7 @@ from memoryapp.api.base import IsoDateTimeField, OutputSerializer, StrictSeriali
 from memoryapp.context.builder import MAX_TOKENS_LIMIT, STRATEGIES, ContextRequest, context_build
 from memoryapp.models.choices import Role
 from memoryapp.search.retrieval import KINDS, METHODS, search
-from memoryapp.selectors.threads import thread_for_agent
+from memoryapp.threads.selectors import thread_for_agent
 
 MAX_TEXT = 10_000
 HIT_KINDS = ("entry", "item")

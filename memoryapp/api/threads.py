@@ -32,17 +32,17 @@ from memoryapp.api.auth import request_agent
 from memoryapp.api.base import IsoDateTimeField, JsonObjectField, OutputSerializer, StrictSerializer, validated
 from memoryapp.api.parsers import JSONParser
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.jsonl import thread_export_lines, thread_import_lines
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType, Role
-from memoryapp.selectors.threads import (
+from memoryapp.storable import storable_text_check, time_in_range
+from memoryapp.threads.selectors import (
     entries_list,
     entry_for_agent,
     path_entries,
     thread_for_agent,
     threads_list,
 )
-from memoryapp.services.threads import (
+from memoryapp.threads.services import (
     MAX_BATCH_ENTRIES,
     entry_delete,
     entry_redact,
@@ -54,7 +54,7 @@ from memoryapp.services.threads import (
     thread_rewind,
     thread_update,
 )
-from memoryapp.storable import storable_text_check, time_in_range
+from memoryapp.threads.transfer import thread_export_lines, thread_import_lines
 
 # A request body of the entries endpoint holds at most this many bytes (a batch of 1,000
 # typical entries fits many times over; one entry is at most 1 MiB of JSON).

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 from memoryapp.compaction.history import SUMMARY_HEADING
 from memoryapp.compaction.policy import cut_keeping_recent_tokens, entry_tokens, find_cut_point, history_tokens
 from memoryapp.compaction.transcript import entry_body, entry_line, tool_call_names, tool_name_of
-from memoryapp.context.tokens import count_message_tokens
 from memoryapp.errors import Conflict
-from memoryapp.evidence import verify_evidence
+from memoryapp.items.evidence import verify_evidence
 from memoryapp.llm.arrays import ArrayAnswer, NoArrayError, ask_for_array
 from memoryapp.llm.port import model_available, record_usage
 from memoryapp.models import Entry
 from memoryapp.models.choices import EntryType, EvidenceStatus, Role
 from memoryapp.prompts import HIERARCHICAL, prompt
+from memoryapp.tokens import count_message_tokens
 
 if TYPE_CHECKING:
     from memoryapp.compaction.strategies import CompactionContext, CompactionPlan, HierarchicalOptions
@@ -61,7 +61,7 @@ def _norm(text: str) -> str:
 
 
 def quote_holds(quote: str, entry: Entry) -> bool:
-    """Whether the quote is in the entry, whitespace aside (memoryapp.evidence)."""
+    """Whether the quote is in the entry, whitespace aside (memoryapp.items.evidence)."""
     return verify_evidence(quote, entry) == EvidenceStatus.VERIFIED  # type: ignore[arg-type]
 
 

@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from memoryapp.context.tokens import count_message_tokens
 from memoryapp.models import Entry
 from memoryapp.models.choices import EntryType
+from memoryapp.tokens import count_message_tokens
 
 HISTORY_AND_COMPACTION = (EntryType.MESSAGE, EntryType.TOOL_RESULT, EntryType.COMPACTION)
 SUMMARY_HEADING = "[condensed earlier context]"

@@ -152,8 +152,8 @@ def compaction_write(
     3. Add the entry (type `compaction`, role `user`, content = summary or note, event = plan)
        and its audit record, in this transaction.
     """
-    from memoryapp.selectors.threads import path_ids
-    from memoryapp.services.threads import entry_add
+    from memoryapp.threads.selectors import path_ids
+    from memoryapp.threads.services import entry_add
 
     locked = Thread.objects.select_for_update().filter(pk=thread.pk).first()
     if locked is None:

@@ -30,12 +30,12 @@ from memoryapp.compaction.transcript import (
     tool_call_names,
     tool_name_of,
 )
-from memoryapp.context.tokens import count_message_tokens
 from memoryapp.errors import DomainError
 from memoryapp.llm.port import ModelUnavailable, complete, model_available
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EntryType, Role
 from memoryapp.prompts import SUMMARY, prompt
+from memoryapp.tokens import count_message_tokens
 
 SUMMARIZE = "summarize-old-preserve-recent"
 CLEAR_TOOL_RESULTS = "clear-old-tool-results"

@@ -42,14 +42,14 @@ from memoryapp.context.partitions import (
     partition_shares,
     words_of,
 )
-from memoryapp.context.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import EntryType, Role
 from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
 from memoryapp.search.indexing import entry_embedding_text, speaker_of
 from memoryapp.search.vector import vector_literal
-from memoryapp.selectors.threads import off_branch_ids, off_branch_now
+from memoryapp.threads.selectors import off_branch_ids, off_branch_now
+from memoryapp.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ def _recall_item_line(hit: Any, at: datetime) -> str:
 def _newest_compaction(*, thread: Thread, window: list[Entry], complete: bool) -> Entry | None:
     """The newest compaction entry on the branch: in the window, or before it (then checked to be
     on the branch: a compaction of another branch does not apply)."""
-    from memoryapp.selectors.threads import entry_on_branch
+    from memoryapp.threads.selectors import entry_on_branch
 
     in_window = [e for e in window if e.type == EntryType.COMPACTION]
     if in_window:
@@ -370,7 +370,7 @@ _WINDOW_SQL = """
 def _path_chunk(*, thread: Thread, start: str, limit: int) -> list[PathEntry]:
     """Up to `limit` history and compaction entries of the branch, from `start` up, oldest first.
 
-    The same walk as memoryapp.selectors.threads.path_entries (a lazily evaluated recursive
+    The same walk as memoryapp.threads.selectors.path_entries (a lazily evaluated recursive
     CTE that stops after `limit` rows), read as plain rows.
     """
     from django.db import connection
@@ -437,7 +437,7 @@ def _read_history(*, thread: Thread, leaf_id: str | None, want: int, room: int) 
 
 def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> dict[str, Any]:
     """Build the context of one turn (see the module's steps)."""
-    from memoryapp.selectors.items import context_facts, items_for_recall
+    from memoryapp.items.selectors import context_facts, items_for_recall
 
     strategy = request.strategy
     shares = partition_shares(strategy, request.partitions)
@@ -919,7 +919,7 @@ def _note_retrieved(item_ids: list[str]) -> None:
     if not item_ids:
         return
     try:
-        from memoryapp.services.items import note_retrieved
+        from memoryapp.items.services import note_retrieved
     except ImportError:
         return
     try:

@@ -13,8 +13,8 @@ from zoneinfo import ZoneInfo
 
 from memoryapp.compaction.policy import entry_tokens
 from memoryapp.compaction.transcript import entry_body, tool_call_names, tool_name_of
-from memoryapp.evidence import verify_evidence
 from memoryapp.extraction.times import resolve_time
+from memoryapp.items.evidence import verify_evidence
 from memoryapp.llm.arrays import ask_for_array
 from memoryapp.models import Entry
 from memoryapp.models.choices import TRUST_RANK, EntryType, EvidenceStatus, ItemKind, Role, Trust

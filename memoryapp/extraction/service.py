@@ -87,7 +87,7 @@ def _in_ranges(seq: int, ranges: list[dict[str, Any]]) -> bool:
 
 def entries_to_extract(thread: Thread) -> tuple[list[Entry], list[Entry]]:
     """(new entries of the active branch, the whole branch): after the mark, or in a failed window."""
-    from memoryapp.selectors.threads import path_entries
+    from memoryapp.threads.selectors import path_entries
 
     progress = extraction_progress(thread)
     through = int(progress.get("through_seq") or 0)
@@ -116,7 +116,7 @@ def _write_window(
     4. Write each item through `item_write` (activation rules, merge of repeats, shadow mode).
     5. Move the mark past the window, and take the window out of the failed ones.
     """
-    from memoryapp.services.items import item_write
+    from memoryapp.items.services import item_write
 
     locked = Thread.objects.select_for_update().filter(pk=thread.pk).first()
     if locked is None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from threading import Lock
 from typing import Any
 
-from memoryapp.context.tokens import count_tokens
 from memoryapp.llm.port import Completion, Message, ModelError, ModelUnavailable, Usage
+from memoryapp.tokens import count_tokens
 
 Answer = str | Completion | BaseException
 Script = Sequence[Answer] | Callable[[str, list[Message]], Answer]

@@ -17,7 +17,7 @@ class Agent(models.Model):
 
     class Meta:
         ordering = ["slug"]
-        # memoryapp.keys.TRUST_PERMISSION: held by no role group (a security decision).
+        # memoryapp.agents.services.TRUST_PERMISSION: held by no role group (a security decision).
         permissions = [
             ("set_agent_trust", "Can set how far an agent's writes are trusted (key max trust, shadow mode)")
         ]

@@ -121,7 +121,7 @@ def items_searchable(
     A thread sees the items of its person and its own; a person those of no person and theirs;
     the whole agent every item that holds. Suggested, rejected and stale items never.
     """
-    from memoryapp.selectors.items import holding_q, items_for_agent, items_for_recall
+    from memoryapp.items.selectors import holding_q, items_for_agent, items_for_recall
 
     if thread is not None:
         return items_for_recall(agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=as_of)

@@ -11,7 +11,7 @@ from typing import Any
 
 from governance.jobs import job, job_enqueue, tick
 from governance.models import JobRun
-from memoryapp.facts import facts_prune
+from memoryapp.items.facts import facts_prune
 
 PRUNE_JOB_KIND = "items_prune"
 

@@ -14,7 +14,7 @@ from django.test import Client
 
 from governance.models import AuditRecord, JobRun
 from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
-from memoryapp.services.threads import entry_add, thread_create, thread_fork
+from memoryapp.threads.services import entry_add, thread_create, thread_fork
 from tests.kit.api import Caller
 
 pytestmark = pytest.mark.django_db

@@ -20,10 +20,10 @@ from django.db import connection
 from django.utils import timezone
 
 from governance.models import JobRun
-from memoryapp.keys import agent_get_or_create
+from memoryapp.agents.services import agent_get_or_create
+from memoryapp.items.services import item_write
 from memoryapp.models import Entry, MemoryItem, Thread
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add, entry_redact, thread_fork
+from memoryapp.threads.services import entry_add, entry_redact, thread_fork
 from tests.kit.locomo_threads import locomo_thread
 
 CHROMIUM = "/usr/bin/chromium"

@@ -13,8 +13,8 @@ from django.test import Client
 from django.utils import timezone
 
 from governance.models import AuditRecord
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add, entry_delete, thread_create
+from memoryapp.items.services import item_write
+from memoryapp.threads.services import entry_add, entry_delete, thread_create
 from tests.kit.api import Caller
 
 pytestmark = pytest.mark.django_db

@@ -8,9 +8,9 @@ import re
 import pytest
 
 from governance.models import AuditRecord
+from memoryapp.items.services import item_write
 from memoryapp.models import ItemReview, MemoryItem
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add, thread_create
+from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
 from tests.kit.review_staff import food_talk, staff, suggest
 

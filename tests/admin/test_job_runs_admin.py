@@ -16,7 +16,7 @@ from django.utils import timezone
 from governance.job_retry import RetryRefused, job_retry
 from governance.models import AuditRecord, JobRun
 from memoryapp.compaction.service import compaction_now
-from memoryapp.services.threads import entry_add, thread_create
+from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
 
 AUDIT_TASK = "governance.tasks.audit_verify_job"

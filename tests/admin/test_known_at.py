@@ -9,10 +9,10 @@ import pytest
 from django.utils import timezone
 from freezegun import freeze_time
 
+from memoryapp.items.selectors import items_holding, items_known, items_list, known_changes, known_reach
+from memoryapp.items.services import item_approve, item_forget, item_write, items_review_undo
 from memoryapp.models import MemoryItem
-from memoryapp.selectors.items import items_holding, items_known, items_list, known_changes, known_reach
-from memoryapp.services.items import item_approve, item_forget, item_write, items_review_undo
-from memoryapp.services.threads import thread_create
+from memoryapp.threads.services import thread_create
 from tests.kit.api import Caller
 from tests.kit.review_staff import staff
 

@@ -10,12 +10,12 @@ from django.core.cache import cache
 from django.utils import timezone
 from freezegun import freeze_time
 
+from governance.activity import entries_per_agent_per_day, window_days
 from governance.audit import audit_append, audit_verify_tail
 from governance.charts import Duration, Series, duration_bars, nice_ceiling, stacked_bars_by_day
 from governance.models import AuditRecord, JobRun
 from memoryapp.models import Entry, MemoryItem
-from memoryapp.selectors.overview import entries_per_agent_per_day, window_days
-from memoryapp.services.threads import entry_add, thread_create
+from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
 from tests.kit.review_staff import food_talk, staff, suggest
 

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from governance.models import AuditRecord
 from memoryapp.admin.items import highlighted, quote_spans
+from memoryapp.items.selectors import context_facts
 from memoryapp.models import MemoryItem
-from memoryapp.selectors.items import context_facts
 from tests.kit.admin import staff_client
 from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory
 

@@ -12,10 +12,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from governance.models import AuditRecord
+from memoryapp.items.selectors import context_facts
+from memoryapp.items.services import item_write, near_duplicate, slot_clusters, value_key
 from memoryapp.models import Evidence, ItemReview, MemoryItem
-from memoryapp.selectors.items import context_facts
-from memoryapp.services.items import item_write, near_duplicate, slot_clusters, value_key
-from memoryapp.services.threads import entry_add, thread_create
+from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
 from tests.kit.review_staff import REVIEW_URL, food_talk, staff, suggest
 

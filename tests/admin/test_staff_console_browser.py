@@ -24,10 +24,10 @@ from django.utils import timezone
 
 from governance.audit import audit_append
 from governance.models import AuditRecord, JobRun
-from memoryapp.keys import agent_get_or_create
+from memoryapp.agents.services import agent_get_or_create
+from memoryapp.items.services import item_write
 from memoryapp.models import Entry, ItemReview, MemoryItem
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entries_add, thread_create
+from memoryapp.threads.services import entries_add, thread_create
 from tests.kit.locomo_review import locomo_suggestions, locomo_thread, quote_of
 from tests.kit.review_staff import ROLE_GROUPS
 

@@ -10,7 +10,7 @@ from django.test import Client
 
 from governance.models import AuditRecord
 from memoryapp.models import Entry, Thread
-from memoryapp.services.threads import entry_add, thread_create
+from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
 
 pytestmark = pytest.mark.django_db
@@ -88,7 +88,7 @@ def test_deleting_a_thread_in_the_admin_audits(admin_client: Client, alice: Call
 def test_compact_now_and_extract_now_enqueue_jobs(admin_client, alice) -> None:
     from governance.models import JobRun
     from memoryapp.models import Thread
-    from memoryapp.services.threads import entry_add, thread_create
+    from memoryapp.threads.services import entry_add, thread_create
 
     thread = thread_create(agent=alice.agent, external_id="t-admin-jobs", user_id="u-ana")
     entry_add(thread=thread, role="user", content="look up page 1")

@@ -413,7 +413,7 @@ def test_an_import_racing_another_writer_of_its_thread_is_a_409_not_a_500(alice:
 
     from django.db import connection, connections, transaction
 
-    from memoryapp.services.threads import entry_add, thread_create
+    from memoryapp.threads.services import entry_add, thread_create
 
     answers: list[Any] = []
 

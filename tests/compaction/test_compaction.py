@@ -29,7 +29,7 @@ from memoryapp.compaction.strategies import (
 from memoryapp.llm.port import ModelError, ModelUnavailable, use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread
-from memoryapp.services.threads import entry_redact
+from memoryapp.threads.services import entry_redact
 from tests.kit.api import Caller, build_context
 from tests.kit.factories import EntryFactory, JobRunFactory, ThreadFactory, tool_round, tool_thread
 

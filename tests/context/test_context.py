@@ -9,10 +9,10 @@ import pytest
 from django.utils import timezone
 
 from memoryapp.context import builder
-from memoryapp.context.tokens import count_message_tokens, count_messages_tokens
 from memoryapp.models import Entry, MemoryItem, Thread
 from memoryapp.search import embedders
-from memoryapp.services.threads import entry_delete, thread_rewind
+from memoryapp.threads.services import entry_delete, thread_rewind
+from memoryapp.tokens import count_message_tokens, count_messages_tokens
 from tests.kit.api import build_context
 from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory, tool_thread
 from tests.kit.recall import FailingEmbedder, by_text, embedded
@@ -267,7 +267,7 @@ def test_facts_go_into_the_memory_context_and_a_fact_the_system_prompt_states_is
 
 
 def _facts_text(alice: Any) -> list[str]:
-    from memoryapp.selectors.items import context_facts
+    from memoryapp.items.selectors import context_facts
 
     return [f.text for f in context_facts(agent=alice.agent, user_id="u-ana", thread_id="t-1")]
 

@@ -18,8 +18,8 @@ from memoryapp.extraction.times import resolve_time
 from memoryapp.llm.port import Completion, ModelError, use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Evidence, MemoryItem, Thread
-from memoryapp.services.threads import entry_delete
 from memoryapp.tasks.extraction import extract_thread
+from memoryapp.threads.services import entry_delete
 from tests.kit.api import Caller, patch_ok
 from tests.kit.factories import EntryFactory, JobRunFactory, ThreadFactory
 

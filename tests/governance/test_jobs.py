@@ -865,7 +865,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
 import django
 django.setup()
 import memory_project.urls, memoryapp.compaction.service, memoryapp.extraction.service
-import memoryapp.extraction.schedule, memoryapp.search.indexing, memoryapp.services.hooks
+import memoryapp.extraction.schedule, memoryapp.search.indexing, memoryapp.threads.hooks
 def tasks(): return sorted(m for m in sys.modules if m.startswith("memoryapp.tasks") or m == "governance.tasks")
 print(tasks())
 from governance.jobs import job_task

@@ -9,10 +9,10 @@ from django.test import Client
 from governance.audit import audit_verify
 from governance.models import AuditRecord
 from governance.roles import ROLES, roles_sync
+from memoryapp.agents.services import TRUST_PERMISSION, agent_key_trust_set
 from memoryapp.errors import DomainError
-from memoryapp.keys import TRUST_PERMISSION, agent_key_trust_set
+from memoryapp.items.services import item_write
 from memoryapp.models import AgentKey, Entry, MemoryItem
-from memoryapp.services.items import item_write
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller
 from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory, rome_thread

@@ -9,9 +9,9 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from governance.models import AuditRecord, JobRun
-from memoryapp.facts import fact_remember, fact_search, facts_prune
+from memoryapp.items.facts import fact_remember, fact_search, facts_prune
+from memoryapp.items.selectors import context_facts
 from memoryapp.models import MemoryItem
-from memoryapp.selectors.items import context_facts
 from memoryapp.tasks.items import items_prune_tick
 from tests.kit.api import use_fact_tool
 

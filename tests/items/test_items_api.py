@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from governance.models import AuditRecord
+from memoryapp.items.selectors import context_facts
 from memoryapp.models import MemoryItem
-from memoryapp.selectors.items import context_facts
 from tests.kit.api import post_entry, post_item, post_thread
 from tests.kit.factories import MemoryItemFactory
 
@@ -176,7 +176,7 @@ def test_items_need_a_key(anonymous):
 
 
 def test_a_suggested_item_never_reaches_a_built_context_but_an_approved_one_does(alice):
-    from memoryapp.services.items import item_approve
+    from memoryapp.items.services import item_approve
 
     created = post_item(alice, **ANA)
     post_thread(alice, "t-ctx", user_id="u-ana")

@@ -9,7 +9,7 @@ from typing import Any
 
 from rest_framework.test import APIClient
 
-from memoryapp.keys import agent_key_create
+from memoryapp.agents.services import agent_key_create
 from memoryapp.models import Agent
 from tests.kit.factories import AgentFactory
 

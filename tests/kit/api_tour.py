@@ -15,9 +15,9 @@ from urllib.parse import urlencode
 
 from django.http import HttpResponseBase
 
+from memoryapp.items.services import item_write
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
-from memoryapp.services.items import item_write
 from tests.kit.api import Caller
 
 V1 = "/api/v1"

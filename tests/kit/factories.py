@@ -19,12 +19,12 @@ from django.contrib.auth.models import Group, Permission, User
 from factory.django import DjangoModelFactory
 
 from governance.models import JobRun
+from memoryapp.agents.services import agent_get_or_create
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import file_put
-from memoryapp.keys import agent_get_or_create
+from memoryapp.items.services import item_write, normalized_name
 from memoryapp.models import Agent, Entity, Entry, MemoryFileVersion, MemoryItem, Thread
-from memoryapp.services.items import item_write, normalized_name
-from memoryapp.services.threads import entry_add, thread_create
+from memoryapp.threads.services import entry_add, thread_create
 
 
 class AgentFactory(DjangoModelFactory):

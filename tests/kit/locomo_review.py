@@ -16,9 +16,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from memoryapp.items.services import item_write
 from memoryapp.models import Agent, Entry, MemoryItem, Thread
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entries_add, thread_create
+from memoryapp.threads.services import entries_add, thread_create
 
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo_dev.json"
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from memoryapp.items.services import item_write
 from memoryapp.models import Agent, Entry, MemoryItem, Thread
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add, thread_create
+from memoryapp.threads.services import entry_add, thread_create
 
 REVIEW_URL = "/admin/memoryapp/memoryitem/review/"
 ROLE_GROUPS = {"reviewer": "Reviewers", "privacy": "Privacy officers", "operator": "Operators"}

@@ -14,8 +14,8 @@ from memoryapp.models import Entry
 from memoryapp.search import embedders, retrieval, vector
 from memoryapp.search.indexing import embed_pending, embedding_schedule
 from memoryapp.search.scope import EntryScope
-from memoryapp.services import threads as threads_services
-from memoryapp.services.threads import entry_redact
+from memoryapp.threads import services as threads_services
+from memoryapp.threads.services import entry_redact
 from tests.kit.concurrency import in_threads, started
 from tests.kit.factories import MemoryItemFactory, ThreadFactory
 from tests.kit.recall import FailingEmbedder, by_text, embedded

@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
+from governance.consequences import Consequences, consequences_apply, consequences_preview
 from governance.models import AuditRecord
+from memoryapp.items.services import item_write
 from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
-from memoryapp.services.consequences import Consequences, consequences_apply, consequences_preview
-from memoryapp.services.items import item_write
-from memoryapp.services.threads import entry_add, entry_delete, entry_redact, thread_create, thread_delete, thread_fork
+from memoryapp.threads.services import entry_add, entry_delete, entry_redact, thread_create, thread_delete, thread_fork
 from tests.kit.api import Caller
 
 pytestmark = pytest.mark.django_db
@@ -129,7 +129,7 @@ def test_records_of_another_actor_written_meanwhile_are_not_counted(alice: Calle
 
 
 def test_letting_items_go_is_counted_and_a_second_time_counts_nothing(alice: Caller) -> None:
-    from memoryapp.services.items import item_forget
+    from memoryapp.items.services import item_forget
 
     world(alice)
     items = list(MemoryItem.objects.filter(agent=alice.agent).order_by("pk"))

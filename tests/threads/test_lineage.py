@@ -13,12 +13,12 @@ from django.db import connection
 from governance.models import AuditRecord, JobRun
 from memoryapp.compaction.service import compaction_run
 from memoryapp.content import REDACTED_TEXT
+from memoryapp.forgetting import lineage
 from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.search import embedders
 from memoryapp.search.embedders import embed_texts
 from memoryapp.search.indexing import embed_pending, entry_embedding_text
-from memoryapp.services import lineage
-from memoryapp.services import threads as threads_services
+from memoryapp.threads import services as threads_services
 from tests.kit.api import Caller, build_context, create_memory_file, post_entry, post_item, post_ok, post_thread
 from tests.kit.concurrency import started
 from tests.kit.factories import EntryFactory, MemoryItemFactory, tool_thread

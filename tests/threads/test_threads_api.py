@@ -189,7 +189,7 @@ def test_list_filters_on_number_like_keys_and_pages_with_large_filters(
 
 
 def test_limit_zero_is_all_entries_up_to_what_one_answer_holds(alice: Caller, monkeypatch: pytest.MonkeyPatch) -> None:
-    from memoryapp.selectors import threads as thread_selectors
+    from memoryapp.threads import selectors as thread_selectors
 
     post_thread(alice, "t1")
     post_entries(alice, "t1", [{"role": "user", "content": f"n{i}"} for i in range(5)])

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from governance.models import AuditRecord
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Thread
-from memoryapp.selectors.threads import path_entries, thread_for_agent
-from memoryapp.services import threads as threads_services
-from memoryapp.services.threads import (
+from memoryapp.threads import services as threads_services
+from memoryapp.threads.selectors import path_entries, thread_for_agent
+from memoryapp.threads.services import (
     content_hash,
     entries_add,
     entry_add,
@@ -214,7 +214,7 @@ def test_path_of_a_long_thread_reads_only_the_asked_entries(alice: Caller) -> No
     page = path_entries(thread=thread, limit=5)
     assert [e.content for e in page] == [f"n{i}" for i in range(495, 500)]
     with connection.cursor() as cursor:
-        from memoryapp.selectors.threads import _walk_sql
+        from memoryapp.threads.selectors import _walk_sql
 
         cursor.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + _walk_sql(types=["message"], limit=5),

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import CommandParser
 
 from memory_project.commands import ProjectCommand
-from memoryapp.keys import agent_get_or_create, agent_key_create
+from memoryapp.agents.services import agent_get_or_create, agent_key_create
 
 
 class Command(ProjectCommand):

@@ -150,9 +150,9 @@ class Command(ProjectCommand):
     # --- 1. index (the conversation only) ---------------------------------------------------
 
     def _index(self, conversation: dict[str, Any]) -> tuple[Agent, Thread, dict[str, str]]:
-        from memoryapp.keys import agent_get_or_create
+        from memoryapp.agents.services import agent_get_or_create
         from memoryapp.search.indexing import embed_pending
-        from memoryapp.services.threads import entries_add, thread_create
+        from memoryapp.threads.services import entries_add, thread_create
 
         agent, _ = agent_get_or_create(slug=f"eval-{uuid.uuid4().hex[:12]}")
         thread = thread_create(agent=agent, external_id="locomo")

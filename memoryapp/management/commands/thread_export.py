@@ -7,9 +7,9 @@ from django.core.management.base import CommandError, CommandParser
 
 from memory_project.commands import ProjectCommand
 from memoryapp.errors import DomainError
-from memoryapp.jsonl import thread_export_lines
 from memoryapp.models import Agent
-from memoryapp.selectors.threads import thread_for_agent
+from memoryapp.threads.selectors import thread_for_agent
+from memoryapp.threads.transfer import thread_export_lines
 
 
 class Command(ProjectCommand):

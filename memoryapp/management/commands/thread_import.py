@@ -7,8 +7,8 @@ from django.core.management.base import CommandError, CommandParser
 
 from memory_project.commands import ProjectCommand
 from memoryapp.errors import DomainError
-from memoryapp.jsonl import thread_import_lines
 from memoryapp.models import Agent
+from memoryapp.threads.transfer import thread_import_lines
 
 
 class Command(ProjectCommand):

@@ -21,16 +21,16 @@ from psycopg.types.json import Jsonb
 
 from governance.audit import audit_append
 from memoryapp.content import REDACTED_TEXT, content_text
-from memoryapp.context.tokens import count_message_tokens
 from memoryapp.errors import DomainError, NotFound
+from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget
 from memoryapp.ids import entry_id_check, new_id, thread_id_check
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
-from memoryapp.selectors.threads import entry_on_branch, thread_for_agent, tool_call_name_on_branch
-from memoryapp.services.hooks import after_entries_added
-from memoryapp.services.lineage import AUDIT_IDS, derived_forget
-from memoryapp.services.retry import atomic_retrying
+from memoryapp.retry import atomic_retrying
 from memoryapp.storable import storable_text_check
+from memoryapp.threads.hooks import after_entries_added
+from memoryapp.threads.selectors import entry_on_branch, thread_for_agent, tool_call_name_on_branch
+from memoryapp.tokens import count_message_tokens
 
 # Limits, each with its own error code (README "Limits").
 MAX_ENTRY_BYTES = 1024 * 1024  # JSON of one entry's content, tool calls, event and metadata
@@ -646,7 +646,7 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
        `metadata.forkOf` naming the original; the copy of `entry_id` is the new leaf.
     4. Append the new id to the origin's `metadata.memoryForks`; audit.
     """
-    from memoryapp.selectors.threads import path_entries
+    from memoryapp.threads.selectors import path_entries
 
     locked = _lock(thread)
     if not Entry.objects.filter(thread=locked, id=entry_id).exists():

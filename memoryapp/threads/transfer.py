@@ -29,9 +29,9 @@ from typing import Any
 from memoryapp.errors import DomainError
 from memoryapp.ids import entry_id_check, thread_id_check
 from memoryapp.models import Agent, Entry, Thread
-from memoryapp.selectors.threads import thread_entries_all
-from memoryapp.services.threads import thread_import
 from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
+from memoryapp.threads.selectors import thread_entries_all
+from memoryapp.threads.services import thread_import
 
 MAX_IMPORT_LINES = 200_000
 MAX_SEQ = 2**62

@@ -25,8 +25,8 @@ from django.utils import timezone
 
 from governance.audit import audit_append
 from memoryapp.errors import Conflict, DomainError
-from memoryapp.evidence import verify_evidence
 from memoryapp.ids import new_id
+from memoryapp.items.evidence import verify_evidence
 from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryItem
 from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
 

@@ -27,7 +27,7 @@ from django.db.models import Max
 
 from governance.models import AuditRecord
 from memoryapp.errors import DomainError
-from memoryapp.services.retry import atomic_retrying
+from memoryapp.retry import atomic_retrying
 
 # Each step is (the id shown when it is skipped, the call).
 Step = tuple[str, Callable[[], Any]]

@@ -22,10 +22,10 @@ from django.utils import timezone
 
 from governance.audit import audit_append
 from memoryapp.errors import DomainError, NotFound
+from memoryapp.items.selectors import FACT_PREFIX, holding_q
+from memoryapp.items.services import Scope, item_forget, item_state_write
 from memoryapp.models import Agent, MemoryItem
 from memoryapp.models.choices import ItemKind, Trust
-from memoryapp.selectors.items import FACT_PREFIX, holding_q
-from memoryapp.services.items import Scope, item_forget, item_state_write
 
 MAX_VALUE_BYTES = 1024 * 1024  # 1 MiB of JSON text (002)
 MAX_NAMESPACE_CHARS = 500

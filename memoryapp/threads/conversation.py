@@ -17,7 +17,7 @@ from django.db.models.functions import Substr
 
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Evidence, Thread
-from memoryapp.selectors.threads import entry_on_branch, path_after, path_entries
+from memoryapp.threads.selectors import entry_on_branch, path_after, path_entries
 
 # Turns on one page; an anchored page holds about half before the anchor and half from it on.
 PAGE_TURNS = 100

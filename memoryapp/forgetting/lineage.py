@@ -18,15 +18,15 @@ from django.utils import timezone
 
 from governance.audit import audit_append
 from memoryapp.content import REDACTED_TEXT
-from memoryapp.evidence import verify_evidence
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import _lock_files
 from memoryapp.files.text import sha256_of, size_of
+from memoryapp.items.evidence import verify_evidence
+from memoryapp.items.services import Scope, normalized_name, slot_layout, slot_lock
 from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.models.choices import EntryType, EvidenceStatus, ItemStatus
-from memoryapp.selectors.threads import path_ids
-from memoryapp.services.hooks import after_vectors_cleared
-from memoryapp.services.items import Scope, normalized_name, slot_layout, slot_lock
+from memoryapp.threads.hooks import after_vectors_cleared
+from memoryapp.threads.selectors import path_ids
 
 # The audit record lists ids up to this many per kind (a thread's delete may name thousands).
 AUDIT_IDS = 50
@@ -366,7 +366,7 @@ def _splice_out(*, agent: Agent, threads: list[Thread], summaries: list[Entry], 
         thread = by_pk[compaction.thread_id]
         # Read the parent now: an earlier splice may have moved this compaction under another entry.
         parent_id = Entry.objects.filter(agent=agent, pk=compaction.pk).values_list("parent_id", flat=True).first()
-        from memoryapp.services.threads import reparent  # threads imports this module
+        from memoryapp.threads.services import reparent  # threads imports this module
 
         children = Entry.objects.filter(agent=agent, thread=thread, parent_id=compaction.pk).values_list(
             "id", flat=True

@@ -1,0 +1,1 @@
+"""Memory items and facts: their rules, writes (services) and reads (selectors), and evidence."""
