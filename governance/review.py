@@ -18,7 +18,7 @@ from django.utils import timezone
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Evidence, ItemReview, MemoryItem
 from memoryapp.models.choices import ItemStatus
-from memoryapp.threads.selectors import decode_cursor, encode_cursor
+from memoryapp.paging import decode_cursor, encode_cursor
 
 QUEUE_PAGE = 50
 # Other suggestions of the page's slots shown with them (a conflict is decided whole); a bound, so a

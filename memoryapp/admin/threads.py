@@ -28,10 +28,11 @@ from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, mo
 from memoryapp.admin.confirm import apply_and_report, confirm_page, confirmed, staff_actor
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
 from memoryapp.errors import DomainError
+from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.models import Entry, Evidence, Thread
 from memoryapp.threads.conversation import PAGE_TURNS, conversation_page
 from memoryapp.threads.selectors import ENTRY_LIGHT_DEFER
-from memoryapp.threads.services import entry_delete, entry_redact, thread_delete, thread_update
+from memoryapp.threads.services import thread_update
 
 PREVIEW_CHARS = 120
 # What a page parameter naming an entry may be (entry ids are at most 40 characters): anything

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 
 from django.db import transaction
 from django.utils import timezone
 
+from memoryapp.agents.selectors import hash_key
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, AgentKey
 from memoryapp.models.choices import TRUST_RANK, Trust
@@ -17,10 +17,6 @@ KEY_PREFIX = "mk_"
 # mode): that decides which items skip the review queue, so it is a security decision. No role
 # group holds it (governance/roles.py); a superuser has it and may grant it to a named user.
 TRUST_PERMISSION = "memoryapp.set_agent_trust"
-
-
-def hash_key(raw: str) -> str:
-    return hashlib.sha256(raw.encode()).hexdigest()
 
 
 @transaction.atomic
@@ -109,18 +105,3 @@ def agent_get_or_create(*, slug: str, name: str = "", actor: str = "system") -> 
     if created:
         audit_append(action="agent.created", actor=actor, agent_id=agent.pk, subject=slug, outcome="created")
     return agent, created
-
-
-def agent_for_key(raw: str) -> tuple[Agent, AgentKey] | None:
-    """The active agent and key a raw key belongs to, or None. Touches last_used_at at most once a minute."""
-    try:
-        key = AgentKey.objects.select_related("agent").get(key_hash=hash_key(raw))
-    except AgentKey.DoesNotExist:
-        return None
-    if key.revoked_at is not None or not key.agent.active:
-        return None
-    now = timezone.now()
-    if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
-        AgentKey.objects.filter(pk=key.pk).update(last_used_at=now)
-        key.last_used_at = now
-    return key.agent, key

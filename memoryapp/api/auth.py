@@ -8,7 +8,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from memoryapp.agents.services import agent_for_key
+from memoryapp.agents.selectors import agent_for_key
 from memoryapp.models import Agent
 
 

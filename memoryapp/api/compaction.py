@@ -27,11 +27,11 @@ from memoryapp.api.base import (
 )
 from memoryapp.api.errors import ErrorOut
 from memoryapp.api.threads import EntryOut, entry_json
+from memoryapp.compaction.plan import CLEAR_TOOL_RESULTS, STRATEGY_NAMES
 from memoryapp.compaction.service import compaction_now, compaction_request
-from memoryapp.compaction.strategies import CLEAR_TOOL_RESULTS, STRATEGY_NAMES
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.extraction.service import ExtractionFailed, extraction_now, extraction_request
-from memoryapp.llm.port import ModelError
+from memoryapp.llm.model import ModelError
 from memoryapp.models import Entry
 from memoryapp.models.choices import EntryType, Role
 from memoryapp.threads.selectors import entry_for_agent, thread_for_agent

@@ -26,8 +26,9 @@ from memoryapp.errors import NotFound
 from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError
 from memoryapp.files.paths import MEMORY_ROOT, path_normalize
+from memoryapp.files.protocol import memory_tool_run
 from memoryapp.files.selectors import file_history, version_content, version_for_agent
-from memoryapp.files.services import UNCHECKED, ExpectedSha, files_list, memory_tool_run
+from memoryapp.files.services import UNCHECKED, ExpectedSha, files_list
 from memoryapp.files.working_note import WORKING_NOTE_PATH, working_note_run
 from memoryapp.models import Entry, MemoryFileVersion
 from memoryapp.models.choices import FileAuthor

@@ -32,6 +32,7 @@ from memoryapp.api.auth import request_agent
 from memoryapp.api.base import IsoDateTimeField, JsonObjectField, OutputSerializer, StrictSerializer, validated
 from memoryapp.api.parsers import JSONParser
 from memoryapp.errors import DomainError, NotFound
+from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType, Role
 from memoryapp.storable import storable_text_check, time_in_range
@@ -43,18 +44,15 @@ from memoryapp.threads.selectors import (
     threads_list,
 )
 from memoryapp.threads.services import (
-    MAX_BATCH_ENTRIES,
-    entry_delete,
-    entry_redact,
     thread_append,
     thread_checkout,
     thread_create,
-    thread_delete,
     thread_fork,
     thread_rewind,
     thread_update,
 )
 from memoryapp.threads.transfer import thread_export_lines, thread_import_lines
+from memoryapp.threads.validation import MAX_BATCH_ENTRIES
 
 # A request body of the entries endpoint holds at most this many bytes (a batch of 1,000
 # typical entries fits many times over; one entry is at most 1 MiB of JSON).

@@ -30,7 +30,7 @@ from memoryapp.prompts import HIERARCHICAL, prompt
 from memoryapp.tokens import count_message_tokens
 
 if TYPE_CHECKING:
-    from memoryapp.compaction.strategies import CompactionContext, CompactionPlan, HierarchicalOptions
+    from memoryapp.compaction.plan import CompactionContext, CompactionPlan, HierarchicalOptions
 
 ATOM_KINDS = ("fact", "task", "decision", "constraint", "error", "file", "thread")
 KIND_ALIASES = {"question": "thread", "todo": "task", "requirement": "constraint", "bug": "error"}
@@ -470,8 +470,8 @@ def hierarchical_plan(ctx: CompactionContext) -> CompactionPlan | None:
     5. Refuse (409) when an open item of the previous levels was lost.
     6. The content is the handoff, its sections in a fixed order.
     """
-    from memoryapp.compaction.strategies import HIERARCHICAL as NAME
-    from memoryapp.compaction.strategies import CompactionPlan
+    from memoryapp.compaction.plan import HIERARCHICAL as NAME
+    from memoryapp.compaction.plan import CompactionPlan
 
     options: HierarchicalOptions = ctx.options
     previous_event = next(

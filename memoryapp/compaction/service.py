@@ -15,17 +15,12 @@ from governance.audit import audit_append
 from governance.jobs import job_enqueue, job_run, job_skip
 from governance.models import JobRun
 from memoryapp.compaction.history import compacted_history
+from memoryapp.compaction.plan import STRATEGY_NAMES, SUMMARIZE, CompactionContext, CompactionPlan, strategy_options
 from memoryapp.compaction.policy import thread_branch
-from memoryapp.compaction.strategies import (
-    STRATEGIES,
-    STRATEGY_NAMES,
-    SUMMARIZE,
-    CompactionContext,
-    CompactionPlan,
-    strategy_options,
-)
+from memoryapp.compaction.strategies import STRATEGIES
 from memoryapp.errors import Conflict, DomainError, NotFound
-from memoryapp.llm.port import ModelUnavailable, model_available, recording_usage
+from memoryapp.llm.model import ModelUnavailable
+from memoryapp.llm.port import model_available, recording_usage
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EntryType
 

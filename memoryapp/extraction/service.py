@@ -26,7 +26,8 @@ from memoryapp.extraction.extractor import (
 )
 from memoryapp.extraction.times import zone_of
 from memoryapp.llm.arrays import NoArrayError
-from memoryapp.llm.port import ModelUnavailable, model_available, recording_usage
+from memoryapp.llm.model import ModelUnavailable
+from memoryapp.llm.port import model_available, recording_usage
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.prompts import EXTRACTION

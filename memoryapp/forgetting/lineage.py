@@ -19,10 +19,11 @@ from django.utils import timezone
 from governance.audit import audit_append
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.files.access import FileAccess
-from memoryapp.files.services import _lock_files
+from memoryapp.files.services import files_lock
 from memoryapp.files.text import sha256_of, size_of
 from memoryapp.items.evidence import verify_evidence
-from memoryapp.items.services import Scope, normalized_name, slot_layout, slot_lock
+from memoryapp.items.rules import Scope, normalized_name
+from memoryapp.items.services import slot_layout, slot_lock
 from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.models.choices import EntryType, EvidenceStatus, ItemStatus
 from memoryapp.threads.hooks import after_vectors_cleared
@@ -311,7 +312,7 @@ def _redact_file_versions(
 ) -> None:
     """Step 5: redact the versions written at the entries; move places off entries that go."""
     # The agent's file writers wait for us, so no version is written at an entry being forgotten meanwhile.
-    _lock_files(FileAccess(agent=agent))
+    files_lock(FileAccess(agent=agent))
     at_entries = MemoryFileVersion.objects.filter(agent=agent, place_id__in=list(gone))
     report.file_versions_redacted = (
         at_entries.filter(content__isnull=False)
@@ -366,7 +367,7 @@ def _splice_out(*, agent: Agent, threads: list[Thread], summaries: list[Entry], 
         thread = by_pk[compaction.thread_id]
         # Read the parent now: an earlier splice may have moved this compaction under another entry.
         parent_id = Entry.objects.filter(agent=agent, pk=compaction.pk).values_list("parent_id", flat=True).first()
-        from memoryapp.threads.services import reparent  # threads imports this module
+        from memoryapp.threads.hashing import reparent  # threads imports this module
 
         children = Entry.objects.filter(agent=agent, thread=thread, parent_id=compaction.pk).values_list(
             "id", flat=True

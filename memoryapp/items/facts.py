@@ -22,8 +22,9 @@ from django.utils import timezone
 
 from governance.audit import audit_append
 from memoryapp.errors import DomainError, NotFound
+from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import FACT_PREFIX, holding_q
-from memoryapp.items.services import Scope, item_forget, item_state_write
+from memoryapp.items.services import item_forget, item_state_write
 from memoryapp.models import Agent, MemoryItem
 from memoryapp.models.choices import ItemKind, Trust
 

@@ -27,10 +27,10 @@ from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.items.services import TIMELINE_STATUSES, VALID_UNTIL_KEY, normalized_name, visible_q
+from memoryapp.items.rules import TIMELINE_STATUSES, VALID_UNTIL_KEY, normalized_name, visible_q
 from memoryapp.models import Agent, ItemReview, MemoryItem, Thread
 from memoryapp.models.choices import ItemKind, ItemStatus
-from memoryapp.threads.selectors import Page, decode_cursor, encode_cursor
+from memoryapp.paging import Page, decode_cursor, encode_cursor
 
 # The attribute prefix of facts (002) kept as items: `core:<key>`.
 FACT_PREFIX = "core:"

@@ -1,6 +1,6 @@
 """The language-model port and its providers (see port.py)."""
 
-from memoryapp.llm.port import (
+from memoryapp.llm.model import (
     Completion,
     LanguageModel,
     Message,
@@ -8,12 +8,8 @@ from memoryapp.llm.port import (
     ModelTransientError,
     ModelUnavailable,
     Usage,
-    complete,
-    current_model,
-    model_available,
-    recording_usage,
-    use_model,
 )
+from memoryapp.llm.port import complete, current_model, model_available, recording_usage, use_model
 
 __all__ = [
     "Completion",

@@ -17,7 +17,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from memoryapp.llm.port import Completion, Message, ModelError, Usage, complete
+from memoryapp.llm.model import Completion, Message, ModelError, Usage
+from memoryapp.llm.port import complete
 
 _DECODER = json.JSONDecoder()
 _WHITESPACE = " \t\r\n"

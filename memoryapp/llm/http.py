@@ -15,7 +15,7 @@ from typing import Any
 
 import requests
 
-from memoryapp.llm.port import ModelError, ModelTransientError
+from memoryapp.llm.model import ModelError, ModelTransientError
 
 BACKOFF_BASE_SECONDS = 0.5
 BACKOFF_MAX_SECONDS = 8.0

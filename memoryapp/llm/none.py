@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memoryapp.llm.port import Completion, Message, ModelUnavailable
+from memoryapp.llm.model import Completion, Message, ModelUnavailable
 
 
 class NoModel:

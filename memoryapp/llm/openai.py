@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 
 from memoryapp.llm.http import post_json
-from memoryapp.llm.port import Completion, Message, ModelError, Usage
+from memoryapp.llm.model import Completion, Message, ModelError, Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 

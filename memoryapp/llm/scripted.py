@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from threading import Lock
 from typing import Any
 
-from memoryapp.llm.port import Completion, Message, ModelError, ModelUnavailable, Usage
+from memoryapp.llm.model import Completion, Message, ModelError, ModelUnavailable, Usage
 from memoryapp.tokens import count_tokens
 
 Answer = str | Completion | BaseException

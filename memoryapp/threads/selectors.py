@@ -7,11 +7,9 @@ function here that takes the thread they returned), so another agent's thread an
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +20,7 @@ from django.db.models.expressions import RawSQL
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
+from memoryapp.paging import Page, decode_cursor, encode_cursor
 from memoryapp.storable import time_in_range, unstorable_text_field
 
 # Columns a branch read loads: everything but the vector and the tsvector, which no reader of a
@@ -277,28 +276,6 @@ def tool_call_name_on_branch(*, thread: Thread, leaf_id: str | None, tool_call_i
 
 
 # --- lists -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Page:
-    results: list[Any]
-    next_cursor: str | None
-
-
-def encode_cursor(values: dict[str, Any]) -> str:
-    raw = json.dumps(values, separators=(",", ":")).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, *, keys: tuple[str, ...]) -> dict[str, Any]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        values = json.loads(base64.urlsafe_b64decode(padded.encode()))
-    except (ValueError, TypeError) as exc:
-        raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor") from exc
-    if not isinstance(values, dict) or any(k not in values for k in keys):
-        raise DomainError("invalid_cursor", "The cursor is not one this service gave.", field="cursor")
-    return values
 
 
 # Filters up to this many characters of JSON ride in the cursor; larger ones as a digest.

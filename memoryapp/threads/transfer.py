@@ -26,12 +26,24 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from governance.audit import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.ids import entry_id_check, thread_id_check
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
+from memoryapp.threads.hooks import after_entries_added
+from memoryapp.threads.redaction import redaction_apply
 from memoryapp.threads.selectors import thread_entries_all
-from memoryapp.threads.services import thread_import
+from memoryapp.threads.validation import (
+    EVENT_TYPE_VALUES,
+    entry_from_spec,
+    short_text_check,
+    thread_id_or_new,
+    thread_metadata_check,
+)
 
 MAX_IMPORT_LINES = 200_000
 MAX_SEQ = 2**62
@@ -193,3 +205,120 @@ def thread_import_lines(
         actor=actor,
         created_at=_time(header.get("created_at"), "thread.created_at"),
     )
+
+
+def _import_redacted(entry: Entry, redacted_at: Any, *, field: str) -> None:
+    """An entry the file says was redacted is stored redacted: a file that marks an entry so while
+    keeping its words (hand-made, or edited) must not bring them back. Its own record of the
+    redaction (`metadata.redacted`: at, reason) is kept, or one is written."""
+    if not isinstance(redacted_at, datetime):
+        raise DomainError("invalid_type", "redacted_at must be a date-time.", field=field)
+    if entry.type in EVENT_TYPE_VALUES:
+        raise DomainError("not_redactable", "Event entries cannot be redacted.", field=field)
+    if timezone.is_naive(redacted_at):
+        redacted_at = timezone.make_aware(redacted_at, UTC)
+    record = (entry.metadata or {}).get("redacted")
+    if not isinstance(record, dict):
+        record = {"at": redacted_at.isoformat(), "reason": ""}
+    redaction_apply(entry, at=redacted_at, record=record)
+
+
+@transaction.atomic
+def thread_import(
+    *,
+    agent: Agent,
+    external_id: str | None,
+    user_id: str = "",
+    metadata: dict[str, Any] | None = None,
+    nodes: list[dict[str, Any]],
+    leaf_id: str | None,
+    actor: str = "",
+    created_at: datetime | None = None,
+) -> Thread:
+    """Create a thread from exported entries, keeping their ids, parents, seq, times and metadata
+    (and the thread's own `created_at` when the file gives it).
+
+    1. Refuse an existing thread id (409 `thread_exists`) or entry id (409 `entry_exists`).
+    2. Check each node: fields as `entry_add` checks them; seq unique and positive; its parent
+       a node of the file with a smaller seq (so the tree has no cycle); the leaf one of them;
+       a node marked redacted is stored as a redaction leaves an entry (`_import_redacted`).
+    3. Insert all in one statement; the thread's next_seq follows the largest seq; audit.
+    """
+    external_id = thread_id_or_new(external_id, field="id")
+    metadata = thread_metadata_check({} if metadata is None else metadata)
+    try:
+        # A plain insert, not the upsert: an import never writes into a thread that exists,
+        # even one another request created a moment ago.
+        with transaction.atomic():
+            thread = Thread.objects.create(
+                agent=agent,
+                external_id=external_id,
+                user_id=short_text_check(user_id, "user_id", max_length=128),
+                metadata=metadata,
+            )
+    except IntegrityError:
+        raise DomainError("thread_exists", "A thread with this id exists already.", field="id", status=409)
+    if created_at is not None:  # auto_now_add set it on insert
+        Thread.objects.filter(pk=thread.pk).update(created_at=created_at)
+        thread.created_at = created_at
+    seqs: dict[str, int] = {}
+    for index, node in enumerate(nodes):
+        where = f"nodes[{index}]"
+        node_id, seq = entry_id_check(node.get("id"), field=f"{where}.id"), node.get("seq")
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+            raise DomainError("invalid_value", "Each node needs a positive integer seq.", field=f"{where}.seq")
+        if node_id in seqs:
+            raise DomainError("duplicate_id", f"The node id {node_id} appears twice.", field=f"{where}.id")
+        seqs[node_id] = seq
+    if len(set(seqs.values())) != len(seqs):
+        raise DomainError("duplicate_seq", "Two nodes share a seq.", field="nodes")
+    taken = list(Entry.objects.filter(id__in=list(seqs)).values_list("id", flat=True)[:1])
+    if taken:
+        raise DomainError("entry_exists", f"An entry {taken[0]} exists already.", field="nodes", status=409)
+    entries: list[Entry] = []
+    for index, node in enumerate(nodes):
+        where = f"nodes[{index}]."
+        parent_id = node.get("parent_id")
+        if parent_id is not None and (parent_id not in seqs or seqs[parent_id] >= node["seq"]):
+            raise DomainError(
+                "unknown_parent", "A node's parent must be an earlier node of the file.", field=f"{where}parent_id"
+            )
+        entry = entry_from_spec(
+            thread=thread,
+            spec=node,
+            parent_id=parent_id,
+            seq=node["seq"],
+            now=timezone.now(),
+            field_prefix=where,
+            require_event=False,
+        )
+        redacted_at = node.get("redacted_at")
+        if redacted_at is not None:
+            _import_redacted(entry, redacted_at, field=f"{where}redacted_at")
+        entries.append(entry)
+    if leaf_id is not None and leaf_id not in seqs:
+        raise DomainError("unknown_leaf", "The head names no node of the file.", field="leaf")
+    entries.sort(key=lambda e: e.seq)
+    Entry.objects.bulk_create(entries, batch_size=1000)
+    next_seq = (entries[-1].seq + 1) if entries else 1
+    # One chain: one root, no entry with two children, and the leaf is the newest entry.
+    parents = [e.parent_id for e in entries]
+    chain = (
+        parents.count(None) <= 1
+        and len(set(parents)) == len(parents)
+        and leaf_id == (entries[-1].id if entries else None)
+    )
+    epoch = 0 if chain else 1
+    Thread.objects.filter(pk=thread.pk).update(next_seq=next_seq, active_leaf_id=leaf_id, branch_epoch=epoch)
+    thread.next_seq, thread.active_leaf_id, thread.branch_epoch = next_seq, leaf_id, epoch
+    audit_append(
+        action="thread.import",
+        actor=actor,
+        agent_id=agent.pk,
+        thread_id=external_id,
+        subject=external_id,
+        outcome="imported",
+        details={"entries": len(entries)},
+    )
+    after_entries_added(thread=thread, entries=entries)
+    return thread

@@ -21,9 +21,10 @@ from django.utils import timezone
 
 from governance.models import JobRun
 from memoryapp.agents.services import agent_get_or_create
+from memoryapp.forgetting.services import entry_redact
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry, MemoryItem, Thread
-from memoryapp.threads.services import entry_add, entry_redact, thread_fork
+from memoryapp.threads.services import entry_add, thread_fork
 from tests.kit.locomo_threads import locomo_thread
 
 CHROMIUM = "/usr/bin/chromium"

@@ -13,9 +13,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from memoryapp.forgetting.services import entry_redact
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry, Thread
-from memoryapp.threads.services import entry_add, entry_redact, thread_create, thread_fork
+from memoryapp.threads.services import entry_add, thread_create, thread_fork
 from tests.kit.api import Caller
 from tests.kit.locomo_threads import locomo_thread
 

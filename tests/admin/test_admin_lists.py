@@ -13,8 +13,9 @@ from django.test import Client
 from django.utils import timezone
 
 from governance.models import AuditRecord
+from memoryapp.forgetting.services import entry_delete
 from memoryapp.items.services import item_write
-from memoryapp.threads.services import entry_add, entry_delete, thread_create
+from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
 
 pytestmark = pytest.mark.django_db

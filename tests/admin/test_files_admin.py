@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from governance.models import AuditRecord
 from memoryapp.files.access import FileAccess
-from memoryapp.files.services import file_create, file_rename, file_str_replace
+from memoryapp.files.protocol import file_create, file_rename, file_str_replace
 from memoryapp.models import MemoryFileVersion
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller

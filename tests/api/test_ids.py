@@ -13,7 +13,7 @@ from django.test import Client
 
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Thread
-from memoryapp.threads.services import thread_import
+from memoryapp.threads.transfer import thread_import
 from tests.kit.api import Caller, error_of, import_jsonl, jsonl_node, post_entry, post_thread
 
 pytestmark = pytest.mark.django_db

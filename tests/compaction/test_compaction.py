@@ -11,6 +11,7 @@ from django.urls import NoReverseMatch, reverse
 
 from governance.models import AuditRecord, JobRun
 from memoryapp.compaction.history import SUMMARY_HEADING, compacted_history
+from memoryapp.compaction.plan import CompactionContext, CompactionPlan
 from memoryapp.compaction.policy import (
     cut_keeping_recent_tokens,
     find_cut_point,
@@ -19,17 +20,12 @@ from memoryapp.compaction.policy import (
     thread_branch,
 )
 from memoryapp.compaction.service import compaction_job, compaction_now, compaction_request, compaction_run
-from memoryapp.compaction.strategies import (
-    CUSTOM_STRATEGIES,
-    PRESERVED_USER_HEADING,
-    CompactionContext,
-    CompactionPlan,
-    register_compaction_strategy,
-)
-from memoryapp.llm.port import ModelError, ModelUnavailable, use_model
+from memoryapp.compaction.strategies import CUSTOM_STRATEGIES, PRESERVED_USER_HEADING, register_compaction_strategy
+from memoryapp.forgetting.services import entry_redact
+from memoryapp.llm.model import ModelError, ModelUnavailable
+from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread
-from memoryapp.threads.services import entry_redact
 from tests.kit.api import Caller, build_context
 from tests.kit.factories import EntryFactory, JobRunFactory, ThreadFactory, tool_round, tool_thread
 

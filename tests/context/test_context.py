@@ -9,9 +9,10 @@ import pytest
 from django.utils import timezone
 
 from memoryapp.context import builder
+from memoryapp.forgetting.services import entry_delete
 from memoryapp.models import Entry, MemoryItem, Thread
 from memoryapp.search import embedders
-from memoryapp.threads.services import entry_delete, thread_rewind
+from memoryapp.threads.services import thread_rewind
 from memoryapp.tokens import count_message_tokens, count_messages_tokens
 from tests.kit.api import build_context
 from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory, tool_thread

@@ -15,11 +15,12 @@ from memoryapp.extraction.extractor import parse_extraction, trust_of_entry
 from memoryapp.extraction.schedule import extraction_schedule
 from memoryapp.extraction.service import ExtractionFailed, extraction_now
 from memoryapp.extraction.times import resolve_time
-from memoryapp.llm.port import Completion, ModelError, use_model
+from memoryapp.forgetting.services import entry_delete
+from memoryapp.llm.model import Completion, ModelError
+from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Evidence, MemoryItem, Thread
 from memoryapp.tasks.extraction import extract_thread
-from memoryapp.threads.services import entry_delete
 from tests.kit.api import Caller, patch_ok
 from tests.kit.factories import EntryFactory, JobRunFactory, ThreadFactory
 

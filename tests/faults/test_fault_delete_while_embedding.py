@@ -16,9 +16,10 @@ from django.test import override_settings
 
 from governance.models import AuditRecord
 from memoryapp import retry
+from memoryapp.forgetting.services import thread_delete
 from memoryapp.models import Entry, Thread
 from memoryapp.search.indexing import embed_pending, reembed_all
-from memoryapp.threads.services import entries_add, thread_create, thread_delete, thread_fork
+from memoryapp.threads.services import entries_add, thread_create, thread_fork
 from tests.kit.api import Caller
 from tests.kit.concurrency import in_threads
 

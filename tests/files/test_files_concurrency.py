@@ -12,8 +12,9 @@ from django.db import connection, transaction
 
 from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError
+from memoryapp.files.protocol import file_create, file_str_replace
 from memoryapp.files.selectors import file_history
-from memoryapp.files.services import file_create, file_put, file_str_replace
+from memoryapp.files.services import file_put
 from memoryapp.models import MemoryFileVersion
 from tests.kit.api import Caller
 from tests.kit.concurrency import in_threads

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError
+from memoryapp.files.protocol import memory_tool_run
 from memoryapp.files.selectors import file_history
-from memoryapp.files.services import file_put, memory_tool_run
+from memoryapp.files.services import file_put
 from memoryapp.models import MemoryFileVersion
 from tests.kit.api import Caller
 from tests.kit.files import text_seen

@@ -7,19 +7,9 @@ import pytest
 from governance.models import AuditRecord
 from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError
+from memoryapp.files.protocol import file_create, file_delete, file_rename, file_str_replace, file_view
 from memoryapp.files.selectors import file_history
-from memoryapp.files.services import (
-    file_create,
-    file_delete,
-    file_put,
-    file_rename,
-    file_str_replace,
-    file_view,
-    files_index,
-    files_index_text,
-    files_list,
-    files_redact,
-)
+from memoryapp.files.services import file_put, files_index, files_index_text, files_list, files_redact
 from memoryapp.files.working_note import WORKING_NOTE_PATH, working_note_run
 from memoryapp.models import MemoryFileVersion
 from tests.kit.api import Caller

@@ -9,7 +9,8 @@ from rest_framework.test import APIClient
 from governance.models import AuditRecord
 from memory_project.env import env_bool, env_choice, env_float, env_int, env_list, env_url
 from memory_project.settings import database_from_url
-from memoryapp.agents.services import agent_key_revoke, hash_key
+from memoryapp.agents.selectors import hash_key
+from memoryapp.agents.services import agent_key_revoke
 from memoryapp.models import AgentKey
 
 pytestmark = pytest.mark.django_db

@@ -10,8 +10,9 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from governance.models import AuditRecord
+from memoryapp.items.rules import same_value
 from memoryapp.items.selectors import context_facts, items_for_recall, items_holding, slot_history
-from memoryapp.items.services import item_forget, item_write, note_retrieved, same_value
+from memoryapp.items.services import item_forget, item_write, note_retrieved
 from memoryapp.models import Entity, Entry, Evidence, MemoryItem
 from tests.kit.concurrency import in_threads
 from tests.kit.factories import AgentFactory, EntityFactory, EntryFactory, MemoryItemFactory, ThreadFactory

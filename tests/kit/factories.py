@@ -22,7 +22,8 @@ from governance.models import JobRun
 from memoryapp.agents.services import agent_get_or_create
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import file_put
-from memoryapp.items.services import item_write, normalized_name
+from memoryapp.items.rules import normalized_name
+from memoryapp.items.services import item_write
 from memoryapp.models import Agent, Entity, Entry, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.threads.services import entry_add, thread_create
 

@@ -6,7 +6,7 @@ import hashlib
 
 from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError
-from memoryapp.files.services import file_view
+from memoryapp.files.protocol import file_view
 
 
 def sha256_hex(text: str) -> str:

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from memoryapp.models import Agent, Thread
-from memoryapp.threads.services import MAX_BATCH_ENTRIES, entries_add, thread_create
+from memoryapp.threads.services import entries_add, thread_create
+from memoryapp.threads.validation import MAX_BATCH_ENTRIES
 
 LOCOMO = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo_dev.json"
 

@@ -8,19 +8,9 @@ from django.test import override_settings
 from memoryapp.llm import http as llm_http
 from memoryapp.llm.anthropic import AnthropicModel
 from memoryapp.llm.arrays import NoArrayError, ask_for_array, parse_json_array
+from memoryapp.llm.model import Completion, ModelError, ModelTransientError, ModelUnavailable, Usage
 from memoryapp.llm.openai import OpenAIChatModel
-from memoryapp.llm.port import (
-    Completion,
-    ModelError,
-    ModelTransientError,
-    ModelUnavailable,
-    Usage,
-    complete,
-    current_model,
-    model_available,
-    recording_usage,
-    use_model,
-)
+from memoryapp.llm.port import complete, current_model, model_available, recording_usage, use_model
 from memoryapp.llm.scripted import ScriptedModel, set_script
 from tests.kit.factories import JobRunFactory
 from tests.kit.servers import ModelServer, Reply, free_port

@@ -10,12 +10,12 @@ import pytest
 from django.test import override_settings
 
 from governance.models import JobRun
+from memoryapp.forgetting.services import entry_redact
 from memoryapp.models import Entry
 from memoryapp.search import embedders, retrieval, vector
 from memoryapp.search.indexing import embed_pending, embedding_schedule
 from memoryapp.search.scope import EntryScope
 from memoryapp.threads import services as threads_services
-from memoryapp.threads.services import entry_redact
 from tests.kit.concurrency import in_threads, started
 from tests.kit.factories import MemoryItemFactory, ThreadFactory
 from tests.kit.recall import FailingEmbedder, by_text, embedded

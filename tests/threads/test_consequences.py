@@ -10,9 +10,10 @@ import pytest
 
 from governance.consequences import Consequences, consequences_apply, consequences_preview
 from governance.models import AuditRecord
+from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
-from memoryapp.threads.services import entry_add, entry_delete, entry_redact, thread_create, thread_delete, thread_fork
+from memoryapp.threads.services import entry_add, thread_create, thread_fork
 from tests.kit.api import Caller
 
 pytestmark = pytest.mark.django_db

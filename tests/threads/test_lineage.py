@@ -14,6 +14,7 @@ from governance.models import AuditRecord, JobRun
 from memoryapp.compaction.service import compaction_run
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.forgetting import lineage
+from memoryapp.forgetting import services as forgetting_services
 from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.search import embedders
 from memoryapp.search.embedders import embed_texts
@@ -388,7 +389,7 @@ def test_a_fork_made_while_an_entry_is_deleted_never_keeps_its_copy(alice: Calle
     told = _say(alice, f"My {SECRET}.")
     _say(alice, "Later.")
     copies_read, fork_tried = threading.Event(), threading.Event()
-    real_fork_copies = threads_services.fork_copies
+    real_fork_copies = forgetting_services.fork_copies
 
     def slow_fork_copies(entries: Any) -> Any:
         found = real_fork_copies(entries)
@@ -397,9 +398,9 @@ def test_a_fork_made_while_an_entry_is_deleted_never_keeps_its_copy(alice: Calle
         time.sleep(0.3)  # the fork below is waiting for the thread's lock by now
         return found
 
-    monkeypatch.setattr(threads_services, "fork_copies", slow_fork_copies)
+    monkeypatch.setattr(forgetting_services, "fork_copies", slow_fork_copies)
     errors: list[BaseException] = []
-    deleting = started(lambda: threads_services.entry_delete(entry=Entry.objects.get(pk=told)), errors)
+    deleting = started(lambda: forgetting_services.entry_delete(entry=Entry.objects.get(pk=told)), errors)
     copies_read.wait(5)
     origin = Thread.objects.get(agent=alice.agent, external_id="t-1")
     leaf = origin.active_leaf_id or ""
@@ -424,7 +425,7 @@ def test_a_cascade_into_a_fork_and_a_redaction_in_that_fork_do_not_deadlock(alic
     _fork(alice, "t-1", after, "f-1")
     own = _say(alice, "A turn of the fork's own.", "f-1")
     fork_locked, delete_started = threading.Event(), threading.Event()
-    real_lock_files = lineage._lock_files
+    real_lock_files = lineage.files_lock
 
     def lock_files_later(access: Any) -> None:
         # The redaction in f-1 holds f-1's row; it takes the agent's file lock only once the
@@ -435,14 +436,16 @@ def test_a_cascade_into_a_fork_and_a_redaction_in_that_fork_do_not_deadlock(alic
             time.sleep(0.3)
         real_lock_files(access)
 
-    monkeypatch.setattr(lineage, "_lock_files", lock_files_later)
+    monkeypatch.setattr(lineage, "files_lock", lock_files_later)
     errors: list[BaseException] = []
-    redactor = started(lambda: threads_services.entry_redact(entry=Entry.objects.get(pk=own)), errors, name="redactor")
+    redactor = started(
+        lambda: forgetting_services.entry_redact(entry=Entry.objects.get(pk=own)), errors, name="redactor"
+    )
     fork_locked.wait(5)
 
     def delete() -> None:
         delete_started.set()
-        threads_services.entry_delete(entry=Entry.objects.get(pk=told))
+        forgetting_services.entry_delete(entry=Entry.objects.get(pk=told))
 
     deleting = started(delete, errors)
     redactor.join(15)
@@ -494,9 +497,9 @@ def test_a_short_reply_loses_the_vector_that_carried_its_parents_words_and_is_em
 
     with django_capture_on_commit_callbacks() as after_commit:
         if forget == "redact":
-            threads_services.entry_redact(entry=Entry.objects.get(pk=told))
+            forgetting_services.entry_redact(entry=Entry.objects.get(pk=told))
         else:  # the reply goes under the turn before: a splice
-            threads_services.entry_delete(entry=Entry.objects.get(pk=told))
+            forgetting_services.entry_delete(entry=Entry.objects.get(pk=told))
     row = Entry.objects.get(pk=reply)
     assert (row.embedding, row.embedded_at) == (None, None)
     assert _lineage_audit().details["vectors_cleared"] == 1
@@ -543,7 +546,7 @@ def test_a_reply_embedded_while_its_parent_is_redacted_never_stores_the_parents_
     job = started(lambda: embed_pending(agent_id=alice.agent.pk), errors)
     assert embedding.wait(10)
     # ...while the parent is redacted (not waiting for the model).
-    redaction = started(lambda: threads_services.entry_redact(entry=Entry.objects.get(pk=told)), errors)
+    redaction = started(lambda: forgetting_services.entry_redact(entry=Entry.objects.get(pk=told)), errors)
     redaction.join(10)
     finished_while_the_model_ran = not redaction.is_alive()
     release.set()

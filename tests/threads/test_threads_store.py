@@ -19,18 +19,16 @@ from hypothesis import strategies as st
 
 from governance.models import AuditRecord
 from memoryapp.errors import DomainError
+from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.models import Entry, Thread
 from memoryapp.threads import services as threads_services
+from memoryapp.threads.hashing import content_hash
 from memoryapp.threads.selectors import path_entries, thread_for_agent
 from memoryapp.threads.services import (
-    content_hash,
     entries_add,
     entry_add,
-    entry_delete,
-    entry_redact,
     thread_checkout,
     thread_create,
-    thread_delete,
     thread_fork,
     thread_rewind,
 )

@@ -1,0 +1,56 @@
+"""The content hash of an entry (000 `hashNode`): what it covers, and re-parenting that keeps it true."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from typing import Any
+
+from memoryapp.models import Entry
+
+
+def _millis(at: datetime) -> int:
+    return int(at.timestamp() * 1000)
+
+
+def content_hash(*, parent_id: str | None, turn: dict[str, Any], created_at: datetime) -> str:
+    """000 `hashNode`: sha256 over JSON.stringify({parent, turn, createdAt}), first 32 hex digits.
+
+    A root's parent is JSON null, so a root never hashes like a chained node. Keys are sorted:
+    JSONB stores objects in its own key order, and the hash must come out the same when it is
+    computed again from the stored entry (an import, a check).
+    """
+    raw = json.dumps(
+        {"parent": parent_id, "turn": turn, "createdAt": _millis(created_at)},
+        ensure_ascii=False,
+        separators=(",", ":"),
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def hashed_turn(entry: Entry) -> dict[str, Any]:
+    """The part of an entry that the hash covers: what was said, by whom, in which form."""
+    turn: dict[str, Any] = {"type": entry.type, "role": entry.role, "content": entry.content}
+    if entry.tool_calls:
+        turn["toolCalls"] = entry.tool_calls
+    if entry.tool_call_id:
+        turn["toolCallId"] = entry.tool_call_id
+    if entry.event is not None:
+        turn["event"] = entry.event
+    return turn
+
+
+def reparent(moves: dict[str, str | None]) -> int:
+    """Give entries new parents (a splice), their content hash computed anew: the hash covers the
+    parent, so a stored one would no longer match the entry (an export re-imported would differ)."""
+    if not moves:
+        return 0
+    rows = list(Entry.objects.filter(id__in=list(moves)).defer("embedding", "search_vector"))
+    for row in rows:
+        row.parent_id = moves[row.id]
+        row.content_hash = content_hash(parent_id=row.parent_id, turn=hashed_turn(row), created_at=row.created_at)
+    Entry.objects.bulk_update(rows, ["parent_id", "content_hash"], batch_size=500)
+    return len(rows)

@@ -1,0 +1,233 @@
+"""Checks of what a client sends for threads and entries: limits, types, roles, ids (no queries)."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils import timezone
+
+from memoryapp.content import content_text
+from memoryapp.errors import DomainError
+from memoryapp.ids import entry_id_check, new_id, thread_id_check
+from memoryapp.models import Entry, Thread
+from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
+from memoryapp.storable import storable_text_check
+from memoryapp.threads.hashing import content_hash, hashed_turn
+from memoryapp.tokens import count_message_tokens
+
+# Limits, each with its own error code (README "Limits").
+MAX_ENTRY_BYTES = 1024 * 1024  # JSON of one entry's content, tool calls, event and metadata
+MAX_BATCH_ENTRIES = 1000
+MAX_THREAD_METADATA_BYTES = 64 * 1024
+MAX_SHORT_FIELD = 200  # tool_call_id, tool_name, sender_name
+
+
+_ENTRY_TYPES = {str(t) for t in EntryType}
+_ROLES = {str(r) for r in Role}
+EVENT_TYPE_VALUES = {str(t) for t in EVENT_TYPES}
+
+
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+
+
+def entry_text(*, content: Any, tool_calls: list[dict[str, Any]] | None) -> str:
+    """The plain text of an entry: its content, and the names and arguments of its tool calls."""
+    parts = [content_text(content)]
+    for call in tool_calls or []:
+        arguments = call.get("arguments")
+        rendered = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        parts.append(f"{call.get('name', '')}({rendered})")
+    return "\n".join(p for p in parts if p)
+
+
+def short_text_check(value: Any, field: str, *, max_length: int = MAX_SHORT_FIELD) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise DomainError("invalid_type", f"{field} must be a string.", field=field)
+    if len(value) > max_length:
+        raise DomainError("too_long", f"{field} is longer than {max_length} characters.", field=field)
+    if "\x00" in value:
+        raise DomainError("invalid_value", f"{field} contains a NUL character.", field=field)
+    return value
+
+
+def _check_content(content: Any, field: str = "content") -> None:
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise DomainError("invalid_type", "content must be text or a list of content blocks.", field=field)
+    for index, block in enumerate(content):
+        if isinstance(block, str):
+            continue
+        if not isinstance(block, dict) or not isinstance(block.get("type"), str):
+            raise DomainError(
+                "invalid_type", "Each content block must be an object with a `type`.", field=f"{field}[{index}]"
+            )
+
+
+def normalize_tool_calls(tool_calls: Any, field: str = "tool_calls") -> list[dict[str, Any]] | None:
+    """Tool calls as stored: a list of {"id", "name", "arguments"} (`input` is read as arguments)."""
+    if tool_calls is None:
+        return None
+    if not isinstance(tool_calls, list):
+        raise DomainError("invalid_type", "tool_calls must be a list.", field=field)
+    calls: list[dict[str, Any]] = []
+    for index, call in enumerate(tool_calls):
+        where = f"{field}[{index}]"
+        if not isinstance(call, dict):
+            raise DomainError("invalid_type", "Each tool call must be an object.", field=where)
+        call_id, name = call.get("id"), call.get("name")
+        if not isinstance(call_id, str) or not call_id:
+            raise DomainError("invalid_value", "Each tool call needs a string `id`.", field=f"{where}.id")
+        if not isinstance(name, str) or not name:
+            raise DomainError("invalid_value", "Each tool call needs a string `name`.", field=f"{where}.name")
+        arguments = call.get("arguments", call.get("input", {}))
+        calls.append({"id": call_id, "name": name, "arguments": arguments})
+    return calls or None
+
+
+def _check_metadata(value: Any, field: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise DomainError("invalid_type", f"{field} must be an object.", field=field)
+    return value
+
+
+def thread_metadata_check(metadata: Any, *, field: str = "metadata") -> dict[str, Any]:
+    """Thread metadata as every way in checks it (the API, the admin's form, an import): a JSON
+    object, of text PostgreSQL can keep (no NUL, no lone surrogate), at most 64 KiB."""
+    if not isinstance(metadata, dict):
+        raise DomainError("invalid_type", f"{field} must be a JSON object.", field=field)
+    storable_text_check(metadata, field=field)
+    if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
+        raise DomainError(
+            "metadata_too_large", f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.", field=field
+        )
+    return metadata
+
+
+def entry_from_spec(
+    *,
+    thread: Thread,
+    spec: dict[str, Any],
+    parent_id: str | None,
+    seq: int,
+    now: datetime,
+    field_prefix: str = "",
+    require_event: bool = True,
+) -> Entry:
+    """A validated, unsaved Entry from one entry's fields (no queries). An import takes event
+    entries stored before their payload was required (`require_event=False`)."""
+
+    def f(name: str) -> str:
+        return f"{field_prefix}{name}"
+
+    kind = spec.get("type") or EntryType.MESSAGE
+    if not isinstance(kind, str) or kind not in _ENTRY_TYPES:
+        raise DomainError("invalid_type", f"type must be one of {sorted(_ENTRY_TYPES)}.", field=f("type"))
+    role = spec.get("role") or ""
+    if not isinstance(role, str) or (role and role not in _ROLES):
+        raise DomainError("invalid_role", f"role must be one of {sorted(_ROLES)}.", field=f("role"))
+    content = spec.get("content")
+    _check_content(content, f("content"))
+    tool_calls = normalize_tool_calls(spec.get("tool_calls"), f("tool_calls"))
+    tool_call_id = short_text_check(spec.get("tool_call_id"), f("tool_call_id"))
+    tool_name = short_text_check(spec.get("tool_name"), f("tool_name"))
+    sender_name = short_text_check(spec.get("sender_name"), f("sender_name"))
+    event = spec.get("event")
+    if event is not None and not isinstance(event, dict):
+        raise DomainError("invalid_type", "event must be an object.", field=f("event"))
+    metadata = _check_metadata(spec.get("metadata"), f("metadata"))
+    if kind == EntryType.MESSAGE:
+        if content is None and not tool_calls:
+            raise DomainError("required", "A message needs content (or tool calls).", field=f("content"))
+        if not role:
+            raise DomainError("required", "A message needs a role.", field=f("role"))
+        if role == Role.TOOL:
+            raise DomainError("invalid_role", "A tool's answer is a `tool_result` entry.", field=f("role"))
+    elif kind == EntryType.TOOL_RESULT:
+        role = role or Role.TOOL
+        if role != Role.TOOL:
+            raise DomainError("invalid_role", "A tool result has the role `tool`.", field=f("role"))
+        if not tool_call_id:
+            raise DomainError("required", "A tool result needs the tool_call_id it answers.", field=f("tool_call_id"))
+        if tool_calls:
+            raise DomainError("invalid_value", "A tool result makes no tool calls.", field=f("tool_calls"))
+    else:
+        if tool_calls:
+            raise DomainError("invalid_value", "An event makes no tool calls.", field=f("tool_calls"))
+        if event is None and require_event:
+            raise DomainError("required", f"A {kind} event carries its payload in `event`.", field=f("event"))
+    if tool_calls and role != Role.ASSISTANT:
+        raise DomainError("invalid_value", "Only assistant messages make tool calls.", field=f("tool_calls"))
+    token_count = spec.get("token_count")
+    if token_count is not None and (
+        isinstance(token_count, bool) or not isinstance(token_count, int) or not 0 <= token_count < 2**31
+    ):
+        raise DomainError("invalid_value", "token_count must be a non-negative integer.", field=f("token_count"))
+    size = _json_size([content, tool_calls, event, metadata])
+    if size > MAX_ENTRY_BYTES:
+        raise DomainError(
+            "entry_too_large",
+            f"An entry holds at most {MAX_ENTRY_BYTES} bytes of JSON (this one {size}).",
+            field=f("content"),
+            status=413,
+        )
+    created_at = spec.get("created_at") or now
+    if not isinstance(created_at, datetime):
+        raise DomainError("invalid_type", "created_at must be a date-time.", field=f("created_at"))
+    if timezone.is_naive(created_at):
+        created_at = timezone.make_aware(created_at, UTC)
+    if token_count is None:
+        token_count = count_message_tokens(content, tool_calls) if (content is not None or tool_calls) else 0
+    given_id = spec.get("id")
+    entry = Entry(
+        id=new_id("ent") if given_id is None else entry_id_check(given_id, field=f("id")),
+        agent_id=thread.agent_id,
+        # By id, then cached: the descriptor's checks cost more than the rest of the row.
+        thread_id=thread.pk,
+        parent_id=parent_id,
+        seq=seq,
+        type=kind,
+        role=role,
+        content=content,
+        text=entry_text(content=content, tool_calls=tool_calls),
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
+        tool_name=tool_name,
+        sender_name=sender_name,
+        token_count=token_count,
+        event=event,
+        metadata=metadata,
+        created_at=created_at,
+    )
+    Entry.thread.field.set_cached_value(entry, thread)
+    entry.content_hash = content_hash(parent_id=parent_id, turn=hashed_turn(entry), created_at=created_at)
+    return entry
+
+
+def thread_id_or_new(given: Any, *, field: str) -> str:
+    """The client's id of a new thread, checked (`thread_id_check`), or a generated one."""
+    if given is None or given == "":
+        return new_id("thr")
+    return thread_id_check(given, field=field)
+
+
+def metadata_merged(current: dict[str, Any] | None, changes: dict[str, Any]) -> dict[str, Any]:
+    """Metadata with the changes merged key by key (a null value removes the key), size checked."""
+    merged = dict(current or {})
+    for key, value in changes.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    if _json_size(merged) > MAX_THREAD_METADATA_BYTES:
+        raise DomainError(
+            "metadata_too_large", f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.", field="metadata"
+        )
+    return merged
