@@ -1,4 +1,5 @@
-"""Agent keys: generated once, shown once, kept as a SHA-256 hash with a readable prefix."""
+"""Writes of agents and their keys: a key is generated once, shown once, kept as a SHA-256 hash
+with a readable prefix; how far an agent's writes are trusted changes only through here, audited."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Writes of memory files: the memory tool's commands, whole-file writes and redaction.
+"""Writes of memory files: versioned changes under the agent's file lock, whole-file writes, redaction.
 
-Every change adds versions and overwrites nothing: an edit is a new version, a deletion a
+The memory tool's commands (`files.protocol`) make their changes here. Every change adds versions and overwrites nothing: an edit is a new version, a deletion a
 version without content, a rename a deletion at the old path and a version at the new one
-that records where it came from. The answers and error texts are those of Anthropic's memory
-tool (memory_20250818), so a model trained on it reads what it expects.
+that records where it came from.
 """
 
 from __future__ import annotations

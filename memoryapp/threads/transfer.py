@@ -16,7 +16,7 @@ records of other types are skipped, so a newer file still loads.
 JSON({"parent", "turn", "createdAt"}) with sorted keys and no spaces, where this `turn` is the
 node's `turn` plus `type` (= `entryType`) and, for an event, `event`. Keys are sorted because
 PostgreSQL's JSONB keeps its own key order, and the hash must come out the same when computed
-again from a stored entry (services.threads.content_hash).
+again from a stored entry (memoryapp.threads.hashing.content_hash).
 """
 
 from __future__ import annotations
