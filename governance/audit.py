@@ -48,12 +48,12 @@ from django.conf import settings
 from django.db import Error, connection, transaction
 from django.utils import timezone
 
+from governance import locks
 from governance.models import AuditRecord
 
 logger = logging.getLogger(__name__)
 
 GENESIS_HASH = "0" * 64
-_AUDIT_LOCK_KEY = 0x4D454D41  # "MEMA": the advisory lock of the audit chain
 
 
 def canonical_json(record: dict[str, Any]) -> str:
@@ -95,7 +95,7 @@ def audit_append(
     """
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_AUDIT_LOCK_KEY])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [locks.AUDIT_CHAIN])
         last = AuditRecord.objects.order_by("-seq").only("seq", "hash").first()
         record = AuditRecord(
             seq=(last.seq + 1) if last else 1,

@@ -60,14 +60,13 @@ from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from kombu.exceptions import OperationalError
 
+from governance import locks
 from governance.models import JobRun
 
 logger = logging.getLogger(__name__)
 
 Status = JobRun.Status
 FINISHED = (Status.SUCCEEDED, Status.FAILED, Status.SKIPPED)
-# pg_advisory_lock(class, run): held by the process running the run, for as long as it runs.
-RUN_LOCK_CLASS = 0x4A52  # "JR"
 # How long a redelivered message waits for the lock of a `running` run: PostgreSQL frees a killed
 # worker's lock as soon as it notices the connection closed (at once when it was idle).
 CLAIM_WAIT_SECONDS = 10.0
@@ -77,13 +76,9 @@ LOST_RUN_MAX_ATTEMPTS = 5
 WAITING_NOTE = "not taken by any worker of queue"
 
 
-def _run_lock_key(run_id: int) -> int:
-    return run_id % 2**31
-
-
 def _run_lock_try(run_id: int) -> bool:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [RUN_LOCK_CLASS, _run_lock_key(run_id)])
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", locks.pair(locks.JOB_RUN, run_id))
         row = cursor.fetchone()
     return bool(row and row[0])
 
@@ -91,7 +86,7 @@ def _run_lock_try(run_id: int) -> bool:
 def _run_lock_release(run_id: int) -> None:
     # A connection that broke frees its locks with it.
     with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [RUN_LOCK_CLASS, _run_lock_key(run_id)])
+        cursor.execute("SELECT pg_advisory_unlock(%s, %s)", locks.pair(locks.JOB_RUN, run_id))
 
 
 def job_task(name: str) -> Any | None:

@@ -15,6 +15,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from governance import locks
 from governance.audit import audit_append
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.files.access import FileAccess
@@ -42,8 +43,6 @@ from memoryapp.models import MemoryFileVersion
 
 # A writer that loses the race for a version number makes its change again on what stands.
 MAX_TRIES = 3
-# pg_advisory_xact_lock(class, agent): the file writes of one agent go one after another.
-_FILES_LOCK_CLASS = 0x4D46  # "MF"
 _UNIQUE_VERSION = "file_version_scope_path_seq_uniq"
 
 T = TypeVar("T")
@@ -139,7 +138,7 @@ def file_place_check(snapshot: Snapshot, path: str) -> None:
 
 def files_lock(access: FileAccess) -> None:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_FILES_LOCK_CLASS, access.agent.pk % 2**31])
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", locks.pair(locks.MEMORY_FILES, access.agent.pk))
 
 
 def _is_version_race(error: IntegrityError) -> bool:

@@ -10,7 +10,6 @@ everything else waits, `suggested`, for a reviewer.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import re
 import unicodedata
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from governance import locks
 from governance.audit import audit_append
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.ids import new_id
@@ -53,10 +53,9 @@ class EvidenceInput(TypedDict):
 
 def slot_lock(*, agent_id: int, scope: Scope, subject_key: str, attribute: str) -> None:
     """Serialize the writers of one slot in one exact scope until the transaction ends."""
-    raw = "\x1f".join([str(agent_id), scope.user_id, scope.project_id, scope.thread_id, subject_key, attribute])
-    key = int.from_bytes(hashlib.blake2b(raw.encode(), digest_size=8).digest(), "big", signed=True)
+    names = (str(agent_id), scope.user_id, scope.project_id, scope.thread_id, subject_key, attribute)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [key])
+        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [locks.item_slot(*names)])
 
 
 def slot_items(*, agent: Agent, scope: Scope, subject: str, attribute: str) -> Any:

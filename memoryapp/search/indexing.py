@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from governance import locks
 from governance.jobs import job_enqueue, job_enqueue_debounced
 from memoryapp.models import Entry, MemoryItem
 from memoryapp.models.choices import HISTORY_TYPES
@@ -29,8 +30,6 @@ from memoryapp.search.vector import vector_literal
 JOB_KIND = "embedding"
 # The job that runs `embed_pending` for one agent (memoryapp.tasks.embedding), sent by name.
 JOB_TASK = "memoryapp.tasks.embed_pending"
-# pg_advisory_xact_lock(class, agent): one embedding batch of an agent at a time.
-EMBED_LOCK_CLASS = 0x454D  # "EM"
 # A turn shorter than this many characters is embedded with the turn before it.
 SHORT_TURN_CHARS = 200
 CONTEXT_CHARS = 300
@@ -278,7 +277,7 @@ def embed_pending(
         # the same rows twice. Rows are locked only to write their vectors, and never waited for,
         # so writes, deletes and redactions never wait for the model (`_store`).
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [EMBED_LOCK_CLASS, (agent_id or 0) % 2**31])
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", locks.pair(locks.EMBEDDING, agent_id or 0))
             rows = pending(agent_id, batch, passed_over)
             if not rows:
                 return None

@@ -571,10 +571,10 @@ def other_process():
 
 
 def _hold(session, run: JobRun) -> None:
-    from governance.jobs import RUN_LOCK_CLASS
+    from governance import locks
 
     with session.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [RUN_LOCK_CLASS, run.pk % 2**31])
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", locks.pair(locks.JOB_RUN, run.pk))
 
 
 @pytest.mark.django_db

@@ -1,0 +1,34 @@
+"""Every PostgreSQL advisory lock of the service, named in one place so no two uses share a key.
+
+A leaf: it imports nothing of the project, so `governance.audit`, `governance.jobs` and every
+capability package may take their keys from here. Two kinds of key:
+
+- one bigint, `pg_advisory_xact_lock(key)`: the audit chain, and the slots of memory items (a
+  hash of the slot, spread over the whole bigint range);
+- two int4, `pg_advisory_*lock(class, number)`: the class says what is locked, the number which
+  one (a row id folded into int4 by `pair`). PostgreSQL keeps the two kinds apart, so a class
+  never meets a one-key lock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+# One key: appends to the audit hash chain, one transaction after another ("MEMA").
+AUDIT_CHAIN = 0x4D454D41
+
+# Classes of two-key locks, with the number they lock.
+JOB_RUN = 0x4A52  # "JR", a job run's id: held (session lock) by the process running it
+EMBEDDING = 0x454D  # "EM", an agent's id: one embedding batch of the agent at a time
+MEMORY_FILES = 0x4D46  # "MF", an agent's id: the agent's file writes go one after another
+
+
+def pair(lock_class: int, number: int) -> tuple[int, int]:
+    """The two int4 keys of a lock of `lock_class` on row `number` (a bigint id folded into int4)."""
+    return lock_class, number % 2**31
+
+
+def item_slot(*parts: str) -> int:
+    """The one bigint key of a memory-item slot in one exact scope: a hash of what names it."""
+    raw = "\x1f".join(parts)
+    return int.from_bytes(hashlib.blake2b(raw.encode(), digest_size=8).digest(), "big", signed=True)
