@@ -30,8 +30,8 @@ from memoryapp.admin.conversation import conversation_turns, thread_url, turn_li
 from memoryapp.errors import DomainError
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.models import Entry, Evidence, Thread
+from memoryapp.threads.columns import ENTRY_FIELD_NAMES, ENTRY_LIGHT_DEFER
 from memoryapp.threads.conversation import PAGE_TURNS, conversation_page
-from memoryapp.threads.selectors import ENTRY_LIGHT_DEFER
 from memoryapp.threads.services import thread_update
 
 PREVIEW_CHARS = 120
@@ -340,28 +340,14 @@ class EntryAdmin(FullWidthList, admin.ModelAdmin):
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     raw_id_fields = ("agent", "thread", "parent")
-    exclude = ("embedding", "search_vector")
-    readonly_fields = (
-        "id",
-        "agent",
-        "thread",
-        "parent_link",
-        "seq",
-        "type",
-        "role",
-        "text_shown",
-        "standing_items",
-        "tool_calls",
-        "tool_call_id",
-        "tool_name",
-        "sender_name",
-        "token_count",
-        "event",
-        "metadata",
-        "created_at",
-        "content_hash",
-        "redacted_at",
-        "embedded_at",
+    exclude = ENTRY_LIGHT_DEFER
+    # Every field but the heavy ones, read-only, from the model's own list: the parent as a link to
+    # its page, the content shown as its text (redaction marked) followed by the items standing on it.
+    readonly_fields = tuple(
+        shown
+        for name in ENTRY_FIELD_NAMES
+        if name != "text"
+        for shown in {"parent": ("parent_link",), "content": ("text_shown", "standing_items")}.get(name, (name,))
     )
     fields = readonly_fields
     actions = ["redact_entries", "delete_entries"]

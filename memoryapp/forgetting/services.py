@@ -17,7 +17,7 @@ from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget
 from memoryapp.models import Entry, Thread
 from memoryapp.retry import atomic_retrying
 from memoryapp.threads.hashing import reparent
-from memoryapp.threads.redaction import redaction_apply
+from memoryapp.threads.redaction import REDACTED_FIELDS, redaction_apply
 from memoryapp.threads.services import thread_lock, thread_sync
 from memoryapp.threads.validation import EVENT_TYPE_VALUES, short_text_check
 
@@ -207,20 +207,7 @@ def _redact_row(*, entry: Entry, reason: str, actor: str, copy_of: str | None = 
         raise NotFound("Entry")
     now = timezone.now()
     redaction_apply(row, at=now, record={"at": now.isoformat(), "reason": reason})
-    row.save(
-        update_fields=[
-            "content",
-            "tool_calls",
-            "text",
-            "sender_name",
-            "metadata",
-            "redacted_at",
-            "embedding",
-            "embedded_at",
-            "token_count",
-            "content_hash",
-        ]
-    )
+    row.save(update_fields=REDACTED_FIELDS)
     audit_append(
         action="entry.redact",
         actor=actor,

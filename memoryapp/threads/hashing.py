@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from memoryapp.models import Entry
+from memoryapp.threads.columns import ENTRY_LIGHT_DEFER
 
 
 def _millis(at: datetime) -> int:
@@ -48,7 +49,7 @@ def reparent(moves: dict[str, str | None]) -> int:
     parent, so a stored one would no longer match the entry (an export re-imported would differ)."""
     if not moves:
         return 0
-    rows = list(Entry.objects.filter(id__in=list(moves)).defer("embedding", "search_vector"))
+    rows = list(Entry.objects.filter(id__in=list(moves)).defer(*ENTRY_LIGHT_DEFER))
     for row in rows:
         row.parent_id = moves[row.id]
         row.content_hash = content_hash(parent_id=row.parent_id, turn=hashed_turn(row), created_at=row.created_at)

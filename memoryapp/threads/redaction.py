@@ -11,6 +11,20 @@ from memoryapp.models.choices import Role
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.tokens import count_message_tokens
 
+# The fields `redaction_apply` changes: what a redaction saves, and nothing else.
+REDACTED_FIELDS = (
+    "content",
+    "tool_calls",
+    "text",
+    "sender_name",
+    "metadata",
+    "redacted_at",
+    "embedding",
+    "embedded_at",
+    "token_count",
+    "content_hash",
+)
+
 
 def _redact_content(content: Any) -> Any:
     """Content with every text and tool payload replaced; block kinds and call ids kept."""

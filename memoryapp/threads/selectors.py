@@ -22,32 +22,7 @@ from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.paging import Page, decode_cursor, encode_cursor
 from memoryapp.storable import time_in_range, unstorable_text_field
-
-# Columns a branch read loads: everything but the vector and the tsvector, which no reader of a
-# path needs and which would multiply the bytes read (they stay lazily loadable).
-_PATH_COLUMNS = (
-    "id",
-    "agent_id",
-    "thread_id",
-    "parent_id",
-    "seq",
-    "type",
-    "role",
-    "content",
-    "text",
-    "tool_calls",
-    "tool_call_id",
-    "tool_name",
-    "sender_name",
-    "token_count",
-    "event",
-    "metadata",
-    "created_at",
-    "content_hash",
-    "redacted_at",
-    "embedded_at",
-)
-ENTRY_LIGHT_DEFER = ("embedding", "search_vector")
+from memoryapp.threads.columns import ENTRY_COLUMNS, ENTRY_LIGHT_DEFER
 
 
 def thread_for_agent(*, agent: Agent, external_id: str, for_update: bool = False) -> Thread:
@@ -83,7 +58,7 @@ def _walk_sql(*, types: list[str] | None, limit: int | None) -> str:
     """
     where = "WHERE b.type = ANY(%(types)s)" if types is not None else ""
     lim = "LIMIT %(limit)s" if limit is not None else ""
-    columns = ", ".join(f"e.{c}" for c in _PATH_COLUMNS)
+    columns = ", ".join(f"e.{c}" for c in ENTRY_COLUMNS)
     return f"""
         WITH RECURSIVE branch(id, parent_id, type, depth) AS (
             SELECT id, parent_id, type, 0 FROM memoryapp_entry

@@ -22,6 +22,7 @@ from memoryapp.errors import DomainError
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.models import Entry, Thread
 from memoryapp.threads import services as threads_services
+from memoryapp.threads.columns import ENTRY_COLUMNS
 from memoryapp.threads.hashing import content_hash
 from memoryapp.threads.selectors import path_entries, thread_for_agent
 from memoryapp.threads.services import (
@@ -35,25 +36,8 @@ from memoryapp.threads.services import (
 from tests.kit.api import Caller, content_of, exported_lines, import_jsonl
 from tests.kit.concurrency import in_threads
 
-EXACT_FIELDS = (
-    "id",
-    "parent_id",
-    "seq",
-    "type",
-    "role",
-    "content",
-    "text",
-    "tool_calls",
-    "tool_call_id",
-    "tool_name",
-    "sender_name",
-    "token_count",
-    "event",
-    "metadata",
-    "created_at",
-    "content_hash",
-    "redacted_at",
-)
+# What an export and import keep exactly: every column but where the entry lives and when it was embedded.
+EXACT_FIELDS = tuple(c for c in ENTRY_COLUMNS if c not in ("agent_id", "thread_id", "embedded_at"))
 
 
 def snapshot(thread: Thread) -> list[dict[str, Any]]:
