@@ -27,13 +27,14 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, cast
 
+from django.db import connection
 from django.utils import timezone
 
-from memoryapp.compaction.history import SUMMARY_HEADING, compacted_history
+from memoryapp.compaction.history import HISTORY_AND_COMPACTION, SUMMARY_HEADING, compacted_history
 from memoryapp.content import content_text
 from memoryapp.context.partitions import (
     DroppedBlock,
@@ -48,6 +49,7 @@ from memoryapp.models.choices import EntryType, Role
 from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
 from memoryapp.search.indexing import entry_embedding_text, speaker_of
 from memoryapp.search.vector import vector_literal
+from memoryapp.threads.branch import branch_rows_sql
 from memoryapp.threads.selectors import off_branch_ids, off_branch_now
 from memoryapp.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
 
@@ -298,91 +300,55 @@ def _newest_compaction(*, thread: Thread, window: list[Entry], complete: bool) -
     return None
 
 
+@dataclass(slots=True)
 class PathEntry:
     """One entry of a branch as the builder reads it: the columns it needs, no model instance.
 
     The hot path of every build: a Django model per row costs more than the query itself, so the
-    window is read as plain rows into these (duck-typed like Entry for compacted_history).
+    window is read as plain rows into these (duck-typed like Entry for compacted_history). The
+    fields are the columns read, in the order read (`WINDOW_COLUMNS`).
     """
 
-    __slots__ = (
-        "content",
-        "created_at",
-        "event",
-        "id",
-        "parent_id",
-        "redacted_at",
-        "role",
-        "sender_name",
-        "seq",
-        "text",
-        "token_count",
-        "tool_call_id",
-        "tool_calls",
-        "tool_name",
-        "type",
-    )
+    id: str
+    parent_id: str | None
+    seq: int
+    type: str
+    role: str
+    content: Any
+    text: str
+    tool_calls: Any
+    tool_call_id: str
+    tool_name: str
+    sender_name: str
+    token_count: int
+    event: Any
+    created_at: datetime
+    redacted_at: datetime | None
 
-    def __init__(self, row: tuple[Any, ...]):
-        (
-            self.id,
-            self.parent_id,
-            self.seq,
-            self.type,
-            self.role,
-            self.content,
-            self.text,
-            self.tool_calls,
-            self.tool_call_id,
-            self.tool_name,
-            self.sender_name,
-            self.token_count,
-            self.event,
-            self.created_at,
-            self.redacted_at,
-        ) = row
+    def __post_init__(self) -> None:
         # Django reads jsonb as text and decodes it itself; so does this reader.
         self.content = _json(self.content)
         self.tool_calls = _json(self.tool_calls)
         self.event = _json(self.event)
 
 
+WINDOW_COLUMNS = tuple(f.name for f in fields(PathEntry))
+_WINDOW_SQL = branch_rows_sql(columns=WINDOW_COLUMNS, types=True, limit=True)
+
+
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-_WINDOW_SQL = """
-    WITH RECURSIVE branch(id, parent_id, type, depth) AS (
-        SELECT id, parent_id, type, 0 FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
-        UNION ALL
-        SELECT p.id, p.parent_id, p.type, b.depth + 1
-          FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
-         WHERE p.thread_id = %(thread)s
-    )
-    SELECT e.id, e.parent_id, e.seq, e.type, e.role, e.content, e.text, e.tool_calls, e.tool_call_id,
-           e.tool_name, e.sender_name, e.token_count, e.event, e.created_at, e.redacted_at
-      FROM (SELECT b.id, b.depth FROM branch b WHERE b.type = ANY(%(types)s) LIMIT %(limit)s) w
-      JOIN memoryapp_entry e ON e.id = w.id
-     ORDER BY w.depth DESC
-"""
-
-
 def _path_chunk(*, thread: Thread, start: str, limit: int) -> list[PathEntry]:
-    """Up to `limit` history and compaction entries of the branch, from `start` up, oldest first.
-
-    The same walk as memoryapp.threads.selectors.path_entries (a lazily evaluated recursive
-    CTE that stops after `limit` rows), read as plain rows.
-    """
-    from django.db import connection
-
-    from memoryapp.compaction.history import HISTORY_AND_COMPACTION
-
+    """Up to `limit` history and compaction entries of the branch, from `start` up, oldest first:
+    the walk of `path_entries` (memoryapp.threads.branch), read as plain rows."""
     with connection.cursor() as cursor:
         cursor.execute(
             _WINDOW_SQL,
             {"start": start, "thread": thread.pk, "types": [str(t) for t in HISTORY_AND_COMPACTION], "limit": limit},
         )
-        return [PathEntry(row) for row in cursor.fetchall()]
+        return [PathEntry(*row) for row in cursor.fetchall()]
 
 
 def _read_history(*, thread: Thread, leaf_id: str | None, want: int, room: int) -> tuple[Any, bool, list[Any]]:

@@ -10,6 +10,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 from memoryapp.files.access import FileAccess, scope_narrowness
 from memoryapp.files.paths import MEMORY_ROOT, path_ancestors, path_is_under
 from memoryapp.models import Agent, Entry, MemoryFileVersion
+from memoryapp.threads.branch import branch_sql
 
 
 def versions_for_agent(*, agent: Agent) -> QuerySet[MemoryFileVersion]:
@@ -18,20 +19,9 @@ def versions_for_agent(*, agent: Agent) -> QuerySet[MemoryFileVersion]:
 
 
 def entry_ancestor_ids(*, entry: Entry) -> list[str]:
-    """The entry and every entry above it on its branch (a recursive walk up the parents)."""
-    table = Entry._meta.db_table
+    """The entry and every entry above it on its branch."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            WITH RECURSIVE up(id, parent_id) AS (
-                SELECT id, parent_id FROM {table} WHERE id = %s AND agent_id = %s
-                UNION ALL
-                SELECT e.id, e.parent_id FROM {table} e JOIN up ON e.id = up.parent_id
-            )
-            SELECT id FROM up
-            """,
-            [entry.pk, entry.agent_id],
-        )
+        cursor.execute(branch_sql("SELECT id FROM branch"), {"start": entry.pk, "thread": entry.thread_id})
         return [row[0] for row in cursor.fetchall()]
 
 

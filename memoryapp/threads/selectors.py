@@ -22,7 +22,8 @@ from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.paging import Page, decode_cursor, encode_cursor
 from memoryapp.storable import time_in_range, unstorable_text_field
-from memoryapp.threads.columns import ENTRY_COLUMNS, ENTRY_LIGHT_DEFER
+from memoryapp.threads.branch import branch_cte, branch_rows_sql, branch_sql
+from memoryapp.threads.columns import ENTRY_COLUMNS, ENTRY_LIGHT_DEFER, ENTRY_TABLE
 
 
 def thread_for_agent(*, agent: Agent, external_id: str, for_update: bool = False) -> Thread:
@@ -49,48 +50,11 @@ def _types_list(types: Iterable[str] | None) -> list[str] | None:
     return None if types is None else [str(t) for t in types]
 
 
-def _walk_sql(*, types: list[str] | None, limit: int | None) -> str:
-    """A recursive walk up the parent pointers from one entry, nearest first.
-
-    PostgreSQL evaluates a recursive CTE lazily, so the LIMIT of the inner select stops the walk
-    once it has found `limit` entries of the asked types: the rest of the branch is never read.
-    The walk is a chain (one parent each), so rows come out in the order they were reached.
-    """
-    where = "WHERE b.type = ANY(%(types)s)" if types is not None else ""
-    lim = "LIMIT %(limit)s" if limit is not None else ""
-    columns = ", ".join(f"e.{c}" for c in ENTRY_COLUMNS)
-    return f"""
-        WITH RECURSIVE branch(id, parent_id, type, depth) AS (
-            SELECT id, parent_id, type, 0 FROM memoryapp_entry
-             WHERE id = %(start)s AND thread_id = %(thread)s
-            UNION ALL
-            SELECT p.id, p.parent_id, p.type, b.depth + 1
-              FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
-             WHERE p.thread_id = %(thread)s
-        )
-        SELECT {columns}, w.depth FROM (
-            SELECT b.id, b.depth FROM branch b {where} {lim}
-        ) w JOIN memoryapp_entry e ON e.id = w.id
-        ORDER BY w.depth DESC
-    """
-
-
-# The entries of one branch, from %(start)s up to its root, within the thread %(thread)s.
-_BRANCH_CTE = """
-    WITH RECURSIVE branch(id, parent_id) AS (
-        SELECT id, parent_id FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
-        UNION ALL
-        SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
-         WHERE p.thread_id = %(thread)s
-    )
-"""
-
-
 def _on_branch(*, thread: Thread, leaf_id: str, entry_id: str) -> bool:
     """Whether `entry_id` is the leaf or one of its ancestors (the walk stops where it finds it)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            _BRANCH_CTE + "SELECT 1 FROM branch WHERE id = %(target)s LIMIT 1",
+            branch_sql("SELECT 1 FROM branch WHERE id = %(target)s LIMIT 1"),
             {"start": leaf_id, "thread": thread.pk, "target": entry_id},
         )
         return cursor.fetchone() is not None
@@ -116,7 +80,7 @@ def path_entries(
     1. Start at the leaf (400 naming `leaf` when it is not an entry of this thread).
     2. With `before`, check it lies on that branch (400 naming `before` otherwise) and start at
        its parent instead: the page holds entries older than it.
-    3. Walk the parent pointers with a recursive CTE, keeping entries of `types` (None = all),
+    3. Walk the parent pointers (`branch_rows_sql`), keeping entries of `types` (None = all),
        stopping after `limit` of them, so a long thread is never read whole.
     4. Return them oldest first.
     """
@@ -136,8 +100,8 @@ def path_entries(
         start = parent_id
     type_list = _types_list(types)
     params: dict[str, Any] = {"start": start, "thread": thread.pk, "types": type_list, "limit": limit}
-    rows = list(Entry.objects.raw(_walk_sql(types=type_list, limit=limit), params))
-    return rows
+    sql = branch_rows_sql(columns=ENTRY_COLUMNS, types=type_list is not None, limit=limit is not None)
+    return list(Entry.objects.raw(sql, params))
 
 
 def path_after(*, thread: Thread, leaf_id: str, after_seq: int, limit: int) -> list[Entry]:
@@ -171,15 +135,15 @@ def path_ids(*, thread: Thread, leaf_id: str | None = None) -> set[str]:
         return set()
     with connection.cursor() as cursor:
         cursor.execute(
-            _BRANCH_CTE + "SELECT id FROM branch",
+            branch_sql("SELECT id FROM branch"),
             {"start": start, "thread": thread.pk},
         )
         return {row[0] for row in cursor.fetchall()}
 
 
 # The thread's messages and tool results that the `branch` CTE does not hold.
-_OFF_BRANCH = """
-    SELECT e.id FROM memoryapp_entry e
+_OFF_BRANCH = f"""
+    SELECT e.id FROM {ENTRY_TABLE} e
      WHERE e.thread_id = %(thread)s AND e.type IN ('message', 'tool_result')
        AND NOT EXISTS (SELECT 1 FROM branch b WHERE b.id = e.id)"""
 
@@ -190,7 +154,7 @@ def off_branch_ids(*, thread: Thread, leaf_id: str | None = None, before_seq: in
     start = leaf_id or thread.active_leaf_id
     with connection.cursor() as cursor:
         cursor.execute(
-            _BRANCH_CTE + _OFF_BRANCH + " AND (%(before)s::bigint IS NULL OR e.seq < %(before)s::bigint)",
+            branch_sql(_OFF_BRANCH + " AND (%(before)s::bigint IS NULL OR e.seq < %(before)s::bigint)"),
             {"start": start, "thread": thread.pk, "before": before_seq},
         )
         return [row[0] for row in cursor.fetchall()]
@@ -201,19 +165,11 @@ def off_branch_now(*, thread_pk: int) -> tuple[int | None, list[str]]:
     so the set belongs to that epoch whatever writes land meanwhile. (None, []) without the thread."""
     with connection.cursor() as cursor:
         cursor.execute(
-            """
+            f"""
             WITH RECURSIVE head AS (
-                SELECT active_leaf_id, branch_epoch FROM memoryapp_thread WHERE id = %(thread)s
-            ), branch(id, parent_id) AS (
-                SELECT e.id, e.parent_id FROM memoryapp_entry e JOIN head h ON e.id = h.active_leaf_id
-                 WHERE e.thread_id = %(thread)s
-                UNION ALL
-                SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
-                 WHERE p.thread_id = %(thread)s
-            )
-            SELECT (SELECT branch_epoch FROM head), ARRAY("""
-            + _OFF_BRANCH
-            + ")",
+                SELECT active_leaf_id, branch_epoch FROM {Thread._meta.db_table} WHERE id = %(thread)s
+            ), {branch_cte(start="(SELECT active_leaf_id FROM head)")}
+            SELECT (SELECT branch_epoch FROM head), ARRAY({_OFF_BRANCH})""",
             {"thread": thread_pk},
         )
         epoch, ids = cursor.fetchone()
@@ -229,15 +185,9 @@ def tool_call_name_on_branch(*, thread: Thread, leaf_id: str | None, tool_call_i
         return ""
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            WITH RECURSIVE branch(id, parent_id, tool_calls) AS (
-                SELECT id, parent_id, tool_calls FROM memoryapp_entry WHERE id = %(start)s AND thread_id = %(thread)s
-                UNION ALL
-                SELECT p.id, p.parent_id, p.tool_calls FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
-                 WHERE p.thread_id = %(thread)s
-            )
-            SELECT tool_calls FROM branch WHERE tool_calls @> %(probe)s::jsonb LIMIT 1
-            """,
+            branch_sql(
+                "SELECT tool_calls FROM branch WHERE tool_calls @> %(probe)s::jsonb LIMIT 1", carry=("tool_calls",)
+            ),
             {"start": leaf_id, "thread": thread.pk, "probe": json.dumps([{"id": tool_call_id}])},
         )
         row = cursor.fetchone()

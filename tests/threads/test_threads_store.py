@@ -22,6 +22,7 @@ from memoryapp.errors import DomainError
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.models import Entry, Thread
 from memoryapp.threads import services as threads_services
+from memoryapp.threads.branch import branch_rows_sql
 from memoryapp.threads.columns import ENTRY_COLUMNS
 from memoryapp.threads.hashing import content_hash
 from memoryapp.threads.selectors import path_entries, thread_for_agent
@@ -196,10 +197,8 @@ def test_path_of_a_long_thread_reads_only_the_asked_entries(alice: Caller) -> No
     page = path_entries(thread=thread, limit=5)
     assert [e.content for e in page] == [f"n{i}" for i in range(495, 500)]
     with connection.cursor() as cursor:
-        from memoryapp.threads.selectors import _walk_sql
-
         cursor.execute(
-            "EXPLAIN (ANALYZE, FORMAT JSON) " + _walk_sql(types=["message"], limit=5),
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + branch_rows_sql(columns=ENTRY_COLUMNS, types=True, limit=True),
             {"start": thread.active_leaf_id, "thread": thread.pk, "types": ["message"], "limit": 5},
         )
         plan = json.dumps(cursor.fetchone()[0])

@@ -1,0 +1,59 @@
+"""The walk of a branch: one SQL builder for every reader that follows parent pointers.
+
+A branch is an entry and its ancestors up to the root. Every reader of one (a page of history,
+the context builder's window, "is this entry on that branch", the entries off it, the memory files
+seen from a place) walks it with the same recursive CTE, built here:
+
+    branch(id, parent_id, depth, <carried columns>)
+
+starting at one entry of the thread `%(thread)s` (depth 0) and following `parent_id` within that
+thread, nearest first. PostgreSQL evaluates a recursive CTE lazily, so a reader that stops early
+(`LIMIT`, `EXISTS`) never reads the rest of the branch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memoryapp.threads.columns import ENTRY_TABLE
+
+# The parameter a walk starts at, unless the caller gives an SQL expression of its own.
+START = "%(start)s"
+
+
+def branch_cte(*, start: str = START, carry: Sequence[str] = ()) -> str:
+    """The CTE `branch(id, parent_id, depth, *carry)`, to follow `WITH RECURSIVE` (alone, or
+    after or before other CTEs). `start` is an SQL expression naming the first entry; `carry`
+    the further columns of Entry each row keeps (to filter on them while walking)."""
+    names = "".join(f", {c}" for c in carry)
+    carried = "".join(f", p.{c}" for c in carry)
+    return f"""branch(id, parent_id, depth{names}) AS (
+        SELECT id, parent_id, 0{names} FROM {ENTRY_TABLE} WHERE id = {start} AND thread_id = %(thread)s
+        UNION ALL
+        SELECT p.id, p.parent_id, b.depth + 1{carried}
+          FROM {ENTRY_TABLE} p JOIN branch b ON p.id = b.parent_id
+         WHERE p.thread_id = %(thread)s
+    )"""
+
+
+def branch_sql(select: str, *, start: str = START, carry: Sequence[str] = ()) -> str:
+    """A whole statement: the walk, then `select` over `branch`."""
+    return f"WITH RECURSIVE {branch_cte(start=start, carry=carry)}\n{select}"
+
+
+def branch_rows_sql(*, columns: Sequence[str], types: bool, limit: bool) -> str:
+    """The entries of a branch with `columns` (of Entry, as `e.<column>`), oldest first.
+
+    With `types`, only entries whose type is in `%(types)s`; with `limit`, only the nearest
+    `%(limit)s` of them, and the walk stops once it has found them. The walk is a chain (one
+    parent each), so depth orders the rows.
+    """
+    where = "WHERE b.type = ANY(%(types)s)" if types else ""
+    nearest = "LIMIT %(limit)s" if limit else ""
+    selected = ", ".join(f"e.{c}" for c in columns)
+    return branch_sql(
+        f"""SELECT {selected} FROM (SELECT b.id, b.depth FROM branch b {where} {nearest}) w
+              JOIN {ENTRY_TABLE} e ON e.id = w.id
+             ORDER BY w.depth DESC""",
+        carry=("type",) if types else (),
+    )
