@@ -5,3 +5,14 @@ class MemoryAppConfig(AppConfig):
     name = "memoryapp"
     verbose_name = "Memory"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Imported here: the app registry must be ready before modules that import models load.
+        from memoryapp.extraction.schedule import extraction_schedule
+        from memoryapp.search.indexing import embedding_schedule
+        from memoryapp.threads.hooks import entries_added_follow
+
+        # What follows new entries, in this order: their vectors, then what extraction learns.
+        # Threads name neither (they sit below both); this is where they are wired.
+        entries_added_follow("embedding", lambda agent_id, thread_pk: embedding_schedule(agent_id=agent_id))
+        entries_added_follow("extraction", lambda agent_id, thread_pk: extraction_schedule(thread_pk=thread_pk))

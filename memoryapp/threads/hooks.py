@@ -1,8 +1,10 @@
 """What happens after entries are written: the background work they start.
 
-`entry_add` and friends call `after_entries_added` inside their transaction; the jobs are sent
-only once it commits (transaction.on_commit), and each is idempotent, so a rollback sends
-nothing and a repeat does nothing twice.
+`entry_add` and friends call `after_entries_added` inside their transaction; the capabilities that
+follow new entries (embedding, extraction) are told only once it commits (transaction.on_commit),
+each through the sender it registered with `entries_added_follow`. Threads sit below the
+capabilities that read them, so this module names none of them: memoryapp/apps.py wires them at
+start. Each sender is idempotent, so a rollback sends nothing and a repeat does nothing twice.
 """
 
 from __future__ import annotations
@@ -16,6 +18,15 @@ from memoryapp.models import Entry, Thread
 
 logger = logging.getLogger(__name__)
 
+# A sender: told (agent id, thread pk) after a write that added entries to that thread committed.
+Sender = Callable[[int, int], None]
+_followers: dict[str, Sender] = {}
+
+
+def entries_added_follow(name: str, send: Sender) -> None:
+    """Have `send(agent_id, thread_pk)` called after every committed write that adds entries."""
+    _followers[name] = send
+
 
 def after_entries_added(*, thread: Thread, entries: Sequence[Entry]) -> None:
     if not entries:
@@ -24,20 +35,13 @@ def after_entries_added(*, thread: Thread, entries: Sequence[Entry]) -> None:
     thread_pk = thread.pk
 
     def schedule() -> None:
-        from memoryapp.extraction.schedule import extraction_schedule
-        from memoryapp.search.indexing import embedding_schedule
-
         # The entries are committed: a broker that cannot take the job must not turn the write
         # into an error the client would retry (and duplicate). A run the broker did not take
         # stays queued and is sent later (governance.jobs: the next write, the job sweep), and
         # the embedding sweep embeds whatever has no vector; the failure is logged.
-        sends: tuple[tuple[str, Callable[[], None]], ...] = (
-            ("embedding", lambda: embedding_schedule(agent_id=agent_id)),
-            ("extraction", lambda: extraction_schedule(thread_pk=thread_pk)),
-        )
-        for name, send in sends:
+        for name, send in list(_followers.items()):
             try:
-                send()
+                send(agent_id, thread_pk)
             except Exception:
                 logger.exception("could not send the %s job after a write of thread %s", name, thread_pk)
 
