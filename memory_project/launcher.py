@@ -22,11 +22,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
 
+import django
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import connection, connections
+
+from memory_project import embedded
+from memory_project.env import env_int
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
 
 
 def _check_vector_available() -> None:
-    from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
@@ -38,8 +46,6 @@ def _check_vector_available() -> None:
 
 
 def _ensure_admin() -> None:
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
 
     users = get_user_model()
     if users.objects.filter(is_superuser=True).exists():
@@ -159,14 +165,8 @@ def stop_on_signals() -> threading.Event:
 
 
 def main() -> int:
-    import django
 
     django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-
-    from memory_project import embedded
-    from memory_project.env import env_int
 
     _check_vector_available()
     call_command("migrate", interactive=False, verbosity=0)
@@ -230,8 +230,6 @@ def main() -> int:
         flush=True,
     )
     supervise(commands, stop=stop)
-
-    from django.db import connections
 
     connections.close_all()
     if settings.USES_EMBEDDED_POSTGRES:

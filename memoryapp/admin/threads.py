@@ -27,7 +27,9 @@ from django.utils.safestring import SafeString, mark_safe
 from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
 from memoryapp.admin.confirm import apply_and_report, confirm_page, confirmed, staff_actor
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
+from memoryapp.compaction.service import compaction_request
 from memoryapp.errors import DomainError
+from memoryapp.extraction.service import extraction_request
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.models import Entry, Evidence, Thread
 from memoryapp.threads.columns import ENTRY_FIELD_NAMES, ENTRY_LIGHT_DEFER
@@ -235,7 +237,6 @@ class ThreadAdmin(FullWidthList, admin.ModelAdmin):
 
     def compact_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """ "Compact now": enqueue a compaction job of the thread (the service checks the strategy)."""
-        from memoryapp.compaction.service import compaction_request
 
         thread = self._thread_to_change(request, pk)
         if request.method != "POST":
@@ -251,7 +252,6 @@ class ThreadAdmin(FullWidthList, admin.ModelAdmin):
 
     def extract_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """ "Extract now": enqueue the thread's extraction job."""
-        from memoryapp.extraction.service import extraction_request
 
         thread = self._thread_to_change(request, pk)
         if request.method != "POST":

@@ -8,6 +8,7 @@ import secrets
 from django.db import transaction
 from django.utils import timezone
 
+from governance.audit import audit_append
 from memoryapp.agents.selectors import hash_key
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, AgentKey
@@ -23,7 +24,6 @@ TRUST_PERMISSION = "memoryapp.set_agent_trust"
 @transaction.atomic
 def agent_key_create(*, agent: Agent, name: str = "", actor: str = "system") -> tuple[AgentKey, str]:
     """Create a key for `agent`; returns the row and the raw key, which is never stored."""
-    from governance.audit import audit_append
 
     prefix = KEY_PREFIX + secrets.token_hex(4)
     raw = f"{prefix}_{secrets.token_urlsafe(32)}"
@@ -34,7 +34,6 @@ def agent_key_create(*, agent: Agent, name: str = "", actor: str = "system") -> 
 
 @transaction.atomic
 def agent_key_revoke(*, key: AgentKey, actor: str) -> AgentKey:
-    from governance.audit import audit_append
 
     updated = AgentKey.objects.filter(pk=key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
     key.refresh_from_db()
@@ -55,7 +54,6 @@ def agent_key_trust_set(*, key: AgentKey, max_trust: str, actor: str) -> AgentKe
     The caller checks that the person holds TRUST_PERMISSION (the admin does): raising a key to
     `user` or `system` lets its agent's items skip the review queue.
     """
-    from governance.audit import audit_append
 
     if max_trust not in Trust.values:
         raise DomainError("invalid_value", f"max_trust must be one of {list(Trust.values)}.", field="max_trust")
@@ -80,7 +78,6 @@ def agent_key_trust_set(*, key: AgentKey, max_trust: str, actor: str) -> AgentKe
 def agent_shadow_mode_set(*, agent: Agent, shadow_mode: bool, actor: str) -> Agent:
     """Turn an agent's shadow mode on or off; audited. Off, what extraction finds from trusted turns
     becomes active without review, so the caller checks TRUST_PERMISSION as for a key's trust."""
-    from governance.audit import audit_append
 
     locked = Agent.objects.select_for_update().get(pk=agent.pk)
     if locked.shadow_mode != shadow_mode:
@@ -100,7 +97,6 @@ def agent_shadow_mode_set(*, agent: Agent, shadow_mode: bool, actor: str) -> Age
 
 @transaction.atomic
 def agent_get_or_create(*, slug: str, name: str = "", actor: str = "system") -> tuple[Agent, bool]:
-    from governance.audit import audit_append
 
     agent, created = Agent.objects.get_or_create(slug=slug, defaults={"name": name or slug})
     if created:

@@ -15,9 +15,11 @@ import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from memoryapp.compaction.history import SUMMARY_HEADING
+from memoryapp.compaction.plan import HIERARCHICAL as NAME
+from memoryapp.compaction.plan import CompactionContext, CompactionPlan, HierarchicalOptions
 from memoryapp.compaction.policy import cut_keeping_recent_tokens, entry_tokens, find_cut_point, history_tokens
 from memoryapp.compaction.transcript import entry_body, entry_line, tool_call_names, tool_name_of
 from memoryapp.errors import Conflict
@@ -28,9 +30,6 @@ from memoryapp.models import Entry
 from memoryapp.models.choices import EntryType, EvidenceStatus, Role
 from memoryapp.prompts import HIERARCHICAL, prompt
 from memoryapp.tokens import count_message_tokens
-
-if TYPE_CHECKING:
-    from memoryapp.compaction.plan import CompactionContext, CompactionPlan, HierarchicalOptions
 
 ATOM_KINDS = ("fact", "task", "decision", "constraint", "error", "file", "thread")
 KIND_ALIASES = {"question": "thread", "todo": "task", "requirement": "constraint", "bug": "error"}
@@ -470,8 +469,6 @@ def hierarchical_plan(ctx: CompactionContext) -> CompactionPlan | None:
     5. Refuse (409) when an open item of the previous levels was lost.
     6. The content is the handoff, its sections in a fixed order.
     """
-    from memoryapp.compaction.plan import HIERARCHICAL as NAME
-    from memoryapp.compaction.plan import CompactionPlan
 
     options: HierarchicalOptions = ctx.options
     previous_event = next(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from memoryapp.compaction.history import HISTORY_AND_COMPACTION, CompactedHistory, compacted_history
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EntryType, Role
+from memoryapp.threads.selectors import path_entries
 from memoryapp.tokens import count_message_tokens, count_tokens
 
 DEFAULT_TRIGGER_RATIO = 0.8
@@ -41,7 +42,6 @@ def should_compact_tokens(tokens: int, window: int, trigger_ratio: float = DEFAU
 
 def thread_branch(thread: Thread) -> list[Entry]:
     """The active branch with the entries compaction reads: messages, tool results, compactions."""
-    from memoryapp.threads.selectors import path_entries
 
     return list(path_entries(thread=thread, types=HISTORY_AND_COMPACTION))
 

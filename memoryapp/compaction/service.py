@@ -23,6 +23,8 @@ from memoryapp.llm.model import ModelUnavailable
 from memoryapp.llm.port import model_available, recording_usage
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EntryType
+from memoryapp.threads.selectors import path_ids
+from memoryapp.threads.services import entry_add
 
 JOB_KIND = "compaction"
 # The job that runs `compaction_job` (memoryapp.tasks.compaction), sent by name.
@@ -147,8 +149,6 @@ def compaction_write(
     3. Add the entry (type `compaction`, role `user`, content = summary or note, event = plan)
        and its audit record, in this transaction.
     """
-    from memoryapp.threads.selectors import path_ids
-    from memoryapp.threads.services import entry_add
 
     locked = Thread.objects.select_for_update().filter(pk=thread.pk).first()
     if locked is None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from memoryapp.compaction.hierarchical import hierarchical_plan
 from memoryapp.compaction.history import SUMMARY_HEADING, CompactedHistory
 from memoryapp.compaction.plan import (
     CLEAR_TOOL_RESULTS,
@@ -310,7 +311,6 @@ def custom(ctx: CompactionContext) -> CompactionPlan | None:
 
 
 def hierarchical(ctx: CompactionContext) -> CompactionPlan | None:
-    from memoryapp.compaction.hierarchical import hierarchical_plan
 
     return hierarchical_plan(ctx)
 

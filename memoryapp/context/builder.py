@@ -44,13 +44,16 @@ from memoryapp.context.partitions import (
     words_of,
 )
 from memoryapp.errors import DomainError
+from memoryapp.items.selectors import context_facts, items_for_recall
+from memoryapp.items.services import note_retrieved
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import EntryType, Role
 from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
 from memoryapp.search.indexing import entry_embedding_text, speaker_of
+from memoryapp.search.retrieval import search, vector_space_ok
 from memoryapp.search.vector import vector_literal
 from memoryapp.threads.branch import branch_rows_sql
-from memoryapp.threads.selectors import off_branch_ids, off_branch_now
+from memoryapp.threads.selectors import entry_on_branch, off_branch_ids, off_branch_now
 from memoryapp.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
 
 logger = logging.getLogger(__name__)
@@ -285,7 +288,6 @@ def _recall_item_line(hit: Any, at: datetime) -> str:
 def _newest_compaction(*, thread: Thread, window: list[Entry], complete: bool) -> Entry | None:
     """The newest compaction entry on the branch: in the window, or before it (then checked to be
     on the branch: a compaction of another branch does not apply)."""
-    from memoryapp.threads.selectors import entry_on_branch
 
     in_window = [e for e in window if e.type == EntryType.COMPACTION]
     if in_window:
@@ -403,7 +405,6 @@ def _read_history(*, thread: Thread, leaf_id: str | None, want: int, room: int) 
 
 def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> dict[str, Any]:
     """Build the context of one turn (see the module's steps)."""
-    from memoryapp.items.selectors import context_facts, items_for_recall
 
     strategy = request.strategy
     shares = partition_shares(strategy, request.partitions)
@@ -753,7 +754,6 @@ def _recall_search(
     items: Any,
     as_of: datetime | None,
 ) -> tuple[list[Any], list[dict[str, str]]]:
-    from memoryapp.search.retrieval import search
 
     try:
         outcome = search(
@@ -792,7 +792,6 @@ def _relevant(
     if not current_input.strip():
         run = _recent_run(units, room, complete=complete)
         return run.units, run.notes, set()
-    from memoryapp.search.retrieval import vector_space_ok
 
     try:
         ok, message = vector_space_ok()
@@ -832,7 +831,6 @@ def _relevant(
 
 def _similarities(entries: list[Entry], text: str) -> dict[str, float]:
     """Cosine of each entry to the text: stored vectors in the database, missing ones embedded now."""
-    from django.db import connection
 
     if not entries:
         return {}
@@ -883,10 +881,6 @@ def _memory_text(brief: str, fact_lines: list[str], recall_lines: list[tuple[str
 
 def _note_retrieved(item_ids: list[str]) -> None:
     if not item_ids:
-        return
-    try:
-        from memoryapp.items.services import note_retrieved
-    except ImportError:
         return
     try:
         note_retrieved(item_ids=item_ids)

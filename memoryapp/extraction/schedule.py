@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from governance.jobs import debounce_mark, debounce_mark_set, job_debounce_clear
+from memoryapp.extraction.service import extraction_debounce_key, extraction_progress, extraction_request
+from memoryapp.llm.port import model_available
+from memoryapp.models import Entry, Thread
+from memoryapp.models.choices import HISTORY_TYPES
+
 
 def extraction_schedule(*, thread_pk: int) -> None:
     """Send (debounced) the extraction job of a thread after new entries. Cheap and idempotent.
@@ -12,11 +18,6 @@ def extraction_schedule(*, thread_pk: int) -> None:
     a run per write that could only be skipped would bury the job list. The API and the admin
     still create one on request, and it says why it was skipped.
     """
-    from governance.jobs import debounce_mark, debounce_mark_set, job_debounce_clear
-    from memoryapp.extraction.service import extraction_debounce_key, extraction_progress, extraction_request
-    from memoryapp.llm.port import model_available
-    from memoryapp.models import Entry, Thread
-    from memoryapp.models.choices import HISTORY_TYPES
 
     if not model_available():
         return

@@ -25,12 +25,14 @@ from memoryapp.extraction.extractor import (
     quote_holds,
 )
 from memoryapp.extraction.times import zone_of
+from memoryapp.items.services import item_write
 from memoryapp.llm.arrays import NoArrayError
 from memoryapp.llm.model import ModelUnavailable
 from memoryapp.llm.port import model_available, recording_usage
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.prompts import EXTRACTION
+from memoryapp.threads.selectors import path_entries
 
 JOB_KIND = "extraction"
 # The job that runs `extraction_job` (memoryapp.tasks.extraction), sent by name.
@@ -88,7 +90,6 @@ def _in_ranges(seq: int, ranges: list[dict[str, Any]]) -> bool:
 
 def entries_to_extract(thread: Thread) -> tuple[list[Entry], list[Entry]]:
     """(new entries of the active branch, the whole branch): after the mark, or in a failed window."""
-    from memoryapp.threads.selectors import path_entries
 
     progress = extraction_progress(thread)
     through = int(progress.get("through_seq") or 0)
@@ -117,7 +118,6 @@ def _write_window(
     4. Write each item through `item_write` (activation rules, merge of repeats, shadow mode).
     5. Move the mark past the window, and take the window out of the failed ones.
     """
-    from memoryapp.items.services import item_write
 
     locked = Thread.objects.select_for_update().filter(pk=thread.pk).first()
     if locked is None:

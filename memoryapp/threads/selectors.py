@@ -112,18 +112,11 @@ def path_after(*, thread: Thread, leaf_id: str, after_seq: int, limit: int) -> l
     and forks keep that order), so the walk up from the leaf stops at the first entry at or below
     `after_seq` and reads only the part of the branch after it.
     """
-    columns = ", ".join(f"e.{c}" for c in _PATH_COLUMNS)
-    sql = f"""
-        WITH RECURSIVE branch(id, parent_id) AS (
-            SELECT id, parent_id FROM memoryapp_entry
-             WHERE id = %(start)s AND thread_id = %(thread)s AND seq > %(after)s
-            UNION ALL
-            SELECT p.id, p.parent_id FROM memoryapp_entry p JOIN branch b ON p.id = b.parent_id
-             WHERE p.thread_id = %(thread)s AND p.seq > %(after)s
-        )
-        SELECT {columns} FROM branch b JOIN memoryapp_entry e ON e.id = b.id
-        ORDER BY e.seq LIMIT %(limit)s
-    """
+    columns = ", ".join(f"e.{c}" for c in ENTRY_COLUMNS)
+    sql = branch_sql(
+        f"SELECT {columns} FROM branch b JOIN {ENTRY_TABLE} e ON e.id = b.id ORDER BY e.seq LIMIT %(limit)s",
+        above_seq="%(after)s",
+    )
     params = {"start": leaf_id, "thread": thread.pk, "after": after_seq, "limit": limit}
     return list(Entry.objects.raw(sql, params))
 

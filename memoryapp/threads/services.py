@@ -24,7 +24,7 @@ from memoryapp.models.choices import EntryType
 from memoryapp.threads.columns import ENTRY_FORK_COPIED, ENTRY_INSERT_COLUMNS, ENTRY_JSON_COLUMNS, ENTRY_TABLE
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.threads.hooks import after_entries_added
-from memoryapp.threads.selectors import entry_on_branch, thread_for_agent, tool_call_name_on_branch
+from memoryapp.threads.selectors import entry_on_branch, path_entries, thread_for_agent, tool_call_name_on_branch
 from memoryapp.threads.validation import (
     MAX_BATCH_ENTRIES,
     entry_from_spec,
@@ -344,7 +344,6 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
        `metadata.forkOf` naming the original; the copy of `entry_id` is the new leaf.
     4. Append the new id to the origin's `metadata.memoryForks`; audit.
     """
-    from memoryapp.threads.selectors import path_entries
 
     locked = thread_lock(thread)
     if not Entry.objects.filter(thread=locked, id=entry_id).exists():

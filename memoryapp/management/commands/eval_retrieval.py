@@ -30,7 +30,12 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from memory_project.commands import ProjectCommand
+from memoryapp.agents.services import agent_get_or_create
 from memoryapp.models import Agent, Entry, Thread
+from memoryapp.search.embedders import query_cache_clear
+from memoryapp.search.indexing import embed_pending
+from memoryapp.search.retrieval import METHODS, search
+from memoryapp.threads.services import entries_add, thread_create
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 _SESSION = re.compile(r"^session_(\d+)$")
@@ -84,7 +89,6 @@ class Command(ProjectCommand):
         parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from memoryapp.search.retrieval import METHODS
 
         path = Path(options["locomo"])
         if not path.is_file():
@@ -150,9 +154,6 @@ class Command(ProjectCommand):
     # --- 1. index (the conversation only) ---------------------------------------------------
 
     def _index(self, conversation: dict[str, Any]) -> tuple[Agent, Thread, dict[str, str]]:
-        from memoryapp.agents.services import agent_get_or_create
-        from memoryapp.search.indexing import embed_pending
-        from memoryapp.threads.services import entries_add, thread_create
 
         agent, _ = agent_get_or_create(slug=f"eval-{uuid.uuid4().hex[:12]}")
         thread = thread_create(agent=agent, external_id="locomo")
@@ -206,8 +207,6 @@ class Command(ProjectCommand):
         latency: dict[str, list[float]],
         embed_ms: dict[str, list[float]],
     ) -> None:
-        from memoryapp.search.embedders import query_cache_clear
-        from memoryapp.search.retrieval import search
 
         for qa in questions:
             evidence = evidence_ids(qa.get("evidence"))
