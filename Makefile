@@ -1,4 +1,4 @@
-# Two commands: `make run` runs the service, `make test` runs every test (pytest, ruff, mypy).
+# Two commands: `make run` runs the service, `make test` runs every check (ruff, mypy, lint-imports, pytest).
 # `make test-quick` runs the tests not marked slow, browser or fault (pytest only), for quick rounds.
 PYTHON ?= python3
 VENV := .venv
@@ -21,13 +21,14 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	DATABASE_URL=postgres://typecheck@localhost/none REDIS_URL=redis://localhost:1/0 $(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 test-quick: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m "not slow and not browser and not fault"
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && DATABASE_URL=postgres://typecheck@localhost/none REDIS_URL=redis://localhost:1/0 $(VENV)/bin/mypy
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && DATABASE_URL=postgres://typecheck@localhost/none REDIS_URL=redis://localhost:1/0 $(VENV)/bin/mypy && $(VENV)/bin/lint-imports --no-cache
 
 stop: $(STAMP)
 	$(PY) -c "from pathlib import Path; from memory_project import embedded; embedded.postgres_stop(Path('var/pgdata').resolve()); embedded.redis_stop(Path('var').resolve())"
