@@ -190,8 +190,8 @@ def main() -> None:
 
             built = build(0)
             print(
-                line(strategy, timed(args.runs, build)) + f"   ({built['metadata']['included_message_count']} messages,"
-                f" {built['metadata']['recalled_entries']} recalled)"
+                line(strategy, timed(args.runs, build)) + f"   ({built.included_message_count} messages,"
+                f" {len(built.recalled_entries)} recalled)"
             )
 
         print(f"search in the agent's whole scope ({total} entries), limit 10:")

@@ -37,8 +37,8 @@ class SearchInput(StrictSerializer):
 # --- output serializers --------------------------------------------------------------------
 #
 # Declared here, rendered by the search and the context builder themselves (`Hit.as_json`,
-# `context_build`): they are the hot paths the benches measure, and their answers are plain
-# dicts already. tests/test_api_schema.py checks every answer against these declarations.
+# `BuiltContext.as_json`): they are the hot paths the benches measure, and their answers are plain
+# dicts already. tests/api/test_api_schema.py checks every answer against these declarations.
 
 
 class ProblemOut(OutputSerializer):
@@ -227,4 +227,4 @@ class ContextView(APIView):
         thread = thread_for_agent(agent=agent, external_id=thread_id)
         data = validated(ContextInput, request.data)
         built = context_build(agent=agent, thread=thread, request=ContextRequest(**data))
-        return Response(built)
+        return Response(built.as_json())

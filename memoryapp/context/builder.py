@@ -1,21 +1,27 @@
 """The token-budgeted context builder (004 "Context Builder", "Partitions", "Built Context").
 
-`context_build(agent=, thread=, request=)` returns the BuiltContext of one turn as a dict:
+`context_build(agent=, thread=, request=)` returns the `BuiltContext` of one turn (`as_json()` is
+the API's answer). It runs these steps in order, each a function of the build so far (`_Build`):
 
-1. Budget: max_tokens - reserve_tokens. The required partitions (system prompt, pinned, index,
-   the compaction summary, the brief, and the current input, which is counted but not sent) are
-   fitted first; a system prompt larger than the budget is still sent whole, with a warning.
-2. History: the newest part of the branch is read (growing while the budget could take more),
-   through compacted_history, so a compaction's summary and cleared tool results apply.
-3. The shared partitions split what is left (fit_in_order): facts first, then recall, then
-   recent, each no more than its share unless the others leave room.
-4. Strategy: `recent` keeps one unbroken run back from the newest message; `relevant` keeps the
-   turns most similar to the input, in conversation order; `hybrid` keeps a recent run and
-   recalls older turns and memory items by the search selector into the memory context.
+1. Budget (`_build_start`): max_tokens - reserve_tokens. The required partitions (system prompt,
+   pinned, index, the brief, and the current input, which is counted but not sent) are placed
+   first (`_place_required`); a system prompt larger than the budget is still sent whole, with a
+   warning (`_measure_available`).
+2. History (`_read_history`): the newest part of the branch is read (growing while the budget
+   could take more), through compacted_history, so a compaction's summary and cleared tool
+   results apply; the summary is a required partition too (`_place_summary`).
+3. The shared partitions split what is left (`_fit_partitions`, fit_in_order): facts first
+   (`_load_facts`, `_place_facts`), then recall, then recent, each no more than its share unless
+   the others leave room.
+4. Strategy (`_select_history`): `recent` keeps one unbroken run back from the newest message;
+   `relevant` keeps the turns most similar to the input, in conversation order; `hybrid` keeps a
+   recent run and recalls older turns and memory items by the search selector into the memory
+   context (`_recall`), then gives what recall left back to the run (`_give_back_recall_room`).
 5. Duplicates: a fact or recalled block that a kept block of a more lasting partition holds word
-   for word is left out (reason duplicate).
-6. Messages: one system message, the summary, the history (cache breakpoints on its last message
-   and on the last message of the turn before), then the <memory_context> user message.
+   for word is left out (reason duplicate); every block left out is reported with its partition
+   and reason (`_report_dropped_history` for the history).
+6. Messages (`_assemble`): one system message, the summary, the history (cache breakpoints on its
+   last message and on the last message of the turn before), then the <memory_context> user message.
 A part that fails to load is left out and reported in `errors`; build never fails for it.
 """
 
@@ -353,7 +359,7 @@ def _path_chunk(*, thread: Thread, start: str, limit: int) -> list[PathEntry]:
         return [PathEntry(*row) for row in cursor.fetchall()]
 
 
-def _read_history(*, thread: Thread, leaf_id: str | None, want: int, room: int) -> tuple[Any, bool, list[Any]]:
+def _history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int) -> tuple[Any, bool, list[Any]]:
     """The kept history (compacted), whether it starts at the branch's start, and the raw window.
 
     1. Read the newest `want` entries of the branch.
@@ -403,294 +409,452 @@ def _read_history(*, thread: Thread, leaf_id: str | None, want: int, room: int) 
     return history, complete or compaction is not None, window
 
 
-def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> dict[str, Any]:
-    """Build the context of one turn (see the module's steps)."""
+@dataclass(slots=True)
+class BuiltContext:
+    """The context of one turn (004 "Built Context"): the messages for the next model call, and
+    what went into them. `as_json` is the API's answer (memoryapp.api.search.ContextOut)."""
 
-    strategy = request.strategy
-    shares = partition_shares(strategy, request.partitions)
-    max_tokens = request.max_tokens
+    messages: list[dict[str, Any]]
+    memory_context: str | None
+    partitions: dict[str, int]  # tokens each partition took, in the order they were placed
+    facts: list[dict[str, Any]]
+    recalled_entries: list[dict[str, Any]]
+    recalled_items: list[dict[str, Any]]
+    truncated: bool  # some of the history was left out
+    dropped_entries: list[dict[str, Any]]
+    dropped_blocks: list[DroppedBlock]
+    errors: list[dict[str, str]]
+    warnings: list[str]
+    strategy: str
+    budget: int
+    reserve_tokens: int
+    original_message_count: int
+    included_message_count: int
+
+    @property
+    def token_count(self) -> int:
+        # The current input is counted against the budget (`final`) but is not in the messages.
+        return sum(tokens for name, tokens in self.partitions.items() if name != "final")
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "messages": self.messages,
+            "memory_context": self.memory_context,
+            "partitions": self.partitions,
+            "facts": self.facts,
+            "recalled": {"entries": self.recalled_entries, "items": self.recalled_items},
+            "token_count": self.token_count,
+            "truncated": self.truncated,
+            "dropped": {
+                "entries": self.dropped_entries,
+                "blocks": [b.as_json() for b in self.dropped_blocks],
+                "token_count": sum(b.tokens for b in self.dropped_blocks),
+            },
+            "errors": self.errors,
+            "warnings": self.warnings,
+            "metadata": {
+                "strategy": self.strategy,
+                "budget": self.budget,
+                "reserve_tokens": self.reserve_tokens,
+                "original_message_count": self.original_message_count,
+                "included_message_count": self.included_message_count,
+                "facts_included": len(self.facts),
+                "semantic_results_included": len(self.recalled_entries) + len(self.recalled_items),
+                "recalled_entries": len(self.recalled_entries),
+                "recalled_items": len(self.recalled_items),
+            },
+        }
+
+
+@dataclass(slots=True)
+class _Build:
+    """What one build has found and decided so far, handed from step to step (`context_build`)."""
+
+    agent: Agent
+    thread: Thread
+    request: ContextRequest
+    shares: dict[str, float]
+    budget: int
+    reserve: int
+    recall_wanted: bool  # hybrid, with an input to recall by
+    partitions: dict[str, int] = field(default_factory=dict)
+    memory: _MemoryBlock = field(default_factory=_MemoryBlock)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    dropped_blocks: list[DroppedBlock] = field(default_factory=list)
+    dropped_entries: list[dict[str, Any]] = field(default_factory=list)
+    system_parts: list[tuple[str, str]] = field(default_factory=list)  # (partition, text)
+    # The history read: compacted, and whether it starts at the branch's start.
+    history_entries: list[Entry] = field(default_factory=list)
+    complete: bool = True
+    summary: str | None = None
+    summary_text: str = ""
+    compaction_id: str | None = None
+    available: int = 0  # what the required partitions leave for facts, recall and recent
+    lasting: list[str] = field(default_factory=list)  # words of the kept texts a later block may repeat
+    fact_lines: list[tuple[str, str, int]] = field(default_factory=list)  # (item id, line, tokens)
+    room: dict[str, int] = field(default_factory=dict)  # of each shared partition
+    kept_fact_lines: list[str] = field(default_factory=list)
+    facts_sent: list[dict[str, Any]] = field(default_factory=list)
+    spare_from_facts: int = 0
+    units: list[_Unit] = field(default_factory=list)
+    recent_room: int = 0
+    selected: list[_Unit] = field(default_factory=list)
+    notes: dict[str, int] = field(default_factory=dict)  # entry id -> tokens of a result sent as a note
+    not_selected: set[str] = field(default_factory=set)
+    history_cost: int = 0
+    recall_room: int = 0
+    memory_before_recall: tuple[bool, set[str]] = field(default_factory=lambda: (False, set()))
+    recall_blocks: list[tuple[str, str, str]] = field(default_factory=list)  # (section, line, source id)
+    recall_used: int = 0
+    recalled_entries: list[dict[str, Any]] = field(default_factory=list)
+    recalled_items: list[dict[str, Any]] = field(default_factory=list)
+
+
+def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> BuiltContext:
+    """Build the context of one turn: the module's steps, in order, each a function of the build."""
+    build = _build_start(agent=agent, thread=thread, request=request)
+    _place_required(build)
+    _read_history(build)
+    _place_summary(build)
+    _measure_available(build)
+    _load_facts(build)
+    _fit_partitions(build)
+    _place_facts(build)
+    _select_history(build)
+    if build.recall_wanted:
+        _recall(build)
+        _give_back_recall_room(build)
+    _charge_recall_and_recent(build)
+    _report_dropped_history(build)
+    built = _assemble(build)
+    _count_retrievals(build)
+    return built
+
+
+def _build_start(*, agent: Agent, thread: Thread, request: ContextRequest) -> _Build:
+    """The budget: max_tokens less the reserve (partition shares checked first: a 400 before any read)."""
+    shares = partition_shares(request.strategy, request.partitions)
     reserve = request.reserve_tokens
     if reserve is None:
         # 004: 10% of the budget, at least 100; half of a budget too small to keep anything after that.
-        reserve = max(100, math.ceil(max_tokens * 0.1))
-        if reserve >= max_tokens:
-            reserve = max_tokens // 2
-    budget = max_tokens - reserve
-    errors: list[dict[str, str]] = []
-    warnings: list[str] = []
-    dropped_blocks: list[DroppedBlock] = []
-    dropped_entries: list[dict[str, Any]] = []
-    partitions: dict[str, int] = {}
-    memory = _MemoryBlock()
+        reserve = max(100, math.ceil(request.max_tokens * 0.1))
+        if reserve >= request.max_tokens:
+            reserve = request.max_tokens // 2
+    return _Build(
+        agent=agent,
+        thread=thread,
+        request=request,
+        shares=shares,
+        budget=request.max_tokens - reserve,
+        reserve=reserve,
+        recall_wanted=request.strategy == "hybrid" and bool(request.current_input.strip()),
+    )
 
-    # 1. Required partitions.
-    system_parts: list[tuple[str, str]] = []
+
+def _place_required(build: _Build) -> None:
+    """Step 1: the required partitions known before reading: system prompt, pinned, index (one
+    system message), the current input (counted, not sent), the brief (opens the memory block)."""
+    request, partitions = build.request, build.partitions
+    parts = build.system_parts
     if request.system_prompt:
-        system_parts.append(("system", request.system_prompt))
-    system_parts += [("pinned", text) for text in request.pinned if text]
+        parts.append(("system", request.system_prompt))
+    parts += [("pinned", text) for text in request.pinned if text]
     if request.index:
-        system_parts.append(("index", request.index))
-    for position, (name, text) in enumerate(system_parts):
+        parts.append(("index", request.index))
+    for position, (name, text) in enumerate(parts):
         cost = count_tokens(text) + MESSAGE_OVERHEAD if position == 0 else count_tokens("\n\n" + text)
         partitions[name] = partitions.get(name, 0) + cost
     if request.current_input:
         partitions["final"] = count_message_tokens(request.current_input)
     if request.brief:
-        partitions["brief"] = memory.line_cost(None, request.brief)
-        memory.take(None)
+        partitions["brief"] = build.memory.line_cost(None, request.brief)
+        build.memory.take(None)
 
-    # 2. History (needs the summary, a required partition, before the rest is split).
-    required_so_far = sum(partitions.values())
-    history_room_estimate = max(0, budget - required_so_far)
+
+def _read_history(build: _Build) -> None:
+    """Step 2: the newest part of the branch, compacted; it holds the summary, a required partition
+    the rest is split after. A store failure leaves the history out, reported."""
+    room = max(0, build.budget - sum(build.partitions.values()))
     # A first guess of how many entries the budget can take (about 16 tokens a short message);
     # the reader grows the window from what it finds.
-    want = FIRST_WINDOW if strategy != "relevant" else RELEVANT_CANDIDATES
-    want = max(want, min(MAX_WINDOW, history_room_estimate // 16))
-    history_entries: list[Entry] = []
-    summary: str | None = None
-    compaction_id: str | None = None
-    complete = True
+    want = FIRST_WINDOW if build.request.strategy != "relevant" else RELEVANT_CANDIDATES
+    want = max(want, min(MAX_WINDOW, room // 16))
     try:
-        compacted, complete, _ = _read_history(
-            thread=thread, leaf_id=request.leaf_id, want=want, room=history_room_estimate
+        compacted, complete, _ = _history_window(
+            thread=build.thread, leaf_id=build.request.leaf_id, want=want, room=room
         )
-        history_entries = compacted.entries
-        summary, compaction_id = compacted.summary, compacted.compaction_id
     except DomainError:
         raise
-    except Exception as exc:  # a store failure leaves the history out, reported
+    except Exception as exc:
         logger.exception("context history failed")
-        errors.append({"source": "history", "message": str(exc)})
-    summary_text = ""
+        build.errors.append({"source": "history", "message": str(exc)})
+        return
+    build.history_entries, build.complete = compacted.entries, complete
+    build.summary, build.compaction_id = compacted.summary, compacted.compaction_id
+
+
+def _place_summary(build: _Build) -> None:
+    """The compaction's summary, under its heading, as a required partition."""
+    summary = build.summary
     if summary:
-        summary_text = summary if summary.startswith(SUMMARY_HEADING) else f"{SUMMARY_HEADING}\n{summary}"
-        partitions["summaries"] = count_message_tokens(summary_text)
+        build.summary_text = summary if summary.startswith(SUMMARY_HEADING) else f"{SUMMARY_HEADING}\n{summary}"
+        build.partitions["summaries"] = count_message_tokens(build.summary_text)
 
-    required = sum(partitions.values())
-    system_cost = partitions.get("system", 0)
-    if system_cost > budget:
-        warnings.append(
-            f"the system prompt ({system_cost} tokens) is larger than the budget ({budget} tokens): sent whole"
+
+def _measure_available(build: _Build) -> None:
+    """What the required partitions leave for the shared ones (a warning when they do not fit), and
+    the texts of the required partitions a shared block may repeat (then left out as a duplicate)."""
+    required = sum(build.partitions.values())
+    system_cost = build.partitions.get("system", 0)
+    if system_cost > build.budget:
+        build.warnings.append(
+            f"the system prompt ({system_cost} tokens) is larger than the budget ({build.budget} tokens): sent whole"
         )
-    elif required > budget:
-        warnings.append(f"the required partitions ({required} tokens) are larger than the budget ({budget} tokens)")
-    available = max(0, budget - required)
+    elif required > build.budget:
+        build.warnings.append(
+            f"the required partitions ({required} tokens) are larger than the budget ({build.budget} tokens)"
+        )
+    build.available = max(0, build.budget - required)
+    build.lasting = [words_of(text) for _, text in build.system_parts]
+    if build.summary_text:
+        build.lasting.append(words_of(build.summary_text))
+    if build.request.brief:
+        build.lasting.append(words_of(build.request.brief))
 
-    # Texts of the more lasting partitions, for duplicate removal.
-    lasting: list[str] = [words_of(text) for _, text in system_parts]
-    if summary_text:
-        lasting.append(words_of(summary_text))
-    if request.brief:
-        lasting.append(words_of(request.brief))
 
-    # 3a. Facts.
-    fact_lines: list[tuple[str, str, int]] = []  # (item id, line, tokens)
-    facts_sent: list[dict[str, Any]] = []
-    if request.include_facts:
-        try:
-            facts = context_facts(
-                agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=request.as_of
-            )
-        except Exception as exc:
-            logger.exception("context facts failed")
-            errors.append({"source": "facts", "message": str(exc)})
-            facts = []
-        probe = _MemoryBlock()
-        probe.open, probe.sections = memory.open, set(memory.sections)
-        for fact in facts:
-            line = f"- {fact.text}"
-            if held_in(fact.text, lasting):
-                dropped_blocks.append(DroppedBlock("facts", "duplicate", count_tokens(line + "\n"), fact.item_id))
-                continue
-            cost = probe.line_cost("facts", line)
-            probe.take("facts")
-            fact_lines.append((fact.item_id, line, cost))
-    recall_wanted = strategy == "hybrid" and bool(request.current_input.strip())
+def _load_facts(build: _Build) -> None:
+    """Step 3a: the facts of the thread's scope that are not duplicates, each with what it would cost."""
+    if not build.request.include_facts:
+        return
+    thread, memory = build.thread, build.memory
+    try:
+        facts = context_facts(
+            agent=build.agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=build.request.as_of
+        )
+    except Exception as exc:
+        logger.exception("context facts failed")
+        build.errors.append({"source": "facts", "message": str(exc)})
+        facts = []
+    probe = _MemoryBlock()
+    probe.open, probe.sections = memory.open, set(memory.sections)
+    for fact in facts:
+        line = f"- {fact.text}"
+        if held_in(fact.text, build.lasting):
+            build.dropped_blocks.append(DroppedBlock("facts", "duplicate", count_tokens(line + "\n"), fact.item_id))
+            continue
+        cost = probe.line_cost("facts", line)
+        probe.take("facts")
+        build.fact_lines.append((fact.item_id, line, cost))
+
+
+def _fit_partitions(build: _Build) -> None:
+    """Step 3: the shared partitions split what is left, in fill order (facts, recall, recent)."""
     needs = {
-        "facts": sum(c for _, _, c in fact_lines),
-        "recall": math.floor(shares["recall"] * available) if recall_wanted else 0,
-        "recent": available,
+        "facts": sum(cost for _, _, cost in build.fact_lines),
+        "recall": math.floor(build.shares["recall"] * build.available) if build.recall_wanted else 0,
+        "recent": build.available,
     }
-    room = fit_in_order(available, shares, needs)
-    facts_used = 0
-    kept_fact_lines: list[str] = []
-    for item_id, line, _ in fact_lines:
+    build.room = fit_in_order(build.available, build.shares, needs)
+
+
+def _place_facts(build: _Build) -> None:
+    """The facts that fit their room go into the memory block; the room they leave is recall's."""
+    room, memory = build.room["facts"], build.memory
+    used = 0
+    for item_id, line, _ in build.fact_lines:
         cost = memory.line_cost("facts", line)
-        if facts_used + cost > room["facts"]:
-            reason = "oversized" if cost > room["facts"] else "budget"
-            dropped_blocks.append(DroppedBlock("facts", reason, cost, item_id))
+        if used + cost > room:
+            build.dropped_blocks.append(DroppedBlock("facts", "oversized" if cost > room else "budget", cost, item_id))
             continue
         memory.take("facts")
-        facts_used += cost
-        kept_fact_lines.append(line)
-        facts_sent.append({"id": item_id, "text": line[2:]})
-        lasting.append(words_of(line[2:]))
-    if facts_used:
-        partitions["facts"] = facts_used
-    spare_from_facts = room["facts"] - facts_used
+        used += cost
+        build.kept_fact_lines.append(line)
+        build.facts_sent.append({"id": item_id, "text": line[2:]})
+        build.lasting.append(words_of(line[2:]))
+    if used:
+        build.partitions["facts"] = used
+    build.spare_from_facts = room - used
 
-    # 3b. History by strategy.
-    units = _units(history_entries)
-    recent_room = room["recent"]
-    if strategy == "hybrid" and not recall_wanted:
-        recent_room += spare_from_facts
-        spare_from_facts = 0
+
+def _select_history(build: _Build) -> None:
+    """Step 3b and 4: the history the strategy keeps in the room of `recent` (and of recall, when
+    there is no recall)."""
+    strategy = build.request.strategy
+    build.units = _units(build.history_entries)
+    recent_room = build.room["recent"]
+    if strategy == "hybrid" and not build.recall_wanted:
+        recent_room += build.spare_from_facts
+        build.spare_from_facts = 0
     if strategy != "hybrid":
-        recent_room += spare_from_facts + room["recall"]
-    selected: list[_Unit]
-    notes: dict[str, int] = {}
-    not_selected: set[str] = set()
+        recent_room += build.spare_from_facts + build.room["recall"]
+    build.recent_room = recent_room
     if strategy == "relevant":
-        selected, notes, not_selected = _relevant(
-            units=units, room=recent_room, current_input=request.current_input, errors=errors, complete=complete
+        build.selected, build.notes, build.not_selected = _relevant(
+            units=build.units,
+            room=recent_room,
+            current_input=build.request.current_input,
+            errors=build.errors,
+            complete=build.complete,
         )
-        history_cost = sum(_unit_cost(u, notes) for u in selected)
+        build.history_cost = sum(_unit_cost(u, build.notes) for u in build.selected)
     else:
-        run = _recent_run(units, recent_room, complete=complete)
-        selected, notes, history_cost = run.units, run.notes, run.cost
+        run = _recent_run(build.units, recent_room, complete=build.complete)
+        build.selected, build.notes, build.history_cost = run.units, run.notes, run.cost
 
-    # 3c. Recall (hybrid): older turns and items found by the search selector.
-    recalled_entries: list[dict[str, Any]] = []
-    recalled_items: list[dict[str, Any]] = []
-    recall_blocks: list[tuple[str, str, str]] = []  # (section, line, source id)
-    recall_used = 0
-    if recall_wanted:
-        # Recall comes before recent in the fill order: the room the history run could not use
-        # (a short thread) is recall's too; the run gets back whatever recall leaves.
-        recall_room = room["recall"] + spare_from_facts + max(0, recent_room - history_cost)
-        before_recall = (memory.open, set(memory.sections))
-        kept_ids = {e.id for u in selected for e in u.entries}
-        oldest_kept = selected[0].first.seq if selected else None
-        before_seq = oldest_kept if oldest_kept is not None else _after_seq(history_entries)
-        hits, search_errors = _recall_search(
-            agent=agent,
-            thread=thread,
-            text=request.current_input,
-            before_seq=before_seq,
-            # Turns of other branches (left by a rewind or a checkout) are not this conversation's past.
-            exclude_ids=_off_branch(thread, request.leaf_id, before_seq) if thread.branched else (),
-            items=items_for_recall(
-                agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=request.as_of
-            ),
-            as_of=request.as_of,
-        )
-        errors.extend(search_errors)
-        fact_ids = {f["id"] for f in facts_sent}
-        at = request.as_of or timezone.now()
-        for hit in hits:
-            if hit.kind == "item":
-                section, line = "recall_items", _recall_item_line(hit, at)
-            else:
-                section, line = "recall_entries", _recall_entry_line(hit)
-            if hit.id in kept_ids or hit.id in fact_ids or held_in(hit.text, lasting):
-                dropped_blocks.append(DroppedBlock("recall", "duplicate", count_tokens(line + "\n"), hit.id))
-                continue
-            cost = memory.line_cost(section, line)
-            if recall_used + cost > recall_room:
-                reason = "oversized" if cost > recall_room else "budget"
-                dropped_blocks.append(DroppedBlock("recall", reason, cost, hit.id))
-                continue
-            memory.take(section)
-            recall_used += cost
-            recall_blocks.append((section, line, hit.id))
-            if hit.kind == "item":
-                recalled_items.append(
-                    {"id": hit.id, "text": hit.text, "kind": hit.item_kind, "score": round(hit.score, 6)}
-                )
-            else:
-                recalled_entries.append(
-                    {
-                        "id": hit.id,
-                        "seq": hit.seq,
-                        "text": hit.text,
-                        "created_at": hit.created_at.isoformat() if hit.created_at else None,
-                        "sender_name": hit.sender_name,
-                        "role": hit.role,
-                        "score": round(hit.score, 6),
-                        "channels": hit.channels,
-                    }
-                )
-        # What recall left goes to the history: the run goes further back.
-        extra = recall_room - recall_used
-        if extra > 0 and units:
-            run = _recent_run(units, history_cost + extra, complete=complete)
-            selected, notes, history_cost = run.units, run.notes, run.cost
-            now_kept = {e.id for u in selected for e in u.entries}
-            moved = [r for r in recalled_entries if r["id"] in now_kept]
-            if moved:
-                # Now in the history itself: the recalled copy is a duplicate (its room is freed).
-                moved_ids = {r["id"] for r in moved}
-                recalled_entries = [r for r in recalled_entries if r["id"] not in moved_ids]
-                for _section, line, source_id in recall_blocks:
-                    if source_id in moved_ids:
-                        dropped_blocks.append(DroppedBlock("recall", "duplicate", count_tokens(line + "\n"), source_id))
-                recall_blocks = [b for b in recall_blocks if b[2] not in moved_ids]
-                recall_used = _recall_cost(before_recall, recall_blocks)
-        if recall_used:
-            partitions["recall"] = recall_used
-    if history_cost:
-        partitions["recent"] = history_cost
 
-    # Dropped history: what the loaded window had and the strategy left out.
-    kept_ids = {e.id for u in selected for e in u.entries}
-    for unit in units:
+def _recall(build: _Build) -> None:
+    """Step 3c (hybrid): older turns of the branch and memory items found by the search selector,
+    as memory block lines; a duplicate of a kept block or one past the room is left out."""
+    agent, thread, request, memory = build.agent, build.thread, build.request, build.memory
+    # Recall comes before recent in the fill order: the room the history run could not use (a short
+    # thread) is recall's too; the run gets back whatever recall leaves (`_give_back_recall_room`).
+    recall_room = build.room["recall"] + build.spare_from_facts + max(0, build.recent_room - build.history_cost)
+    build.recall_room = recall_room
+    build.memory_before_recall = (memory.open, set(memory.sections))
+    kept_ids = {e.id for u in build.selected for e in u.entries}
+    oldest_kept = build.selected[0].first.seq if build.selected else None
+    before_seq = oldest_kept if oldest_kept is not None else _after_seq(build.history_entries)
+    hits, search_errors = _recall_search(
+        agent=agent,
+        thread=thread,
+        text=request.current_input,
+        before_seq=before_seq,
+        # Turns of other branches (left by a rewind or a checkout) are not this conversation's past.
+        exclude_ids=_off_branch(thread, request.leaf_id, before_seq) if thread.branched else (),
+        items=items_for_recall(agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=request.as_of),
+        as_of=request.as_of,
+    )
+    build.errors.extend(search_errors)
+    fact_ids = {f["id"] for f in build.facts_sent}
+    at = request.as_of or timezone.now()
+    used = 0
+    for hit in hits:
+        if hit.kind == "item":
+            section, line = "recall_items", _recall_item_line(hit, at)
+        else:
+            section, line = "recall_entries", _recall_entry_line(hit)
+        if hit.id in kept_ids or hit.id in fact_ids or held_in(hit.text, build.lasting):
+            build.dropped_blocks.append(DroppedBlock("recall", "duplicate", count_tokens(line + "\n"), hit.id))
+            continue
+        cost = memory.line_cost(section, line)
+        if used + cost > recall_room:
+            reason = "oversized" if cost > recall_room else "budget"
+            build.dropped_blocks.append(DroppedBlock("recall", reason, cost, hit.id))
+            continue
+        memory.take(section)
+        used += cost
+        build.recall_blocks.append((section, line, hit.id))
+        if hit.kind == "item":
+            build.recalled_items.append(
+                {"id": hit.id, "text": hit.text, "kind": hit.item_kind, "score": round(hit.score, 6)}
+            )
+        else:
+            build.recalled_entries.append(
+                {
+                    "id": hit.id,
+                    "seq": hit.seq,
+                    "text": hit.text,
+                    "created_at": hit.created_at.isoformat() if hit.created_at else None,
+                    "sender_name": hit.sender_name,
+                    "role": hit.role,
+                    "score": round(hit.score, 6),
+                    "channels": hit.channels,
+                }
+            )
+    build.recall_used = used
+
+
+def _give_back_recall_room(build: _Build) -> None:
+    """What recall left goes to the history: the run goes further back. A recalled turn the longer
+    run now holds is a duplicate of it (its line and its room are freed)."""
+    extra = build.recall_room - build.recall_used
+    if extra <= 0 or not build.units:
+        return
+    run = _recent_run(build.units, build.history_cost + extra, complete=build.complete)
+    build.selected, build.notes, build.history_cost = run.units, run.notes, run.cost
+    now_kept = {e.id for u in build.selected for e in u.entries}
+    moved_ids = {r["id"] for r in build.recalled_entries if r["id"] in now_kept}
+    if not moved_ids:
+        return
+    build.recalled_entries = [r for r in build.recalled_entries if r["id"] not in moved_ids]
+    for _section, line, source_id in build.recall_blocks:
+        if source_id in moved_ids:
+            build.dropped_blocks.append(DroppedBlock("recall", "duplicate", count_tokens(line + "\n"), source_id))
+    build.recall_blocks = [b for b in build.recall_blocks if b[2] not in moved_ids]
+    build.recall_used = _recall_cost(build.memory_before_recall, build.recall_blocks)
+
+
+def _charge_recall_and_recent(build: _Build) -> None:
+    """The tokens recall and the history took, once recall gave back what it left."""
+    if build.recall_used:
+        build.partitions["recall"] = build.recall_used
+    if build.history_cost:
+        build.partitions["recent"] = build.history_cost
+
+
+def _report_dropped_history(build: _Build) -> None:
+    """Step 5 for the history: what the loaded window had and the strategy left out (an entry sent
+    as a recalled line is not dropped; a tool result sent as a short note is, as oversized)."""
+    kept_ids = {e.id for u in build.selected for e in u.entries}
+    recalled_ids = {r["id"] for r in build.recalled_entries}
+    notes, not_selected = build.notes, build.not_selected
+    for unit in build.units:
         for entry, tokens in zip(unit.entries, unit.tokens, strict=True):
             if entry.id in kept_ids:
                 if entry.id in notes:
-                    dropped_blocks.append(DroppedBlock("recent", "oversized", tokens, entry.id))
+                    build.dropped_blocks.append(DroppedBlock("recent", "oversized", tokens, entry.id))
                 continue
-            if any(r["id"] == entry.id for r in recalled_entries):
+            if entry.id in recalled_ids:
                 continue
             reason = "not-selected" if entry.id in not_selected else "budget"
-            dropped_blocks.append(DroppedBlock("recent", reason, tokens, entry.id))
-            dropped_entries.append(_entry_ref(entry, tokens))
+            build.dropped_blocks.append(DroppedBlock("recent", reason, tokens, entry.id))
+            build.dropped_entries.append(_entry_ref(entry, tokens))
 
-    # 6. Messages.
+
+def _assemble(build: _Build) -> BuiltContext:
+    """Step 6: one system message, the summary, the history (cache breakpoints on its last message
+    and on the last message of the turn before), then the <memory_context> user message."""
     messages: list[dict[str, Any]] = []
-    if system_parts:
-        messages.append({"role": "system", "content": "\n\n".join(text for _, text in system_parts)})
-    if summary_text:
-        messages.append({"role": "user", "content": summary_text, "compaction_id": compaction_id})
+    if build.system_parts:
+        messages.append({"role": "system", "content": "\n\n".join(text for _, text in build.system_parts)})
+    if build.summary_text:
+        messages.append({"role": "user", "content": build.summary_text, "compaction_id": build.compaction_id})
+    notes = build.notes
     history_messages = [
-        _history_message(e, notes.get(e.id) if e.id in notes else None) for u in selected for e in u.entries
+        _history_message(e, notes.get(e.id) if e.id in notes else None) for u in build.selected for e in u.entries
     ]
     _mark_turn_ends(history_messages)
     messages += history_messages
-    memory_context = _memory_text(request.brief, kept_fact_lines, [(b[0], b[1]) for b in recall_blocks])
+    memory_context = _memory_text(
+        build.request.brief, build.kept_fact_lines, [(b[0], b[1]) for b in build.recall_blocks]
+    )
     if memory_context:
         messages.append({"role": "user", "content": memory_context})
+    history, complete = build.history_entries, build.complete
+    return BuiltContext(
+        messages=messages,
+        memory_context=memory_context or None,
+        partitions=build.partitions,
+        facts=build.facts_sent,
+        recalled_entries=build.recalled_entries,
+        recalled_items=build.recalled_items,
+        truncated=bool(build.dropped_entries) or not complete,
+        dropped_entries=build.dropped_entries,
+        dropped_blocks=build.dropped_blocks,
+        errors=build.errors,
+        warnings=build.warnings,
+        strategy=build.request.strategy,
+        budget=build.budget,
+        reserve_tokens=build.reserve,
+        original_message_count=len(history) if complete else _history_count(history),
+        included_message_count=len(history_messages),
+    )
 
-    truncated = bool(dropped_entries) or not complete
-    token_count = sum(v for k, v in partitions.items() if k != "final")
-    _note_retrieved([f["id"] for f in facts_sent] + [i["id"] for i in recalled_items])
-    original = len(history_entries) if complete else _history_count(history_entries)
-    return {
-        "messages": messages,
-        "memory_context": memory_context or None,
-        "partitions": partitions,
-        "facts": facts_sent,
-        "recalled": {"entries": recalled_entries, "items": recalled_items},
-        "token_count": token_count,
-        "truncated": truncated,
-        "dropped": {
-            "entries": dropped_entries,
-            "blocks": [b.as_json() for b in dropped_blocks],
-            "token_count": sum(b.tokens for b in dropped_blocks),
-        },
-        "errors": errors,
-        "warnings": warnings,
-        "metadata": {
-            "strategy": strategy,
-            "budget": budget,
-            "reserve_tokens": reserve,
-            "original_message_count": original,
-            "included_message_count": len(history_messages),
-            "facts_included": len(facts_sent),
-            "semantic_results_included": len(recalled_entries) + len(recalled_items),
-            "recalled_entries": len(recalled_entries),
-            "recalled_items": len(recalled_items),
-        },
-    }
+
+def _count_retrievals(build: _Build) -> None:
+    """The facts and items sent are counted as retrieved (best effort)."""
+    _note_retrieved([f["id"] for f in build.facts_sent] + [i["id"] for i in build.recalled_items])
 
 
 def _after_seq(entries: list[Entry]) -> int | None:

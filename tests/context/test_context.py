@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -450,6 +451,28 @@ def test_recall_takes_the_room_a_short_history_leaves(alice: Any) -> None:
     assert not [b for b in built["dropped"]["blocks"] if b["partition"] == "recall" and b["reason"] == "budget"]
     assert len(_history(built)) == 2
     _budget_kept(built, 2000, 0)
+
+
+def test_the_api_answers_the_built_context_field_for_field(alice: Any) -> None:
+    """The builder returns a BuiltContext; the API's answer is its `as_json`, nothing added or lost."""
+    thread = ThreadFactory(agent=alice.agent, turns=OLD_TURNS + _turns(60))
+    embedded(alice.agent)
+    MemoryItemFactory(agent=alice.agent, subject="Marta", attribute="job", value="nurse in Lisbon", user_id="")
+    body: dict[str, Any] = {
+        "strategy": "hybrid",
+        "max_tokens": 1200,
+        "reserve_tokens": 0,
+        "current_input": "Where does my sister Marta live?",
+        "brief": "About Marta.",
+    }
+
+    answered = build_context(alice, **body)
+    built = builder.context_build(agent=alice.agent, thread=thread, request=builder.ContextRequest(**body))
+
+    assert answered == json.loads(json.dumps(built.as_json()))
+    # Every part of the answer has something in it, so none can go missing unseen.
+    assert built.facts and built.recalled_entries and built.dropped_entries and built.memory_context
+    assert answered["token_count"] == built.token_count > 0
 
 
 def test_a_recalled_turn_never_repeats_the_kept_history(alice: Any) -> None:
