@@ -13,6 +13,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from governance import locks
 from governance.audit import audit_append
 from governance.jobs import (
     broker_breaker_reset,
@@ -599,14 +600,12 @@ def test_a_second_message_of_a_run_a_live_process_holds_does_not_run_it(other_pr
 def _release_soon(session, run: JobRun) -> threading.Thread:
     """Free `session`'s lock on the run in a moment, from another thread (as PostgreSQL frees a
     killed worker's lock once it notices its connection closed)."""
-    from governance.jobs import RUN_LOCK_CLASS
-
     session.inc_thread_sharing()
 
     def release() -> None:
         time.sleep(1.0)
         with session.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [RUN_LOCK_CLASS, run.pk % 2**31])
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", list(locks.pair(locks.JOB_RUN, run.pk)))
 
     releasing = threading.Thread(target=release)
     releasing.start()
