@@ -794,6 +794,27 @@ SCHEDULES: tuple[Schedule, ...] = (
         period="minutes",
         description="Sends the embedding job of every agent with entries or items that have no vector yet.",
     ),
+    Schedule(
+        name="Consolidation: mark repeated and contradicted items stale",
+        task="memoryapp.tasks.consolidation_dedupe_tick",
+        every=1,
+        period="hours",
+        description="Sends each agent's dedupe pass (one job run per agent; caps CONSOLIDATION_MAX_*; needs a model).",
+    ),
+    Schedule(
+        name="Consolidation: fold lessons into the playbook",
+        task="memoryapp.tasks.consolidation_fold_tick",
+        every=1,
+        period="hours",
+        description="Sends each agent's fold of new lessons into its playbooks, or their drafts in playbook shadow mode.",
+    ),
+    Schedule(
+        name="Consolidation: refresh observations",
+        task="memoryapp.tasks.consolidation_observations_tick",
+        every=30,
+        period="minutes",
+        description="Sends each agent's refresh of the observations whose facts changed (OBSERVATIONS_*; needs a model).",
+    ),
 )
 
 

@@ -23,6 +23,12 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_thread",
         "memoryapp.view_entry",
         "memoryapp.view_agent",
+        # Between runs: promote or discard playbook drafts, take back a dedupe pass's stale marks.
+        "memoryapp.view_playbookdraft",
+        "memoryapp.promote_playbook",
+        "memoryapp.view_staleitem",
+        "memoryapp.undo_stale",
+        "memoryapp.view_entityoverview",
     ),
     # Find what memory holds about a person and take it away (delete, redact, let items go), and prove it.
     "Privacy officers": (

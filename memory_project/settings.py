@@ -182,6 +182,13 @@ LLM_PRICE_INPUT_PER_MTOK = env_float("LLM_PRICE_INPUT_PER_MTOK", 0.0, minimum=0.
 LLM_PRICE_OUTPUT_PER_MTOK = env_float("LLM_PRICE_OUTPUT_PER_MTOK", 0.0, minimum=0.0)
 # Entries arriving within this many seconds of the first join one extraction run.
 EXTRACTION_DEBOUNCE_SECONDS = env_float("EXTRACTION_DEBOUNCE_SECONDS", 30.0, minimum=0.0, maximum=86400.0)
+# Consolidation between runs (memoryapp.consolidation): the caps of one scheduled pass. A pass that
+# reaches a cap stops where it is and the next run goes on from there.
+CONSOLIDATION_MAX_SCOPES = env_int("CONSOLIDATION_MAX_SCOPES", 20, minimum=1, maximum=10_000)
+CONSOLIDATION_MAX_CHANGES = env_int("CONSOLIDATION_MAX_CHANGES", 10, minimum=1, maximum=10_000)
+CONSOLIDATION_MAX_SUBJECTS = env_int("CONSOLIDATION_MAX_SUBJECTS", 10, minimum=1, maximum=1_000)
+OBSERVATIONS_MAX_ENTITIES = env_int("OBSERVATIONS_MAX_ENTITIES", 3, minimum=1, maximum=1_000)
+OBSERVATIONS_MIN_ITEMS = env_int("OBSERVATIONS_MIN_ITEMS", 3, minimum=1, maximum=1_000)
 
 # --- Audit ---------------------------------------------------------------------------------------
 

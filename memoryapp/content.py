@@ -3,9 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 REDACTED_TEXT = "[redacted]"
+_WORDS = re.compile(r"\w+", re.UNICODE)
+
+
+def words_of(text: str) -> str:
+    """The text as its words, lower-cased, one space apart: what "word for word" compares."""
+    return " ".join(_WORDS.findall(text.lower()))
 
 
 def content_text(content: Any) -> str:

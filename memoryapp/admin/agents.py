@@ -4,6 +4,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import NoReverseMatch, reverse
@@ -17,6 +18,7 @@ from memoryapp.agents.services import (
     agent_key_trust_set,
     agent_shadow_mode_set,
 )
+from memoryapp.consolidation.fold import playbook_shadow_mode_set
 from memoryapp.models import Agent, AgentKey, MemoryItem, Thread
 from memoryapp.models.choices import ItemStatus
 
@@ -62,8 +64,8 @@ def _link(name: str, label: str, query: str = "") -> str | None:
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ("slug", "name", "active", "shadow_mode", "created_at")
-    list_filter = ("active", "shadow_mode")
+    list_display = ("slug", "name", "active", "shadow_mode", "playbook_shadow_mode", "created_at")
+    list_filter = ("active", "shadow_mode", "playbook_shadow_mode")
     search_fields = ("slug", "name")
     inlines = [AgentKeyInline]
     actions = ["create_key"]
@@ -72,8 +74,9 @@ class AgentAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
         # Shadow mode off lets extracted items skip review: only TRUST_PERMISSION changes it
         # (a new agent starts in shadow mode).
+        # Playbook shadow mode off lets folded lessons reach the playbook every run reads unreviewed.
         fields = list(super().get_readonly_fields(request, obj))
-        return fields if _may_set_trust(request) else [*fields, "shadow_mode"]
+        return fields if _may_set_trust(request) else [*fields, "shadow_mode", "playbook_shadow_mode"]
 
     @admin.display(description="its memory")
     def memory_links(self, obj: Agent) -> SafeString:
@@ -96,20 +99,22 @@ class AgentAdmin(admin.ModelAdmin):
         return format_html_join(" · ", "{}", ((link,) for link in links if link))
 
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
-        shadow_mode = obj.shadow_mode
-        shadow_changed = "shadow_mode" in form.changed_data
-        if shadow_changed and not _may_set_trust(request):
+        wanted = {name: getattr(obj, name) for name in ("shadow_mode", "playbook_shadow_mode")}
+        changed = [name for name in wanted if name in form.changed_data]
+        if changed and not _may_set_trust(request):
             raise PermissionDenied
-        if shadow_changed:
-            # Written by the service below (audited), not by the form.
-            obj.shadow_mode = (
-                Agent.objects.values_list("shadow_mode", flat=True).get(pk=obj.pk)
-                if change
-                else Agent._meta.get_field("shadow_mode").get_default()
+        for name in changed:
+            # Written by the services below (audited), not by the form.
+            field = Agent._meta.get_field(name)
+            assert isinstance(field, models.Field)
+            setattr(
+                obj, name, Agent.objects.values_list(name, flat=True).get(pk=obj.pk) if change else field.get_default()
             )
         super().save_model(request, obj, form, change)
-        if shadow_changed:
-            agent_shadow_mode_set(agent=obj, shadow_mode=shadow_mode, actor=_actor(request))
+        if "shadow_mode" in changed:
+            agent_shadow_mode_set(agent=obj, shadow_mode=wanted["shadow_mode"], actor=_actor(request))
+        if "playbook_shadow_mode" in changed:
+            playbook_shadow_mode_set(agent=obj, on=wanted["playbook_shadow_mode"], actor=_actor(request))
         if change:
             return
         if not self.has_mint_permission(request):

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
 from memoryapp.api.base import IsoDateTimeField, OutputSerializer, StrictSerializer, validated
+from memoryapp.consolidation.brief import CARD_KINDS, MAX_BRIEF_CARDS
 from memoryapp.context.builder import MAX_TOKENS_LIMIT, STRATEGIES, ContextRequest, context_build
 from memoryapp.models.choices import Role
 from memoryapp.search.retrieval import KINDS, METHODS, search
@@ -92,6 +93,21 @@ class ContextFactOut(OutputSerializer):
     text = serializers.CharField()
 
 
+class ContextObservationOut(OutputSerializer):
+    entity_id = serializers.CharField()
+    name = serializers.CharField()
+    path = serializers.CharField(help_text="The observation's memory file under /memories/observations/.")
+
+
+class BriefCardOut(OutputSerializer):
+    kind = serializers.ChoiceField(choices=CARD_KINDS)
+    text = serializers.CharField()
+    quote = serializers.CharField(help_text="Three words or more its source holds, word for word.")
+    source = serializers.CharField(  # type: ignore[assignment]
+        help_text="item:<id> or turn:<entry id>."
+    )
+
+
 class RecalledEntryOut(OutputSerializer):
     id = serializers.CharField()
     seq = serializers.IntegerField()
@@ -155,6 +171,10 @@ class ContextOut(OutputSerializer):
     memory_context = serializers.CharField(allow_null=True, help_text="The <memory_context> block (null: none).")
     partitions = serializers.DictField(child=serializers.IntegerField(), help_text="Tokens used by each partition.")
     facts = ContextFactOut(many=True)
+    observations = ContextObservationOut(
+        many=True, help_text="Observations of the entities the input names or recall found, next to the facts."
+    )
+    brief_cards = BriefCardOut(many=True, help_text="The pre-turn brief's cards (brief_cards asked), in the brief.")
     recalled = RecalledOut()
     token_count = serializers.IntegerField()
     truncated = serializers.BooleanField(help_text="Some of the history was left out.")
@@ -212,6 +232,20 @@ class ContextInput(StrictSerializer):
     as_of = serializers.DateTimeField(required=False, allow_null=True)
     include_facts = serializers.BooleanField(required=False, default=True)
     partitions = PartitionsField(required=False, allow_empty=True)
+    brief_cards = serializers.IntegerField(
+        required=False,
+        default=0,
+        min_value=0,
+        max_value=MAX_BRIEF_CARDS,
+        help_text="Ask for the pre-turn brief: up to this many cards (0: none) about what memory finds for "
+        "current_input, each quoting its source, in the brief partition. Needs a language model.",
+    )
+    include_observations = serializers.BooleanField(
+        required=False, default=True, help_text="Observations of the entities the turn names or recalls."
+    )
+    file_index = serializers.BooleanField(
+        required=False, default=False, help_text="List the memory files the thread's scope sees in the index."
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         reserve = attrs.get("reserve_tokens")

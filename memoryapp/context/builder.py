@@ -41,6 +41,9 @@ from django.db import connection
 from django.utils import timezone
 
 from memoryapp.compaction.history import HISTORY_AND_COMPACTION, SUMMARY_HEADING, compacted_history
+from memoryapp.consolidation.brief import BriefCard, brief_block, memory_brief
+from memoryapp.consolidation.observations import Observation, observations_seen
+from memoryapp.consolidation.prompts import BriefSource
 from memoryapp.content import content_text
 from memoryapp.context.partitions import (
     DroppedBlock,
@@ -50,8 +53,12 @@ from memoryapp.context.partitions import (
     words_of,
 )
 from memoryapp.errors import DomainError
+from memoryapp.files.access import FileAccess
+from memoryapp.files.services import files_index_text
+from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import context_facts, items_for_recall
 from memoryapp.items.services import note_retrieved
+from memoryapp.llm.model import ModelError
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import EntryType, Role
 from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
@@ -76,7 +83,17 @@ FIRST_WINDOW = 64
 MAX_WINDOW = 20_000
 MEMORY_OPEN = "<memory_context>"
 MEMORY_CLOSE = "</memory_context>"
-HEADERS = {"facts": "Known facts:", "recall_entries": "Earlier in this conversation:", "recall_items": "From memory:"}
+HEADERS = {
+    "facts": "Known facts:",
+    "observations": "Observations:",
+    "recall_entries": "Earlier in this conversation:",
+    "recall_items": "From memory:",
+}
+# Observations of the entities a turn names or recalls, at most (004 "Observations").
+MAX_OBSERVATIONS = 3
+# What memory found for a turn that the brief's model is shown, at most.
+BRIEF_SOURCES = 8
+FILE_INDEX_HEADING = "Memory files (read them with the memory tool):"
 
 
 @dataclass
@@ -93,6 +110,12 @@ class ContextRequest:
     as_of: datetime | None = None
     include_facts: bool = True
     partitions: dict[str, Any] | None = None
+    # The pre-turn brief: up to this many checked cards about what memory found (0: none asked).
+    brief_cards: int = 0
+    # Observations of the entities the turn names or recalls, next to the facts.
+    include_observations: bool = True
+    # The memory files the run's scope sees, listed in the index partition (004 files.index).
+    file_index: bool = False
 
 
 @dataclass
@@ -418,6 +441,8 @@ class BuiltContext:
     memory_context: str | None
     partitions: dict[str, int]  # tokens each partition took, in the order they were placed
     facts: list[dict[str, Any]]
+    observations: list[dict[str, Any]]
+    brief_cards: list[BriefCard]
     recalled_entries: list[dict[str, Any]]
     recalled_items: list[dict[str, Any]]
     truncated: bool  # some of the history was left out
@@ -442,6 +467,8 @@ class BuiltContext:
             "memory_context": self.memory_context,
             "partitions": self.partitions,
             "facts": self.facts,
+            "observations": self.observations,
+            "brief_cards": [card.as_json() for card in self.brief_cards],
             "recalled": {"entries": self.recalled_entries, "items": self.recalled_items},
             "token_count": self.token_count,
             "truncated": self.truncated,
@@ -484,6 +511,8 @@ class _Build:
     dropped_blocks: list[DroppedBlock] = field(default_factory=list)
     dropped_entries: list[dict[str, Any]] = field(default_factory=list)
     system_parts: list[tuple[str, str]] = field(default_factory=list)  # (partition, text)
+    brief_text: str = ""  # the brief given, then the checked cards
+    brief_cards: list[BriefCard] = field(default_factory=list)
     # The history read: compacted, and whether it starts at the branch's start.
     history_entries: list[Entry] = field(default_factory=list)
     complete: bool = True
@@ -493,6 +522,13 @@ class _Build:
     available: int = 0  # what the required partitions leave for facts, recall and recent
     lasting: list[str] = field(default_factory=list)  # words of the kept texts a later block may repeat
     fact_lines: list[tuple[str, str, int]] = field(default_factory=list)  # (item id, line, tokens)
+    # The memory block as the facts and observations would leave it: what each line would cost.
+    probe: _MemoryBlock = field(default_factory=_MemoryBlock)
+    observations: list[Observation] = field(default_factory=list)  # of the thread's scope
+    observation_lines: list[tuple[Observation, str, int]] = field(default_factory=list)  # named by the input
+    kept_observation_lines: list[str] = field(default_factory=list)
+    observations_sent: list[dict[str, Any]] = field(default_factory=list)
+    observations_used: int = 0  # tokens of the observations recall's items brought
     room: dict[str, int] = field(default_factory=dict)  # of each shared partition
     kept_fact_lines: list[str] = field(default_factory=list)
     facts_sent: list[dict[str, Any]] = field(default_factory=list)
@@ -519,11 +555,13 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> B
     _place_summary(build)
     _measure_available(build)
     _load_facts(build)
+    _load_observations(build)
     _fit_partitions(build)
     _place_facts(build)
     _select_history(build)
     if build.recall_wanted:
         _recall(build)
+        _recall_observations(build)
         _give_back_recall_room(build)
     _charge_recall_and_recent(build)
     _report_dropped_history(build)
@@ -560,15 +598,24 @@ def _place_required(build: _Build) -> None:
     if request.system_prompt:
         parts.append(("system", request.system_prompt))
     parts += [("pinned", text) for text in request.pinned if text]
-    if request.index:
-        parts.append(("index", request.index))
+    index_text = request.index
+    if request.file_index:
+        listing = _file_index(build)
+        if listing:
+            index_text = "\n\n".join(part for part in (index_text, f"{FILE_INDEX_HEADING}\n{listing}") if part)
+    if index_text:
+        parts.append(("index", index_text))
     for position, (name, text) in enumerate(parts):
         cost = count_tokens(text) + MESSAGE_OVERHEAD if position == 0 else count_tokens("\n\n" + text)
         partitions[name] = partitions.get(name, 0) + cost
     if request.current_input:
         partitions["final"] = count_message_tokens(request.current_input)
-    if request.brief:
-        partitions["brief"] = build.memory.line_cost(None, request.brief)
+    build.brief_text = request.brief
+    if request.brief_cards and request.current_input.strip():
+        build.brief_cards = _brief(build)
+        build.brief_text = "\n\n".join(part for part in (request.brief, brief_block(build.brief_cards)) if part)
+    if build.brief_text:
+        partitions["brief"] = build.memory.line_cost(None, build.brief_text)
         build.memory.take(None)
 
 
@@ -619,15 +666,17 @@ def _measure_available(build: _Build) -> None:
     build.lasting = [words_of(text) for _, text in build.system_parts]
     if build.summary_text:
         build.lasting.append(words_of(build.summary_text))
-    if build.request.brief:
-        build.lasting.append(words_of(build.request.brief))
+    if build.brief_text:
+        build.lasting.append(words_of(build.brief_text))
 
 
 def _load_facts(build: _Build) -> None:
     """Step 3a: the facts of the thread's scope that are not duplicates, each with what it would cost."""
+    memory = build.memory
+    build.probe.open, build.probe.sections = memory.open, set(memory.sections)
     if not build.request.include_facts:
         return
-    thread, memory = build.thread, build.memory
+    thread = build.thread
     try:
         facts = context_facts(
             agent=build.agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=build.request.as_of
@@ -636,8 +685,7 @@ def _load_facts(build: _Build) -> None:
         logger.exception("context facts failed")
         build.errors.append({"source": "facts", "message": str(exc)})
         facts = []
-    probe = _MemoryBlock()
-    probe.open, probe.sections = memory.open, set(memory.sections)
+    probe = build.probe
     for fact in facts:
         line = f"- {fact.text}"
         if held_in(fact.text, build.lasting):
@@ -648,10 +696,31 @@ def _load_facts(build: _Build) -> None:
         build.fact_lines.append((fact.item_id, line, cost))
 
 
+def _load_observations(build: _Build) -> None:
+    """Step 3a, continued: the observations of the entities the input names, next to the facts (more
+    come with recall's items, `_recall_observations`)."""
+    request = build.request
+    if not (request.include_observations and request.current_input.strip()):
+        return
+    try:
+        build.observations = observations_seen(
+            agent=build.agent, scope=Scope(user_id=build.thread.user_id, thread_id=build.thread.external_id)
+        )
+    except Exception as exc:
+        logger.exception("context observations failed")
+        build.errors.append({"source": "observations", "message": str(exc)})
+    said = f" {words_of(request.current_input)} "
+    for observation in [o for o in build.observations if _named_in(o, said)][:MAX_OBSERVATIONS]:
+        line = _observation_line(observation)
+        cost = build.probe.line_cost("observations", line)
+        build.probe.take("observations")
+        build.observation_lines.append((observation, line, cost))
+
+
 def _fit_partitions(build: _Build) -> None:
     """Step 3: the shared partitions split what is left, in fill order (facts, recall, recent)."""
     needs = {
-        "facts": sum(cost for _, _, cost in build.fact_lines),
+        "facts": sum(cost for _, _, cost in build.fact_lines) + sum(cost for _, _, cost in build.observation_lines),
         "recall": math.floor(build.shares["recall"] * build.available) if build.recall_wanted else 0,
         "recent": build.available,
     }
@@ -672,6 +741,16 @@ def _place_facts(build: _Build) -> None:
         build.kept_fact_lines.append(line)
         build.facts_sent.append({"id": item_id, "text": line[2:]})
         build.lasting.append(words_of(line[2:]))
+    for observation, line, _ in build.observation_lines:
+        cost = memory.line_cost("observations", line)
+        if used + cost > room:
+            reason = "oversized" if cost > room else "budget"
+            build.dropped_blocks.append(DroppedBlock("facts", reason, cost, observation.entity_id))
+            continue
+        memory.take("observations")
+        used += cost
+        build.kept_observation_lines.append(line)
+        build.observations_sent.append(_observation_sent(observation))
     if used:
         build.partitions["facts"] = used
     build.spare_from_facts = room - used
@@ -765,10 +844,35 @@ def _recall(build: _Build) -> None:
     build.recall_used = used
 
 
+def _recall_observations(build: _Build) -> None:
+    """Observations of the entities whose items recall found, in the room recall left (charged to facts)."""
+    memory = build.memory
+    recalled_ids = {i["id"] for i in build.recalled_items}
+    sent_entities = {o["entity_id"] for o in build.observations_sent}
+    used = 0
+    for observation in build.observations:
+        if len(build.observations_sent) >= MAX_OBSERVATIONS or not recalled_ids:
+            break
+        if observation.entity_id in sent_entities or not recalled_ids & set(observation.item_ids):
+            continue
+        line = _observation_line(observation)
+        cost = memory.line_cost("observations", line)
+        if build.recall_used + used + cost > build.recall_room:
+            build.dropped_blocks.append(DroppedBlock("facts", "budget", cost, observation.entity_id))
+            continue
+        memory.take("observations")
+        used += cost
+        build.kept_observation_lines.append(line)
+        build.observations_sent.append(_observation_sent(observation))
+    if used:
+        build.partitions["facts"] = build.partitions.get("facts", 0) + used
+    build.observations_used = used
+
+
 def _give_back_recall_room(build: _Build) -> None:
     """What recall left goes to the history: the run goes further back. A recalled turn the longer
     run now holds is a duplicate of it (its line and its room are freed)."""
-    extra = build.recall_room - build.recall_used
+    extra = build.recall_room - build.recall_used - build.observations_used
     if extra <= 0 or not build.units:
         return
     run = _recent_run(build.units, build.history_cost + extra, complete=build.complete)
@@ -827,7 +931,10 @@ def _assemble(build: _Build) -> BuiltContext:
     _mark_turn_ends(history_messages)
     messages += history_messages
     memory_context = _memory_text(
-        build.request.brief, build.kept_fact_lines, [(b[0], b[1]) for b in build.recall_blocks]
+        build.brief_text,
+        build.kept_fact_lines,
+        [(b[0], b[1]) for b in build.recall_blocks],
+        build.kept_observation_lines,
     )
     if memory_context:
         messages.append({"role": "user", "content": memory_context})
@@ -837,6 +944,8 @@ def _assemble(build: _Build) -> BuiltContext:
         memory_context=memory_context or None,
         partitions=build.partitions,
         facts=build.facts_sent,
+        observations=build.observations_sent,
+        brief_cards=build.brief_cards,
         recalled_entries=build.recalled_entries,
         recalled_items=build.recalled_items,
         truncated=bool(build.dropped_entries) or not complete,
@@ -1027,12 +1136,16 @@ def _mark_turn_ends(messages: list[dict[str, Any]]) -> None:
         messages[last_user - 1]["cache_breakpoint"] = True
 
 
-def _memory_text(brief: str, fact_lines: list[str], recall_lines: list[tuple[str, str]]) -> str:
+def _memory_text(
+    brief: str, fact_lines: list[str], recall_lines: list[tuple[str, str]], observation_lines: Sequence[str] = ()
+) -> str:
     parts: list[str] = []
     if brief:
         parts.append(brief)
     if fact_lines:
         parts.append("\n" + HEADERS["facts"] + "\n" + "\n".join(fact_lines))
+    if observation_lines:
+        parts.append("\n" + HEADERS["observations"] + "\n" + "\n".join(observation_lines))
     for section in ("recall_entries", "recall_items"):
         lines = [line for s, line in recall_lines if s == section]
         if lines:
@@ -1050,3 +1163,71 @@ def _note_retrieved(item_ids: list[str]) -> None:
         note_retrieved(item_ids=item_ids)
     except Exception:  # counting is best effort: never fail a build for it
         logger.exception("note_retrieved failed")
+
+
+# --- between runs: the memory-file index, the brief, observations -----------------------------------
+
+
+def _file_index(build: _Build) -> str:
+    """The memory files the thread's scope sees on its branch (paths and sizes), as the index lists them."""
+    thread, leaf_id = build.thread, build.request.leaf_id
+    try:
+        place = None
+        if leaf_id:
+            place = Entry.objects.filter(thread=thread, pk=leaf_id).first()
+        elif thread.active_leaf_id:
+            place = Entry.objects.filter(pk=thread.active_leaf_id).first()
+        access = FileAccess(
+            agent=build.agent, user_id=thread.user_id, thread_id=thread.external_id, read_only=True, place=place
+        )
+        return files_index_text(access=access)
+    except Exception as exc:  # the index is a convenience: a failure leaves it out, reported
+        logger.exception("context file index failed")
+        build.errors.append({"source": "index", "message": str(exc)})
+        return ""
+
+
+def _brief(build: _Build) -> list[BriefCard]:
+    """The pre-turn brief's cards: what a search of memory finds for the input, briefed by the model
+    (no call when it finds nothing); a failure leaves the brief out, reported."""
+    agent, thread, request = build.agent, build.thread, build.request
+    hits, search_errors = _recall_search(
+        agent=agent,
+        thread=thread,
+        text=request.current_input,
+        before_seq=None,
+        exclude_ids=_off_branch(thread, request.leaf_id, None) if thread.branched else (),
+        items=items_for_recall(agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=request.as_of),
+        as_of=request.as_of,
+    )
+    build.errors.extend({**e, "source": "brief"} for e in search_errors)
+    sources = [
+        BriefSource(
+            ref=f"{'item' if hit.kind == 'item' else 'turn'}:{hit.id}",
+            text=hit.text,
+            date=_date(hit.created_at if hit.kind == "entry" else hit.valid_from),
+        )
+        for hit in hits[:BRIEF_SOURCES]
+    ]
+    try:
+        return memory_brief(text=request.current_input, sources=sources, max_cards=request.brief_cards)
+    except ModelError as exc:
+        build.errors.append({"source": "brief", "message": str(exc)})
+        return []
+
+
+def _named_in(observation: Observation, said: str) -> bool:
+    """Whether the input (its words, padded) names the entity: its name or another, as words of their own."""
+    for name in [observation.name, *observation.aliases]:
+        words = words_of(name)
+        if words and f" {words} " in said:
+            return True
+    return False
+
+
+def _observation_line(observation: Observation) -> str:
+    return f"- {observation.name}: {observation.text}"
+
+
+def _observation_sent(observation: Observation) -> dict[str, Any]:
+    return {"entity_id": observation.entity_id, "name": observation.name, "path": observation.path}

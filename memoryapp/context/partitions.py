@@ -15,11 +15,11 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from memoryapp.content import words_of
 from memoryapp.errors import DomainError
 
 PARTITIONS = ("system", "pinned", "index", "summaries", "brief", "facts", "recall", "recent", "final")
@@ -96,14 +96,6 @@ class DroppedBlock:
 
     def as_json(self) -> dict[str, Any]:
         return {"partition": self.partition, "reason": self.reason, "tokens": self.tokens, "source_id": self.source_id}
-
-
-_WORDS = re.compile(r"\w+", re.UNICODE)
-
-
-def words_of(text: str) -> str:
-    """The text as its words, lower-cased, one space apart: what "word for word" compares."""
-    return " ".join(_WORDS.findall(text.lower()))
 
 
 def held_in(text: str, kept: list[str]) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 from django.utils import timezone
 
 from governance.audit import audit_append
+from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import files_lock
@@ -44,6 +45,9 @@ class LineageReport:
     summaries_removed: int = 0
     entities_deleted: int = 0
     vectors_cleared: int = 0
+    # The playbooks, drafts and observations that named a purged item (memoryapp.consolidation.lineage).
+    playbook_rules_removed: int = 0
+    observations_deleted: int = 0
     # Ids for the audit record (not counts): what went.
     purged_item_ids: list[str] = field(default_factory=list, repr=False)
     summary_ids: list[str] = field(default_factory=list, repr=False)
@@ -87,7 +91,9 @@ def derived_forget(
     5. Memory file versions written at these entries are redacted (content `[redacted]`, sha256
        and size of that, `redacted_at`). With `entries_deleted`, and for the compactions removed,
        the versions' place moves to the nearest surviving ancestor, as their children do, so they
-       stay on the branches that held them.
+       stay on the branches that held them. The playbooks, drafts and observations naming a purged
+       item go the same way (`derived_files_forget`): the one in front first loses the rules
+       standing on such a lesson, or is deleted when it is an observation.
     6. The vectors of the entries' children and of the covering compactions' children are cleared:
        a short turn is embedded with the turn it answers (`entry_embedding_text`), so its vector
        carries the words of the parent being forgotten, and a splice gives it another parent. Their
@@ -126,6 +132,11 @@ def derived_forget(
         entries_deleted=entries_deleted,
         report=report,
     )
+    if report.purged_item_ids:
+        named = derived_files_forget(agent=agent, item_ids=report.purged_item_ids)
+        report.file_versions_redacted += named.versions_redacted
+        report.playbook_rules_removed = named.playbook_rules_removed
+        report.observations_deleted = named.observations_deleted
     _clear_context_vectors(agent=agent, parent_ids=set(rows) | {c.id for c in summaries}, report=report)
     _splice_out(agent=agent, threads=threads, summaries=summaries, report=report)
 

@@ -819,3 +819,89 @@ def items_review_undo(*, decision: str, actor: str) -> list[MemoryItem]:
         )
         restored.append(locked)
     return restored
+
+
+# --- stale marks (consolidation) -----------------------------------------------------------------
+
+# Who set a stale mark (metadata.stale_because.by): a dedupe pass; only those a reviewer may undo.
+STALE_BY_DEDUPE = "dedupe"
+STALE_BECAUSE_KEY = "stale_because"
+
+
+@dataclass(frozen=True)
+class StaleMark:
+    """One item to mark stale and why: `because` goes into its metadata.stale_because."""
+
+    item_id: str
+    because: dict[str, Any]
+
+
+@transaction.atomic
+def items_mark_stale(
+    *, marks: Sequence[StaleMark], actor: str, only_from: Sequence[str] = (ItemStatus.ACTIVE,)
+) -> list[str]:
+    """Mark items stale (never delete them), each with its reason; returns the ids it marked (004 markStale).
+
+    1. Lock the rows; an item whose status is no longer one of `only_from` is left as it is (a
+       reviewer or another pass decided first).
+    2. Each marked item keeps why in metadata.stale_because (with the time), and leaves every
+       context and recall: stale is not a status of the slot's timeline. Its slot is not laid
+       out again, so a state it closed does not come back.
+    3. One audit record of the ids marked.
+    """
+    wanted = {mark.item_id: mark for mark in marks}
+    if not wanted:
+        return []
+    marked: list[str] = []
+    now = timezone.now().isoformat()
+    agent_ids: set[int] = set()
+    rows = MemoryItem.objects.select_for_update().filter(pk__in=list(wanted), status__in=list(only_from))
+    for item in rows.only("id", "agent_id", "status", "metadata").order_by("pk"):
+        because = {**wanted[item.pk].because, "at": now}
+        item.metadata = {**(item.metadata or {}), STALE_BECAUSE_KEY: because}
+        item.status = ItemStatus.STALE
+        item.save(update_fields=["status", "metadata"])
+        marked.append(item.pk)
+        agent_ids.add(item.agent_id)
+    if marked:
+        audit_append(
+            action="items.marked_stale",
+            actor=actor,
+            agent_id=next(iter(agent_ids)) if len(agent_ids) == 1 else None,
+            subject=f"{len(marked)} item(s)",
+            outcome="stale",
+            details={"item_ids": marked, "kept_ids": sorted({str(wanted[i].because.get("kept", "")) for i in marked})},
+        )
+    return marked
+
+
+@transaction.atomic
+def item_stale_undo(*, item: MemoryItem, actor: str) -> MemoryItem:
+    """A reviewer takes back the stale mark a dedupe pass set: the item is active again, its slot laid
+    out again, and no later dedupe pass marks it stale (metadata.stale_undone)."""
+    locked = _lock_item(item)
+    because = (locked.metadata or {}).get(STALE_BECAUSE_KEY) or {}
+    if locked.status != ItemStatus.STALE or because.get("by") != STALE_BY_DEDUPE:
+        raise Conflict("not_stale", "Only an item a dedupe pass marked stale can be taken back; this one is not.")
+    metadata = {k: v for k, v in (locked.metadata or {}).items() if k != STALE_BECAUSE_KEY}
+    metadata["stale_undone"] = {"by": actor, "at": timezone.now().isoformat(), "was": because}
+    locked.metadata = metadata
+    locked.status = ItemStatus.ACTIVE
+    locked.save(update_fields=["status", "metadata"])
+    slot_layout(
+        agent=locked.agent,
+        scope=Scope(locked.user_id, locked.project_id, locked.thread_id),
+        subject=locked.subject,
+        attribute=locked.attribute,
+    )
+    audit_append(
+        action="item.stale_undone",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.thread_id,
+        subject=locked.pk,
+        outcome=ItemStatus.ACTIVE,
+        details={"kept_id": str(because.get("kept", ""))},
+    )
+    locked.refresh_from_db()
+    return locked

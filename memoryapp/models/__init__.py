@@ -1,4 +1,11 @@
 from memoryapp.models.agents import Agent, AgentKey
+from memoryapp.models.consolidation import (
+    ConsolidationPass,
+    ConsolidationState,
+    EntityOverview,
+    PlaybookDraft,
+    StaleItem,
+)
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
 from memoryapp.models.threads import Entry, Thread
@@ -6,11 +13,16 @@ from memoryapp.models.threads import Entry, Thread
 __all__ = [
     "Agent",
     "AgentKey",
+    "ConsolidationPass",
+    "ConsolidationState",
     "Entity",
+    "EntityOverview",
     "Entry",
     "Evidence",
     "ItemReview",
     "MemoryFileVersion",
     "MemoryItem",
+    "PlaybookDraft",
+    "StaleItem",
     "Thread",
 ]

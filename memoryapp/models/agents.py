@@ -13,6 +13,9 @@ class Agent(models.Model):
     active = models.BooleanField(default=True)
     # Shadow mode: extraction writes every new item as `suggested` until a person reviews it.
     shadow_mode = models.BooleanField(default=True)
+    # Playbook shadow mode: a fold of lessons writes /memories/playbook.next.md, which a reviewer
+    # promotes, instead of the playbook every run reads.
+    playbook_shadow_mode = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -826,6 +826,12 @@ TASK_QUEUES = {
     "memoryapp.tasks.extract_thread": "extraction",
     "memoryapp.tasks.items_prune_job": "default",
     "memoryapp.tasks.items_prune_tick": "default",
+    "memoryapp.tasks.consolidation_dedupe": "consolidation",
+    "memoryapp.tasks.consolidation_fold": "consolidation",
+    "memoryapp.tasks.consolidation_observations": "consolidation",
+    "memoryapp.tasks.consolidation_dedupe_tick": "consolidation",
+    "memoryapp.tasks.consolidation_fold_tick": "consolidation",
+    "memoryapp.tasks.consolidation_observations_tick": "consolidation",
     "governance.tasks.audit_verify_job": "governance",
     "governance.tasks.jobs_sweep": "governance",
 }

@@ -15,6 +15,9 @@ from urllib.parse import urlencode
 
 from django.http import HttpResponseBase
 
+from memoryapp.consolidation.observations import observation_file, observation_path
+from memoryapp.files.access import FileAccess
+from memoryapp.files.services import file_put
 from memoryapp.items.services import item_write
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
@@ -178,7 +181,24 @@ def api_tour(caller: Caller) -> list[Visit]:
     call("GET", f"{V1}/items/{{item_id}}", f"{V1}/items/{item['id']}")
     call("GET", f"{V1}/items/{{item_id}}/history", f"{V1}/items/{item['id']}/history")
     # An active item (written by the service: an agent's key writes suggested ones) for recall.
-    item_write(agent=caller.agent, kind="fact", subject="Marta", attribute="job", value="nurse", trust="system")
+    marta = item_write(agent=caller.agent, kind="fact", subject="Marta", attribute="job", value="nurse", trust="system")
+    # An observation of Marta, as the observations pass writes it (memory itself, past the reserved paths).
+    assert marta.entity is not None
+    file_put(
+        access=FileAccess(agent=caller.agent, reserved=(), author="memory"),
+        path=observation_path(marta.entity),
+        text=observation_file(
+            entity=marta.entity, based_on="tour", facts=1, statements=[f"Marta works shifts. [item:{marta.pk}]"]
+        ),
+    )
+    card = {"kind": "knowledge", "text": "Marta is a nurse.", "quote": "Marta job: nurse", "source": f"item:{marta.pk}"}
+    with use_model(ScriptedModel(lambda system, messages: json.dumps([card]))):
+        call(
+            "POST",
+            f"{V1}/threads/{{thread_id}}/context",
+            f"{V1}/threads/tour/context",
+            body={"max_tokens": 2000, "current_input": "What does Marta do?", "brief_cards": 2, "file_index": True},
+        )
     call("POST", f"{V1}/search", body={"text": "Lisbon Friday", "method": "keyword"})
     call("POST", f"{V1}/search", body={"text": "Marta nurse", "kinds": ["entries", "items"]})
     facts = f"{V1}/facts/{{path}}"

@@ -1,0 +1,146 @@
+"""The files consolidation writes go with the items they name (004 "Forgetting, Redacting and Rewinding").
+
+A playbook rule names its lessons ([lesson:<id>]) and an observation's statements their items
+([item:<id>]). When a cascade purges items (`memoryapp.forgetting.lineage.derived_forget`), every
+version of a playbook, a draft or an observation that names one of them is redacted. A playbook
+(or draft) in front is first written again without the rules that stood on such a lesson, so the
+other rules stay; an observation in front is deleted after its redaction, so its path leaves the
+listing, and the next refresh writes it again from the facts that are left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db.models import Q
+from django.utils import timezone
+
+from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, PLAYBOOK_PATH, fold_access, rule_lessons
+from memoryapp.consolidation.observations import OBSERVATIONS_DIRECTORY, statement_items
+from memoryapp.consolidation.state import scope_of
+from memoryapp.content import REDACTED_TEXT
+from memoryapp.files.protocol import file_delete
+from memoryapp.files.services import file_put
+from memoryapp.files.text import sha256_of, size_of
+from memoryapp.models import Agent, ConsolidationPass, ConsolidationState, MemoryFileVersion
+
+# Ids looked for per query (each one a LIKE of its marks).
+CHUNK = 200
+ACTOR = "lineage"
+
+
+@dataclass
+class DerivedFilesReport:
+    versions_redacted: int = 0
+    playbook_rules_removed: int = 0
+    observations_deleted: int = 0
+
+
+def _naming(ids: Sequence[str]) -> Q:
+    wanted = Q(pk__in=[])
+    for item_id in ids:
+        wanted |= Q(content__contains=f"[lesson:{item_id}]") | Q(content__contains=f"[item:{item_id}]")
+    return wanted
+
+
+def _without_rules(text: str, gone: set[str]) -> tuple[str, int]:
+    """The playbook without the rule lines that name a lesson that went; (text, rules removed)."""
+    kept, removed = [], 0
+    for line in text.splitlines():
+        if line.startswith("- ") and set(rule_lessons(line)) & gone:
+            removed += 1
+            continue
+        kept.append(line)
+    return "\n".join(kept) + "\n", removed
+
+
+def derived_files_forget(*, agent: Agent, item_ids: Sequence[str]) -> DerivedFilesReport:
+    """Take the purged items out of the playbooks, drafts and observations that name them (call inside
+    the cascade's transaction, after the items went).
+
+    1. The versions of those files that name a purged item, found a chunk of ids at a time.
+    2. Each playbook or draft in front among them is written again without the rules naming a
+       purged lesson (a new version by memory); a waiting draft's record follows it, so it can
+       still be promoted over the playbook rewritten the same way.
+    3. Each observation in front among them is deleted (a deletion version).
+    4. Every version found is redacted, as a redacted entry's file versions are.
+    """
+    report = DerivedFilesReport()
+    gone = sorted(set(item_ids))
+    if not gone:
+        return report
+    files = MemoryFileVersion.objects.filter(agent=agent, content__isnull=False, redacted_at__isnull=True).filter(
+        Q(path__in=[PLAYBOOK_PATH, PLAYBOOK_DRAFT_PATH]) | Q(path__startswith=OBSERVATIONS_DIRECTORY + "/")
+    )
+    naming: set[str] = set()
+    for start in range(0, len(gone), CHUNK):
+        naming.update(files.filter(_naming(gone[start : start + CHUNK])).values_list("pk", flat=True))
+    if not naming:
+        return report
+    found = list(MemoryFileVersion.objects.filter(pk__in=naming).order_by("agent_id", "sequence"))
+    gone_set = set(gone)
+    rewritten: dict[tuple[str, str, str], dict[str, str]] = {}
+    for version in found:
+        head = (
+            MemoryFileVersion.objects.filter(
+                agent=agent,
+                user_id=version.user_id,
+                project_id=version.project_id,
+                thread_id=version.thread_id,
+                path=version.path,
+            )
+            .order_by("-sequence")
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if head != version.pk:
+            continue
+        scope = scope_of(version)
+        access = fold_access(agent=agent, scope=scope, actor=ACTOR)
+        if version.path in (PLAYBOOK_PATH, PLAYBOOK_DRAFT_PATH):
+            text, removed = _without_rules(version.content or "", gone_set)
+            written = file_put(access=access, path=version.path, text=text)
+            report.playbook_rules_removed += removed
+            key = (scope.user_id, scope.project_id, scope.thread_id)
+            rewritten.setdefault(key, {})[version.path] = written.pk
+            rewritten[key][f"{version.path}:old"] = version.pk
+            rewritten[key][f"{version.path}:old_sha"] = version.sha256
+            rewritten[key][f"{version.path}:new_sha"] = written.sha256
+        elif any(i in gone_set for i in statement_items(version.content or "")):
+            file_delete(access=access, path=version.path)
+            report.observations_deleted += 1
+    for (user_id, project_id, thread_id), paths in rewritten.items():
+        _follow_rewrites(agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, paths=paths)
+    report.versions_redacted = MemoryFileVersion.objects.filter(pk__in=naming, redacted_at__isnull=True).update(
+        content=REDACTED_TEXT,
+        sha256=sha256_of(REDACTED_TEXT),
+        size=size_of(REDACTED_TEXT),
+        redacted_at=timezone.now(),
+    )
+    return report
+
+
+def _follow_rewrites(*, agent: Agent, user_id: str, project_id: str, thread_id: str, paths: dict[str, str]) -> None:
+    """The fold's record of a draft follows what the cascade wrote: the draft's new version, and the
+    playbook's new sha256 when the draft was made from the playbook as it stood before."""
+    state = (
+        ConsolidationState.objects.select_for_update()
+        .filter(
+            agent=agent,
+            user_id=user_id,
+            project_id=project_id,
+            thread_id=thread_id,
+            pass_kind=ConsolidationPass.FOLD,
+        )
+        .first()
+    )
+    if state is None:
+        return
+    details = dict(state.details or {})
+    if PLAYBOOK_DRAFT_PATH in paths and details.get("draft_version") == paths[f"{PLAYBOOK_DRAFT_PATH}:old"]:
+        details["draft_version"] = paths[PLAYBOOK_DRAFT_PATH]
+    if PLAYBOOK_PATH in paths and details.get("draft_base") == paths[f"{PLAYBOOK_PATH}:old_sha"]:
+        details["draft_base"] = paths[f"{PLAYBOOK_PATH}:new_sha"]
+    state.details = details
+    state.save()
