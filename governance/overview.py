@@ -174,7 +174,13 @@ def job_runs_url(**filters: str) -> str:
     except NotRegistered:
         run_filters = ()
     offered = {f if isinstance(f, str) else f[0] for f in run_filters if isinstance(f, str | tuple | list)}
-    query = {k: v for k, v in filters.items() if k.split("__", 1)[0] in offered}
+    # A lookup (`status__exact`) names its field before `__`; the date range filter's own parameters
+    # (`created_at_from`) name it before `_from` / `_to`.
+    query = {
+        k: v
+        for k, v in filters.items()
+        if k.split("__", 1)[0] in offered or k.removesuffix("_from").removesuffix("_to") in offered
+    }
     return changelist + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
 
 
@@ -197,7 +203,7 @@ def operator_section() -> OperatorSection:
         health=[_timed("database", database_probe), _timed("broker (Redis ping)", broker_probe)],
         failures=sum(int(row["n"]) for row in failed),
         failures_by_kind=failed,
-        failures_url=job_runs_url(status__exact="failed", created_at__gte=since.date().isoformat()),
+        failures_url=job_runs_url(status__exact="failed", created_at_from=timezone.localdate(since).isoformat()),
         running=open_runs.get(JobRun.Status.RUNNING, 0),
         queued=open_runs.get(JobRun.Status.QUEUED, 0),
     )
