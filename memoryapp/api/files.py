@@ -8,7 +8,6 @@ text the model should read, so a client can pass any answer through as the tool 
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -23,21 +22,18 @@ from memoryapp.api.base import OutputSerializer, TextOrNullField
 from memoryapp.api.errors import ErrorOut, error_body
 from memoryapp.api.parsers import ToolInputJSONParser
 from memoryapp.errors import NotFound
-from memoryapp.files.access import FileAccess
+from memoryapp.files.access import AGENT_AUTHORS, FileAccess, file_access_for
 from memoryapp.files.errors import MemoryFileError
 from memoryapp.files.paths import MEMORY_ROOT, path_normalize
 from memoryapp.files.protocol import memory_tool_run
 from memoryapp.files.selectors import file_history, version_content, version_for_agent
-from memoryapp.files.services import UNCHECKED, ExpectedSha, files_list
+from memoryapp.files.services import expected_sha_parse, files_list
 from memoryapp.files.working_note import WORKING_NOTE_PATH, working_note_run
-from memoryapp.models import Entry, MemoryFileVersion
+from memoryapp.models import MemoryFileVersion
 from memoryapp.models.choices import FileAuthor
 
 _SCOPE_PARAMS = ("user_id", "project_id", "thread_id")
 _ACCESS_PARAMS = (*_SCOPE_PARAMS, "place", "read_only", "author")
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
-# An agent may say who wrote a change; "memory" is for the service's own jobs.
-_AGENT_AUTHORS = (FileAuthor.MODEL, FileAuthor.USER, FileAuthor.SYSTEM)
 PATH_KINDS = ("file", "directory")
 
 
@@ -47,49 +43,27 @@ SCOPE_PARAMETERS = [
     OpenApiParameter("thread_id", str, description="The thread's external id ('' or absent: not limited)."),
     OpenApiParameter("place", str, description="The entry a change is written after: its branch sees it."),
     OpenApiParameter("read_only", bool, description="Refuse every change (the model only reads)."),
-    OpenApiParameter(
-        "author", str, enum=list(_AGENT_AUTHORS), description="Who writes: model (default), user, system."
-    ),
+    OpenApiParameter("author", str, enum=list(AGENT_AUTHORS), description="Who writes: model (default), user, system."),
 ]
-
-
-def _scope_value(name: str, value: str) -> str:
-    if len(value) > 128 or any(not ch.isprintable() for ch in value):
-        raise MemoryFileError("invalid_scope", f"Error: `{name}` must be at most 128 printable characters.", field=name)
-    return value
 
 
 def request_file_access(request: Request, *, extra: tuple[str, ...] = ()) -> FileAccess:
     """The access a request asks for, within its agent; unknown query parameters are refused."""
-    agent = request_agent(request)
     params = request.query_params
     for name in params:
         if name not in _ACCESS_PARAMS and name not in extra:
             raise MemoryFileError("unknown_parameter", f"Error: Unknown query parameter `{name}`.", field=name)
-    scope = {name: _scope_value(name, params.get(name, "")) for name in _SCOPE_PARAMS}
     read_only = params.get("read_only", "false").lower()
     if read_only not in ("true", "false", "1", "0"):
         raise MemoryFileError("invalid_value", "Error: `read_only` must be true or false.", field="read_only")
-    author = params.get("author", FileAuthor.MODEL)
-    if author not in _AGENT_AUTHORS:
-        raise MemoryFileError(
-            "invalid_value", f"Error: `author` must be one of: {', '.join(_AGENT_AUTHORS)}.", field="author"
-        )
-    place = None
-    if params.get("place"):
-        # The place must be an entry of this agent (and of the request's thread, when one is named).
-        place = Entry.objects.filter(agent=agent, pk=params["place"]).select_related("thread").first()
-        if place is None or (scope["thread_id"] and place.thread.external_id != scope["thread_id"]):
-            raise NotFound("The place entry", field="place")
-    return FileAccess(
-        agent=agent,
+    return file_access_for(
+        agent=request_agent(request),
+        user_id=params.get("user_id", ""),
+        project_id=params.get("project_id", ""),
+        thread_id=params.get("thread_id", ""),
         read_only=read_only in ("true", "1"),
-        author=author,
-        place=place,
-        actor=f"agent:{agent.slug}",
-        user_id=scope["user_id"],
-        project_id=scope["project_id"],
-        thread_id=scope["thread_id"],
+        author=params.get("author", FileAuthor.MODEL),
+        place_id=params.get("place", ""),
     )
 
 
@@ -97,18 +71,6 @@ def tool_error_response(error: MemoryFileError, **more: Any) -> Response:
     return Response(
         {**error_body(error.code, error.message, error.field), "result": error.message, **more}, error.status
     )
-
-
-def _expected_sha256(value: Any) -> ExpectedSha:
-    if value is None:
-        return UNCHECKED
-    if not isinstance(value, str) or not _SHA256.match(value):
-        raise MemoryFileError(
-            "invalid_value",
-            "Error: `expected_sha256` must be the 64 lowercase hex digits of the sha256 you last read.",
-            field="expected_sha256",
-        )
-    return value
 
 
 # --- output serializers --------------------------------------------------------------------
@@ -280,7 +242,7 @@ class MemoryToolView(APIView):
                     "invalid_body", "Error: The body must be the memory tool's input object.", field="command"
                 )
             command = dict(request.data)
-            expected = _expected_sha256(command.pop("expected_sha256", None))
+            expected = expected_sha_parse(command.pop("expected_sha256", None))
             answer = memory_tool_run(access=access, command=command, expected_sha256=expected)
         except MemoryFileError as error:
             return tool_error_response(error)

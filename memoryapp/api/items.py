@@ -25,6 +25,7 @@ from memoryapp.api.base import IsoDateTimeField, JsonObjectField, OutputSerializ
 from memoryapp.api.errors import ErrorOut
 from memoryapp.api.parsers import ToolInputJSONParser
 from memoryapp.errors import DomainError, NotFound
+from memoryapp.items.fact_tools import FACT_TOOL_NAMES, fact_tool_run
 from memoryapp.items.facts import (
     DEFAULT_SEARCH_LIMIT,
     MAX_SEARCH_LIMIT,
@@ -34,7 +35,6 @@ from memoryapp.items.facts import (
     fact_search,
     facts_forget_all,
     namespace_check,
-    value_text,
 )
 from memoryapp.items.selectors import item_evidence, item_for_agent, items_list, slot_history
 from memoryapp.items.services import item_forget, item_write
@@ -231,7 +231,7 @@ class FactSearchQuery(StrictSerializer):
 
 
 class MemoryToolIn(StrictSerializer):
-    name = serializers.ChoiceField(choices=["remember", "forget", "search_memory"])
+    name = serializers.ChoiceField(choices=list(FACT_TOOL_NAMES))
     input = serializers.DictField()
     user_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
     project_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
@@ -471,77 +471,13 @@ class MemoryToolsView(APIView):
     )
     def post(self, request: Request) -> Response:
         body = validated(MemoryToolIn, request.data)
-        agent = request_agent(request)
-        tool_input: dict[str, Any] = body["input"]
-        namespace = tool_input.get("namespace") or body["namespace"]
-        if not namespace:
-            if not body["user_id"]:
-                raise DomainError(
-                    "invalid_value", "Give user_id (facts go to users/<user_id>) or a namespace.", field="user_id"
-                )
-            namespace = f"users/{body['user_id']}"
-        if not isinstance(namespace, str):
-            return _tool_error("namespace must be a string.")
-        try:
-            namespace_check(namespace)
-        except DomainError as exc:
-            if "namespace" in tool_input:
-                return _tool_error(exc.message)
-            raise
-        try:
-            if body["name"] == "remember":
-                return self._remember(request, agent, namespace, tool_input, body.get("ttl_secs"))
-            if body["name"] == "forget":
-                return self._forget(request, agent, namespace, tool_input)
-            return self._search(agent, namespace, tool_input)
-        except DomainError as exc:
-            if exc.status >= 500:
-                raise
-            return _tool_error(exc.message)
-
-    def _remember(
-        self, request: Request, agent: Any, namespace: str, tool_input: dict[str, Any], ttl_secs: int | None
-    ) -> Response:
-        key, value = tool_input.get("key"), tool_input.get("value")
-        if "value" not in tool_input:
-            return _tool_error("remember needs a key and a value.")
-        fact = fact_remember(
-            agent=agent,
-            namespace=namespace,
-            key=key,  # type: ignore[arg-type]
-            value=value,
-            ttl_secs=tool_input.get("ttl_secs", ttl_secs),
+        outcome = fact_tool_run(
+            agent=request_agent(request),
+            name=body["name"],
+            tool_input=body["input"],
+            user_id=body["user_id"],
+            namespace=body["namespace"],
+            ttl_secs=body.get("ttl_secs"),
             actor=_actor(request),
         )
-        return _tool_result(f"Remembered {fact['key']}: {_short(value_text(fact['value']))}")
-
-    def _forget(self, request: Request, agent: Any, namespace: str, tool_input: dict[str, Any]) -> Response:
-        key = tool_input.get("key")
-        try:
-            fact_forget(agent=agent, namespace=namespace, key=key, actor=_actor(request))  # type: ignore[arg-type]
-        except NotFound:
-            return _tool_result(f"Nothing was remembered as {key}.")
-        return _tool_result(f"Forgot {key}.")
-
-    def _search(self, agent: Any, namespace: str, tool_input: dict[str, Any]) -> Response:
-        query = tool_input.get("query", tool_input.get("text", ""))
-        if query is None:
-            query = ""
-        limit = tool_input.get("limit", 5)
-        hits = fact_search(agent=agent, namespace=namespace, text=query, limit=limit)
-        if not hits:
-            return _tool_result("No memories matched." if query else "Nothing is remembered yet.")
-        lines = [f"- {h.fact['key']}: {_short(value_text(h.fact['value']))}" for h in hits]
-        return _tool_result(f"Found {len(hits)} memor{'y' if len(hits) == 1 else 'ies'}:\n" + "\n".join(lines))
-
-
-def _short(text: str, limit: int = 500) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _tool_result(text: str) -> Response:
-    return Response(MemoryToolResultOut({"result": text, "is_error": False}).data)
-
-
-def _tool_error(text: str) -> Response:
-    return Response(MemoryToolResultOut({"result": f"Error: {text}", "is_error": True}).data)
+        return Response(MemoryToolResultOut({"result": outcome.result, "is_error": outcome.is_error}).data)

@@ -6,9 +6,15 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
+from memoryapp.errors import NotFound
+from memoryapp.files.errors import MemoryFileError
 from memoryapp.files.paths import MEMORY_RESERVED_PATHS
 from memoryapp.models import Agent, Entry
 from memoryapp.models.choices import FileAuthor
+
+MAX_SCOPE_CHARS = 128
+# An agent may say who wrote a change; "memory" is for the service's own jobs.
+AGENT_AUTHORS = (FileAuthor.MODEL, FileAuthor.USER, FileAuthor.SYSTEM)
 
 
 @dataclass(frozen=True)
@@ -55,3 +61,52 @@ class FileAccess:
 def scope_narrowness(user_id: str, project_id: str, thread_id: str) -> tuple[bool, bool, bool]:
     """Orders scopes from wide to narrow: agent-wide < person < project < thread, limits adding up."""
     return (bool(thread_id), bool(project_id), bool(user_id))
+
+
+def scope_value_check(name: str, value: str) -> str:
+    """A scope limit (user_id, project_id, thread_id) as a caller gives it: at most 128 printable characters."""
+    if len(value) > MAX_SCOPE_CHARS or any(not ch.isprintable() for ch in value):
+        raise MemoryFileError(
+            "invalid_scope", f"Error: `{name}` must be at most {MAX_SCOPE_CHARS} printable characters.", field=name
+        )
+    return value
+
+
+def file_access_for(
+    *,
+    agent: Agent,
+    user_id: str = "",
+    project_id: str = "",
+    thread_id: str = "",
+    read_only: bool = False,
+    author: str = FileAuthor.MODEL,
+    place_id: str = "",
+    actor: str = "",
+) -> FileAccess:
+    """The access an agent's caller asks for (the REST API's query string, an MCP connection's URL).
+
+    The limits are checked, the author must be one an agent may name, and the place must be an
+    entry of this agent (and of the thread, when one is named): another agent's answers 404.
+    """
+    scope = {
+        "user_id": scope_value_check("user_id", user_id),
+        "project_id": scope_value_check("project_id", project_id),
+        "thread_id": scope_value_check("thread_id", thread_id),
+    }
+    if author not in AGENT_AUTHORS:
+        raise MemoryFileError(
+            "invalid_value", f"Error: `author` must be one of: {', '.join(AGENT_AUTHORS)}.", field="author"
+        )
+    place = None
+    if place_id:
+        place = Entry.objects.filter(agent=agent, pk=place_id).select_related("thread").first()
+        if place is None or (thread_id and place.thread.external_id != thread_id):
+            raise NotFound("The place entry", field="place")
+    return FileAccess(
+        agent=agent,
+        read_only=read_only,
+        author=author,
+        place=place,
+        actor=actor or f"agent:{agent.slug}",
+        **scope,
+    )

@@ -7,6 +7,7 @@ that records where it came from.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -58,6 +59,20 @@ class Unchecked:
 UNCHECKED = Unchecked()
 # The sha256 a caller last read; None: the file must not exist; UNCHECKED: any version.
 ExpectedSha = str | Unchecked | None
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def expected_sha_parse(value: object) -> ExpectedSha:
+    """The `expected_sha256` a caller sent beside a memory tool command (absent: UNCHECKED)."""
+    if value is None:
+        return UNCHECKED
+    if not isinstance(value, str) or not _SHA256.match(value):
+        raise MemoryFileError(
+            "invalid_value",
+            "Error: `expected_sha256` must be the 64 lowercase hex digits of the sha256 you last read.",
+            field="expected_sha256",
+        )
+    return value
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,118 @@
+"""The model's facts tools (002 `remember`, `forget`, `search_memory`): a tool call in, the text the model reads out.
+
+The REST endpoint `POST /api/v1/memory-tools` and the MCP server's tools of the same names both
+answer through `fact_tool_run`, so the texts, the namespaces and the limits are the same.
+
+1. The namespace: the one the model's input names, else the caller's, else `users/<user_id>`
+   (002 `Memory.byState("user_id", "users")`).
+2. A mistake of the model's (a bad key, a namespace it named that is not one) is answered as a
+   tool result with `is_error`: the model reads it and tries again.
+3. A mistake of the developer's (no namespace and no person) raises a DomainError (a 400).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from memoryapp.errors import DomainError, NotFound
+from memoryapp.items.facts import fact_forget, fact_remember, fact_search, namespace_check, value_text
+from memoryapp.models import Agent
+
+FACT_TOOL_NAMES = ("remember", "forget", "search_memory")
+DEFAULT_TOOL_SEARCH_LIMIT = 5
+SHORT_VALUE_CHARS = 500
+
+
+@dataclass(frozen=True)
+class FactToolResult:
+    """What a tool call answers: the text the model reads, and whether its input was wrong."""
+
+    result: str
+    is_error: bool = False
+
+
+def _error(text: str) -> FactToolResult:
+    return FactToolResult(f"Error: {text}", is_error=True)
+
+
+def _short(text: str, limit: int = SHORT_VALUE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def fact_tool_run(
+    *,
+    agent: Agent,
+    name: str,
+    tool_input: dict[str, Any],
+    user_id: str = "",
+    namespace: str = "",
+    ttl_secs: int | None = None,
+    actor: str = "",
+) -> FactToolResult:
+    """Run one facts tool call as the model gave it (see the module's docstring for who is at fault)."""
+    if name not in FACT_TOOL_NAMES:
+        raise DomainError("invalid_value", f"name must be one of: {', '.join(FACT_TOOL_NAMES)}.", field="name")
+    chosen = tool_input.get("namespace") or namespace
+    if not chosen:
+        if not user_id:
+            raise DomainError(
+                "invalid_value", "Give user_id (facts go to users/<user_id>) or a namespace.", field="user_id"
+            )
+        chosen = f"users/{user_id}"
+    if not isinstance(chosen, str):
+        return _error("namespace must be a string.")
+    try:
+        namespace_check(chosen)
+    except DomainError as exc:
+        if "namespace" in tool_input:
+            return _error(exc.message)
+        raise
+    try:
+        if name == "remember":
+            return _remember(agent, chosen, tool_input, ttl_secs, actor)
+        if name == "forget":
+            return _forget(agent, chosen, tool_input, actor)
+        return _search(agent, chosen, tool_input)
+    except DomainError as exc:
+        if exc.status >= 500:
+            raise
+        return _error(exc.message)
+
+
+def _remember(
+    agent: Agent, namespace: str, tool_input: dict[str, Any], ttl_secs: int | None, actor: str
+) -> FactToolResult:
+    if "value" not in tool_input:
+        return _error("remember needs a key and a value.")
+    value = tool_input["value"]
+    fact = fact_remember(
+        agent=agent,
+        namespace=namespace,
+        key=tool_input.get("key"),  # type: ignore[arg-type]  # checked by fact_remember
+        value=value,
+        ttl_secs=tool_input.get("ttl_secs", ttl_secs),
+        actor=actor,
+    )
+    return FactToolResult(f"Remembered {fact['key']}: {_short(value_text(fact['value']))}")
+
+
+def _forget(agent: Agent, namespace: str, tool_input: dict[str, Any], actor: str) -> FactToolResult:
+    key = tool_input.get("key")
+    try:
+        fact_forget(agent=agent, namespace=namespace, key=key, actor=actor)  # type: ignore[arg-type]
+    except NotFound:
+        return FactToolResult(f"Nothing was remembered as {key}.")
+    return FactToolResult(f"Forgot {key}.")
+
+
+def _search(agent: Agent, namespace: str, tool_input: dict[str, Any]) -> FactToolResult:
+    query = tool_input.get("query", tool_input.get("text", ""))
+    if query is None:
+        query = ""
+    limit = tool_input.get("limit", DEFAULT_TOOL_SEARCH_LIMIT)
+    hits = fact_search(agent=agent, namespace=namespace, text=query, limit=limit)
+    if not hits:
+        return FactToolResult("No memories matched." if query else "Nothing is remembered yet.")
+    lines = [f"- {h.fact['key']}: {_short(value_text(h.fact['value']))}" for h in hits]
+    return FactToolResult(f"Found {len(hits)} memor{'y' if len(hits) == 1 else 'ies'}:\n" + "\n".join(lines))
