@@ -88,11 +88,8 @@ def file_access_for(
     The limits are checked, the author must be one an agent may name, and the place must be an
     entry of this agent (and of the thread, when one is named): another agent's answers 404.
     """
-    scope = {
-        "user_id": scope_value_check("user_id", user_id),
-        "project_id": scope_value_check("project_id", project_id),
-        "thread_id": scope_value_check("thread_id", thread_id),
-    }
+    for name, value in (("user_id", user_id), ("project_id", project_id), ("thread_id", thread_id)):
+        scope_value_check(name, value)
     if author not in AGENT_AUTHORS:
         raise MemoryFileError(
             "invalid_value", f"Error: `author` must be one of: {', '.join(AGENT_AUTHORS)}.", field="author"
@@ -108,5 +105,7 @@ def file_access_for(
         author=author,
         place=place,
         actor=actor or f"agent:{agent.slug}",
-        **scope,
+        user_id=user_id,
+        project_id=project_id,
+        thread_id=thread_id,
     )

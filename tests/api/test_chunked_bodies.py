@@ -7,12 +7,7 @@ from __future__ import annotations
 import http.client
 import io
 import json
-import os
-import signal
 import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,44 +16,15 @@ import pytest
 
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 from memoryapp.models import Entry, Thread
-from tests.kit import PROJECT_ROOT
 from tests.kit.api import Caller
-from tests.kit.servers import database_url, free_port
+from tests.kit.servers import gunicorn_serving
 
 
 @pytest.fixture
 def gunicorn(transactional_db: None, tmp_path: Path) -> Iterator[str]:
     """The service's WSGI application under gunicorn's gthread worker, on the tests' database."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "DB_CONN_MAX_AGE": "0",  # no connection outlives its request: the test database can be dropped
-        "VAR_DIR": str(tmp_path),
-    }
-    command = [sys.executable, "-m", "gunicorn", "memory_project.wsgi:application", "--bind", f"127.0.0.1:{port}"]
-    command += ["--worker-class", "gthread", "--threads", "2", "--workers", "1", "--timeout", "120"]
-    log = (tmp_path / "gunicorn.log").open("wb")
-    process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, (tmp_path / "gunicorn.log").read_text()
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=1):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "gunicorn did not start"
-                time.sleep(0.2)
-        yield f"127.0.0.1:{port}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()
+    with gunicorn_serving(var_dir=tmp_path) as where:
+        yield where
 
 
 def pieces(body: bytes, size: int = 7) -> Iterator[bytes]:

@@ -1,19 +1,27 @@
-"""Servers the tests talk to or start: free ports, the tests' database for another process, and a
-local HTTP server speaking a model provider's protocol."""
+"""Servers the tests talk to or start: free ports, the tests' database for another process, the
+service itself under gunicorn, and a local HTTP server speaking a model provider's protocol."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from django.db import connection
+
+from tests.kit import PROJECT_ROOT
 
 
 def free_port() -> int:
@@ -49,6 +57,49 @@ def database_conninfo(*, name: str | None = None) -> str:
         host=d["HOST"] or None,
         port=str(d["PORT"]) if d["PORT"] else None,
     )
+
+
+# --- the service itself under gunicorn ---------------------------------------------------------------
+
+
+@contextmanager
+def gunicorn_serving(*, var_dir: Path, threads: int = 2, env: dict[str, str] | None = None) -> Iterator[str]:
+    """The service's WSGI application under gunicorn's gthread worker (as `make run` starts it), on
+    the tests' database; yields where it listens (`127.0.0.1:PORT`). Tests that use it take
+    `transactional_db`, so the server sees what they write; its connections close with each request,
+    so the tests' tables can be emptied after each test."""
+    port = free_port()
+    environment = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DB_CONN_MAX_AGE": "0",  # no connection outlives its request: the test database can be dropped
+        "VAR_DIR": str(var_dir),
+        **(env or {}),
+    }
+    command = [sys.executable, "-m", "gunicorn", "memory_project.wsgi:application", "--bind", f"127.0.0.1:{port}"]
+    command += ["--worker-class", "gthread", "--threads", str(threads), "--workers", "1", "--timeout", "120"]
+    log_path = var_dir / "gunicorn.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert process.poll() is None, log_path.read_text()
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "gunicorn did not start"
+                time.sleep(0.2)
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
 
 
 # --- a local HTTP server speaking a model provider's protocol --------------------------------------

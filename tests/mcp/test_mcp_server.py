@@ -1,0 +1,237 @@
+"""The MCP server at /mcp/, reached by the SDK's own client (mcp.Client over streamable HTTP) on a
+real gunicorn serving the tests' database, as `make run` serves it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, TextContent, TextResourceContents
+
+from governance.models import AuditRecord
+from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread
+from tests.kit.api import Caller
+from tests.kit.servers import gunicorn_serving
+
+pytestmark = pytest.mark.slow
+
+T = TypeVar("T")
+TOOLS = {"remember", "forget", "search_memory", "memory", "working_note", "get_context", "thread_append"}
+
+
+@pytest.fixture(scope="module")
+def service(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The service under gunicorn for the module's tests (each takes transactional_db)."""
+    with gunicorn_serving(var_dir=tmp_path_factory.mktemp("mcp-service"), threads=4) as where:
+        yield f"http://{where}"
+
+
+def over_mcp(url: str, key: str, work: Callable[[Client], Awaitable[T]]) -> T:
+    """Connect the SDK's client to `url` with the agent's key and run `work` with it."""
+
+    async def main() -> T:
+        headers = {"Authorization": f"Bearer {key}"}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=60) as http,
+            Client(streamable_http_client(url, http_client=http)) as client,
+        ):
+            return await work(client)
+
+    return asyncio.run(main())
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in leaves(inner)]
+    return [error]
+
+
+def text_of(result: CallToolResult) -> str:
+    return "\n".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+def test_an_mcp_client_calls_every_tool_and_reads_every_resource_over_http(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    url = f"{service}/mcp/?user_id=ana&thread_id=t-mcp"
+    seen: dict[str, Any] = {}
+
+    async def tour(client: Client) -> None:
+        seen["tools"] = {tool.name for tool in (await client.list_tools()).tools}
+        seen["append"] = await client.call_tool(
+            "thread_append",
+            {
+                "entries": [
+                    {"role": "user", "content": "I moved to Lisbon and shellfish makes me ill."},
+                    {"role": "assistant", "content": "Noted: Lisbon, and no shellfish."},
+                ]
+            },
+        )
+        seen["remember"] = await client.call_tool("remember", {"key": "city", "value": "Lisbon"})
+        seen["search"] = await client.call_tool("search_memory", {"query": "city"})
+        seen["remember_bad"] = await client.call_tool("remember", {"key": "a/b", "value": "x"})
+        seen["create"] = await client.call_tool(
+            "memory", {"command": "create", "path": "/memories/notes.md", "file_text": "likes tea\n"}
+        )
+        seen["replace"] = await client.call_tool(
+            "memory",
+            {"command": "str_replace", "path": "/memories/notes.md", "old_str": "tea", "new_str": "green tea"},
+        )
+        seen["view"] = await client.call_tool("memory", {"command": "view", "path": "/memories/notes.md"})
+        seen["view_missing"] = await client.call_tool("memory", {"command": "view", "path": "/memories/none.md"})
+        seen["note"] = await client.call_tool("working_note", {"action": "append", "content": "ask about the move"})
+        seen["context"] = await client.call_tool("get_context", {"max_tokens": 2000, "current_input": "dinner?"})
+        seen["context_bad"] = await client.call_tool("get_context", {"max_tokens": 0})
+        seen["resources"] = {str(r.uri) for r in (await client.list_resources()).resources}
+        seen["index"] = await client.read_resource("memory://files")
+        seen["file"] = await client.read_resource("memory://files/memories/notes.md")
+        seen["forget"] = await client.call_tool("forget", {"key": "city"})
+        seen["search_after"] = await client.call_tool("search_memory", {"query": "city"})
+
+    over_mcp(url, alice.key, tour)
+
+    assert seen["tools"] == TOOLS
+    # thread_append: the thread of the connection's URL, created for its person, two entries chained.
+    appended = seen["append"].structured_content
+    assert not seen["append"].is_error and len(appended["entries"]) == 2, text_of(seen["append"])
+    thread = Thread.objects.get(agent=alice.agent, external_id="t-mcp")
+    assert thread.user_id == "ana" and thread.active_leaf_id == appended["active_leaf_id"]
+    assert Entry.objects.filter(thread=thread).count() == 2
+    # The facts tools answer the REST endpoint's texts, in the person's namespace.
+    assert text_of(seen["remember"]) == "Remembered city: Lisbon"
+    assert text_of(seen["search"]) == "Found 1 memory:\n- city: Lisbon"
+    assert seen["remember_bad"].is_error and text_of(seen["remember_bad"]).startswith("Error: key must")
+    assert text_of(seen["forget"]) == "Forgot city."
+    assert text_of(seen["search_after"]) == "No memories matched."
+    fact = MemoryItem.objects.get(agent=alice.agent, attribute="core:city")
+    assert (fact.namespace, fact.user_id, fact.expired_at is not None) == ("users/ana", "ana", True)
+    # The memory tool: the texts of Anthropic's tool, versions written in the connection's scope.
+    assert text_of(seen["create"]) == "File created successfully at: /memories/notes.md"
+    assert "green tea" in text_of(seen["replace"])
+    assert seen["view_missing"].is_error
+    assert text_of(seen["view_missing"]) == "The path /memories/none.md does not exist. Please provide a valid path."
+    assert seen["view_missing"].structured_content["error"]["code"] == "path_not_found"
+    versions = MemoryFileVersion.objects.filter(agent=alice.agent, path="/memories/notes.md")
+    assert {(v.user_id, v.thread_id, v.author) for v in versions} == {("ana", "t-mcp", "model")}
+    assert versions.count() == 2
+    # The same view over REST answers the same text.
+    rest = alice.client.post(
+        "/api/v1/memory-tool?user_id=ana&thread_id=t-mcp",
+        {"command": "view", "path": "/memories/notes.md"},
+        format="json",
+    )
+    assert rest.status_code == 200 and rest.json()["result"] == text_of(seen["view"])
+    # The working note is a file of the scope like any other.
+    assert text_of(seen["note"]) == "ask about the move"
+    assert MemoryFileVersion.objects.filter(agent=alice.agent, path="/memories/working.md", user_id="ana").exists()
+    # get_context builds from the thread, with the API's checks on its input.
+    built = seen["context"].structured_content
+    assert not seen["context"].is_error, text_of(seen["context"])
+    assert any("Lisbon" in str(m["content"]) for m in built["messages"]), built["messages"]
+    assert seen["context_bad"].is_error
+    assert seen["context_bad"].structured_content["error"]["field"] == "max_tokens"
+    # Resources: the index and each file of the scope.
+    assert {"memory://files", "memory://files/memories/notes.md", "memory://files/memories/working.md"} <= seen[
+        "resources"
+    ]
+    index = json.loads(seen["index"].contents[0].text)
+    assert {f["path"] for f in index["files"]} == {"/memories/notes.md", "/memories/working.md"}
+    file = seen["file"].contents[0]
+    assert isinstance(file, TextResourceContents) and file.text == "likes green tea\n"
+    # Audited as the REST API audits: the agent as the actor, ids and counts only.
+    actions = set(AuditRecord.objects.filter(actor="agent:alice").values_list("action", flat=True))
+    assert {"item.written", "item.forgotten"} <= actions, actions
+    assert not AuditRecord.objects.filter(details__icontains="Lisbon").exists()
+
+
+def test_another_agents_key_sees_none_of_the_first_agents_memory_through_mcp(
+    transactional_db: None, service: str, alice: Caller, bob: Caller
+) -> None:
+    url = f"{service}/mcp/?user_id=ana&thread_id=t-mcp"
+
+    async def alice_writes(client: Client) -> None:
+        await client.call_tool("thread_append", {"entries": [{"role": "user", "content": "my pin is 4242"}]})
+        await client.call_tool("remember", {"key": "pin", "value": "4242"})
+        await client.call_tool("memory", {"command": "create", "path": "/memories/secret.md", "file_text": "4242\n"})
+
+    over_mcp(url, alice.key, alice_writes)
+    seen: dict[str, Any] = {}
+
+    async def bob_looks(client: Client) -> None:
+        seen["search"] = await client.call_tool("search_memory", {"query": "pin"})
+        seen["view"] = await client.call_tool("memory", {"command": "view", "path": "/memories"})
+        seen["note"] = await client.call_tool("working_note", {"action": "read"})
+        seen["context"] = await client.call_tool("get_context", {"max_tokens": 2000, "current_input": "pin"})
+        seen["resources"] = {str(r.uri) for r in (await client.list_resources()).resources}
+        try:
+            await client.read_resource("memory://files/memories/secret.md")
+            seen["read"] = "answered"
+        except Exception as exc:
+            seen["read"] = str(exc)
+
+    over_mcp(url, bob.key, bob_looks)
+    assert text_of(seen["search"]) == "No memories matched."
+    assert "secret.md" not in text_of(seen["view"])
+    assert text_of(seen["note"]) == ""
+    # Bob has no thread t-mcp: not found, as the REST API answers another agent's thread.
+    assert seen["context"].is_error and seen["context"].structured_content["error"]["code"] == "not_found"
+    assert seen["resources"] == {"memory://files"}
+    assert "secret.md" in seen["read"] and seen["read"] != "answered"
+    assert Entry.objects.filter(agent=alice.agent).count() == 1 and not Entry.objects.filter(agent=bob.agent).exists()
+
+
+def test_a_client_of_the_initialize_handshake_era_lists_and_calls_the_tools(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    """Clients that speak the 2025 protocol (an initialize handshake first) are served too."""
+
+    async def handshake(client: Client) -> tuple[set[str], str]:
+        tools = {tool.name for tool in (await client.list_tools()).tools}
+        return tools, text_of(await client.call_tool("remember", {"key": "tea", "value": "green"}))
+
+    async def main() -> tuple[set[str], str]:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {alice.key}"}, timeout=60) as http:
+            transport = streamable_http_client(f"{service}/mcp?user_id=ana", http_client=http)
+            async with Client(transport, mode="legacy") as client:
+                assert client.protocol_version < "2026"
+                return await handshake(client)
+
+    tools, remembered = asyncio.run(main())
+    assert tools == TOOLS and remembered == "Remembered tea: green"
+    assert MemoryItem.objects.get(agent=alice.agent, attribute="core:tea").user_id == "ana"
+
+
+def test_a_bad_or_missing_key_is_refused_at_the_mcp_endpoint(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    for key in ("mk_not_a_key", None):
+        auth = {"Authorization": f"Bearer {key}"} if key else {}
+        answer = httpx2.post(f"{service}/mcp/", json=initialize, headers={**headers, **auth}, timeout=30)
+        assert answer.status_code == 401, answer.text
+        assert answer.headers["www-authenticate"] == "Bearer"
+        assert answer.json()["error"]["code"] == ("invalid_key" if key else "not_authenticated")
+
+    async def list_tools(client: Client) -> Any:
+        return await client.list_tools()
+
+    # The SDK's client, refused with a 401, raises (its error says the server answered an error).
+    with pytest.raises(BaseException) as refused:
+        over_mcp(f"{service}/mcp/", "mk_not_a_key", list_tools)
+    assert any(isinstance(leaf, MCPError) for leaf in leaves(refused.value)), repr(refused.value)
+    # An unknown query parameter (a typo of the scope) is refused too, before anything runs.
+    typo = httpx2.post(
+        f"{service}/mcp/?user=ana",
+        json=initialize,
+        headers={**headers, "Authorization": f"Bearer {alice.key}"},
+        timeout=30,
+    )
+    assert typo.status_code == 400 and typo.json()["error"]["field"] == "user"
