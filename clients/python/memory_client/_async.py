@@ -1,0 +1,547 @@
+"""The async client: `AsyncMemoryClient`. The sync `MemoryClient` (`_sync.py`) is generated from this
+file by `generate.py` (its async keywords taken out), so the two cannot drift apart."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
+from typing import Any, Literal, cast
+
+import httpx2
+
+from memory_client._core import RetryPolicy, answer_of, next_request, query_value, without_none
+from memory_client.models import (
+    ApiRootOut,
+    CompactedOut,
+    CompactionSkippedOut,
+    ContextOut,
+    EntryBatchOut,
+    EntryOut,
+    EntryPageOut,
+    ExtractionOut,
+    FactForgottenOut,
+    FactOut,
+    FactPageOut,
+    FileHistoryOut,
+    ItemOut,
+    ItemPageOut,
+    ItemWithEvidenceOut,
+    JobAcceptedOut,
+    MemoryFilesOut,
+    MemoryToolAnswerOut,
+    MemoryToolResultOut,
+    NamespaceForgottenOut,
+    PathPageOut,
+    SearchOut,
+    ThreadOut,
+    ThreadPageOut,
+    ToolResultOut,
+    VersionContentOut,
+    WorkingNoteOut,
+)
+
+API = "/api/v1"
+Params = Mapping[str, Any] | list[tuple[str, Any]]
+
+
+class AsyncMemoryClient:
+    """The agent API of the memory service, under one agent's key.
+
+    Every method is one operation of the API (its operationId in `OPERATIONS`), answers the typed
+    JSON the OpenAPI schema declares (`memory_client.models`), and raises an `ApiError` subclass
+    carrying the error shape. 429 and 5xx answers are retried as `retry` says; `iter_*` follow pages.
+
+        async with AsyncMemoryClient("http://127.0.0.1:8000", key="mk_...") as memory:
+            await memory.create_thread(id="t-1", user_id="ana")
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        key: str,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.retry = retry or RetryPolicy()
+        self._http = httpx2.AsyncClient(
+            base_url=self.base_url,
+            headers={"Authorization": f"Bearer {key}", "Accept": "application/json"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    async def __aenter__(self) -> AsyncMemoryClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # --- the one way out ---------------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Params | None = None,
+        json_body: Any = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+    ) -> Any:
+        """Send one request (again, as the retry policy says) and answer its JSON; an error raises."""
+        query = [(k, query_value(v)) for k, v in (params.items() if isinstance(params, Mapping) else params or [])]
+        headers = {"Content-Type": content_type} if content_type else None
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(
+                    method, path, params=query, json=json_body, content=content, headers=headers
+                )
+            except httpx2.TransportError:
+                if not self.retry.should_retry(method=method, status=None, attempt=attempt):
+                    raise
+                await asyncio.sleep(self.retry.delay(attempt=attempt, response=None))
+                attempt += 1
+                continue
+            if response.status_code < 400 or not self.retry.should_retry(
+                method=method, status=response.status_code, attempt=attempt
+            ):
+                return answer_of(response)
+            await asyncio.sleep(self.retry.delay(attempt=attempt, response=response))
+            attempt += 1
+
+    async def _pages(self, path: str, params: Params) -> AsyncIterator[dict[str, Any]]:
+        """Each page of a list, following its `next` link until there is none."""
+        page = await self._request("GET", path, params=params)
+        while True:
+            yield page
+            following = next_request(page.get("next"))
+            if following is None:
+                return
+            page = await self._request("GET", following[0], params=following[1])
+
+    # --- the API's root --------------------------------------------------------------------------
+
+    async def root(self) -> ApiRootOut:
+        """The agent of the key, and where the schema and docs are."""
+        return cast(ApiRootOut, await self._request("GET", f"{API}/"))
+
+    # --- threads ---------------------------------------------------------------------------------
+
+    async def create_thread(
+        self, *, id: str | None = None, user_id: str | None = None, metadata: dict[str, Any] | None = None
+    ) -> ThreadOut:
+        """Create a thread, or update the one of that id (an idempotent upsert)."""
+        body = without_none(id=id, user_id=user_id, metadata=metadata)
+        return cast(ThreadOut, await self._request("POST", f"{API}/threads", json_body=body))
+
+    async def list_threads(
+        self,
+        *,
+        user_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        updated_after: datetime | str | None = None,
+        updated_before: datetime | str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> ThreadPageOut:
+        """One page of threads, newest updated first (`next` / `next_cursor`: the following page)."""
+        params = without_none(
+            user_id=user_id,
+            metadata=json.dumps(metadata) if metadata is not None else None,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            limit=limit,
+            cursor=cursor,
+        )
+        return cast(ThreadPageOut, await self._request("GET", f"{API}/threads", params=params))
+
+    async def iter_threads(
+        self,
+        *,
+        user_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        updated_after: datetime | str | None = None,
+        updated_before: datetime | str | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[ThreadOut]:
+        """Every thread that matches, page after page."""
+        params = without_none(
+            user_id=user_id,
+            metadata=json.dumps(metadata) if metadata is not None else None,
+            updated_after=updated_after,
+            updated_before=updated_before,
+            limit=page_size,
+        )
+        async for page in self._pages(f"{API}/threads", params):
+            for thread in page["results"]:
+                yield cast(ThreadOut, thread)
+
+    async def get_thread(self, thread_id: str) -> ThreadOut:
+        return cast(ThreadOut, await self._request("GET", f"{API}/threads/{thread_id}"))
+
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        metadata: dict[str, Any] | None = None,
+        user_id: str | None = None,
+        replace_metadata: bool | None = None,
+    ) -> ThreadOut:
+        """Merge metadata (a None value removes a key; `replace_metadata` replaces it whole), set the person."""
+        body = without_none(user_id=user_id, replace_metadata=replace_metadata)
+        if metadata is not None:
+            body["metadata"] = metadata
+        return cast(ThreadOut, await self._request("PATCH", f"{API}/threads/{thread_id}", json_body=body))
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Delete a thread with its entries and what memory derived from them only."""
+        await self._request("DELETE", f"{API}/threads/{thread_id}")
+
+    # --- entries ---------------------------------------------------------------------------------
+
+    async def append(self, thread_id: str, *, role: str, content: Any = None, **fields: Any) -> EntryOut:
+        """Add one entry after the active leaf (`parent_id`, `activate`, `type`, `tool_calls`, ... as fields)."""
+        body = {"role": role, **({"content": content} if content is not None else {}), **fields}
+        answer = await self._request("POST", f"{API}/threads/{thread_id}/entries", json_body=body)
+        return cast(EntryOut, answer)
+
+    async def append_batch(self, thread_id: str, entries: list[dict[str, Any]]) -> EntryBatchOut:
+        """Add up to 1,000 entries in one transaction, each after the one before."""
+        answer = await self._request("POST", f"{API}/threads/{thread_id}/entries", json_body={"entries": entries})
+        return cast(EntryBatchOut, answer)
+
+    async def list_entries(
+        self,
+        thread_id: str,
+        *,
+        types: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        before: datetime | str | None = None,
+        after: datetime | str | None = None,
+    ) -> EntryPageOut:
+        """The newest `limit` entries of every branch, oldest first (`next`: the page of older ones)."""
+        params = without_none(types=types, limit=limit, cursor=cursor, before=before, after=after)
+        return cast(EntryPageOut, await self._request("GET", f"{API}/threads/{thread_id}/entries", params=params))
+
+    async def iter_entries(
+        self,
+        thread_id: str,
+        *,
+        types: str | None = None,
+        before: datetime | str | None = None,
+        after: datetime | str | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[EntryOut]:
+        """Every entry, newest page first and each page oldest first (as the API pages back)."""
+        params = without_none(types=types, before=before, after=after, limit=page_size)
+        async for page in self._pages(f"{API}/threads/{thread_id}/entries", params):
+            for entry in page["results"]:
+                yield cast(EntryOut, entry)
+
+    async def path(
+        self,
+        thread_id: str,
+        *,
+        leaf: str | None = None,
+        limit: int | None = None,
+        before: str | None = None,
+        types: str | None = None,
+    ) -> PathPageOut:
+        """One branch (the active one, or up to `leaf`), oldest first; `next` pages back."""
+        params = without_none(leaf=leaf, limit=limit, before=before, types=types)
+        return cast(PathPageOut, await self._request("GET", f"{API}/threads/{thread_id}/path", params=params))
+
+    async def iter_path(
+        self, thread_id: str, *, leaf: str | None = None, types: str | None = None, page_size: int | None = None
+    ) -> AsyncIterator[EntryOut]:
+        """Every entry of a branch, newest page first and each page oldest first."""
+        params = without_none(leaf=leaf, types=types, limit=page_size)
+        async for page in self._pages(f"{API}/threads/{thread_id}/path", params):
+            for entry in page["results"]:
+                yield cast(EntryOut, entry)
+
+    async def rewind(self, thread_id: str, entry_id: str) -> ThreadOut:
+        """Move the active leaf back to an entry of the active branch (nothing is deleted)."""
+        body = {"entry_id": entry_id}
+        return cast(ThreadOut, await self._request("POST", f"{API}/threads/{thread_id}/rewind", json_body=body))
+
+    async def checkout(self, thread_id: str, entry_id: str) -> ThreadOut:
+        """Make any entry the active leaf (switch branches)."""
+        body = {"entry_id": entry_id}
+        return cast(ThreadOut, await self._request("POST", f"{API}/threads/{thread_id}/checkout", json_body=body))
+
+    async def fork(self, thread_id: str, entry_id: str, *, new_thread_id: str | None = None) -> ThreadOut:
+        """A new thread holding the branch up to `entry_id`."""
+        body = without_none(entry_id=entry_id, new_thread_id=new_thread_id)
+        return cast(ThreadOut, await self._request("POST", f"{API}/threads/{thread_id}/fork", json_body=body))
+
+    async def get_entry(self, entry_id: str) -> EntryOut:
+        return cast(EntryOut, await self._request("GET", f"{API}/entries/{entry_id}"))
+
+    async def delete_entry(self, entry_id: str) -> None:
+        """Delete an entry; its children go under its parent."""
+        await self._request("DELETE", f"{API}/entries/{entry_id}")
+
+    async def redact_entry(self, entry_id: str, *, reason: str | None = None) -> EntryOut:
+        """Replace an entry's content, keeping its place in the tree."""
+        body = without_none(reason=reason)
+        return cast(EntryOut, await self._request("POST", f"{API}/entries/{entry_id}/redact", json_body=body))
+
+    async def export_thread(self, thread_id: str) -> str:
+        """The thread as JSONL (000's session records)."""
+        return cast(str, await self._request("GET", f"{API}/threads/{thread_id}/export"))
+
+    async def import_thread(self, jsonl: str, *, id: str | None = None) -> ThreadOut:
+        """A new thread from JSONL lines (an export's)."""
+        answer = await self._request(
+            "POST",
+            f"{API}/threads/import",
+            params=without_none(id=id),
+            content=jsonl.encode(),
+            content_type="application/x-ndjson",
+        )
+        return cast(ThreadOut, answer)
+
+    # --- recall ----------------------------------------------------------------------------------
+
+    async def search(
+        self,
+        text: str,
+        *,
+        thread_id: str | None = None,
+        user_id: str | None = None,
+        kinds: list[Literal["entries", "items"]] | None = None,
+        limit: int | None = None,
+        method: Literal["keyword", "vector", "hybrid"] | None = None,
+        as_of: datetime | str | None = None,
+    ) -> SearchOut:
+        body = without_none(
+            text=text,
+            thread_id=thread_id,
+            user_id=user_id,
+            kinds=kinds,
+            limit=limit,
+            method=method,
+            as_of=query_value(as_of),
+        )
+        return cast(SearchOut, await self._request("POST", f"{API}/search", json_body=body))
+
+    async def build_context(self, thread_id: str, *, max_tokens: int, **options: Any) -> ContextOut:
+        """The messages for the next model call within `max_tokens` (`strategy`, `current_input`, ...)."""
+        body = {"max_tokens": max_tokens, **{k: query_value(v) for k, v in options.items() if v is not None}}
+        return cast(ContextOut, await self._request("POST", f"{API}/threads/{thread_id}/context", json_body=body))
+
+    # --- memory items and facts ------------------------------------------------------------------
+
+    async def list_items(self, **filters: Any) -> ItemPageOut:
+        """One page of items (`user_id`, `project_id`, `thread_id`, `status`, `kind`, `as_of`, `limit`, `cursor`, ...)."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        return cast(ItemPageOut, await self._request("GET", f"{API}/items", params=params))
+
+    async def iter_items(self, **filters: Any) -> AsyncIterator[ItemOut]:
+        """Every item that matches, page after page."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        async for page in self._pages(f"{API}/items", params):
+            for item in page["results"]:
+                yield cast(ItemOut, item)
+
+    async def get_item(self, item_id: str) -> ItemWithEvidenceOut:
+        return cast(ItemWithEvidenceOut, await self._request("GET", f"{API}/items/{item_id}"))
+
+    async def item_history(self, item_id: str) -> ItemPageOut:
+        """Every value the item's slot held."""
+        return cast(ItemPageOut, await self._request("GET", f"{API}/items/{item_id}/history"))
+
+    async def create_item(
+        self, *, kind: str, subject: str, attribute: str, value: str, **fields: Any
+    ) -> ItemWithEvidenceOut:
+        """Write a memory item (`trust`, `evidence`, `user_id`, ... as fields); at most the key's trust."""
+        body = {"kind": kind, "subject": subject, "attribute": attribute, "value": value, **fields}
+        return cast(ItemWithEvidenceOut, await self._request("POST", f"{API}/items", json_body=body))
+
+    async def forget_item(self, item_id: str) -> ItemOut:
+        """Let an item's state go (its history is kept)."""
+        return cast(ItemOut, await self._request("POST", f"{API}/items/{item_id}/forget"))
+
+    async def put_fact(self, namespace: str, key: str, value: Any, *, ttl_secs: int | None = None) -> FactOut:
+        body = without_none(value=value, ttl_secs=ttl_secs)
+        return cast(FactOut, await self._request("PUT", f"{API}/facts/{namespace}/{key}", json_body=body))
+
+    async def get_fact(self, namespace: str, key: str) -> FactOut:
+        return cast(FactOut, await self._request("GET", f"{API}/facts/{namespace}/{key}"))
+
+    async def search_facts(self, namespace: str, *, q: str = "", limit: int | None = None) -> FactPageOut:
+        """The facts of a namespace (and those inside it) holding the words of `q`, best first."""
+        params = without_none(q=q, limit=limit)
+        return cast(FactPageOut, await self._request("GET", f"{API}/facts/{namespace}", params=params))
+
+    async def forget_fact(self, namespace: str, key: str) -> FactForgottenOut:
+        return cast(FactForgottenOut, await self._request("DELETE", f"{API}/facts/{namespace}/{key}"))
+
+    async def forget_namespace(self, namespace: str) -> NamespaceForgottenOut:
+        """Delete every fact of a namespace and those inside it, history included."""
+        answer = await self._request("DELETE", f"{API}/facts/{namespace}", params={"all": "true"})
+        return cast(NamespaceForgottenOut, answer)
+
+    async def memory_tools(
+        self,
+        name: Literal["remember", "forget", "search_memory"],
+        tool_input: dict[str, Any],
+        *,
+        user_id: str | None = None,
+        namespace: str | None = None,
+        ttl_secs: int | None = None,
+    ) -> MemoryToolResultOut:
+        """Run the model's remember / forget / search_memory call: `result` is the text for the model."""
+        body = {
+            "name": name,
+            "input": tool_input,
+            **without_none(user_id=user_id, namespace=namespace, ttl_secs=ttl_secs),
+        }
+        return cast(MemoryToolResultOut, await self._request("POST", f"{API}/memory-tools", json_body=body))
+
+    # --- memory files --------------------------------------------------------------------------------
+
+    async def memory_tool(
+        self,
+        command: dict[str, Any],
+        *,
+        user_id: str | None = None,
+        project_id: str | None = None,
+        thread_id: str | None = None,
+        place: str | None = None,
+        read_only: bool | None = None,
+        author: str | None = None,
+    ) -> MemoryToolAnswerOut:
+        """Run one memory tool command as the model gave it. A refused command raises an ApiError
+        whose `result` is the text the model should read."""
+        params = without_none(
+            user_id=user_id, project_id=project_id, thread_id=thread_id, place=place, read_only=read_only, author=author
+        )
+        answer = await self._request("POST", f"{API}/memory-tool", params=params, json_body=command)
+        return cast(MemoryToolAnswerOut, answer)
+
+    async def list_memory_files(
+        self,
+        *,
+        user_id: str | None = None,
+        project_id: str | None = None,
+        thread_id: str | None = None,
+        under: str | None = None,
+    ) -> MemoryFilesOut:
+        params = without_none(user_id=user_id, project_id=project_id, thread_id=thread_id, under=under)
+        return cast(MemoryFilesOut, await self._request("GET", f"{API}/memory-files", params=params))
+
+    async def memory_file_history(
+        self,
+        path: str,
+        *,
+        user_id: str | None = None,
+        project_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> FileHistoryOut:
+        params = without_none(path=path, user_id=user_id, project_id=project_id, thread_id=thread_id)
+        return cast(FileHistoryOut, await self._request("GET", f"{API}/memory-files/history", params=params))
+
+    async def memory_file_version(self, version_id: str) -> VersionContentOut:
+        answer = await self._request("GET", f"{API}/memory-files/versions/{version_id}")
+        return cast(VersionContentOut, answer)
+
+    async def read_working_note(
+        self, *, user_id: str | None = None, project_id: str | None = None, thread_id: str | None = None
+    ) -> WorkingNoteOut:
+        params = without_none(user_id=user_id, project_id=project_id, thread_id=thread_id)
+        return cast(WorkingNoteOut, await self._request("GET", f"{API}/working-note", params=params))
+
+    async def working_note(
+        self,
+        action: Literal["read", "replace", "append"],
+        content: str | None = None,
+        *,
+        user_id: str | None = None,
+        project_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> WorkingNoteOut:
+        params = without_none(user_id=user_id, project_id=project_id, thread_id=thread_id)
+        body = without_none(action=action, content=content)
+        return cast(WorkingNoteOut, await self._request("POST", f"{API}/working-note", params=params, json_body=body))
+
+    # --- compaction and extraction ---------------------------------------------------------------
+
+    async def compact(
+        self, thread_id: str, *, strategy: str, **options: Any
+    ) -> CompactedOut | CompactionSkippedOut | JobAcceptedOut:
+        """Compact the active branch (`async_=False` runs a model-backed strategy in the request)."""
+        body = {"strategy": strategy, **_keyword_options(options)}
+        answer = await self._request("POST", f"{API}/threads/{thread_id}/compact", json_body=body)
+        return cast(CompactedOut | CompactionSkippedOut | JobAcceptedOut, answer)
+
+    async def extract(self, thread_id: str, *, async_: bool | None = None) -> ExtractionOut | JobAcceptedOut:
+        """Extract memory items from the thread's new entries (a job unless `async_=False`)."""
+        body = without_none(**{"async": async_})
+        answer = await self._request("POST", f"{API}/threads/{thread_id}/extract", json_body=body)
+        return cast(ExtractionOut | JobAcceptedOut, answer)
+
+    async def tool_result(self, handle: str) -> ToolResultOut:
+        """A tool result that compaction cleared (the `read_result` tool)."""
+        return cast(ToolResultOut, await self._request("GET", f"{API}/tool-results/{handle}"))
+
+
+def _keyword_options(options: dict[str, Any]) -> dict[str, Any]:
+    """Options named as Python allows (`async_`) as the API names them (`async`)."""
+    return {name.rstrip("_"): value for name, value in options.items() if value is not None}
+
+
+# Each method and the operation of the OpenAPI schema it calls (tests check their answers' types).
+OPERATIONS: dict[str, str] = {
+    "root": "v1_retrieve",
+    "create_thread": "v1_threads_create",
+    "list_threads": "v1_threads_list",
+    "get_thread": "v1_threads_retrieve",
+    "update_thread": "v1_threads_partial_update",
+    "delete_thread": "v1_threads_destroy",
+    "append": "v1_threads_entries_create",
+    "append_batch": "v1_threads_entries_create",
+    "list_entries": "v1_threads_entries_retrieve",
+    "path": "v1_threads_path_retrieve",
+    "rewind": "v1_threads_rewind_create",
+    "checkout": "v1_threads_checkout_create",
+    "fork": "v1_threads_fork_create",
+    "get_entry": "v1_entries_retrieve",
+    "delete_entry": "v1_entries_destroy",
+    "redact_entry": "v1_entries_redact_create",
+    "export_thread": "v1_threads_export_retrieve",
+    "import_thread": "v1_threads_import_create",
+    "search": "v1_search_create",
+    "build_context": "v1_threads_context_create",
+    "list_items": "v1_items_list",
+    "get_item": "v1_items_retrieve",
+    "item_history": "v1_items_history_retrieve",
+    "create_item": "v1_items_create",
+    "forget_item": "v1_items_forget_create",
+    "put_fact": "v1_facts_update",
+    "get_fact": "v1_facts_retrieve",
+    "search_facts": "v1_facts_retrieve",
+    "forget_fact": "v1_facts_destroy",
+    "forget_namespace": "v1_facts_destroy",
+    "memory_tools": "v1_memory_tools_create",
+    "memory_tool": "v1_memory_tool_create",
+    "list_memory_files": "v1_memory_files_retrieve",
+    "memory_file_history": "v1_memory_files_history_retrieve",
+    "memory_file_version": "v1_memory_files_versions_retrieve",
+    "read_working_note": "v1_working_note_retrieve",
+    "working_note": "v1_working_note_create",
+    "compact": "v1_threads_compact_create",
+    "extract": "v1_threads_extract_create",
+    "tool_result": "v1_tool_results_retrieve",
+}

@@ -1,0 +1,213 @@
+"""The client against the real service: gunicorn on the tests' database, no mocked HTTP. The same
+tour runs with the sync client and with the async one (each call awaited on one event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread
+from tests.kit.api import Caller
+from tests.kit.servers import gunicorn_serving
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def service(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with gunicorn_serving(var_dir=tmp_path_factory.mktemp("client-service"), env={"LLM_PROVIDER": "none"}) as where:
+        yield f"http://{where}"
+
+
+class Recorded:
+    """A client whose calls are counted by method name (the tour must call every one); an async
+    client's coroutines are run to their end and its async iterators read whole."""
+
+    def __init__(self, client: Any, loop: asyncio.AbstractEventLoop | None = None):
+        self.client, self.loop, self.called = client, loop, set[str]()
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self.client, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.called.add(name)
+            answer = method(*args, **kwargs)
+            if self.loop is None:
+                return answer
+            if inspect.isasyncgen(answer):
+                return self.loop.run_until_complete(_listed(answer))
+            return self.loop.run_until_complete(answer)
+
+        return call
+
+
+async def _listed(items: Any) -> list[Any]:
+    return [item async for item in items]
+
+
+def client_tour(memory: Any, who: Caller) -> None:
+    """Every operation the client exposes, each answer checked (and the database after some)."""
+    from memory_client import ApiError, ConflictError
+
+    assert memory.root()["agent"]["slug"] == who.agent.slug
+    # Threads: an upsert, reads, a page of one and every page.
+    thread = memory.create_thread(id="t-rome", user_id="ana", metadata={"topic": "rome"})
+    assert (thread["id"], thread["user_id"], thread["metadata"]) == ("t-rome", "ana", {"topic": "rome"})
+    memory.create_thread(id="t-two")
+    memory.create_thread(id="t-three", metadata={"topic": "rome"})
+    assert memory.get_thread("t-rome")["metadata"] == {"topic": "rome"}
+    assert memory.update_thread("t-two", metadata={"k": 1})["metadata"] == {"k": 1}
+    page = memory.list_threads(limit=1)
+    assert len(page["results"]) == 1 and page["next"] and page["next_cursor"]
+    assert [t["id"] for t in memory.iter_threads(page_size=1)] == ["t-two", "t-three", "t-rome"]
+    assert {t["id"] for t in memory.iter_threads(metadata={"topic": "rome"}, page_size=1)} == {"t-rome", "t-three"}
+    # Entries: one, a batch, pages of every branch and of the path.
+    first = memory.append("t-rome", role="user", content="Plan a day in Rome, we are vegetarian.")
+    call = {"id": "c1", "name": "fetch_page", "arguments": {"page": 1}}
+    batch = memory.append_batch(
+        "t-rome",
+        [
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"type": "tool_result", "tool_call_id": "c1", "tool_name": "fetch_page", "content": "page " * 300},
+            {"role": "assistant", "content": "Start at the Colosseum at eight."},
+            {"role": "user", "content": "And lunch?"},
+        ],
+    )
+    ids = [first["id"], *(e["id"] for e in batch["entries"])]
+    assert batch["active_leaf_id"] == ids[-1]
+    assert Entry.objects.filter(thread__external_id="t-rome", agent=who.agent).count() == 5
+    older = memory.list_entries("t-rome", limit=2, types="all")
+    assert [e["id"] for e in older["results"]] == ids[-2:] and older["next"]
+    assert sorted(e["id"] for e in memory.iter_entries("t-rome", types="all", page_size=2)) == sorted(ids)
+    assert memory.path("t-rome", limit=2)["results"][-1]["id"] == ids[-1]
+    assert sorted(e["id"] for e in memory.iter_path("t-rome", types="all", page_size=2)) == sorted(ids)
+    assert memory.rewind("t-rome", ids[3])["active_leaf_id"] == ids[3]
+    assert memory.checkout("t-rome", ids[-1])["active_leaf_id"] == ids[-1]
+    assert memory.fork("t-rome", ids[3], new_thread_id="t-fork")["forked_from"] == "t-rome"
+    assert memory.get_entry(ids[0])["content"] == "Plan a day in Rome, we are vegetarian."
+    exported = memory.export_thread("t-rome")
+    assert isinstance(exported, str) and exported.count("\n") >= 5
+    # Recall and the context.
+    hits = memory.search("vegetarian", thread_id="t-rome", method="keyword")
+    assert ids[0] in {h["id"] for h in hits["results"]}
+    built = memory.build_context("t-rome", max_tokens=2000, current_input="lunch for vegetarians?")
+    assert built["messages"] and built["token_count"] <= 2000
+    # Compaction, the tool result it keeps readable, extraction.
+    compacted = memory.compact("t-rome", strategy="clear-old-tool-results", keep_tool_uses=0)
+    assert compacted.get("compacted") is True, compacted
+    assert memory.tool_result(ids[2])["content"].startswith("page ")
+    extracted = memory.extract("t-rome", async_=False)
+    assert "job_run" in extracted
+    # Redaction and deletion of entries.
+    assert memory.redact_entry(ids[4], reason="test")["redacted_at"]
+    memory.delete_entry(ids[0])
+    assert not Entry.objects.filter(pk=ids[0]).exists()
+    # Items.
+    item = memory.create_item(kind="fact", subject="ana", attribute="city", value="Lisbon", user_id="ana")
+    memory.create_item(kind="preference", subject="ana", attribute="food", value="vegetarian", user_id="ana")
+    assert memory.get_item(item["id"])["value"] == "Lisbon"
+    assert [i["value"] for i in memory.item_history(item["id"])["results"]] == ["Lisbon"]
+    assert len(memory.list_items(limit=1, user_id="ana")["results"]) == 1
+    assert len({i["id"] for i in memory.iter_items(user_id="ana", limit=1)}) == 2
+    assert memory.forget_item(item["id"])["expired_at"]
+    # Facts, and the model's facts tools.
+    assert memory.put_fact("users/ana", "tea", "green")["value"] == "green"
+    assert memory.get_fact("users/ana", "tea")["value"] == "green"
+    assert [f["key"] for f in memory.search_facts("users/ana", q="tea")["results"]] == ["tea"]
+    assert memory.forget_fact("users/ana", "tea")["forgotten"] is True
+    assert memory.memory_tools("remember", {"key": "city", "value": "Lisbon"}, user_id="ana")["result"].startswith(
+        "Remembered city"
+    )
+    assert memory.forget_namespace("users/ana")["deleted"] == 1
+    assert not MemoryItem.objects.filter(agent=who.agent, namespace="users/ana").exists()
+    # Memory files: the memory tool (a refusal carries the model's text), lists, history, versions.
+    created = memory.memory_tool(
+        {"command": "create", "path": "/memories/plan.md", "file_text": "Colosseum\n"}, user_id="ana"
+    )
+    assert created["result"] == "File created successfully at: /memories/plan.md"
+    with pytest.raises(ConflictError) as refused:
+        memory.memory_tool({"command": "create", "path": "/memories/plan.md", "file_text": "again\n"}, user_id="ana")
+    assert (
+        refused.value.code == "file_exists" and refused.value.result == "Error: File /memories/plan.md already exists"
+    )
+    assert isinstance(refused.value, ApiError) and refused.value.status == 409
+    listed = memory.list_memory_files(user_id="ana")
+    assert [f["path"] for f in listed["files"]] == ["/memories/plan.md"]
+    history = memory.memory_file_history("/memories/plan.md", user_id="ana")
+    assert memory.memory_file_version(history["versions"][0]["version_id"])["content"] == "Colosseum\n"
+    assert memory.working_note("append", "ask about lunch", user_id="ana")["text"] == "ask about lunch"
+    assert memory.read_working_note(user_id="ana")["text"] == "ask about lunch"
+    assert MemoryFileVersion.objects.filter(agent=who.agent, user_id="ana").count() == 2
+    # The export imports again once its entries' ids are free.
+    memory.delete_thread("t-rome")
+    assert not Thread.objects.filter(agent=who.agent, external_id="t-rome").exists()
+    assert memory.import_thread(exported, id="t-copy")["id"] == "t-copy"
+    assert Entry.objects.filter(thread__external_id="t-copy", agent=who.agent).count() == 5
+
+
+def test_the_sync_client_runs_every_operation_against_the_service(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    from memory_client import OPERATIONS, MemoryClient
+
+    with MemoryClient(service, key=alice.key) as client:
+        memory = Recorded(client)
+        client_tour(memory, alice)
+    assert set(OPERATIONS) | {"iter_threads", "iter_entries", "iter_path", "iter_items"} == memory.called
+
+
+def test_the_async_client_runs_every_operation_against_the_service(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    from memory_client import OPERATIONS, AsyncMemoryClient
+
+    loop = asyncio.new_event_loop()
+    try:
+        client = AsyncMemoryClient(service, key=alice.key)
+        memory = Recorded(client, loop)
+        # The tour checks the database between calls: each call runs to its end before the next.
+        client_tour(memory, alice)
+        loop.run_until_complete(client.aclose())
+    finally:
+        loop.close()
+    assert set(OPERATIONS) | {"iter_threads", "iter_entries", "iter_path", "iter_items"} == memory.called
+
+
+def test_the_services_errors_are_exceptions_carrying_the_error_shape(
+    transactional_db: None, service: str, alice: Caller, bob: Caller
+) -> None:
+    from memory_client import (
+        AuthenticationError,
+        BadRequestError,
+        MemoryClient,
+        NotFoundError,
+        PayloadTooLargeError,
+        PermissionDeniedError,
+    )
+
+    with MemoryClient(service, key=alice.key) as memory:
+        memory.create_thread(id="t-alice")
+        with pytest.raises(BadRequestError) as bad:
+            memory.append("t-alice", role="wizard", content="hi")
+        assert (bad.value.status, bad.value.field) == (400, "role") and bad.value.message
+        assert bad.value.body["error"]["code"] == bad.value.code
+        with pytest.raises(BadRequestError) as unknown:
+            memory.create_thread(id="t-alice", metadata={"a": 1}, user_id="x" * 200)
+        assert unknown.value.field == "user_id"
+        with pytest.raises(PayloadTooLargeError) as large:
+            memory.append_batch("t-alice", [{"role": "user", "content": "x"}] * 1001)
+        assert (large.value.code, large.value.field) == ("batch_too_large", "entries")
+        with pytest.raises(PermissionDeniedError):
+            memory.memory_tool({"command": "create", "path": "/memories/a.md", "file_text": "a"}, read_only=True)
+    with MemoryClient(service, key=bob.key) as other:
+        with pytest.raises(NotFoundError) as missing:
+            other.get_thread("t-alice")  # alice's: the same 404 as a missing one
+        assert (missing.value.status, missing.value.code) == (404, "not_found")
+    with MemoryClient(service, key="mk_not_a_key") as stranger, pytest.raises(AuthenticationError) as refused:
+        stranger.root()
+    assert (refused.value.status, refused.value.code) == (401, "invalid_key")
+    assert Entry.objects.count() == 0
