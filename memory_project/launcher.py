@@ -226,6 +226,7 @@ def main() -> int:
         f"    admin:   {base}/admin/\n"
         f"    API:     {base}/api/v1/   docs: {base}/api/docs/\n"
         f"    health:  {base}/healthz   ready: {base}/readyz\n"
+        f"    MCP:     {base}/mcp/\n"
         f"  A web, worker or beat process that exits is started again. Ctrl-C stops everything.\n",
         flush=True,
     )
