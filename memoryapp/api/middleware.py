@@ -30,6 +30,8 @@ from memoryapp.api.errors import error_body
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 
 API_PREFIX = "/api/"
+# The MCP endpoint takes JSON bodies as large as the API's, and answers errors in its shape.
+JSON_BODY_PREFIXES = (API_PREFIX, "/mcp/", "/mcp")
 
 
 FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
@@ -112,7 +114,7 @@ class ChunkedBodyMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         if not _chunked_without_length(request):
             return self.get_response(request)
-        api = request.path_info.startswith(API_PREFIX)
+        api = request.path_info.startswith(JSON_BODY_PREFIXES)
         environ = getattr(request, "environ", {})
         if not environ.get("wsgi.input_terminated"):
             message = "This server cannot read a chunked body: send it with a Content-Length."

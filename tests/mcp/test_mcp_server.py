@@ -4,6 +4,7 @@ real gunicorn serving the tests' database, as `make run` serves it."""
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
@@ -235,3 +236,34 @@ def test_a_bad_or_missing_key_is_refused_at_the_mcp_endpoint(
         timeout=30,
     )
     assert typo.status_code == 400 and typo.json()["error"]["field"] == "user"
+
+
+def test_a_chunked_mcp_request_larger_than_a_pages_upload_limit_is_read_whole(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    """A chunked body to /mcp/ is held to the API's 32 MiB, not to the admin pages' 2.5 MB."""
+    text = "turn " * 180_000  # 900 kB an entry: three of them pass Django's DATA_UPLOAD_MAX_MEMORY_SIZE
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "thread_append", "arguments": {"entries": [{"role": "user", "content": text}] * 3}},
+    }
+    body = json.dumps(call).encode()
+    host, port = service.removeprefix("http://").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+    headers = {
+        "Authorization": f"Bearer {alice.key}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-06-18",
+        "Transfer-Encoding": "chunked",
+    }
+    pieces = (body[start : start + 65536] for start in range(0, len(body), 65536))
+    connection.request("POST", "/mcp/?thread_id=t-big", body=pieces, headers=headers, encode_chunked=True)
+    answer = connection.getresponse()
+    raw = answer.read()
+    connection.close()
+    assert answer.status == 200, raw[:500]
+    assert json.loads(raw)["result"]["isError"] is False
+    assert Entry.objects.filter(agent=alice.agent, thread__external_id="t-big").count() == 3
