@@ -795,6 +795,13 @@ SCHEDULES: tuple[Schedule, ...] = (
         description="Sends the embedding job of every agent with entries or items that have no vector yet.",
     ),
     Schedule(
+        name="Deliver change events to webhooks left behind",
+        task="memoryapp.tasks.webhooks_sweep",
+        every=1,
+        period="minutes",
+        description="Sends the delivery job of every active webhook behind its agent's events and not resting.",
+    ),
+    Schedule(
         name="Consolidation: mark repeated and contradicted items stale",
         task="memoryapp.tasks.consolidation_dedupe_tick",
         every=1,

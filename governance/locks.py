@@ -21,6 +21,7 @@ AUDIT_CHAIN = 0x4D454D41
 JOB_RUN = 0x4A52  # "JR", a job run's id: held (session lock) by the process running it
 EMBEDDING = 0x454D  # "EM", an agent's id: one embedding batch of the agent at a time
 MEMORY_FILES = 0x4D46  # "MF", an agent's id: the agent's file writes go one after another
+WEBHOOK = 0x5748  # "WH", a webhook's id: held (session lock) by the one process delivering to it
 
 
 def pair(lock_class: int, number: int) -> tuple[int, int]:

@@ -54,6 +54,11 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_agentkey",
         "memoryapp.add_agentkey",
         "memoryapp.change_agentkey",
+        "memoryapp.view_webhook",
+        "memoryapp.add_webhook",
+        "memoryapp.change_webhook",
+        "memoryapp.delete_webhook",
+        "memoryapp.view_webhookdelivery",
         "governance.view_jobrun",
         "governance.change_jobrun",  # send a failed run again (the job-run page shows, never edits)
         "governance.view_auditrecord",

@@ -190,6 +190,19 @@ CONSOLIDATION_MAX_SUBJECTS = env_int("CONSOLIDATION_MAX_SUBJECTS", 10, minimum=1
 OBSERVATIONS_MAX_ENTITIES = env_int("OBSERVATIONS_MAX_ENTITIES", 3, minimum=1, maximum=1_000)
 OBSERVATIONS_MIN_ITEMS = env_int("OBSERVATIONS_MIN_ITEMS", 3, minimum=1, maximum=1_000)
 
+# --- Change events (memoryapp.events): SSE streams and webhooks ----------------------------------
+
+# A stream (GET /api/v1/events) holds one web thread and one database connection while it is open:
+# it is closed after this many seconds with a `retry:` hint, and the client resumes with
+# Last-Event-ID. It looks for new events every EVENTS_POLL_SECONDS (one indexed query).
+EVENTS_STREAM_SECONDS = env_float("EVENTS_STREAM_SECONDS", 30.0, minimum=0.0, maximum=3600.0)
+EVENTS_POLL_SECONDS = env_float("EVENTS_POLL_SECONDS", 0.5, minimum=0.05, maximum=60.0)
+# Streams one web process serves at once (the rest answer 503 with Retry-After): keep it below
+# WEB_THREADS, so streams never take every thread the API needs.
+EVENTS_MAX_STREAMS = env_int("EVENTS_MAX_STREAMS", 2, minimum=1, maximum=10_000)
+# Seconds a webhook delivery waits for the receiver's answer.
+WEBHOOK_TIMEOUT = env_float("WEBHOOK_TIMEOUT", 10.0, minimum=0.1, maximum=300.0)
+
 # --- Audit ---------------------------------------------------------------------------------------
 
 # After each commit the audit chain's head is appended here, outside the database, so a chain cut

@@ -152,6 +152,12 @@ class DroppedOut(OutputSerializer):
     token_count = serializers.IntegerField()
 
 
+class PlacedDocumentOut(OutputSerializer):
+    name = serializers.CharField(help_text="The document's name (AGENTS.md ...), under /memories/context/.")
+    scope = serializers.ChoiceField(choices=("thread", "project", "agent"))
+    version_id = serializers.CharField(help_text="The version placed (GET /memory-files/versions/{id}).")
+
+
 class ContextMetadataOut(OutputSerializer):
     strategy = serializers.ChoiceField(choices=STRATEGIES)
     budget = serializers.IntegerField(help_text="max_tokens less reserve_tokens.")
@@ -162,6 +168,10 @@ class ContextMetadataOut(OutputSerializer):
     semantic_results_included = serializers.IntegerField()
     recalled_entries = serializers.IntegerField()
     recalled_items = serializers.IntegerField()
+    time_zone = serializers.CharField(help_text="The IANA zone the dates of the memory context are written in.")
+    memory = serializers.ChoiceField(
+        choices=("on", "off"), help_text="The thread's memory switch (off: nothing recalled)."
+    )
 
 
 class ContextOut(OutputSerializer):
@@ -176,6 +186,9 @@ class ContextOut(OutputSerializer):
     )
     brief_cards = BriefCardOut(many=True, help_text="The pre-turn brief's cards (brief_cards asked), in the brief.")
     recalled = RecalledOut()
+    documents = PlacedDocumentOut(
+        many=True, help_text="The context documents placed in the pinned partition, nearest scope first."
+    )
     token_count = serializers.IntegerField()
     truncated = serializers.BooleanField(help_text="Some of the history was left out.")
     dropped = DroppedOut()
@@ -245,6 +258,21 @@ class ContextInput(StrictSerializer):
     )
     file_index = serializers.BooleanField(
         required=False, default=False, help_text="List the memory files the thread's scope sees in the index."
+    )
+    time_zone = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=64,
+        default="",
+        help_text="IANA zone the memory context's dates are written in (default: the thread's "
+        "metadata.time_zone, else UTC). An unknown name is a 400 naming time_zone.",
+    )
+    project_id = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=128,
+        default="",
+        help_text="The project whose context documents apply (default: the thread's metadata.project_id).",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

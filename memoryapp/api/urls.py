@@ -11,4 +11,6 @@ urlpatterns = [
     path("", include("memoryapp.api.items_urls")),
     path("", include("memoryapp.api.files_urls")),
     path("", include("memoryapp.api.compaction_urls")),
+    path("", include("memoryapp.api.events_urls")),
+    path("", include("memoryapp.api.context_documents_urls")),
 ]

@@ -19,6 +19,7 @@ from memoryapp.compaction.plan import STRATEGY_NAMES, SUMMARIZE, CompactionConte
 from memoryapp.compaction.policy import thread_branch
 from memoryapp.compaction.strategies import STRATEGIES
 from memoryapp.errors import Conflict, DomainError, NotFound
+from memoryapp.events.services import event_record
 from memoryapp.llm.model import ModelUnavailable
 from memoryapp.llm.port import model_available, recording_usage
 from memoryapp.models import Entry, Thread
@@ -175,6 +176,7 @@ def compaction_write(
     if run_id is not None:
         event["job_run_id"] = run_id
     entry = entry_add(thread=thread, type=EntryType.COMPACTION, role="user", content=plan.content, event=event)
+    event_record(agent_id=locked.agent_id, type="compaction.created", thread_id=locked.external_id, ids=[entry.id])
     audit_append(
         action="thread.compact",
         actor=actor,

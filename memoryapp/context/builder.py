@@ -23,6 +23,12 @@ the API's answer). It runs these steps in order, each a function of the build so
 6. Messages (`_assemble`): one system message, the summary, the history (cache breakpoints on its
    last message and on the last message of the turn before), then the <memory_context> user message.
 A part that fails to load is left out and reported in `errors`; build never fails for it.
+
+Dates in the memory block (recalled turns, the interval an item held, the brief's sources) are
+rendered in the build's time zone (004 `timeZone`: the request's, else the thread's
+`metadata.time_zone`, else UTC). A thread whose memory is off (memoryapp.threads.memory_switch)
+gets nothing recalled: no facts, observations, recall, brief or file index; its context documents
+(standing instructions, `_place_documents`) still go in the pinned partition.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, cast
+from zoneinfo import ZoneInfo
 
 from django.db import connection
 from django.utils import timezone
@@ -53,7 +60,9 @@ from memoryapp.context.partitions import (
     words_of,
 )
 from memoryapp.errors import DomainError
+from memoryapp.extraction.times import zone_check, zone_of
 from memoryapp.files.access import FileAccess
+from memoryapp.files.context_documents import FRAMING, context_documents_for
 from memoryapp.files.services import files_index_text
 from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import context_facts, items_for_recall
@@ -116,6 +125,10 @@ class ContextRequest:
     include_observations: bool = True
     # The memory files the run's scope sees, listed in the index partition (004 files.index).
     file_index: bool = False
+    # 004 `timeZone`: the IANA zone dates are rendered in ("" = the thread's metadata.time_zone, else UTC).
+    time_zone: str = ""
+    # The project whose context documents apply ("" = the thread's metadata.project_id, if any).
+    project_id: str = ""
 
 
 @dataclass
@@ -295,22 +308,26 @@ def _entry_ref(entry: Entry, tokens: int) -> dict[str, Any]:
     return {"id": entry.id, "seq": entry.seq, "type": entry.type, "role": entry.role, "tokens": tokens}
 
 
-def _date(at: datetime | None) -> str:
-    return at.date().isoformat() if at else "undated"
+UTC = ZoneInfo("UTC")
 
 
-def _recall_entry_line(hit: Any) -> str:
+def _date(at: datetime | None, zone: ZoneInfo = UTC) -> str:
+    """The day of `at` in the build's zone: a turn at 23:30 UTC in Lisbon's summer is the next day."""
+    return at.astimezone(zone).date().isoformat() if at else "undated"
+
+
+def _recall_entry_line(hit: Any, zone: ZoneInfo = UTC) -> str:
     text = " ".join((hit.text or "").split())
     if len(text) > RECALL_TEXT_CHARS:
         text = text[:RECALL_TEXT_CHARS] + "…"
     who = speaker_of(role=hit.role, sender_name=hit.sender_name)
-    return f"- [{_date(hit.created_at)}] {who}: {text}"
+    return f"- [{_date(hit.created_at, zone)}] {who}: {text}"
 
 
-def _recall_item_line(hit: Any, at: datetime) -> str:
+def _recall_item_line(hit: Any, at: datetime, zone: ZoneInfo = UTC) -> str:
     line = f"- {hit.text}"
     if hit.valid_to is not None and hit.valid_to <= at:
-        line += f" (held from {_date(hit.valid_from)} to {_date(hit.valid_to)})"
+        line += f" (held from {_date(hit.valid_from, zone)} to {_date(hit.valid_to, zone)})"
     return line
 
 
@@ -445,6 +462,9 @@ class BuiltContext:
     brief_cards: list[BriefCard]
     recalled_entries: list[dict[str, Any]]
     recalled_items: list[dict[str, Any]]
+    documents: list[dict[str, Any]]  # the context documents placed, nearest scope first
+    time_zone: str
+    memory: bool  # the thread's memory switch (off: nothing was recalled)
     truncated: bool  # some of the history was left out
     dropped_entries: list[dict[str, Any]]
     dropped_blocks: list[DroppedBlock]
@@ -470,6 +490,7 @@ class BuiltContext:
             "observations": self.observations,
             "brief_cards": [card.as_json() for card in self.brief_cards],
             "recalled": {"entries": self.recalled_entries, "items": self.recalled_items},
+            "documents": self.documents,
             "token_count": self.token_count,
             "truncated": self.truncated,
             "dropped": {
@@ -489,6 +510,8 @@ class BuiltContext:
                 "semantic_results_included": len(self.recalled_entries) + len(self.recalled_items),
                 "recalled_entries": len(self.recalled_entries),
                 "recalled_items": len(self.recalled_items),
+                "time_zone": self.time_zone,
+                "memory": "on" if self.memory else "off",
             },
         }
 
@@ -504,6 +527,8 @@ class _Build:
     budget: int
     reserve: int
     recall_wanted: bool  # hybrid, with an input to recall by
+    zone: ZoneInfo  # dates are rendered in it
+    memory_on: bool  # the thread's memory switch: off, nothing is recalled into the context
     partitions: dict[str, int] = field(default_factory=dict)
     memory: _MemoryBlock = field(default_factory=_MemoryBlock)
     errors: list[dict[str, str]] = field(default_factory=list)
@@ -545,6 +570,7 @@ class _Build:
     recall_used: int = 0
     recalled_entries: list[dict[str, Any]] = field(default_factory=list)
     recalled_items: list[dict[str, Any]] = field(default_factory=list)
+    documents_sent: list[dict[str, Any]] = field(default_factory=list)
 
 
 def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> BuiltContext:
@@ -571,8 +597,16 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> B
 
 
 def _build_start(*, agent: Agent, thread: Thread, request: ContextRequest) -> _Build:
-    """The budget: max_tokens less the reserve (partition shares checked first: a 400 before any read)."""
+    """The budget: max_tokens less the reserve (partition shares and the time zone checked first: a
+    400 before any read); the zone (the request's, else the thread's, else UTC); the memory switch."""
     shares = partition_shares(request.strategy, request.partitions)
+    metadata = thread.metadata or {}
+    zone = (
+        zone_check(request.time_zone)
+        if request.time_zone
+        else zone_of(metadata.get("time_zone") or metadata.get("timezone"))
+    )
+    memory_on = bool(thread.memory_enabled)
     reserve = request.reserve_tokens
     if reserve is None:
         # 004: 10% of the budget, at least 100; half of a budget too small to keep anything after that.
@@ -586,37 +620,91 @@ def _build_start(*, agent: Agent, thread: Thread, request: ContextRequest) -> _B
         shares=shares,
         budget=request.max_tokens - reserve,
         reserve=reserve,
-        recall_wanted=request.strategy == "hybrid" and bool(request.current_input.strip()),
+        recall_wanted=memory_on and request.strategy == "hybrid" and bool(request.current_input.strip()),
+        zone=zone,
+        memory_on=memory_on,
     )
 
 
 def _place_required(build: _Build) -> None:
-    """Step 1: the required partitions known before reading: system prompt, pinned, index (one
-    system message), the current input (counted, not sent), the brief (opens the memory block)."""
+    """Step 1: the required partitions known before reading: system prompt, pinned (the context
+    documents, then the request's own), index (one system message), the current input (counted,
+    not sent), the brief (opens the memory block)."""
     request, partitions = build.request, build.partitions
     parts = build.system_parts
     if request.system_prompt:
         parts.append(("system", request.system_prompt))
+    documents_at = len(parts)
     parts += [("pinned", text) for text in request.pinned if text]
     index_text = request.index
-    if request.file_index:
+    if request.file_index and build.memory_on:
         listing = _file_index(build)
         if listing:
             index_text = "\n\n".join(part for part in (index_text, f"{FILE_INDEX_HEADING}\n{listing}") if part)
     if index_text:
         parts.append(("index", index_text))
+    if not build.memory_on:
+        build.warnings.append("memory is off for this thread: nothing was recalled into this context")
+    documents = _place_documents(build, room=build.budget - _parts_cost(parts) - _input_cost(request))
+    if documents:
+        parts.insert(documents_at, ("pinned", documents))
     for position, (name, text) in enumerate(parts):
         cost = count_tokens(text) + MESSAGE_OVERHEAD if position == 0 else count_tokens("\n\n" + text)
         partitions[name] = partitions.get(name, 0) + cost
     if request.current_input:
         partitions["final"] = count_message_tokens(request.current_input)
     build.brief_text = request.brief
-    if request.brief_cards and request.current_input.strip():
+    if request.brief_cards and request.current_input.strip() and build.memory_on:
         build.brief_cards = _brief(build)
         build.brief_text = "\n\n".join(part for part in (request.brief, brief_block(build.brief_cards)) if part)
     if build.brief_text:
         partitions["brief"] = build.memory.line_cost(None, build.brief_text)
         build.memory.take(None)
+
+
+def _parts_cost(parts: list[tuple[str, str]]) -> int:
+    """What these parts of the system message cost, joined as `_place_required` joins them."""
+    return sum(
+        count_tokens(text) + MESSAGE_OVERHEAD if position == 0 else count_tokens("\n\n" + text)
+        for position, (_, text) in enumerate(parts)
+    )
+
+
+def _input_cost(request: ContextRequest) -> int:
+    return count_message_tokens(request.current_input) if request.current_input else 0
+
+
+def _place_documents(build: _Build, *, room: int) -> str:
+    """The context documents of the thread's scopes (001 "Project-Context Files"), nearest scope first
+    (thread, project, agent), each under its own heading, after 001's framing, as far as `room`
+    (what the budget leaves after the other required parts) takes them: one that does not fit is
+    left out (partition pinned, reason budget) and the next, smaller, may still go. A failure to
+    read them leaves them out, reported."""
+    thread, request = build.thread, build.request
+    project_id = request.project_id or str((thread.metadata or {}).get("project_id") or "")[:128]
+    try:
+        documents = context_documents_for(agent=build.agent, thread_id=thread.external_id, project_id=project_id)
+    except Exception as exc:
+        logger.exception("context documents failed")
+        build.errors.append({"source": "documents", "message": str(exc)})
+        return ""
+    if not documents:
+        return ""
+    sections: list[str] = []
+    used = count_tokens("\n\n" + FRAMING)
+    for document in documents:
+        section = f"## {document.name} ({document.scope.label})\n{document.content.strip()}"
+        cost = count_tokens("\n\n" + section)
+        if used + cost > room:
+            reason = "oversized" if cost > room else "budget"
+            build.dropped_blocks.append(DroppedBlock("pinned", reason, cost, document.version_id))
+            continue
+        used += cost
+        sections.append(section)
+        build.documents_sent.append(
+            {"name": document.name, "scope": document.scope.kind, "version_id": document.version_id}
+        )
+    return "\n\n".join([FRAMING, *sections]) if sections else ""
 
 
 def _read_history(build: _Build) -> None:
@@ -674,7 +762,7 @@ def _load_facts(build: _Build) -> None:
     """Step 3a: the facts of the thread's scope that are not duplicates, each with what it would cost."""
     memory = build.memory
     build.probe.open, build.probe.sections = memory.open, set(memory.sections)
-    if not build.request.include_facts:
+    if not (build.request.include_facts and build.memory_on):
         return
     thread = build.thread
     try:
@@ -700,7 +788,7 @@ def _load_observations(build: _Build) -> None:
     """Step 3a, continued: the observations of the entities the input names, next to the facts (more
     come with recall's items, `_recall_observations`)."""
     request = build.request
-    if not (request.include_observations and request.current_input.strip()):
+    if not (request.include_observations and request.current_input.strip() and build.memory_on):
         return
     try:
         build.observations = observations_seen(
@@ -810,9 +898,9 @@ def _recall(build: _Build) -> None:
     used = 0
     for hit in hits:
         if hit.kind == "item":
-            section, line = "recall_items", _recall_item_line(hit, at)
+            section, line = "recall_items", _recall_item_line(hit, at, build.zone)
         else:
-            section, line = "recall_entries", _recall_entry_line(hit)
+            section, line = "recall_entries", _recall_entry_line(hit, build.zone)
         if hit.id in kept_ids or hit.id in fact_ids or held_in(hit.text, build.lasting):
             build.dropped_blocks.append(DroppedBlock("recall", "duplicate", count_tokens(line + "\n"), hit.id))
             continue
@@ -834,7 +922,7 @@ def _recall(build: _Build) -> None:
                     "id": hit.id,
                     "seq": hit.seq,
                     "text": hit.text,
-                    "created_at": hit.created_at.isoformat() if hit.created_at else None,
+                    "created_at": hit.created_at.astimezone(build.zone).isoformat() if hit.created_at else None,
                     "sender_name": hit.sender_name,
                     "role": hit.role,
                     "score": round(hit.score, 6),
@@ -948,6 +1036,9 @@ def _assemble(build: _Build) -> BuiltContext:
         brief_cards=build.brief_cards,
         recalled_entries=build.recalled_entries,
         recalled_items=build.recalled_items,
+        documents=build.documents_sent,
+        time_zone=str(build.zone.key),
+        memory=build.memory_on,
         truncated=bool(build.dropped_entries) or not complete,
         dropped_entries=build.dropped_entries,
         dropped_blocks=build.dropped_blocks,
@@ -1205,7 +1296,7 @@ def _brief(build: _Build) -> list[BriefCard]:
         BriefSource(
             ref=f"{'item' if hit.kind == 'item' else 'turn'}:{hit.id}",
             text=hit.text,
-            date=_date(hit.created_at if hit.kind == "entry" else hit.valid_from),
+            date=_date(hit.created_at if hit.kind == "entry" else hit.valid_from, build.zone),
         )
         for hit in hits[:BRIEF_SOURCES]
     ]

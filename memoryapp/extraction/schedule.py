@@ -27,11 +27,17 @@ def extraction_schedule(*, thread_pk: int) -> None:
     # run per thread) and sent when the broker is back (the job sweep, or a later enqueue).
     if not debounce_mark_set(debounce_mark(extraction_debounce_key(thread_pk)), ttl=int(debounce) + 300):
         return
-    thread = Thread.objects.filter(pk=thread_pk).only("id", "agent_id", "external_id", "extraction").first()
+    thread = (
+        Thread.objects.filter(pk=thread_pk)
+        .only("id", "agent_id", "external_id", "extraction", "memory_enabled")
+        .first()
+    )
     # Events (a compaction entry, a label) after the mark give extraction nothing to read.
     through = int(extraction_progress(thread).get("through_seq") or 0) if thread else 0
     if (
         thread is None
+        # 001 `/memory off`: nothing is extracted from the thread (memoryapp.threads.memory_switch).
+        or not thread.memory_enabled
         or not Entry.objects.filter(thread_id=thread_pk, seq__gt=through, type__in=HISTORY_TYPES).exists()
     ):
         job_debounce_clear(extraction_debounce_key(thread_pk))

@@ -32,6 +32,7 @@ from memoryapp.llm.port import model_available, recording_usage
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.prompts import EXTRACTION
+from memoryapp.threads.memory_switch import memory_off_ranges, seq_was_off
 from memoryapp.threads.selectors import path_entries
 
 JOB_KIND = "extraction"
@@ -89,12 +90,16 @@ def _in_ranges(seq: int, ranges: list[dict[str, Any]]) -> bool:
 
 
 def entries_to_extract(thread: Thread) -> tuple[list[Entry], list[Entry]]:
-    """(new entries of the active branch, the whole branch): after the mark, or in a failed window."""
+    """(new entries of the active branch, the whole branch): after the mark, or in a failed window.
+
+    Turns written while the thread's memory was off are in neither: the model never reads them.
+    """
 
     progress = extraction_progress(thread)
     through = int(progress.get("through_seq") or 0)
     failed = [r for r in progress.get("failed") or [] if isinstance(r, dict)]
-    branch = list(path_entries(thread=thread, types=HISTORY_TYPES))
+    off = memory_off_ranges(thread)
+    branch = [e for e in path_entries(thread=thread, types=HISTORY_TYPES) if not seq_was_off(e.seq, off)]
     fresh = [e for e in branch if e.redacted_at is None and (e.seq > through or _in_ranges(e.seq, failed))]
     return fresh, branch
 
@@ -129,11 +134,13 @@ def _write_window(
     if last <= through and not _in_ranges(first, failed):
         return
     quoted_ids = {q["entry_id"] for item in result.items for q in item.evidence}
+    off = memory_off_ranges(locked)
     current = {
         e.id: e
         for e in Entry.objects.filter(thread=locked, id__in=quoted_ids, redacted_at__isnull=True).only(
-            "id", "text", "redacted_at"
+            "id", "text", "redacted_at", "seq"
         )
+        if not seq_was_off(e.seq, off)
     }
     written: list[ExtractedItem] = []
     for item in result.items:
@@ -247,6 +254,9 @@ def extraction_job(run: JobRun, outcomes: list[ExtractionOutcome] | None = None)
     thread = Thread.objects.select_related("agent").filter(pk=int(arguments.get("thread_pk") or 0)).first()
     if thread is None:
         job_skip(run, "the thread was deleted")
+        return None
+    if not thread.memory_enabled:
+        job_skip(run, "memory is off for this thread: nothing is extracted from it")
         return None
     if not model_available():
         job_skip(run, "no language model is configured (LLM_PROVIDER=none): extraction needs one")

@@ -9,11 +9,15 @@ tomorrow, the day before yesterday / after tomorrow; "N days|weeks|months|years 
 
 from __future__ import annotations
 
+import functools
 import re
+import zoneinfo
 from datetime import date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dateutil.relativedelta import relativedelta
+
+from memoryapp.errors import DomainError
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _NUMBERS = {
@@ -46,6 +50,26 @@ def zone_of(name: object) -> ZoneInfo:
         except (ZoneInfoNotFoundError, ValueError):
             pass
     return ZoneInfo("UTC")
+
+
+# Files of a zone directory that are no IANA zone names (the system's own zone, tzcode's rules).
+_NOT_ZONES = frozenset({"localtime", "posixrules", "Factory"})
+
+
+@functools.cache
+def iana_zone_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones()) - _NOT_ZONES
+
+
+def zone_check(name: object, *, field: str = "time_zone") -> ZoneInfo:
+    """The IANA zone of that name (Europe/Lisbon, UTC, America/New_York ...), or a 400 naming `field`."""
+    if not isinstance(name, str) or name not in iana_zone_names():
+        raise DomainError(
+            "invalid_time_zone",
+            f"{field} must be an IANA time zone name, such as Europe/Lisbon or UTC (got {str(name)[:60]!r}).",
+            field=field,
+        )
+    return ZoneInfo(name)
 
 
 def _start(day: date, zone: ZoneInfo) -> datetime:

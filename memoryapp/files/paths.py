@@ -17,12 +17,14 @@ MAX_FILE_BYTES = 1024 * 1024  # 1 MiB a file
 MAX_CHANGE_BYTES = 8 * 1024 * 1024  # 8 MiB a change (a renamed directory writes all its files)
 MAX_LINES = 999_999
 
-# Files memory writes itself (the playbook, its shadow draft, observations per entity):
-# agents view them as usual but change them only through the services that own them.
+# Files memory writes itself (the playbook, its shadow draft, observations per entity) and the
+# context documents (standing instructions, written over their own API: a model must not rewrite
+# them): agents view them as usual but change them only through the services that own them.
 MEMORY_RESERVED_PATHS: tuple[str, ...] = (
     "/memories/playbook.md",
     "/memories/playbook.next.md",
     "/memories/observations/",
+    "/memories/context/",
 )
 
 

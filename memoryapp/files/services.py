@@ -19,6 +19,7 @@ from django.utils import timezone
 from governance import locks
 from governance.audit import audit_append
 from memoryapp.content import REDACTED_TEXT
+from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError, changed_since_read, concurrent_change
 from memoryapp.files.paths import (
@@ -200,7 +201,9 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
         )
         for p in planned
     ]
-    return MemoryFileVersion.objects.bulk_create(rows)
+    written = MemoryFileVersion.objects.bulk_create(rows)
+    event_record(agent_id=access.agent.pk, type="file.version", thread_id=thread_id, ids=[v.pk for v in written])
+    return written
 
 
 def files_change(
@@ -362,12 +365,15 @@ def files_redact(
     versions = reach.filter(path__in=found, content__isnull=False).exclude(
         content=REDACTED_TEXT, redacted_at__isnull=False
     )
+    redacted_ids = list(versions.order_by("pk").values_list("pk", flat=True))
     count = versions.update(
         content=REDACTED_TEXT,
         sha256=sha256_of(REDACTED_TEXT),
         size=size_of(REDACTED_TEXT),
         redacted_at=timezone.now(),
     )
+    if redacted_ids:
+        event_record(agent_id=access.agent.pk, type="file.redacted", thread_id=access.thread_id, ids=redacted_ids)
     audit_append(
         action="memory_files.redact",
         actor=access.actor,

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from governance.audit import audit_append
 from memoryapp.errors import DomainError, NotFound
+from memoryapp.events.services import event_record
 from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget
 from memoryapp.models import Entry, Thread
 from memoryapp.retry import atomic_retrying
@@ -51,6 +52,7 @@ def thread_delete(*, thread: Thread, actor: str = "") -> None:
         details={"entries": count, "fork_copies": len(copies)},
     )
     locked.delete()
+    event_record(agent_id=locked.agent_id, type="thread.deleted", thread_id=locked.external_id)
     _delete_fork_copies(copies, reason="thread.delete", actor=actor)
 
 
@@ -120,6 +122,7 @@ def _delete_fork_copies(copies: Sequence[Entry], *, reason: str, actor: str) -> 
         locked = thread_lock(by_thread[thread_pk][0].thread)
         doomed = {c.id for c in by_thread[thread_pk]}
         respliced = _splice_many(locked, doomed)
+        event_record(agent_id=locked.agent_id, type="entry.deleted", thread_id=locked.external_id, ids=sorted(doomed))
         audit_append(
             action="entry.delete",
             actor=actor,
@@ -163,6 +166,7 @@ def entry_delete(*, entry: Entry, actor: str = "") -> None:
         locked.active_leaf_id = parent_id
         locked.save(update_fields=["active_leaf"])
     Entry.objects.filter(pk=entry.pk).delete()
+    event_record(agent_id=locked.agent_id, type="entry.deleted", thread_id=locked.external_id, ids=[entry.pk])
     audit_append(
         action="entry.delete",
         actor=actor,
@@ -208,6 +212,7 @@ def _redact_row(*, entry: Entry, reason: str, actor: str, copy_of: str | None = 
     now = timezone.now()
     redaction_apply(row, at=now, record={"at": now.isoformat(), "reason": reason})
     row.save(update_fields=REDACTED_FIELDS)
+    event_record(agent_id=locked.agent_id, type="entry.redacted", thread_id=locked.external_id, ids=[row.pk])
     audit_append(
         action="entry.redact",
         actor=actor,

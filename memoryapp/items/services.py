@@ -24,6 +24,7 @@ from django.utils import timezone
 from governance import locks
 from governance.audit import audit_append
 from memoryapp.errors import Conflict, DomainError
+from memoryapp.events.services import event_record
 from memoryapp.ids import new_id
 from memoryapp.items.evidence import verify_evidence
 from memoryapp.items.rules import (
@@ -323,6 +324,7 @@ def item_state_write(
         _weaken_contradicted_opinions(item=item, slot=slot)
     slot_layout(agent=agent, scope=scope, subject=slot_subject, attribute=attribute)
     item.refresh_from_db()
+    event_record(agent_id=agent.pk, type="item.written", thread_id=scope.thread_id, ids=[item.pk])
     audit_append(
         action="item.written",
         actor=actor,
@@ -380,6 +382,7 @@ def _merge(
             attribute=item.attribute,
         )
         item.refresh_from_db()
+        event_record(agent_id=item.agent_id, type="item.activated", thread_id=item.thread_id, ids=[item.pk])
     if changed or activated or Evidence.objects.filter(item=item).count() != before:
         audit_append(
             action="item.merged",
@@ -545,6 +548,7 @@ def item_approve(*, item: MemoryItem, actor: str, value: str | None = None, deci
         subject=locked.subject,
         attribute=locked.attribute,
     )
+    event_record(agent_id=locked.agent_id, type="item.activated", thread_id=locked.thread_id, ids=[locked.pk])
     audit_append(
         action="item.reviewed",
         actor=actor,
@@ -576,6 +580,7 @@ def item_reject(*, item: MemoryItem, actor: str, reason: str = "", decision: str
         status_before=ItemStatus.SUGGESTED,
         reason=reason,
     )
+    event_record(agent_id=locked.agent_id, type="item.rejected", thread_id=locked.thread_id, ids=[locked.pk])
     audit_append(
         action="item.reviewed",
         actor=actor,
@@ -607,6 +612,7 @@ def item_forget(*, item: MemoryItem, actor: str) -> MemoryItem:
         at=locked.expired_at,
         status_before=locked.status,
     )
+    event_record(agent_id=locked.agent_id, type="item.forgotten", thread_id=locked.thread_id, ids=[locked.pk])
     audit_append(
         action="item.forgotten",
         actor=actor,
@@ -855,6 +861,7 @@ def items_mark_stale(
     marked: list[str] = []
     now = timezone.now().isoformat()
     agent_ids: set[int] = set()
+    marked_by_agent: dict[int, list[str]] = {}
     rows = MemoryItem.objects.select_for_update().filter(pk__in=list(wanted), status__in=list(only_from))
     for item in rows.only("id", "agent_id", "status", "metadata").order_by("pk"):
         because = {**wanted[item.pk].because, "at": now}
@@ -863,6 +870,9 @@ def items_mark_stale(
         item.save(update_fields=["status", "metadata"])
         marked.append(item.pk)
         agent_ids.add(item.agent_id)
+        marked_by_agent.setdefault(item.agent_id, []).append(item.pk)
+    for agent_id, ids in sorted(marked_by_agent.items()):
+        event_record(agent_id=agent_id, type="item.stale", ids=ids)
     if marked:
         audit_append(
             action="items.marked_stale",
@@ -894,6 +904,7 @@ def item_stale_undo(*, item: MemoryItem, actor: str) -> MemoryItem:
         subject=locked.subject,
         attribute=locked.attribute,
     )
+    event_record(agent_id=locked.agent_id, type="item.activated", thread_id=locked.thread_id, ids=[locked.pk])
     audit_append(
         action="item.stale_undone",
         actor=actor,

@@ -6,6 +6,7 @@ from memoryapp.models.consolidation import (
     PlaybookDraft,
     StaleItem,
 )
+from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDelivery
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
 from memoryapp.models.threads import Entry, Thread
@@ -18,6 +19,8 @@ __all__ = [
     "Entity",
     "EntityOverview",
     "Entry",
+    "Event",
+    "EventCounter",
     "Evidence",
     "ItemReview",
     "MemoryFileVersion",
@@ -25,4 +28,6 @@ __all__ = [
     "PlaybookDraft",
     "StaleItem",
     "Thread",
+    "Webhook",
+    "WebhookDelivery",
 ]

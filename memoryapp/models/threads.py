@@ -38,6 +38,10 @@ class Thread(models.Model):
     # Extraction's high-water mark {"through_seq", "failed"} (memoryapp.extraction.service): kept
     # apart from the agent's metadata, which an agent may replace at any time.
     extraction = models.JSONField(default=dict, blank=True)
+    # 001's `/memory on|off`: off, nothing is extracted from the thread and nothing recalled into its
+    # contexts (memoryapp.threads.memory_switch). The turns written while it was off stay out of
+    # extraction for good: their seq ranges are kept in `extraction["memory_off"]`.
+    memory_enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from governance.audit import audit_append
 from memoryapp.errors import DomainError, NotFound
+from memoryapp.events.services import event_record
 from memoryapp.ids import new_id
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import EntryType
@@ -202,6 +203,9 @@ def _insert(
     Thread.objects.filter(pk=locked.pk).update(**changes)
     locked.next_seq, locked.active_leaf_id = seq, leaf_id
     thread_sync(thread, locked)
+    event_record(
+        agent_id=locked.agent_id, type="entry.added", thread_id=locked.external_id, ids=[e.id for e in entries]
+    )
     after_entries_added(thread=thread, entries=entries)
     return entries
 
@@ -396,5 +400,6 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
         outcome="forked",
         details={"at": entry_id, "entries": len(copies)},
     )
+    event_record(agent_id=copy.agent_id, type="entry.added", thread_id=copy.external_id, ids=[e.id for e in copies])
     after_entries_added(thread=copy, entries=copies)
     return copy

@@ -1,8 +1,9 @@
-"""A thread as JSONL, in the record format of 000's session store.
+"""A thread as JSONL, in the record format of 000's session store (format version 2, see `formats`).
 
 Every line is one record:
 
-    {"type": "thread", "thread": {"id", "user_id", "metadata", "created_at", "forked_from"}}   (first; ours)
+    {"type": "thread", "format": 2, "thread": {"id", "user_id", "metadata", "created_at", "forked_from",
+                                               "memory", "memory_off"}}                          (first; ours)
     {"type": "node", "node": {"id", "parent", "turn", "createdAt", ...}}                        (one per entry, seq order)
     {"type": "head", "leaf": "<entry id>"}                                                       (last: the active leaf)
 
@@ -10,7 +11,11 @@ A node carries 000's fields (`id`, `parent`, `turn` = {role, content, toolCalls?
 `createdAt` in epoch milliseconds) and ours beside them: `seq`, `entryType`, `toolName`,
 `senderName`, `tokenCount`, `event`, `metadata`, `hash` (the content hash), `createdAtIso`
 (microseconds, so a round trip is exact) and `redactedAt`. As in 000, the last head wins;
-records of other types are skipped, so a newer file still loads.
+records of other types are skipped. An import reads files of every earlier format, each record
+brought to the current one by the chain of migrators (`formats.records_upgraded`), and refuses a
+newer format with a 400 naming the line that declares it. `memory` / `memory_off` are the thread's
+memory switch and the seq ranges written while it was off (they stay out of extraction after an
+import too).
 
 `hash` is 000's hashNode over the entry as stored: the first 32 hex digits of SHA-256 over
 JSON({"parent", "turn", "createdAt"}) with sorted keys and no spaces, where this `turn` is the
@@ -31,10 +36,13 @@ from django.utils import timezone
 
 from governance.audit import audit_append
 from memoryapp.errors import DomainError
+from memoryapp.events.services import event_record
 from memoryapp.ids import entry_id_check, thread_id_check
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
+from memoryapp.threads.formats import FORMAT_VERSION, records_upgraded
 from memoryapp.threads.hooks import after_entries_added
+from memoryapp.threads.memory_switch import OFF_RANGES_KEY, memory_off_ranges
 from memoryapp.threads.redaction import redaction_apply
 from memoryapp.threads.selectors import thread_entries_all
 from memoryapp.threads.validation import (
@@ -88,12 +96,15 @@ def thread_export_lines(*, thread: Thread) -> Iterator[str]:
     yield _dumps(
         {
             "type": "thread",
+            "format": FORMAT_VERSION,
             "thread": {
                 "id": thread.external_id,
                 "user_id": thread.user_id,
                 "metadata": thread.metadata or {},
                 "created_at": thread.created_at.isoformat(),
                 "forked_from": forked_from,
+                "memory": "on" if thread.memory_enabled else "off",
+                "memory_off": memory_off_ranges(thread),
             },
         }
     )
@@ -118,8 +129,9 @@ def _time(value: Any, field: str) -> datetime | None:
     return time_in_range(at if at.tzinfo else at.replace(tzinfo=UTC), field=field)
 
 
-def _node_spec(node: Any, line: int, order: int) -> dict[str, Any]:
-    """The entry fields of one node record (checked further by the import service)."""
+def _node_spec(node: Any, line: int) -> dict[str, Any]:
+    """The entry fields of one node record of the current format (checked further by the import
+    service); an older file's node was brought to it by the migrators (`formats`)."""
     where = f"line {line}"
     if not isinstance(node, dict):
         raise DomainError("invalid_record", "A node record needs a `node` object.", field=where)
@@ -127,22 +139,23 @@ def _node_spec(node: Any, line: int, order: int) -> dict[str, Any]:
     if not isinstance(turn, dict):
         raise DomainError("invalid_record", "A node's turn must be an object.", field=f"{where}.turn")
     metadata = node.get("metadata") if "metadata" in node else {}
-    seq = node.get("seq", order)
-    if isinstance(seq, int) and not isinstance(seq, bool) and seq > MAX_SEQ:
+    seq = node.get("seq")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise DomainError("invalid_value", "A node needs a positive integer seq.", field=f"{where}.seq")
+    if seq > MAX_SEQ:
         # The column is a bigint, and the thread's next seq follows the largest one.
         raise DomainError("invalid_value", f"A node's seq is at most {MAX_SEQ}.", field=f"{where}.seq")
     return {
         # Checked here to name the line; the import service checks it again for other callers.
         "id": entry_id_check(node.get("id"), field=f"{where}.id"),
         "parent_id": node.get("parent"),
-        # A file of 000 itself has no seq: its order is the file's order.
         "seq": seq,
-        "type": node.get("entryType") or turn.get("type") or "message",
+        "type": node.get("entryType") or "message",
         "role": turn.get("role") or "",
         "content": turn.get("content"),
         "tool_calls": turn.get("toolCalls"),
         "tool_call_id": turn.get("toolCallId") or "",
-        "tool_name": node.get("toolName") or turn.get("toolName") or "",
+        "tool_name": node.get("toolName") or "",
         "sender_name": node.get("senderName") or "",
         "token_count": node.get("tokenCount"),
         "event": node.get("event"),
@@ -157,12 +170,17 @@ def thread_import_lines(
 ) -> Thread:
     """A new thread of `agent` from JSONL lines (`external_id` overrides the file's own id).
 
-    Malformed lines are a 400 naming the line; nothing is written unless every line is good.
+    1. Every line is read as a JSON record (malformed: a 400 naming the line).
+    2. The file's format is read from its thread record; a newer one than FORMAT_VERSION is
+       refused; each record goes through the migrators from that format on (`formats`).
+    3. The records of the current format make the thread (`thread_import`).
+    Nothing is written unless every line is good.
     """
     header: dict[str, Any] = {}
     header_line = 0
     nodes: list[dict[str, Any]] = []
     leaf: str | None = None
+    records: list[tuple[int, dict[str, Any]]] = []
     for number, raw in enumerate(lines, start=1):
         if number > MAX_IMPORT_LINES:
             raise DomainError(
@@ -179,11 +197,15 @@ def thread_import_lines(
             storable_text_check(record, field=f"line {number}")
         if not isinstance(record, dict):
             raise DomainError("invalid_record", f"Line {number} is not a record.", field=f"line {number}")
+        records.append((number, record))
+    _, current = records_upgraded(records)
+    for number, record in current:
         kind = record.get("type")
         if kind == "thread" and isinstance(record.get("thread"), dict):
-            header, header_line = record["thread"], number
+            if not header:
+                header, header_line = record["thread"], number
         elif kind == "node":
-            nodes.append(_node_spec(record.get("node"), number, len(nodes) + 1))
+            nodes.append(_node_spec(record.get("node"), number))
         elif kind == "head":
             leaf = record.get("leaf")
             if leaf is not None and not isinstance(leaf, str):
@@ -195,6 +217,7 @@ def thread_import_lines(
     metadata = header.get("metadata") if isinstance(header.get("metadata"), dict) else {}
     raw_user = header.get("user_id")
     user_id = raw_user if isinstance(raw_user, str) else ""
+    memory_enabled, memory_off = _memory_switch(header, header_line) if header else (True, [])
     return thread_import(
         agent=agent,
         external_id=thread_id if isinstance(thread_id, str) else None,
@@ -204,7 +227,35 @@ def thread_import_lines(
         leaf_id=leaf,
         actor=actor,
         created_at=_time(header.get("created_at"), "thread.created_at"),
+        memory_enabled=memory_enabled,
+        memory_off=memory_off,
     )
+
+
+def _is_seq(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_SEQ
+
+
+def _memory_switch(header: dict[str, Any], line: int) -> tuple[bool, list[dict[str, Any]]]:
+    """The thread record's memory switch and off ranges, checked (an error names the line)."""
+    memory = header.get("memory", "on")
+    if memory not in ("on", "off"):
+        raise DomainError("invalid_value", 'memory must be "on" or "off".', field=f"line {line}.thread.memory")
+    raw = header.get("memory_off") or []
+    where = f"line {line}.thread.memory_off"
+    if not isinstance(raw, list):
+        raise DomainError("invalid_type", "memory_off must be a list of seq ranges.", field=where)
+    ranges: list[dict[str, Any]] = []
+    for index, item in enumerate(raw):
+        start = item.get("from_seq") if isinstance(item, dict) else None
+        end = item.get("to_seq") if isinstance(item, dict) else None
+        open_end = end is None and memory == "off" and index == len(raw) - 1
+        if not (_is_seq(start) and (open_end or (_is_seq(end) and end >= start))):  # type: ignore[operator]
+            raise DomainError(
+                "invalid_value", "Each range is {from_seq, to_seq} with to_seq >= from_seq.", field=f"{where}[{index}]"
+            )
+        ranges.append({"from_seq": start, "to_seq": end})
+    return memory == "on", ranges
 
 
 def _import_redacted(entry: Entry, redacted_at: Any, *, field: str) -> None:
@@ -234,9 +285,11 @@ def thread_import(
     leaf_id: str | None,
     actor: str = "",
     created_at: datetime | None = None,
+    memory_enabled: bool = True,
+    memory_off: list[dict[str, Any]] | None = None,
 ) -> Thread:
     """Create a thread from exported entries, keeping their ids, parents, seq, times and metadata
-    (and the thread's own `created_at` when the file gives it).
+    (and the thread's own `created_at`, its memory switch and off ranges when the file gives them).
 
     1. Refuse an existing thread id (409 `thread_exists`) or entry id (409 `entry_exists`).
     2. Check each node: fields as `entry_add` checks them; seq unique and positive; its parent
@@ -255,6 +308,8 @@ def thread_import(
                 external_id=external_id,
                 user_id=short_text_check(user_id, "user_id", max_length=128),
                 metadata=metadata,
+                memory_enabled=memory_enabled,
+                extraction={OFF_RANGES_KEY: list(memory_off)} if memory_off else {},
             )
     except IntegrityError:
         raise DomainError("thread_exists", "A thread with this id exists already.", field="id", status=409)
@@ -320,5 +375,6 @@ def thread_import(
         outcome="imported",
         details={"entries": len(entries)},
     )
+    event_record(agent_id=agent.pk, type="entry.added", thread_id=external_id, ids=[e.id for e in entries])
     after_entries_added(thread=thread, entries=entries)
     return thread

@@ -95,9 +95,9 @@ def test_every_success_response_describes_its_fields(schema: dict[str, Any]) -> 
                 problems.append(f"{method.upper()} {path} {status}: no body described")
                 continue
             for media_type, body in content.items():
-                if media_type == "application/x-ndjson":
+                if media_type in ("application/x-ndjson", "text/event-stream"):
                     if body.get("schema", {}).get("type") != "string" or not response.get("description"):
-                        problems.append(f"{method.upper()} {path} {status}: JSONL without a described text")
+                        problems.append(f"{method.upper()} {path} {status}: {media_type} without a described text")
                     continue
                 reason = undescribed(schema, body.get("schema"))
                 if reason:
@@ -251,6 +251,9 @@ RARELY_ANSWERED = {
     "CompactedOut.reason",
     "CompactedOut.partial",  # the zero-model tier leaving something out
     "CompactionSkippedOut.partial",
+    "EventPageOut.missed",  # retention deleted events before the reader read them
+    "MissedOut.from_seq",
+    "MissedOut.to_seq",
 }
 
 

@@ -826,6 +826,8 @@ TASK_QUEUES = {
     "memoryapp.tasks.extract_thread": "extraction",
     "memoryapp.tasks.items_prune_job": "default",
     "memoryapp.tasks.items_prune_tick": "default",
+    "memoryapp.tasks.webhook_deliver": "default",
+    "memoryapp.tasks.webhooks_sweep": "default",
     "memoryapp.tasks.consolidation_dedupe": "consolidation",
     "memoryapp.tasks.consolidation_fold": "consolidation",
     "memoryapp.tasks.consolidation_observations": "consolidation",

@@ -22,6 +22,7 @@ from memoryapp.items.services import item_write
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from tests.kit.api import Caller
+from tests.kit.events import events_number_now
 
 V1 = "/api/v1"
 
@@ -162,6 +163,19 @@ def api_tour(caller: Caller) -> list[Visit]:
     )
     call("POST", f"{V1}/threads/import", raw=lines, query={"id": "tour-copy"})
 
+    # Standing instructions: context documents (placed by the context builds below), the memory switch.
+    document = f"{V1}/context-documents/{{name}}"
+    call("PUT", document, f"{V1}/context-documents/AGENTS.md", body={"content": "Answer briefly."})
+    call("PUT", document, f"{V1}/context-documents/AGENTS.md", body={"content": "Answer briefly and kindly."})
+    call("PUT", document, f"{V1}/context-documents/style.md?thread_id=tour", body={"content": "Use metric units."})
+    call("GET", f"{V1}/context-documents")
+    call("GET", f"{V1}/context-documents", query={"thread_id": "tour"})
+    call("GET", document, f"{V1}/context-documents/AGENTS.md")
+    memory = f"{thread}/memory"
+    call("GET", memory, f"{V1}/threads/tour/memory")
+    call("PUT", memory, f"{V1}/threads/tour/memory", body={"memory": "off"})
+    call("PUT", memory, f"{V1}/threads/tour/memory", body={"memory": "on"})
+
     # Items and facts.
     item = call(
         "POST",
@@ -226,7 +240,12 @@ def api_tour(caller: Caller) -> list[Visit]:
             "current_input": "Where do I fly on Friday?",
         },
     )
-    call("POST", f"{thread}/context", f"{V1}/threads/tour/context", body={"max_tokens": 4000, "strategy": "recent"})
+    call(
+        "POST",
+        f"{thread}/context",
+        f"{V1}/threads/tour/context",
+        body={"max_tokens": 4000, "strategy": "recent", "time_zone": "Europe/Lisbon", "project_id": "p-tour"},
+    )
     call("DELETE", facts, f"{V1}/facts/users/u-ana/city")
     call("DELETE", facts, f"{V1}/facts/users/u-ana", query={"all": "true"})
     call("POST", f"{V1}/items/{{item_id}}/forget", f"{V1}/items/{item['id']}/forget")
@@ -296,6 +315,12 @@ def api_tour(caller: Caller) -> list[Visit]:
     call("GET", f"{V1}/tool-results/{{handle}}", f"{V1}/tool-results/{tool_result}")
     call("POST", f"{V1}/entries/{{entry_id}}/redact", f"{V1}/entries/{first['id']}/redact", body={"reason": "tour"})
 
+    # Change events: the stream (what is there, then closed) and the JSON pages.
+    events_number_now()
+    call("GET", f"{V1}/events", query={"after": 0, "max_seconds": 0})
+    call("GET", f"{V1}/events/page")
+    call("GET", f"{V1}/events/page", query={"after": 1, "limit": 2, "types": "entry.added"})
+
     # Refusals: each error status the API answers.
     call("POST", f"{V1}/threads", body={"id": "tour", "colour": "blue"})  # 400 unknown field
     call("GET", thread, f"{V1}/threads/nowhere")  # 404
@@ -306,6 +331,7 @@ def api_tour(caller: Caller) -> list[Visit]:
     )
 
     # Deletions last.
+    call("DELETE", document, f"{V1}/context-documents/style.md?thread_id=tour")
     call("DELETE", f"{V1}/entries/{{entry_id}}", f"{V1}/entries/{last_id}")
     call("DELETE", thread, f"{V1}/threads/tour-fork")
     return tour.visits

@@ -1,7 +1,11 @@
 """python manage.py eval_retrieval --locomo FILE [--k 5,10,25,50] [--methods keyword,vector,hybrid]
                                    [--conversations conv-41,conv-42] [--json]
+   python manage.py eval_retrieval --longmemeval FILE [--k ...] [--methods ...] [--questions ID,ID]
+                                   [--limit N] [--json]
 
-Retrieval evaluation on a LoCoMo-format file, through the product's own search selector.
+Retrieval evaluation on a LoCoMo-format file, through the product's own search selector (below),
+or on a LongMemEval file: each question's haystack a thread, its `has_answer` turns the evidence,
+turn recall@k and session recall_all@k per question type (memoryapp.management.longmemeval).
 
 1. Index: each conversation goes into a fresh agent as one thread of entries, turn by turn
    (sender_name = speaker, metadata.dia_id kept, created_at from the session's date, an image's
@@ -31,6 +35,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from memory_project.commands import ProjectCommand
 from memoryapp.agents.services import agent_get_or_create
+from memoryapp.management.longmemeval import longmemeval_run
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.search.embedders import query_cache_clear
 from memoryapp.search.indexing import embed_pending
@@ -79,18 +84,22 @@ def percentile(values: list[float], share: float) -> float:
 
 
 class Command(ProjectCommand):
-    help = "Recall@k of keyword, vector and hybrid search on a LoCoMo-format file."
+    help = "Recall@k of keyword, vector and hybrid search on a LoCoMo-format or a LongMemEval file."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--locomo", required=True, help="a LoCoMo-format JSON file")
+        source = parser.add_mutually_exclusive_group(required=True)
+        source.add_argument("--locomo", help="a LoCoMo-format JSON file")
+        source.add_argument("--longmemeval", help="a LongMemEval JSON file (longmemeval_s, _m or _oracle)")
         parser.add_argument("--k", default="5,10,25,50")
         parser.add_argument("--methods", default="keyword,vector,hybrid")
-        parser.add_argument("--conversations", default="", help="only these sample_ids (comma separated)")
+        parser.add_argument("--conversations", default="", help="LoCoMo: only these sample_ids (comma separated)")
+        parser.add_argument("--questions", default="", help="LongMemEval: only these question_ids (comma separated)")
+        parser.add_argument("--limit", type=int, default=0, help="LongMemEval: only the first N questions")
         parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
 
     def handle(self, *args: Any, **options: Any) -> None:
 
-        path = Path(options["locomo"])
+        path = Path(options["locomo"] or options["longmemeval"])
         if not path.is_file():
             raise CommandError(f"no file {path}")
         try:
@@ -103,6 +112,9 @@ class Command(ProjectCommand):
         for method in methods:
             if method not in METHODS:
                 raise CommandError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
+        if options["longmemeval"]:
+            self._longmemeval(path, ks, methods, options)
+            return
         wanted = {c.strip() for c in str(options["conversations"]).split(",") if c.strip()}
         samples = json.loads(path.read_text())
         if not isinstance(samples, list):
@@ -150,6 +162,54 @@ class Command(ProjectCommand):
             self._table(summary, by_category, methods, ks)
         else:
             self.stdout.write(json.dumps(summary))
+
+    # --- LongMemEval ----------------------------------------------------------------------------
+
+    def _longmemeval(self, path: Path, ks: list[int], methods: list[str], options: dict[str, Any]) -> None:
+        try:
+            questions = json.loads(path.read_text())
+        except ValueError as exc:
+            raise CommandError(f"{path} is not JSON: {exc}") from exc
+        if not isinstance(questions, list) or not all(isinstance(q, dict) for q in questions):
+            raise CommandError("a LongMemEval file is a JSON list of questions")
+        wanted = {q.strip() for q in str(options["questions"]).split(",") if q.strip()}
+        if wanted:
+            questions = [q for q in questions if str(q.get("question_id")) in wanted]
+        if options["limit"]:
+            questions = questions[: options["limit"]]
+        quiet = options["json"]
+        log = (lambda _msg: None) if quiet else (lambda msg: self.stdout.write(msg))
+        agent, _ = agent_get_or_create(slug=f"eval-{uuid.uuid4().hex[:12]}")
+        try:
+            summary, per_type = longmemeval_run(agent=agent, questions=questions, methods=methods, ks=ks, log=log)
+        finally:
+            Agent.objects.filter(pk=agent.pk).delete()
+        if quiet:
+            self.stdout.write(json.dumps({"summary": summary, "by_type": per_type}))
+            return
+        head = "method".ljust(10) + "".join(f"T@{k}".rjust(8) for k in ks) + "".join(f"S-all@{k}".rjust(10) for k in ks)
+        self.stdout.write(head + "   p50 ms   p95 ms  (turn questions / session questions)")
+        for method in methods:
+            row = summary[method]
+            self.stdout.write(
+                method.ljust(10)
+                + "".join(f"{row[f'turn_recall@{k}']:8.1f}" for k in ks)
+                + "".join(f"{row[f'session_recall_all@{k}']:10.1f}" for k in ks)
+                + f"{row['p50_ms']:9.1f}{row['p95_ms']:9.1f}  ({row['questions_turn']:.0f} / {row['questions_session']:.0f})"
+            )
+        self.stdout.write("")
+        self.stdout.write(
+            "per question type (questions): "
+            + ", ".join(f"T@{k}" for k in ks)
+            + " | "
+            + ", ".join(f"S-all@{k}" for k in ks)
+        )
+        for method in methods:
+            for kind, row in per_type[method].items():
+                turns = " ".join(f"{row[f'turn_recall@{k}']:5.1f}" for k in ks)
+                sessions = " ".join(f"{row[f'session_recall_all@{k}']:5.1f}" for k in ks)
+                count = max(row["questions_turn"], row["questions_session"])
+                self.stdout.write(f"  {method:<8} {kind:<26} ({count:4.0f})  {turns} | {sessions}")
 
     # --- 1. index (the conversation only) ---------------------------------------------------
 

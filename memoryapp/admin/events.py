@@ -1,0 +1,167 @@
+"""Admin pages of change events for operators: webhooks (URL, secret, state) and their delivery attempts.
+
+A webhook's page shows how far its delivery is (delivered up to which event, how many are behind),
+its failures (the last error, since when, until when it rests) and its newest attempts; the
+deliveries list filters the failed ones. Saving and deleting go through the audited services.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from memoryapp.events.webhooks import webhook_behind, webhook_create, webhook_delete, webhook_update
+from memoryapp.models import Webhook, WebhookDelivery
+
+RECENT_ATTEMPTS = 20
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"staff:{request.user.get_username()}"
+
+
+class WebhookForm(forms.ModelForm):
+    url = forms.URLField(max_length=2000, assume_scheme="https", help_text="http(s) URL that receives the events.")
+    secret = forms.CharField(
+        required=False,
+        max_length=200,
+        help_text="Shared with the receiver, which checks X-Memory-Signature with it. Left empty: one is generated.",
+    )
+
+    class Meta:
+        model = Webhook
+        fields = ("agent", "url", "secret", "active")
+
+
+class FailingFilter(admin.SimpleListFilter):
+    title = "delivery"
+    parameter_name = "delivery"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("failing", "failing (last attempt failed)"), ("resting", "resting after failures")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Webhook]) -> QuerySet[Webhook]:
+        if self.value() == "failing":
+            return queryset.filter(failures__gt=0)
+        if self.value() == "resting":
+            return queryset.filter(paused_until__isnull=False)
+        return queryset
+
+
+@admin.register(Webhook)
+class WebhookAdmin(admin.ModelAdmin):
+    form = WebhookForm
+    list_display = ("id", "agent", "url", "active", "delivered_seq", "behind", "failures", "last_success_at", "error")
+    list_display_links = ("id", "url")
+    list_filter = ("active", FailingFilter)
+    list_select_related = ("agent",)
+    search_fields = ("url", "agent__slug")
+    readonly_fields = (
+        "delivered_seq",
+        "behind",
+        "failures",
+        "last_error",
+        "last_failure_at",
+        "last_success_at",
+        "paused_until",
+        "created_at",
+        "recent_attempts",
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Webhook | None = None) -> Any:
+        # A webhook stays its agent's: another agent's events go to a webhook of that agent.
+        fields = super().get_readonly_fields(request, obj)
+        return (*fields, "agent") if obj is not None else fields
+
+    @admin.display(description="behind")
+    def behind(self, obj: Webhook) -> int:
+        return webhook_behind(webhook=obj)
+
+    @admin.display(description="last error")
+    def error(self, obj: Webhook) -> str:
+        return (obj.last_error or "")[:120]
+
+    @admin.display(description="newest attempts")
+    def recent_attempts(self, obj: Webhook) -> SafeString | str:
+        attempts = list(WebhookDelivery.objects.filter(webhook=obj).order_by("-at", "-id")[:RECENT_ATTEMPTS])
+        if not attempts:
+            return "none yet"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{} to {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    a.at.strftime("%Y-%m-%d %H:%M:%S"),
+                    a.first_seq,
+                    a.last_seq,
+                    a.attempt,
+                    "ok" if a.ok else "failed",
+                    a.status_code if a.status_code is not None else "—",
+                    a.error[:200],
+                )
+                for a in attempts
+            ),
+        )
+        link = reverse("admin:memoryapp_webhookdelivery_changelist") + f"?webhook__id__exact={obj.pk}"
+        return format_html(
+            "<table><tr><th>at</th><th>events</th><th>attempt</th><th>outcome</th><th>status</th><th>error</th></tr>"
+            '{}</table><p><a href="{}">every attempt</a></p>',
+            rows,
+            link,
+        )
+
+    def save_model(self, request: HttpRequest, obj: Webhook, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        if change:
+            saved = webhook_update(
+                webhook=obj,
+                url=data["url"],
+                secret=data.get("secret") or "",
+                active=data["active"],
+                actor=_actor(request),
+            )
+        else:
+            saved = webhook_create(
+                agent=data["agent"],
+                url=data["url"],
+                secret=data.get("secret") or "",
+                active=data["active"],
+                actor=_actor(request),
+            )
+        obj.pk, obj.secret, obj.delivered_seq = saved.pk, saved.secret, saved.delivered_seq
+
+    def delete_model(self, request: HttpRequest, obj: Webhook) -> None:
+        webhook_delete(webhook=obj, actor=_actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Webhook]) -> None:
+        for webhook in queryset:
+            webhook_delete(webhook=webhook, actor=_actor(request))
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    list_display = ("at", "webhook", "first_seq", "last_seq", "events", "attempt", "ok", "status_code", "error_shown")
+    list_filter = ("ok", "webhook")
+    list_select_related = ("webhook", "webhook__agent")
+    raw_id_fields = ("webhook",)
+    show_full_result_count = False  # a long log: no full count on every page
+
+    @admin.display(description="error")
+    def error_shown(self, obj: WebhookDelivery) -> str:
+        return obj.error[:200]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

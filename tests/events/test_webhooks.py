@@ -1,0 +1,244 @@
+"""Webhooks: an agent's events POSTed to a receiver, signed (HMAC-SHA256 over timestamp and body), in
+order, retried with backoff by a job, failures visible to operators in the admin."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from governance.models import AuditRecord, JobRun
+from memoryapp.events.webhooks import (
+    SIGNATURE_HEADER,
+    WEBHOOK_RETRIES,
+    webhook_create,
+    webhook_signature,
+    webhook_signature_verify,
+    webhooks_sweep,
+)
+from memoryapp.models import Webhook, WebhookDelivery
+from memoryapp.tasks.events import webhook_deliver_job
+from memoryapp.threads.services import entry_add, thread_create
+from tests.kit.admin import staff_client
+from tests.kit.api import Caller
+from tests.kit.events import WebhookReceiver, events_number_now
+from tests.kit.factories import AgentFactory
+
+
+def _verified(receiver: WebhookReceiver, secret: str) -> list[bool]:
+    return [
+        webhook_signature_verify(secret=secret, header=d.headers[SIGNATURE_HEADER.lower()], body=d.body)
+        for d in receiver.deliveries
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_a_receiver_that_fails_twice_gets_the_same_signed_batch_a_third_time_from_a_real_worker() -> None:
+    """Through Redis and a real Celery worker: the commit wakes the webhook, the job POSTs the batch,
+    the receiver answers 500 twice, the job retries after its backoff and the third attempt is taken.
+    Each attempt is a delivery row (the admin shows them) and carries a valid signature; the body is
+    the same three times (the receiver drops repeats by seq)."""
+    from celery.contrib.testing.worker import start_worker
+
+    from memory_project.celery import app
+
+    agent = AgentFactory(slug="hooked")
+    thread = thread_create(agent=agent, external_id="t-hook")
+    with WebhookReceiver(fail_first=2).running() as receiver:
+        webhook = webhook_create(agent=agent, url=receiver.url, secret="s3cret", actor="staff:olga")
+        app.conf.task_always_eager = False
+        try:
+            with start_worker(app, perform_ping_check=False, queues=["default"], pool="solo", shutdown_timeout=10):
+                with transaction.atomic():  # three events, committed together
+                    written = [entry_add(thread=thread, role="user", content=f"turn {n}").id for n in range(3)]
+                deadline = time.monotonic() + 90
+                while time.monotonic() < deadline and not any(d.status == 200 for d in receiver.deliveries):
+                    time.sleep(0.1)
+                time.sleep(0.5)  # the run records its success after the answer
+        finally:
+            app.conf.task_always_eager = True
+
+    assert [d.status for d in receiver.deliveries][:3] == [500, 500, 200], receiver.deliveries
+    assert all(_verified(receiver, "s3cret"))
+    assert not any(_verified(receiver, "another secret"))
+    assert len(receiver.deliveries) == 3
+    bodies = [d.json for d in receiver.deliveries]
+    assert bodies[0] == bodies[1] == bodies[2]
+    assert [e["seq"] for e in bodies[2]["events"]] == [1, 2, 3]
+    assert [i for e in bodies[2]["events"] for i in e["ids"]] == written
+    assert bodies[0]["agent"] == "hooked" and bodies[0]["webhook_id"] == webhook.pk
+    webhook.refresh_from_db()
+    assert webhook.delivered_seq == 3 and webhook.failures == 0 and webhook.last_success_at is not None
+    attempts = list(WebhookDelivery.objects.filter(webhook=webhook).order_by("at", "id"))
+    assert [(a.attempt, a.ok, a.status_code) for a in attempts[:3]] == [
+        (1, False, 500),
+        (2, False, 500),
+        (3, True, 200),
+    ]
+    assert "HTTP 500" in attempts[0].error
+    run = JobRun.objects.filter(kind="webhook_delivery").order_by("created_at").first()
+    assert run is not None and run.status == "succeeded" and run.attempts == 3, (run and run.status, run and run.error)
+
+
+@pytest.mark.django_db
+def test_each_webhook_gets_its_own_agents_events_only_and_the_next_batch_starts_after_the_last(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    alice, bob = AgentFactory(slug="alice"), AgentFactory(slug="bob")
+    with WebhookReceiver().running() as to_alice, WebhookReceiver().running() as to_bob:
+        webhook_create(agent=alice, url=to_alice.url, secret="a")
+        webhook_create(agent=bob, url=to_bob.url, secret="b")
+        with django_capture_on_commit_callbacks(execute=True):
+            thread = thread_create(agent=alice, external_id="t")
+            entry_add(thread=thread, role="user", content="one")
+            entry_add(thread=thread, role="user", content="two")
+            events_number_now()
+        with django_capture_on_commit_callbacks(execute=True):
+            entry_add(thread=thread, role="user", content="three")
+            events_number_now()
+
+    assert to_bob.deliveries == []
+    batches = [[e["seq"] for e in d.json["events"]] for d in to_alice.deliveries]
+    assert batches == [[1, 2], [3]]
+    assert all(_verified(to_alice, "a"))
+    assert "one" not in to_alice.deliveries[0].body.decode()
+    assert Webhook.objects.get(agent=alice).delivered_seq == 3
+
+
+@pytest.mark.django_db
+def test_a_webhook_made_now_starts_after_the_events_already_committed(django_capture_on_commit_callbacks: Any) -> None:
+    agent = AgentFactory(slug="late")
+    thread = thread_create(agent=agent, external_id="t")
+    entry_add(thread=thread, role="user", content="before the webhook")
+    events_number_now()
+    with WebhookReceiver().running() as receiver:
+        webhook = webhook_create(agent=agent, url=receiver.url, secret="x")
+        assert webhook.delivered_seq == 1
+        with django_capture_on_commit_callbacks(execute=True):
+            entry_add(thread=thread, role="user", content="after it")
+            events_number_now()
+    assert [[e["seq"] for e in d.json["events"]] for d in receiver.deliveries] == [[2]]
+
+
+@pytest.mark.django_db
+def test_a_webhook_that_fails_every_retry_rests_and_the_sweep_tries_again_once_the_rest_is_over(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    agent = AgentFactory(slug="down")
+    thread = thread_create(agent=agent, external_id="t")
+    with WebhookReceiver(fail_first=1000).running() as receiver:
+        webhook = webhook_create(agent=agent, url=receiver.url, secret="x")
+        with django_capture_on_commit_callbacks(execute=True):
+            entry_add(thread=thread, role="user", content="hello")
+            events_number_now()
+        webhook.refresh_from_db()
+        run = JobRun.objects.get(kind="webhook_delivery")
+        assert run.status == "failed" and run.attempts == WEBHOOK_RETRIES + 1, (run.status, run.attempts)
+        assert len(receiver.deliveries) == WEBHOOK_RETRIES + 1
+        assert webhook.failures == WEBHOOK_RETRIES + 1 and webhook.delivered_seq == 0
+        assert webhook.paused_until is not None and webhook.paused_until > timezone.now()
+        assert "HTTP 500" in webhook.last_error
+
+        # Resting: neither a new write nor the sweep sends it.
+        with django_capture_on_commit_callbacks(execute=True):
+            entry_add(thread=thread, role="user", content="still down?")
+            events_number_now()
+            assert webhooks_sweep() == 0
+        assert len(receiver.deliveries) == WEBHOOK_RETRIES + 1
+
+        receiver.fail_first = 0
+        Webhook.objects.filter(pk=webhook.pk).update(paused_until=timezone.now() - timedelta(seconds=1))
+        with django_capture_on_commit_callbacks(execute=True):
+            assert webhooks_sweep() == 1
+    webhook.refresh_from_db()
+    assert webhook.delivered_seq == 2 and webhook.failures == 0 and webhook.paused_until is None
+    assert [e["seq"] for e in receiver.deliveries[-1].json["events"]] == [1, 2]
+
+
+def test_the_signature_is_an_hmac_of_the_timestamp_and_the_body_and_fails_for_any_change() -> None:
+    body = json.dumps({"events": [{"seq": 1}]}).encode()
+    header = webhook_signature(secret="k", timestamp=1_700_000_000, body=body)
+    assert header.startswith("t=1700000000,v1=") and len(header.split("v1=")[1]) == 64
+    assert webhook_signature_verify(secret="k", header=header, body=body, now=1_700_000_100)
+    assert not webhook_signature_verify(secret="k", header=header, body=body + b" ", now=1_700_000_100)
+    assert not webhook_signature_verify(secret="K", header=header, body=body, now=1_700_000_100)
+    assert not webhook_signature_verify(secret="k", header=header.replace("t=17", "t=18"), body=body, now=1_800_000_000)
+    # Too old: a replay of a captured delivery is refused.
+    assert not webhook_signature_verify(secret="k", header=header, body=body, now=1_700_001_000)
+    assert not webhook_signature_verify(secret="k", header="v1=abc", body=body)
+
+
+@pytest.mark.django_db
+def test_operators_set_up_a_webhook_audited_and_see_its_failed_deliveries(alice: Caller) -> None:
+    operator = staff_client(groups=("Operators",))
+    page = operator.post(
+        "/admin/memoryapp/webhook/add/",
+        {"agent": alice.agent.pk, "url": "http://127.0.0.1:9/hook", "secret": "", "active": "on"},
+    )
+    assert page.status_code == 302, page.content[:2000]
+    webhook = Webhook.objects.get(agent=alice.agent)
+    assert len(webhook.secret) >= 32  # generated
+    assert AuditRecord.objects.filter(action="webhook.created", subject=str(webhook.pk)).exists()
+    WebhookDelivery.objects.create(
+        webhook=webhook,
+        first_seq=1,
+        last_seq=2,
+        events=2,
+        attempt=1,
+        status_code=None,
+        error="ConnectionError: refused",
+    )
+    Webhook.objects.filter(pk=webhook.pk).update(failures=1, last_error="ConnectionError: refused")
+
+    listing = operator.get("/admin/memoryapp/webhook/", {"delivery": "failing"})
+    assert listing.status_code == 200 and b"ConnectionError: refused" in listing.content
+    detail = operator.get(f"/admin/memoryapp/webhook/{webhook.pk}/change/")
+    assert detail.status_code == 200 and b"every attempt" in detail.content and b"failed" in detail.content
+    failed = operator.get("/admin/memoryapp/webhookdelivery/", {"ok__exact": "0"})
+    assert failed.status_code == 200 and b"ConnectionError: refused" in failed.content
+
+    changed = operator.post(
+        f"/admin/memoryapp/webhook/{webhook.pk}/change/",
+        {"agent": alice.agent.pk, "url": "https://hooks.example.com/m", "secret": "", "active": ""},
+    )
+    assert changed.status_code == 302
+    webhook.refresh_from_db()
+    assert webhook.url == "https://hooks.example.com/m" and not webhook.active
+    record = AuditRecord.objects.get(action="webhook.changed")
+    assert record.details["changed"] == ["url", "active"] and webhook.secret not in json.dumps(record.details)
+    # Reviewers have nothing to do with webhooks.
+    assert staff_client(groups=("Reviewers",)).get("/admin/memoryapp/webhook/").status_code == 403
+
+
+@pytest.mark.django_db
+def test_a_delivery_run_leaves_the_webhook_to_a_run_waiting_for_its_retry(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The retry reads every event after the cursor: a second run would only knock twice on a
+    receiver that is failing."""
+    agent = AgentFactory(slug="waiting")
+    thread = thread_create(agent=agent, external_id="t")
+    with WebhookReceiver().running() as receiver:
+        webhook = webhook_create(agent=agent, url=receiver.url, secret="x")
+        waiting = JobRun.objects.create(
+            kind="webhook_delivery", dedupe_key=f"webhook:{webhook.pk}", status="queued", attempts=1,
+            task_name="memoryapp.tasks.webhook_deliver", arguments={"webhook_id": webhook.pk},
+        )  # fmt: skip
+        later = JobRun.objects.create(kind="webhook_delivery", arguments={"webhook_id": webhook.pk})
+        entry_add(thread=thread, role="user", content="hello")
+        events_number_now()
+        webhook_deliver_job(later.pk)
+        later.refresh_from_db()
+        assert later.status == "skipped" and "waits for its retry" in later.result["skipped"]
+        assert receiver.deliveries == []
+        JobRun.objects.filter(pk=waiting.pk).update(status="failed")
+        again = JobRun.objects.create(kind="webhook_delivery", arguments={"webhook_id": webhook.pk})
+        webhook_deliver_job(again.pk)
+        again.refresh_from_db()
+    assert again.status == "succeeded" and again.result["delivered"] == 1 and len(receiver.deliveries) == 1
