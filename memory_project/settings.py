@@ -252,7 +252,7 @@ SPECTACULAR_SETTINGS = {
         "JobStatusEnum": "governance.models.JobRun.Status",
         "HitKindEnum": "memoryapp.api.search.HIT_KINDS",
         "PathKindEnum": "memoryapp.api.files.PATH_KINDS",
-        "CompactionStrategyEnum": "memoryapp.compaction.strategies.STRATEGY_NAMES",
+        "CompactionStrategyEnum": "memoryapp.compaction.plan.STRATEGY_NAMES",
         "ContextStrategyEnum": "memoryapp.context.builder.STRATEGIES",
     },
 }

@@ -17,8 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.test import Client
+from django.utils.translation import get_language
+from drf_spectacular.drainage import GENERATOR_STATS
+from drf_spectacular.plumbing import _load_enum_name_overrides, deep_import_string
+from drf_spectacular.settings import patched_settings
 
 from tests.kit.api import Caller
 from tests.kit.api_tour import Visit, api_tour
@@ -71,12 +76,50 @@ def test_an_untyped_or_free_form_object_is_not_a_described_response(schema: dict
     assert undescribed(schema, {"$ref": "#/components/schemas/ThreadOut"}) is None
 
 
-def test_the_schema_generates_with_validation_and_without_a_warning(tmp_path: Path) -> None:
+def _as_a_fresh_process() -> None:
+    """Forget what an earlier schema generation of this process cached and reported: drf-spectacular
+    reads ENUM_NAME_OVERRIDES once per process (an lru_cache) and warns about them only then, so
+    after any test that fetched /api/schema/ a bad override went unreported and this test passed
+    only when it ran first (`manage.py spectacular`, a process of its own, always reports it)."""
+    assert hasattr(_load_enum_name_overrides, "cache_clear"), "drf-spectacular changed: see _as_a_fresh_process"
+    _load_enum_name_overrides.cache_clear()
+    GENERATOR_STATS.reset()
+
+
+def test_the_schema_generates_with_validation_and_without_a_warning(tmp_path: Path, client: Client) -> None:
     """`manage.py spectacular --validate --fail-on-warn`: an unresolved field, a guessed
-    serializer or an enum name collision fails it."""
+    serializer or an enum name collision fails it, whatever ran before it in this process."""
+    assert client.get("/api/schema/", {"format": "json"}).status_code == 200  # what an earlier test may do
+    _as_a_fresh_process()
     target = tmp_path / "schema.yaml"
     call_command("spectacular", "--validate", "--fail-on-warn", "--file", str(target))
     assert "ThreadOut" in target.read_text()
+
+
+def test_every_enum_name_override_names_one_choice_set_of_its_own() -> None:
+    """Each ENUM_NAME_OVERRIDES entry imports (a module moved in a relayout leaves a dead path:
+    drf-spectacular then names the enum by a hash and reports a "duplication issue"), and no two
+    name the same choices."""
+    overrides = settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"]
+    for name, where in overrides.items():
+        assert deep_import_string(where), f"{name}: {where} does not import"
+    _as_a_fresh_process()
+    assert len(_load_enum_name_overrides(get_language())) == len(overrides)
+    assert not GENERATOR_STATS, "ENUM_NAME_OVERRIDES: a warning or an error"
+
+
+def test_a_dead_enum_override_path_is_reported() -> None:
+    """The check above can fail: a path that does not import is a warning and a duplication error."""
+    overrides = dict(settings.SPECTACULAR_SETTINGS["ENUM_NAME_OVERRIDES"])
+    overrides["CompactionStrategyEnum"] = "memoryapp.compaction.strategies.STRATEGY_NAMES"  # before the relayout
+    assert deep_import_string(overrides["CompactionStrategyEnum"]) is None
+    try:
+        with patched_settings({"ENUM_NAME_OVERRIDES": overrides}):
+            _as_a_fresh_process()
+            assert len(_load_enum_name_overrides(get_language())) == len(overrides) - 1
+            assert GENERATOR_STATS, "no warning for a dead path"
+    finally:
+        _as_a_fresh_process()
 
 
 def test_every_success_response_describes_its_fields(schema: dict[str, Any]) -> None:
