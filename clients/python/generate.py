@@ -138,6 +138,8 @@ UNASYNC = [
     ("async def __aenter__", "def __enter__"),
     ("async def __aexit__", "def __exit__"),
     ("aclose", "close"),
+    (".aiter_lines()", ".iter_lines()"),
+    (".aread()", ".read()"),
     ("async def ", "def "),
     ("async for ", "for "),
     ("async with ", "with "),

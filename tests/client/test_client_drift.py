@@ -3,6 +3,7 @@ the current OpenAPI schema, and each method answers the type its operation's res
 
 from __future__ import annotations
 
+import collections.abc
 import typing
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,9 @@ def _declared(schema: dict[str, Any], operation_id: str) -> set[str]:
                         names.add("None")
                     for media, body in content.items():
                         node = body.get("schema", {})
+                        if media == "text/event-stream":
+                            names.add("StreamEvent")  # a stream of events, each decoded (see below)
+                            continue
                         if media != "application/json":
                             names.add("str")
                             continue
@@ -83,6 +87,9 @@ def _members(schema: dict[str, Any], node: dict[str, Any]) -> set[str]:
 
 
 def _answered(annotation: Any) -> set[str]:
+    if typing.get_origin(annotation) in (collections.abc.Iterator, collections.abc.AsyncIterator):
+        (item,) = typing.get_args(annotation)
+        return {item.__name__}
     members = typing.get_args(annotation) if typing.get_origin(annotation) in (typing.Union, type(int | str)) else ()
     return {getattr(m, "__name__", str(m)) for m in members} if members else {getattr(annotation, "__name__", "")}
 
@@ -104,3 +111,21 @@ def test_every_client_method_answers_the_types_its_operation_declares(schema: di
         op["operationId"] for item in schema["paths"].values() for op in item.values() if isinstance(op, dict)
     }
     assert operation_ids == set(OPERATIONS.values())
+
+
+def test_a_streamed_event_holds_the_shapes_the_schema_gives_the_events(schema: dict[str, Any]) -> None:
+    """GET /events is text: its frames' data are the events page's shapes (EventOut, and MissedOut
+    for a gap), which the stream's description names."""
+    from memory_client import StreamEvent, models
+
+    hints = typing.get_type_hints(StreamEvent, vars(models))
+    assert _answered(hints["change"]) == {"EventOut", "NoneType"}
+    assert _answered(hints["missed"]) == {"MissedOut", "NoneType"}
+    components = schema["components"]["schemas"]
+    page = components["EventPageOut"]["properties"]
+    assert page["results"]["items"] == {"$ref": "#/components/schemas/EventOut"}
+    assert {"$ref": "#/components/schemas/MissedOut"} in page["missed"].get("allOf", [page["missed"]])
+    described = schema["paths"]["/api/v1/events"]["get"]["responses"]["200"]["description"]
+    assert set(components["EventOut"]["properties"]) <= {"seq", "type", "ids", "thread_id", "at"}
+    assert all(f'"{field}"' in described for field in ("seq", "type", "ids", "at")), described
+    assert "event: gap" in described and "{from_seq, to_seq}" in described

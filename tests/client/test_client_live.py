@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.events.services import events_prune
+from memoryapp.models import Entry, Event, MemoryFileVersion, MemoryItem, Thread
 from tests.kit.api import Caller
 from tests.kit.servers import gunicorn_serving
 
@@ -49,9 +50,13 @@ async def _listed(items: Any) -> list[Any]:
     return [item async for item in items]
 
 
+# The helpers that follow pages (no operation of their own); the tour calls them too.
+ITERATORS = {"iter_threads", "iter_entries", "iter_path", "iter_items", "iter_events"}
+
+
 def client_tour(memory: Any, who: Caller) -> None:
     """Every operation the client exposes, each answer checked (and the database after some)."""
-    from memory_client import ApiError, ConflictError
+    from memory_client import ApiError, ConflictError, NotFoundError
 
     assert memory.root()["agent"]["slug"] == who.agent.slug
     # Threads: an upsert, reads, a page of one and every page.
@@ -147,6 +152,54 @@ def client_tour(memory: Any, who: Caller) -> None:
     assert not Thread.objects.filter(agent=who.agent, external_id="t-rome").exists()
     assert memory.import_thread(exported, id="t-copy")["id"] == "t-copy"
     assert Entry.objects.filter(thread__external_id="t-copy", agent=who.agent).count() == 5
+    # Standing instructions: context documents (sha256 locking) and the thread's memory switch.
+    doc = memory.put_context_document("AGENTS.md", "Answer in Portuguese.\n", expected_sha256=None)
+    assert (doc["name"], doc["scope"], doc["version"], doc["content"]) == (
+        "AGENTS.md",
+        "agent",
+        1,
+        "Answer in Portuguese.\n",
+    )
+    with pytest.raises(ConflictError):
+        memory.put_context_document("AGENTS.md", "Answer in Latin.\n", expected_sha256=None)  # it exists
+    changed = memory.put_context_document("AGENTS.md", "Answer briefly.\n", expected_sha256=doc["sha256"])
+    assert changed["version"] == 2 and changed["sha256"] != doc["sha256"]
+    memory.put_context_document("STYLE.md", "Short sentences.\n", project_id="p-rome")  # not checked
+    assert [d["name"] for d in memory.list_context_documents()["documents"]] == ["AGENTS.md"]
+    assert [d["scope"] for d in memory.list_context_documents(project_id="p-rome")["documents"]] == ["project"]
+    assert memory.get_context_document("AGENTS.md")["content"] == "Answer briefly.\n"
+    memory.delete_context_document("STYLE.md", project_id="p-rome")
+    with pytest.raises(NotFoundError):
+        memory.get_context_document("STYLE.md", project_id="p-rome")
+    assert [d["name"] for d in memory.build_context("t-copy", max_tokens=2000)["documents"]] == ["AGENTS.md"]
+    assert memory.get_thread_memory("t-copy") == {"thread_id": "t-copy", "memory": "on", "off_ranges": []}
+    assert memory.set_thread_memory("t-copy", "off")["memory"] == "off"
+    assert Thread.objects.get(agent=who.agent, external_id="t-copy").memory_enabled is False
+    assert memory.build_context("t-copy", max_tokens=2000)["metadata"]["memory"] == "off"
+    assert memory.set_thread_memory("t-copy", "on")["memory"] == "on"
+    # Change events: every write above recorded one; pages, then the stream, then resumed after an id.
+    stored = list(Event.objects.filter(agent=who.agent).order_by("seq").values_list("seq", "type"))
+    assert [seq for seq, _ in stored] == list(range(1, len(stored) + 1)) and len(stored) > 10
+    page = memory.events_page(limit=3)
+    assert [(e["seq"], e["type"]) for e in page["results"]] == stored[:3]
+    assert (page["next_after"], page["last_seq"]) == (3, len(stored))
+    assert [(e["seq"], e["type"]) for e in memory.iter_events(page_size=7)] == stored
+    added = [seq for seq, kind in stored if kind == "entry.added" and seq > 3]
+    assert [e["seq"] for e in memory.iter_events(after=3, types=["entry.added"], page_size=2)] == added
+    streamed = list(memory.events(after=0, max_seconds=0.5))
+    assert [(e.change["seq"], e.type) for e in streamed if e.change] == stored
+    assert [e.last_event_id for e in streamed] == [str(seq) for seq, _ in stored]
+    resumed = list(memory.events(last_event_id=streamed[4].last_event_id, max_seconds=0.5))
+    assert resumed == streamed[5:]  # Last-Event-ID: nothing repeated, nothing left out
+    assert list(memory.events(max_seconds=0.3)) == []  # no position: only what comes next
+    # Retention takes the oldest events: the page and the stream say what a reader missed.
+    cut = Event.objects.filter(agent=who.agent, seq__gt=1).order_by("seq").values_list("seq", "at")
+    kept_from, older_than = next((seq, at) for seq, at in cut if at > Event.objects.get(agent=who.agent, seq=1).at)
+    events_prune(older_than=older_than)
+    assert memory.events_page(after=0, limit=1)["missed"] == {"from_seq": 1, "to_seq": kept_from - 1}
+    gap, first_kept = list(memory.events(after=0, max_seconds=0.3))[:2]
+    assert (gap.type, gap.missed, gap.change) == ("gap", {"from_seq": 1, "to_seq": kept_from - 1}, None)
+    assert first_kept.change is not None and first_kept.change["seq"] == kept_from
 
 
 def test_the_sync_client_runs_every_operation_against_the_service(
@@ -157,7 +210,7 @@ def test_the_sync_client_runs_every_operation_against_the_service(
     with MemoryClient(service, key=alice.key) as client:
         memory = Recorded(client)
         client_tour(memory, alice)
-    assert set(OPERATIONS) | {"iter_threads", "iter_entries", "iter_path", "iter_items"} == memory.called
+    assert set(OPERATIONS) | ITERATORS == memory.called
 
 
 def test_the_async_client_runs_every_operation_against_the_service(
@@ -174,7 +227,7 @@ def test_the_async_client_runs_every_operation_against_the_service(
         loop.run_until_complete(client.aclose())
     finally:
         loop.close()
-    assert set(OPERATIONS) | {"iter_threads", "iter_entries", "iter_path", "iter_items"} == memory.called
+    assert set(OPERATIONS) | ITERATORS == memory.called
 
 
 def test_the_services_errors_are_exceptions_carrying_the_error_shape(

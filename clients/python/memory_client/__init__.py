@@ -4,7 +4,7 @@ schema (`memory_client.models`), errors are `ApiError`s carrying the API's error
 
 from memory_client import models
 from memory_client._async import OPERATIONS, AsyncMemoryClient
-from memory_client._core import RetryPolicy
+from memory_client._core import UNCHECKED, RetryPolicy, StreamEvent
 from memory_client._sync import MemoryClient
 from memory_client.errors import (
     ApiError,
@@ -20,6 +20,7 @@ from memory_client.errors import (
 
 __all__ = [
     "OPERATIONS",
+    "UNCHECKED",
     "ApiError",
     "AsyncMemoryClient",
     "AuthenticationError",
@@ -32,5 +33,6 @@ __all__ = [
     "RateLimitedError",
     "RetryPolicy",
     "ServerError",
+    "StreamEvent",
     "models",
 ]

@@ -5,21 +5,36 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, cast
 
 import httpx2
 
-from memory_client._core import RetryPolicy, answer_of, next_request, query_value, without_none
+from memory_client._core import (
+    UNCHECKED,
+    RetryPolicy,
+    SseDecoder,
+    StreamEvent,
+    Unchecked,
+    answer_of,
+    next_request,
+    query_value,
+    types_value,
+    without_none,
+)
 from memory_client.models import (
     ApiRootOut,
     CompactedOut,
     CompactionSkippedOut,
+    ContextDocumentContentOut,
+    ContextDocumentsOut,
     ContextOut,
     EntryBatchOut,
     EntryOut,
     EntryPageOut,
+    EventOut,
+    EventPageOut,
     ExtractionOut,
     FactForgottenOut,
     FactOut,
@@ -29,12 +44,14 @@ from memory_client.models import (
     ItemPageOut,
     ItemWithEvidenceOut,
     JobAcceptedOut,
+    MemoryEnum,
     MemoryFilesOut,
     MemoryToolAnswerOut,
     MemoryToolResultOut,
     NamespaceForgottenOut,
     PathPageOut,
     SearchOut,
+    ThreadMemoryOut,
     ThreadOut,
     ThreadPageOut,
     ToolResultOut,
@@ -97,7 +114,7 @@ class AsyncMemoryClient:
         content_type: str | None = None,
     ) -> Any:
         """Send one request (again, as the retry policy says) and answer its JSON; an error raises."""
-        query = [(k, query_value(v)) for k, v in (params.items() if isinstance(params, Mapping) else params or [])]
+        query = _query(params)
         headers = {"Content-Type": content_type} if content_type else None
         attempt = 0
         while True:
@@ -496,6 +513,143 @@ class AsyncMemoryClient:
         """A tool result that compaction cleared (the `read_result` tool)."""
         return cast(ToolResultOut, await self._request("GET", f"{API}/tool-results/{handle}"))
 
+    # --- standing instructions: context documents and the memory switch --------------------------
+
+    async def list_context_documents(
+        self, *, project_id: str | None = None, thread_id: str | None = None
+    ) -> ContextDocumentsOut:
+        """The context documents of one scope: the agent's (neither id), a project's or a thread's."""
+        params = without_none(project_id=project_id, thread_id=thread_id)
+        return cast(ContextDocumentsOut, await self._request("GET", f"{API}/context-documents", params=params))
+
+    async def get_context_document(
+        self, name: str, *, project_id: str | None = None, thread_id: str | None = None
+    ) -> ContextDocumentContentOut:
+        params = without_none(project_id=project_id, thread_id=thread_id)
+        answer = await self._request("GET", f"{API}/context-documents/{name}", params=params)
+        return cast(ContextDocumentContentOut, answer)
+
+    async def put_context_document(
+        self,
+        name: str,
+        content: str,
+        *,
+        expected_sha256: str | Unchecked | None = UNCHECKED,
+        project_id: str | None = None,
+        thread_id: str | None = None,
+    ) -> ContextDocumentContentOut:
+        """Write a standing instruction document (AGENTS.md ...) whole: a new version unless the text is
+        the same. `expected_sha256`: the sha256 last read (a ConflictError if it changed since), None:
+        only if there is no such document yet; left out, whatever is there is replaced."""
+        params = without_none(project_id=project_id, thread_id=thread_id)
+        body: dict[str, Any] = {"content": content}
+        if expected_sha256 is not UNCHECKED:
+            body["expected_sha256"] = expected_sha256
+        answer = await self._request("PUT", f"{API}/context-documents/{name}", params=params, json_body=body)
+        return cast(ContextDocumentContentOut, answer)
+
+    async def delete_context_document(
+        self, name: str, *, project_id: str | None = None, thread_id: str | None = None
+    ) -> None:
+        """Delete a context document (its history stays, as a memory file's)."""
+        params = without_none(project_id=project_id, thread_id=thread_id)
+        await self._request("DELETE", f"{API}/context-documents/{name}", params=params)
+
+    async def get_thread_memory(self, thread_id: str) -> ThreadMemoryOut:
+        """The thread's memory switch: on or off, and the seqs written while it was off."""
+        return cast(ThreadMemoryOut, await self._request("GET", f"{API}/threads/{thread_id}/memory"))
+
+    async def set_thread_memory(self, thread_id: str, memory: MemoryEnum) -> ThreadMemoryOut:
+        """Turn the thread's memory on or off (off: nothing extracted from it, nothing recalled into it)."""
+        body = {"memory": memory}
+        return cast(ThreadMemoryOut, await self._request("PUT", f"{API}/threads/{thread_id}/memory", json_body=body))
+
+    # --- change events ---------------------------------------------------------------------------
+
+    async def events_page(
+        self, *, after: int | None = None, limit: int | None = None, types: str | Sequence[str] | None = None
+    ) -> EventPageOut:
+        """The agent's change events after the seq `after`, oldest first (`next_after`: where to go on)."""
+        params = without_none(after=after, limit=limit, types=types_value(types))
+        return cast(EventPageOut, await self._request("GET", f"{API}/events/page", params=params))
+
+    async def iter_events(
+        self, *, after: int | None = None, types: str | Sequence[str] | None = None, page_size: int | None = None
+    ) -> AsyncIterator[EventOut]:
+        """Every change event after `after` committed by now, page after page (each page's
+        `next_after`), oldest first. Events retention deleted before they were read are skipped:
+        `events_page` says which (`missed`)."""
+        position = after or 0
+        while True:
+            page = await self.events_page(after=position, limit=page_size, types=types)
+            for event in page["results"]:
+                yield event
+            if not page["results"] or page["next_after"] >= page["last_seq"]:
+                return
+            position = page["next_after"]
+
+    async def events(
+        self,
+        *,
+        last_event_id: int | str | None = None,
+        after: int | None = None,
+        types: str | Sequence[str] | None = None,
+        max_seconds: float | None = None,
+        reconnect: bool = False,
+    ) -> AsyncIterator[StreamEvent]:
+        """The agent's change events as they commit, read from the Server-Sent Events stream.
+
+        The stream starts after `last_event_id` (an event's `last_event_id`, sent as the
+        Last-Event-ID header), else after `after`, else after the newest event. The service closes
+        a stream after EVENTS_STREAM_SECONDS (or `max_seconds`): without `reconnect` the iteration
+        ends there; with it, the client connects again with the last id read (after the stream's
+        `retry:` wait, and also when the connection dropped), so nothing is lost or repeated, until
+        the caller stops iterating. Opening a stream is retried as the retry policy says (503
+        too_many_streams: each web process serves a few streams at once)."""
+        decoder = SseDecoder(str(last_event_id) if last_event_id is not None else None)
+        params = without_none(after=after, types=types_value(types), max_seconds=max_seconds)
+        while True:
+            async for event in self._event_stream(decoder, params):
+                yield event
+            if not reconnect:
+                return
+            await asyncio.sleep((decoder.retry_ms if decoder.retry_ms is not None else 1000) / 1000)
+
+    async def _event_stream(self, decoder: SseDecoder, params: dict[str, Any]) -> AsyncIterator[StreamEvent]:
+        """One stream's events, until the service closes it. Opening it is retried as the retry policy
+        says, and so is a connection that drops: the stream resumes after the last id read."""
+        attempt = 0
+        while True:
+            decoder.restart()
+            headers = {"Accept": "text/event-stream"}
+            if decoder.last_event_id is not None:
+                headers["Last-Event-ID"] = decoder.last_event_id
+            try:
+                async with self._http.stream(
+                    "GET", f"{API}/events", params=_query(params), headers=headers
+                ) as response:
+                    if response.status_code < 400:
+                        async for line in response.aiter_lines():
+                            event = decoder.feed(line.rstrip("\r\n"))
+                            if event is not None:
+                                attempt = 0
+                                yield event
+                        return
+                    await response.aread()
+                    if not self.retry.should_retry(method="GET", status=response.status_code, attempt=attempt):
+                        answer_of(response)  # raises the error
+                    wait = self.retry.delay(attempt=attempt, response=response)
+            except httpx2.TransportError:
+                if not self.retry.should_retry(method="GET", status=None, attempt=attempt):
+                    raise
+                wait = self.retry.delay(attempt=attempt, response=None)
+            await asyncio.sleep(wait)
+            attempt += 1
+
+
+def _query(params: Params | None) -> list[tuple[str, Any]]:
+    return [(k, query_value(v)) for k, v in (params.items() if isinstance(params, Mapping) else params or [])]
+
 
 def _keyword_options(options: dict[str, Any]) -> dict[str, Any]:
     """Options named as Python allows (`async_`) as the API names them (`async`)."""
@@ -544,4 +698,12 @@ OPERATIONS: dict[str, str] = {
     "compact": "v1_threads_compact_create",
     "extract": "v1_threads_extract_create",
     "tool_result": "v1_tool_results_retrieve",
+    "list_context_documents": "v1_context_documents_list",
+    "get_context_document": "v1_context_documents_retrieve",
+    "put_context_document": "v1_context_documents_update",
+    "delete_context_document": "v1_context_documents_destroy",
+    "get_thread_memory": "v1_threads_memory_retrieve",
+    "set_thread_memory": "v1_threads_memory_update",
+    "events_page": "v1_events_page_retrieve",
+    "events": "v1_events_retrieve",
 }

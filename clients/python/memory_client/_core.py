@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import enum
+import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Literal, cast
 from urllib.parse import parse_qsl, urlsplit
 
 import httpx2
 
 from memory_client.errors import error_for
+from memory_client.models import EventOut, MissedOut
 
 # Methods whose repetition changes nothing more than the first call did.
 IDEMPOTENT_METHODS = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
@@ -105,3 +109,83 @@ def query_value(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
     return value
+
+
+class _Unchecked(enum.Enum):
+    UNCHECKED = "unchecked"
+
+
+UNCHECKED: Literal[_Unchecked.UNCHECKED] = _Unchecked.UNCHECKED
+"""`expected_sha256=UNCHECKED` (the default): write whatever version is there; `None`: only if there is none."""
+Unchecked = Literal[_Unchecked.UNCHECKED]
+
+
+def types_value(types: str | Sequence[str] | None) -> str | None:
+    """Event types as the API takes them: comma separated."""
+    if types is None or isinstance(types, str):
+        return types
+    return ",".join(types)
+
+
+# --- Server-Sent Events ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamEvent:
+    """One event of the change stream (GET /api/v1/events).
+
+    `type` is the change's (`entry.added` ...) with its ids in `change` (an `EventOut`: ids only,
+    never content), or "gap" with `missed` the seqs retention deleted before they were read.
+    `last_event_id` is the stream's position once this event is read: give it back as
+    `last_event_id=` to go on after it, without loss or repeat.
+    """
+
+    type: str
+    last_event_id: str | None
+    change: EventOut | None = None
+    missed: MissedOut | None = None
+
+
+class SseDecoder:
+    """The WHATWG event-stream parser, a line at a time (lines without their line ends).
+
+    Fields `event`, `data` (lines joined by newlines), `id` (kept across events: the last event id)
+    and `retry` (milliseconds); comments (`:`) and unknown fields are skipped; a blank line ends an
+    event, which is dispatched only when it had data (so an `id:` alone moves the position)."""
+
+    def __init__(self, last_event_id: str | None = None) -> None:
+        self.last_event_id = last_event_id
+        self.retry_ms: int | None = None
+        self._event = ""
+        self._data: list[str] = []
+
+    def restart(self) -> None:
+        """A new connection: what the last one left unfinished is dropped; the position stays."""
+        self._event, self._data = "", []
+
+    def feed(self, line: str) -> StreamEvent | None:
+        if not line:
+            return self._dispatch()
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self.last_event_id = value
+        elif name == "retry" and value.isdigit():
+            self.retry_ms = int(value)
+        return None
+
+    def _dispatch(self) -> StreamEvent | None:
+        event, data = self._event or "message", self._data
+        self._event, self._data = "", []
+        if not data:
+            return None
+        body = json.loads("\n".join(data))
+        if event == "gap":
+            return StreamEvent(type=event, last_event_id=self.last_event_id, missed=cast(MissedOut, body))
+        return StreamEvent(type=event, last_event_id=self.last_event_id, change=cast(EventOut, body))

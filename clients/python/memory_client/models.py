@@ -18,9 +18,13 @@ __all__ = [
     "BriefCardOut",
     "BriefCardOutKindEnum",
     "CompactInput",
-    "CompactInputStrategyEnum",
     "CompactedOut",
     "CompactionSkippedOut",
+    "CompactionStrategyEnum",
+    "ContextDocumentContentOut",
+    "ContextDocumentInput",
+    "ContextDocumentOut",
+    "ContextDocumentsOut",
     "ContextFactOut",
     "ContextInput",
     "ContextMessageOut",
@@ -37,9 +41,13 @@ __all__ = [
     "EntryBatchOut",
     "EntryIdInput",
     "EntryOut",
+    "EntryOutTypeEnum",
     "EntryPageOut",
     "ErrorDetailOut",
     "ErrorOut",
+    "EventOut",
+    "EventOutTypeEnum",
+    "EventPageOut",
     "EvidenceIn",
     "EvidenceOut",
     "EvidenceStatusEnum",
@@ -67,6 +75,7 @@ __all__ = [
     "JobRunOut",
     "JobStatusEnum",
     "KindsEnum",
+    "MemoryEnum",
     "MemoryFileOut",
     "MemoryFilesOut",
     "MemoryToolAnswerOut",
@@ -74,12 +83,15 @@ __all__ = [
     "MemoryToolIn",
     "MemoryToolResultOut",
     "MethodEnum",
+    "MissedOut",
     "MovedFileOut",
     "NameEnum",
     "NamespaceForgottenOut",
+    "OffRangeOut",
     "PatchedThreadUpdateInput",
     "PathKindEnum",
     "PathPageOut",
+    "PlacedDocumentOut",
     "ProblemOut",
     "ReasonEnum",
     "RecalledEntryOut",
@@ -87,18 +99,20 @@ __all__ = [
     "RecalledOut",
     "RedactInput",
     "RoleEnum",
+    "ScopeEnum",
     "ScopeOut",
     "SearchHitOut",
     "SearchInput",
     "SearchOut",
     "SummarizeFallbackInput",
     "ThreadCreateInput",
+    "ThreadMemoryInput",
+    "ThreadMemoryOut",
     "ThreadOut",
     "ThreadPageOut",
     "ToolCallOut",
     "ToolResultOut",
     "TrustEnum",
-    "TypeEnum",
     "VersionContentOut",
     "VersionOut",
     "WorkingNoteDetailsOut",
@@ -127,7 +141,7 @@ class BriefCardOut(TypedDict):
     source: str
 
 
-CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "strategy": "CompactInputStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
+CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "strategy": "CompactionStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
 
 
 class CompactedOut(TypedDict):
@@ -154,6 +168,43 @@ class CompactionSkippedOut(TypedDict):
     partial: NotRequired[str]
 
 
+class ContextDocumentContentOut(TypedDict):
+    name: str
+    path: str
+    scope: str
+    project_id: str
+    thread_id: str
+    sha256: str
+    size: int
+    version: int
+    version_id: str
+    updated_at: str
+    content: str
+
+
+class ContextDocumentInput(TypedDict):
+    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
+    content: str
+    expected_sha256: NotRequired[str | None]
+
+
+class ContextDocumentOut(TypedDict):
+    name: str
+    path: str
+    scope: str
+    project_id: str
+    thread_id: str
+    sha256: str
+    size: int
+    version: int
+    version_id: str
+    updated_at: str
+
+
+class ContextDocumentsOut(TypedDict):
+    documents: list[ContextDocumentOut]
+
+
 class ContextFactOut(TypedDict):
     id: str
     text: str
@@ -176,6 +227,8 @@ class ContextInput(TypedDict):
     brief_cards: NotRequired[int]
     include_observations: NotRequired[bool]
     file_index: NotRequired[bool]
+    time_zone: NotRequired[str]
+    project_id: NotRequired[str]
 
 
 class ContextMessageOut(TypedDict):
@@ -199,6 +252,8 @@ class ContextMetadataOut(TypedDict):
     semantic_results_included: int
     recalled_entries: int
     recalled_items: int
+    time_zone: str
+    memory: MemoryEnum
 
 
 class ContextObservationOut(TypedDict):
@@ -216,6 +271,7 @@ class ContextOut(TypedDict):
     observations: list[ContextObservationOut]
     brief_cards: list[BriefCardOut]
     recalled: RecalledOut
+    documents: list[PlacedDocumentOut]
     token_count: int
     truncated: bool
     dropped: DroppedOut
@@ -276,7 +332,7 @@ class EntryOut(TypedDict):
     thread_id: str
     parent_id: str | None
     seq: int
-    type: TypeEnum
+    type: EntryOutTypeEnum
     role: RoleEnum | BlankEnum
     content: Any
     token_count: int
@@ -305,6 +361,21 @@ class ErrorDetailOut(TypedDict):
 class ErrorOut(TypedDict):
     """The one error shape of the API (`error_body` builds it: errors are rare, and middleware writes them too)."""
     error: ErrorDetailOut
+
+
+class EventOut(TypedDict):
+    seq: int
+    type: EventOutTypeEnum
+    ids: list[str]
+    thread_id: NotRequired[str]
+    at: str | None
+
+
+class EventPageOut(TypedDict):
+    results: list[EventOut]
+    next_after: int
+    last_seq: int
+    missed: NotRequired[MissedOut]
 
 
 class EvidenceIn(TypedDict):
@@ -548,12 +619,22 @@ class MemoryToolResultOut(TypedDict):
     is_error: bool
 
 
+class MissedOut(TypedDict):
+    from_seq: int
+    to_seq: int
+
+
 MovedFileOut = TypedDict("MovedFileOut", {"from": "str", "to": "str", "version_id": "str"})
 
 
 class NamespaceForgottenOut(TypedDict):
     namespace: str
     deleted: int
+
+
+class OffRangeOut(TypedDict):
+    from_seq: int
+    to_seq: int | None
 
 
 class PatchedThreadUpdateInput(TypedDict):
@@ -567,6 +648,12 @@ class PathPageOut(TypedDict):
     results: list[EntryOut]
     leaf_id: str | None
     next: str | None
+
+
+class PlacedDocumentOut(TypedDict):
+    name: str
+    scope: ScopeEnum
+    version_id: str
 
 
 class ProblemOut(TypedDict):
@@ -656,6 +743,17 @@ class ThreadCreateInput(TypedDict):
     id: NotRequired[str]
     user_id: NotRequired[str]
     metadata: NotRequired[dict[str, Any]]
+
+
+class ThreadMemoryInput(TypedDict):
+    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
+    memory: MemoryEnum
+
+
+class ThreadMemoryOut(TypedDict):
+    thread_id: str
+    memory: MemoryEnum
+    off_ranges: list[OffRangeOut]
 
 
 class ThreadOut(TypedDict):
@@ -751,11 +849,15 @@ BlankEnum = Literal[""]
 
 BriefCardOutKindEnum = Literal["constraint", "knowledge", "consequence", "open_thread"]
 
-CompactInputStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
+CompactionStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
 
 ContextStrategyEnum = Literal["recent", "relevant", "hybrid"]
 
 EntriesAdded = EntryOut | EntryBatchOut
+
+EntryOutTypeEnum = Literal["message", "tool_result", "model_change", "compaction", "approval", "interrupt", "label", "custom"]
+
+EventOutTypeEnum = Literal["entry.added", "entry.deleted", "entry.redacted", "thread.deleted", "item.written", "item.activated", "item.stale", "item.rejected", "item.forgotten", "file.version", "file.redacted", "compaction.created", "erasure.done"]
 
 EvidenceStatusEnum = Literal["verified", "suggested"]
 
@@ -773,6 +875,8 @@ JobStatusEnum = Literal["queued", "running", "succeeded", "failed", "skipped"]
 
 KindsEnum = Literal["entries", "items"]
 
+MemoryEnum = Literal["on", "off"]
+
 MethodEnum = Literal["keyword", "vector", "hybrid"]
 
 NameEnum = Literal["remember", "forget", "search_memory"]
@@ -783,6 +887,6 @@ ReasonEnum = Literal["budget", "duplicate", "not-selected", "oversized"]
 
 RoleEnum = Literal["system", "user", "assistant", "tool"]
 
-TrustEnum = Literal["system", "user", "model", "tool", "web"]
+ScopeEnum = Literal["thread", "project", "agent"]
 
-TypeEnum = Literal["message", "tool_result", "model_change", "compaction", "approval", "interrupt", "label", "custom"]
+TrustEnum = Literal["system", "user", "model", "tool", "web"]
