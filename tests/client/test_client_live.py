@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx2
 import pytest
 
 from memoryapp.events.services import events_prune
@@ -264,3 +267,90 @@ def test_the_services_errors_are_exceptions_carrying_the_error_shape(
         stranger.root()
     assert (refused.value.status, refused.value.code) == (401, "invalid_key")
     assert Entry.objects.count() == 0
+
+
+def _write_later(service: str, key: str, thread_id: str, at: list[float]) -> threading.Thread:
+    """Appends an entry to the thread at each of these seconds from now (the stream's writes)."""
+    from memory_client import MemoryClient
+
+    def write() -> None:
+        started = time.monotonic()
+        with MemoryClient(service, key=key) as writer:
+            for n, when in enumerate(at):
+                time.sleep(max(0.0, started + when - time.monotonic()))
+                writer.append(thread_id, role="user", content=f"turn {n}")
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+def _stream_requests(transport: Any) -> list[str | None]:
+    """The Last-Event-ID of each GET /events the transport sent (None: without one)."""
+    return [last for path, last in transport.sent if path == "/api/v1/events"]
+
+
+class Counting(httpx2.HTTPTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[tuple[str, str | None]] = []
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.sent.append((request.url.path, request.headers.get("last-event-id")))
+        return super().handle_request(request)
+
+
+class AsyncCounting(httpx2.AsyncHTTPTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[tuple[str, str | None]] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.sent.append((request.url.path, request.headers.get("last-event-id")))
+        return await super().handle_async_request(request)
+
+
+def test_the_event_stream_reconnects_after_the_service_closes_it_and_misses_nothing(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    """Each stream is closed after 0.4 s; the writes come over three of them: with `reconnect` the
+    client resumes with the last id read, and reads each event once, in order (sync and async)."""
+    from memory_client import AsyncMemoryClient, MemoryClient
+
+    counted = Counting()
+    with MemoryClient(service, key=alice.key, transport=counted) as memory:
+        memory.create_thread(id="t-live")
+        start = memory.events_page()["last_seq"]  # the writes may come before the stream is open
+        writer = _write_later(service, alice.key, "t-live", [0.1, 0.7, 1.4])
+        read = []
+        stream = memory.events(after=start, types="entry.added", max_seconds=0.4, reconnect=True)
+        for event in stream:
+            read.append(event)
+            if len(read) == 3:
+                break
+        stream.close()
+        writer.join()
+
+    async_counted = AsyncCounting()
+
+    async def follow(last_event_id: str | None) -> list[Any]:
+        async with AsyncMemoryClient(service, key=alice.key, transport=async_counted) as memory:
+            writer = _write_later(service, alice.key, "t-live", [0.1, 0.7, 1.4])
+            read = []
+            stream = memory.events(last_event_id=last_event_id, types="entry.added", max_seconds=0.4, reconnect=True)
+            async for event in stream:
+                read.append(event)
+                if len(read) == 3:
+                    break
+            await stream.aclose()
+            await asyncio.to_thread(writer.join)
+            return read
+
+    events = read + asyncio.run(follow(read[-1].last_event_id))
+    # Over more than one stream each: every one after the first resumed after the last id read.
+    for sent in (_stream_requests(counted), _stream_requests(async_counted)):
+        assert len(sent) >= 2 and all(sent[1:]), sent
+    entries = Entry.objects.filter(thread__external_id="t-live", agent=alice.agent).order_by("seq")
+    assert [e.change["ids"] for e in events if e.change] == [[entry.id] for entry in entries]
+    seqs = [e.change["seq"] for e in events if e.change]
+    assert seqs == sorted(set(seqs)) and [e.last_event_id for e in events] == [str(s) for s in seqs]
