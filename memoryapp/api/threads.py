@@ -31,11 +31,13 @@ from rest_framework.views import APIView
 from memoryapp.api.auth import request_agent
 from memoryapp.api.base import IsoDateTimeField, JsonObjectField, OutputSerializer, StrictSerializer, validated
 from memoryapp.api.parsers import JSONParser
+from memoryapp.api.runs import request_run_id
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.models import Entry, Thread
-from memoryapp.models.choices import HISTORY_TYPES, EntryType, Role
+from memoryapp.models.choices import HISTORY_TYPES, EntryType, OnBusy, Role
 from memoryapp.storable import storable_text_check, time_in_range
+from memoryapp.threads.runs import MAX_BUSY_TIMEOUT_SECONDS, run_holding, thread_busy_policy_set
 from memoryapp.threads.selectors import (
     entries_list,
     entry_for_agent,
@@ -91,13 +93,19 @@ class ThreadOut(OutputSerializer):
     )
     created_at = IsoDateTimeField()
     updated_at = IsoDateTimeField(help_text="Changed when the thread is created or its metadata or user_id change.")
+    on_busy = serializers.ChoiceField(
+        choices=OnBusy.choices, required=False, help_text="The thread's own busy policy (absent: its agent's)."
+    )
+    busy_timeout_seconds = serializers.IntegerField(
+        required=False, help_text="The thread's own busy timeout (absent: its agent's)."
+    )
 
 
 def thread_json(thread: Thread) -> dict[str, Any]:
     """A thread as `ThreadOut` declares it, built by hand: lists answer up to 1,000 threads, and
     a DRF serializer costs about ten times as much (see EntryOut)."""
     forked_from = thread.forked_from.external_id if thread.forked_from_id and thread.forked_from else None
-    return {
+    body: dict[str, Any] = {
         "id": thread.external_id,
         "user_id": thread.user_id,
         "metadata": thread.metadata or {},
@@ -106,6 +114,11 @@ def thread_json(thread: Thread) -> dict[str, Any]:
         "created_at": thread.created_at.isoformat() if thread.created_at else None,
         "updated_at": thread.updated_at.isoformat() if thread.updated_at else None,
     }
+    if thread.on_busy:
+        body["on_busy"] = thread.on_busy
+    if thread.busy_timeout_seconds:
+        body["busy_timeout_seconds"] = thread.busy_timeout_seconds
+    return body
 
 
 class ThreadPageOut(OutputSerializer):
@@ -222,6 +235,18 @@ class ThreadUpdateInput(StrictSerializer):
     metadata = serializers.DictField(required=False)
     user_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
     replace_metadata = serializers.BooleanField(required=False, default=False)
+    on_busy = serializers.ChoiceField(
+        choices=[*OnBusy.values, ""],
+        required=False,
+        allow_blank=True,
+        help_text="002 onBusy for this thread: wait, reject or interrupt ('' : the agent's).",
+    )
+    busy_timeout_seconds = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_BUSY_TIMEOUT_SECONDS,
+        help_text="002 busyTimeoutSecs for this thread (0: the agent's).",
+    )
 
 
 def _limit_field(maximum: int, default: int) -> serializers.IntegerField:
@@ -414,13 +439,21 @@ class ThreadView(APIView):
     def patch(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(ThreadUpdateInput, request.data)
-        thread = thread_update(
-            thread=thread,
-            metadata=data.get("metadata"),
-            user_id=data.get("user_id"),
-            replace_metadata=data["replace_metadata"],
-            actor=_actor(request),
-        )
+        with run_holding(agent=thread.agent, thread_external_id=thread_id, run_id=request_run_id(request)):
+            thread = thread_update(
+                thread=thread,
+                metadata=data.get("metadata"),
+                user_id=data.get("user_id"),
+                replace_metadata=data["replace_metadata"],
+                actor=_actor(request),
+            )
+            if "on_busy" in data or "busy_timeout_seconds" in data:
+                thread = thread_busy_policy_set(
+                    thread=thread,
+                    on_busy=data.get("on_busy"),
+                    busy_timeout_seconds=data.get("busy_timeout_seconds"),
+                    actor=_actor(request),
+                )
         return Response(thread_json(thread))
 
     @extend_schema(responses={204: OpenApiResponse(description="Deleted, with its entries and what stood on them.")})
@@ -445,6 +478,7 @@ class ThreadEntriesView(APIView):
     def post(self, request: Request, thread_id: str) -> Response:
         _check_body_size(request)
         agent = request_agent(request)
+        run_id = request_run_id(request)
         body = request.data
         if isinstance(body, dict) and "entries" in body:
             raw = body["entries"]
@@ -461,7 +495,10 @@ class ThreadEntriesView(APIView):
                     status=413,
                 )
             specs = [entry_input(item, f"entries[{index}].") for index, item in enumerate(raw)]
-            thread, created = thread_append(agent=agent, external_id=thread_id, entries=specs, field_prefix="entries")
+            with run_holding(agent=agent, thread_external_id=thread_id, run_id=run_id):
+                thread, created = thread_append(
+                    agent=agent, external_id=thread_id, entries=specs, field_prefix="entries"
+                )
             return Response(
                 {
                     "entries": [entry_json(e, thread.external_id) for e in created],
@@ -469,7 +506,9 @@ class ThreadEntriesView(APIView):
                 },
                 status=status.HTTP_201_CREATED,
             )
-        thread, created = thread_append(agent=agent, external_id=thread_id, entries=[entry_input(body)])
+        spec = entry_input(body)
+        with run_holding(agent=agent, thread_external_id=thread_id, run_id=run_id):
+            thread, created = thread_append(agent=agent, external_id=thread_id, entries=[spec])
         return Response(entry_json(created[0], thread.external_id), status=status.HTTP_201_CREATED)
 
     @extend_schema(parameters=[EntriesQuery], responses={200: EntryPageOut})
@@ -523,7 +562,9 @@ class ThreadRewindView(APIView):
     def post(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(EntryIdInput, request.data)
-        return Response(thread_json(thread_rewind(thread=thread, entry_id=data["entry_id"], actor=_actor(request))))
+        with run_holding(agent=thread.agent, thread_external_id=thread_id, run_id=request_run_id(request)):
+            thread = thread_rewind(thread=thread, entry_id=data["entry_id"], actor=_actor(request))
+        return Response(thread_json(thread))
 
 
 class ThreadCheckoutView(APIView):
@@ -531,7 +572,9 @@ class ThreadCheckoutView(APIView):
     def post(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(EntryIdInput, request.data)
-        return Response(thread_json(thread_checkout(thread=thread, entry_id=data["entry_id"])))
+        with run_holding(agent=thread.agent, thread_external_id=thread_id, run_id=request_run_id(request)):
+            thread = thread_checkout(thread=thread, entry_id=data["entry_id"], actor=_actor(request))
+        return Response(thread_json(thread))
 
 
 class ThreadForkView(APIView):

@@ -1,4 +1,5 @@
 from memoryapp.models.agents import Agent, AgentKey
+from memoryapp.models.choices import OnBusy
 from memoryapp.models.consolidation import (
     ConsolidationPass,
     ConsolidationState,
@@ -9,9 +10,11 @@ from memoryapp.models.consolidation import (
 from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDelivery
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
+from memoryapp.models.runs import AccessLog, ThreadRun
 from memoryapp.models.threads import Entry, Thread
 
 __all__ = [
+    "AccessLog",
     "Agent",
     "AgentKey",
     "ConsolidationPass",
@@ -25,9 +28,11 @@ __all__ = [
     "ItemReview",
     "MemoryFileVersion",
     "MemoryItem",
+    "OnBusy",
     "PlaybookDraft",
     "StaleItem",
     "Thread",
+    "ThreadRun",
     "Webhook",
     "WebhookDelivery",
 ]

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from memoryapp.models.choices import Trust
+from memoryapp.models.choices import OnBusy, Trust
 
 
 class Agent(models.Model):
@@ -16,6 +16,16 @@ class Agent(models.Model):
     # Playbook shadow mode: a fold of lessons writes /memories/playbook.next.md, which a reviewer
     # promotes, instead of the playbook every run reads.
     playbook_shadow_mode = models.BooleanField(default=True)
+    # 002 `onBusy` / `busyTimeoutSecs` for the agent's threads (a thread may override them):
+    # what a second run on a running thread does, how long it waits, and how long a run
+    # nothing is heard of holds its thread.
+    on_busy = models.CharField(max_length=10, choices=OnBusy.choices, default=OnBusy.WAIT)
+    busy_timeout_seconds = models.PositiveIntegerField(default=60)
+    # Abuse limits of each of the agent's keys (memoryapp.api.limits); null: the settings' defaults
+    # (API_RATE_PER_MINUTE, API_RATE_BURST, API_HEAVY_CONCURRENCY).
+    rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True)
+    rate_limit_burst = models.PositiveIntegerField(null=True, blank=True)
+    heavy_concurrency = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -62,3 +62,11 @@ class FileAuthor(models.TextChoices):
     USER = "user"
     MODEL = "model"
     SYSTEM = "system"
+
+
+class OnBusy(models.TextChoices):
+    """002 `onBusy`: what a second run on a thread that is already running does."""
+
+    WAIT = "wait"
+    REJECT = "reject"
+    INTERRUPT = "interrupt"

@@ -8,7 +8,7 @@ from pgvector.django import HnswIndex, VectorField
 
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
-from memoryapp.models.choices import EntryType, Role
+from memoryapp.models.choices import EntryType, OnBusy, Role
 
 
 def new_entry_id() -> str:
@@ -42,6 +42,9 @@ class Thread(models.Model):
     # contexts (memoryapp.threads.memory_switch). The turns written while it was off stay out of
     # extraction for good: their seq ranges are kept in `extraction["memory_off"]`.
     memory_enabled = models.BooleanField(default=True)
+    # The thread's own 002 `onBusy` / `busyTimeoutSecs` ("" / null: the agent's).
+    on_busy = models.CharField(max_length=10, choices=OnBusy.choices, blank=True, default="")
+    busy_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

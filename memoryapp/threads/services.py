@@ -325,14 +325,24 @@ def thread_rewind(*, thread: Thread, entry_id: str, actor: str = "") -> Thread:
 
 
 @transaction.atomic
-def thread_checkout(*, thread: Thread, entry_id: str) -> Thread:
-    """Make any entry of the thread the active leaf (its branch becomes the active one)."""
+def thread_checkout(*, thread: Thread, entry_id: str, actor: str = "") -> Thread:
+    """Make any entry of the thread the active leaf (its branch becomes the active one); audited."""
     locked = thread_lock(thread)
     if not Entry.objects.filter(thread=locked, id=entry_id).exists():
         raise DomainError("unknown_entry", "entry_id is not an entry of this thread.", field="entry_id")
+    previous = locked.active_leaf_id
     locked.branch_epoch += entry_id != locked.active_leaf_id
     locked.active_leaf_id = entry_id
     locked.save(update_fields=["active_leaf", "branch_epoch"])
+    audit_append(
+        action="thread.checkout",
+        actor=actor,
+        agent_id=locked.agent_id,
+        thread_id=locked.external_id,
+        subject=entry_id,
+        outcome="checked_out",
+        details={"from": previous, "to": entry_id},
+    )
     thread_sync(thread, locked)
     return locked
 
