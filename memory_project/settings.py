@@ -220,6 +220,17 @@ ADMIN_EMAIL = env_str("ADMIN_EMAIL", "admin@localhost")
 # --- API -----------------------------------------------------------------------------------------
 
 API_PAGE_SIZE = env_int("API_PAGE_SIZE", 100, minimum=1, maximum=1000)
+# Abuse limits per agent key, counted in Redis (memoryapp.agents.limits); an agent's own values (its
+# admin page) override them. A token bucket: API_RATE_BURST requests at once, refilled at
+# API_RATE_PER_MINUTE a minute (0: no rate limit); past it, 429 with Retry-After.
+API_RATE_PER_MINUTE = env_int("API_RATE_PER_MINUTE", 600, minimum=0, maximum=1_000_000)
+API_RATE_BURST = env_int("API_RATE_BURST", 100, minimum=1, maximum=1_000_000)
+# Context builds and searches one key runs at once (0: no cap); past it, 429 with Retry-After. A slot
+# a killed process never gave back stops counting after API_HEAVY_SLOT_SECONDS.
+API_HEAVY_CONCURRENCY = env_int("API_HEAVY_CONCURRENCY", 4, minimum=0, maximum=10_000)
+API_HEAVY_SLOT_SECONDS = env_int("API_HEAVY_SLOT_SECONDS", 300, minimum=1, maximum=86_400)
+# Seconds the limits wait for Redis; Redis away, they fail open (the request is served, a warning logged).
+API_LIMITS_REDIS_TIMEOUT = env_float("API_LIMITS_REDIS_TIMEOUT", 0.25, minimum=0.01, maximum=10.0)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["memoryapp.api.auth.AgentKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["memoryapp.api.auth.IsAgent"],
@@ -228,6 +239,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "memoryapp.api.schema.AgentApiSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "EXCEPTION_HANDLER": "memoryapp.api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["memoryapp.api.limits.KeyRateThrottle"],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {

@@ -27,3 +27,13 @@ class Conflict(DomainError):
 
     def __init__(self, code: str, message: str, *, field: str | None = None):
         super().__init__(code, message, field=field)
+
+
+class TooManyRequests(DomainError):
+    """429: a limit of the caller's was reached; `retry_after` seconds is when to try again."""
+
+    status = 429
+
+    def __init__(self, code: str, message: str, *, retry_after: int):
+        super().__init__(code, message)
+        self.retry_after = retry_after

@@ -18,6 +18,10 @@ os.environ.setdefault("EMBEDDER", "fake")
 os.environ.setdefault("LLM_PROVIDER", "scripted")
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The abuse limits are off by default in the tests (tours and concurrency tests send many requests
+# with one key); tests/api/test_limits.py sets them per agent, as an operator does.
+os.environ.setdefault("API_RATE_PER_MINUTE", "0")
+os.environ.setdefault("API_HEAVY_CONCURRENCY", "0")
 
 # Audit anchors of the test runs never go to the service's var/ (tests/conftest.py gives each test
 # a file of its own; this one catches what runs outside a test, and worker processes).

@@ -3,16 +3,21 @@ with a readable prefix; how far an agent's writes are trusted changes only throu
 
 from __future__ import annotations
 
+import logging
+import re
 import secrets
 
 from django.db import transaction
 from django.utils import timezone
 
 from governance.audit import audit_append
+from memoryapp.agents.limits import agent_key_failure_count
 from memoryapp.agents.selectors import hash_key
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, AgentKey
 from memoryapp.models.choices import TRUST_RANK, Trust
+
+logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "mk_"
 # Who may change how far an agent's writes are trusted (a key's max trust, the agent's shadow
@@ -102,3 +107,46 @@ def agent_get_or_create(*, slug: str, name: str = "", actor: str = "system") -> 
     if created:
         audit_append(action="agent.created", actor=actor, agent_id=agent.pk, subject=slug, outcome="created")
     return agent, created
+
+
+def _audited_count(count: int) -> bool:
+    """1, 10, 100, ...: the counts of a minute's failures that reach the audit."""
+    while count >= 10 and count % 10 == 0:
+        count //= 10
+    return count == 1
+
+
+def agent_key_failure_record(*, raw: str) -> str:
+    """Record a failed use of a key (unknown, revoked, of an inactive agent, or a known prefix with
+    the wrong secret); answers why it failed.
+
+    A flood of bad keys must not flood the audit chain: failures are counted per minute in Redis
+    (per key prefix when the prefix is a real key's, else all together), and only the 1st, 10th,
+    100th, ... of a minute append a record, which carries the count so far. The record holds the
+    key's prefix only when a key of that prefix exists (it is not secret); nothing of an unknown
+    key, which is whatever text the caller sent.
+    """
+    found = AgentKey.objects.select_related("agent").filter(key_hash=hash_key(raw)).first()
+    if found is not None:
+        reason = "revoked" if found.revoked_at is not None else "agent_inactive"
+        key: AgentKey | None = found
+    else:
+        prefix = raw[: len(KEY_PREFIX) + 8]
+        shaped = re.fullmatch(re.escape(KEY_PREFIX) + "[0-9a-f]{8}", prefix) is not None
+        key = AgentKey.objects.filter(prefix=prefix).first() if shaped else None
+        reason = "wrong_secret" if key is not None else "unknown_key"
+    window = timezone.now().strftime("%Y-%m-%dT%H:%M")
+    count = agent_key_failure_count(scope=key.prefix if key else "unknown", window=window)
+    if count is None:
+        logger.warning("failed key use (%s) not counted: Redis is unavailable", reason)
+        return reason
+    if _audited_count(count):
+        audit_append(
+            action="agent_key.use_failed",
+            actor="anonymous",
+            agent_id=key.agent_id if key else None,
+            subject=key.prefix if key else "",
+            outcome=reason,
+            details={"failures_this_minute": count, "minute": window},
+        )
+    return reason

@@ -9,6 +9,7 @@ from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
 from memoryapp.agents.selectors import agent_for_key
+from memoryapp.agents.services import agent_key_failure_record
 from memoryapp.models import Agent
 
 
@@ -24,6 +25,7 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
             raise exceptions.AuthenticationFailed("The Authorization header must be 'Bearer <key>'.")
         found = agent_for_key(parts[1])
         if found is None:
+            agent_key_failure_record(raw=parts[1])
             raise exceptions.AuthenticationFailed("The key is unknown or revoked.")
         agent, key = found
         return AgentUser(agent), key

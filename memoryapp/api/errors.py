@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -13,7 +14,7 @@ from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
 from memoryapp.api.base import OutputSerializer
-from memoryapp.errors import DomainError
+from memoryapp.errors import DomainError, TooManyRequests
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +64,10 @@ def error_body(code: str, message: str, field: str | None = None) -> dict[str, A
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DomainError):
-        return Response(error_body(exc.code, exc.message, exc.field), status=exc.status)
+        response = Response(error_body(exc.code, exc.message, exc.field), status=exc.status)
+        if isinstance(exc, TooManyRequests):
+            response["Retry-After"] = str(exc.retry_after)
+        return response
     if isinstance(exc, exceptions.ValidationError):
         field, message, code = _first_field_error(exc.detail)
         if code in ("invalid", "null", "required", "blank") and field:
@@ -88,7 +92,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, exceptions.MethodNotAllowed):
         return Response(error_body("method_not_allowed", str(exc.detail)), status=405)
     if isinstance(exc, exceptions.Throttled):
-        return Response(error_body("throttled", str(exc.detail)), status=429)
+        # The key's request rate (memoryapp.api.limits.KeyRateThrottle).
+        wait = max(1, math.ceil(exc.wait or 1))
+        message = f"This key sends more requests than its rate limit allows; retry in {wait} s."
+        response = Response(error_body("rate_limited", message), status=429)
+        response["Retry-After"] = str(wait)
+        return response
     if isinstance(exc, exceptions.APIException):
         return Response(error_body(str(exc.default_code), str(exc.detail)), status=exc.status_code)
     if isinstance(exc, DataError):

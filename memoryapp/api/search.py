@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
 from memoryapp.api.base import IsoDateTimeField, OutputSerializer, StrictSerializer, validated
+from memoryapp.api.limits import heavy_request
 from memoryapp.consolidation.brief import CARD_KINDS, MAX_BRIEF_CARDS
 from memoryapp.context.builder import MAX_TOKENS_LIMIT, STRATEGIES, ContextRequest, context_build
 from memoryapp.models.choices import Role
@@ -205,16 +206,17 @@ class SearchView(APIView):
         agent = request_agent(request)
         data = validated(SearchInput, request.data)
         thread = thread_for_agent(agent=agent, external_id=data["thread_id"]) if data.get("thread_id") else None
-        outcome = search(
-            agent=agent,
-            text=data["text"],
-            thread=thread,
-            user_id=data.get("user_id"),
-            kinds=tuple(data.get("kinds") or KINDS),
-            limit=data["limit"],
-            method=data["method"],
-            as_of=data.get("as_of"),
-        )
+        with heavy_request(request):
+            outcome = search(
+                agent=agent,
+                text=data["text"],
+                thread=thread,
+                user_id=data.get("user_id"),
+                kinds=tuple(data.get("kinds") or KINDS),
+                limit=data["limit"],
+                method=data["method"],
+                as_of=data.get("as_of"),
+            )
         return Response(
             {
                 "results": [hit.as_json() for hit in outcome.hits],
@@ -288,5 +290,6 @@ class ContextView(APIView):
         agent = request_agent(request)
         thread = thread_for_agent(agent=agent, external_id=thread_id)
         data = validated(ContextInput, request.data)
-        built = context_build(agent=agent, thread=thread, request=ContextRequest(**data))
+        with heavy_request(request):
+            built = context_build(agent=agent, thread=thread, request=ContextRequest(**data))
         return Response(built.as_json())

@@ -1,0 +1,187 @@
+"""Abuse limits of agent keys, kept in Redis so they hold across web processes and hosts:
+
+- a request rate per key: a token bucket (`capacity` tokens, refilled at `per_minute / 60` a
+  second), taken and refilled in one Lua script, so concurrent requests never both take the
+  last token;
+- concurrent heavy requests per key (context builds, searches): a sorted set of the requests in
+  progress, each with its start time; a slot older than HEAVY_SLOT_SECONDS (a process killed
+  mid-request never gave it back) no longer counts;
+- failed key uses (an unknown or revoked key), counted per minute, so the audit records a flood
+  of bad keys as a handful of rows with counts (`agent_key_failure_count`).
+
+Redis away: the limits fail open (the request is served) with a warning in the log, at most
+one every BREAKER_SECONDS, and Redis is not asked again for that long, so every request does
+not wait out a connection timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+
+import redis
+from django.conf import settings
+
+from memoryapp.models import Agent, AgentKey
+
+logger = logging.getLogger(__name__)
+
+BREAKER_SECONDS = 5.0
+PREFIX = "limits:"
+
+_TOKEN_BUCKET = """
+local capacity = tonumber(ARGV[1])
+local per_second = tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
+local tokens = tonumber(state[1]) or capacity
+local at = tonumber(state[2]) or now
+tokens = math.min(capacity, tokens + math.max(0, now - at) * per_second)
+local allowed = 0
+local wait = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  allowed = 1
+else
+  wait = (1 - tokens) / per_second
+end
+redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('EXPIRE', KEYS[1], math.ceil(capacity / per_second) + 1)
+return {allowed, tostring(wait)}
+"""
+
+_SLOT_TAKE = """
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now, ARGV[3])
+redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
+return 1
+"""
+
+_clients: dict[str, redis.Redis] = {}
+_client_lock = threading.Lock()
+_broken_until = 0.0
+
+
+def limits_redis() -> redis.Redis:
+    """This process's client of the limits' Redis (REDIS_URL), with short timeouts."""
+    url = settings.REDIS_URL
+    with _client_lock:
+        client = _clients.get(url)
+        if client is None:
+            timeout = settings.API_LIMITS_REDIS_TIMEOUT
+            client = _clients[url] = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        return client
+
+
+def _available() -> bool:
+    return time.monotonic() >= _broken_until
+
+
+def _failed(what: str, error: Exception) -> None:
+    global _broken_until
+    _broken_until = time.monotonic() + BREAKER_SECONDS
+    logger.warning(
+        "limits: Redis is unavailable (%s: %s); %s fails open for %.0f s", what, error, what, BREAKER_SECONDS
+    )
+
+
+def limits_breaker_reset() -> None:
+    """Ask Redis again at once (tests, and after an operator fixed it)."""
+    global _broken_until
+    _broken_until = 0.0
+
+
+# --- the request rate --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    per_minute: int  # 0: no limit
+    burst: int
+
+
+def rate_limit_of(agent: Agent) -> RateLimit:
+    per_minute = agent.rate_limit_per_minute
+    burst = agent.rate_limit_burst
+    return RateLimit(
+        per_minute=settings.API_RATE_PER_MINUTE if per_minute is None else per_minute,
+        burst=settings.API_RATE_BURST if burst is None else burst,
+    )
+
+
+def rate_take(*, key: AgentKey, agent: Agent) -> float | None:
+    """Take one request from the key's bucket: None when it may go on, else the seconds until a
+    token is back. Redis away: None (fail open)."""
+    limit = rate_limit_of(agent)
+    if limit.per_minute <= 0 or not _available():
+        return None
+    capacity = max(1, limit.burst)
+    try:
+        allowed, wait = limits_redis().eval(
+            _TOKEN_BUCKET, 1, f"{PREFIX}rate:{key.pk}", capacity, limit.per_minute / 60.0
+        )  # type: ignore[misc]
+    except redis.RedisError as error:
+        _failed("the request rate limit", error)
+        return None
+    return None if int(allowed) else float(wait)
+
+
+# --- concurrent heavy requests -----------------------------------------------------------------
+
+
+def heavy_cap_of(agent: Agent) -> int:
+    return settings.API_HEAVY_CONCURRENCY if agent.heavy_concurrency is None else agent.heavy_concurrency
+
+
+def heavy_slot_take(*, key: AgentKey, agent: Agent) -> str | bool | None:
+    """Take a slot for one heavy request of the key: its token (give it back with
+    `heavy_slot_give`), False when the key holds its cap already, None when no slot is counted
+    (no cap, or Redis away: fail open)."""
+    cap = heavy_cap_of(agent)
+    if cap <= 0 or not _available():
+        return None
+    token = secrets.token_hex(8)
+    try:
+        taken = limits_redis().eval(
+            _SLOT_TAKE, 1, f"{PREFIX}heavy:{key.pk}", cap, settings.API_HEAVY_SLOT_SECONDS, token
+        )  # type: ignore[misc]
+    except redis.RedisError as error:
+        _failed("the heavy request cap", error)
+        return None
+    return token if int(taken) else False
+
+
+def heavy_slot_give(*, key: AgentKey, token: str) -> None:
+    try:
+        limits_redis().zrem(f"{PREFIX}heavy:{key.pk}", token)
+    except redis.RedisError as error:  # the slot ages out after API_HEAVY_SLOT_SECONDS
+        _failed("the heavy request cap", error)
+
+
+# --- failed key uses -----------------------------------------------------------------------------
+
+
+def agent_key_failure_count(*, scope: str, window: str) -> int | None:
+    """Count one failed key use in `scope` (a key's prefix, or "unknown") within the minute
+    `window`: the count so far, or None when Redis is away."""
+    if not _available():
+        return None
+    name = f"{PREFIX}badkey:{scope}:{window}"
+    try:
+        pipe = limits_redis().pipeline(transaction=True)
+        pipe.incr(name)
+        pipe.expire(name, 120)
+        count, _ = pipe.execute()
+    except redis.RedisError as error:
+        _failed("the failed key count", error)
+        return None
+    return int(count)

@@ -1,0 +1,172 @@
+"""Abuse limits of agent keys: a request rate per key (token bucket in Redis, 429 with
+Retry-After, recovering as tokens come back), configurable per agent; a cap on a key's
+concurrent context builds and searches, checked with real concurrent requests to gunicorn; the
+limits fail open when Redis is away."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from memoryapp.agents.limits import limits_breaker_reset
+from memoryapp.agents.services import agent_key_create
+from memoryapp.models import Agent, Thread
+from tests.kit.api import Caller, answered, error_of
+from tests.kit.servers import free_port, gunicorn_serving
+
+
+@pytest.fixture(autouse=True)
+def breaker_closed() -> Iterator[None]:
+    limits_breaker_reset()
+    yield
+    limits_breaker_reset()
+
+
+def limit(caller: Caller, **fields: Any) -> None:
+    Agent.objects.filter(pk=caller.agent.pk).update(**fields)
+
+
+def test_a_key_past_its_rate_gets_429_with_retry_after_then_recovers(alice: Caller) -> None:
+    limit(alice, rate_limit_per_minute=60, rate_limit_burst=2)
+    for _ in range(2):
+        answered(alice.client.get("/api/v1/threads"), 200)
+    refused = alice.client.post("/api/v1/threads", {"id": "t-late"}, format="json")
+    error = error_of(refused, 429)
+    assert error["code"] == "rate_limited" and "retry" in error["message"]
+    assert refused["Retry-After"] == "1"
+    assert not Thread.objects.exists()  # refused before the view: nothing written
+    time.sleep(1.1)  # 60 a minute: one token a second
+    answered(alice.client.post("/api/v1/threads", {"id": "t-late"}, format="json"), 201)
+    assert error_of(alice.client.get("/api/v1/threads"), 429)["code"] == "rate_limited"
+
+
+def test_limits_are_per_agent_with_the_settings_as_default(alice: Caller, bob: Caller, settings: Any) -> None:
+    settings.API_RATE_PER_MINUTE, settings.API_RATE_BURST = 600, 3
+    limit(alice, rate_limit_per_minute=600, rate_limit_burst=20)
+    for _ in range(3):
+        answered(bob.client.get("/api/v1/threads"), 200)
+    assert error_of(bob.client.get("/api/v1/threads"), 429)["code"] == "rate_limited"
+    # Alice's own burst of 20 holds where the default's 3 would not.
+    for _ in range(10):
+        answered(alice.client.get("/api/v1/threads"), 200)
+    # An agent set to 0 has no rate limit.
+    limit(bob, rate_limit_per_minute=0)
+    for _ in range(5):
+        answered(bob.client.get("/api/v1/threads"), 200)
+
+
+def test_each_key_has_a_bucket_of_its_own(alice: Caller) -> None:
+    limit(alice, rate_limit_per_minute=60, rate_limit_burst=1)
+    answered(alice.client.get("/api/v1/threads"), 200)
+    error_of(alice.client.get("/api/v1/threads"), 429)
+    _, other = agent_key_create(agent=alice.agent)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {other}")
+    answered(client.get("/api/v1/threads"), 200)
+
+
+def test_the_limits_fail_open_when_redis_is_away(
+    alice: Caller, settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    limit(alice, rate_limit_per_minute=60, rate_limit_burst=1, heavy_concurrency=1)
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    with caplog.at_level(logging.WARNING, logger="memoryapp.agents.limits"):
+        for _ in range(3):
+            answered(alice.client.get("/api/v1/threads"), 200)
+        answered(alice.client.post("/api/v1/search", {"text": "rome"}, format="json"), 200)
+    assert any("fails open" in record.getMessage() for record in caplog.records)
+
+
+# --- the heavy-request cap, with real concurrent requests -------------------------------------------
+
+
+class SlowEmbeddings:
+    """An OpenAI-compatible embeddings endpoint that takes `delay` seconds to answer."""
+
+    def __init__(self, delay: float, dimensions: int = 384):
+        self.calls = 0
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                outer.calls += 1
+                time.sleep(delay)
+                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                data = [{"index": i, "embedding": [1.0] + [0.0] * (dimensions - 1)} for i in range(len(texts))]
+                payload = json.dumps({"data": data}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def search(where: str, key: str) -> tuple[int, dict[str, str], Any]:
+    host, port = where.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    try:
+        body = json.dumps({"text": "where is the meeting", "method": "vector"})
+        conn.request(
+            "POST",
+            "/api/v1/search",
+            body=body,
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
+        response = conn.getresponse()
+        raw = response.read()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, json.loads(raw)
+    finally:
+        conn.close()
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_heavy_requests_past_the_cap_get_429(alice: Caller, bob: Caller, tmp_path: Path) -> None:
+    limit(alice, heavy_concurrency=1)
+    limit(bob, heavy_concurrency=2)
+    embeddings = SlowEmbeddings(delay=1.5)
+    env = {"EMBEDDER": "openai", "EMBEDDING_URL": embeddings.url, "EMBEDDING_API_KEY": "test", "EMBEDDING_MODEL": "m"}
+    try:
+        with gunicorn_serving(var_dir=tmp_path, threads=6, env=env) as where:
+            answers: list[tuple[str, tuple[int, dict[str, str], Any]]] = []
+
+            def send(who: Caller) -> None:
+                answers.append((who.agent.slug, search(where, who.key)))
+
+            workers = [threading.Thread(target=send, args=(who,)) for who in (alice, alice, bob, bob)]
+            for worker in workers:
+                worker.start()
+                time.sleep(0.2)  # each arrives while the ones before are waiting for their embedding
+            for worker in workers:
+                worker.join(60)
+            by_agent = {slug: sorted(status for s, (status, _, _) in answers if s == slug) for slug in ("alice", "bob")}
+            assert by_agent == {"alice": [200, 429], "bob": [200, 200]}
+            refused = next(answer for slug, answer in answers if answer[0] == 429)
+            assert refused[1]["retry-after"] == "1"
+            assert refused[2]["error"]["code"] == "too_many_concurrent_requests"
+            # The slot was given back: the next search of alice's is served.
+            assert search(where, alice.key)[0] == 200
+    finally:
+        embeddings.close()
