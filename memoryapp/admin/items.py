@@ -51,6 +51,7 @@ from memoryapp.items.selectors import context_facts, items_known, known_changes,
 from memoryapp.items.services import item_forget, items_bulk_review
 from memoryapp.models import Agent, Entity, MemoryItem, Thread
 from memoryapp.models.choices import ItemStatus
+from memoryapp.search.access_log import item_accesses
 from memoryapp.storable import time_in_range
 
 __all__ = ["MemoryItemAdmin", "highlighted", "quote_spans"]  # the last two: tests of the highlighting
@@ -260,6 +261,9 @@ class MemoryItemAdmin(admin.ModelAdmin):
             else None
         )
         metadata = {k: v for k, v in (item.metadata or {}).items() if k not in REVIEW_KEYS}
+        accesses = list(item_accesses(item=item))
+        for access in accesses:
+            access.thread_url = thread_entry_url(access.thread_id, None)  # type: ignore[attr-defined]
         context = self._page(
             request,
             f"{item.subject} · {item.attribute}",
@@ -276,6 +280,7 @@ class MemoryItemAdmin(admin.ModelAdmin):
             reasons=REJECT_REASONS,
             thread_url=thread_entry_url(thread.pk, None) if thread else "",
             metadata=metadata,
+            accesses=accesses,
             has_view_permission=True,
             is_nav_sidebar_enabled=False,  # the quotes need the width
         )

@@ -15,7 +15,9 @@ from memoryapp.api.base import IsoDateTimeField, OutputSerializer, StrictSeriali
 from memoryapp.api.limits import heavy_request
 from memoryapp.consolidation.brief import CARD_KINDS, MAX_BRIEF_CARDS
 from memoryapp.context.builder import MAX_TOKENS_LIMIT, STRATEGIES, ContextRequest, context_build
+from memoryapp.models import AccessLog
 from memoryapp.models.choices import Role
+from memoryapp.search.access_log import access_log_record
 from memoryapp.search.retrieval import KINDS, METHODS, search
 from memoryapp.threads.selectors import thread_for_agent
 
@@ -217,6 +219,14 @@ class SearchView(APIView):
                 method=data["method"],
                 as_of=data.get("as_of"),
             )
+        access_log_record(
+            agent_id=agent.pk,
+            thread=thread,
+            user_id=data.get("user_id") or "",
+            source=AccessLog.Source.SEARCH,
+            item_ids=[hit.id for hit in outcome.hits if hit.kind == "item"],
+            entry_ids=[hit.id for hit in outcome.hits if hit.kind == "entry"],
+        )
         return Response(
             {
                 "results": [hit.as_json() for hit in outcome.hits],

@@ -66,10 +66,10 @@ from memoryapp.files.context_documents import FRAMING, context_documents_for
 from memoryapp.files.services import files_index_text
 from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import context_facts, items_for_recall
-from memoryapp.items.services import note_retrieved
 from memoryapp.llm.model import ModelError
-from memoryapp.models import Agent, Entry, Thread
+from memoryapp.models import AccessLog, Agent, Entry, Thread
 from memoryapp.models.choices import EntryType, Role
+from memoryapp.search.access_log import access_log_record
 from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
 from memoryapp.search.indexing import entry_embedding_text, speaker_of
 from memoryapp.search.retrieval import search, vector_space_ok
@@ -1053,8 +1053,20 @@ def _assemble(build: _Build) -> BuiltContext:
 
 
 def _count_retrievals(build: _Build) -> None:
-    """The facts and items sent are counted as retrieved (best effort)."""
-    _note_retrieved([f["id"] for f in build.facts_sent] + [i["id"] for i in build.recalled_items])
+    """What was sent goes to the access log (the entries of the history, the summary and those
+    recalled; the facts and items), and the items are counted as retrieved in the same statement
+    (best effort: never fails the build)."""
+    entry_ids = [e.id for u in build.selected for e in u.entries]
+    if build.summary_text and build.compaction_id:
+        entry_ids.append(build.compaction_id)
+    entry_ids += [r["id"] for r in build.recalled_entries]
+    access_log_record(
+        agent_id=build.agent.pk,
+        thread=build.thread,
+        source=AccessLog.Source.CONTEXT,
+        item_ids=[f["id"] for f in build.facts_sent] + [i["id"] for i in build.recalled_items],
+        entry_ids=entry_ids,
+    )
 
 
 def _after_seq(entries: list[Entry]) -> int | None:
@@ -1245,15 +1257,6 @@ def _memory_text(
         return ""
     body = "\n".join(parts).lstrip("\n")
     return f"{MEMORY_OPEN}\n{body}\n{MEMORY_CLOSE}"
-
-
-def _note_retrieved(item_ids: list[str]) -> None:
-    if not item_ids:
-        return
-    try:
-        note_retrieved(item_ids=item_ids)
-    except Exception:  # counting is best effort: never fail a build for it
-        logger.exception("note_retrieved failed")
 
 
 # --- between runs: the memory-file index, the brief, observations -----------------------------------
