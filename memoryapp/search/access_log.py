@@ -67,8 +67,13 @@ def access_log_record(
         "items": items,
         "entries": entries,
     }
+    outermost = not connection.in_atomic_block
     try:
         with transaction.atomic(), connection.cursor() as cursor:
+            if outermost:
+                # Its own transaction: the commit need not wait for the WAL to reach the disk
+                # (the few rows a crash of the database server could lose are a log's, not data).
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
             cursor.execute(statement, params)
     except DatabaseError:
         logger.exception("the access log of a %s could not be written", source)
