@@ -266,6 +266,8 @@ SPECTACULAR_SETTINGS = {
         "PathKindEnum": "memoryapp.api.files.PATH_KINDS",
         "CompactionStrategyEnum": "memoryapp.compaction.plan.STRATEGY_NAMES",
         "ContextStrategyEnum": "memoryapp.context.builder.STRATEGIES",
+        "OnBusyEnum": "memoryapp.models.choices.OnBusy",
+        "RunStatusEnum": "memoryapp.models.runs.ThreadRun.Status",
     },
 }
 

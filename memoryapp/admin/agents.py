@@ -12,10 +12,12 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from memoryapp.agents.services import (
+    AGENT_LIMIT_FIELDS,
     TRUST_PERMISSION,
     agent_key_create,
     agent_key_revoke,
     agent_key_trust_set,
+    agent_limits_set,
     agent_shadow_mode_set,
 )
 from memoryapp.consolidation.fold import playbook_shadow_mode_set
@@ -110,7 +112,14 @@ class AgentAdmin(admin.ModelAdmin):
             setattr(
                 obj, name, Agent.objects.values_list(name, flat=True).get(pk=obj.pk) if change else field.get_default()
             )
+        limits = {name: getattr(obj, name) for name in AGENT_LIMIT_FIELDS if name in form.changed_data}
+        if change and limits:
+            # Written by `agent_limits_set` below (audited, with the old values), not by the form.
+            for name, value in Agent.objects.values(*limits).get(pk=obj.pk).items():
+                setattr(obj, name, value)
         super().save_model(request, obj, form, change)
+        if change and limits:
+            agent_limits_set(agent=obj, values=limits, actor=_actor(request))
         if "shadow_mode" in changed:
             agent_shadow_mode_set(agent=obj, shadow_mode=wanted["shadow_mode"], actor=_actor(request))
         if "playbook_shadow_mode" in changed:

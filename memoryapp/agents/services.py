@@ -150,3 +150,40 @@ def agent_key_failure_record(*, raw: str) -> str:
             details={"failures_this_minute": count, "minute": window},
         )
     return reason
+
+
+# What staff set on an agent's page beyond its name: each change audited with the old and new value.
+AGENT_LIMIT_FIELDS = (
+    "on_busy",
+    "busy_timeout_seconds",
+    "rate_limit_per_minute",
+    "rate_limit_burst",
+    "heavy_concurrency",
+)
+
+
+@transaction.atomic
+def agent_limits_set(*, agent: Agent, values: dict[str, object], actor: str) -> Agent:
+    """Set an agent's busy policy and abuse limits (AGENT_LIMIT_FIELDS); audited, old and new values."""
+    unknown = sorted(set(values) - set(AGENT_LIMIT_FIELDS))
+    if unknown:
+        raise DomainError("unknown_field", f"{unknown[0]}: not a limit of an agent.", field=unknown[0])
+    locked = Agent.objects.select_for_update().get(pk=agent.pk)
+    changed = {name: value for name, value in values.items() if getattr(locked, name) != value}
+    if changed:
+        before = {name: getattr(locked, name) for name in changed}
+        for name, value in changed.items():
+            setattr(locked, name, value)
+        locked.full_clean(exclude=[f.name for f in Agent._meta.fields if f.name not in changed])
+        locked.save(update_fields=list(changed))
+        audit_append(
+            action="agent.limits_set",
+            actor=actor,
+            agent_id=locked.pk,
+            subject=locked.slug,
+            outcome="changed",
+            details={"from": before, "to": changed},
+        )
+    for name in AGENT_LIMIT_FIELDS:
+        setattr(agent, name, getattr(locked, name))
+    return locked

@@ -93,7 +93,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(error_body("method_not_allowed", str(exc.detail)), status=405)
     if isinstance(exc, exceptions.Throttled):
         # The key's request rate (memoryapp.api.limits.KeyRateThrottle).
-        wait = max(1, math.ceil(exc.wait or 1))
+        wait = max(1, math.ceil(getattr(exc, "wait", None) or 1))
         message = f"This key sends more requests than its rate limit allows; retry in {wait} s."
         response = Response(error_body("rate_limited", message), status=429)
         response["Retry-After"] = str(wait)

@@ -79,10 +79,11 @@ def _actor(request: Request) -> str:
 class ThreadRunsView(APIView):
     @extend_schema(
         request=RunStartInput,
-        responses={
-            201: OpenApiResponse(RunOut, description="The run started: it holds the thread."),
-            409: OpenApiResponse(description="`thread_busy`: another run holds the thread (named in the message)."),
-        },
+        responses={201: OpenApiResponse(RunOut, description="The run started: it holds the thread.")},
+        description=(
+            "Start a run on the thread. When another run holds it, the thread's `on_busy` decides: `wait` (up to "
+            "`busy_timeout_seconds`), `reject`, or `interrupt` it; a refusal is a 409 `thread_busy` naming the run."
+        ),
     )
     def post(self, request: Request, thread_id: str) -> Response:
         agent = request_agent(request)
@@ -108,10 +109,8 @@ class ThreadRunView(APIView):
 class ThreadRunFinishView(APIView):
     @extend_schema(
         request=None,
-        responses={
-            200: RunOut,
-            409: OpenApiResponse(description="`run_ended`: the run was interrupted or expired before it finished."),
-        },
+        responses={200: RunOut},
+        description="Finish the run (again: the same answer); 409 `run_ended` when it was interrupted or expired.",
     )
     def post(self, request: Request, thread_id: str, run_id: str) -> Response:
         agent = request_agent(request)

@@ -4,7 +4,7 @@ Each view declares its success responses (output serializers); this schema class
 errors every operation of a kind can answer, in `ErrorOut`'s shape, unless the view declared
 that status itself (the memory tool's errors also carry `result`):
 
-- 401 always (a missing, unknown or revoked key);
+- 401 and 429 always (a missing, unknown or revoked key; the key's rate limit or heavy-request cap);
 - 400 when the operation takes a body or query parameters (validation);
 - 404 when its path names an object (missing and another agent's answer alike);
 - 409 and 413 when it writes: a request racing another one, a body or a value too large.
@@ -27,6 +27,8 @@ ERRORS = {
     404: "Not found: missing, or another agent's (the same answer).",
     409: "A conflict: the object exists already, or another request changed it at the same time.",
     413: "Too large: the request body, an entry, a batch or a value (`error.code` says which).",
+    429: "Too many requests: the key's rate limit, or its cap of concurrent context builds and searches "
+    "(`Retry-After` says when to try again).",
 }
 
 
@@ -43,7 +45,7 @@ class AgentApiSchema(AutoSchema):
         return responses
 
     def _errors(self) -> dict[int, str]:
-        wanted = [401]
+        wanted = [401, 429]
         takes_input = self.method in ("POST", "PUT", "PATCH") or bool(self._get_parameters_of_kind("query"))
         if takes_input:
             wanted.append(400)

@@ -203,7 +203,31 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
     ]
     written = MemoryFileVersion.objects.bulk_create(rows)
     event_record(agent_id=access.agent.pk, type="file.version", thread_id=thread_id, ids=[v.pk for v in written])
+    audit_append(
+        action="memory_file.written",
+        actor=access.actor,
+        agent_id=access.agent.pk,
+        thread_id=thread_id,
+        subject=str(written[0].pk) if len(written) == 1 else f"{len(written)} versions",
+        outcome=_change_kind(planned),
+        # Version ids and counts: a path says what a file is about, so it stays on the version.
+        details={
+            "version_ids": [v.pk for v in written],
+            "bytes": written_bytes,
+            "scope": {"user_id": user_id, "project_id": project_id, "thread_id": thread_id},
+        },
+    )
     return written
+
+
+def _change_kind(planned: list[PlannedVersion]) -> str:
+    if any(p.renamed_from for p in planned):
+        return "renamed"
+    if all(p.content is None for p in planned):
+        return "deleted"
+    if any(p.follows is None for p in planned):
+        return "created"
+    return "changed"
 
 
 def files_change(
@@ -381,10 +405,12 @@ def files_redact(
         thread_id=access.thread_id,
         subject=f"{len(found)} memory file path(s)",
         outcome="redacted" if count else "nothing_to_redact",
+        # Counts only: the paths name what the files are about and the reason is a person's words;
+        # both stay on the versions (which erasure reaches), never in the chain.
         details={
-            "paths": sorted(found),
+            "paths": len(found),
             "versions": count,
-            "reason": reason[:200],
+            "reason_given": bool(reason),
             "every_scope": every_scope,
             "exact_scope": exact_scope,
             "scope": {"user_id": access.user_id, "project_id": access.project_id, "thread_id": access.thread_id},

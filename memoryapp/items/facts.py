@@ -10,6 +10,7 @@ other namespaces are shared by every run of the agent (`Memory.shared`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -275,7 +276,9 @@ def facts_forget_all(*, agent: Agent, namespace: str, actor: str = "") -> int:
         action="facts.forgotten",
         actor=actor,
         agent_id=agent.pk,
-        subject=namespace,
+        # A namespace is the agent's own naming ("users/ana"): the chain keeps a digest of it only,
+        # which still tells two forgets of the same namespace apart from others.
+        subject="ns:" + hashlib.sha256(namespace.encode()).hexdigest()[:16],
         outcome="deleted",
         details={"facts": held, "rows": deleted},
     )

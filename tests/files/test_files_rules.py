@@ -199,7 +199,8 @@ def test_redaction_replaces_every_version_along_renames_and_is_audited(alice: Ca
     assert text_seen(access, "/memories/people/ana.md") == "[redacted]"
     record = AuditRecord.objects.get(action="memory_files.redact")
     assert (record.actor, record.agent_id, record.outcome) == ("staff:eve", alice.agent.pk, "redacted")
-    assert record.details["versions"] == 4 and record.details["reason"] == "erasure request"
+    assert record.details["versions"] == 4 and record.details["paths"] == 3 and record.details["reason_given"] is True
+    assert "erasure request" not in str(record.details) and "/memories" not in str(record.details)
     assert "condition" not in str(record.details)
 
 

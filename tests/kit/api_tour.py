@@ -142,6 +142,22 @@ def api_tour(caller: Caller) -> list[Visit]:
     label_id = batch["entries"][1]["id"]
     call("POST", f"{thread}/rewind", f"{V1}/threads/tour/rewind", body={"entry_id": label_id})
     call("POST", f"{thread}/fork", f"{V1}/threads/tour/fork", body={"entry_id": last_id, "new_thread_id": "tour-fork"})
+    # Busy threads: a run started, read, a second start refused (the thread rejects), a write with
+    # the run's id, the run finished.
+    call("PATCH", thread, f"{V1}/threads/tour-b", body={"on_busy": "reject", "busy_timeout_seconds": 30})
+    runs = f"{thread}/runs"
+    run = call("POST", runs, f"{V1}/threads/tour-b/runs").body()
+    call("POST", runs, f"{V1}/threads/tour-b/runs")  # 409 thread_busy
+    call("GET", f"{runs}/{{run_id}}", f"{V1}/threads/tour-b/runs/{run['id']}")
+    tour.client.post(
+        f"{V1}/threads/tour-b/entries", {"role": "user", "content": "in a run"}, format="json", HTTP_X_RUN_ID=run["id"]
+    )
+    call("POST", f"{runs}/{{run_id}}/finish", f"{V1}/threads/tour-b/runs/{run['id']}/finish")
+    call("POST", f"{runs}/{{run_id}}/finish", f"{V1}/threads/tour-b/runs/run_none/finish")  # 404
+    call("PATCH", thread, f"{V1}/threads/tour-b", body={"on_busy": "interrupt"})
+    ended = call("POST", runs, f"{V1}/threads/tour-b/runs").body()
+    call("POST", runs, f"{V1}/threads/tour-b/runs")  # interrupts it
+    call("GET", f"{runs}/{{run_id}}", f"{V1}/threads/tour-b/runs/{ended['id']}")  # ended_by the new run
     call("GET", f"{thread}/export", f"{V1}/threads/tour-fork/export")
     # A longer conversation, imported: recall and a summary need turns older than the kept history.
     turns = [("user", "My sister Marta moved to Porto in 2019 and works as a nurse there")]

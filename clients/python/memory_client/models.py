@@ -18,9 +18,9 @@ __all__ = [
     "BriefCardOut",
     "BriefCardOutKindEnum",
     "CompactInput",
+    "CompactInputStrategyEnum",
     "CompactedOut",
     "CompactionSkippedOut",
-    "CompactionStrategyEnum",
     "ContextDocumentContentOut",
     "ContextDocumentInput",
     "ContextDocumentOut",
@@ -88,6 +88,7 @@ __all__ = [
     "NameEnum",
     "NamespaceForgottenOut",
     "OffRangeOut",
+    "OnBusyEnum",
     "PatchedThreadUpdateInput",
     "PathKindEnum",
     "PathPageOut",
@@ -99,6 +100,8 @@ __all__ = [
     "RecalledOut",
     "RedactInput",
     "RoleEnum",
+    "RunOut",
+    "RunStatusEnum",
     "ScopeEnum",
     "ScopeOut",
     "SearchHitOut",
@@ -110,6 +113,7 @@ __all__ = [
     "ThreadMemoryOut",
     "ThreadOut",
     "ThreadPageOut",
+    "ThreadUpdateInputOnBusyEnum",
     "ToolCallOut",
     "ToolResultOut",
     "TrustEnum",
@@ -141,7 +145,7 @@ class BriefCardOut(TypedDict):
     source: str
 
 
-CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "strategy": "CompactionStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
+CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "strategy": "CompactInputStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
 
 
 class CompactedOut(TypedDict):
@@ -642,6 +646,8 @@ class PatchedThreadUpdateInput(TypedDict):
     metadata: NotRequired[dict[str, Any]]
     user_id: NotRequired[str]
     replace_metadata: NotRequired[bool]
+    on_busy: NotRequired[ThreadUpdateInputOnBusyEnum | BlankEnum]
+    busy_timeout_seconds: NotRequired[int]
 
 
 class PathPageOut(TypedDict):
@@ -687,6 +693,18 @@ class RecalledOut(TypedDict):
 class RedactInput(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     reason: NotRequired[str]
+
+
+class RunOut(TypedDict):
+    id: str
+    thread_id: str
+    status: RunStatusEnum
+    started_at: str
+    expires_at: str
+    ended_at: NotRequired[str]
+    ended_by: NotRequired[str]
+    on_busy: OnBusyEnum
+    busy_timeout_seconds: int
 
 
 class ScopeOut(TypedDict):
@@ -765,6 +783,8 @@ class ThreadOut(TypedDict):
     forked_from: str | None
     created_at: str
     updated_at: str
+    on_busy: NotRequired[OnBusyEnum]
+    busy_timeout_seconds: NotRequired[int]
 
 
 class ThreadPageOut(TypedDict):
@@ -849,7 +869,7 @@ BlankEnum = Literal[""]
 
 BriefCardOutKindEnum = Literal["constraint", "knowledge", "consequence", "open_thread"]
 
-CompactionStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
+CompactInputStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
 
 ContextStrategyEnum = Literal["recent", "relevant", "hybrid"]
 
@@ -881,12 +901,18 @@ MethodEnum = Literal["keyword", "vector", "hybrid"]
 
 NameEnum = Literal["remember", "forget", "search_memory"]
 
+OnBusyEnum = Literal["wait", "reject", "interrupt"]
+
 PathKindEnum = Literal["file", "directory"]
 
 ReasonEnum = Literal["budget", "duplicate", "not-selected", "oversized"]
 
 RoleEnum = Literal["system", "user", "assistant", "tool"]
 
+RunStatusEnum = Literal["running", "finished", "interrupted", "expired"]
+
 ScopeEnum = Literal["thread", "project", "agent"]
+
+ThreadUpdateInputOnBusyEnum = Literal["wait", "reject", "interrupt"]
 
 TrustEnum = Literal["system", "user", "model", "tool", "web"]
