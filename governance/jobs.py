@@ -788,6 +788,13 @@ SCHEDULES: tuple[Schedule, ...] = (
         description="Removes facts whose time to live ran out (one job run at a time).",
     ),
     Schedule(
+        name="Prune the access log",
+        task="memoryapp.tasks.access_log_prune_tick",
+        every=1,
+        period="days",
+        description="Deletes access log rows older than ACCESS_LOG_RETENTION_DAYS (one job run at a time).",
+    ),
+    Schedule(
         name="Embed what is not embedded yet",
         task="memoryapp.tasks.embed_sweep",
         every=5,

@@ -203,6 +203,12 @@ EVENTS_MAX_STREAMS = env_int("EVENTS_MAX_STREAMS", 2, minimum=1, maximum=10_000)
 # Seconds a webhook delivery waits for the receiver's answer.
 WEBHOOK_TIMEOUT = env_float("WEBHOOK_TIMEOUT", 10.0, minimum=0.1, maximum=300.0)
 
+# --- Access log (memoryapp.search.access_log) ------------------------------------------------------
+
+# Days an access log row is kept (a daily job deletes older ones); 0 keeps them until their thread
+# or their person is deleted.
+ACCESS_LOG_RETENTION_DAYS = env_int("ACCESS_LOG_RETENTION_DAYS", 365, minimum=0, maximum=36_500)
+
 # --- Audit ---------------------------------------------------------------------------------------
 
 # After each commit the audit chain's head is appended here, outside the database, so a chain cut

@@ -826,6 +826,8 @@ TASK_QUEUES = {
     "memoryapp.tasks.extract_thread": "extraction",
     "memoryapp.tasks.items_prune_job": "default",
     "memoryapp.tasks.items_prune_tick": "default",
+    "memoryapp.tasks.access_log_prune_job": "governance",
+    "memoryapp.tasks.access_log_prune_tick": "governance",
     "memoryapp.tasks.webhook_deliver": "default",
     "memoryapp.tasks.webhooks_sweep": "default",
     "memoryapp.tasks.consolidation_dedupe": "consolidation",

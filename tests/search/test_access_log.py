@@ -6,6 +6,7 @@ by age and goes with a person's erasure."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -143,3 +144,25 @@ def test_a_deleted_thread_takes_its_access_rows(alice: Caller) -> None:
     assert AccessLog.objects.count() == 1
     alice.client.delete(f"/api/v1/threads/{thread.external_id}")
     assert not AccessLog.objects.exists()
+
+
+def test_the_daily_prune_job_keeps_the_retention_days(
+    alice: Caller, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from governance.models import JobRun
+    from memoryapp.tasks.access import access_log_prune_tick
+
+    thread = ThreadFactory(agent=alice.agent)
+    now = timezone.now()
+    access_log_record(agent_id=alice.agent.pk, thread=thread, source="context", at=now - timedelta(days=400))
+    access_log_record(agent_id=alice.agent.pk, thread=thread, source="context", at=now - timedelta(days=100))
+    settings.ACCESS_LOG_RETENTION_DAYS = 365
+    with django_capture_on_commit_callbacks(execute=True):
+        access_log_prune_tick()
+    run = JobRun.objects.get(kind="access_log_prune")
+    assert run.status == "succeeded" and run.result == {"access_rows_deleted": 1, "retention_days": 365}
+    assert AccessLog.objects.count() == 1
+    settings.ACCESS_LOG_RETENTION_DAYS = 0
+    with django_capture_on_commit_callbacks(execute=True):
+        access_log_prune_tick()
+    assert AccessLog.objects.count() == 1
