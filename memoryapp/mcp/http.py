@@ -29,6 +29,7 @@ from django.views.decorators.csrf import csrf_exempt
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rest_framework import exceptions
 
+from memoryapp.agents.limits import rate_take
 from memoryapp.api.auth import AgentKeyAuthentication
 from memoryapp.api.errors import error_body, exception_handler
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
@@ -64,7 +65,11 @@ def _caller(request: HttpRequest) -> McpCaller:
     found = AgentKeyAuthentication().authenticate(request)  # type: ignore[arg-type]
     if found is None:
         raise exceptions.NotAuthenticated()
-    user, _key = found
+    user, key = found
+    # The key's request rate, as every API request is limited (memoryapp.api.limits).
+    wait = rate_take(key=key, agent=user.agent)
+    if wait is not None:
+        raise exceptions.Throttled(wait=wait)
     for name in request.GET:
         if name not in SCOPE_PARAMETERS:
             raise exceptions.ValidationError({name: ["Unknown query parameter."]}, code="unknown_parameter")
@@ -79,6 +84,8 @@ def _refusal(exc: Exception) -> HttpResponse:
     response = JsonResponse(answer.data, status=answer.status_code)
     if answer.status_code == 401:
         response["WWW-Authenticate"] = "Bearer"
+    if answer.has_header("Retry-After"):
+        response["Retry-After"] = answer["Retry-After"]
     return response
 
 

@@ -170,3 +170,11 @@ def test_concurrent_heavy_requests_past_the_cap_get_429(alice: Caller, bob: Call
             assert search(where, alice.key)[0] == 200
     finally:
         embeddings.close()
+
+
+def test_the_mcp_endpoint_counts_against_the_same_rate(alice: Caller) -> None:
+    limit(alice, rate_limit_per_minute=60, rate_limit_burst=1)
+    answered(alice.client.get("/api/v1/threads"), 200)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    refused = alice.client.post("/mcp/", body, format="json", HTTP_ACCEPT="application/json, text/event-stream")
+    assert error_of(refused, 429)["code"] == "rate_limited" and refused["Retry-After"] == "1"
