@@ -206,8 +206,34 @@ def _insert(
     event_record(
         agent_id=locked.agent_id, type="entry.added", thread_id=locked.external_id, ids=[e.id for e in entries]
     )
+    _audit_tool_calls(locked, entries)
     after_entries_added(thread=thread, entries=entries)
     return entries
+
+
+def _audit_tool_calls(thread: Thread, entries: Sequence[Entry]) -> None:
+    """002 audits tool calls: one record per write that holds calls or results, ids and counts
+    (a write of plain messages takes no audit lock)."""
+    calls = [e for e in entries if e.tool_calls]
+    results = [e for e in entries if e.type == EntryType.TOOL_RESULT]
+    if not calls and not results:
+        return
+    audit_append(
+        action="thread.tool_calls",
+        agent_id=thread.agent_id,
+        thread_id=thread.external_id,
+        subject=thread.external_id,
+        outcome="recorded",
+        details={
+            "tool_calls": sum(len(e.tool_calls or []) for e in calls),
+            "tool_results": len(results),
+            "entry_ids": [e.id for e in [*calls, *results]][:AUDIT_TOOL_ENTRY_IDS],
+        },
+    )
+
+
+# A record names at most this many of a write's entries (a batch may hold 1,000).
+AUDIT_TOOL_ENTRY_IDS = 50
 
 
 # The positions of the JSON values in an inserted row (they go through Jsonb).

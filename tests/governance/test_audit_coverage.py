@@ -182,6 +182,7 @@ def test_the_audit_covers_002s_list_and_holds_no_typed_text_nor_paths(alice: Cal
         "agent_key.use_failed",
         "thread.rewind",
         "thread.checkout",
+        "thread.tool_calls",
         "memory_file.written",
         "entry.redact",
         "item.written",
