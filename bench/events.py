@@ -15,6 +15,10 @@ Against the running service (`make run`), as one agent (`--key`):
 Every thread it makes is deleted at the end (their events stay, as retention keeps them).
 
     python bench/events.py --base http://127.0.0.1:8000 --key mk_... [--writers 8] [--per-writer 100]
+
+The key's rate limit (API_RATE_PER_MINUTE, 600 a minute by default) would answer many of these
+requests 429: set the bench agent's `rate_limit_per_minute` to 0 on its admin page (or start the
+service with API_RATE_PER_MINUTE=0) before a run.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ Prints entries/s and p50/p95/p99 latency of each phase, the baseline rates and t
 Every thread it makes is deleted at the end (`--keep` keeps them).
 
     python bench/write_entries.py --base http://127.0.0.1:8000 --key mk_... [--clients 8]
+
+The key's rate limit (API_RATE_PER_MINUTE, 600 a minute by default) would answer most of these
+requests 429: set the bench agent's `rate_limit_per_minute` to 0 on its admin page (or start the
+service with API_RATE_PER_MINUTE=0) before a run.
 """
 
 from __future__ import annotations
