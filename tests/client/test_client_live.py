@@ -86,6 +86,18 @@ def client_tour(memory: Any, who: Caller) -> None:
         ],
     )
     ids = [first["id"], *(e["id"] for e in batch["entries"])]
+    # Busy threads: a run holds t-two; a second start is refused; its writes carry its id.
+    assert memory.update_thread("t-two", on_busy="reject")["on_busy"] == "reject"
+    run = memory.start_run("t-two")
+    try:
+        memory.start_run("t-two")
+        raise AssertionError("a second run started on a rejecting thread")
+    except ConflictError as error:
+        assert error.code == "thread_busy" and run["id"] in error.message
+    memory.append("t-two", role="user", content="within the run", run_id=run["id"])
+    memory.append_batch("t-two", [{"role": "assistant", "content": "noted"}], run_id=run["id"])
+    assert memory.get_run("t-two", run["id"])["status"] == "running"
+    assert memory.finish_run("t-two", run["id"])["status"] == "finished"
     assert batch["active_leaf_id"] == ids[-1]
     assert Entry.objects.filter(thread__external_id="t-rome", agent=who.agent).count() == 5
     older = memory.list_entries("t-rome", limit=2, types="all")

@@ -50,6 +50,7 @@ from memory_client.models import (
     MemoryToolResultOut,
     NamespaceForgottenOut,
     PathPageOut,
+    RunOut,
     SearchOut,
     ThreadMemoryOut,
     ThreadOut,
@@ -112,15 +113,18 @@ class MemoryClient:
         json_body: Any = None,
         content: bytes | None = None,
         content_type: str | None = None,
+        run_id: str | None = None,
     ) -> Any:
         """Send one request (again, as the retry policy says) and answer its JSON; an error raises."""
         query = _query(params)
-        headers = {"Content-Type": content_type} if content_type else None
+        headers = {"Content-Type": content_type} if content_type else {}
+        if run_id:
+            headers["X-Run-Id"] = run_id
         attempt = 0
         while True:
             try:
                 response = self._http.request(
-                    method, path, params=query, json=json_body, content=content, headers=headers
+                    method, path, params=query, json=json_body, content=content, headers=headers or None
                 )
             except httpx2.TransportError:
                 if not self.retry.should_retry(method=method, status=None, attempt=attempt):
@@ -212,9 +216,17 @@ class MemoryClient:
         metadata: dict[str, Any] | None = None,
         user_id: str | None = None,
         replace_metadata: bool | None = None,
+        on_busy: Literal["wait", "reject", "interrupt", ""] | None = None,
+        busy_timeout_seconds: int | None = None,
     ) -> ThreadOut:
-        """Merge metadata (a None value removes a key; `replace_metadata` replaces it whole), set the person."""
-        body = without_none(user_id=user_id, replace_metadata=replace_metadata)
+        """Merge metadata (a None value removes a key; `replace_metadata` replaces it whole), set the person,
+        the thread's busy policy (`on_busy`, `busy_timeout_seconds`; "" and 0: its agent's)."""
+        body = without_none(
+            user_id=user_id,
+            replace_metadata=replace_metadata,
+            on_busy=on_busy,
+            busy_timeout_seconds=busy_timeout_seconds,
+        )
         if metadata is not None:
             body["metadata"] = metadata
         return cast(ThreadOut, self._request("PATCH", f"{API}/threads/{thread_id}", json_body=body))
@@ -225,16 +237,37 @@ class MemoryClient:
 
     # --- entries ---------------------------------------------------------------------------------
 
-    def append(self, thread_id: str, *, role: str, content: Any = None, **fields: Any) -> EntryOut:
-        """Add one entry after the active leaf (`parent_id`, `activate`, `type`, `tool_calls`, ... as fields)."""
+    def append(
+        self, thread_id: str, *, role: str, content: Any = None, run_id: str | None = None, **fields: Any
+    ) -> EntryOut:
+        """Add one entry after the active leaf (`parent_id`, `activate`, `type`, `tool_calls`, ... as fields).
+
+        With `run_id` (a run of `start_run`), refused with a ConflictError `run_ended` once the run
+        was interrupted or expired."""
         body = {"role": role, **({"content": content} if content is not None else {}), **fields}
-        answer = self._request("POST", f"{API}/threads/{thread_id}/entries", json_body=body)
+        answer = self._request("POST", f"{API}/threads/{thread_id}/entries", json_body=body, run_id=run_id)
         return cast(EntryOut, answer)
 
-    def append_batch(self, thread_id: str, entries: list[dict[str, Any]]) -> EntryBatchOut:
-        """Add up to 1,000 entries in one transaction, each after the one before."""
-        answer = self._request("POST", f"{API}/threads/{thread_id}/entries", json_body={"entries": entries})
+    def append_batch(
+        self, thread_id: str, entries: list[dict[str, Any]], *, run_id: str | None = None
+    ) -> EntryBatchOut:
+        """Add up to 1,000 entries in one transaction, each after the one before (`run_id` as `append`)."""
+        answer = self._request(
+            "POST", f"{API}/threads/{thread_id}/entries", json_body={"entries": entries}, run_id=run_id
+        )
         return cast(EntryBatchOut, answer)
+
+    def start_run(self, thread_id: str) -> RunOut:
+        """Start a run on the thread (002 onBusy): a busy thread waits, refuses (ConflictError
+        `thread_busy`) or interrupts the running run, as the thread or its agent is set."""
+        return cast(RunOut, self._request("POST", f"{API}/threads/{thread_id}/runs", json_body={}))
+
+    def get_run(self, thread_id: str, run_id: str) -> RunOut:
+        return cast(RunOut, self._request("GET", f"{API}/threads/{thread_id}/runs/{run_id}"))
+
+    def finish_run(self, thread_id: str, run_id: str) -> RunOut:
+        """Finish a run (the thread is free); ConflictError `run_ended` when it was interrupted or expired."""
+        return cast(RunOut, self._request("POST", f"{API}/threads/{thread_id}/runs/{run_id}/finish"))
 
     def list_entries(
         self,
@@ -671,6 +704,9 @@ OPERATIONS: dict[str, str] = {
     "rewind": "v1_threads_rewind_create",
     "checkout": "v1_threads_checkout_create",
     "fork": "v1_threads_fork_create",
+    "start_run": "v1_threads_runs_create",
+    "get_run": "v1_threads_runs_retrieve",
+    "finish_run": "v1_threads_runs_finish_create",
     "get_entry": "v1_entries_retrieve",
     "delete_entry": "v1_entries_destroy",
     "redact_entry": "v1_entries_redact_create",
