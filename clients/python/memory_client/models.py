@@ -18,9 +18,9 @@ __all__ = [
     "BriefCardOut",
     "BriefCardOutKindEnum",
     "CompactInput",
-    "CompactInputStrategyEnum",
     "CompactedOut",
     "CompactionSkippedOut",
+    "CompactionStrategyEnum",
     "ContextDocumentContentOut",
     "ContextDocumentInput",
     "ContextDocumentOut",
@@ -145,7 +145,7 @@ class BriefCardOut(TypedDict):
     source: str
 
 
-CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "strategy": "CompactInputStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
+CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "strategy": "CompactionStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
 
 
 class CompactedOut(TypedDict):
@@ -869,7 +869,7 @@ BlankEnum = Literal[""]
 
 BriefCardOutKindEnum = Literal["constraint", "knowledge", "consequence", "open_thread"]
 
-CompactInputStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
+CompactionStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
 
 ContextStrategyEnum = Literal["recent", "relevant", "hybrid"]
 
