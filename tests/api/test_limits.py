@@ -51,7 +51,8 @@ def test_a_key_past_its_rate_gets_429_with_retry_after_then_recovers(alice: Call
 
 
 def test_limits_are_per_agent_with_the_settings_as_default(alice: Caller, bob: Caller, settings: Any) -> None:
-    settings.API_RATE_PER_MINUTE, settings.API_RATE_BURST = 600, 3
+    # A slow refill (one token in 10 s), so a loaded machine's slow requests get nothing back meanwhile.
+    settings.API_RATE_PER_MINUTE, settings.API_RATE_BURST = 6, 3
     limit(alice, rate_limit_per_minute=600, rate_limit_burst=20)
     for _ in range(3):
         answered(bob.client.get("/api/v1/threads"), 200)
