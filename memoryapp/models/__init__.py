@@ -11,6 +11,7 @@ from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDeliver
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
 from memoryapp.models.runs import AccessLog, ThreadRun
+from memoryapp.models.retention import LegalHold
 from memoryapp.models.threads import Entry, Thread
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "EventCounter",
     "Evidence",
     "ItemReview",
+    "LegalHold",
     "MemoryFileVersion",
     "MemoryItem",
     "OnBusy",
