@@ -11,7 +11,7 @@ from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDeliver
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
 from memoryapp.models.runs import AccessLog, ThreadRun
-from memoryapp.models.retention import LegalHold
+from memoryapp.models.retention import LegalHold, RetentionPolicy
 from memoryapp.models.threads import Entry, Thread
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "MemoryItem",
     "OnBusy",
     "PlaybookDraft",
+    "RetentionPolicy",
     "StaleItem",
     "Thread",
     "ThreadRun",
