@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryapp', '0014_retention'),
+        ('memoryapp', '0015_retention'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryapp', '0015_retention_policy'),
+        ('memoryapp', '0016_retention_policy'),
     ]
 
     operations = [

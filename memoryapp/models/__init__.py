@@ -10,8 +10,8 @@ from memoryapp.models.consolidation import (
 from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDelivery
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
-from memoryapp.models.runs import AccessLog, ThreadRun
 from memoryapp.models.retention import LegalHold, RetentionPolicy
+from memoryapp.models.runs import AccessLog, ThreadRun
 from memoryapp.models.threads import Entry, Thread
 
 __all__ = [
