@@ -22,6 +22,7 @@ JOB_RUN = 0x4A52  # "JR", a job run's id: held (session lock) by the process run
 EMBEDDING = 0x454D  # "EM", an agent's id: one embedding batch of the agent at a time
 MEMORY_FILES = 0x4D46  # "MF", an agent's id: the agent's file writes go one after another
 WEBHOOK = 0x5748  # "WH", a webhook's id: held (session lock) by the one process delivering to it
+COMPACTION = 0x434D  # "CM", a thread's pk: held (session lock) by the one automatic compaction of it
 
 
 def pair(lock_class: int, number: int) -> tuple[int, int]:

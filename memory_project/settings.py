@@ -187,6 +187,9 @@ LLM_PRICE_INPUT_PER_MTOK = env_float("LLM_PRICE_INPUT_PER_MTOK", 0.0, minimum=0.
 LLM_PRICE_OUTPUT_PER_MTOK = env_float("LLM_PRICE_OUTPUT_PER_MTOK", 0.0, minimum=0.0)
 # Entries arriving within this many seconds of the first join one extraction run.
 EXTRACTION_DEBOUNCE_SECONDS = env_float("EXTRACTION_DEBOUNCE_SECONDS", 30.0, minimum=0.0, maximum=86400.0)
+# Automatic compaction (memoryapp.compaction.auto): a thread passing its trigger is compacted this
+# many seconds after the append that crossed it, so a burst of appends gives one job.
+AUTO_COMPACTION_DEBOUNCE_SECONDS = env_float("AUTO_COMPACTION_DEBOUNCE_SECONDS", 5.0, minimum=0.0, maximum=3600.0)
 # Consolidation between runs (memoryapp.consolidation): the caps of one scheduled pass. A pass that
 # reaches a cap stops where it is and the next run goes on from there.
 CONSOLIDATION_MAX_SCOPES = env_int("CONSOLIDATION_MAX_SCOPES", 20, minimum=1, maximum=10_000)

@@ -8,6 +8,7 @@ class MemoryAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: the app registry must be ready before modules that import models load.
+        from memoryapp.compaction.auto import auto_compaction_check
         from memoryapp.extraction.schedule import extraction_schedule
         from memoryapp.search.indexing import embedding_schedule
         from memoryapp.threads.hooks import entries_added_follow
@@ -16,3 +17,9 @@ class MemoryAppConfig(AppConfig):
         # Threads name neither (they sit below both); this is where they are wired.
         entries_added_follow("embedding", lambda agent_id, thread_pk: embedding_schedule(agent_id=agent_id))
         entries_added_follow("extraction", lambda agent_id, thread_pk: extraction_schedule(thread_pk=thread_pk))
+
+        # Then automatic compaction: a thread past its trigger gets its compaction job.
+        def compaction_check(agent_id: int, thread_pk: int) -> None:
+            auto_compaction_check(thread_pk=thread_pk)
+
+        entries_added_follow("compaction", compaction_check)

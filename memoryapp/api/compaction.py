@@ -1,6 +1,8 @@
 """The agent API of compaction, extraction and cleared tool results: thin views over the services.
 
 POST /api/v1/threads/{id}/compact   {"strategy", ...options, "async"?}
+GET|PATCH /api/v1/settings/compaction                   the agent's automatic compaction
+GET|PATCH /api/v1/threads/{id}/settings/compaction      a thread's own, over its agent's
 POST /api/v1/threads/{id}/extract   {"async"?}
 GET  /api/v1/tool-results/{handle}  the content a cleared tool result stands for (read_result)
 """
@@ -27,13 +29,24 @@ from memoryapp.api.base import (
 )
 from memoryapp.api.errors import ErrorOut
 from memoryapp.api.threads import EntryOut, entry_json
+from memoryapp.compaction.auto import (
+    MAX_CONTEXT_WINDOW,
+    MAX_KEEP_RECENT,
+    MODEL_NAME,
+    AutoCompaction,
+    agent_compaction_settings,
+    agent_compaction_settings_set,
+    thread_auto_compaction,
+    thread_compaction_set,
+)
 from memoryapp.compaction.plan import CLEAR_TOOL_RESULTS, STRATEGY_NAMES
 from memoryapp.compaction.service import compaction_now, compaction_request
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.extraction.service import ExtractionFailed, extraction_now, extraction_request
 from memoryapp.llm.model import ModelError
 from memoryapp.models import Entry
-from memoryapp.models.choices import EntryType, Role
+from memoryapp.models.choices import AutoCompactionStrategy, EntryType, Role
+from memoryapp.prompts import SUMMARY_TEMPLATES
 from memoryapp.threads.selectors import entry_for_agent, thread_for_agent
 
 
@@ -148,6 +161,19 @@ class SummarizeFallbackInput(StrictSerializer):
     summarizer_timeout = serializers.FloatField(required=False, min_value=0.1, max_value=600, allow_null=True)
     prompt = serializers.CharField(required=False, allow_blank=True, max_length=4000)
     summary_max_tokens = serializers.IntegerField(required=False, min_value=100, max_value=32_000)
+    summarizer_model = serializers.RegexField(
+        MODEL_NAME,
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        help_text="003 summarizerModel: the model the summary is asked of, on the configured provider "
+        "(empty: its own model, LLM_MODEL). Also for hierarchical.",
+    )
+    template_name = serializers.ChoiceField(
+        choices=list(SUMMARY_TEMPLATES),
+        required=False,
+        help_text="003 templateName: the named summary prompt (summaries only; not for hierarchical).",
+    )
 
 
 class FallbackField(serializers.Field):
@@ -291,3 +317,85 @@ class ToolResultView(APIView):
         if not _is_tool_result(entry):
             raise NotFound("Tool result")
         return Response(ToolResultOut(entry).data)
+
+
+# --- automatic compaction settings ---------------------------------------------------------------
+
+
+class AutoCompactionOut(OutputSerializer):
+    enabled = serializers.BooleanField(help_text="Compact the agent's threads when they pass the trigger.")
+    context_window = serializers.IntegerField(help_text="The window of the agent's model, in tokens.")
+    trigger_ratio = serializers.FloatField(help_text="The share of the window at which a thread is compacted.")
+    trigger_tokens = serializers.IntegerField(help_text="context_window * trigger_ratio.")
+    strategy = serializers.ChoiceField(choices=AutoCompactionStrategy.choices)
+    keep_recent = serializers.IntegerField(help_text="Trailing entries kept verbatim.")
+    summarizer_model = serializers.CharField(allow_blank=True, help_text="Empty: the provider's own model.")
+    template_name = serializers.CharField(allow_blank=True, help_text="Empty: the default summary prompt.")
+    pre_step = serializers.BooleanField(help_text="Also compact in the context request, before the next model step.")
+
+
+def _auto_json(config: AutoCompaction) -> dict[str, Any]:
+    return dict(AutoCompactionOut({**config.as_json(), "trigger_tokens": config.trigger_tokens}).data)
+
+
+class AutoCompactionInput(StrictSerializer):
+    """Only the settings given change. A thread's settings take null: back to its agent's."""
+
+    enabled = serializers.BooleanField(required=False)
+    context_window = serializers.IntegerField(required=False, min_value=1, max_value=MAX_CONTEXT_WINDOW)
+    trigger_ratio = serializers.FloatField(required=False, min_value=0.0001, max_value=1.0)
+    strategy = serializers.ChoiceField(choices=AutoCompactionStrategy.choices, required=False)
+    keep_recent = serializers.IntegerField(required=False, min_value=0, max_value=MAX_KEEP_RECENT)
+    summarizer_model = serializers.RegexField(MODEL_NAME, required=False, allow_blank=True, max_length=200)
+    template_name = serializers.ChoiceField(choices=["", *SUMMARY_TEMPLATES], required=False)
+    pre_step = serializers.BooleanField(required=False)
+
+
+class ThreadAutoCompactionInput(AutoCompactionInput):
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        for field in fields.values():
+            field.allow_null = True
+        return fields
+
+
+class ThreadAutoCompactionOut(OutputSerializer):
+    thread_id = serializers.CharField()
+    own = JsonObjectField(help_text="The thread's own settings (only those it sets).")
+    effective = AutoCompactionOut(help_text="What the thread gets: its agent's settings with its own over them.")
+
+
+class AgentAutoCompactionView(APIView):
+    """The agent's automatic compaction: after appends, a thread whose active branch holds
+    `context_window * trigger_ratio` tokens or more gets a compaction job with `strategy`
+    (debounced; one at a time per thread; checked again when it runs)."""
+
+    @extend_schema(responses={200: AutoCompactionOut})
+    def get(self, request: Request) -> Response:
+        return Response(_auto_json(agent_compaction_settings(agent=request_agent(request))))
+
+    @extend_schema(request=AutoCompactionInput, responses={200: AutoCompactionOut})
+    def patch(self, request: Request) -> Response:
+        data = validated(AutoCompactionInput, request.data)
+        config = agent_compaction_settings_set(agent=request_agent(request), values=data, actor=_actor(request))
+        return Response(_auto_json(config))
+
+
+class ThreadAutoCompactionView(APIView):
+    """A thread's own automatic compaction settings, over its agent's (null: back to the agent's)."""
+
+    def _body(self, thread: Any, config: AutoCompaction) -> dict[str, Any]:
+        own = thread.compaction if isinstance(thread.compaction, dict) else {}
+        return {"thread_id": thread.external_id, "own": own, "effective": _auto_json(config)}
+
+    @extend_schema(responses={200: ThreadAutoCompactionOut})
+    def get(self, request: Request, thread_id: str) -> Response:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        return Response(self._body(thread, thread_auto_compaction(thread=thread)))
+
+    @extend_schema(request=ThreadAutoCompactionInput, responses={200: ThreadAutoCompactionOut})
+    def patch(self, request: Request, thread_id: str) -> Response:
+        thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
+        data = validated(ThreadAutoCompactionInput, request.data)
+        config = thread_compaction_set(thread=thread, values=data, actor=_actor(request))
+        return Response(self._body(thread, config))

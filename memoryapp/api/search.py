@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from memoryapp.api.auth import request_agent
 from memoryapp.api.base import IsoDateTimeField, OutputSerializer, StrictSerializer, validated
 from memoryapp.api.limits import heavy_request
+from memoryapp.compaction.auto import compaction_pre_step
 from memoryapp.consolidation.brief import CARD_KINDS, MAX_BRIEF_CARDS
 from memoryapp.context.builder import MAX_TOKENS_LIMIT, STRATEGIES, ContextRequest, context_build
 from memoryapp.models import AccessLog
@@ -300,6 +301,8 @@ class ContextView(APIView):
         agent = request_agent(request)
         thread = thread_for_agent(agent=agent, external_id=thread_id)
         data = validated(ContextInput, request.data)
+        # 003 preStep: a thread past its trigger is compacted before its next model step.
+        compaction_pre_step(thread=thread)
         with heavy_request(request):
             built = context_build(agent=agent, thread=thread, request=ContextRequest(**data))
         return Response(built.as_json())

@@ -25,7 +25,7 @@ from memoryapp.compaction.transcript import entry_body, entry_line, tool_call_na
 from memoryapp.errors import Conflict
 from memoryapp.items.evidence import verify_evidence
 from memoryapp.llm.arrays import ArrayAnswer, NoArrayError, ask_for_array
-from memoryapp.llm.port import model_available, record_usage
+from memoryapp.llm.port import model_available, model_named, record_usage
 from memoryapp.models import Entry
 from memoryapp.models.choices import EntryType, EvidenceStatus, Role
 from memoryapp.prompts import HIERARCHICAL, prompt
@@ -451,6 +451,7 @@ def _ask(system: str, transcript: str, options: HierarchicalOptions) -> ArrayAns
         max_tokens=options.atoms_max_tokens,
         timeout=options.summarizer_timeout,
         record=False,
+        model=model_named(options.summarizer_model),
     )
 
 
@@ -561,5 +562,6 @@ def hierarchical_plan(ctx: CompactionContext) -> CompactionPlan | None:
             "chapters_read": len(chapters),
             "atoms_left_out": left_out,
             "open_items": len(levels.open_items()),
+            **({"summarizer_model": options.summarizer_model} if use_model and options.summarizer_model else {}),
         },
     )

@@ -16,6 +16,7 @@ from memoryapp.compaction.policy import (
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EntryType
+from memoryapp.prompts import DEFAULT_SUMMARY_TEMPLATE, SUMMARY_TEMPLATES
 
 SUMMARIZE = "summarize-old-preserve-recent"
 CLEAR_TOOL_RESULTS = "clear-old-tool-results"
@@ -35,6 +36,11 @@ class SummarizeOptions:
     # Added to the summary prompt (004 summaryPrompt): "Keep names, decisions and open questions."
     prompt: str = ""
     summary_max_tokens: int = 2000
+    # 003 summarizerModel: the model the summary is asked of, on the configured provider
+    # (None: the provider's own model, LLM_MODEL), so a small cheap model can summarize.
+    summarizer_model: str | None = None
+    # 003 templateName: the named summary prompt (memoryapp.prompts.SUMMARY_TEMPLATES).
+    template_name: str = DEFAULT_SUMMARY_TEMPLATE
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,8 @@ class HierarchicalOptions:
     prompt: str = ""
     summarizer_timeout: float | None = None
     atoms_max_tokens: int = 4000
+    # 004 summaryModel: the model the chapters are read by (None: the provider's own).
+    summarizer_model: str | None = None
 
 
 def _options(cls: type, given: dict[str, Any], *, field_prefix: str = "") -> Any:
@@ -77,6 +85,14 @@ def _options(cls: type, given: dict[str, Any], *, field_prefix: str = "") -> Any
         if value is None and name not in ("summarizer_timeout", "read_result_tool_name", "keep_recent_tokens"):
             continue
         values[name] = value
+    if "template_name" in values and values["template_name"] not in SUMMARY_TEMPLATES:
+        raise DomainError(
+            "unknown_template",
+            f"template_name must be one of {', '.join(SUMMARY_TEMPLATES)}.",
+            field=field_prefix + "template_name",
+        )
+    if values.get("summarizer_model") == "":
+        values["summarizer_model"] = None
     if "exclude_tools" in values:
         values["exclude_tools"] = tuple(values["exclude_tools"] or ())
     fallback = values.get("summarize_fallback")

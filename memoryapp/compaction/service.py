@@ -88,8 +88,13 @@ def compaction_run(
     options: dict[str, Any] | None = None,
     run: JobRun | None = None,
     actor: str = "",
+    source: str = "manual",
 ) -> CompactionOutcome:
     """Plan a compaction of the thread's active branch with `strategy` and write it.
+
+    `source` is what asked for it (as 003's CompactionSource): `manual` (the API, the admin),
+    `auto-trigger` (the thread passed its trigger after an append) or `pre-step` (before the
+    agent's next model step, in its context request); the entry's event records it.
 
     1. A job run that already wrote its compaction (a redelivered job) returns that entry.
     2. Read the active branch and the history as the model sees it now.
@@ -114,6 +119,7 @@ def compaction_run(
         raise
     if plan is None:
         return CompactionOutcome(strategy=strategy, reason="nothing to compact", notes=ctx.notes)
+    plan.details["source"] = source
     # Only what was there when the strategy read it counts: an entry redacted before the run
     # began does not block every later compaction.
     alive = {e.id for e in branch if e.redacted_at is None and e.type != EntryType.COMPACTION}

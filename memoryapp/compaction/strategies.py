@@ -41,10 +41,10 @@ from memoryapp.compaction.transcript import (
 )
 from memoryapp.errors import DomainError
 from memoryapp.llm.model import ModelUnavailable
-from memoryapp.llm.port import complete, model_available
+from memoryapp.llm.port import complete, model_available, model_named
 from memoryapp.models import Entry
 from memoryapp.models.choices import EntryType, Role
-from memoryapp.prompts import SUMMARY, prompt
+from memoryapp.prompts import SUMMARY, summary_template
 from memoryapp.tokens import count_message_tokens
 
 PRESERVED_USER_HEADING = "[recent user messages, verbatim]"
@@ -66,6 +66,15 @@ class Summary:
     content: str
     summarized_ids: set[str]
     elided: int
+    # The template version that wrote it and the model asked (None: the provider's own).
+    prompt_version: str = SUMMARY
+    summarizer_model: str | None = None
+
+    def details(self) -> dict[str, Any]:
+        details: dict[str, Any] = {"summarized": len(self.summarized_ids), "elided": self.elided}
+        if self.summarizer_model:
+            details["summarizer_model"] = self.summarizer_model
+        return details
 
 
 def summarize_history(
@@ -94,7 +103,8 @@ def summarize_history(
         blocks.append(f"earlier summary: {previous_summary}")
     blocks.extend(entry_line(e, calls) for e in older)
     transcript, elided = budgeted_transcript(blocks, options.summarizer_input_char_budget)
-    system = prompt(SUMMARY).text
+    template = summary_template(options.template_name)
+    system = template.text
     if options.prompt:
         system += "\n\n" + options.prompt
     completion = complete(
@@ -102,6 +112,7 @@ def summarize_history(
         messages=[{"role": "user", "content": "Transcript to condense:\n\n" + transcript}],
         max_tokens=options.summary_max_tokens,
         timeout=options.summarizer_timeout,
+        model=model_named(options.summarizer_model),
     )
     parts = [SUMMARY_HEADING, completion.text.strip()]
     if options.preserve_user_messages > 0:
@@ -114,6 +125,8 @@ def summarize_history(
         content="\n\n".join(p for p in parts if p),
         summarized_ids={e.id for e in older},
         elided=elided,
+        prompt_version=template.version,
+        summarizer_model=options.summarizer_model,
     )
 
 
@@ -134,9 +147,9 @@ def summarize_old_preserve_recent(ctx: CompactionContext) -> CompactionPlan | No
         summary=summary.content,
         tokens_before=history_tokens(ctx.view),
         tokens_after=count_message_tokens(summary.content) + _kept_tokens(kept),
-        prompt_version=SUMMARY,
+        prompt_version=summary.prompt_version,
         covered_ids=summary.summarized_ids,
-        details={"summarized": len(summary.summarized_ids), "elided": summary.elided},
+        details=summary.details(),
     )
 
 
@@ -258,9 +271,9 @@ def clear_old_tool_results(ctx: CompactionContext) -> CompactionPlan | None:
                 first_kept = kept[0] if kept else None
                 tokens_after = count_message_tokens(summary.content) + _kept_tokens(kept)
                 covered |= summary.summarized_ids
-                prompt_version = SUMMARY
+                prompt_version = summary.prompt_version
                 levels = None
-                details.update(fallback="summarize", summarized=len(summary.summarized_ids), elided=summary.elided)
+                details.update(fallback="summarize", **summary.details())
 
     if not cleared and "fallback" not in details:
         return None

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from memoryapp.llm.model import Completion, Message, ModelError, Usage
+from memoryapp.llm.model import Completion, LanguageModel, Message, ModelError, Usage
 from memoryapp.llm.port import complete
 
 _DECODER = json.JSONDecoder()
@@ -150,6 +150,7 @@ def ask_for_array(
     continuations: int = 4,
     continuation_prompt: str = DEFAULT_CONTINUATION,
     record: bool = True,
+    model: LanguageModel | None = None,
 ) -> ArrayAnswer:
     """Ask until the answer holds a JSON array (at most `tries` calls), then continue cut answers.
 
@@ -162,7 +163,9 @@ def ask_for_array(
     completion: Completion | None = None
     parsed = ParsedArray()
     for _ in range(tries):
-        completion = complete(system=system, messages=messages, max_tokens=max_tokens, timeout=timeout, record=record)
+        completion = complete(
+            system=system, messages=messages, max_tokens=max_tokens, timeout=timeout, record=record, model=model
+        )
         answer.calls += 1
         answer.usages.append(completion.usage)
         parsed = parse_json_array(completion.text)
@@ -180,7 +183,9 @@ def ask_for_array(
             {"role": "assistant", "content": completion.text},
             {"role": "user", "content": continuation_prompt.replace("{last}", last)},
         ]
-        completion = complete(system=system, messages=transcript, max_tokens=max_tokens, timeout=timeout, record=record)
+        completion = complete(
+            system=system, messages=transcript, max_tokens=max_tokens, timeout=timeout, record=record, model=model
+        )
         answer.calls += 1
         answer.continuations += 1
         answer.usages.append(completion.usage)

@@ -10,10 +10,11 @@ so an operator sees what each job cost.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 
@@ -45,6 +46,23 @@ def model_from_settings() -> LanguageModel:
 def current_model() -> LanguageModel:
     """The model calls go to: the one set by `use_model`, else the provider of the settings."""
     return _override if _override is not None else model_from_settings()
+
+
+def model_named(name: str | None) -> LanguageModel | None:
+    """The current provider asking for the model `name` instead of its own (003 `summarizerModel`:
+    a summarizer model distinct from the agent's); None for no name (the current model as it is).
+
+    The provider, its address and key stay those of the settings: only the model name changes.
+    """
+    if not name:
+        return None
+    base = current_model()
+    renamed = getattr(base, "with_model", None)
+    if callable(renamed):
+        return cast(LanguageModel, renamed(name))
+    if dataclasses.is_dataclass(base) and any(f.name == "model" for f in dataclasses.fields(base)):
+        return cast(LanguageModel, dataclasses.replace(base, model=name))  # type: ignore[type-var]
+    return base  # `none` and other providers without a model name: they answer as they would
 
 
 def model_available() -> bool:

@@ -10,7 +10,7 @@ that add entries never start model work they did not ask for.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from threading import Lock
 from typing import Any
 
@@ -27,6 +27,8 @@ class ScriptedCall:
     messages: list[Message]
     max_tokens: int
     timeout: float
+    # The model asked for (`model_named`: a summarizer model), else the provider's own.
+    model: str = "scripted"
 
 
 @dataclass
@@ -45,7 +47,7 @@ class ScriptedModel:
 
     def complete(self, *, system: str, messages: list[Message], max_tokens: int, timeout: float) -> Completion:
         with self._lock:
-            self.calls.append(ScriptedCall(system, list(messages), max_tokens, timeout))
+            self.calls.append(ScriptedCall(system, list(messages), max_tokens, timeout, self.model))
             index = len(self.calls) - 1
         if callable(self.script):
             answer: Any = self.script(system, messages)
@@ -59,6 +61,10 @@ class ScriptedModel:
             return answer
         prompt_tokens = count_tokens(system) + sum(count_tokens(m.get("content", "")) for m in messages)
         return Completion(str(answer), "stop", Usage(prompt_tokens, count_tokens(str(answer)), 0.0))
+
+    def with_model(self, name: str) -> ScriptedModel:
+        """The same script and record of calls, each call recording `name` as its model."""
+        return replace(self, model=name)
 
 
 class _Unscripted:

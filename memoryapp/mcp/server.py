@@ -42,6 +42,7 @@ from memoryapp.api.errors import error_body, exception_handler
 from memoryapp.api.files import MemoryFilesOut
 from memoryapp.api.search import ContextInput
 from memoryapp.api.threads import entry_input, entry_json
+from memoryapp.compaction.auto import compaction_pre_step
 from memoryapp.context.builder import ContextRequest, context_build
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.files.access import FileAccess, file_access_for
@@ -306,6 +307,7 @@ async def get_context(
     def work(caller: McpCaller) -> CallToolResult:
         thread = thread_for_agent(agent=caller.agent, external_id=_thread_id(caller, thread_id))
         request = ContextRequest(**validated(ContextInput, body))
+        compaction_pre_step(thread=thread)  # as the context endpoint: 003 preStep
         built = context_build(agent=caller.agent, thread=thread, request=request).as_json()
         return _text_result(json.dumps(built, ensure_ascii=False), built)
 

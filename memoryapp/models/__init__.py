@@ -1,5 +1,6 @@
 from memoryapp.models.agents import Agent, AgentKey
 from memoryapp.models.choices import OnBusy
+from memoryapp.models.compaction import CompactionSettings
 from memoryapp.models.consolidation import (
     ConsolidationPass,
     ConsolidationState,
@@ -18,6 +19,7 @@ __all__ = [
     "AccessLog",
     "Agent",
     "AgentKey",
+    "CompactionSettings",
     "ConsolidationPass",
     "ConsolidationState",
     "Entity",

@@ -70,3 +70,12 @@ class OnBusy(models.TextChoices):
     WAIT = "wait"
     REJECT = "reject"
     INTERRUPT = "interrupt"
+
+
+class AutoCompactionStrategy(models.TextChoices):
+    """The strategies an agent may have compact its threads automatically (memoryapp.compaction.plan
+    names them; `custom` is left out: it is a Python callable a request names, not a setting)."""
+
+    SUMMARIZE = "summarize-old-preserve-recent"
+    CLEAR_TOOL_RESULTS = "clear-old-tool-results"
+    HIERARCHICAL = "hierarchical"

@@ -45,6 +45,13 @@ class Thread(models.Model):
     # The thread's own 002 `onBusy` / `busyTimeoutSecs` ("" / null: the agent's).
     on_busy = models.CharField(max_length=10, choices=OnBusy.choices, blank=True, default="")
     busy_timeout_seconds = models.PositiveIntegerField(null=True, blank=True)
+    # The thread's own automatic compaction settings, over its agent's (CompactionSettings): only the
+    # keys given. A column of its own, not metadata, which the agent may replace at any time.
+    compaction = models.JSONField(default=dict, blank=True)
+    # Tokens of the active branch as the model sees it (compactions applied), kept by the appends so
+    # the automatic compaction check costs no read of the branch. Null: not known (a new branch,
+    # a compaction, a checkout); the next check counts it (memoryapp.compaction.auto).
+    history_tokens = models.BigIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -19,6 +19,25 @@ EXTRACTION = "extraction_v1"
 EXTRACTION_CONTINUE = "extraction_continue_v1"
 HIERARCHICAL = "hierarchical_v1"
 
+# 003 `templateName`: the named prompts a summarizer may be given, each a versioned template.
+# "default" is SUMMARY; a name maps to the version in use now, which the summary records.
+DEFAULT_SUMMARY_TEMPLATE = "default"
+SUMMARY_TEMPLATES = {
+    DEFAULT_SUMMARY_TEMPLATE: SUMMARY,
+    # A few sentences (004's example summarizer): small summarizer models, chatty threads.
+    "brief": "summary_brief_v1",
+    # Files, commands, errors and next steps: coding agents with many tool calls.
+    "coding": "summary_coding_v1",
+}
+
+
+def summary_template(name: str) -> Prompt:
+    """The summary prompt named `name` ("" = default); LookupError for a name not in SUMMARY_TEMPLATES."""
+    version = SUMMARY_TEMPLATES.get(name or DEFAULT_SUMMARY_TEMPLATE)
+    if version is None:
+        raise LookupError(f"No summary template is named {name!r}.")
+    return prompt(version)
+
 
 @dataclass(frozen=True)
 class Prompt:

@@ -6,6 +6,7 @@ from typing import Any
 
 from governance.jobs import job
 from governance.models import JobRun
+from memoryapp.compaction.auto import auto_compaction_job
 from memoryapp.compaction.service import compaction_job
 
 
@@ -13,3 +14,9 @@ from memoryapp.compaction.service import compaction_job
 def compact_thread(run: JobRun) -> dict[str, Any] | None:
     """Compact one thread as its job run says (strategy, options); safe to run twice."""
     return compaction_job(run)
+
+
+@job(name="memoryapp.tasks.auto_compact_thread", queue="extraction")
+def auto_compact_thread(run: JobRun) -> dict[str, Any] | None:
+    """Compact one thread that passed its automatic compaction trigger, checking it again first."""
+    return auto_compaction_job(run)

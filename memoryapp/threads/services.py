@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -21,7 +22,7 @@ from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
 from memoryapp.ids import new_id
 from memoryapp.models import Agent, Entry, Thread
-from memoryapp.models.choices import EntryType
+from memoryapp.models.choices import HISTORY_TYPES, EntryType
 from memoryapp.threads.columns import ENTRY_FORK_COPIED, ENTRY_INSERT_COLUMNS, ENTRY_JSON_COLUMNS, ENTRY_TABLE
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.threads.hooks import after_entries_added
@@ -34,6 +35,7 @@ from memoryapp.threads.validation import (
     thread_id_or_new,
     thread_metadata_check,
 )
+from memoryapp.tokens import count_message_tokens
 
 # --- threads -------------------------------------------------------------------------------
 
@@ -75,7 +77,11 @@ def thread_create(
         try:
             with transaction.atomic():
                 return Thread.objects.create(
-                    agent=agent, external_id=external_id, user_id=user_id, metadata=metadata_merged({}, metadata)
+                    agent=agent,
+                    external_id=external_id,
+                    user_id=user_id,
+                    metadata=metadata_merged({}, metadata),
+                    history_tokens=0,
                 )
         except IntegrityError:
             # Another request created it between our read and our insert: update that one.
@@ -200,6 +206,7 @@ def _insert(
     changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id}
     if branched:
         changes["branch_epoch"] = locked.branch_epoch = locked.branch_epoch + 1
+    changes["history_tokens"] = _history_tokens_after(locked, entries, branched=branched)
     Thread.objects.filter(pk=locked.pk).update(**changes)
     locked.next_seq, locked.active_leaf_id = seq, leaf_id
     thread_sync(thread, locked)
@@ -234,6 +241,18 @@ def _audit_tool_calls(thread: Thread, entries: Sequence[Entry]) -> None:
 
 # A record names at most this many of a write's entries (a batch may hold 1,000).
 AUDIT_TOOL_ENTRY_IDS = 50
+
+
+def _history_tokens_after(locked: Thread, entries: Sequence[Entry], *, branched: bool) -> Any:
+    """The thread's running count of history tokens after this write (see Thread.history_tokens).
+
+    Appends at the leaf add what their messages and tool results weigh (NULL stays NULL in SQL);
+    a write that branches or adds a compaction changes what the model sees in other ways: unknown.
+    """
+    if branched or any(e.type == EntryType.COMPACTION for e in entries):
+        return None
+    added = sum(count_message_tokens(e.content, e.tool_calls) for e in entries if e.type in HISTORY_TYPES)
+    return F("history_tokens") + added if added else F("history_tokens")
 
 
 # The positions of the JSON values in an inserted row (they go through Jsonb).
@@ -336,7 +355,9 @@ def thread_rewind(*, thread: Thread, entry_id: str, actor: str = "") -> Thread:
     # The entries after the new leaf are off its branch from now on.
     locked.branch_epoch += entry_id != previous
     locked.active_leaf_id = entry_id
-    locked.save(update_fields=["active_leaf", "branch_epoch"])
+    # Another branch: the running count of its history is not known.
+    locked.history_tokens = locked.history_tokens if entry_id == previous else None
+    locked.save(update_fields=["active_leaf", "branch_epoch", "history_tokens"])
     audit_append(
         action="thread.rewind",
         actor=actor,
@@ -357,9 +378,11 @@ def thread_checkout(*, thread: Thread, entry_id: str, actor: str = "") -> Thread
     if not Entry.objects.filter(thread=locked, id=entry_id).exists():
         raise DomainError("unknown_entry", "entry_id is not an entry of this thread.", field="entry_id")
     previous = locked.active_leaf_id
-    locked.branch_epoch += entry_id != locked.active_leaf_id
+    if entry_id != locked.active_leaf_id:
+        locked.branch_epoch += 1
+        locked.history_tokens = None  # another branch: its history is counted again
     locked.active_leaf_id = entry_id
-    locked.save(update_fields=["active_leaf", "branch_epoch"])
+    locked.save(update_fields=["active_leaf", "branch_epoch", "history_tokens"])
     audit_append(
         action="thread.checkout",
         actor=actor,

@@ -364,7 +364,9 @@ def thread_import(
         and leaf_id == (entries[-1].id if entries else None)
     )
     epoch = 0 if chain else 1
-    Thread.objects.filter(pk=thread.pk).update(next_seq=next_seq, active_leaf_id=leaf_id, branch_epoch=epoch)
+    Thread.objects.filter(pk=thread.pk).update(
+        next_seq=next_seq, active_leaf_id=leaf_id, branch_epoch=epoch, history_tokens=None
+    )
     thread.next_seq, thread.active_leaf_id, thread.branch_epoch = next_seq, leaf_id, epoch
     audit_append(
         action="thread.import",
