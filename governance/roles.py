@@ -63,6 +63,10 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_agentkey",
         "memoryapp.add_agentkey",
         "memoryapp.change_agentkey",
+        # An agent's automatic compaction (window, trigger, strategy, summarizer): what runs and costs.
+        "memoryapp.view_compactionsettings",
+        "memoryapp.add_compactionsettings",
+        "memoryapp.change_compactionsettings",
         "memoryapp.view_webhook",
         "memoryapp.add_webhook",
         "memoryapp.change_webhook",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import models
@@ -20,9 +21,18 @@ from memoryapp.agents.services import (
     agent_limits_set,
     agent_shadow_mode_set,
 )
+from memoryapp.compaction.auto import (
+    SETTING_NAMES,
+    agent_compaction_settings_set,
+    auto_compaction_combination_check,
+    auto_compaction_resolve,
+    auto_compaction_values,
+)
 from memoryapp.consolidation.fold import playbook_shadow_mode_set
-from memoryapp.models import Agent, AgentKey, MemoryItem, Thread
+from memoryapp.errors import DomainError
+from memoryapp.models import Agent, AgentKey, CompactionSettings, MemoryItem, Thread
 from memoryapp.models.choices import ItemStatus
+from memoryapp.prompts import SUMMARY_TEMPLATES
 
 
 def _actor(request: HttpRequest) -> str:
@@ -57,11 +67,87 @@ class AgentKeyInline(admin.TabularInline):
         return False
 
 
+class CompactionSettingsForm(forms.ModelForm):
+    """Checked by the same rules as the API (memoryapp.compaction.auto), each error on its field."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The named summary prompts (a field, not a form's own `template_name` attribute).
+        self.fields["template_name"] = forms.ChoiceField(
+            choices=[("", "default"), *((name, name) for name in SUMMARY_TEMPLATES if name != "default")],
+            required=False,
+            help_text="The named summary prompt (summaries only; not for hierarchical).",
+        )
+
+    class Meta:
+        model = CompactionSettings
+        fields = ("agent", *SETTING_NAMES)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        try:
+            values = auto_compaction_values({name: cleaned[name] for name in SETTING_NAMES if name in cleaned})
+            auto_compaction_combination_check(auto_compaction_resolve(values, None), field="template_name")
+        except DomainError as error:
+            self.add_error(error.field if error.field in self.fields else None, error.message)
+        return cleaned
+
+
 def _link(name: str, label: str, query: str = "") -> str | None:
     try:
         return format_html('<a href="{}{}">{}</a>', reverse(f"admin:{name}"), query, label)
     except NoReverseMatch:
         return None
+
+
+def _compaction_link(agent: Agent) -> str | None:
+    row = CompactionSettings.objects.filter(agent=agent).first()
+    if row is None:
+        return _link("memoryapp_compactionsettings_add", "automatic compaction (off)", f"?agent={agent.pk}")
+    try:
+        url = reverse("admin:memoryapp_compactionsettings_change", args=[agent.pk])
+    except NoReverseMatch:
+        return None
+    state = "on" if row.enabled else "off"
+    return format_html('<a href="{}">automatic compaction ({})</a>', url, state)
+
+
+@admin.register(CompactionSettings)
+class CompactionSettingsAdmin(admin.ModelAdmin):
+    """An agent's automatic compaction, for operators: saved through `agent_compaction_settings_set`
+    (checked as the API checks it, audited), never by the form itself."""
+
+    form = CompactionSettingsForm
+    list_display = (
+        "agent",
+        "enabled",
+        "context_window",
+        "trigger_ratio",
+        "strategy",
+        "keep_recent",
+        "summarizer_model",
+        "template_name",
+        "pre_step",
+        "updated_at",
+    )
+    list_filter = ("enabled", "strategy", "pre_step")
+    list_select_related = ("agent",)
+    search_fields = ("agent__slug",)
+    raw_id_fields = ("agent",)
+
+    fields = ("agent", *SETTING_NAMES, "updated_at")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: CompactionSettings | None = None) -> list[str]:
+        return ["agent", "updated_at"] if obj is not None else ["updated_at"]
+
+    def has_delete_permission(self, request: HttpRequest, obj: CompactionSettings | None = None) -> bool:
+        return False  # turned off with `enabled`, so the change is audited like any other
+
+    def save_model(self, request: HttpRequest, obj: CompactionSettings, form: Any, change: bool) -> None:
+        names = [name for name in SETTING_NAMES if name in form.changed_data or not change]
+        agent_compaction_settings_set(
+            agent=obj.agent, values={name: form.cleaned_data[name] for name in names}, actor=_actor(request)
+        )
 
 
 @admin.register(Agent)
@@ -97,6 +183,7 @@ class AgentAdmin(admin.ModelAdmin):
             _link("memoryapp_memoryfileversion_tree", "memory files", f"?agent={obj.slug}"),
             _link("governance_jobrun_changelist", "job runs", f"?agent_id={obj.pk}"),
             _link("governance_auditrecord_changelist", "audit records", f"?agent_id={obj.pk}"),
+            _compaction_link(obj),
         ]
         return format_html_join(" · ", "{}", ((link,) for link in links if link))
 

@@ -186,7 +186,8 @@ def auto_compaction_resolve(agent_settings: dict[str, Any] | None, override: Any
     return AutoCompaction(**{name: values[name] for name in SETTING_NAMES})
 
 
-def _check_combination(config: AutoCompaction, *, field: str) -> None:
+def auto_compaction_combination_check(config: AutoCompaction, *, field: str) -> None:
+    """Settings that check one by one but not together: DomainError naming `field`."""
     # A named summary template has nothing to name in a hierarchical tree (its prompt asks for atoms).
     if config.strategy == HIERARCHICAL and config.template_name:
         raise DomainError(
@@ -222,7 +223,7 @@ def agent_compaction_settings_set(*, agent: Agent, values: dict[str, Any], actor
     row, _ = CompactionSettings.objects.select_for_update().get_or_create(agent=agent)
     before = _settings_dict(row)
     config = auto_compaction_resolve({**before, **checked}, None)
-    _check_combination(config, field="template_name" if "template_name" in checked else "strategy")
+    auto_compaction_combination_check(config, field="template_name" if "template_name" in checked else "strategy")
     changed = sorted(name for name, value in checked.items() if before.get(name) != value)
     if changed:
         for name in changed:
@@ -254,7 +255,7 @@ def thread_compaction_set(*, thread: Thread, values: dict[str, Any], actor: str)
             override[name] = value
     row = CompactionSettings.objects.filter(agent_id=locked.agent_id).first()
     config = auto_compaction_resolve(_settings_dict(row), override)
-    _check_combination(config, field="template_name" if "template_name" in checked else "strategy")
+    auto_compaction_combination_check(config, field="template_name" if "template_name" in checked else "strategy")
     if override != before:
         Thread.objects.filter(pk=locked.pk).update(compaction=override)
         audit_append(
@@ -395,8 +396,9 @@ def auto_compaction_job(run: JobRun) -> dict[str, Any] | None:
        and nothing is written.
     3. `compaction_run` with the configured strategy and options, source `auto-trigger`.
     4. The pending mark is cleared at the end, so the next append past the trigger sends the next
-       run; when the run could compact nothing and the thread is still past its trigger, the mark
-       is left to expire, so appends do not send a run each that could only do nothing again.
+       run; when the thread is still past its trigger after the run (the strategy could not bring it
+       under), the mark is left to expire (PENDING_GRACE_SECONDS), so appends do not each send a run
+       that could only do as little again.
     """
     arguments = run.arguments or {}
     thread_pk = int(arguments.get("thread_pk") or 0)
@@ -412,7 +414,13 @@ def auto_compaction_job(run: JobRun) -> dict[str, Any] | None:
                 keep_mark = True  # the mark is the running one's: it clears it as it ends
                 return {"compacted": False, "reason": "another compaction of this thread is running"}
             result = _compact_if_over(run, thread, source=str(arguments.get("source") or "auto-trigger"))
-            keep_mark = bool(result and not result.get("compacted") and result.get("reason") == "nothing to compact")
+            if result is not None and result.get("reason") != "under the trigger":
+                # Still past the trigger after the strategy did what it could (the kept tail alone
+                # fills it, or clearing without a model): no run per append until the mark expires.
+                still = history_tokens_recount(thread=thread)
+                keep_mark = thread_auto_compaction(thread=thread).passes(still)
+                if keep_mark:
+                    result["still_over_trigger"] = still
             return result
     finally:
         if not keep_mark:

@@ -207,7 +207,8 @@ def clear_old_tool_results(ctx: CompactionContext) -> CompactionPlan | None:
     already = ctx.cleared_ids()
     candidates = [e for e in view.entries if is_tool_result(e) and e.id not in already]
     keep = max(options.keep_tool_uses, 0)
-    to_clear = candidates[: len(candidates) - keep] if keep else list(candidates)
+    # Fewer candidates than `keep`: none is cleared (a negative slice end would clear some).
+    to_clear = candidates[: max(len(candidates) - keep, 0)]
     to_clear = [e for e in to_clear if tool_name_of(e, calls) not in options.exclude_tools]
 
     cleared: dict[str, str] = {}
