@@ -190,6 +190,11 @@ EXTRACTION_DEBOUNCE_SECONDS = env_float("EXTRACTION_DEBOUNCE_SECONDS", 30.0, min
 # Automatic compaction (memoryapp.compaction.auto): a thread passing its trigger is compacted this
 # many seconds after the append that crossed it, so a burst of appends gives one job.
 AUTO_COMPACTION_DEBOUNCE_SECONDS = env_float("AUTO_COMPACTION_DEBOUNCE_SECONDS", 5.0, minimum=0.0, maximum=3600.0)
+# How long a process keeps an agent's automatic compaction settings for the check after appends
+# (no query per append); a change reaches the other processes within this time.
+AUTO_COMPACTION_SETTINGS_TTL_SECONDS = env_float(
+    "AUTO_COMPACTION_SETTINGS_TTL_SECONDS", 10.0, minimum=0.0, maximum=3600.0
+)
 # Consolidation between runs (memoryapp.consolidation): the caps of one scheduled pass. A pass that
 # reaches a cap stops where it is and the next run goes on from there.
 CONSOLIDATION_MAX_SCOPES = env_int("CONSOLIDATION_MAX_SCOPES", 20, minimum=1, maximum=10_000)

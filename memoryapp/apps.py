@@ -8,18 +8,16 @@ class MemoryAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: the app registry must be ready before modules that import models load.
-        from memoryapp.compaction.auto import auto_compaction_check
+        from memoryapp.compaction.auto import auto_compaction_check_thread
         from memoryapp.extraction.schedule import extraction_schedule
         from memoryapp.search.indexing import embedding_schedule
-        from memoryapp.threads.hooks import entries_added_follow
+        from memoryapp.threads.hooks import entries_added_follow, entries_added_follow_thread
 
         # What follows new entries, in this order: their vectors, then what extraction learns.
         # Threads name neither (they sit below both); this is where they are wired.
         entries_added_follow("embedding", lambda agent_id, thread_pk: embedding_schedule(agent_id=agent_id))
         entries_added_follow("extraction", lambda agent_id, thread_pk: extraction_schedule(thread_pk=thread_pk))
 
-        # Then automatic compaction: a thread past its trigger gets its compaction job.
-        def compaction_check(agent_id: int, thread_pk: int) -> None:
-            auto_compaction_check(thread_pk=thread_pk)
-
-        entries_added_follow("compaction", compaction_check)
+        # Then automatic compaction: a thread past its trigger gets its compaction job. It is given
+        # the thread as the write left it (its running token count): no query per append.
+        entries_added_follow_thread("compaction", lambda thread: auto_compaction_check_thread(thread=thread))

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -225,6 +226,7 @@ def agent_compaction_settings_set(*, agent: Agent, values: dict[str, Any], actor
     config = auto_compaction_resolve({**before, **checked}, None)
     auto_compaction_combination_check(config, field="template_name" if "template_name" in checked else "strategy")
     changed = sorted(name for name, value in checked.items() if before.get(name) != value)
+    _settings_cache.pop(agent.pk, None)  # this process sees the change at once; others within the TTL
     if changed:
         for name in changed:
             setattr(row, name, checked[name])
@@ -295,35 +297,59 @@ def history_tokens_recount(*, thread: Thread) -> int:
     return tokens
 
 
-_CHECK_FIELDS = ("agent_id", "external_id", "compaction", "history_tokens")
+# agent id -> (time.monotonic() it is good until, the agent's settings or None): the check after
+# appends reads them from here, so an append costs no query for them.
+_settings_cache: dict[int, tuple[float, dict[str, Any] | None]] = {}
+
+
+def _cached_agent_settings(agent_id: int) -> dict[str, Any] | None:
+    now = time.monotonic()
+    cached = _settings_cache.get(agent_id)
+    if cached is not None and cached[0] > now:
+        return cached[1]
+    values = _settings_dict(CompactionSettings.objects.filter(agent_id=agent_id).first()) or None
+    _settings_cache[agent_id] = (now + settings.AUTO_COMPACTION_SETTINGS_TTL_SECONDS, values)
+    return values
+
+
+# thread pk -> time.monotonic() until which this process takes a run of the thread as pending (it
+# sent one, or found one pending): the appends of a burst past the trigger skip the Redis round
+# trip. At worst a crossing right after a run ended waits this long (the debounce) for the next.
+_pending_seen: dict[int, float] = {}
+PENDING_SEEN_MAX = 10_000
 
 
 def auto_compaction_check(*, thread_pk: int) -> JobRun | None:
+    """`auto_compaction_check_thread` for a thread known by its pk (read from the database)."""
+    thread = Thread.objects.filter(pk=thread_pk).first()
+    return auto_compaction_check_thread(thread=thread) if thread is not None else None
+
+
+def auto_compaction_check_thread(*, thread: Thread) -> JobRun | None:
     """After a committed write to the thread: send its compaction job when it passed its trigger.
 
-    Cheap: one query reads the thread's running token count and its agent's settings; a thread
-    under its trigger (or off) costs nothing more. See the module's steps.
+    Cheap: `thread` is the row the write read under its lock, with the running count of history
+    tokens the write left (Thread.history_tokens), and the agent's settings come from a cache
+    (AUTO_COMPACTION_SETTINGS_TTL_SECONDS): a thread under its trigger, or off, costs no query.
+    See the module's steps.
     """
-    row = (
-        Thread.objects.filter(pk=thread_pk)
-        .values(*_CHECK_FIELDS, *(f"agent__compaction_settings__{name}" for name in SETTING_NAMES))
-        .first()
-    )
-    if row is None:
-        return None
-    agent_settings = None
-    if row["agent__compaction_settings__enabled"] is not None:
-        agent_settings = {name: row[f"agent__compaction_settings__{name}"] for name in SETTING_NAMES}
-    config = auto_compaction_resolve(agent_settings, row["compaction"])
+    config = auto_compaction_resolve(_cached_agent_settings(thread.agent_id), thread.compaction)
     if not config.enabled:
         return None
-    tokens = row["history_tokens"]
+    tokens = thread.history_tokens
     if tokens is None:
-        tokens = history_tokens_recount(thread=Thread.objects.get(pk=thread_pk))
+        tokens = history_tokens_recount(thread=thread)
     if not config.passes(tokens):
         return None
+    thread_pk = thread.pk
     key = auto_compaction_key(thread_pk)
     debounce = settings.AUTO_COMPACTION_DEBOUNCE_SECONDS
+    now = time.monotonic()
+    if _pending_seen.get(thread_pk, 0.0) > now:
+        return None  # this process saw a run of the thread pending just now: no Redis round trip
+    if len(_pending_seen) > PENDING_SEEN_MAX:
+        _pending_seen.clear()
+    _pending_seen[thread_pk] = now + max(debounce, 1.0)
     if not debounce_mark_set(debounce_mark(key), ttl=int(debounce) + PENDING_GRACE_SECONDS):
         return None  # one is pending or running: this append joins it
     return job_enqueue(
@@ -331,12 +357,12 @@ def auto_compaction_check(*, thread_pk: int) -> JobRun | None:
         task_name=AUTO_JOB_TASK,
         arguments={
             "thread_pk": thread_pk,
-            "thread_id": row["external_id"],
+            "thread_id": thread.external_id,
             "source": "auto-trigger",
             "tokens": tokens,
             "trigger_tokens": config.trigger_tokens,
         },
-        agent_id=row["agent_id"],
+        agent_id=thread.agent_id,
         dedupe_key=key,
         countdown=debounce,
     )
@@ -425,6 +451,7 @@ def auto_compaction_job(run: JobRun) -> dict[str, Any] | None:
     finally:
         if not keep_mark:
             job_debounce_clear(auto_compaction_key(thread_pk))
+            _pending_seen.pop(thread_pk, None)
 
 
 def compaction_pre_step(*, thread: Thread) -> JobRun | None:

@@ -21,11 +21,20 @@ logger = logging.getLogger(__name__)
 # A sender: told (agent id, thread pk) after a write that added entries to that thread committed.
 Sender = Callable[[int, int], None]
 _followers: dict[str, Sender] = {}
+ThreadSender = Callable[[Thread], object]
+_thread_followers: dict[str, ThreadSender] = {}
 
 
 def entries_added_follow(name: str, send: Sender) -> None:
     """Have `send(agent_id, thread_pk)` called after every committed write that adds entries."""
     _followers[name] = send
+
+
+def entries_added_follow_thread(name: str, send: ThreadSender) -> None:
+    """Have `send(thread)` called after every committed write that adds entries (after the
+    senders): the thread as the write left it (its row read under the write's lock, with what the
+    write changed), for a check that must not cost a query per write."""
+    _thread_followers[name] = send
 
 
 def after_entries_added(*, thread: Thread, entries: Sequence[Entry]) -> None:
@@ -42,6 +51,11 @@ def after_entries_added(*, thread: Thread, entries: Sequence[Entry]) -> None:
         for name, send in list(_followers.items()):
             try:
                 send(agent_id, thread_pk)
+            except Exception:
+                logger.exception("could not send the %s job after a write of thread %s", name, thread_pk)
+        for name, send_thread in list(_thread_followers.items()):
+            try:
+                send_thread(thread)
             except Exception:
                 logger.exception("could not send the %s job after a write of thread %s", name, thread_pk)
 

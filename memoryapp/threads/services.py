@@ -13,7 +13,6 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -50,7 +49,16 @@ def thread_lock(thread: Thread) -> Thread:
 
 def thread_sync(target: Thread, source: Thread) -> None:
     """Let the caller's thread object see what the write changed."""
-    for name in ("active_leaf_id", "next_seq", "updated_at", "metadata", "user_id", "branch_epoch"):
+    for name in (
+        "active_leaf_id",
+        "next_seq",
+        "updated_at",
+        "metadata",
+        "user_id",
+        "branch_epoch",
+        "history_tokens",
+        "compaction",
+    ):
         setattr(target, name, getattr(source, name))
 
 
@@ -209,6 +217,7 @@ def _insert(
     changes["history_tokens"] = _history_tokens_after(locked, entries, branched=branched)
     Thread.objects.filter(pk=locked.pk).update(**changes)
     locked.next_seq, locked.active_leaf_id = seq, leaf_id
+    locked.history_tokens = changes["history_tokens"]
     thread_sync(thread, locked)
     event_record(
         agent_id=locked.agent_id, type="entry.added", thread_id=locked.external_id, ids=[e.id for e in entries]
@@ -243,16 +252,18 @@ def _audit_tool_calls(thread: Thread, entries: Sequence[Entry]) -> None:
 AUDIT_TOOL_ENTRY_IDS = 50
 
 
-def _history_tokens_after(locked: Thread, entries: Sequence[Entry], *, branched: bool) -> Any:
-    """The thread's running count of history tokens after this write (see Thread.history_tokens).
+def _history_tokens_after(locked: Thread, entries: Sequence[Entry], *, branched: bool) -> int | None:
+    """The thread's running count of history tokens after this write (see Thread.history_tokens),
+    from the row read under the lock this write holds.
 
-    Appends at the leaf add what their messages and tool results weigh (NULL stays NULL in SQL);
+    Appends at the leaf add what their messages and tool results weigh (unknown stays unknown);
     a write that branches or adds a compaction changes what the model sees in other ways: unknown.
     """
-    if branched or any(e.type == EntryType.COMPACTION for e in entries):
+    if locked.history_tokens is None or branched or any(e.type == EntryType.COMPACTION for e in entries):
         return None
-    added = sum(count_message_tokens(e.content, e.tool_calls) for e in entries if e.type in HISTORY_TYPES)
-    return F("history_tokens") + added if added else F("history_tokens")
+    return locked.history_tokens + sum(
+        count_message_tokens(e.content, e.tool_calls) for e in entries if e.type in HISTORY_TYPES
+    )
 
 
 # The positions of the JSON values in an inserted row (they go through Jsonb).

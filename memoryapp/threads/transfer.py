@@ -368,6 +368,7 @@ def thread_import(
         next_seq=next_seq, active_leaf_id=leaf_id, branch_epoch=epoch, history_tokens=None
     )
     thread.next_seq, thread.active_leaf_id, thread.branch_epoch = next_seq, leaf_id, epoch
+    thread.history_tokens = None
     audit_append(
         action="thread.import",
         actor=actor,
