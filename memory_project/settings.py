@@ -287,6 +287,7 @@ SPECTACULAR_SETTINGS = {
         "ContextStrategyEnum": "memoryapp.context.builder.STRATEGIES",
         "OnBusyEnum": "memoryapp.models.choices.OnBusy",
         "RunStatusEnum": "memoryapp.models.runs.ThreadRun.Status",
+        "AutoCompactionStrategyEnum": "memoryapp.models.choices.AutoCompactionStrategy",
     },
 }
 

@@ -311,6 +311,14 @@ def api_tour(caller: Caller) -> list[Visit]:
             body={"strategy": "summarize-old-preserve-recent", "preserve_recent_turns": 2, "async": False},
         )
         call("POST", compact, f"{V1}/threads/tour-b/compact", body={"strategy": "summarize-old-preserve-recent"})
+    # Automatic compaction: the agent's settings, and a thread's own over them.
+    call("GET", f"{V1}/settings/compaction")
+    call("PATCH", f"{V1}/settings/compaction", body={"enabled": False, "context_window": 200_000, "keep_recent": 6})
+    call("PATCH", f"{V1}/settings/compaction", body={"trigger_ratio": 2})
+    settings_of_thread = f"{thread}/settings/compaction"
+    call("GET", settings_of_thread, f"{V1}/threads/tour/settings/compaction")
+    call("PATCH", settings_of_thread, f"{V1}/threads/tour/settings/compaction", body={"context_window": 32_000})
+    call("PATCH", settings_of_thread, f"{V1}/threads/tour/settings/compaction", body={"context_window": None})
     call(
         "POST",
         f"{thread}/context",
