@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+from django.test import override_settings
+
 from governance.jobs import broker_redis, debounce_mark, job_debounce_clear
 from governance.models import AuditRecord, JobRun
 from memoryapp.compaction.auto import (
@@ -35,6 +38,7 @@ from tests.kit.admin import staff_client
 from tests.kit.api import Caller, build_context, error_of, get_ok, patch_ok, post_entries, post_entry, post_thread
 from tests.kit.concurrency import started
 from tests.kit.factories import EntryFactory, ThreadFactory, tool_thread
+from tests.kit.servers import ModelServer, Reply
 
 SETTINGS = "/api/v1/settings/compaction"
 WORDS = "the quick brown fox jumps over the lazy dog " * 20  # about 225 tokens a message
@@ -488,3 +492,46 @@ def test_an_operator_edits_an_agents_automatic_compaction_and_a_reviewer_cannot(
     row.refresh_from_db()
     assert row.enabled is True and row.context_window == 2000
     assert AuditRecord.objects.filter(action="agent.compaction_set").count() == 2
+
+
+def _openai_reply(text: str) -> Reply:
+    return Reply(
+        200,
+        {
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 100, "completion_tokens": 10},
+        },
+    )
+
+
+def _anthropic_reply(text: str) -> Reply:
+    return Reply(
+        200,
+        {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "usage": {"input_tokens": 9}},
+    )
+
+
+@pytest.mark.parametrize(
+    ("provider", "reply", "path"),
+    [("openai", _openai_reply, "/v1/chat/completions"), ("anthropic", _anthropic_reply, "/v1/messages")],
+)
+def test_the_summarizer_model_is_the_model_the_provider_is_asked_for(
+    alice: Caller, provider: str, reply: Any, path: str
+) -> None:
+    thread = ThreadFactory(agent=alice.agent, external_id="t-http")
+    _chat(thread)
+    replies = [reply("A summary by the small model."), reply("A summary by the agent's model.")]
+    server = ModelServer(replies)
+    with (
+        server.running(),
+        override_settings(LLM_PROVIDER=provider, LLM_BASE_URL=server.url + "/v1", LLM_MODEL="agent-large"),
+    ):
+        compaction_now(
+            thread=thread,
+            strategy="summarize-old-preserve-recent",
+            options={"summarizer_model": "summarizer-small", "preserve_recent_turns": 2},
+        )
+        other = ThreadFactory(agent=alice.agent, external_id="t-http-2")
+        _chat(other)
+        compaction_now(thread=other, strategy="summarize-old-preserve-recent")
+    assert [(r.path, r.body["model"]) for r in server.seen] == [(path, "summarizer-small"), (path, "agent-large")]
