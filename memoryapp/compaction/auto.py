@@ -336,6 +336,10 @@ def auto_compaction_check_thread(*, thread: Thread) -> JobRun | None:
     config = auto_compaction_resolve(_cached_agent_settings(thread.agent_id), thread.compaction)
     if not config.enabled:
         return None
+    if config.strategy == SUMMARIZE and not model_available():
+        # A run that could only be skipped, on every append past the trigger, would bury the job
+        # list (as extraction does); the zero-model strategies still run.
+        return None
     tokens = thread.history_tokens
     if tokens is None:
         tokens = history_tokens_recount(thread=thread)
@@ -395,7 +399,7 @@ def _compact_if_over(run: JobRun, thread: Thread, *, source: str) -> dict[str, A
         return {**base, "compacted": False, "reason": "under the trigger"}
     if config.strategy == SUMMARIZE and not model_available():
         job_skip(run, f"no language model is configured (LLM_PROVIDER=none): {config.strategy} needs one")
-        return None
+        return {"skipped": "no language model"}
     try:
         outcome: CompactionOutcome = compaction_run(
             thread=thread,
@@ -407,7 +411,7 @@ def _compact_if_over(run: JobRun, thread: Thread, *, source: str) -> dict[str, A
         )
     except ModelUnavailable as exc:
         job_skip(run, f"no language model is configured: {exc}")
-        return None
+        return {"skipped": "no language model"}
     except Conflict as refused:
         # Another compaction was written, or what this one covered changed, while it ran.
         return {**base, "compacted": False, "reason": refused.code}
@@ -440,6 +444,9 @@ def auto_compaction_job(run: JobRun) -> dict[str, Any] | None:
                 keep_mark = True  # the mark is the running one's: it clears it as it ends
                 return {"compacted": False, "reason": "another compaction of this thread is running"}
             result = _compact_if_over(run, thread, source=str(arguments.get("source") or "auto-trigger"))
+            if result is not None and "skipped" in result:
+                keep_mark = True  # no model: the next run waits for the mark to expire
+                return None  # the run is skipped, with its reason
             if result is not None and result.get("reason") != "under the trigger":
                 # Still past the trigger after the strategy did what it could (the kept tail alone
                 # fills it, or clearing without a model): no run per append until the mark expires.
@@ -448,6 +455,9 @@ def auto_compaction_job(run: JobRun) -> dict[str, Any] | None:
                 if keep_mark:
                     result["still_over_trigger"] = still
             return result
+    except Exception:
+        keep_mark = True  # a failed run (the model down): no run per append until the mark expires
+        raise
     finally:
         if not keep_mark:
             job_debounce_clear(auto_compaction_key(thread_pk))

@@ -184,6 +184,22 @@ def test_an_agent_with_automatic_compaction_off_never_triggers(
     assert not Entry.objects.filter(type="compaction").exists()
 
 
+def test_without_a_model_only_the_zero_model_strategies_are_sent(
+    alice: Caller, django_capture_on_commit_callbacks: Any
+) -> None:
+    summarized = _fresh(tool_thread(alice.agent, rounds=5, external_id="t-none-sum"))
+    cleared = _fresh(tool_thread(alice.agent, rounds=5, external_id="t-none-clear"))
+    _settings(alice.agent, enabled=True, context_window=2000, trigger_ratio=0.5)  # summarize: needs a model
+    thread_compaction_set(thread=cleared, values={"strategy": "clear-old-tool-results"}, actor="test")
+    with override_settings(LLM_PROVIDER="none"), django_capture_on_commit_callbacks(execute=True):
+        EntryFactory(thread=summarized, role="user", content="more")
+        EntryFactory(thread=cleared, role="user", content="more")
+    assert _auto_runs(summarized) == [] and _compactions(summarized) == []
+    [run] = _auto_runs(cleared)
+    assert run.status == "succeeded" and run.result["compacted"] is True
+    assert "summarize fallback skipped" in run.result["partial"]
+
+
 def test_a_threads_own_settings_override_its_agents(alice: Caller, django_capture_on_commit_callbacks: Any) -> None:
     # The agent compacts at 100k tokens; one thread has a window of its own, one turns it off.
     _settings(alice.agent, enabled=True, context_window=100_000, strategy="clear-old-tool-results")
