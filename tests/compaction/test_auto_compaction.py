@@ -6,13 +6,14 @@ check as the hook does), the job eagerly in the test process unless a test keeps
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from governance.jobs import broker_redis, debounce_mark, job_debounce_clear
 from governance.models import AuditRecord, JobRun
@@ -167,6 +168,38 @@ def test_a_thread_past_its_trigger_is_compacted_after_the_append_and_not_below_i
     with django_capture_on_commit_callbacks(execute=True):
         post_entry(alice, "t-trigger", role="user", content="Thanks.")
     assert len(_auto_runs(thread)) == 1 and _exact_tokens(thread) < 1000
+
+
+def test_an_mcp_thread_append_past_the_trigger_is_compacted(
+    alice: Caller, client: Client, django_capture_on_commit_callbacks: Any
+) -> None:
+    _settings(alice.agent, enabled=True, context_window=2000, trigger_ratio=0.5, strategy="clear-old-tool-results")
+    thread = _api_thread(alice, "t-mcp")
+    entries: list[dict[str, Any]] = [{"role": "user", "content": "Fetch five pages."}]
+    for n in range(5):
+        entries.append(
+            {"role": "assistant", "content": "", "tool_calls": [{"id": f"c{n}", "name": "fetch", "arguments": {}}]}
+        )
+        entries.append({"type": "tool_result", "tool_call_id": f"c{n}", "content": WORDS})
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "thread_append", "arguments": {"thread_id": "t-mcp", "entries": entries}},
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post(
+            "/mcp/",
+            json.dumps(call),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {alice.key}",
+            HTTP_ACCEPT="application/json, text/event-stream",
+            HTTP_MCP_PROTOCOL_VERSION="2025-06-18",
+        )
+    assert answer.status_code == 200 and "error" not in answer.json(), answer.content
+    [run] = _auto_runs(thread)
+    assert run.status == "succeeded" and run.result["compacted"] is True
+    assert _compactions(thread)[0].event["source"] == "auto-trigger"
 
 
 def test_an_agent_with_automatic_compaction_off_never_triggers(
