@@ -139,6 +139,9 @@ def derived_forget(
         report.observations_deleted = named.observations_deleted
     _clear_context_vectors(agent=agent, parent_ids=set(rows) | {c.id for c in summaries}, report=report)
     _splice_out(agent=agent, threads=threads, summaries=summaries, report=report)
+    # What the model sees of these threads changed (entries, summaries gone): their running count of
+    # history tokens is counted again by the next automatic compaction check.
+    Thread.objects.filter(pk__in=[t.pk for t in threads]).update(history_tokens=None)
 
     single_thread = threads[0].external_id if len(threads) == 1 else ""
     audit_append(

@@ -110,6 +110,9 @@ def _splice_many(locked: Thread, doomed: set[str]) -> int:
         locked.active_leaf_id = survivor(locked.active_leaf_id)
         Thread.objects.filter(pk=locked.pk).update(active_leaf_id=locked.active_leaf_id)
     Entry.objects.filter(thread=locked, pk__in=doomed).delete()
+    # What the model sees of the thread changed (a deleted compaction shows what it summarized
+    # again): its running count of history tokens is counted by the next automatic compaction check.
+    Thread.objects.filter(pk=locked.pk).update(history_tokens=None)
     return len(moves)
 
 
@@ -166,6 +169,10 @@ def entry_delete(*, entry: Entry, actor: str = "") -> None:
         locked.active_leaf_id = parent_id
         locked.save(update_fields=["active_leaf"])
     Entry.objects.filter(pk=entry.pk).delete()
+    # What the model sees changed (a deleted compaction shows what it summarized again): the running
+    # count of history tokens is counted by the next automatic compaction check.
+    locked.history_tokens = None
+    Thread.objects.filter(pk=locked.pk).update(history_tokens=None)
     event_record(agent_id=locked.agent_id, type="entry.deleted", thread_id=locked.external_id, ids=[entry.pk])
     audit_append(
         action="entry.delete",

@@ -29,6 +29,7 @@ from memoryapp.compaction.auto import (
 from memoryapp.compaction.history import compacted_history
 from memoryapp.compaction.policy import history_tokens, thread_branch
 from memoryapp.compaction.service import compaction_now
+from memoryapp.forgetting.services import entry_delete
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Agent, CompactionSettings, Entry, Thread
@@ -121,6 +122,22 @@ def test_appends_keep_the_running_count_of_history_tokens_exact(alice: Caller) -
     assert history_tokens_recount(thread=thread) == _exact_tokens(thread)
     thread.refresh_from_db()
     assert thread.history_tokens == _exact_tokens(thread)
+
+
+def test_deleting_a_compaction_makes_the_count_unknown_and_the_next_check_counts_it(alice: Caller) -> None:
+    _settings(alice.agent, enabled=True, context_window=4000, trigger_ratio=0.5, strategy="clear-old-tool-results")
+    thread = _fresh(tool_thread(alice.agent, rounds=5))
+    _, outcome = compaction_now(thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 0})
+    assert outcome is not None and outcome.entry is not None
+    history_tokens_recount(thread=thread)
+    thread.refresh_from_db()
+    assert thread.history_tokens == _exact_tokens(thread) < 2000  # cleared: under the trigger
+    entry_delete(entry=outcome.entry, actor="test")
+    thread.refresh_from_db()
+    assert thread.history_tokens is None  # the cleared results count again
+    with _jobs_kept_queued():
+        run = auto_compaction_check(thread_pk=thread.pk)
+    assert run is not None and run.arguments["tokens"] == _exact_tokens(thread) > 2000
 
 
 # --- the trigger ------------------------------------------------------------------------------------
