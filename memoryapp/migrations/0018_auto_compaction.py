@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryapp', '0013_events_webhooks_memory_switch'),
+        ('memoryapp', '0017_retention_prune_permission'),
     ]
 
     operations = [
