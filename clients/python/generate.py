@@ -41,7 +41,9 @@ def type_of(node: dict[str, Any]) -> str:
     elif "oneOf" in node or "anyOf" in node:
         text = " | ".join(type_of(member) for member in node.get("oneOf") or node["anyOf"])
     elif "enum" in node:
-        text = "Literal[" + ", ".join(json.dumps(value) for value in node["enum"] if value is not None) + "]"
+        values = [json.dumps(value) for value in node["enum"] if value is not None]
+        # An enum of null alone (drf-spectacular's NullEnum beside a nullable choice field) is None.
+        text = "Literal[" + ", ".join(values) + "]" if values else "None"
     else:
         kind = node.get("type")
         if kind == "string":

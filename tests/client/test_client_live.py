@@ -120,6 +120,17 @@ def client_tour(memory: Any, who: Caller) -> None:
     compacted = memory.compact("t-rome", strategy="clear-old-tool-results", keep_tool_uses=0)
     assert compacted.get("compacted") is True, compacted
     assert memory.tool_result(ids[2])["content"].startswith("page ")
+    # Automatic compaction settings: the agent's, then a thread's own over them (None: the agent's).
+    assert memory.compaction_settings()["trigger_tokens"] > 0
+    changed = memory.set_compaction_settings(enabled=False, trigger_ratio=0.5, context_window=10_000)
+    assert (changed["enabled"], changed["trigger_tokens"]) == (False, 5_000)
+    own = memory.set_thread_compaction_settings("t-rome", trigger_ratio=0.25)
+    assert own["own"] == {"trigger_ratio": 0.25} and own["effective"]["trigger_tokens"] == 2_500
+    back = memory.set_thread_compaction_settings("t-rome", trigger_ratio=None)
+    assert memory.thread_compaction_settings("t-rome")["own"] == {} == back["own"]
+    with pytest.raises(ApiError) as refused:
+        memory.set_compaction_settings(trigger_ratio=2)
+    assert refused.value.status == 400 and refused.value.field == "trigger_ratio"
     extracted = memory.extract("t-rome", async_=False)
     assert "job_run" in extracted
     # Redaction and deletion of entries.

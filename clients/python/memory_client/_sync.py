@@ -25,6 +25,7 @@ from memory_client._core import (
 )
 from memory_client.models import (
     ApiRootOut,
+    AutoCompactionOut,
     CompactedOut,
     CompactionSkippedOut,
     ContextDocumentContentOut,
@@ -52,6 +53,7 @@ from memory_client.models import (
     PathPageOut,
     RunOut,
     SearchOut,
+    ThreadAutoCompactionOut,
     ThreadMemoryOut,
     ThreadOut,
     ThreadPageOut,
@@ -546,6 +548,27 @@ class MemoryClient:
         """A tool result that compaction cleared (the `read_result` tool)."""
         return cast(ToolResultOut, self._request("GET", f"{API}/tool-results/{handle}"))
 
+    # --- automatic compaction settings -----------------------------------------------------------
+
+    def compaction_settings(self) -> AutoCompactionOut:
+        """The agent's automatic compaction (enabled, window, trigger share, strategy, summarizer)."""
+        return cast(AutoCompactionOut, self._request("GET", f"{API}/settings/compaction"))
+
+    def set_compaction_settings(self, **settings: Any) -> AutoCompactionOut:
+        """Change the settings given (the others stay)."""
+        answer = self._request("PATCH", f"{API}/settings/compaction", json_body=settings)
+        return cast(AutoCompactionOut, answer)
+
+    def thread_compaction_settings(self, thread_id: str) -> ThreadAutoCompactionOut:
+        """A thread's own automatic compaction settings and what it gets with its agent's."""
+        answer = self._request("GET", f"{API}/threads/{thread_id}/settings/compaction")
+        return cast(ThreadAutoCompactionOut, answer)
+
+    def set_thread_compaction_settings(self, thread_id: str, **settings: Any) -> ThreadAutoCompactionOut:
+        """Set the thread's own settings (None: back to its agent's)."""
+        answer = self._request("PATCH", f"{API}/threads/{thread_id}/settings/compaction", json_body=settings)
+        return cast(ThreadAutoCompactionOut, answer)
+
     # --- standing instructions: context documents and the memory switch --------------------------
 
     def list_context_documents(
@@ -691,6 +714,10 @@ def _keyword_options(options: dict[str, Any]) -> dict[str, Any]:
 
 # Each method and the operation of the OpenAPI schema it calls (tests check their answers' types).
 OPERATIONS: dict[str, str] = {
+    "compaction_settings": "v1_settings_compaction_retrieve",
+    "set_compaction_settings": "v1_settings_compaction_partial_update",
+    "thread_compaction_settings": "v1_threads_settings_compaction_retrieve",
+    "set_thread_compaction_settings": "v1_threads_settings_compaction_partial_update",
     "root": "v1_retrieve",
     "create_thread": "v1_threads_create",
     "list_threads": "v1_threads_list",

@@ -14,6 +14,8 @@ __all__ = [
     "AgentOut",
     "ApiRootOut",
     "AuthorEnum",
+    "AutoCompactionOut",
+    "AutoCompactionStrategyEnum",
     "BlankEnum",
     "BriefCardOut",
     "BriefCardOutKindEnum",
@@ -87,8 +89,11 @@ __all__ = [
     "MovedFileOut",
     "NameEnum",
     "NamespaceForgottenOut",
+    "NullEnum",
     "OffRangeOut",
     "OnBusyEnum",
+    "PatchedAutoCompactionInput",
+    "PatchedThreadAutoCompactionInput",
     "PatchedThreadUpdateInput",
     "PathKindEnum",
     "PathPageOut",
@@ -108,6 +113,8 @@ __all__ = [
     "SearchInput",
     "SearchOut",
     "SummarizeFallbackInput",
+    "TemplateNameEnum",
+    "ThreadAutoCompactionOut",
     "ThreadCreateInput",
     "ThreadMemoryInput",
     "ThreadMemoryOut",
@@ -138,6 +145,18 @@ class ApiRootOut(TypedDict):
     endpoints: EndpointsOut
 
 
+class AutoCompactionOut(TypedDict):
+    enabled: bool
+    context_window: int
+    trigger_ratio: float
+    trigger_tokens: int
+    strategy: AutoCompactionStrategyEnum
+    keep_recent: int
+    summarizer_model: str
+    template_name: str
+    pre_step: bool
+
+
 class BriefCardOut(TypedDict):
     kind: BriefCardOutKindEnum
     text: str
@@ -145,7 +164,7 @@ class BriefCardOut(TypedDict):
     source: str
 
 
-CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "strategy": "CompactionStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
+CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "summarizer_model": "NotRequired[str | str]", "template_name": "NotRequired[TemplateNameEnum]", "strategy": "CompactionStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
 
 
 class CompactedOut(TypedDict):
@@ -641,6 +660,30 @@ class OffRangeOut(TypedDict):
     to_seq: int | None
 
 
+class PatchedAutoCompactionInput(TypedDict):
+    """Only the settings given change. A thread's settings take null: back to its agent's."""
+    enabled: NotRequired[bool]
+    context_window: NotRequired[int]
+    trigger_ratio: NotRequired[float]
+    strategy: NotRequired[AutoCompactionStrategyEnum]
+    keep_recent: NotRequired[int]
+    summarizer_model: NotRequired[str | str]
+    template_name: NotRequired[TemplateNameEnum | BlankEnum]
+    pre_step: NotRequired[bool]
+
+
+class PatchedThreadAutoCompactionInput(TypedDict):
+    """Only the settings given change. A thread's settings take null: back to its agent's."""
+    enabled: NotRequired[bool | None]
+    context_window: NotRequired[int | None]
+    trigger_ratio: NotRequired[float | None]
+    strategy: NotRequired[AutoCompactionStrategyEnum | NullEnum | None]
+    keep_recent: NotRequired[int | None]
+    summarizer_model: NotRequired[str | str | None]
+    template_name: NotRequired[TemplateNameEnum | BlankEnum | NullEnum | None]
+    pre_step: NotRequired[bool | None]
+
+
 class PatchedThreadUpdateInput(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     metadata: NotRequired[dict[str, Any]]
@@ -754,6 +797,14 @@ class SummarizeFallbackInput(TypedDict):
     summarizer_timeout: NotRequired[float | None]
     prompt: NotRequired[str]
     summary_max_tokens: NotRequired[int]
+    summarizer_model: NotRequired[str | str]
+    template_name: NotRequired[TemplateNameEnum]
+
+
+class ThreadAutoCompactionOut(TypedDict):
+    thread_id: str
+    own: dict[str, Any]
+    effective: AutoCompactionOut
 
 
 class ThreadCreateInput(TypedDict):
@@ -865,6 +916,8 @@ class WorkingNoteOut(TypedDict):
 
 AuthorEnum = Literal["memory", "user", "model", "system"]
 
+AutoCompactionStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical"]
+
 BlankEnum = Literal[""]
 
 BriefCardOutKindEnum = Literal["constraint", "knowledge", "consequence", "open_thread"]
@@ -901,6 +954,8 @@ MethodEnum = Literal["keyword", "vector", "hybrid"]
 
 NameEnum = Literal["remember", "forget", "search_memory"]
 
+NullEnum = None
+
 OnBusyEnum = Literal["wait", "reject", "interrupt"]
 
 PathKindEnum = Literal["file", "directory"]
@@ -912,6 +967,8 @@ RoleEnum = Literal["system", "user", "assistant", "tool"]
 RunStatusEnum = Literal["running", "finished", "interrupted", "expired"]
 
 ScopeEnum = Literal["thread", "project", "agent"]
+
+TemplateNameEnum = Literal["default", "brief", "coding"]
 
 ThreadUpdateInputOnBusyEnum = Literal["wait", "reject", "interrupt"]
 
