@@ -20,6 +20,10 @@ from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory, 
 pytestmark = pytest.mark.django_db
 
 
+# The agent form's busy policy (002 onBusy), which its page fills in with these defaults.
+BUSY_DEFAULTS = {"on_busy": "wait", "busy_timeout_seconds": "60"}
+
+
 def _staff(*, groups: tuple[str, ...] = (), name: str = "staffer", permissions: tuple[str, ...] = ()) -> Client:
     return staff_client(username=name, groups=groups, permissions=permissions)
 
@@ -86,7 +90,9 @@ def test_staff_with_a_view_of_keys_only_cannot_revoke_them(alice: Caller) -> Non
 
 def test_creating_an_agent_mints_its_first_key_only_for_those_who_may_make_keys() -> None:
     creator = _staff(name="creator", permissions=("add_agent", "view_agent"))
-    response = creator.post("/admin/memoryapp/agent/add/", {"slug": "newbie", "name": "Newbie"}, follow=True)
+    response = creator.post(
+        "/admin/memoryapp/agent/add/", {"slug": "newbie", "name": "Newbie", **BUSY_DEFAULTS}, follow=True
+    )
     assert response.status_code == 200
     assert not AgentKey.objects.filter(agent__slug="newbie").exists()
     assert "without a key" in response.content.decode()
@@ -94,7 +100,7 @@ def test_creating_an_agent_mints_its_first_key_only_for_those_who_may_make_keys(
     operator = _staff(groups=("Operators",), name="operator")
     operator.post(
         "/admin/memoryapp/agent/add/",
-        {"slug": "second", "name": "Second", "keys-TOTAL_FORMS": "0", "keys-INITIAL_FORMS": "0"},
+        {"slug": "second", "name": "Second", **BUSY_DEFAULTS, "keys-TOTAL_FORMS": "0", "keys-INITIAL_FORMS": "0"},
     )
     assert AgentKey.objects.filter(agent__slug="second").count() == 1
 
@@ -271,6 +277,7 @@ def test_an_operator_sees_job_runs_and_schedules_and_a_keys_trust_but_cannot_rai
             "slug": alice.agent.slug,
             "name": "Alice",
             "active": "on",
+            **BUSY_DEFAULTS,
             "keys-TOTAL_FORMS": "1",
             "keys-INITIAL_FORMS": "1",
             "keys-0-id": str(key.pk),
@@ -327,7 +334,14 @@ def test_who_holds_the_trust_permission_raises_a_keys_trust_and_the_audit_chain_
 
     trusted.post(
         f"/admin/memoryapp/agent/{alice.agent.pk}/change/",
-        {"slug": alice.agent.slug, "name": "Alice", "active": "on", "keys-TOTAL_FORMS": "0", "keys-INITIAL_FORMS": "0"},
+        {
+            "slug": alice.agent.slug,
+            "name": "Alice",
+            "active": "on",
+            **BUSY_DEFAULTS,
+            "keys-TOTAL_FORMS": "0",
+            "keys-INITIAL_FORMS": "0",
+        },
     )
     alice.agent.refresh_from_db()
     assert alice.agent.shadow_mode is False
