@@ -135,8 +135,10 @@ def client_tour(memory: Any, who: Caller) -> None:
     assert "job_run" in extracted
     # Redaction and deletion of entries.
     assert memory.redact_entry(ids[4], reason="test")["redacted_at"]
-    memory.delete_entry(ids[0])
-    assert not Entry.objects.filter(pk=ids[0]).exists()
+    memory.delete_entry(ids[0], keep_replies=True)
+    assert not Entry.objects.filter(pk=ids[0]).exists() and Entry.objects.filter(pk=ids[1]).exists()
+    memory.delete_entry(ids[4])
+    assert not Entry.objects.filter(pk=ids[4]).exists()
     # Items.
     item = memory.create_item(kind="fact", subject="ana", attribute="city", value="Lisbon", user_id="ana")
     memory.create_item(kind="preference", subject="ana", attribute="food", value="vegetarian", user_id="ana")
@@ -145,6 +147,9 @@ def client_tour(memory: Any, who: Caller) -> None:
     assert len(memory.list_items(limit=1, user_id="ana")["results"]) == 1
     assert len({i["id"] for i in memory.iter_items(user_id="ana", limit=1)}) == 2
     assert memory.forget_item(item["id"])["expired_at"]
+    memory.create_thread(id="t-gone", user_id="u-gone")
+    forgotten = memory.forget_user("u-gone", mode="erase")
+    assert forgotten["counts"]["threads"] == 1 and not Thread.objects.filter(external_id="t-gone").exists()
     # Facts, and the model's facts tools.
     assert memory.put_fact("users/ana", "tea", "green")["value"] == "green"
     assert memory.get_fact("users/ana", "tea")["value"] == "green"

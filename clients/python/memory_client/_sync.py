@@ -58,6 +58,7 @@ from memory_client.models import (
     ThreadOut,
     ThreadPageOut,
     ToolResultOut,
+    UserForgetOut,
     VersionContentOut,
     WorkingNoteOut,
 )
@@ -340,13 +341,18 @@ class MemoryClient:
     def get_entry(self, entry_id: str) -> EntryOut:
         return cast(EntryOut, self._request("GET", f"{API}/entries/{entry_id}"))
 
-    def delete_entry(self, entry_id: str) -> None:
-        """Delete an entry; its children go under its parent."""
-        self._request("DELETE", f"{API}/entries/{entry_id}")
+    def delete_entry(self, entry_id: str, *, keep_replies: bool | None = None) -> None:
+        """Delete an entry; its children go under its parent. A user message takes its replies (up to the
+        next user message) unless `keep_replies`."""
+        params = {"keep_replies": query_value(keep_replies)} if keep_replies is not None else None
+        self._request("DELETE", f"{API}/entries/{entry_id}", params=params)
 
-    def redact_entry(self, entry_id: str, *, reason: str | None = None) -> EntryOut:
-        """Replace an entry's content, keeping its place in the tree."""
-        body = without_none(reason=reason)
+    def redact_entry(
+        self, entry_id: str, *, reason: str | None = None, keep_replies: bool | None = None
+    ) -> EntryOut:
+        """Replace an entry's content, keeping its place in the tree (a user message's replies too,
+        unless `keep_replies`)."""
+        body = without_none(reason=reason, keep_replies=keep_replies)
         return cast(EntryOut, self._request("POST", f"{API}/entries/{entry_id}/redact", json_body=body))
 
     def export_thread(self, thread_id: str) -> str:
@@ -424,6 +430,11 @@ class MemoryClient:
     def forget_item(self, item_id: str) -> ItemOut:
         """Let an item's state go (its history is kept)."""
         return cast(ItemOut, self._request("POST", f"{API}/items/{item_id}/forget"))
+
+    def forget_user(self, user_id: str, *, mode: Literal["erase", "redact"] | None = None) -> UserForgetOut:
+        """Erase what this agent holds about a person (threads, messages, items, facts, files); the counts."""
+        body = without_none(mode=mode)
+        return cast(UserForgetOut, self._request("POST", f"{API}/users/{user_id}/forget", json_body=body))
 
     def put_fact(self, namespace: str, key: str, value: Any, *, ttl_secs: int | None = None) -> FactOut:
         body = without_none(value=value, ttl_secs=ttl_secs)
@@ -746,6 +757,7 @@ OPERATIONS: dict[str, str] = {
     "item_history": "v1_items_history_retrieve",
     "create_item": "v1_items_create",
     "forget_item": "v1_items_forget_create",
+    "forget_user": "v1_users_forget_create",
     "put_fact": "v1_facts_update",
     "get_fact": "v1_facts_retrieve",
     "search_facts": "v1_facts_retrieve",

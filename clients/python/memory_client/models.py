@@ -14,15 +14,13 @@ __all__ = [
     "AgentOut",
     "ApiRootOut",
     "AuthorEnum",
-    "AutoCompactionOut",
-    "AutoCompactionStrategyEnum",
     "BlankEnum",
     "BriefCardOut",
     "BriefCardOutKindEnum",
     "CompactInput",
+    "CompactInputStrategyEnum",
     "CompactedOut",
     "CompactionSkippedOut",
-    "CompactionStrategyEnum",
     "ContextDocumentContentOut",
     "ContextDocumentInput",
     "ContextDocumentOut",
@@ -64,6 +62,7 @@ __all__ = [
     "FactPageOut",
     "FactsForgotten",
     "FileHistoryOut",
+    "ForgetCountsOut",
     "ForkInput",
     "HitKindEnum",
     "ImportJsonForm",
@@ -86,14 +85,11 @@ __all__ = [
     "MemoryToolResultOut",
     "MethodEnum",
     "MissedOut",
+    "ModeEnum",
     "MovedFileOut",
     "NameEnum",
     "NamespaceForgottenOut",
-    "NullEnum",
     "OffRangeOut",
-    "OnBusyEnum",
-    "PatchedAutoCompactionInput",
-    "PatchedThreadAutoCompactionInput",
     "PatchedThreadUpdateInput",
     "PathKindEnum",
     "PathPageOut",
@@ -105,25 +101,22 @@ __all__ = [
     "RecalledOut",
     "RedactInput",
     "RoleEnum",
-    "RunOut",
-    "RunStatusEnum",
     "ScopeEnum",
     "ScopeOut",
     "SearchHitOut",
     "SearchInput",
     "SearchOut",
     "SummarizeFallbackInput",
-    "TemplateNameEnum",
-    "ThreadAutoCompactionOut",
     "ThreadCreateInput",
     "ThreadMemoryInput",
     "ThreadMemoryOut",
     "ThreadOut",
     "ThreadPageOut",
-    "ThreadUpdateInputOnBusyEnum",
     "ToolCallOut",
     "ToolResultOut",
     "TrustEnum",
+    "UserForgetInput",
+    "UserForgetOut",
     "VersionContentOut",
     "VersionOut",
     "WorkingNoteDetailsOut",
@@ -145,18 +138,6 @@ class ApiRootOut(TypedDict):
     endpoints: EndpointsOut
 
 
-class AutoCompactionOut(TypedDict):
-    enabled: bool
-    context_window: int
-    trigger_ratio: float
-    trigger_tokens: int
-    strategy: AutoCompactionStrategyEnum
-    keep_recent: int
-    summarizer_model: str
-    template_name: str
-    pre_step: bool
-
-
 class BriefCardOut(TypedDict):
     kind: BriefCardOutKindEnum
     text: str
@@ -164,7 +145,7 @@ class BriefCardOut(TypedDict):
     source: str
 
 
-CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "summarizer_model": "NotRequired[str | str]", "template_name": "NotRequired[TemplateNameEnum]", "strategy": "CompactionStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
+CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "strategy": "CompactInputStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
 
 
 class CompactedOut(TypedDict):
@@ -479,6 +460,23 @@ class FileHistoryOut(TypedDict):
     versions: list[VersionOut]
 
 
+class ForgetCountsOut(TypedDict):
+    """What went, counted by kind (004's names)."""
+    entries_deleted: int
+    entries_redacted: int
+    threads: int
+    summaries: int
+    items_purged: int
+    items_trimmed: int
+    items_stale: int
+    entities: int
+    facts: int
+    file_versions: int
+    playbook_rules: int
+    vectors: int
+    job_runs: int
+
+
 class ForkInput(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     entry_id: str
@@ -660,37 +658,11 @@ class OffRangeOut(TypedDict):
     to_seq: int | None
 
 
-class PatchedAutoCompactionInput(TypedDict):
-    """Only the settings given change. A thread's settings take null: back to its agent's."""
-    enabled: NotRequired[bool]
-    context_window: NotRequired[int]
-    trigger_ratio: NotRequired[float]
-    strategy: NotRequired[AutoCompactionStrategyEnum]
-    keep_recent: NotRequired[int]
-    summarizer_model: NotRequired[str | str]
-    template_name: NotRequired[TemplateNameEnum | BlankEnum]
-    pre_step: NotRequired[bool]
-
-
-class PatchedThreadAutoCompactionInput(TypedDict):
-    """Only the settings given change. A thread's settings take null: back to its agent's."""
-    enabled: NotRequired[bool | None]
-    context_window: NotRequired[int | None]
-    trigger_ratio: NotRequired[float | None]
-    strategy: NotRequired[AutoCompactionStrategyEnum | NullEnum | None]
-    keep_recent: NotRequired[int | None]
-    summarizer_model: NotRequired[str | str | None]
-    template_name: NotRequired[TemplateNameEnum | BlankEnum | NullEnum | None]
-    pre_step: NotRequired[bool | None]
-
-
 class PatchedThreadUpdateInput(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     metadata: NotRequired[dict[str, Any]]
     user_id: NotRequired[str]
     replace_metadata: NotRequired[bool]
-    on_busy: NotRequired[ThreadUpdateInputOnBusyEnum | BlankEnum]
-    busy_timeout_seconds: NotRequired[int]
 
 
 class PathPageOut(TypedDict):
@@ -736,18 +708,7 @@ class RecalledOut(TypedDict):
 class RedactInput(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     reason: NotRequired[str]
-
-
-class RunOut(TypedDict):
-    id: str
-    thread_id: str
-    status: RunStatusEnum
-    started_at: str
-    expires_at: str
-    ended_at: NotRequired[str]
-    ended_by: NotRequired[str]
-    on_busy: OnBusyEnum
-    busy_timeout_seconds: int
+    keep_replies: NotRequired[bool]
 
 
 class ScopeOut(TypedDict):
@@ -797,14 +758,6 @@ class SummarizeFallbackInput(TypedDict):
     summarizer_timeout: NotRequired[float | None]
     prompt: NotRequired[str]
     summary_max_tokens: NotRequired[int]
-    summarizer_model: NotRequired[str | str]
-    template_name: NotRequired[TemplateNameEnum]
-
-
-class ThreadAutoCompactionOut(TypedDict):
-    thread_id: str
-    own: dict[str, Any]
-    effective: AutoCompactionOut
 
 
 class ThreadCreateInput(TypedDict):
@@ -834,8 +787,6 @@ class ThreadOut(TypedDict):
     forked_from: str | None
     created_at: str
     updated_at: str
-    on_busy: NotRequired[OnBusyEnum]
-    busy_timeout_seconds: NotRequired[int]
 
 
 class ThreadPageOut(TypedDict):
@@ -858,6 +809,17 @@ class ToolResultOut(TypedDict):
     content: Any
     text: str
     redacted: bool
+
+
+class UserForgetInput(TypedDict):
+    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
+    mode: NotRequired[ModeEnum]
+
+
+class UserForgetOut(TypedDict):
+    user_id: str
+    mode: ModeEnum
+    counts: ForgetCountsOut
 
 
 class VersionContentOut(TypedDict):
@@ -916,13 +878,11 @@ class WorkingNoteOut(TypedDict):
 
 AuthorEnum = Literal["memory", "user", "model", "system"]
 
-AutoCompactionStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical"]
-
 BlankEnum = Literal[""]
 
 BriefCardOutKindEnum = Literal["constraint", "knowledge", "consequence", "open_thread"]
 
-CompactionStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
+CompactInputStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
 
 ContextStrategyEnum = Literal["recent", "relevant", "hybrid"]
 
@@ -952,11 +912,9 @@ MemoryEnum = Literal["on", "off"]
 
 MethodEnum = Literal["keyword", "vector", "hybrid"]
 
+ModeEnum = Literal["erase", "redact"]
+
 NameEnum = Literal["remember", "forget", "search_memory"]
-
-NullEnum = None
-
-OnBusyEnum = Literal["wait", "reject", "interrupt"]
 
 PathKindEnum = Literal["file", "directory"]
 
@@ -964,12 +922,6 @@ ReasonEnum = Literal["budget", "duplicate", "not-selected", "oversized"]
 
 RoleEnum = Literal["system", "user", "assistant", "tool"]
 
-RunStatusEnum = Literal["running", "finished", "interrupted", "expired"]
-
 ScopeEnum = Literal["thread", "project", "agent"]
-
-TemplateNameEnum = Literal["default", "brief", "coding"]
-
-ThreadUpdateInputOnBusyEnum = Literal["wait", "reject", "interrupt"]
 
 TrustEnum = Literal["system", "user", "model", "tool", "web"]
