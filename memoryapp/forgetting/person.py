@@ -94,17 +94,15 @@ def _threads(user_id: str, agents: list[int]) -> QuerySet[Thread]:
     return Thread.objects.filter(agent_id__in=agents, user_id=user_id)
 
 
-def _messages(user_id: str, agents: list[int]) -> QuerySet[Entry]:
-    """The person's messages in threads of others (not about them), not yet forgotten."""
-    return (
-        Entry.objects.filter(
-            agent_id__in=agents,
-            type=EntryType.MESSAGE,
-            **{f"metadata__{MESSAGE_USER_KEY}": user_id},
-        )
-        .exclude(thread__user_id=user_id)
-        .filter(redacted_at__isnull=True)
-    )
+def _messages(user_id: str, agents: list[int], mode: str = "erase") -> QuerySet[Entry]:
+    """The person's messages in threads of others (not about them), not yet forgotten (in `redact`
+    mode, those not redacted yet)."""
+    messages = Entry.objects.filter(
+        agent_id__in=agents,
+        type=EntryType.MESSAGE,
+        **{f"metadata__{MESSAGE_USER_KEY}": user_id},
+    ).exclude(thread__user_id=user_id)
+    return messages.filter(redacted_at__isnull=True) if mode == "redact" else messages
 
 
 def _items(user_id: str, agents: list[int]) -> QuerySet[MemoryItem]:
@@ -219,7 +217,9 @@ def person_erase(
             step(len(batch))
         # 3. The person's messages in threads of others.
         while True:
-            ids = list(_messages(user_id, [agent_id]).order_by("pk").values_list("pk", flat=True)[:batch_size])
+            ids = list(
+                _messages(user_id, [agent_id], mode).order_by("pk").values_list("pk", flat=True)[:batch_size]
+            )
             if not ids:
                 break
             agent = Agent.objects.get(pk=agent_id)
@@ -326,7 +326,6 @@ def _threads_redact(*, agent_id: int, thread_pks: list[int], actor: str) -> dict
     counts = counts_zero()
     ids = list(
         Entry.objects.filter(agent=agent, thread_id__in=thread_pks, redacted_at__isnull=True)
-        .exclude(type__in=[EntryType.COMPACTION])
         .order_by("pk")
         .values_list("pk", flat=True)
     )

@@ -240,7 +240,9 @@ def test_deleting_a_thread_shows_what_goes_and_the_preview_changes_nothing(admin
     assert not Thread.objects.filter(pk=thread.pk).exists()
     assert not MemoryItem.objects.filter(pk__in=[world["passport"], world["city"]]).exists()
     assert Entry.objects.filter(thread=world["fork"]).count() == 0
-    assert MemoryFileVersion.objects.get(agent=alice.agent).content == "[redacted]"
+    # The file of the thread's own scope: redacted, then deleted with the thread (004).
+    versions = MemoryFileVersion.objects.filter(agent=alice.agent).order_by("sequence")
+    assert [v.content for v in versions] == ["[redacted]", None]
 
 
 def test_a_redaction_preview_equals_what_the_redaction_then_does(admin_client: Client, alice: Caller) -> None:
@@ -252,7 +254,8 @@ def test_a_redaction_preview_equals_what_the_redaction_then_does(admin_client: C
     assert preview.status_code == 200
     previewed = counts_on_page(preview.content.decode())
     assert state(alice.agent.pk) == before
-    assert previewed["entry redacted"] == 1 and previewed["fork copy redacted"] == 1
+    # `told` is a user message: its reply goes with it (004), and the copies of both in the fork.
+    assert previewed["entries redacted"] == 2 and previewed["fork copies redacted"] == 2
     assert previewed["memory item purged"] == 1 and previewed["memory item trimmed (loses quotes)"] == 1
     assert previewed["quotes removed"] == 2 and previewed["memory file version redacted"] == 1
 
@@ -273,10 +276,11 @@ def test_a_redaction_preview_equals_what_the_redaction_then_does(admin_client: C
         for key in ("items_purged", "items_trimmed", "evidence_removed", "file_versions_redacted"):
             done[key] = done.get(key, 0) + record.details[key]
     assert done == {"items_purged": 1, "items_trimmed": 1, "evidence_removed": 2, "file_versions_redacted": 1}
-    assert new.filter(action="entry.redact").count() == 2  # the entry and its fork copy
+    assert new.filter(action="entry.redact").count() == 2  # one record per thread: the origin and the fork
+    assert Entry.objects.get(pk=world["reply"]).text == "[redacted]"
     message = message_of(response)
     assert message == (
-        f"Redacted {told}: 1 entry redacted, 1 fork copy redacted, 1 memory item purged, "
+        f"Redacted {told}: 2 entries redacted, 2 fork copies redacted, 1 memory item purged, "
         "1 memory item trimmed (loses quotes), 2 quotes removed, 1 memory file version redacted, 1 fork touched."
     )
     # The reason is on the entry, never in the audit trail.
@@ -302,12 +306,14 @@ def test_redacting_from_the_entry_list_asks_for_a_reason_and_previews_the_batch(
     preview = officer.post("/admin/memoryapp/entry/", data)
     assert preview.status_code == 200
     counts = counts_on_page(preview.content.decode())
-    assert counts["entries redacted"] == 2 and counts["memory items purged"] == 2
+    assert counts["entries redacted"] == 3 and counts["memory items purged"] == 2  # `told`'s reply too
     assert Entry.objects.filter(redacted_at__isnull=False).count() == 0
     response = officer.post(
         "/admin/memoryapp/entry/", {**data, "post": "yes", "reason": "erasure by phone"}, follow=True
     )
-    assert "Redacted 2 entries: 2 entries redacted, 1 fork copy redacted, 2 memory items purged" in message_of(response)
+    assert "Redacted 2 entries: 3 entries redacted, 2 fork copies redacted, 2 memory items purged" in message_of(
+        response
+    )
     assert set(Entry.objects.filter(redacted_at__isnull=False).values_list("thread__external_id", flat=True)) == {
         "porto",
         "porto-fork",

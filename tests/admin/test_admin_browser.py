@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from governance.models import JobRun
 from memoryapp.agents.services import agent_get_or_create
-from memoryapp.forgetting.services import entry_redact
+from memoryapp.forgetting.services import entry_redact, replies_of
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry, MemoryItem, Thread
 from memoryapp.threads.services import entry_add, thread_fork
@@ -248,6 +248,9 @@ def test_a_privacy_officer_sees_what_a_redaction_takes_then_confirms_it(
         evidence=[{"entry_id": said.id, "quote": quote}],
     )
     thread_fork(thread=thread, entry_id=said.id, new_thread_id="to-redact-fork")
+    # A user message takes its replies up to the next user message (004); the fork holds none of them.
+    redacted = 1 + len(replies_of([said]))
+    redacted_label = f"{redacted} entries redacted" if redacted > 1 else "1 entry redacted"
     user("olga", "Privacy officers")
     entry_url = f"/admin/memoryapp/entry/{said.id.replace('_', '_5F')}/change/"
     with browser() as chromium:
@@ -261,7 +264,8 @@ def test_a_privacy_officer_sees_what_a_redaction_takes_then_confirms_it(
             row.locator("td").nth(1).inner_text(): int(row.locator("td.n").inner_text())
             for row in page.locator("table.consequences tr").all()
         }
-        assert counts["entry redacted"] == 1 and counts["fork copy redacted"] == 1 and counts["memory item purged"] == 1
+        assert counts[redacted_label.split(" ", 1)[1]] == redacted
+        assert counts["fork copy redacted"] == 1 and counts["memory item purged"] == 1
         assert fits_the_screen(page)
         shoot(page, "redaction-preview")
         page.click("#confirm")  # no reason: the browser's own check stops it (required)
@@ -270,7 +274,7 @@ def test_a_privacy_officer_sees_what_a_redaction_takes_then_confirms_it(
         page.click("#confirm")
         page.wait_for_selector(".messagelist .success")
         message = page.locator(".messagelist .success").inner_text()
-        assert "1 entry redacted, 1 fork copy redacted, 1 memory item purged" in message
+        assert f"{redacted_label}, 1 fork copy redacted, 1 memory item purged" in message
         shoot(page, "redaction-done")
     assert Entry.objects.get(pk=said.id).redacted_at is not None
     assert not MemoryItem.objects.filter(pk=item.pk).exists()
