@@ -10,6 +10,7 @@ from django.db import connection
 
 from governance.audit import audit_verify
 from governance.models import AuditRecord, JobRun
+from memoryapp.errors import DomainError
 from memoryapp.forgetting.person import person_erase, person_erase_plan
 from memoryapp.items.facts import fact_remember
 from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
@@ -147,3 +148,45 @@ def test_person_erase_removes_every_trace_and_leaves_others_whole() -> None:
     assert JobRun.objects.filter(arguments__erased=True).count() == 4
     assert JobRun.objects.filter(arguments__user_id="u-eve0").count() == 2  # "u-eve0" is someone else
     assert _rows_holding(KEEP)
+
+
+@pytest.mark.django_db
+def test_the_persons_message_in_another_thread_takes_its_reply_and_the_summary_covering_it() -> None:
+    alice = AgentFactory(slug="alice")
+    other = ThreadFactory(agent=alice, external_id="t-team", user_id="u-team")
+    first = EntryFactory(thread=other, role="user", content="Team standup")
+    said = EntryFactory(thread=other, role="user", content=f"{CANARY} from Eve", metadata={"userId": "u-eve"})
+    reply = EntryFactory(thread=other, role="assistant", content=f"Thanks Eve, {CANARY}")
+    kept = EntryFactory(thread=other, role="user", content="Next topic")
+    summary = EntryFactory(
+        thread=other,
+        type="compaction",
+        role="user",
+        content=f"[condensed] Eve said {CANARY}",
+        event={"summary": f"Eve said {CANARY}", "first_kept_entry_id": kept.pk},
+    )
+    Entry.objects.filter(pk=said.pk).update(embedding=[0.1] * 384)
+
+    counts = person_erase(user_id="u-eve", agent_ids=[alice.pk], actor="test")
+
+    assert (counts["entries_deleted"], counts["summaries"], counts["threads"]) == (2, 1, 0)
+    assert counts["vectors"] >= 1
+    assert not Entry.objects.filter(pk__in=[said.pk, reply.pk, summary.pk]).exists()
+    assert Entry.objects.filter(pk__in=[first.pk, kept.pk]).count() == 2
+    assert Entry.objects.get(pk=kept.pk).parent_id == first.pk
+    assert _rows_holding(CANARY) == {}
+
+
+@pytest.mark.django_db
+def test_a_plan_counts_and_changes_nothing_and_bad_arguments_are_refused() -> None:
+    alice = AgentFactory(slug="alice")
+    _world(alice, "u-eve", CANARY, threads=2)
+    plan = person_erase_plan(user_id="u-eve")
+    assert (plan["threads"], plan["entries"], plan["file_versions"]) == (2, 4, 1)
+    assert plan["items"] == 3  # two quoted items and the fact
+    assert Thread.objects.filter(user_id="u-eve").count() == 2
+    for bad in ({"user_id": ""}, {"user_id": "x" * 129}, {"user_id": "u-eve", "mode": "shred"}):
+        with pytest.raises(DomainError) as refused:
+            person_erase(**bad)  # type: ignore[arg-type]
+        assert refused.value.field in ("user_id", "mode")
+    assert Thread.objects.filter(user_id="u-eve").count() == 2
