@@ -104,7 +104,7 @@ def models_source(schema: dict[str, Any]) -> str:
         "",
         "from __future__ import annotations",
         "",
-        "from typing import Any, Literal, NotRequired, TypedDict",
+        "from typing import Any, Literal, NotRequired, TypeAlias, TypedDict",
         "",
         "__all__ = [",
         *[f"    {json.dumps(name)}," for name in sorted(components)],
@@ -117,7 +117,7 @@ def models_source(schema: dict[str, Any]) -> str:
         if "properties" in node or node.get("type") == "object":
             classes += ["", "", *_typed_dict(name, node)]
         else:
-            aliases += ["", f"{name} = {type_of(node)}"]
+            aliases += ["", f"{name}: TypeAlias = {type_of(node)}"]
     # Aliases are read at import (the right side of `=`), so the classes they name come first;
     # a class's own annotations are strings (`from __future__ import annotations`).
     return "\n".join([*head, *classes, "", *aliases, ""]).replace("\n\n\n\n", "\n\n\n")

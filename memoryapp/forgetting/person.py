@@ -217,9 +217,7 @@ def person_erase(
             step(len(batch))
         # 3. The person's messages in threads of others.
         while True:
-            ids = list(
-                _messages(user_id, [agent_id], mode).order_by("pk").values_list("pk", flat=True)[:batch_size]
-            )
+            ids = list(_messages(user_id, [agent_id], mode).order_by("pk").values_list("pk", flat=True)[:batch_size])
             if not ids:
                 break
             agent = Agent.objects.get(pk=agent_id)

@@ -8,19 +8,21 @@ leave out is NotRequired; one that may be null is "| None".
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypeAlias, TypedDict
 
 __all__ = [
     "AgentOut",
     "ApiRootOut",
     "AuthorEnum",
+    "AutoCompactionOut",
+    "AutoCompactionStrategyEnum",
     "BlankEnum",
     "BriefCardOut",
     "BriefCardOutKindEnum",
     "CompactInput",
-    "CompactInputStrategyEnum",
     "CompactedOut",
     "CompactionSkippedOut",
+    "CompactionStrategyEnum",
     "ContextDocumentContentOut",
     "ContextDocumentInput",
     "ContextDocumentOut",
@@ -89,7 +91,11 @@ __all__ = [
     "MovedFileOut",
     "NameEnum",
     "NamespaceForgottenOut",
+    "NullEnum",
     "OffRangeOut",
+    "OnBusyEnum",
+    "PatchedAutoCompactionInput",
+    "PatchedThreadAutoCompactionInput",
     "PatchedThreadUpdateInput",
     "PathKindEnum",
     "PathPageOut",
@@ -101,17 +107,22 @@ __all__ = [
     "RecalledOut",
     "RedactInput",
     "RoleEnum",
+    "RunOut",
+    "RunStatusEnum",
     "ScopeEnum",
     "ScopeOut",
     "SearchHitOut",
     "SearchInput",
     "SearchOut",
     "SummarizeFallbackInput",
+    "TemplateNameEnum",
+    "ThreadAutoCompactionOut",
     "ThreadCreateInput",
     "ThreadMemoryInput",
     "ThreadMemoryOut",
     "ThreadOut",
     "ThreadPageOut",
+    "ThreadUpdateInputOnBusyEnum",
     "ToolCallOut",
     "ToolResultOut",
     "TrustEnum",
@@ -138,6 +149,18 @@ class ApiRootOut(TypedDict):
     endpoints: EndpointsOut
 
 
+class AutoCompactionOut(TypedDict):
+    enabled: bool
+    context_window: int
+    trigger_ratio: float
+    trigger_tokens: int
+    strategy: AutoCompactionStrategyEnum
+    keep_recent: int
+    summarizer_model: str
+    template_name: str
+    pre_step: bool
+
+
 class BriefCardOut(TypedDict):
     kind: BriefCardOutKindEnum
     text: str
@@ -145,7 +168,7 @@ class BriefCardOut(TypedDict):
     source: str
 
 
-CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "strategy": "CompactInputStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
+CompactInput = TypedDict("CompactInput", {"preserve_recent_turns": "NotRequired[int]", "preserve_user_messages": "NotRequired[int]", "summarizer_input_char_budget": "NotRequired[int]", "summarizer_timeout": "NotRequired[float | None]", "prompt": "NotRequired[str]", "summary_max_tokens": "NotRequired[int]", "summarizer_model": "NotRequired[str | str]", "template_name": "NotRequired[TemplateNameEnum]", "strategy": "CompactionStrategyEnum", "keep_tool_uses": "NotRequired[int]", "exclude_tools": "NotRequired[list[str]]", "clear_at_least": "NotRequired[int]", "clear_tool_inputs": "NotRequired[bool]", "externalize": "NotRequired[bool]", "read_result_tool_name": "NotRequired[str | None]", "summarize_fallback": "NotRequired[bool | SummarizeFallbackInput]", "context_window": "NotRequired[int]", "trigger_ratio": "NotRequired[float]", "keep_recent": "NotRequired[int]", "keep_recent_tokens": "NotRequired[int | None]", "chapter_tokens": "NotRequired[int]", "chapter_concurrency": "NotRequired[int]", "chapters_per_arc": "NotRequired[int]", "arcs_per_saga": "NotRequired[int]", "atoms_max_tokens": "NotRequired[int]", "name": "NotRequired[str]", "async": "NotRequired[bool]"})
 
 
 class CompactedOut(TypedDict):
@@ -658,11 +681,37 @@ class OffRangeOut(TypedDict):
     to_seq: int | None
 
 
+class PatchedAutoCompactionInput(TypedDict):
+    """Only the settings given change. A thread's settings take null: back to its agent's."""
+    enabled: NotRequired[bool]
+    context_window: NotRequired[int]
+    trigger_ratio: NotRequired[float]
+    strategy: NotRequired[AutoCompactionStrategyEnum]
+    keep_recent: NotRequired[int]
+    summarizer_model: NotRequired[str | str]
+    template_name: NotRequired[TemplateNameEnum | BlankEnum]
+    pre_step: NotRequired[bool]
+
+
+class PatchedThreadAutoCompactionInput(TypedDict):
+    """Only the settings given change. A thread's settings take null: back to its agent's."""
+    enabled: NotRequired[bool | None]
+    context_window: NotRequired[int | None]
+    trigger_ratio: NotRequired[float | None]
+    strategy: NotRequired[AutoCompactionStrategyEnum | NullEnum | None]
+    keep_recent: NotRequired[int | None]
+    summarizer_model: NotRequired[str | str | None]
+    template_name: NotRequired[TemplateNameEnum | BlankEnum | NullEnum | None]
+    pre_step: NotRequired[bool | None]
+
+
 class PatchedThreadUpdateInput(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     metadata: NotRequired[dict[str, Any]]
     user_id: NotRequired[str]
     replace_metadata: NotRequired[bool]
+    on_busy: NotRequired[ThreadUpdateInputOnBusyEnum | BlankEnum]
+    busy_timeout_seconds: NotRequired[int]
 
 
 class PathPageOut(TypedDict):
@@ -709,6 +758,18 @@ class RedactInput(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     reason: NotRequired[str]
     keep_replies: NotRequired[bool]
+
+
+class RunOut(TypedDict):
+    id: str
+    thread_id: str
+    status: RunStatusEnum
+    started_at: str
+    expires_at: str
+    ended_at: NotRequired[str]
+    ended_by: NotRequired[str]
+    on_busy: OnBusyEnum
+    busy_timeout_seconds: int
 
 
 class ScopeOut(TypedDict):
@@ -758,6 +819,14 @@ class SummarizeFallbackInput(TypedDict):
     summarizer_timeout: NotRequired[float | None]
     prompt: NotRequired[str]
     summary_max_tokens: NotRequired[int]
+    summarizer_model: NotRequired[str | str]
+    template_name: NotRequired[TemplateNameEnum]
+
+
+class ThreadAutoCompactionOut(TypedDict):
+    thread_id: str
+    own: dict[str, Any]
+    effective: AutoCompactionOut
 
 
 class ThreadCreateInput(TypedDict):
@@ -787,6 +856,8 @@ class ThreadOut(TypedDict):
     forked_from: str | None
     created_at: str
     updated_at: str
+    on_busy: NotRequired[OnBusyEnum]
+    busy_timeout_seconds: NotRequired[int]
 
 
 class ThreadPageOut(TypedDict):
@@ -876,52 +947,64 @@ class WorkingNoteOut(TypedDict):
     version_id: str | None
 
 
-AuthorEnum = Literal["memory", "user", "model", "system"]
+AuthorEnum: TypeAlias = Literal["memory", "user", "model", "system"]
 
-BlankEnum = Literal[""]
+AutoCompactionStrategyEnum: TypeAlias = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical"]
 
-BriefCardOutKindEnum = Literal["constraint", "knowledge", "consequence", "open_thread"]
+BlankEnum: TypeAlias = Literal[""]
 
-CompactInputStrategyEnum = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
+BriefCardOutKindEnum: TypeAlias = Literal["constraint", "knowledge", "consequence", "open_thread"]
 
-ContextStrategyEnum = Literal["recent", "relevant", "hybrid"]
+CompactionStrategyEnum: TypeAlias = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
 
-EntriesAdded = EntryOut | EntryBatchOut
+ContextStrategyEnum: TypeAlias = Literal["recent", "relevant", "hybrid"]
 
-EntryOutTypeEnum = Literal["message", "tool_result", "model_change", "compaction", "approval", "interrupt", "label", "custom"]
+EntriesAdded: TypeAlias = EntryOut | EntryBatchOut
 
-EventOutTypeEnum = Literal["entry.added", "entry.deleted", "entry.redacted", "thread.deleted", "item.written", "item.activated", "item.stale", "item.rejected", "item.forgotten", "file.version", "file.redacted", "compaction.created", "erasure.done"]
+EntryOutTypeEnum: TypeAlias = Literal["message", "tool_result", "model_change", "compaction", "approval", "interrupt", "label", "custom"]
 
-EvidenceStatusEnum = Literal["verified", "suggested"]
+EventOutTypeEnum: TypeAlias = Literal["entry.added", "entry.deleted", "entry.redacted", "thread.deleted", "item.written", "item.activated", "item.stale", "item.rejected", "item.forgotten", "file.version", "file.redacted", "compaction.created", "erasure.done"]
 
-FactOrHits = FactOut | FactPageOut
+EvidenceStatusEnum: TypeAlias = Literal["verified", "suggested"]
 
-FactsForgotten = FactForgottenOut | NamespaceForgottenOut
+FactOrHits: TypeAlias = FactOut | FactPageOut
 
-HitKindEnum = Literal["entry", "item"]
+FactsForgotten: TypeAlias = FactForgottenOut | NamespaceForgottenOut
 
-ItemKindEnum = Literal["fact", "event", "preference", "instruction", "opinion", "lesson"]
+HitKindEnum: TypeAlias = Literal["entry", "item"]
 
-ItemStatusEnum = Literal["suggested", "active", "superseded", "stale", "rejected"]
+ItemKindEnum: TypeAlias = Literal["fact", "event", "preference", "instruction", "opinion", "lesson"]
 
-JobStatusEnum = Literal["queued", "running", "succeeded", "failed", "skipped"]
+ItemStatusEnum: TypeAlias = Literal["suggested", "active", "superseded", "stale", "rejected"]
 
-KindsEnum = Literal["entries", "items"]
+JobStatusEnum: TypeAlias = Literal["queued", "running", "succeeded", "failed", "skipped"]
 
-MemoryEnum = Literal["on", "off"]
+KindsEnum: TypeAlias = Literal["entries", "items"]
 
-MethodEnum = Literal["keyword", "vector", "hybrid"]
+MemoryEnum: TypeAlias = Literal["on", "off"]
 
-ModeEnum = Literal["erase", "redact"]
+MethodEnum: TypeAlias = Literal["keyword", "vector", "hybrid"]
 
-NameEnum = Literal["remember", "forget", "search_memory"]
+ModeEnum: TypeAlias = Literal["erase", "redact"]
 
-PathKindEnum = Literal["file", "directory"]
+NameEnum: TypeAlias = Literal["remember", "forget", "search_memory"]
 
-ReasonEnum = Literal["budget", "duplicate", "not-selected", "oversized"]
+NullEnum: TypeAlias = None
 
-RoleEnum = Literal["system", "user", "assistant", "tool"]
+OnBusyEnum: TypeAlias = Literal["wait", "reject", "interrupt"]
 
-ScopeEnum = Literal["thread", "project", "agent"]
+PathKindEnum: TypeAlias = Literal["file", "directory"]
 
-TrustEnum = Literal["system", "user", "model", "tool", "web"]
+ReasonEnum: TypeAlias = Literal["budget", "duplicate", "not-selected", "oversized"]
+
+RoleEnum: TypeAlias = Literal["system", "user", "assistant", "tool"]
+
+RunStatusEnum: TypeAlias = Literal["running", "finished", "interrupted", "expired"]
+
+ScopeEnum: TypeAlias = Literal["thread", "project", "agent"]
+
+TemplateNameEnum: TypeAlias = Literal["default", "brief", "coding"]
+
+ThreadUpdateInputOnBusyEnum: TypeAlias = Literal["wait", "reject", "interrupt"]
+
+TrustEnum: TypeAlias = Literal["system", "user", "model", "tool", "web"]
