@@ -9,6 +9,7 @@ from memoryapp.models.consolidation import (
 from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDelivery
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
+from memoryapp.models.retention import LegalHold
 from memoryapp.models.threads import Entry, Thread
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "EventCounter",
     "Evidence",
     "ItemReview",
+    "LegalHold",
     "MemoryFileVersion",
     "MemoryItem",
     "PlaybookDraft",

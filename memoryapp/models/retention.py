@@ -1,0 +1,64 @@
+"""Retention: how long memory is kept (policies), and what must be kept whatever they say (legal holds)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from memoryapp.models.agents import Agent
+
+
+class LegalHold(models.Model):
+    """Keep everything about a person, or one thread, out of every prune and erasure.
+
+    A hold targets either a person (`user_id`, within one agent or, with no agent, within all) or
+    one thread (`agent` + `thread_external_id`, the id the agent knows it by: a hold is a legal
+    record that outlives what it names, so it is not a foreign key the thread's delete would take).
+    It is in force from when it is placed until it is lifted or its `ends_at` passes; lifted holds
+    stay as the record of what was held, when, and by whom. Rows are never deleted by the service.
+    """
+
+    # None: the person is held in every agent's memory. PROTECT: an agent cannot be deleted (with
+    # everything it holds) while a hold names it; deactivate it instead.
+    agent = models.ForeignKey(Agent, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    user_id = models.CharField(max_length=128, blank=True, default="")
+    thread_external_id = models.CharField(max_length=128, blank=True, default="")
+    # Why (a person's words: shown in the admin, never written to the audit trail).
+    reason = models.TextField()
+    ends_at = models.DateTimeField(null=True, blank=True)
+    placed_by = models.CharField(max_length=150, blank=True, default="")
+    placed_at = models.DateTimeField(auto_now_add=True)
+    lifted_at = models.DateTimeField(null=True, blank=True)
+    lifted_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        ordering = ["-placed_at"]
+        constraints = [
+            # Exactly one target: a person (any agent or one), or a thread of one agent.
+            models.CheckConstraint(
+                condition=(Q(thread_external_id="") & ~Q(user_id=""))
+                | (~Q(thread_external_id="") & Q(user_id="") & Q(agent__isnull=False)),
+                name="legalhold_one_target",
+            ),
+        ]
+        indexes = [
+            # holds_blocking: the holds not lifted (few among the lifted record), by person or thread.
+            models.Index(fields=["user_id"], name="legalhold_open_user_idx", condition=Q(lifted_at__isnull=True)),
+            models.Index(
+                fields=["thread_external_id"],
+                name="legalhold_open_thread_idx",
+                condition=Q(lifted_at__isnull=True) & ~Q(thread_external_id=""),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        if self.thread_external_id:
+            return f"hold #{self.pk} on thread {self.thread_external_id}"
+        return f"hold #{self.pk} on user {self.user_id}"
+
+    @property
+    def target(self) -> str:
+        where = self.agent.slug if self.agent_id and self.agent else "all agents"
+        if self.thread_external_id:
+            return f"thread {self.thread_external_id} ({where})"
+        return f"user {self.user_id} ({where})"
