@@ -87,19 +87,16 @@ class Consequences:
         if record.action == "thread.delete":
             count["threads_deleted"] += 1
             count["entries_deleted"] += _int(details.get("entries"))
-        elif record.action == "entry.delete":
+        elif record.action in ("entry.delete", "entry.redact"):
+            # One record per thread a cascade changed (memoryapp.forgetting.services `_audit_entries`).
             count["replies_moved"] += _int(details.get("children_respliced"))
-            if "because" in details:  # the copies of the entries in one fork (`_delete_fork_copies`)
-                count["fork_copies_deleted"] += _int(details.get("fork_copies"))
+            if details.get("fork"):
+                count["fork_copies_deleted"] += _int(details.get("deleted"))
+                count["fork_copies_redacted"] += _int(details.get("redacted"))
                 self.forks.add((record.agent_id, record.thread_id))
             else:
-                count["entries_deleted"] += 1
-        elif record.action == "entry.redact":
-            if "fork_copy_of" in details:
-                count["fork_copies_redacted"] += 1
-                self.forks.add((record.agent_id, record.thread_id))
-            else:
-                count["entries_redacted"] += 1
+                count["entries_deleted"] += _int(details.get("deleted"))
+                count["entries_redacted"] += _int(details.get("redacted"))
         elif record.action == "item.forgotten":
             count["items_let_go"] += 1
         elif record.action == "lineage.forget":

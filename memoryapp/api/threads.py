@@ -32,7 +32,7 @@ from memoryapp.api.auth import request_agent
 from memoryapp.api.base import IsoDateTimeField, JsonObjectField, OutputSerializer, StrictSerializer, validated
 from memoryapp.api.parsers import JSONParser
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
+from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete, thread_rewind_stale
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType, Role
 from memoryapp.storable import storable_text_check, time_in_range
@@ -48,7 +48,6 @@ from memoryapp.threads.services import (
     thread_checkout,
     thread_create,
     thread_fork,
-    thread_rewind,
     thread_update,
 )
 from memoryapp.threads.transfer import thread_export_lines, thread_import_lines
@@ -346,6 +345,12 @@ class ForkInput(StrictSerializer):
 
 class RedactInput(StrictSerializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    # 004 keepReplies: a user message takes its replies (up to the next user message) unless true.
+    keep_replies = serializers.BooleanField(required=False, default=False)
+
+
+class EntryDeleteQuery(StrictSerializer):
+    keep_replies = serializers.BooleanField(required=False, default=False)
 
 
 # --- views ---------------------------------------------------------------------------------
@@ -523,7 +528,8 @@ class ThreadRewindView(APIView):
     def post(self, request: Request, thread_id: str) -> Response:
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(EntryIdInput, request.data)
-        return Response(thread_json(thread_rewind(thread=thread, entry_id=data["entry_id"], actor=_actor(request))))
+        rewound, _ = thread_rewind_stale(thread=thread, entry_id=data["entry_id"], actor=_actor(request))
+        return Response(thread_json(rewound))
 
 
 class ThreadCheckoutView(APIView):
@@ -646,10 +652,19 @@ class EntryView(APIView):
         entry = entry_for_agent(agent=request_agent(request), entry_id=entry_id)
         return Response(entry_json(entry, entry.thread.external_id))
 
-    @extend_schema(responses={204: OpenApiResponse(description="Deleted: its children now stand under its parent.")})
+    @extend_schema(
+        parameters=[EntryDeleteQuery],
+        responses={
+            204: OpenApiResponse(
+                description="Deleted: its children now stand under its parent. A user message takes its replies "
+                "(up to the next user message) unless keep_replies=true; its copies in forks go too."
+            )
+        },
+    )
     def delete(self, request: Request, entry_id: str) -> Response:
         entry = entry_for_agent(agent=request_agent(request), entry_id=entry_id)
-        entry_delete(entry=entry, actor=_actor(request))
+        query = validated(EntryDeleteQuery, request.query_params.dict())
+        entry_delete(entry=entry, keep_replies=query["keep_replies"], actor=_actor(request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -658,5 +673,7 @@ class EntryRedactView(APIView):
     def post(self, request: Request, entry_id: str) -> Response:
         entry = entry_for_agent(agent=request_agent(request), entry_id=entry_id)
         data = validated(RedactInput, request.data)
-        redacted = entry_redact(entry=entry, reason=data["reason"], actor=_actor(request))
+        redacted = entry_redact(
+            entry=entry, reason=data["reason"], keep_replies=data["keep_replies"], actor=_actor(request)
+        )
         return Response(entry_json(redacted, entry.thread.external_id))

@@ -20,13 +20,14 @@ from governance.audit import audit_append
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.files.access import FileAccess
+from memoryapp.files.protocol import file_delete
 from memoryapp.files.services import files_lock
 from memoryapp.files.text import sha256_of, size_of
 from memoryapp.items.evidence import verify_evidence
 from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.services import slot_layout, slot_lock
 from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
-from memoryapp.models.choices import EntryType, EvidenceStatus, ItemStatus
+from memoryapp.models.choices import EntryType, EvidenceStatus, FileAuthor, ItemStatus
 from memoryapp.threads.hashing import reparent  # threads imports this module
 from memoryapp.threads.hooks import after_vectors_cleared
 from memoryapp.threads.selectors import path_ids
@@ -54,6 +55,18 @@ class LineageReport:
 
     def counts(self) -> dict[str, int]:
         return {k: v for k, v in asdict(self).items() if isinstance(v, int)}
+
+    def cascade_counts(self) -> dict[str, int]:
+        """The counts under the names a cascade answers with (004's names)."""
+        return {
+            "summaries": self.summaries_removed,
+            "items_purged": self.items_purged,
+            "items_trimmed": self.items_trimmed,
+            "entities": self.entities_deleted,
+            "file_versions": self.file_versions_redacted,
+            "playbook_rules": self.playbook_rules_removed,
+            "vectors": self.vectors_cleared,
+        }
 
 
 @dataclass(frozen=True)
@@ -157,6 +170,41 @@ def derived_forget(
             "summary_ids": report.summary_ids[:AUDIT_IDS],
         },
     )
+    return report
+
+
+def derived_forget_threads(
+    *, agent: Agent, thread_pks: Sequence[int], report: LineageReport | None = None
+) -> LineageReport:
+    """What stands on every entry of whole threads that are about to be deleted (call inside the
+    transaction, the threads locked): `derived_forget`'s steps 3 to 5 over all their entries.
+
+    Compactions, vectors and places inside those threads go with them, so only what lies outside
+    is looked for: the items quoting their entries (purged or trimmed), the entities left without
+    items, the file versions written at them (redacted), the playbooks naming a purged item.
+    """
+    report = report or LineageReport()
+    entry_ids = set(Entry.objects.filter(agent=agent, thread_id__in=list(thread_pks)).values_list("id", flat=True))
+    if not entry_ids:
+        return report
+    _forget_items(agent=agent, entry_ids=entry_ids, report=report)
+    files_lock(FileAccess(agent=agent))
+    redacting = MemoryFileVersion.objects.filter(
+        agent=agent, place__thread_id__in=list(thread_pks), content__isnull=False
+    ).exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
+    redacted_ids = list(redacting.order_by("pk").values_list("pk", flat=True))
+    report.file_versions_redacted += MemoryFileVersion.objects.filter(pk__in=redacted_ids).update(
+        content=REDACTED_TEXT,
+        sha256=sha256_of(REDACTED_TEXT),
+        size=size_of(REDACTED_TEXT),
+        redacted_at=timezone.now(),
+    )
+    _redacted_files_delete(agent=agent, version_ids=redacted_ids)
+    if report.purged_item_ids:
+        named = derived_files_forget(agent=agent, item_ids=report.purged_item_ids)
+        report.file_versions_redacted += named.versions_redacted
+        report.playbook_rules_removed += named.playbook_rules_removed
+        report.observations_deleted += named.observations_deleted
     return report
 
 
@@ -326,16 +374,16 @@ def _redact_file_versions(
     # The agent's file writers wait for us, so no version is written at an entry being forgotten meanwhile.
     files_lock(FileAccess(agent=agent))
     at_entries = MemoryFileVersion.objects.filter(agent=agent, place_id__in=list(gone))
-    report.file_versions_redacted = (
-        at_entries.filter(content__isnull=False)
-        .exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
-        .update(
-            content=REDACTED_TEXT,
-            sha256=sha256_of(REDACTED_TEXT),
-            size=size_of(REDACTED_TEXT),
-            redacted_at=timezone.now(),
-        )
+    redacting = at_entries.filter(content__isnull=False).exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
+    redacted_ids = list(redacting.order_by("pk").values_list("pk", flat=True))
+    report.file_versions_redacted = MemoryFileVersion.objects.filter(pk__in=redacted_ids).update(
+        content=REDACTED_TEXT,
+        sha256=sha256_of(REDACTED_TEXT),
+        size=size_of(REDACTED_TEXT),
+        redacted_at=timezone.now(),
     )
+    # A file whose version in front was redacted is then deleted (its path may name what went).
+    _redacted_files_delete(agent=agent, version_ids=redacted_ids)
     going = {c.id for c in summaries} | (set(gone) if entries_deleted else set())
     if not going:
         return
@@ -349,6 +397,53 @@ def _redact_file_versions(
         MemoryFileVersion.objects.filter(agent=agent, place_id=place_id).update(
             place_id=_surviving_ancestor(place_id, parents, going)
         )
+
+
+def redacted_heads_delete(*, access: FileAccess, paths: Sequence[str] | None = None) -> int:
+    """Delete the files of the access's own scope whose version in front is redacted (004: a path may
+    name what was forgotten, so it leaves the listing; its history keeps the redacted versions).
+    Returns how many files were deleted."""
+    user_id, project_id, thread_id = access.scope
+    versions = MemoryFileVersion.objects.filter(
+        agent=access.agent, user_id=user_id, project_id=project_id, thread_id=thread_id
+    )
+    if paths is not None:
+        versions = versions.filter(path__in=list(paths))
+    heads: dict[str, MemoryFileVersion] = {}
+    for version in versions.order_by("path", "-sequence").only("id", "path", "sequence", "content", "redacted_at"):
+        heads.setdefault(version.path, version)
+    deleted = 0
+    for path in sorted(heads):
+        head = heads[path]
+        if head.content is not None and head.redacted_at is not None:
+            file_delete(access=access, path=path)
+            deleted += 1
+    return deleted
+
+
+def _redacted_files_delete(*, agent: Agent, version_ids: Sequence[str]) -> None:
+    """The files whose version in front among these was redacted are deleted, scope by scope."""
+    keys = sorted(
+        set(
+            MemoryFileVersion.objects.filter(agent=agent, pk__in=list(version_ids)).values_list(
+                "user_id", "project_id", "thread_id", "path"
+            )
+        )
+    )
+    by_scope: dict[tuple[str, str, str], list[str]] = {}
+    for user_id, project_id, thread_id, path in keys:
+        by_scope.setdefault((user_id, project_id, thread_id), []).append(path)
+    for (user_id, project_id, thread_id), paths in by_scope.items():
+        access = FileAccess(
+            agent=agent,
+            user_id=user_id,
+            project_id=project_id,
+            thread_id=thread_id,
+            reserved=(),
+            author=FileAuthor.SYSTEM,
+            actor="lineage",
+        )
+        redacted_heads_delete(access=access, paths=paths)
 
 
 # --- vectors -----------------------------------------------------------------------------------------

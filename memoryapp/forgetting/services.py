@@ -1,44 +1,112 @@
-"""Deleting and redacting threads and entries (004 "Forgetting, Redacting and Rewinding").
+"""Deleting, redacting and rewinding threads and entries (004 "Forgetting, Redacting and Rewinding").
 
 Each cascade takes what memory derived from the entries first (`lineage.derived_forget`), then
-the entries, then their copies in forks. Lock order, the same in every cascade: the thread, its
-forks level by level, the advisory locks of `derived_forget`, then the rows, in id order."""
+the entries, then their copies in forks, and answers with the counts 004 names (`COUNT_KEYS`).
+A user message takes its replies (the entries after it on every branch up to the next user
+message) unless `keep_replies`. Lock order, the same in every cascade: the threads (pk order),
+their forks level by level, the advisory locks of `derived_forget`, then the rows, in id order.
+
+Because derived memory goes first, in the same transaction as the entries, a cascade stopped part
+way (an error, a lost connection) changed nothing or left only derived memory gone: run again, it
+finds the entries still there and completes.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from governance.audit import audit_append
+from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
-from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget
-from memoryapp.models import Entry, Thread
+from memoryapp.files.access import FileAccess
+from memoryapp.files.text import sha256_of, size_of
+from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget, redacted_heads_delete
+from memoryapp.items.rules import Scope
+from memoryapp.items.services import StaleMark, items_mark_stale
+from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.models.choices import EntryType, FileAuthor, ItemStatus, Role
 from memoryapp.retry import atomic_retrying
 from memoryapp.threads.hashing import reparent
 from memoryapp.threads.redaction import REDACTED_FIELDS, redaction_apply
-from memoryapp.threads.services import thread_lock, thread_sync
+from memoryapp.threads.selectors import entry_on_branch, path_ids
+from memoryapp.threads.services import thread_lock, thread_rewind, thread_sync
 from memoryapp.threads.validation import EVENT_TYPE_VALUES, short_text_check
+
+# What every cascade answers (004's names; `facts` and `job_runs` for the erasure of a person).
+COUNT_KEYS = (
+    "entries_deleted",
+    "entries_redacted",
+    "threads",
+    "summaries",
+    "items_purged",
+    "items_trimmed",
+    "items_stale",
+    "entities",
+    "facts",
+    "file_versions",
+    "playbook_rules",
+    "vectors",
+    "job_runs",
+)
+Counts = dict[str, int]
+# A hook called between the steps of a cascade (tests stop a cascade part way through it).
+_between_steps: list[Callable[[str], None]] = []
+
+
+def counts_zero() -> Counts:
+    return dict.fromkeys(COUNT_KEYS, 0)
+
+
+def counts_add(total: Counts, more: Counts) -> Counts:
+    for key, value in more.items():
+        total[key] = total.get(key, 0) + value
+    return total
+
+
+def cascade_step_hook(hook: Callable[[str], None] | None) -> None:
+    """Have `hook(step)` called between a cascade's steps (None removes it); for fault tests."""
+    _between_steps.clear()
+    if hook is not None:
+        _between_steps.append(hook)
+
+
+def _step(name: str) -> None:
+    for hook in _between_steps:
+        hook(name)
 
 
 @atomic_retrying
-def thread_delete(*, thread: Thread, actor: str = "") -> None:
-    """Delete a thread and every entry of it, first what memory derived from them (`derived_forget`),
-    and the copies of its entries in its forks (004: they go with their originals).
+def thread_delete(*, thread: Thread, actor: str = "") -> Counts:
+    """Delete a thread and every entry of it, what memory derived from them first, with the copies
+    of its entries in its forks and what was kept for the thread alone (004 deleteThread).
 
-    Lock order, the same in every cascade: the thread, its forks level by level (`fork_copies`),
-    `derived_forget`'s advisory locks, then the rows that go, in id order, just before they go.
+    1. Lock the thread, then its forks level by level (`fork_copies`).
+    2. `derived_forget` over its entries and their copies (items, quotes, file versions, compactions).
+    3. The items and entities of the thread's own scope are purged; the memory file versions of
+       its scope are redacted and their files deleted (a path may name what was forgotten).
+    4. The entries and the thread are deleted; the copies are spliced out of the forks.
     A deadlock victim is run again (`atomic_retrying`).
     """
     locked = thread_lock(thread)
-    doomed = list(Entry.objects.filter(thread=locked).only("id", "agent_id", "thread_id"))
+    counts = counts_zero()
+    doomed = list(Entry.objects.filter(thread=locked).only("id", "agent_id", "thread_id", "embedding", "type"))
     copies = fork_copies(doomed)
-    derived_forget(
+    report = derived_forget(
         agent=locked.agent, entries=[*doomed, *copies], reason="thread.delete", actor=actor, entries_deleted=True
     )
+    counts_add(counts, report.cascade_counts())
+    _step("derived")
+    counts_add(counts, _thread_scope_forget(agent=locked.agent, thread_id=locked.external_id, actor=actor))
+    _step("thread_scope")
     count = len(doomed)
+    counts["summaries"] += sum(1 for e in doomed if e.type == EntryType.COMPACTION)
+    counts["entries_deleted"] += sum(1 for e in doomed if e.type != EntryType.COMPACTION)
+    counts["vectors"] += sum(1 for e in doomed if e.embedding is not None)
     _lock_rows(Entry.objects.filter(thread=locked))
     # Children point at their parents with DO_NOTHING; the parent constraint is checked at
     # commit, when the whole tree is gone, so the cascade may delete in any order.
@@ -52,8 +120,82 @@ def thread_delete(*, thread: Thread, actor: str = "") -> None:
         details={"entries": count, "fork_copies": len(copies)},
     )
     locked.delete()
+    counts["threads"] += 1
     event_record(agent_id=locked.agent_id, type="thread.deleted", thread_id=locked.external_id)
-    _delete_fork_copies(copies, reason="thread.delete", actor=actor)
+    counts_add(counts, _delete_fork_copies(copies, reason="thread.delete", actor=actor))
+    return counts
+
+
+@atomic_retrying
+def thread_clear(*, thread: Thread, actor: str = "") -> Counts:
+    """Delete every entry of a thread and what stood on them; the thread stays, empty (004 clearThread)."""
+    locked = thread_lock(thread)
+    ids = list(Entry.objects.filter(thread=locked).order_by("pk").values_list("pk", flat=True))
+    counts = entries_forget(agent=locked.agent, entry_ids=ids, keep_replies=True, actor=actor, because="thread.clear")
+    Thread.objects.filter(pk=locked.pk).update(active_leaf=None)
+    event_record(agent_id=locked.agent_id, type="thread.cleared", thread_id=locked.external_id)
+    thread.refresh_from_db()
+    return counts
+
+
+def _thread_scope_forget(*, agent: Agent, thread_id: str, actor: str) -> Counts:
+    """What was kept for one thread alone goes with it: its items and entities are purged, its memory
+    file versions redacted and each file then deleted (004 deleteThread)."""
+    counts = counts_zero()
+    items = list(
+        MemoryItem.objects.select_for_update()
+        .filter(agent=agent, thread_id=thread_id)
+        .order_by("pk")
+        .only("id", "entity_id", "embedding", "attribute")
+    )
+    pks = [i.pk for i in items]
+    if pks:
+        counts["vectors"] += sum(1 for i in items if i.embedding is not None)
+        Evidence.objects.filter(item_id__in=pks).delete()
+        ItemReview.objects.filter(item_id__in=pks).delete()
+        counts["items_purged"] += MemoryItem.objects.filter(pk__in=pks).delete()[1].get("memoryapp.MemoryItem", 0)
+    entities = Entity.objects.filter(agent=agent, thread_id=thread_id)
+    MemoryItem.objects.filter(agent=agent, entity__in=entities).update(entity=None)
+    counts["entities"] += entities.delete()[0]
+    counts_add(counts, scope_files_forget(agent=agent, scope=Scope(thread_id=thread_id), actor=actor))
+    return counts
+
+
+def scope_files_forget(*, agent: Agent, scope: Scope, actor: str) -> Counts:
+    """Redact every version of the memory files of exactly one scope, then delete each file that
+    stands (a deletion version), so no path of it stays in a listing; the history keeps the redacted
+    versions. Call inside the cascade's transaction."""
+    counts = counts_zero()
+    access = FileAccess(
+        agent=agent,
+        user_id=scope.user_id,
+        project_id=scope.project_id,
+        thread_id=scope.thread_id,
+        reserved=(),
+        author=FileAuthor.SYSTEM,
+        actor=actor,
+    )
+    versions = MemoryFileVersion.objects.filter(
+        agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id
+    )
+    if not versions.exists():
+        return counts
+    counts["file_versions"] += _redact_versions(versions)
+    redacted_heads_delete(access=access)
+    return counts
+
+
+def _redact_versions(versions: QuerySet[MemoryFileVersion]) -> int:
+    return (
+        versions.filter(content__isnull=False)
+        .exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
+        .update(
+            content=REDACTED_TEXT,
+            sha256=sha256_of(REDACTED_TEXT),
+            size=size_of(REDACTED_TEXT),
+            redacted_at=timezone.now(),
+        )
+    )
 
 
 def fork_copies(entries: Sequence[Entry]) -> list[Entry]:
@@ -113,113 +255,281 @@ def _splice_many(locked: Thread, doomed: set[str]) -> int:
     return len(moves)
 
 
-def _delete_fork_copies(copies: Sequence[Entry], *, reason: str, actor: str) -> None:
+def _delete_fork_copies(copies: Sequence[Entry], *, reason: str, actor: str) -> Counts:
     """Splice out the fork copies of deleted entries (their threads locked, `derived_forget` done)."""
+    counts = counts_zero()
     by_thread: dict[int, list[Entry]] = {}
     for copy in copies:
         by_thread.setdefault(copy.thread_id, []).append(copy)
     for thread_pk in sorted(by_thread):
         locked = thread_lock(by_thread[thread_pk][0].thread)
         doomed = {c.id for c in by_thread[thread_pk]}
+        counts["vectors"] += Entry.objects.filter(pk__in=doomed, embedding__isnull=False).count()
+        counts["entries_deleted"] += len(doomed)
         respliced = _splice_many(locked, doomed)
         event_record(agent_id=locked.agent_id, type="entry.deleted", thread_id=locked.external_id, ids=sorted(doomed))
-        audit_append(
-            action="entry.delete",
+        _audit_entries(
+            locked,
+            deleted=sorted(doomed),
+            redacted=[],
+            respliced=respliced,
+            fork=True,
+            because=reason,
             actor=actor,
-            agent_id=locked.agent_id,
-            thread_id=locked.external_id,
-            subject=sorted(doomed)[0] if len(doomed) == 1 else f"{len(doomed)} fork copies",
-            outcome="deleted",
-            details={
-                "fork_copies": len(doomed),
-                "entry_ids": sorted(doomed)[:AUDIT_IDS],
-                "children_respliced": respliced,
-                "because": reason,
-            },
         )
+    return counts
+
+
+# --- entries -------------------------------------------------------------------------------------
+
+
+def replies_of(entries: Sequence[Entry]) -> list[Entry]:
+    """The replies of the user messages among `entries`: the entries after each on every branch up
+    to the next user message, events among them (004: an answer may say again what it said)."""
+    asked = [e for e in entries if e.type == EntryType.MESSAGE and e.role == Role.USER]
+    found: dict[str, Entry] = {}
+    by_thread: dict[int, list[Entry]] = {}
+    for entry in asked:
+        by_thread.setdefault(entry.thread_id, []).append(entry)
+    for thread_pk, starts in by_thread.items():
+        children: dict[str | None, list[Entry]] = {}
+        for row in Entry.objects.filter(thread_id=thread_pk).only(
+            "id", "agent_id", "thread_id", "parent_id", "type", "role", "redacted_at", "embedding"
+        ):
+            children.setdefault(row.parent_id, []).append(row)
+        frontier = [s.id for s in starts]
+        while frontier:
+            parent = frontier.pop()
+            for child in children.get(parent, []):
+                if child.type == EntryType.MESSAGE and child.role == Role.USER:
+                    continue
+                if child.id not in found:
+                    found[child.id] = child
+                    frontier.append(child.id)
+    wanted = {e.id for e in entries}
+    return [e for i, e in sorted(found.items()) if i not in wanted]
 
 
 @atomic_retrying
-def entry_delete(*, entry: Entry, actor: str = "") -> None:
-    """Splice an entry out of its branch: its children go under its parent.
+def entries_forget(
+    *,
+    agent: Agent,
+    entry_ids: Sequence[str],
+    redact: bool = False,
+    keep_replies: bool = False,
+    reason: str = "",
+    actor: str = "",
+    because: str = "",
+) -> Counts:
+    """Delete (or redact) entries of one agent with their replies and their copies in forks, what
+    memory derived from them first; returns the counts.
 
-    1. Lock the thread, then its forks, reading the entry's copies there (`fork_copies`).
-    2. Take what memory derived from the entry and its copies (`derived_forget`: items, quotes,
-    file versions, the compactions covering them). 3. Re-parent the children to the entry's
-    parent; if the entry was the active leaf, the leaf moves to its parent. 4. Delete the row; audit.
-    5. Splice the copies out of the forks the same way.
+    1. Lock the entries' threads (pk order); read the entries within the agent; add the replies of
+       user messages unless `keep_replies`; lock the forks level by level and read the copies.
+    2. Redacting, the events among them (and compactions) are deleted, not redacted, and entries
+       already redacted are left as they are.
+    3. `derived_forget` over all of them (items, quotes, file versions, covering compactions, the
+       vectors of their children); the files whose version in front it redacted are deleted.
+    4. The entries are spliced out (children and the leaf to the nearest survivor) or redacted;
+       one event and one audit record per thread, ids and counts only.
     """
-    thread = entry.thread
-    locked = thread_lock(thread)
-    copies = fork_copies([entry])
-    derived_forget(
-        agent=thread.agent, entries=[entry, *copies], reason="entry.delete", actor=actor, entries_deleted=True
-    )
-    current = Entry.objects.filter(pk=entry.pk, thread=locked).values_list("parent_id", flat=True)
-    if not current.exists():
-        raise NotFound("Entry")
-    parent_id = current.first()
-    child_ids = list(Entry.objects.filter(thread=locked, parent_id=entry.pk).values_list("id", flat=True))
-    _lock_rows(Entry.objects.filter(thread=locked, pk__in=[entry.pk, *child_ids]))
-    children = reparent(dict.fromkeys(child_ids, parent_id))
-    if locked.active_leaf_id == entry.pk:
-        locked.active_leaf_id = parent_id
-        locked.save(update_fields=["active_leaf"])
-    Entry.objects.filter(pk=entry.pk).delete()
-    event_record(agent_id=locked.agent_id, type="entry.deleted", thread_id=locked.external_id, ids=[entry.pk])
+    counts = counts_zero()
+    wanted = sorted(set(entry_ids))
+    thread_pks = sorted(set(Entry.objects.filter(agent=agent, id__in=wanted).values_list("thread_id", flat=True)))
+    if not thread_pks:
+        return counts
+    list(Thread.objects.select_for_update().filter(pk__in=thread_pks).order_by("pk").values_list("pk", flat=True))
+    entries = list(Entry.objects.select_related("thread").filter(agent=agent, id__in=wanted).order_by("pk"))
+    targets = entries if keep_replies else [*entries, *replies_of(entries)]
+    copies = [c for c in fork_copies(targets) if c.id not in {t.id for t in targets}]
+    everything = [*targets, *copies]
+    if redact:
+        deleted = [e for e in everything if e.type in EVENT_TYPE_VALUES]
+        redacted = [e for e in everything if e.type not in EVENT_TYPE_VALUES and e.redacted_at is None]
+    else:
+        deleted, redacted = everything, []
+    if not deleted and not redacted:
+        return counts
+    if redacted:
+        report = derived_forget(agent=agent, entries=redacted, reason=because or "entry.redact", actor=actor)
+        counts_add(counts, report.cascade_counts())
+    if deleted:
+        report = derived_forget(
+            agent=agent, entries=deleted, reason=because or "entry.delete", actor=actor, entries_deleted=True
+        )
+        counts_add(counts, report.cascade_counts())
+    _step("derived")
+    # The entries themselves, a thread at a time (its own thread locked above, or a fork's by fork_copies).
+    gone_ids = {e.id for e in deleted}
+    counts["vectors"] += Entry.objects.filter(pk__in=[e.id for e in everything], embedding__isnull=False).count()
+    by_thread: dict[int, tuple[list[Entry], list[Entry]]] = {}
+    for entry in deleted:
+        by_thread.setdefault(entry.thread_id, ([], []))[0].append(entry)
+    for entry in redacted:
+        by_thread.setdefault(entry.thread_id, ([], []))[1].append(entry)
+    now = timezone.now()
+    for thread_pk in sorted(by_thread):
+        going, saying_nothing = by_thread[thread_pk]
+        locked = Thread.objects.select_for_update().get(pk=thread_pk)
+        going_ids = {e.id for e in going} & gone_ids
+        respliced = 0
+        if going_ids:
+            respliced = _splice_many(locked, going_ids)
+            counts["summaries"] += sum(1 for e in going if e.type == EntryType.COMPACTION)
+            counts["entries_deleted"] += sum(1 for e in going if e.type != EntryType.COMPACTION)
+            event_record(
+                agent_id=locked.agent_id, type="entry.deleted", thread_id=locked.external_id, ids=sorted(going_ids)
+            )
+        rows = list(
+            Entry.objects.select_for_update()
+            .filter(thread=locked, pk__in=[e.id for e in saying_nothing], redacted_at__isnull=True)
+            .order_by("pk")
+        )
+        for row in rows:
+            redaction_apply(row, at=now, record={"at": now.isoformat(), "reason": reason})
+            row.save(update_fields=REDACTED_FIELDS)
+        counts["entries_redacted"] += len(rows)
+        if rows:
+            event_record(
+                agent_id=locked.agent_id,
+                type="entry.redacted",
+                thread_id=locked.external_id,
+                ids=[r.pk for r in rows],
+            )
+        _step("thread")
+        _audit_entries(
+            locked,
+            deleted=sorted(going_ids),
+            redacted=[r.pk for r in rows],
+            respliced=respliced,
+            fork=thread_pk not in thread_pks,
+            because=because or ("entry.redact" if redact else "entry.delete"),
+            actor=actor,
+            redact=redact,
+            reason_given=bool(reason),
+        )
+    return counts
+
+
+def _audit_entries(
+    locked: Thread,
+    *,
+    deleted: list[str],
+    redacted: list[str],
+    respliced: int,
+    fork: bool,
+    because: str,
+    actor: str,
+    redact: bool = False,
+    reason_given: bool = False,
+) -> None:
+    """One audit record per thread a cascade changed: ids and counts (what `governance.consequences`
+    reads back), never the words or the reason given."""
+    ids = [*deleted, *redacted]
     audit_append(
-        action="entry.delete",
+        action="entry.redact" if redact else "entry.delete",
         actor=actor,
         agent_id=locked.agent_id,
         thread_id=locked.external_id,
-        subject=entry.pk,
-        outcome="deleted",
-        details={"children_respliced": children, "fork_copies": len(copies)},
+        subject=ids[0] if len(ids) == 1 else f"{len(ids)} entries",
+        outcome="redacted" if redact else "deleted",
+        details={
+            "because": because,
+            "deleted": len(deleted),
+            "redacted": len(redacted),
+            "deleted_ids": deleted[:AUDIT_IDS],
+            "redacted_ids": redacted[:AUDIT_IDS],
+            "children_respliced": respliced,
+            "fork": fork,
+            "reason_given": reason_given,
+        },
     )
-    _delete_fork_copies(copies, reason="entry.delete", actor=actor)
-    thread_sync(thread, locked)
 
 
-@atomic_retrying
-def entry_redact(*, entry: Entry, reason: str = "", actor: str = "") -> Entry:
+def entry_delete(*, entry: Entry, keep_replies: bool = False, actor: str = "") -> Counts:
+    """Splice an entry out of its branch (its children go under its parent), with its replies when it
+    is a user message (unless `keep_replies`) and its copies in forks; what stood on them first."""
+    if not Entry.objects.filter(pk=entry.pk, agent_id=entry.agent_id).exists():
+        raise NotFound("Entry")
+    counts = entries_forget(
+        agent=entry.thread.agent, entry_ids=[entry.pk], keep_replies=keep_replies, actor=actor, because="entry.delete"
+    )
+    entry.thread.refresh_from_db()
+    return counts
+
+
+def entry_redact(*, entry: Entry, reason: str = "", keep_replies: bool = False, actor: str = "") -> Entry:
     """Replace what an entry said with `[redacted]`, keeping its place in the tree.
 
     Text, content blocks, tool call arguments and tool results become `[redacted]`; id, parent,
     seq, role, type, call ids and tool names stay; a user's sender name goes; the embedding is
-    dropped and the content hash computed anew; `metadata.redacted` = {at, reason}. Event entries are refused (400).
-    Its copies in forks are redacted the same way.
+    dropped and the content hash computed anew; `metadata.redacted` = {at, reason}. Event entries are
+    refused (400). Its replies (a user message's, unless `keep_replies`; events among them are
+    deleted) and its copies in forks are redacted the same way (`entries_redact` counts them).
     """
+    entries_redact(entry=entry, reason=reason, keep_replies=keep_replies, actor=actor)
+    return Entry.objects.get(pk=entry.pk)
+
+
+def entries_redact(*, entry: Entry, reason: str = "", keep_replies: bool = False, actor: str = "") -> Counts:
+    """`entry_redact`, answering with the cascade's counts."""
     if entry.type in EVENT_TYPE_VALUES:
         raise DomainError("not_redactable", "Event entries cannot be redacted.", field="entry_id")
     reason = short_text_check(reason, "reason", max_length=500)
-    thread_lock(entry.thread)
-    # Its copies in forks (and forks of forks) say the same words: they are redacted too.
-    copies = [c for c in fork_copies([entry]) if c.redacted_at is None]
-    # What memory derived from them goes first; see `derived_forget`.
-    derived_forget(agent=entry.thread.agent, entries=[entry, *copies], reason="entry.redact", actor=actor)
-    row = _redact_row(entry=entry, reason=reason, actor=actor)
-    for copy in copies:
-        _redact_row(entry=copy, reason=reason, actor=actor, copy_of=entry.id)
-    return row
-
-
-def _redact_row(*, entry: Entry, reason: str, actor: str, copy_of: str | None = None) -> Entry:
-    """Redact one entry whose thread the caller locked and whose derived memory it took."""
-    locked = thread_lock(entry.thread)
-    row = Entry.objects.select_for_update().filter(pk=entry.pk, thread=locked).first()
-    if row is None:
+    if not Entry.objects.filter(pk=entry.pk, agent_id=entry.agent_id).exists():
         raise NotFound("Entry")
-    now = timezone.now()
-    redaction_apply(row, at=now, record={"at": now.isoformat(), "reason": reason})
-    row.save(update_fields=REDACTED_FIELDS)
-    event_record(agent_id=locked.agent_id, type="entry.redacted", thread_id=locked.external_id, ids=[row.pk])
-    audit_append(
-        action="entry.redact",
+    return entries_forget(
+        agent=entry.thread.agent,
+        entry_ids=[entry.pk],
+        redact=True,
+        keep_replies=keep_replies,
+        reason=reason,
         actor=actor,
-        agent_id=locked.agent_id,
-        thread_id=locked.external_id,
-        subject=row.pk,
-        outcome="redacted",
-        details={"reason_given": bool(reason), **({"fork_copy_of": copy_of} if copy_of else {})},
+        because="entry.redact",
     )
-    return row
+
+
+# --- rewind --------------------------------------------------------------------------------------
+
+
+@atomic_retrying
+def thread_rewind_stale(*, thread: Thread, entry_id: str, actor: str = "") -> tuple[Thread, Counts]:
+    """Rewind a thread to an entry of its active branch: nothing is deleted; the items that stood only
+    on the abandoned turns become `stale` (`stale_because` {reason: rewound, thread_id, to_entry_id,
+    at}) and leave every context (004 rewind).
+
+    1. Lock the thread; the abandoned turns are the entries of the active branch after `entry_id`.
+    2. The items (suggested or active) all of whose quotes lie on them are marked stale, before the
+       thread moves, so a rewind that failed can be made again. A thread at `entry_id` already is
+       left as it is.
+    3. The thread's leaf moves (`thread_rewind`: checks, audit).
+    """
+    counts = counts_zero()
+    locked = thread_lock(thread)
+    if not Entry.objects.filter(thread=locked, id=entry_id).exists():
+        raise DomainError("unknown_entry", "entry_id is not an entry of this thread.", field="entry_id")
+    if not entry_on_branch(thread=locked, leaf_id=locked.active_leaf_id, entry_id=entry_id):
+        raise DomainError("not_on_branch", "entry_id is not on the active branch.", field="entry_id")
+    if locked.active_leaf_id == entry_id:
+        thread_sync(thread, locked)
+        return locked, counts
+    abandoned = path_ids(thread=locked, leaf_id=locked.active_leaf_id) - path_ids(thread=locked, leaf_id=entry_id)
+    quoting = set(
+        Evidence.objects.filter(agent_id=locked.agent_id, entry_id__in=list(abandoned)).values_list(
+            "item_id", flat=True
+        )
+    )
+    elsewhere = set(
+        Evidence.objects.filter(agent_id=locked.agent_id, item_id__in=list(quoting))
+        .filter(Q(entry_id__isnull=True) | ~Q(entry_id__in=list(abandoned)))
+        .values_list("item_id", flat=True)
+    )
+    because: dict[str, Any] = {"reason": "rewound", "thread_id": locked.external_id, "to_entry_id": entry_id}
+    marks = [StaleMark(item_id=i, because=because) for i in sorted(quoting - elsewhere)]
+    counts["items_stale"] = len(
+        items_mark_stale(marks=marks, actor=actor, only_from=(ItemStatus.ACTIVE, ItemStatus.SUGGESTED))
+    )
+    _step("stale")
+    moved = thread_rewind(thread=locked, entry_id=entry_id, actor=actor)
+    thread_sync(thread, moved)
+    return moved, counts

@@ -150,10 +150,13 @@ def test_file_versions_written_at_a_deleted_entry_are_redacted_and_stay_on_its_b
     _write_file(alice, "/memories/later.md", "Ana said thanks", place=later)
     _write_file(alice, "/memories/nowhere.md", "No place", place=None)
 
-    assert alice.client.delete(f"/api/v1/entries/{told}").status_code == 204
+    assert alice.client.delete(f"/api/v1/entries/{told}?keep_replies=true").status_code == 204
 
-    written_there = MemoryFileVersion.objects.get(agent=alice.agent, path="/memories/ana.md")
+    written_there = MemoryFileVersion.objects.filter(agent=alice.agent, path="/memories/ana.md").earliest("sequence")
     assert written_there.content == REDACTED_TEXT and written_there.redacted_at is not None
+    # Its version in front was redacted: the file is then deleted (004), its path leaves the listing.
+    head = MemoryFileVersion.objects.filter(agent=alice.agent, path="/memories/ana.md").latest("sequence")
+    assert head.content is None
     assert written_there.size == len(REDACTED_TEXT)
     # like the entry's children, the version now hangs on the entry's parent
     assert written_there.place_id == root
@@ -172,7 +175,7 @@ def test_file_versions_written_at_a_redacted_entry_are_redacted_in_place(alice: 
 
     assert alice.client.post(f"/api/v1/entries/{told}/redact", {}, format="json").status_code == 200
 
-    version = MemoryFileVersion.objects.get(agent=alice.agent, path="/memories/ana.md")
+    version = MemoryFileVersion.objects.filter(agent=alice.agent, path="/memories/ana.md").earliest("sequence")
     assert (version.content, version.place_id) == (REDACTED_TEXT, told)
     view = alice.client.post(
         "/api/v1/memory-tool?thread_id=t-1", {"command": "view", "path": "/memories/ana.md"}, format="json"
@@ -209,7 +212,7 @@ def test_a_compaction_covering_a_deleted_entry_is_removed_and_the_context_shows_
     before = _context(alice)
     assert "turns 0 to 5" in before["messages"][1]["content"]
 
-    assert alice.client.delete(f"/api/v1/entries/{turns[2]}").status_code == 204
+    assert alice.client.delete(f"/api/v1/entries/{turns[2]}?keep_replies=true").status_code == 204
 
     assert not Entry.objects.filter(pk=summary.pk).exists()
     assert Entry.objects.get(pk=after).parent_id == turns[7]  # spliced like a deleted entry
@@ -282,8 +285,12 @@ def test_deleting_a_thread_purges_items_on_its_entries_and_trims_those_standing_
 
     assert not MemoryItem.objects.filter(pk=passport).exists()
     assert list(MemoryItem.objects.get(pk=city).evidence.values_list("entry_id", flat=True)) == [elsewhere]
-    version = MemoryFileVersion.objects.get(agent=alice.agent, path="/memories/ana.md")
+    version = MemoryFileVersion.objects.filter(agent=alice.agent, path="/memories/ana.md").earliest("sequence")
     assert version.content == REDACTED_TEXT and version.place_id is None
+    # A file of the thread's own scope goes with the thread (004): deleted after its redaction.
+    assert (
+        MemoryFileVersion.objects.filter(agent=alice.agent, path="/memories/ana.md").latest("sequence").content is None
+    )
     assert _rows_holding("X12345678", alice.agent.pk) == dict.fromkeys(_rows_holding("", alice.agent.pk), 0)
     assert MemoryItem.objects.filter(pk=theirs).exists()
     assert Thread.objects.filter(agent=mallory.agent, external_id="t-1").exists()
@@ -328,7 +335,7 @@ def _forked_rome(alice: Caller) -> tuple[str, str, str, dict[str, str], dict[str
 
 
 def test_redacting_an_entry_redacts_its_copies_in_forks_and_forks_of_forks(alice: Caller) -> None:
-    hello, told, _, first, second = _forked_rome(alice)
+    hello, told, after, first, second = _forked_rome(alice)
     copy_in_f2 = second[first[told]]
 
     response = alice.client.post(f"/api/v1/entries/{told}/redact", {"reason": "the user asked"}, format="json")
@@ -339,15 +346,17 @@ def test_redacting_an_entry_redacts_its_copies_in_forks_and_forks_of_forks(alice
         assert row.text == REDACTED_TEXT and row.redacted_at is not None and row.embedding is None
     assert Entry.objects.get(pk=first[hello]).text == "Hello, plan a day in Rome."
     assert _rows_holding("X12345678", alice.agent.pk) == dict.fromkeys(_rows_holding("", alice.agent.pk), 0)
-    copies = AuditRecord.objects.filter(action="entry.redact", details__fork_copy_of=told)
-    assert sorted(copies.values_list("subject", flat=True)) == sorted([first[told], copy_in_f2])
+    copies = AuditRecord.objects.filter(action="entry.redact", details__fork=True)
+    assert sorted(i for r in copies for i in r.details["redacted_ids"]) == sorted(
+        [first[told], first[after], copy_in_f2, second[first[after]]]
+    )  # the copies of the message and of its reply
     assert not any("X12345678" in json.dumps([r.subject, r.details]) for r in AuditRecord.objects.all())
 
 
 def test_deleting_an_entry_splices_out_its_copies_in_forks(alice: Caller) -> None:
     _, told, after, first, second = _forked_rome(alice)
 
-    assert alice.client.delete(f"/api/v1/entries/{told}").status_code == 204
+    assert alice.client.delete(f"/api/v1/entries/{told}?keep_replies=true").status_code == 204
 
     gone = [told, first[told], second[first[told]]]
     assert not Entry.objects.filter(pk__in=gone).exists()
@@ -497,9 +506,9 @@ def test_a_short_reply_loses_the_vector_that_carried_its_parents_words_and_is_em
 
     with django_capture_on_commit_callbacks() as after_commit:
         if forget == "redact":
-            forgetting_services.entry_redact(entry=Entry.objects.get(pk=told))
+            forgetting_services.entry_redact(entry=Entry.objects.get(pk=told), keep_replies=True)
         else:  # the reply goes under the turn before: a splice
-            forgetting_services.entry_delete(entry=Entry.objects.get(pk=told))
+            forgetting_services.entry_delete(entry=Entry.objects.get(pk=told), keep_replies=True)
     row = Entry.objects.get(pk=reply)
     assert (row.embedding, row.embedded_at) == (None, None)
     assert _lineage_audit().details["vectors_cleared"] == 1
@@ -546,7 +555,9 @@ def test_a_reply_embedded_while_its_parent_is_redacted_never_stores_the_parents_
     job = started(lambda: embed_pending(agent_id=alice.agent.pk), errors)
     assert embedding.wait(10)
     # ...while the parent is redacted (not waiting for the model).
-    redaction = started(lambda: forgetting_services.entry_redact(entry=Entry.objects.get(pk=told)), errors)
+    redaction = started(
+        lambda: forgetting_services.entry_redact(entry=Entry.objects.get(pk=told), keep_replies=True), errors
+    )
     redaction.join(10)
     finished_while_the_model_ran = not redaction.is_alive()
     release.set()

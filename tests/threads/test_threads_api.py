@@ -473,7 +473,9 @@ def test_redact_keeps_place_and_call_ids_and_replaces_what_was_said(alice: Calle
     stored_result = Entry.objects.get(id=result["id"])
     assert stored_result.tool_call_id == "c1" and "4111" not in json.dumps(stored_result.content)
     assert stored_result.parent_id == call["id"]
-    assert AuditRecord.objects.filter(action="entry.redact").count() == 3
+    # The call and its result were the question's replies: one cascade redacted all three (004).
+    record = AuditRecord.objects.get(action="entry.redact")
+    assert record.details["redacted"] == 3 and record.subject == "3 entries"
     assert "4111" not in json.dumps(list(AuditRecord.objects.values("details", "subject")))
 
 

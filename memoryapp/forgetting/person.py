@@ -1,0 +1,440 @@
+"""Erasure of a person (004 "Forgetting, Redacting and Rewinding" `deleteUser`; 002 `forgetAll`).
+
+`person_erase` removes what the service holds about one person (a `user_id`) across the chosen
+agents, in batches, each batch its own transaction, so a person with thousands of threads never
+holds one giant transaction, and an erasure that stopped part way is simply run again: every
+batch asks the database afresh for what is left, so a second run finds nothing and counts zero.
+
+Steps, in this order (derived memory before the entries it stands on):
+
+1. The threads about the person (`Thread.user_id`), a batch of threads at a time: what memory
+   derived from their entries elsewhere (`derived_forget_threads`: the items quoting them purged or
+   trimmed, file versions written at them redacted, the playbook rules naming a purged lesson),
+   their copies in forks that are not about the person, the job runs that name the threads, then
+   the entries and the threads themselves. In `redact` mode the threads stay and every entry is
+   redacted instead (events deleted), through the entry cascades.
+2. The messages the person wrote in threads of others (user messages whose `metadata.userId` is
+   the person, in threads whose `metadata.memoryUserIds` lists them), with their replies, through
+   the entry cascades (`entries_forget`).
+3. The items of the person's scope (`MemoryItem.user_id`) and the facts of their namespace
+   (`users/<id>` and inside it), with their evidence and reviews; the playbooks naming them.
+4. The entities of the person's scope, and those no item is about any more.
+5. The memory files of the person's scope: every version deleted (`erase`), or redacted with the
+   file then deleted (`redact`), so no path naming the person stays in a listing.
+6. The consolidation records of the person's scope, and the job runs whose arguments or results
+   name the person.
+
+Every batch writes one audit record: counts only, never the person's id (the audit chain cannot
+be edited; the caller's request record says whom it was for).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from governance.audit import audit_append
+from governance.models import JobRun
+from memoryapp.consolidation.lineage import derived_files_forget
+from memoryapp.content import REDACTED_TEXT
+from memoryapp.errors import DomainError
+from memoryapp.files.access import FileAccess
+from memoryapp.files.text import sha256_of, size_of
+from memoryapp.forgetting.lineage import LineageReport, derived_forget_threads, redacted_heads_delete
+from memoryapp.forgetting.services import COUNT_KEYS, counts_add, counts_zero, entries_forget, fork_copies
+from memoryapp.items.facts import PERSON_PREFIX
+from memoryapp.items.rules import Scope
+from memoryapp.items.services import slot_layout
+from memoryapp.models import (
+    Agent,
+    ConsolidationState,
+    Entity,
+    Entry,
+    Evidence,
+    ItemReview,
+    MemoryFileVersion,
+    MemoryItem,
+    Thread,
+)
+from memoryapp.models.choices import EntryType, FileAuthor, ItemStatus
+from memoryapp.retry import atomic_retrying
+
+MODES = ("erase", "redact")
+# Where a thread lists the people who wrote in it, and a message says who wrote it (004 MEMORY_USERS_KEY).
+MEMORY_USERS_KEY = "memoryUserIds"
+MESSAGE_USER_KEY = "userId"
+Progress = Callable[[int, int], None]
+
+__all__ = ["COUNT_KEYS", "MODES", "person_erase", "person_erase_plan"]
+
+
+def _user_check(user_id: Any) -> str:
+    if not isinstance(user_id, str) or not user_id.strip() or len(user_id) > 128:
+        raise DomainError("invalid_value", "user_id must be a non-empty id of at most 128 characters.", field="user_id")
+    return user_id
+
+
+def _agents(agent_ids: Sequence[int] | None) -> list[int]:
+    """The agents to go through, in pk order (every agent when None)."""
+    agents = Agent.objects.order_by("pk")
+    if agent_ids is not None:
+        agents = agents.filter(pk__in=list(agent_ids))
+    return list(agents.values_list("pk", flat=True))
+
+
+def _threads(user_id: str, agents: list[int]) -> QuerySet[Thread]:
+    return Thread.objects.filter(agent_id__in=agents, user_id=user_id)
+
+
+def _messages(user_id: str, agents: list[int]) -> QuerySet[Entry]:
+    """The person's messages in threads of others (not about them), not yet forgotten."""
+    return (
+        Entry.objects.filter(
+            agent_id__in=agents,
+            type=EntryType.MESSAGE,
+            **{f"metadata__{MESSAGE_USER_KEY}": user_id},
+        )
+        .exclude(thread__user_id=user_id)
+        .filter(redacted_at__isnull=True)
+    )
+
+
+def _items(user_id: str, agents: list[int]) -> QuerySet[MemoryItem]:
+    namespace = f"{PERSON_PREFIX}/{user_id}"
+    return MemoryItem.objects.filter(agent_id__in=agents).filter(
+        Q(user_id=user_id) | Q(namespace=namespace) | Q(namespace__startswith=namespace + "/")
+    )
+
+
+def _entities(user_id: str, agents: list[int]) -> QuerySet[Entity]:
+    return Entity.objects.filter(agent_id__in=agents, user_id=user_id)
+
+
+def _files(user_id: str, agents: list[int], mode: str) -> QuerySet[MemoryFileVersion]:
+    versions = MemoryFileVersion.objects.filter(agent_id__in=agents, user_id=user_id)
+    if mode == "redact":
+        # What a redaction leaves: versions already saying nothing (and deletions) are done.
+        versions = versions.filter(content__isnull=False).exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
+    return versions
+
+
+def _jobs(user_id: str, agents: list[int], keep_job_ids: Sequence[int]) -> QuerySet[JobRun]:
+    """Job runs of these agents whose arguments or result name the person (not yet scrubbed)."""
+    quoted = Q(arguments__icontains=user_id) | Q(result__icontains=user_id)
+    return (
+        JobRun.objects.filter(Q(agent_id__in=agents) | Q(agent_id__isnull=True))
+        .filter(quoted)
+        .exclude(pk__in=list(keep_job_ids))
+    )
+
+
+def person_erase_plan(*, user_id: str, agent_ids: Sequence[int] | None = None) -> dict[str, int]:
+    """What `person_erase` would touch, counted by kind; changes nothing."""
+    user_id = _user_check(user_id)
+    agents = _agents(agent_ids)
+    threads = _threads(user_id, agents)
+    return {
+        "agents": len(agents),
+        "threads": threads.count(),
+        "entries": Entry.objects.filter(thread__in=threads).count(),
+        "messages_elsewhere": _messages(user_id, agents).count(),
+        "items": _items(user_id, agents).count(),
+        "entities": _entities(user_id, agents).count(),
+        "file_versions": _files(user_id, agents, "erase").count(),
+        "job_runs": _jobs(user_id, agents, ()).count(),
+    }
+
+
+def person_erase(
+    *,
+    user_id: str,
+    agent_ids: Sequence[int] | None = None,
+    mode: str = "erase",
+    actor: str = "",
+    progress: Progress | None = None,
+    batch_size: int = 200,
+    keep_job_ids: Sequence[int] = (),
+) -> dict[str, int]:
+    """Erase (or redact) everything held about a person, batch by batch; returns the counts.
+
+    `agent_ids` limits it to those agents (None: every agent). `progress(done, total)` is called
+    after every batch (units: threads, messages, items, file versions). `keep_job_ids` names the
+    job runs not to scrub (the erasure's own run, which names the person in its arguments).
+    See the module's docstring for the steps. Idempotent: a second run returns zero counts.
+    """
+    user_id = _user_check(user_id)
+    if mode not in MODES:
+        raise DomainError("invalid_value", "mode must be erase or redact.", field="mode")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise DomainError("invalid_value", "batch_size must be a positive integer.", field="batch_size")
+    agents = _agents(agent_ids)
+    counts = counts_zero()
+    plan = person_erase_plan(user_id=user_id, agent_ids=agents)
+    total = plan["threads"] + plan["messages_elsewhere"] + plan["items"] + plan["file_versions"]
+    done = 0
+
+    def step(n: int) -> None:
+        nonlocal done, total
+        done += n
+        total = max(total, done)
+        if progress is not None:
+            progress(done, total)
+
+    for agent_id in agents:
+        # 1. Threads about the person.
+        after = 0
+        while True:
+            batch = list(
+                _threads(user_id, [agent_id])
+                .filter(pk__gt=after)
+                .order_by("pk")
+                .values_list("pk", flat=True)[:batch_size]
+            )
+            if not batch:
+                break
+            after = batch[-1]
+            if mode == "erase":
+                counts_add(counts, _threads_erase(agent_id=agent_id, thread_pks=batch, actor=actor))
+            else:
+                counts_add(counts, _threads_redact(agent_id=agent_id, thread_pks=batch, actor=actor))
+            step(len(batch))
+        # 2. The person's messages in threads of others.
+        while True:
+            ids = list(_messages(user_id, [agent_id]).order_by("pk").values_list("pk", flat=True)[:batch_size])
+            if not ids:
+                break
+            agent = Agent.objects.get(pk=agent_id)
+            counts_add(
+                counts,
+                entries_forget(agent=agent, entry_ids=ids, redact=mode == "redact", actor=actor, because="person"),
+            )
+            step(len(ids))
+        # 3, 4. Items and facts of the person's scope, then their entities.
+        while True:
+            ids = list(_items(user_id, [agent_id]).order_by("pk").values_list("pk", flat=True)[:batch_size])
+            if not ids:
+                break
+            counts_add(counts, _items_erase(agent_id=agent_id, item_ids=ids, actor=actor))
+            step(len(ids))
+        counts_add(counts, _entities_erase(user_id=user_id, agent_id=agent_id))
+        # 5. Memory files of the person's scope.
+        while True:
+            ids = list(_files(user_id, [agent_id], mode).order_by("pk").values_list("pk", flat=True)[:batch_size])
+            if not ids:
+                break
+            counts_add(counts, _files_erase(agent_id=agent_id, version_ids=ids, mode=mode, actor=actor))
+            step(len(ids))
+        # 6. Consolidation records of the scope.
+        ConsolidationState.objects.filter(agent_id=agent_id, user_id=user_id).delete()
+    counts["job_runs"] += _jobs_scrub(_jobs(user_id, agents, keep_job_ids))
+    if progress is not None:
+        # Rows the plan counted may have gone with an earlier step (items quoting erased threads).
+        progress(max(total, done), max(total, done))
+    return counts
+
+
+# --- threads --------------------------------------------------------------------------------------
+
+
+@atomic_retrying
+def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[str, int]:
+    """Delete a batch of one agent's threads whole, what stood on their entries first.
+
+    1. Lock the threads (pk order), then their forks level by level (`fork_copies`).
+    2. `derived_forget_threads`: items quoting their entries (or their fork copies), file versions
+       written at them, the playbook rules of purged lessons.
+    3. The copies in forks not about the person are spliced out through the entry cascade.
+    4. The job runs naming the threads are scrubbed, then the entries and threads deleted.
+    """
+    agent = Agent.objects.get(pk=agent_id)
+    counts = counts_zero()
+    locked = list(Thread.objects.select_for_update().filter(agent=agent, pk__in=thread_pks).order_by("pk"))
+    if not locked:
+        return counts
+    pks = [t.pk for t in locked]
+    # Forks outside the batch that copied these entries: their copies go too (entry cascade below).
+    outside_forks = Thread.objects.filter(agent=agent, forked_from_id__in=pks).exclude(pk__in=pks).exists()
+    copies: list[Entry] = []
+    if outside_forks:
+        entries = list(Entry.objects.filter(agent=agent, thread_id__in=pks).only("id", "agent_id", "thread_id"))
+        copies = [c for c in fork_copies(entries) if c.thread_id not in set(pks)]
+    report = LineageReport()
+    derived_forget_threads(agent=agent, thread_pks=pks, report=report)
+    if copies:
+        counts_add(
+            counts,
+            entries_forget(
+                agent=agent, entry_ids=[c.id for c in copies], keep_replies=True, actor=actor, because="person"
+            ),
+        )
+    counts_add(counts, report.cascade_counts())
+    in_batch = Entry.objects.filter(agent=agent, thread_id__in=pks)
+    counts["vectors"] += in_batch.filter(embedding__isnull=False).count()
+    summaries = in_batch.filter(type=EntryType.COMPACTION).count()
+    counts["summaries"] += summaries
+    counts["entries_deleted"] += in_batch.count() - summaries
+    counts["job_runs"] += _jobs_scrub(
+        JobRun.objects.filter(agent_id=agent.pk).filter(
+            Q(arguments__thread_pk__in=pks) | Q(arguments__thread_id__in=[t.external_id for t in locked])
+        )
+    )
+    # Rows pointing at what goes: forks keep standing (no origin), the origin forgets the fork's name.
+    Thread.objects.filter(forked_from_id__in=pks).exclude(pk__in=pks).update(forked_from=None)
+    names = {t.external_id for t in locked}
+    origins = {t.forked_from_id for t in locked if t.forked_from_id and t.forked_from_id not in pks}
+    for origin in Thread.objects.select_for_update().filter(agent=agent, pk__in=sorted(origins)).order_by("pk"):
+        forks = [f for f in (origin.metadata or {}).get("memoryForks") or [] if f not in names]
+        Thread.objects.filter(pk=origin.pk).update(metadata={**(origin.metadata or {}), "memoryForks": forks})
+    MemoryFileVersion.objects.filter(agent=agent, place__thread_id__in=pks).update(place=None)
+    Evidence.objects.filter(agent=agent, entry__thread_id__in=pks).update(entry=None)
+    Thread.objects.filter(pk__in=pks).update(active_leaf=None)
+    # Bulk deletes without loading the rows: nothing else points at them any more (checked above),
+    # and the parent constraint between entries is checked at commit, when they are all gone.
+    in_batch._raw_delete(in_batch.db)
+    threads = Thread.objects.filter(pk__in=pks)
+    threads._raw_delete(threads.db)
+    counts["threads"] += len(pks)
+    audit_append(
+        action="person.erase.threads",
+        actor=actor,
+        agent_id=agent.pk,
+        subject=f"{len(pks)} threads",
+        outcome="deleted",
+        details={"thread_pks": pks[:50], **{k: v for k, v in counts.items() if v}},
+    )
+    return counts
+
+
+def _threads_redact(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[str, int]:
+    """Redact every entry of a batch of threads (events deleted); the threads and their tree stay."""
+    agent = Agent.objects.get(pk=agent_id)
+    counts = counts_zero()
+    ids = list(
+        Entry.objects.filter(agent=agent, thread_id__in=thread_pks, redacted_at__isnull=True)
+        .exclude(type__in=[EntryType.COMPACTION])
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    # Batches of entries, each its own transaction (`entries_forget` is one).
+    for start in range(0, len(ids), 500):
+        counts_add(
+            counts,
+            entries_forget(
+                agent=agent,
+                entry_ids=ids[start : start + 500],
+                redact=True,
+                keep_replies=True,
+                actor=actor,
+                because="person",
+            ),
+        )
+    return counts
+
+
+# --- items, entities, files, jobs -----------------------------------------------------------------
+
+
+@atomic_retrying
+def _items_erase(*, agent_id: int, item_ids: list[str], actor: str) -> dict[str, int]:
+    """Delete a batch of the person's items (facts among them) with their evidence and reviews."""
+    agent = Agent.objects.get(pk=agent_id)
+    counts = counts_zero()
+    items = list(
+        MemoryItem.objects.select_for_update()
+        .filter(agent=agent, pk__in=item_ids)
+        .order_by("pk")
+        .only("id", "user_id", "project_id", "thread_id", "subject", "attribute", "status", "entity_id", "embedding")
+    )
+    if not items:
+        return counts
+    pks = [i.pk for i in items]
+    counts["vectors"] += sum(1 for i in items if i.embedding is not None)
+    counts["facts"] += sum(1 for i in items if i.attribute.startswith("core:"))
+    Evidence.objects.filter(item_id__in=pks).delete()
+    ItemReview.objects.filter(item_id__in=pks).delete()
+    MemoryItem.objects.filter(pk__in=pks).delete()
+    counts["items_purged"] += len(pks)
+    # States other people's items closed hold again (their slot's timeline laid out anew).
+    slots = {
+        (i.user_id, i.project_id, i.thread_id, i.subject, i.attribute)
+        for i in items
+        if i.status in (ItemStatus.ACTIVE, ItemStatus.SUPERSEDED)
+    }
+    for user_id, project_id, thread_id, subject, attribute in sorted(slots):
+        slot_layout(agent=agent, scope=Scope(user_id, project_id, thread_id), subject=subject, attribute=attribute)
+    named = derived_files_forget(agent=agent, item_ids=pks)
+    entity_ids = {i.entity_id for i in items if i.entity_id}
+    about = MemoryItem.objects.filter(agent=agent, entity_id__in=list(entity_ids)).values("entity_id")
+    counts["entities"] += Entity.objects.filter(agent=agent, pk__in=list(entity_ids)).exclude(pk__in=about).delete()[0]
+    counts["playbook_rules"] += named.playbook_rules_removed
+    counts["file_versions"] += named.versions_redacted
+    audit_append(
+        action="person.erase.items",
+        actor=actor,
+        agent_id=agent.pk,
+        subject=f"{len(pks)} items",
+        outcome="deleted",
+        details={"item_ids": pks[:50], **{k: v for k, v in counts.items() if v}},
+    )
+    return counts
+
+
+@transaction.atomic
+def _entities_erase(*, user_id: str, agent_id: int) -> dict[str, int]:
+    counts = counts_zero()
+    entities = _entities(user_id, [agent_id])
+    MemoryItem.objects.filter(entity__in=entities).update(entity=None)
+    counts["entities"] = entities.delete()[0]
+    return counts
+
+
+@atomic_retrying
+def _files_erase(*, agent_id: int, version_ids: list[str], mode: str, actor: str) -> dict[str, int]:
+    """Delete (erase) or redact a batch of the person's file versions; a redacted file is then deleted."""
+    counts = counts_zero()
+    versions = MemoryFileVersion.objects.filter(agent_id=agent_id, pk__in=version_ids)
+    locked = list(versions.select_for_update().order_by("pk").values_list("pk", flat=True))
+    if not locked:
+        return counts
+    if mode == "erase":
+        MemoryFileVersion.objects.filter(previous_id__in=locked).update(previous=None)
+        counts["file_versions"] = versions._raw_delete(versions.db)
+    else:
+        counts["file_versions"] = versions.update(
+            content=REDACTED_TEXT,
+            sha256=sha256_of(REDACTED_TEXT),
+            size=size_of(REDACTED_TEXT),
+            redacted_at=timezone.now(),
+        )
+        scopes = set(MemoryFileVersion.objects.filter(pk__in=locked).values_list("user_id", "project_id", "thread_id"))
+        agent = Agent.objects.get(pk=agent_id)
+        for user_id, project_id, thread_id in sorted(scopes):
+            access = FileAccess(
+                agent=agent,
+                user_id=user_id,
+                project_id=project_id,
+                thread_id=thread_id,
+                reserved=(),
+                author=FileAuthor.SYSTEM,
+                actor=actor,
+            )
+            redacted_heads_delete(access=access)
+    audit_append(
+        action="person.erase.files",
+        actor=actor,
+        agent_id=agent_id,
+        subject=f"{len(locked)} file versions",
+        outcome="deleted" if mode == "erase" else "redacted",
+        details={"file_versions": counts["file_versions"]},
+    )
+    return counts
+
+
+def _jobs_scrub(runs: QuerySet[JobRun]) -> int:
+    """Replace the arguments and result of these job runs by a mark: they named the person."""
+    mark = {"erased": True}
+    return runs.update(arguments=mark, result=mark)
