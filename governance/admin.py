@@ -18,6 +18,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from governance import erasure_admin  # noqa: F401  (registers the erasure requests' admin)
 from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
 from governance.audit import audit_verify
 from governance.job_retry import RetryRefused, job_retry
