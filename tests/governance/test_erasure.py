@@ -371,6 +371,18 @@ def test_an_id_probe_matches_whole_ids_only() -> None:
     assert entries == [Entry.objects.get(thread__external_id="t-2").pk]  # "ask u-1." names u-1
 
 
+def test_a_probe_with_like_wildcards_is_found_as_written() -> None:
+    agent = AgentFactory(slug="alice")
+    thread = ThreadFactory(agent=agent, external_id="t", user_id="")
+    literal = EntryFactory(thread=thread, content="her handle is x_y%z here")
+    EntryFactory(thread=thread, content="her handle is xAyBBz here")
+    request = ErasureRequest(user_id="nobody-at-all", identifiers=["x_y%z"], agent_ids=[])
+    scan = leftovers_scan(probes=probes_take(request=request), agent_ids=[])
+    assert [(f["table"], f["row"], f["probes"]) for f in scan["findings"]] == [
+        ("memoryapp_entry", literal.pk, ["identifier 1"])
+    ]
+
+
 def test_every_table_holding_text_is_scanned_or_said_why_not() -> None:
     scanned = {t.label for t in tables_to_scan()}
     for model in apps.get_app_config("memoryapp").get_models():
