@@ -51,7 +51,7 @@ from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
 from memoryapp.forgetting.holds import holds_blocking
-from memoryapp.forgetting.person import person_erase
+from memoryapp.forgetting.person import person_erase, person_erase_plan
 from memoryapp.models import Agent, Entry, MemoryFileVersion, MemoryItem, Thread, WebhookDelivery
 from memoryapp.models.choices import EntryType, Role
 
@@ -181,6 +181,30 @@ def erasure_request_file(
         )
         _job_send(request)
     return request
+
+
+def holds_in_the_way(*, user_id: str, agent_ids: Sequence[int]) -> list[int]:
+    """The legal holds in force (ids) on the person, or on one of their threads, in the agents."""
+    threads = Thread.objects.filter(user_id=user_id)
+    if agent_ids:
+        threads = threads.filter(agent_id__in=agent_ids)
+    holds = holds_blocking(
+        user_id=user_id,
+        agent_ids=list(agent_ids) or None,
+        thread_ids=list(threads.values_list("external_id", flat=True).distinct()),
+    )
+    return [h.pk for h in holds]
+
+
+def erasure_preview(*, user_id: str, agent_ids: Sequence[int] = ()) -> dict[str, Any]:
+    """What a request would erase now, counted by kind (`person_erase_plan`), and the legal holds
+    (ids) that would stop it: what the form shows before it is filed. Changes nothing."""
+    person = _text_check(user_id, field="user_id", max_chars=128)
+    agents = _agents_check(agent_ids)
+    return {
+        "plan": person_erase_plan(user_id=person, agent_ids=agents or None),
+        "holds": holds_in_the_way(user_id=person, agent_ids=agents),
+    }
 
 
 def _job_send(request: ErasureRequest) -> JobRun:
@@ -494,17 +518,9 @@ def _update(request: ErasureRequest, **fields: Any) -> None:
 
 def _blocked(request: ErasureRequest, *, actor: str) -> bool:
     """Stop at legal holds on the person or one of their threads, before anything changes."""
-    threads = Thread.objects.filter(user_id=request.user_id)
-    if request.agent_ids:
-        threads = threads.filter(agent_id__in=request.agent_ids)
-    holds = holds_blocking(
-        user_id=request.user_id,
-        agent_ids=request.agent_ids or None,
-        thread_ids=list(threads.values_list("external_id", flat=True).distinct()),
-    )
-    if not holds:
+    ids = holds_in_the_way(user_id=request.user_id, agent_ids=request.agent_ids)
+    if not ids:
         return False
-    ids = [h.pk for h in holds]
     with transaction.atomic():
         _update(
             request,

@@ -22,12 +22,29 @@ from django.utils.safestring import SafeString
 
 from governance.admin_lists import FullWidthList, cell_text, moment
 from governance.audit import canonical_json
-from governance.erasure import RETRYABLE, erasure_request_file, erasure_request_retry, erasure_request_stalled
+from governance.erasure import (
+    RETRYABLE,
+    erasure_preview,
+    erasure_request_file,
+    erasure_request_retry,
+    erasure_request_stalled,
+)
 from governance.models import ErasureRequest
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent
 
 OPEN = (ErasureRequest.Status.QUEUED, ErasureRequest.Status.RUNNING)
+# How the preview names person_erase_plan's counts.
+PLAN_LABELS = {
+    "agents": "agents gone through",
+    "threads": "threads about the person (deleted whole, or their entries redacted)",
+    "entries": "entries in those threads",
+    "messages_elsewhere": "messages they wrote in others' threads (with their replies)",
+    "items": "memory items and facts of their scope",
+    "entities": "entities of their scope",
+    "file_versions": "memory file versions of their scope",
+    "job_runs": "job runs naming them",
+}
 # Seconds between refreshes of a request's page while it runs.
 REFRESH_SECONDS = 2
 
@@ -167,7 +184,24 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
             raise PermissionDenied
         if request.method == "POST":
             form = ErasureRequestForm(request.POST)
-            if form.is_valid():
+            if form.is_valid() and not request.POST.get("confirmed"):
+                # Confirm with consequences: what would go now, and the holds that would stop it.
+                data = form.cleaned_data
+                try:
+                    preview = erasure_preview(user_id=data["user_id"], agent_ids=[a.pk for a in data["agents"]])
+                except DomainError as exc:
+                    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+                else:
+                    context = self._context(
+                        request,
+                        title=f"Erase {data['user_id']}?",
+                        form=form,
+                        plan=[(PLAN_LABELS.get(k, k.replace("_", " ")), v) for k, v in preview["plan"].items()],
+                        holds=preview["holds"],
+                        agents=[a.slug for a in data["agents"]],
+                    )
+                    return TemplateResponse(request, "admin/governance/erasurerequest/confirm.html", context)
+            elif form.is_valid():
                 data = form.cleaned_data
                 try:
                     filed = erasure_request_file(
@@ -183,7 +217,7 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
                 except DomainError as exc:
                     form.add_error(exc.field if exc.field in form.fields else None, exc.message)
                 else:
-                    messages.success(request, f"Erasure request #{filed.pk} filed; its job is running.")
+                    messages.success(request, f"Erasure request #{filed.pk} filed; its job was sent to the workers.")
                     return HttpResponseRedirect(reverse("admin:governance_erasurerequest_change", args=[filed.pk]))
         else:
             form = ErasureRequestForm(initial={"user_id": request.GET.get("user_id", "")[:128]})

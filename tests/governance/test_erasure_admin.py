@@ -45,7 +45,15 @@ def _ana() -> tuple[Any, Thread]:
 
 
 def _post_request(client: Client, **fields: Any) -> Any:
-    body = {"user_id": "u-ana", "identifiers": "", "mode": "erase", "legal_basis": "Art. 17", "reason": "asked"}
+    """The form as confirmed (the first POST, without `confirmed`, shows what would go)."""
+    body = {
+        "user_id": "u-ana",
+        "identifiers": "",
+        "mode": "erase",
+        "legal_basis": "Art. 17",
+        "reason": "asked",
+        "confirmed": "1",
+    }
     body.update(fields)
     return client.post(ADD, body)
 
@@ -73,6 +81,20 @@ def test_a_privacy_officer_files_a_request_follows_it_and_reads_its_report(djang
     assert 'id="er-receipt"' in report
     receipt = officer.get(f"{LIST}{request.pk}/report.json?receipt=1")
     assert receipt_verify(json.loads(receipt.content)) and receipt["Content-Disposition"].endswith('-receipt.json"')
+
+
+def test_the_form_first_shows_what_would_go_and_the_holds_and_files_nothing() -> None:
+    agent, thread = _ana()
+    hold = LegalHold.objects.create(user_id="u-ana", reason="litigation", placed_by="pat")
+    officer = _officer()
+    page = _post_request(officer, confirmed="", agents=[agent.pk], identifiers="ana@example.org").content.decode()
+    assert 'id="er-plan"' in page and 'id="er-confirm"' in page
+    assert "threads about the person" in page and "<td>1</td>" in page  # one thread, one entry
+    assert f"#{hold.pk}" in page and 'id="er-confirm-holds"' in page
+    assert 'type="hidden" name="identifiers" value="ana@example.org"' in page
+    assert f'type="hidden" name="agents" value="{agent.pk}"' in page
+    assert not ErasureRequest.objects.exists() and Thread.objects.filter(pk=thread.pk).exists()
+    assert not AuditRecord.objects.filter(action__startswith="erasure.").exists()
 
 
 def test_a_running_request_page_refreshes_itself() -> None:

@@ -1,6 +1,7 @@
 """A privacy officer erases a person from the admin, in a real headless Chromium.
 
-From the person's thread she follows "Erase this person…", files the request with its legal basis,
+From the person's thread she follows "Erase this person…", fills in the legal basis, reads what the
+request would erase (counted by kind) and confirms it,
 watches it run to the end on its page (jobs run eagerly in tests, as the other browser tests run
 them: the page she lands on shows the request finished), opens the report, which found nothing
 left, and downloads it. Screenshots (1280x800) go to bench/out/screenshots/.
@@ -92,6 +93,11 @@ def test_a_privacy_officer_erases_a_person_and_reads_the_report(
             page.fill("#id_reason", "Her letter of 3 November")
             page.screenshot(path=str(SCREENSHOTS / "erasure-request-form.png"))
             page.click("#file-erasure")
+            # What would go, counted, before anything is filed.
+            expect(page.locator("#er-plan")).to_contain_text("threads about the person")
+            expect(page.locator("#er-confirm-person")).to_have_text("u-ana")
+            page.screenshot(path=str(SCREENSHOTS / "erasure-request-confirm.png"))
+            page.click("#er-confirm")
 
             expect(page.locator(".messagelist .success")).to_contain_text("filed")
             expect(page.locator("#er-status")).to_contain_text("Done", timeout=30_000)
