@@ -42,6 +42,7 @@ from governance.models import JobRun
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError
+from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
 from memoryapp.files.text import sha256_of, size_of
 from memoryapp.forgetting.lineage import LineageReport, derived_forget_threads, redacted_heads_delete
@@ -297,6 +298,8 @@ def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[
     in_batch._raw_delete(in_batch.db)
     threads = Thread.objects.filter(pk__in=pks)
     threads._raw_delete(threads.db)
+    for thread in locked:
+        event_record(agent_id=agent.pk, type="thread.deleted", thread_id=thread.external_id)
     counts["threads"] += len(pks)
     audit_append(
         action="person.erase.threads",
