@@ -46,7 +46,7 @@ from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
 from memoryapp.files.text import sha256_of, size_of
 from memoryapp.forgetting.lineage import LineageReport, derived_forget_threads, redacted_heads_delete
-from memoryapp.forgetting.services import COUNT_KEYS, counts_add, counts_zero, entries_forget, fork_copies
+from memoryapp.forgetting.services import COUNT_KEYS, cascade_step, counts_add, counts_zero, entries_forget, fork_copies
 from memoryapp.items.facts import PERSON_PREFIX
 from memoryapp.items.rules import Scope
 from memoryapp.items.services import slot_layout
@@ -184,6 +184,7 @@ def person_erase(
         total = max(total, done)
         if progress is not None:
             progress(done, total)
+        cascade_step("batch")
 
     for agent_id in agents:
         # 1. Threads about the person.

@@ -75,7 +75,8 @@ def cascade_step_hook(hook: Callable[[str], None] | None) -> None:
         _between_steps.append(hook)
 
 
-def _step(name: str) -> None:
+def cascade_step(name: str) -> None:
+    """A point between two steps of a cascade (or two batches of an erasure), where the hook runs."""
     for hook in _between_steps:
         hook(name)
 
@@ -100,9 +101,9 @@ def thread_delete(*, thread: Thread, actor: str = "") -> Counts:
         agent=locked.agent, entries=[*doomed, *copies], reason="thread.delete", actor=actor, entries_deleted=True
     )
     counts_add(counts, report.cascade_counts())
-    _step("derived")
+    cascade_step("derived")
     counts_add(counts, _thread_scope_forget(agent=locked.agent, thread_id=locked.external_id, actor=actor))
-    _step("thread_scope")
+    cascade_step("thread_scope")
     count = len(doomed)
     counts["summaries"] += sum(1 for e in doomed if e.type == EntryType.COMPACTION)
     counts["entries_deleted"] += sum(1 for e in doomed if e.type != EntryType.COMPACTION)
@@ -133,7 +134,6 @@ def thread_clear(*, thread: Thread, actor: str = "") -> Counts:
     ids = list(Entry.objects.filter(thread=locked).order_by("pk").values_list("pk", flat=True))
     counts = entries_forget(agent=locked.agent, entry_ids=ids, keep_replies=True, actor=actor, because="thread.clear")
     Thread.objects.filter(pk=locked.pk).update(active_leaf=None)
-    event_record(agent_id=locked.agent_id, type="thread.cleared", thread_id=locked.external_id)
     thread.refresh_from_db()
     return counts
 
@@ -358,7 +358,7 @@ def entries_forget(
             agent=agent, entries=deleted, reason=because or "entry.delete", actor=actor, entries_deleted=True
         )
         counts_add(counts, report.cascade_counts())
-    _step("derived")
+    cascade_step("derived")
     # The entries themselves, a thread at a time (its own thread locked above, or a fork's by fork_copies).
     gone_ids = {e.id for e in deleted}
     counts["vectors"] += Entry.objects.filter(pk__in=[e.id for e in everything], embedding__isnull=False).count()
@@ -396,7 +396,7 @@ def entries_forget(
                 thread_id=locked.external_id,
                 ids=[r.pk for r in rows],
             )
-        _step("thread")
+        cascade_step("thread")
         _audit_entries(
             locked,
             deleted=sorted(going_ids),
@@ -529,7 +529,7 @@ def thread_rewind_stale(*, thread: Thread, entry_id: str, actor: str = "") -> tu
     counts["items_stale"] = len(
         items_mark_stale(marks=marks, actor=actor, only_from=(ItemStatus.ACTIVE, ItemStatus.SUGGESTED))
     )
-    _step("stale")
+    cascade_step("stale")
     moved = thread_rewind(thread=locked, entry_id=entry_id, actor=actor)
     thread_sync(thread, moved)
     return moved, counts
