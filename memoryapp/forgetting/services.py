@@ -24,12 +24,13 @@ from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
+from memoryapp.files.services import files_lock, redacted_heads_delete
 from memoryapp.files.text import sha256_of, size_of
-from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget, redacted_heads_delete
+from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget
 from memoryapp.items.rules import Scope
 from memoryapp.items.services import StaleMark, items_mark_stale
 from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryFileVersion, MemoryItem, Thread
-from memoryapp.models.choices import EntryType, FileAuthor, ItemStatus, Role
+from memoryapp.models.choices import EntryType, ItemStatus, Role
 from memoryapp.retry import atomic_retrying
 from memoryapp.threads.hashing import reparent
 from memoryapp.threads.redaction import REDACTED_FIELDS, redaction_apply
@@ -166,36 +167,23 @@ def scope_files_forget(*, agent: Agent, scope: Scope, actor: str) -> Counts:
     stands (a deletion version), so no path of it stays in a listing; the history keeps the redacted
     versions. Call inside the cascade's transaction."""
     counts = counts_zero()
-    access = FileAccess(
-        agent=agent,
-        user_id=scope.user_id,
-        project_id=scope.project_id,
-        thread_id=scope.thread_id,
-        reserved=(),
-        author=FileAuthor.SYSTEM,
-        actor=actor,
-    )
-    versions = MemoryFileVersion.objects.filter(
-        agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id
-    )
-    if not versions.exists():
-        return counts
-    counts["file_versions"] += _redact_versions(versions)
-    redacted_heads_delete(access=access)
-    return counts
-
-
-def _redact_versions(versions: QuerySet[MemoryFileVersion]) -> int:
-    return (
-        versions.filter(content__isnull=False)
-        .exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
-        .update(
-            content=REDACTED_TEXT,
-            sha256=sha256_of(REDACTED_TEXT),
-            size=size_of(REDACTED_TEXT),
-            redacted_at=timezone.now(),
+    files_lock(FileAccess(agent=agent))
+    redacting = (
+        MemoryFileVersion.objects.filter(
+            agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id
         )
+        .filter(content__isnull=False)
+        .exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
     )
+    ids = list(redacting.order_by("pk").values_list("pk", flat=True))
+    counts["file_versions"] += MemoryFileVersion.objects.filter(pk__in=ids).update(
+        content=REDACTED_TEXT,
+        sha256=sha256_of(REDACTED_TEXT),
+        size=size_of(REDACTED_TEXT),
+        redacted_at=timezone.now(),
+    )
+    redacted_heads_delete(agent=agent, version_ids=ids, actor=actor)
+    return counts
 
 
 def fork_copies(entries: Sequence[Entry]) -> list[Entry]:
