@@ -30,11 +30,13 @@ be edited; the caller's request record says whom it was for).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from governance.audit import audit_append
@@ -126,10 +128,12 @@ def _files(user_id: str, agents: list[int], mode: str) -> QuerySet[MemoryFileVer
 
 def _jobs(user_id: str, agents: list[int], keep_job_ids: Sequence[int]) -> QuerySet[JobRun]:
     """Job runs of these agents whose arguments or result name the person (not yet scrubbed)."""
-    quoted = Q(arguments__icontains=user_id) | Q(result__icontains=user_id)
+    # The id as a JSON string, quotes included, in the JSON's text: "u-1" is not found in "u-10".
+    quoted_id = json.dumps(user_id)
     return (
         JobRun.objects.filter(Q(agent_id__in=agents) | Q(agent_id__isnull=True))
-        .filter(quoted)
+        .annotate(arguments_text=Cast("arguments", TextField()), result_text=Cast("result", TextField()))
+        .filter(Q(arguments_text__contains=quoted_id) | Q(result_text__contains=quoted_id))
         .exclude(pk__in=list(keep_job_ids))
     )
 
