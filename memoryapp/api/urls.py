@@ -13,4 +13,5 @@ urlpatterns = [
     path("", include("memoryapp.api.compaction_urls")),
     path("", include("memoryapp.api.events_urls")),
     path("", include("memoryapp.api.context_documents_urls")),
+    path("", include("memoryapp.api.users_urls")),
 ]

@@ -41,7 +41,8 @@ from memoryapp.files.text import (
     sha256_of,
     size_of,
 )
-from memoryapp.models import MemoryFileVersion
+from memoryapp.models import Agent, MemoryFileVersion
+from memoryapp.models.choices import FileAuthor
 
 # A writer that loses the race for a version number makes its change again on what stands.
 MAX_TRIES = 3
@@ -318,6 +319,49 @@ def files_index_text(*, access: FileAccess) -> str:
 # --- redaction -----------------------------------------------------------------------------------
 
 
+def redacted_heads_delete(*, agent: Agent, version_ids: list[str], actor: str = "") -> int:
+    """Delete the files whose version in front is one of these redacted versions (004: a path may
+    name what was forgotten, so it leaves the listing; its history keeps the redacted versions).
+    Call inside the redaction's transaction, the agent's file lock held. Returns the files deleted."""
+    if not version_ids:
+        return 0
+    scopes = sorted(
+        set(
+            MemoryFileVersion.objects.filter(agent=agent, pk__in=version_ids).values_list(
+                "user_id", "project_id", "thread_id", "path"
+            )
+        )
+    )
+    deleted = 0
+    by_scope: dict[tuple[str, str, str], list[str]] = {}
+    for user_id, project_id, thread_id, path in scopes:
+        by_scope.setdefault((user_id, project_id, thread_id), []).append(path)
+    for (user_id, project_id, thread_id), paths in by_scope.items():
+        heads: dict[str, MemoryFileVersion] = {}
+        for version in (
+            MemoryFileVersion.objects.filter(
+                agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, path__in=paths
+            )
+            .order_by("path", "-sequence")
+            .only("id", "path", "sequence", "content", "redacted_at")
+        ):
+            heads.setdefault(version.path, version)
+        doomed = [v for v in heads.values() if v.content is not None and v.redacted_at is not None]
+        if doomed:
+            access = FileAccess(
+                agent=agent,
+                user_id=user_id,
+                project_id=project_id,
+                thread_id=thread_id,
+                reserved=(),
+                author=FileAuthor.SYSTEM,
+                actor=actor,
+            )
+            _write_versions(access, [PlannedVersion(v.path, None, v) for v in sorted(doomed, key=lambda v: v.path)])
+            deleted += len(doomed)
+    return deleted
+
+
 @transaction.atomic
 def files_redact(
     *,
@@ -374,6 +418,8 @@ def files_redact(
     )
     if redacted_ids:
         event_record(agent_id=access.agent.pk, type="file.redacted", thread_id=access.thread_id, ids=redacted_ids)
+    deleted = redacted_heads_delete(agent=access.agent, version_ids=redacted_ids, actor=access.actor)
+    # Ids and counts only: a path, or the reason a person typed, may name what was forgotten.
     audit_append(
         action="memory_files.redact",
         actor=access.actor,
@@ -382,12 +428,13 @@ def files_redact(
         subject=f"{len(found)} memory file path(s)",
         outcome="redacted" if count else "nothing_to_redact",
         details={
-            "paths": sorted(found),
+            "paths": len(found),
             "versions": count,
-            "reason": reason[:200],
+            "version_ids": redacted_ids[:50],
+            "files_deleted": deleted,
+            "reason_given": bool(reason),
             "every_scope": every_scope,
             "exact_scope": exact_scope,
-            "scope": {"user_id": access.user_id, "project_id": access.project_id, "thread_id": access.thread_id},
         },
     )
     return RedactionReport(paths=sorted(found), versions=count)

@@ -20,14 +20,13 @@ from governance.audit import audit_append
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.files.access import FileAccess
-from memoryapp.files.protocol import file_delete
-from memoryapp.files.services import files_lock
+from memoryapp.files.services import files_lock, redacted_heads_delete
 from memoryapp.files.text import sha256_of, size_of
 from memoryapp.items.evidence import verify_evidence
 from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.services import slot_layout, slot_lock
 from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
-from memoryapp.models.choices import EntryType, EvidenceStatus, FileAuthor, ItemStatus
+from memoryapp.models.choices import EntryType, EvidenceStatus, ItemStatus
 from memoryapp.threads.hashing import reparent  # threads imports this module
 from memoryapp.threads.hooks import after_vectors_cleared
 from memoryapp.threads.selectors import path_ids
@@ -399,51 +398,9 @@ def _redact_file_versions(
         )
 
 
-def redacted_heads_delete(*, access: FileAccess, paths: Sequence[str] | None = None) -> int:
-    """Delete the files of the access's own scope whose version in front is redacted (004: a path may
-    name what was forgotten, so it leaves the listing; its history keeps the redacted versions).
-    Returns how many files were deleted."""
-    user_id, project_id, thread_id = access.scope
-    versions = MemoryFileVersion.objects.filter(
-        agent=access.agent, user_id=user_id, project_id=project_id, thread_id=thread_id
-    )
-    if paths is not None:
-        versions = versions.filter(path__in=list(paths))
-    heads: dict[str, MemoryFileVersion] = {}
-    for version in versions.order_by("path", "-sequence").only("id", "path", "sequence", "content", "redacted_at"):
-        heads.setdefault(version.path, version)
-    deleted = 0
-    for path in sorted(heads):
-        head = heads[path]
-        if head.content is not None and head.redacted_at is not None:
-            file_delete(access=access, path=path)
-            deleted += 1
-    return deleted
-
-
 def _redacted_files_delete(*, agent: Agent, version_ids: Sequence[str]) -> None:
-    """The files whose version in front among these was redacted are deleted, scope by scope."""
-    keys = sorted(
-        set(
-            MemoryFileVersion.objects.filter(agent=agent, pk__in=list(version_ids)).values_list(
-                "user_id", "project_id", "thread_id", "path"
-            )
-        )
-    )
-    by_scope: dict[tuple[str, str, str], list[str]] = {}
-    for user_id, project_id, thread_id, path in keys:
-        by_scope.setdefault((user_id, project_id, thread_id), []).append(path)
-    for (user_id, project_id, thread_id), paths in by_scope.items():
-        access = FileAccess(
-            agent=agent,
-            user_id=user_id,
-            project_id=project_id,
-            thread_id=thread_id,
-            reserved=(),
-            author=FileAuthor.SYSTEM,
-            actor="lineage",
-        )
-        redacted_heads_delete(access=access, paths=paths)
+    """The files whose version in front among these was redacted are deleted (`redacted_heads_delete`)."""
+    redacted_heads_delete(agent=agent, version_ids=list(version_ids), actor="lineage")
 
 
 # --- vectors -----------------------------------------------------------------------------------------

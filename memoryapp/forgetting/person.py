@@ -7,18 +7,18 @@ batch asks the database afresh for what is left, so a second run finds nothing a
 
 Steps, in this order (derived memory before the entries it stands on):
 
-1. The threads about the person (`Thread.user_id`), a batch of threads at a time: what memory
-   derived from their entries elsewhere (`derived_forget_threads`: the items quoting them purged or
-   trimmed, file versions written at them redacted, the playbook rules naming a purged lesson),
-   their copies in forks that are not about the person, the job runs that name the threads, then
-   the entries and the threads themselves. In `redact` mode the threads stay and every entry is
-   redacted instead (events deleted), through the entry cascades.
-2. The messages the person wrote in threads of others (user messages whose `metadata.userId` is
-   the person, in threads whose `metadata.memoryUserIds` lists them), with their replies, through
-   the entry cascades (`entries_forget`).
-3. The items of the person's scope (`MemoryItem.user_id`) and the facts of their namespace
-   (`users/<id>` and inside it), with their evidence and reviews; the playbooks naming them.
-4. The entities of the person's scope, and those no item is about any more.
+1. The items of the person's scope (`MemoryItem.user_id`) and the facts of their namespace
+   (`users/<id>` and inside it), with their evidence and reviews; the playbooks naming them. A slot
+   that keeps items of others is laid out again.
+2. The threads about the person (`Thread.user_id`), a batch of threads at a time: what memory
+   derived from their entries elsewhere (`derived_forget_threads`: the items of other scopes quoting
+   them purged or trimmed, file versions written at them redacted, the playbook rules of purged
+   lessons), their copies in forks that are not about the person, the job runs that name the
+   threads, then the entries and the threads themselves. In `redact` mode the threads stay and
+   every entry is redacted instead (events deleted), through the entry cascades.
+3. The messages the person wrote in threads of others (user messages whose `metadata.userId` is
+   the person), with their replies, through the entry cascades (`entries_forget`).
+4. The entities of the person's scope (and those no item is about any more, with step 1).
 5. The memory files of the person's scope: every version deleted (`erase`), or redacted with the
    file then deleted (`redact`), so no path naming the person stays in a listing.
 6. The consolidation records of the person's scope, and the job runs whose arguments or results
@@ -30,11 +30,13 @@ be edited; the caller's request record says whom it was for).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from governance.audit import audit_append
@@ -42,12 +44,14 @@ from governance.models import JobRun
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError
+from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
+from memoryapp.files.services import files_lock, redacted_heads_delete
 from memoryapp.files.text import sha256_of, size_of
-from memoryapp.forgetting.lineage import LineageReport, derived_forget_threads, redacted_heads_delete
-from memoryapp.forgetting.services import COUNT_KEYS, counts_add, counts_zero, entries_forget, fork_copies
+from memoryapp.forgetting.lineage import LineageReport, derived_forget_threads
+from memoryapp.forgetting.services import COUNT_KEYS, cascade_step, counts_add, counts_zero, entries_forget, fork_copies
 from memoryapp.items.facts import PERSON_PREFIX
-from memoryapp.items.rules import Scope
+from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.services import slot_layout
 from memoryapp.models import (
     Agent,
@@ -60,7 +64,7 @@ from memoryapp.models import (
     MemoryItem,
     Thread,
 )
-from memoryapp.models.choices import EntryType, FileAuthor, ItemStatus
+from memoryapp.models.choices import EntryType, ItemStatus
 from memoryapp.retry import atomic_retrying
 
 MODES = ("erase", "redact")
@@ -124,10 +128,12 @@ def _files(user_id: str, agents: list[int], mode: str) -> QuerySet[MemoryFileVer
 
 def _jobs(user_id: str, agents: list[int], keep_job_ids: Sequence[int]) -> QuerySet[JobRun]:
     """Job runs of these agents whose arguments or result name the person (not yet scrubbed)."""
-    quoted = Q(arguments__icontains=user_id) | Q(result__icontains=user_id)
+    # The id as a JSON string, quotes included, in the JSON's text: "u-1" is not found in "u-10".
+    quoted_id = json.dumps(user_id)
     return (
         JobRun.objects.filter(Q(agent_id__in=agents) | Q(agent_id__isnull=True))
-        .filter(quoted)
+        .annotate(arguments_text=Cast("arguments", TextField()), result_text=Cast("result", TextField()))
+        .filter(Q(arguments_text__contains=quoted_id) | Q(result_text__contains=quoted_id))
         .exclude(pk__in=list(keep_job_ids))
     )
 
@@ -183,9 +189,18 @@ def person_erase(
         total = max(total, done)
         if progress is not None:
             progress(done, total)
+        cascade_step("batch")
 
     for agent_id in agents:
-        # 1. Threads about the person.
+        # 1. Items and facts of the person's scope (derived memory goes first; most of what quotes
+        # the person's entries is theirs, so the thread step below finds little left to trim).
+        while True:
+            ids = list(_items(user_id, [agent_id]).order_by("pk").values_list("pk", flat=True)[: batch_size * 10])
+            if not ids:
+                break
+            counts_add(counts, _items_erase(agent_id=agent_id, item_ids=ids, actor=actor))
+            step(len(ids))
+        # 2. Threads about the person.
         after = 0
         while True:
             batch = list(
@@ -202,7 +217,7 @@ def person_erase(
             else:
                 counts_add(counts, _threads_redact(agent_id=agent_id, thread_pks=batch, actor=actor))
             step(len(batch))
-        # 2. The person's messages in threads of others.
+        # 3. The person's messages in threads of others.
         while True:
             ids = list(_messages(user_id, [agent_id]).order_by("pk").values_list("pk", flat=True)[:batch_size])
             if not ids:
@@ -213,13 +228,7 @@ def person_erase(
                 entries_forget(agent=agent, entry_ids=ids, redact=mode == "redact", actor=actor, because="person"),
             )
             step(len(ids))
-        # 3, 4. Items and facts of the person's scope, then their entities.
-        while True:
-            ids = list(_items(user_id, [agent_id]).order_by("pk").values_list("pk", flat=True)[:batch_size])
-            if not ids:
-                break
-            counts_add(counts, _items_erase(agent_id=agent_id, item_ids=ids, actor=actor))
-            step(len(ids))
+        # 4. The entities of the person's scope.
         counts_add(counts, _entities_erase(user_id=user_id, agent_id=agent_id))
         # 5. Memory files of the person's scope.
         while True:
@@ -297,6 +306,8 @@ def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[
     in_batch._raw_delete(in_batch.db)
     threads = Thread.objects.filter(pk__in=pks)
     threads._raw_delete(threads.db)
+    for thread in locked:
+        event_record(agent_id=agent.pk, type="thread.deleted", thread_id=thread.external_id)
     counts["threads"] += len(pks)
     audit_append(
         action="person.erase.threads",
@@ -354,17 +365,30 @@ def _items_erase(*, agent_id: int, item_ids: list[str], actor: str) -> dict[str,
     pks = [i.pk for i in items]
     counts["vectors"] += sum(1 for i in items if i.embedding is not None)
     counts["facts"] += sum(1 for i in items if i.attribute.startswith("core:"))
-    Evidence.objects.filter(item_id__in=pks).delete()
-    ItemReview.objects.filter(item_id__in=pks).delete()
-    MemoryItem.objects.filter(pk__in=pks).delete()
-    counts["items_purged"] += len(pks)
-    # States other people's items closed hold again (their slot's timeline laid out anew).
+    for model in (Evidence, ItemReview):
+        related = model.objects.filter(item_id__in=pks)
+        related._raw_delete(related.db)
+    doomed = MemoryItem.objects.filter(pk__in=pks)
+    counts["items_purged"] += doomed._raw_delete(doomed.db)
+    # A slot keeping items that were not erased (a state an erased one had closed holds again) is
+    # laid out anew; the person's own slots went whole.
     slots = {
         (i.user_id, i.project_id, i.thread_id, i.subject, i.attribute)
         for i in items
         if i.status in (ItemStatus.ACTIVE, ItemStatus.SUPERSEDED)
     }
+    surviving = set(
+        MemoryItem.objects.filter(
+            agent=agent,
+            user_id__in={s[0] for s in slots},
+            attribute__in={s[4] for s in slots},
+            status__in=(ItemStatus.ACTIVE, ItemStatus.SUPERSEDED),
+        ).values_list("user_id", "project_id", "thread_id", "subject", "attribute")
+    )
+    alive = {(u, p, t, normalized_name(s), a) for u, p, t, s, a in surviving}
     for user_id, project_id, thread_id, subject, attribute in sorted(slots):
+        if (user_id, project_id, thread_id, normalized_name(subject), attribute) not in alive:
+            continue
         slot_layout(agent=agent, scope=Scope(user_id, project_id, thread_id), subject=subject, attribute=attribute)
     named = derived_files_forget(agent=agent, item_ids=pks)
     entity_ids = {i.entity_id for i in items if i.entity_id}
@@ -404,25 +428,15 @@ def _files_erase(*, agent_id: int, version_ids: list[str], mode: str, actor: str
         MemoryFileVersion.objects.filter(previous_id__in=locked).update(previous=None)
         counts["file_versions"] = versions._raw_delete(versions.db)
     else:
+        agent = Agent.objects.get(pk=agent_id)
+        files_lock(FileAccess(agent=agent))
         counts["file_versions"] = versions.update(
             content=REDACTED_TEXT,
             sha256=sha256_of(REDACTED_TEXT),
             size=size_of(REDACTED_TEXT),
             redacted_at=timezone.now(),
         )
-        scopes = set(MemoryFileVersion.objects.filter(pk__in=locked).values_list("user_id", "project_id", "thread_id"))
-        agent = Agent.objects.get(pk=agent_id)
-        for user_id, project_id, thread_id in sorted(scopes):
-            access = FileAccess(
-                agent=agent,
-                user_id=user_id,
-                project_id=project_id,
-                thread_id=thread_id,
-                reserved=(),
-                author=FileAuthor.SYSTEM,
-                actor=actor,
-            )
-            redacted_heads_delete(access=access)
+        redacted_heads_delete(agent=agent, version_ids=locked, actor=actor)
     audit_append(
         action="person.erase.files",
         actor=actor,

@@ -24,12 +24,13 @@ from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
+from memoryapp.files.services import files_lock, redacted_heads_delete
 from memoryapp.files.text import sha256_of, size_of
-from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget, redacted_heads_delete
+from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget
 from memoryapp.items.rules import Scope
 from memoryapp.items.services import StaleMark, items_mark_stale
 from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryFileVersion, MemoryItem, Thread
-from memoryapp.models.choices import EntryType, FileAuthor, ItemStatus, Role
+from memoryapp.models.choices import EntryType, ItemStatus, Role
 from memoryapp.retry import atomic_retrying
 from memoryapp.threads.hashing import reparent
 from memoryapp.threads.redaction import REDACTED_FIELDS, redaction_apply
@@ -75,7 +76,8 @@ def cascade_step_hook(hook: Callable[[str], None] | None) -> None:
         _between_steps.append(hook)
 
 
-def _step(name: str) -> None:
+def cascade_step(name: str) -> None:
+    """A point between two steps of a cascade (or two batches of an erasure), where the hook runs."""
     for hook in _between_steps:
         hook(name)
 
@@ -100,9 +102,9 @@ def thread_delete(*, thread: Thread, actor: str = "") -> Counts:
         agent=locked.agent, entries=[*doomed, *copies], reason="thread.delete", actor=actor, entries_deleted=True
     )
     counts_add(counts, report.cascade_counts())
-    _step("derived")
+    cascade_step("derived")
     counts_add(counts, _thread_scope_forget(agent=locked.agent, thread_id=locked.external_id, actor=actor))
-    _step("thread_scope")
+    cascade_step("thread_scope")
     count = len(doomed)
     counts["summaries"] += sum(1 for e in doomed if e.type == EntryType.COMPACTION)
     counts["entries_deleted"] += sum(1 for e in doomed if e.type != EntryType.COMPACTION)
@@ -133,7 +135,6 @@ def thread_clear(*, thread: Thread, actor: str = "") -> Counts:
     ids = list(Entry.objects.filter(thread=locked).order_by("pk").values_list("pk", flat=True))
     counts = entries_forget(agent=locked.agent, entry_ids=ids, keep_replies=True, actor=actor, because="thread.clear")
     Thread.objects.filter(pk=locked.pk).update(active_leaf=None)
-    event_record(agent_id=locked.agent_id, type="thread.cleared", thread_id=locked.external_id)
     thread.refresh_from_db()
     return counts
 
@@ -166,36 +167,23 @@ def scope_files_forget(*, agent: Agent, scope: Scope, actor: str) -> Counts:
     stands (a deletion version), so no path of it stays in a listing; the history keeps the redacted
     versions. Call inside the cascade's transaction."""
     counts = counts_zero()
-    access = FileAccess(
-        agent=agent,
-        user_id=scope.user_id,
-        project_id=scope.project_id,
-        thread_id=scope.thread_id,
-        reserved=(),
-        author=FileAuthor.SYSTEM,
-        actor=actor,
-    )
-    versions = MemoryFileVersion.objects.filter(
-        agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id
-    )
-    if not versions.exists():
-        return counts
-    counts["file_versions"] += _redact_versions(versions)
-    redacted_heads_delete(access=access)
-    return counts
-
-
-def _redact_versions(versions: QuerySet[MemoryFileVersion]) -> int:
-    return (
-        versions.filter(content__isnull=False)
-        .exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
-        .update(
-            content=REDACTED_TEXT,
-            sha256=sha256_of(REDACTED_TEXT),
-            size=size_of(REDACTED_TEXT),
-            redacted_at=timezone.now(),
+    files_lock(FileAccess(agent=agent))
+    redacting = (
+        MemoryFileVersion.objects.filter(
+            agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id
         )
+        .filter(content__isnull=False)
+        .exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
     )
+    ids = list(redacting.order_by("pk").values_list("pk", flat=True))
+    counts["file_versions"] += MemoryFileVersion.objects.filter(pk__in=ids).update(
+        content=REDACTED_TEXT,
+        sha256=sha256_of(REDACTED_TEXT),
+        size=size_of(REDACTED_TEXT),
+        redacted_at=timezone.now(),
+    )
+    redacted_heads_delete(agent=agent, version_ids=ids, actor=actor)
+    return counts
 
 
 def fork_copies(entries: Sequence[Entry]) -> list[Entry]:
@@ -358,7 +346,7 @@ def entries_forget(
             agent=agent, entries=deleted, reason=because or "entry.delete", actor=actor, entries_deleted=True
         )
         counts_add(counts, report.cascade_counts())
-    _step("derived")
+    cascade_step("derived")
     # The entries themselves, a thread at a time (its own thread locked above, or a fork's by fork_copies).
     gone_ids = {e.id for e in deleted}
     counts["vectors"] += Entry.objects.filter(pk__in=[e.id for e in everything], embedding__isnull=False).count()
@@ -396,7 +384,7 @@ def entries_forget(
                 thread_id=locked.external_id,
                 ids=[r.pk for r in rows],
             )
-        _step("thread")
+        cascade_step("thread")
         _audit_entries(
             locked,
             deleted=sorted(going_ids),
@@ -529,7 +517,7 @@ def thread_rewind_stale(*, thread: Thread, entry_id: str, actor: str = "") -> tu
     counts["items_stale"] = len(
         items_mark_stale(marks=marks, actor=actor, only_from=(ItemStatus.ACTIVE, ItemStatus.SUGGESTED))
     )
-    _step("stale")
+    cascade_step("stale")
     moved = thread_rewind(thread=locked, entry_id=entry_id, actor=actor)
     thread_sync(thread, moved)
     return moved, counts

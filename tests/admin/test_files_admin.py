@@ -67,9 +67,12 @@ def test_redact_action_redacts_every_version_in_the_scope_and_audits(staff: Clie
         {"action": "redact", "_selected_action": [version.pk]},
     )
     assert response.status_code == 302
-    assert list(MemoryFileVersion.objects.filter(user_id="ana").values_list("content", flat=True)) == [
+    assert list(
+        MemoryFileVersion.objects.filter(user_id="ana").order_by("sequence").values_list("content", flat=True)
+    ) == [
         "[redacted]",
         "[redacted]",
+        None,  # the file in front was redacted: it is then deleted, out of the listing
     ]
     assert MemoryFileVersion.objects.get(user_id="").content == "agent-wide"
     record = AuditRecord.objects.get(action="memory_files.redact")

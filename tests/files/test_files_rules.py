@@ -194,13 +194,16 @@ def test_redaction_replaces_every_version_along_renames_and_is_audited(alice: Ca
             assert version.content == "[redacted]"
             assert version.sha256 == sha256_hex("[redacted]") and version.redacted_at is not None
     assert MemoryFileVersion.objects.get(path="/memories/other.md").content == "untouched"
-    # Deletions stay deletions, and the file still stands, redacted.
-    assert MemoryFileVersion.objects.filter(content__isnull=True).count() == 2
-    assert text_seen(access, "/memories/people/ana.md") == "[redacted]"
+    # Deletions stay deletions; the file in front was redacted, so it is then deleted (004: its
+    # path may name what was forgotten) and leaves the listing; its history keeps the redacted versions.
+    assert MemoryFileVersion.objects.filter(content__isnull=True).count() == 3
+    assert text_seen(access, "/memories/people/ana.md") is None
+    assert text_seen(access, "/memories/other.md") == "untouched"
     record = AuditRecord.objects.get(action="memory_files.redact")
     assert (record.actor, record.agent_id, record.outcome) == ("staff:eve", alice.agent.pk, "redacted")
-    assert record.details["versions"] == 4 and record.details["reason"] == "erasure request"
-    assert "condition" not in str(record.details)
+    assert record.details["versions"] == 4 and record.details["paths"] == 3 and record.details["files_deleted"] == 1
+    # Ids and counts only: no path, no reason typed, no content.
+    assert not any(word in str(record.details) for word in ("condition", "health", "erasure request", "/memories"))
 
 
 def test_redaction_keeps_to_the_scopes_seen_unless_every_scope(alice: Caller) -> None:
@@ -209,7 +212,9 @@ def test_redaction_keeps_to_the_scopes_seen_unless_every_scope(alice: Caller) ->
     files_redact(access=FileAccess(agent=alice.agent, user_id="ana"), paths=["/memories/n.md"], reason="r")
     assert MemoryFileVersion.objects.get(user_id="bruno").content == "bruno"
     files_redact(access=FileAccess(agent=alice.agent), paths=["/memories"], reason="r", every_scope=True)
-    assert set(MemoryFileVersion.objects.values_list("content", flat=True)) == {"[redacted]"}
+    # Every version redacted, each file then deleted (a deletion version closes each).
+    assert set(MemoryFileVersion.objects.values_list("content", flat=True)) == {"[redacted]", None}
+    assert MemoryFileVersion.objects.filter(content__isnull=True).count() == 2
 
 
 def test_redaction_never_reaches_another_agent(alice: Caller, mallory: Caller) -> None:

@@ -72,6 +72,8 @@ def _world(agent: Agent, user_id: str, word: str, threads: int = 3) -> list[Thre
     JobRunFactory(
         kind="extract", agent_id=agent.pk, arguments={"thread_pk": made[0].pk, "thread_id": made[0].external_id}
     )
+    JobRunFactory(kind="export", agent_id=agent.pk, arguments={"user_id": user_id}, result={"rows": 3})
+    JobRunFactory(kind="export", agent_id=agent.pk, arguments={"user_id": user_id + "0"})  # another person
     return made
 
 
@@ -101,7 +103,7 @@ def test_person_erase_removes_every_trace_and_leaves_others_whole() -> None:
     assert counts["entries_deleted"] >= 4 * 2 + 2  # the threads' turns, and Eve's message with its reply
     assert counts["items_purged"] >= 4
     assert counts["file_versions"] == 1
-    assert counts["job_runs"] == 1
+    assert counts["job_runs"] == 2  # the extraction of a thread of theirs, and the run naming them
     assert len(seen) >= 3 and seen[-1][0] == seen[-1][1]
     assert all(d1 <= d2 for (d1, _), (d2, _) in itertools.pairwise(seen))
 
@@ -142,5 +144,6 @@ def test_person_erase_removes_every_trace_and_leaves_others_whole() -> None:
     # Every agent: Bob's too.
     person_erase(user_id="u-eve", actor="test")
     assert _rows_holding(CANARY) == {}
-    assert JobRun.objects.filter(arguments__erased=True).count() == 2
+    assert JobRun.objects.filter(arguments__erased=True).count() == 4
+    assert JobRun.objects.filter(arguments__user_id="u-eve0").count() == 2  # "u-eve0" is someone else
     assert _rows_holding(KEEP)

@@ -331,6 +331,10 @@ def api_tour(caller: Caller) -> list[Visit]:
     )
 
     # Deletions last.
+    forget = f"{V1}/users/{{user_id}}/forget"
+    call("POST", forget, f"{V1}/users/u-tour-gone/forget", body={"mode": "sideways"})  # 400
+    call("POST", f"{V1}/threads", body={"id": "tour-gone", "user_id": "u-tour-gone"})
+    call("POST", forget, f"{V1}/users/u-tour-gone/forget", body={})
     call("DELETE", document, f"{V1}/context-documents/style.md?thread_id=tour")
     call("DELETE", f"{V1}/entries/{{entry_id}}", f"{V1}/entries/{last_id}")
     call("DELETE", thread, f"{V1}/threads/tour-fork")

@@ -1,0 +1,74 @@
+"""The person an agent's memory is about: `POST /api/v1/users/{user_id}/forget` erases it.
+
+The agent's own erasure of a person (004 deleteUser, 002 forgetAll): every thread about them,
+their messages in threads of others with the replies, their items, facts, entities and memory
+files, and the job runs naming them, of the calling agent only (`person_erase` with its agent).
+Staff erasure requests across agents, with a report, live in governance.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from memoryapp.api.auth import request_agent
+from memoryapp.api.base import OutputSerializer, StrictSerializer, validated
+from memoryapp.errors import DomainError
+from memoryapp.forgetting.person import MODES, person_erase
+
+MAX_USER_ID_CHARS = 128
+
+
+class UserForgetInput(StrictSerializer):
+    # erase: deleted; redact: the threads stay with every entry redacted, files redacted then deleted.
+    mode = serializers.ChoiceField(choices=MODES, required=False, default="erase")
+
+
+class ForgetCountsOut(OutputSerializer):
+    """What went, counted by kind (004's names)."""
+
+    entries_deleted = serializers.IntegerField()
+    entries_redacted = serializers.IntegerField()
+    threads = serializers.IntegerField()
+    summaries = serializers.IntegerField()
+    items_purged = serializers.IntegerField()
+    items_trimmed = serializers.IntegerField()
+    items_stale = serializers.IntegerField()
+    entities = serializers.IntegerField()
+    facts = serializers.IntegerField()
+    file_versions = serializers.IntegerField()
+    playbook_rules = serializers.IntegerField()
+    vectors = serializers.IntegerField()
+    job_runs = serializers.IntegerField()
+
+
+class UserForgetOut(OutputSerializer):
+    user_id = serializers.CharField()
+    mode = serializers.ChoiceField(choices=MODES)
+    counts = ForgetCountsOut()
+
+
+def _user_id_check(user_id: str) -> str:
+    if not user_id.strip() or len(user_id) > MAX_USER_ID_CHARS or any(ord(c) < 32 for c in user_id):
+        raise DomainError(
+            "invalid_value",
+            f"user_id must be a non-empty id of at most {MAX_USER_ID_CHARS} characters.",
+            field="user_id",
+        )
+    return user_id
+
+
+class UserForgetView(APIView):
+    """POST: erase what the calling agent holds about the person; answers with the counts (a second
+    call finds nothing and answers zeros)."""
+
+    @extend_schema(request=UserForgetInput, responses={200: UserForgetOut})
+    def post(self, request: Request, user_id: str) -> Response:
+        agent = request_agent(request)
+        user_id = _user_id_check(user_id)
+        data = validated(UserForgetInput, request.data if request.data is not None else {})
+        counts = person_erase(user_id=user_id, agent_ids=[agent.pk], mode=data["mode"], actor=f"agent:{agent.slug}")
+        return Response(UserForgetOut({"user_id": user_id, "mode": data["mode"], "counts": counts}).data)
