@@ -781,6 +781,20 @@ SCHEDULES: tuple[Schedule, ...] = (
         description="Sends queued job runs the broker never took or lost; requeues runs whose worker died.",
     ),
     Schedule(
+        name="Retention: prune by every policy",
+        task="governance.tasks.retention_prune_tick",
+        every=1,
+        period="days",
+        description="Applies every retention policy once (one job run; batches; legal holds and busy threads skipped).",
+    ),
+    Schedule(
+        name="Verify the audit trail",
+        task="governance.tasks.audit_verify_tick",
+        every=1,
+        period="days",
+        description="Checks the audit hash chain against its anchors; a broken chain shows on the admin index and /readyz.",
+    ),
+    Schedule(
         name="Prune expired facts",
         task="memoryapp.tasks.items_prune_tick",
         every=10,
