@@ -49,9 +49,10 @@ from django.utils import timezone
 from governance.audit import audit_append
 from governance.jobs import job_enqueue
 from governance.models import JobRun
+from governance.schedules import schedule_next_run
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.events.services import events_prune
-from memoryapp.forgetting.holds import held_items, held_threads
+from memoryapp.forgetting.holds import held_items, held_threads, holds_in_force
 from memoryapp.forgetting.pruning import externalised_results, thread_trim, thread_trim_plan, tool_results_expire
 from memoryapp.forgetting.services import thread_delete
 from memoryapp.items.rules import Scope, normalized_name
@@ -64,6 +65,7 @@ logger = logging.getLogger(__name__)
 
 PRUNE_JOB_KIND = "retention_prune"
 PRUNE_TASK = "governance.tasks.retention_prune_job"
+PRUNE_TICK = "governance.tasks.retention_prune_tick"
 ACTOR = "retention"
 # Thread ids a report lists (the first ones deleted, or to delete).
 REPORT_THREAD_IDS = 100
@@ -645,3 +647,86 @@ def retention_prune_job(run: JobRun) -> dict[str, Any]:
         return {"error": "no such agent", "counts": dict.fromkeys(COUNT_KEYS, 0), "thread_ids": []}
     state = retention_prune(as_of=as_of, agent=agent, run=run)
     return state.report()
+
+
+# --- policies: writes, and the state the overview shows ------------------------------------------
+
+POLICY_RULES = (
+    "thread_ttl_days",
+    "keep_checkpoints",
+    "drop_branches",
+    "suggested_review_days",
+    "inactive_item_days",
+    "job_run_days",
+    "tool_result_days",
+    "event_days",
+)
+
+
+@transaction.atomic
+def retention_policy_save(*, policy: RetentionPolicy, actor: str) -> RetentionPolicy:
+    """Create or change a policy (from the admin's form), audited with its rules (numbers, no text)."""
+    created = policy.pk is None
+    policy.updated_by = actor
+    policy.save()
+    audit_append(
+        action="retention.policy_saved",
+        actor=actor,
+        agent_id=policy.agent_id,
+        subject=f"policy {policy.pk}",
+        outcome="created" if created else "changed",
+        details={
+            "policy_id": policy.pk,
+            "default": policy.agent_id is None,
+            **{r: getattr(policy, r) for r in POLICY_RULES},
+        },
+    )
+    return policy
+
+
+@transaction.atomic
+def retention_policy_delete(*, policy: RetentionPolicy, actor: str) -> None:
+    """Delete a policy: its agent follows the default from now on (the default gone: keep everything)."""
+    pk, agent_id = policy.pk, policy.agent_id
+    policy.delete()
+    audit_append(
+        action="retention.policy_deleted",
+        actor=actor,
+        agent_id=agent_id,
+        subject=f"policy {pk}",
+        outcome="deleted",
+        details={"policy_id": pk, "default": agent_id is None},
+    )
+
+
+@dataclass
+class RetentionState:
+    """What the admin index says about retention: the last prune, holds in force, the next run."""
+
+    last_run: JobRun | None
+    last_counts: dict[str, int]
+    running: JobRun | None
+    holds_in_force: int
+    policies: int
+    default_policy: bool
+    next_run_at: datetime | None
+    schedule_enabled: bool
+
+
+def retention_state() -> RetentionState:
+    """A few small queries: the newest prune runs, a count of holds, the beat row of the prune."""
+    runs = JobRun.objects.filter(kind=PRUNE_JOB_KIND).order_by("-created_at")
+    last = runs.filter(status__in=_FINISHED).only("pk", "status", "result", "error", "finished_at").first()
+    running = runs.filter(status__in=[JobRun.Status.RUNNING, JobRun.Status.QUEUED]).first()
+    next_at, enabled = schedule_next_run(PRUNE_TICK)
+    counts = (last.result or {}).get("counts") or {} if last else {}
+    return RetentionState(
+        last_run=last,
+        last_counts={k: v for k, v in counts.items() if v},
+        running=running,
+        holds_in_force=holds_in_force().count(),
+        policies=RetentionPolicy.objects.count(),
+        default_policy=RetentionPolicy.objects.filter(agent__isnull=True).exists(),
+        next_run_at=next_at,
+        schedule_enabled=enabled,
+    )

@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from governance import jobs, retention
-from governance.audit import audit_verify
+from governance.audit import AUDIT_VERIFY_KIND, audit_verify
 from governance.jobs import job, job_enqueue, tick
 from governance.models import JobRun
 
@@ -26,9 +26,6 @@ def jobs_sweep() -> None:
     counts = jobs.jobs_sweep()
     if any(counts.values()):
         logger.info("job sweep: %s", counts)
-
-
-AUDIT_VERIFY_KIND = "audit_verify"
 
 
 @tick(name="governance.tasks.audit_verify_tick", queue="governance")

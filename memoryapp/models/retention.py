@@ -96,6 +96,8 @@ class RetentionPolicy(models.Model):
 
     class Meta:
         verbose_name_plural = "retention policies"
+        # Running the prune (and its dry run) from the admin: operators and privacy officers.
+        permissions = [("run_prune", "Can run the retention prune and its dry run")]
         constraints = [
             # One default: NULL agents are not distinct here.
             models.UniqueConstraint(fields=["agent"], name="retentionpolicy_one_per_agent", nulls_distinct=False),
