@@ -143,22 +143,25 @@ def policy_for(
     agent: Agent | None, *, policies: dict[int | None, RetentionPolicy] | None = None
 ) -> RetentionPolicy | None:
     """The narrowest policy: the agent's own, else the default (None: keep everything)."""
-    known = policies if policies is not None else _policies()
+    known = policies if policies is not None else retention_policies()
     if agent is not None and agent.pk in known:
         return known[agent.pk]
     return known.get(None)
 
 
-def _policies() -> dict[int | None, RetentionPolicy]:
+def retention_policies() -> dict[int | None, RetentionPolicy]:
+    """Every policy by its agent's pk (None: the default)."""
     return {p.agent_id: p for p in RetentionPolicy.objects.all()}
 
 
 def suggested_deadline(
     item: MemoryItem, *, policies: dict[int | None, RetentionPolicy] | None = None
 ) -> datetime | None:
-    """When a suggested item expires unreviewed under its agent's policy (None: never)."""
-    policy = policy_for(item.agent, policies=policies)
-    if policy is None or policy.suggested_review_days is None:
+    """When a suggested item expires unreviewed under its agent's policy (None: never).
+    Pass `policies` (`retention_policies()`) when asking for many items: one query for all."""
+    known = policies if policies is not None else retention_policies()
+    policy = known.get(item.agent_id, known.get(None))
+    if policy is None or policy.suggested_review_days is None or item.status != ItemStatus.SUGGESTED:
         return None
     return item.recorded_at + timedelta(days=policy.suggested_review_days)
 
@@ -303,7 +306,7 @@ def retention_prune(
         as_of=datetime.fromisoformat(state.as_of),
         batch=batch or settings.PRUNE_BATCH,
         run=run,
-        policies=_policies(),
+        policies=retention_policies(),
         on_batch=on_batch,
     )
     agents = prune_agents(state)

@@ -12,9 +12,10 @@ from governance.audit import audit_verify
 from governance.models import AuditRecord, JobRun
 from governance.retention import PRUNE_JOB_KIND
 from governance.tasks import retention_prune_job
-from memoryapp.models import Agent, LegalHold, RetentionPolicy, Thread
+from memoryapp.models import Agent, LegalHold, MemoryItem, RetentionPolicy, Thread
 from tests.kit.admin import staff_client
-from tests.kit.factories import AgentFactory
+from tests.kit.factories import AgentFactory, MemoryItemFactory
+from tests.kit.review_staff import staff
 from tests.retention.world import aged_thread
 
 pytestmark = pytest.mark.django_db
@@ -152,3 +153,21 @@ def test_the_prune_page_shows_the_dry_run_then_sends_the_real_run() -> None:
     page = operator.get(sent["Location"]).content.decode()
     assert "succeeded" in page and "<code>t-old</code>" in page
     assert list(Thread.objects.values_list("agent__slug", flat=True)) == ["bob"]
+
+
+def test_the_review_queue_shows_when_a_suggestion_expires_unreviewed() -> None:
+    alice: Agent = AgentFactory(slug="alice")
+    bob: Agent = AgentFactory(slug="bob")
+    RetentionPolicy.objects.create(suggested_review_days=14)
+    RetentionPolicy.objects.create(agent=bob, thread_ttl_days=30)  # bob's own: no review deadline
+    waiting = MemoryItemFactory(agent=alice, trust="model", value="likes tea")
+    forever = MemoryItemFactory(agent=bob, trust="model", value="likes coffee")
+    assert MemoryItem.objects.filter(pk__in=[waiting.pk, forever.pk], status="suggested").count() == 2
+
+    page = staff("reviewer").get("/admin/memoryapp/memoryitem/review/").content.decode()
+
+    deadline = (waiting.recorded_at + timedelta(days=14)).strftime("%Y-%m-%d %H:%M")
+    card = page.split(f'id="card-{waiting.pk}"')[1].split("</article>")[0]
+    assert f"expires unreviewed {deadline} UTC" in card
+    other = page.split(f'id="card-{forever.pk}"')[1].split("</article>")[0]
+    assert "expires unreviewed" not in other
