@@ -88,6 +88,10 @@ COUNT_KEYS = (
     "events_deleted",
     "webhook_deliveries_deleted",
 )
+# What the run's progress counts: rows (a thread as one) changed, each once.
+PROGRESS_KEYS = tuple(
+    k for k in COUNT_KEYS if k not in ("threads_busy", "threads_held", "thread_entries_deleted", "memory_items_deleted")
+)
 _FINISHED = (JobRun.Status.SUCCEEDED, JobRun.Status.FAILED, JobRun.Status.SKIPPED)
 
 
@@ -268,7 +272,7 @@ class _Pass:
         """Save where the prune stands in its run: inside the batch's transaction, so the work and
         the position commit together."""
         if self.run is not None and not self.dry:
-            done = sum(v for k, v in self.state.counts.items() if k not in ("threads_busy", "threads_held"))
+            done = sum(self.state.counts.get(k, 0) for k in PROGRESS_KEYS)
             JobRun.objects.filter(pk=self.run.pk).update(result=self.state.saved(), progress_done=done)
             self.run.progress_done = done
 
