@@ -263,10 +263,18 @@ class _Pass:
     run: JobRun | None
     policies: dict[int | None, RetentionPolicy]
     on_batch: Callable[[PruneState], None] | None = None
+    # Per rule, the agents that may have something for it (`_agents_maybe`), found once per pass.
+    maybe: dict[str, set[int] | None] = field(default_factory=dict)
 
     @property
     def dry(self) -> bool:
         return self.state.dry_run
+
+    def may_have(self, rule: str, agent: Agent) -> bool:
+        if rule not in self.maybe:
+            self.maybe[rule] = _agents_maybe(rule, self.as_of, self.policies)
+        found = self.maybe[rule]
+        return found is None or agent.pk in found
 
     def checkpoint(self) -> None:
         """Save where the prune stands in its run: inside the batch's transaction, so the work and
@@ -361,13 +369,42 @@ def _prune_agent(work: _Pass, agent: Agent | None) -> None:
     policy = policy_for(agent, policies=work.policies)
     while state.rule < len(RULES):
         name = RULES[state.rule]
-        more = _RULE_BATCHES[name](work, agent, policy)
+        more = work.may_have(name, agent) and _RULE_BATCHES[name](work, agent, policy)
         if not more:
             state.rule += 1
             state.after = None
         elif not work.dry and settings.PRUNE_PAUSE_SECONDS:
             # Room for the writers between batches (and for an operator to watch it go).
             time.sleep(settings.PRUNE_PAUSE_SECONDS)
+
+
+def _agents_maybe(rule: str, as_of: datetime, policies: dict[int | None, RetentionPolicy]) -> set[int] | None:
+    """The agents that may have rows for `rule` under the most eager policy (a superset; one query):
+    the others skip the rule without a query of their own. None: every agent is looked at."""
+
+    def loosest(days: str) -> datetime | None:
+        given = [getattr(p, days) for p in policies.values() if getattr(p, days) is not None]
+        return as_of - timedelta(days=min(given)) if given else None
+
+    rows: QuerySet[Any] | None
+    if rule == "facts":
+        rows = MemoryItem.objects.filter(expires_at__isnull=False, expires_at__lte=as_of)
+    elif rule == "threads":
+        cutoff = loosest("thread_ttl_days")
+        rows = Thread.objects.filter(updated_at__lt=cutoff) if cutoff else None
+    elif rule in ("suggested", "inactive"):
+        cutoff = loosest("suggested_review_days" if rule == "suggested" else "inactive_item_days")
+        statuses = (
+            [ItemStatus.SUGGESTED]
+            if rule == "suggested"
+            else [ItemStatus.SUPERSEDED, ItemStatus.STALE, ItemStatus.REJECTED]
+        )
+        rows = MemoryItem.objects.filter(status__in=statuses, recorded_at__lt=cutoff) if cutoff else None
+    else:
+        return None
+    if rows is None:
+        return set()  # no policy sets the rule
+    return set(rows.order_by().values_list("agent_id", flat=True).distinct())
 
 
 # Each rule's batch: True while there is more to do. The real run's batches are transactions.
