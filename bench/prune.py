@@ -213,7 +213,10 @@ def pct(values: list[float], p: int) -> float:
 
 
 def ms(values: list[float]) -> str:
-    return f"p50 {pct(values, 50) * 1000:7.1f} ms  p95 {pct(values, 95) * 1000:7.1f} ms  ({len(values)} appends)"
+    return (
+        f"p50 {pct(values, 50) * 1000:7.1f} ms  p95 {pct(values, 95) * 1000:7.1f} ms"
+        f"  max {max(values) * 1000:7.1f} ms  ({len(values)} appends)"
+    )
 
 
 # --- the run ---------------------------------------------------------------------------------------

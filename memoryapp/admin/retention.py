@@ -62,6 +62,15 @@ def count_rows(counts: dict[str, int]) -> list[tuple[str, str, int]]:
 
 
 class RetentionPolicyForm(forms.ModelForm):
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for rule in POLICY_RULES:
+            value = data.get(rule)
+            # 0 days would take everything at once, 0 checkpoints the summaries the path reads from.
+            if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+                self.add_error(rule, "At least 1 (leave it blank to keep everything).")
+        return data
+
     class Meta:
         model = RetentionPolicy
         fields = ("agent", *POLICY_RULES)

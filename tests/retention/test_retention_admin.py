@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import io
+import json
 from datetime import timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
@@ -171,3 +174,40 @@ def test_the_review_queue_shows_when_a_suggestion_expires_unreviewed() -> None:
     assert f"expires unreviewed {deadline} UTC" in card
     other = page.split(f'id="card-{forever.pk}"')[1].split("</article>")[0]
     assert "expires unreviewed" not in other
+
+
+def test_a_policy_form_refuses_zero_and_a_second_default_naming_the_field() -> None:
+    alice: Agent = AgentFactory(slug="alice")
+    RetentionPolicy.objects.create(thread_ttl_days=30)
+    operator = _role("Operators")
+
+    zero = operator.post(f"{POLICIES}add/", _policy_form(alice, keep_checkpoints=0, thread_ttl_days=0))
+    second_default = operator.post(f"{POLICIES}add/", _policy_form(None, thread_ttl_days=5))
+
+    assert zero.status_code == 200
+    errors = zero.context["adminform"].form.errors
+    assert set(errors) == {"keep_checkpoints", "thread_ttl_days"}
+    assert second_default.status_code == 200 and second_default.context["adminform"].form.errors
+    assert RetentionPolicy.objects.count() == 1
+    assert not AuditRecord.objects.filter(action="retention.policy_saved").exists()
+
+
+def test_manage_py_prune_dry_runs_runs_and_names_an_unknown_agent() -> None:
+    alice: Agent = AgentFactory(slug="alice")
+    RetentionPolicy.objects.create(thread_ttl_days=30)
+    aged_thread(alice, "t-old", days=40)
+    out = io.StringIO()
+
+    call_command("prune", "--dry-run", "--agent", "alice", stdout=out)
+
+    report = json.loads(out.getvalue())
+    assert (report["dry_run"], report["counts"]["threads_deleted"], report["thread_ids"]) == (True, 1, ["t-old"])
+    assert Thread.objects.filter(external_id="t-old").exists()
+    with pytest.raises(CommandError, match="no agent has the slug 'nobody'"):
+        call_command("prune", "--agent", "nobody")
+    out = io.StringIO()
+    call_command("prune", stdout=out)
+    done = json.loads(out.getvalue())
+    assert done["counts"]["threads_deleted"] == 1 and not Thread.objects.exists()
+    run = JobRun.objects.get(pk=done["job_run"])
+    assert run.kind == PRUNE_JOB_KIND and run.status == JobRun.Status.SUCCEEDED
