@@ -137,6 +137,7 @@ class PruneState:
         state.counts.update(saved.get("counts") or {})
         state.thread_ids = list(saved.get("thread_ids") or [])
         state.agent_pk, state.rule, state.after, state.skipped = saved["position"]
+        state.done = bool(saved.get("done"))
         return state
 
 
