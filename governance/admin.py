@@ -13,6 +13,7 @@ from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
+from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
@@ -20,10 +21,11 @@ from django.utils.safestring import SafeString, mark_safe
 
 from governance import erasure_admin  # noqa: F401  (registers the erasure requests' admin)
 from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
-from governance.audit import audit_verify
+from governance.audit import audit_verification_latest, audit_verify
 from governance.job_retry import RetryRefused, job_retry
 from governance.jobs import WAITING_NOTE
 from governance.models import AuditRecord, ErasureRequest, JobRun
+from governance.schedules import schedules_state
 
 
 def _actor(request: HttpRequest) -> str:
@@ -534,6 +536,7 @@ class JobRunAdmin(FullWidthList, admin.ModelAdmin):
     def get_urls(self) -> list[Any]:
         return [
             path("progress/", self.admin_site.admin_view(self.progress_view), name="governance_jobrun_progress"),
+            path("schedules/", self.admin_site.admin_view(self.schedules_view), name="governance_jobrun_schedules"),
             path("<int:pk>/retry/", self.admin_site.admin_view(self.retry_view), name="governance_jobrun_retry"),
             *super().get_urls(),
         ]
@@ -548,6 +551,26 @@ class JobRunAdmin(FullWidthList, admin.ModelAdmin):
             raise PermissionDenied
         self._retry(request, [run])
         return HttpResponseRedirect(reverse("admin:governance_jobrun_change", args=[pk]))
+
+    def schedules_view(self, request: HttpRequest) -> HttpResponse:
+        """Every beat schedule: its interval (edited under Periodic tasks), when it runs next, and the
+        outcome of the last job run it sent (governance.schedules)."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        try:
+            edit_base = reverse("admin:django_celery_beat_periodictask_changelist")
+        except NoReverseMatch:
+            edit_base = ""
+        may_edit = request.user.has_perm("django_celery_beat.change_periodictask")
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Schedules",
+            "schedules": schedules_state(),
+            "edit_base": edit_base if may_edit else "",
+            "audit": audit_verification_latest(),
+        }
+        return TemplateResponse(request, "admin/governance/jobrun/schedules.html", context)
 
     def progress_view(self, request: HttpRequest) -> JsonResponse:
         """The progress of the runs a page shows (`?ids=1,2,3`, at most 200): what its script polls."""

@@ -49,7 +49,7 @@ from django.db import Error, connection, transaction
 from django.utils import timezone
 
 from governance import locks
-from governance.models import AuditRecord
+from governance.models import AuditRecord, JobRun
 
 logger = logging.getLogger(__name__)
 
@@ -370,3 +370,39 @@ def audit_records(
     if after_seq is not None:
         qs = qs.filter(seq__gt=after_seq)
     return list(qs[:limit])
+
+
+# The kind of the verification job runs (governance.tasks: the daily schedule, the admin's button).
+AUDIT_VERIFY_KIND = "audit_verify"
+
+
+def audit_verification_latest() -> dict[str, Any] | None:
+    """The newest finished verification run of the whole chain: {ok, first_broken, reason, records,
+    at, run_id}; None when none has run. /readyz and the admin index show it."""
+    run = (
+        JobRun.objects.filter(kind=AUDIT_VERIFY_KIND, status__in=[JobRun.Status.SUCCEEDED, JobRun.Status.FAILED])
+        .order_by("-finished_at", "-pk")
+        .only("pk", "status", "result", "error", "finished_at")
+        .first()
+    )
+    if run is None:
+        return None
+    result = run.result or {}
+    if run.status == JobRun.Status.FAILED:
+        # The verification itself did not run through: that is no proof of a whole chain.
+        return {
+            "ok": False,
+            "first_broken": None,
+            "reason": f"the verification failed: {run.error[:200]}",
+            "records": None,
+            "at": run.finished_at,
+            "run_id": run.pk,
+        }
+    return {
+        "ok": bool(result.get("ok")),
+        "first_broken": result.get("first_broken"),
+        "reason": result.get("reason") or "",
+        "records": result.get("records"),
+        "at": run.finished_at,
+        "run_id": run.pk,
+    }

@@ -769,6 +769,9 @@ class Schedule:
     every: int
     period: str
     description: str
+    # The kind of the job runs it sends (the schedules page shows the last one's outcome); "" for a
+    # sweep that runs no job of its own (its beat row's last run is all there is).
+    job_kind: str = ""
 
 
 # Every beat schedule of the service, kept in django-celery-beat's tables by `schedules_sync`.
@@ -781,11 +784,28 @@ SCHEDULES: tuple[Schedule, ...] = (
         description="Sends queued job runs the broker never took or lost; requeues runs whose worker died.",
     ),
     Schedule(
+        name="Retention: prune by every policy",
+        task="governance.tasks.retention_prune_tick",
+        every=1,
+        period="days",
+        description="Applies every retention policy once (one job run; batches; legal holds and busy threads skipped).",
+        job_kind="retention_prune",
+    ),
+    Schedule(
+        name="Verify the audit trail",
+        task="governance.tasks.audit_verify_tick",
+        every=1,
+        period="days",
+        description="Checks the audit hash chain against its anchors; a broken chain shows on the admin index and /readyz.",
+        job_kind="audit_verify",
+    ),
+    Schedule(
         name="Prune expired facts",
         task="memoryapp.tasks.items_prune_tick",
         every=10,
         period="minutes",
         description="Removes facts whose time to live ran out (one job run at a time).",
+        job_kind="items_prune",
     ),
     Schedule(
         name="Embed what is not embedded yet",
@@ -793,6 +813,7 @@ SCHEDULES: tuple[Schedule, ...] = (
         every=5,
         period="minutes",
         description="Sends the embedding job of every agent with entries or items that have no vector yet.",
+        job_kind="embedding",
     ),
     Schedule(
         name="Deliver change events to webhooks left behind",
@@ -800,6 +821,7 @@ SCHEDULES: tuple[Schedule, ...] = (
         every=1,
         period="minutes",
         description="Sends the delivery job of every active webhook behind its agent's events and not resting.",
+        job_kind="webhook_delivery",
     ),
     Schedule(
         name="Consolidation: mark repeated and contradicted items stale",
@@ -807,6 +829,7 @@ SCHEDULES: tuple[Schedule, ...] = (
         every=1,
         period="hours",
         description="Sends each agent's dedupe pass (one job run per agent; caps CONSOLIDATION_MAX_*; needs a model).",
+        job_kind="consolidation_dedupe",
     ),
     Schedule(
         name="Consolidation: fold lessons into the playbook",
@@ -814,6 +837,7 @@ SCHEDULES: tuple[Schedule, ...] = (
         every=1,
         period="hours",
         description="Sends each agent's fold of new lessons into its playbooks, or their drafts in playbook shadow mode.",
+        job_kind="consolidation_fold",
     ),
     Schedule(
         name="Consolidation: refresh observations",
@@ -821,6 +845,7 @@ SCHEDULES: tuple[Schedule, ...] = (
         every=30,
         period="minutes",
         description="Sends each agent's refresh of the observations whose facts changed (OBSERVATIONS_*; needs a model).",
+        job_kind="consolidation_observations",
     ),
 )
 

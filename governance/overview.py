@@ -3,6 +3,8 @@
 - Reviewers: the backlog of suggested items, how old its oldest is, the agents it is on.
 - Privacy officers: the erasure requests waiting, running, failed or blocked; the audit chain's
   state and the redactions, deletions and erasures of the last days.
+- Operators and privacy officers: retention (the last prune and what it removed, the legal holds
+  in force, the next scheduled run) and the newest daily verification of the whole audit chain.
 - Operators: failed jobs of the last day, the broker and the database answering, and charts over
   30 days (entries and items per agent per day, review decisions per day, job durations).
 
@@ -29,9 +31,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from governance.activity import entries_per_agent_per_day, items_per_agent_per_day, window_days
-from governance.audit import AuditVerification, audit_verify_tail
+from governance.audit import AuditVerification, audit_verification_latest, audit_verify_tail
 from governance.charts import PALETTE, Duration, Series, duration_bars, stacked_bars_by_day
 from governance.models import AuditRecord, ErasureRequest, JobRun
+from governance.retention import RetentionState, retention_state
 from governance.review import Backlog, review_backlog
 from memory_project.health import broker_probe, database_probe
 
@@ -307,6 +310,32 @@ def job_durations(*, days: int, kinds: int = 12) -> list[Duration]:
         return [Duration(kind=k, runs=n, p50=float(p50), p95=float(p95)) for k, n, p50, p95 in cursor.fetchall()]
 
 
+# --- retention (operators and privacy officers) ------------------------------------------------------
+
+
+@dataclass
+class RetentionSection:
+    state: RetentionState
+    # The newest daily verification of the whole audit chain (None: none ran yet).
+    audit: dict[str, Any] | None
+    policies_url: str
+    prune_url: str
+    schedules_url: str
+    holds_url: str  # "" for those who may not see the holds
+
+
+def retention_section(user: Any) -> RetentionSection:
+    holds_url = reverse("admin:memoryapp_legalhold_changelist") if user.has_perm("memoryapp.view_legalhold") else ""
+    return RetentionSection(
+        state=retention_state(),
+        audit=audit_verification_latest(),
+        policies_url=reverse("admin:memoryapp_retentionpolicy_changelist"),
+        prune_url=reverse("admin:memoryapp_retentionpolicy_prune") if user.has_perm("memoryapp.run_prune") else "",
+        schedules_url=reverse("admin:governance_jobrun_schedules"),
+        holds_url=f"{holds_url}?lifted_at__isnull=True" if holds_url else "",
+    )
+
+
 def overview_for(user: Any) -> dict[str, Any]:
     roles = roles_of(user)
     return {
@@ -314,4 +343,5 @@ def overview_for(user: Any) -> dict[str, Any]:
         "review": review_section() if "reviewer" in roles else None,
         "privacy": privacy_section() if "privacy" in roles else None,
         "operator": operator_section() if "operator" in roles else None,
+        "retention": retention_section(user) if roles & {"privacy", "operator"} else None,
     }

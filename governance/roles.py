@@ -49,6 +49,15 @@ ROLES: dict[str, tuple[str, ...]] = {
         "governance.view_erasurerequest",
         "governance.add_erasurerequest",
         "governance.change_erasurerequest",
+        # Retention: the policies and the prune (with operators); legal holds (theirs alone).
+        "memoryapp.view_retentionpolicy",
+        "memoryapp.add_retentionpolicy",
+        "memoryapp.change_retentionpolicy",
+        "memoryapp.delete_retentionpolicy",
+        "memoryapp.run_prune",
+        "memoryapp.view_legalhold",
+        "memoryapp.add_legalhold",
+        "memoryapp.change_legalhold",  # lifting a hold (a placed hold is never edited)
     ),
     # Keep the service running: agents and their keys, jobs, schedules; no conversation content.
     "Operators": (
@@ -68,6 +77,12 @@ ROLES: dict[str, tuple[str, ...]] = {
         "governance.view_auditrecord",
         "django_celery_beat.view_periodictask",
         "django_celery_beat.change_periodictask",
+        # Retention: the policies and the prune (legal holds are the privacy officers' alone).
+        "memoryapp.view_retentionpolicy",
+        "memoryapp.add_retentionpolicy",
+        "memoryapp.change_retentionpolicy",
+        "memoryapp.delete_retentionpolicy",
+        "memoryapp.run_prune",
     ),
 }
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from governance import jobs
-from governance.audit import audit_verify
+from governance import jobs, retention
+from governance.audit import AUDIT_VERIFY_KIND, audit_verify
 from governance.erasure import erasure_run
-from governance.jobs import job, tick
+from governance.jobs import job, job_enqueue, tick
 from governance.models import JobRun
 
 logger = logging.getLogger(__name__)
@@ -34,3 +34,23 @@ def jobs_sweep() -> None:
     counts = jobs.jobs_sweep()
     if any(counts.values()):
         logger.info("job sweep: %s", counts)
+
+
+@tick(name="governance.tasks.audit_verify_tick", queue="governance")
+def audit_verify_tick() -> None:
+    """Beat, daily: one verification run (deduplicated while one waits); a broken chain shows in its
+    result, on the admin index and in /readyz."""
+    job_enqueue(kind=AUDIT_VERIFY_KIND, task_name=audit_verify_job.name, arguments={}, dedupe_key=AUDIT_VERIFY_KIND)
+
+
+@job(name=retention.PRUNE_TASK, queue="governance", time_limit=6 * 3600)
+def retention_prune_job(run: JobRun) -> dict[str, Any]:
+    """Apply every retention policy (governance.retention); goes on from its saved position when
+    claimed again after its worker died."""
+    return retention.retention_prune_job(run)
+
+
+@tick(name="governance.tasks.retention_prune_tick", queue="governance")
+def retention_prune_tick() -> None:
+    """Beat, daily by default (editable in the admin): one prune of every agent."""
+    retention.retention_prune_request(actor="schedule")

@@ -10,6 +10,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, JsonResponse
 
+from governance.audit import audit_verification_latest
 from memoryapp.search.space import vector_space_status
 
 
@@ -66,7 +67,9 @@ def _jobs_waiting() -> list[dict[str, Any]]:
 def readyz(request: HttpRequest) -> JsonResponse:
     """Ready when every check passes. Job runs no worker took (a queue no worker consumes, a
     backlog) are shown under `details.jobs_waiting` without making the web process unready: a load
-    balancer taking it out would not bring a worker."""
+    balancer taking it out would not bring a worker. So is the newest daily verification of the
+    audit chain (`details.audit_chain`: ok, or the first broken seq and why): a broken chain is for
+    a person to look into, and taking the web process out would not mend it."""
     checks: dict[str, bool] = {}
     details: dict[str, Any] = {}
     ok, detail = database_probe()
@@ -86,6 +89,11 @@ def readyz(request: HttpRequest) -> JsonResponse:
                     details["jobs_waiting"] = waiting
             except Exception as exc:
                 details["jobs_waiting"] = f"{type(exc).__name__}: {exc}"
+            try:
+                if (verified := audit_verification_latest()) is not None:
+                    details["audit_chain"] = {**verified, "at": verified["at"].isoformat() if verified["at"] else None}
+            except Exception as exc:
+                details["audit_chain"] = f"{type(exc).__name__}: {exc}"
     else:
         details["database"] = detail
         checks.update(migrations=False, vector=False, embeddings=False)

@@ -156,6 +156,11 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_WORKER_QUEUES = env_list("CELERY_QUEUES", ["default", "embedding", "extraction", "consolidation", "governance"])
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# The retention prune (governance.retention): rows, or threads, per batch; each batch is one
+# transaction, holding the locks of the threads it changes until it commits.
+PRUNE_BATCH = env_int("PRUNE_BATCH", 200, minimum=1, maximum=100_000)
+# A pause after each batch of a real prune, in seconds (0: none): room for writers on a busy database.
+PRUNE_PAUSE_SECONDS = env_float("PRUNE_PAUSE_SECONDS", 0.0, minimum=0.0, maximum=60.0)
 CELERY_TIMEZONE = "UTC"
 
 # --- Providers ---------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.http import HttpRequest, QueryDict
@@ -17,6 +18,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
+from governance.retention import retention_policies, suggested_deadline
 from governance.review import (
     ORDERS,
     QueueFilters,
@@ -137,6 +139,8 @@ class Card:
     quoted: list[Quoted] = field(default_factory=list)
     unplaced: list[Evidence] = field(default_factory=list)  # quotes whose entry is gone
     now_value: str | None = None
+    # When it expires unreviewed under its agent's retention policy (None: it waits for good).
+    deadline: datetime | None = None
 
 
 @dataclass
@@ -195,9 +199,10 @@ def cards_for(
 ) -> dict[str, Card]:
     """A card per item: its quotes grouped by entry (each entry once), highlighted, with the turns around."""
     now_values = now_values or {}
+    policies = retention_policies()
     cards: dict[str, Card] = {}
     for item in items:
-        card = Card(item=item)
+        card = Card(item=item, deadline=suggested_deadline(item, policies=policies))
         by_entry: OrderedDict[str, list[Evidence]] = OrderedDict()
         for ev in read.evidence.get(item.pk, []):
             if ev.entry is None:

@@ -84,10 +84,23 @@ def event_record(*, agent_id: int, type: str, ids: Sequence[str] = (), thread_id
 
 
 @transaction.atomic
-def events_prune(*, older_than: datetime) -> dict[str, int]:
+def events_prune(*, older_than: datetime, agent_id: int | None = None, limit: int | None = None) -> dict[str, int]:
     """Delete the events committed before `older_than`, and the webhook delivery attempts made before
     it (for the retention schedule). Numbers are given in commit order, so what goes is a prefix of
-    each agent's stream: a reader resuming from before it is told what it missed (`gap`)."""
-    events, _ = Event.objects.filter(at__lt=older_than).delete()
-    deliveries, _ = WebhookDelivery.objects.filter(at__lt=older_than).delete()
+    each agent's stream: a reader resuming from before it is told what it missed (`gap`).
+
+    With `agent_id`, only that agent's events and its webhooks' deliveries; with `limit`, at most
+    that many rows of each (the prune's batches: call again until both counts are 0)."""
+    events_q = Event.objects.filter(at__lt=older_than)
+    deliveries_q = WebhookDelivery.objects.filter(at__lt=older_than)
+    if agent_id is not None:
+        events_q = events_q.filter(agent_id=agent_id)
+        deliveries_q = deliveries_q.filter(webhook__agent_id=agent_id)
+    if limit is not None:
+        events_q = Event.objects.filter(pk__in=list(events_q.order_by("pk").values_list("pk", flat=True)[:limit]))
+        deliveries_q = WebhookDelivery.objects.filter(
+            pk__in=list(deliveries_q.order_by("pk").values_list("pk", flat=True)[:limit])
+        )
+    events, _ = events_q.delete()
+    deliveries, _ = deliveries_q.delete()
     return {"events": events, "webhook_deliveries": deliveries}

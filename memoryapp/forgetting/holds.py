@@ -8,7 +8,7 @@ from datetime import datetime
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from memoryapp.models import LegalHold
+from memoryapp.models import LegalHold, Thread
 
 
 def holds_in_force(*, at: datetime | None = None) -> QuerySet[LegalHold]:
@@ -50,3 +50,41 @@ def holds_blocking(
         if thread_ids:
             covers |= Q(thread_external_id__in=[t for t in thread_ids if t]) & in_agents
     return list(holds_in_force().filter(covers).select_related("agent").order_by("placed_at", "pk"))
+
+
+def held_threads(*, agent_id: int | None = None) -> Q:
+    """A filter of Thread: the threads some hold in force keeps (a person's threads, held threads).
+
+    Holds are few (a legal team's list), so the filter is one condition per hold. With `agent_id`,
+    only the holds that reach that agent make it up. Matches nothing when no hold is in force.
+    """
+    keeps = Q(pk__in=[])
+    holds = holds_in_force()
+    if agent_id is not None:
+        holds = holds.filter(Q(agent_id=agent_id) | Q(agent__isnull=True))
+    for hold in holds.only("agent_id", "user_id", "thread_external_id"):
+        in_agent = Q(agent_id=hold.agent_id) if hold.agent_id else Q(pk__isnull=False)
+        if hold.thread_external_id:
+            keeps |= in_agent & Q(external_id=hold.thread_external_id)
+        else:
+            keeps |= in_agent & Q(user_id=hold.user_id)
+    return keeps
+
+
+def held_items(*, agent_id: int | None = None) -> Q:
+    """A filter of MemoryItem (and other `Scoped` rows): memory a hold in force keeps, which is
+    what is about a held person, or scoped to a held thread or to a held person's thread."""
+    keeps = Q(pk__in=[])
+    holds = holds_in_force()
+    if agent_id is not None:
+        holds = holds.filter(Q(agent_id=agent_id) | Q(agent__isnull=True))
+    for hold in holds.only("agent_id", "user_id", "thread_external_id"):
+        in_agent = Q(agent_id=hold.agent_id) if hold.agent_id else Q(pk__isnull=False)
+        if hold.thread_external_id:
+            keeps |= in_agent & Q(thread_id=hold.thread_external_id)
+        else:
+            threads = Thread.objects.filter(user_id=hold.user_id)
+            if hold.agent_id:
+                threads = threads.filter(agent_id=hold.agent_id)
+            keeps |= in_agent & (Q(user_id=hold.user_id) | Q(thread_id__in=threads.values("external_id")))
+    return keeps

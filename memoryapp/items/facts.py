@@ -282,14 +282,21 @@ def facts_forget_all(*, agent: Agent, namespace: str, actor: str = "") -> int:
     return held
 
 
-def facts_prune(*, now: datetime | None = None, batch: int = 1000) -> int:
-    """Remove the facts whose time to live ran out (they are invisible from that moment already)."""
+def facts_prune(
+    *, now: datetime | None = None, batch: int = 1000, agent_id: int | None = None, keep: Q | None = None
+) -> int:
+    """Remove the facts whose time to live ran out (they are invisible from that moment already).
+
+    `agent_id` limits it to one agent; `keep` is a filter of items to leave (legal holds)."""
     at = now or timezone.now()
     removed = 0
+    expired = MemoryItem.objects.filter(expires_at__isnull=False, expires_at__lte=at)
+    if agent_id is not None:
+        expired = expired.filter(agent_id=agent_id)
+    if keep is not None:
+        expired = expired.exclude(keep)
     while True:
-        ids = list(
-            MemoryItem.objects.filter(expires_at__isnull=False, expires_at__lte=at).values_list("pk", flat=True)[:batch]
-        )
+        ids = list(expired.order_by("pk").values_list("pk", flat=True)[:batch])
         if not ids:
             return removed
         with transaction.atomic():

@@ -9,7 +9,7 @@ from memoryapp.models.consolidation import (
 from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDelivery
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
-from memoryapp.models.retention import LegalHold
+from memoryapp.models.retention import LegalHold, RetentionPolicy
 from memoryapp.models.threads import Entry, Thread
 
 __all__ = [
@@ -28,6 +28,7 @@ __all__ = [
     "MemoryFileVersion",
     "MemoryItem",
     "PlaybookDraft",
+    "RetentionPolicy",
     "StaleItem",
     "Thread",
     "Webhook",

@@ -62,3 +62,50 @@ class LegalHold(models.Model):
         if self.thread_external_id:
             return f"thread {self.thread_external_id} ({where})"
         return f"user {self.user_id} ({where})"
+
+
+class RetentionPolicy(models.Model):
+    """How long an agent's memory is kept; applied by the prune (governance.retention).
+
+    One default policy (no agent) and at most one per agent. The narrowest applies, whole: an
+    agent with a policy of its own follows it alone (a rule left blank there is off for that
+    agent, even when the default sets it); every other agent follows the default. A blank rule
+    keeps everything it would have removed. Audit records are never pruned.
+    """
+
+    agent = models.OneToOneField(Agent, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    # 002 threadTtlSecs, in days: threads whose last write is this old are deleted (delete-thread cascade).
+    thread_ttl_days = models.PositiveIntegerField(null=True, blank=True)
+    # 002 keepCheckpoints: each thread keeps its newest N compactions; entries wholly before the
+    # oldest kept one, older compactions, and the branches left behind go.
+    keep_checkpoints = models.PositiveIntegerField(null=True, blank=True)
+    # 002 dropBranches: branches rewinds and checkouts left behind are deleted; the active one stays whole.
+    drop_branches = models.BooleanField(default=False)
+    # Suggested items not reviewed within this many days expire (the review queue shows the deadline).
+    suggested_review_days = models.PositiveIntegerField(null=True, blank=True)
+    # Superseded, stale and rejected items older than this are removed with their evidence.
+    inactive_item_days = models.PositiveIntegerField(null=True, blank=True)
+    # Finished job runs older than this are deleted (runs of no agent follow the default policy).
+    job_run_days = models.PositiveIntegerField(null=True, blank=True)
+    # Tool results a compaction cleared (externalised behind a handle) older than this lose their content.
+    tool_result_days = models.PositiveIntegerField(null=True, blank=True)
+    # Change events (and webhook delivery attempts) older than this are deleted.
+    event_days = models.PositiveIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=150, blank=True, default="")
+
+    class Meta:
+        verbose_name_plural = "retention policies"
+        # Running the prune (and its dry run) from the admin: operators and privacy officers.
+        permissions = [("run_prune", "Can run the retention prune and its dry run")]
+        constraints = [
+            # One default: NULL agents are not distinct here.
+            models.UniqueConstraint(fields=["agent"], name="retentionpolicy_one_per_agent", nulls_distinct=False),
+            models.CheckConstraint(
+                condition=Q(keep_checkpoints__isnull=True) | Q(keep_checkpoints__gte=1),
+                name="retentionpolicy_keep_at_least_one_checkpoint",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"retention of {self.agent.slug}" if self.agent_id and self.agent else "default retention"

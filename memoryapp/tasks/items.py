@@ -11,6 +11,7 @@ from typing import Any
 
 from governance.jobs import job, job_enqueue, tick
 from governance.models import JobRun
+from memoryapp.forgetting.holds import held_items
 from memoryapp.items.facts import facts_prune
 
 PRUNE_JOB_KIND = "items_prune"
@@ -18,7 +19,8 @@ PRUNE_JOB_KIND = "items_prune"
 
 @job(name="memoryapp.tasks.items_prune_job", queue="default")
 def items_prune_job(run: JobRun) -> dict[str, Any]:
-    return {"memory_items_deleted": facts_prune()}
+    # Facts a legal hold keeps stay, expired or not (invisible all the same).
+    return {"memory_items_deleted": facts_prune(keep=held_items())}
 
 
 @tick(name="memoryapp.tasks.items_prune_tick", queue="default")

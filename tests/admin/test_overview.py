@@ -37,8 +37,8 @@ def _sections(page: str) -> set[str]:
     ("role", "sections"),
     [
         ("reviewer", {"review"}),
-        ("privacy", {"privacy"}),
-        ("operator", {"operator"}),
+        ("privacy", {"privacy", "retention"}),
+        ("operator", {"operator", "retention"}),
         (None, set()),
     ],
 )
@@ -50,7 +50,7 @@ def test_each_role_sees_its_own_section_of_the_overview(role: str | None, sectio
 
 def test_a_superuser_sees_every_section() -> None:
     page = staff(superuser=True, name="root").get(INDEX).content.decode()
-    assert _sections(page) == {"review", "privacy", "operator"}
+    assert _sections(page) == {"review", "privacy", "operator", "retention"}
 
 
 def test_reviewers_see_the_backlog_its_oldest_age_and_the_way_to_the_queue(alice: Caller, bob: Caller) -> None:

@@ -1,0 +1,244 @@
+"""Admin pages of retention: policies and the prune (operators and privacy officers), legal holds
+(privacy officers only).
+
+The prune page runs a dry run in the request (it changes nothing and shows what the real run would
+delete: counts per kind and the first hundred threads) and sends the real prune as a job run, whose
+page shows its progress and, once done, its counts. Placing and lifting a hold, and saving a
+policy, go through the audited services.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+
+from governance.holds import legal_hold_lift, legal_hold_place
+from governance.models import JobRun
+from governance.retention import (
+    COUNT_KEYS,
+    POLICY_RULES,
+    PRUNE_JOB_KIND,
+    retention_policy_delete,
+    retention_policy_save,
+    retention_prune,
+    retention_prune_request,
+)
+from memoryapp.admin.confirm import staff_actor
+from memoryapp.errors import DomainError
+from memoryapp.models import Agent, LegalHold, RetentionPolicy
+
+RUN_PRUNE_PERMISSION = "memoryapp.run_prune"
+# How each count of a prune report reads on the page.
+COUNT_LABELS = {
+    "threads_deleted": "threads deleted (last write older than the thread TTL)",
+    "threads_busy": "threads skipped: busy (a job run in progress on them)",
+    "threads_held": "threads skipped: under a legal hold",
+    "thread_entries_deleted": "entries of the deleted threads",
+    "checkpoints_deleted": "checkpoints (compactions) dropped beyond the kept ones",
+    "history_entries_deleted": "entries dropped wholly before the oldest kept checkpoint",
+    "branches_deleted": "abandoned branches deleted",
+    "branch_entries_deleted": "entries of the abandoned branches",
+    "memory_items_deleted": "memory items deleted in all",
+    "suggested_items_expired": "suggested items expired unreviewed",
+    "inactive_items_deleted": "superseded, stale and rejected items removed",
+    "facts_expired": "facts whose time to live ran out",
+    "tool_results_expired": "externalised tool results emptied",
+    "job_runs_deleted": "finished job runs deleted",
+    "events_deleted": "change events deleted",
+    "webhook_deliveries_deleted": "webhook delivery attempts deleted",
+}
+
+
+def count_rows(counts: dict[str, int]) -> list[tuple[str, str, int]]:
+    return [(key, COUNT_LABELS.get(key, key), int(counts.get(key, 0))) for key in COUNT_KEYS]
+
+
+class RetentionPolicyForm(forms.ModelForm):
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for rule in POLICY_RULES:
+            value = data.get(rule)
+            # 0 days would take everything at once, 0 checkpoints the summaries the path reads from.
+            if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+                self.add_error(rule, "At least 1 (leave it blank to keep everything).")
+        return data
+
+    class Meta:
+        model = RetentionPolicy
+        fields = ("agent", *POLICY_RULES)
+        help_texts = {
+            "agent": "Empty: the default policy, for every agent without one of its own.",
+            "thread_ttl_days": "Delete threads whose last write is this many days old (blank: keep them).",
+            "keep_checkpoints": "Keep each thread's newest N compactions; older history and branches go.",
+            "drop_branches": "Delete the branches rewinds and checkouts left behind.",
+            "suggested_review_days": "Suggested items not reviewed within this many days expire.",
+            "inactive_item_days": "Remove superseded, stale and rejected items recorded this many days ago.",
+            "job_run_days": "Delete finished job runs this many days old.",
+            "tool_result_days": "Empty externalised tool results this many days old.",
+            "event_days": "Delete change events (and webhook attempts) this many days old.",
+        }
+
+
+@admin.register(RetentionPolicy)
+class RetentionPolicyAdmin(admin.ModelAdmin):
+    form = RetentionPolicyForm
+    list_display = ("scope", *POLICY_RULES, "updated_at", "updated_by")
+    list_display_links = ("scope",)
+    list_select_related = ("agent",)
+    readonly_fields = ("updated_at", "updated_by")
+    change_list_template = "admin/memoryapp/retentionpolicy/change_list.html"
+
+    @admin.display(description="applies to", ordering="agent__slug")
+    def scope(self, obj: RetentionPolicy) -> str:
+        return obj.agent.slug if obj.agent_id and obj.agent else "default (every agent without its own)"
+
+    def save_model(self, request: HttpRequest, obj: RetentionPolicy, form: Any, change: bool) -> None:
+        retention_policy_save(policy=obj, actor=staff_actor(request))
+
+    def delete_model(self, request: HttpRequest, obj: RetentionPolicy) -> None:
+        retention_policy_delete(policy=obj, actor=staff_actor(request))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[RetentionPolicy]) -> None:
+        for policy in queryset:
+            retention_policy_delete(policy=policy, actor=staff_actor(request))
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra = {**(extra_context or {}), "can_prune": request.user.has_perm(RUN_PRUNE_PERMISSION)}
+        return super().changelist_view(request, extra_context=extra)
+
+    def get_urls(self) -> list[URLPattern]:
+        prune = path("prune/", self.admin_site.admin_view(self.prune_view), name="memoryapp_retentionpolicy_prune")
+        return [prune, *super().get_urls()]
+
+    def prune_view(self, request: HttpRequest) -> HttpResponse:
+        """GET: choose an agent (or all); POST `dry`: the dry run's report; POST `run`: send the prune."""
+        if not request.user.has_perm(RUN_PRUNE_PERMISSION):
+            raise PermissionDenied
+        agents = list(Agent.objects.order_by("slug").values_list("slug", flat=True))
+        slug = (request.POST.get("agent") or request.GET.get("agent") or "").strip()
+        agent = Agent.objects.filter(slug=slug).first() if slug else None
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Retention prune",
+            "agents": agents,
+            "agent": agent.slug if agent else "",
+            "report": None,
+            "runs": JobRun.objects.filter(kind=PRUNE_JOB_KIND).order_by("-created_at")[:10],
+        }
+        if slug and agent is None:
+            messages.error(request, f"No agent has the slug {slug!r}.")
+        elif request.method == "POST" and request.POST.get("action") == "dry":
+            state = retention_prune(agent=agent, dry_run=True)
+            context["report"] = state.report()
+            context["rows"] = count_rows(state.counts)
+        elif request.method == "POST" and request.POST.get("action") == "run":
+            run = retention_prune_request(agent=agent, actor=staff_actor(request))
+            messages.success(
+                request, f"The prune was sent as job run {run.pk}; its page shows its progress and counts."
+            )
+            return HttpResponseRedirect(reverse("admin:memoryapp_retentionpolicy_prune") + f"?run={run.pk}")
+        shown = request.GET.get("run", "")
+        if shown.isdigit():
+            asked = JobRun.objects.filter(kind=PRUNE_JOB_KIND, pk=int(shown)).first()
+            if asked is not None:
+                context["run"] = asked
+                counts = (asked.result or {}).get("counts") or {}
+                context["run_rows"] = count_rows(counts) if counts else []
+                context["run_thread_ids"] = (asked.result or {}).get("thread_ids") or []
+        return TemplateResponse(request, "admin/memoryapp/retentionpolicy/prune.html", context)
+
+
+class LegalHoldForm(forms.ModelForm):
+    class Meta:
+        model = LegalHold
+        fields = ("agent", "user_id", "thread_external_id", "reason", "ends_at")
+        labels = {"user_id": "person (user id)", "thread_external_id": "thread id"}
+        help_texts = {
+            "agent": "Empty: the person is held in every agent's memory. A thread is held within its agent.",
+            "user_id": "Hold everything about this person (or give a thread id instead).",
+            "thread_external_id": "Hold this one thread of the agent (the id the agent knows it by).",
+            "ends_at": "Optional: the hold ends by itself then (UTC).",
+        }
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        user_id = (data.get("user_id") or "").strip()
+        thread = (data.get("thread_external_id") or "").strip()
+        if bool(user_id) == bool(thread):
+            self.add_error("user_id", "Give a person (user id) or a thread id: one of them.")
+        if thread and not data.get("agent"):
+            self.add_error("agent", "A thread is held within its agent: choose the agent.")
+        ends_at = data.get("ends_at")
+        if ends_at is not None and ends_at <= timezone.now():
+            self.add_error("ends_at", "The end date must be in the future.")
+        return data
+
+
+@admin.register(LegalHold)
+class LegalHoldAdmin(admin.ModelAdmin):
+    """Privacy officers only (governance/roles.py). A hold is placed, then lifted; never edited or deleted."""
+
+    form = LegalHoldForm
+    list_display = ("id", "target_shown", "in_force", "placed_by", "placed_at", "ends_at", "lifted_at", "lifted_by")
+    list_filter = (("lifted_at", admin.EmptyFieldListFilter),)
+    list_select_related = ("agent",)
+    search_fields = ("user_id", "thread_external_id", "agent__slug")
+    actions = ("lift",)
+
+    @admin.display(description="holds")
+    def target_shown(self, obj: LegalHold) -> str:
+        return obj.target
+
+    @admin.display(description="in force", boolean=True)
+    def in_force(self, obj: LegalHold) -> bool:
+        now = timezone.now()
+        return obj.lifted_at is None and (obj.ends_at is None or obj.ends_at > now)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: LegalHold | None = None) -> Any:
+        if obj is None:
+            return ()
+        return (
+            "agent",
+            "user_id",
+            "thread_external_id",
+            "reason",
+            "ends_at",
+            "placed_by",
+            "placed_at",
+            "lifted_at",
+            "lifted_by",
+        )
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the record of what was held stays
+
+    def save_model(self, request: HttpRequest, obj: LegalHold, form: Any, change: bool) -> None:
+        if change:
+            return  # nothing of a placed hold is edited; lifting is the action
+        data = form.cleaned_data
+        try:
+            hold = legal_hold_place(
+                agent=data.get("agent"),
+                user_id=data.get("user_id") or "",
+                thread_external_id=data.get("thread_external_id") or "",
+                reason=data.get("reason") or "",
+                ends_at=data.get("ends_at"),
+                placed_by=staff_actor(request),
+            )
+        except DomainError as error:  # the form checked the same: a race at most
+            raise PermissionDenied(error.message) from error
+        obj.pk, obj.placed_at = hold.pk, hold.placed_at
+
+    @admin.action(description="Lift the selected holds", permissions=["change"])
+    def lift(self, request: HttpRequest, queryset: QuerySet[LegalHold]) -> None:
+        lifted = sum(legal_hold_lift(hold=hold, lifted_by=staff_actor(request)) for hold in queryset)
+        messages.success(request, f"{lifted} hold{'s' if lifted != 1 else ''} lifted.")
