@@ -19,11 +19,12 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from governance import erasure_admin  # noqa: F401  (registers the erasure requests' admin)
 from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
 from governance.audit import audit_verification_latest, audit_verify
 from governance.job_retry import RetryRefused, job_retry
 from governance.jobs import WAITING_NOTE
-from governance.models import AuditRecord, JobRun
+from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.schedules import schedules_state
 
 
@@ -51,6 +52,7 @@ class ObjectLinks:
         self.key_prefixes: set[str] = set()
         self.agent_slugs: set[str] = set()
         self.runs: set[int] = set()
+        self.erasures: set[int] = set()
         self.resolved: dict[tuple[str, Any], tuple[str, str]] = {}  # (kind, key) -> (label, url)
 
     def resolve(self) -> None:
@@ -80,6 +82,12 @@ class ObjectLinks:
         if self.key_prefixes:
             for pk, prefix in AgentKey.objects.filter(prefix__in=self.key_prefixes).values_list("pk", "prefix"):
                 self.resolved[("key", prefix)] = (prefix, _url("memoryapp_agentkey_change", pk))
+        if self.erasures:
+            for pk in ErasureRequest.objects.filter(pk__in=self.erasures).values_list("pk", flat=True):
+                self.resolved[("erasure", pk)] = (
+                    f"erasure request #{pk}",
+                    _url("governance_erasurerequest_change", pk),
+                )
         if self.runs:
             for pk in JobRun.objects.filter(pk__in=self.runs).values_list("pk", flat=True):
                 self.resolved[("run", pk)] = (f"job run #{pk}", _url("governance_jobrun_change", pk))
@@ -108,6 +116,7 @@ _SUBJECT_KINDS = (
     ("agent_key.", "key"),
     ("agent.", "agent_slug"),
     ("job.", "run"),
+    ("erasure.", "erasure"),
 )
 
 
@@ -160,6 +169,8 @@ class AuditRecordAdmin(FullWidthList, admin.ModelAdmin):
                 links.agent_slugs.add(record.subject)
             elif kind == "run" and record.subject.isdigit():
                 links.runs.add(int(record.subject))
+            elif kind == "erasure" and record.subject.isdigit():
+                links.erasures.add(int(record.subject))
         links.resolve()
         for record in changelist.result_list:
             record.links = links
@@ -182,7 +193,7 @@ class AuditRecordAdmin(FullWidthList, admin.ModelAdmin):
         key: Any = obj.subject
         if kind == "thread":
             key = (obj.agent_id, obj.subject)
-        elif kind == "run":
+        elif kind in ("run", "erasure"):
             key = int(obj.subject) if obj.subject.isdigit() else obj.subject
         return links.link(kind, key, obj.subject)
 

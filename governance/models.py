@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
 
 
@@ -88,3 +89,66 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} ({self.status})"
+
+
+class ErasureRequest(models.Model):
+    """A privacy officer's request to erase (or redact) what memory holds about a person.
+
+    Filed in the admin, run by the erasure job (governance.erasure), which leaves a report: the
+    counts, the tables scanned after the cascade and what was still found in them (table, row id,
+    which probe; never content). The typed legal basis and reason stay here: the audit chain gets
+    the request's id, counts and the report's sha256 only.
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        BLOCKED = "blocked"  # a legal hold stopped it before anything changed
+
+    class Mode(models.TextChoices):
+        ERASE = "erase", "erase (delete everything held about the person)"
+        REDACT = "redact", "redact (keep places and structure, remove the words)"
+
+    user_id = models.CharField(max_length=128)
+    # Other strings that name the person (an e-mail address...), searched for by the leftover scan.
+    identifiers = models.JSONField(default=list, blank=True)
+    # The agents whose memory is erased; empty: every agent.
+    agent_ids = models.JSONField(default=list, blank=True)
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.ERASE)
+    legal_basis = models.CharField(max_length=200, blank=True, default="")
+    reason = models.TextField(blank=True, default="")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # Who asked, as the audit trail names staff ("staff:<username>"): kept when the user goes.
+    requested_by_name = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    # What the job is doing now: sampling, erasing, scanning, reporting (shown beside the progress bar).
+    phase = models.CharField(max_length=20, blank=True, default="")
+    progress_done = models.IntegerField(default=0)
+    progress_total = models.IntegerField(null=True, blank=True)
+    job_run = models.ForeignKey(JobRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    counts = models.JSONField(default=dict, blank=True)
+    # The legal holds (ids) that stopped the request, when it is blocked.
+    blocked_by = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True, default="")
+    report = models.JSONField(null=True, blank=True)
+    report_sha256 = models.CharField(max_length=64, blank=True, default="")
+    # The signed receipt of the report (governance.receipts), when signing is available.
+    receipt = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # The admin's list (newest first) and "requests about this person".
+            models.Index(fields=["-created_at"], name="erasure_created_idx"),
+            models.Index(fields=["user_id", "-created_at"], name="erasure_person_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"erasure request #{self.pk} ({self.status})"

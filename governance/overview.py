@@ -1,8 +1,8 @@
 """The staff overview on the admin index: what each role comes to check first.
 
 - Reviewers: the backlog of suggested items, how old its oldest is, the agents it is on.
-- Privacy officers: the audit chain's state and the redactions and deletions of the last days
-  (erasure and export requests and legal holds come with their own issues; the page says so).
+- Privacy officers: the erasure requests waiting, running, failed or blocked; the audit chain's
+  state and the redactions, deletions and erasures of the last days.
 - Operators and privacy officers: retention (the last prune and what it removed, the legal holds
   in force, the next scheduled run) and the newest daily verification of the whole audit chain.
 - Operators: failed jobs of the last day, the broker and the database answering, and charts over
@@ -33,7 +33,7 @@ from django.utils import timezone
 from governance.activity import entries_per_agent_per_day, items_per_agent_per_day, window_days
 from governance.audit import AuditVerification, audit_verification_latest, audit_verify_tail
 from governance.charts import PALETTE, Duration, Series, duration_bars, stacked_bars_by_day
-from governance.models import AuditRecord, JobRun
+from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.retention import RetentionState, retention_state
 from governance.review import Backlog, review_backlog
 from memory_project.health import broker_probe, database_probe
@@ -58,6 +58,7 @@ REMOVALS = (
     ("lineage.forget", "derived memory removed with its source"),
     ("item.forgotten", "items forgotten"),
     ("facts.forgotten", "fact namespaces forgotten"),
+    ("erasure.done", "erasure requests done"),
 )
 DECISION_OUTCOMES = (
     ("approved", ("approved", "approved_edited")),
@@ -110,6 +111,9 @@ class PrivacySection:
     days: int
     verify_url: str
     audit_url: str
+    # Erasure requests by status, of those not done (queued, running, failed, blocked), and their list.
+    erasures: dict[str, int] = field(default_factory=dict)
+    erasures_url: str = ""
 
 
 def privacy_section() -> PrivacySection:
@@ -137,6 +141,13 @@ def privacy_section() -> PrivacySection:
         days=PRIVACY_DAYS,
         verify_url=reverse("admin:governance_auditrecord_verify"),
         audit_url=audit_list,
+        erasures=dict(
+            ErasureRequest.objects.exclude(status=ErasureRequest.Status.DONE)
+            .values("status")
+            .annotate(n=Count("id"))
+            .values_list("status", "n")
+        ),
+        erasures_url=reverse("admin:governance_erasurerequest_changelist"),
     )
 
 

@@ -137,6 +137,7 @@ class PruneState:
         state.counts.update(saved.get("counts") or {})
         state.thread_ids = list(saved.get("thread_ids") or [])
         state.agent_pk, state.rule, state.after, state.skipped = saved["position"]
+        state.done = bool(saved.get("done"))
         return state
 
 
@@ -310,6 +311,8 @@ def retention_prune(
     saved = (run.result or {}) if run is not None else {}
     if "position" in saved and not dry_run:
         state = PruneState.resumed(saved)
+        if state.done:
+            return state  # killed after its last commit (counts and audit record in): nothing left
     else:
         moment = as_of or timezone.now()
         state = PruneState(as_of=moment.isoformat(), agent_slug=agent.slug if agent else "", dry_run=dry_run)
@@ -415,7 +418,8 @@ def _items_batch(work: _Pass, agent: Agent, rows: QuerySet[MemoryItem] | None, k
         return False
     rows = rows.exclude(held_items(agent_id=agent.pk))
     if work.dry:
-        work.state.add(**{key: rows.count(), "memory_items_deleted": rows.count()})
+        found = rows.count()
+        work.state.add(**{key: found, "memory_items_deleted": found})
         return False
     return _items_delete(work, agent, rows, key)
 

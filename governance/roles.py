@@ -45,6 +45,10 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.delete_memoryfileversion",
         "governance.view_auditrecord",
         "governance.view_jobrun",
+        # Erasure requests: file one, follow it, run a failed or blocked one again, read its report.
+        "governance.view_erasurerequest",
+        "governance.add_erasurerequest",
+        "governance.change_erasurerequest",
         # Retention: the policies and the prune (with operators); legal holds (theirs alone).
         "memoryapp.view_retentionpolicy",
         "memoryapp.add_retentionpolicy",

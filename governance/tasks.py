@@ -7,6 +7,7 @@ from typing import Any
 
 from governance import jobs, retention
 from governance.audit import AUDIT_VERIFY_KIND, audit_verify
+from governance.erasure import erasure_run
 from governance.jobs import job, job_enqueue, tick
 from governance.models import JobRun
 
@@ -17,6 +18,13 @@ logger = logging.getLogger(__name__)
 def audit_verify_job(run: JobRun) -> dict[str, Any]:
     """Verify the chain against its anchors; the run's result names the first broken seq and why."""
     return audit_verify().as_dict()
+
+
+@job(name="governance.tasks.erasure_job", queue="governance")
+def erasure_job(run: JobRun) -> dict[str, Any]:
+    """Run an erasure request: holds, probes, person_erase, the leftover scan, the report
+    (governance.erasure). Idempotent: a rerun takes what is left, a done request is left alone."""
+    return erasure_run(request_id=int(run.arguments["request_id"]), run=run)
 
 
 @tick(name="governance.tasks.jobs_sweep", queue="governance")

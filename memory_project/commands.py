@@ -30,8 +30,12 @@ def database_ready_check(*, using: str = DEFAULT_DB_ALIAS) -> None:
 
 
 class ProjectCommand(BaseCommand):
-    """Checks the database (`database_ready_check`) before the command's own work."""
+    """Checks the database (`database_ready_check`) before the command's own work, unless the
+    command says it never touches one (`uses_database = False`, e.g. checking a receipt offline)."""
+
+    uses_database = True
 
     def execute(self, *args: Any, **options: Any) -> str | None:
-        database_ready_check(using=options.get("database") or DEFAULT_DB_ALIAS)
+        if self.uses_database:
+            database_ready_check(using=options.get("database") or DEFAULT_DB_ALIAS)
         return super().execute(*args, **options)

@@ -230,6 +230,15 @@ ACCESS_LOG_RETENTION_DAYS = env_int("ACCESS_LOG_RETENTION_DAYS", 365, minimum=0,
 # of the deployment writes to.
 AUDIT_ANCHOR_FILE = Path(env_str("AUDIT_ANCHOR_FILE", str(VAR_DIR / "audit-anchors.log")))
 
+# --- Signed receipts ------------------------------------------------------------------------------
+
+# The Ed25519 key that signs receipts (governance.receipts): a PEM private key or its 32-byte seed
+# as 64 hex digits, inline or in a file; without either, one is generated into
+# $VAR_DIR/receipt-signing-key.pem (0600) on first use. Every web and worker process must see the
+# same key, and it must outlive the database's backups: receipts are checked against it for years.
+RECEIPT_SIGNING_KEY = env_str("RECEIPT_SIGNING_KEY", "")
+RECEIPT_SIGNING_KEY_FILE = env_str("RECEIPT_SIGNING_KEY_FILE", "")
+
 # --- Admin account created on first start -------------------------------------------------
 
 ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")

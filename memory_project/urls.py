@@ -3,6 +3,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from governance.wellknown import receipt_key, receipt_key_pem
 from memory_project.health import healthz, readyz
 from memoryapp.mcp.http import mcp_endpoint
 
@@ -10,6 +11,9 @@ urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    # The public key of signed receipts (governance.receipts), for anyone checking one offline.
+    path(".well-known/memory-receipt-key", receipt_key, name="receipt-key"),
+    path(".well-known/memory-receipt-key.pem", receipt_key_pem, name="receipt-key-pem"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("memoryapp.api.urls")),
     # The MCP server (streamable HTTP); with and without the slash, as MCP clients are configured either way.

@@ -46,6 +46,7 @@ from memoryapp.admin.review import (
     thread_entry_url,
     waiting_under,
 )
+from memoryapp.admin.threads import erase_person_url
 from memoryapp.errors import DomainError
 from memoryapp.items.selectors import context_facts, items_known, known_changes, known_reach, slot_history
 from memoryapp.items.services import item_forget, items_bulk_review
@@ -141,7 +142,9 @@ class MemoryItemAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # writing only adds; forgetting keeps history, erasure goes through its request
+        # Writing only adds; forgetting keeps history. Removing an item's value is an erasure request's
+        # (governance.erasure), reached from the item's page ("Erase this person…").
+        return False
 
     def has_forget_permission(self, request: HttpRequest) -> bool:
         return bool(request.user.has_perm(FORGET_PERMISSION))
@@ -276,6 +279,7 @@ class MemoryItemAdmin(admin.ModelAdmin):
             slot_rows=slot_history(item=item),
             may_review=may_review,
             may_forget=self.has_forget_permission(request),
+            erase_url=erase_person_url(request, item.user_id),
             undoable=last_decision_undoable(item=item, actor=_actor(request)) if may_review else None,
             reasons=REJECT_REASONS,
             thread_url=thread_entry_url(thread.pk, None) if thread else "",

@@ -8,6 +8,7 @@ delete and redaction first shows what it takes with it (`memoryapp.admin.confirm
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -40,6 +41,17 @@ PREVIEW_CHARS = 120
 # What a page parameter naming an entry may be (entry ids are at most 40 characters): anything
 # else is not looked up at all (a NUL would not even reach PostgreSQL as a string).
 _ENTRY_PARAM_MAX = 40
+
+
+# Who may file an erasure request (governance.roles: privacy officers).
+ERASURE_PERMISSION = "governance.add_erasurerequest"
+
+
+def erase_person_url(request: HttpRequest, user_id: str) -> str:
+    """The form filing an erasure request of this person (prefilled), for staff who may file one."""
+    if not user_id or not request.user.has_perm(ERASURE_PERMISSION):
+        return ""
+    return reverse("admin:governance_erasurerequest_add") + "?" + urlencode({"user_id": user_id})
 
 
 def _actor(request: HttpRequest) -> str:
@@ -196,6 +208,7 @@ class ThreadAdmin(FullWidthList, admin.ModelAdmin):
             "may_run_jobs": may_change,
             "may_change_person": may_change,
             "may_delete": self.has_delete_permission(request, thread),
+            "erase_url": erase_person_url(request, thread.user_id),
             "agent_url": reverse("admin:memoryapp_agent_change", args=[thread.agent_id]),
             "strategies": (
                 ("clear-old-tool-results", "clear old tool results (no model)"),

@@ -13,7 +13,7 @@ from freezegun import freeze_time
 from governance.activity import entries_per_agent_per_day, window_days
 from governance.audit import audit_append, audit_verify_tail
 from governance.charts import Duration, Series, duration_bars, nice_ceiling, stacked_bars_by_day
-from governance.models import AuditRecord, JobRun
+from governance.models import AuditRecord, ErasureRequest, JobRun
 from memoryapp.models import Entry, MemoryItem
 from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
@@ -74,7 +74,11 @@ def test_privacy_officers_see_the_audit_state_and_recent_removals(alice: Caller)
         client = staff("privacy")
         audit_append(action="thread.delete", actor="staff:pia", agent_id=alice.agent.pk)
         page = client.get(INDEX).content.decode()
-    assert "come with the governance issues" in page
+        ErasureRequest.objects.create(user_id="u-ana", status="failed")
+        ErasureRequest.objects.create(user_id="u-ben", status="done")
+        with_requests = client.get(INDEX).content.decode()
+    assert "Erasure requests</a>:\n    none waiting, running, failed or blocked." in page
+    assert 'href="/admin/governance/erasurerequest/">Erasure requests</a>:\n    1 failed.' in with_requests
     records = AuditRecord.objects.count()
     assert f"the newest {records} of {records} records link and hash correctly" in page
     removals = page[page.index('id="ov-removals"') :]

@@ -385,3 +385,18 @@ def test_a_dry_run_for_one_agent_counts_that_agent_only() -> None:
     assert 0 < only_bob["counts"]["threads_deleted"] < whole["threads_deleted"]
     _prune(agent=bob)
     assert Thread.objects.filter(agent=alice).count() == 9
+
+
+def test_a_run_claimed_again_after_its_last_commit_does_nothing_twice() -> None:
+    alice: Agent = AgentFactory(slug="alice")
+    policy(thread_ttl_days=30)
+    aged_thread(alice, "t-old", days=40)
+    run = JobRun.objects.create(kind="retention_prune", status=JobRun.Status.RUNNING, arguments={})
+    first = retention_prune(as_of=NOW, run=run)
+    run.refresh_from_db()  # as the run stood when its worker died, just before it was marked done
+    assert run.result["done"] is True and "position" in run.result
+
+    again = retention_prune(as_of=NOW, run=run)
+
+    assert again.report()["counts"] == first.report()["counts"]
+    assert AuditRecord.objects.filter(action="retention.prune").count() == 1

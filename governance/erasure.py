@@ -1,0 +1,699 @@
+"""Erasure requests: a privacy officer asks, a job erases the person, a report proves it.
+
+The request is one row (`ErasureRequest`); the work is `person_erase` (memoryapp.forgetting.person),
+run by the job `governance.tasks.erasure_job`; the proof is a report built after the cascade.
+
+1. `erasure_request_file`: check the input (a 4xx naming the field, nothing written), save the
+   request, audit `erasure.request` (its id, mode and number of agents: the typed legal basis and
+   reason stay on the request), send the job after commit.
+2. The job (`erasure_run`), guarded on the request's status so a rerun is harmless:
+   a. Legal holds (`holds_blocking`) on the person or one of their threads, in the chosen agents:
+      the request is `blocked`, naming the holds, before anything changes (audit `erasure.blocked`).
+   b. Probes, taken before anything is erased and kept in memory only: the person's user id, the
+      other identifiers of the request, and sample strings cut from the person's entries.
+   c. `person_erase`, batch after batch, its progress written into the request.
+   d. The leftover scan (`leftovers_scan`): every table holding content, within the chosen agents,
+      searched for the probes; a finding names the table, the row id and which probe matched
+      ("user id", "identifier 2", "sample 7"), never what the row says.
+   e. The report (counts, tables scanned, findings), its sha256 over the canonical JSON; the
+      request `done`; audit `erasure.done` with the counts and the sha256; the change event
+      `erasure.done` for each agent that held something about the person. The report is signed
+      with the service's key (governance.receipts): the receipt is kept beside it.
+   Any error fails the request (audit `erasure.failed`, the error's type only) and the job.
+3. `erasure_request_retry`: a failed or blocked request runs again (a new job run): person_erase
+   takes what is left, and the report counts it. Its samples are taken from what is left then.
+
+The raw SQL of the scan is built here only, with psycopg.sql.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection, models, transaction
+from django.db.models import Q
+from django.utils import timezone
+from psycopg import sql
+
+from governance.audit import audit_append, canonical_json
+from governance.jobs import job_enqueue, job_progress
+from governance.models import ErasureRequest, JobRun
+from governance.receipts import receipt_sign
+from memoryapp.content import REDACTED_TEXT
+from memoryapp.errors import DomainError
+from memoryapp.events.services import event_record
+from memoryapp.forgetting.holds import holds_blocking
+from memoryapp.forgetting.person import person_erase, person_erase_plan
+from memoryapp.models import Agent, Entry, MemoryFileVersion, MemoryItem, Thread, WebhookDelivery
+from memoryapp.models.choices import EntryType, Role
+
+logger = logging.getLogger(__name__)
+
+REPORT_FORMAT = "erasure-report/1"
+JOB_TASK = "governance.tasks.erasure_job"
+JOB_KIND = "erasure"
+Status = ErasureRequest.Status
+# Requests that may be run again from the admin.
+RETRYABLE = (Status.FAILED, Status.BLOCKED)
+
+# Sample strings cut from the person's entries before erasure (kept in memory only).
+SAMPLES_MAX = 20
+SAMPLE_ENTRIES_LOOKED_AT = 200
+SAMPLE_MIN_CHARS = 12
+SAMPLE_MAX_CHARS = 48
+# Other identifiers a request may carry, and their length.
+IDENTIFIERS_MAX = 10
+IDENTIFIER_MIN_CHARS = 3
+IDENTIFIER_MAX_CHARS = 200
+# Findings the report lists per table (their number is always counted in full).
+FINDINGS_LISTED_PER_TABLE = 200
+# Typed text kept on the request only.
+REASON_MAX_CHARS = 4000
+
+# What a redaction keeps on purpose: the person's threads (their place, and whose they are), the
+# places of their entries, and the redacted versions of the files of their scope (a file's history).
+# A row of these tables matched by the user id alone is "kept", not a leftover.
+REDACTION_KEEPS = ("memoryapp_thread", "memoryapp_entry", "memoryapp_memoryfileversion")
+ID_PROBE = "user id"
+
+
+# Tables that hold no content about a person (keys, secrets, counters, the governance records
+# that must name whom they are about): not scanned, and the report says which and why.
+NOT_SCANNED: dict[str, str] = {
+    "memoryapp.agent": "agents: slug and name of the agent, nobody's data",
+    "memoryapp.agentkey": "agent keys: hashes and prefixes",
+    "memoryapp.webhook": "webhooks: an agent's URL and secret",
+    "memoryapp.eventcounter": "numbers of each agent's change events",
+    "memoryapp.legalhold": "legal holds: the record of what must be kept, names the person on purpose",
+}
+
+
+# --- filing and retrying ------------------------------------------------------------------------
+
+
+def _text_check(value: Any, *, field: str, max_chars: int) -> str:
+    if not isinstance(value, str):
+        raise DomainError("invalid_value", f"`{field}` must be text.", field=field)
+    if "\x00" in value:
+        raise DomainError("invalid_value", f"`{field}` has a NUL character.", field=field)
+    if len(value) > max_chars:
+        raise DomainError("too_long", f"`{field}` is longer than {max_chars} characters.", field=field)
+    return value.strip()
+
+
+def _identifiers_check(identifiers: Sequence[str]) -> list[str]:
+    cleaned: list[str] = []
+    for value in identifiers:
+        text = _text_check(value, field="identifiers", max_chars=IDENTIFIER_MAX_CHARS)
+        if not text:
+            continue
+        if len(text) < IDENTIFIER_MIN_CHARS:
+            raise DomainError(
+                "invalid_value",
+                f"An identifier needs at least {IDENTIFIER_MIN_CHARS} characters (a shorter one matches anything).",
+                field="identifiers",
+            )
+        if text not in cleaned:
+            cleaned.append(text)
+    if len(cleaned) > IDENTIFIERS_MAX:
+        raise DomainError("too_many", f"At most {IDENTIFIERS_MAX} other identifiers.", field="identifiers")
+    return cleaned
+
+
+def _agents_check(agent_ids: Sequence[int]) -> list[int]:
+    wanted = sorted({int(a) for a in agent_ids})
+    found = set(Agent.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    missing = [a for a in wanted if a not in found]
+    if missing:
+        raise DomainError("unknown_agent", f"No agent has the id {missing[0]}.", field="agent_ids")
+    return wanted
+
+
+def erasure_request_file(
+    *,
+    user_id: str,
+    identifiers: Sequence[str] = (),
+    agent_ids: Sequence[int] = (),
+    mode: str = "erase",
+    legal_basis: str = "",
+    reason: str = "",
+    requested_by: Any = None,
+    actor: str = "",
+) -> ErasureRequest:
+    """Save an erasure request and send its job after commit (see the module's step 1).
+
+    `agent_ids` empty: every agent. Bad input raises DomainError naming the field; nothing is saved.
+    """
+    person = _text_check(user_id, field="user_id", max_chars=128)
+    if not person:
+        raise DomainError("required", "The person's user id is required.", field="user_id")
+    if mode not in ErasureRequest.Mode.values:
+        raise DomainError("invalid_value", "`mode` is erase or redact.", field="mode")
+    others = _identifiers_check(identifiers)
+    basis = _text_check(legal_basis, field="legal_basis", max_chars=200)
+    why = _text_check(reason, field="reason", max_chars=REASON_MAX_CHARS)
+    with transaction.atomic():
+        agents = _agents_check(agent_ids)
+        request = ErasureRequest.objects.create(
+            user_id=person,
+            identifiers=others,
+            agent_ids=agents,
+            mode=mode,
+            legal_basis=basis,
+            reason=why,
+            requested_by=requested_by if getattr(requested_by, "pk", None) else None,
+            requested_by_name=actor[:200],
+        )
+        audit_append(
+            action="erasure.request",
+            actor=actor,
+            subject=str(request.pk),
+            outcome="queued",
+            details={"request": request.pk, "mode": mode, "agents": len(agents) or "all"},
+        )
+        _job_send(request)
+    return request
+
+
+def holds_in_the_way(*, user_id: str, agent_ids: Sequence[int]) -> list[int]:
+    """The legal holds in force (ids) on the person, or on one of their threads, in the agents."""
+    threads = Thread.objects.filter(user_id=user_id)
+    if agent_ids:
+        threads = threads.filter(agent_id__in=agent_ids)
+    holds = holds_blocking(
+        user_id=user_id,
+        agent_ids=list(agent_ids) or None,
+        thread_ids=list(threads.values_list("external_id", flat=True).distinct()),
+    )
+    return [h.pk for h in holds]
+
+
+def erasure_preview(*, user_id: str, agent_ids: Sequence[int] = ()) -> dict[str, Any]:
+    """What a request would erase now, counted by kind (`person_erase_plan`), and the legal holds
+    (ids) that would stop it: what the form shows before it is filed. Changes nothing."""
+    person = _text_check(user_id, field="user_id", max_chars=128)
+    agents = _agents_check(agent_ids)
+    return {
+        "plan": person_erase_plan(user_id=person, agent_ids=agents or None),
+        "holds": holds_in_the_way(user_id=person, agent_ids=agents),
+    }
+
+
+def _job_send(request: ErasureRequest) -> JobRun:
+    run = job_enqueue(
+        kind=JOB_KIND,
+        task_name=JOB_TASK,
+        arguments={"request_id": request.pk},
+        dedupe_key=f"erasure:{request.pk}",
+    )
+    ErasureRequest.objects.filter(pk=request.pk).update(job_run=run)
+    request.job_run = run
+    return run
+
+
+def erasure_request_stalled(request: ErasureRequest) -> bool:
+    """True when the request says it is queued or running but its job run ended without it: its
+    worker was killed past the job's time limit, or died too often (`governance.jobs`). The request
+    could not say so itself; it may be run again."""
+    if request.status not in (Status.QUEUED, Status.RUNNING) or request.job_run_id is None:
+        return False
+    return JobRun.objects.filter(
+        pk=request.job_run_id, status__in=[JobRun.Status.FAILED, JobRun.Status.SKIPPED, JobRun.Status.SUCCEEDED]
+    ).exists()
+
+
+@transaction.atomic
+def erasure_request_retry(*, request: ErasureRequest, actor: str) -> ErasureRequest:
+    """Run a failed, blocked or stalled request again (a new job run). It finishes the work:
+    person_erase takes what is left, and the report counts what this run found."""
+    locked = ErasureRequest.objects.select_for_update().filter(pk=request.pk).first()
+    if locked is None:
+        raise DomainError("not_found", f"Erasure request #{request.pk} no longer exists.")
+    if locked.status not in RETRYABLE and not erasure_request_stalled(locked):
+        raise DomainError(
+            "conflict",
+            f"Erasure request #{locked.pk} is {locked.status}: only a failed or blocked one (or one whose job "
+            "run ended without it) is run again.",
+        )
+    before = locked.status
+    ErasureRequest.objects.filter(pk=locked.pk).update(
+        status=Status.QUEUED, phase="", error="", blocked_by=[], finished_at=None
+    )
+    audit_append(
+        action="erasure.retry",
+        actor=actor,
+        subject=str(locked.pk),
+        outcome="queued",
+        details={"request": locked.pk, "was": before},
+    )
+    locked.refresh_from_db()
+    _job_send(locked)
+    return locked
+
+
+# --- probes -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What the leftover scan looks for: a name that says which (never the text), the text, and
+    whether it must stand as a whole word (ids: `u-1` is not found inside `u-10`)."""
+
+    name: str
+    needle: str
+    whole_word: bool
+
+
+# A stretch of text a sample may be cut from: no quotes, backslashes or control characters, so it
+# reads the same in a text column and in the JSON of a content column.
+_SAFE_STRETCH = re.compile(r"[^\"\\\x00-\x1f]{" + str(SAMPLE_MIN_CHARS) + ",}")
+
+
+def sample_of(text: str) -> str | None:
+    """A distinctive piece of `text`: from the middle of its longest safe stretch, whole words,
+    SAMPLE_MIN_CHARS to SAMPLE_MAX_CHARS long; None when it has no such piece."""
+    stretches = _SAFE_STRETCH.findall(text or "")
+    if not stretches:
+        return None
+    stretch = max(stretches, key=len).strip()
+    if len(stretch) > SAMPLE_MAX_CHARS:
+        start = (len(stretch) - SAMPLE_MAX_CHARS) // 2
+        space = stretch.find(" ", start)
+        start = space + 1 if 0 <= space < start + SAMPLE_MAX_CHARS // 2 else start
+        piece = stretch[start : start + SAMPLE_MAX_CHARS]
+        end = piece.rfind(" ")
+        if end >= SAMPLE_MIN_CHARS:
+            piece = piece[:end]
+        stretch = piece.strip()
+    return stretch if len(stretch) >= SAMPLE_MIN_CHARS else None
+
+
+def _person_entries(user_id: str, agent_ids: Sequence[int]) -> Q:
+    """The entries about the person: those of their threads, and the messages they wrote elsewhere."""
+    about = Q(thread__user_id=user_id) | Q(role=Role.USER, metadata__userId=user_id)
+    return about & Q(agent_id__in=agent_ids) if agent_ids else about
+
+
+def probes_take(*, request: ErasureRequest) -> list[Probe]:
+    """The probes of a request, taken before anything is erased: its ids, and up to SAMPLES_MAX
+    samples cut from a random choice of the person's messages and tool results."""
+    probes = [Probe(ID_PROBE, request.user_id, True)]
+    probes += [Probe(f"identifier {n}", text, True) for n, text in enumerate(request.identifiers or [], start=1)]
+    texts = (
+        Entry.objects.filter(_person_entries(request.user_id, request.agent_ids))
+        .filter(type__in=[EntryType.MESSAGE, EntryType.TOOL_RESULT])
+        .exclude(text="")
+        .order_by("?")
+        .values_list("text", flat=True)[:SAMPLE_ENTRIES_LOOKED_AT]
+    )
+    seen: set[str] = {p.needle.lower() for p in probes}
+    samples: list[str] = []
+    for text in texts:
+        piece = sample_of(text)
+        if piece is None or piece.lower() in seen or REDACTED_TEXT.lower() in piece.lower():
+            continue
+        seen.add(piece.lower())
+        samples.append(piece)
+        if len(samples) >= SAMPLES_MAX:
+            break
+    return probes + [Probe(f"sample {n}", piece, False) for n, piece in enumerate(samples, start=1)]
+
+
+def agents_holding(*, user_id: str, agent_ids: Sequence[int]) -> list[int]:
+    """The agents that hold something about the person (their threads, messages, items, files)."""
+    scope = Q(agent_id__in=agent_ids) if agent_ids else Q()
+    found: set[int] = set()
+    found |= set(Thread.objects.filter(scope, user_id=user_id).values_list("agent_id", flat=True).distinct())
+    found |= set(
+        Entry.objects.filter(scope, role=Role.USER, metadata__userId=user_id)
+        .values_list("agent_id", flat=True)
+        .distinct()
+    )
+    found |= set(MemoryItem.objects.filter(scope, user_id=user_id).values_list("agent_id", flat=True).distinct())
+    found |= set(MemoryFileVersion.objects.filter(scope, user_id=user_id).values_list("agent_id", flat=True).distinct())
+    return sorted(found)
+
+
+# --- the leftover scan --------------------------------------------------------------------------
+
+_TEXT_FIELDS = (models.CharField, models.TextField, models.JSONField)
+
+
+@dataclass(frozen=True)
+class ScannedTable:
+    label: str  # app_label.model
+    table: str
+    pk: str
+    columns: tuple[str, ...]
+    agent_column: str | None  # filter by agent on this column (None: see `via_webhook`, or every row)
+    agent_null_too: bool = False  # rows of no agent are scanned too (job runs)
+    via_webhook: bool = False  # webhook deliveries: the agent is their webhook's
+
+
+def tables_to_scan() -> list[ScannedTable]:
+    """Every table of memoryapp holding text (but NOT_SCANNED), and the job runs: their text and
+    JSON columns, found from the models so a new column or table is scanned without being listed."""
+    found: list[ScannedTable] = []
+    candidates: list[type[models.Model]] = [*apps.get_app_config("memoryapp").get_models(), JobRun]
+    for model in candidates:
+        meta = model._meta
+        if meta.proxy or not meta.managed or meta.label_lower in NOT_SCANNED:
+            continue
+        columns = tuple(
+            f.column for f in meta.concrete_fields if isinstance(f, _TEXT_FIELDS) and not f.choices and f.column
+        )
+        if not columns:
+            continue
+        names = {f.name for f in meta.concrete_fields}
+        found.append(
+            ScannedTable(
+                label=meta.label_lower,
+                table=meta.db_table,
+                pk=str(meta.pk.column) if meta.pk else "id",
+                columns=columns,
+                agent_column="agent_id" if "agent" in names or "agent_id" in names else None,
+                agent_null_too=model is JobRun,
+                via_webhook=model is WebhookDelivery,
+            )
+        )
+    return sorted(found, key=lambda t: t.table)
+
+
+def _ids_pattern(needle: str) -> str:
+    """A PostgreSQL regular expression finding `needle` (lower-cased by the query) as a whole word."""
+    escaped = "".join(c if c.isalnum() else "\\" + c for c in needle)
+    # Ids are made of letters, digits and `_ - @`: `u-1` is not found in `u-10` nor in `u-1-x`;
+    # a dot ends a word (an id at the end of a sentence is found; `a@b.org` in `a@b.org.uk` too).
+    return f"(^|[^[:alnum:]_@-]){escaped}($|[^[:alnum:]_@-])"
+
+
+def _scope(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Composable:
+    """The rows of the chosen agents (every row when no agent is chosen)."""
+    if not agent_ids:
+        return sql.SQL("TRUE")
+    if table.agent_column:
+        column = sql.Identifier("t", table.agent_column)
+        if table.agent_null_too:
+            return sql.SQL("({c} = ANY(%(agents)s) OR {c} IS NULL)").format(c=column)
+        return sql.SQL("{} = ANY(%(agents)s)").format(column)
+    if table.via_webhook:
+        return sql.SQL("t.webhook_id IN (SELECT id FROM memoryapp_webhook WHERE agent_id = ANY(%(agents)s))")
+    return sql.SQL("TRUE")
+
+
+def _scan_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Composed:
+    """Rows of the table (in scope) whose text columns hold a probe, with the probes' numbers.
+
+    1. The probes are lower-cased once (`p`), and made into LIKE patterns (`likes`).
+    2. Each row's text and JSON columns are joined and lower-cased once (`OFFSET 0` keeps the
+       planner from computing it twice), and kept when it is LIKE any probe: one pass of C string
+       search per row, which is all that most rows (nothing left of the person) cost.
+    3. For the rows kept, which probes: found with strpos, an id probe also as a whole word (a
+       regular expression).
+    """
+    doc = sql.SQL("lower(concat_ws(chr(31), {}))").format(
+        sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier("t", c)) for c in table.columns)
+    )
+    return sql.SQL(
+        "WITH p AS MATERIALIZED ("
+        "  SELECT lower(u.needle) AS needle, lower(u.pattern) AS pattern, u.n"
+        "  FROM unnest(%(needles)s::text[], %(patterns)s::text[]) WITH ORDINALITY AS u(needle, pattern, n)"
+        "), likes AS MATERIALIZED ("
+        "  SELECT array_agg('%%' || replace(replace(replace(p.needle, chr(92), chr(92) || chr(92)),"
+        "                   '%%', chr(92) || '%%'), '_', chr(92) || '_') || '%%') AS patterns FROM p"
+        ") "
+        "SELECT s.pk, m.matched FROM ("
+        "  SELECT d.pk, d.doc FROM ("
+        "    SELECT {pk}::text AS pk, {doc} AS doc FROM {table} AS t WHERE {scope} OFFSET 0"
+        "  ) AS d WHERE d.doc LIKE ANY ((SELECT likes.patterns FROM likes)::text[])"
+        ") AS s CROSS JOIN LATERAL ("
+        "  SELECT array_agg(p.n ORDER BY p.n) AS matched FROM p"
+        "  WHERE strpos(s.doc, p.needle) > 0 AND (p.pattern = '' OR s.doc ~ p.pattern)"
+        ") AS m WHERE m.matched IS NOT NULL ORDER BY s.pk"
+    ).format(
+        pk=sql.Identifier("t", table.pk),
+        doc=doc,
+        table=sql.Identifier(table.table),
+        scope=_scope(table, agent_ids=agent_ids),
+    )
+
+
+def _count_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Composed:
+    return sql.SQL("SELECT count(*) FROM {} AS t WHERE {}").format(
+        sql.Identifier(table.table), _scope(table, agent_ids=agent_ids)
+    )
+
+
+def leftovers_scan(*, probes: Sequence[Probe], agent_ids: Sequence[int], redaction: bool = False) -> dict[str, Any]:
+    """Search every table holding content (`tables_to_scan`), within the agents (all when empty),
+    for the probes: per table the rows looked at and the rows found; each finding is the table, the
+    row id and the names of the probes it matched. Never the content.
+
+    After a redaction (`redaction`), a row of REDACTION_KEEPS matched by the user id alone is
+    counted and listed as `kept` (the redaction keeps it on purpose), not as found.
+    """
+    params: dict[str, Any] = {
+        "agents": list(agent_ids),
+        "needles": [p.needle for p in probes],
+        "patterns": [_ids_pattern(p.needle) if p.whole_word else "" for p in probes],
+    }
+    tables: list[dict[str, Any]] = []
+    findings: list[dict[str, Any]] = []
+    kept: list[dict[str, Any]] = []
+    found_total = kept_total = 0
+    with connection.cursor() as cursor:
+        for table in tables_to_scan():
+            cursor.execute(_count_query(table, agent_ids=agent_ids).as_string(cursor.connection), params)
+            row = cursor.fetchone()
+            rows = int(row[0]) if row else 0
+            cursor.execute(_scan_query(table, agent_ids=agent_ids).as_string(cursor.connection), params)
+            found = kept_here = 0
+            for pk, matched in cursor:
+                names = [probes[n - 1].name for n in matched]
+                if redaction and table.table in REDACTION_KEEPS and names == [ID_PROBE]:
+                    kept_here += 1
+                    if kept_here <= FINDINGS_LISTED_PER_TABLE:
+                        kept.append({"table": table.table, "row": pk, "probes": names})
+                    continue
+                found += 1
+                if found <= FINDINGS_LISTED_PER_TABLE:
+                    findings.append({"table": table.table, "row": pk, "probes": names})
+            found_total += found
+            kept_total += kept_here
+            tables.append(
+                {"table": table.table, "columns": list(table.columns), "rows": rows, "found": found, "kept": kept_here}
+            )
+    return {
+        "tables": tables,
+        "not_scanned": dict(NOT_SCANNED),
+        "findings": findings,
+        "found": found_total,
+        "kept": kept,
+        "kept_total": kept_total,
+        "listed_per_table_at_most": FINDINGS_LISTED_PER_TABLE,
+    }
+
+
+# --- the job ------------------------------------------------------------------------------------
+
+
+def report_sha256(report: dict[str, Any]) -> str:
+    """The sha256 of the report's canonical JSON (sorted keys, no spaces): what the audit chain holds."""
+    return hashlib.sha256(canonical_json(report).encode()).hexdigest()
+
+
+def _update(request: ErasureRequest, **fields: Any) -> None:
+    ErasureRequest.objects.filter(pk=request.pk).update(**fields)
+    for name, value in fields.items():
+        setattr(request, name, value)
+
+
+def _blocked(request: ErasureRequest, *, actor: str) -> bool:
+    """Stop at legal holds on the person or one of their threads, before anything changes."""
+    ids = holds_in_the_way(user_id=request.user_id, agent_ids=request.agent_ids)
+    if not ids:
+        return False
+    with transaction.atomic():
+        _update(
+            request,
+            status=Status.BLOCKED,
+            phase="",
+            blocked_by=ids,
+            finished_at=timezone.now(),
+            error=f"Stopped before changing anything: legal hold{'s' if len(ids) > 1 else ''} "
+            + ", ".join(f"#{i}" for i in ids)
+            + " in force.",
+        )
+        audit_append(
+            action="erasure.blocked",
+            actor=actor,
+            subject=str(request.pk),
+            outcome="blocked",
+            details={"request": request.pk, "holds": ids},
+        )
+    return True
+
+
+def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]:
+    """The erasure job's body (the module's step 2); returns the counts and the report's sha256.
+
+    Guarded on the request's status: a done request is left as it is; a blocked one is not run
+    (a retry queues it first); a running one (its worker died) runs again from what is left.
+    """
+    request = ErasureRequest.objects.filter(pk=request_id).first()
+    if request is None:
+        return {"skipped": "no such request"}
+    if request.status not in (Status.QUEUED, Status.RUNNING):
+        return {"skipped": f"request is {request.status}"}
+    actor = f"erasure:{request.pk}"
+    _update(request, status=Status.RUNNING, started_at=request.started_at or timezone.now(), phase="holds")
+    try:
+        if _blocked(request, actor=actor):
+            return {"blocked_by": request.blocked_by}
+        _update(request, phase="sampling")
+        began = time.perf_counter()
+        probes = probes_take(request=request)
+        holding = agents_holding(user_id=request.user_id, agent_ids=request.agent_ids)
+        seconds = {"sampling": time.perf_counter() - began}
+        _update(request, phase="erasing", progress_done=0, progress_total=None)
+        began = time.perf_counter()
+
+        def progress(done: int, total: int) -> None:
+            _update(request, progress_done=done, progress_total=total)
+            if run is not None:
+                job_progress(run, done=done, total=total)
+
+        counts = person_erase(
+            user_id=request.user_id,
+            agent_ids=request.agent_ids or None,
+            mode=request.mode,
+            actor=actor,
+            progress=progress,
+        )
+        seconds["erasing"] = time.perf_counter() - began
+        _update(request, phase="scanning", counts=counts)
+        began = time.perf_counter()
+        scan = leftovers_scan(
+            probes=probes, agent_ids=request.agent_ids, redaction=request.mode == ErasureRequest.Mode.REDACT
+        )
+        seconds["scanning"] = time.perf_counter() - began
+        _update(request, phase="reporting")
+        report = _report(request, counts=counts, probes=probes, scan=scan, holding=holding, seconds=seconds)
+        digest = report_sha256(report)
+        receipt = _receipt(report, digest=digest)
+        with transaction.atomic():
+            _update(
+                request,
+                status=Status.DONE,
+                phase="",
+                report=report,
+                report_sha256=digest,
+                receipt=receipt,
+                finished_at=timezone.now(),
+                progress_done=request.progress_total or request.progress_done,
+            )
+            audit_append(
+                action="erasure.done",
+                actor=actor,
+                subject=str(request.pk),
+                outcome="clean" if scan["found"] == 0 else "leftovers",
+                details={
+                    "request": request.pk,
+                    "counts": {k: v for k, v in counts.items() if v},
+                    "found": scan["found"],
+                    "report_sha256": digest,
+                },
+            )
+            for agent_id in holding:
+                event_record(agent_id=agent_id, type="erasure.done", ids=[str(request.pk)])
+        return {"counts": counts, "found": scan["found"], "report_sha256": digest}
+    except Exception as exc:
+        with transaction.atomic():
+            _update(
+                request,
+                status=Status.FAILED,
+                phase="",
+                error=f"{type(exc).__name__}: {exc}"[:2000],
+                finished_at=timezone.now(),
+            )
+            audit_append(
+                action="erasure.failed",
+                actor=actor,
+                subject=str(request.pk),
+                outcome="failed",
+                details={"request": request.pk, "error": type(exc).__name__},
+            )
+        raise
+
+
+def _receipt(report: dict[str, Any], *, digest: str) -> dict[str, Any] | None:
+    """The report signed with the service's key (governance.receipts), or None when the key cannot
+    be had (misconfigured): the erasure is done either way, and its hash is in the audit chain."""
+    try:
+        return receipt_sign({"kind": REPORT_FORMAT, "report_sha256": digest, "report": report})
+    except (ImproperlyConfigured, OSError, ValueError):
+        logger.exception("the erasure report could not be signed; it is kept unsigned")
+        return None
+
+
+def _report(
+    request: ErasureRequest,
+    *,
+    counts: dict[str, int],
+    probes: Sequence[Probe],
+    scan: dict[str, Any],
+    holding: Sequence[int],
+    seconds: dict[str, float],
+) -> dict[str, Any]:
+    """What the erasure did and what the scan found, with nothing of what was erased: counts, table
+    names, row ids and probe names. The samples' text is not in it."""
+    erased = sum(counts.values())
+    if erased == 0 and scan["found"] == 0:
+        summary = "Nothing about this person was found: nothing was erased, and the scan found nothing."
+    else:
+        done = f"{erased} row{' was' if erased == 1 else 's were'} erased or redacted"
+        found = scan["found"]
+        kept = (
+            f" ({scan['kept_total']} rows the redaction keeps on purpose still carry the person's id)"
+            if scan.get("kept_total")
+            else ""
+        )
+        summary = (
+            f"{done}; the scan after the erasure found nothing left{kept}."
+            if found == 0
+            else f"{done}; the scan after the erasure found {found} row{'' if found == 1 else 's'} still matching "
+            "the person (listed below)."
+        )
+    return {
+        "format": REPORT_FORMAT,
+        "request": request.pk,
+        "user_id": request.user_id,
+        "mode": request.mode,
+        "agents": list(request.agent_ids) or "all",
+        "agents_holding": list(holding),
+        "requested_by": request.requested_by_name,
+        "requested_at": request.created_at.isoformat(timespec="seconds"),
+        "started_at": request.started_at.isoformat(timespec="seconds") if request.started_at else None,
+        "scanned_at": timezone.now().isoformat(timespec="seconds"),
+        "counts": counts,
+        "erased_total": erased,
+        # How long each step took (this run's; a retried request's report times its last run).
+        "seconds": {step: round(value, 3) for step, value in seconds.items()},
+        "nothing_to_erase": erased == 0,
+        "probes": {
+            "ids": [p.name for p in probes if p.whole_word],
+            "samples": sum(1 for p in probes if not p.whole_word),
+            "samples_taken": "before the erasure, kept in memory only",
+        },
+        "scan": scan,
+        "outcome": "clean" if scan["found"] == 0 else "leftovers",
+        "summary": summary,
+    }

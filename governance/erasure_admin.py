@@ -1,0 +1,307 @@
+"""Admin of erasure requests, for privacy officers: the list, the form that files one, the request's
+page with its progress (refreshed while it runs), "run again" for a failed or blocked one, and the
+report page (with its JSON, and its signed receipt when one was made).
+
+Every change goes through governance.erasure (audited); the admin's own save and delete are off.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from governance.admin_lists import FullWidthList, cell_text, moment
+from governance.audit import canonical_json
+from governance.erasure import (
+    RETRYABLE,
+    erasure_preview,
+    erasure_request_file,
+    erasure_request_retry,
+    erasure_request_stalled,
+)
+from governance.models import ErasureRequest
+from memoryapp.errors import DomainError
+from memoryapp.models import Agent
+
+OPEN = (ErasureRequest.Status.QUEUED, ErasureRequest.Status.RUNNING)
+# How the preview names person_erase_plan's counts.
+PLAN_LABELS = {
+    "agents": "agents gone through",
+    "threads": "threads about the person (deleted whole, or their entries redacted)",
+    "entries": "entries in those threads",
+    "messages_elsewhere": "messages they wrote in others' threads (with their replies)",
+    "items": "memory items and facts of their scope",
+    "entities": "entities of their scope",
+    "file_versions": "memory file versions of their scope",
+    "job_runs": "job runs naming them",
+}
+# Seconds between refreshes of a request's page while it runs.
+REFRESH_SECONDS = 2
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"staff:{request.user.get_username()}"
+
+
+class ErasureRequestForm(forms.Form):
+    user_id = forms.CharField(
+        label="Person (user id)",
+        max_length=128,
+        help_text="The id the agents know the person by (a thread's person, an item's user id).",
+    )
+    identifiers = forms.CharField(
+        label="Other identifiers",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One a line, e.g. an e-mail address: the check after the erasure searches every table for "
+        "them too. Kept on this request only.",
+    )
+    agents = forms.ModelMultipleChoiceField(
+        queryset=Agent.objects.order_by("slug"),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None chosen: every agent.",
+    )
+    mode = forms.ChoiceField(choices=ErasureRequest.Mode.choices, initial=ErasureRequest.Mode.ERASE)
+    legal_basis = forms.CharField(
+        label="Legal basis",
+        max_length=200,
+        required=False,
+        help_text="e.g. GDPR Art. 17(1)(a). Kept on this request, never in the audit trail.",
+    )
+    reason = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="Kept on this request, never in the audit trail.",
+    )
+
+    def clean_identifiers(self) -> list[str]:
+        text = self.cleaned_data.get("identifiers") or ""
+        return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def progress_bar(obj: ErasureRequest) -> SafeString:
+    if obj.progress_total:
+        percent = int(100 * obj.progress_done / obj.progress_total)
+        return format_html(
+            '<progress class="er-progress" value="{}" max="{}"></progress> <span class="er-text">{} / {} · {}%</span>',
+            obj.progress_done,
+            obj.progress_total,
+            obj.progress_done,
+            obj.progress_total,
+            percent,
+        )
+    if obj.status == ErasureRequest.Status.RUNNING:
+        return format_html('<progress class="er-progress"></progress> <span class="er-text">{}</span>', obj.phase)
+    return format_html('<span class="er-text">{}</span>', "—")
+
+
+@admin.register(ErasureRequest)
+class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
+    list_display = ("number", "status_shown", "progress", "person", "mode", "agents_shown", "asked_by", "asked")
+    list_display_links = ("number",)
+    list_filter = ("status", "mode")
+    search_fields = ("=user_id",)
+    search_help_text = "The person's exact user id."
+    ordering = ("-created_at",)
+    show_full_result_count = False
+    list_select_related = ("requested_by",)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # The page shows; nothing on it is edited. Running again needs `change` (retry_view).
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the record of an erasure stays
+
+    def may_retry(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm("governance.change_erasurerequest"))
+
+    @admin.display(description="#", ordering="pk")
+    def number(self, obj: ErasureRequest) -> str:
+        return f"#{obj.pk}"
+
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, obj: ErasureRequest) -> SafeString:
+        return format_html('<span class="er-status er-{}">{}</span>', obj.status, obj.get_status_display())
+
+    @admin.display(description="progress")
+    def progress(self, obj: ErasureRequest) -> SafeString:
+        return progress_bar(obj)
+
+    @admin.display(description="person", ordering="user_id")
+    def person(self, obj: ErasureRequest) -> SafeString:
+        return cell_text(obj.user_id, 28)
+
+    @admin.display(description="agents")
+    def agents_shown(self, obj: ErasureRequest) -> str:
+        return f"{len(obj.agent_ids)} chosen" if obj.agent_ids else "all"
+
+    @admin.display(description="asked by", ordering="requested_by_name")
+    def asked_by(self, obj: ErasureRequest) -> SafeString:
+        return cell_text(obj.requested_by_name.removeprefix("staff:"), 20)
+
+    @admin.display(description="asked", ordering="created_at")
+    def asked(self, obj: ErasureRequest) -> SafeString:
+        return moment(obj.created_at)
+
+    def get_urls(self) -> list[Any]:
+        own = [
+            path(
+                "<int:pk>/retry/",
+                self.admin_site.admin_view(self.retry_view),
+                name="governance_erasurerequest_retry",
+            ),
+            path(
+                "<int:pk>/report/",
+                self.admin_site.admin_view(self.report_view),
+                name="governance_erasurerequest_report",
+            ),
+            path(
+                "<int:pk>/report.json",
+                self.admin_site.admin_view(self.report_json_view),
+                name="governance_erasurerequest_report_json",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def _context(self, request: HttpRequest, **more: Any) -> dict[str, Any]:
+        return {**self.admin_site.each_context(request), "opts": self.opts, "has_view_permission": True, **more}
+
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None) -> Any:
+        """File a request: the form, then the request's page (its job runs after the commit)."""
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            form = ErasureRequestForm(request.POST)
+            if form.is_valid() and not request.POST.get("confirmed"):
+                # Confirm with consequences: what would go now, and the holds that would stop it.
+                data = form.cleaned_data
+                try:
+                    preview = erasure_preview(user_id=data["user_id"], agent_ids=[a.pk for a in data["agents"]])
+                except DomainError as exc:
+                    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+                else:
+                    context = self._context(
+                        request,
+                        title=f"Erase {data['user_id']}?",
+                        form=form,
+                        plan=[(PLAN_LABELS.get(k, k.replace("_", " ")), v) for k, v in preview["plan"].items()],
+                        holds=preview["holds"],
+                        agents=[a.slug for a in data["agents"]],
+                    )
+                    return TemplateResponse(request, "admin/governance/erasurerequest/confirm.html", context)
+            elif form.is_valid():
+                data = form.cleaned_data
+                try:
+                    filed = erasure_request_file(
+                        user_id=data["user_id"],
+                        identifiers=data["identifiers"],
+                        agent_ids=[a.pk for a in data["agents"]],
+                        mode=data["mode"],
+                        legal_basis=data["legal_basis"],
+                        reason=data["reason"],
+                        requested_by=request.user,
+                        actor=_actor(request),
+                    )
+                except DomainError as exc:
+                    form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+                else:
+                    messages.success(request, f"Erasure request #{filed.pk} filed; its job was sent to the workers.")
+                    return HttpResponseRedirect(reverse("admin:governance_erasurerequest_change", args=[filed.pk]))
+        else:
+            form = ErasureRequestForm(initial={"user_id": request.GET.get("user_id", "")[:128]})
+        context = self._context(request, title="File an erasure request", form=form, add=True)
+        return TemplateResponse(request, "admin/governance/erasurerequest/add.html", context)
+
+    def _request_to_show(self, request: HttpRequest, object_id: str) -> ErasureRequest:
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404(f"No erasure request with the id {object_id!r}.")
+        if not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        return obj
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The request: who, what, its progress (the page refreshes while it runs), run again."""
+        if request.method not in ("GET", "HEAD"):
+            return HttpResponseNotAllowed(["GET"])
+        obj = self._request_to_show(request, object_id)
+        agents = list(Agent.objects.filter(pk__in=obj.agent_ids).order_by("slug").values_list("slug", flat=True))
+        context = self._context(
+            request,
+            title=f"Erasure request #{obj.pk}",
+            original=obj,
+            erasure=obj,
+            agents=agents,
+            progress=progress_bar(obj),
+            running=obj.status in OPEN,
+            refresh=REFRESH_SECONDS,
+            stalled=erasure_request_stalled(obj),
+            may_retry=self.may_retry(request) and (obj.status in RETRYABLE or erasure_request_stalled(obj)),
+            run_url=reverse("admin:governance_jobrun_change", args=[obj.job_run_id]) if obj.job_run_id else "",
+        )
+        return TemplateResponse(request, "admin/governance/erasurerequest/request.html", context)
+
+    def retry_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        obj = self._request_to_show(request, str(pk))
+        if not self.may_retry(request):
+            raise PermissionDenied
+        try:
+            erasure_request_retry(request=obj, actor=_actor(request))
+        except DomainError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, f"Erasure request #{obj.pk} runs again.")
+        return HttpResponseRedirect(reverse("admin:governance_erasurerequest_change", args=[obj.pk]))
+
+    def report_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        obj = self._request_to_show(request, str(pk))
+        if not obj.report:
+            messages.info(request, f"Erasure request #{obj.pk} has no report yet ({obj.get_status_display()}).")
+            return HttpResponseRedirect(reverse("admin:governance_erasurerequest_change", args=[obj.pk]))
+        report = obj.report
+        scan = report.get("scan", {})
+        counts = sorted(((k, v) for k, v in (report.get("counts") or {}).items()), key=lambda kv: (-kv[1], kv[0]))
+        context = self._context(
+            request,
+            title=f"Erasure report of request #{obj.pk}",
+            original=obj,
+            erasure=obj,
+            report=report,
+            counts=counts,
+            tables=scan.get("tables", []),
+            findings=scan.get("findings", []),
+            not_scanned=sorted((scan.get("not_scanned") or {}).items()),
+        )
+        return TemplateResponse(request, "admin/governance/erasurerequest/report.html", context)
+
+    def report_json_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """The report as a file: its bytes are the canonical JSON whose sha256 the audit chain holds;
+        with a receipt, the signed receipt (`?receipt=1`)."""
+        obj = self._request_to_show(request, str(pk))
+        if not obj.report:
+            raise Http404("No report yet.")
+        if request.GET.get("receipt"):
+            if not obj.receipt:
+                raise Http404("This report was not signed.")
+            body, name = json.dumps(obj.receipt, indent=2, sort_keys=True), f"erasure-{obj.pk}-receipt.json"
+        else:
+            body, name = canonical_json(obj.report), f"erasure-{obj.pk}-report.json"
+        response = HttpResponse(body, content_type="application/json")
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response

@@ -1,0 +1,187 @@
+"""The erasure requests' admin: privacy officers file, follow, run again and read reports; reviewers
+and operators can neither see nor file them. "Erase this person" from a thread's and an item's page."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from governance.models import AuditRecord, ErasureRequest, JobRun
+from governance.receipts import receipt_verify
+from memoryapp.models import LegalHold, Thread
+from tests.kit.admin import staff_client
+from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, ThreadFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def signing_key_of_this_test(tmp_path: Path, settings: Any) -> None:
+    """Reports are signed with a key generated under this test's own VAR_DIR."""
+    settings.VAR_DIR = tmp_path / "var"
+    settings.RECEIPT_SIGNING_KEY = ""
+    settings.RECEIPT_SIGNING_KEY_FILE = ""
+
+
+LIST = "/admin/governance/erasurerequest/"
+ADD = LIST + "add/"
+
+
+def _officer(name: str = "pat") -> Client:
+    return staff_client(username=name, groups=("Privacy officers",))
+
+
+def _ana() -> tuple[Any, Thread]:
+    agent = AgentFactory(slug="alice")
+    thread = ThreadFactory(agent=agent, external_id="t-ana", user_id="u-ana")
+    EntryFactory(thread=thread, role="user", content="I moved to Porto with my sister Lucinda last spring.")
+    return agent, thread
+
+
+def _post_request(client: Client, **fields: Any) -> Any:
+    """The form as confirmed (the first POST, without `confirmed`, shows what would go)."""
+    body = {
+        "user_id": "u-ana",
+        "identifiers": "",
+        "mode": "erase",
+        "legal_basis": "Art. 17",
+        "reason": "asked",
+        "confirmed": "1",
+    }
+    body.update(fields)
+    return client.post(ADD, body)
+
+
+def test_a_privacy_officer_files_a_request_follows_it_and_reads_its_report(django_capture_on_commit_callbacks) -> None:
+    agent, thread = _ana()
+    officer = _officer()
+    assert officer.get(ADD + "?user_id=u-ana").status_code == 200
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = _post_request(officer, identifiers="ana@example.org\n\n", agents=[agent.pk])
+    request = ErasureRequest.objects.get()
+    assert answer.status_code == 302 and answer["Location"] == f"{LIST}{request.pk}/change/"
+    assert request.requested_by_name == "staff:pat" and request.identifiers == ["ana@example.org"]
+    assert request.agent_ids == [agent.pk] and request.status == "done"
+    assert not Thread.objects.filter(pk=thread.pk).exists()
+
+    listing = officer.get(LIST).content.decode()
+    assert "u-ana" in listing and "er-done" in listing and "<progress" in listing and "pat" in listing
+    page = officer.get(f"{LIST}{request.pk}/change/").content.decode()
+    assert "Open the report" in page and request.report_sha256 in page and 'http-equiv="refresh"' not in page
+    report = officer.get(f"{LIST}{request.pk}/report/").content.decode()
+    assert "found nothing left" in report and 'id="er-nothing-found"' in report and "memoryapp_entry" in report
+    audit = officer.get("/admin/governance/auditrecord/?action__exact=erasure.done").content.decode()
+    assert f'href="{LIST}{request.pk}/change/"' in audit  # the audit list links the request
+    downloaded = officer.get(f"{LIST}{request.pk}/report.json")
+    assert hashlib.sha256(downloaded.content).hexdigest() == request.report_sha256
+    assert 'id="er-receipt"' in report
+    receipt = officer.get(f"{LIST}{request.pk}/report.json?receipt=1")
+    assert receipt_verify(json.loads(receipt.content)) and receipt["Content-Disposition"].endswith('-receipt.json"')
+
+
+def test_the_form_first_shows_what_would_go_and_the_holds_and_files_nothing() -> None:
+    agent, thread = _ana()
+    hold = LegalHold.objects.create(user_id="u-ana", reason="litigation", placed_by="pat")
+    officer = _officer()
+    page = _post_request(officer, confirmed="", agents=[agent.pk], identifiers="ana@example.org").content.decode()
+    assert 'id="er-plan"' in page and 'id="er-confirm"' in page
+    assert "threads about the person" in page and "<td>1</td>" in page  # one thread, one entry
+    assert f"#{hold.pk}" in page and 'id="er-confirm-holds"' in page
+    assert 'type="hidden" name="identifiers" value="ana@example.org"' in page
+    assert f'type="hidden" name="agents" value="{agent.pk}"' in page
+    assert not ErasureRequest.objects.exists() and Thread.objects.filter(pk=thread.pk).exists()
+    assert not AuditRecord.objects.filter(action__startswith="erasure.").exists()
+
+
+def test_a_running_request_page_refreshes_itself() -> None:
+    officer = _officer()
+    request = ErasureRequest.objects.create(user_id="u-ana", status="running", progress_done=3, progress_total=12)
+    page = officer.get(f"{LIST}{request.pk}/change/").content.decode()
+    assert 'http-equiv="refresh"' in page and 'value="3" max="12"' in page and "25%" in page
+
+
+def test_a_bad_form_says_what_is_wrong_and_files_nothing() -> None:
+    officer = _officer()
+    answer = _post_request(officer, user_id="")
+    assert answer.status_code == 200 and "This field is required" in answer.content.decode()
+    answer = _post_request(officer, identifiers="ab")
+    assert answer.status_code == 200 and "at least 3 characters" in answer.content.decode()
+    answer = _post_request(officer, agents=["999999"])
+    assert answer.status_code == 200 and "errorlist" in answer.content.decode()
+    assert not ErasureRequest.objects.exists()
+    assert not AuditRecord.objects.filter(action__startswith="erasure.").exists()
+
+
+@pytest.mark.parametrize("role", ["Reviewers", "Operators"])
+def test_reviewers_and_operators_can_neither_see_nor_file_requests(role: str) -> None:
+    _, thread = _ana()
+    request = ErasureRequest.objects.create(user_id="u-ana", status="failed", report={"summary": "x"})
+    other = staff_client(username="other", groups=(role,))
+    assert other.get(LIST).status_code == 403
+    assert other.get(ADD).status_code == 403
+    assert _post_request(other).status_code == 403
+    assert other.get(f"{LIST}{request.pk}/change/").status_code == 403
+    assert other.get(f"{LIST}{request.pk}/report/").status_code == 403
+    assert other.get(f"{LIST}{request.pk}/report.json").status_code == 403
+    assert other.post(f"{LIST}{request.pk}/retry/").status_code == 403
+    assert ErasureRequest.objects.count() == 1 and ErasureRequest.objects.get().status == "failed"
+    assert "erasurerequest" not in other.get("/admin/").content.decode()
+    if role == "Reviewers":  # a reviewer reads the thread, without the way to erase its person
+        page = other.get(f"/admin/memoryapp/thread/{thread.pk}/change/")
+        assert page.status_code == 200 and "Erase this person" not in page.content.decode()
+
+
+def test_erase_this_person_is_reachable_from_a_thread_and_an_item() -> None:
+    agent, thread = _ana()
+    item = MemoryItemFactory(agent=agent, user_id="u-ana", subject="Ana", attribute="city", value="Porto")
+    officer = _officer()
+    link = f"{ADD}?user_id=u-ana"
+    assert link in officer.get(f"/admin/memoryapp/thread/{thread.pk}/change/").content.decode()
+    assert link in officer.get(f"/admin/memoryapp/memoryitem/{item.pk}/change/").content.decode()
+    form = officer.get(link).content.decode()
+    assert 'name="user_id" value="u-ana"' in form
+    assert "erasurerequest" in officer.get("/admin/").content.decode()
+
+
+def test_a_blocked_request_runs_again_from_its_page_once_the_hold_is_lifted(django_capture_on_commit_callbacks) -> None:
+    _, thread = _ana()
+    hold = LegalHold.objects.create(user_id="u-ana", reason="litigation", placed_by="pat")
+    officer = _officer()
+    with django_capture_on_commit_callbacks(execute=True):
+        _post_request(officer)
+    request = ErasureRequest.objects.get()
+    page = officer.get(f"{LIST}{request.pk}/change/").content.decode()
+    assert request.status == "blocked" and f"legal hold #{hold.pk}" in page and 'id="er-retry"' in page
+    assert Thread.objects.filter(pk=thread.pk).exists()
+
+    LegalHold.objects.filter(pk=hold.pk).update(lifted_at=timezone.now())
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = officer.post(f"{LIST}{request.pk}/retry/")
+    assert answer.status_code == 302
+    request.refresh_from_db()
+    assert request.status == "done" and not Thread.objects.filter(pk=thread.pk).exists()
+    # A done request is not run again.
+    officer.post(f"{LIST}{request.pk}/retry/")
+    assert AuditRecord.objects.filter(action="erasure.retry").count() == 1
+
+
+def test_a_request_whose_job_run_was_killed_can_be_run_again(django_capture_on_commit_callbacks) -> None:
+    """A worker killed past the job's time limit fails the run (governance.jobs) but cannot tell the
+    request: its page says so, stops refreshing, and runs it again."""
+    _, thread = _ana()
+    killed = JobRun.objects.create(kind="erasure", status="failed", error="time limit of 1800 s exceeded")
+    request = ErasureRequest.objects.create(user_id="u-ana", status="running", phase="erasing", job_run=killed)
+    officer = _officer()
+    page = officer.get(f"{LIST}{request.pk}/change/").content.decode()
+    assert 'id="er-stalled"' in page and 'id="er-retry"' in page and 'http-equiv="refresh"' not in page
+    with django_capture_on_commit_callbacks(execute=True):
+        officer.post(f"{LIST}{request.pk}/retry/")
+    request.refresh_from_db()
+    assert request.status == "done" and request.job_run_id != killed.pk
+    assert not Thread.objects.filter(pk=thread.pk).exists()
