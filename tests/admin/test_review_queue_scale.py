@@ -390,5 +390,5 @@ def test_the_queue_costs_the_same_queries_for_20_and_500_suggestions(alice: Call
     small, large = _queue_queries(alice, 20), _queue_queries(alice, 500)
     assert small == large, (small, large)
     # session, user, permissions (2), page, counts, slot siblings, quotes, turns before, turns after,
-    # slot values now, agents of the filter
-    assert large == 12, large
+    # slot values now, agents of the filter, retention policies (each card's review deadline)
+    assert large == 13, large
