@@ -15,30 +15,14 @@ Explicit calls still work as asked: a search, the memory tool, the facts API.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.db import transaction
 
 from governance.audit import audit_append
 from memoryapp.models import Thread
+from memoryapp.threads.off_ranges import OFF_RANGES_KEY, memory_off_ranges, seq_was_off
 from memoryapp.threads.services import thread_lock, thread_sync
 
-OFF_RANGES_KEY = "memory_off"
-
-
-def memory_off_ranges(thread: Thread) -> list[dict[str, Any]]:
-    """The seq ranges written while the thread's memory was off ({"from_seq", "to_seq"}; the last
-    one open, `to_seq` None, while it is off)."""
-    progress = thread.extraction if isinstance(thread.extraction, dict) else {}
-    return [dict(r) for r in progress.get(OFF_RANGES_KEY) or [] if isinstance(r, dict)]
-
-
-def seq_was_off(seq: int, ranges: list[dict[str, Any]]) -> bool:
-    for r in ranges:
-        start, end = int(r.get("from_seq") or 0), r.get("to_seq")
-        if seq >= start and (end is None or seq <= int(end)):
-            return True
-    return False
+__all__ = ["OFF_RANGES_KEY", "memory_off_ranges", "seq_was_off", "thread_memory_set"]
 
 
 @transaction.atomic

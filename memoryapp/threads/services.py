@@ -25,6 +25,7 @@ from memoryapp.models.choices import HISTORY_TYPES, EntryType
 from memoryapp.threads.columns import ENTRY_FORK_COPIED, ENTRY_INSERT_COLUMNS, ENTRY_JSON_COLUMNS, ENTRY_TABLE
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.threads.hooks import after_entries_added
+from memoryapp.threads.off_ranges import OFF_RANGES_KEY, off_ranges_of_copies
 from memoryapp.threads.selectors import entry_on_branch, path_entries, thread_for_agent, tool_call_name_on_branch
 from memoryapp.threads.validation import (
     MAX_BATCH_ENTRIES,
@@ -415,7 +416,8 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
     2. Create the new thread (409 `thread_exists` when the id is taken) with the origin's
        user_id and metadata plus `forkedFrom` = the origin's id; `forked_from` points at it.
     3. Copy each entry with a new id and the same seq order, parents mapped to the copies,
-       `metadata.forkOf` naming the original; the copy of `entry_id` is the new leaf.
+       `metadata.forkOf` naming the original; the copy of `entry_id` is the new leaf. The
+       memory switch and the off ranges (renumbered) go with it (memoryapp.threads.off_ranges).
     4. Append the new id to the origin's `metadata.memoryForks`; audit.
     """
 
@@ -430,12 +432,17 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
     branch = path_entries(thread=locked, leaf_id=entry_id, types=None)
     metadata = {k: v for k, v in (locked.metadata or {}).items() if k not in ("memoryForks", "forkedFrom")}
     metadata["forkedFrom"] = locked.external_id
+    # The memory switch goes with the copy: a turn said while memory was off stays out of the
+    # fork's extraction too, and a fork of a thread whose memory is off starts off.
+    off = off_ranges_of_copies(origin=locked, copied_seqs=[e.seq for e in branch])
     copy = Thread.objects.create(
         agent_id=locked.agent_id,
         external_id=new_external,
         user_id=locked.user_id,
         metadata=metadata,
         forked_from=locked,
+        memory_enabled=locked.memory_enabled,
+        extraction={OFF_RANGES_KEY: off} if off else {},
     )
     mapping: dict[str, str] = {}
     copies: list[Entry] = []

@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 from governance.models import AuditRecord, JobRun
 from memoryapp.context import builder
 from memoryapp.extraction.schedule import extraction_schedule
+from memoryapp.extraction.service import entries_to_extract
 from memoryapp.files.context_documents import FRAMING
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
@@ -224,6 +225,42 @@ def test_memory_off_extracts_nothing_and_turns_said_while_off_stay_out_once_it_i
     values = set(MemoryItem.objects.filter(agent=alice.agent).values_list("value", flat=True))
     assert "my PIN is 4321" not in values and "I am vegetarian" in values
     assert secret["id"] not in json.dumps(list(MemoryItem.objects.values_list("metadata", flat=True)))
+
+
+def test_a_fork_carries_the_memory_switch_so_turns_said_while_off_stay_out_of_its_extraction(alice: Caller) -> None:
+    """A fork copied the turns said while memory was off into a thread whose memory was on and
+    had no off ranges: its extraction read them. The switch and the ranges (renumbered along the
+    branch) go with the copy; a fork of a thread whose memory is off starts off."""
+    post_thread(alice, "t-f")
+    post_entry(alice, "t-f", role="user", content="I live in Porto.")
+    answered(alice.client.put("/api/v1/threads/t-f/memory", {"memory": "off"}, format="json"), 200)
+    post_entry(alice, "t-f", role="user", content="Off the record: my PIN is 4321.")
+    answered(alice.client.put("/api/v1/threads/t-f/memory", {"memory": "on"}, format="json"), 200)
+    last = post_entry(alice, "t-f", role="user", content="I am vegetarian.")
+
+    post_ok(alice.client, "/api/v1/threads/t-f/fork", {"entry_id": last["id"], "new_thread_id": "t-f2"})
+    assert get_ok(alice.client, "/api/v1/threads/t-f2/memory") == {
+        "thread_id": "t-f2",
+        "memory": "on",
+        "off_ranges": [{"from_seq": 2, "to_seq": 2}],
+    }
+    fresh, branch = entries_to_extract(Thread.objects.get(agent=alice.agent, external_id="t-f2"))
+    said = " ".join(e.text for e in fresh + branch)
+    assert "4321" not in said and "Porto" in said and "vegetarian" in said
+
+    answered(alice.client.put("/api/v1/threads/t-f/memory", {"memory": "off"}, format="json"), 200)
+    leaf = post_entry(alice, "t-f", role="user", content="And my code is 99.")
+    post_ok(alice.client, "/api/v1/threads/t-f/fork", {"entry_id": leaf["id"], "new_thread_id": "t-f3"})
+    assert get_ok(alice.client, "/api/v1/threads/t-f3/memory") == {
+        "thread_id": "t-f3",
+        "memory": "off",
+        "off_ranges": [{"from_seq": 2, "to_seq": 2}, {"from_seq": 4, "to_seq": None}],
+    }
+    # Turned on, the fork still never extracts what was said while the origin's memory was off.
+    answered(alice.client.put("/api/v1/threads/t-f3/memory", {"memory": "on"}, format="json"), 200)
+    fresh, branch = entries_to_extract(Thread.objects.get(agent=alice.agent, external_id="t-f3"))
+    said = " ".join(e.text for e in fresh + branch)
+    assert "4321" not in said and "code is 99" not in said and "vegetarian" in said
 
 
 def test_the_memory_switch_is_the_agents_and_takes_on_or_off_only(alice: Caller, bob: Caller) -> None:
