@@ -364,11 +364,27 @@ def thread_import(
         and leaf_id == (entries[-1].id if entries else None)
     )
     epoch = 0 if chain else 1
-    Thread.objects.filter(pk=thread.pk).update(
-        next_seq=next_seq, active_leaf_id=leaf_id, branch_epoch=epoch, history_tokens=None
-    )
+    changes: dict[str, Any] = {
+        "next_seq": next_seq,
+        "active_leaf_id": leaf_id,
+        "branch_epoch": epoch,
+        "history_tokens": None,
+    }
+    if not memory_enabled:
+        # Off: the turns written from now on are off too. A file whose last range is not open, or
+        # opens it past the thread's next seq, would leave them out of every range (extracted once
+        # memory is turned on): the open range starts at the next seq at the latest.
+        off = [dict(r) for r in memory_off or []]
+        if off and off[-1].get("to_seq") is None:
+            off[-1]["from_seq"] = min(int(off[-1]["from_seq"]), next_seq)
+        else:
+            off.append({"from_seq": next_seq, "to_seq": None})
+        changes["extraction"] = {**(thread.extraction or {}), OFF_RANGES_KEY: off}
+    Thread.objects.filter(pk=thread.pk).update(**changes)
     thread.next_seq, thread.active_leaf_id, thread.branch_epoch = next_seq, leaf_id, epoch
     thread.history_tokens = None
+    if "extraction" in changes:
+        thread.extraction = changes["extraction"]
     audit_append(
         action="thread.import",
         actor=actor,

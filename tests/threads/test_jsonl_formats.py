@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from memoryapp.extraction.service import entries_to_extract
 from memoryapp.models import Entry, Thread
 from memoryapp.threads.formats import FORMAT_VERSION, MIGRATORS, records_upgraded
 from memoryapp.threads.selectors import path_entries
@@ -52,6 +53,24 @@ def test_an_export_says_its_format_and_a_round_trip_keeps_the_memory_switch_and_
     copy = Thread.objects.get(external_id="t-copy")
     assert not copy.memory_enabled and copy.extraction["memory_off"] == [{"from_seq": 2, "to_seq": None}]
     assert _entries("t-copy") == _entries("t-on")
+
+
+def test_an_import_with_memory_off_keeps_the_turns_written_after_it_out_of_extraction(alice: Caller) -> None:
+    """A file saying memory "off" without an open range (or one opening past its last node) left the
+    turns written after the import out of every range: turning memory on extracted them."""
+    for thread_id, off_ranges in (("t-none", []), ("t-far", [{"from_seq": 50, "to_seq": None}])):
+        post_thread(alice, f"src-{thread_id}")
+        post_entry(alice, f"src-{thread_id}", role="user", content="on the record")
+        records = _renamed(_export(alice, f"src-{thread_id}"))
+        records[0]["thread"].update(memory="off", memory_off=off_ranges)
+        answered(_import(alice, records, thread_id), 201)
+        post_entry(alice, thread_id, role="user", content="said after the import, memory off")
+        back_on = answered(
+            alice.client.put(f"/api/v1/threads/{thread_id}/memory", {"memory": "on"}, format="json"), 200
+        )
+        assert back_on["off_ranges"] == [{"from_seq": 2, "to_seq": 2}], (thread_id, back_on)
+        fresh, branch = entries_to_extract(Thread.objects.get(agent=alice.agent, external_id=thread_id))
+        assert [e.text for e in branch] == ["on the record"], thread_id
 
 
 def test_a_format_1_export_is_brought_to_the_current_format_with_memory_on(alice: Caller) -> None:
