@@ -69,7 +69,7 @@ def test_an_import_with_memory_off_keeps_the_turns_written_after_it_out_of_extra
             alice.client.put(f"/api/v1/threads/{thread_id}/memory", {"memory": "on"}, format="json"), 200
         )
         assert back_on["off_ranges"] == [{"from_seq": 2, "to_seq": 2}], (thread_id, back_on)
-        fresh, branch = entries_to_extract(Thread.objects.get(agent=alice.agent, external_id=thread_id))
+        _, branch = entries_to_extract(Thread.objects.get(agent=alice.agent, external_id=thread_id))
         assert [e.text for e in branch] == ["on the record"], thread_id
 
 
