@@ -215,6 +215,11 @@ EVENTS_POLL_SECONDS = env_float("EVENTS_POLL_SECONDS", 0.5, minimum=0.05, maximu
 EVENTS_MAX_STREAMS = env_int("EVENTS_MAX_STREAMS", 2, minimum=1, maximum=10_000)
 # Seconds a webhook delivery waits for the receiver's answer.
 WEBHOOK_TIMEOUT = env_float("WEBHOOK_TIMEOUT", 10.0, minimum=0.1, maximum=300.0)
+# Webhook URLs must reach a public address: one naming localhost, a loopback, private, link-local
+# (cloud metadata), shared or reserved address is refused when set and, resolved again, at each
+# delivery, so an admin page cannot make the service probe its own network. Only for a receiver
+# on the service's own network (and the tests): set it to 1.
+WEBHOOK_ALLOW_PRIVATE_URLS = env_bool("WEBHOOK_ALLOW_PRIVATE_URLS", False)
 
 # --- Access log (memoryapp.search.access_log) ------------------------------------------------------
 

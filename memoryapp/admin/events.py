@@ -17,7 +17,14 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from memoryapp.events.webhooks import webhook_behind, webhook_create, webhook_delete, webhook_update
+from memoryapp.errors import DomainError
+from memoryapp.events.webhooks import (
+    webhook_behind,
+    webhook_create,
+    webhook_delete,
+    webhook_update,
+    webhook_url_check,
+)
 from memoryapp.models import Webhook, WebhookDelivery
 
 RECENT_ATTEMPTS = 20
@@ -38,6 +45,14 @@ class WebhookForm(forms.ModelForm):
     class Meta:
         model = Webhook
         fields = ("agent", "url", "secret", "active")
+
+    def clean_url(self) -> str:
+        # The service's own check, as a form error (not a 500 when the service refuses it on save).
+        url = str(self.cleaned_data.get("url") or "")
+        try:
+            return webhook_url_check(url)
+        except DomainError as exc:
+            raise forms.ValidationError(exc.message) from exc
 
 
 class FailingFilter(admin.SimpleListFilter):

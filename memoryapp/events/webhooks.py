@@ -23,9 +23,11 @@ import contextlib
 import functools
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -188,11 +190,68 @@ def webhooks_sweep() -> int:
 # --- operators' writes (the admin) ------------------------------------------------------------------
 
 
-def _url_check(url: str) -> str:
+def address_is_public(address: str) -> bool:
+    """Whether an IP address is a public one (not loopback, private, link-local, shared, reserved,
+    multicast or unspecified; an IPv4-mapped IPv6 address is judged as its IPv4 address)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_global and not ip.is_multicast
+
+
+def _private_host(hostname: str) -> bool:
+    """A host that names a non-public address by itself (an IP literal, localhost): refused when set."""
+    name = hostname.rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(name.split("%", 1)[0])
+    except ValueError:
+        return False  # a name: checked once resolved, at each delivery (_post)
+    return not address_is_public(name)
+
+
+def webhook_url_check(url: str) -> str:
+    """An http(s) URL with a host; unless WEBHOOK_ALLOW_PRIVATE_URLS, not one naming a non-public
+    address (a DomainError naming `url`)."""
     parts = urlsplit(url or "")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        hostname = parts.hostname
+        parts.port  # noqa: B018 -- a port out of range raises here
+    except ValueError:
+        hostname = None
+    if parts.scheme not in ("http", "https") or not hostname:
         raise DomainError("invalid_url", "A webhook URL is an http or https URL.", field="url")
+    if not settings.WEBHOOK_ALLOW_PRIVATE_URLS and _private_host(hostname):
+        raise DomainError(
+            "private_url",
+            "A webhook URL must reach a public address, not localhost or a private, loopback or "
+            "link-local one (WEBHOOK_ALLOW_PRIVATE_URLS allows them).",
+            field="url",
+        )
     return url
+
+
+def _destination_refused(url: str) -> str:
+    """Why a delivery to `url` must not be made ("" when it may): its host resolves to a non-public
+    address (a name that pointed elsewhere when the webhook was set, or changed since)."""
+    if settings.WEBHOOK_ALLOW_PRIVATE_URLS:
+        return ""
+    parts = urlsplit(url)
+    hostname = parts.hostname or ""
+    if _private_host(hostname):
+        return f"refused: {hostname} is not a public address"
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        found = socket.getaddrinfo(hostname, port, proto=socket.IPPROTO_TCP)
+    except (OSError, ValueError) as exc:
+        return f"refused: {hostname} does not resolve ({type(exc).__name__})"
+    if not found or not all(address_is_public(str(info[4][0])) for info in found):
+        return f"refused: {hostname} resolves to an address that is not public"
+    return ""
 
 
 @transaction.atomic
@@ -200,7 +259,7 @@ def webhook_create(*, agent: Agent, url: str, secret: str = "", active: bool = T
     """A webhook of the agent, delivering the events committed from now on (audited, ids only)."""
     webhook = Webhook.objects.create(
         agent=agent,
-        url=_url_check(url),
+        url=webhook_url_check(url),
         secret=secret or secrets.token_urlsafe(32),
         active=active,
         delivered_seq=events_last_seq(agent_id=agent.pk),
@@ -226,7 +285,7 @@ def webhook_update(*, webhook: Webhook, url: str, secret: str, active: bool, act
     locked = Webhook.objects.select_for_update().get(pk=webhook.pk)
     changed = [
         name
-        for name, value in (("url", _url_check(url)), ("secret", secret or locked.secret), ("active", active))
+        for name, value in (("url", webhook_url_check(url)), ("secret", secret or locked.secret), ("active", active))
         if getattr(locked, name) != value
     ]
     locked.url, locked.secret = url, secret or locked.secret
@@ -306,6 +365,9 @@ def _post(webhook: Webhook, body: bytes) -> tuple[int | None, str]:
         "X-Memory-Webhook-Id": str(webhook.pk),
         SIGNATURE_HEADER: webhook_signature(secret=webhook.secret, timestamp=timestamp, body=body),
     }
+    refused = _destination_refused(webhook.url)
+    if refused:
+        return None, refused
     try:
         response = requests.post(
             webhook.url, data=body, headers=headers, timeout=settings.WEBHOOK_TIMEOUT, allow_redirects=False

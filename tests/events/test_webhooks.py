@@ -4,6 +4,7 @@ order, retried with backoff by a job, failures visible to operators in the admin
 from __future__ import annotations
 
 import json
+import socket
 import time
 from datetime import timedelta
 from typing import Any
@@ -13,12 +14,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from governance.models import AuditRecord, JobRun
+from memoryapp.errors import DomainError
 from memoryapp.events.webhooks import (
     SIGNATURE_HEADER,
     WEBHOOK_RETRIES,
+    WebhookUnreachable,
+    address_is_public,
     webhook_create,
+    webhook_deliver,
     webhook_signature,
     webhook_signature_verify,
+    webhook_update,
     webhooks_sweep,
 )
 from memoryapp.models import Webhook, WebhookDelivery
@@ -28,6 +34,12 @@ from tests.kit.admin import staff_client
 from tests.kit.api import Caller
 from tests.kit.events import WebhookReceiver, events_number_now
 from tests.kit.factories import AgentFactory
+
+
+@pytest.fixture(autouse=True)
+def receivers_on_localhost(settings: Any) -> None:
+    """The receivers of these tests listen on 127.0.0.1: a private address, refused by default."""
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = True
 
 
 def _verified(receiver: WebhookReceiver, secret: str) -> list[bool]:
@@ -242,3 +254,80 @@ def test_a_delivery_run_leaves_the_webhook_to_a_run_waiting_for_its_retry(
         webhook_deliver_job(again.pk)
         again.refresh_from_db()
     assert again.status == "succeeded" and again.result["delivered"] == 1 and len(receiver.deliveries) == 1
+
+
+PRIVATE_URLS = (
+    "http://127.0.0.1:8000/hook",
+    "http://localhost/hook",
+    "http://api.localhost./hook",
+    "http://10.1.2.3/hook",
+    "http://192.168.0.10/hook",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://100.64.0.1/hook",
+    "http://0.0.0.0/hook",
+    "http://[::1]/hook",
+    "http://[::ffff:127.0.0.1]/hook",
+    "http://[fd00::1]/hook",
+)
+
+
+@pytest.mark.django_db
+def test_a_webhook_url_naming_a_private_address_is_refused_naming_url_and_writes_nothing(settings: Any) -> None:
+    """SSRF: an operator's webhook must not make the service POST into its own network (the cloud
+    metadata address, a database, the broker) and show the answer in the admin."""
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
+    agent = AgentFactory(slug="ssrf")
+    for url in PRIVATE_URLS:
+        with pytest.raises(DomainError) as refused:
+            webhook_create(agent=agent, url=url, secret="x")
+        assert refused.value.field == "url" and refused.value.code == "private_url", url
+    for url in ("ftp://hooks.example.com/x", "http:///x", "http://hooks.example.com:99999/x"):
+        with pytest.raises(DomainError) as refused:
+            webhook_create(agent=agent, url=url, secret="x")
+        assert refused.value.field == "url", url
+    assert not Webhook.objects.exists()
+    public = webhook_create(agent=agent, url="https://hooks.example.com/m", secret="x")
+    with pytest.raises(DomainError) as refused:
+        webhook_update(webhook=public, url="http://10.0.0.1/x", secret="", active=True)
+    assert refused.value.field == "url"
+    public.refresh_from_db()
+    assert public.url == "https://hooks.example.com/m"
+
+
+@pytest.mark.django_db
+def test_the_admin_form_refuses_a_private_or_non_http_url_as_a_form_error(settings: Any, alice: Caller) -> None:
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
+    operator = staff_client(groups=("Operators",))
+    for url in ("http://169.254.169.254/latest/meta-data/", "ftp://hooks.example.com/x"):
+        page = operator.post(
+            "/admin/memoryapp/webhook/add/", {"agent": alice.agent.pk, "url": url, "secret": "", "active": "on"}
+        )
+        assert page.status_code == 200 and b"errorlist" in page.content, (url, page.status_code)
+    assert not Webhook.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_delivery_to_a_name_that_resolves_to_a_private_address_is_not_made(
+    settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """A name is checked once resolved, at each delivery: a webhook whose host name resolves to a
+    private address (this machine's own name here) sends nothing there, and says why."""
+    name = socket.gethostname()
+    if all(address_is_public(str(info[4][0])) for info in socket.getaddrinfo(name, 80)):
+        pytest.skip("this machine's name resolves to a public address")
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
+    agent = AgentFactory(slug="rebound")
+    thread = thread_create(agent=agent, external_id="t")
+    with WebhookReceiver().running() as receiver:
+        url = receiver.url.replace("127.0.0.1", name)
+        webhook = webhook_create(agent=agent, url=url, secret="x")  # a name: taken, checked when used
+        entry_add(thread=thread, role="user", content="hello")
+        events_number_now()
+        with pytest.raises(WebhookUnreachable):
+            webhook_deliver(webhook_id=webhook.pk)
+        assert receiver.deliveries == []
+        settings.WEBHOOK_ALLOW_PRIVATE_URLS = True  # the same webhook, allowed: delivered
+        assert webhook_deliver(webhook_id=webhook.pk)["delivered"] == 1
+        assert len(receiver.deliveries) == 1
+    attempt = WebhookDelivery.objects.filter(webhook=webhook).order_by("id").first()
+    assert attempt is not None and not attempt.ok and "not public" in attempt.error
