@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
@@ -39,12 +39,19 @@ class WebhookForm(forms.ModelForm):
     secret = forms.CharField(
         required=False,
         max_length=200,
-        help_text="Shared with the receiver, which checks X-Memory-Signature with it. Left empty: one is generated.",
+        # Never written back into the page: whoever may view a webhook must not read its secret.
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Shared with the receiver, which checks X-Memory-Signature with it. Left empty: one is "
+        "generated (shown once, after saving) for a new webhook, and the secret kept for one that exists.",
     )
 
     class Meta:
         model = Webhook
         fields = ("agent", "url", "secret", "active")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.initial["secret"] = ""
 
     def clean_url(self) -> str:
         # The service's own check, as a form error (not a 500 when the service refuses it on save).
@@ -150,6 +157,16 @@ class WebhookAdmin(admin.ModelAdmin):
                 active=data["active"],
                 actor=_actor(request),
             )
+            if not data.get("secret"):
+                messages.warning(
+                    request,
+                    format_html(
+                        "Secret of the webhook to <b>{}</b> (shown once, give it to the receiver now): "
+                        "<code style='user-select:all'>{}</code>",
+                        saved.url,
+                        saved.secret,
+                    ),
+                )
         obj.pk, obj.secret, obj.delivered_seq = saved.pk, saved.secret, saved.delivered_seq
 
     def delete_model(self, request: HttpRequest, obj: Webhook) -> None:

@@ -331,3 +331,41 @@ def test_a_delivery_to_a_name_that_resolves_to_a_private_address_is_not_made(
         assert len(receiver.deliveries) == 1
     attempt = WebhookDelivery.objects.filter(webhook=webhook).order_by("id").first()
     assert attempt is not None and not attempt.ok and "not public" in attempt.error
+
+
+@pytest.mark.django_db
+def test_a_webhooks_secret_is_shown_once_when_generated_and_never_on_its_page(alice: Caller) -> None:
+    """The change page wrote the secret back into its form: anyone who may view webhooks read it
+    (and could sign deliveries the receiver trusts)."""
+    operator = staff_client(groups=("Operators",))
+    made = operator.post(
+        "/admin/memoryapp/webhook/add/",
+        {"agent": alice.agent.pk, "url": "https://hooks.example.com/m", "secret": "", "active": "on"},
+        follow=True,
+    )
+    webhook = Webhook.objects.get(agent=alice.agent)
+    assert made.status_code == 200 and webhook.secret.encode() in made.content  # once, to give the receiver
+    page = operator.get(f"/admin/memoryapp/webhook/{webhook.pk}/change/")
+    assert page.status_code == 200 and webhook.secret.encode() not in page.content
+    assert operator.get("/admin/memoryapp/webhook/").content.count(webhook.secret.encode()) == 0
+
+    kept = webhook.secret
+    operator.post(
+        f"/admin/memoryapp/webhook/{webhook.pk}/change/",
+        {"url": "https://hooks.example.com/m", "secret": "", "active": "on"},
+    )
+    webhook.refresh_from_db()
+    assert webhook.secret == kept  # left empty: kept
+    typed = operator.post(
+        "/admin/memoryapp/webhook/add/",
+        {"agent": alice.agent.pk, "url": "https://hooks.example.com/n", "secret": "typed-by-me", "active": "on"},
+        follow=True,
+    )
+    assert b"typed-by-me" not in typed.content
+    changed = operator.post(
+        f"/admin/memoryapp/webhook/{webhook.pk}/change/",
+        {"url": "https://hooks.example.com/m", "secret": "rotated", "active": "on"},
+        follow=True,
+    )
+    webhook.refresh_from_db()
+    assert webhook.secret == "rotated" and b"rotated" not in changed.content
