@@ -90,7 +90,9 @@ def webhook_signature_verify(
     if abs((time.time() if now is None else now) - timestamp) > tolerance:
         return False
     expected = webhook_signature(secret=secret, timestamp=timestamp, body=body)
-    return hmac.compare_digest(expected, f"t={timestamp},v1={parts.get('v1', '')}")
+    # As bytes: compare_digest refuses a str with non-ASCII characters (a forged header would raise).
+    given = f"t={timestamp},v1={parts.get('v1', '')}".encode("utf-8", "surrogatepass")
+    return hmac.compare_digest(expected.encode(), given)
 
 
 # --- who has webhooks (checked on every write that records an event) --------------------------------

@@ -184,6 +184,10 @@ def test_the_signature_is_an_hmac_of_the_timestamp_and_the_body_and_fails_for_an
     # Too old: a replay of a captured delivery is refused.
     assert not webhook_signature_verify(secret="k", header=header, body=body, now=1_700_001_000)
     assert not webhook_signature_verify(secret="k", header="v1=abc", body=body)
+    # A forged header with characters outside ASCII is refused, not an exception in the receiver.
+    forged = header[:-1] + "\u00e9"
+    assert not webhook_signature_verify(secret="k", header=forged, body=body, now=1_700_000_100)
+    assert not webhook_signature_verify(secret="k", header="t=1700000000,v1=\ud800", body=body, now=1_700_000_100)
 
 
 @pytest.mark.django_db
