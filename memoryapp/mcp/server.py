@@ -289,9 +289,17 @@ async def get_context(
     include_facts: bool | None = None,
     file_index: bool | None = None,
     brief_cards: Annotated[int | None, Field(description="Ask for up to this many pre-turn brief cards.")] = None,
+    time_zone: Annotated[
+        str | None, Field(description="IANA zone the memory context's dates are written in (Europe/Lisbon ...).")
+    ] = None,
+    project_id: Annotated[
+        str | None,
+        Field(description="The project whose context documents apply (default: the connection's, else the thread's)."),
+    ] = None,
 ) -> CallToolResult:
     """Build the messages for the next model call within a token budget: the system message, the
-    compaction summary, the kept history and a <memory_context> block (facts, recalled turns, items)."""
+    standing instructions (context documents), the compaction summary, the kept history and a
+    <memory_context> block (facts, recalled turns, items)."""
     body = _given(
         max_tokens=max_tokens,
         strategy=strategy,
@@ -302,10 +310,14 @@ async def get_context(
         include_facts=include_facts,
         file_index=file_index,
         brief_cards=brief_cards,
+        time_zone=time_zone,
+        project_id=project_id,
     )
 
     def work(caller: McpCaller) -> CallToolResult:
         thread = thread_for_agent(agent=caller.agent, external_id=_thread_id(caller, thread_id))
+        if "project_id" not in body and caller.project_id:
+            body["project_id"] = caller.project_id  # the connection's project, as the memory tool's scope
         request = ContextRequest(**validated(ContextInput, body))
         compaction_pre_step(thread=thread)  # as the context endpoint: 003 preStep
         built = context_build(agent=caller.agent, thread=thread, request=request).as_json()

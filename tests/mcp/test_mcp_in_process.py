@@ -11,7 +11,7 @@ from django.test import Client
 
 from memoryapp.mcp import server
 from memoryapp.models import MemoryItem
-from tests.kit.api import Caller
+from tests.kit.api import Caller, answered, post_thread
 
 
 def mcp_post(client: Client, key: str, message: dict[str, Any], query: str = "") -> Any:
@@ -56,3 +56,38 @@ def test_an_mcp_request_with_a_scope_value_that_is_too_long_is_a_400_naming_it(a
     answer = mcp_post(client, alice.key, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, "?user_id=" + "u" * 129)
     assert answer.status_code == 400
     assert (answer.json()["error"]["code"], answer.json()["error"]["field"]) == ("invalid_scope", "user_id")
+
+
+def _tool(client: Client, key: str, name: str, arguments: dict[str, Any], query: str = "") -> dict[str, Any]:
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+    answer = mcp_post(client, key, call, query)
+    assert answer.status_code == 200, answer.content
+    return dict(answer.json()["result"])
+
+
+def test_mcp_get_context_takes_the_connections_project_documents_and_a_time_zone(
+    alice: Caller, bob: Caller, client: Client
+) -> None:
+    """get_context had neither the REST endpoint's `project_id` nor its `time_zone`: a connection
+    opened for a project got none of the project's standing instructions, and no zone could be asked."""
+    post_thread(alice, "t-mcp")
+    answered(
+        alice.client.put(
+            "/api/v1/context-documents/AGENTS.md?project_id=p1", {"content": "Cite sources."}, format="json"
+        ),
+        201,
+    )
+    answered(
+        bob.client.put("/api/v1/context-documents/AGENTS.md?project_id=p1", {"content": "Bob's rule."}, format="json"),
+        201,
+    )
+    built = _tool(client, alice.key, "get_context", {"max_tokens": 2000}, "?project_id=p1&thread_id=t-mcp")
+    context = built["structuredContent"]
+    assert [(d["name"], d["scope"]) for d in context["documents"]] == [("AGENTS.md", "project")]
+    assert "Cite sources." in json.dumps(context["messages"]) and "Bob's rule." not in json.dumps(context)
+
+    zoned = _tool(client, alice.key, "get_context", {"max_tokens": 2000, "time_zone": "Asia/Tokyo"}, "?thread_id=t-mcp")
+    assert zoned["structuredContent"]["metadata"]["time_zone"] == "Asia/Tokyo"
+    assert zoned["structuredContent"]["documents"] == []  # no project named: the thread's own (none)
+    bad = _tool(client, alice.key, "get_context", {"max_tokens": 2000, "time_zone": "Mars/Base"}, "?thread_id=t-mcp")
+    assert bad["isError"] and bad["structuredContent"]["error"]["field"] == "time_zone", bad
