@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import zoneinfo
 from datetime import UTC, datetime
 from typing import Any
 
@@ -98,12 +100,31 @@ def _check_metadata(value: Any, field: str) -> dict[str, Any]:
     return value
 
 
+# The keys of thread metadata that name the thread's time zone (the context builder's and
+# extraction's default zone): an IANA name, checked on the way in rather than read as UTC.
+METADATA_ZONE_KEYS = ("time_zone", "timezone")
+
+
+@functools.cache
+def _iana_zone_names() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones()) - {"localtime", "posixrules", "Factory"}
+
+
 def thread_metadata_check(metadata: Any, *, field: str = "metadata") -> dict[str, Any]:
     """Thread metadata as every way in checks it (the API, the admin's form, an import): a JSON
-    object, of text PostgreSQL can keep (no NUL, no lone surrogate), at most 64 KiB."""
+    object, of text PostgreSQL can keep (no NUL, no lone surrogate), at most 64 KiB; its
+    `time_zone` (or `timezone`), when given, an IANA zone name."""
     if not isinstance(metadata, dict):
         raise DomainError("invalid_type", f"{field} must be a JSON object.", field=field)
     storable_text_check(metadata, field=field)
+    for key in METADATA_ZONE_KEYS:
+        zone = metadata.get(key)
+        if zone not in (None, "") and (not isinstance(zone, str) or zone not in _iana_zone_names()):
+            raise DomainError(
+                "invalid_time_zone",
+                f"{field}.{key} must be an IANA time zone name, such as Europe/Lisbon or UTC (got {str(zone)[:60]!r}).",
+                field=f"{field}.{key}",
+            )
     if _json_size(metadata) > MAX_THREAD_METADATA_BYTES:
         raise DomainError(
             "metadata_too_large", f"Thread metadata is at most {MAX_THREAD_METADATA_BYTES} bytes.", field=field

@@ -332,3 +332,16 @@ def test_a_time_zone_that_is_not_an_iana_name_is_a_400_naming_the_field(alice: C
             "/api/v1/threads/t-1/context", {"max_tokens": 500, "time_zone": wrong}, format="json"
         )
         assert error_of(response)["field"] == "time_zone", wrong
+
+
+def test_a_threads_metadata_time_zone_that_is_not_an_iana_name_is_a_400_naming_it(alice: Caller) -> None:
+    """metadata.time_zone is the thread's zone (the context's and extraction's default): an unknown
+    name was kept and silently read as UTC."""
+    for wrong in ("Mars/Base", "+02:00", 7, "localtime"):
+        refused = alice.client.post("/api/v1/threads", {"id": "t-z", "metadata": {"time_zone": wrong}}, format="json")
+        assert error_of(refused)["field"] == "metadata.time_zone", wrong
+    assert not Thread.objects.filter(external_id="t-z").exists()
+    post_thread(alice, "t-z", metadata={"time_zone": "Asia/Tokyo"})
+    refused = alice.client.patch("/api/v1/threads/t-z", {"metadata": {"timezone": "Nowhere/Land"}}, format="json")
+    assert error_of(refused)["field"] == "metadata.timezone"
+    assert Thread.objects.get(external_id="t-z").metadata == {"time_zone": "Asia/Tokyo"}
