@@ -11,7 +11,7 @@ listing, and the next refresh writes it again from the facts that are left.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db.models import Q
 from django.utils import timezone
@@ -35,6 +35,8 @@ class DerivedFilesReport:
     versions_redacted: int = 0
     playbook_rules_removed: int = 0
     observations_deleted: int = 0
+    # The versions redacted (for the cascade's change event: ids only).
+    redacted_version_ids: list[str] = field(default_factory=list, repr=False)
 
 
 def _naming(ids: Sequence[str]) -> Q:
@@ -112,7 +114,9 @@ def derived_files_forget(*, agent: Agent, item_ids: Sequence[str]) -> DerivedFil
             report.observations_deleted += 1
     for (user_id, project_id, thread_id), paths in rewritten.items():
         _follow_rewrites(agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, paths=paths)
-    report.versions_redacted = MemoryFileVersion.objects.filter(pk__in=naming, redacted_at__isnull=True).update(
+    redacting = MemoryFileVersion.objects.filter(pk__in=naming, redacted_at__isnull=True)
+    report.redacted_version_ids = sorted(redacting.values_list("pk", flat=True))
+    report.versions_redacted = MemoryFileVersion.objects.filter(pk__in=report.redacted_version_ids).update(
         content=REDACTED_TEXT,
         sha256=sha256_of(REDACTED_TEXT),
         size=size_of(REDACTED_TEXT),

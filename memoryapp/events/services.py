@@ -52,9 +52,9 @@ EVENT_TYPES: dict[str, str] = {
     "item.activated": "memory items became active (approved, a repeat that qualifies, a stale mark undone)",
     "item.stale": "memory items marked stale",
     "item.rejected": "suggested memory items a reviewer rejected",
-    "item.forgotten": "memory items let go (forgotten)",
+    "item.forgotten": "memory items let go (forgotten), or purged with the entries they stood on",
     "file.version": "memory-file versions written (edits, deletions, renames, context documents)",
-    "file.redacted": "memory-file versions whose content was redacted",
+    "file.redacted": "memory-file versions whose content was redacted (also those written at an entry deleted or redacted)",
     "compaction.created": "a compaction entry was written (its id)",
     "erasure.done": "an erasure request finished (its id)",
 }

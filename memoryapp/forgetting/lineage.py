@@ -19,6 +19,7 @@ from django.utils import timezone
 from governance.audit import audit_append
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.content import REDACTED_TEXT
+from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import files_lock, redacted_heads_delete
 from memoryapp.files.text import sha256_of, size_of
@@ -51,6 +52,9 @@ class LineageReport:
     # Ids for the audit record (not counts): what went.
     purged_item_ids: list[str] = field(default_factory=list, repr=False)
     summary_ids: list[str] = field(default_factory=list, repr=False)
+    # For the change events (ids only): the file versions redacted, the compactions removed by thread.
+    redacted_version_ids: list[str] = field(default_factory=list, repr=False)
+    summaries_by_thread: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
     def counts(self) -> dict[str, int]:
         return {k: v for k, v in asdict(self).items() if isinstance(v, int)}
@@ -147,6 +151,7 @@ def derived_forget(
     if report.purged_item_ids:
         named = derived_files_forget(agent=agent, item_ids=report.purged_item_ids)
         report.file_versions_redacted += named.versions_redacted
+        report.redacted_version_ids += named.redacted_version_ids
         report.playbook_rules_removed = named.playbook_rules_removed
         report.observations_deleted = named.observations_deleted
     _clear_context_vectors(agent=agent, parent_ids=set(rows) | {c.id for c in summaries}, report=report)
@@ -156,6 +161,14 @@ def derived_forget(
     Thread.objects.filter(pk__in=[t.pk for t in threads]).update(history_tokens=None)
 
     single_thread = threads[0].external_id if len(threads) == 1 else ""
+    # What went of derived memory is a change of memory too (ids only), in this transaction: a
+    # follower that mirrors items or files must drop them as the caller's event drops the entries.
+    if report.purged_item_ids:
+        event_record(agent_id=agent.pk, type="item.forgotten", ids=report.purged_item_ids)
+    if report.redacted_version_ids:
+        event_record(agent_id=agent.pk, type="file.redacted", ids=sorted(report.redacted_version_ids))
+    for thread_external_id, summary_ids in sorted(report.summaries_by_thread.items()):
+        event_record(agent_id=agent.pk, type="entry.deleted", thread_id=thread_external_id, ids=summary_ids)
     audit_append(
         action="lineage.forget",
         actor=actor,
@@ -378,7 +391,8 @@ def _redact_file_versions(
     at_entries = MemoryFileVersion.objects.filter(agent=agent, place_id__in=list(gone))
     redacting = at_entries.filter(content__isnull=False).exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
     redacted_ids = list(redacting.order_by("pk").values_list("pk", flat=True))
-    report.file_versions_redacted = MemoryFileVersion.objects.filter(pk__in=redacted_ids).update(
+    report.redacted_version_ids = redacted_ids
+    report.file_versions_redacted = MemoryFileVersion.objects.filter(agent=agent, pk__in=redacted_ids).update(
         content=REDACTED_TEXT,
         sha256=sha256_of(REDACTED_TEXT),
         size=size_of(REDACTED_TEXT),
@@ -445,3 +459,4 @@ def _splice_out(*, agent: Agent, threads: list[Thread], summaries: list[Entry], 
         Entry.objects.filter(agent=agent, pk=compaction.pk).delete()
         report.summaries_removed += 1
         report.summary_ids.append(compaction.pk)
+        report.summaries_by_thread.setdefault(thread.external_id, []).append(compaction.pk)

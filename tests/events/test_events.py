@@ -67,8 +67,10 @@ def test_every_write_that_changes_memory_is_an_event_of_ids_in_the_order_of_its_
     assert kinds.count("item.written") == 3 and kinds.count("item.activated") == 1
     assert "item.rejected" in kinds and "item.stale" in kinds and "item.forgotten" in kinds
     assert kinds.index("file.version") < kinds.index("file.redacted") < kinds.index("entry.redacted")
-    # The deleted entry had a copy in the fork: it goes too, then the fork itself.
-    assert kinds[-4:] == ["entry.redacted", "entry.deleted", "entry.deleted", "thread.deleted"]
+    # The deleted entry had a copy in the fork: it goes too, then the fork itself. The item quoting
+    # it goes before it (the cascade takes derived memory first), named in its own event.
+    assert kinds[-5:] == ["entry.redacted", "item.forgotten", "entry.deleted", "entry.deleted", "thread.deleted"]
+    assert events[-4].ids == [suggested.pk]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert events[0].ids == [first.id] and events[1].ids == [e.id for e in batch]
     assert events[0].thread_id == "t-ev"

@@ -15,13 +15,14 @@ from memoryapp.compaction.service import compaction_run
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.forgetting import lineage
 from memoryapp.forgetting import services as forgetting_services
-from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.models import Entity, Entry, Event, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.search import embedders
 from memoryapp.search.embedders import embed_texts
 from memoryapp.search.indexing import embed_pending, entry_embedding_text
 from memoryapp.threads import services as threads_services
 from tests.kit.api import Caller, build_context, create_memory_file, post_entry, post_item, post_ok, post_thread
 from tests.kit.concurrency import started
+from tests.kit.events import events_number_now
 from tests.kit.factories import EntryFactory, MemoryItemFactory, tool_thread
 
 SECRET = "passport number is X12345678"
@@ -568,3 +569,34 @@ def test_a_reply_embedded_while_its_parent_is_redacted_never_stores_the_parents_
     # The vector made from the parent's words was not stored; the job's second look embedded the rest.
     assert not _same_vector(_stored_vector(reply), said_with_card)
     assert _same_vector(_stored_vector(reply), said_now)
+
+
+def test_what_the_cascade_takes_away_is_in_the_agents_change_events_ids_only(alice: Caller, mallory: Caller) -> None:
+    """Deleting an entry purged the items standing on it, redacted the file versions written at it
+    and removed the compaction covering it, with no change event for any of them: a follower that
+    mirrors items or files (SSE, webhooks) kept what the person had taken away."""
+    _thread(alice)
+    told = _say(alice, f"My {SECRET}.")
+    for n in range(5):
+        _say(alice, f"turn {n}", role="assistant" if n % 2 == 0 else "user")
+    passport = _item(alice, "Passport", "number", "X12345678", [(told, SECRET)])
+    _write_file(alice, "/memories/ana.md", f"Ana's {SECRET}", place=told)
+    version = MemoryFileVersion.objects.get(agent=alice.agent, path="/memories/ana.md")
+    turns = [e.id for e in Entry.objects.filter(agent=alice.agent).order_by("seq")]
+    summary = _summarize(alice, first_kept=turns[4])
+    _thread(mallory, "m-1")
+    events_number_now()
+    before = Event.objects.filter(agent=alice.agent).count()
+
+    assert alice.client.delete(f"/api/v1/entries/{told}").status_code == 204
+    events_number_now()
+
+    after = {
+        (e.type, e.thread_id, tuple(e.ids)) for e in Event.objects.filter(agent=alice.agent).order_by("seq")[before:]
+    }
+    assert ("item.forgotten", "", (passport,)) in after, after
+    assert ("file.redacted", "", (version.pk,)) in after, after
+    assert ("entry.deleted", "t-1", (summary.pk,)) in after, after
+    assert ("entry.deleted", "t-1", (told,)) in after, after
+    assert SECRET not in json.dumps(sorted(after))
+    assert not Event.objects.filter(agent=mallory.agent, type__in=["item.forgotten", "file.redacted"]).exists()
