@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from governance.audit import audit_append
 from memoryapp.errors import DomainError, NotFound
+from memoryapp.events.services import event_record
 from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import FACT_PREFIX, holding_q
 from memoryapp.items.services import item_forget, item_state_write
@@ -271,7 +272,10 @@ def facts_forget_all(*, agent: Agent, namespace: str, actor: str = "") -> int:
     namespace = namespace_check(namespace)
     held = facts_current(agent=agent, namespace=namespace, nested=True).count()
     rows = _facts(agent=agent).filter(_in_namespace(namespace, nested=True))
-    deleted, _ = rows.delete()
+    gone = sorted(rows.values_list("pk", flat=True))
+    deleted, _ = MemoryItem.objects.filter(agent=agent, pk__in=gone).delete()
+    if gone:  # a follower of the agent's events drops them too (ids only)
+        event_record(agent_id=agent.pk, type="item.forgotten", ids=gone)
     audit_append(
         action="facts.forgotten",
         actor=actor,
@@ -299,9 +303,19 @@ def facts_prune(
     if keep is not None:
         expired = expired.exclude(keep)
     while True:
-        ids = list(expired.order_by("pk").values_list("pk", flat=True)[:batch])
-        if not ids:
-            return removed
         with transaction.atomic():
-            _, by_model = MemoryItem.objects.filter(pk__in=ids).delete()
+            # Locked as read: the event names exactly the rows this transaction deletes.
+            found = list(
+                expired.select_for_update(skip_locked=True, of=("self",))
+                .order_by("agent_id", "pk")
+                .values_list("pk", "agent_id")[:batch]
+            )
+            if not found:
+                return removed
+            by_agent: dict[int, list[str]] = {}
+            for pk, owner in found:
+                by_agent.setdefault(owner, []).append(pk)
+            _, by_model = MemoryItem.objects.filter(pk__in=[pk for pk, _ in found]).delete()
+            for owner, gone in sorted(by_agent.items()):
+                event_record(agent_id=owner, type="item.forgotten", ids=gone)
         removed += by_model.get(MemoryItem._meta.label, 0)

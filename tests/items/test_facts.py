@@ -11,9 +11,10 @@ from freezegun import freeze_time
 from governance.models import AuditRecord, JobRun
 from memoryapp.items.facts import fact_remember, fact_search, facts_prune
 from memoryapp.items.selectors import context_facts
-from memoryapp.models import MemoryItem
+from memoryapp.models import Event, MemoryItem
 from memoryapp.tasks.items import items_prune_tick
 from tests.kit.api import use_fact_tool
+from tests.kit.events import events_number_now
 
 
 def put(caller, path: str, value, **extra):
@@ -214,3 +215,25 @@ def test_only_all_true_forgets_a_namespace_and_any_other_value_is_a_400_naming_a
     assert not AuditRecord.objects.filter(action="facts.forgotten").exists()
     response = alice.client.delete("/api/v1/facts/users?all=true")
     assert response.status_code == 200 and response.json() == {"namespace": "users", "deleted": 2}
+
+
+def test_facts_that_go_without_an_item_forget_are_change_events_too(alice, bob):
+    """Forgetting a whole namespace, and the prune of expired facts, deleted items with no event: a
+    follower of the agent's events (SSE, webhooks) kept facts the agent had forgotten."""
+    fact_remember(agent=alice.agent, namespace="users/u-2", key="diet", value="vegan")
+    fact_remember(agent=alice.agent, namespace="users/u-1", key="pin", value="1234")
+    fact_remember(agent=alice.agent, namespace="users/u-1/cards", key="visa", value="4111")
+    fact_remember(agent=bob.agent, namespace="users/b", key="otp", value="9", ttl_secs=1)
+    doomed = sorted(
+        MemoryItem.objects.filter(agent=alice.agent, namespace__startswith="users/u-1").values_list("pk", flat=True)
+    )
+    expiring = list(MemoryItem.objects.filter(agent=bob.agent).values_list("pk", flat=True))
+    assert len(doomed) == 2 and len(expiring) == 1
+    events_number_now()
+    assert alice.client.delete("/api/v1/facts/users/u-1?all=true").status_code == 200
+    with freeze_time(timezone.now() + timedelta(seconds=5)):
+        assert facts_prune() == 1
+    events_number_now()
+    assert [e.ids for e in Event.objects.filter(agent=alice.agent, type="item.forgotten")] == [doomed]
+    assert [e.ids for e in Event.objects.filter(agent=bob.agent, type="item.forgotten")] == [expiring]
+    assert MemoryItem.objects.filter(agent=alice.agent).count() == 1
