@@ -79,24 +79,34 @@ def file_format(records: list[tuple[int, dict[str, Any]]]) -> int:
     file without a thread record (000's own). A version this service does not know is a 400
     naming the line that says it."""
     for line, record in records:
-        if record.get("type") != "thread" or not isinstance(record.get("thread"), dict):
+        if record.get("type") != "thread":
             continue
+        # Its format is read whatever shape the rest has: a newer file may shape it otherwise, and
+        # must be refused, not read as a 000 file.
+        if "format" in record:
+            _format_check(record["format"], line)
+        if not isinstance(record.get("thread"), dict):
+            raise DomainError(
+                "invalid_record", f"Line {line}: a thread record's thread is an object.", field=f"line {line}.thread"
+            )
         if "format" not in record:
             return 1
-        version = record["format"]
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise DomainError(
-                "invalid_value", f"Line {line}: format must be a whole number (0 or more).", field=f"line {line}.format"
-            )
-        if version > FORMAT_VERSION:
-            raise DomainError(
-                "unsupported_format",
-                f"Line {line} says format {version}; this service reads JSONL formats 0 to {FORMAT_VERSION}. "
-                "Import it into a newer version of the service.",
-                field=f"line {line}.format",
-            )
-        return version
+        return int(record["format"])
     return 0
+
+
+def _format_check(version: Any, line: int) -> None:
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        raise DomainError(
+            "invalid_value", f"Line {line}: format must be a whole number (0 or more).", field=f"line {line}.format"
+        )
+    if version > FORMAT_VERSION:
+        raise DomainError(
+            "unsupported_format",
+            f"Line {line} says format {version}; this service reads JSONL formats 0 to {FORMAT_VERSION}. "
+            "Import it into a newer version of the service.",
+            field=f"line {line}.format",
+        )
 
 
 def records_upgraded(records: list[tuple[int, dict[str, Any]]]) -> tuple[int, list[tuple[int, dict[str, Any]]]]:

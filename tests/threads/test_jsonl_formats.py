@@ -145,6 +145,22 @@ def test_a_newer_format_is_refused_naming_its_line_and_nothing_is_written(alice:
     assert not Thread.objects.filter(external_id="t-new").exists() and not Entry.objects.filter(id="x1").exists()
 
 
+def test_a_newer_formats_thread_record_of_another_shape_is_refused_not_read_as_a_000_file(alice: Caller) -> None:
+    """A thread record whose `thread` is not an object was passed over when the format was read: a
+    newer file that shaped it otherwise was read as a 000 session file (format 0) and imported."""
+    node = {"type": "node", "node": {"id": "x2", "parent": None, "seq": 1, "turn": {"role": "user", "content": "hi"}}}
+    for header in (
+        {"type": "thread", "format": FORMAT_VERSION + 1, "thread": "t-new"},
+        {"type": "thread", "format": FORMAT_VERSION + 1},
+    ):
+        error = error_of(_import(alice, [header, node], "t-shape"))
+        assert (error["code"], error["field"]) == ("unsupported_format", "line 1.format"), header
+    # Of a format this service reads, a thread record without its object is refused naming it.
+    error = error_of(_import(alice, [{"type": "thread", "format": FORMAT_VERSION, "thread": []}, node], "t-shape"))
+    assert error["field"] == "line 1.thread"
+    assert not Thread.objects.filter(external_id="t-shape").exists() and not Entry.objects.filter(id="x2").exists()
+
+
 def test_the_migrators_are_one_chain_from_000s_files_to_the_current_format() -> None:
     assert [m.from_version for m in MIGRATORS] == list(range(FORMAT_VERSION))
     assert len({m.id for m in MIGRATORS}) == len(MIGRATORS)
