@@ -382,3 +382,30 @@ def test_the_event_stream_reconnects_after_the_service_closes_it_and_misses_noth
     assert [e.change["ids"] for e in events if e.change] == [[entry.id] for entry in entries]
     seqs = [e.change["seq"] for e in events if e.change]
     assert seqs == sorted(set(seqs)) and [e.last_event_id for e in events] == [str(s) for s in seqs]
+
+
+def test_a_context_document_name_with_url_characters_reaches_that_document(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    """The name went into the path unescaped: `AGENTS#old.md` was sent as AGENTS (the rest a
+    fragment) and `a?b.md` as a, so the client wrote, read and deleted another document."""
+    from memory_client import AsyncMemoryClient, MemoryClient, NotFoundError
+
+    names = ["AGENTS#old.md", "a?b.md", "50%.md", "my notes.md"]
+    with MemoryClient(service, key=alice.key) as memory:
+        for name in names:
+            assert memory.put_context_document(name, f"text of {name}")["name"] == name
+        assert sorted(d["name"] for d in memory.list_context_documents()["documents"]) == sorted(names)
+        assert [memory.get_context_document(name)["content"] for name in names] == [f"text of {n}" for n in names]
+        memory.delete_context_document("AGENTS#old.md")
+        with pytest.raises(NotFoundError):
+            memory.get_context_document("AGENTS#old.md")
+
+    async def read_async() -> str:
+        async with AsyncMemoryClient(service, key=alice.key) as client:
+            return (await client.get_context_document("a?b.md"))["content"]
+
+    assert asyncio.run(read_async()) == "text of a?b.md"
+    assert not MemoryFileVersion.objects.filter(
+        agent=alice.agent, path__in=["/memories/context/AGENTS", "/memories/context/a"]
+    ).exists()

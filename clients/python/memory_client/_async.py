@@ -8,6 +8,7 @@ import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, cast
+from urllib.parse import quote
 
 import httpx2
 
@@ -593,7 +594,7 @@ class AsyncMemoryClient:
         self, name: str, *, project_id: str | None = None, thread_id: str | None = None
     ) -> ContextDocumentContentOut:
         params = without_none(project_id=project_id, thread_id=thread_id)
-        answer = await self._request("GET", f"{API}/context-documents/{name}", params=params)
+        answer = await self._request("GET", f"{API}/context-documents/{_segment(name)}", params=params)
         return cast(ContextDocumentContentOut, answer)
 
     async def put_context_document(
@@ -612,7 +613,7 @@ class AsyncMemoryClient:
         body: dict[str, Any] = {"content": content}
         if expected_sha256 is not UNCHECKED:
             body["expected_sha256"] = expected_sha256
-        answer = await self._request("PUT", f"{API}/context-documents/{name}", params=params, json_body=body)
+        answer = await self._request("PUT", f"{API}/context-documents/{_segment(name)}", params=params, json_body=body)
         return cast(ContextDocumentContentOut, answer)
 
     async def delete_context_document(
@@ -620,7 +621,7 @@ class AsyncMemoryClient:
     ) -> None:
         """Delete a context document (its history stays, as a memory file's)."""
         params = without_none(project_id=project_id, thread_id=thread_id)
-        await self._request("DELETE", f"{API}/context-documents/{name}", params=params)
+        await self._request("DELETE", f"{API}/context-documents/{_segment(name)}", params=params)
 
     async def get_thread_memory(self, thread_id: str) -> ThreadMemoryOut:
         """The thread's memory switch: on or off, and the seqs written while it was off."""
@@ -712,6 +713,12 @@ class AsyncMemoryClient:
                 wait = self.retry.delay(attempt=attempt, response=None)
             await asyncio.sleep(wait)
             attempt += 1
+
+
+def _segment(name: str) -> str:
+    """A name as one path segment: `#`, `?`, `%` and the rest escaped (a context document's name is any
+    file name; unescaped, `AGENTS#old.md` would be sent as AGENTS, and `a?b.md` as a)."""
+    return quote(name, safe="")
 
 
 def _query(params: Params | None) -> list[tuple[str, Any]]:
