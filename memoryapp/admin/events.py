@@ -11,7 +11,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -25,7 +25,7 @@ from memoryapp.events.webhooks import (
     webhook_update,
     webhook_url_check,
 )
-from memoryapp.models import Webhook, WebhookDelivery
+from memoryapp.models import EventCounter, Webhook, WebhookDelivery
 
 RECENT_ATTEMPTS = 20
 
@@ -102,8 +102,15 @@ class WebhookAdmin(admin.ModelAdmin):
         fields = super().get_readonly_fields(request, obj)
         return (*fields, "agent") if obj is not None else fields
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Webhook]:
+        # The list's `behind` column from one query, not one per webhook.
+        last = EventCounter.objects.filter(agent_id=OuterRef("agent_id")).values("last_seq")[:1]
+        return super().get_queryset(request).annotate(agent_last_seq=Subquery(last))
+
     @admin.display(description="behind")
     def behind(self, obj: Webhook) -> int:
+        if hasattr(obj, "agent_last_seq"):
+            return max(0, (obj.agent_last_seq or 0) - obj.delivered_seq)
         return webhook_behind(webhook=obj)
 
     @admin.display(description="last error")

@@ -10,7 +10,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from governance.models import AuditRecord, JobRun
@@ -373,3 +374,27 @@ def test_a_webhooks_secret_is_shown_once_when_generated_and_never_on_its_page(al
     )
     webhook.refresh_from_db()
     assert webhook.secret == "rotated" and b"rotated" not in changed.content
+
+
+@pytest.mark.django_db
+def test_the_webhook_list_reads_how_far_behind_each_is_without_a_query_per_webhook(alice: Caller) -> None:
+    operator = staff_client(groups=("Operators",))
+    thread = thread_create(agent=alice.agent, external_id="t")
+    webhook_create(agent=alice.agent, url="https://hooks.example.com/0", secret="x")
+    entry_add(thread=thread, role="user", content="one")
+    entry_add(thread=thread, role="user", content="two")
+    events_number_now()
+
+    def listing_queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            page = operator.get("/admin/memoryapp/webhook/")
+        assert page.status_code == 200
+        return len(captured)
+
+    few = listing_queries()
+    for n in range(1, 6):
+        agent = AgentFactory(slug=f"more-{n}")
+        webhook_create(agent=agent, url=f"https://hooks.example.com/{n}", secret="x")
+    assert listing_queries() == few
+    page = operator.get("/admin/memoryapp/webhook/")
+    assert b'<td class="field-behind">2</td>' in page.content
