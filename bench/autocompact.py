@@ -48,6 +48,8 @@ from memoryapp.models import Agent, Thread  # noqa: E402
 from memoryapp.threads import hooks  # noqa: E402
 from memoryapp.threads.services import thread_append, thread_create  # noqa: E402
 
+# On, with the zero-model strategy: with no model configured here, a summarize job is never sent.
+ON = {"enabled": True, "strategy": "clear-old-tool-results"}
 TEXT = "Could you plan a day in Rome for us, starting early and avoiding the big queues? " * 3
 
 
@@ -86,8 +88,8 @@ def main() -> None:
         for name, settings, hooked in (
             ("baseline (no hook)", {}, False),
             ("off", {"enabled": False}, True),
-            ("on, under the trigger", {"enabled": True, "context_window": 100_000_000}, True),
-            ("on, past it, job pending", {"enabled": True, "context_window": 1000, "trigger_ratio": 0.1}, True),
+            ("on, under the trigger", {**ON, "context_window": 100_000_000}, True),
+            ("on, past it, job pending", {**ON, "context_window": 1000, "trigger_ratio": 0.1}, True),
         ):
             agent = new_agent(name.split(" ")[0] + str(len(cases)), **settings)
             cases[name] = (agent, new_thread(agent), hooked)
@@ -116,7 +118,7 @@ def main() -> None:
                 timings[name].append(append(agent, thread, hooked))
 
         # The crossing append: a fresh thread just under the trigger, one append past it.
-        crossing_agent = new_agent("cross", enabled=True, context_window=360, trigger_ratio=0.5)
+        crossing_agent = new_agent("cross", **ON, context_window=360, trigger_ratio=0.5)
         crossing: list[float] = []
         reference: list[float] = []
         reference_agent, reference_thread, _ = cases["on, under the trigger"]
