@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from memoryapp.models.choices import OnBusy, Trust
@@ -20,7 +21,9 @@ class Agent(models.Model):
     # what a second run on a running thread does, how long it waits, and how long a run
     # nothing is heard of holds its thread.
     on_busy = models.CharField(max_length=10, choices=OnBusy.choices, default=OnBusy.WAIT)
-    busy_timeout_seconds = models.PositiveIntegerField(default=60)
+    busy_timeout_seconds = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1), MaxValueValidator(3600)]
+    )
     # Abuse limits of each of the agent's keys (memoryapp.api.limits); null: the settings' defaults
     # (API_RATE_PER_MINUTE, API_RATE_BURST, API_HEAVY_CONCURRENCY).
     rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True)
