@@ -166,3 +166,20 @@ def test_the_daily_prune_job_keeps_the_retention_days(
     with django_capture_on_commit_callbacks(execute=True):
         access_log_prune_tick()
     assert AccessLog.objects.count() == 1
+
+
+def test_a_raw_delete_of_a_thread_takes_its_access_rows_and_runs_in_the_database(alice: Caller) -> None:
+    """An erasure may delete threads with raw bulk deletes: the database itself cascades."""
+    from django.db import connection as db
+
+    from memoryapp.models import Thread, ThreadRun
+
+    thread = ThreadFactory(agent=alice.agent)
+    access_log_record(agent_id=alice.agent.pk, thread=thread, source="context", item_ids=["itm_x"])
+    post_ok(alice.client, "/api/v1/threads/t-1/runs")
+    assert AccessLog.objects.count() == ThreadRun.objects.count() == 1
+    doomed = Thread.objects.filter(pk=thread.pk)
+    doomed._raw_delete(doomed.db)  # type: ignore[attr-defined]
+    with db.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # what the commit would check
+    assert not AccessLog.objects.exists() and not ThreadRun.objects.exists()
