@@ -5,6 +5,7 @@ interrupted or expired (memoryapp.threads.runs)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -23,7 +24,8 @@ from memoryapp.threads.selectors import thread_for_agent
 
 # The header a write names its run by.
 RUN_HEADER = "X-Run-Id"
-MAX_RUN_ID = 40
+# A run's id as the service makes it (`run_` and base32), at most 40 characters.
+RUN_ID_SHAPE = re.compile(r"[A-Za-z0-9_.:~+@-]{1,40}")
 
 
 def request_run_id(request: Request) -> str | None:
@@ -32,7 +34,7 @@ def request_run_id(request: Request) -> str | None:
     if raw is None:
         return None
     run_id = raw.strip()
-    if not run_id or len(run_id) > MAX_RUN_ID:
+    if not RUN_ID_SHAPE.fullmatch(run_id):
         raise DomainError("invalid_value", f"{RUN_HEADER} must name a run.", field=RUN_HEADER)
     return run_id
 

@@ -445,14 +445,17 @@ class ThreadView(APIView):
         thread = thread_for_agent(agent=request_agent(request), external_id=thread_id)
         data = validated(ThreadUpdateInput, request.data)
         with run_holding(agent=thread.agent, thread_external_id=thread_id, run_id=request_run_id(request)):
-            thread = thread_update(
-                thread=thread,
-                metadata=data.get("metadata"),
-                user_id=data.get("user_id"),
-                replace_metadata=data["replace_metadata"],
-                actor=_actor(request),
-            )
-            if "on_busy" in data or "busy_timeout_seconds" in data:
+            busy = "on_busy" in data or "busy_timeout_seconds" in data
+            if not busy or "metadata" in data or "user_id" in data:
+                # (A change of the busy policy alone leaves updated_at: 004 moves it with metadata.)
+                thread = thread_update(
+                    thread=thread,
+                    metadata=data.get("metadata"),
+                    user_id=data.get("user_id"),
+                    replace_metadata=data["replace_metadata"],
+                    actor=_actor(request),
+                )
+            if busy:
                 thread = thread_busy_policy_set(
                     thread=thread,
                     on_busy=data.get("on_busy"),

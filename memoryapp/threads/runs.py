@@ -207,7 +207,7 @@ def thread_busy_policy_set(
                 field="busy_timeout_seconds",
             )
         locked.busy_timeout_seconds = busy_timeout_seconds or None
-    locked.save(update_fields=["on_busy", "busy_timeout_seconds", "updated_at"])
+    locked.save(update_fields=["on_busy", "busy_timeout_seconds"])
     audit_append(
         action="thread.busy_policy_set",
         actor=actor,

@@ -222,3 +222,21 @@ def test_another_agents_runs_are_not_found(alice: Caller, mallory: Caller) -> No
     # Mallory's own thread t-1 is another thread: her run starts at once, alice's stays running.
     assert post_ok(mallory.client, "/api/v1/threads/t-1/runs")["status"] == "running"
     assert answered(alice.client.get(f"/api/v1/threads/t-1/runs/{run['id']}"), 200)["status"] == "running"
+
+
+def test_a_run_header_that_names_no_run_is_a_400_naming_it(alice: Caller) -> None:
+    post_thread(alice, "t-1")
+    for bad in ("", "run x", "r" * 41, "run\x01"):
+        answer = alice.client.post(
+            "/api/v1/threads/t-1/entries", {"role": "user", "content": "x"}, format="json", HTTP_X_RUN_ID=bad
+        )
+        assert error_of(answer)["field"] == "X-Run-Id", bad
+    assert not Entry.objects.exists()
+
+
+def test_changing_only_the_busy_policy_leaves_updated_at(alice: Caller) -> None:
+    before = post_thread(alice, "t-1")["updated_at"]
+    after = patch_ok(alice.client, "/api/v1/threads/t-1", {"on_busy": "reject", "busy_timeout_seconds": 5})
+    assert (after["updated_at"], after["on_busy"], after["busy_timeout_seconds"]) == (before, "reject", 5)
+    cleared = patch_ok(alice.client, "/api/v1/threads/t-1", {"on_busy": "", "busy_timeout_seconds": 0})
+    assert "on_busy" not in cleared and "busy_timeout_seconds" not in cleared
