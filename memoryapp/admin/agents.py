@@ -166,6 +166,12 @@ class AgentAdmin(admin.ModelAdmin):
         fields = list(super().get_readonly_fields(request, obj))
         return fields if _may_set_trust(request) else [*fields, "shadow_mode", "playbook_shadow_mode"]
 
+    def get_exclude(self, request: HttpRequest, obj: Agent | None = None) -> Any:
+        # A new agent starts with the defaults of its busy policy and limits; they are set on its
+        # page afterwards (where a change is audited with the old value).
+        excluded = list(super().get_exclude(request, obj) or [])
+        return [*excluded, *AGENT_LIMIT_FIELDS] if obj is None else excluded
+
     @admin.display(description="its memory")
     def memory_links(self, obj: Agent) -> SafeString:
         """Where the agent's threads, items, files, review queue, jobs and audit records are (each
