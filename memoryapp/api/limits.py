@@ -20,7 +20,7 @@ from rest_framework.request import Request
 from memoryapp.agents.limits import heavy_cap_of, heavy_slot_give, heavy_slot_take, rate_take
 from memoryapp.api.auth import AgentUser
 from memoryapp.errors import TooManyRequests
-from memoryapp.models import AgentKey
+from memoryapp.models import Agent, AgentKey
 
 
 class KeyRateThrottle(throttling.BaseThrottle):
@@ -51,9 +51,16 @@ def heavy_request(request: Request) -> Iterator[None]:
     if not isinstance(user, AgentUser) or not isinstance(key, AgentKey):
         yield
         return
-    token = heavy_slot_take(key=key, agent=user.agent)
+    with heavy_slot_held(key=key, agent=user.agent):
+        yield
+
+
+@contextmanager
+def heavy_slot_held(*, key: AgentKey, agent: Agent) -> Iterator[None]:
+    """`heavy_request` for a caller known by its key and agent (the MCP endpoint's)."""
+    token = heavy_slot_take(key=key, agent=agent)
     if token is False:
-        cap = heavy_cap_of(user.agent)
+        cap = heavy_cap_of(agent)
         raise TooManyRequests(
             "too_many_concurrent_requests",
             f"This key has {cap} context build(s) or search(es) running already; retry when one has finished.",

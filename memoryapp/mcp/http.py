@@ -20,6 +20,8 @@ the memory tools need neither. Any number of web processes answer, as for the RE
 
 from __future__ import annotations
 
+import json
+from contextlib import nullcontext
 from typing import Any
 
 import anyio
@@ -32,9 +34,12 @@ from rest_framework import exceptions
 from memoryapp.agents.limits import rate_take
 from memoryapp.api.auth import AgentKeyAuthentication
 from memoryapp.api.errors import error_body, exception_handler
+from memoryapp.api.limits import heavy_slot_held
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
+from memoryapp.errors import TooManyRequests
 from memoryapp.files.access import scope_value_check
 from memoryapp.mcp.server import CALLER, McpCaller, mcp_server
+from memoryapp.models import AgentKey
 
 SCOPE_PARAMETERS = ("user_id", "project_id", "thread_id")
 # Headers of the SDK's answer that the Django response sets itself (or that belong to one hop).
@@ -45,7 +50,7 @@ _OWN_HEADERS = {"content-length", "connection", "transfer-encoding", "keep-alive
 def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     """One MCP request (see the module's docstring)."""
     try:
-        caller = _caller(request)
+        caller, key = _caller(request)
     except Exception as exc:
         return _refusal(exc)
     body = request.read(MAX_JSON_BODY_BYTES + 1)
@@ -53,7 +58,12 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         return JsonResponse(
             error_body("request_too_large", f"A request body holds at most {MAX_JSON_BODY_BYTES} bytes."), status=413
         )
-    status, headers, content = async_to_sync(_serve)(_asgi_scope(request, len(body)), body, caller)
+    try:
+        # get_context builds a context: it holds one of the key's heavy-request slots, as the API's does.
+        with heavy_slot_held(key=key, agent=caller.agent) if _builds_context(body) else nullcontext():
+            status, headers, content = async_to_sync(_serve)(_asgi_scope(request, len(body)), body, caller)
+    except TooManyRequests as exc:
+        return _refusal(exc)
     response = HttpResponse(content, status=status)
     for name, value in headers:
         if name.lower() not in _OWN_HEADERS:
@@ -61,7 +71,25 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     return response
 
 
-def _caller(request: HttpRequest) -> McpCaller:
+def _builds_context(body: bytes) -> bool:
+    """Whether the JSON-RPC message calls the get_context tool (a batch: whether one of it does)."""
+    if b"get_context" not in body:
+        return False
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return False
+    messages = message if isinstance(message, list) else [message]
+    return any(
+        isinstance(m, dict)
+        and m.get("method") == "tools/call"
+        and isinstance(m.get("params"), dict)
+        and m["params"].get("name") == "get_context"
+        for m in messages
+    )
+
+
+def _caller(request: HttpRequest) -> tuple[McpCaller, AgentKey]:
     found = AgentKeyAuthentication().authenticate(request)  # type: ignore[arg-type]
     if found is None:
         raise exceptions.NotAuthenticated()
@@ -74,7 +102,7 @@ def _caller(request: HttpRequest) -> McpCaller:
         if name not in SCOPE_PARAMETERS:
             raise exceptions.ValidationError({name: ["Unknown query parameter."]}, code="unknown_parameter")
     scope = {name: scope_value_check(name, request.GET.get(name, "")) for name in SCOPE_PARAMETERS}
-    return McpCaller(agent=user.agent, **scope)
+    return McpCaller(agent=user.agent, **scope), key
 
 
 def _refusal(exc: Exception) -> HttpResponse:

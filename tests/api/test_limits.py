@@ -179,3 +179,30 @@ def test_the_mcp_endpoint_counts_against_the_same_rate(alice: Caller) -> None:
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     refused = alice.client.post("/mcp/", body, format="json", HTTP_ACCEPT="application/json, text/event-stream")
     assert error_of(refused, 429)["code"] == "rate_limited" and refused["Retry-After"] == "1"
+
+
+def test_mcp_get_context_holds_a_heavy_slot_like_the_api(alice: Caller) -> None:
+    from memoryapp.agents.limits import heavy_slot_give, heavy_slot_take
+    from memoryapp.models import AgentKey
+
+    limit(alice, heavy_concurrency=1)
+    answered(alice.client.post("/api/v1/threads", {"id": "t-1"}, format="json"), 201)
+    key = AgentKey.objects.get(agent=alice.agent)
+    held = heavy_slot_take(key=key, agent=Agent.objects.get(pk=alice.agent.pk))  # another request's
+    assert isinstance(held, str)
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "get_context", "arguments": {"thread_id": "t-1", "max_tokens": 500}},
+    }
+    accept = "application/json, text/event-stream"
+    refused = alice.client.post("/mcp/", call, format="json", HTTP_ACCEPT=accept)
+    assert error_of(refused, 429)["code"] == "too_many_concurrent_requests" and refused["Retry-After"] == "1"
+    # Other MCP requests are not heavy.
+    listed = alice.client.post(
+        "/mcp/", {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, format="json", HTTP_ACCEPT=accept
+    )
+    assert listed.status_code == 200
+    heavy_slot_give(key=key, token=held)
+    assert alice.client.post("/mcp/", call, format="json", HTTP_ACCEPT=accept).status_code == 200
