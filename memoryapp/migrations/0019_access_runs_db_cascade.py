@@ -32,6 +32,6 @@ END $$;
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memoryapp", "0014_busy_runs_access_log_limits")]
+    dependencies = [("memoryapp", "0018_auto_compaction")]
 
     operations = [migrations.RunSQL(_rebuild("ON DELETE CASCADE"), reverse_sql=_rebuild(""))]
