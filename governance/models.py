@@ -152,3 +152,46 @@ class ErasureRequest(models.Model):
 
     def __str__(self) -> str:
         return f"erasure request #{self.pk} ({self.status})"
+
+
+class ExportRequest(models.Model):
+    """A person's request to see what memory holds about them (a data subject access request).
+
+    Filed by a privacy officer; a job (governance.export) writes every thread, item, fact, file and
+    audit record about the person, across the chosen agents, into one zip archive under EXPORT_DIR.
+    The person's id lives here, never in the audit trail (which names the request by its id).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    user_id = models.CharField("person (user id)", max_length=128)
+    # Ids of the agents to look through; empty: every agent (as they are when the job runs).
+    agent_ids = models.JSONField(default=list, blank=True)
+    requested_by = models.CharField(max_length=200)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    progress_done = models.IntegerField(default=0)
+    progress_total = models.IntegerField(null=True, blank=True)
+    job_run = models.ForeignKey(JobRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # The archive's file name under EXPORT_DIR ("" until done); never written to the audit trail.
+    archive_name = models.CharField(max_length=200, blank=True, default="")
+    archive_size = models.BigIntegerField(null=True, blank=True)
+    manifest_sha256 = models.CharField(max_length=64, blank=True, default="")
+    # What the archive holds, by kind (threads, entries, items, facts, ...).
+    counts = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            # the admin's list: newest first.
+            models.Index(fields=["-created_at"], name="exportrequest_created_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"export #{self.pk} ({self.status})"

@@ -58,6 +58,10 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_legalhold",
         "memoryapp.add_legalhold",
         "memoryapp.change_legalhold",  # lifting a hold (a placed hold is never edited)
+        # Export requests (a person's access request): see them, download archives, file and rerun them.
+        "governance.view_exportrequest",
+        "governance.add_exportrequest",
+        "governance.change_exportrequest",
     ),
     # Keep the service running: agents and their keys, jobs, schedules; no conversation content.
     "Operators": (

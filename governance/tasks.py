@@ -8,6 +8,7 @@ from typing import Any
 from governance import jobs, retention
 from governance.audit import AUDIT_VERIFY_KIND, audit_verify
 from governance.erasure import erasure_run
+from governance.export import export_run
 from governance.jobs import job, job_enqueue, tick
 from governance.models import JobRun
 
@@ -25,6 +26,13 @@ def erasure_job(run: JobRun) -> dict[str, Any]:
     """Run an erasure request: holds, probes, person_erase, the leftover scan, the report
     (governance.erasure). Idempotent: a rerun takes what is left, a done request is left alone."""
     return erasure_run(request_id=int(run.arguments["request_id"]), run=run)
+
+
+# Hours: a person with many threads is written at tens of MB/s (bench/export.py), never held in memory.
+@job(name="governance.tasks.export_person", queue="governance", time_limit=4 * 3600)
+def export_person(run: JobRun) -> dict[str, Any] | None:
+    """Write the archive of an export request (governance.export): everything about one person."""
+    return export_run(request_id=int(run.arguments["request_id"]), run=run)
 
 
 @tick(name="governance.tasks.jobs_sweep", queue="governance")

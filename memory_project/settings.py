@@ -244,6 +244,13 @@ AUDIT_ANCHOR_FILE = Path(env_str("AUDIT_ANCHOR_FILE", str(VAR_DIR / "audit-ancho
 RECEIPT_SIGNING_KEY = env_str("RECEIPT_SIGNING_KEY", "")
 RECEIPT_SIGNING_KEY_FILE = env_str("RECEIPT_SIGNING_KEY_FILE", "")
 
+# --- Export requests ----------------------------------------------------------------------------
+
+# Where export jobs write the archives of a person's data (governance.export): web processes serve
+# them from here, so in a deployment of several hosts it is storage every worker and web process
+# shares. The archives hold personal data: keep the directory private.
+EXPORT_DIR = Path(env_str("EXPORT_DIR", str(VAR_DIR / "exports")))
+
 # --- Admin account created on first start -------------------------------------------------
 
 ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")

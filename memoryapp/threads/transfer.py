@@ -44,7 +44,7 @@ from memoryapp.threads.formats import FORMAT_VERSION, records_upgraded
 from memoryapp.threads.hooks import after_entries_added
 from memoryapp.threads.memory_switch import OFF_RANGES_KEY, memory_off_ranges
 from memoryapp.threads.redaction import redaction_apply
-from memoryapp.threads.selectors import thread_entries_all
+from memoryapp.threads.selectors import thread_entries_iter
 from memoryapp.threads.validation import (
     EVENT_TYPE_VALUES,
     entry_from_spec,
@@ -90,25 +90,32 @@ def node_record(entry: Entry) -> dict[str, Any]:
     return {"type": "node", "node": node}
 
 
-def thread_export_lines(*, thread: Thread) -> Iterator[str]:
-    """The thread's records, one JSON document per line (no newline at the ends)."""
+def thread_record(thread: Thread) -> dict[str, Any]:
+    """The first record of a thread's JSONL: its id, person, metadata, fork origin and memory switch."""
     forked_from = thread.forked_from.external_id if thread.forked_from_id and thread.forked_from else None
-    yield _dumps(
-        {
-            "type": "thread",
-            "format": FORMAT_VERSION,
-            "thread": {
-                "id": thread.external_id,
-                "user_id": thread.user_id,
-                "metadata": thread.metadata or {},
-                "created_at": thread.created_at.isoformat(),
-                "forked_from": forked_from,
-                "memory": "on" if thread.memory_enabled else "off",
-                "memory_off": memory_off_ranges(thread),
-            },
-        }
-    )
-    for entry in thread_entries_all(thread=thread):
+    return {
+        "type": "thread",
+        "format": FORMAT_VERSION,
+        "thread": {
+            "id": thread.external_id,
+            "user_id": thread.user_id,
+            "metadata": thread.metadata or {},
+            "created_at": thread.created_at.isoformat(),
+            "forked_from": forked_from,
+            "memory": "on" if thread.memory_enabled else "off",
+            "memory_off": memory_off_ranges(thread),
+        },
+    }
+
+
+def thread_export_lines(*, thread: Thread, entries: Iterable[Entry] | None = None) -> Iterator[str]:
+    """The thread's records, one JSON document per line (no newline at the ends).
+
+    The entries are read as they are written out (a server-side cursor), never all at once; a
+    caller exporting many threads may pass their `entries` (in seq order) from a stream of its own.
+    """
+    yield _dumps(thread_record(thread))
+    for entry in thread_entries_iter(thread=thread) if entries is None else entries:
         yield _dumps(node_record(entry))
     if thread.active_leaf_id:
         yield _dumps({"type": "head", "leaf": thread.active_leaf_id})

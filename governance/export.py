@@ -1,0 +1,692 @@
+"""Export of a person (a data subject access request): everything memory holds about them, across
+the chosen agents, as one zip archive a privacy officer downloads from the admin or the staff API.
+
+What is about the person (`PersonScope`), in the agents chosen (all when none are):
+
+- threads whose `user_id` is theirs, with every entry, as the JSONL of a thread export (000's node
+  records, `memoryapp.threads.transfer`): `threads/<agent>/<thread>.jsonl`, one file each;
+- memory items scoped to them, or to one of their threads, or quoting one of their entries, with
+  their evidence and review history (`items.jsonl`), and their facts, the `core:` items
+  (`facts.jsonl`); the entities of their scope or of those items (`entities.jsonl`);
+- every version of the memory files of their scope or of their threads (`files.jsonl`);
+- the audit records that name any of those: their threads, items, file versions or entries
+  (`audit.jsonl`).
+
+The job (`export_run`), idempotent and streaming:
+
+1. Claim the request. One done whose archive is on disk is left as it is (the run is skipped).
+2. Count threads, items and file versions: the progress bar's total.
+3. Write each part into `<EXPORT_DIR>/export-<id>.<run>.partial` as it is read: threads a chunk at a
+   time by keyset, their entries through one server-side cursor per chunk, items a chunk at a time
+   with their evidence and history; each part's sha256, size and records noted as it closes (in a
+   temporary file, so the notes of 10,000 threads are not held either). Memory stays bounded by a
+   chunk, whatever the person's size (the zip's own directory aside: a few hundred bytes a part).
+4. `manifest.json` last: format version, the request, the agents, counts, every part; and
+   `receipt.json`: the manifest's sha256 signed (governance.receipts), so the person can check
+   offline that the archive is the one the service produced.
+5. fsync, rename to `export-<id>.zip` (atomic), mark the request done, audit `export.done` with
+   ids, counts and the manifest's hash. A run cut short leaves a `.partial` the next run of the
+   request replaces; a failed run marks the request failed (it can be run again from the admin).
+
+The person's user id is held by the request only: audit records name the request by its id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+from governance.audit import audit_append
+from governance.jobs import job_enqueue, job_progress, job_skip
+from governance.models import AuditRecord, ExportRequest, JobRun
+from governance.receipts import receipt_sign
+from memoryapp.errors import DomainError
+from memoryapp.items.selectors import FACT_PREFIX
+from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.threads.columns import ENTRY_LIGHT_DEFER
+from memoryapp.threads.transfer import thread_export_lines
+
+FORMAT = "memory-person-export"
+FORMAT_VERSION = 1
+EXPORT_TASK = "governance.tasks.export_person"
+# Rows read per query: threads per chunk, items per chunk, entries and versions per cursor fetch.
+THREAD_CHUNK = 200
+ITEM_CHUNK = 500
+ROW_FETCH = 2000
+# Entries per fetch of the cursor: each holds its content (up to a few KB, more with tool results).
+ENTRY_FETCH = 100
+# Bytes of a part gathered before they go to the zip stream (fewer, larger compressor calls).
+PART_BUFFER = 64 * 1024
+# Deflate level 1: JSONL shrinks about as well as at 6, several times faster (bench/export.py).
+COMPRESS_LEVEL = 1
+
+Status = ExportRequest.Status
+
+
+def _dumps(record: dict[str, Any]) -> str:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
+
+
+# --- who is the person ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PersonScope:
+    """What is about one person in some agents: the querysets every part of the export reads."""
+
+    user_id: str
+    agent_ids: tuple[int, ...]
+
+    def threads(self) -> QuerySet[Thread]:
+        return Thread.objects.filter(agent_id__in=self.agent_ids, user_id=self.user_id)
+
+    def _their_thread(self) -> Exists:
+        """A row scoped to one of the person's threads (its agent and the thread's external id)."""
+        return Exists(
+            Thread.objects.filter(
+                agent_id=OuterRef("agent_id"), external_id=OuterRef("thread_id"), user_id=self.user_id
+            )
+        )
+
+    def entries(self) -> QuerySet[Entry]:
+        return Entry.objects.filter(thread__in=self.threads())
+
+    def all_items(self) -> QuerySet[MemoryItem]:
+        quoting_them = Exists(
+            Evidence.objects.filter(
+                item_id=OuterRef("pk"), entry__thread__user_id=self.user_id, entry__thread__agent_id__in=self.agent_ids
+            )
+        )
+        return MemoryItem.objects.filter(agent_id__in=self.agent_ids).filter(
+            Q(user_id=self.user_id) | (~Q(thread_id="") & self._their_thread()) | quoting_them
+        )
+
+    def items(self) -> QuerySet[MemoryItem]:
+        return self.all_items().exclude(attribute__startswith=FACT_PREFIX)
+
+    def facts(self) -> QuerySet[MemoryItem]:
+        return self.all_items().filter(attribute__startswith=FACT_PREFIX)
+
+    def entities(self) -> QuerySet[Entity]:
+        return Entity.objects.filter(agent_id__in=self.agent_ids).filter(
+            Q(user_id=self.user_id)
+            | (~Q(thread_id="") & self._their_thread())
+            | Q(pk__in=self.all_items().exclude(entity_id=None).values("entity_id"))
+        )
+
+    def file_versions(self) -> QuerySet[MemoryFileVersion]:
+        return MemoryFileVersion.objects.filter(agent_id__in=self.agent_ids).filter(
+            Q(user_id=self.user_id) | (~Q(thread_id="") & self._their_thread())
+        )
+
+    def audit_records(self) -> QuerySet[AuditRecord]:
+        """Records of the agents naming the person's threads (by agent and external id), items or file
+        versions (as their subject), or their items or entries in a list of ids of their details."""
+        item_sql, item_params = self.all_items().values("id").query.sql_with_params()
+        entry_sql, entry_params = self.entries().values("id").query.sql_with_params()
+        names_in_details = RawSQL(
+            "jsonb_typeof(details) = 'object' AND EXISTS (SELECT 1 FROM jsonb_each(details) AS kv "
+            "CROSS JOIN LATERAL jsonb_array_elements_text(CASE WHEN jsonb_typeof(kv.value) = 'array' "
+            "THEN kv.value ELSE '[]'::jsonb END) AS named(id) "
+            f"WHERE named.id IN ({item_sql}) OR named.id IN ({entry_sql}))",
+            (*item_params, *entry_params),
+        )
+        return (
+            AuditRecord.objects.filter(agent_id__in=self.agent_ids)
+            .alias(names_them=names_in_details)
+            .filter(
+                (~Q(thread_id="") & self._their_thread())
+                | Q(subject__in=self.all_items().values("id"))
+                | Q(subject__in=self.file_versions().values("id"))
+                | Q(names_them=True)
+            )
+        )
+
+
+# --- filing a request ----------------------------------------------------------------------------
+
+
+def _user_id_check(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise DomainError("invalid_value", "The person's user id must not be empty.", field="user_id")
+    value = value.strip()
+    if len(value) > 128:
+        raise DomainError("too_long", "A user id is at most 128 characters.", field="user_id")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise DomainError("invalid_value", "A user id holds no control characters.", field="user_id")
+    return value
+
+
+def _agent_ids_check(value: object) -> list[int]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise DomainError("invalid_type", "agent_ids must be a list of agent ids.", field="agent_ids")
+    wanted = sorted(set(value))
+    known = set(Agent.objects.filter(pk__in=wanted).values_list("pk", flat=True))
+    missing = [pk for pk in wanted if pk not in known]
+    if missing:
+        raise DomainError("not_found", f"No agent has the id {missing[0]}.", field="agent_ids")
+    return wanted
+
+
+def _enqueue(request: ExportRequest) -> JobRun:
+    run = job_enqueue(
+        kind="export",
+        task_name=EXPORT_TASK,
+        arguments={"request_id": request.pk},
+        dedupe_key=f"export:{request.pk}",
+    )
+    ExportRequest.objects.filter(pk=request.pk).update(job_run=run)
+    request.job_run = run
+    return run
+
+
+@transaction.atomic
+def export_request_create(*, user_id: str, agent_ids: list[int] | tuple[int, ...] = (), actor: str) -> ExportRequest:
+    """File a request to export what memory holds about `user_id` in `agent_ids` (every agent when
+    empty), and send its job after commit. Audited as `export.request` by the request's id only."""
+    person = _user_id_check(user_id)
+    agents = _agent_ids_check(list(agent_ids))
+    request = ExportRequest.objects.create(user_id=person, agent_ids=agents, requested_by=actor[:200])
+    audit_append(
+        action="export.request",
+        actor=actor,
+        subject=f"export:{request.pk}",
+        outcome="filed",
+        details={"request_id": request.pk, "agents": len(agents), "all_agents": not agents},
+    )
+    _enqueue(request)
+    return request
+
+
+class ExportRetryRefused(Exception):
+    pass
+
+
+@transaction.atomic
+def export_request_retry(*, request: ExportRequest, actor: str) -> JobRun:
+    """Run a failed request (or one whose run is stuck) again; a done one with its archive is refused."""
+    locked = ExportRequest.objects.select_for_update().get(pk=request.pk)
+    if locked.status == Status.DONE and export_archive_path(locked) is not None:
+        raise ExportRetryRefused(f"Export #{locked.pk} is done: its archive is ready.")
+    if locked.status in (Status.QUEUED, Status.RUNNING) and locked.job_run_id is not None:
+        current = JobRun.objects.filter(pk=locked.job_run_id).values_list("status", flat=True).first()
+        if current in (JobRun.Status.QUEUED, JobRun.Status.RUNNING):
+            raise ExportRetryRefused(f"Export #{locked.pk} is {locked.status} already.")
+    ExportRequest.objects.filter(pk=locked.pk).update(status=Status.QUEUED, error="")
+    audit_append(
+        action="export.retry",
+        actor=actor,
+        subject=f"export:{locked.pk}",
+        outcome="queued",
+        details={"request_id": locked.pk},
+    )
+    return _enqueue(locked)
+
+
+# --- the archive ---------------------------------------------------------------------------------
+
+
+def export_dir() -> Path:
+    return Path(settings.EXPORT_DIR)
+
+
+def archive_name(request_id: int) -> str:
+    return f"export-{request_id}.zip"
+
+
+def export_archive_path(request: ExportRequest) -> Path | None:
+    """The archive of a done request, when it is on disk (never outside EXPORT_DIR)."""
+    if request.status != Status.DONE or not request.archive_name or "/" in request.archive_name:
+        return None
+    path = export_dir() / request.archive_name
+    return path if path.is_file() else None
+
+
+class _Part:
+    """One file of the archive, written as it is produced: its sha256, size and records counted."""
+
+    def __init__(self, archive: zipfile.ZipFile, path: str):
+        self.path = path
+        self._stream: IO[bytes] = archive.open(path, "w", force_zip64=True)
+        self._sha = hashlib.sha256()
+        self._pending: list[bytes] = []
+        self._pending_bytes = 0
+        self.bytes = 0
+        self.records = 0
+
+    def line(self, text: str) -> None:
+        data = (text + "\n").encode()
+        self._pending.append(data)
+        self._pending_bytes += len(data)
+        self.records += 1
+        if self._pending_bytes >= PART_BUFFER:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._pending:
+            return
+        chunk = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
+        self._sha.update(chunk)
+        self._stream.write(chunk)
+        self.bytes += len(chunk)
+
+    def close(self) -> dict[str, Any]:
+        self._flush()
+        self._stream.close()
+        return {"path": self.path, "sha256": self._sha.hexdigest(), "bytes": self.bytes, "records": self.records}
+
+
+class _Writer:
+    """The zip being written, the notes of its parts (in a temporary file) and the counts."""
+
+    def __init__(self, archive: zipfile.ZipFile, notes: IO[str]):
+        self.archive = archive
+        self.notes = notes
+        self.parts = 0
+        self.counts: dict[str, int] = {}
+
+    def count(self, kind: str, n: int = 1) -> None:
+        self.counts[kind] = self.counts.get(kind, 0) + n
+
+    def part(self, path: str) -> _Part:
+        return _Part(self.archive, path)
+
+    def done(self, part: _Part) -> None:
+        self.notes.write(json.dumps(part.close(), separators=(",", ":")) + "\n")
+        self.parts += 1
+
+
+class _Progress:
+    def __init__(self, request: ExportRequest, run: JobRun | None, total: int):
+        self.request, self.run, self.total, self.done = request, run, total, 0
+
+    def add(self, n: int) -> None:
+        self.done += n
+        ExportRequest.objects.filter(pk=self.request.pk).update(progress_done=self.done, progress_total=self.total)
+        if self.run is not None:
+            job_progress(self.run, done=self.done, total=self.total)
+
+
+def _entries_by_thread(thread_pks: list[int]) -> Iterator[tuple[int, Iterator[Entry]]]:
+    """The entries of these threads, thread after thread in seq order, from one server-side cursor."""
+    stream = iter(
+        Entry.objects.filter(thread_id__in=thread_pks)
+        .defer(*ENTRY_LIGHT_DEFER, "text")  # the node carries `content`; `text` is derived from it
+        .order_by("thread_id", "seq")
+        .iterator(ENTRY_FETCH)
+    )
+    pending: Entry | None = next(stream, None)
+    for pk in sorted(thread_pks):
+
+        def of_thread(pk: int = pk) -> Iterator[Entry]:
+            nonlocal pending
+            while pending is not None and pending.thread_id == pk:
+                yield pending
+                pending = next(stream, None)
+
+        yield pk, of_thread()
+
+
+class _Counted:
+    """An iterator of entries that counts what went through it."""
+
+    def __init__(self, entries: Iterator[Entry]):
+        self._entries, self.n = entries, 0
+
+    def __iter__(self) -> Iterator[Entry]:
+        for entry in self._entries:
+            self.n += 1
+            yield entry
+
+
+def _write_threads(scope: PersonScope, writer: _Writer, progress: _Progress) -> None:
+    slugs = dict(Agent.objects.filter(pk__in=scope.agent_ids).values_list("pk", "slug"))
+    last = 0
+    while True:
+        # One transaction a chunk: its entries' cursor needs no WITH HOLD, and the chunk is one snapshot.
+        with transaction.atomic():
+            threads = list(
+                scope.threads().filter(pk__gt=last).select_related("forked_from").order_by("pk")[:THREAD_CHUNK]
+            )
+            if not threads:
+                return
+            by_pk = {thread.pk: thread for thread in threads}
+            for pk, entries in _entries_by_thread(list(by_pk)):
+                thread = by_pk[pk]
+                part = writer.part(f"threads/{slugs[thread.agent_id]}/{thread.external_id}.jsonl")
+                counted = _Counted(entries)
+                for line in thread_export_lines(thread=thread, entries=counted):
+                    part.line(line)
+                writer.done(part)
+                writer.count("threads")
+                writer.count("entries", counted.n)
+        last = threads[-1].pk
+        progress.add(len(threads))
+
+
+def _item_record(item: MemoryItem, evidence: list[Evidence], history: list[ItemReview], kind: str) -> dict[str, Any]:
+    return {
+        "type": kind,
+        kind: {
+            "id": item.pk,
+            "agent_id": item.agent_id,
+            "scope": {"user_id": item.user_id, "project_id": item.project_id, "thread_id": item.thread_id},
+            "kind": item.kind,
+            "entity_id": item.entity_id,
+            "subject": item.subject,
+            "attribute": item.attribute,
+            "value": item.value,
+            "value_json": item.value_json,
+            "namespace": item.namespace,
+            "trust": item.trust,
+            "status": item.status,
+            "confidence": item.confidence,
+            "verified": item.verified,
+            "valid_from": _iso(item.valid_from),
+            "valid_to": _iso(item.valid_to),
+            "recorded_at": _iso(item.recorded_at),
+            "activated_at": _iso(item.activated_at),
+            "expired_at": _iso(item.expired_at),
+            "expires_at": _iso(item.expires_at),
+            "times_retrieved": item.times_retrieved,
+            "last_retrieved_at": _iso(item.last_retrieved_at),
+            "metadata": item.metadata or {},
+            "evidence": [
+                {"entry_id": e.entry_id, "quote": e.quote, "status": e.status, "created_at": _iso(e.created_at)}
+                for e in evidence
+            ],
+            # The review steps, without the staff member's name (what was decided, not by whom).
+            "history": [
+                {
+                    "action": step.action,
+                    "at": _iso(step.at),
+                    "status_before": step.status_before,
+                    "status_after": step.status_after,
+                    "value_before": step.value_before,
+                    "value_after": step.value_after,
+                    "reason": step.reason,
+                }
+                for step in history
+            ],
+        },
+    }
+
+
+def _write_items(items: QuerySet[MemoryItem], *, path: str, kind: str, writer: _Writer, progress: _Progress) -> None:
+    part = writer.part(path)
+    last = ""
+    while True:
+        chunk = list(items.filter(pk__gt=last).defer("embedding", "search_vector").order_by("pk")[:ITEM_CHUNK])
+        if not chunk:
+            break
+        ids = [item.pk for item in chunk]
+        evidence: dict[str, list[Evidence]] = {}
+        for row in Evidence.objects.filter(item_id__in=ids).order_by("item_id", "pk"):
+            evidence.setdefault(row.item_id, []).append(row)
+        history: dict[str, list[ItemReview]] = {}
+        for step in ItemReview.objects.filter(item_id__in=ids).order_by("item_id", "at", "pk"):
+            history.setdefault(step.item_id, []).append(step)
+        for item in chunk:
+            found, steps = evidence.get(item.pk, []), history.get(item.pk, [])
+            part.line(_dumps(_item_record(item, found, steps, kind)))
+            writer.count("evidence", len(found))
+            writer.count("history", len(steps))
+        writer.count("facts" if kind == "fact" else "items", len(chunk))
+        last = chunk[-1].pk
+        progress.add(len(chunk))
+    writer.done(part)
+
+
+def _write_entities(scope: PersonScope, writer: _Writer) -> None:
+    part = writer.part("entities.jsonl")
+    for entity in scope.entities().order_by("pk").iterator(ROW_FETCH):
+        part.line(
+            _dumps(
+                {
+                    "type": "entity",
+                    "entity": {
+                        "id": entity.pk,
+                        "agent_id": entity.agent_id,
+                        "scope": {
+                            "user_id": entity.user_id,
+                            "project_id": entity.project_id,
+                            "thread_id": entity.thread_id,
+                        },
+                        "name": entity.name,
+                        "aliases": entity.aliases,
+                        "created_at": _iso(entity.created_at),
+                    },
+                }
+            )
+        )
+        writer.count("entities")
+    writer.done(part)
+
+
+def _write_files(scope: PersonScope, writer: _Writer, progress: _Progress) -> None:
+    part = writer.part("files.jsonl")
+    versions = scope.file_versions().order_by("agent_id", "user_id", "project_id", "thread_id", "path", "sequence")
+    done = 0
+    for version in versions.iterator(ROW_FETCH):
+        part.line(
+            _dumps(
+                {
+                    "type": "file_version",
+                    "file_version": {
+                        "id": version.pk,
+                        "agent_id": version.agent_id,
+                        "scope": {
+                            "user_id": version.user_id,
+                            "project_id": version.project_id,
+                            "thread_id": version.thread_id,
+                        },
+                        "path": version.path,
+                        "sequence": version.sequence,
+                        "content": version.content,
+                        "deleted": version.content is None and version.redacted_at is None,
+                        "sha256": version.sha256,
+                        "size": version.size,
+                        "previous_id": version.previous_id,
+                        "place_entry_id": version.place_id,
+                        "renamed_from": version.renamed_from,
+                        "author": version.author,
+                        "created_at": _iso(version.created_at),
+                        "redacted_at": _iso(version.redacted_at),
+                    },
+                }
+            )
+        )
+        done += 1
+        if done % ROW_FETCH == 0:
+            progress.add(ROW_FETCH)
+    writer.count("file_versions", done)
+    progress.add(done % ROW_FETCH)
+    writer.done(part)
+
+
+def _write_audit(scope: PersonScope, writer: _Writer) -> None:
+    part = writer.part("audit.jsonl")
+    for record in scope.audit_records().order_by("seq").iterator(ROW_FETCH):
+        part.line(
+            _dumps(
+                {
+                    "type": "audit",
+                    "audit": {
+                        "seq": record.seq,
+                        "at": _iso(record.at),
+                        "action": record.action,
+                        "actor": record.actor,
+                        "agent_id": record.agent_id,
+                        "thread_id": record.thread_id,
+                        "subject": record.subject,
+                        "outcome": record.outcome,
+                        "details": record.details,
+                        "hash": record.hash,
+                    },
+                }
+            )
+        )
+        writer.count("audit_records")
+    writer.done(part)
+
+
+def _write_manifest(writer: _Writer, header: dict[str, Any]) -> str:
+    """manifest.json: `header`, then `parts` copied from the notes line by line. Its sha256."""
+    sha = hashlib.sha256()
+    with writer.archive.open("manifest.json", "w", force_zip64=True) as stream:
+
+        def put(text: str) -> None:
+            data = text.encode()
+            sha.update(data)
+            stream.write(data)
+
+        opening = json.dumps({**header, "parts": []}, ensure_ascii=False, indent=1)
+        put(opening[: opening.rindex("[") + 1] + "\n")
+        writer.notes.seek(0)
+        for index, note in enumerate(writer.notes):
+            put(("," if index else "") + "  " + note)
+        put(" ]\n}\n")
+    return sha.hexdigest()
+
+
+def _write_archive(request: ExportRequest, scope: PersonScope, run: JobRun | None, path: Path) -> tuple[dict, str]:
+    threads = scope.threads().count()
+    total = threads + scope.all_items().count() + scope.file_versions().count()
+    progress = _Progress(request, run, total)
+    progress.add(0)
+    with (
+        zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=COMPRESS_LEVEL) as archive,
+        tempfile.TemporaryFile("w+", encoding="utf-8", dir=path.parent) as notes,
+    ):
+        writer = _Writer(archive, notes)
+        _write_threads(scope, writer, progress)
+        _write_items(scope.items(), path="items.jsonl", kind="item", writer=writer, progress=progress)
+        _write_items(scope.facts(), path="facts.jsonl", kind="fact", writer=writer, progress=progress)
+        _write_entities(scope, writer)
+        _write_files(scope, writer, progress)
+        _write_audit(scope, writer)
+        counts = {"parts": writer.parts, **writer.counts}
+        for kind in ("threads", "entries", "items", "facts", "evidence", "history", "entities", "file_versions"):
+            counts.setdefault(kind, 0)
+        counts.setdefault("audit_records", 0)
+        header = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "thread_format": "memoryapp.threads.transfer JSONL (000's node records)",
+            "request_id": request.pk,
+            "user_id": scope.user_id,
+            "agents": [
+                {"id": pk, "slug": slug}
+                for pk, slug in Agent.objects.filter(pk__in=scope.agent_ids).order_by("pk").values_list("pk", "slug")
+            ],
+            "created_at": timezone.now().isoformat(),
+            "counts": counts,
+        }
+        manifest_sha = _write_manifest(writer, header)
+        receipt = receipt_sign(
+            {
+                "kind": "export-manifest",
+                "request_id": request.pk,
+                "manifest_sha256": manifest_sha,
+                "counts": counts,
+            }
+        )
+        archive.writestr("receipt.json", json.dumps(receipt, indent=1) + "\n")
+    with path.open("rb") as handle:
+        os.fsync(handle.fileno())
+    return counts, manifest_sha
+
+
+def _claim(request_id: int, run: JobRun | None) -> ExportRequest | None:
+    """The request, marked running under this run; None when there is nothing to do."""
+    with transaction.atomic():
+        request = ExportRequest.objects.select_for_update().filter(pk=request_id).first()
+        if request is None:
+            return None
+        if request.status == Status.DONE and export_archive_path(request) is not None:
+            return None
+        ExportRequest.objects.filter(pk=request.pk).update(
+            status=Status.RUNNING, error="", progress_done=0, job_run=run if run is not None else request.job_run
+        )
+        request.status = Status.RUNNING
+        return request
+
+
+def export_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any] | None:
+    """The job of a request (see the module's docstring); its result holds ids and counts only."""
+    request = _claim(request_id, run)
+    if request is None:
+        if run is not None:
+            job_skip(run, "the export is done (or its request is gone)")
+        return None
+    agent_ids = request.agent_ids or list(Agent.objects.order_by("pk").values_list("pk", flat=True))
+    scope = PersonScope(user_id=request.user_id, agent_ids=tuple(agent_ids))
+    directory = export_dir()
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    partial = directory / f"export-{request.pk}.{run.pk if run is not None else 0}.partial"
+    try:
+        counts, manifest_sha = _write_archive(request, scope, run, partial)
+        name = archive_name(request.pk)
+        os.replace(partial, directory / name)
+        size = (directory / name).stat().st_size
+        with transaction.atomic():
+            ExportRequest.objects.filter(pk=request.pk).update(
+                status=Status.DONE,
+                archive_name=name,
+                archive_size=size,
+                manifest_sha256=manifest_sha,
+                counts=counts,
+                progress_done=sum(counts.get(k, 0) for k in ("threads", "items", "facts", "file_versions")),
+                finished_at=timezone.now(),
+            )
+            audit_append(
+                action="export.done",
+                actor="job:export",
+                subject=f"export:{request.pk}",
+                outcome="done",
+                details={"request_id": request.pk, "bytes": size, "manifest_sha256": manifest_sha, **counts},
+            )
+    except BaseException as exc:
+        partial.unlink(missing_ok=True)
+        ExportRequest.objects.filter(pk=request.pk).update(
+            status=Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000], finished_at=timezone.now()
+        )
+        raise
+    return {"request_id": request.pk, "bytes": size, "manifest_sha256": manifest_sha, **counts}
+
+
+def export_download_audit(*, request: ExportRequest, actor: str) -> None:
+    """Who took a copy of a person's data, and when (ids only)."""
+    audit_append(
+        action="export.download",
+        actor=actor,
+        subject=f"export:{request.pk}",
+        outcome="downloaded",
+        details={"request_id": request.pk},
+    )

@@ -1,0 +1,401 @@
+"""Export of a person (a data subject access request): the archive holds exactly what memory holds
+about the person in the agents chosen, its manifest's hashes match its parts, its threads import
+back as they were, the job streams (bounded memory) and runs again safely."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tracemalloc
+import zipfile
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from governance import export
+from governance.audit import audit_verify
+from governance.export import PersonScope, export_request_create, export_request_retry, export_run
+from governance.models import AuditRecord, ExportRequest, JobRun
+from governance.receipts import receipt_verify
+from memoryapp.errors import DomainError
+from memoryapp.files.access import FileAccess
+from memoryapp.files.services import file_put
+from memoryapp.items.facts import fact_remember
+from memoryapp.items.services import item_forget, item_write
+from memoryapp.models import Agent, Entry, MemoryItem, Thread
+from memoryapp.threads.transfer import thread_import_lines
+from tests.kit.api import Caller
+from tests.kit.factories import EntryFactory, ThreadFactory
+
+pytestmark = pytest.mark.django_db
+
+# Strings planted in the other person's data: none may appear anywhere in ana's archive.
+BEN_WORDS = ("BEN-THREAD-WORDS", "BEN-ITEM-VALUE", "BEN-FACT-VALUE", "BEN-FILE-TEXT", "BEN-QUOTE")
+
+
+@pytest.fixture(autouse=True)
+def export_dir(tmp_path: Path, settings: Any) -> Path:
+    settings.EXPORT_DIR = tmp_path / "exports"
+    settings.VAR_DIR = tmp_path / "var"  # the receipt key is generated there
+    settings.RECEIPT_SIGNING_KEY = ""
+    settings.RECEIPT_SIGNING_KEY_FILE = ""
+    return Path(settings.EXPORT_DIR)
+
+
+@dataclass
+class Planted:
+    alice: Agent
+    bob: Agent
+    ana_threads: list[Thread]
+    ana_entries: list[Entry]
+    ana_items: list[MemoryItem]
+    ben_items: list[MemoryItem]
+    bob_ana_item: MemoryItem
+    ana_fact_id: str
+    ana_versions: list[str]
+    ben_versions: list[str]
+
+
+def _put(agent: Agent, path: str, text: str, **scope: str) -> str:
+    return file_put(access=FileAccess(agent=agent, reserved=(), **scope), path=path, text=text).pk
+
+
+@pytest.fixture
+def planted(alice: Caller, bob: Caller) -> Planted:
+    """ana (u-ana) and ben (u-ben) with threads, items, facts and files in alice; ana in bob too."""
+    a, b = alice.agent, bob.agent
+    rome = ThreadFactory(
+        agent=a, external_id="ana-rome", user_id="u-ana", turns=[("user", "ANA likes Rome"), ("assistant", "Noted")]
+    )
+    q = Entry.objects.get(thread=rome, seq=1)
+    EntryFactory(thread=rome, role="user", content="ANA branch turn", parent_id=q.id, activate=False)
+    diet = ThreadFactory(agent=a, external_id="ana-diet", user_id="u-ana", turns=[("user", "ANA eats no shellfish")])
+    ben = ThreadFactory(
+        agent=a, external_id="ben-chat", user_id="u-ben", turns=[("user", "BEN-THREAD-WORDS and BEN-QUOTE here")]
+    )
+    bob_thread = ThreadFactory(agent=b, external_id="ana-at-bob", user_id="u-ana", turns=[("user", "ANA at bob")])
+    ben_entry = Entry.objects.get(thread=ben, seq=1)
+    diet_entry = Entry.objects.get(thread=diet, seq=1)
+
+    scoped = item_write(
+        agent=a, kind="fact", subject="Ana", attribute="city", value="Rome", trust="system", user_id="u-ana"
+    )
+    quoted = item_write(  # agent-wide, but quoting ana's turn: about her
+        agent=a,
+        kind="preference",
+        subject="Guest",
+        attribute="diet",
+        value="no shellfish",
+        trust="user",
+        evidence=[{"entry_id": diet_entry.id, "quote": "no shellfish"}],
+    )
+    thread_scoped = item_write(
+        agent=a, kind="event", subject="Trip", attribute="plan", value="Rome day", trust="system", thread_id="ana-rome"
+    )
+    item_forget(item=thread_scoped, actor="staff:someone")  # a history step
+    ben_item = item_write(
+        agent=a, kind="fact", subject="Ben", attribute="city", value="BEN-ITEM-VALUE", trust="system", user_id="u-ben"
+    )
+    ben_quoted = item_write(
+        agent=a,
+        kind="fact",
+        subject="Guest",
+        attribute="pet",
+        value="a cat",
+        trust="user",
+        evidence=[{"entry_id": ben_entry.id, "quote": "BEN-QUOTE"}],
+    )
+    bob_item = item_write(
+        agent=b,
+        kind="fact",
+        subject="Ana",
+        attribute="bob-note",
+        value="ANA seen by bob",
+        trust="system",
+        user_id="u-ana",
+    )
+    fact_remember(agent=a, namespace="users/u-ana", key="tz", value={"zone": "Europe/Rome"})
+    fact_remember(agent=a, namespace="users/u-ben", key="tz", value="BEN-FACT-VALUE")
+    ana_fact = MemoryItem.objects.get(agent=a, namespace="users/u-ana", attribute="core:tz")
+
+    ana_versions = [
+        _put(a, "/memories/ana.md", "ANA notes v1\n", user_id="u-ana"),
+        _put(a, "/memories/ana.md", "ANA notes v2\n", user_id="u-ana"),
+        _put(a, "/memories/trip.md", "ANA trip file\n", thread_id="ana-rome"),
+    ]
+    ben_versions = [_put(a, "/memories/ben.md", "BEN-FILE-TEXT\n", user_id="u-ben")]
+    return Planted(
+        alice=a,
+        bob=b,
+        ana_threads=[rome, diet, bob_thread],
+        ana_entries=list(Entry.objects.filter(thread__in=[rome, diet, bob_thread])),
+        ana_items=[scoped, quoted, thread_scoped],
+        ben_items=[ben_item, ben_quoted],
+        bob_ana_item=bob_item,
+        ana_fact_id=ana_fact.pk,
+        ana_versions=ana_versions,
+        ben_versions=ben_versions,
+    )
+
+
+def _exported(request: ExportRequest) -> tuple[dict[str, bytes], dict[str, Any]]:
+    request.refresh_from_db()
+    assert request.status == ExportRequest.Status.DONE, request.error
+    path = export.export_archive_path(request)
+    assert path is not None
+    with zipfile.ZipFile(path) as archive:
+        files = {name: archive.read(name) for name in archive.namelist()}
+    return files, json.loads(files["manifest.json"])
+
+
+def _records(files: dict[str, bytes], name: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in files[name].decode().splitlines() if line]
+
+
+def _run(user_id: str, agent_ids: list[int] | None = None) -> ExportRequest:
+    request = export_request_create(user_id=user_id, agent_ids=agent_ids or [], actor="staff:officer")
+    export_run(request_id=request.pk)
+    request.refresh_from_db()
+    return request
+
+
+def test_the_archive_holds_exactly_the_persons_data_across_agents(planted: Planted) -> None:
+    files, manifest = _exported(_run("u-ana"))
+
+    slug_a, slug_b = planted.alice.slug, planted.bob.slug
+    assert {n for n in files if n.startswith("threads/")} == {
+        f"threads/{slug_a}/ana-rome.jsonl",
+        f"threads/{slug_a}/ana-diet.jsonl",
+        f"threads/{slug_b}/ana-at-bob.jsonl",
+    }
+    nodes = [r["node"] for n in files if n.startswith("threads/") for r in _records(files, n) if r["type"] == "node"]
+    assert sorted(node["id"] for node in nodes) == sorted(e.id for e in planted.ana_entries)
+
+    items = {r["item"]["id"]: r["item"] for r in _records(files, "items.jsonl")}
+    assert set(items) == {i.pk for i in planted.ana_items} | {planted.bob_ana_item.pk}
+    quoted = items[planted.ana_items[1].pk]
+    assert [e["quote"] for e in quoted["evidence"]] == ["no shellfish"]
+    assert [step["action"] for step in items[planted.ana_items[2].pk]["history"]] == ["forgotten"]
+    assert "actor" not in items[planted.ana_items[2].pk]["history"][0]
+    facts = [r["fact"] for r in _records(files, "facts.jsonl")]
+    assert [(f["id"], f["value_json"]) for f in facts] == [(planted.ana_fact_id, {"zone": "Europe/Rome"})]
+
+    versions = {r["file_version"]["id"]: r["file_version"] for r in _records(files, "files.jsonl")}
+    assert set(versions) == set(planted.ana_versions)
+    assert versions[planted.ana_versions[1]]["content"] == "ANA notes v2\n"
+
+    entity_names = {r["entity"]["name"] for r in _records(files, "entities.jsonl")}
+    assert "Ana" in entity_names and "Ben" not in entity_names
+
+    audit = [r["audit"] for r in _records(files, "audit.jsonl")]
+    named = {a["subject"] for a in audit} | {a["thread_id"] for a in audit}
+    assert {i.pk for i in planted.ana_items} <= named
+    assert "ben-chat" not in named and not ({i.pk for i in planted.ben_items} & named)
+    assert not set(planted.ben_versions) & named
+
+    everything = b"".join(files.values())
+    for word in BEN_WORDS:
+        assert word.encode() not in everything, word
+    assert manifest["counts"]["threads"] == 3
+    assert manifest["counts"]["entries"] == len(planted.ana_entries)
+    assert manifest["counts"]["items"] == 4 and manifest["counts"]["facts"] == 1
+    assert manifest["counts"]["file_versions"] == 3
+
+
+def test_the_agent_filter_leaves_the_other_agents_out(planted: Planted) -> None:
+    files, manifest = _exported(_run("u-ana", [planted.alice.pk]))
+
+    assert not [n for n in files if n.startswith(f"threads/{planted.bob.slug}/")]
+    assert b"ANA seen by bob" not in b"".join(files.values())
+    assert b"ANA at bob" not in b"".join(files.values())
+    assert [a["slug"] for a in manifest["agents"]] == [planted.alice.slug]
+    assert manifest["counts"]["threads"] == 2
+
+
+def test_the_manifest_hashes_match_the_parts_and_its_receipt_verifies(planted: Planted) -> None:
+    request = _run("u-ana")
+    files, manifest = _exported(request)
+
+    listed = {part["path"]: part for part in manifest["parts"]}
+    assert set(listed) == set(files) - {"manifest.json", "receipt.json"}
+    for path, part in listed.items():
+        assert hashlib.sha256(files[path]).hexdigest() == part["sha256"], path
+        assert len(files[path]) == part["bytes"]
+        assert len(files[path].decode().splitlines()) == part["records"]
+    assert hashlib.sha256(files["manifest.json"]).hexdigest() == request.manifest_sha256
+    receipt = json.loads(files["receipt.json"])
+    assert receipt_verify(receipt)
+    assert receipt["document"]["manifest_sha256"] == request.manifest_sha256
+    assert manifest["format"] == "memory-person-export" and manifest["format_version"] == 1
+
+
+def test_an_exported_thread_imports_back_with_the_same_entries_and_hashes(planted: Planted) -> None:
+    files, _ = _exported(_run("u-ana"))
+    original = planted.ana_threads[0]
+    columns = ("id", "seq", "parent_id", "role", "text", "content_hash", "created_at")
+    before = list(Entry.objects.filter(thread=original).order_by("seq").values_list(*columns))
+    leaf = original.active_leaf_id
+    original.delete()  # entry ids are global: the copy takes them back
+
+    copy = thread_import_lines(
+        agent=planted.alice, lines=io.StringIO(files[f"threads/{planted.alice.slug}/ana-rome.jsonl"].decode())
+    )
+
+    assert list(Entry.objects.filter(thread=copy).order_by("seq").values_list(*columns)) == before
+    assert copy.user_id == "u-ana" and copy.active_leaf_id == leaf and copy.external_id == "ana-rome"
+
+
+def test_audit_records_name_the_request_by_id_only_and_the_chain_verifies(planted: Planted) -> None:
+    request = _run("u-ana")
+
+    filed = AuditRecord.objects.get(action="export.request")
+    done = AuditRecord.objects.get(action="export.done")
+    for record in (filed, done):
+        assert record.subject == f"export:{request.pk}"
+        assert "u-ana" not in json.dumps(record.details) + record.subject + record.thread_id
+        assert str(export.export_dir()) not in json.dumps(record.details)
+    assert filed.actor == "staff:officer"
+    assert done.details["threads"] == 3 and done.details["manifest_sha256"] == request.manifest_sha256
+    assert audit_verify().ok
+
+
+def test_filing_runs_the_job_after_commit_with_progress(
+    planted: Planted, django_capture_on_commit_callbacks: Any
+) -> None:
+    with django_capture_on_commit_callbacks(execute=True):
+        request = export_request_create(user_id="u-ana", agent_ids=[], actor="staff:officer")
+
+    request.refresh_from_db()
+    assert request.status == ExportRequest.Status.DONE
+    run = JobRun.objects.get(pk=request.job_run_id)
+    assert run.kind == "export" and run.status == JobRun.Status.SUCCEEDED
+    assert run.arguments == {"request_id": request.pk}
+    assert run.result["threads"] == 3
+    # threads + items (with facts) + file versions: the bar ends full.
+    assert request.progress_total == 3 + 5 + 3 and request.progress_done == request.progress_total
+    assert "u-ana" not in json.dumps(run.result) + json.dumps(run.arguments)
+
+
+@pytest.mark.parametrize(
+    ("user_id", "agent_ids", "field"),
+    [
+        ("", [], "user_id"),
+        ("  ", [], "user_id"),
+        ("x" * 129, [], "user_id"),
+        ("u\x00a", [], "user_id"),
+        ("u-ana", [999999], "agent_ids"),
+    ],
+)
+def test_a_bad_request_is_refused_naming_the_field_and_writes_nothing(
+    alice: Caller, user_id: str, agent_ids: list[int], field: str
+) -> None:
+    with pytest.raises(DomainError) as refused:
+        export_request_create(user_id=user_id, agent_ids=agent_ids, actor="staff:officer")
+    assert refused.value.field == field
+    assert not ExportRequest.objects.exists()
+    assert not AuditRecord.objects.filter(action="export.request").exists()
+
+
+def test_a_done_export_is_not_written_again_and_a_lost_archive_is(planted: Planted) -> None:
+    request = _run("u-ana")
+    path = export.export_archive_path(request)
+    assert path is not None
+    first = path.read_bytes()
+
+    assert export_run(request_id=request.pk) is None  # done, its archive there: nothing to do
+    assert path.read_bytes() == first
+    path.unlink()
+    again = export_run(request_id=request.pk)
+    assert again is not None and again["threads"] == 3
+    assert AuditRecord.objects.filter(action="export.done").count() == 2
+
+
+def test_an_export_that_fails_part_way_leaves_no_partial_and_completes_when_run_again(
+    planted: Planted, monkeypatch: pytest.MonkeyPatch, export_dir: Path
+) -> None:
+    request = export_request_create(user_id="u-ana", agent_ids=[], actor="staff:officer")
+
+    def disk_full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(export, "_write_files", disk_full)  # after the threads and items were written
+    with pytest.raises(OSError):
+        export_run(request_id=request.pk)
+    request.refresh_from_db()
+    assert request.status == ExportRequest.Status.FAILED and "No space left" in request.error
+    assert list(export_dir.iterdir()) == []  # no partial archive left behind
+    monkeypatch.undo()
+
+    export_request_retry(request=request, actor="staff:officer")
+    export_run(request_id=request.pk)
+    _, manifest = _exported(request)
+    assert manifest["counts"]["file_versions"] == 3
+    assert AuditRecord.objects.filter(action="export.retry").count() == 1
+    with pytest.raises(export.ExportRetryRefused):
+        export_request_retry(request=request, actor="staff:officer")
+
+
+def test_the_persons_scope_reads_no_other_agents_rows(planted: Planted, mallory: Caller) -> None:
+    nothing = PersonScope(user_id="u-ana", agent_ids=(mallory.agent.pk,))
+    assert not nothing.threads().exists()
+    assert not nothing.all_items().exists()
+    assert not nothing.file_versions().exists()
+    assert not nothing.audit_records().exists()
+
+
+@pytest.mark.slow
+def test_a_large_export_streams_in_memory_far_below_its_size(alice: Caller, export_dir: Path) -> None:
+    """2,000 threads of 5 turns of 4 KB of random hex (which deflate shrinks by a third only): the
+    export's peak of Python memory stays a small fraction of the archive. What it holds at most: a
+    fetch of entries (ENTRY_FETCH), a part's buffer, and the zip's directory (a few hundred bytes a
+    part, which a zip writes at its end)."""
+    import secrets
+
+    agent = alice.agent
+    now = timezone.now()
+    threads = Thread.objects.bulk_create(
+        [Thread(agent=agent, external_id=f"big-{n}", user_id="u-big", next_seq=6) for n in range(2000)]
+    )
+    entries: list[Entry] = []
+    for thread in threads:
+        parent = None
+        for seq in range(1, 6):
+            text = secrets.token_hex(2048)
+            entry = Entry(
+                agent=agent,
+                thread=thread,
+                parent_id=parent,
+                seq=seq,
+                role="user" if seq % 2 else "assistant",
+                content=text,
+                text=text,
+                created_at=now + timedelta(microseconds=seq),
+                content_hash="0" * 32,
+            )
+            entries.append(entry)
+            parent = entry.id
+        if len(entries) >= 5000:
+            Entry.objects.bulk_create(entries)
+            entries = []
+    Entry.objects.bulk_create(entries)
+    request = export_request_create(user_id="u-big", agent_ids=[agent.pk], actor="staff:officer")
+
+    tracemalloc.start()
+    try:
+        export_run(request_id=request.pk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    request.refresh_from_db()
+    assert request.counts["threads"] == 2000 and request.counts["entries"] == 10000
+    size = request.archive_size or 0
+    # 10,000 turns of 4 KB of hex: deflate keeps about 70% of it (4 bits of every 8 are random).
+    assert size > 20_000_000
+    print(f"export of 2,000 threads: peak {peak / 1e6:.1f} MB of Python memory, archive {size / 1e6:.1f} MB")
+    assert peak < size / 8, f"peak {peak / 1e6:.1f} MB for an archive of {size / 1e6:.1f} MB"
