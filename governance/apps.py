@@ -9,6 +9,7 @@ class GovernanceConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported once the app registry is ready (jobs and roles import models).
+        from governance import admin_exports  # noqa: F401  (registers the export requests' admin)
         from governance.jobs import schedules_sync
         from governance.roles import roles_sync
 

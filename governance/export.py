@@ -170,7 +170,8 @@ class PersonScope:
 # --- filing a request ----------------------------------------------------------------------------
 
 
-def _user_id_check(value: object) -> str:
+def person_user_id_check(value: object) -> str:
+    """The person's user id as a request names it (stripped), or a 400 naming `user_id`."""
     if not isinstance(value, str) or not value.strip():
         raise DomainError("invalid_value", "The person's user id must not be empty.", field="user_id")
     value = value.strip()
@@ -208,7 +209,7 @@ def _enqueue(request: ExportRequest) -> JobRun:
 def export_request_create(*, user_id: str, agent_ids: list[int] | tuple[int, ...] = (), actor: str) -> ExportRequest:
     """File a request to export what memory holds about `user_id` in `agent_ids` (every agent when
     empty), and send its job after commit. Audited as `export.request` by the request's id only."""
-    person = _user_id_check(user_id)
+    person = person_user_id_check(user_id)
     agents = _agent_ids_check(list(agent_ids))
     request = ExportRequest.objects.create(user_id=person, agent_ids=agents, requested_by=actor[:200])
     audit_append(

@@ -3,6 +3,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from governance.staff_api import export_archive, export_state
 from governance.wellknown import receipt_key, receipt_key_pem
 from memory_project.health import healthz, readyz
 from memoryapp.mcp.http import mcp_endpoint
@@ -15,6 +16,9 @@ urlpatterns = [
     path(".well-known/memory-receipt-key", receipt_key, name="receipt-key"),
     path(".well-known/memory-receipt-key.pem", receipt_key_pem, name="receipt-key-pem"),
     path("admin/", admin.site.urls),
+    # Staff (an admin session with the permission), not agents: a person's export request and its archive.
+    path("api/v1/staff/exports/<int:pk>", export_state, name="staff-export"),
+    path("api/v1/staff/exports/<int:pk>/archive", export_archive, name="staff-export-archive"),
     path("api/v1/", include("memoryapp.api.urls")),
     # The MCP server (streamable HTTP); with and without the slash, as MCP clients are configured either way.
     path("mcp/", mcp_endpoint, name="mcp"),

@@ -34,6 +34,7 @@ from django.utils.html import format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from governance.review import item_reviews, last_decision_undoable, quotes_with_turns
+from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.review import (
     LAST_DECISION,
     REJECT_REASONS,
@@ -259,7 +260,7 @@ class MemoryItemAdmin(admin.ModelAdmin):
         reviews = item_reviews(item=item)
         may_review = _may_review(request)
         thread = (
-            Thread.objects.filter(agent_id=item.agent_id, external_id=item.thread_id).only("pk").first()
+            Thread.objects.filter(agent_id=item.agent_id, external_id=item.thread_id).only("pk", "user_id").first()
             if item.thread_id
             else None
         )
@@ -283,6 +284,9 @@ class MemoryItemAdmin(admin.ModelAdmin):
             undoable=last_decision_undoable(item=item, actor=_actor(request)) if may_review else None,
             reasons=REJECT_REASONS,
             thread_url=thread_entry_url(thread.pk, None) if thread else "",
+            export_person_url=export_person_url(
+                request, user_id=item.user_id or (thread.user_id if thread else ""), agent_id=item.agent_id
+            ),
             metadata=metadata,
             accesses=accesses,
             has_view_permission=True,

@@ -28,6 +28,7 @@ from django.utils.safestring import SafeString, mark_safe
 from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
 from memoryapp.admin.confirm import apply_and_report, confirm_page, confirmed, staff_actor
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
+from memoryapp.admin.person_links import export_person_url
 from memoryapp.compaction.service import compaction_request
 from memoryapp.errors import DomainError
 from memoryapp.extraction.service import extraction_request
@@ -207,6 +208,7 @@ class ThreadAdmin(FullWidthList, admin.ModelAdmin):
             "extraction": self.extraction_mark(thread),
             "may_run_jobs": may_change,
             "may_change_person": may_change,
+            "export_person_url": export_person_url(request, user_id=thread.user_id, agent_id=thread.agent_id),
             "may_delete": self.has_delete_permission(request, thread),
             "erase_url": erase_person_url(request, thread.user_id),
             "agent_url": reverse("admin:memoryapp_agent_change", args=[thread.agent_id]),

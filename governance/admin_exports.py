@@ -1,0 +1,222 @@
+"""Admin of export requests (a person's access request), for privacy officers: the list with each
+request's progress redrawn while it runs, the form to file one, its page, and the archive's download
+(streamed from disk, permission-checked, audited). Reviewers and operators do not see them at all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.forms import ModelForm
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+
+from governance.admin import progress_bar
+from governance.admin_lists import moment
+from governance.export import (
+    ExportRetryRefused,
+    export_archive_path,
+    export_download_audit,
+    export_request_create,
+    export_request_retry,
+    person_user_id_check,
+)
+from governance.models import ExportRequest
+from memoryapp.errors import DomainError
+from memoryapp.models import Agent
+
+
+def _actor(request: HttpRequest) -> str:
+    return f"staff:{request.user.get_username()}"
+
+
+def archive_response(request: HttpRequest, export: ExportRequest) -> FileResponse:
+    """The archive streamed from disk as an attachment; the download is audited. 404 until it is ready."""
+    path = export_archive_path(export)
+    if path is None:
+        raise Http404("This export has no archive (yet).")
+    export_download_audit(request=export, actor=_actor(request))
+    response = FileResponse(path.open("rb"), as_attachment=True, filename=f"export-{export.pk}.zip")
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+class ExportRequestForm(ModelForm):  # type: ignore[type-arg]
+    agents = forms.ModelMultipleChoiceField(
+        queryset=Agent.objects.order_by("slug"),
+        required=False,
+        help_text="Leave empty to look through every agent.",
+    )
+
+    class Meta:
+        model = ExportRequest
+        fields = ("user_id",)
+        help_texts = {"user_id": "The person's id as the agents know it (a thread's or an item's person)."}
+
+    def clean_user_id(self) -> str:
+        try:
+            return person_user_id_check(self.cleaned_data.get("user_id"))
+        except DomainError as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
+@admin.register(ExportRequest)
+class ExportRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = ExportRequestForm
+    list_display = ("id", "person", "status", "progress_shown", "agents_shown", "requested_by", "created", "archive")
+    list_display_links = ("id", "person")
+    list_filter = ("status",)
+    search_fields = ("=user_id", "=requested_by")
+    list_select_related = ("job_run",)
+    show_full_result_count = False
+    actions = ["run_again"]
+    change_list_template = "admin/governance/exportrequest/change_list.html"
+    change_form_template = "admin/governance/exportrequest/change_form.html"
+    detail_fields = (
+        "user_id",
+        "agents_shown",
+        "status",
+        "progress_shown",
+        "requested_by",
+        "created_at",
+        "finished_at",
+        "archive",
+        "size_shown",
+        "manifest_sha256",
+        "counts_shown",
+        "job_run_shown",
+        "error",
+    )
+
+    # Filed through the service, never edited; deleting one would leave its archive behind.
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_fields(self, request: HttpRequest, obj: ExportRequest | None = None) -> Any:
+        return self.detail_fields if obj is not None else ("user_id", "agents")
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ExportRequest | None = None) -> Any:
+        return self.detail_fields if obj is not None else ()
+
+    def get_changeform_initial_data(self, request: HttpRequest) -> dict[str, Any]:
+        """`?user_id=...&agents=1,2`: what "export this person" on a thread's or an item's page fills in."""
+        initial: dict[str, Any] = {"user_id": request.GET.get("user_id", "")}
+        agents = [int(part) for part in request.GET.get("agents", "").split(",") if part.strip().isdigit()]
+        if agents:
+            initial["agents"] = agents
+        return initial
+
+    def save_model(self, request: HttpRequest, obj: ExportRequest, form: Any, change: bool) -> None:
+        if change:
+            raise PermissionDenied  # nothing of a request is edited
+        filed = export_request_create(
+            user_id=form.cleaned_data["user_id"],
+            agent_ids=[agent.pk for agent in form.cleaned_data.get("agents") or ()],
+            actor=_actor(request),
+        )
+        obj.pk = filed.pk
+        obj.refresh_from_db()
+
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        return None  # the audit trail records the request (export.request), by id only
+
+    # --- cells ---
+
+    @admin.display(description="person", ordering="user_id")
+    def person(self, obj: ExportRequest) -> str:
+        return obj.user_id
+
+    @admin.display(description="agents")
+    def agents_shown(self, obj: ExportRequest) -> str:
+        if not obj.agent_ids:
+            return "every agent"
+        slugs = dict(Agent.objects.filter(pk__in=obj.agent_ids).values_list("pk", "slug"))
+        return ", ".join(slugs.get(pk, f"#{pk} (gone)") for pk in obj.agent_ids)
+
+    @admin.display(description="progress")
+    def progress_shown(self, obj: ExportRequest) -> SafeString:
+        if obj.job_run is not None and obj.status in (ExportRequest.Status.QUEUED, ExportRequest.Status.RUNNING):
+            return progress_bar(obj.job_run)  # redrawn by the page's script while the run runs
+        if obj.progress_total:
+            return format_html(
+                '<progress value="{}" max="{}"></progress> {} / {}',
+                obj.progress_done,
+                obj.progress_total,
+                obj.progress_done,
+                obj.progress_total,
+            )
+        return mark_safe("—")
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: ExportRequest) -> SafeString:
+        return moment(obj.created_at)
+
+    @admin.display(description="archive")
+    def archive(self, obj: ExportRequest) -> SafeString:
+        if export_archive_path(obj) is None:
+            return mark_safe("—")
+        url = reverse("admin:governance_exportrequest_archive", args=[obj.pk])
+        return format_html('<a class="export-download" href="{}">download</a> ({})', url, self.size_shown(obj))
+
+    @admin.display(description="size")
+    def size_shown(self, obj: ExportRequest) -> str:
+        size = obj.archive_size or 0
+        return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB" if size else "—"
+
+    @admin.display(description="contents")
+    def counts_shown(self, obj: ExportRequest) -> SafeString:
+        counts = obj.counts or {}
+        if not counts:
+            return mark_safe("—")
+        return format_html(
+            "<ul class='export-counts'>{}</ul>",
+            format_html_join("", "<li>{}: {}</li>", ((k.replace("_", " "), v) for k, v in counts.items())),
+        )
+
+    @admin.display(description="job run")
+    def job_run_shown(self, obj: ExportRequest) -> SafeString:
+        if obj.job_run_id is None:
+            return mark_safe("—")
+        url = reverse("admin:governance_jobrun_change", args=[obj.job_run_id])
+        return format_html('<a href="{}">#{}</a>', url, obj.job_run_id)
+
+    # --- run again, and the download ---
+
+    @admin.action(description="Run the selected failed exports again", permissions=["change"])
+    def run_again(self, request: HttpRequest, queryset: QuerySet[ExportRequest]) -> None:
+        for export in queryset.order_by("pk"):
+            try:
+                export_request_retry(request=export, actor=_actor(request))
+                messages.success(request, f"Export #{export.pk} is queued again.")
+            except ExportRetryRefused as exc:
+                messages.warning(request, str(exc))
+
+    def get_urls(self) -> list[Any]:
+        return [
+            path(
+                "<int:pk>/archive/",
+                self.admin_site.admin_view(self.archive_view),
+                name="governance_exportrequest_archive",
+            ),
+            *super().get_urls(),
+        ]
+
+    def archive_view(self, request: HttpRequest, pk: int) -> FileResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        export = ExportRequest.objects.filter(pk=pk).first()
+        if export is None:
+            raise Http404("No such export.")
+        return archive_response(request, export)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = {**(extra_context or {}), "show_save": False, "show_save_and_continue": False}
+        context.update(show_save_and_add_another=False, show_delete=False)
+        return super().change_view(request, object_id, form_url, extra_context=context)
