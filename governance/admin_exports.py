@@ -13,11 +13,11 @@ from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.urls import path, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from governance.admin import progress_bar
-from governance.admin_lists import moment
+from governance.admin_lists import FullWidthList, moment
 from governance.export import (
     ExportRetryRefused,
     export_archive_path,
@@ -66,7 +66,7 @@ class ExportRequestForm(ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(ExportRequest)
-class ExportRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-arg]
     form = ExportRequestForm
     list_display = ("id", "person", "status", "progress_shown", "agents_shown", "requested_by", "created", "archive")
     list_display_links = ("id", "person")
@@ -169,14 +169,9 @@ class ExportRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return f"{size / 1e6:.1f} MB" if size >= 100_000 else f"{size / 1e3:.1f} kB" if size else "—"
 
     @admin.display(description="contents")
-    def counts_shown(self, obj: ExportRequest) -> SafeString:
+    def counts_shown(self, obj: ExportRequest) -> str:
         counts = obj.counts or {}
-        if not counts:
-            return mark_safe("—")
-        return format_html(
-            "<ul class='export-counts'>{}</ul>",
-            format_html_join("", "<li>{}: {}</li>", ((k.replace("_", " "), v) for k, v in counts.items())),
-        )
+        return " · ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in counts.items()) if counts else "—"
 
     @admin.display(description="job run")
     def job_run_shown(self, obj: ExportRequest) -> SafeString:
@@ -217,6 +212,7 @@ class ExportRequestAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        context = {**(extra_context or {}), "show_save": False, "show_save_and_continue": False}
+        context = {**(extra_context or {}), "title": f"Export request #{object_id}", "show_save": False}
+        context["show_save_and_continue"] = False
         context.update(show_save_and_add_another=False, show_delete=False)
         return super().change_view(request, object_id, form_url, extra_context=context)

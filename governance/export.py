@@ -48,6 +48,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Collate
 from django.utils import timezone
 
 from governance.audit import audit_append
@@ -116,14 +117,24 @@ class PersonScope:
         return Entry.objects.filter(thread__in=self.threads())
 
     def all_items(self) -> QuerySet[MemoryItem]:
-        quoting_them = Exists(
-            Evidence.objects.filter(
-                item_id=OuterRef("pk"), entry__thread__user_id=self.user_id, entry__thread__agent_id__in=self.agent_ids
-            )
+        """Items scoped to the person, or to one of their threads, or quoting one of their entries.
+
+        One UNION of three index-friendly selections, as a subquery: an OR of EXISTS tests made
+        PostgreSQL scan every item of the agents with a join per row (2 s a query at 20,000 items).
+        """
+        scoped = MemoryItem.objects.filter(agent_id__in=self.agent_ids, user_id=self.user_id).values("id")
+        in_thread = (
+            MemoryItem.objects.filter(agent_id__in=self.agent_ids)
+            .exclude(thread_id="")
+            .filter(self._their_thread())
+            .values("id")
         )
-        return MemoryItem.objects.filter(agent_id__in=self.agent_ids).filter(
-            Q(user_id=self.user_id) | (~Q(thread_id="") & self._their_thread()) | quoting_them
-        )
+        quoting = Evidence.objects.filter(
+            agent_id__in=self.agent_ids, entry__thread__user_id=self.user_id, entry__thread__agent_id__in=self.agent_ids
+        ).values("item_id")
+        parts = [queryset.query.sql_with_params() for queryset in (scoped, in_thread, quoting)]
+        union = RawSQL(" UNION ".join(sql for sql, _ in parts), tuple(p for _, params in parts for p in params))
+        return MemoryItem.objects.filter(pk__in=union)
 
     def items(self) -> QuerySet[MemoryItem]:
         return self.all_items().exclude(attribute__startswith=FACT_PREFIX)
@@ -439,28 +450,50 @@ def _item_record(item: MemoryItem, evidence: list[Evidence], history: list[ItemR
     }
 
 
+def _by_item(rows: Iterator[Any]) -> Iterator[tuple[str, Any]]:
+    for row in rows:
+        yield row.item_id, row
+
+
+class _Merged:
+    """The rows of a side stream (evidence, review steps) ordered as the items are (by id, "C"
+    collation, so Python's comparison agrees), taken item by item as the items stream past."""
+
+    def __init__(self, rows: Iterator[tuple[str, Any]]):
+        self._rows = rows
+        self._pending = next(self._rows, None)
+
+    def of(self, item_id: str) -> list[Any]:
+        found: list[Any] = []
+        while self._pending is not None and self._pending[0] <= item_id:
+            if self._pending[0] == item_id:
+                found.append(self._pending[1])
+            self._pending = next(self._rows, None)  # a row of an item gone meanwhile is passed over
+        return found
+
+
 def _write_items(items: QuerySet[MemoryItem], *, path: str, kind: str, writer: _Writer, progress: _Progress) -> None:
+    """The items, their evidence and their review steps: three server-side cursors ordered alike
+    and merged as they stream (each query runs once, whatever the person's size)."""
     part = writer.part(path)
-    last = ""
-    while True:
-        chunk = list(items.filter(pk__gt=last).defer("embedding", "search_vector").order_by("pk")[:ITEM_CHUNK])
-        if not chunk:
-            break
-        ids = [item.pk for item in chunk]
-        evidence: dict[str, list[Evidence]] = {}
-        for row in Evidence.objects.filter(item_id__in=ids).order_by("item_id", "pk"):
-            evidence.setdefault(row.item_id, []).append(row)
-        history: dict[str, list[ItemReview]] = {}
-        for step in ItemReview.objects.filter(item_id__in=ids).order_by("item_id", "at", "pk"):
-            history.setdefault(step.item_id, []).append(step)
-        for item in chunk:
-            found, steps = evidence.get(item.pk, []), history.get(item.pk, [])
-            part.line(_dumps(_item_record(item, found, steps, kind)))
-            writer.count("evidence", len(found))
-            writer.count("history", len(steps))
-        writer.count("facts" if kind == "fact" else "items", len(chunk))
-        last = chunk[-1].pk
-        progress.add(len(chunk))
+    by_id = Collate("id", "C")
+    by_item = Collate("item_id", "C")
+    stream = items.defer("embedding", "search_vector").order_by(by_id).iterator(ROW_FETCH)
+    evidence = _Merged(_by_item(Evidence.objects.filter(item__in=items).order_by(by_item, "pk").iterator(ROW_FETCH)))
+    history = _Merged(
+        _by_item(ItemReview.objects.filter(item__in=items).order_by(by_item, "at", "pk").iterator(ROW_FETCH))
+    )
+    done = 0
+    for item in stream:
+        found, steps = evidence.of(item.pk), history.of(item.pk)
+        part.line(_dumps(_item_record(item, found, steps, kind)))
+        writer.count("evidence", len(found))
+        writer.count("history", len(steps))
+        done += 1
+        if done % ITEM_CHUNK == 0:
+            progress.add(ITEM_CHUNK)
+    writer.count("facts" if kind == "fact" else "items", done)
+    progress.add(done % ITEM_CHUNK)
     writer.done(part)
 
 

@@ -399,3 +399,37 @@ def test_a_large_export_streams_in_memory_far_below_its_size(alice: Caller, expo
     assert size > 20_000_000
     print(f"export of 2,000 threads: peak {peak / 1e6:.1f} MB of Python memory, archive {size / 1e6:.1f} MB")
     assert peak < size / 8, f"peak {peak / 1e6:.1f} MB for an archive of {size / 1e6:.1f} MB"
+
+
+def test_each_item_carries_exactly_its_own_quotes_and_review_steps(alice: Caller) -> None:
+    thread = ThreadFactory(
+        agent=alice.agent,
+        external_id="many",
+        user_id="u-ana",
+        turns=[("user", f"ANA said thing number {n} today") for n in range(6)],
+    )
+    entries = list(Entry.objects.filter(thread=thread).order_by("seq"))
+    written = {}
+    for n in range(6):
+        quotes = [entries[n], entries[(n + 1) % 6]] if n % 2 else [entries[n]]
+        item = item_write(
+            agent=alice.agent,
+            kind="fact",
+            subject="Ana",
+            attribute=f"thing-{n}",
+            value=f"thing {n}",
+            trust="user",
+            user_id="u-ana" if n < 3 else "",  # the others are hers by their quotes
+            evidence=[{"entry_id": e.id, "quote": e.text[:20]} for e in quotes],
+        )
+        if n % 3 == 0:
+            item_forget(item=item, actor="staff:someone")
+        written[item.pk] = ([e.id for e in quotes], 1 if n % 3 == 0 else 0)
+
+    files, _ = _exported(_run("u-ana"))
+
+    items = {r["item"]["id"]: r["item"] for r in _records(files, "items.jsonl")}
+    assert set(items) == set(written)
+    for item_id, (quoted, steps) in written.items():
+        assert sorted(e["entry_id"] for e in items[item_id]["evidence"]) == sorted(quoted), item_id
+        assert len(items[item_id]["history"]) == steps, item_id
