@@ -242,6 +242,8 @@ class ExportRetryRefused(Exception):
 def export_request_retry(*, request: ExportRequest, actor: str) -> JobRun:
     """Run a failed request (or one whose run is stuck) again; a done one with its archive is refused."""
     locked = ExportRequest.objects.select_for_update().get(pk=request.pk)
+    if not locked.user_id:
+        raise ExportRetryRefused(f"Export #{locked.pk} names no one: the person was erased.")
     if locked.status == Status.DONE and export_archive_path(locked) is not None:
         raise ExportRetryRefused(f"Export #{locked.pk} is done: its archive is ready.")
     if locked.status in (Status.QUEUED, Status.RUNNING) and locked.job_run_id is not None:
@@ -665,6 +667,8 @@ def _claim(request_id: int, run: JobRun | None) -> ExportRequest | None:
             return None
         if request.status == Status.DONE and export_archive_path(request) is not None:
             return None
+        if not request.user_id:
+            return None  # the person was erased since (exports_forget_person): nothing to write
         ExportRequest.objects.filter(pk=request.pk).update(
             status=Status.RUNNING, error="", progress_done=0, job_run=run if run is not None else request.job_run
         )
@@ -724,3 +728,36 @@ def export_download_audit(*, request: ExportRequest, actor: str) -> None:
         outcome="downloaded",
         details={"request_id": request.pk},
     )
+
+
+@transaction.atomic
+def exports_forget_person(*, user_id: str, actor: str) -> dict[str, int]:
+    """What an erasure of the person calls: their export archives deleted from disk and the requests
+    about them no longer naming them (the request rows stay, as the audit trail names them).
+
+    A request still queued or running is marked failed first, so its job writes no archive after this
+    (a run claims only a queued, running or failed request that names a person). Returns the counts
+    (requests, archives deleted); audited as `export.forget` by counts only.
+    """
+    requests = list(ExportRequest.objects.select_for_update().filter(user_id=user_id).order_by("pk"))
+    archives = 0
+    for request in requests:
+        for path in export_dir().glob(f"export-{request.pk}.*"):
+            path.unlink(missing_ok=True)
+            archives += path.suffix == ".zip"
+    ExportRequest.objects.filter(pk__in=[r.pk for r in requests]).update(
+        user_id="",
+        archive_name="",
+        archive_size=None,
+        status=Status.FAILED,
+        error="The person was erased: their export is gone.",
+    )
+    if requests:
+        audit_append(
+            action="export.forget",
+            actor=actor,
+            subject=f"{len(requests)} export(s)",
+            outcome="forgotten",
+            details={"request_ids": [r.pk for r in requests], "archives": archives},
+        )
+    return {"requests": len(requests), "archives": archives}

@@ -433,3 +433,24 @@ def test_each_item_carries_exactly_its_own_quotes_and_review_steps(alice: Caller
     for item_id, (quoted, steps) in written.items():
         assert sorted(e["entry_id"] for e in items[item_id]["evidence"]) == sorted(quoted), item_id
         assert len(items[item_id]["history"]) == steps, item_id
+
+
+def test_erasing_the_person_takes_their_archives_and_a_late_run_writes_nothing(
+    planted: Planted, export_dir: Path
+) -> None:
+    done = _run("u-ana")
+    waiting = export_request_create(user_id="u-ana", agent_ids=[], actor="staff:officer")
+    other = _run("u-ben")
+
+    counts = export.exports_forget_person(user_id="u-ana", actor="staff:officer")
+
+    assert counts == {"requests": 2, "archives": 1}
+    assert sorted(p.name for p in export_dir.iterdir()) == [f"export-{other.pk}.zip"]
+    assert not ExportRequest.objects.filter(user_id="u-ana").exists()
+    assert export.export_archive_path(ExportRequest.objects.get(pk=done.pk)) is None
+    assert export_run(request_id=waiting.pk) is None  # its job, arriving late
+    with pytest.raises(export.ExportRetryRefused, match="erased"):
+        export_request_retry(request=waiting, actor="staff:officer")
+    assert sorted(p.name for p in export_dir.iterdir()) == [f"export-{other.pk}.zip"]
+    forgot = AuditRecord.objects.get(action="export.forget")
+    assert "u-ana" not in json.dumps(forgot.details) + forgot.subject
