@@ -15,9 +15,10 @@ from governance.models import AuditRecord, ExportRequest
 from governance.receipts import receipt_verify
 from memoryapp.agents.services import agent_get_or_create
 from tests.admin.test_admin_browser import browser, fits_the_screen, log_in, shoot, user  # noqa: F401  (fixture)
+from tests.admin.test_admin_browser import pytestmark as browser_marks
 from tests.kit.locomo_threads import locomo_thread
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+pytestmark = [pytest.mark.slow, *browser_marks]  # browser, and skipped without chromium
 
 
 @pytest.fixture(autouse=True)
