@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('governance', '0004_jobrun_resend_backoff'),
+        ('governance', '0005_erasure'),
     ]
 
     operations = [
