@@ -150,8 +150,32 @@ class CompactionSettingsAdmin(admin.ModelAdmin):
         )
 
 
+class AgentForm(forms.ModelForm):
+    """The agent's page. Its busy policy may be left out of a post (a script that sets the name
+    only): the stored values stand, rather than the post failing on a field it never meant."""
+
+    class Meta:
+        model = Agent
+        # The admin's own field list (get_fields, the read-only ones left out) replaces this one.
+        fields = ["slug", "name", "active", "shadow_mode", "playbook_shadow_mode", *AGENT_LIMIT_FIELDS]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for name in ("on_busy", "busy_timeout_seconds"):
+            if name in self.fields:
+                self.fields[name].required = False
+
+    def clean_on_busy(self) -> str:
+        return str(self.cleaned_data.get("on_busy") or self.instance.on_busy)
+
+    def clean_busy_timeout_seconds(self) -> int:
+        value = self.cleaned_data.get("busy_timeout_seconds")
+        return int(value if value is not None else self.instance.busy_timeout_seconds)
+
+
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
+    form = AgentForm
     list_display = ("slug", "name", "active", "shadow_mode", "playbook_shadow_mode", "created_at")
     list_filter = ("active", "shadow_mode", "playbook_shadow_mode")
     search_fields = ("slug", "name")

@@ -37,23 +37,25 @@ def limit(caller: Caller, **fields: Any) -> None:
 
 
 def test_a_key_past_its_rate_gets_429_with_retry_after_then_recovers(alice: Caller) -> None:
-    limit(alice, rate_limit_per_minute=60, rate_limit_burst=2)
+    # 12 a minute: a token comes back every 5 s, far slower than the requests (even on a busy machine).
+    limit(alice, rate_limit_per_minute=12, rate_limit_burst=2)
     for _ in range(2):
         answered(alice.client.get("/api/v1/threads"), 200)
     refused = alice.client.post("/api/v1/threads", {"id": "t-late"}, format="json")
     error = error_of(refused, 429)
     assert error["code"] == "rate_limited" and "retry" in error["message"]
-    assert refused["Retry-After"] == "1"
+    retry_after = int(refused["Retry-After"])
+    assert 1 <= retry_after <= 5
     assert not Thread.objects.exists()  # refused before the view: nothing written
-    time.sleep(1.1)  # 60 a minute: one token a second
+    time.sleep(retry_after + 0.2)
     answered(alice.client.post("/api/v1/threads", {"id": "t-late"}, format="json"), 201)
     assert error_of(alice.client.get("/api/v1/threads"), 429)["code"] == "rate_limited"
 
 
 def test_limits_are_per_agent_with_the_settings_as_default(alice: Caller, bob: Caller, settings: Any) -> None:
-    # A slow refill (one token in 10 s), so a loaded machine's slow requests get nothing back meanwhile.
+    # Slow refills (one token in 10 s): a slow machine's requests cannot earn one back meanwhile.
     settings.API_RATE_PER_MINUTE, settings.API_RATE_BURST = 6, 3
-    limit(alice, rate_limit_per_minute=600, rate_limit_burst=20)
+    limit(alice, rate_limit_per_minute=6, rate_limit_burst=20)
     for _ in range(3):
         answered(bob.client.get("/api/v1/threads"), 200)
     assert error_of(bob.client.get("/api/v1/threads"), 429)["code"] == "rate_limited"
@@ -67,7 +69,7 @@ def test_limits_are_per_agent_with_the_settings_as_default(alice: Caller, bob: C
 
 
 def test_each_key_has_a_bucket_of_its_own(alice: Caller) -> None:
-    limit(alice, rate_limit_per_minute=60, rate_limit_burst=1)
+    limit(alice, rate_limit_per_minute=6, rate_limit_burst=1)
     answered(alice.client.get("/api/v1/threads"), 200)
     error_of(alice.client.get("/api/v1/threads"), 429)
     _, other = agent_key_create(agent=alice.agent)
@@ -174,11 +176,11 @@ def test_concurrent_heavy_requests_past_the_cap_get_429(alice: Caller, bob: Call
 
 
 def test_the_mcp_endpoint_counts_against_the_same_rate(alice: Caller) -> None:
-    limit(alice, rate_limit_per_minute=60, rate_limit_burst=1)
+    limit(alice, rate_limit_per_minute=6, rate_limit_burst=1)
     answered(alice.client.get("/api/v1/threads"), 200)
     body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
     refused = alice.client.post("/mcp/", body, format="json", HTTP_ACCEPT="application/json, text/event-stream")
-    assert error_of(refused, 429)["code"] == "rate_limited" and refused["Retry-After"] == "1"
+    assert error_of(refused, 429)["code"] == "rate_limited" and 1 <= int(refused["Retry-After"]) <= 10
 
 
 def test_mcp_get_context_holds_a_heavy_slot_like_the_api(alice: Caller) -> None:
