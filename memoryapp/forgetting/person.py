@@ -66,6 +66,7 @@ from memoryapp.models import (
 )
 from memoryapp.models.choices import EntryType, ItemStatus
 from memoryapp.retry import atomic_retrying
+from memoryapp.search.access_log import access_log_forget_person
 
 MODES = ("erase", "redact")
 # Where a thread lists the people who wrote in it, and a message says who wrote it (004 MEMORY_USERS_KEY).
@@ -190,6 +191,9 @@ def person_erase(
         cascade_step("batch")
 
     for agent_id in agents:
+        # 0. The access log: the rows of requests about the person go, and the ids of their items and
+        # entries leave the rows of other people's requests (first, while those ids can be read).
+        counts_add(counts, _access_log_forget(user_id=user_id, agent_id=agent_id, mode=mode))
         # 1. Items and facts of the person's scope (derived memory goes first; most of what quotes
         # the person's entries is theirs, so the thread step below finds little left to trim).
         while True:
@@ -242,6 +246,14 @@ def person_erase(
         # Rows the plan counted may have gone with an earlier step (items quoting erased threads).
         progress(max(total, done), max(total, done))
     return counts
+
+
+@atomic_retrying
+def _access_log_forget(*, user_id: str, agent_id: int, mode: str) -> dict[str, int]:
+    item_ids = list(_items(user_id, [agent_id]).values_list("pk", flat=True))
+    entry_ids = list(_messages(user_id, [agent_id], mode).values_list("pk", flat=True))
+    entry_ids += Entry.objects.filter(thread__in=_threads(user_id, [agent_id])).values_list("pk", flat=True)
+    return access_log_forget_person(agent_id=agent_id, user_id=user_id, item_ids=item_ids, entry_ids=entry_ids)
 
 
 # --- threads --------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from memoryapp.forgetting.person import person_erase
 from memoryapp.models import AccessLog, Entry, MemoryItem
 from memoryapp.search.access_log import access_log_forget_person, access_log_prune, access_log_record
 from tests.kit.admin import staff_client
@@ -183,3 +184,28 @@ def test_a_raw_delete_of_a_thread_takes_its_access_rows_and_runs_in_the_database
     with db.cursor() as cursor:
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # what the commit would check
     assert not AccessLog.objects.exists() and not ThreadRun.objects.exists()
+
+
+def test_the_erasure_of_a_person_takes_their_access_rows_and_their_ids_out_of_others(alice: Caller) -> None:
+    ana = ThreadFactory(agent=alice.agent, turns=TURNS)
+    ana_item = MemoryItemFactory(agent=alice.agent, attribute="city", value="lives in Porto")
+    ben = ThreadFactory(agent=alice.agent, external_id="t-ben", user_id="u-ben", turns=TURNS)
+    ben_item = MemoryItemFactory(agent=alice.agent, attribute="city", value="lives in Lyon", user_id="u-ben")
+    ana_entries = list(Entry.objects.filter(thread=ana).values_list("id", flat=True))
+    ben_entries = list(Entry.objects.filter(thread=ben).values_list("id", flat=True))
+    access_log_record(
+        agent_id=alice.agent.pk, thread=ana, source="context", item_ids=[ana_item.id], entry_ids=ana_entries
+    )
+    access_log_record(
+        agent_id=alice.agent.pk,
+        thread=None,
+        source="search",
+        item_ids=[ana_item.id, ben_item.id],
+        entry_ids=[ana_entries[0], ben_entries[0]],
+    )
+
+    counts = person_erase(user_id=ana.user_id, agent_ids=[alice.agent.pk])
+
+    assert (counts["access_rows_deleted"], counts["access_rows_stripped"]) == (1, 1)
+    rows = list(AccessLog.objects.values_list("user_id", "item_ids", "entry_ids"))
+    assert rows == [("", [ben_item.id], [ben_entries[0]])]
