@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 from django.db.models.signals import post_migrate
 
 
@@ -10,6 +11,7 @@ class GovernanceConfig(AppConfig):
     def ready(self) -> None:
         # Imported once the app registry is ready (jobs and roles import models).
         from governance import admin_exports  # noqa: F401  (registers the export requests' admin)
+        from governance.crypto.checks import encryption_keys_check
         from governance.jobs import schedules_sync
         from governance.roles import roles_sync
 
@@ -17,3 +19,5 @@ class GovernanceConfig(AppConfig):
         post_migrate.connect(roles_sync, sender=self, dispatch_uid="governance.roles_sync")
         # Beat schedules are declared in governance.jobs.SCHEDULES and kept in the database.
         post_migrate.connect(schedules_sync, sender=self, dispatch_uid="governance.schedules_sync")
+        # A database written with keys refuses a process started without them (or with wrong ones).
+        checks.register(encryption_keys_check, checks.Tags.database)

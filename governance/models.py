@@ -195,3 +195,38 @@ class ExportRequest(models.Model):
 
     def __str__(self) -> str:
         return f"export #{self.pk} ({self.status})"
+
+
+class DataKey(models.Model):
+    """A data key of envelope encryption (governance.crypto.envelope): one live key per (agent,
+    person); `agent_id` null for rows of no agent, `user_id` "" for the agent's rows about no one.
+    Stored only wrapped by the master key `master_key_id`. Destroyed (crypto-shredding): `wrapped`
+    emptied and `destroyed_at` set; the row stays so sealed values still name what became of it."""
+
+    id = models.CharField(max_length=40, primary_key=True)
+    agent_id = models.BigIntegerField(null=True, blank=True)
+    user_id = models.CharField(max_length=128, blank=True, default="")
+    master_key_id = models.CharField(max_length=32)
+    wrapped = models.BinaryField()
+    created_at = models.DateTimeField()
+    destroyed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # data_key_for: the one live key of an owner (a null agent is one owner too).
+            models.UniqueConstraint(
+                fields=["agent_id", "user_id"],
+                name="datakey_owner_live_uniq",
+                condition=models.Q(destroyed_at__isnull=True),
+                nulls_distinct=False,
+            ),
+        ]
+        indexes = [
+            # data_keys_rewrap, the startup check: live keys by master key.
+            models.Index(
+                fields=["master_key_id"], name="datakey_master_idx", condition=models.Q(destroyed_at__isnull=True)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id

@@ -11,6 +11,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, JsonResponse
 
 from governance.audit import audit_verification_latest
+from governance.crypto.startup import encryption_refusal
 from memoryapp.search.space import vector_space_status
 
 
@@ -58,6 +59,11 @@ def _embeddings() -> tuple[bool, str]:
     return status.ok, status.message
 
 
+def _encryption() -> tuple[bool, str]:
+    reason = encryption_refusal()
+    return (not reason), reason
+
+
 def _jobs_waiting() -> list[dict[str, Any]]:
     from governance.jobs import jobs_waiting
 
@@ -75,7 +81,12 @@ def readyz(request: HttpRequest) -> JsonResponse:
     ok, detail = database_probe()
     checks["database"] = ok
     if ok:
-        for name, probe in (("migrations", _migrations), ("vector", _vector), ("embeddings", _embeddings)):
+        for name, probe in (
+            ("migrations", _migrations),
+            ("vector", _vector),
+            ("embeddings", _embeddings),
+            ("encryption", _encryption),
+        ):
             try:
                 passed, detail = probe()
             except Exception as exc:
@@ -96,7 +107,7 @@ def readyz(request: HttpRequest) -> JsonResponse:
                 details["audit_chain"] = f"{type(exc).__name__}: {exc}"
     else:
         details["database"] = detail
-        checks.update(migrations=False, vector=False, embeddings=False)
+        checks.update(migrations=False, vector=False, embeddings=False, encryption=False)
     passed, detail = broker_probe()
     checks["broker"] = passed
     if detail:

@@ -28,6 +28,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connection, connections
 
+from governance.crypto.startup import encryption_refusal
 from memory_project import embedded
 from memory_project.env import env_int
 
@@ -170,6 +171,8 @@ def main() -> int:
 
     _check_vector_available()
     call_command("migrate", interactive=False, verbosity=0)
+    if reason := encryption_refusal():
+        sys.exit(reason)
     _ensure_admin()
 
     port = os.environ.get("PORT", "8000")

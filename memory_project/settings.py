@@ -250,6 +250,20 @@ RECEIPT_SIGNING_KEY_FILE = env_str("RECEIPT_SIGNING_KEY_FILE", "")
 # them from here, so in a deployment of several hosts it is storage every worker and web process
 # shares. The archives hold personal data: keep the directory private.
 EXPORT_DIR = Path(env_str("EXPORT_DIR", str(VAR_DIR / "exports")))
+# --- Encryption at rest ------------------------------------------------------------------------
+
+# "k2:<64 hex>,k1:<64 hex>": master keys, the first wraps new data keys, the others only unwrap
+# older ones until `manage.py encryption_rotate` has rewrapped them (governance.crypto). Empty:
+# encryption is off. From a file (a mounted secret) with MEMORY_ENCRYPTION_KEYS_FILE.
+MEMORY_ENCRYPTION_KEYS_FILE = env_str("MEMORY_ENCRYPTION_KEYS_FILE", "")
+MEMORY_ENCRYPTION_KEYS = env_str("MEMORY_ENCRYPTION_KEYS", "")
+if MEMORY_ENCRYPTION_KEYS_FILE and not MEMORY_ENCRYPTION_KEYS:
+    try:
+        MEMORY_ENCRYPTION_KEYS = Path(MEMORY_ENCRYPTION_KEYS_FILE).read_text().strip()
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"MEMORY_ENCRYPTION_KEYS_FILE: cannot read {MEMORY_ENCRYPTION_KEYS_FILE}: {exc}"
+        ) from exc
 
 # --- Admin account created on first start -------------------------------------------------
 

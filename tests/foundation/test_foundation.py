@@ -139,7 +139,14 @@ def test_readyz_reports_every_check_true(anonymous: APIClient) -> None:
     response = anonymous.get("/readyz")
     body = response.json()
     assert response.status_code == 200, body
-    assert body["checks"] == {"database": True, "migrations": True, "vector": True, "embeddings": True, "broker": True}
+    assert body["checks"] == {
+        "database": True,
+        "migrations": True,
+        "vector": True,
+        "embeddings": True,
+        "encryption": True,
+        "broker": True,
+    }
 
 
 def test_readyz_shows_job_runs_no_worker_took_without_turning_unready(anonymous: APIClient) -> None:

@@ -1,0 +1,125 @@
+"""Model fields sealed at rest: the boundary where rows are encrypted on save and opened on load.
+
+A model with sealed fields says whose data a row is with `encryption_owner() -> (agent_id, user_id)`
+(user_id "" for rows about no one); the row is sealed under that owner's data key. Reads through
+the ORM (querysets, values(), raw()) open values in `from_db_value`; a raw cursor opens them with
+`value_open`. With encryption off nothing is sealed, and a sealed value read still opens (with the
+keys) or fails loudly (without).
+
+A write that bypasses `pre_save` (QuerySet.update, bulk_update) is sealed under the key of no
+agent: still encrypted, but not shredded with a person. The services write sealed fields through
+save() or bulk_create(), which call pre_save.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.db import models
+from django.db.models.expressions import Expression
+
+from governance.crypto.envelope import Owner, data_key_for, data_key_open
+from governance.crypto.keyring import encryption_enabled
+from governance.crypto.sealing import PREFIX, is_sealed, seal, sealed_key_id, unseal
+
+
+def value_aad(table: str, column: str) -> bytes:
+    return f"{table}.{column}".encode()
+
+
+def text_seal(text: str, *, owner: Owner, aad: bytes) -> str:
+    key = data_key_for(agent_id=owner[0], user_id=owner[1])
+    return seal(text.encode("utf-8"), key_id=key.id, key=key.key, aad=aad)
+
+
+def text_open(value: str, *, aad: bytes) -> str:
+    key = data_key_open(sealed_key_id(value))
+    return unseal(value, key=key, aad=aad).decode("utf-8")
+
+
+def json_seal(value: Any, *, owner: Owner, aad: bytes) -> str:
+    return text_seal(json.dumps(value, ensure_ascii=False, separators=(",", ":")), owner=owner, aad=aad)
+
+
+def _owner(instance: models.Model) -> Owner:
+    owner = getattr(instance, "encryption_owner", None)
+    if owner is None:
+        return (None, "")
+    found: Owner = owner()
+    return found
+
+
+class _Sealed:
+    """What the two sealed fields share; `_plain` says whether a value needs sealing."""
+
+    model: type[models.Model]
+    column: str
+
+    @property
+    def aad(self) -> bytes:
+        return value_aad(self.model._meta.db_table, self.column)
+
+    def _plain(self, value: Any) -> bool:
+        return value is not None and value != "" and not is_sealed(value) and not isinstance(value, Expression)
+
+    def seal_value(self, value: Any, owner: Owner) -> Any:
+        raise NotImplementedError
+
+    def seal_for(self, instance: models.Model, value: Any) -> Any:
+        """The value as stored for this row: sealed under its owner's key when encryption is on."""
+        if encryption_enabled() and self._plain(value):
+            return self.seal_value(value, _owner(instance))
+        return value
+
+
+class SealedTextField(_Sealed, models.TextField):  # type: ignore[misc]
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        return self.seal_for(model_instance, super().pre_save(model_instance, add))
+
+    def seal_value(self, value: Any, owner: Owner) -> Any:
+        return text_seal(str(value), owner=owner, aad=self.aad)
+
+    def get_db_prep_save(self, value: Any, connection: Any) -> Any:
+        if encryption_enabled() and self._plain(value):
+            value = self.seal_value(value, (None, ""))
+        return super().get_db_prep_save(value, connection)
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        if isinstance(value, str) and value.startswith(PREFIX):
+            return text_open(value, aad=self.aad)
+        return value
+
+
+class SealedJSONField(_Sealed, models.JSONField):  # type: ignore[misc]
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        return self.seal_for(model_instance, super().pre_save(model_instance, add))
+
+    def seal_value(self, value: Any, owner: Owner) -> Any:
+        return json_seal(value, owner=owner, aad=self.aad)
+
+    def get_db_prep_save(self, value: Any, connection: Any) -> Any:
+        if encryption_enabled() and self._plain(value):
+            value = self.seal_value(value, (None, ""))
+        return super().get_db_prep_save(value, connection)
+
+    def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
+        value = super().from_db_value(value, expression, connection)
+        if isinstance(value, str) and value.startswith(PREFIX):
+            return json.loads(text_open(value, aad=self.aad))
+        return value
+
+
+def value_open(value: Any, *, table: str, column: str, json_value: bool = False) -> Any:
+    """Open a value a raw cursor read (the ORM's reads open it themselves)."""
+    if isinstance(value, str) and value.startswith(PREFIX):
+        text = text_open(value, aad=value_aad(table, column))
+        return json.loads(text) if json_value else text
+    return value
+
+
+def json_text_open(value: Any, *, table: str, column: str) -> Any:
+    """A jsonb value a raw cursor read as text: the JSON text of its plain value."""
+    if isinstance(value, str) and value.startswith('"' + PREFIX):
+        return text_open(json.loads(value), aad=value_aad(table, column))
+    return value

@@ -1,0 +1,3 @@
+from tests.kit.crypto import encrypted
+
+__all__ = ["encrypted"]
