@@ -198,17 +198,20 @@ class ExportRequest(models.Model):
 
 
 class DataKey(models.Model):
-    """A data key of envelope encryption (governance.crypto.envelope): one live key per (agent,
-    person); `agent_id` null for rows of no agent, `user_id` "" for the agent's rows about no one.
-    Stored only wrapped by the master key `master_key_id`. Destroyed (crypto-shredding): `wrapped`
-    emptied and `destroyed_at` set; the row stays so sealed values still name what became of it."""
+    """The register of a data key of envelope encryption (governance.crypto.envelope): one live key
+    per (agent, person); `agent_id` null for rows of no agent, `user_id` "" for the agent's rows
+    about no one. The key itself is in the key store (MEMORY_KEYSTORE_DIR), outside the database,
+    wrapped by the master key `master_key_id`. Destroyed (crypto-shredding): its file removed and
+    `destroyed_at` set; the row stays so sealed values still name what became of them."""
 
     id = models.CharField(max_length=40, primary_key=True)
     agent_id = models.BigIntegerField(null=True, blank=True)
     user_id = models.CharField(max_length=128, blank=True, default="")
     master_key_id = models.CharField(max_length=32)
-    wrapped = models.BinaryField()
     created_at = models.DateTimeField()
+    # Set by a rotation with new data keys (`encryption_rotate --rekey`): it still opens the rows
+    # sealed under it, new rows take the owner's next key; destroyed once every row moved.
+    retired_at = models.DateTimeField(null=True, blank=True)
     destroyed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
@@ -217,7 +220,7 @@ class DataKey(models.Model):
             models.UniqueConstraint(
                 fields=["agent_id", "user_id"],
                 name="datakey_owner_live_uniq",
-                condition=models.Q(destroyed_at__isnull=True),
+                condition=models.Q(destroyed_at__isnull=True, retired_at__isnull=True),
                 nulls_distinct=False,
             ),
         ]

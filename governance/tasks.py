@@ -7,6 +7,8 @@ from typing import Any
 
 from governance import jobs, retention
 from governance.audit import AUDIT_VERIFY_KIND, audit_verify
+from governance.crypto.envelope import OWNER_CACHE_SECONDS
+from governance.crypto.rotation import encryption_rotate
 from governance.erasure import erasure_run
 from governance.export import export_run
 from governance.jobs import job, job_enqueue, tick
@@ -62,3 +64,15 @@ def retention_prune_job(run: JobRun) -> dict[str, Any]:
 def retention_prune_tick() -> None:
     """Beat, daily by default (editable in the admin): one prune of every agent."""
     retention.retention_prune_request(actor="schedule")
+
+
+@job(name="governance.tasks.encryption_rotate_job", queue="governance", time_limit=24 * 3600)
+def encryption_rotate_job(run: JobRun) -> dict[str, Any]:
+    """Rotate to the first master key and seal every row under its owner's key
+    (governance.crypto.rotation); progress counts the rows checked."""
+    return encryption_rotate(
+        batch=int(run.arguments.get("batch") or 500),
+        rekey=bool(run.arguments.get("rekey")),
+        settle=float(run.arguments.get("settle", OWNER_CACHE_SECONDS + 1)),
+        progress=lambda done, total: jobs.job_progress(run, done=done, total=total),
+    )

@@ -264,6 +264,10 @@ if MEMORY_ENCRYPTION_KEYS_FILE and not MEMORY_ENCRYPTION_KEYS:
         raise ImproperlyConfigured(
             f"MEMORY_ENCRYPTION_KEYS_FILE: cannot read {MEMORY_ENCRYPTION_KEYS_FILE}: {exc}"
         ) from exc
+# The wrapped data keys (one small file each), kept out of the database so its dumps and backups
+# hold no key material: crypto-shredding a person removes their file. Shared by every process of
+# a deployment (a volume); back it up apart from the database, and keep those backups short-lived.
+MEMORY_KEYSTORE_DIR = Path(env_str("MEMORY_KEYSTORE_DIR", str(VAR_DIR / "keystore")))
 
 # --- Admin account created on first start -------------------------------------------------
 

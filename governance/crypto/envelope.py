@@ -1,12 +1,13 @@
 """Data keys (envelope encryption): one per (agent, person), the agent's own for rows about no one,
-and one for rows of no agent (job results of system jobs). Each is 32 random bytes stored only
-wrapped by a master key (AES-256-GCM, associated data binding its id and owner).
+and one for rows of no agent. Each is 32 random bytes, stored only wrapped by a master key
+(AES-256-GCM, associated data binding its id and owner) in the key store (governance.crypto.keystore),
+outside the database. The database keeps their register (`DataKey`: id, owner, master key id,
+created, destroyed), which is also the marker that it holds sealed rows.
 
 Destroying a person's data key (`data_key_destroy`) shreds every copy of their sealed rows: a
-backup or a dump keeps the ciphertext, but no key opens it any more.
+backup or a dump keeps the ciphertext and the register row, but the key file is gone.
 
-The table is the `DataKey` model's (governance.models); this module reads and writes it with SQL
-of its own because the models' fields import this package.
+The register is read and written with SQL of its own: the models' fields import this package.
 """
 
 from __future__ import annotations
@@ -20,16 +21,21 @@ import time
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidTag
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
+from psycopg import OperationalError
 
 from governance.crypto.keyring import keyring
+from governance.crypto.keystore import keystore_dir, keystore_read, keystore_remove, keystore_write
 from governance.crypto.sealing import SealError, unwrap, wrap
 
 TABLE = "governance_datakey"
 # A data key read by id is kept this long in a process (reads of many rows open with one lookup);
 # a key destroyed in another process stops opening rows here after at most this long.
 _CACHE_SECONDS = 60.0
+# An owner's key is looked up again after this long: a key another process destroyed meanwhile is
+# used for writes here for at most this long (rows sealed under it are shredded with it).
+OWNER_CACHE_SECONDS = 5.0
 
 Owner = tuple[int | None, str]
 
@@ -41,14 +47,16 @@ class DataKey:
 
 
 _by_id: dict[str, tuple[float, bytes]] = {}
+_by_owner: dict[Owner, tuple[float, DataKey]] = {}
 _blind: dict[int | None, bytes] = {}
 _lock = threading.Lock()
 
 
 def data_keys_forget() -> None:
-    """Drop the process's cache (after a rotation, a destruction, or a test that changed keys)."""
+    """Drop the process's caches (after a rotation, or in a test that changed keys)."""
     with _lock:
         _by_id.clear()
+        _by_owner.clear()
         _blind.clear()
 
 
@@ -56,7 +64,7 @@ def _aad(key_id: str, agent_id: int | None, user_id: str) -> bytes:
     return f"datakey:{key_id}:{'' if agent_id is None else agent_id}:{user_id}".encode()
 
 
-def _unwrap(key_id: str, agent_id: int | None, user_id: str, master_id: str, wrapped: bytes) -> bytes:
+def _unwrap(key_id: str, agent_id: int | None, user_id: str, master_id: str) -> bytes:
     master = keyring().get(master_id)
     if master is None:
         if not keyring().enabled:
@@ -67,8 +75,13 @@ def _unwrap(key_id: str, agent_id: int | None, user_id: str, master_id: str, wra
             f"data key {key_id} is wrapped by master key {master_id!r}, which is not in MEMORY_ENCRYPTION_KEYS"
             f" (it holds {', '.join(keyring().ids)})"
         )
+    wrapped = keystore_read(key_id)
+    if wrapped is None:
+        raise SealError(
+            f"data key {key_id} is not in the key store {keystore_dir()} (destroyed, or not this database's key store)"
+        )
     try:
-        return unwrap(bytes(wrapped), master=master, aad=_aad(key_id, agent_id, user_id))
+        return unwrap(wrapped, master=master, aad=_aad(key_id, agent_id, user_id))
     except InvalidTag as exc:
         raise SealError(f"master key {master_id!r} is wrong: data key {key_id} does not unwrap with it") from exc
 
@@ -81,16 +94,14 @@ def data_key_open(key_id: str) -> bytes:
     if cached is not None and now - cached[0] < _CACHE_SECONDS:
         return cached[1]
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT agent_id, user_id, master_key_id, wrapped, destroyed_at FROM {TABLE} WHERE id = %s", [key_id]
-        )
+        cursor.execute(f"SELECT agent_id, user_id, master_key_id, destroyed_at FROM {TABLE} WHERE id = %s", [key_id])
         row = cursor.fetchone()
     if row is None:
         raise SealError(f"data key {key_id} is not in this database")
-    agent_id, user_id, master_id, wrapped, destroyed_at = row
+    agent_id, user_id, master_id, destroyed_at = row
     if destroyed_at is not None:
         raise SealError(f"data key {key_id} was destroyed (crypto-shredded) at {destroyed_at.isoformat()}")
-    key = _unwrap(key_id, agent_id, user_id, master_id, wrapped)
+    key = _unwrap(key_id, agent_id, user_id, master_id)
     with _lock:
         if len(_by_id) > 10_000:
             _by_id.clear()
@@ -98,75 +109,102 @@ def data_key_open(key_id: str) -> bytes:
     return key
 
 
+_REGISTER = (
+    f"INSERT INTO {TABLE} (id, agent_id, user_id, master_key_id, created_at)"
+    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+)
+
+
+def _register_committed(row: list[object]) -> bool:
+    """Register a data key on a connection of its own, committed at once: a key is never lost with
+    the caller's transaction (a rolled-back write), so a process may cache it by owner. A key no
+    row ends up using is harmless. ON CONFLICT: two writers made the same owner's key at once; the
+    unique index keeps one, and the loser reads it.
+
+    False when that would wait on the caller's own transaction (it retired or destroyed the owner's
+    key and has not committed): then the key is registered in the caller's transaction instead.
+    """
+    own = connection.get_new_connection(connection.get_connection_params())
+    try:
+        own.autocommit = True
+        with own.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '2s'")
+            try:
+                cursor.execute(_REGISTER, row)
+            except OperationalError:
+                return False
+    finally:
+        own.close()
+    return True
+
+
 def data_key_for(*, agent_id: int | None, user_id: str = "") -> DataKey:
     """The live data key of an owner, made (wrapped by the first master key) on its first use."""
+    owner = (agent_id, user_id)
+    now = time.monotonic()
+    with _lock:
+        cached = _by_owner.get(owner)
+    if cached is not None and now - cached[0] < OWNER_CACHE_SECONDS:
+        return cached[1]
     for _ in range(2):
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT id, master_key_id, wrapped FROM {TABLE}"
-                " WHERE agent_id IS NOT DISTINCT FROM %s AND user_id = %s AND destroyed_at IS NULL",
+                f"SELECT id, master_key_id FROM {TABLE} WHERE agent_id IS NOT DISTINCT FROM %s AND user_id = %s"
+                " AND destroyed_at IS NULL AND retired_at IS NULL",
                 [agent_id, user_id],
             )
             row = cursor.fetchone()
         if row is not None:
-            key_id, master_id, wrapped = row
+            found = DataKey(id=row[0], key=_unwrap(row[0], agent_id, user_id, row[1]))
             with _lock:
-                cached = _by_id.get(key_id)
-            if cached is not None:
-                return DataKey(id=key_id, key=cached[1])
-            key = _unwrap(key_id, agent_id, user_id, master_id, wrapped)
-            with _lock:
-                _by_id[key_id] = (time.monotonic(), key)
-            return DataKey(id=key_id, key=key)
+                _by_id[found.id] = (now, found.key)
+                _by_owner[owner] = (now, found)
+            return found
         master_id, master = keyring().primary
-        key_id = "dk" + secrets.token_hex(6)
-        key = os.urandom(32)
-        with connection.cursor() as cursor:
-            # Two writers making the same owner's key at once: the unique index keeps one, and the
-            # loser reads it on its second turn.
-            cursor.execute(
-                f"INSERT INTO {TABLE} (id, agent_id, user_id, master_key_id, wrapped, created_at)"
-                " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                [
-                    key_id,
-                    agent_id,
-                    user_id,
-                    master_id,
-                    wrap(key, master=master, aad=_aad(key_id, agent_id, user_id)),
-                    timezone.now(),
-                ],
-            )
-            if cursor.rowcount == 1:
-                return DataKey(id=key_id, key=key)
+        key_id = "dk" + secrets.token_hex(8)
+        # The file first: a registered key always has its file (until it is destroyed).
+        keystore_write(key_id, wrap(os.urandom(32), master=master, aad=_aad(key_id, agent_id, user_id)))
+        row = [key_id, agent_id, user_id, master_id, timezone.now()]
+        if not _register_committed(row):
+            with connection.cursor() as cursor:
+                cursor.execute(_REGISTER, row)
+            # Not cached by owner: it goes if this transaction rolls back.
+            return DataKey(id=key_id, key=_unwrap(key_id, agent_id, user_id, master_id))
     raise SealError(f"no data key could be made for agent {agent_id}")
 
 
 def data_key_destroy(*, agent_id: int, user_id: str) -> str | None:
-    """Crypto-shred a person: destroy their live data key under this agent, in the caller's transaction.
+    """Crypto-shred a person: destroy their live data key under this agent.
 
     Returns the id of the key destroyed (for the erasure report), None when the person had none.
-    Rows sealed under it (here, in a backup, a dump, a replica) no longer open anywhere. The wrapped
-    key itself is overwritten; the row stays, so the id in old rows still says what happened.
+    The register row is marked destroyed in the caller's transaction; the key's file is overwritten
+    and removed when it commits. From then on, rows sealed under it (here, in a backup, a dump, a
+    replica) no longer open anywhere. The row stays, so old values still say what became of them.
     """
     if not user_id:
         raise ValueError("data_key_destroy shreds a person: user_id must be given (the agent's own key stays)")
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {TABLE} SET wrapped = '\\x'::bytea, destroyed_at = %s"
-            " WHERE agent_id = %s AND user_id = %s AND destroyed_at IS NULL RETURNING id",
+            f"UPDATE {TABLE} SET destroyed_at = %s"
+            " WHERE agent_id = %s AND user_id = %s AND destroyed_at IS NULL RETURNING id, retired_at IS NULL",
             [timezone.now(), agent_id, user_id],
         )
-        row = cursor.fetchone()
-    if row is None:
+        rows = cursor.fetchall()
+    if not rows:
         return None
+    ids = [str(r[0]) for r in rows]
     with _lock:
-        _by_id.pop(row[0], None)
-    return str(row[0])
+        for key_id in ids:
+            _by_id.pop(key_id, None)
+        _by_owner.pop((agent_id, user_id), None)
+    transaction.on_commit(lambda: [keystore_remove(key_id) for key_id in ids])
+    # The live key (a key retired by a rotation still running is destroyed with it).
+    return next((str(r[0]) for r in rows if r[1]), ids[0])
 
 
 def blind_key(*, agent_id: int | None) -> bytes:
-    """The agent's blind-index key: derived from its own data key (HKDF-like, one HMAC step), so it
-    is as safe as that key and rotates with it (rewrapping the data key leaves it the same)."""
+    """The agent's blind-index key: derived from its own data key (one HMAC step), so it is as safe
+    as that key and a rewrap leaves it the same (no row's index needs computing again)."""
     with _lock:
         cached = _blind.get(agent_id)
     if cached is not None:
@@ -179,52 +217,83 @@ def blind_key(*, agent_id: int | None) -> bytes:
 
 
 def data_keys_rewrap(*, batch: int = 500) -> tuple[int, int]:
-    """Rewrap every live data key not wrapped by the first master key under it: (rewrapped, total).
+    """Rewrap every live data key not wrapped by the first master key under it: (rewrapped, live).
 
-    Each batch commits on its own (autocommit outside a transaction), so a run stopped part way
-    keeps what it did and the next run goes on from there.
+    Each key is rewrapped on its own (file replaced whole, then the register row), so a run stopped
+    part way keeps what it did and the next run goes on from there. Files of destroyed keys that a
+    crash left behind are removed on the way.
     """
     master_id, master = keyring().primary
     done = 0
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {TABLE} WHERE destroyed_at IS NULL")
-        total = int(cursor.fetchone()[0])
+        live = int(cursor.fetchone()[0])
+        cursor.execute(f"SELECT id FROM {TABLE} WHERE destroyed_at IS NOT NULL")
+        for (destroyed,) in cursor.fetchall():
+            keystore_remove(str(destroyed))
     while True:
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT id, agent_id, user_id, master_key_id, wrapped FROM {TABLE}"
+                f"SELECT id, agent_id, user_id, master_key_id FROM {TABLE}"
                 " WHERE destroyed_at IS NULL AND master_key_id <> %s ORDER BY id LIMIT %s",
                 [master_id, batch],
             )
             rows = cursor.fetchall()
         if not rows:
-            return done, total
-        for key_id, agent_id, user_id, old_master, wrapped in rows:
-            key = _unwrap(key_id, agent_id, user_id, old_master, wrapped)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"UPDATE {TABLE} SET master_key_id = %s, wrapped = %s WHERE id = %s AND master_key_id = %s",
-                    [master_id, wrap(key, master=master, aad=_aad(key_id, agent_id, user_id)), key_id, old_master],
-                )
+            return done, live
+        for key_id, agent_id, user_id, old_master in rows:
+            key = _unwrap(key_id, agent_id, user_id, old_master)
+            keystore_write(key_id, wrap(key, master=master, aad=_aad(key_id, agent_id, user_id)), replace=True)
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(f"UPDATE {TABLE} SET master_key_id = %s WHERE id = %s", [master_id, key_id])
             done += 1
 
 
-def master_keys_in_use() -> dict[str, tuple[int, str]]:
-    """Master key id -> (live data keys it wraps, one of them); {} before the table exists."""
+def data_keys_retire() -> int:
+    """Retire every live data key (a rotation with new keys): each owner's next write makes a new one."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {TABLE} SET retired_at = %s WHERE destroyed_at IS NULL AND retired_at IS NULL", [timezone.now()]
+        )
+        count = cursor.rowcount
+    data_keys_forget()
+    return int(count)
+
+
+def data_keys_retired_destroy() -> list[str]:
+    """Destroy the retired keys (no row is sealed under them any more): their files removed."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {TABLE} SET destroyed_at = %s WHERE destroyed_at IS NULL AND retired_at IS NOT NULL RETURNING id",
+            [timezone.now()],
+        )
+        ids = [str(r[0]) for r in cursor.fetchall()]
+    for key_id in ids:
+        keystore_remove(key_id)
+    data_keys_forget()
+    return ids
+
+
+def master_keys_in_use() -> dict[str, list[str]]:
+    """Master key id -> some of the live data keys it wraps; {} before the register exists."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT to_regclass(%s)", [TABLE])
         if cursor.fetchone()[0] is None:
             return {}
         cursor.execute(
-            f"SELECT master_key_id, count(*), min(id) FROM {TABLE} WHERE destroyed_at IS NULL GROUP BY master_key_id"
+            f"SELECT master_key_id, (array_agg(id ORDER BY created_at DESC))[1:20] FROM {TABLE}"
+            " WHERE destroyed_at IS NULL GROUP BY master_key_id"
         )
-        return {str(m): (int(n), str(first)) for m, n, first in cursor.fetchall()}
+        return {str(m): [str(i) for i in ids] for m, ids in cursor.fetchall()}
 
 
-def data_key_check(key_id: str) -> None:
-    """Unwrap one data key without the cache: SealError when its master key is missing or wrong."""
+def data_key_check(key_id: str) -> bool:
+    """Unwrap one data key without the cache: False when its file is not in the key store; SealError
+    when its master key is missing or wrong."""
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT agent_id, user_id, master_key_id, wrapped FROM {TABLE} WHERE id = %s", [key_id])
+        cursor.execute(f"SELECT agent_id, user_id, master_key_id FROM {TABLE} WHERE id = %s", [key_id])
         row = cursor.fetchone()
-    if row is not None:
-        _unwrap(key_id, row[0], row[1], row[2], row[3])
+    if row is None or keystore_read(key_id) is None:
+        return False
+    _unwrap(key_id, row[0], row[1], row[2])
+    return True

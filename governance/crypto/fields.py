@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.expressions import Expression
 
-from governance.crypto.envelope import Owner, data_key_for, data_key_open
+from governance.crypto.blind import text_hashes
+from governance.crypto.envelope import Owner, blind_key, data_key_for, data_key_open
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.sealing import PREFIX, is_sealed, seal, sealed_key_id, unseal
 
@@ -123,3 +125,32 @@ def json_text_open(value: Any, *, table: str, column: str) -> Any:
     if isinstance(value, str) and value.startswith('"' + PREFIX):
         return text_open(json.loads(value), aad=value_aad(table, column))
     return value
+
+
+class BlindIndexField(ArrayField):  # type: ignore[type-arg]
+    """The keyed hashes of the words of the field `source` (governance.crypto.blind), computed on
+    save when encryption is on (null when it is off: the plaintext full-text index serves then)."""
+
+    def __init__(self, *args: Any, source: str = "", **kwargs: Any) -> None:
+        self.source = source
+        kwargs.setdefault("base_field", models.BigIntegerField())
+        kwargs.setdefault("null", True)
+        kwargs.setdefault("blank", True)
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> Any:
+        name, path, args, kwargs = super().deconstruct()
+        kwargs["source"] = self.source
+        return name, path, args, kwargs
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        if not encryption_enabled():
+            return None
+        return text_hashes_for(model_instance, str(getattr(model_instance, self.source) or ""))
+
+
+def text_hashes_for(instance: models.Model, text: str) -> list[int] | None:
+    """The blind index of a row's text (its owner's agent's key); None for an empty text."""
+    if not text:
+        return None
+    return text_hashes(text, key=blind_key(agent_id=_owner(instance)[0]))

@@ -47,6 +47,7 @@ from zoneinfo import ZoneInfo
 from django.db import connection
 from django.utils import timezone
 
+from governance.crypto.fields import json_text_open, value_open
 from memoryapp.compaction.history import HISTORY_AND_COMPACTION, SUMMARY_HEADING, compacted_history
 from memoryapp.consolidation.brief import BriefCard, brief_block, memory_brief
 from memoryapp.consolidation.observations import Observation, observations_seen
@@ -75,6 +76,7 @@ from memoryapp.search.indexing import entry_embedding_text, speaker_of
 from memoryapp.search.retrieval import search, vector_space_ok
 from memoryapp.search.vector import vector_literal
 from memoryapp.threads.branch import branch_rows_sql
+from memoryapp.threads.columns import ENTRY_TABLE
 from memoryapp.threads.selectors import entry_on_branch, off_branch_ids, off_branch_now
 from memoryapp.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
 
@@ -374,9 +376,11 @@ class PathEntry:
     redacted_at: datetime | None
 
     def __post_init__(self) -> None:
-        # Django reads jsonb as text and decodes it itself; so does this reader.
-        self.content = _json(self.content)
-        self.tool_calls = _json(self.tool_calls)
+        # Django reads jsonb as text and decodes it itself; so does this reader (and opens sealed
+        # values, as the model's fields do).
+        self.content = _json(json_text_open(self.content, table=ENTRY_TABLE, column="content"))
+        self.text = value_open(self.text, table=ENTRY_TABLE, column="text")
+        self.tool_calls = _json(json_text_open(self.tool_calls, table=ENTRY_TABLE, column="tool_calls"))
         self.event = _json(self.event)
 
 

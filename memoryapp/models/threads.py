@@ -4,8 +4,11 @@ from django.conf import settings
 from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
+from django.db.models import Case, F, Value, When
 from pgvector.django import HnswIndex, VectorField
 
+from governance.crypto.fields import BlindIndexField, SealedJSONField, SealedTextField
+from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.choices import EntryType, OnBusy, Role
@@ -86,10 +89,11 @@ class Entry(models.Model):
     type = models.CharField(max_length=20, choices=EntryType.choices, default=EntryType.MESSAGE)
     role = models.CharField(max_length=20, choices=Role.choices, blank=True, default="")
     # Text, or a list of content blocks ({"type": "text", "text": ...}, {"type": "image", ...}).
-    content = models.JSONField(null=True, blank=True)
+    # Content, text and tool calls are sealed at rest when encryption is on (governance.crypto).
+    content = SealedJSONField(null=True, blank=True)
     # The plain text of the content (text blocks, tool results), for keyword search and quotes.
-    text = models.TextField(blank=True, default="")
-    tool_calls = models.JSONField(null=True, blank=True)
+    text = SealedTextField(blank=True, default="")
+    tool_calls = SealedJSONField(null=True, blank=True)
     tool_call_id = models.CharField(max_length=200, blank=True, default="")
     tool_name = models.CharField(max_length=200, blank=True, default="")
     sender_name = models.CharField(max_length=200, blank=True, default="")
@@ -100,11 +104,19 @@ class Entry(models.Model):
     # 000's hashNode: sha256 over parent, content and creation time, first 32 hex digits.
     content_hash = models.CharField(max_length=32)
     redacted_at = models.DateTimeField(null=True, blank=True)
+    # Empty for a sealed text: with encryption on, keyword search reads `keyword_hashes` instead.
     search_vector = models.GeneratedField(
-        expression=SearchVector("text", config="english"),
+        expression=SearchVector(
+            Case(
+                When(text__startswith=SEALED_PREFIX, then=Value("")), default=F("text"), output_field=models.TextField()
+            ),
+            config="english",
+        ),
         output_field=SearchVectorField(),
         db_persist=True,
     )
+    # The blind index of `text` (keyed hashes of its words) when encryption is on; null when off.
+    keyword_hashes = BlindIndexField(source="text")
     embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedded_at = models.DateTimeField(null=True, blank=True)
 
@@ -122,6 +134,13 @@ class Entry(models.Model):
             # A small pending list: every lookup reads the whole list of rows not merged into the
             # index yet, so the default 4 MB made keyword reads 10-25 ms after a burst of writes.
             GinIndex(fields=["search_vector"], name="entry_search_gin", gin_pending_list_limit=256),
+            # keyword search with encryption on: the blind index (memoryapp.search.keyword).
+            GinIndex(
+                fields=["keyword_hashes"],
+                name="entry_keyword_hashes_gin",
+                gin_pending_list_limit=256,
+                condition=models.Q(keyword_hashes__isnull=False),
+            ),
             # vector search: cosine distance over embedded entries.
             HnswIndex(
                 name="entry_embedding_hnsw",
@@ -149,3 +168,7 @@ class Entry(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        """Sealed under the data key of the thread's person (governance.crypto.envelope)."""
+        return (self.agent_id, self.thread.user_id)

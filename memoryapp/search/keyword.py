@@ -28,6 +28,9 @@ from django.db import connection
 from django.db.models import BooleanField, IntegerField, QuerySet
 from django.db.models.expressions import RawSQL
 
+from governance.crypto.blind import term_hash
+from governance.crypto.envelope import blind_key
+from governance.crypto.keyring import encryption_enabled
 from memoryapp.models import MemoryItem
 from memoryapp.search.query import QueryAnalysis, tsquery_terms
 from memoryapp.search.scope import EntryScope
@@ -119,6 +122,10 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
             return int(cursor.fetchone()[0])
 
     total = _scope_size(("entries", *scope.cache_key), count)
+    if encryption_enabled():
+        return _keyword_entries_blind(
+            scope=scope, terms=terms, names=[t for t in terms if t in analysis.names], total=total, limit=limit
+        )
     params = {**params, "q_or": " | ".join(terms), "cap": KEYWORD_CANDIDATES}
     flags = []
     names = [t for t in terms if t in analysis.names]
@@ -189,6 +196,48 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
     if len(rows) >= KEYWORD_CANDIDATES:
         total = max(total, len(rows) * 4)
     return _bm25(rows, terms=len(terms), total=max(total, len(rows)), limit=limit)
+
+
+def _keyword_entries_blind(
+    *, scope: EntryScope, terms: list[str], names: list[str], total: int, limit: int
+) -> list[ChannelHit]:
+    """keyword_entries with encryption on: the rows whose blind index holds any of the words' keyed
+    hashes (GIN over `keyword_hashes`), ranked as the plaintext channel ranks them (BM25 with binary
+    term frequency over the words held; the row's length is its number of distinct words). Postgres'
+    cover density cannot be had without positions: the candidates are the rows holding most words,
+    newest first."""
+    key = blind_key(agent_id=scope.agent_id)
+    hashes = [term_hash(t, key=key) for t in terms]
+    where, params = scope.where("e")
+    params = {**params, "any": [h for h in hashes if h is not None], "cap": KEYWORD_CANDIDATES}
+    flags = []
+    for i, (term, hashed) in enumerate(zip(terms, hashes, strict=True)):
+        params[f"h_{i}"] = [hashed if hashed is not None else 0]
+        flag = f"coalesce(e.keyword_hashes @> %(h_{i})s::bigint[], false)"
+        if term in names:
+            params[f"q_{i}"] = term
+            flag = f"({flag} OR lower(e.sender_name) = %(q_{i})s)"
+        flags.append(flag)
+    match = "e.keyword_hashes && %(any)s::bigint[]"
+    if names:
+        params["names"] = names
+        match = f"({match} OR lower(e.sender_name) = ANY(%(names)s))"
+    newness = "extract(epoch FROM e.created_at) + e.seq * 1e-6"
+    sql = f"""
+        SELECT e.id, {", ".join(flags)}, coalesce(cardinality(e.keyword_hashes), 0), {newness}
+          FROM memoryapp_entry e
+         WHERE {where} AND {match}
+         ORDER BY {" + ".join(f"({f})::int" for f in flags)} DESC, {newness} DESC
+         LIMIT %(cap)s
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        raw = cursor.fetchall()
+    n = len(terms)
+    rows = [(r[0], [bool(x) for x in r[1 : 1 + n]], int(r[1 + n] or 0), float(r[2 + n])) for r in raw]
+    if len(rows) >= KEYWORD_CANDIDATES:
+        total = max(total, len(rows) * 4)
+    return _bm25(rows, terms=n, total=max(total, len(rows)), limit=limit)
 
 
 def keyword_items(*, items: QuerySet[MemoryItem], analysis: QueryAnalysis, limit: int) -> list[ChannelHit]:

@@ -25,6 +25,7 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import QuerySet
 
+from governance.crypto.fields import value_open
 from memoryapp.items.selectors import holding_q, items_for_agent, items_for_recall
 from memoryapp.models import Agent, MemoryItem, Thread
 from memoryapp.search.embedders import EmbedderError, embed_query
@@ -172,7 +173,7 @@ def _load_entries(ids: list[str]) -> dict[str, Hit]:
         r[0]: Hit(
             kind="entry",
             id=r[0],
-            text=r[1],
+            text=value_open(r[1], table="memoryapp_entry", column="text"),
             score=0.0,
             channels=[],
             seq=r[2],

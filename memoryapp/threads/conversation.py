@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from django.db import connection
+from django.db.models import F
 from django.db.models.functions import Substr
 
+from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Evidence, Thread
 from memoryapp.threads.selectors import entry_on_branch, path_after, path_entries
@@ -184,7 +186,8 @@ def _side_branches(*, thread: Thread, page_ids: list[str], next_on_branch: str |
     children = list(
         Entry.objects.filter(thread=thread, parent_id__in=page_ids)
         .exclude(id__in=list(shown))
-        .annotate(preview=Substr("text", 1, SIDE_PREVIEW_CHARS))
+        # A sealed text is cut once opened: a cut of its ciphertext would not open.
+        .annotate(preview=F("text") if encryption_enabled() else Substr("text", 1, SIDE_PREVIEW_CHARS))
         .order_by("seq")
         .values_list("id", "parent_id", "seq", "role", "type", "preview")
     )
@@ -208,7 +211,7 @@ def _side_branches(*, thread: Thread, page_ids: list[str], next_on_branch: str |
     branches: dict[str, list[SideBranch]] = {}
     for entry_id, parent_id, seq, role, kind, preview in children:
         turns, newest = sizes.get(entry_id, (1, entry_id))
-        text = " ".join((preview or "").split())
+        text = " ".join((preview or "")[: SIDE_PREVIEW_CHARS * 4].split())[:SIDE_PREVIEW_CHARS]
         branches.setdefault(parent_id, []).append(
             SideBranch(
                 first_id=entry_id,

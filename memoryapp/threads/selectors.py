@@ -17,6 +17,8 @@ from django.db import connection
 from django.db.models import JSONField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
+from governance.crypto.fields import json_text_open
+from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
@@ -176,6 +178,8 @@ def tool_call_name_on_branch(*, thread: Thread, leaf_id: str | None, tool_call_i
     """
     if not leaf_id or not tool_call_id:
         return ""
+    if encryption_enabled():
+        return _tool_call_name_sealed(thread=thread, leaf_id=leaf_id, tool_call_id=tool_call_id)
     with connection.cursor() as cursor:
         cursor.execute(
             branch_sql(
@@ -190,6 +194,30 @@ def tool_call_name_on_branch(*, thread: Thread, leaf_id: str | None, tool_call_i
     for call in calls or []:
         if isinstance(call, dict) and call.get("id") == tool_call_id:
             return str(call.get("name") or "")
+    return ""
+
+
+# With encryption on, the tool calls of this many nearest entries that made some are opened.
+SEALED_TOOL_CALLS_LOOKBACK = 64
+
+
+def _tool_call_name_sealed(*, thread: Thread, leaf_id: str, tool_call_id: str) -> str:
+    """tool_call_name_on_branch over sealed tool calls: the database cannot look inside them, so
+    the nearest entries that made calls are read and opened here."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            branch_sql(
+                "SELECT tool_calls::text FROM branch WHERE tool_calls IS NOT NULL LIMIT %(lookback)s",
+                carry=("tool_calls",),
+            ),
+            {"start": leaf_id, "thread": thread.pk, "lookback": SEALED_TOOL_CALLS_LOOKBACK},
+        )
+        rows = cursor.fetchall()
+    for (raw,) in rows:
+        calls = json.loads(json_text_open(raw, table=ENTRY_TABLE, column="tool_calls"))
+        for call in calls if isinstance(calls, list) else []:
+            if isinstance(call, dict) and call.get("id") == tool_call_id:
+                return str(call.get("name") or "")
     return ""
 
 

@@ -17,12 +17,19 @@ from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from governance.audit import audit_append
+from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
 from memoryapp.ids import new_id
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
-from memoryapp.threads.columns import ENTRY_FORK_COPIED, ENTRY_INSERT_COLUMNS, ENTRY_JSON_COLUMNS, ENTRY_TABLE
+from memoryapp.threads.columns import (
+    ENTRY_FORK_COPIED,
+    ENTRY_INSERT_COLUMNS,
+    ENTRY_JSON_COLUMNS,
+    ENTRY_SEALED_FIELDS,
+    ENTRY_TABLE,
+)
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.threads.hooks import after_entries_added
 from memoryapp.threads.off_ranges import OFF_RANGES_KEY, off_ranges_of_copies
@@ -269,6 +276,10 @@ def _history_tokens_after(locked: Thread, entries: Sequence[Entry], *, branched:
 
 # The positions of the JSON values in an inserted row (they go through Jsonb).
 _INSERT_JSON_AT = tuple(i for i, column in enumerate(ENTRY_INSERT_COLUMNS) if column in ENTRY_JSON_COLUMNS)
+# The positions of the values sealed (or hashed) from the row when encryption is on.
+_INSERT_SEALED_AT = tuple(
+    (i, ENTRY_SEALED_FIELDS[column]) for i, column in enumerate(ENTRY_INSERT_COLUMNS) if column in ENTRY_SEALED_FIELDS
+)
 
 
 def _bulk_insert(entries: Sequence[Entry]) -> None:
@@ -276,10 +287,15 @@ def _bulk_insert(entries: Sequence[Entry]) -> None:
     client-side parsing of one multi-row INSERT (and a tenth of bulk_create's) at 100 rows. The
     generated search_vector and the indexes are filled by PostgreSQL as for an INSERT."""
     statement = f"COPY {ENTRY_TABLE} ({', '.join(ENTRY_INSERT_COLUMNS)}) FROM STDIN"
+    # Entry's columns are its attribute names (no db_column renames).
+    rows = [[getattr(e, column) for column in ENTRY_INSERT_COLUMNS] for e in entries]
+    if encryption_enabled():
+        # Sealed before the COPY starts: finding a data key queries this connection.
+        for e, row in zip(entries, rows, strict=True):
+            for at, field in _INSERT_SEALED_AT:
+                row[at] = field.pre_save(e, True)
     with connection.cursor() as cursor, cursor.copy(statement) as copy:
-        for e in entries:
-            # Entry's columns are its attribute names (no db_column renames).
-            row = [getattr(e, column) for column in ENTRY_INSERT_COLUMNS]
+        for row in rows:
             for at in _INSERT_JSON_AT:
                 if row[at] is not None:
                     row[at] = Jsonb(row[at])

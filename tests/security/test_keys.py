@@ -20,13 +20,15 @@ from tests.kit.servers import database_url
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_a_database_without_data_keys_starts_with_or_without_keys(db: None, settings: Any) -> None:
+def test_a_database_without_data_keys_starts_with_or_without_keys(encrypted: Any, db: None, settings: Any) -> None:
     assert encryption_refusal() == ""
     keys_set(settings, K1)
     assert encryption_refusal() == ""
 
 
-def test_a_database_with_data_keys_refuses_missing_unknown_and_wrong_keys(db: None, settings: Any) -> None:
+def test_a_database_with_data_keys_refuses_missing_unknown_and_wrong_keys(
+    encrypted: Any, db: None, settings: Any
+) -> None:
     keys_set(settings, K1)
     data_key_for(agent_id=None)
 
@@ -53,8 +55,13 @@ def test_malformed_keys_are_refused_naming_the_key_never_its_value() -> None:
         keyring_parse(f"{K1},{K1}")
 
 
-def _start(keys: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DATABASE_URL": database_url(), "MEMORY_ENCRYPTION_KEYS": keys}
+def _start(keys: str, keystore: Path) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "MEMORY_ENCRYPTION_KEYS": keys,
+        "MEMORY_KEYSTORE_DIR": str(keystore),
+    }
     return subprocess.run(
         [sys.executable, "-c", "import memory_project.wsgi"],
         cwd=ROOT,
@@ -66,17 +73,23 @@ def _start(keys: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_web_process_refuses_to_start_without_its_key_or_with_a_wrong_one(
-    transactional_db: None, settings: Any
+    encrypted: Any, transactional_db: None, settings: Any
 ) -> None:
     keys_set(settings, K1)
     data_key_for(agent_id=None)
 
-    missing = _start("")
+    keystore = settings.MEMORY_KEYSTORE_DIR
+    missing = _start("", keystore)
     assert missing.returncode != 0
     assert "MEMORY_ENCRYPTION_KEYS is not set" in missing.stderr
 
-    wrong = _start(K1_WRONG)
+    wrong = _start(K1_WRONG, keystore)
     assert wrong.returncode != 0
     assert "master key 'k1' is wrong" in wrong.stderr
 
-    assert _start(K1).returncode == 0
+    elsewhere = _start(K1, keystore.parent / "another-keystore")
+    assert elsewhere.returncode != 0
+    assert "holds none of this database's data keys" in elsewhere.stderr
+
+    started = _start(K1, keystore)
+    assert started.returncode == 0, started.stderr

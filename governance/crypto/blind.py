@@ -1,0 +1,63 @@
+"""The blind index: keyword search without plaintext in the database.
+
+Each row keeps the set of keyed hashes of its normalised words (HMAC-SHA256 under the agent's
+blind-index key, the first 8 bytes as a bigint); a query hashes its words the same way and asks
+for rows holding them (a GIN index over the bigint array). Someone holding only the database sees
+which rows share a word (within one agent), how many distinct words a row has, and never the
+words themselves.
+
+Normalisation, the same for rows and queries: Unicode NFKC, case folded, split into runs of
+letters and digits, a light English suffix stripping (plural s, -ies, -ing, -ed, 's) so "cats"
+finds "cat". Postgres' own stemmer is not used: it would need the plaintext in the database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import unicodedata
+
+_WORD = re.compile(r"[^\W_]+")
+# Hash at most this many distinct words of one row (a large tool result is indexed by its first ones).
+MAX_WORDS = 4000
+
+
+def word_stem(word: str) -> str:
+    """A light, deterministic suffix stripping; the same on both sides is all that matters."""
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 5 and word.endswith("ing"):
+        return word[:-3]
+    if len(word) > 4 and word.endswith("ed") and not word.endswith("eed"):
+        return word[:-2]
+    if len(word) > 3 and word.endswith("es") and word[-3] in "sxz":
+        return word[:-2]
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def text_words(text: str) -> list[str]:
+    """The normalised words of a text, each once, in order of first appearance."""
+    seen: dict[str, None] = {}
+    for match in _WORD.finditer(unicodedata.normalize("NFKC", text).casefold()):
+        seen.setdefault(word_stem(match.group()), None)
+        if len(seen) >= MAX_WORDS:
+            break
+    return list(seen)
+
+
+def word_hash(word: str, *, key: bytes) -> int:
+    digest = hmac.new(key, word.encode("utf-8"), hashlib.sha256).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def text_hashes(text: str, *, key: bytes) -> list[int]:
+    return [word_hash(w, key=key) for w in text_words(text)]
+
+
+def term_hash(term: str, *, key: bytes) -> int | None:
+    """The hash of a query term (already a lower-case word), None when it normalises to nothing."""
+    words = text_words(term)
+    return word_hash(words[0], key=key) if words else None

@@ -1,0 +1,176 @@
+"""Rotation: after it, every live data key is wrapped by the first master key (the others can be
+removed from MEMORY_ENCRYPTION_KEYS) and every sealed column of every model is sealed under its
+row's owner's live data key. The same pass encrypts a database written with encryption off
+(turning encryption on), and moves the rows of a thread whose person changed to the new person's
+key (so shredding the new person takes them).
+
+Steps (`encryption_rotate`):
+0. With `rekey`: retire every data key (new rows take new keys), and wait for caches to expire.
+1. Rewrap the data keys not wrapped by the first master key (each on its own, so a stopped run
+   keeps what it did); remove key files of destroyed keys a crash left behind.
+2. For each model with sealed fields, walk its rows in primary-key order, a batch per transaction;
+   a row is saved again (sealed by its fields' pre_save) when a sealed column holds plaintext or a
+   value sealed under another key than its owner's, or when its blind index is missing.
+3. With `rekey`: destroy the retired keys (every row moved off them).
+4. Report what was done, with progress after each batch.
+
+Safe to run again at any time, and while the service runs: a row written meanwhile is sealed
+already, and a second run finds nothing left to do.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.apps import apps
+from django.db import models, transaction
+from django.db.models.functions import Cast
+
+from governance.crypto.envelope import (
+    OWNER_CACHE_SECONDS,
+    data_key_for,
+    data_key_open,
+    data_keys_forget,
+    data_keys_retire,
+    data_keys_retired_destroy,
+    data_keys_rewrap,
+)
+from governance.crypto.fields import BlindIndexField, SealedJSONField, SealedTextField
+from governance.crypto.keyring import keyring
+from governance.crypto.sealing import PREFIX, SealError, sealed_key_id
+
+Progress = Callable[[int, int], None]
+
+
+def sealed_models() -> list[tuple[type[models.Model], list[models.Field], list[BlindIndexField]]]:  # type: ignore[type-arg]
+    found = []
+    for model in apps.get_models():
+        fields: list[models.Field] = [  # type: ignore[type-arg]
+            f for f in model._meta.concrete_fields if isinstance(f, (SealedTextField, SealedJSONField))
+        ]
+        blind = [f for f in model._meta.concrete_fields if isinstance(f, BlindIndexField)]
+        if fields:
+            found.append((model, fields, blind))
+    return found
+
+
+def _stored_key(raw: str | None, *, json_value: bool) -> str | None:
+    """The key id a stored value is sealed under; "" for a plaintext value; None for no value."""
+    if raw is None or raw == "" or (json_value and raw == "null"):
+        return None
+    if json_value:
+        text = json.loads(raw)
+        if not isinstance(text, str) or not text.startswith(PREFIX):
+            return ""
+        return sealed_key_id(text)
+    return sealed_key_id(raw) if raw.startswith(PREFIX) else ""
+
+
+def _owner_key(row: models.Model) -> str:
+    owner = getattr(row, "encryption_owner", None)
+    agent_id, user_id = owner() if owner is not None else (None, "")
+    return data_key_for(agent_id=agent_id, user_id=user_id).id
+
+
+def _opens(key_ids: set[str]) -> bool:
+    try:
+        for key_id in key_ids:
+            data_key_open(key_id)
+    except SealError:
+        return False
+    return True
+
+
+def _reseal_model(
+    model: type[models.Model],
+    fields: list[models.Field],  # type: ignore[type-arg]
+    blind: list[BlindIndexField],
+    *,
+    batch: int,
+    step: Callable[[int], None],
+) -> tuple[int, int]:
+    """(rows sealed again, rows left as they are because their key was destroyed)."""
+    raw = {f"_sealed_raw_{f.attname}": Cast(f.attname, models.TextField()) for f in fields}
+    # The sealed values are read as stored (never opened): a shredded person's rows stay unread.
+    queryset = model._default_manager.order_by("pk").defer(*(f.name for f in fields)).annotate(**raw)
+    if any(f.name == "thread" for f in model._meta.concrete_fields):
+        queryset = queryset.select_related("thread")
+    names = [f.name for f in fields] + [b.name for b in blind]
+    resealed = shredded = 0
+    last = None
+    while True:
+        page = queryset if last is None else queryset.filter(pk__gt=last)
+        with transaction.atomic():
+            rows = list(page[:batch])
+            for row in rows:
+                want = _owner_key(row)
+                stored = {
+                    _stored_key(getattr(row, f"_sealed_raw_{f.attname}"), json_value=isinstance(f, SealedJSONField))
+                    for f in fields
+                } - {None}
+                stale = any(key != want for key in stored)
+                for b in blind:
+                    source = getattr(row, f"_sealed_raw_{b.source}", None)
+                    stale = stale or (getattr(row, b.attname) is None and source not in (None, ""))
+                if not stale:
+                    continue
+                if not _opens({key for key in stored if key}):
+                    shredded += 1
+                    continue
+                whole = model._default_manager.get(pk=row.pk)
+                whole.save(update_fields=names)
+                resealed += 1
+        if not rows:
+            return resealed, shredded
+        last = rows[-1].pk
+        step(len(rows))
+
+
+def encryption_rotate(
+    *, batch: int = 500, rekey: bool = False, settle: float = OWNER_CACHE_SECONDS + 1, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Run the steps of the module doc; the result counts what each did.
+
+    With `rekey`, every data key is first retired (each owner gets a new one), so step 2 seals every
+    row again under a new key; the retired keys are destroyed at the end. `settle`: seconds to wait
+    after retiring, for the other processes' caches of the old keys to expire.
+    """
+    ring = keyring()
+    if not ring.enabled:
+        raise ValueError("encryption is off: set MEMORY_ENCRYPTION_KEYS (the new key first) to rotate or encrypt")
+    data_keys_forget()
+    rewrapped, live = data_keys_rewrap(batch=batch)
+    retired = data_keys_retire() if rekey else 0
+    if retired and settle > 0:
+        time.sleep(settle)
+    found = sealed_models()
+    total = sum(model._default_manager.count() for model, _, _ in found)
+    done = 0
+
+    def step(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress is not None:
+            progress(done, total)
+
+    rows: dict[str, int] = {}
+    shredded: dict[str, int] = {}
+    for model, fields, blind in found:
+        table = model._meta.db_table
+        rows[table], shredded[table] = _reseal_model(model, fields, blind, batch=batch, step=step)
+    destroyed = data_keys_retired_destroy() if rekey else []
+    return {
+        "data_keys_retired_and_destroyed": len(destroyed),
+        "master_key": ring.primary[0],
+        "data_keys_rewrapped": rewrapped,
+        "data_keys_live": live,
+        "rows_checked": done,
+        "rows_resealed": rows,
+        # Rows sealed under a destroyed key (a shredded person whose rows were not deleted): left as
+        # they are, unreadable.
+        "rows_shredded": shredded,
+        "master_keys_still_needed": [ring.primary[0]],
+    }
