@@ -13,7 +13,7 @@ finds "cat". Postgres' own stemmer is not used: it would need the plaintext in t
 
 from __future__ import annotations
 
-import hashlib
+import functools
 import hmac
 import re
 import unicodedata
@@ -23,6 +23,7 @@ _WORD = re.compile(r"[^\W_]+")
 MAX_WORDS = 4000
 
 
+@functools.lru_cache(maxsize=65536)
 def word_stem(word: str) -> str:
     """A light, deterministic suffix stripping; the same on both sides is all that matters."""
     if len(word) > 4 and word.endswith("ies"):
@@ -41,7 +42,8 @@ def word_stem(word: str) -> str:
 def text_words(text: str) -> list[str]:
     """The normalised words of a text, each once, in order of first appearance."""
     seen: dict[str, None] = {}
-    for match in _WORD.finditer(unicodedata.normalize("NFKC", text).casefold()):
+    folded = text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+    for match in _WORD.finditer(folded):
         seen.setdefault(word_stem(match.group()), None)
         if len(seen) >= MAX_WORDS:
             break
@@ -49,12 +51,14 @@ def text_words(text: str) -> list[str]:
 
 
 def word_hash(word: str, *, key: bytes) -> int:
-    digest = hmac.new(key, word.encode("utf-8"), hashlib.sha256).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
+    # hmac.digest: OpenSSL's one-shot HMAC, several times faster than an hmac.new object per word.
+    return int.from_bytes(hmac.digest(key, word.encode("utf-8"), "sha256")[:8], "big", signed=True)
 
 
 def text_hashes(text: str, *, key: bytes) -> list[int]:
-    return [word_hash(w, key=key) for w in text_words(text)]
+    return [
+        int.from_bytes(hmac.digest(key, w.encode("utf-8"), "sha256")[:8], "big", signed=True) for w in text_words(text)
+    ]
 
 
 def term_hash(term: str, *, key: bytes) -> int | None:

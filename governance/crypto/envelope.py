@@ -27,7 +27,7 @@ from psycopg import OperationalError
 
 from governance.crypto.keyring import keyring
 from governance.crypto.keystore import keystore_dir, keystore_read, keystore_remove, keystore_write
-from governance.crypto.sealing import SealError, unwrap, wrap
+from governance.crypto.sealing import SealError, cipher_cache_clear, unwrap, wrap
 
 TABLE = "governance_datakey"
 # A data key read by id is kept this long in a process (reads of many rows open with one lookup);
@@ -58,6 +58,7 @@ def data_keys_forget() -> None:
         _by_id.clear()
         _by_owner.clear()
         _blind.clear()
+    cipher_cache_clear()
 
 
 def _aad(key_id: str, agent_id: int | None, user_id: str) -> bytes:

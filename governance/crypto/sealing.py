@@ -8,6 +8,7 @@ raises SealError, never returns garbage.
 from __future__ import annotations
 
 import base64
+import functools
 import os
 
 from cryptography.exceptions import InvalidTag
@@ -25,9 +26,19 @@ def is_sealed(value: object) -> bool:
     return isinstance(value, str) and value.startswith(PREFIX)
 
 
+@functools.lru_cache(maxsize=4096)
+def _cipher(key: bytes) -> AESGCM:
+    """The cipher of a key, made once (its key schedule costs more than sealing a short value)."""
+    return AESGCM(key)
+
+
+def cipher_cache_clear() -> None:
+    _cipher.cache_clear()
+
+
 def seal(plaintext: bytes, *, key_id: str, key: bytes, aad: bytes) -> str:
     nonce = os.urandom(NONCE_BYTES)
-    sealed = AESGCM(key).encrypt(nonce, plaintext, aad)
+    sealed = _cipher(key).encrypt(nonce, plaintext, aad)
     return f"{PREFIX}{key_id}:{base64.b64encode(nonce + sealed).decode('ascii')}"
 
 
@@ -43,7 +54,7 @@ def unseal(value: str, *, key: bytes, aad: bytes) -> bytes:
     _, _, body = value[len(PREFIX) :].partition(":")
     try:
         raw = base64.b64decode(body, validate=True)
-        return AESGCM(key).decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], aad)
+        return _cipher(key).decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], aad)
     except (InvalidTag, ValueError) as exc:
         raise SealError(
             f"a value sealed under data key {sealed_key_id(value)} does not open (wrong key or changed)"

@@ -218,21 +218,41 @@ def _keyword_entries_blind(
             params[f"q_{i}"] = term
             flag = f"({flag} OR lower(e.sender_name) = %(q_{i})s)"
         flags.append(flag)
-    match = "e.keyword_hashes && %(any)s::bigint[]"
+    held = [h for h in hashes if h is not None]
+    name_match = ""
     if names:
         params["names"] = names
-        match = f"({match} OR lower(e.sender_name) = ANY(%(names)s))"
+        name_match = " OR lower(e.sender_name) = ANY(%(names)s)"
     newness = "extract(epoch FROM e.created_at) + e.seq * 1e-6"
-    sql = f"""
-        SELECT e.id, {", ".join(flags)}, coalesce(cardinality(e.keyword_hashes), 0), {newness}
-          FROM memoryapp_entry e
-         WHERE {where} AND {match}
-         ORDER BY {" + ".join(f"({f})::int" for f in flags)} DESC, {newness} DESC
-         LIMIT %(cap)s
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        raw = cursor.fetchall()
+
+    def read(match: str, extra: dict[str, Any]) -> list[Any]:
+        sql = f"""
+            SELECT e.id, {", ".join(flags)}, coalesce(cardinality(e.keyword_hashes), 0), {newness}
+              FROM memoryapp_entry e
+             WHERE {where} AND ({match}{name_match})
+             ORDER BY {" + ".join(f"({f})::int" for f in flags)} DESC, {newness} DESC
+             LIMIT %(cap)s
+        """
+        with connection.cursor() as cursor:
+            cursor.execute(sql, {**params, **extra})
+            return cursor.fetchall()
+
+    raw: list[Any] = []
+    if total >= LARGE_SCOPE and len(held) >= 2:
+        # As the plaintext channel does in a large scope: the rows holding every word first, then
+        # all but one, then any two, each tier read only when the one before found too few rows.
+        tiers = [[held]]
+        if len(held) >= 4:
+            tiers.append([list(c) for c in combinations(held, len(held) - 1)])
+        if 3 <= len(held) <= 8:
+            tiers.append([list(c) for c in combinations(held, 2)])
+        for tier in tiers:
+            match = " OR ".join(f"e.keyword_hashes @> %(t_{i})s::bigint[]" for i in range(len(tier)))
+            raw = read(match, {f"t_{i}": group for i, group in enumerate(tier)})
+            if len(raw) >= limit:
+                break
+    if len(raw) < limit:
+        raw = read("e.keyword_hashes && %(any)s::bigint[]", {})
     n = len(terms)
     rows = [(r[0], [bool(x) for x in r[1 : 1 + n]], int(r[1 + n] or 0), float(r[2 + n])) for r in raw]
     if len(rows) >= KEYWORD_CANDIDATES:

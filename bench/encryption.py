@@ -1,0 +1,251 @@
+"""Bench: the cost of encryption at rest on the write path (batch appends) and on keyword search.
+
+In one run, against the database of DATABASE_URL (default: the embedded one under var/):
+
+1. writes: `--threads` threads for each of two agents, one written with encryption off and one
+   with it on (a generated master key, a temporary key store), each thread as `--batches` batch
+   appends of `--batch-size` entries through the write service (`thread_append`, the API's path:
+   validation, the COPY, the leaf); the two take turns batch by batch, in random order;
+2. searches: `--runs` keyword and `--runs` hybrid searches in each agent's scope, taking turns.
+
+Prints entries/s and p50/p95 per batch, search p50/p95, and the ratios on / off (targets: writes
+>= 70% of the plaintext rate, keyword search p50 <= 1.5x). The jobs new entries start (embedding,
+extraction) are switched off for the run: they cost the same with or without encryption.
+Everything it writes (agents, threads, data keys, key files) is deleted at the end.
+
+    python bench/encryption.py [--threads 10 --batches 20 --batch-size 50 --runs 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
+os.environ.setdefault("EMBEDDER", "fake")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
+
+import django
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+
+from governance.crypto.envelope import data_keys_forget  # noqa: E402
+from governance.models import DataKey  # noqa: E402
+from memoryapp.agents.services import agent_get_or_create  # noqa: E402
+from memoryapp.models import Agent  # noqa: E402
+from memoryapp.search.retrieval import search  # noqa: E402
+from memoryapp.threads.hooks import entries_added_follow  # noqa: E402
+from memoryapp.threads.services import thread_append, thread_create  # noqa: E402
+
+WORDS = [
+    "garden",
+    "tomatoes",
+    "watering",
+    "soil",
+    "compost",
+    "seeds",
+    "harvest",
+    "basil",
+    "roses",
+    "tulips",
+    "marathon",
+    "training",
+    "running",
+    "shoes",
+    "knee",
+    "pace",
+    "interval",
+    "tempo",
+    "race",
+    "medal",
+    "guitar",
+    "chords",
+    "practice",
+    "band",
+    "concert",
+    "song",
+    "melody",
+    "lyrics",
+    "mortgage",
+    "bank",
+    "interest",
+    "rate",
+    "savings",
+    "budget",
+    "loan",
+    "payment",
+    "vacation",
+    "flight",
+    "hotel",
+    "beach",
+    "passport",
+    "luggage",
+    "island",
+    "museum",
+    "puppy",
+    "dog",
+    "walk",
+    "vet",
+    "leash",
+    "treats",
+    "recipe",
+    "pasta",
+    "sauce",
+    "garlic",
+    "oven",
+    "baking",
+    "bread",
+    "flour",
+    "dinner",
+    "kitchen",
+    "project",
+    "deadline",
+    "meeting",
+    "manager",
+    "report",
+    "slides",
+    "client",
+    "review",
+    "painting",
+    "canvas",
+    "sunset",
+    "brush",
+    "gallery",
+    "doctor",
+    "allergy",
+]
+QUERIES = (
+    "How is the marathon training going with the knee?",
+    "What did we say about the mortgage interest rate?",
+    "Which recipe for pasta sauce with garlic?",
+    "When is the flight to the island and the hotel?",
+    "What did the vet say about the puppy?",
+    "Tell me about the painting of the sunset at the gallery",
+)
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(8, 30))).capitalize() + "."
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+class Side:
+    """One agent written and searched with encryption off, or on."""
+
+    def __init__(self, label: str, keys: str):
+        self.label, self.keys = label, keys
+        self.agent, _ = agent_get_or_create(slug=f"bench-enc-{uuid.uuid4().hex[:10]}")
+        self.batch_ms: list[float] = []
+        self.keyword_ms: list[float] = []
+        self.hybrid_ms: list[float] = []
+        self.written = 0
+
+    def use(self) -> None:
+        settings.MEMORY_ENCRYPTION_KEYS = self.keys
+
+    def append(self, thread_id: str, batch: list[dict[str, Any]]) -> None:
+        self.use()
+        started = time.perf_counter()
+        thread_append(agent=self.agent, external_id=thread_id, entries=batch)
+        self.batch_ms.append((time.perf_counter() - started) * 1000)
+        self.written += len(batch)
+
+    def search(self, query: str, method: str) -> int:
+        self.use()
+        started = time.perf_counter()
+        hits = len(search(agent=self.agent, text=query, limit=10, method=method).hits)
+        (self.keyword_ms if method == "keyword" else self.hybrid_ms).append((time.perf_counter() - started) * 1000)
+        return hits
+
+    def report(self, batch_size: int) -> None:
+        rate = self.written / (sum(self.batch_ms) / 1000)
+        print(
+            f"{self.label}: {self.written} entries in {len(self.batch_ms)} batches of {batch_size}: "
+            f"{rate:,.0f} entries/s (batch p50 {statistics.median(self.batch_ms):.1f} ms, "
+            f"p95 {pct(self.batch_ms, 0.95):.1f} ms)"
+        )
+        print(
+            f"{self.label}: keyword search p50 {statistics.median(self.keyword_ms):.2f} ms, "
+            f"p95 {pct(self.keyword_ms, 0.95):.2f} ms; hybrid p50 {statistics.median(self.hybrid_ms):.2f} ms, "
+            f"p95 {pct(self.hybrid_ms, 0.95):.2f} ms"
+        )
+
+    @property
+    def rate(self) -> float:
+        return self.written / (sum(self.batch_ms) / 1000)
+
+    def delete(self) -> None:
+        Agent.objects.filter(pk=self.agent.pk).delete()
+        DataKey.objects.filter(agent_id=self.agent.pk).delete()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=10)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=50)
+    parser.add_argument("--runs", type=int, default=60)
+    args = parser.parse_args()
+    # The jobs new entries start cost the same with and without encryption: left out of the timing.
+    entries_added_follow("embedding", lambda agent_id, thread_pk: None)
+    entries_added_follow("extraction", lambda agent_id, thread_pk: None)
+
+    with tempfile.TemporaryDirectory(prefix="bench-keystore-") as keystore:
+        settings.MEMORY_KEYSTORE_DIR = Path(keystore)
+        data_keys_forget()
+        # Both sides take turns, batch by batch and query by query, so the load of a shared machine
+        # weighs on both alike.
+        off = Side("encryption off", "")
+        on = Side("encryption on ", f"bench:{secrets.token_hex(32)}")
+        try:
+            rng = random.Random(7)
+            for t in range(args.threads):
+                for side in (off, on):
+                    side.use()
+                    thread_create(agent=side.agent, external_id=f"t{t}", user_id=f"person-{t % 4}")
+                for _ in range(args.batches):
+                    batch = [
+                        {"role": "user" if i % 2 == 0 else "assistant", "content": sentence(rng)}
+                        for i in range(args.batch_size)
+                    ]
+                    for side in (off, on) if rng.random() < 0.5 else (on, off):
+                        side.append(f"t{t}", batch)
+            for method in ("keyword", "hybrid"):
+                for i in range(args.runs):
+                    for side in (off, on) if i % 2 == 0 else (on, off):
+                        side.search(QUERIES[i % len(QUERIES)], method)
+            on.use()
+            assert on.search(QUERIES[0], "keyword") > 0, "the blind index found nothing"
+            off.report(args.batch_size)
+            on.report(args.batch_size)
+            print(
+                f"ratio on/off: writes {on.rate / off.rate:.0%} of the plaintext rate (target >= 70%); keyword search "
+                f"p50 {statistics.median(on.keyword_ms) / statistics.median(off.keyword_ms):.2f}x (target <= 1.5x); "
+                f"hybrid search p50 {statistics.median(on.hybrid_ms) / statistics.median(off.hybrid_ms):.2f}x"
+            )
+        finally:
+            settings.MEMORY_ENCRYPTION_KEYS = ""
+            off.delete()
+            on.delete()
+            data_keys_forget()
+
+
+if __name__ == "__main__":
+    main()
