@@ -3,6 +3,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from governance.crypto.fields import SealedJSONField
+
 
 class AuditRecord(models.Model):
     """One link of the audit trail: ids, names and outcomes, never content (reference 002).
@@ -65,7 +67,9 @@ class JobRun(models.Model):
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     progress_done = models.IntegerField(default=0)
     progress_total = models.IntegerField(null=True, blank=True)
-    result = models.JSONField(default=dict, blank=True)
+    # Sealed at rest when encryption is on (governance.crypto): under the agent's key, or the key of
+    # no agent (the run's end writes it with an UPDATE).
+    result = SealedJSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     attempts = models.IntegerField(default=0)
     # Model usage: {"calls", "input_tokens", "output_tokens", "latency_ms", "cost_usd"}.
@@ -89,6 +93,9 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} #{self.pk} ({self.status})"
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        return (self.agent_id, "")
 
 
 class ErasureRequest(models.Model):

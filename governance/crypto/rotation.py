@@ -120,7 +120,8 @@ def _reseal_model(
                 if not _opens({key for key in stored if key}):
                     shredded += 1
                     continue
-                whole = model._default_manager.get(pk=row.pk)
+                # Read again under a row lock: a change made meanwhile (a redaction) is never undone.
+                whole = model._default_manager.select_for_update().get(pk=row.pk)
                 whole.save(update_fields=names)
                 resealed += 1
         if not rows:

@@ -6,6 +6,7 @@ from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from pgvector.django import HnswIndex, VectorField
 
+from governance.crypto.fields import SealedTextField
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.choices import EvidenceStatus, ItemKind, ItemStatus, Trust
@@ -190,7 +191,8 @@ class Evidence(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     item = models.ForeignKey(MemoryItem, on_delete=models.CASCADE, related_name="evidence")
     entry = models.ForeignKey(Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="evidence")
-    quote = models.TextField()
+    # Sealed at rest when encryption is on (governance.crypto), under the item's person's key.
+    quote = SealedTextField()
     status = models.CharField(max_length=10, choices=EvidenceStatus.choices, default=EvidenceStatus.SUGGESTED)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -203,3 +205,6 @@ class Evidence(models.Model):
 
     def __str__(self) -> str:
         return self.quote[:60]
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        return (self.agent_id, self.item.user_id)

@@ -6,9 +6,12 @@ from typing import Any
 
 from django.db import connection
 
-from memoryapp.models import Entry
+from governance.jobs import job_finish
+from governance.models import JobRun
+from memoryapp.models import Entry, Evidence
 from tests.kit.api import Caller, answered
 from tests.kit.crypto import assert_none_planted, pg_dump
+from tests.kit.factories import JobRunFactory, MemoryItemFactory
 from tests.kit.servers import database_conninfo
 
 PLANTED = ["Zanzibarquill", "plumbago-vortex", "Marmalade Fjord", "quokkaparade", "tangerinecipher"]
@@ -106,3 +109,22 @@ def test_keyword_search_with_encryption_on_never_finds_another_agents_entries(
         cursor.execute("SELECT e.agent_id, e.keyword_hashes FROM memoryapp_entry e WHERE e.seq = 4 ORDER BY e.agent_id")
         (_, first), (_, second) = cursor.fetchall()
     assert not set(first) & set(second)
+
+
+def test_evidence_quotes_and_job_results_are_sealed_and_read_whole(
+    encrypted: Any, transactional_db: None, alice: Caller
+) -> None:
+    _write_conversation(alice)
+    entry = Entry.objects.get(seq=1)
+    item = MemoryItemFactory(
+        agent=alice.agent, value="keeps notebooks", evidence=[{"entry_id": entry.id, "quote": "Zanzibarquill notebook"}]
+    )
+    run = JobRunFactory(agent_id=alice.agent.pk)
+    job_finish(run, {"summary": "quokkaparade handled"})
+
+    assert_none_planted(pg_dump(database_conninfo()), ["Zanzibarquill", "quokkaparade"])
+    assert [e.quote for e in Evidence.objects.filter(item=item)] == ["Zanzibarquill notebook"]
+    assert JobRun.objects.get(pk=run.pk).result == {"summary": "quokkaparade handled"}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT quote FROM memoryapp_evidence")
+        assert all(row[0].startswith("enc:v1:") for row in cursor.fetchall())

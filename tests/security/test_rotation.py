@@ -56,7 +56,8 @@ def test_rotation_rewraps_every_data_key_and_the_old_master_key_can_go(
     assert result["data_keys_rewrapped"] == 3  # ana's, bo's, and the agent's own (its blind index)
     assert set(DataKey.objects.values_list("master_key_id", flat=True)) == {"k2"}
     run = JobRun.objects.get(kind="encryption_rotate")
-    assert run.status == "succeeded" and run.progress_done == run.progress_total == 6
+    # Every row of every sealed table checked: the six entries, and the rotation's own job run.
+    assert run.status == "succeeded" and run.progress_done == run.progress_total == 7
     keys_set(settings, K2)
     assert encryption_refusal() == ""
     assert _read(alice) == TEXTS and _read(alice, "t2") == TEXTS
@@ -80,8 +81,9 @@ def test_rotation_with_rekey_seals_every_row_again_and_destroys_the_old_data_key
     assert all(a.startswith("enc:v1:") and a != b for a, b in zip(after, before, strict=True))
     assert not any(key in value for value in after for key in old_keys)
     assert result["rows_resealed"]["memoryapp_entry"] == 3
-    assert result["data_keys_retired_and_destroyed"] == len(old_keys)
-    assert set(DataKey.objects.filter(id__in=old_keys).values_list("destroyed_at", flat=True)) != {None}
+    # The entries' two keys, and the key of no agent that sealed the rotation's own job run.
+    assert result["data_keys_retired_and_destroyed"] == len(old_keys) + 1
+    assert None not in set(DataKey.objects.filter(id__in=old_keys).values_list("destroyed_at", flat=True))
     keys_set(settings, K2)
     assert encryption_refusal() == ""
     assert _read(alice) == TEXTS
