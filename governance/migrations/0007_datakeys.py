@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('governance', '0004_jobrun_resend_backoff'),
+        ('governance', '0006_export_requests'),
     ]
 
     operations = [

@@ -7,7 +7,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryapp', '0014_entry_encryption'),
+        ('memoryapp', '0020_entry_encryption'),
     ]
 
     operations = [

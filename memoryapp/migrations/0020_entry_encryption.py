@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryapp', '0013_events_webhooks_memory_switch'),
+        ('memoryapp', '0019_access_runs_db_cascade'),
     ]
 
     operations = [

@@ -7,7 +7,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('governance', '0005_datakeys'),
+        ('governance', '0007_datakeys'),
     ]
 
     operations = [
