@@ -40,6 +40,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from governance.audit import audit_append
+from governance.crypto.envelope import data_key_destroy
 from governance.models import JobRun
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.content import REDACTED_TEXT
@@ -241,6 +242,13 @@ def person_erase(
             step(len(ids))
         # 6. Consolidation records of the scope.
         ConsolidationState.objects.filter(agent_id=agent_id, user_id=user_id).delete()
+        # 7. Crypto-shredding (encryption on): the person's data key goes, so a copy of their rows
+        # that outlives this (a backup, a dump, a replica) no longer opens. Erase only: a redaction
+        # keeps rows sealed under it.
+        if mode == "erase":
+            with transaction.atomic():
+                if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
+                    counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
     counts["job_runs"] += _jobs_scrub(_jobs(user_id, agents, keep_job_ids))
     if progress is not None:
         # Rows the plan counted may have gone with an earlier step (items quoting erased threads).

@@ -17,6 +17,9 @@ import pytest
 
 from governance.crypto.envelope import data_key_destroy
 from governance.crypto.keystore import keystore_read
+from governance.models import DataKey
+from memoryapp.forgetting.person import person_erase
+from memoryapp.models import Entry
 from tests.kit.api import Caller, answered
 from tests.kit.crypto import K1, assert_none_planted, pg_dump, pg_tool
 from tests.kit.servers import database_conninfo, database_url
@@ -115,3 +118,21 @@ def test_destroying_a_key_needs_a_person(encrypted: Any, db: None, alice: Caller
     with pytest.raises(ValueError, match="user_id"):
         data_key_destroy(agent_id=alice.agent.pk, user_id="")
     assert data_key_destroy(agent_id=alice.agent.pk, user_id="u-nobody") is None
+
+
+def test_the_erasure_of_a_person_destroys_their_data_key_and_leaves_the_others(
+    encrypted: Any, transactional_db: None, alice: Caller
+) -> None:
+    _post(alice, "t-ana", "u-ana", ["Ana's locker code is Zanzibarquill"])
+    _post(alice, "t-bo", "u-bo", ["Bo's locker code is tangerinecipher"])
+    keys = dict(DataKey.objects.filter(agent_id=alice.agent.pk).values_list("user_id", "id"))
+
+    counts = person_erase(user_id="u-ana", agent_ids=[alice.agent.pk])
+
+    assert counts["data_keys_destroyed"] == 1
+    assert keystore_read(keys["u-ana"]) is None and keystore_read(keys["u-bo"]) is not None
+    assert DataKey.objects.get(pk=keys["u-ana"]).destroyed_at is not None
+    assert [e.text for e in Entry.objects.filter(thread__external_id="t-bo")] == ["Bo's locker code is tangerinecipher"]
+    # A redaction keeps rows sealed under the person's key: it destroys nothing.
+    assert person_erase(user_id="u-bo", agent_ids=[alice.agent.pk], mode="redact").get("data_keys_destroyed", 0) == 0
+    assert keystore_read(keys["u-bo"]) is not None
