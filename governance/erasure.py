@@ -44,6 +44,7 @@ from django.utils import timezone
 from psycopg import sql
 
 from governance.audit import audit_append, canonical_json
+from governance.export import exports_forget_person
 from governance.jobs import job_enqueue, job_progress
 from governance.models import ErasureRequest, JobRun
 from governance.receipts import receipt_sign
@@ -578,6 +579,11 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
             actor=actor,
             progress=progress,
         )
+        if request.mode == ErasureRequest.Mode.ERASE:
+            # The person's export archives are copies of what was just erased: they go too.
+            with transaction.atomic():
+                exported = exports_forget_person(user_id=request.user_id, actor=actor)
+            counts = {**counts, "export_archives": exported["archives"]}
         seconds["erasing"] = time.perf_counter() - began
         _update(request, phase="scanning", counts=counts)
         began = time.perf_counter()

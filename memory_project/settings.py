@@ -281,8 +281,8 @@ API_PAGE_SIZE = env_int("API_PAGE_SIZE", 100, minimum=1, maximum=1000)
 # Abuse limits per agent key, counted in Redis (memoryapp.agents.limits); an agent's own values (its
 # admin page) override them. A token bucket: API_RATE_BURST requests at once, refilled at
 # API_RATE_PER_MINUTE a minute (0: no rate limit); past it, 429 with Retry-After.
-API_RATE_PER_MINUTE = env_int("API_RATE_PER_MINUTE", 600, minimum=0, maximum=1_000_000)
-API_RATE_BURST = env_int("API_RATE_BURST", 100, minimum=1, maximum=1_000_000)
+API_RATE_PER_MINUTE = env_int("API_RATE_PER_MINUTE", 6000, minimum=0, maximum=1_000_000)
+API_RATE_BURST = env_int("API_RATE_BURST", 1000, minimum=1, maximum=1_000_000)
 # Context builds and searches one key runs at once (0: no cap); past it, 429 with Retry-After. A slot
 # a killed process never gave back stops counting after API_HEAVY_SLOT_SECONDS.
 API_HEAVY_CONCURRENCY = env_int("API_HEAVY_CONCURRENCY", 4, minimum=0, maximum=10_000)

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from governance import export
 from governance.audit import audit_verify
+from governance.erasure import erasure_request_file
 from governance.export import PersonScope, export_request_create, export_request_retry, export_run
 from governance.models import AuditRecord, ExportRequest, JobRun
 from governance.receipts import receipt_verify
@@ -454,3 +455,19 @@ def test_erasing_the_person_takes_their_archives_and_a_late_run_writes_nothing(
     assert sorted(p.name for p in export_dir.iterdir()) == [f"export-{other.pk}.zip"]
     forgot = AuditRecord.objects.get(action="export.forget")
     assert "u-ana" not in json.dumps(forgot.details) + forgot.subject
+
+
+def test_an_erasure_request_takes_the_persons_export_archives(
+    planted: Planted, export_dir: Path, django_capture_on_commit_callbacks: Any, settings: Any, tmp_path: Path
+) -> None:
+    settings.VAR_DIR = tmp_path / "var"  # the report's signing key is generated here
+    settings.RECEIPT_SIGNING_KEY, settings.RECEIPT_SIGNING_KEY_FILE = "", ""
+    _run("u-ana")
+    other = _run("u-ben")
+    with django_capture_on_commit_callbacks(execute=True):
+        request = erasure_request_file(user_id="u-ana", actor="staff:officer")
+    request.refresh_from_db()
+
+    assert request.status == "done" and request.counts["export_archives"] == 1
+    assert sorted(p.name for p in export_dir.iterdir()) == [f"export-{other.pk}.zip"]
+    assert not ExportRequest.objects.filter(user_id="u-ana").exists()
