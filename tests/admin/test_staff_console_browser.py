@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from governance.audit import audit_append
 from governance.models import AuditRecord, JobRun
+from governance.review import QUEUE_PAGE
 from memoryapp.agents.services import agent_get_or_create
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry, ItemReview, MemoryItem
@@ -157,12 +158,16 @@ def test_the_queue_filters_pages_decides_a_conflict_and_undoes_in_a_browser(
             page.wait_for_url("**user_id=u-jon**")
             expect(page.locator(".rq-person").first).to_have_text("u-jon")
 
-            # paging: the whole queue, next page
+            # paging: the whole queue, next page (50 a page; without the LoCoMo data beside the
+            # project, the stand-in conversation gives one page, and then there is no next link)
             page.goto(queue)
-            page.click("a[rel=next] >> nth=0")
-            page.wait_for_url("**after=**")
-            expect(page.locator("#rq-range")).to_contain_text("51\u2013")
-            _shot(page, "review-queue-page-2")
+            if seeded["total"] > QUEUE_PAGE:
+                page.click("a[rel=next] >> nth=0")
+                page.wait_for_url("**after=**")
+                expect(page.locator("#rq-range")).to_contain_text("51\u2013")
+                _shot(page, "review-queue-page-2")
+            else:
+                expect(page.locator("a[rel=next]")).to_have_count(0)
 
             # a conflict: choose the second value from the keyboard, keep it; then undo with u
             page.goto(f"{queue}?user_id=u-jon")
