@@ -44,6 +44,10 @@ from django.utils import timezone
 from psycopg import sql
 
 from governance.audit import audit_append, canonical_json
+from governance.crypto.envelope import data_keys_of_person
+from governance.crypto.fields import SealedJSONField, SealedTextField, json_text_open, value_open
+from governance.crypto.keyring import keyring
+from governance.crypto.sealing import SealError
 from governance.export import exports_forget_person
 from governance.jobs import job_enqueue, job_progress
 from governance.models import ErasureRequest, JobRun
@@ -74,6 +78,8 @@ SAMPLE_MAX_CHARS = 48
 IDENTIFIERS_MAX = 10
 IDENTIFIER_MIN_CHARS = 3
 IDENTIFIER_MAX_CHARS = 200
+# Rows with sealed values opened per batch by the leftover scan.
+SEALED_BATCH = 1000
 # Findings the report lists per table (their number is always counted in full).
 FINDINGS_LISTED_PER_TABLE = 200
 # Typed text kept on the request only.
@@ -357,6 +363,9 @@ class ScannedTable:
     agent_column: str | None  # filter by agent on this column (None: see `via_webhook`, or every row)
     agent_null_too: bool = False  # rows of no agent are scanned too (job runs)
     via_webhook: bool = False  # webhook deliveries: the agent is their webhook's
+    # Columns sealed at rest (governance.crypto), as (column, holds JSON): their sealed values are
+    # opened and searched in Python (`_sealed_scan`); SQL sees them blank.
+    sealed: tuple[tuple[str, bool], ...] = ()
 
 
 def tables_to_scan() -> list[ScannedTable]:
@@ -374,6 +383,11 @@ def tables_to_scan() -> list[ScannedTable]:
         if not columns:
             continue
         names = {f.name for f in meta.concrete_fields}
+        sealed = tuple(
+            (str(f.column), isinstance(f, SealedJSONField))
+            for f in meta.concrete_fields
+            if isinstance(f, (SealedTextField, SealedJSONField))
+        )
         found.append(
             ScannedTable(
                 label=meta.label_lower,
@@ -383,6 +397,7 @@ def tables_to_scan() -> list[ScannedTable]:
                 agent_column="agent_id" if "agent" in names or "agent_id" in names else None,
                 agent_null_too=model is JobRun,
                 via_webhook=model is WebhookDelivery,
+                sealed=sealed,
             )
         )
     return sorted(found, key=lambda t: t.table)
@@ -410,6 +425,80 @@ def _scope(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Composable:
     return sql.SQL("TRUE")
 
 
+def _column_text(column: sql.Identifier, *, sealed: bool) -> sql.Composable:
+    """A column as text for the SQL scan; a sealed value blank (the Python pass opens it)."""
+    if not sealed:
+        return sql.SQL("{}::text").format(column)
+    return sql.SQL("CASE WHEN {c}::text ~ '^\"?enc:v1:' THEN NULL ELSE {c}::text END").format(c=column)
+
+
+def _sealed_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Composed:
+    """A batch of the table's rows (in scope, after a primary key) holding a sealed value, with
+    their sealed columns as text."""
+    columns = [sql.Identifier("t", c) for c, _ in table.sealed]
+    return sql.SQL(
+        "SELECT {pk}::text, {cols} FROM {table} AS t WHERE {scope} AND {pk}::text > %(after)s AND ({any})"
+        " ORDER BY {pk}::text LIMIT {limit}"
+    ).format(
+        pk=sql.Identifier("t", table.pk),
+        cols=sql.SQL(", ").join(sql.SQL("{}::text").format(c) for c in columns),
+        table=sql.Identifier(table.table),
+        scope=_scope(table, agent_ids=agent_ids),
+        any=sql.SQL(" OR ").join(sql.SQL("{}::text ~ '^\"?enc:v1:'").format(c) for c in columns),
+        limit=sql.Literal(SEALED_BATCH),
+    )
+
+
+def _probe_patterns(probes: Sequence[Probe]) -> list[tuple[int, str, re.Pattern[str] | None]]:
+    """The probes for the Python pass, as the SQL pass reads them: lower-cased, ids as whole words."""
+    return [
+        (
+            n,
+            p.needle.lower(),
+            re.compile(rf"(^|[^\w@-]){re.escape(p.needle.lower())}($|[^\w@-])") if p.whole_word else None,
+        )
+        for n, p in enumerate(probes, start=1)
+    ]
+
+
+def _sealed_scan(
+    cursor: Any, table: ScannedTable, *, probes: Sequence[Probe], agent_ids: Sequence[int], params: dict[str, Any]
+) -> tuple[dict[str, set[int]], int]:
+    """The sealed values of a table opened and searched for the probes, batch by batch: (probe
+    numbers by row id, values that no longer open). A value sealed under a destroyed data key
+    (a shredded person) cannot be read by anyone: counted, and not a leftover."""
+    patterns = _probe_patterns(probes)
+    matches: dict[str, set[int]] = {}
+    unreadable = 0
+    after = ""
+    while True:
+        cursor.execute(
+            _sealed_query(table, agent_ids=agent_ids).as_string(cursor.connection), {**params, "after": after}
+        )
+        rows = cursor.fetchall()
+        if not rows:
+            return matches, unreadable
+        for pk, *values in rows:
+            texts = []
+            for (column, json_value), value in zip(table.sealed, values, strict=True):
+                try:
+                    opened = (
+                        json_text_open(value, table=table.table, column=column)
+                        if json_value
+                        else value_open(value, table=table.table, column=column)
+                    )
+                except SealError:
+                    unreadable += 1
+                    continue
+                if opened:
+                    texts.append(str(opened).lower())
+            doc = "\x1f".join(texts)
+            found = {n for n, needle, word in patterns if needle in doc and (word is None or word.search(doc))}
+            if found:
+                matches[pk] = found
+        after = rows[-1][0]
+
+
 def _scan_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Composed:
     """Rows of the table (in scope) whose text columns hold a probe, with the probes' numbers.
 
@@ -420,8 +509,9 @@ def _scan_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Compose
     3. For the rows kept, which probes: found with strpos, an id probe also as a whole word (a
        regular expression).
     """
+    sealed = dict(table.sealed)
     doc = sql.SQL("lower(concat_ws(chr(31), {}))").format(
-        sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier("t", c)) for c in table.columns)
+        sql.SQL(", ").join(_column_text(sql.Identifier("t", c), sealed=c in sealed) for c in table.columns)
     )
     return sql.SQL(
         "WITH p AS MATERIALIZED ("
@@ -469,16 +559,23 @@ def leftovers_scan(*, probes: Sequence[Probe], agent_ids: Sequence[int], redacti
     tables: list[dict[str, Any]] = []
     findings: list[dict[str, Any]] = []
     kept: list[dict[str, Any]] = []
-    found_total = kept_total = 0
+    found_total = kept_total = unreadable_total = 0
     with connection.cursor() as cursor:
         for table in tables_to_scan():
             cursor.execute(_count_query(table, agent_ids=agent_ids).as_string(cursor.connection), params)
             row = cursor.fetchone()
             rows = int(row[0]) if row else 0
             cursor.execute(_scan_query(table, agent_ids=agent_ids).as_string(cursor.connection), params)
+            matches: dict[str, set[int]] = {pk: set(matched) for pk, matched in cursor.fetchall()}
+            unreadable = 0
+            if table.sealed:
+                opened, unreadable = _sealed_scan(cursor, table, probes=probes, agent_ids=agent_ids, params=params)
+                for pk, matched in opened.items():
+                    matches.setdefault(pk, set()).update(matched)
+            unreadable_total += unreadable
             found = kept_here = 0
-            for pk, matched in cursor:
-                names = [probes[n - 1].name for n in matched]
+            for pk in sorted(matches):
+                names = [probes[n - 1].name for n in sorted(matches[pk])]
                 if redaction and table.table in REDACTION_KEEPS and names == [ID_PROBE]:
                     kept_here += 1
                     if kept_here <= FINDINGS_LISTED_PER_TABLE:
@@ -490,7 +587,15 @@ def leftovers_scan(*, probes: Sequence[Probe], agent_ids: Sequence[int], redacti
             found_total += found
             kept_total += kept_here
             tables.append(
-                {"table": table.table, "columns": list(table.columns), "rows": rows, "found": found, "kept": kept_here}
+                {
+                    "table": table.table,
+                    "columns": list(table.columns),
+                    "sealed_columns": [c for c, _ in table.sealed],
+                    "rows": rows,
+                    "found": found,
+                    "kept": kept_here,
+                    "unreadable": unreadable,
+                }
             )
     return {
         "tables": tables,
@@ -499,6 +604,8 @@ def leftovers_scan(*, probes: Sequence[Probe], agent_ids: Sequence[int], redacti
         "found": found_total,
         "kept": kept,
         "kept_total": kept_total,
+        # Sealed values no key opens any more (crypto-shredded): nobody can read them, here or in a copy.
+        "unreadable_total": unreadable_total,
         "listed_per_table_at_most": FINDINGS_LISTED_PER_TABLE,
     }
 
@@ -650,6 +757,46 @@ def _receipt(report: dict[str, Any], *, digest: str) -> dict[str, Any] | None:
         return None
 
 
+def _shredding(request: ErasureRequest) -> dict[str, Any]:
+    """What became of the person's data keys (encryption at rest, governance.crypto): the ids of
+    those destroyed (so no copy of their sealed rows opens any more), and any still live."""
+    keys = data_keys_of_person(user_id=request.user_id, agent_ids=request.agent_ids)
+
+    def listed(key: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": key["id"],
+            "agent": key["agent"],
+            "destroyed_at": key["destroyed_at"].isoformat(timespec="seconds") if key["destroyed_at"] else None,
+        }
+
+    destroyed = [listed(k) for k in keys if k["destroyed_at"] is not None]
+    live = [listed(k) for k in keys if k["destroyed_at"] is None]
+    if not keyring().enabled and not keys:
+        statement = (
+            "Encryption at rest is off: there was no data key to destroy. Copies made before the erasure "
+            "(backups, dumps, replicas) still hold the person's words until they are rotated out."
+        )
+    elif request.mode == ErasureRequest.Mode.REDACT:
+        statement = "A redaction keeps the person's data keys: the rows it keeps are still sealed under them."
+    elif live:
+        statement = (
+            "Some of the person's data keys are still live (written after the erasure began): erase again "
+            "to destroy them."
+        )
+    else:
+        statement = (
+            "The person's data keys were destroyed: a copy of their sealed rows made before the erasure "
+            "(a backup, a dump, a replica) no longer opens with any key. Such a copy still holds their "
+            "vectors, blind-index hashes, row sizes and times (README, Encryption at rest)."
+        )
+    return {
+        "encryption": keyring().enabled,
+        "data_keys_destroyed": destroyed,
+        "data_keys_live": live,
+        "statement": statement,
+    }
+
+
 def _report(
     request: ErasureRequest,
     *,
@@ -700,6 +847,7 @@ def _report(
             "samples_taken": "before the erasure, kept in memory only",
         },
         "scan": scan,
+        "crypto_shredding": _shredding(request),
         "outcome": "clean" if scan["found"] == 0 else "leftovers",
         "summary": summary,
     }

@@ -18,7 +18,9 @@ import os
 import secrets
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from django.db import connection, transaction
@@ -298,3 +300,22 @@ def data_key_check(key_id: str) -> bool:
         return False
     _unwrap(key_id, row[0], row[1], row[2])
     return True
+
+
+def data_keys_of_person(*, user_id: str, agent_ids: Sequence[int] = ()) -> list[dict[str, object]]:
+    """A person's data keys in the register (every agent's, or those of `agent_ids`): id, agent,
+    created, destroyed (None while live). What an erasure report names: which keys were shredded."""
+    query = f"SELECT id, agent_id, created_at, destroyed_at FROM {TABLE} WHERE user_id = %s"
+    params: list[Any] = [user_id]
+    if agent_ids:
+        query += " AND agent_id = ANY(%s)"
+        params.append(list(agent_ids))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [TABLE])
+        if cursor.fetchone()[0] is None:
+            return []
+        cursor.execute(query + " ORDER BY created_at, id", params)
+        return [
+            {"id": str(key_id), "agent": agent_id, "created_at": created, "destroyed_at": destroyed}
+            for key_id, agent_id, created, destroyed in cursor.fetchall()
+        ]

@@ -76,6 +76,7 @@ def test_a_privacy_officer_files_a_request_follows_it_and_reads_its_report(djang
     assert "Open the report" in page and request.report_sha256 in page and 'http-equiv="refresh"' not in page
     report = officer.get(f"{LIST}{request.pk}/report/").content.decode()
     assert "found nothing left" in report and 'id="er-nothing-found"' in report and "memoryapp_entry" in report
+    assert 'id="er-shredding"' in report and "Encryption at rest is off" in report
     audit = officer.get("/admin/governance/auditrecord/?action__exact=erasure.done").content.decode()
     assert f'href="{LIST}{request.pk}/change/"' in audit  # the audit list links the request
     downloaded = officer.get(f"{LIST}{request.pk}/report.json")

@@ -1,0 +1,100 @@
+"""An erasure with encryption on: the leftover scan opens sealed values (a leftover sealed under
+another person's key is still found), and the report names the data keys it destroyed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from governance.audit import canonical_json
+from governance.erasure import erasure_request_file
+from governance.models import DataKey, ErasureRequest
+from governance.receipts import receipt_verify
+from memoryapp.models import Entry
+from tests.kit.factories import AgentFactory, EntryFactory, JobRunFactory, ThreadFactory
+
+ANA_SAYS = "My sister Lucinda moved to Porto and I visit her every second weekend by the slow train"
+EMAIL = "ana.pereira@example.org"
+
+
+@pytest.fixture(autouse=True)
+def signing_key_of_this_test(tmp_path: Path, settings: Any) -> None:
+    settings.VAR_DIR = tmp_path / "var"
+    settings.RECEIPT_SIGNING_KEY = ""
+    settings.RECEIPT_SIGNING_KEY_FILE = ""
+
+
+def _erase(django_capture_on_commit_callbacks: Any, **fields: Any) -> ErasureRequest:
+    with django_capture_on_commit_callbacks(execute=True):
+        request = erasure_request_file(user_id="u-ana", actor="staff:pat", **fields)
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.DONE, request.error
+    return request
+
+
+def _stored(table: str, column: str, pk: object) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {column}::text FROM {table} WHERE id = %s", [pk])
+        return str(cursor.fetchone()[0])
+
+
+def test_sealed_leftovers_are_found_and_the_report_names_the_destroyed_keys(
+    encrypted: Any, db: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    alice = AgentFactory(slug="alice")
+    other = AgentFactory(slug="other")
+    for agent in (alice, other):
+        EntryFactory(thread=ThreadFactory(agent=agent, external_id="t-ana", user_id="u-ana"), content=ANA_SAYS)
+    ana_keys = set(DataKey.objects.filter(user_id="u-ana").values_list("id", flat=True))
+    assert len(ana_keys) == 2
+    # Leftovers person_erase has no reason to touch, sealed under Bob's key and no one's: Bob's
+    # thread quotes Ana's words, a job's result names her e-mail address.
+    bob_thread = ThreadFactory(agent=alice, external_id="t-bob", user_id="u-bob")
+    quoting = EntryFactory(thread=bob_thread, role="assistant", content=f"Ana told me: {ANA_SAYS}")
+    run = JobRunFactory(result={"sent_to": EMAIL.upper()})
+    assert _stored("memoryapp_entry", "text", quoting.pk).startswith("enc:v1:")
+    assert _stored("governance_jobrun", "result", run.pk).startswith('"enc:v1:')
+
+    request = _erase(django_capture_on_commit_callbacks, identifiers=[EMAIL])
+
+    report = request.report
+    assert report is not None and report["outcome"] == "leftovers"
+    found = {(f["table"], f["row"]): f["probes"] for f in report["scan"]["findings"]}
+    assert any(p.startswith("sample") for p in found[("memoryapp_entry", quoting.pk)])
+    assert found[("governance_jobrun", str(run.pk))] == ["identifier 1"]
+    assert report["scan"]["found"] == 2
+    tables = {t["table"]: t for t in report["scan"]["tables"]}
+    assert {"content", "text", "tool_calls"} <= set(tables["memoryapp_entry"]["sealed_columns"])
+    # The report names each of Ana's data keys as destroyed, and no live one; Bob's key stays.
+    shredding = report["crypto_shredding"]
+    assert shredding["encryption"] is True and shredding["data_keys_live"] == []
+    assert {k["id"] for k in shredding["data_keys_destroyed"]} == ana_keys
+    assert {k["agent"] for k in shredding["data_keys_destroyed"]} == {alice.pk, other.pk}
+    assert "no longer opens" in shredding["statement"]
+    assert not DataKey.objects.filter(user_id="u-ana", destroyed_at__isnull=True).exists()
+    assert DataKey.objects.filter(user_id="u-bob", destroyed_at__isnull=True).count() == 1
+    assert Entry.objects.get(pk=quoting.pk).text.startswith("Ana told me")
+    # Nothing of what was found is in the report; it is signed, and the signature holds.
+    assert ANA_SAYS[5:40] not in canonical_json(report) and EMAIL not in canonical_json(report)
+    assert receipt_verify(request.receipt)
+
+
+def test_with_encryption_off_the_report_says_there_was_no_key_to_destroy(
+    db: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    EntryFactory(thread=ThreadFactory(external_id="t-ana", user_id="u-ana"), content=ANA_SAYS)
+
+    report = _erase(django_capture_on_commit_callbacks).report
+
+    assert report is not None and report["outcome"] == "clean"
+    shredding = report["crypto_shredding"]
+    assert shredding == {
+        "encryption": False,
+        "data_keys_destroyed": [],
+        "data_keys_live": [],
+        "statement": shredding["statement"],
+    }
+    assert "Encryption at rest is off" in shredding["statement"]
