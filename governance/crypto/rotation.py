@@ -48,6 +48,9 @@ Progress = Callable[[int, int], None]
 def sealed_models() -> list[tuple[type[models.Model], list[models.Field], list[BlindIndexField]]]:  # type: ignore[type-arg]
     found = []
     for model in apps.get_models():
+        if model._meta.proxy:
+            # A proxy (the admin's StaleItem) shares its table with its model: walked once, as it.
+            continue
         fields: list[models.Field] = [  # type: ignore[type-arg]
             f for f in model._meta.concrete_fields if isinstance(f, (SealedTextField, SealedJSONField))
         ]
