@@ -14,7 +14,8 @@ run by the job `governance.tasks.erasure_job`; the proof is a report built after
    c. `person_erase`, batch after batch, its progress written into the request.
    d. The leftover scan (`leftovers_scan`): every table holding content, within the chosen agents,
       searched for the probes; a finding names the table, the row id and which probe matched
-      ("user id", "identifier 2", "sample 7"), never what the row says.
+      ("user id", "identifier 2", "sample 7"), never what the row says. Columns sealed at rest
+      (governance.crypto) are opened here, in the worker: the database sees only ciphertext.
    e. The report (counts, tables scanned, findings), its sha256 over the canonical JSON; the
       request `done`; audit `erasure.done` with the counts and the sha256; the change event
       `erasure.done` for each agent that held something about the person. The report is signed
@@ -47,6 +48,7 @@ from governance.audit import audit_append, canonical_json
 from governance.crypto.envelope import data_keys_of_person
 from governance.crypto.fields import SealedJSONField, SealedTextField, json_text_open, value_open
 from governance.crypto.keyring import keyring
+from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
 from governance.export import exports_forget_person
 from governance.jobs import job_enqueue, job_progress
@@ -78,10 +80,10 @@ SAMPLE_MAX_CHARS = 48
 IDENTIFIERS_MAX = 10
 IDENTIFIER_MIN_CHARS = 3
 IDENTIFIER_MAX_CHARS = 200
-# Rows with sealed values opened per batch by the leftover scan.
-SEALED_BATCH = 1000
 # Findings the report lists per table (their number is always counted in full).
 FINDINGS_LISTED_PER_TABLE = 200
+# Rows with sealed values read (and opened) at a time by the leftover scan.
+SEALED_SCAN_BATCH = 1000
 # Typed text kept on the request only.
 REASON_MAX_CHARS = 4000
 
@@ -363,8 +365,8 @@ class ScannedTable:
     agent_column: str | None  # filter by agent on this column (None: see `via_webhook`, or every row)
     agent_null_too: bool = False  # rows of no agent are scanned too (job runs)
     via_webhook: bool = False  # webhook deliveries: the agent is their webhook's
-    # Columns sealed at rest (governance.crypto), as (column, holds JSON): their sealed values are
-    # opened and searched in Python (`_sealed_scan`); SQL sees them blank.
+    # The columns sealed at rest (a subset of `columns`), each with whether it is JSON: the SQL
+    # pass skips their sealed values, which `_sealed_matches` opens and searches.
     sealed: tuple[tuple[str, bool], ...] = ()
 
 
@@ -384,9 +386,9 @@ def tables_to_scan() -> list[ScannedTable]:
             continue
         names = {f.name for f in meta.concrete_fields}
         sealed = tuple(
-            (str(f.column), isinstance(f, SealedJSONField))
+            (f.column, isinstance(f, SealedJSONField))
             for f in meta.concrete_fields
-            if isinstance(f, (SealedTextField, SealedJSONField))
+            if isinstance(f, (SealedTextField, SealedJSONField)) and f.column in columns
         )
         found.append(
             ScannedTable(
@@ -425,80 +427,6 @@ def _scope(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Composable:
     return sql.SQL("TRUE")
 
 
-def _column_text(column: sql.Identifier, *, sealed: bool) -> sql.Composable:
-    """A column as text for the SQL scan; a sealed value blank (the Python pass opens it)."""
-    if not sealed:
-        return sql.SQL("{}::text").format(column)
-    return sql.SQL("CASE WHEN {c}::text ~ '^\"?enc:v1:' THEN NULL ELSE {c}::text END").format(c=column)
-
-
-def _sealed_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Composed:
-    """A batch of the table's rows (in scope, after a primary key) holding a sealed value, with
-    their sealed columns as text."""
-    columns = [sql.Identifier("t", c) for c, _ in table.sealed]
-    return sql.SQL(
-        "SELECT {pk}::text, {cols} FROM {table} AS t WHERE {scope} AND {pk}::text > %(after)s AND ({any})"
-        " ORDER BY {pk}::text LIMIT {limit}"
-    ).format(
-        pk=sql.Identifier("t", table.pk),
-        cols=sql.SQL(", ").join(sql.SQL("{}::text").format(c) for c in columns),
-        table=sql.Identifier(table.table),
-        scope=_scope(table, agent_ids=agent_ids),
-        any=sql.SQL(" OR ").join(sql.SQL("{}::text ~ '^\"?enc:v1:'").format(c) for c in columns),
-        limit=sql.Literal(SEALED_BATCH),
-    )
-
-
-def _probe_patterns(probes: Sequence[Probe]) -> list[tuple[int, str, re.Pattern[str] | None]]:
-    """The probes for the Python pass, as the SQL pass reads them: lower-cased, ids as whole words."""
-    return [
-        (
-            n,
-            p.needle.lower(),
-            re.compile(rf"(^|[^\w@-]){re.escape(p.needle.lower())}($|[^\w@-])") if p.whole_word else None,
-        )
-        for n, p in enumerate(probes, start=1)
-    ]
-
-
-def _sealed_scan(
-    cursor: Any, table: ScannedTable, *, probes: Sequence[Probe], agent_ids: Sequence[int], params: dict[str, Any]
-) -> tuple[dict[str, set[int]], int]:
-    """The sealed values of a table opened and searched for the probes, batch by batch: (probe
-    numbers by row id, values that no longer open). A value sealed under a destroyed data key
-    (a shredded person) cannot be read by anyone: counted, and not a leftover."""
-    patterns = _probe_patterns(probes)
-    matches: dict[str, set[int]] = {}
-    unreadable = 0
-    after = ""
-    while True:
-        cursor.execute(
-            _sealed_query(table, agent_ids=agent_ids).as_string(cursor.connection), {**params, "after": after}
-        )
-        rows = cursor.fetchall()
-        if not rows:
-            return matches, unreadable
-        for pk, *values in rows:
-            texts = []
-            for (column, json_value), value in zip(table.sealed, values, strict=True):
-                try:
-                    opened = (
-                        json_text_open(value, table=table.table, column=column)
-                        if json_value
-                        else value_open(value, table=table.table, column=column)
-                    )
-                except SealError:
-                    unreadable += 1
-                    continue
-                if opened:
-                    texts.append(str(opened).lower())
-            doc = "\x1f".join(texts)
-            found = {n for n, needle, word in patterns if needle in doc and (word is None or word.search(doc))}
-            if found:
-                matches[pk] = found
-        after = rows[-1][0]
-
-
 def _scan_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Composed:
     """Rows of the table (in scope) whose text columns hold a probe, with the probes' numbers.
 
@@ -508,10 +436,14 @@ def _scan_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Compose
        search per row, which is all that most rows (nothing left of the person) cost.
     3. For the rows kept, which probes: found with strpos, an id probe also as a whole word (a
        regular expression).
+    A sealed value is left out (NULL): its ciphertext is no leftover, its text is `_sealed_matches`'.
     """
     sealed = dict(table.sealed)
     doc = sql.SQL("lower(concat_ws(chr(31), {}))").format(
-        sql.SQL(", ").join(_column_text(sql.Identifier("t", c), sealed=c in sealed) for c in table.columns)
+        sql.SQL(", ").join(
+            _unsealed(c, json_value=sealed[c]) if c in sealed else sql.SQL("{}::text").format(sql.Identifier("t", c))
+            for c in table.columns
+        )
     )
     return sql.SQL(
         "WITH p AS MATERIALIZED ("
@@ -535,6 +467,90 @@ def _scan_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Compose
         table=sql.Identifier(table.table),
         scope=_scope(table, agent_ids=agent_ids),
     )
+
+
+def _sealed_test(column: str, *, json_value: bool) -> sql.Composed:
+    """Whether the column of the row `t` holds a sealed value (a JSON one is a JSON string)."""
+    prefix = '"' + SEALED_PREFIX if json_value else SEALED_PREFIX
+    return sql.SQL("left({}::text, {}) = {}").format(
+        sql.Identifier("t", column), sql.Literal(len(prefix)), sql.Literal(prefix)
+    )
+
+
+def _unsealed(column: str, *, json_value: bool) -> sql.Composed:
+    """The column's text for the SQL pass: NULL when sealed."""
+    return sql.SQL("CASE WHEN {} THEN NULL ELSE {}::text END").format(
+        _sealed_test(column, json_value=json_value), sql.Identifier("t", column)
+    )
+
+
+def _sealed_rows_query(table: ScannedTable, *, agent_ids: Sequence[int], after: bool) -> sql.Composed:
+    """A batch of the rows (in scope, in key order, after %(after)s when `after`) holding a sealed value."""
+    condition = sql.SQL(" OR ").join(_sealed_test(c, json_value=j) for c, j in table.sealed)
+    keyset = sql.SQL("AND {} > %(after)s").format(sql.Identifier("t", table.pk)) if after else sql.SQL("")
+    return sql.SQL(
+        "SELECT {pk}, {pk}::text, {columns} FROM {table} AS t WHERE {scope} AND ({condition}) {keyset}"
+        " ORDER BY {pk} LIMIT %(batch)s"
+    ).format(
+        pk=sql.Identifier("t", table.pk),
+        columns=sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier("t", c)) for c, _ in table.sealed),
+        table=sql.Identifier(table.table),
+        scope=_scope(table, agent_ids=agent_ids),
+        condition=condition,
+        keyset=keyset,
+    )
+
+
+def _probe_patterns(probes: Sequence[Probe]) -> list[tuple[str, re.Pattern[str] | None]]:
+    """Each probe lower-cased, with the whole-word expression of an id probe (as `_ids_pattern`)."""
+    return [
+        (
+            p.needle.lower(),
+            re.compile(r"(?:^|[^\w@-])" + re.escape(p.needle.lower()) + r"(?:$|[^\w@-])") if p.whole_word else None,
+        )
+        for p in probes
+    ]
+
+
+def _sealed_matches(
+    cursor: Any, table: ScannedTable, *, probes: Sequence[Probe], agent_ids: Sequence[int]
+) -> tuple[dict[str, set[int]], int]:
+    """The rows whose sealed values, opened, hold a probe (row id -> probe numbers), and how many
+    rows hold a value that no longer opens (its data key destroyed: shredded, so no leftover).
+
+    Steps: read the rows holding a sealed value a batch at a time in key order; open each value
+    (a JSON one to its JSON text, as the SQL pass reads JSON); join them as the SQL pass joins
+    columns, lower-cased; look for each probe as the SQL pass does."""
+    patterns = _probe_patterns(probes)
+    matches: dict[str, set[int]] = {}
+    unreadable = 0
+    last: Any = None
+    while True:
+        query = _sealed_rows_query(table, agent_ids=agent_ids, after=last is not None)
+        params = {"agents": list(agent_ids), "after": last, "batch": SEALED_SCAN_BATCH}
+        cursor.execute(query.as_string(cursor.connection), params)
+        rows = cursor.fetchall()
+        for _key, pk, *values in rows:
+            try:
+                texts = [
+                    json_text_open(v, table=table.table, column=c) if j else value_open(v, table=table.table, column=c)
+                    for (c, j), v in zip(table.sealed, values, strict=True)
+                    if v is not None
+                ]
+            except SealError:
+                unreadable += 1
+                continue
+            doc = chr(31).join(texts).lower()
+            found = {
+                n
+                for n, (needle, word) in enumerate(patterns, start=1)
+                if needle in doc and (word is None or word.search(doc))
+            }
+            if found:
+                matches[pk] = found
+        if len(rows) < SEALED_SCAN_BATCH:
+            return matches, unreadable
+        last = rows[-1][0]
 
 
 def _count_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Composed:
@@ -569,9 +585,9 @@ def leftovers_scan(*, probes: Sequence[Probe], agent_ids: Sequence[int], redacti
             matches: dict[str, set[int]] = {pk: set(matched) for pk, matched in cursor.fetchall()}
             unreadable = 0
             if table.sealed:
-                opened, unreadable = _sealed_scan(cursor, table, probes=probes, agent_ids=agent_ids, params=params)
-                for pk, matched in opened.items():
-                    matches.setdefault(pk, set()).update(matched)
+                opened, unreadable = _sealed_matches(cursor, table, probes=probes, agent_ids=agent_ids)
+                for pk, numbers in opened.items():
+                    matches.setdefault(pk, set()).update(numbers)
             unreadable_total += unreadable
             found = kept_here = 0
             for pk in sorted(matches):
@@ -594,6 +610,7 @@ def leftovers_scan(*, probes: Sequence[Probe], agent_ids: Sequence[int], redacti
                     "rows": rows,
                     "found": found,
                     "kept": kept_here,
+                    # Rows holding a sealed value whose key was destroyed (crypto-shredded): unreadable.
                     "unreadable": unreadable,
                 }
             )
