@@ -22,6 +22,9 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from governance.audit import audit_append
+from governance.crypto.blind import term_hash
+from governance.crypto.envelope import blind_key
+from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
 from memoryapp.items.rules import Scope
@@ -246,9 +249,7 @@ def fact_search(*, agent: Agent, namespace: str, text: str = "", limit: int = DE
         rows = list(current.order_by("-recorded_at", "-id")[:limit])
         firsts = _first_recorded(agent=agent, items=rows)
         return [FactHit(fact_dict(r, created_at=firsts.get((r.namespace, r.attribute))), None) for r in rows]
-    rough = Q()
-    for word in words:
-        rough |= Q(attribute__icontains=word) | Q(value__icontains=word)
+    rough = _rough_match(agent=agent, words=words)
     scored: list[tuple[float, MemoryItem]] = []
     for row in current.filter(rough):
         held = set(_WORD.findall(f"{row.attribute[len(FACT_PREFIX) :]} {row.value}".lower()))
@@ -261,6 +262,22 @@ def fact_search(*, agent: Agent, namespace: str, text: str = "", limit: int = DE
     return [
         FactHit(fact_dict(r, created_at=firsts.get((r.namespace, r.attribute))), round(score, 4)) for score, r in best
     ]
+
+
+def _rough_match(*, agent: Agent, words: list[str]) -> Q:
+    """The facts that may hold one of the words (step 2 checks which exactly): the key or the value
+    holding it as a piece of text. With encryption on the value is sealed, so its blind index is
+    asked for the word's keyed hash instead (a value written before encryption was on, not sealed
+    yet, is still found by its text)."""
+    rough = Q()
+    for word in words:
+        rough |= Q(attribute__icontains=word) | Q(value__icontains=word)
+    if encryption_enabled():
+        key = blind_key(agent_id=agent.pk)
+        hashes = [h for h in (term_hash(word, key=key) for word in words) if h is not None]
+        if hashes:
+            rough |= Q(keyword_hashes__overlap=hashes)
+    return rough
 
 
 @transaction.atomic

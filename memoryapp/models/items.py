@@ -4,9 +4,11 @@ from django.conf import settings
 from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
+from django.db.models import Case, F, Value, When
 from pgvector.django import HnswIndex, VectorField
 
-from governance.crypto.fields import SealedTextField
+from governance.crypto.fields import BlindIndexField, SealedJSONField, SealedTextField
+from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.choices import EvidenceStatus, ItemKind, ItemStatus, Trust
@@ -67,9 +69,11 @@ class MemoryItem(Scoped):
     entity = models.ForeignKey(Entity, null=True, blank=True, on_delete=models.SET_NULL, related_name="items")
     subject = models.CharField(max_length=300, blank=True, default="")
     attribute = models.CharField(max_length=300, blank=True, default="")
-    value = models.TextField()
+    # The value and a fact's JSON value are sealed at rest when encryption is on (governance.crypto),
+    # under the data key of the item's person; subject and attribute (the slot) stay plaintext.
+    value = SealedTextField()
     # Facts (002) keep any JSON value; `value` holds its text for search and display.
-    value_json = models.JSONField(null=True, blank=True)
+    value_json = SealedJSONField(null=True, blank=True)
     # Facts live in a namespace such as "users/42"; "" for other items.
     namespace = models.CharField(max_length=500, blank=True, default="")
     trust = models.CharField(max_length=10, choices=Trust.choices, default=Trust.MODEL)
@@ -89,11 +93,24 @@ class MemoryItem(Scoped):
     last_retrieved_at = models.DateTimeField(null=True, blank=True)
     prompt_version = models.CharField(max_length=40, blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True)
+    # The value's part is empty for a sealed value: with encryption on, keyword search reads the
+    # value's words from `keyword_hashes` (subject and attribute stay in here, plaintext).
     search_vector = models.GeneratedField(
-        expression=SearchVector("subject", "attribute", "value", config="english"),
+        expression=SearchVector(
+            "subject",
+            "attribute",
+            Case(
+                When(value__startswith=SEALED_PREFIX, then=Value("")),
+                default=F("value"),
+                output_field=models.TextField(),
+            ),
+            config="english",
+        ),
         output_field=SearchVectorField(),
         db_persist=True,
     )
+    # The blind index of `value` (keyed hashes of its words) when encryption is on; null when off.
+    keyword_hashes = BlindIndexField(source="value")
     embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedded_at = models.DateTimeField(null=True, blank=True)
 
@@ -116,6 +133,12 @@ class MemoryItem(Scoped):
             # prune job: facts whose time to live ran out.
             models.Index(fields=["expires_at"], name="item_expires_idx", condition=models.Q(expires_at__isnull=False)),
             GinIndex(fields=["search_vector"], name="item_search_gin"),
+            # keyword search with encryption on: the blind index of the values (memoryapp.search.keyword).
+            GinIndex(
+                fields=["keyword_hashes"],
+                name="item_keyword_hashes_gin",
+                condition=models.Q(keyword_hashes__isnull=False),
+            ),
             # admin overview: items stored per agent per day over 30 days (see entry_created_brin).
             BrinIndex(fields=["recorded_at"], name="item_recorded_brin"),
             HnswIndex(
@@ -132,6 +155,10 @@ class MemoryItem(Scoped):
 
     def __str__(self) -> str:
         return f"{self.subject}.{self.attribute} = {self.value[:40]}"
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        """Sealed under the data key of the item's person (the agent's key for items about no one)."""
+        return (self.agent_id, self.user_id)
 
 
 class ItemReview(models.Model):
@@ -158,10 +185,11 @@ class ItemReview(models.Model):
     at = models.DateTimeField()
     status_before = models.CharField(max_length=12)
     status_after = models.CharField(max_length=12)
-    # Set when the step changed the value (a reviewer's edit, or the undo of one).
-    value_before = models.TextField(null=True, blank=True)
-    value_after = models.TextField(null=True, blank=True)
-    value_json_before = models.JSONField(null=True, blank=True)
+    # Set when the step changed the value (a reviewer's edit, or the undo of one). Sealed at rest
+    # as the item's value is, under the item's person's key.
+    value_before = SealedTextField(null=True, blank=True)
+    value_after = SealedTextField(null=True, blank=True)
+    value_json_before = SealedJSONField(null=True, blank=True)
     reason = models.TextField(blank=True, default="")
     # Set on an approval or rejection when an undo takes it back: an approval undone was still
     # active from `at` to `undone_at` (what the agent knew then).
@@ -183,6 +211,9 @@ class ItemReview(models.Model):
 
     def __str__(self) -> str:
         return f"{self.item_id} {self.action} by {self.actor}"
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        return (self.agent_id, self.item.user_id)
 
 
 class Evidence(models.Model):

@@ -260,10 +260,16 @@ def _keyword_entries_blind(
     return _bm25(rows, terms=n, total=max(total, len(rows)), limit=limit)
 
 
-def keyword_items(*, items: QuerySet[MemoryItem], analysis: QueryAnalysis, limit: int) -> list[ChannelHit]:
+def keyword_items(
+    *, items: QuerySet[MemoryItem], agent_id: int, analysis: QueryAnalysis, limit: int
+) -> list[ChannelHit]:
+    """The items of `items` (all of the agent `agent_id`) holding the query's words, ranked as the
+    module's steps say."""
     terms = tsquery_terms(analysis)[:MAX_TERMS]
     if not terms:
         return []
+    if encryption_enabled():
+        return _keyword_items_blind(items=items, agent_id=agent_id, terms=terms, limit=limit)
     table = MemoryItem._meta.db_table
     column = f'"{table}"."search_vector"'
     annotations: dict[str, Any] = {
@@ -278,6 +284,60 @@ def keyword_items(*, items: QuerySet[MemoryItem], analysis: QueryAnalysis, limit
         .filter(kw_match=True)
         .annotate(**annotations)
         .order_by(RawSQL(f"ts_rank_cd({column}, to_tsquery('english', %s))", (" | ".join(terms),)).desc())
+        .values_list("id", "recorded_at", "lexemes", *[f"holds_{i}" for i in range(len(terms))])[:KEYWORD_CANDIDATES]
+    )
+    rows = [(str(r[0]), [bool(x) for x in r[3:]], int(r[2] or 0), r[1].timestamp() if r[1] else 0.0) for r in matched]
+    if not rows:
+        return []
+    total = _scope_size(("items", str(items.query)), items.count) if len(rows) < KEYWORD_CANDIDATES else len(rows) * 4
+    return _bm25(rows, terms=len(terms), total=total, limit=limit)
+
+
+def _keyword_items_blind(
+    *, items: QuerySet[MemoryItem], agent_id: int, terms: list[str], limit: int
+) -> list[ChannelHit]:
+    """keyword_items with encryption on. A word is held by an item when its subject or attribute
+    holds it (the plaintext `search_vector`, which also still holds the value of a row written
+    before encryption was turned on) or when its value's blind index holds the word's keyed hash.
+    Ranked as the plaintext channel ranks (BM25 with binary term frequency; the row's length is its
+    lexemes plus its value's distinct words); without positions for cover density, the candidates
+    are the items holding most words, newest first. The words are hashed with the agent's key: the
+    items are the agent's (the caller's filter), whose values were hashed with it."""
+    key = blind_key(agent_id=agent_id)
+    table = MemoryItem._meta.db_table
+    vector = f'"{table}"."search_vector"'
+    hashes = f'"{table}"."keyword_hashes"'
+    hashes_of_terms = [term_hash(t, key=key) for t in terms]
+    flags: list[tuple[str, tuple[Any, ...]]] = []
+    for term, hashed in zip(terms, hashes_of_terms, strict=True):
+        flags.append(
+            (
+                f"({vector} @@ to_tsquery('english', %s) OR coalesce({hashes} @> %s::bigint[], false))",
+                (term, [hashed if hashed is not None else 0]),
+            )
+        )
+    annotations: dict[str, Any] = {
+        f"holds_{i}": RawSQL(flag, params, output_field=BooleanField()) for i, (flag, params) in enumerate(flags)
+    }
+    annotations["lexemes"] = RawSQL(
+        f"length({vector}) + coalesce(cardinality({hashes}), 0)", (), output_field=IntegerField()
+    )
+    held = [h for h in hashes_of_terms if h is not None]
+    match = RawSQL(
+        f"({vector} @@ to_tsquery('english', %s) OR {hashes} && %s::bigint[])",
+        (" | ".join(terms), held),
+        output_field=BooleanField(),
+    )
+    count_held = RawSQL(
+        " + ".join(f"({flag})::int" for flag, _ in flags),
+        tuple(p for _, params in flags for p in params),
+        output_field=IntegerField(),
+    )
+    matched = (
+        items.alias(kw_match=match, kw_held=count_held)
+        .filter(kw_match=True)
+        .annotate(**annotations)
+        .order_by("-kw_held", "-recorded_at")
         .values_list("id", "recorded_at", "lexemes", *[f"holds_{i}" for i in range(len(terms))])[:KEYWORD_CANDIDATES]
     )
     rows = [(str(r[0]), [bool(x) for x in r[3:]], int(r[2] or 0), r[1].timestamp() if r[1] else 0.0) for r in matched]

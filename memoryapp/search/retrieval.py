@@ -270,7 +270,9 @@ def search(
                 (
                     "item",
                     "keyword",
-                    [] if no_items else keyword_items(items=item_rows, analysis=analysis, limit=depth),
+                    []
+                    if no_items
+                    else keyword_items(items=item_rows, agent_id=agent.pk, analysis=analysis, limit=depth),
                     KEYWORD_WEIGHT,
                 )
             )
@@ -298,7 +300,7 @@ def search(
                     if kind == "entry"
                     else []
                     if no_items
-                    else keyword_items(items=item_rows, analysis=analysis, limit=depth)  # type: ignore[arg-type]
+                    else keyword_items(items=item_rows, agent_id=agent.pk, analysis=analysis, limit=depth)  # type: ignore[arg-type]
                 )
                 keyword_lists.append((kind, "keyword", found, KEYWORD_WEIGHT))
 
