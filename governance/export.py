@@ -480,7 +480,7 @@ def _write_items(items: QuerySet[MemoryItem], *, path: str, kind: str, writer: _
     part = writer.part(path)
     by_id = Collate("id", "C")
     by_item = Collate("item_id", "C")
-    stream = items.defer("embedding", "search_vector").order_by(by_id).iterator(ROW_FETCH)
+    stream = items.defer("embedding", "search_vector", "keyword_hashes").order_by(by_id).iterator(ROW_FETCH)
     evidence = _Merged(_by_item(Evidence.objects.filter(item__in=items).order_by(by_item, "pk").iterator(ROW_FETCH)))
     history = _Merged(
         _by_item(ItemReview.objects.filter(item__in=items).order_by(by_item, "at", "pk").iterator(ROW_FETCH))

@@ -137,7 +137,7 @@ class MemoryItemAdmin(admin.ModelAdmin):
     actions = ["approve_selected", "reject_selected", "forget_selected"]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[MemoryItem]:
-        return super().get_queryset(request).defer("embedding", "search_vector")
+        return super().get_queryset(request).defer("embedding", "search_vector", "keyword_hashes")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -530,7 +530,7 @@ def item_approve(*, item: MemoryItem, actor: str, value: str | None = None, deci
         "reviewed_by": actor,
         **({"edited_by_reviewer": True} if edited else {}),
     }
-    locked.save(update_fields=["value", "value_json", "status", "activated_at", "metadata"])
+    locked.save(update_fields=["value", "value_json", "keyword_hashes", "status", "activated_at", "metadata"])
     _review_step(
         item=locked,
         decision=decision or new_decision_id(),
@@ -795,7 +795,7 @@ def items_review_undo(*, decision: str, actor: str) -> list[MemoryItem]:
             locked.activated_at = None
         drop = ("activatedAt", "reviewed_by", "edited_by_reviewer", "rejected_because")
         locked.metadata = {k: v for k, v in (locked.metadata or {}).items() if k not in drop}
-        locked.save(update_fields=["status", "value", "value_json", "activated_at", "metadata"])
+        locked.save(update_fields=["status", "value", "value_json", "keyword_hashes", "activated_at", "metadata"])
         ItemReview.objects.filter(pk=step.pk).update(undone_at=now)
         _review_step(
             item=locked,

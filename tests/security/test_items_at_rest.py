@@ -12,9 +12,10 @@ from typing import Any
 from django.core.management import call_command
 from django.db import connection
 
-from governance.crypto.envelope import data_key_destroy
+from governance.crypto.blind import term_hash
+from governance.crypto.envelope import blind_key, data_key_destroy
 from governance.erasure import Probe, leftovers_scan
-from memoryapp.items.services import item_approve
+from memoryapp.items.services import item_approve, items_review_undo
 from memoryapp.models import Agent, ItemReview, MemoryItem
 from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller, answered
@@ -269,3 +270,24 @@ def test_the_leftover_scan_opens_sealed_values_and_never_calls_ciphertext_a_left
     assert items["sealed_columns"] == ["value", "value_json"]
     # Cy's item is sealed under a destroyed key: unreadable, so no leftover of anyone's.
     assert (items["found"], items["unreadable"]) == (1, 1) and shredded["id"] not in str(scan["findings"])
+
+
+def test_a_reviewers_edit_moves_the_blind_index_to_the_new_value_and_an_undo_moves_it_back(
+    encrypted: Any, db: None, alice: Caller
+) -> None:
+    item = answered(
+        alice.client.post("/api/v1/items", {**SUGGESTED, "value": "a Zanzibarquill notebook"}, format="json"), 201
+    )
+    approved = item_approve(
+        item=MemoryItem.objects.get(pk=item["id"]), actor="staff:rita", value="a plumbagovortex notebook"
+    )
+
+    def found(text: str) -> list[str]:
+        body = {"text": text, "method": "keyword", "kinds": ["items"]}
+        return [h["id"] for h in answered(alice.client.post("/api/v1/search", body, format="json"), 200)["results"]]
+
+    assert found("plumbagovortex") == [item["id"]] and found("zanzibarquill") == []
+    items_review_undo(decision=ItemReview.objects.get(item_id=approved.pk).decision, actor="staff:rita")
+    assert MemoryItem.objects.get(pk=item["id"]).value == "a Zanzibarquill notebook"
+    stored = MemoryItem.objects.get(pk=item["id"]).keyword_hashes
+    assert stored is not None and term_hash("zanzibarquill", key=blind_key(agent_id=alice.agent.pk)) in stored
