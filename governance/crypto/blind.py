@@ -61,6 +61,16 @@ def text_hashes(text: str, *, key: bytes) -> list[int]:
     ]
 
 
+EQUALITY_PREFIX = "bh:"
+
+
+def equality_hash(text: str, *, key: bytes) -> str:
+    """A keyed hash standing for a whole (already normalised) value, for equality and uniqueness in
+    the database: `bh:` + the hex of its HMAC-SHA256. Equal values of one agent hash the same; the
+    value cannot be read back, nor confirmed by someone without the key."""
+    return EQUALITY_PREFIX + hmac.digest(key, text.encode("utf-8"), "sha256").hex()
+
+
 def term_hash(term: str, *, key: bytes) -> int | None:
     """The hash of a query term (already a lower-case word), None when it normalises to nothing."""
     words = text_words(term)

@@ -14,13 +14,14 @@ save() or bulk_create(), which call pre_save.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.expressions import Expression
 
-from governance.crypto.blind import text_hashes
+from governance.crypto.blind import EQUALITY_PREFIX, equality_hash, text_hashes
 from governance.crypto.envelope import Owner, blind_key, data_key_for, data_key_open
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.sealing import PREFIX, is_sealed, seal, sealed_key_id, unseal
@@ -154,3 +155,86 @@ def text_hashes_for(instance: models.Model, text: str) -> list[int] | None:
     if not text:
         return None
     return text_hashes(text, key=blind_key(agent_id=_owner(instance)[0]))
+
+
+def equality_value(*, agent_id: int | None, text: str) -> str:
+    """What an equality column (EqualityHashField) holds for a normalised value, and what a lookup
+    by that value compares with: its keyed hash under the agent's blind key when encryption is on,
+    the value itself when it is off."""
+    if not encryption_enabled() or not text:
+        return text
+    return equality_hash(text, key=blind_key(agent_id=agent_id))
+
+
+class EqualityHashField(models.CharField):  # type: ignore[type-arg]
+    """A normalised copy of a sealed field, for equality lookups and unique constraints in the
+    database: plaintext when encryption is off, a keyed hash (`bh:<hex>`, governance.crypto.blind)
+    when it is on, so equal values still compare equal and nothing readable is stored.
+
+    The writers set the normalised plaintext; `pre_save` hashes it under the row's agent's blind
+    key. A value already hashed is computed again from `source` through `normalize` (a rotation
+    with new keys changes the blind key), so `normalize` must be the writers' normalisation.
+    Lookups compare with `equality_value(agent_id=..., text=...)`.
+    """
+
+    def __init__(
+        self, *args: Any, source: str = "", normalize: Callable[[str], str] | None = None, **kwargs: Any
+    ) -> None:
+        self.source = source
+        self.normalize = normalize
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> Any:
+        # `normalize` is Python behaviour, not schema: migrations need not know it.
+        name, path, args, kwargs = super().deconstruct()
+        kwargs["source"] = self.source
+        return name, path, args, kwargs
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        value = super().pre_save(model_instance, add)
+        if not encryption_enabled() or not value:
+            return value
+        text = str(value)
+        if text.startswith(EQUALITY_PREFIX):
+            if self.normalize is None or not self.source:
+                return value
+            text = self.normalize(str(getattr(model_instance, self.source) or ""))
+        hashed = equality_value(agent_id=_owner(model_instance)[0], text=text)
+        setattr(model_instance, self.attname, hashed)
+        return hashed
+
+
+def is_equality_hash(value: object) -> bool:
+    return isinstance(value, str) and value.startswith(EQUALITY_PREFIX)
+
+
+M = TypeVar("M", bound=models.Model)
+
+
+def sealed_update(queryset: models.QuerySet[M], **values: Any) -> int:
+    """`queryset.update(**values)` with its sealed fields sealed under each row's owner's key.
+
+    A plain update would seal them under the key of no agent (`get_db_prep_save`), so they would
+    not be shredded with their person. With encryption on, the rows are grouped by owner (their
+    sealed columns never read) and each group updated with the values sealed under its key: one
+    UPDATE per owner. Returns the rows updated, as `update` does.
+    """
+    model = queryset.model
+    sealed: dict[str, _Sealed] = {}
+    for name in values:
+        declared = model._meta.get_field(name)
+        if isinstance(declared, _Sealed):
+            sealed[name] = declared
+    if not encryption_enabled() or not sealed:
+        return queryset.update(**values)
+    deferred = [f.name for f in model._meta.concrete_fields if isinstance(f, _Sealed)]
+    groups: dict[Owner, tuple[models.Model, list[Any]]] = {}
+    for found in queryset.order_by().defer(*deferred):
+        groups.setdefault(_owner(found), (found, []))[1].append(found.pk)
+    updated = 0
+    for first, pks in groups.values():
+        prepared = dict(values)
+        for name, sealed_field in sealed.items():
+            prepared[name] = sealed_field.seal_for(first, values[name])
+        updated += model._default_manager.filter(pk__in=pks).update(**prepared)
+    return updated

@@ -10,7 +10,8 @@ Steps (`encryption_rotate`):
    keeps what it did); remove key files of destroyed keys a crash left behind.
 2. For each model with sealed fields, walk its rows in primary-key order, a batch per transaction;
    a row is saved again (sealed by its fields' pre_save) when a sealed column holds plaintext or a
-   value sealed under another key than its owner's, or when its blind index is missing.
+   value sealed under another key than its owner's, when its blind index is missing, or when an
+   equality column (EqualityHashField) holds plaintext instead of its keyed hash.
 3. With `rekey`: destroy the retired keys (every row moved off them).
 4. Report what was done, with progress after each batch.
 
@@ -38,7 +39,13 @@ from governance.crypto.envelope import (
     data_keys_retired_destroy,
     data_keys_rewrap,
 )
-from governance.crypto.fields import BlindIndexField, SealedJSONField, SealedTextField
+from governance.crypto.fields import (
+    BlindIndexField,
+    EqualityHashField,
+    SealedJSONField,
+    SealedTextField,
+    is_equality_hash,
+)
 from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX, SealError, sealed_key_id
 
@@ -49,7 +56,7 @@ def sealed_models() -> list[tuple[type[models.Model], list[models.Field], list[B
     found = []
     for model in apps.get_models():
         if model._meta.proxy:
-            # A proxy (the admin's StaleItem) shares its table with its model: walked once, as it.
+            # A proxy (StaleItem, PlaybookDraft, EntityOverview) shares its model's table: walked once, as it.
             continue
         fields: list[models.Field] = [  # type: ignore[type-arg]
             f for f in model._meta.concrete_fields if isinstance(f, (SealedTextField, SealedJSONField))
@@ -101,7 +108,9 @@ def _reseal_model(
     queryset = model._default_manager.order_by("pk").defer(*(f.name for f in fields)).annotate(**raw)
     if any(f.name == "thread" for f in model._meta.concrete_fields):
         queryset = queryset.select_related("thread")
-    names = [f.name for f in fields] + [b.name for b in blind]
+    # Equality columns (a keyed hash with encryption on) are hashed on the same save.
+    equal = [f for f in model._meta.concrete_fields if isinstance(f, EqualityHashField)]
+    names = [f.name for f in fields] + [b.name for b in blind] + [e.name for e in equal]
     resealed = shredded = 0
     last = None
     while True:
@@ -118,6 +127,9 @@ def _reseal_model(
                 for b in blind:
                     source = getattr(row, f"_sealed_raw_{b.source}", None)
                     stale = stale or (getattr(row, b.attname) is None and source not in (None, ""))
+                for e in equal:
+                    value = getattr(row, e.attname)
+                    stale = stale or (bool(value) and not is_equality_hash(value))
                 if not stale:
                     continue
                 if not _opens({key for key in stored if key}):
