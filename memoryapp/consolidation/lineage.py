@@ -10,19 +10,18 @@ listing, and the next refresh writes it again from the facts that are left.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from django.db.models import Q
-from django.utils import timezone
+from django.db.models import Q, QuerySet
 
+from governance.crypto.keyring import encryption_enabled
 from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, PLAYBOOK_PATH, fold_access, rule_lessons
 from memoryapp.consolidation.observations import OBSERVATIONS_DIRECTORY, statement_items
 from memoryapp.consolidation.state import scope_of
-from memoryapp.content import REDACTED_TEXT
 from memoryapp.files.protocol import file_delete
-from memoryapp.files.services import file_put
-from memoryapp.files.text import sha256_of, size_of
+from memoryapp.files.services import file_put, versions_redact
 from memoryapp.models import Agent, ConsolidationPass, ConsolidationState, MemoryFileVersion
 
 # Ids looked for per query (each one a LIKE of its marks).
@@ -39,11 +38,34 @@ class DerivedFilesReport:
     redacted_version_ids: list[str] = field(default_factory=list, repr=False)
 
 
+# The marks by which a playbook rule or an observation names the items it stands on.
+_NAMED = re.compile(r"\[(?:lesson|item):([^\]\s]+)\]")
+
+
 def _naming(ids: Sequence[str]) -> Q:
     wanted = Q(pk__in=[])
     for item_id in ids:
         wanted |= Q(content__contains=f"[lesson:{item_id}]") | Q(content__contains=f"[item:{item_id}]")
     return wanted
+
+
+def _versions_naming(files: QuerySet[MemoryFileVersion], gone: list[str]) -> set[str]:
+    """The ids of the versions among `files` that name one of the items `gone`.
+
+    With encryption off, the database finds them (`content LIKE`), a chunk of ids at a time. With
+    it on, the content is sealed, so each version is opened and read here: `files` is bounded to the
+    agent's playbooks, drafts and observations not redacted yet.
+    """
+    naming: set[str] = set()
+    if not encryption_enabled():
+        for start in range(0, len(gone), CHUNK):
+            naming.update(files.filter(_naming(gone[start : start + CHUNK])).values_list("pk", flat=True))
+        return naming
+    wanted = set(gone)
+    for pk, content in files.values_list("pk", "content").iterator(chunk_size=200):
+        if content and wanted.intersection(_NAMED.findall(content)):
+            naming.add(pk)
+    return naming
 
 
 def _without_rules(text: str, gone: set[str]) -> tuple[str, int]:
@@ -75,9 +97,7 @@ def derived_files_forget(*, agent: Agent, item_ids: Sequence[str]) -> DerivedFil
     files = MemoryFileVersion.objects.filter(agent=agent, content__isnull=False, redacted_at__isnull=True).filter(
         Q(path__in=[PLAYBOOK_PATH, PLAYBOOK_DRAFT_PATH]) | Q(path__startswith=OBSERVATIONS_DIRECTORY + "/")
     )
-    naming: set[str] = set()
-    for start in range(0, len(gone), CHUNK):
-        naming.update(files.filter(_naming(gone[start : start + CHUNK])).values_list("pk", flat=True))
+    naming = _versions_naming(files, gone)
     if not naming:
         return report
     found = list(MemoryFileVersion.objects.filter(pk__in=naming).order_by("agent_id", "sequence"))
@@ -116,12 +136,7 @@ def derived_files_forget(*, agent: Agent, item_ids: Sequence[str]) -> DerivedFil
         _follow_rewrites(agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, paths=paths)
     redacting = MemoryFileVersion.objects.filter(pk__in=naming, redacted_at__isnull=True)
     report.redacted_version_ids = sorted(redacting.values_list("pk", flat=True))
-    report.versions_redacted = MemoryFileVersion.objects.filter(pk__in=report.redacted_version_ids).update(
-        content=REDACTED_TEXT,
-        sha256=sha256_of(REDACTED_TEXT),
-        size=size_of(REDACTED_TEXT),
-        redacted_at=timezone.now(),
-    )
+    report.versions_redacted = versions_redact(MemoryFileVersion.objects.filter(pk__in=report.redacted_version_ids))
     return report
 
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from django.db import connection
 from django.db.models import BooleanField, ExpressionWrapper, Q, QuerySet
 
+from governance.crypto.keyring import encryption_enabled
+from memoryapp.content import REDACTED_TEXT
 from memoryapp.files.access import FileAccess, scope_narrowness
 from memoryapp.files.paths import MEMORY_ROOT, path_ancestors, path_is_under
 from memoryapp.models import Agent, Entry, MemoryFileVersion
@@ -16,6 +18,17 @@ from memoryapp.threads.branch import branch_sql
 def versions_for_agent(*, agent: Agent) -> QuerySet[MemoryFileVersion]:
     """Every version of one agent's files: all other reads narrow this one."""
     return MemoryFileVersion.objects.filter(agent=agent)
+
+
+def versions_unredacted(versions: QuerySet[MemoryFileVersion]) -> QuerySet[MemoryFileVersion]:
+    """The versions among these a redaction still has to change: not deletions, not already
+    saying [redacted]. A redaction sets the redacted text and `redacted_at` together; with
+    encryption on the content is sealed (it never compares in the database), so the mark alone
+    says it."""
+    versions = versions.filter(content__isnull=False)
+    if encryption_enabled():
+        return versions.exclude(redacted_at__isnull=False)
+    return versions.exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
 
 
 def entry_ancestor_ids(*, entry: Entry) -> list[str]:

@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Max, Q
+from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
 from governance import locks
 from governance.audit import audit_append
+from governance.crypto.fields import sealed_update
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
@@ -35,6 +36,7 @@ from memoryapp.files.selectors import (
     version_content,
     versions_for_agent,
     versions_seen,
+    versions_unredacted,
 )
 from memoryapp.files.text import (
     human_size,
@@ -386,6 +388,18 @@ def redacted_heads_delete(*, agent: Agent, version_ids: list[str], actor: str = 
     return deleted
 
 
+def versions_redact(versions: QuerySet[MemoryFileVersion]) -> int:
+    """Replace the content of these versions with [redacted] (its sha256 and size with it), sealed
+    under each version's person's key when encryption is on; the number of versions changed."""
+    return sealed_update(
+        versions,
+        content=REDACTED_TEXT,
+        sha256=sha256_of(REDACTED_TEXT),
+        size=size_of(REDACTED_TEXT),
+        redacted_at=timezone.now(),
+    )
+
+
 @transaction.atomic
 def files_redact(
     *,
@@ -430,16 +444,9 @@ def files_redact(
         discovered = {p for pair in linked for p in pair if p} - found
         found |= discovered
         frontier = discovered
-    versions = reach.filter(path__in=found, content__isnull=False).exclude(
-        content=REDACTED_TEXT, redacted_at__isnull=False
-    )
+    versions = versions_unredacted(reach.filter(path__in=found))
     redacted_ids = list(versions.order_by("pk").values_list("pk", flat=True))
-    count = versions.update(
-        content=REDACTED_TEXT,
-        sha256=sha256_of(REDACTED_TEXT),
-        size=size_of(REDACTED_TEXT),
-        redacted_at=timezone.now(),
-    )
+    count = versions_redact(versions)
     if redacted_ids:
         event_record(agent_id=access.agent.pk, type="file.redacted", thread_id=access.thread_id, ids=redacted_ids)
     deleted = redacted_heads_delete(agent=access.agent, version_ids=redacted_ids, actor=access.actor)

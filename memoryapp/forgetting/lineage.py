@@ -14,15 +14,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from django.utils import timezone
-
 from governance.audit import audit_append
 from memoryapp.consolidation.lineage import derived_files_forget
-from memoryapp.content import REDACTED_TEXT
 from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
-from memoryapp.files.services import files_lock, redacted_heads_delete
-from memoryapp.files.text import sha256_of, size_of
+from memoryapp.files.selectors import versions_unredacted
+from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
 from memoryapp.items.evidence import verify_evidence
 from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.services import slot_layout, slot_lock
@@ -204,16 +201,11 @@ def derived_forget_threads(
         return report
     _forget_items(agent=agent, entry_ids=entry_ids, report=report)
     files_lock(FileAccess(agent=agent))
-    redacting = MemoryFileVersion.objects.filter(
-        agent=agent, place__thread_id__in=list(thread_pks), content__isnull=False
-    ).exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
-    redacted_ids = list(redacting.order_by("pk").values_list("pk", flat=True))
-    report.file_versions_redacted += MemoryFileVersion.objects.filter(pk__in=redacted_ids).update(
-        content=REDACTED_TEXT,
-        sha256=sha256_of(REDACTED_TEXT),
-        size=size_of(REDACTED_TEXT),
-        redacted_at=timezone.now(),
+    redacting = versions_unredacted(
+        MemoryFileVersion.objects.filter(agent=agent, place__thread_id__in=list(thread_pks))
     )
+    redacted_ids = list(redacting.order_by("pk").values_list("pk", flat=True))
+    report.file_versions_redacted += versions_redact(MemoryFileVersion.objects.filter(pk__in=redacted_ids))
     _redacted_files_delete(agent=agent, version_ids=redacted_ids)
     if report.purged_item_ids:
         named = derived_files_forget(agent=agent, item_ids=report.purged_item_ids)
@@ -389,15 +381,10 @@ def _redact_file_versions(
     # The agent's file writers wait for us, so no version is written at an entry being forgotten meanwhile.
     files_lock(FileAccess(agent=agent))
     at_entries = MemoryFileVersion.objects.filter(agent=agent, place_id__in=list(gone))
-    redacting = at_entries.filter(content__isnull=False).exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
+    redacting = versions_unredacted(at_entries)
     redacted_ids = list(redacting.order_by("pk").values_list("pk", flat=True))
     report.redacted_version_ids = redacted_ids
-    report.file_versions_redacted = MemoryFileVersion.objects.filter(agent=agent, pk__in=redacted_ids).update(
-        content=REDACTED_TEXT,
-        sha256=sha256_of(REDACTED_TEXT),
-        size=size_of(REDACTED_TEXT),
-        redacted_at=timezone.now(),
-    )
+    report.file_versions_redacted = versions_redact(MemoryFileVersion.objects.filter(agent=agent, pk__in=redacted_ids))
     # A file whose version in front was redacted is then deleted (its path may name what went).
     _redacted_files_delete(agent=agent, version_ids=redacted_ids)
     going = {c.id for c in summaries} | (set(gone) if entries_deleted else set())

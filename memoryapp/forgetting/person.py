@@ -37,18 +37,16 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q, QuerySet, TextField
 from django.db.models.functions import Cast
-from django.utils import timezone
 
 from governance.audit import audit_append
 from governance.crypto.envelope import data_key_destroy
 from governance.models import JobRun
 from memoryapp.consolidation.lineage import derived_files_forget
-from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
-from memoryapp.files.services import files_lock, redacted_heads_delete
-from memoryapp.files.text import sha256_of, size_of
+from memoryapp.files.selectors import versions_unredacted
+from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
 from memoryapp.forgetting.lineage import LineageReport, derived_forget_threads
 from memoryapp.forgetting.services import COUNT_KEYS, cascade_step, counts_add, counts_zero, entries_forget, fork_copies
 from memoryapp.items.facts import PERSON_PREFIX
@@ -122,7 +120,7 @@ def _files(user_id: str, agents: list[int], mode: str) -> QuerySet[MemoryFileVer
     versions = MemoryFileVersion.objects.filter(agent_id__in=agents, user_id=user_id)
     if mode == "redact":
         # What a redaction leaves: versions already saying nothing (and deletions) are done.
-        versions = versions.filter(content__isnull=False).exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
+        versions = versions_unredacted(versions)
     return versions
 
 
@@ -447,12 +445,7 @@ def _files_erase(*, agent_id: int, version_ids: list[str], mode: str, actor: str
     else:
         agent = Agent.objects.get(pk=agent_id)
         files_lock(FileAccess(agent=agent))
-        counts["file_versions"] = versions.update(
-            content=REDACTED_TEXT,
-            sha256=sha256_of(REDACTED_TEXT),
-            size=size_of(REDACTED_TEXT),
-            redacted_at=timezone.now(),
-        )
+        counts["file_versions"] = versions_redact(versions)
         redacted_heads_delete(agent=agent, version_ids=locked, actor=actor)
     audit_append(
         action="person.erase.files",

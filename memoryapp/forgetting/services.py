@@ -20,12 +20,11 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from governance.audit import audit_append
-from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
-from memoryapp.files.services import files_lock, redacted_heads_delete
-from memoryapp.files.text import sha256_of, size_of
+from memoryapp.files.selectors import versions_unredacted
+from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
 from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget
 from memoryapp.items.rules import Scope
 from memoryapp.items.services import StaleMark, items_mark_stale
@@ -168,20 +167,13 @@ def scope_files_forget(*, agent: Agent, scope: Scope, actor: str) -> Counts:
     versions. Call inside the cascade's transaction."""
     counts = counts_zero()
     files_lock(FileAccess(agent=agent))
-    redacting = (
+    redacting = versions_unredacted(
         MemoryFileVersion.objects.filter(
             agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id
         )
-        .filter(content__isnull=False)
-        .exclude(content=REDACTED_TEXT, redacted_at__isnull=False)
     )
     ids = list(redacting.order_by("pk").values_list("pk", flat=True))
-    counts["file_versions"] += MemoryFileVersion.objects.filter(pk__in=ids).update(
-        content=REDACTED_TEXT,
-        sha256=sha256_of(REDACTED_TEXT),
-        size=size_of(REDACTED_TEXT),
-        redacted_at=timezone.now(),
-    )
+    counts["file_versions"] += versions_redact(MemoryFileVersion.objects.filter(pk__in=ids))
     redacted_heads_delete(agent=agent, version_ids=ids, actor=actor)
     return counts
 

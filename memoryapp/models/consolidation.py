@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from governance.crypto.fields import SealedJSONField
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, MemoryItem, Scoped
 
@@ -29,7 +30,9 @@ class ConsolidationState(Scoped):
     through = models.DateTimeField(null=True, blank=True)
     through_key = models.CharField(max_length=64, blank=True, default="")
     complete = models.BooleanField(default=True)
-    details = models.JSONField(default=dict, blank=True)
+    # Sealed at rest when encryption is on: it holds the sha256 of the playbook a draft was made
+    # from (which would let someone confirm a guessed playbook), besides ids and cursors.
+    details = SealedJSONField(default=dict, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -42,6 +45,9 @@ class ConsolidationState(Scoped):
 
     def __str__(self) -> str:
         return f"{self.pass_kind} of agent {self.agent_id}"
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        return (self.agent_id, self.user_id)
 
 
 class PlaybookDraft(MemoryFileVersion):

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.db import models
 
+from governance.crypto.fields import SealedTextField
 from memoryapp.ids import new_id
 from memoryapp.models.choices import FileAuthor
 from memoryapp.models.items import Scoped
@@ -18,8 +19,13 @@ class MemoryFileVersion(Scoped):
     id = models.CharField(max_length=40, primary_key=True, default=new_version_id, editable=False)
     path = models.CharField(max_length=1024)
     sequence = models.IntegerField()
-    content = models.TextField(null=True, blank=True)
-    sha256 = models.CharField(max_length=64, blank=True, default="")
+    # Sealed at rest when encryption is on (governance.crypto), under the scope's person's key; a
+    # deletion stays NULL. Never compared in the database: the services open it in Python.
+    content = SealedTextField(null=True, blank=True)
+    # The sha256 of the plain content (optimistic locking, shown to callers), sealed as the content
+    # is: in clear, it would let someone holding the database confirm a guessed content. Compared
+    # in Python only. The size stays in clear (the sealed value's length tells it anyway).
+    sha256 = SealedTextField(blank=True, default="")
     size = models.IntegerField(default=0)
     previous = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     # The entry the version was written after (its place on a branch), if any.
@@ -47,3 +53,7 @@ class MemoryFileVersion(Scoped):
 
     def __str__(self) -> str:
         return f"{self.path}@{self.sequence}"
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        """Sealed under the data key of the scope's person ("": the agent's own key)."""
+        return (self.agent_id, self.user_id)
