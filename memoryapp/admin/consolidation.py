@@ -25,6 +25,7 @@ from django.utils.html import escape, format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
+from memoryapp.admin.items import EntityNameSearch
 from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, playbook_discard, playbook_promote
 from memoryapp.consolidation.observations import statement_items, statement_text
 from memoryapp.consolidation.selectors import (
@@ -354,7 +355,7 @@ class StaleItemAdmin(admin.ModelAdmin):
 
 
 @admin.register(EntityOverview)
-class EntityOverviewAdmin(admin.ModelAdmin):
+class EntityOverviewAdmin(EntityNameSearch):
     list_display = ("name", "agent", "scope", "other_names", "item_count")
     list_filter = ("agent",)
     list_select_related = ("agent",)

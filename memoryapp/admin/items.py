@@ -33,6 +33,7 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from governance.crypto.keyring import encryption_enabled
 from governance.review import item_reviews, last_decision_undoable, quotes_with_turns
 from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.review import (
@@ -49,7 +50,14 @@ from memoryapp.admin.review import (
 )
 from memoryapp.admin.threads import erase_person_url
 from memoryapp.errors import DomainError
-from memoryapp.items.selectors import context_facts, items_known, known_changes, known_reach, slot_history
+from memoryapp.items.selectors import (
+    context_facts,
+    entities_named,
+    items_known,
+    known_changes,
+    known_reach,
+    slot_history,
+)
 from memoryapp.items.services import item_forget, items_bulk_review
 from memoryapp.models import Agent, Entity, MemoryItem, Thread
 from memoryapp.models.choices import ItemStatus
@@ -392,8 +400,26 @@ class MemoryItemAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context=extra)
 
 
+class EntityNameSearch(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Search and sort of entities by name while names are sealed (encryption on): the search box
+    finds a whole name (through its keyed hash) or a person id, and the name column does not sort
+    (it would sort ciphertext). With encryption off, the search fields and sorting as declared."""
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any], search_term: str) -> Any:
+        if not encryption_enabled() or not search_term.strip():
+            return super().get_search_results(request, queryset, search_term)
+        named = entities_named(queryset, name=search_term)
+        return queryset.filter(Q(pk__in=named.values("pk")) | Q(user_id=search_term.strip())), False
+
+    def get_sortable_by(self, request: HttpRequest) -> Any:
+        sortable = super().get_sortable_by(request)
+        if encryption_enabled():
+            return [name for name in sortable if name != "name"]
+        return sortable
+
+
 @admin.register(Entity)
-class EntityAdmin(admin.ModelAdmin):
+class EntityAdmin(EntityNameSearch):
     list_display = ("name", "agent", "user_id", "project_id", "thread_id", "created_at")
     list_filter = ("agent",)
     list_select_related = ("agent",)

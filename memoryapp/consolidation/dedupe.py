@@ -162,15 +162,16 @@ def dedupe_subjects(*, agent: Agent, scope: Scope, since: datetime | None = None
     """
     rows = (
         _scope_items(agent=agent, scope=scope)
-        .values("entity_id", "entity__name", "entity__normalized_name", "entity__aliases")
+        .values("entity_id", "entity__name", "entity__aliases")
         .annotate(newest=Max("recorded_at"))
-        .values_list("entity_id", "entity__name", "entity__normalized_name", "entity__aliases", "newest")
+        .values_list("entity_id", "entity__name", "entity__aliases", "newest")
     )
     newest: dict[str, datetime] = {}
     entities: list[EntityName] = []
-    for entity_id, name, normalized, aliases, at in rows:
+    for entity_id, name, aliases, at in rows:
         newest[entity_id] = at
-        entities.append(EntityName(entity_id, name, normalized, aliases))
+        # The normalised name from the name itself: with encryption on the column holds its keyed hash.
+        entities.append(EntityName(entity_id, name, normalized_name(name), aliases))
     if not entities:
         return []
     subjects = []
@@ -426,7 +427,8 @@ def _aliases_of(groups: list[CheckedGroup], applied: list[StaleReport], *, actor
         if kept is None:
             continue
         aliases = [a for a in kept.aliases or [] if isinstance(a, str)]
-        known = {kept.normalized_name} | {normalized_name(a) for a in aliases}
+        # From the name, not the column (a keyed hash with encryption on).
+        known = {normalized_name(kept.name)} | {normalized_name(a) for a in aliases}
         new: list[str] = []
         for other_id in sorted(others):
             other = entities.get(other_id)

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from memoryapp.models.choices import TRUST_RANK, ItemStatus, Trust
+from memoryapp.models.items import name_normalized
 
 # An item from `user` becomes active on its own only at this confidence or above (004 activationConfidence).
 ACTIVATION_CONFIDENCE: float = float(getattr(settings, "ITEM_ACTIVATION_CONFIDENCE", 0.7))
@@ -41,8 +42,9 @@ def collapse_spaces(text: str) -> str:
 
 
 def normalized_name(name: str) -> str:
-    """The name an entity is matched on: lower-cased, spacing collapsed."""
-    return collapse_spaces(name).lower()
+    """The name an entity is matched on: lower-cased, spacing collapsed (the model's own, which its
+    keyed hash with encryption on is computed from)."""
+    return name_normalized(name)
 
 
 def better_source(a: tuple[str, bool], b: tuple[str, bool]) -> tuple[str, bool]:

@@ -26,9 +26,11 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
+from governance.crypto.fields import equality_value
+from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.items.rules import TIMELINE_STATUSES, VALID_UNTIL_KEY, normalized_name, visible_q
-from memoryapp.models import Agent, ItemReview, MemoryItem, Thread
+from memoryapp.models import Agent, Entity, ItemReview, MemoryItem, Thread
 from memoryapp.models.choices import ItemKind, ItemStatus
 from memoryapp.paging import Page, decode_cursor, encode_cursor
 
@@ -412,3 +414,21 @@ def known_changes(*, earlier: list[MemoryItem], later: list[MemoryItem]) -> Know
             changes.unchanged += 1
     changes.removed = [item for slot, item in before.items() if slot not in after]
     return changes
+
+
+def entities_named(entities: QuerySet[Entity], *, name: str) -> QuerySet[Entity]:
+    """The entities among these whose name (or what it normalises to) is `name`.
+
+    With encryption on the names are sealed and the normalised name is a keyed hash under each
+    agent's own blind key, so the name is hashed once per agent among the entities (a whole name
+    is found, not a part of one).
+    """
+    wanted = normalized_name(name)
+    if not wanted:
+        return entities.none()
+    if not encryption_enabled():
+        return entities.filter(normalized_name=wanted)
+    match = Q(pk__in=[])
+    for agent_id in entities.order_by().values_list("agent_id", flat=True).distinct():
+        match |= Q(agent_id=agent_id, normalized_name=equality_value(agent_id=agent_id, text=wanted))
+    return entities.filter(match)

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from governance import locks
 from governance.audit import audit_append
+from governance.crypto.fields import equality_value
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import new_id
@@ -86,7 +87,7 @@ def _check_text(value: Any, field: str, *, max_length: int, required: bool = Tru
 
 def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
     """The entity a subject names: the narrowest one the scope sees with that name, else a new one in the scope."""
-    key = normalized_name(subject)
+    key = equality_value(agent_id=agent.pk, text=normalized_name(subject))
     visible = Entity.objects.filter(
         agent=agent,
         normalized_name=key,

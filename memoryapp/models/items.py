@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
@@ -7,7 +9,7 @@ from django.db import models
 from django.db.models import Case, F, Value, When
 from pgvector.django import HnswIndex, VectorField
 
-from governance.crypto.fields import BlindIndexField, SealedJSONField, SealedTextField
+from governance.crypto.fields import BlindIndexField, EqualityHashField, SealedJSONField, SealedTextField
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
@@ -21,6 +23,14 @@ def new_item_id() -> str:
 
 def new_entity_id() -> str:
     return new_id("nty")
+
+
+_SPACE = re.compile(r"\s+")
+
+
+def name_normalized(name: str) -> str:
+    """The name an entity is matched on: lower-cased, spacing collapsed (memoryapp.items.rules)."""
+    return _SPACE.sub(" ", name or "").strip().lower()
 
 
 class Scoped(models.Model):
@@ -42,10 +52,13 @@ class Entity(Scoped):
     """Who or what memory items are about."""
 
     id = models.CharField(max_length=40, primary_key=True, default=new_entity_id, editable=False)
-    name = models.CharField(max_length=300)
-    # Lower-cased, spacing collapsed: the name items are matched on.
-    normalized_name = models.CharField(max_length=300)
-    aliases = models.JSONField(default=list, blank=True)
+    # Sealed at rest when encryption is on (governance.crypto), under the person's key.
+    name = SealedTextField()
+    # Lower-cased, spacing collapsed: the name items are matched on (and unique per scope). With
+    # encryption on, its keyed hash (governance.crypto.fields.EqualityHashField): lookups compare
+    # with `equality_value(agent_id=..., text=name_normalized(name))`.
+    normalized_name = EqualityHashField(max_length=300, source="name", normalize=name_normalized)
+    aliases = SealedJSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -59,6 +72,10 @@ class Entity(Scoped):
 
     def __str__(self) -> str:
         return self.name
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        """Sealed under the data key of the entity's person ("" : the agent's own key)."""
+        return (self.agent_id, self.user_id)
 
 
 class MemoryItem(Scoped):
