@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 from django.core.management import call_command
@@ -14,8 +16,10 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
+from governance import export
 from governance.crypto.envelope import data_key_for
 from governance.erasure import ID_PROBE, Probe, leftovers_scan
+from governance.export import export_request_create, export_run
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import files_redact
 from memoryapp.models import ConsolidationState, Entity, MemoryFileVersion, MemoryItem
@@ -157,6 +161,30 @@ def test_the_erasure_scan_opens_sealed_rows_finds_what_is_left_and_never_reports
     assert by_table["memoryapp_memoryfileversion"] == {ID_PROBE, "sample 1"}
     assert by_table["memoryapp_entity"] == {ID_PROBE, "identifier 1"}
     assert not any("identifier 2" in f["probes"] for f in scan["findings"])
+
+
+def test_an_export_of_the_person_holds_their_files_and_entity_names_whole(
+    encrypted: Any, db: None, settings: Any, tmp_path: Path, alice: Caller
+) -> None:
+    settings.EXPORT_DIR = tmp_path / "exports"
+    settings.VAR_DIR = tmp_path / "var"  # the receipt key is generated there
+    settings.RECEIPT_SIGNING_KEY = settings.RECEIPT_SIGNING_KEY_FILE = ""
+    created = create_memory_file(alice, "/memories/ana.md", FILE_TEXT)
+    entity_id = MemoryItem.objects.get(pk=_item(alice, NAME)["id"]).entity_id
+
+    request = export_request_create(user_id="u-ana", agent_ids=[], actor="staff:officer")
+    export_run(request_id=request.pk)
+
+    request.refresh_from_db()
+    path = export.export_archive_path(request)
+    assert path is not None, request.error
+    with zipfile.ZipFile(path) as archive:
+        versions = [json.loads(line)["file_version"] for line in archive.read("files.jsonl").splitlines() if line]
+        entities = [json.loads(line)["entity"] for line in archive.read("entities.jsonl").splitlines() if line]
+    assert [(v["id"], v["content"], v["sha256"]) for v in versions] == [
+        (created["version_id"], FILE_TEXT, sha256_hex(FILE_TEXT))
+    ]
+    assert [(e["id"], e["name"]) for e in entities] == [(entity_id, NAME)]
 
 
 def test_a_redaction_with_encryption_on_seals_the_redacted_text_under_the_persons_key(
