@@ -27,6 +27,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 from psycopg import OperationalError
 
+from governance.crypto.blind import word_hasher
 from governance.crypto.keyring import keyring
 from governance.crypto.keystore import keystore_dir, keystore_read, keystore_remove, keystore_write
 from governance.crypto.sealing import SealError, cipher_cache_clear, unwrap, wrap
@@ -61,6 +62,7 @@ def data_keys_forget() -> None:
         _by_owner.clear()
         _blind.clear()
     cipher_cache_clear()
+    word_hasher.cache_clear()
 
 
 def _aad(key_id: str, agent_id: int | None, user_id: str) -> bytes:
