@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import itertools
 import re
 import unicodedata
