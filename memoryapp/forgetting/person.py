@@ -73,7 +73,7 @@ MEMORY_USERS_KEY = "memoryUserIds"
 MESSAGE_USER_KEY = "userId"
 Progress = Callable[[int, int], None]
 
-__all__ = ["COUNT_KEYS", "MODES", "person_erase", "person_erase_plan"]
+__all__ = ["COUNT_KEYS", "MODES", "person_erase", "person_erase_plan", "person_job_runs", "person_messages_elsewhere"]
 
 
 def _user_check(user_id: Any) -> str:
@@ -134,6 +134,18 @@ def _jobs(user_id: str, agents: list[int], keep_job_ids: Sequence[int]) -> Query
         .filter(Q(arguments_text__contains=quoted_id) | Q(result_text__contains=quoted_id))
         .exclude(pk__in=list(keep_job_ids))
     )
+
+
+def person_messages_elsewhere(*, user_id: str, agent_ids: Sequence[int]) -> QuerySet[Entry]:
+    """The messages the person wrote in threads of others: what the erasure's step 3 takes, and what
+    an export of the person shows (the same selector, so the two never disagree)."""
+    return _messages(user_id, list(agent_ids))
+
+
+def person_job_runs(*, user_id: str, agent_ids: Sequence[int]) -> QuerySet[JobRun]:
+    """The job runs of these agents (or of none) whose arguments or result name the person: what the
+    erasure scrubs, and what an export of the person shows."""
+    return _jobs(user_id, list(agent_ids), ())
 
 
 def person_erase_plan(*, user_id: str, agent_ids: Sequence[int] | None = None) -> dict[str, int]:

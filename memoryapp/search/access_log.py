@@ -3,9 +3,9 @@
 
 Writing it costs one statement per request: the row is inserted and the items' `times_retrieved`
 / `last_retrieved_at` (004 `noteRetrieved`) moved on in the same statement (a data-modifying
-CTE), so the count and the log never disagree. Retention (`access_log_prune`) and erasure
-(`access_log_forget_person`) are here too; the statements are built with psycopg.sql, in this
-module only.
+CTE), so the count and the log never disagree. Retention (`access_log_prune`), erasure
+(`access_log_forget_person`) and the export of a person (`access_log_of_person`) are here too; their
+SQL is built in this module only (psycopg.sql for statements, RawSQL for a queryset's expressions).
 """
 
 from __future__ import annotations
@@ -13,9 +13,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import DatabaseError, connection, transaction
-from django.db.models import QuerySet
+from django.db.models import BooleanField, Case, CharField, F, Q, QuerySet, Value, When
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from psycopg import sql
 
@@ -132,3 +135,59 @@ def access_log_forget_person(
             cursor.execute(statement, {"agent": agent_id, "items": items, "entries": entries})
             stripped = cursor.rowcount
     return {"access_rows_deleted": deleted + more, "access_rows_stripped": stripped}
+
+
+def _ids_union(selections: Sequence[QuerySet[Any]]) -> tuple[str, tuple[Any, ...]]:
+    """One SQL UNION of the id columns of these selections (each a `values("id")` queryset)."""
+    parts = [selection.query.sql_with_params() for selection in selections]
+    return " UNION ".join(f"({sql})" for sql, _ in parts), tuple(p for _, params in parts for p in params)
+
+
+def access_log_of_person(
+    *,
+    agent_ids: Sequence[int],
+    user_id: str,
+    item_ids: Sequence[QuerySet[Any]],
+    entry_ids: Sequence[QuerySet[Any]],
+) -> QuerySet[AccessLog]:
+    """What these agents were sent about a person: an export of the person reads it.
+
+    The rows of requests about them (their user id, or one of their threads) and of the requests of
+    others that sent one of their items or entries (`item_ids`, `entry_ids`: selections of the ids
+    that are theirs, `values("id")` querysets, unioned). Each row is annotated with `about_them`,
+    `their_item_ids` and `their_entry_ids` (the ids of the row that are theirs: the ids of other
+    people's memory that went with them stay out) and `thread_external_id`. The ids are matched in
+    the database (the GIN indexes on the arrays), so a person with many entries is never a list in
+    memory.
+    """
+    if not user_id:
+        raise ValueError("access_log_of_person needs the person's user_id")
+    table = connection.ops.quote_name(AccessLog._meta.db_table)
+    items_sql, items_params = _ids_union(item_ids)
+    entries_sql, entries_params = _ids_union(entry_ids)
+    threads = Thread.objects.filter(agent_id__in=list(agent_ids), user_id=user_id).values("pk")
+    about_them = Q(user_id=user_id) | Q(thread__in=threads)
+
+    def theirs(column: str, union: str, params: tuple[Any, ...]) -> RawSQL:
+        return RawSQL(
+            f"ARRAY(SELECT named FROM unnest({table}.{column}) AS named WHERE named IN ({union}))",
+            params,
+            output_field=ArrayField(CharField(max_length=40)),
+        )
+
+    def sends(column: str, union: str, params: tuple[Any, ...]) -> RawSQL:
+        return RawSQL(f"{table}.{column} && ARRAY({union})::varchar[]", params, output_field=BooleanField())
+
+    return (
+        AccessLog.objects.filter(agent_id__in=list(agent_ids))
+        .alias(sends_items=sends("item_ids", items_sql, items_params))
+        .alias(sends_entries=sends("entry_ids", entries_sql, entries_params))
+        .filter(about_them | Q(sends_items=True) | Q(sends_entries=True))
+        .annotate(
+            # A CASE, not the bare condition: a row of no thread would answer NULL to `thread IN (...)`.
+            about_them=Case(When(about_them, then=Value(True)), default=Value(False), output_field=BooleanField()),
+            their_item_ids=theirs("item_ids", items_sql, items_params),
+            their_entry_ids=theirs("entry_ids", entries_sql, entries_params),
+            thread_external_id=F("thread__external_id"),
+        )
+    )
