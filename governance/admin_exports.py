@@ -55,8 +55,12 @@ class ExportRequestForm(ModelForm):  # type: ignore[type-arg]
 
     class Meta:
         model = ExportRequest
-        fields = ("user_id",)
-        help_texts = {"user_id": "The person's id as the agents know it (a thread's or an item's person)."}
+        fields = ("user_id", "include_vectors")
+        help_texts = {
+            "user_id": "The person's id as the agents know it (a thread's or an item's person).",
+            "include_vectors": "Add the embeddings of their entries and items (vectors.jsonl, id and vector): "
+            "derived from words the archive holds already, large, and of use only with the same model.",
+        }
 
     def clean_user_id(self) -> str:
         try:
@@ -80,6 +84,7 @@ class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-
     detail_fields = (
         "user_id",
         "agents_shown",
+        "include_vectors",
         "status",
         "progress_shown",
         "requested_by",
@@ -98,7 +103,7 @@ class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-
         return False
 
     def get_fields(self, request: HttpRequest, obj: ExportRequest | None = None) -> Any:
-        return self.detail_fields if obj is not None else ("user_id", "agents")
+        return self.detail_fields if obj is not None else ("user_id", "agents", "include_vectors")
 
     def get_readonly_fields(self, request: HttpRequest, obj: ExportRequest | None = None) -> Any:
         return self.detail_fields if obj is not None else ()
@@ -117,6 +122,7 @@ class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-
         filed = export_request_create(
             user_id=form.cleaned_data["user_id"],
             agent_ids=[agent.pk for agent in form.cleaned_data.get("agents") or ()],
+            include_vectors=bool(form.cleaned_data.get("include_vectors")),
             actor=_actor(request),
         )
         obj.pk = filed.pk

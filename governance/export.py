@@ -9,13 +9,24 @@ What is about the person (`PersonScope`), in the agents chosen (all when none ar
   their evidence and review history (`items.jsonl`), and their facts, the `core:` items
   (`facts.jsonl`); the entities of their scope or of those items (`entities.jsonl`);
 - every version of the memory files of their scope or of their threads (`files.jsonl`);
-- the audit records that name any of those: their threads, items, file versions or entries
-  (`audit.jsonl`).
+- the messages they wrote in threads of others (`messages.jsonl`: the erasure's selector,
+  `person_messages_elsewhere`), each with its thread, seq, role and time, without the messages of the
+  others around it;
+- the job runs whose arguments or result name them (`job_runs.jsonl`: the erasure's selector too);
+- the access log of what the agents were sent about them (`access_log.jsonl`, ids only): the rows of
+  requests about them, and the rows of requests of others that sent their items or entries, each
+  with only the ids that are theirs;
+- the audit records that name any of those: their threads, items, file versions or entries (of their
+  threads, or their messages elsewhere) (`audit.jsonl`);
+- when the request asks for them (`include_vectors`, off by default), the embeddings of their entries
+  and items (`vectors.jsonl`: id and vector). They are personal data, derived from the words the
+  archive holds already, and large (a 384-dimension vector is about 4 KB of JSON, often more than
+  the turn it stands for) and of no use without the model that made them: the person asks for them.
 
 The job (`export_run`), idempotent and streaming:
 
 1. Claim the request. One done whose archive is on disk is left as it is (the run is skipped).
-2. Count threads, items and file versions: the progress bar's total.
+2. Count threads, items, file versions and messages elsewhere: the progress bar's total.
 3. Write each part into `<EXPORT_DIR>/export-<id>.<run>.partial` as it is read: threads a chunk at a
    time by keyset, their entries through one server-side cursor per chunk, items a chunk at a time
    with their evidence and history; each part's sha256, size and records noted as it closes (in a
@@ -45,10 +56,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db import connection, transaction
+from django.db.models import Exists, F, OuterRef, Q, QuerySet, TextField
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Collate
+from django.db.models.functions import Cast, Collate
 from django.utils import timezone
 
 from governance.audit import audit_append
@@ -56,8 +67,20 @@ from governance.jobs import job_enqueue, job_progress, job_skip
 from governance.models import AuditRecord, ExportRequest, JobRun
 from governance.receipts import receipt_sign
 from memoryapp.errors import DomainError
+from memoryapp.forgetting.person import person_job_runs, person_messages_elsewhere
 from memoryapp.items.selectors import FACT_PREFIX
-from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.models import (
+    AccessLog,
+    Agent,
+    Entity,
+    Entry,
+    Evidence,
+    ItemReview,
+    MemoryFileVersion,
+    MemoryItem,
+    Thread,
+)
+from memoryapp.search.access_log import access_log_of_person
 from memoryapp.threads.columns import ENTRY_LIGHT_DEFER
 from memoryapp.threads.transfer import thread_export_lines
 
@@ -72,8 +95,32 @@ ROW_FETCH = 2000
 ENTRY_FETCH = 100
 # Bytes of a part gathered before they go to the zip stream (fewer, larger compressor calls).
 PART_BUFFER = 64 * 1024
+# work_mem while the access log is read: the person's item and entry ids are hashed once and every
+# logged id probed in the hash (access_log_of_person), which PostgreSQL plans only when the hash fits
+# (otherwise it scans the ids again for every probe). 256 MB holds some millions of ids.
+ACCESS_LOG_WORK_MEM = "256MB"
+# Vectors per fetch: one is about 4 KB of text (384 dimensions).
+VECTOR_FETCH = 500
 # Deflate level 1: JSONL shrinks about as well as at 6, several times faster (bench/export.py).
 COMPRESS_LEVEL = 1
+
+# What every manifest counts (zero when the person has none); `vectors` too when they were asked for.
+COUNTED = (
+    "threads",
+    "entries",
+    "items",
+    "facts",
+    "evidence",
+    "history",
+    "entities",
+    "file_versions",
+    "messages_elsewhere",
+    "job_runs",
+    "access_log",
+    "audit_records",
+)
+# The kinds the progress bar counts (its total is counted before the run).
+PROGRESS_COUNTED = ("threads", "items", "facts", "file_versions", "messages_elsewhere")
 
 Status = ExportRequest.Status
 
@@ -116,6 +163,29 @@ class PersonScope:
     def entries(self) -> QuerySet[Entry]:
         return Entry.objects.filter(thread__in=self.threads())
 
+    def messages_elsewhere(self) -> QuerySet[Entry]:
+        """Their messages in threads of others: the erasure's own selector (by `metadata.userId`)."""
+        return person_messages_elsewhere(user_id=self.user_id, agent_ids=self.agent_ids)
+
+    def entry_ids(self) -> list[QuerySet[Any]]:
+        """Every entry that is theirs, as selections of ids: of their threads, and their messages elsewhere."""
+        return [self.entries().values("id"), self.messages_elsewhere().values("id")]
+
+    def job_runs(self) -> QuerySet[JobRun]:
+        """The job runs naming them (arguments or result): the erasure's own selector."""
+        return JobRun.objects.filter(
+            pk__in=person_job_runs(user_id=self.user_id, agent_ids=self.agent_ids).values("pk")
+        )
+
+    def access_log(self) -> QuerySet[AccessLog]:
+        """The access log's rows about them or sending their items or entries, with their ids only."""
+        return access_log_of_person(
+            agent_ids=self.agent_ids,
+            user_id=self.user_id,
+            item_ids=[self.all_items().values("id")],
+            entry_ids=self.entry_ids(),
+        )
+
     def all_items(self) -> QuerySet[MemoryItem]:
         """Items scoped to the person, or to one of their threads, or quoting one of their entries.
 
@@ -156,9 +226,12 @@ class PersonScope:
 
     def audit_records(self) -> QuerySet[AuditRecord]:
         """Records of the agents naming the person's threads (by agent and external id), items or file
-        versions (as their subject), or their items or entries in a list of ids of their details."""
+        versions (as their subject), or their items or entries (of their threads, or their messages
+        elsewhere) in a list of ids of their details."""
         item_sql, item_params = self.all_items().values("id").query.sql_with_params()
-        entry_sql, entry_params = self.entries().values("id").query.sql_with_params()
+        entry_parts = [selection.query.sql_with_params() for selection in self.entry_ids()]
+        entry_sql = " UNION ".join(f"({sql})" for sql, _ in entry_parts)
+        entry_params = tuple(p for _, params in entry_parts for p in params)
         names_in_details = RawSQL(
             "jsonb_typeof(details) = 'object' AND EXISTS (SELECT 1 FROM jsonb_each(details) AS kv "
             "CROSS JOIN LATERAL jsonb_array_elements_text(CASE WHEN jsonb_typeof(kv.value) = 'array' "
@@ -204,6 +277,12 @@ def _agent_ids_check(value: object) -> list[int]:
     return wanted
 
 
+def _include_vectors_check(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise DomainError("invalid_type", "include_vectors must be true or false.", field="include_vectors")
+    return value
+
+
 def _enqueue(request: ExportRequest) -> JobRun:
     run = job_enqueue(
         kind="export",
@@ -217,18 +296,24 @@ def _enqueue(request: ExportRequest) -> JobRun:
 
 
 @transaction.atomic
-def export_request_create(*, user_id: str, agent_ids: list[int] | tuple[int, ...] = (), actor: str) -> ExportRequest:
+def export_request_create(
+    *, user_id: str, agent_ids: list[int] | tuple[int, ...] = (), include_vectors: bool = False, actor: str
+) -> ExportRequest:
     """File a request to export what memory holds about `user_id` in `agent_ids` (every agent when
-    empty), and send its job after commit. Audited as `export.request` by the request's id only."""
+    empty), with the embeddings of their entries and items when `include_vectors`, and send its job
+    after commit. Audited as `export.request` by the request's id only."""
     person = person_user_id_check(user_id)
     agents = _agent_ids_check(list(agent_ids))
-    request = ExportRequest.objects.create(user_id=person, agent_ids=agents, requested_by=actor[:200])
+    vectors = _include_vectors_check(include_vectors)
+    request = ExportRequest.objects.create(
+        user_id=person, agent_ids=agents, include_vectors=vectors, requested_by=actor[:200]
+    )
     audit_append(
         action="export.request",
         actor=actor,
         subject=f"export:{request.pk}",
         outcome="filed",
-        details={"request_id": request.pk, "agents": len(agents), "all_agents": not agents},
+        details={"request_id": request.pk, "agents": len(agents), "all_agents": not agents, "vectors": vectors},
     )
     _enqueue(request)
     return request
@@ -592,6 +677,130 @@ def _write_audit(scope: PersonScope, writer: _Writer) -> None:
     writer.done(part)
 
 
+def _write_messages_elsewhere(scope: PersonScope, writer: _Writer, progress: _Progress) -> None:
+    """Their messages in threads of others, each with what places it (agent, thread, seq, role, time),
+    and nothing of the thread's other entries (they are the thread's person's, not theirs)."""
+    part = writer.part("messages.jsonl")
+    messages = (
+        scope.messages_elsewhere()
+        .annotate(thread_external_id=F("thread__external_id"))
+        .only("id", "agent_id", "thread_id", "seq", "role", "content", "created_at", "redacted_at")
+        .order_by("agent_id", "thread_id", "seq")
+    )
+    done = 0
+    for message in messages.iterator(ENTRY_FETCH):
+        part.line(
+            _dumps(
+                {
+                    "type": "message",
+                    "message": {
+                        "agent_id": message.agent_id,
+                        "thread_id": message.thread_external_id,  # type: ignore[attr-defined]
+                        "entry_id": message.pk,
+                        "seq": message.seq,
+                        "role": message.role,
+                        "created_at": _iso(message.created_at),
+                        "content": message.content,
+                        "redacted_at": _iso(message.redacted_at),
+                    },
+                }
+            )
+        )
+        done += 1
+        if done % ROW_FETCH == 0:
+            progress.add(ROW_FETCH)
+    writer.count("messages_elsewhere", done)
+    progress.add(done % ROW_FETCH)
+    writer.done(part)
+
+
+def _write_job_runs(scope: PersonScope, writer: _Writer) -> None:
+    """The job runs naming them: what ran, when, with which arguments and result (not its error text
+    nor its model usage, which are the service's bookkeeping)."""
+    part = writer.part("job_runs.jsonl")
+    runs = scope.job_runs().defer("error", "usage", "message_id", "dedupe_key", "task_name").order_by("pk")
+    for run in runs.iterator(ROW_FETCH):
+        part.line(
+            _dumps(
+                {
+                    "type": "job_run",
+                    "job_run": {
+                        "id": run.pk,
+                        "kind": run.kind,
+                        "agent_id": run.agent_id,
+                        "status": run.status,
+                        "arguments": run.arguments,
+                        "result": run.result,
+                        "created_at": _iso(run.created_at),
+                        "started_at": _iso(run.started_at),
+                        "finished_at": _iso(run.finished_at),
+                    },
+                }
+            )
+        )
+        writer.count("job_runs")
+    writer.done(part)
+
+
+def _write_access_log(scope: PersonScope, writer: _Writer) -> None:
+    """When, by which request and in which thread their items and entries were sent to an agent."""
+    part = writer.part("access_log.jsonl")
+    with transaction.atomic():  # the setting lasts the transaction; the cursor needs no WITH HOLD
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('work_mem', %s, true)", [ACCESS_LOG_WORK_MEM])
+        _access_log_lines(scope, part, writer)
+    writer.done(part)
+
+
+def _access_log_lines(scope: PersonScope, part: _Part, writer: _Writer) -> None:
+    """A line per row: its time, source, agent and thread, and the ids in it that are theirs."""
+    # The row's own id arrays are not read: they may name other people's memory. (The annotations
+    # come from access_log_of_person, which the type checker's plugin cannot see from here.)
+    rows = scope.access_log().values(  # type: ignore[misc]
+        "id", "at", "source", "agent_id", "thread_external_id", "about_them", "their_item_ids", "their_entry_ids"
+    )
+    for row in rows.order_by("pk").iterator(ROW_FETCH):
+        part.line(
+            _dumps(
+                {
+                    "type": "access",
+                    "access": {
+                        "id": row["id"],
+                        "at": _iso(row["at"]),
+                        "source": row["source"],
+                        "agent_id": row["agent_id"],
+                        "thread_id": row["thread_external_id"],
+                        "about_them": row["about_them"],
+                        "item_ids": row["their_item_ids"],
+                        "entry_ids": row["their_entry_ids"],
+                    },
+                }
+            )
+        )
+        writer.count("access_log")
+
+
+def _write_vectors(scope: PersonScope, writer: _Writer) -> None:
+    """The embeddings of their entries (of their threads, then their messages elsewhere) and of their
+    items and facts: a line of id and vector each, the vector as PostgreSQL prints it (exact, short)."""
+    part = writer.part("vectors.jsonl")
+    selections: list[tuple[str, QuerySet[Any]]] = [
+        ("entry", scope.entries().order_by("thread_id", "seq")),
+        ("entry", scope.messages_elsewhere().order_by("agent_id", "thread_id", "seq")),
+        ("item", scope.all_items().order_by("pk")),
+    ]
+    for kind, selection in selections:
+        vectors = (
+            selection.filter(embedding__isnull=False)
+            .annotate(vector_text=Cast("embedding", TextField()))
+            .values_list("id", "vector_text")
+        )
+        for pk, vector in vectors.iterator(VECTOR_FETCH):
+            part.line(f'{{"type":"vector","kind":"{kind}","id":{json.dumps(pk)},"vector":{vector}}}')
+            writer.count("vectors")
+    writer.done(part)
+
+
 def _write_manifest(writer: _Writer, header: dict[str, Any]) -> str:
     """manifest.json: `header`, then `parts` copied from the notes line by line. Its sha256."""
     sha = hashlib.sha256()
@@ -613,7 +822,7 @@ def _write_manifest(writer: _Writer, header: dict[str, Any]) -> str:
 
 def _write_archive(request: ExportRequest, scope: PersonScope, run: JobRun | None, path: Path) -> tuple[dict, str]:
     threads = scope.threads().count()
-    total = threads + scope.all_items().count() + scope.file_versions().count()
+    total = threads + scope.all_items().count() + scope.file_versions().count() + scope.messages_elsewhere().count()
     progress = _Progress(request, run, total)
     progress.add(0)
     with (
@@ -626,11 +835,17 @@ def _write_archive(request: ExportRequest, scope: PersonScope, run: JobRun | Non
         _write_items(scope.facts(), path="facts.jsonl", kind="fact", writer=writer, progress=progress)
         _write_entities(scope, writer)
         _write_files(scope, writer, progress)
+        _write_messages_elsewhere(scope, writer, progress)
+        _write_job_runs(scope, writer)
+        _write_access_log(scope, writer)
         _write_audit(scope, writer)
+        if request.include_vectors:
+            _write_vectors(scope, writer)
         counts = {"parts": writer.parts, **writer.counts}
-        for kind in ("threads", "entries", "items", "facts", "evidence", "history", "entities", "file_versions"):
+        for kind in COUNTED:
             counts.setdefault(kind, 0)
-        counts.setdefault("audit_records", 0)
+        if request.include_vectors:
+            counts.setdefault("vectors", 0)
         header = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -642,6 +857,12 @@ def _write_archive(request: ExportRequest, scope: PersonScope, run: JobRun | Non
                 for pk, slug in Agent.objects.filter(pk__in=scope.agent_ids).order_by("pk").values_list("pk", "slug")
             ],
             "created_at": timezone.now().isoformat(),
+            # Whether vectors.jsonl is there, and what made its vectors (they mean nothing without it).
+            "vectors": {
+                "included": request.include_vectors,
+                "model": settings.EMBEDDING_MODEL,
+                "dimensions": settings.EMBEDDING_DIMENSIONS,
+            },
             "counts": counts,
         }
         manifest_sha = _write_manifest(writer, header)
@@ -700,7 +921,7 @@ def export_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any] 
                 archive_size=size,
                 manifest_sha256=manifest_sha,
                 counts=counts,
-                progress_done=sum(counts.get(k, 0) for k in ("threads", "items", "facts", "file_versions")),
+                progress_done=sum(counts.get(k, 0) for k in PROGRESS_COUNTED),
                 finished_at=timezone.now(),
             )
             audit_append(

@@ -178,6 +178,9 @@ class ExportRequest(models.Model):
     user_id = models.CharField("person (user id)", max_length=128)
     # Ids of the agents to look through; empty: every agent (as they are when the job runs).
     agent_ids = models.JSONField(default=list, blank=True)
+    # The embeddings of the person's entries and items (vectors.jsonl): off unless asked for, as they
+    # are derived from words the archive holds already and are large (governance.export).
+    include_vectors = models.BooleanField("include vectors", default=False)
     requested_by = models.CharField(max_length=200)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     progress_done = models.IntegerField(default=0)

@@ -47,6 +47,7 @@ def export_state(request: HttpRequest, pk: int) -> HttpResponse:
             "id": export.pk,
             "user_id": export.user_id,
             "agent_ids": export.agent_ids,
+            "include_vectors": export.include_vectors,
             "status": export.status,
             "progress": {"done": export.progress_done, "total": export.progress_total},
             "requested_by": export.requested_by,

@@ -28,15 +28,29 @@ from memoryapp.files.access import FileAccess
 from memoryapp.files.services import file_put
 from memoryapp.items.facts import fact_remember
 from memoryapp.items.services import item_forget, item_write
-from memoryapp.models import Agent, Entry, MemoryItem, Thread
+from memoryapp.models import AccessLog, Agent, Entry, MemoryItem, Thread
+from memoryapp.search.access_log import access_log_record
 from memoryapp.threads.transfer import thread_import_lines
 from tests.kit.api import Caller
 from tests.kit.factories import EntryFactory, ThreadFactory
 
 pytestmark = pytest.mark.django_db
 
-# Strings planted in the other person's data: none may appear anywhere in ana's archive.
-BEN_WORDS = ("BEN-THREAD-WORDS", "BEN-ITEM-VALUE", "BEN-FACT-VALUE", "BEN-FILE-TEXT", "BEN-QUOTE")
+# Strings planted in the other people's data: none may appear anywhere in ana's archive.
+BEN_WORDS = (
+    "BEN-THREAD-WORDS",
+    "BEN-ITEM-VALUE",
+    "BEN-FACT-VALUE",
+    "BEN-FILE-TEXT",
+    "BEN-QUOTE",
+    "BEN-REPLY-WORDS",
+    "BEN-ELSEWHERE",
+    "BEN-JOB",
+    "CARL-WORDS",
+    "u-ben",
+    "u-carl",
+    "u-anabel",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -60,6 +74,10 @@ class Planted:
     ana_fact_id: str
     ana_versions: list[str]
     ben_versions: list[str]
+    ana_elsewhere: list[Entry]
+    others_entry_ids: list[str]
+    ana_jobs: list[JobRun]
+    access: dict[str, int]
 
 
 def _put(agent: Agent, path: str, text: str, **scope: str) -> str:
@@ -130,6 +148,52 @@ def planted(alice: Caller, bob: Caller) -> Planted:
         _put(a, "/memories/trip.md", "ANA trip file\n", thread_id="ana-rome"),
     ]
     ben_versions = [_put(a, "/memories/ben.md", "BEN-FILE-TEXT\n", user_id="u-ben")]
+
+    # ana's words in threads of others, in both agents, among the others' own words.
+    ana_at_ben = EntryFactory(thread=ben, role="user", content="ANA-ELSEWHERE joins ben", metadata={"userId": "u-ana"})
+    EntryFactory(thread=ben, role="assistant", content="BEN-REPLY-WORDS to both")
+    carl = ThreadFactory(agent=b, external_id="carl-at-bob", user_id="u-carl", turns=[("user", "CARL-WORDS first")])
+    ana_at_carl = EntryFactory(thread=carl, role="user", content="ANA-ELSEWHERE at bob", metadata={"userId": "u-ana"})
+    EntryFactory(thread=carl, role="user", content="BEN-ELSEWHERE at carl's", metadata={"userId": "u-ben"})
+    others_entry_ids = list(
+        Entry.objects.filter(thread__in=[ben, carl])
+        .exclude(pk__in=[ana_at_ben.pk, ana_at_carl.pk])
+        .values_list("pk", flat=True)
+    )
+
+    # Job runs naming ana (arguments, result; of an agent or of none), and runs naming others.
+    ana_jobs = [
+        JobRun.objects.create(kind="extract", agent_id=a.pk, arguments={"user_id": "u-ana", "thread_id": "ana-rome"}),
+        JobRun.objects.create(kind="brief", agent_id=b.pk, arguments={"n": 1}, result={"people": ["u-ana"]}),
+        JobRun.objects.create(kind="erase", agent_id=None, arguments={"user_id": "u-ana"}, result={"threads": 3}),
+    ]
+    JobRun.objects.create(kind="extract", agent_id=a.pk, arguments={"user_id": "u-ben", "note": "BEN-JOB"})
+    JobRun.objects.create(kind="extract", agent_id=b.pk, arguments={"user_id": "u-anabel"})
+
+    # What the agents were sent: about ana (her thread, a search for her), ana's memory in requests
+    # of others (with theirs), and requests of others that sent nothing of hers.
+    rome_entries = list(Entry.objects.filter(thread=rome).values_list("pk", flat=True))
+    ben_ids = [e for e in others_entry_ids if Entry.objects.filter(pk=e, thread=ben).exists()]
+    log = {
+        "rome": (a, rome, "", [scoped.pk, ben_quoted.pk], rome_entries),
+        "ben-search": (a, None, "u-ben", [quoted.pk, ben_item.pk], []),
+        "ben-context": (a, ben, "", [ben_item.pk], [*ben_ids, ana_at_ben.pk]),
+        "ben-only": (a, ben, "", [ben_item.pk, ben_quoted.pk], ben_ids),
+        "bob-search": (b, None, "u-ana", [bob_item.pk], []),
+        "carl-context": (b, carl, "", [], [ana_at_carl.pk, *others_entry_ids[-2:]]),
+    }
+    for agent, thread, user_id, item_ids, entry_ids in log.values():
+        access_log_record(
+            agent_id=agent.pk,
+            thread=thread,
+            user_id=user_id,
+            source="context" if thread else "search",
+            item_ids=item_ids,
+            entry_ids=entry_ids,
+        )
+    access = {
+        name: pk for name, pk in zip(log, AccessLog.objects.order_by("pk").values_list("pk", flat=True), strict=True)
+    }
     return Planted(
         alice=a,
         bob=b,
@@ -141,6 +205,10 @@ def planted(alice: Caller, bob: Caller) -> Planted:
         ana_fact_id=ana_fact.pk,
         ana_versions=ana_versions,
         ben_versions=ben_versions,
+        ana_elsewhere=[ana_at_ben, ana_at_carl],
+        others_entry_ids=others_entry_ids,
+        ana_jobs=ana_jobs,
+        access=access,
     )
 
 
@@ -199,23 +267,118 @@ def test_the_archive_holds_exactly_the_persons_data_across_agents(planted: Plant
     assert "ben-chat" not in named and not ({i.pk for i in planted.ben_items} & named)
     assert not set(planted.ben_versions) & named
 
+    # Her messages in threads of others: placed (agent, thread, seq, role, time), alone.
+    messages = {r["message"]["entry_id"]: r["message"] for r in _records(files, "messages.jsonl")}
+    assert set(messages) == {e.pk for e in planted.ana_elsewhere}
+    at_ben = messages[planted.ana_elsewhere[0].pk]
+    assert at_ben["content"] == "ANA-ELSEWHERE joins ben" and at_ben["role"] == "user"
+    assert (at_ben["agent_id"], at_ben["thread_id"], at_ben["seq"]) == (planted.alice.pk, "ben-chat", 2)
+    assert at_ben["created_at"] == planted.ana_elsewhere[0].created_at.isoformat()
+    assert messages[planted.ana_elsewhere[1].pk]["thread_id"] == "carl-at-bob"
+
+    jobs = {r["job_run"]["id"]: r["job_run"] for r in _records(files, "job_runs.jsonl")}
+    assert set(jobs) == {run.pk for run in planted.ana_jobs}
+    assert jobs[planted.ana_jobs[1].pk]["result"] == {"people": ["u-ana"]}
+
+    # The access log: rows about her whole, rows of others with her ids only.
+    access = {r["access"]["id"]: r["access"] for r in _records(files, "access_log.jsonl")}
+    named = planted.access
+    assert set(access) == {named[k] for k in ("rome", "ben-search", "ben-context", "bob-search", "carl-context")}
+    rome = access[named["rome"]]
+    assert rome["about_them"] and rome["thread_id"] == "ana-rome" and rome["source"] == "context"
+    assert rome["item_ids"] == [planted.ana_items[0].pk]  # ben's item sent with it is left out
+    assert sorted(rome["entry_ids"]) == sorted(
+        e.id for e in planted.ana_entries if e.thread_id == planted.ana_threads[0].pk
+    )
+    assert access[named["ben-search"]] == {
+        **access[named["ben-search"]],
+        "about_them": False,
+        "thread_id": None,
+        "item_ids": [planted.ana_items[1].pk],
+        "entry_ids": [],
+    }
+    ben_context = access[named["ben-context"]]
+    assert (ben_context["thread_id"], ben_context["item_ids"]) == ("ben-chat", [])
+    assert ben_context["entry_ids"] == [planted.ana_elsewhere[0].pk]
+    assert access[named["bob-search"]]["about_them"] and access[named["bob-search"]]["item_ids"] == [
+        planted.bob_ana_item.pk
+    ]
+    assert access[named["carl-context"]]["entry_ids"] == [planted.ana_elsewhere[1].pk]
+
     everything = b"".join(files.values())
     for word in BEN_WORDS:
         assert word.encode() not in everything, word
+    for other_id in [*planted.others_entry_ids, *(i.pk for i in planted.ben_items)]:
+        assert other_id.encode() not in everything, other_id
+    assert "vectors.jsonl" not in files and manifest["vectors"]["included"] is False
     assert manifest["counts"]["threads"] == 3
     assert manifest["counts"]["entries"] == len(planted.ana_entries)
     assert manifest["counts"]["items"] == 4 and manifest["counts"]["facts"] == 1
     assert manifest["counts"]["file_versions"] == 3
+    assert manifest["counts"]["messages_elsewhere"] == 2 and manifest["counts"]["job_runs"] == 3
+    assert manifest["counts"]["access_log"] == 5 and "vectors" not in manifest["counts"]
 
 
 def test_the_agent_filter_leaves_the_other_agents_out(planted: Planted) -> None:
     files, manifest = _exported(_run("u-ana", [planted.alice.pk]))
+
+    assert [r["message"]["thread_id"] for r in _records(files, "messages.jsonl")] == ["ben-chat"]
+    # The runs of alice and of no agent; bob's is left out.
+    assert {r["job_run"]["id"] for r in _records(files, "job_runs.jsonl")} == {
+        planted.ana_jobs[0].pk,
+        planted.ana_jobs[2].pk,
+    }
+    assert {r["access"]["agent_id"] for r in _records(files, "access_log.jsonl")} == {planted.alice.pk}
+    assert manifest["counts"]["access_log"] == 3
 
     assert not [n for n in files if n.startswith(f"threads/{planted.bob.slug}/")]
     assert b"ANA seen by bob" not in b"".join(files.values())
     assert b"ANA at bob" not in b"".join(files.values())
     assert [a["slug"] for a in manifest["agents"]] == [planted.alice.slug]
     assert manifest["counts"]["threads"] == 2
+
+
+def _vector(n: int, dimensions: int) -> list[float]:
+    return [((n * 31 + k) % 97) / 97 - 0.5 for k in range(dimensions)]
+
+
+def test_vectors_are_exported_only_when_asked_for_and_only_the_persons(planted: Planted, settings: Any) -> None:
+    dimensions = settings.EMBEDDING_DIMENSIONS
+    ana_entries = [planted.ana_entries[0], planted.ana_elsewhere[0], planted.ana_elsewhere[1]]
+    ana_items = [planted.ana_items[0], planted.bob_ana_item]
+    embedded: dict[str, list[float]] = {}
+    for n, row in enumerate([*ana_entries, *ana_items]):
+        type(row).objects.filter(pk=row.pk).update(embedding=_vector(n, dimensions))
+        embedded[row.pk] = _vector(n, dimensions)
+    Entry.objects.filter(pk__in=planted.others_entry_ids).update(embedding=_vector(99, dimensions))
+    MemoryItem.objects.filter(pk__in=[i.pk for i in planted.ben_items]).update(embedding=_vector(98, dimensions))
+
+    without, _ = _exported(_run("u-ana"))
+    request = export_request_create(user_id="u-ana", include_vectors=True, actor="staff:officer")
+    export_run(request_id=request.pk)
+    files, manifest = _exported(request)
+
+    assert "vectors.jsonl" not in without
+    vectors = {r["id"]: r for r in _records(files, "vectors.jsonl")}
+    assert set(vectors) == set(embedded)  # ben's, carl's and the unembedded rows are not there
+    for pk, values in embedded.items():
+        assert vectors[pk]["kind"] == ("entry" if pk in {e.pk for e in ana_entries} else "item")
+        assert vectors[pk]["vector"] == pytest.approx(values, abs=1e-6)
+    assert manifest["vectors"] == {
+        "included": True,
+        "model": settings.EMBEDDING_MODEL,
+        "dimensions": dimensions,
+    }
+    assert manifest["counts"]["vectors"] == 5 == request.counts["vectors"]
+    assert AuditRecord.objects.filter(action="export.request").last().details["vectors"] is True  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_include_vectors_must_be_a_boolean(alice: Caller, value: Any) -> None:
+    with pytest.raises(DomainError) as refused:
+        export_request_create(user_id="u-ana", include_vectors=value, actor="staff:officer")
+    assert refused.value.field == "include_vectors"
+    assert not ExportRequest.objects.exists()
 
 
 def test_the_manifest_hashes_match_the_parts_and_its_receipt_verifies(planted: Planted) -> None:
@@ -277,8 +440,8 @@ def test_filing_runs_the_job_after_commit_with_progress(
     assert run.kind == "export" and run.status == JobRun.Status.SUCCEEDED
     assert run.arguments == {"request_id": request.pk}
     assert run.result["threads"] == 3
-    # threads + items (with facts) + file versions: the bar ends full.
-    assert request.progress_total == 3 + 5 + 3 and request.progress_done == request.progress_total
+    # threads + items (with facts) + file versions + messages elsewhere: the bar ends full.
+    assert request.progress_total == 3 + 5 + 3 + 2 and request.progress_done == request.progress_total
     assert "u-ana" not in json.dumps(run.result) + json.dumps(run.arguments)
 
 
@@ -347,6 +510,9 @@ def test_the_persons_scope_reads_no_other_agents_rows(planted: Planted, mallory:
     assert not nothing.all_items().exists()
     assert not nothing.file_versions().exists()
     assert not nothing.audit_records().exists()
+    assert not nothing.messages_elsewhere().exists()
+    assert not nothing.access_log().exists()
+    assert not nothing.job_runs().exclude(agent_id=None).exists()  # a run of no agent is every agent's
 
 
 @pytest.mark.slow

@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test import Client
 
 from governance.export import export_request_create, export_run
-from governance.models import AuditRecord, ExportRequest
+from governance.models import AuditRecord, ExportRequest, JobRun
 from memoryapp.items.services import item_write
+from memoryapp.models import Entry
+from memoryapp.search.access_log import access_log_record
+from memoryapp.threads.services import entry_add
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller
 from tests.kit.factories import ThreadFactory
@@ -181,3 +185,32 @@ def test_export_this_person_is_on_a_thread_and_an_item_page_for_privacy_officers
         assert wanted in officer.get(page).content.decode(), page
         seen = reviewer.get(page)
         assert seen.status_code == 200 and "export this person" not in seen.content.decode(), page
+
+
+def test_the_request_page_counts_every_part_and_vectors_are_filed_when_ticked(
+    officer: Client, alice: Caller, ana: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    ben = alice.agent.threads.get(external_id="ben-1")
+    said = entry_add(thread=ben, role="user", content="ANA writes in ben's thread", metadata={"userId": "u-ana"})
+    Entry.objects.filter(pk=said.pk).update(embedding=[0.5] * settings.EMBEDDING_DIMENSIONS)
+    JobRun.objects.create(kind="extract", agent_id=alice.agent.pk, arguments={"user_id": "u-ana"})
+    access_log_record(agent_id=alice.agent.pk, thread=None, user_id="u-ana", source="search", entry_ids=[said.pk])
+    form = officer.get(ADD).content.decode()
+    assert 'name="include_vectors"' in form
+
+    with django_capture_on_commit_callbacks(execute=True):
+        officer.post(ADD, {"user_id": "u-ana", "agents": [alice.agent.pk], "include_vectors": "on"})
+
+    request = ExportRequest.objects.get()
+    assert request.include_vectors and request.status == ExportRequest.Status.DONE
+    page = officer.get(f"{LIST}{request.pk}/change/").content.decode()
+    for shown in ("messages elsewhere 1", "job runs 1", "access log 1", "vectors 1", "threads 1"):
+        assert shown in page, shown
+    assert "vectors of their entries and items" in page
+    assert officer.get(f"/api/v1/staff/exports/{request.pk}").json()["include_vectors"] is True
+
+    with django_capture_on_commit_callbacks(execute=True):
+        officer.post(ADD, {"user_id": "u-ana", "agents": [alice.agent.pk]})  # unticked: the default
+    plain = ExportRequest.objects.exclude(pk=request.pk).get()
+    assert not plain.include_vectors and "vectors" not in plain.counts
+    assert "messages elsewhere 1" in officer.get(f"{LIST}{plain.pk}/change/").content.decode()
