@@ -517,10 +517,11 @@ def test_the_persons_scope_reads_no_other_agents_rows(planted: Planted, mallory:
 
 @pytest.mark.slow
 def test_a_large_export_streams_in_memory_far_below_its_size(alice: Caller, export_dir: Path) -> None:
-    """2,000 threads of 5 turns of 4 KB of random hex (which deflate shrinks by a third only): the
-    export's peak of Python memory stays a small fraction of the archive. What it holds at most: a
-    fetch of entries (ENTRY_FETCH), a part's buffer, and the zip's directory (a few hundred bytes a
-    part, which a zip writes at its end)."""
+    """2,000 threads of 5 turns of 4 KB of random hex (which deflate shrinks by a third only), 2,000
+    messages of as much in a thread of another person, and 4,000 rows of the access log: the export's
+    peak of Python memory stays a small fraction of the archive. What it holds at most: a fetch of
+    entries (ENTRY_FETCH), a part's buffer, and the zip's directory (a few hundred bytes a part,
+    which a zip writes at its end)."""
     import secrets
 
     agent = alice.agent
@@ -550,6 +551,31 @@ def test_a_large_export_streams_in_memory_far_below_its_size(alice: Caller, expo
             Entry.objects.bulk_create(entries)
             entries = []
     Entry.objects.bulk_create(entries)
+    other = Thread.objects.create(agent=agent, external_id="someone-else", user_id="u-other", next_seq=2001)
+    elsewhere = [
+        Entry(
+            agent=agent,
+            thread=other,
+            seq=seq,
+            role="user",
+            content=secrets.token_hex(2048),
+            metadata={"userId": "u-big"},
+            created_at=now,
+            content_hash="0" * 32,
+        )
+        for seq in range(1, 2001)
+    ]
+    Entry.objects.bulk_create(elsewhere, batch_size=500)
+    AccessLog.objects.bulk_create(
+        [
+            AccessLog(agent=agent, thread=thread, user_id="u-big", source="context", at=now, entry_ids=[])
+            for thread in threads
+        ]
+        + [
+            AccessLog(agent=agent, thread=other, user_id="u-other", source="context", at=now, entry_ids=[e.id])
+            for e in elsewhere
+        ]
+    )
     request = export_request_create(user_id="u-big", agent_ids=[agent.pk], actor="staff:officer")
 
     tracemalloc.start()
@@ -561,6 +587,7 @@ def test_a_large_export_streams_in_memory_far_below_its_size(alice: Caller, expo
 
     request.refresh_from_db()
     assert request.counts["threads"] == 2000 and request.counts["entries"] == 10000
+    assert request.counts["messages_elsewhere"] == 2000 and request.counts["access_log"] == 4000
     size = request.archive_size or 0
     # 10,000 turns of 4 KB of hex: deflate keeps about 70% of it (4 bits of every 8 are random).
     assert size > 20_000_000
