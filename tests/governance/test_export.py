@@ -18,7 +18,7 @@ import pytest
 from django.utils import timezone
 
 from governance import export
-from governance.audit import audit_verify
+from governance.audit import audit_append, audit_verify
 from governance.erasure import erasure_request_file
 from governance.export import PersonScope, export_request_create, export_request_retry, export_run
 from governance.models import AuditRecord, ExportRequest, JobRun
@@ -336,6 +336,31 @@ def test_the_agent_filter_leaves_the_other_agents_out(planted: Planted) -> None:
     assert b"ANA at bob" not in b"".join(files.values())
     assert [a["slug"] for a in manifest["agents"]] == [planted.alice.slug]
     assert manifest["counts"]["threads"] == 2
+
+
+def test_the_audit_records_naming_her_messages_elsewhere_are_exported_and_only_those(planted: Planted) -> None:
+    ana_at_ben = planted.ana_elsewhere[0].pk
+    theirs = audit_append(
+        action="entry.redact",
+        actor="staff:someone",
+        agent_id=planted.alice.pk,
+        thread_id="ben-chat",
+        subject="2 entries",
+        details={"entry_ids": [planted.others_entry_ids[0], ana_at_ben]},
+    )
+    audit_append(
+        action="entry.redact",
+        actor="staff:someone",
+        agent_id=planted.alice.pk,
+        thread_id="ben-chat",
+        subject="1 entry",
+        details={"entry_ids": [planted.others_entry_ids[0]]},
+    )
+
+    files, _ = _exported(_run("u-ana"))
+
+    in_ben_chat = [r["audit"] for r in _records(files, "audit.jsonl") if r["audit"]["thread_id"] == "ben-chat"]
+    assert [a["seq"] for a in in_ben_chat] == [theirs.seq]
 
 
 def _vector(n: int, dimensions: int) -> list[float]:
