@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q, QuerySet, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Collate
@@ -80,7 +80,7 @@ from memoryapp.models import (
     MemoryItem,
     Thread,
 )
-from memoryapp.search.access_log import access_log_of_person
+from memoryapp.search.access_log import access_log_of_person, access_log_person_reading
 from memoryapp.threads.columns import ENTRY_LIGHT_DEFER
 from memoryapp.threads.transfer import thread_export_lines
 
@@ -95,10 +95,6 @@ ROW_FETCH = 2000
 ENTRY_FETCH = 100
 # Bytes of a part gathered before they go to the zip stream (fewer, larger compressor calls).
 PART_BUFFER = 64 * 1024
-# work_mem while the access log is read: the person's item and entry ids are hashed once and every
-# logged id probed in the hash (access_log_of_person), which PostgreSQL plans only when the hash fits
-# (otherwise it scans the ids again for every probe). 256 MB holds some millions of ids.
-ACCESS_LOG_WORK_MEM = "256MB"
 # Vectors per fetch: one is about 4 KB of text (384 dimensions).
 VECTOR_FETCH = 500
 # Deflate level 1: JSONL shrinks about as well as at 6, several times faster (bench/export.py).
@@ -745,9 +741,7 @@ def _write_job_runs(scope: PersonScope, writer: _Writer) -> None:
 def _write_access_log(scope: PersonScope, writer: _Writer) -> None:
     """When, by which request and in which thread their items and entries were sent to an agent."""
     part = writer.part("access_log.jsonl")
-    with transaction.atomic():  # the setting lasts the transaction; the cursor needs no WITH HOLD
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('work_mem', %s, true)", [ACCESS_LOG_WORK_MEM])
+    with access_log_person_reading():  # room for its hashes of the person's ids
         _access_log_lines(scope, part, writer)
     writer.done(part)
 

@@ -11,7 +11,8 @@ SQL is built in this module only (psycopg.sql for statements, RawSQL for a query
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -143,6 +144,20 @@ def _ids_union(selections: Sequence[QuerySet[Any]]) -> tuple[str, tuple[Any, ...
     return " UNION ".join(f"({sql})" for sql, _ in parts), tuple(p for _, params in parts for p in params)
 
 
+# work_mem of a read of access_log_of_person: the hashes of the person's ids fit (some millions).
+PERSON_READ_WORK_MEM = "256MB"
+
+
+@contextmanager
+def access_log_person_reading() -> Iterator[None]:
+    """A transaction in which access_log_of_person's hashes fit in work_mem (SET LOCAL: this
+    transaction only); its queryset's server-side cursor lives inside it."""
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('work_mem', %s, true)", [PERSON_READ_WORK_MEM])
+        yield
+
+
 def access_log_of_person(
     *,
     agent_ids: Sequence[int],
@@ -161,7 +176,9 @@ def access_log_of_person(
     The ids are matched in the database: each selection is read once into a hash, and every id of
     every row of these agents is probed in it, so the cost is linear in the agents' log (never rows
     times the person's ids, as `&&` against an array of them is without its index) and a person
-    with many entries is never a list in memory.
+    with many entries is never a list in memory. PostgreSQL plans the hash only when it fits in
+    work_mem: read it inside `access_log_person_reading()`, which gives it room (150,000 entries and
+    30,000 items: 1.3 s with it, minutes without).
     """
     if not user_id:
         raise ValueError("access_log_of_person needs the person's user_id")
