@@ -32,6 +32,7 @@ from memoryapp.models import AccessLog, Agent, Entry, MemoryItem, Thread
 from memoryapp.search.access_log import access_log_record
 from memoryapp.threads.transfer import thread_import_lines
 from tests.kit.api import Caller
+from tests.kit.crypto import encrypted  # noqa: F401  (the fixture)
 from tests.kit.factories import EntryFactory, ThreadFactory
 
 pytestmark = pytest.mark.django_db
@@ -689,3 +690,25 @@ def test_an_erasure_request_takes_the_persons_export_archives(
     assert request.status == "done" and request.counts["export_archives"] == 1
     assert sorted(p.name for p in export_dir.iterdir()) == [f"export-{other.pk}.zip"]
     assert not ExportRequest.objects.filter(user_id="u-ana").exists()
+
+
+def test_with_encryption_on_her_messages_elsewhere_and_job_runs_are_exported_opened(
+    encrypted: Any,  # noqa: F811  (the fixture imported above)
+    db: None,
+    planted: Planted,
+) -> None:
+    files, manifest = _exported(_run("u-ana"))
+
+    messages = {r["message"]["entry_id"]: r["message"]["content"] for r in _records(files, "messages.jsonl")}
+    assert messages == {
+        planted.ana_elsewhere[0].pk: "ANA-ELSEWHERE joins ben",
+        planted.ana_elsewhere[1].pk: "ANA-ELSEWHERE at bob",
+    }
+    # The runs naming her in their arguments (plain JSON); a run naming her in its result only is
+    # not found with encryption on: the result is sealed and the erasure's selector reads its text.
+    jobs = {r["job_run"]["id"]: r["job_run"] for r in _records(files, "job_runs.jsonl")}
+    assert {planted.ana_jobs[0].pk, planted.ana_jobs[2].pk} <= set(jobs)
+    assert jobs[planted.ana_jobs[2].pk]["result"] == {"threads": 3}  # opened
+    assert manifest["counts"]["messages_elsewhere"] == 2 and manifest["counts"]["access_log"] == 5
+    for word in BEN_WORDS:
+        assert word.encode() not in b"".join(files.values()), word
