@@ -7,11 +7,13 @@ first kept entry; `compacted_history` reads the branch through it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 
 from governance.audit import audit_append
+from governance.crypto.keyring import encryption_enabled
 from governance.jobs import job_enqueue, job_run, job_skip
 from governance.models import JobRun
 from memoryapp.compaction.history import compacted_history
@@ -81,6 +83,24 @@ def _audit_refused(*, thread: Thread, strategy: str, code: str, actor: str) -> N
     )
 
 
+# How much earlier than its job run a compaction's clock may say it was written (the run is made
+# by the process that asked, the entry by the worker's: another host, another clock).
+CLOCK_SKEW = timedelta(hours=1)
+
+
+def _written_by(*, thread: Thread, run: JobRun) -> Entry | None:
+    """The compaction entry this job run wrote already, if any (its event names the run).
+
+    With encryption on the event is sealed and the database cannot look inside it: the thread's
+    compactions written since the run was made (one per run, so a few) are opened here instead.
+    """
+    compactions = Entry.objects.filter(thread=thread, type=EntryType.COMPACTION)
+    if not encryption_enabled():
+        return compactions.filter(event__job_run_id=run.pk).first()
+    since = compactions.filter(created_at__gte=run.created_at - CLOCK_SKEW).order_by("-seq")
+    return next((e for e in since if isinstance(e.event, dict) and e.event.get("job_run_id") == run.pk), None)
+
+
 def compaction_run(
     *,
     thread: Thread,
@@ -104,7 +124,7 @@ def compaction_run(
     options = dict(options or {})
     _check_strategy(strategy, options)
     if run is not None:
-        done = Entry.objects.filter(thread=thread, type=EntryType.COMPACTION, event__job_run_id=run.pk).first()
+        done = _written_by(thread=thread, run=run)
         if done is not None:
             return CompactionOutcome(strategy=strategy, entry=done, reason="already written by this job run")
     branch = thread_branch(thread)

@@ -381,7 +381,7 @@ class PathEntry:
         self.content = _json(json_text_open(self.content, table=ENTRY_TABLE, column="content"))
         self.text = value_open(self.text, table=ENTRY_TABLE, column="text")
         self.tool_calls = _json(json_text_open(self.tool_calls, table=ENTRY_TABLE, column="tool_calls"))
-        self.event = _json(self.event)
+        self.event = _json(json_text_open(self.event, table=ENTRY_TABLE, column="event"))
 
 
 WINDOW_COLUMNS = tuple(f.name for f in fields(PathEntry))

@@ -16,6 +16,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from governance.audit import audit_append
+from governance.crypto.keyring import encryption_enabled
 from memoryapp.events.services import event_record
 from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget
 from memoryapp.models import Entry, Evidence, Thread
@@ -160,6 +161,12 @@ def thread_trim(*, thread: Thread, keep_checkpoints: int | None, drop_branches: 
 
 def externalised_results(*, agent_id: int) -> Q:
     """A filter of Entry: tool results some compaction of the agent cleared behind a handle."""
+    if encryption_enabled():
+        # The ids, opened here, go as one array parameter (however many there are).
+        return Q(
+            type=EntryType.TOOL_RESULT,
+            id__in=RawSQL("SELECT unnest(%s::text[])", [_cleared_ids_opened(agent_id=agent_id)]),
+        )
     return Q(
         type=EntryType.TOOL_RESULT,
         id__in=RawSQL(
@@ -168,6 +175,27 @@ def externalised_results(*, agent_id: int) -> Q:
             [agent_id],
         ),
     )
+
+
+# Compaction events opened at a time by `_cleared_ids_opened` (each may hold a summary and atoms).
+CLEARED_CHUNK = 200
+
+
+def _cleared_ids_opened(*, agent_id: int) -> list[str]:
+    """The ids of the tool results the agent's compactions cleared, with their events sealed: the
+    database cannot look inside them, so every compaction event of the agent is read and opened
+    here, a chunk at a time (a retention job's work, once a day)."""
+    cleared: set[str] = set()
+    events = (
+        Entry.objects.filter(agent_id=agent_id, type=EntryType.COMPACTION)
+        .values_list("event", flat=True)
+        .iterator(chunk_size=CLEARED_CHUNK)
+    )
+    for event in events:
+        named = event.get("cleared") if isinstance(event, dict) else None
+        if isinstance(named, dict):
+            cleared.update(str(entry_id) for entry_id in named)
+    return sorted(cleared)
 
 
 def tool_results_expire(*, entries: Sequence[Entry], actor: str) -> int:

@@ -98,7 +98,9 @@ class Entry(models.Model):
     tool_name = models.CharField(max_length=200, blank=True, default="")
     sender_name = models.CharField(max_length=200, blank=True, default="")
     token_count = models.IntegerField(default=0)
-    event = models.JSONField(null=True, blank=True)
+    # A session event's payload: a compaction's summary, levels and atoms, the placeholders of the
+    # tool results it cleared. Sealed at rest when encryption is on, like the content.
+    event = SealedJSONField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
     # 000's hashNode: sha256 over parent, content and creation time, first 32 hex digits.
