@@ -26,6 +26,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
+from governance.crypto.keyring import encryption_enabled
 from memoryapp.admin.confirm import apply_and_report, confirm_page, confirmed, staff_actor
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
 from memoryapp.admin.person_links import export_person_url
@@ -34,6 +35,7 @@ from memoryapp.errors import DomainError
 from memoryapp.extraction.service import extraction_request
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.models import Entry, Evidence, Thread
+from memoryapp.search.websearch import entries_typed_match
 from memoryapp.threads.columns import ENTRY_FIELD_NAMES, ENTRY_LIGHT_DEFER
 from memoryapp.threads.conversation import PAGE_TURNS, conversation_page
 from memoryapp.threads.services import thread_update
@@ -386,12 +388,15 @@ class EntryAdmin(FullWidthList, admin.ModelAdmin):
         self, request: HttpRequest, queryset: QuerySet[Entry], search_term: str
     ) -> tuple[QuerySet[Entry], bool]:
         """An entry id finds that entry; words search the text through its full-text index
-        (`entry_search_gin`): "shellfish" finds "Shellfish makes me ill"."""
+        (`entry_search_gin`): "shellfish" finds "Shellfish makes me ill". With encryption on the
+        full-text column is empty for sealed texts: the words are looked up in the blind index."""
         term = search_term.strip()
         if not term or "\x00" in term:
             return queryset, False
         if " " not in term and Entry.objects.filter(pk=term).exists():
             return queryset.filter(pk=term), False
+        if encryption_enabled():
+            return queryset.filter(entries_typed_match(term)), False
         # Words as a person types them (websearch_to_tsquery: "a phrase", or, -word), English stems.
         query = SearchQuery(term, config="english", search_type="websearch")
         return queryset.filter(search_vector=query), False

@@ -1,0 +1,69 @@
+"""The admin's search boxes with encryption on: entries are found by the words of their sealed text
+through the blind index (the full-text column is empty for them), threads by their ids as before."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from memoryapp.models import Entry
+from memoryapp.threads.services import entry_add, thread_create
+from tests.kit.api import Caller
+
+
+def _listed(admin_client: Client, query: str) -> set[str]:
+    response = admin_client.get("/admin/memoryapp/entry/", {"q": query})
+    assert response.status_code == 200
+    found = re.findall(
+        r'<th class="field-entry_link"><a href="/admin/memoryapp/entry/([^/]+)/change/', response.content.decode()
+    )
+    return {pk.replace("_5F", "_") for pk in found}
+
+
+def test_the_admin_entry_search_finds_sealed_texts_through_the_blind_index(
+    encrypted: Any, db: None, admin_client: Client, alice: Caller, bob: Caller
+) -> None:
+    food = thread_create(agent=alice.agent, external_id="food", user_id="u-ana")
+    ill = entry_add(thread=food, role="user", content="Shellfish makes me ill, so no prawns please.")
+    sea = entry_add(thread=food, role="assistant", content="Noted: nothing from the sea.")
+    cabins = entry_add(thread=food, role="user", content="We rented two cabins by the Zanzibarquill lake")
+    bobs = entry_add(
+        thread=thread_create(agent=bob.agent, external_id="dinner", user_id="u-bo"),
+        role="user",
+        content="Prawns again, please",
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FILTER (WHERE length(search_vector) > 0) FROM memoryapp_entry")
+        assert cursor.fetchone() == (0,)
+
+    assert _listed(admin_client, "shellfish") == {ill.id}
+    assert _listed(admin_client, "Zanzibarquill cabin") == {cabins.id}  # plural and case folded
+    assert _listed(admin_client, "prawns") == {ill.id, bobs.id}  # each agent's words under its own key
+    assert _listed(admin_client, '"no prawns"') == {ill.id}
+    assert _listed(admin_client, "prawns -shellfish") == {bobs.id}
+    assert _listed(admin_client, "shellfish or sea") == {ill.id, sea.id}
+    assert _listed(admin_client, cabins.id) == {cabins.id}
+    assert _listed(admin_client, "zebra") == set()
+    assert _listed(admin_client, '" "') == set()
+
+    with CaptureQueriesContext(connection) as captured:
+        _listed(admin_client, "shellfish")
+    sql = [q["sql"] for q in captured.captured_queries]
+    assert any('"keyword_hashes" @>' in q for q in sql)
+    assert not any("websearch_to_tsquery" in q or "search_vector" in q for q in sql)
+    assert Entry.objects.filter(keyword_hashes__isnull=True).count() == 0
+
+
+def test_the_admin_thread_search_finds_threads_by_their_ids_with_encryption_on(
+    encrypted: Any, db: None, admin_client: Client, alice: Caller, bob: Caller
+) -> None:
+    entry_add(thread=thread_create(agent=alice.agent, external_id="rome", user_id="u-ana"), role="user", content="hi")
+    thread_create(agent=bob.agent, external_id="paris", user_id="u-bo")
+
+    for query, shown, hidden in [("rome", "rome", "paris"), ("u-bo", "paris", "rome"), ("alice", "rome", "paris")]:
+        page = admin_client.get("/admin/memoryapp/thread/", {"q": query}).content.decode()
+        assert f">{shown}<" in page and f">{hidden}<" not in page, query
