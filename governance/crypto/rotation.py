@@ -28,6 +28,7 @@ from typing import Any
 
 from django.apps import apps
 from django.db import models, transaction
+from django.db.models import QuerySet
 from django.db.models.functions import Cast
 
 from governance.crypto.envelope import (
@@ -94,55 +95,88 @@ def _opens(key_ids: set[str]) -> bool:
     return True
 
 
-def _reseal_model(
+def _stored_keys(row: models.Model, fields: list[models.Field]) -> set[str]:  # type: ignore[type-arg]
+    """The key ids the row's sealed values are stored under ("" for a plaintext value)."""
+    return {
+        _stored_key(getattr(row, f"_sealed_raw_{f.attname}"), json_value=isinstance(f, SealedJSONField)) for f in fields
+    } - {None}  # type: ignore[return-value]
+
+
+def _is_stale(row: models.Model, fields: list[models.Field], blind: list[BlindIndexField]) -> bool:  # type: ignore[type-arg]
+    """Whether a row read with its stored values needs sealing again: a value in plaintext or under
+    another key than its owner's, or a text without its blind index."""
+    want = _owner_key(row)
+    if any(key != want for key in _stored_keys(row, fields)):
+        return True
+    return any(
+        getattr(row, b.attname) is None and getattr(row, f"_sealed_raw_{b.source}", None) not in (None, "")
+        for b in blind
+    )
+
+
+def _seal_again(
     model: type[models.Model],
     fields: list[models.Field],  # type: ignore[type-arg]
     blind: list[BlindIndexField],
-    *,
-    batch: int,
-    step: Callable[[int], None],
+    pks: list[Any],
+) -> None:
+    """Read the rows again under a row lock (a change made meanwhile, a redaction, is never undone),
+    seal their values under their owner's key as a save would (each field's pre_save: the blind
+    index from the plaintext, before the sealed values replace it), and write them in one UPDATE."""
+    locked = model._default_manager.select_for_update(of=("self",)).filter(pk__in=pks).order_by("pk")
+    if any(f.name == "thread" for f in model._meta.concrete_fields):
+        locked = locked.select_related("thread")
+    rows = list(locked)
+    names = [f.name for f in fields] + [b.name for b in blind]
+    for row in rows:
+        values = {f.attname: f.pre_save(row, False) for f in [*fields, *blind]}
+        for attname, value in values.items():
+            setattr(row, attname, value)
+    model._default_manager.bulk_update(rows, names)
+
+
+def rows_reseal(
+    queryset: QuerySet[Any], *, batch: int = 500, step: Callable[[int], None] | None = None
 ) -> tuple[int, int]:
-    """(rows sealed again, rows left as they are because their key was destroyed)."""
+    """Seal again, under their owner's live data key, the rows of `queryset` that need it (see
+    `_is_stale`), a batch per transaction (a savepoint inside the caller's): (rows sealed again,
+    rows left as they are because their key was destroyed). `step(n)` after each batch read.
+
+    The rotation walks every row of every sealed model with it; a thread whose person changed
+    moves its rows to the new person's key with it (memoryapp.threads.services).
+    """
+    model = queryset.model
+    fields: list[models.Field] = [  # type: ignore[type-arg]
+        f for f in model._meta.concrete_fields if isinstance(f, (SealedTextField, SealedJSONField))
+    ]
+    blind = [f for f in model._meta.concrete_fields if isinstance(f, BlindIndexField)]
     raw = {f"_sealed_raw_{f.attname}": Cast(f.attname, models.TextField()) for f in fields}
     # The sealed values are read as stored (never opened): a shredded person's rows stay unread.
-    queryset = model._default_manager.order_by("pk").defer(*(f.name for f in fields)).annotate(**raw)
+    queryset = queryset.order_by("pk").defer(*(f.name for f in fields)).annotate(**raw)
     if any(f.name == "thread" for f in model._meta.concrete_fields):
         queryset = queryset.select_related("thread")
-    # Equality columns (a keyed hash with encryption on) are hashed on the same save.
-    equal = [f for f in model._meta.concrete_fields if isinstance(f, EqualityHashField)]
-    names = [f.name for f in fields] + [b.name for b in blind] + [e.name for e in equal]
     resealed = shredded = 0
     last = None
     while True:
         page = queryset if last is None else queryset.filter(pk__gt=last)
         with transaction.atomic():
             rows = list(page[:batch])
+            stale = []
             for row in rows:
-                want = _owner_key(row)
-                stored = {
-                    _stored_key(getattr(row, f"_sealed_raw_{f.attname}"), json_value=isinstance(f, SealedJSONField))
-                    for f in fields
-                } - {None}
-                stale = any(key != want for key in stored)
-                for b in blind:
-                    source = getattr(row, f"_sealed_raw_{b.source}", None)
-                    stale = stale or (getattr(row, b.attname) is None and source not in (None, ""))
-                for e in equal:
-                    value = getattr(row, e.attname)
-                    stale = stale or (bool(value) and not is_equality_hash(value))
-                if not stale:
+                if not _is_stale(row, fields, blind):
                     continue
-                if not _opens({key for key in stored if key}):
+                if not _opens({key for key in _stored_keys(row, fields) if key}):
                     shredded += 1
                     continue
-                # Read again under a row lock: a change made meanwhile (a redaction) is never undone.
-                whole = model._default_manager.select_for_update().get(pk=row.pk)
-                whole.save(update_fields=names)
-                resealed += 1
+                stale.append(row.pk)
+            if stale:
+                _seal_again(model, fields, blind, stale)
+                resealed += len(stale)
         if not rows:
             return resealed, shredded
         last = rows[-1].pk
-        step(len(rows))
+        if step is not None:
+            step(len(rows))
 
 
 def encryption_rotate(
@@ -174,9 +208,9 @@ def encryption_rotate(
 
     rows: dict[str, int] = {}
     shredded: dict[str, int] = {}
-    for model, fields, blind in found:
+    for model, _, _ in found:
         table = model._meta.db_table
-        rows[table], shredded[table] = _reseal_model(model, fields, blind, batch=batch, step=step)
+        rows[table], shredded[table] = rows_reseal(model._default_manager.all(), batch=batch, step=step)
     destroyed = data_keys_retired_destroy() if rekey else []
     return {
         "data_keys_retired_and_destroyed": len(destroyed),

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 from governance.audit import audit_append
 from governance.crypto.fields import BatchSealer
 from governance.crypto.keyring import encryption_enabled
+from governance.crypto.rotation import rows_reseal, sealed_models
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
 from memoryapp.ids import new_id
@@ -104,11 +105,30 @@ def thread_create(
             # Another request created it between our read and our insert: update that one.
             existing = Thread.objects.select_for_update().get(agent=agent, external_id=external_id)
     existing.metadata = metadata_merged(existing.metadata, metadata)
-    if user_id and user_id != existing.user_id:
+    changed = bool(user_id) and user_id != existing.user_id
+    if changed:
         _audit_user_change(existing, old=existing.user_id, new=user_id, actor=actor)
         existing.user_id = user_id
     existing.save(update_fields=["metadata", "user_id", "updated_at"])
+    if changed:
+        _person_rows_reseal(existing)
     return existing
+
+
+def _person_rows_reseal(thread: Thread) -> None:
+    """The thread's person changed (its row saved, in this transaction): with encryption on, the
+    rows of the thread sealed under the old person's key are sealed again under the new one's, in
+    this transaction. Otherwise erasing the old person would destroy the key of rows that are now
+    the new person's (unreadable), and erasing the new one would not shred them.
+
+    Every model with sealed fields and a `thread` is gone through (its rows whose owner is not the
+    thread's person are already under their owner's key and stay as they are)."""
+    if not encryption_enabled():
+        return
+    for model, _, _ in sealed_models():
+        thread_field = next((f for f in model._meta.concrete_fields if f.name == "thread"), None)
+        if thread_field is not None and thread_field.related_model is Thread:
+            rows_reseal(model._default_manager.filter(thread_id=thread.pk))
 
 
 def _audit_user_change(thread: Thread, *, old: str, new: str, actor: str) -> None:
@@ -140,12 +160,16 @@ def thread_update(
     if metadata is not None:
         metadata = thread_metadata_check(metadata)
         locked.metadata = metadata_merged({} if replace_metadata else locked.metadata, metadata)
+    changed = False
     if user_id is not None:
         user_id = short_text_check(user_id, "user_id", max_length=128)
-        if user_id != locked.user_id:
+        changed = user_id != locked.user_id
+        if changed:
             _audit_user_change(locked, old=locked.user_id, new=user_id, actor=actor)
         locked.user_id = user_id
     locked.save(update_fields=["metadata", "user_id", "updated_at"])
+    if changed:
+        _person_rows_reseal(locked)
     thread_sync(thread, locked)
     return locked
 
