@@ -61,6 +61,7 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 from kombu.exceptions import OperationalError
 
 from governance import locks
+from governance.crypto.fields import update_values_sealed
 from governance.models import JobRun
 
 logger = logging.getLogger(__name__)
@@ -371,7 +372,8 @@ def job_add_usage(run: JobRun | None, *, input_tokens: int, output_tokens: int, 
 
 def _end(run: JobRun, status: str, **fields: Any) -> JobRun:
     fields.update(status=status, finished_at=timezone.now())
-    JobRun.objects.filter(pk=run.pk).update(**fields)
+    # The result sealed under the run's owner's key (an update does not call pre_save).
+    JobRun.objects.filter(pk=run.pk).update(**update_values_sealed(run, fields))
     for name, value in fields.items():
         setattr(run, name, value)
     return run

@@ -47,6 +47,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from governance.audit import audit_append
+from governance.crypto.fields import update_values_sealed
 from governance.jobs import job_enqueue
 from governance.models import JobRun
 from governance.schedules import schedule_next_run
@@ -282,7 +283,8 @@ class _Pass:
         the position commit together."""
         if self.run is not None and not self.dry:
             done = sum(self.state.counts.get(k, 0) for k in PROGRESS_KEYS)
-            JobRun.objects.filter(pk=self.run.pk).update(result=self.state.saved(), progress_done=done)
+            saved = update_values_sealed(self.run, {"result": self.state.saved(), "progress_done": done})
+            JobRun.objects.filter(pk=self.run.pk).update(**saved)
             self.run.progress_done = done
 
 

@@ -8,7 +8,8 @@ keys) or fails loudly (without).
 
 A write that bypasses `pre_save` (QuerySet.update, bulk_update) is sealed under the key of no
 agent: still encrypted, but not shredded with a person. The services write sealed fields through
-save() or bulk_create(), which call pre_save.
+save() or bulk_create(), which call pre_save, or seal the values of an update with
+`update_values_sealed` (bulk_update: `pre_save` each row's values first, as the rotation does).
 """
 
 from __future__ import annotations
@@ -121,6 +122,18 @@ class SealedJSONField(_Sealed, models.JSONField):  # type: ignore[misc]
         if isinstance(value, str) and value.startswith(PREFIX):
             return json.loads(text_open(value, aad=self.aad))
         return value
+
+
+def update_values_sealed(instance: models.Model, values: dict[str, Any]) -> dict[str, Any]:
+    """The values of a QuerySet.update of this row (or of rows of the same owner), its sealed
+    fields' values sealed under the row's owner's key: an update bypasses pre_save, and its
+    get_db_prep_save would seal them under the key of no agent (never shredded with the owner)."""
+    sealed = dict(values)
+    for name, value in values.items():
+        field = instance._meta.get_field(name)
+        if isinstance(field, _Sealed):
+            sealed[name] = field.seal_for(instance, value)
+    return sealed
 
 
 def value_open(value: Any, *, table: str, column: str, json_value: bool = False) -> Any:

@@ -40,6 +40,7 @@ from django.db.models.functions import Cast
 
 from governance.audit import audit_append
 from governance.crypto.envelope import data_key_destroy
+from governance.crypto.fields import update_values_sealed
 from governance.models import JobRun
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.errors import DomainError
@@ -473,4 +474,10 @@ def _files_erase(*, agent_id: int, version_ids: list[str], mode: str, actor: str
 def _jobs_scrub(runs: QuerySet[JobRun]) -> int:
     """Replace the arguments and result of these job runs by a mark: they named the person."""
     mark = {"erased": True}
-    return runs.update(arguments=mark, result=mark)
+    scrubbed = 0
+    # A run's result is sealed under its agent's key: one update per agent (an update does not
+    # call pre_save; the key of no agent would seal it otherwise).
+    for agent_id in runs.order_by().values_list("agent_id", flat=True).distinct():
+        values = update_values_sealed(JobRun(agent_id=agent_id), {"arguments": mark, "result": mark})
+        scrubbed += runs.filter(agent_id=agent_id).update(**values)
+    return scrubbed
