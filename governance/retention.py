@@ -202,11 +202,11 @@ def _tool_results(agent: Agent, policy: RetentionPolicy, as_of: datetime) -> Que
     cutoff = _cutoff(as_of, policy.tool_result_days)
     if cutoff is None:
         return None
-    return (
-        Entry.objects.filter(agent=agent, created_at__lt=cutoff, redacted_at__isnull=True)
-        .filter(externalised_results(agent_id=agent.pk))
-        .exclude(thread__in=Thread.objects.filter(held_threads(agent_id=agent.pk)))
+    old = Entry.objects.filter(agent=agent, created_at__lt=cutoff, redacted_at__isnull=True).exclude(
+        thread__in=Thread.objects.filter(held_threads(agent_id=agent.pk))
     )
+    threads = old.filter(type=EntryType.TOOL_RESULT).values("thread_id")
+    return old.filter(externalised_results(agent_id=agent.pk, threads=threads))
 
 
 def _expired_threads(agent: Agent, cutoff: datetime) -> QuerySet[Thread]:

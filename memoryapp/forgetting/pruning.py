@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -159,14 +159,16 @@ def thread_trim(*, thread: Thread, keep_checkpoints: int | None, drop_branches: 
     return trim
 
 
-def externalised_results(*, agent_id: int) -> Q:
-    """A filter of Entry: tool results some compaction of the agent cleared behind a handle."""
+def externalised_results(*, agent_id: int, threads: QuerySet[Entry, Any] | None = None) -> Q:
+    """A filter of Entry: tool results some compaction of the agent cleared behind a handle.
+
+    With encryption on, the compactions' events are opened here: `threads` (thread ids, the
+    caller's candidates') limits that to the compactions of those threads, where the results they
+    clear are."""
     if encryption_enabled():
         # The ids, opened here, go as one array parameter (however many there are).
-        return Q(
-            type=EntryType.TOOL_RESULT,
-            id__in=RawSQL("SELECT unnest(%s::text[])", [_cleared_ids_opened(agent_id=agent_id)]),
-        )
+        cleared = _cleared_ids_opened(agent_id=agent_id, threads=threads)
+        return Q(type=EntryType.TOOL_RESULT, id__in=RawSQL("SELECT unnest(%s::text[])", [cleared]))
     return Q(
         type=EntryType.TOOL_RESULT,
         id__in=RawSQL(
@@ -181,16 +183,15 @@ def externalised_results(*, agent_id: int) -> Q:
 CLEARED_CHUNK = 200
 
 
-def _cleared_ids_opened(*, agent_id: int) -> list[str]:
-    """The ids of the tool results the agent's compactions cleared, with their events sealed: the
-    database cannot look inside them, so every compaction event of the agent is read and opened
+def _cleared_ids_opened(*, agent_id: int, threads: QuerySet[Entry, Any] | None) -> list[str]:
+    """The ids of the tool results the agent's compactions (of `threads`, when given) cleared, with
+    their events sealed: the database cannot look inside them, so the events are read and opened
     here, a chunk at a time (a retention job's work, once a day)."""
     cleared: set[str] = set()
-    events = (
-        Entry.objects.filter(agent_id=agent_id, type=EntryType.COMPACTION)
-        .values_list("event", flat=True)
-        .iterator(chunk_size=CLEARED_CHUNK)
-    )
+    compactions = Entry.objects.filter(agent_id=agent_id, type=EntryType.COMPACTION)
+    if threads is not None:
+        compactions = compactions.filter(thread_id__in=threads)
+    events = compactions.values_list("event", flat=True).iterator(chunk_size=CLEARED_CHUNK)
     for event in events:
         named = event.get("cleared") if isinstance(event, dict) else None
         if isinstance(named, dict):
