@@ -12,6 +12,7 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from governance.crypto.rotation import encryption_rotate
 from governance.models import JobRun
 from governance.retention import retention_prune
 from memoryapp.compaction.history import SUMMARY_HEADING
@@ -20,7 +21,7 @@ from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread
 from tests.kit.api import Caller, answered, build_context
-from tests.kit.crypto import assert_none_planted, pg_dump
+from tests.kit.crypto import K1, assert_none_planted, keys_set, pg_dump
 from tests.kit.factories import tool_round, tool_thread
 from tests.kit.servers import database_conninfo
 from tests.retention.world import days_ago, policy
@@ -172,3 +173,21 @@ def test_externalised_tool_results_are_served_by_handle_and_emptied_by_the_reten
     assert "PAGE-0-BODY" not in json.dumps(gone)
     kept = answered(alice.client.get(f"/api/v1/tool-results/{results['c1'].id}"), 200)
     assert kept["content"].startswith("PAGE-1-BODY")
+
+
+def test_events_written_with_encryption_off_are_sealed_by_the_rotation(
+    encrypted: Any, transactional_db: None, settings: Any, alice: Caller
+) -> None:
+    keys_set(settings, "")
+    answered(alice.client.post("/api/v1/threads", {"id": "t-label", "user_id": "u-ana"}, format="json"), 201)
+    label = {"type": "label", "role": "user", "event": {"label": "Quillfeather", "note": "obsidianlatch"}}
+    answered(alice.client.post("/api/v1/threads/t-label/entries", label, format="json"), 201)
+    assert "Quillfeather" in _stored_events()[0]
+
+    keys_set(settings, K1)
+    result = encryption_rotate(settle=0)
+
+    assert result["rows_resealed"]["memoryapp_entry"] == 1
+    assert_none_planted(pg_dump(database_conninfo()), ["Quillfeather", "obsidianlatch"])
+    path = answered(alice.client.get("/api/v1/threads/t-label/path?types=all"), 200)["results"]
+    assert [e["event"] for e in path] == [{"label": "Quillfeather", "note": "obsidianlatch"}]
