@@ -243,24 +243,16 @@ def sealed_update(queryset: models.QuerySet[M], **values: Any) -> int:
     UPDATE per owner. Returns the rows updated, as `update` does.
     """
     model = queryset.model
-    sealed: dict[str, _Sealed] = {}
-    for name in values:
-        declared = model._meta.get_field(name)
-        if isinstance(declared, _Sealed):
-            sealed[name] = declared
-    if not encryption_enabled() or not sealed:
+    if not encryption_enabled() or not any(isinstance(model._meta.get_field(n), _Sealed) for n in values):
         return queryset.update(**values)
     deferred = [f.name for f in model._meta.concrete_fields if isinstance(f, _Sealed)]
     groups: dict[Owner, tuple[models.Model, list[Any]]] = {}
     for found in queryset.order_by().defer(*deferred):
         groups.setdefault(_owner(found), (found, []))[1].append(found.pk)
-    updated = 0
-    for first, pks in groups.values():
-        prepared = dict(values)
-        for name, sealed_field in sealed.items():
-            prepared[name] = sealed_field.seal_for(first, values[name])
-        updated += model._default_manager.filter(pk__in=pks).update(**prepared)
-    return updated
+    return sum(
+        model._default_manager.filter(pk__in=pks).update(**update_values_sealed(first, values))
+        for first, pks in groups.values()
+    )
 
 
 class BatchSealer:

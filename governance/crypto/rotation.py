@@ -103,11 +103,19 @@ def _stored_keys(row: models.Model, fields: list[models.Field]) -> set[str]:  # 
     } - {None}  # type: ignore[return-value]
 
 
-def _is_stale(row: models.Model, fields: list[models.Field], blind: list[BlindIndexField]) -> bool:  # type: ignore[type-arg]
+def _is_stale(
+    row: models.Model,
+    fields: list[models.Field],  # type: ignore[type-arg]
+    blind: list[BlindIndexField],
+    equal: list[EqualityHashField],
+) -> bool:
     """Whether a row read with its stored values needs sealing again: a value in plaintext or under
-    another key than its owner's, or a text without its blind index."""
+    another key than its owner's, a text without its blind index, or an equality column holding
+    plaintext instead of its keyed hash."""
     want = _owner_key(row)
     if any(key != want for key in _stored_keys(row, fields)):
+        return True
+    if any(getattr(row, e.attname) and not is_equality_hash(getattr(row, e.attname)) for e in equal):
         return True
     return any(
         getattr(row, b.attname) is None and getattr(row, f"_sealed_raw_{b.source}", None) not in (None, "")
@@ -118,16 +126,17 @@ def _is_stale(row: models.Model, fields: list[models.Field], blind: list[BlindIn
 def _seal_again(
     model: type[models.Model],
     fields: list[models.Field],  # type: ignore[type-arg]
-    blind: list[BlindIndexField],
+    derived: list[models.Field],  # type: ignore[type-arg]
     pks: list[Any],
 ) -> None:
     """Read the rows again under a row lock (a change made meanwhile, a redaction, is never undone),
     seal their values under their owner's key as a save would (each field's pre_save: the blind
-    index from the plaintext, before the sealed values replace it), and write them in one UPDATE."""
+    index and equality hashes (`derived`) from the plaintext, before the sealed values replace it),
+    and write them in one UPDATE."""
     locked = model._default_manager.select_for_update(of=("self",)).filter(pk__in=pks).order_by("pk")
     if any(f.name == "thread" for f in model._meta.concrete_fields):
         locked = locked.select_related("thread")
-    written = [*fields, *blind]
+    written = [*derived, *fields]
     rows = [[row.pk, *(f.pre_save(row, False) for f in written)] for row in locked]
     _rows_write(model, written, rows)
 
@@ -172,6 +181,7 @@ def rows_reseal(
         f for f in model._meta.concrete_fields if isinstance(f, (SealedTextField, SealedJSONField))
     ]
     blind = [f for f in model._meta.concrete_fields if isinstance(f, BlindIndexField)]
+    equal = [f for f in model._meta.concrete_fields if isinstance(f, EqualityHashField)]
     raw = {f"_sealed_raw_{f.attname}": Cast(f.attname, models.TextField()) for f in fields}
     # The sealed values are read as stored (never opened): a shredded person's rows stay unread.
     queryset = queryset.order_by("pk").defer(*(f.name for f in fields)).annotate(**raw)
@@ -185,14 +195,14 @@ def rows_reseal(
             rows = list(page[:batch])
             stale = []
             for row in rows:
-                if not _is_stale(row, fields, blind):
+                if not _is_stale(row, fields, blind, equal):
                     continue
                 if not _opens({key for key in _stored_keys(row, fields) if key}):
                     shredded += 1
                     continue
                 stale.append(row.pk)
             if stale:
-                _seal_again(model, fields, blind, stale)
+                _seal_again(model, fields, [*blind, *equal], stale)
                 resealed += len(stale)
         if not rows:
             return resealed, shredded

@@ -7,7 +7,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryapp', '0021_evidence_sealed'),
+        ('memoryapp', '0023_files_entities_sealed'),
     ]
 
     operations = [
