@@ -40,7 +40,10 @@ from django.db.models.functions import Cast
 
 from governance.audit import audit_append
 from governance.crypto.envelope import data_key_destroy
-from governance.crypto.fields import update_values_sealed
+from governance.crypto.fields import json_text_open, update_values_sealed
+from governance.crypto.keyring import encryption_enabled
+from governance.crypto.sealing import PREFIX as SEALED_PREFIX
+from governance.crypto.sealing import SealError
 from governance.models import JobRun
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.errors import DomainError
@@ -129,12 +132,31 @@ def _jobs(user_id: str, agents: list[int], keep_job_ids: Sequence[int]) -> Query
     """Job runs of these agents whose arguments or result name the person (not yet scrubbed)."""
     # The id as a JSON string, quotes included, in the JSON's text: "u-1" is not found in "u-10".
     quoted_id = json.dumps(user_id)
-    return (
+    runs = (
         JobRun.objects.filter(Q(agent_id__in=agents) | Q(agent_id__isnull=True))
-        .annotate(arguments_text=Cast("arguments", TextField()), result_text=Cast("result", TextField()))
-        .filter(Q(arguments_text__contains=quoted_id) | Q(result_text__contains=quoted_id))
         .exclude(pk__in=list(keep_job_ids))
+        .annotate(arguments_text=Cast("arguments", TextField()), result_text=Cast("result", TextField()))
     )
+    naming = Q(arguments_text__contains=quoted_id) | Q(result_text__contains=quoted_id)
+    if encryption_enabled():
+        naming |= Q(pk__in=_sealed_results_naming(runs, quoted_id))
+    return runs.filter(naming)
+
+
+def _sealed_results_naming(runs: QuerySet[JobRun], quoted_id: str) -> list[int]:
+    """The runs whose sealed result, opened, names the person: the database sees only ciphertext.
+    A result whose key was destroyed names no one any more (nobody can open it)."""
+    table = JobRun._meta.db_table
+    found = []
+    sealed = runs.filter(result_text__startswith='"' + SEALED_PREFIX).values_list("pk", "result_text")
+    for pk, stored in sealed.iterator(chunk_size=2000):
+        try:
+            opened = json_text_open(stored, table=table, column="result")
+        except SealError:
+            continue
+        if quoted_id in json.dumps(json.loads(opened), ensure_ascii=False):
+            found.append(pk)
+    return found
 
 
 def person_messages_elsewhere(*, user_id: str, agent_ids: Sequence[int]) -> QuerySet[Entry]:

@@ -704,10 +704,11 @@ def test_with_encryption_on_her_messages_elsewhere_and_job_runs_are_exported_ope
         planted.ana_elsewhere[0].pk: "ANA-ELSEWHERE joins ben",
         planted.ana_elsewhere[1].pk: "ANA-ELSEWHERE at bob",
     }
-    # The runs naming her in their arguments (plain JSON); a run naming her in its result only is
-    # not found with encryption on: the result is sealed and the erasure's selector reads its text.
+    # The runs naming her in their arguments (plain JSON), and the run naming her in its result
+    # only: sealed, it is opened to be found (the erasure's selector, which scrubs it too).
     jobs = {r["job_run"]["id"]: r["job_run"] for r in _records(files, "job_runs.jsonl")}
-    assert {planted.ana_jobs[0].pk, planted.ana_jobs[2].pk} <= set(jobs)
+    assert set(jobs) == {run.pk for run in planted.ana_jobs}
+    assert jobs[planted.ana_jobs[1].pk]["result"] == {"people": ["u-ana"]}
     assert jobs[planted.ana_jobs[2].pk]["result"] == {"threads": 3}  # opened
     assert manifest["counts"]["messages_elsewhere"] == 2 and manifest["counts"]["access_log"] == 5
     for word in BEN_WORDS:
