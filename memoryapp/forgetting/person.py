@@ -148,7 +148,8 @@ def _sealed_results_naming(runs: QuerySet[JobRun], quoted_id: str) -> list[int]:
     A result whose key was destroyed names no one any more (nobody can open it)."""
     table = JobRun._meta.db_table
     found = []
-    sealed = runs.filter(result_text__startswith='"' + SEALED_PREFIX).values_list("pk", "result_text")
+    stored_text = runs.annotate(stored=Cast("result", TextField()))
+    sealed = stored_text.filter(stored__startswith='"' + SEALED_PREFIX).values_list("pk", "stored")
     for pk, stored in sealed.iterator(chunk_size=2000):
         try:
             opened = json_text_open(stored, table=table, column="result")
