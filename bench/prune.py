@@ -116,12 +116,11 @@ def seed_threads(agent_ids: list[int], names: list[tuple[int, str]], *, per_thre
     with psycopg.connect(conninfo()) as conn, conn.cursor() as cur:
         with cur.copy(
             "COPY memoryapp_thread (agent_id, external_id, user_id, metadata, next_seq, branch_epoch, extraction,"
-            " memory_enabled, created_at, updated_at) FROM STDIN"
+            " memory_enabled, on_busy, compaction, created_at, updated_at) FROM STDIN"
         ) as copy:
             for agent_index, name in names:
-                copy.write_row(
-                    [agent_ids[agent_index], name, f"u-{name}", Jsonb({}), per_thread + 1, 0, Jsonb({}), True, at, at]
-                )
+                row = [agent_ids[agent_index], name, f"u-{name}", Jsonb({}), per_thread + 1, 0, Jsonb({}), True, ""]
+                copy.write_row([*row, Jsonb({}), at, at])
         cur.execute(
             "SELECT id, agent_id FROM memoryapp_thread WHERE external_id = ANY(%s) ORDER BY id", [[n for _, n in names]]
         )
@@ -153,6 +152,7 @@ def seed_threads(agent_ids: list[int], names: list[tuple[int, str]], *, per_thre
                         "metadata": Jsonb({}),
                         "created_at": at,
                         "content_hash": uuid.uuid4().hex,
+                        "keyword_hashes": None,
                     }
                     copy.write_row([values[c] for c in ENTRY_INSERT_COLUMNS])
                     parent = entry_id
