@@ -39,7 +39,8 @@ import hashlib
 import json
 import logging
 import os
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -93,28 +94,71 @@ def audit_append(
 
     `details` carry ids and counts, never content: callers pass no text of entries or items.
     """
+    entry = AuditEntry(
+        action=action,
+        actor=actor,
+        agent_id=agent_id,
+        thread_id=thread_id,
+        subject=subject,
+        outcome=outcome,
+        details=details or {},
+    )
+    return audit_append_many([entry])[0]
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    """What one record says (`audit_append`'s arguments): a record still to be appended."""
+
+    action: str
+    actor: str = ""
+    agent_id: int | None = None
+    thread_id: str = ""
+    subject: str = ""
+    outcome: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def audit_append_many(entries: Sequence[AuditEntry]) -> list[AuditRecord]:
+    """Append these records, in this order, in the caller's transaction: one lock, one read of the
+    chain's end and one INSERT for all of them (a batch of the prune writes hundreds).
+
+    Only the last is anchored: the ones before it are covered by its hash, which chains through
+    theirs (what an unanchored record is, see the module's docstring).
+    """
+    if not entries:
+        return []
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [locks.AUDIT_CHAIN])
         last = AuditRecord.objects.order_by("-seq").only("seq", "hash").first()
-        record = AuditRecord(
-            seq=(last.seq + 1) if last else 1,
-            at=timezone.now(),
-            action=action,
-            actor=actor[:200],
-            agent_id=agent_id,
-            thread_id=thread_id,
-            subject=subject[:300],
-            outcome=outcome[:100],
-            details=json.loads(canonical_json(details or {})),
-            prev_hash=last.hash if last else GENESIS_HASH,
-        )
-        record.hash = record_hash(record.prev_hash, _hashed_fields(record))
-        record.save(force_insert=True)
-        seq, hash_, at = record.seq, record.hash, record.at
-        chain = record.hash if seq == 1 else (_first_record_hash() or "")
+        seq, prev_hash = (last.seq, last.hash) if last else (0, GENESIS_HASH)
+        records: list[AuditRecord] = []
+        for entry in entries:
+            seq += 1
+            record = AuditRecord(
+                seq=seq,
+                at=timezone.now(),
+                action=entry.action,
+                actor=entry.actor[:200],
+                agent_id=entry.agent_id,
+                thread_id=entry.thread_id,
+                subject=entry.subject[:300],
+                outcome=entry.outcome[:100],
+                details=json.loads(canonical_json(entry.details)),
+                prev_hash=prev_hash,
+            )
+            record.hash = prev_hash = record_hash(record.prev_hash, _hashed_fields(record))
+            records.append(record)
+        if len(records) == 1:
+            records[0].save(force_insert=True)
+        else:
+            AuditRecord.objects.bulk_create(records)
+        head = records[-1]
+        seq, hash_, at = head.seq, head.hash, head.at
+        chain = records[0].hash if records[0].seq == 1 else (_first_record_hash() or "")
         transaction.on_commit(lambda: anchor_append(chain=chain, seq=seq, hash_=hash_, at=at), robust=True)
-        return record
+        return records
 
 
 def _first_record_hash() -> str | None:

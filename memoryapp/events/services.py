@@ -71,11 +71,22 @@ def event_record(*, agent_id: int, type: str, ids: Sequence[str] = (), thread_id
     rollback takes the event with it. `ids` are the rows touched (never their content); more than
     MAX_EVENT_IDS make consecutive events of the same type.
     """
+    event_record_many(agent_id=agent_id, type=type, by_thread=[(thread_id, ids)])
+
+
+def event_record_many(*, agent_id: int, type: str, by_thread: Sequence[tuple[str, Sequence[str]]]) -> None:
+    """`event_record` for several threads at once, one INSERT: the events of each (thread external
+    id, ids) in this order, as that many calls would record them (the prune deletes threads by the
+    hundred)."""
     if type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {type!r}")
-    named = [str(i) for i in ids]
-    chunks = [named[at : at + MAX_EVENT_IDS] for at in range(0, len(named), MAX_EVENT_IDS)] or [[]]
-    rows = [Event(agent_id=agent_id, type=type, thread_id=thread_id or "", ids=chunk) for chunk in chunks]
+    rows: list[Event] = []
+    for thread_id, ids in by_thread:
+        named = [str(i) for i in ids]
+        chunks = [named[at : at + MAX_EVENT_IDS] for at in range(0, len(named), MAX_EVENT_IDS)] or [[]]
+        rows += [Event(agent_id=agent_id, type=type, thread_id=thread_id or "", ids=chunk) for chunk in chunks]
+    if not rows:
+        return
     if len(rows) == 1:
         rows[0].save(force_insert=True)
     else:
