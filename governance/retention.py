@@ -42,7 +42,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import DateTimeField, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, DateTimeField, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
@@ -55,7 +55,7 @@ from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.events.services import events_prune
 from memoryapp.forgetting.holds import held_items, held_threads, holds_in_force
 from memoryapp.forgetting.pruning import externalised_results, thread_trim, thread_trim_plan, tool_results_expire
-from memoryapp.forgetting.services import thread_delete
+from memoryapp.forgetting.services import threads_delete
 from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.services import slot_lock
 from memoryapp.models import Agent, Entry, Event, MemoryItem, RetentionPolicy, Thread, WebhookDelivery
@@ -526,20 +526,30 @@ def _threads_step(work: _Pass, agent: Agent, cutoff: datetime) -> bool:
         .values_list("pk", flat=True)
     )
     busy = _busy_threads([t.pk for t in threads], exclude_run=work.run.pk if work.run else None)
+    doomed: list[Thread] = []
     for thread in threads:
         if thread.pk in held:
             _skip(work, thread.pk, "threads_held")
         elif thread.pk in busy:
             _skip(work, thread.pk, "threads_busy")
         else:
-            entries = Entry.objects.filter(thread=thread).count()
-            if work.dry:
-                state.doomed.append(thread.pk)
-            else:
-                thread_delete(thread=thread, actor=ACTOR)
-            state.add(threads_deleted=1, thread_entries_deleted=entries)
-            if len(state.thread_ids) < REPORT_THREAD_IDS:
-                state.thread_ids.append(thread.external_id)
+            doomed.append(thread)
+    entries = dict(
+        Entry.objects.filter(thread_id__in=[t.pk for t in doomed])
+        .order_by()
+        .values("thread_id")
+        .annotate(n=Count("pk"))
+        .values_list("thread_id", "n")
+    )
+    if work.dry:
+        state.doomed.extend(t.pk for t in doomed)
+    elif doomed:
+        # One cascade for the batch: a statement per table for the threads nothing else stands on.
+        threads_delete(threads=doomed, actor=ACTOR)
+    for thread in doomed:
+        state.add(threads_deleted=1, thread_entries_deleted=entries.get(thread.pk, 0))
+        if len(state.thread_ids) < REPORT_THREAD_IDS:
+            state.thread_ids.append(thread.external_id)
     state.after = threads[-1].pk
     work.checkpoint()
     if not work.dry:

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from governance.audit import audit_append
+from governance.audit import AuditEntry, audit_append_many
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
@@ -166,23 +166,51 @@ def derived_forget(
         event_record(agent_id=agent.pk, type="file.redacted", ids=sorted(report.redacted_version_ids))
     for thread_external_id, summary_ids in sorted(report.summaries_by_thread.items()):
         event_record(agent_id=agent.pk, type="entry.deleted", thread_id=thread_external_id, ids=summary_ids)
-    audit_append(
+    audit_append_many(
+        [
+            lineage_audit(
+                agent_id=agent.pk,
+                thread_id=single_thread,
+                wanted=wanted,
+                found=sorted(rows),
+                reason=reason,
+                actor=actor,
+                report=report,
+            )
+        ]
+    )
+    return report
+
+
+def lineage_audit(
+    *,
+    agent_id: int,
+    thread_id: str,
+    wanted: Sequence[str],
+    found: Sequence[str],
+    reason: str,
+    actor: str,
+    report: LineageReport,
+) -> AuditEntry:
+    """The audit record of one `derived_forget` (ids and counts only): `wanted` the entries asked
+    for, `found` those of the agent (sorted). A batch of deleted threads writes the same record for
+    each thread (memoryapp.forgetting.services)."""
+    return AuditEntry(
         action="lineage.forget",
         actor=actor,
-        agent_id=agent.pk,
-        thread_id=single_thread,
-        subject=wanted[0] if len(wanted) == 1 else f"{len(rows)} entries",
+        agent_id=agent_id,
+        thread_id=thread_id,
+        subject=wanted[0] if len(wanted) == 1 else f"{len(found)} entries",
         outcome="forgotten",
         details={
             "because": reason,
-            "entries": len(rows),
-            "entry_ids": sorted(rows)[:AUDIT_IDS],
+            "entries": len(found),
+            "entry_ids": list(found[:AUDIT_IDS]),
             **report.counts(),
             "purged_item_ids": report.purged_item_ids[:AUDIT_IDS],
             "summary_ids": report.summary_ids[:AUDIT_IDS],
         },
     )
-    return report
 
 
 def derived_forget_threads(

@@ -16,21 +16,23 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db import connection
+from django.db.models import BooleanField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from governance.audit import audit_append
+from governance.audit import AuditEntry, audit_append, audit_append_many
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.events.services import event_record
+from memoryapp.events.services import event_record, event_record_many
 from memoryapp.files.access import FileAccess
 from memoryapp.files.selectors import versions_unredacted
 from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
-from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget
+from memoryapp.forgetting.lineage import AUDIT_IDS, LineageReport, derived_forget, lineage_audit
 from memoryapp.items.rules import Scope
 from memoryapp.items.services import StaleMark, items_mark_stale
 from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.models.choices import EntryType, ItemStatus, Role
 from memoryapp.retry import atomic_retrying
+from memoryapp.threads.columns import ENTRY_TABLE
 from memoryapp.threads.hashing import reparent
 from memoryapp.threads.redaction import REDACTED_FIELDS, redaction_apply
 from memoryapp.threads.selectors import entry_on_branch, path_ids
@@ -84,16 +86,101 @@ def cascade_step(name: str) -> None:
 @atomic_retrying
 def thread_delete(*, thread: Thread, actor: str = "") -> Counts:
     """Delete a thread and every entry of it, what memory derived from them first, with the copies
-    of its entries in its forks and what was kept for the thread alone (004 deleteThread).
+    of its entries in its forks and what was kept for the thread alone (004 deleteThread): a batch
+    of one (`threads_delete`). NotFound when it was deleted meanwhile.
+    """
+    return threads_delete(threads=[thread], actor=actor)[thread.pk]
 
-    1. Lock the thread, then its forks level by level (`fork_copies`).
+
+@atomic_retrying
+def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, Counts]:
+    """Delete these threads (`thread_delete` each, in pk order) in one transaction: the counts of
+    each by pk, the same audit records and change events as one at a time.
+
+    1. Lock the threads in pk order (NotFound when one was deleted meanwhile).
+    2. Find those with memory derived outside their own rows (`_threads_plain`): forks, items
+       quoting their entries, file versions placed at them, children elsewhere, items, entities
+       or files of their scope. Each of those goes through the lineage on its own
+       (`_thread_forget`), in pk order: what one leaves (an item quoting two of them, trimmed by
+       the first, purged by the second) is what the next finds, as when deleted one at a time.
+    3. The others, each run of them between those, under the agents' file locks (no version is
+       placed at their entries meanwhile) and checked again: their rows go by one statement per
+       table for all of them (`_threads_drop`), with the audit records and events each would have
+       had. A thread found to have derived memory after all goes the first way.
+    Lock order, as in every cascade: the threads, forks, advisory locks, then the entry rows (a
+    thread of the first kind after a run of plain ones locks its forks after their file lock, as
+    it did when the prune deleted its batch one thread after another: a deadlock is run again).
+    """
+    order = sorted({t.pk for t in threads})
+    locked = list(Thread.objects.select_for_update().filter(pk__in=order).order_by("pk"))
+    if len(locked) != len(order):
+        raise NotFound("Thread")
+    counts: dict[int, Counts] = {}
+    for plain, run in _runs(locked, _threads_plain(locked)):
+        if not plain:
+            counts.update((t.pk, _thread_forget(t, actor=actor)) for t in run)
+            continue
+        for agent_id in sorted({t.agent_id for t in run}):
+            files_lock(FileAccess(agent=Agent(pk=agent_id)))
+        for still, again in _runs(run, _threads_plain(run)):
+            if still:
+                counts.update(_threads_drop(again, actor=actor))
+            else:
+                counts.update((t.pk, _thread_forget(t, actor=actor)) for t in again)
+    return counts
+
+
+def _runs(threads: Sequence[Thread], plain: set[int]) -> list[tuple[bool, list[Thread]]]:
+    """The threads (in pk order) cut into runs of plain ones and of the others, order kept."""
+    runs: list[tuple[bool, list[Thread]]] = []
+    for thread in threads:
+        kind = thread.pk in plain
+        if runs and runs[-1][0] == kind:
+            runs[-1][1].append(thread)
+        else:
+            runs.append((kind, [thread]))
+    return runs
+
+
+def _threads_plain(threads: Sequence[Thread]) -> set[int]:
+    """The threads nothing outside their own rows stands on (one query for all of them): no fork,
+    no quote of their entries, no file version placed at them, no child of them in another
+    thread, no item, entity or memory file of their scope. Deleting one of them touches no other
+    row, so a batch of them can go together; `derived_forget` would find nothing for them.
+
+    Each part is read from the threads' entries through an index (a quote by its entry, a version
+    by its place, a child by its parent), never by a scan of the table it looks in.
+    """
+    pks = [t.pk for t in threads]
+    mine = Thread.objects.filter(pk__in=pks)
+    # What `_thread_scope_forget` takes: items and entities of the thread's id (whoever they are
+    # about; `~Q(thread_id="")` lets their partial index serve), files of exactly its scope.
+    scope = Q(agent_id=OuterRef("agent_id"), thread_id=OuterRef("external_id")) & ~Q(thread_id="")
+    files = Q(agent_id=OuterRef("agent_id"), user_id="", project_id="", thread_id=OuterRef("external_id"))
+    parts = [
+        Thread.objects.filter(forked_from_id__in=pks).values_list("forked_from_id"),
+        Evidence.objects.filter(entry__thread_id__in=pks).values_list("entry__thread_id"),
+        MemoryFileVersion.objects.filter(place__thread_id__in=pks).values_list("place__thread_id"),
+        Entry.objects.filter(parent__thread_id__in=pks)
+        .exclude(thread_id=F("parent__thread_id"))
+        .values_list("parent__thread_id"),
+        mine.filter(Exists(MemoryItem.objects.filter(scope))).values_list("pk"),
+        mine.filter(Exists(Entity.objects.filter(scope))).values_list("pk"),
+        mine.filter(Exists(MemoryFileVersion.objects.filter(files))).values_list("pk"),
+    ]
+    first, *rest = (part.order_by() for part in parts)
+    return set(pks) - {pk for (pk,) in first.union(*rest, all=True)}
+
+
+def _thread_forget(locked: Thread, *, actor: str) -> Counts:
+    """Delete one locked thread through the lineage (004 deleteThread).
+
+    1. Lock its forks level by level (`fork_copies`).
     2. `derived_forget` over its entries and their copies (items, quotes, file versions, compactions).
     3. The items and entities of the thread's own scope are purged; the memory file versions of
        its scope are redacted and their files deleted (a path may name what was forgotten).
     4. The entries and the thread are deleted; the copies are spliced out of the forks.
-    A deadlock victim is run again (`atomic_retrying`).
     """
-    locked = thread_lock(thread)
     counts = counts_zero()
     doomed = list(Entry.objects.filter(thread=locked).only("id", "agent_id", "thread_id", "embedding", "type"))
     copies = fork_copies(doomed)
@@ -111,19 +198,80 @@ def thread_delete(*, thread: Thread, actor: str = "") -> Counts:
     _lock_rows(Entry.objects.filter(thread=locked))
     # Children point at their parents with DO_NOTHING; the parent constraint is checked at
     # commit, when the whole tree is gone, so the cascade may delete in any order.
-    audit_append(
-        action="thread.delete",
-        actor=actor,
-        agent_id=locked.agent_id,
-        thread_id=locked.external_id,
-        subject=locked.external_id,
-        outcome="deleted",
-        details={"entries": count, "fork_copies": len(copies)},
-    )
+    audit_append_many([_thread_audit(locked, entries=count, fork_copies=len(copies), actor=actor)])
     locked.delete()
     counts["threads"] += 1
     event_record(agent_id=locked.agent_id, type="thread.deleted", thread_id=locked.external_id)
     counts_add(counts, _delete_fork_copies(copies, reason="thread.delete", actor=actor))
+    return counts
+
+
+def _thread_audit(thread: Thread, *, entries: int, fork_copies: int, actor: str) -> AuditEntry:
+    return AuditEntry(
+        action="thread.delete",
+        actor=actor,
+        agent_id=thread.agent_id,
+        thread_id=thread.external_id,
+        subject=thread.external_id,
+        outcome="deleted",
+        details={"entries": entries, "fork_copies": fork_copies},
+    )
+
+
+def _threads_drop(threads: Sequence[Thread], *, actor: str) -> dict[int, Counts]:
+    """Delete locked threads nothing outside them stands on (`_threads_plain`, checked under the
+    agents' file locks): one statement per table for all of them.
+
+    Their entry rows are locked in id order as they are read (an embedding job storing a vector
+    is waited for); each thread writes the records `_thread_forget` would: `lineage.forget` (its
+    entries, nothing derived) and `thread.delete`, and its `thread.deleted` event.
+    """
+    pks = [t.pk for t in threads]
+    rows = list(
+        Entry.objects.select_for_update()
+        .filter(thread_id__in=pks)
+        .order_by("pk")
+        .annotate(vector=ExpressionWrapper(Q(embedding__isnull=False), output_field=BooleanField()))
+        .values_list("thread_id", "id", "type", "vector")
+    )
+    cascade_step("derived")
+    by_thread: dict[int, list[tuple[int, str, str, bool]]] = {pk: [] for pk in pks}
+    for row in rows:
+        by_thread[row[0]].append(row)
+    counts: dict[int, Counts] = {}
+    records: list[AuditEntry] = []
+    nothing = LineageReport()
+    for thread in threads:
+        mine = by_thread[thread.pk]
+        ids = [r[1] for r in mine]
+        if ids:
+            records.append(
+                lineage_audit(
+                    agent_id=thread.agent_id,
+                    thread_id=thread.external_id,
+                    wanted=ids,
+                    found=ids,
+                    reason="thread.delete",
+                    actor=actor,
+                    report=nothing,
+                )
+            )
+        records.append(_thread_audit(thread, entries=len(ids), fork_copies=0, actor=actor))
+        counts[thread.pk] = counts_zero() | {
+            "threads": 1,
+            "summaries": sum(1 for r in mine if r[2] == EntryType.COMPACTION),
+            "entries_deleted": sum(1 for r in mine if r[2] != EntryType.COMPACTION),
+            "vectors": sum(1 for r in mine if r[3]),
+        }
+    cascade_step("thread_scope")
+    with connection.cursor() as cursor:
+        # Raw: the ORM would read every entry back to null references that `_threads_plain` found none of.
+        cursor.execute(f"DELETE FROM {ENTRY_TABLE} WHERE thread_id = ANY(%s)", [pks])
+    Thread.objects.filter(pk__in=pks).delete()
+    audit_append_many(records)
+    for agent_id in sorted({t.agent_id for t in threads}):
+        gone = [(t.external_id, ()) for t in threads if t.agent_id == agent_id]
+        event_record_many(agent_id=agent_id, type="thread.deleted", by_thread=gone)
     return counts
 
 
