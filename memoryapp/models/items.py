@@ -6,7 +6,7 @@ from django.conf import settings
 from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Q, Value, When
 from pgvector.django import HnswIndex, VectorField
 
 from governance.crypto.fields import BlindIndexField, EqualityHashField, SealedJSONField, SealedTextField
@@ -68,6 +68,10 @@ class Entity(Scoped):
                 fields=["agent", "user_id", "project_id", "thread_id", "normalized_name"],
                 name="entity_scope_name_uniq",
             ),
+        ]
+        indexes = [
+            # the entities of one thread's scope, whoever they are about (a thread's delete takes them).
+            models.Index(fields=["agent", "thread_id"], name="entity_thread_scope_idx", condition=~Q(thread_id="")),
         ]
 
     def __str__(self) -> str:
@@ -140,6 +144,8 @@ class MemoryItem(Scoped):
             ),
             # review queue and listing: by status within an agent, newest first.
             models.Index(fields=["agent", "status", "-recorded_at"], name="item_agent_status_idx"),
+            # what was kept for one thread alone, whoever it is about (a thread's delete purges it).
+            models.Index(fields=["agent", "thread_id"], name="item_thread_scope_idx", condition=~Q(thread_id="")),
             # facts: a namespace and those inside it (prefix match).
             models.Index(
                 fields=["agent", "namespace"],
