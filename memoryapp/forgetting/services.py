@@ -104,12 +104,14 @@ def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, C
        (`_thread_forget`), in pk order: what one leaves (an item quoting two of them, trimmed by
        the first, purged by the second) is what the next finds, as when deleted one at a time.
     3. The others, each run of them between those, under the agents' file locks (no version is
-       placed at their entries meanwhile) and checked again: their rows go by one statement per
-       table for all of them (`_threads_drop`), with the audit records and events each would have
-       had. A thread found to have derived memory after all goes the first way.
-    Lock order, as in every cascade: the threads, forks, advisory locks, then the entry rows (a
-    thread of the first kind after a run of plain ones locks its forks after their file lock, as
-    it did when the prune deleted its batch one thread after another: a deadlock is run again).
+       placed at their entries meanwhile) and their entry rows' locks, are checked again: their
+       rows go by one statement per table for all of them (`_threads_drop`), with the audit
+       records and events each would have had. One found to have derived memory after all (written
+       between the two looks) goes the first way.
+    Lock order, as in every cascade: the threads, forks, advisory locks, then the entry rows. A
+    thread of the first kind after a run of plain ones takes its locks after theirs, as every
+    thread after the first did when the prune deleted its batch one thread after another: a
+    deadlock that makes is run again (`atomic_retrying`, here or the prune's batch).
     """
     order = sorted({t.pk for t in threads})
     locked = list(Thread.objects.select_for_update().filter(pk__in=order).order_by("pk"))
@@ -122,6 +124,9 @@ def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, C
             continue
         for agent_id in sorted({t.agent_id for t in run}):
             files_lock(FileAccess(agent=Agent(pk=agent_id)))
+        # Their entry rows too, before they are looked at again: a quote written meanwhile either
+        # committed before (seen below) or waits for this transaction (and finds its entry gone).
+        _lock_rows(Entry.objects.filter(thread_id__in=[t.pk for t in run]))
         for still, again in _runs(run, _threads_plain(run)):
             if still:
                 counts.update(_threads_drop(again, actor=actor))
