@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('memoryapp', '0022_items_sealed'),
+        ('memoryapp', '0024_entry_event_sealed'),
     ]
 
     operations = [
