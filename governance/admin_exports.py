@@ -9,15 +9,16 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import QuerySet
 from django.forms import ModelForm
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from governance.admin import progress_bar
-from governance.admin_lists import FullWidthList, moment
+from governance.admin_lists import FullWidthList, cell_text, moment
 from governance.export import (
     ExportRetryRefused,
     export_archive_path,
@@ -46,6 +47,29 @@ def archive_response(request: HttpRequest, export: ExportRequest) -> FileRespons
     return response
 
 
+def _agent_slugs_attach(exports: list[ExportRequest]) -> None:
+    """Give each request `agent_slugs`: its agents' slugs in its order (a deleted agent by its id)."""
+    wanted = {pk for export in exports for pk in export.agent_ids}
+    slugs = dict(Agent.objects.filter(pk__in=wanted).values_list("pk", "slug")) if wanted else {}
+    for export in exports:
+        export.agent_slugs = [slugs.get(pk, f"#{pk} (gone)") for pk in export.agent_ids]  # type: ignore[attr-defined]
+
+
+def _outcome_tell(request: HttpRequest, pk: int) -> None:
+    """The message after filing: done (with its size), failed (with why), or waiting for a worker."""
+    export = ExportRequest.objects.filter(pk=pk).first()
+    if export is None:
+        return
+    if export.status == ExportRequest.Status.DONE:
+        messages.success(request, f"Export #{pk} is done: its archive is ready to download.")
+    elif export.status == ExportRequest.Status.FAILED:
+        messages.error(request, f"Export #{pk} failed: {export.error or 'see its job run'}.")
+    elif export.status == ExportRequest.Status.RUNNING:
+        messages.success(request, f"Export #{pk} is running: its progress shows below.")
+    else:
+        messages.success(request, f"Export #{pk} is queued: a worker will write its archive.")
+
+
 class ExportRequestForm(ModelForm):  # type: ignore[type-arg]
     agents = forms.ModelMultipleChoiceField(
         queryset=Agent.objects.order_by("slug"),
@@ -72,7 +96,16 @@ class ExportRequestForm(ModelForm):  # type: ignore[type-arg]
 @admin.register(ExportRequest)
 class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-arg]
     form = ExportRequestForm
-    list_display = ("id", "person", "status", "progress_shown", "agents_shown", "requested_by", "created", "archive")
+    list_display = (
+        "id",
+        "person",
+        "status",
+        "progress_shown",
+        "agents_listed",
+        "requested_by_shown",
+        "created",
+        "archive",
+    )
     list_display_links = ("id", "person")
     list_filter = ("status",)
     search_fields = ("=user_id", "=requested_by")
@@ -131,18 +164,45 @@ class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-
     def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
         return None  # the audit trail records the request (export.request), by id only
 
+    def response_add(self, request: HttpRequest, obj: ExportRequest, post_url_continue: str | None = None) -> Any:
+        """Back to the list, saying what became of the request. Its job is sent after the commit (and
+        run there at once by an eager worker), so the message is written after the job's sending."""
+        transaction.on_commit(lambda: _outcome_tell(request, obj.pk))
+        return HttpResponseRedirect(reverse("admin:governance_exportrequest_changelist"))
+
     # --- cells ---
 
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """The page's requests with their agents' slugs, read in one query for the whole page."""
+        changelist = super().get_changelist_instance(request)
+        changelist.result_list = list(changelist.result_list)
+        _agent_slugs_attach(changelist.result_list)
+        return changelist
+
     @admin.display(description="person", ordering="user_id")
-    def person(self, obj: ExportRequest) -> str:
-        return obj.user_id
+    def person(self, obj: ExportRequest) -> SafeString:
+        return cell_text(obj.user_id, 28)
+
+    @admin.display(description="requested by", ordering="requested_by")
+    def requested_by_shown(self, obj: ExportRequest) -> SafeString:
+        return cell_text(obj.requested_by.removeprefix("staff:"), 20)
 
     @admin.display(description="agents")
     def agents_shown(self, obj: ExportRequest) -> str:
         if not obj.agent_ids:
             return "every agent"
-        slugs = dict(Agent.objects.filter(pk__in=obj.agent_ids).values_list("pk", "slug"))
-        return ", ".join(slugs.get(pk, f"#{pk} (gone)") for pk in obj.agent_ids)
+        if not hasattr(obj, "agent_slugs"):
+            _agent_slugs_attach([obj])
+        return ", ".join(obj.agent_slugs)  # type: ignore[attr-defined]
+
+    @admin.display(description="agents")
+    def agents_listed(self, obj: ExportRequest) -> SafeString:
+        """The first two agents and how many more, all of them on hover (a request may name dozens)."""
+        if not obj.agent_ids:
+            return format_html("{}", "every agent")
+        slugs = self.agents_shown(obj).split(", ")
+        shown = ", ".join(slugs[:2]) + (f" and {len(slugs) - 2} more" if len(slugs) > 2 else "")
+        return format_html('<span class="cell-text" title="{}">{}</span>', ", ".join(slugs), shown)
 
     @admin.display(description="progress")
     def progress_shown(self, obj: ExportRequest) -> SafeString:

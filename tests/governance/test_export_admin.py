@@ -214,3 +214,17 @@ def test_the_request_page_counts_every_part_and_vectors_are_filed_when_ticked(
     plain = ExportRequest.objects.exclude(pk=request.pk).get()
     assert not plain.include_vectors and "vectors" not in plain.counts
     assert "messages elsewhere 1" in officer.get(f"{LIST}{plain.pk}/change/").content.decode()
+
+
+def test_the_message_after_filing_says_the_export_is_done_when_its_run_already_finished(
+    transactional_db: None, alice: Caller, bob: Caller, ana: None
+) -> None:
+    officer = staff_client(username="officer", groups=("Privacy officers",))  # its commits are real here
+
+    answer = officer.post(ADD, {"user_id": "u-ana"}, follow=True)  # the job runs eagerly after the commit
+
+    request = ExportRequest.objects.get()
+    assert request.status == ExportRequest.Status.DONE
+    said = [str(m) for m in answer.context["messages"]]
+    assert said == [f"Export #{request.pk} is done: its archive is ready to download."]
+    assert "queued" not in answer.content.decode().split('class="messagelist"')[1].split("</ul>")[0]
