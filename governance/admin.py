@@ -566,6 +566,7 @@ class JobRunAdmin(FullWidthList, admin.ModelAdmin):
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "title": "Schedules",
+            "is_nav_sidebar_enabled": False,  # nine columns, the task's dotted path among them
             "schedules": schedules_state(),
             "edit_base": edit_base if may_edit else "",
             "audit": audit_verification_latest(),

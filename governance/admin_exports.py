@@ -181,11 +181,11 @@ class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-
 
     @admin.display(description="person", ordering="user_id")
     def person(self, obj: ExportRequest) -> SafeString:
-        return cell_text(obj.user_id, 28)
+        return cell_text(obj.user_id, 22)
 
     @admin.display(description="requested by", ordering="requested_by")
     def requested_by_shown(self, obj: ExportRequest) -> SafeString:
-        return cell_text(obj.requested_by.removeprefix("staff:"), 20)
+        return cell_text(obj.requested_by.removeprefix("staff:"), 16)
 
     @admin.display(description="agents")
     def agents_shown(self, obj: ExportRequest) -> str:
@@ -197,12 +197,13 @@ class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-
 
     @admin.display(description="agents")
     def agents_listed(self, obj: ExportRequest) -> SafeString:
-        """The first two agents and how many more, all of them on hover (a request may name dozens)."""
+        """One agent by its slug, more by their number, all of them on hover (a request may name dozens)."""
         if not obj.agent_ids:
             return format_html("{}", "every agent")
-        slugs = self.agents_shown(obj).split(", ")
-        shown = ", ".join(slugs[:2]) + (f" and {len(slugs) - 2} more" if len(slugs) > 2 else "")
-        return format_html('<span class="cell-text" title="{}">{}</span>', ", ".join(slugs), shown)
+        listed = self.agents_shown(obj)
+        if len(obj.agent_ids) == 1:
+            return cell_text(listed, 16)
+        return format_html('<span class="cell-text" title="{}">{} agents</span>', listed, len(obj.agent_ids))
 
     @admin.display(description="progress")
     def progress_shown(self, obj: ExportRequest) -> SafeString:
@@ -210,7 +211,7 @@ class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-
             return progress_bar(obj.job_run)  # redrawn by the page's script while the run runs
         if obj.progress_total:
             return format_html(
-                '<progress value="{}" max="{}"></progress> {} / {}',
+                '<span class="jr-progress"><progress value="{}" max="{}"></progress> <span class="jr-text">{} / {}</span></span>',
                 obj.progress_done,
                 obj.progress_total,
                 obj.progress_done,

@@ -44,6 +44,14 @@ def moment(at: datetime | None) -> SafeString:
     return format_html('<span title="{}">{}</span>', local.isoformat(), local.strftime("%Y-%m-%d %H:%M"))
 
 
+def day(at: datetime | None) -> SafeString:
+    """The day of a moment, the exact moment on hover: for lists with several moment columns."""
+    if at is None:
+        return format_html("{}", "")
+    local = timezone.localtime(at)
+    return format_html('<span title="{}">{}</span>', local.isoformat(), local.strftime("%Y-%m-%d"))
+
+
 class FullWidthList:
     """A ModelAdmin mixin: its list takes the whole width (the navigation sidebar is left out)."""
 

@@ -12,6 +12,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from governance.admin_lists import FullWidthList, cell_text, day
 from memoryapp.agents.services import (
     AGENT_LIMIT_FIELDS,
     TRUST_PERMISSION,
@@ -113,22 +114,22 @@ def _compaction_link(agent: Agent) -> str | None:
 
 
 @admin.register(CompactionSettings)
-class CompactionSettingsAdmin(admin.ModelAdmin):
+class CompactionSettingsAdmin(FullWidthList, admin.ModelAdmin):
     """An agent's automatic compaction, for operators: saved through `agent_compaction_settings_set`
     (checked as the API checks it, audited), never by the form itself."""
 
     form = CompactionSettingsForm
     list_display = (
-        "agent",
+        "agent_shown",
         "enabled",
         "context_window",
         "trigger_ratio",
         "strategy",
         "keep_recent",
-        "summarizer_model",
+        "model_shown",
         "template_name",
         "pre_step",
-        "updated_at",
+        "updated",
     )
     list_filter = ("enabled", "strategy", "pre_step")
     list_select_related = ("agent",)
@@ -136,6 +137,21 @@ class CompactionSettingsAdmin(admin.ModelAdmin):
     raw_id_fields = ("agent",)
 
     fields = ("agent", *SETTING_NAMES, "updated_at")
+
+    class Media:
+        css = {"all": ("governance/lists.css",)}
+
+    @admin.display(description="summarizer model", ordering="summarizer_model")
+    def model_shown(self, obj: CompactionSettings) -> SafeString:
+        return cell_text(obj.summarizer_model, 20)  # a deployment's name runs long
+
+    @admin.display(description="agent", ordering="agent__slug")
+    def agent_shown(self, obj: CompactionSettings) -> SafeString:
+        return cell_text(obj.agent.slug, 20)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, obj: CompactionSettings) -> SafeString:
+        return day(obj.updated_at)
 
     def get_readonly_fields(self, request: HttpRequest, obj: CompactionSettings | None = None) -> list[str]:
         return ["agent", "updated_at"] if obj is not None else ["updated_at"]

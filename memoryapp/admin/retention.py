@@ -19,7 +19,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
+from governance.admin_lists import FullWidthList, cell_text, day
 from governance.holds import legal_hold_lift, legal_hold_place
 from governance.models import JobRun
 from governance.retention import (
@@ -88,9 +91,9 @@ class RetentionPolicyForm(forms.ModelForm):
 
 
 @admin.register(RetentionPolicy)
-class RetentionPolicyAdmin(admin.ModelAdmin):
+class RetentionPolicyAdmin(FullWidthList, admin.ModelAdmin):
     form = RetentionPolicyForm
-    list_display = ("scope", *POLICY_RULES, "updated_at", "updated_by")
+    list_display = ("scope", *POLICY_RULES, "updated", "updated_by_shown")
     list_display_links = ("scope",)
     list_select_related = ("agent",)
     readonly_fields = ("updated_at", "updated_by")
@@ -99,6 +102,18 @@ class RetentionPolicyAdmin(admin.ModelAdmin):
     @admin.display(description="applies to", ordering="agent__slug")
     def scope(self, obj: RetentionPolicy) -> str:
         return obj.agent.slug if obj.agent_id and obj.agent else "default (every agent without its own)"
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, obj: RetentionPolicy) -> SafeString:
+        return day(obj.updated_at)
+
+    @admin.display(description="updated by", ordering="updated_by")
+    def updated_by_shown(self, obj: RetentionPolicy) -> SafeString:
+        return cell_text(obj.updated_by.removeprefix("staff:"), 16)
+
+    class Media:
+        # Nine rules side by side at 1,280 px: their headers wrap (the agent's slug does not).
+        css = {"all": ("governance/lists.css",)}
 
     def save_model(self, request: HttpRequest, obj: RetentionPolicy, form: Any, change: bool) -> None:
         retention_policy_save(policy=obj, actor=staff_actor(request))
@@ -184,19 +199,52 @@ class LegalHoldForm(forms.ModelForm):
 
 
 @admin.register(LegalHold)
-class LegalHoldAdmin(admin.ModelAdmin):
+class LegalHoldAdmin(FullWidthList, admin.ModelAdmin):
     """Privacy officers only (governance/roles.py). A hold is placed, then lifted; never edited or deleted."""
 
     form = LegalHoldForm
-    list_display = ("id", "target_shown", "in_force", "placed_by", "placed_at", "ends_at", "lifted_at", "lifted_by")
+    list_display = (
+        "id",
+        "target_shown",
+        "in_force",
+        "placed_by_shown",
+        "placed",
+        "ends",
+        "lifted",
+        "lifted_by_shown",
+    )
     list_filter = (("lifted_at", admin.EmptyFieldListFilter),)
     list_select_related = ("agent",)
     search_fields = ("user_id", "thread_external_id", "agent__slug")
     actions = ("lift",)
 
+    class Media:
+        css = {"all": ("governance/lists.css",)}
+
     @admin.display(description="holds")
-    def target_shown(self, obj: LegalHold) -> str:
-        return obj.target
+    def target_shown(self, obj: LegalHold) -> SafeString:
+        # A person's id from an identity provider runs to 90 characters: the column wraps it (lists.css).
+        return format_html('<span class="cell-wrap">{}</span>', obj.target)
+
+    @admin.display(description="placed by", ordering="placed_by")
+    def placed_by_shown(self, obj: LegalHold) -> SafeString:
+        return cell_text(obj.placed_by.removeprefix("staff:"), 16)
+
+    @admin.display(description="lifted by", ordering="lifted_by")
+    def lifted_by_shown(self, obj: LegalHold) -> SafeString:
+        return cell_text(obj.lifted_by.removeprefix("staff:"), 16)
+
+    @admin.display(description="placed", ordering="placed_at")
+    def placed(self, obj: LegalHold) -> SafeString:
+        return day(obj.placed_at)
+
+    @admin.display(description="ends", ordering="ends_at")
+    def ends(self, obj: LegalHold) -> SafeString:
+        return day(obj.ends_at)
+
+    @admin.display(description="lifted", ordering="lifted_at")
+    def lifted(self, obj: LegalHold) -> SafeString:
+        return day(obj.lifted_at)
 
     @admin.display(description="in force", boolean=True)
     def in_force(self, obj: LegalHold) -> bool:
