@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.apps import apps
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db import models
@@ -16,11 +17,13 @@ from governance.admin_lists import FullWidthList, cell_text, day
 from memoryapp.agents.services import (
     AGENT_LIMIT_FIELDS,
     TRUST_PERMISSION,
+    agent_delete,
     agent_key_create,
     agent_key_revoke,
     agent_key_trust_set,
     agent_limits_set,
     agent_shadow_mode_set,
+    holds_naming_agent,
 )
 from memoryapp.compaction.auto import (
     SETTING_NAMES,
@@ -31,7 +34,7 @@ from memoryapp.compaction.auto import (
 )
 from memoryapp.consolidation.fold import playbook_shadow_mode_set
 from memoryapp.errors import DomainError
-from memoryapp.models import Agent, AgentKey, CompactionSettings, MemoryItem, Thread
+from memoryapp.models import Agent, AgentKey, CompactionSettings, LegalHold, MemoryItem, Thread
 from memoryapp.models.choices import ItemStatus
 from memoryapp.prompts import SUMMARY_TEMPLATES
 
@@ -53,6 +56,26 @@ def _show_key_once(request: HttpRequest, agent: Agent, raw: str) -> None:
             raw,
         ),
     )
+
+
+def _hold_named(hold: LegalHold) -> SafeString:
+    """A hold as the delete confirmation names it: its link, what it holds, whether it is in force."""
+    state = "lifted" if hold.lifted_at else "in force"
+    try:
+        url = reverse("admin:memoryapp_legalhold_change", args=[hold.pk])
+    except NoReverseMatch:
+        return format_html("legal hold #{} on {} ({})", hold.pk, hold.target, state)
+    return format_html('<a href="{}">legal hold #{}</a> on {} ({})', url, hold.pk, hold.target, state)
+
+
+def _deleted_tell(request: HttpRequest, agent: Agent, counts: dict[str, int]) -> None:
+    """What went with the agent, by kind in Django's words: "2 threads, 3 entries"."""
+    said = []
+    for label, n in counts.items():
+        meta = apps.get_model(label)._meta
+        if meta.model is not Agent:
+            said.append(f"{n} {meta.verbose_name if n == 1 else meta.verbose_name_plural}")
+    messages.info(request, f"Agent {agent.slug} deleted" + (f" with {', '.join(said)}." if said else "."))
 
 
 class AgentKeyInline(admin.TabularInline):
@@ -198,6 +221,7 @@ class AgentAdmin(admin.ModelAdmin):
     inlines = [AgentKeyInline]
     actions = ["create_key"]
     readonly_fields = ("memory_links",)
+    delete_confirmation_template = "admin/memoryapp/agent/delete_confirmation.html"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
         # Shadow mode off lets extracted items skip review: only TRUST_PERMISSION changes it
@@ -266,6 +290,40 @@ class AgentAdmin(admin.ModelAdmin):
             return
         _, raw = agent_key_create(agent=obj, name="admin", actor=_actor(request))
         _show_key_once(request, obj, raw)
+
+    # --- deletion: through `agent_delete` (audited, counted), never past a legal hold ---
+
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, ...]:
+        """Django's summary of the cascade, with the legal holds naming an agent as what protects it
+        (not as objects the staff member lacks the permission to delete: nobody deletes a hold)."""
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        holds = [hold for agent in objs for hold in holds_naming_agent(agent=agent)]
+        if holds:
+            perms_needed = {name for name in perms_needed if name != LegalHold._meta.verbose_name}
+            protected = [_hold_named(hold) for hold in holds]
+        return deleted, counts, perms_needed, protected
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None) -> Any:
+        agent = self.get_object(request, object_id)
+        holds = [_hold_named(hold) for hold in holds_naming_agent(agent=agent)] if agent is not None else []
+        return super().delete_view(request, object_id, extra_context={**(extra_context or {}), "holds": holds})
+
+    def delete_model(self, request: HttpRequest, obj: Agent) -> None:
+        try:
+            counts = agent_delete(agent=obj, actor=_actor(request))
+        except DomainError as error:  # a hold placed since the confirmation
+            raise PermissionDenied(error.message) from error
+        _deleted_tell(request, obj, counts)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
+        for agent in queryset.order_by("pk"):
+            self.delete_model(request, agent)
+
+    def log_deletion(self, request: HttpRequest, obj: Any, object_repr: str) -> Any:
+        return None  # the audit trail records it (agent.deleted), with the counts
+
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> Any:
+        return None
 
     def has_mint_permission(self, request: HttpRequest) -> bool:
         # A key is a credential: minting one needs the add permission of keys, not a view of agents.

@@ -14,7 +14,7 @@ from governance.audit import audit_append
 from memoryapp.agents.limits import agent_key_failure_count
 from memoryapp.agents.selectors import hash_key
 from memoryapp.errors import DomainError
-from memoryapp.models import Agent, AgentKey
+from memoryapp.models import Agent, AgentKey, LegalHold
 from memoryapp.models.choices import TRUST_RANK, Trust
 
 logger = logging.getLogger(__name__)
@@ -187,3 +187,39 @@ def agent_limits_set(*, agent: Agent, values: dict[str, object], actor: str) -> 
     for name in AGENT_LIMIT_FIELDS:
         setattr(agent, name, getattr(locked, name))
     return locked
+
+
+def holds_naming_agent(*, agent: Agent) -> list[LegalHold]:
+    """The legal holds that name the agent, lifted or not: each keeps it (a hold's record outlives
+    the hold, and its agent with it: `LegalHold.agent` is PROTECT)."""
+    return list(LegalHold.objects.filter(agent=agent).order_by("pk"))
+
+
+@transaction.atomic
+def agent_delete(*, agent: Agent, actor: str) -> dict[str, int]:
+    """Delete an agent with everything it holds (threads, entries, items, files, keys...).
+
+    1. Refused (DomainError on `agent`) while a legal hold names it: deactivate it instead.
+    2. The database's cascade deletes its rows; the counts by kind are what it deleted.
+    3. One audit record in the same transaction: the agent's id and the counts, nothing else.
+    """
+    holds = holds_naming_agent(agent=agent)
+    if holds:
+        names = ", ".join(f"#{hold.pk}" for hold in holds)
+        raise DomainError(
+            "held",
+            f"Agent {agent.slug} cannot be deleted: legal hold {names} names it (deactivate the agent instead).",
+            field="agent",
+        )
+    pk = agent.pk
+    _, by_model = Agent.objects.filter(pk=pk).delete()
+    counts = {label.lower(): n for label, n in sorted(by_model.items()) if n}  # "memoryapp.entry": 3
+    audit_append(
+        action="agent.deleted",
+        actor=actor,
+        agent_id=pk,
+        subject=f"agent {pk}",
+        outcome="deleted",
+        details={"agent_id": pk, **counts},
+    )
+    return counts

@@ -59,3 +59,55 @@ def test_job_runs_list_shows_progress(admin_client) -> None:
     JobRunFactory(kind="embed_entries", status="running", progress_done=3, progress_total=12, usage={"calls": 2})
     page = admin_client.get("/admin/governance/jobrun/").content.decode()
     assert "3 / 12 · 25%" in page and "embed_entries" in page
+
+
+def test_deleting_an_agent_a_legal_hold_names_says_so_and_deletes_nothing(admin_client) -> None:
+    from governance.holds import legal_hold_place
+    from memoryapp.models import Thread
+    from tests.kit.factories import AgentFactory, ThreadFactory
+
+    agent = AgentFactory(slug="concierge")
+    ThreadFactory(agent=agent, external_id="t-ana", user_id="u-ana", turns=[("user", "hello")])
+    hold = legal_hold_place(agent=agent, user_id="u-ana", reason="case 42", placed_by="staff:pia")
+    url = f"/admin/memoryapp/agent/{agent.pk}/delete/"
+
+    page = admin_client.get(url).content.decode()
+    assert "cannot be deleted: a legal hold names it" in page
+    assert f'href="/admin/memoryapp/legalhold/{hold.pk}/change/">legal hold #{hold.pk}</a> on user u-ana' in page
+    assert "permission to delete" not in page and 'type="submit"' not in page.split('id="agent-held"')[1]
+
+    refused = admin_client.post(url, {"post": "yes"})
+    assert refused.status_code == 200 and "cannot be deleted" in refused.content.decode()
+    bulk = admin_client.post(
+        "/admin/memoryapp/agent/", {"action": "delete_selected", "_selected_action": [agent.pk], "post": "yes"}
+    )
+    assert f"legal hold #{hold.pk}" in bulk.content.decode()
+    assert Agent.objects.filter(pk=agent.pk).exists() and Thread.objects.filter(agent=agent).count() == 1
+    assert not AuditRecord.objects.filter(action="agent.deleted").exists()
+
+
+def test_deleting_an_agent_goes_through_the_service_with_its_counts_audited(admin_client) -> None:
+    from memoryapp.models import Entry, Thread
+    from tests.kit.factories import AgentFactory, ThreadFactory
+
+    agent = AgentFactory(slug="concierge")
+    ThreadFactory(agent=agent, external_id="t-1", user_id="u-ana", turns=[("user", "hello"), ("assistant", "hi")])
+    ThreadFactory(agent=agent, external_id="t-2", user_id="u-ben", turns=[("user", "bye")])
+    kept = AgentFactory(slug="coach")
+    ThreadFactory(agent=kept, external_id="t-3", user_id="u-ana", turns=[("user", "mine")])
+    url = f"/admin/memoryapp/agent/{agent.pk}/delete/"
+    assert "Are you sure" in admin_client.get(url).content.decode()
+
+    answer = admin_client.post(url, {"post": "yes"}, follow=True)
+
+    assert answer.status_code == 200
+    said = [str(m) for m in answer.context["messages"]]
+    assert said[0].startswith("Agent concierge deleted with ") and "3 entries" in said[0] and "2 threads" in said[0]
+    assert not Agent.objects.filter(pk=agent.pk).exists() and not Thread.objects.filter(agent_id=agent.pk).exists()
+    assert Entry.objects.filter(thread__agent=kept).count() == 1
+    record = AuditRecord.objects.get(action="agent.deleted")
+    assert (record.actor, record.agent_id, record.outcome) == ("staff:admin", agent.pk, "deleted")
+    assert record.details["agent_id"] == agent.pk
+    counted = (record.details["memoryapp.thread"], record.details["memoryapp.entry"], record.details["memoryapp.agent"])
+    assert counted == (2, 3, 1)
+    assert not any(isinstance(v, str) for v in record.details.values())  # ids and counts only
