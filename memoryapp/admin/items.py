@@ -68,6 +68,7 @@ __all__ = ["MemoryItemAdmin", "highlighted", "quote_spans"]  # the last two: tes
 
 REVIEW_PERMISSION = "memoryapp.change_memoryitem"
 FORGET_PERMISSION = "memoryapp.forget_memoryitem"
+USES_PAGE = 50  # uses of an item (access log rows) a page of it shows; older ones a page at a time
 ITEM_PAGE_WINDOW = 700  # characters of a quoted entry shown around its quotes on the item page
 # metadata keys the item page shows in words (history, reason) rather than as raw JSON
 REVIEW_KEYS = ("activatedAt", "reviewed_by", "edited_by_reviewer", "rejected_because")
@@ -273,7 +274,10 @@ class MemoryItemAdmin(admin.ModelAdmin):
             else None
         )
         metadata = {k: v for k, v in (item.metadata or {}).items() if k not in REVIEW_KEYS}
-        accesses = list(item_accesses(item=item))
+        before = request.GET.get("uses_before", "")
+        accesses = list(item_accesses(item=item, limit=USES_PAGE + 1, before=int(before) if before.isdigit() else None))
+        older = accesses[USES_PAGE - 1].pk if len(accesses) > USES_PAGE else None
+        accesses = accesses[:USES_PAGE]
         for access in accesses:
             access.thread_url = thread_entry_url(access.thread_id, None)  # type: ignore[attr-defined]
         context = self._page(
@@ -297,6 +301,8 @@ class MemoryItemAdmin(admin.ModelAdmin):
             ),
             metadata=metadata,
             accesses=accesses,
+            uses_older_url=f"?uses_before={older}#item-uses" if older else "",
+            uses_newest_url="?#item-uses" if before.isdigit() else "",
             has_view_permission=True,
             is_nav_sidebar_enabled=False,  # the quotes need the width
         )

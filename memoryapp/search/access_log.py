@@ -85,13 +85,15 @@ def access_log_record(
     return True
 
 
-def item_accesses(*, item: MemoryItem, limit: int = 50) -> QuerySet[AccessLog]:
-    """The newest requests that sent this item, with their threads (the item's admin page)."""
-    return (
-        AccessLog.objects.filter(agent_id=item.agent_id, item_ids__contains=[item.pk])
-        .select_related("thread")
-        .order_by("-at")[:limit]
-    )
+def item_accesses(*, item: MemoryItem, limit: int = 50, before: int | None = None) -> QuerySet[AccessLog]:
+    """The newest requests that sent this item, with their threads (the item's admin page), newest
+    first; `before`: the id of a row, for the page of those older than it (a keyset: no OFFSET)."""
+    rows = AccessLog.objects.filter(agent_id=item.agent_id, item_ids__contains=[item.pk])
+    if before is not None:
+        after = rows.filter(pk=before).values_list("at", flat=True).first()
+        if after is not None:
+            rows = rows.filter(Q(at__lt=after) | Q(at=after, pk__lt=before))
+    return rows.select_related("thread").order_by("-at", "-pk")[:limit]
 
 
 def access_log_prune(*, older_than: datetime) -> int:

@@ -154,3 +154,44 @@ def test_a_thread_scoped_item_links_its_thread_and_a_missing_item_is_404(alice: 
     page = client.get(page_url(item)).content.decode()
     assert f'href="/admin/memoryapp/thread/{thread.pk}/change/">t-trip</a>' in page
     assert client.get("/admin/memoryapp/memoryitem/mem_missing/change/").status_code == 404
+
+
+def test_the_uses_of_an_item_used_hundreds_of_times_page_back_to_the_oldest(alice: Caller) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from memoryapp.models import AccessLog
+    from memoryapp.search.access_log import access_log_record
+
+    item = item_write(
+        agent=alice.agent, kind="fact", subject="Ana", attribute="sister", value="Lucinda", trust="system"
+    )
+    thread = thread_create(agent=alice.agent, external_id="t-uses", user_id="u-ana")
+    start = timezone.now() - timedelta(days=1)
+    for n in range(120):  # two uses share each moment: the pages must not lose or repeat one of them
+        access_log_record(
+            agent_id=alice.agent.pk,
+            thread=thread,
+            source="context",
+            item_ids=[item.pk],
+            at=start + timedelta(minutes=n // 2),
+        )
+    client = staff("reviewer")
+    newest = list(
+        AccessLog.objects.filter(item_ids__contains=[item.pk]).order_by("-at", "-pk").values_list("pk", flat=True)
+    )
+
+    seen: list[int] = []
+    url = page_url(item)
+    for _ in range(4):
+        page = client.get(url).content.decode()
+        section = page.split('id="item-uses"')[1].split("</section>")[0]
+        seen += [int(pk) for pk in re.findall(r'data-use="(\d+)"', section)]
+        older = re.search(r'href="\?uses_before=(\d+)#item-uses" rel="next"', section)
+        if older is None:
+            break
+        url = f"{page_url(item)}?uses_before={older.group(1)}"
+    assert seen == newest  # 50, 50, 20: each once, newest first
+    assert "sent to the agent 120 times" in client.get(page_url(item)).content.decode()
+    assert 'rel="first"' in page and 'rel="next"' not in section
