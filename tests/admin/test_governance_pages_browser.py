@@ -98,7 +98,7 @@ def test_the_governance_pages_fit_the_window_with_hundreds_of_rows(
         "overview": "/admin/",
         "compaction-list": "/admin/memoryapp/compactionsettings/",
         "compaction-change": f"/admin/memoryapp/compactionsettings/{rows.agents[1].pk}/change/",
-        "item-uses": f"/admin/memoryapp/memoryitem/{item.pk}/change/",
+        "item-uses": f"/admin/memoryapp/memoryitem/{item.pk}/change/#item-uses",
         "jobrun-list": "/admin/governance/jobrun/",
         "jobrun-failed": f"/admin/governance/jobrun/{_failed_run_pk()}/change/",
     }
