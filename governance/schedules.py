@@ -68,6 +68,11 @@ def _outcome(run: JobRun | None) -> str:
     return "succeeded" + (f": {', '.join(shown[:6])}" if shown else "")
 
 
+def _interval_words(every: int, period: str) -> str:
+    """The interval in words ("every minute", "every 10 minutes"): beat keeps the period plural."""
+    return f"every {period.removesuffix('s')}" if every == 1 else f"every {every} {period}"
+
+
 def schedules_state() -> list[ScheduleState]:
     """One line per declared schedule, in SCHEDULES' order (one query for each: a handful)."""
     states = []
@@ -83,7 +88,7 @@ def schedules_state() -> list[ScheduleState]:
             )
         every = ""
         if row is not None and row.interval is not None:
-            every = f"every {row.interval.every} {row.interval.period}"
+            every = _interval_words(row.interval.every, row.interval.period)
         elif row is not None and row.crontab is not None:
             every = f"cron {row.crontab}"
         states.append(

@@ -76,7 +76,9 @@ def test_the_schedules_page_lists_every_schedule_with_its_last_run_for_operators
         assert f'data-task="{schedule.task}"' in page, schedule.task
     prune_row = page.split('data-task="governance.tasks.retention_prune_tick"')[1].split("</tr>")[0]
     assert f"#{run.pk}" in prune_row and "threads_deleted 1" in prune_row
-    assert "every 1 days" in prune_row
+    assert "every day" in prune_row and "every 1 days" not in prune_row
+    item_prune_row = page.split('data-task="memoryapp.tasks.items_prune_tick"')[1].split("</tr>")[0]
+    assert "every 10 minutes" in item_prune_row
     assert _role("Privacy officers").get(SCHEDULES_PAGE).status_code == 200
     assert _role("Reviewers").get(SCHEDULES_PAGE).status_code == 403
 
