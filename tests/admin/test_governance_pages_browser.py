@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from memoryapp.models import Agent
 from tests.kit import PROJECT_ROOT
 from tests.kit.factories import StaffFactory
 from tests.kit.governance_rows import governance_rows
@@ -80,6 +81,7 @@ def test_the_governance_pages_fit_the_window_with_hundreds_of_rows(
     settings.RECEIPT_SIGNING_KEY_FILE = ""
     rows = governance_rows(ROWS)
     StaffFactory(username="sam", password=PASSWORD, is_superuser=True)
+    agents = Agent.objects.count()
     erasure, export, item = rows.finished_erasure, rows.finished_export, rows.item
     running = type(erasure).objects.filter(status="running").order_by("pk").first()
     pages = {
@@ -117,6 +119,9 @@ def test_the_governance_pages_fit_the_window_with_hundreds_of_rows(
                     page.screenshot(path=str(SCREENSHOTS / f"governance-{name}{'-dark' if dark else ''}.png"))
                 if not dark:
                     page.goto(f"{live_server.url}{pages['erasure-add']}")
+                    # the agents' boxes scroll in a box of their own: the form stays in reach
+                    assert page.locator("#id_agents").bounding_box()["height"] < 300
+                    assert page.locator("#id_agents input").count() == agents
                     page.fill("#id_user_id", rows.agents and erasure.user_id)
                     page.fill("#id_legal_basis", "GDPR Art. 17(1)(a)")
                     page.click("#file-erasure")
