@@ -96,7 +96,10 @@ def test_deleting_an_agent_goes_through_the_service_with_its_counts_audited(admi
     kept = AgentFactory(slug="coach")
     ThreadFactory(agent=kept, external_id="t-3", user_id="u-ana", turns=[("user", "mine")])
     url = f"/admin/memoryapp/agent/{agent.pk}/delete/"
-    assert "Are you sure" in admin_client.get(url).content.decode()
+    confirm = admin_client.get(url).content.decode()
+    assert "Are you sure you want to delete the agent <strong>concierge</strong>" in confirm
+    assert "<li>Entries: 3</li>" in confirm and "<li>Threads: 2</li>" in confirm
+    assert "Entry: " not in confirm  # counted by kind, not listed one by one (an agent holds thousands)
 
     answer = admin_client.post(url, {"post": "yes"}, follow=True)
 

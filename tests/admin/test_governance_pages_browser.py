@@ -15,7 +15,7 @@ import pytest
 
 from memoryapp.models import Agent
 from tests.kit import PROJECT_ROOT
-from tests.kit.factories import StaffFactory
+from tests.kit.factories import AgentFactory, StaffFactory, ThreadFactory
 from tests.kit.governance_rows import governance_rows
 
 CHROMIUM = "/usr/bin/chromium"
@@ -81,6 +81,9 @@ def test_the_governance_pages_fit_the_window_with_hundreds_of_rows(
     settings.RECEIPT_SIGNING_KEY_FILE = ""
     rows = governance_rows(ROWS)
     StaffFactory(username="sam", password=PASSWORD, is_superuser=True)
+    unheld = AgentFactory(slug="travel-desk")
+    for n in range(3):
+        ThreadFactory(agent=unheld, external_id=f"t-{n}", turns=[("user", "hello"), ("assistant", "hi")] * 100)
     agents = Agent.objects.count()
     erasure, export, item = rows.finished_erasure, rows.finished_export, rows.item
     running = type(erasure).objects.filter(status="running").order_by("pk").first()
@@ -102,6 +105,8 @@ def test_the_governance_pages_fit_the_window_with_hundreds_of_rows(
         "compaction-change": f"/admin/memoryapp/compactionsettings/{rows.agents[1].pk}/change/",
         "item-uses": f"/admin/memoryapp/memoryitem/{item.pk}/change/#item-uses",
         "jobrun-list": "/admin/governance/jobrun/",
+        "agent-delete-held": f"/admin/memoryapp/agent/{rows.agents[1].pk}/delete/",
+        "agent-delete": f"/admin/memoryapp/agent/{unheld.pk}/delete/",
         "jobrun-failed": f"/admin/governance/jobrun/{_failed_run_pk()}/change/",
     }
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
