@@ -179,6 +179,9 @@ class CompactionSettingsAdmin(FullWidthList, admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: CompactionSettings | None = None) -> list[str]:
         return ["agent", "updated_at"] if obj is not None else ["updated_at"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[CompactionSettings]:
+        return super().get_queryset(request).select_related("agent")  # its name is the agent's slug
+
     def has_delete_permission(self, request: HttpRequest, obj: CompactionSettings | None = None) -> bool:
         return False  # turned off with `enabled`, so the change is audited like any other
 

@@ -38,4 +38,5 @@ class CompactionSettings(models.Model):
         verbose_name_plural = "automatic compaction"
 
     def __str__(self) -> str:
-        return f"automatic compaction of {self.agent_id}"
+        # By the agent's slug (its page's title and breadcrumb); the admin reads the agent with it.
+        return f"automatic compaction of {self.agent.slug}"

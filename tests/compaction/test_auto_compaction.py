@@ -542,6 +542,7 @@ def test_an_operator_edits_an_agents_automatic_compaction_and_a_reviewer_cannot(
         f"/admin/memoryapp/compactionsettings/{alice.agent.pk}/change/", _admin_form(trigger_ratio="1.5")
     )
     assert response.status_code == 200 and "trigger_ratio must be a number" in response.content.decode()
+    assert f"<h2>automatic compaction of {alice.agent.slug}</h2>" in response.content.decode()  # not its id
     response = operator.post(
         f"/admin/memoryapp/compactionsettings/{alice.agent.pk}/change/", _admin_form(context_window="2000")
     )
