@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from django import forms
@@ -14,6 +15,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from governance.admin_lists import FullWidthList, cell_text, day
+from memoryapp.agents.selectors import agent_delete_counts
 from memoryapp.agents.services import (
     AGENT_LIMIT_FIELDS,
     TRUST_PERMISSION,
@@ -297,14 +299,23 @@ class AgentAdmin(admin.ModelAdmin):
     # --- deletion: through `agent_delete` (audited, counted), never past a legal hold ---
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> tuple[Any, ...]:
-        """Django's summary of the cascade, with the legal holds naming an agent as what protects it
-        (not as objects the staff member lacks the permission to delete: nobody deletes a hold)."""
-        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
-        holds = [hold for agent in objs for hold in holds_naming_agent(agent=agent)]
+        """What deleting the agents takes with them, counted by kind (`agent_delete_counts`), or the
+        legal holds that keep them (as what protects them).
+
+        Not Django's nested list of every object: it reads each row whole (opening sealed values) to
+        link it, and asks for the delete permission of each kind on the way, which the admins of
+        items, file versions and compaction settings refuse (they are never deleted piecemeal), so
+        no agent that ever held one could be deleted. The agent goes whole, through `agent_delete`
+        (audited), by whoever may delete agents."""
+        agents = list(objs)
+        holds = [hold for agent in agents for hold in holds_naming_agent(agent=agent)]
         if holds:
-            perms_needed = {name for name in perms_needed if name != LegalHold._meta.verbose_name}
-            protected = [_hold_named(hold) for hold in holds]
-        return deleted, counts, perms_needed, protected
+            return [], {}, set(), [_hold_named(hold) for hold in holds]
+        counts: Counter[type[models.Model]] = Counter()
+        for agent in agents:
+            counts.update(agent_delete_counts(agent=agent))
+        by_kind = {model._meta.verbose_name_plural: n for model, n in counts.items()}
+        return [str(agent) for agent in agents], by_kind, set(), []
 
     def delete_view(self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None) -> Any:
         agent = self.get_object(request, object_id)

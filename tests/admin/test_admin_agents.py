@@ -114,3 +114,35 @@ def test_deleting_an_agent_goes_through_the_service_with_its_counts_audited(admi
     counted = (record.details["memoryapp.thread"], record.details["memoryapp.entry"], record.details["memoryapp.agent"])
     assert counted == (2, 3, 1)
     assert not any(isinstance(v, str) for v in record.details.values())  # ids and counts only
+
+
+def test_an_agent_with_items_files_and_settings_is_deleted_whole_counted_without_reading_its_rows(admin_client) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from memoryapp.models import CompactionSettings, MemoryFileVersion, MemoryItem
+    from tests.kit.factories import AgentFactory, MemoryFileVersionFactory, MemoryItemFactory, ThreadFactory
+
+    agent = AgentFactory(slug="concierge")
+    ThreadFactory(agent=agent, external_id="t-1", user_id="u-ana", turns=[("user", "hello"), ("assistant", "hi")] * 5)
+    MemoryItemFactory(agent=agent, subject="Ana", attribute="city", value="Porto")
+    MemoryFileVersionFactory(agent=agent, path="/memories/ana.md", content="Ana lives in Porto")
+    CompactionSettings.objects.create(agent=agent, enabled=True)
+    url = f"/admin/memoryapp/agent/{agent.pk}/delete/"
+
+    with CaptureQueriesContext(connection) as asked:
+        confirm = admin_client.get(url).content.decode()
+
+    # Their admins refuse deleting them one by one; the agent goes whole, and the page counts them.
+    assert "permission to delete" not in confirm and "Are you sure you want to delete the agent" in confirm
+    assert "<li>Entries: 10</li>" in confirm and "<li>Memory items: 1</li>" in confirm
+    assert "<li>Automatic compaction: 1</li>" in confirm
+    reads = [q["sql"] for q in asked.captured_queries if '"memoryapp_entry"."text"' in q["sql"]]
+    assert reads == []  # counted from ids: no entry read whole (its sealed text never opened)
+
+    admin_client.post(url, {"post": "yes"})
+    assert not Agent.objects.filter(pk=agent.pk).exists()
+    assert not MemoryItem.objects.filter(agent_id=agent.pk).exists()
+    assert not MemoryFileVersion.objects.filter(agent_id=agent.pk).exists()
+    record = AuditRecord.objects.get(action="agent.deleted")
+    assert record.details["memoryapp.entry"] == 10 and record.details["memoryapp.memoryitem"] == 1
