@@ -82,8 +82,8 @@ def test_the_governance_pages_fit_the_window_with_hundreds_of_rows(
     rows = governance_rows(ROWS)
     StaffFactory(username="sam", password=PASSWORD, is_superuser=True)
     unheld = AgentFactory(slug="travel-desk")
-    for n in range(3):
-        ThreadFactory(agent=unheld, external_id=f"t-{n}", turns=[("user", "hello"), ("assistant", "hi")] * 100)
+    for n in range(2):
+        ThreadFactory(agent=unheld, external_id=f"t-{n}", turns=[("user", "hello"), ("assistant", "hi")] * 30)
     agents = Agent.objects.count()
     erasure, export, item = rows.finished_erasure, rows.finished_export, rows.item
     running = type(erasure).objects.filter(status="running").order_by("pk").first()
