@@ -90,6 +90,20 @@ class ErasureRequestForm(forms.Form):
         return [line.strip() for line in text.splitlines() if line.strip()]
 
 
+def _outcome_tell(request: HttpRequest, pk: int) -> None:
+    """The message after filing, read after the filing's commit (which sends the job: an eager
+    worker has run it by now): done, stopped by a hold, failed, or sent to the workers."""
+    filed = ErasureRequest.objects.get(pk=pk)
+    if filed.status == ErasureRequest.Status.DONE:
+        messages.success(request, f"Erasure request #{pk} filed and done: its report says what was erased.")
+    elif filed.status == ErasureRequest.Status.BLOCKED:
+        messages.warning(request, f"Erasure request #{pk} filed and stopped by a legal hold: nothing was erased.")
+    elif filed.status == ErasureRequest.Status.FAILED:
+        messages.error(request, f"Erasure request #{pk} filed and failed: {filed.error or 'see its job run'}.")
+    else:
+        messages.success(request, f"Erasure request #{pk} filed; its job was sent to the workers.")
+
+
 def progress_bar(obj: ErasureRequest) -> SafeString:
     if obj.progress_total:
         percent = int(100 * obj.progress_done / obj.progress_total)
@@ -217,7 +231,7 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
                 except DomainError as exc:
                     form.add_error(exc.field if exc.field in form.fields else None, exc.message)
                 else:
-                    messages.success(request, f"Erasure request #{filed.pk} filed; its job was sent to the workers.")
+                    _outcome_tell(request, filed.pk)
                     return HttpResponseRedirect(reverse("admin:governance_erasurerequest_change", args=[filed.pk]))
         else:
             form = ErasureRequestForm(initial={"user_id": request.GET.get("user_id", "")[:128]})

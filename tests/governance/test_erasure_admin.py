@@ -186,3 +186,30 @@ def test_a_request_whose_job_run_was_killed_can_be_run_again(django_capture_on_c
     request.refresh_from_db()
     assert request.status == "done" and request.job_run_id != killed.pk
     assert not Thread.objects.filter(pk=thread.pk).exists()
+
+
+def test_the_message_after_filing_says_the_erasure_is_done_or_held(transactional_db: None) -> None:
+    from governance.holds import legal_hold_place
+
+    agent, _ = _ana()
+    officer = _officer()  # its commits are real here: the job runs eagerly after the filing's
+
+    done = officer.post(ADD, {**_form(), "confirmed": "1"}, follow=True)
+    first = ErasureRequest.objects.get()
+    assert first.status == "done"
+    assert [str(m) for m in done.context["messages"]] == [
+        f"Erasure request #{first.pk} filed and done: its report says what was erased."
+    ]
+
+    ThreadFactory(agent=agent, external_id="t-ana-2", user_id="u-ana")
+    legal_hold_place(agent=agent, user_id="u-ana", reason="case 42", placed_by="staff:pia")
+    held = officer.post(ADD, {**_form(), "confirmed": "1"}, follow=True)
+    second = ErasureRequest.objects.exclude(pk=first.pk).get()
+    assert second.status == "blocked"
+    assert [(m.level_tag, str(m)) for m in held.context["messages"]] == [
+        ("warning", f"Erasure request #{second.pk} filed and stopped by a legal hold: nothing was erased.")
+    ]
+
+
+def _form() -> dict[str, str]:
+    return {"user_id": "u-ana", "identifiers": "", "mode": "erase", "legal_basis": "Art. 17", "reason": "asked"}
