@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.widgets import FilteredSelectMultiple
 from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import QuerySet
@@ -70,10 +71,20 @@ def _outcome_tell(request: HttpRequest, pk: int) -> None:
         messages.success(request, f"Export #{pk} is queued: a worker will write its archive.")
 
 
+class _AgentsChooser(FilteredSelectMultiple):
+    """The admin's two lists with a filter box, in a box of their own (as the admin wraps a related
+    field's widget): its floating lists otherwise float left of the field's label."""
+
+    def render(self, name: str, value: Any, attrs: Any = None, renderer: Any = None) -> SafeString:
+        return format_html('<div class="related-widget-wrapper">{}</div>', super().render(name, value, attrs, renderer))
+
+
 class ExportRequestForm(ModelForm):  # type: ignore[type-arg]
     agents = forms.ModelMultipleChoiceField(
         queryset=Agent.objects.order_by("slug"),
         required=False,
+        # Hundreds of agents: the admin's two lists with a filter box, not a bare multiple select.
+        widget=_AgentsChooser("agents", is_stacked=False),
         help_text="Leave empty to look through every agent.",
     )
 

@@ -70,6 +70,7 @@ def test_a_privacy_officer_files_an_export_in_the_admin_and_downloads_it(
     page = form.content.decode()
     assert 'value="u-ana"' in page
     assert f'value="{alice.agent.pk}" selected' in page
+    assert 'class="selectfilter"' in page  # hundreds of agents: two lists with a filter box
 
     with django_capture_on_commit_callbacks(execute=True):  # the job is sent after commit (eager in tests)
         answer = officer.post(ADD, {"user_id": "u-ana", "agents": [alice.agent.pk]})
