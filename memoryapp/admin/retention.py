@@ -269,6 +269,14 @@ class LegalHoldAdmin(FullWidthList, admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the record of what was held stays
 
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """A placed hold reads only (lifting is the list's action): no save buttons that save nothing."""
+        context = {**(extra_context or {}), "show_save": False, "show_save_and_continue": False}
+        context["show_save_and_add_another"] = False
+        return super().change_view(request, object_id, form_url, extra_context=context)
+
     def save_model(self, request: HttpRequest, obj: LegalHold, form: Any, change: bool) -> None:
         if change:
             return  # nothing of a placed hold is edited; lifting is the action

@@ -95,8 +95,10 @@ def test_the_governance_pages_fit_the_window_with_hundreds_of_rows(
         "erasure-report": f"/admin/governance/erasurerequest/{erasure.pk}/report/",
         "export-list": "/admin/governance/exportrequest/",
         "export-change": f"/admin/governance/exportrequest/{export.pk}/change/",
+        "export-add": "/admin/governance/exportrequest/add/",
         "hold-list": "/admin/memoryapp/legalhold/",
         "hold-add": "/admin/memoryapp/legalhold/add/",
+        "hold-change": f"/admin/memoryapp/legalhold/{_hold_pk()}/change/",
         "retention-list": "/admin/memoryapp/retentionpolicy/",
         "retention-change": f"/admin/memoryapp/retentionpolicy/{_policy_pk()}/change/",
         "schedules": "/admin/governance/jobrun/schedules/",
@@ -149,3 +151,9 @@ def _failed_run_pk() -> int:
     from governance.models import JobRun
 
     return JobRun.objects.filter(status="failed").order_by("pk").values_list("pk", flat=True)[0]
+
+
+def _hold_pk() -> int:
+    from memoryapp.models import LegalHold
+
+    return LegalHold.objects.filter(lifted_at__isnull=False).order_by("pk").values_list("pk", flat=True)[0]

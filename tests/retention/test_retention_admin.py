@@ -111,6 +111,10 @@ def test_a_privacy_officer_places_and_lifts_a_hold_and_the_audit_has_ids_only() 
     assert placed.details["hold_id"] == hold.pk and placed.agent_id == alice.pk
     assert "Smith" not in str(placed.details) and "Smith" not in placed.subject
 
+    page = officer.get(f"{HOLDS}{hold.pk}/change/").content.decode()
+    assert "Litigation hold: Smith v. Acme" in page
+    assert 'name="_save"' not in page and 'name="_continue"' not in page  # it reads only: lifting is the action
+
     officer.post(HOLDS, {"action": "lift", "_selected_action": [hold.pk]})
 
     hold.refresh_from_db()
