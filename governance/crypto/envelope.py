@@ -207,6 +207,28 @@ def data_key_destroy(*, agent_id: int, user_id: str) -> str | None:
     return next((str(r[0]) for r in rows if r[1]), ids[0])
 
 
+def data_keys_destroy_agent(*, agent_id: int) -> list[str]:
+    """Crypto-shred an agent being deleted: every data key of it (its own, each person's) destroyed
+    as `data_key_destroy` does, so no copy of its sealed rows opens any more. Returns their ids."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT to_regclass(%s)", [TABLE])
+        if cursor.fetchone()[0] is None:
+            return []
+        cursor.execute(
+            f"UPDATE {TABLE} SET destroyed_at = %s WHERE agent_id = %s AND destroyed_at IS NULL RETURNING id",
+            [timezone.now(), agent_id],
+        )
+        ids = [str(r[0]) for r in cursor.fetchall()]
+    with _lock:
+        for key_id in ids:
+            _by_id.pop(key_id, None)
+        for owner in [o for o in _by_owner if o[0] == agent_id]:
+            _by_owner.pop(owner, None)
+        _blind.pop(agent_id, None)
+    transaction.on_commit(lambda: [keystore_remove(key_id) for key_id in ids])
+    return ids
+
+
 def blind_key(*, agent_id: int | None) -> bytes:
     """The agent's blind-index key: derived from its own data key (one HMAC step), so it is as safe
     as that key and a rewrap leaves it the same (no row's index needs computing again)."""

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from governance.audit import audit_append
+from governance.crypto.envelope import data_keys_destroy_agent
 from memoryapp.agents.limits import agent_key_failure_count
 from memoryapp.agents.selectors import hash_key
 from memoryapp.errors import DomainError
@@ -201,7 +202,9 @@ def agent_delete(*, agent: Agent, actor: str) -> dict[str, int]:
 
     1. Refused (DomainError on `agent`) while a legal hold names it: deactivate it instead.
     2. The database's cascade deletes its rows; the counts by kind are what it deleted.
-    3. One audit record in the same transaction: the agent's id and the counts, nothing else.
+    3. With encryption at rest, every data key of the agent is destroyed (crypto-shredding: a
+       backup of its rows no longer opens), counted as `data_keys_destroyed`.
+    4. One audit record in the same transaction: the agent's id and the counts, nothing else.
     """
     holds = holds_naming_agent(agent=agent)
     if holds:
@@ -214,6 +217,9 @@ def agent_delete(*, agent: Agent, actor: str) -> dict[str, int]:
     pk = agent.pk
     _, by_model = Agent.objects.filter(pk=pk).delete()
     counts = {label.lower(): n for label, n in sorted(by_model.items()) if n}  # "memoryapp.entry": 3
+    shredded = data_keys_destroy_agent(agent_id=pk)
+    if shredded:
+        counts["data_keys_destroyed"] = len(shredded)
     audit_append(
         action="agent.deleted",
         actor=actor,

@@ -18,10 +18,12 @@ import pytest
 from governance.crypto.envelope import data_key_destroy
 from governance.crypto.keystore import keystore_read
 from governance.models import DataKey
+from memoryapp.agents.services import agent_delete
 from memoryapp.forgetting.person import person_erase
 from memoryapp.models import Entry
 from tests.kit.api import Caller, answered
 from tests.kit.crypto import K1, assert_none_planted, pg_dump, pg_tool
+from tests.kit.factories import AgentFactory, EntryFactory, ThreadFactory
 from tests.kit.servers import database_conninfo, database_url
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -136,3 +138,24 @@ def test_the_erasure_of_a_person_destroys_their_data_key_and_leaves_the_others(
     # A redaction keeps rows sealed under the person's key: it destroys nothing.
     assert person_erase(user_id="u-bo", agent_ids=[alice.agent.pk], mode="redact").get("data_keys_destroyed", 0) == 0
     assert keystore_read(keys["u-bo"]) is not None
+
+
+def test_deleting_an_agent_destroys_every_data_key_it_had(
+    encrypted: Any, db: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    gone, kept = AgentFactory(slug="gone"), AgentFactory(slug="kept")
+    for agent in (gone, kept):
+        EntryFactory(thread=ThreadFactory(agent=agent, user_id="u-ana"), content="Ana's words")
+        EntryFactory(thread=ThreadFactory(agent=agent, user_id=""), content="nobody's words")
+    keys = set(DataKey.objects.filter(agent_id=gone.pk).values_list("id", flat=True))
+    assert len(keys) >= 2 and all(keystore_read(key) is not None for key in keys)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        counts = agent_delete(agent=gone, actor="staff:pat")
+
+    assert counts["data_keys_destroyed"] == len(keys)
+    assert not DataKey.objects.filter(agent_id=gone.pk, destroyed_at__isnull=True).exists()
+    assert all(keystore_read(key) is None for key in keys)
+    # The other agent's keys, Ana's under it included, are whole and its rows read.
+    assert DataKey.objects.filter(agent_id=kept.pk, destroyed_at__isnull=True).count() == len(keys)
+    assert {e.text for e in Entry.objects.filter(agent=kept)} == {"Ana's words", "nobody's words"}
