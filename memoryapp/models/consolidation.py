@@ -46,9 +46,6 @@ class ConsolidationState(Scoped):
     def __str__(self) -> str:
         return f"{self.pass_kind} of agent {self.agent_id}"
 
-    def encryption_owner(self) -> tuple[int | None, str]:
-        return (self.agent_id, self.user_id)
-
 
 class PlaybookDraft(MemoryFileVersion):
     """A version of /memories/playbook.next.md, as reviewers see it: waiting drafts, their diff."""

@@ -53,7 +53,3 @@ class MemoryFileVersion(Scoped):
 
     def __str__(self) -> str:
         return f"{self.path}@{self.sequence}"
-
-    def encryption_owner(self) -> tuple[int | None, str]:
-        """Sealed under the data key of the scope's person ("": the agent's own key)."""
-        return (self.agent_id, self.user_id)

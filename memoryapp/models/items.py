@@ -14,7 +14,7 @@ from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.choices import EvidenceStatus, ItemKind, ItemStatus, Trust
-from memoryapp.models.threads import Entry
+from memoryapp.models.threads import Entry, Thread
 
 
 def new_item_id() -> str:
@@ -47,6 +47,29 @@ class Scoped(models.Model):
     class Meta:
         abstract = True
 
+    def encryption_owner(self) -> tuple[int | None, str]:
+        """Sealed under the data key of the scope's person (governance.crypto): its `user_id`, or
+        for a row scoped to a thread only, the thread's person (what Ana's thread holds is hers:
+        erasing her shreds it too); "" (the agent's own key) for rows about no one."""
+        return (self.agent_id, self.scope_person())
+
+    def scope_person(self) -> str:
+        """The person the scope is about: `user_id`, else the person of the thread `thread_id`
+        names (looked up once per row and scope)."""
+        if self.user_id or not self.thread_id:
+            return self.user_id
+        key = (self.agent_id, self.thread_id)
+        known: tuple[tuple[int, str], str] | None = getattr(self, "_scope_person", None)
+        if known is not None and known[0] == key:
+            return known[1]
+        person = (
+            Thread.objects.filter(agent_id=self.agent_id, external_id=self.thread_id)
+            .values_list("user_id", flat=True)
+            .first()
+        ) or ""
+        self._scope_person = (key, person)
+        return person
+
 
 class Entity(Scoped):
     """Who or what memory items are about."""
@@ -76,10 +99,6 @@ class Entity(Scoped):
 
     def __str__(self) -> str:
         return self.name
-
-    def encryption_owner(self) -> tuple[int | None, str]:
-        """Sealed under the data key of the entity's person ("" : the agent's own key)."""
-        return (self.agent_id, self.user_id)
 
 
 class MemoryItem(Scoped):
@@ -179,10 +198,6 @@ class MemoryItem(Scoped):
     def __str__(self) -> str:
         return f"{self.subject}.{self.attribute} = {self.value[:40]}"
 
-    def encryption_owner(self) -> tuple[int | None, str]:
-        """Sealed under the data key of the item's person (the agent's key for items about no one)."""
-        return (self.agent_id, self.user_id)
-
 
 class ItemReview(models.Model):
     """One step of an item's review history: a decision, the undo of one, a forget.
@@ -236,7 +251,8 @@ class ItemReview(models.Model):
         return f"{self.item_id} {self.action} by {self.actor}"
 
     def encryption_owner(self) -> tuple[int | None, str]:
-        return (self.agent_id, self.item.user_id)
+        """The item's owner (Scoped.encryption_owner)."""
+        return self.item.encryption_owner()
 
 
 class Evidence(models.Model):
@@ -261,4 +277,5 @@ class Evidence(models.Model):
         return self.quote[:60]
 
     def encryption_owner(self) -> tuple[int | None, str]:
-        return (self.agent_id, self.item.user_id)
+        """The item's owner (Scoped.encryption_owner)."""
+        return self.item.encryption_owner()
