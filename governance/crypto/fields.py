@@ -189,6 +189,14 @@ def equality_value(*, agent_id: int | None, text: str) -> str:
     return equality_hash(text, key=blind_key(agent_id=agent_id))
 
 
+def equality_values(*, agent_id: int | None, text: str) -> list[str]:
+    """What an equality column may hold for a normalised value: with encryption on, its keyed hash,
+    and the value itself for a row written before encryption was turned on and not yet hashed by
+    the rotation (which finds it by it meanwhile, instead of writing a second row beside it)."""
+    hashed = equality_value(agent_id=agent_id, text=text)
+    return [hashed] if hashed == text else [hashed, text]
+
+
 class EqualityHashField(models.CharField):  # type: ignore[type-arg]
     """A normalised copy of a sealed field, for equality lookups and unique constraints in the
     database: plaintext when encryption is off, a keyed hash (`bh:<hex>`, governance.crypto.blind)
@@ -197,7 +205,8 @@ class EqualityHashField(models.CharField):  # type: ignore[type-arg]
     The writers set the normalised plaintext; `pre_save` hashes it under the row's agent's blind
     key. A value already hashed is computed again from `source` through `normalize` (a rotation
     with new keys changes the blind key), so `normalize` must be the writers' normalisation.
-    Lookups compare with `equality_value(agent_id=..., text=...)`.
+    Lookups compare with `equality_values(agent_id=..., text=...)` (`__in`: a row not hashed yet
+    is found by its plaintext until the rotation hashes it).
     """
 
     def __init__(

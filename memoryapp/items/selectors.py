@@ -26,7 +26,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 
-from governance.crypto.fields import equality_value
+from governance.crypto.fields import equality_values
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.items.rules import TIMELINE_STATUSES, VALID_UNTIL_KEY, normalized_name, visible_q
@@ -421,7 +421,7 @@ def entities_named(entities: QuerySet[Entity], *, name: str) -> QuerySet[Entity]
 
     With encryption on the names are sealed and the normalised name is a keyed hash under each
     agent's own blind key, so the name is hashed once per agent among the entities (a whole name
-    is found, not a part of one).
+    is found, not a part of one); an entity the rotation has not hashed yet, by its plaintext.
     """
     wanted = normalized_name(name)
     if not wanted:
@@ -430,5 +430,5 @@ def entities_named(entities: QuerySet[Entity], *, name: str) -> QuerySet[Entity]
         return entities.filter(normalized_name=wanted)
     match = Q(pk__in=[])
     for agent_id in entities.order_by().values_list("agent_id", flat=True).distinct():
-        match |= Q(agent_id=agent_id, normalized_name=equality_value(agent_id=agent_id, text=wanted))
+        match |= Q(agent_id=agent_id, normalized_name__in=equality_values(agent_id=agent_id, text=wanted))
     return entities.filter(match)

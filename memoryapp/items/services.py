@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from governance import locks
 from governance.audit import audit_append
-from governance.crypto.fields import equality_value
+from governance.crypto.fields import equality_value, equality_values
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import new_id
@@ -88,9 +88,11 @@ def _check_text(value: Any, field: str, *, max_length: int, required: bool = Tru
 def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
     """The entity a subject names: the narrowest one the scope sees with that name, else a new one in the scope."""
     key = equality_value(agent_id=agent.pk, text=normalized_name(subject))
+    # Also its plaintext with encryption on: an entity written before it was on, not hashed yet.
+    keys = equality_values(agent_id=agent.pk, text=normalized_name(subject))
     visible = Entity.objects.filter(
         agent=agent,
-        normalized_name=key,
+        normalized_name__in=keys,
         user_id__in=["", scope.user_id],
         project_id__in=["", scope.project_id],
         thread_id__in=["", scope.thread_id],
@@ -114,7 +116,7 @@ def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
             user_id=scope.user_id,
             project_id=scope.project_id,
             thread_id=scope.thread_id,
-            normalized_name=key,
+            normalized_name__in=keys,
         )
 
 

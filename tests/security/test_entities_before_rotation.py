@@ -1,0 +1,45 @@
+"""Encryption turned on for a database with entities, before the rotation has hashed their
+normalised names: an item about a known subject still finds its entity (not a second one with the
+same name, which the rotation could then not hash without breaking the unique constraint)."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from typing import Any
+
+from django.core.management import call_command
+
+from memoryapp.models import Entity, MemoryItem
+from tests.kit.admin import staff_client
+from tests.kit.api import Caller, answered
+from tests.kit.crypto import K1, keys_set
+
+
+def _item(caller: Caller, subject: str, attribute: str) -> dict[str, Any]:
+    body = {"kind": "preference", "subject": subject, "attribute": attribute, "value": "Porto", "user_id": "u-ana"}
+    return dict(answered(caller.client.post("/api/v1/items", body, format="json"), 201))
+
+
+def test_an_entity_written_before_encryption_is_found_by_name_until_the_rotation_hashes_it(
+    encrypted: Any, transactional_db: None, settings: Any, alice: Caller
+) -> None:
+    keys_set(settings, "")
+    _item(alice, "Marta Quillfeather", "city")
+    assert Entity.objects.get().normalized_name == "marta quillfeather"
+
+    keys_set(settings, K1)
+    _item(alice, "marta  QUILLFEATHER", "job")
+    assert Entity.objects.count() == 1
+    assert MemoryItem.objects.filter(entity=Entity.objects.get()).count() == 2
+    # The admin's search by whole name finds it too.
+    staff = staff_client(username="eve", is_superuser=True)
+    page = staff.get("/admin/memoryapp/entity/", {"q": "Marta Quillfeather"})
+    assert page.status_code == 200 and page.context["cl"].result_count == 1
+
+    out = StringIO()
+    call_command("encryption_rotate", stdout=out)
+    assert json.loads(out.getvalue())["rows_resealed"]["memoryapp_entity"] == 1
+    assert Entity.objects.get().normalized_name.startswith("bh:")
+    _item(alice, "Marta Quillfeather", "age")
+    assert Entity.objects.count() == 1
