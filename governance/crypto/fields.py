@@ -203,8 +203,9 @@ class EqualityHashField(models.CharField):  # type: ignore[type-arg]
     when it is on, so equal values still compare equal and nothing readable is stored.
 
     The writers set the normalised plaintext; `pre_save` hashes it under the row's agent's blind
-    key. A value already hashed is computed again from `source` through `normalize` (a rotation
-    with new keys changes the blind key), so `normalize` must be the writers' normalisation.
+    key. A value already hashed is kept, except in the rotation (`REHASH` set on the row: new keys
+    change the blind key), which computes it again from `source` through `normalize`, so `normalize`
+    must be the writers' normalisation.
     Lookups compare with `equality_values(agent_id=..., text=...)` (`__in`: a row not hashed yet
     is found by its plaintext until the rotation hashes it).
     """
@@ -228,12 +229,19 @@ class EqualityHashField(models.CharField):  # type: ignore[type-arg]
             return value
         text = str(value)
         if text.startswith(EQUALITY_PREFIX):
-            if self.normalize is None or not self.source:
+            # Kept as it is on an ordinary save (a staff edit of the name leaves the column as it
+            # leaves the plaintext with encryption off); made again only by the rotation.
+            if self.normalize is None or not self.source or not getattr(model_instance, REHASH, False):
                 return value
             text = self.normalize(str(getattr(model_instance, self.source) or ""))
         hashed = equality_value(agent_id=_owner(model_instance)[0], text=text)
         setattr(model_instance, self.attname, hashed)
         return hashed
+
+
+# Set on a row by the rotation before it saves it: its equality columns are hashed again from their
+# source (new keys change the blind key).
+REHASH = "_equality_rehash"
 
 
 def is_equality_hash(value: object) -> bool:

@@ -42,6 +42,7 @@ from governance.crypto.envelope import (
     data_keys_rewrap,
 )
 from governance.crypto.fields import (
+    REHASH,
     BlindIndexField,
     EqualityHashField,
     SealedJSONField,
@@ -137,7 +138,10 @@ def _seal_again(
     if any(f.name == "thread" for f in model._meta.concrete_fields):
         locked = locked.select_related("thread")
     written = [*derived, *fields]
-    rows = [[row.pk, *(f.pre_save(row, False) for f in written)] for row in locked]
+    rows = []
+    for row in locked:
+        setattr(row, REHASH, True)  # equality columns hashed again from their source (new keys)
+        rows.append([row.pk, *(f.pre_save(row, False) for f in written)])
     _rows_write(model, written, rows)
 
 

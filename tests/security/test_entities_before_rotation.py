@@ -43,3 +43,20 @@ def test_an_entity_written_before_encryption_is_found_by_name_until_the_rotation
     assert Entity.objects.get().normalized_name.startswith("bh:")
     _item(alice, "Marta Quillfeather", "age")
     assert Entity.objects.count() == 1
+
+
+def test_a_staff_rename_of_an_entity_keeps_its_matching_name_as_with_encryption_off(
+    encrypted: Any, db: None, alice: Caller
+) -> None:
+    _item(alice, "Marta", "city")
+    _item(alice, "Marta Silva", "job")
+    marta = next(e for e in Entity.objects.all() if e.name == "Marta")  # names are sealed
+    before = marta.normalized_name
+    staff = staff_client(username="eve", is_superuser=True)
+
+    # Renamed to the other entity's name: saved (not a unique-constraint error), matched as before.
+    answer = staff.post(f"/admin/memoryapp/entity/{marta.pk}/change/", {"name": "Marta Silva", "aliases": "[]"})
+    assert answer.status_code == 302
+    marta.refresh_from_db()
+    assert (marta.name, marta.normalized_name) == ("Marta Silva", before)
+    assert Entity.objects.count() == 2
