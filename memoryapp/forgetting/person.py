@@ -52,7 +52,15 @@ from memoryapp.files.access import FileAccess
 from memoryapp.files.selectors import versions_unredacted
 from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
 from memoryapp.forgetting.lineage import LineageReport, derived_forget_threads
-from memoryapp.forgetting.services import COUNT_KEYS, cascade_step, counts_add, counts_zero, entries_forget, fork_copies
+from memoryapp.forgetting.services import (
+    COUNT_KEYS,
+    cascade_step,
+    counts_add,
+    counts_zero,
+    entries_forget,
+    fork_copies,
+    thread_scope_forget,
+)
 from memoryapp.items.facts import PERSON_PREFIX
 from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.services import slot_layout
@@ -301,13 +309,26 @@ def _access_log_forget(*, user_id: str, agent_id: int, mode: str) -> dict[str, i
 # --- threads --------------------------------------------------------------------------------------
 
 
+def _thread_scope_erase(*, agent: Agent, thread_id: str, actor: str) -> dict[str, int]:
+    """What was kept for one of the person's threads alone goes with it, as when the thread is
+    deleted (`thread_scope_forget`: its items and entities), and its memory-file versions of no
+    other person and the passes' records of its scope are deleted too. They are the person's:
+    sealed under their data key (Scoped.encryption_owner), which the erasure then destroys, they
+    would stay behind unopenable, failing every read that met them."""
+    counts = thread_scope_forget(agent=agent, thread_id=thread_id, actor=actor)
+    MemoryFileVersion.objects.filter(agent=agent, user_id="", thread_id=thread_id).delete()
+    ConsolidationState.objects.filter(agent=agent, user_id="", thread_id=thread_id).delete()
+    return counts
+
+
 @atomic_retrying
 def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[str, int]:
     """Delete a batch of one agent's threads whole, what stood on their entries first.
 
     1. Lock the threads (pk order), then their forks level by level (`fork_copies`).
     2. `derived_forget_threads`: items quoting their entries (or their fork copies), file versions
-       written at them, the playbook rules of purged lessons.
+       written at them, the playbook rules of purged lessons; then what each thread held alone
+       (`_thread_scope_erase`).
     3. The copies in forks not about the person are spliced out through the entry cascade.
     4. The job runs naming the threads are scrubbed, then the entries and threads deleted.
     """
@@ -325,6 +346,8 @@ def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[
         copies = [c for c in fork_copies(entries) if c.thread_id not in set(pks)]
     report = LineageReport()
     derived_forget_threads(agent=agent, thread_pks=pks, report=report)
+    for thread in locked:
+        counts_add(counts, _thread_scope_erase(agent=agent, thread_id=thread.external_id, actor=actor))
     if copies:
         counts_add(
             counts,

@@ -194,7 +194,7 @@ def _thread_forget(locked: Thread, *, actor: str) -> Counts:
     )
     counts_add(counts, report.cascade_counts())
     cascade_step("derived")
-    counts_add(counts, _thread_scope_forget(agent=locked.agent, thread_id=locked.external_id, actor=actor))
+    counts_add(counts, thread_scope_forget(agent=locked.agent, thread_id=locked.external_id, actor=actor))
     cascade_step("thread_scope")
     count = len(doomed)
     counts["summaries"] += sum(1 for e in doomed if e.type == EntryType.COMPACTION)
@@ -291,7 +291,7 @@ def thread_clear(*, thread: Thread, actor: str = "") -> Counts:
     return counts
 
 
-def _thread_scope_forget(*, agent: Agent, thread_id: str, actor: str) -> Counts:
+def thread_scope_forget(*, agent: Agent, thread_id: str, actor: str) -> Counts:
     """What was kept for one thread alone goes with it: its items and entities are purged, its memory
     file versions redacted and each file then deleted (004 deleteThread)."""
     counts = counts_zero()

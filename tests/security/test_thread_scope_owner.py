@@ -9,6 +9,8 @@ from django.db import connection
 
 from governance.crypto.envelope import data_key_for
 from governance.crypto.sealing import sealed_key_id
+from memoryapp.models import ConsolidationState, Entity, MemoryFileVersion, MemoryItem
+from memoryapp.models.consolidation import ConsolidationPass
 from tests.kit.api import Caller, answered
 
 NOTE = "Ana keeps the obsidian-lantern under the stairs."
@@ -61,3 +63,37 @@ def test_a_row_scoped_to_a_thread_of_no_one_stays_under_the_agents_key(encrypted
     agent = data_key_for(agent_id=alice.agent.pk, user_id="").id
     version = "SELECT content FROM memoryapp_memoryfileversion WHERE thread_id = 't-none' AND content IS NOT NULL"
     assert _key_of(version) == agent
+
+
+def test_erasing_the_person_takes_what_their_threads_held_alone_and_leaves_nothing_unopenable(
+    encrypted: Any, db: None, alice: Caller
+) -> None:
+    answered(alice.client.post("/api/v1/threads", {"id": "t-ana", "user_id": "u-ana"}, format="json"), (200, 201))
+    answered(
+        alice.client.put("/api/v1/context-documents/style.md?thread_id=t-ana", {"content": NOTE}, format="json"),
+        (200, 201),
+    )
+    answered(
+        alice.client.post(
+            "/api/v1/items",
+            {"kind": "preference", "subject": "user", "attribute": "lamp", "value": NOTE, "thread_id": "t-ana"},
+            format="json",
+        ),
+        201,
+    )
+    ConsolidationState.objects.create(
+        agent=alice.agent, thread_id="t-ana", pass_kind=ConsolidationPass.FOLD, details={"draft_base": "f" * 64}
+    )
+
+    answered(alice.client.post("/api/v1/users/u-ana/forget", {}, format="json"), 200)
+
+    # What the thread held alone went with it (as when the thread itself is deleted) ...
+    assert not MemoryItem.objects.filter(thread_id="t-ana").exists()
+    assert not Entity.objects.filter(thread_id="t-ana").exists()
+    assert not MemoryFileVersion.objects.filter(thread_id="t-ana", content__isnull=False).exists()
+    assert not ConsolidationState.objects.filter(thread_id="t-ana").exists()
+    # ... so nothing sealed under the destroyed key is left for a reader to stumble on.
+    assert answered(alice.client.get("/api/v1/items"), 200)["results"] == []
+    answered(alice.client.get("/api/v1/context-documents?thread_id=t-ana"), 200)
+    history = "/api/v1/memory-files/history?path=/memories/context/style.md&thread_id=t-ana"
+    answered(alice.client.get(history), 404)  # its versions went with the thread
