@@ -13,7 +13,7 @@ from django.core.management import call_command
 from memoryapp.models import Entity, MemoryItem
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller, answered
-from tests.kit.crypto import K1, keys_set
+from tests.kit.crypto import K1, K2, keys_set
 
 
 def _item(caller: Caller, subject: str, attribute: str) -> dict[str, Any]:
@@ -60,3 +60,19 @@ def test_a_staff_rename_of_an_entity_keeps_its_matching_name_as_with_encryption_
     marta.refresh_from_db()
     assert (marta.name, marta.normalized_name) == ("Marta Silva", before)
     assert Entity.objects.count() == 2
+
+
+def test_a_rotation_with_new_keys_hashes_entity_names_again_so_they_are_still_found(
+    encrypted: Any, db: None, settings: Any, alice: Caller
+) -> None:
+    _item(alice, "Marta Quillfeather", "city")
+    before = Entity.objects.get().normalized_name
+    keys_set(settings, f"{K2},{K1}")
+
+    out = StringIO()
+    call_command("encryption_rotate", "--rekey", "--settle", "0", stdout=out)
+
+    assert Entity.objects.get().normalized_name not in ("", before)
+    _item(alice, "marta quillfeather", "job")
+    assert Entity.objects.count() == 1
+    assert MemoryItem.objects.filter(entity=Entity.objects.get()).count() == 2
