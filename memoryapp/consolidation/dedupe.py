@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Max
 
 from governance.audit import audit_append
+from governance.crypto.fields import is_equality_hash
 from memoryapp.consolidation.answers import ask
 from memoryapp.consolidation.prompts import DEDUPE, ShownItem, ShownSubject, dedupe_message
 from memoryapp.items.rules import Scope, collapse_spaces, normalized_name
@@ -151,6 +152,13 @@ def _clusters(entities: Iterable[EntityName]) -> list[list[EntityName]]:
     return list(groups.values())
 
 
+def matched_name(normalized: str, name: str) -> str:
+    """The name an entity is matched on: its column (kept by a staff rename, so items about the old
+    name still find it), or, with encryption on, where the column holds a keyed hash no one can
+    read, the name normalised."""
+    return normalized_name(name) if not normalized or is_equality_hash(normalized) else normalized
+
+
 def dedupe_subjects(*, agent: Agent, scope: Scope, since: datetime | None = None, since_key: str = "") -> list[Subject]:
     """The subjects of exactly the scope with an item recorded after `since` (after (since, since_key)
     when a key is given), the subject whose newest item is oldest first. Items are not loaded here.
@@ -162,16 +170,15 @@ def dedupe_subjects(*, agent: Agent, scope: Scope, since: datetime | None = None
     """
     rows = (
         _scope_items(agent=agent, scope=scope)
-        .values("entity_id", "entity__name", "entity__aliases")
+        .values("entity_id", "entity__name", "entity__normalized_name", "entity__aliases")
         .annotate(newest=Max("recorded_at"))
-        .values_list("entity_id", "entity__name", "entity__aliases", "newest")
+        .values_list("entity_id", "entity__name", "entity__normalized_name", "entity__aliases", "newest")
     )
     newest: dict[str, datetime] = {}
     entities: list[EntityName] = []
-    for entity_id, name, aliases, at in rows:
+    for entity_id, name, normalized, aliases, at in rows:
         newest[entity_id] = at
-        # The normalised name from the name itself: with encryption on the column holds its keyed hash.
-        entities.append(EntityName(entity_id, name, normalized_name(name), aliases))
+        entities.append(EntityName(entity_id, name, matched_name(normalized, name), aliases))
     if not entities:
         return []
     subjects = []
@@ -427,8 +434,7 @@ def _aliases_of(groups: list[CheckedGroup], applied: list[StaleReport], *, actor
         if kept is None:
             continue
         aliases = [a for a in kept.aliases or [] if isinstance(a, str)]
-        # From the name, not the column (a keyed hash with encryption on).
-        known = {normalized_name(kept.name)} | {normalized_name(a) for a in aliases}
+        known = {matched_name(kept.normalized_name, kept.name)} | {normalized_name(a) for a in aliases}
         new: list[str] = []
         for other_id in sorted(others):
             other = entities.get(other_id)

@@ -199,3 +199,15 @@ def test_an_undone_mark_brings_the_item_back_and_no_pass_drops_it_again(alice: C
     assert AuditRecord.objects.get(action="item.stale_undone").subject == b.pk
     with pytest.raises(Conflict):
         item_stale_undo(item=restored, actor="staff:rita")  # not stale any more
+
+
+def test_subjects_are_joined_by_the_name_entities_are_matched_on_not_a_staff_rename(alice: Caller) -> None:
+    # A staff rename leaves the name an entity is matched on (items about "Ana" still find it), and
+    # dedupe joins subjects on that name, as before encryption at rest (which hashes that column).
+    ana = active_item(agent=alice.agent, subject="Ana", attribute="diet", value="vegetarian")
+    silva = active_item(agent=alice.agent, subject="Ana Silva", attribute="food", value="vegetarian")
+    Entity.objects.filter(pk=ana.entity_id).update(name="Ana S.")
+    Entity.objects.filter(pk=silva.entity_id).update(aliases=["Ana"])
+
+    (subject,) = dedupe_subjects(agent=alice.agent, scope=ANA)
+    assert {e.pk for e in subject.entities} == {ana.entity_id, silva.entity_id}
