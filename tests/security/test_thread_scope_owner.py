@@ -3,8 +3,10 @@ so erasing them shreds those rows too (not under the agent's key, which no erasu
 
 from __future__ import annotations
 
+from io import StringIO
 from typing import Any
 
+from django.core.management import call_command
 from django.db import connection
 
 from governance.crypto.envelope import data_key_for
@@ -97,3 +99,24 @@ def test_erasing_the_person_takes_what_their_threads_held_alone_and_leaves_nothi
     answered(alice.client.get("/api/v1/context-documents?thread_id=t-ana"), 200)
     history = "/api/v1/memory-files/history?path=/memories/context/style.md&thread_id=t-ana"
     answered(alice.client.get(history), 404)  # its versions went with the thread
+
+
+def test_the_rotation_moves_a_thread_scoped_row_sealed_under_another_key_to_the_persons(
+    encrypted: Any, db: None, alice: Caller
+) -> None:
+    answered(alice.client.post("/api/v1/threads", {"id": "t-ana", "user_id": "u-ana"}, format="json"), (200, 201))
+    answered(
+        alice.client.put("/api/v1/context-documents/style.md?thread_id=t-ana", {"content": NOTE}, format="json"),
+        (200, 201),
+    )
+    # As written before rows scoped to a thread were its person's (or by a plain update).
+    MemoryFileVersion.objects.filter(thread_id="t-ana").update(content=NOTE)
+    version = "SELECT content FROM memoryapp_memoryfileversion WHERE thread_id = 't-ana' AND content IS NOT NULL"
+    ana = data_key_for(agent_id=alice.agent.pk, user_id="u-ana").id
+    assert _key_of(version) != ana
+
+    call_command("encryption_rotate", stdout=StringIO())
+
+    assert _key_of(version) == ana
+    got = answered(alice.client.get("/api/v1/context-documents/style.md?thread_id=t-ana"), 200)
+    assert got["content"] == NOTE
