@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -121,14 +121,32 @@ def _person_rows_reseal(thread: Thread) -> None:
     this transaction. Otherwise erasing the old person would destroy the key of rows that are now
     the new person's (unreadable), and erasing the new one would not shred them.
 
-    Every model with sealed fields and a `thread` is gone through (its rows whose owner is not the
-    thread's person are already under their owner's key and stay as they are)."""
+    Gone through: every model with sealed fields and a `thread` (entries); the rows scoped to this
+    thread only (a scope's `thread_id` and no `user_id`: items, entities, files, pass records, which
+    are the thread's person's); and the rows that follow such a row's owner through a foreign key
+    (an item's review steps and quotes). Rows whose owner is not the thread's person are already
+    under their owner's key and stay as they are."""
     if not encryption_enabled():
         return
+    scope = {"agent_id": thread.agent_id, "thread_id": thread.external_id, "user_id": ""}
     for model, _, _ in sealed_models():
-        thread_field = next((f for f in model._meta.concrete_fields if f.name == "thread"), None)
+        fields = {f.name: f for f in model._meta.concrete_fields}
+        thread_field = fields.get("thread")
         if thread_field is not None and thread_field.related_model is Thread:
             rows_reseal(model._default_manager.filter(thread_id=thread.pk))
+        elif _thread_scoped(model):
+            rows_reseal(model._default_manager.filter(**scope))
+        for name, field in fields.items():
+            related = field.related_model if field.is_relation else None
+            if isinstance(related, type) and related is not Thread and _thread_scoped(related):
+                rows_reseal(model._default_manager.filter(**{f"{name}__{k}": v for k, v in scope.items()}))
+
+
+def _thread_scoped(model: type[models.Model]) -> bool:
+    """Whether the model's rows are scoped like memory (memoryapp.models.items.Scoped): an agent, a
+    person, a thread by its external id."""
+    names = {f.name for f in model._meta.concrete_fields}
+    return {"agent", "user_id", "thread_id"} <= names and "thread" not in names
 
 
 def _audit_user_change(thread: Thread, *, old: str, new: str, actor: str) -> None:

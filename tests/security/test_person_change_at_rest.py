@@ -13,7 +13,7 @@ from governance.crypto.sealing import sealed_key_id
 from governance.models import AuditRecord, DataKey
 from memoryapp.forgetting.person import person_erase
 from memoryapp.models import Thread
-from tests.kit.api import Caller, answered
+from tests.kit.api import Caller, answered, create_memory_file, post_item, use_memory_tool
 
 TEXTS = ["Ana's locker code is Zanzibarquill", "the spare key is under the quokkaparade mat"]
 
@@ -88,3 +88,32 @@ def test_a_person_changed_in_the_admin_moves_the_rows_too_and_a_rotation_finds_n
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM memoryapp_entry WHERE event IS NULL")
         assert cursor.fetchone() == (2,)  # the messages' events stay SQL NULL, not JSON null
+
+
+def test_what_the_thread_alone_holds_moves_with_it_and_reads_after_the_old_person_is_erased(
+    encrypted: Any, transactional_db: None, alice: Caller
+) -> None:
+    _post(alice, "t-moved", "u-ana")
+    on_thread = "/api/v1/memory-tool?thread_id=t-moved"
+    create_memory_file(alice, "/memories/locker.md", "Zanzibarquill locker\n", url=on_thread)
+    item = post_item(alice, kind="fact", subject="locker", attribute="code", value="Zanzibarquill", thread_id="t-moved")
+    ana = _key(alice.agent.pk, "u-ana")
+    assert _stored_keys("memoryapp_memoryfileversion", "content") == {ana}
+    assert _stored_keys("memoryapp_memoryitem", "value") == {ana}
+
+    answered(alice.client.patch("/api/v1/threads/t-moved", {"user_id": "u-bo"}, format="json"), 200)
+
+    bo = _key(alice.agent.pk, "u-bo")
+    assert _stored_keys("memoryapp_memoryfileversion", "content") == {bo}
+    assert _stored_keys("memoryapp_memoryitem", "value") == {bo}
+    assert _stored_keys("memoryapp_evidence", "quote") <= {bo}
+    person_erase(user_id="u-ana", agent_ids=[alice.agent.pk])
+    status, shown = use_memory_tool(alice, {"command": "view", "path": "/memories/locker.md"}, on_thread)
+    assert status == 200 and "Zanzibarquill" in str(shown)
+    assert answered(alice.client.get(f"/api/v1/items/{item['id']}"), 200)["value"] == "Zanzibarquill"
+
+
+def _stored_keys(table: str, column: str) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {column} FROM {table} WHERE {column} LIKE 'enc:v1:%%'")
+        return {sealed_key_id(value) for (value,) in cursor.fetchall()}
