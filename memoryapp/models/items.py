@@ -261,7 +261,8 @@ class Evidence(models.Model):
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     item = models.ForeignKey(MemoryItem, on_delete=models.CASCADE, related_name="evidence")
     entry = models.ForeignKey(Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="evidence")
-    # Sealed at rest when encryption is on (governance.crypto), under the item's person's key.
+    # Sealed at rest when encryption is on (governance.crypto), under the key of the person whose
+    # words it quotes (see encryption_owner).
     quote = SealedTextField()
     status = models.CharField(max_length=10, choices=EvidenceStatus.choices, default=EvidenceStatus.SUGGESTED)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -277,5 +278,15 @@ class Evidence(models.Model):
         return self.quote[:60]
 
     def encryption_owner(self) -> tuple[int | None, str]:
-        """The item's owner (Scoped.encryption_owner)."""
+        """The person whose words the quote holds: the quoted entry's thread's, so erasing them
+        shreds every copy of the quote, even one an item about someone else (or about no one)
+        keeps; the item's owner (Scoped.encryption_owner) when the entry is gone or its thread
+        is about no one."""
+        if self.entry_id is not None:
+            quoted: str | None = getattr(self, "_quoted_person", None)
+            if quoted is None:
+                quoted = Entry.objects.filter(pk=self.entry_id).values_list("thread__user_id", flat=True).first() or ""
+                self._quoted_person = quoted
+            if quoted:
+                return (self.agent_id, quoted)
         return self.item.encryption_owner()

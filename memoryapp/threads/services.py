@@ -124,7 +124,7 @@ def _person_rows_reseal(thread: Thread) -> None:
     Gone through: every model with sealed fields and a `thread` (entries); the rows scoped to this
     thread only (a scope's `thread_id` and no `user_id`: items, entities, files, pass records, which
     are the thread's person's); and the rows that follow such a row's owner through a foreign key
-    (an item's review steps and quotes). Rows whose owner is not the thread's person are already
+    (an item's review steps and quotes), or quote the thread's entries. Rows whose owner is not the thread's person are already
     under their owner's key and stay as they are."""
     if not encryption_enabled():
         return
@@ -138,8 +138,13 @@ def _person_rows_reseal(thread: Thread) -> None:
             rows_reseal(model._default_manager.filter(**scope))
         for name, field in fields.items():
             related = field.related_model if field.is_relation else None
-            if isinstance(related, type) and related is not Thread and _thread_scoped(related):
+            if not isinstance(related, type) or related is Thread:
+                continue
+            if _thread_scoped(related):
                 rows_reseal(model._default_manager.filter(**{f"{name}__{k}": v for k, v in scope.items()}))
+            elif any(f.name == "thread" and f.related_model is Thread for f in related._meta.concrete_fields):
+                # Quotes of the thread's entries are its person's words (Evidence.encryption_owner).
+                rows_reseal(model._default_manager.filter(**{f"{name}__thread_id": thread.pk}))
 
 
 def _thread_scoped(model: type[models.Model]) -> bool:

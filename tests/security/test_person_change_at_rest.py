@@ -117,3 +117,26 @@ def _stored_keys(table: str, column: str) -> set[str]:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {column} FROM {table} WHERE {column} LIKE 'enc:v1:%%'")
         return {sealed_key_id(value) for (value,) in cursor.fetchall()}
+
+
+def test_a_quote_is_sealed_under_the_quoted_persons_key_and_moves_with_their_thread(
+    encrypted: Any, transactional_db: None, alice: Caller
+) -> None:
+    _post(alice, "t-quoted", "u-ana")
+    entry_id = answered(alice.client.get("/api/v1/threads/t-quoted/path"), 200)["results"][0]["id"]
+    # An item about no one in particular stands on Ana's words: the quote is hers, not the agent's.
+    post_item(
+        alice,
+        kind="fact",
+        subject="office",
+        attribute="lockers",
+        value="coded",
+        evidence=[{"entry_id": entry_id, "quote": "locker code is Zanzibarquill"}],
+    )
+    ana = _key(alice.agent.pk, "u-ana")
+    assert _stored_keys("memoryapp_evidence", "quote") == {ana}
+    assert _stored_keys("memoryapp_memoryitem", "value") == {_key(alice.agent.pk, "")}
+
+    answered(alice.client.patch("/api/v1/threads/t-quoted", {"user_id": "u-bo"}, format="json"), 200)
+
+    assert _stored_keys("memoryapp_evidence", "quote") == {_key(alice.agent.pk, "u-bo")}
