@@ -139,7 +139,11 @@ def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> lis
         ids.append(entry_id)
     entries = {
         e.id: e
-        for e in Entry.objects.filter(agent=agent, id__in=[i for i in ids if i]).only("id", "text", "redacted_at")
+        # With its thread's person: whose words each quote holds (Evidence.encryption_owner), read
+        # here once for all quotes rather than once per quote as they are sealed.
+        for e in Entry.objects.filter(agent=agent, id__in=[i for i in ids if i])
+        .select_related("thread")
+        .only("id", "text", "redacted_at", "thread__user_id")
     }
     checked = []
     for entry_id, quote in zip(ids, evidence, strict=True):

@@ -282,11 +282,24 @@ class Evidence(models.Model):
         shreds every copy of the quote, even one an item about someone else (or about no one)
         keeps; the item's owner (Scoped.encryption_owner) when the entry is gone or its thread
         is about no one."""
-        if self.entry_id is not None:
-            quoted: str | None = getattr(self, "_quoted_person", None)
-            if quoted is None:
-                quoted = Entry.objects.filter(pk=self.entry_id).values_list("thread__user_id", flat=True).first() or ""
-                self._quoted_person = quoted
-            if quoted:
-                return (self.agent_id, quoted)
+        quoted = self.quoted_person()
+        if quoted:
+            return (self.agent_id, quoted)
         return self.item.encryption_owner()
+
+    def quoted_person(self) -> str:
+        """The person of the quoted entry's thread ("" for no entry): read from the entry when it
+        was given with its thread (the writers load the quoted entries so, once for all quotes),
+        else looked up once per row and entry (a quote moved to another entry is looked up again)."""
+        if self.entry_id is None:
+            return ""
+        known: tuple[str, str] | None = getattr(self, "_quoted_person", None)
+        if known is not None and known[0] == self.entry_id:
+            return known[1]
+        entry = self.entry if Evidence.entry.is_cached(self) else None
+        if entry is not None and Entry.thread.is_cached(entry):
+            person = entry.thread.user_id
+        else:
+            person = Entry.objects.filter(pk=self.entry_id).values_list("thread__user_id", flat=True).first() or ""
+        self._quoted_person = (self.entry_id, person)
+        return person

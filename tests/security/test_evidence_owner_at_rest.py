@@ -1,0 +1,57 @@
+"""Whose key a quote (Evidence) is sealed under with encryption on: the quoted entry's thread's
+person, found without a query per quote on the paths that write or move many of them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from governance.crypto.sealing import sealed_key_id
+from governance.models import DataKey
+from memoryapp.models import Evidence
+from tests.kit.api import Caller, answered, post_item
+from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, ThreadFactory
+
+
+def _thread(caller: Caller, thread_id: str, user_id: str, turns: int) -> list[str]:
+    answered(caller.client.post("/api/v1/threads", {"id": thread_id, "user_id": user_id}, format="json"), (200, 201))
+    entries = [{"role": "user", "content": f"turn {n} mentions the quokkaparade"} for n in range(turns)]
+    answered(caller.client.post(f"/api/v1/threads/{thread_id}/entries", {"entries": entries}, format="json"), 201)
+    return [e["id"] for e in answered(caller.client.get(f"/api/v1/threads/{thread_id}/path"), 200)["results"]]
+
+
+def _quoting(caller: Caller, subject: str, entry_ids: list[str]) -> int:
+    """Queries of writing an item about no one that quotes these entries."""
+    evidence = [{"entry_id": e, "quote": "the quokkaparade"} for e in entry_ids]
+    with CaptureQueriesContext(connection) as captured:
+        post_item(caller, kind="fact", subject=subject, attribute="mentions", value="yes", evidence=evidence)
+    return len(captured.captured_queries)
+
+
+def test_an_item_quoting_many_entries_finds_whose_words_they_are_in_one_query(
+    encrypted: Any, transactional_db: None, alice: Caller
+) -> None:
+    ids = _thread(alice, "t-ana", "u-ana", 8)
+    _quoting(alice, "warm-up", ids[:1])  # data keys, caches
+
+    assert _quoting(alice, "parade", ids) == _quoting(alice, "march", ids[:2])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT quote FROM memoryapp_evidence")
+        keys = {sealed_key_id(v) for (v,) in cursor.fetchall()}
+    assert keys == {str(DataKey.objects.get(agent_id=alice.agent.pk, user_id="u-ana").pk)}
+
+
+def test_a_quote_given_another_entry_is_sealed_under_that_entrys_person(encrypted: Any, db: None) -> None:
+    agent = AgentFactory()
+    ana = EntryFactory(thread=ThreadFactory(agent=agent, external_id="t-ana", user_id="u-ana"))
+    bob = EntryFactory(thread=ThreadFactory(agent=agent, external_id="t-bob", user_id="u-bob"))
+    quote = Evidence.objects.create(agent=agent, item=MemoryItemFactory(agent=agent), entry=ana, quote="the quokka")
+
+    quote.entry = bob
+    quote.save()
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT quote FROM memoryapp_evidence WHERE id = %s", [quote.pk])
+        assert sealed_key_id(cursor.fetchone()[0]) == str(DataKey.objects.get(agent_id=agent.pk, user_id="u-bob").pk)
