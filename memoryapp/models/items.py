@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from typing import ClassVar
 
 from django.conf import settings
 from django.contrib.postgres.indexes import BrinIndex, GinIndex
@@ -250,6 +251,10 @@ class ItemReview(models.Model):
     def __str__(self) -> str:
         return f"{self.item_id} {self.action} by {self.actor}"
 
+    # The foreign keys encryption_owner reads the owner through (a thread given to another person
+    # moves the rows they lead to: memoryapp.threads.services).
+    ENCRYPTION_OWNER_VIA: ClassVar[tuple[str, ...]] = ("item",)
+
     def encryption_owner(self) -> tuple[int | None, str]:
         """The item's owner (Scoped.encryption_owner)."""
         return self.item.encryption_owner()
@@ -276,6 +281,9 @@ class Evidence(models.Model):
 
     def __str__(self) -> str:
         return self.quote[:60]
+
+    # The foreign keys encryption_owner reads the owner through (see ItemReview).
+    ENCRYPTION_OWNER_VIA: ClassVar[tuple[str, ...]] = ("entry", "item")
 
     def encryption_owner(self) -> tuple[int | None, str]:
         """The person whose words the quote holds: the quoted entry's thread's, so erasing them

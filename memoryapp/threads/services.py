@@ -123,9 +123,10 @@ def _person_rows_reseal(thread: Thread) -> None:
 
     Gone through: every model with sealed fields and a `thread` (entries); the rows scoped to this
     thread only (a scope's `thread_id` and no `user_id`: items, entities, files, pass records, which
-    are the thread's person's); and the rows that follow such a row's owner through a foreign key
-    (an item's review steps and quotes), or quote the thread's entries. Rows whose owner is not the thread's person are already
-    under their owner's key and stay as they are."""
+    are the thread's person's); and the rows whose owner is read through a foreign key to such a row
+    or to the thread's entries (`ENCRYPTION_OWNER_VIA`: an item's review steps and quotes, the quotes
+    of the thread's entries). Rows whose owner is not the thread's person are already under their
+    owner's key and stay as they are."""
     if not encryption_enabled():
         return
     scope = {"agent_id": thread.agent_id, "thread_id": thread.external_id, "user_id": ""}
@@ -136,13 +137,13 @@ def _person_rows_reseal(thread: Thread) -> None:
             rows_reseal(model._default_manager.filter(thread_id=thread.pk))
         elif _thread_scoped(model):
             rows_reseal(model._default_manager.filter(**scope))
-        for name, field in fields.items():
-            related = field.related_model if field.is_relation else None
-            if not isinstance(related, type) or related is Thread:
-                continue
-            if _thread_scoped(related):
+        # Only the foreign keys the row's owner is read through (an entry's parent, a file version's
+        # place, an item's entity lead to rows whose key does not follow them: read for nothing).
+        for name in getattr(model, "ENCRYPTION_OWNER_VIA", ()):
+            related = fields[name].related_model
+            if isinstance(related, type) and _thread_scoped(related):
                 rows_reseal(model._default_manager.filter(**{f"{name}__{k}": v for k, v in scope.items()}))
-            elif any(f.name == "thread" and f.related_model is Thread for f in related._meta.concrete_fields):
+            elif related is Entry:
                 # Quotes of the thread's entries are its person's words (Evidence.encryption_owner).
                 rows_reseal(model._default_manager.filter(**{f"{name}__thread_id": thread.pk}))
 

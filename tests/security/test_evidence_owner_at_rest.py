@@ -55,3 +55,24 @@ def test_a_quote_given_another_entry_is_sealed_under_that_entrys_person(encrypte
     with connection.cursor() as cursor:
         cursor.execute("SELECT quote FROM memoryapp_evidence WHERE id = %s", [quote.pk])
         assert sealed_key_id(cursor.fetchone()[0]) == str(DataKey.objects.get(agent_id=agent.pk, user_id="u-bob").pk)
+
+
+def test_a_thread_given_to_another_person_walks_only_the_rows_whose_key_follows_it(
+    encrypted: Any, transactional_db: None, alice: Caller
+) -> None:
+    ids = _thread(alice, "t-ana", "u-ana", 3)
+    _quoting(alice, "parade", ids)
+
+    with CaptureQueriesContext(connection) as captured:
+        answered(alice.client.patch("/api/v1/threads/t-ana", {"user_id": "u-bob"}, format="json"), 200)
+
+    # A row's key follows its thread, its scope, its item and its quoted entry; an entry's parent,
+    # a file version's place or previous version, an item's entity do not decide it: the rows
+    # reached through them are the thread's again or not its person's, read for nothing.
+    joins = [q["sql"] for q in captured.captured_queries if " JOIN " in q["sql"]]
+    for column in ("parent_id", "place_id", "previous_id", "entity_id"):
+        assert not [q for q in joins if f'."{column}" = ' in q.split(" WHERE ")[0]], column
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT quote FROM memoryapp_evidence")
+        keys = {sealed_key_id(v) for (v,) in cursor.fetchall()}
+    assert keys == {str(DataKey.objects.get(agent_id=alice.agent.pk, user_id="u-bob").pk)}
