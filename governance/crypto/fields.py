@@ -53,6 +53,13 @@ def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+# What a row's owner's person is read through when its model says it in SQL (a classmethod
+# `encryption_owner_person()` returning that expression): the rotation annotates its rows with it,
+# where `encryption_owner` would otherwise look it up once per row (a quote's entry's thread, a
+# thread-scoped row's thread). The models' `encryption_owner` read it first when it is there.
+OWNER_PERSON = "sealed_owner_person"
+
+
 def _owner(instance: models.Model) -> Owner:
     owner = getattr(instance, "encryption_owner", None)
     if owner is None:

@@ -7,10 +7,18 @@ from django.conf import settings
 from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import Case, F, OuterRef, Q, Subquery, Value, When
+from django.db.models.expressions import Expression
+from django.db.models.functions import Coalesce, NullIf
 from pgvector.django import HnswIndex, VectorField
 
-from governance.crypto.fields import BlindIndexField, EqualityHashField, SealedJSONField, SealedTextField
+from governance.crypto.fields import (
+    OWNER_PERSON,
+    BlindIndexField,
+    EqualityHashField,
+    SealedJSONField,
+    SealedTextField,
+)
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
@@ -34,6 +42,22 @@ def name_normalized(name: str) -> str:
     return _SPACE.sub(" ", name or "").strip().lower()
 
 
+def scope_person_sql(prefix: str = "") -> Expression:
+    """Scoped.scope_person in SQL, for the scope reached through `prefix` ("item__": a quote's
+    item's): `user_id`, else the person of the thread `thread_id` names ("" for none)."""
+    thread_person = Thread.objects.filter(
+        agent_id=OuterRef(f"{prefix}agent_id"), external_id=OuterRef(f"{prefix}thread_id")
+    ).values("user_id")[:1]
+    return Case(
+        When(
+            Q(**{f"{prefix}user_id": ""}) & ~Q(**{f"{prefix}thread_id": ""}),
+            then=Coalesce(Subquery(thread_person), Value("")),
+        ),
+        default=F(f"{prefix}user_id"),
+        output_field=models.CharField(),
+    )
+
+
 class Scoped(models.Model):
     """The scope of a piece of memory: its agent, and optionally a person, a project, a thread.
 
@@ -52,7 +76,13 @@ class Scoped(models.Model):
         """Sealed under the data key of the scope's person (governance.crypto): its `user_id`, or
         for a row scoped to a thread only, the thread's person (what Ana's thread holds is hers:
         erasing her shreds it too); "" (the agent's own key) for rows about no one."""
-        return (self.agent_id, self.scope_person())
+        annotated: str | None = getattr(self, OWNER_PERSON, None)
+        return (self.agent_id, annotated if annotated is not None else self.scope_person())
+
+    @classmethod
+    def encryption_owner_person(cls) -> Expression:
+        """encryption_owner's person in SQL (governance.crypto.fields.OWNER_PERSON)."""
+        return scope_person_sql()
 
     def scope_person(self) -> str:
         """The person the scope is about: `user_id`, else the person of the thread `thread_id`
@@ -257,7 +287,15 @@ class ItemReview(models.Model):
 
     def encryption_owner(self) -> tuple[int | None, str]:
         """The item's owner (Scoped.encryption_owner)."""
+        annotated: str | None = getattr(self, OWNER_PERSON, None)
+        if annotated is not None:
+            return (self.agent_id, annotated)
         return self.item.encryption_owner()
+
+    @classmethod
+    def encryption_owner_person(cls) -> Expression:
+        """encryption_owner's person in SQL (governance.crypto.fields.OWNER_PERSON)."""
+        return scope_person_sql("item__")
 
 
 class Evidence(models.Model):
@@ -290,10 +328,18 @@ class Evidence(models.Model):
         shreds every copy of the quote, even one an item about someone else (or about no one)
         keeps; the item's owner (Scoped.encryption_owner) when the entry is gone or its thread
         is about no one."""
+        annotated: str | None = getattr(self, OWNER_PERSON, None)
+        if annotated is not None:
+            return (self.agent_id, annotated)
         quoted = self.quoted_person()
         if quoted:
             return (self.agent_id, quoted)
         return self.item.encryption_owner()
+
+    @classmethod
+    def encryption_owner_person(cls) -> Expression:
+        """encryption_owner's person in SQL (governance.crypto.fields.OWNER_PERSON)."""
+        return Coalesce(NullIf(F("entry__thread__user_id"), Value("")), scope_person_sql("item__"))
 
     def quoted_person(self) -> str:
         """The person of the quoted entry's thread ("" for no entry): read from the entry when it

@@ -8,10 +8,12 @@ from typing import Any
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from governance.crypto.rotation import rows_reseal
 from governance.crypto.sealing import sealed_key_id
 from governance.models import DataKey
-from memoryapp.models import Evidence
+from memoryapp.models import Evidence, MemoryItem
 from tests.kit.api import Caller, answered, post_item
+from tests.kit.crypto import K1, keys_set
 from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, ThreadFactory
 
 
@@ -76,3 +78,48 @@ def test_a_thread_given_to_another_person_walks_only_the_rows_whose_key_follows_
         cursor.execute("SELECT quote FROM memoryapp_evidence")
         keys = {sealed_key_id(v) for (v,) in cursor.fetchall()}
     assert keys == {str(DataKey.objects.get(agent_id=alice.agent.pk, user_id="u-bob").pk)}
+
+
+def _reseal_queries(queryset: Any) -> tuple[int, int]:
+    """(rows sealed again, queries it took)."""
+    with CaptureQueriesContext(connection) as captured:
+        resealed, _ = rows_reseal(queryset)
+    return resealed, len(captured.captured_queries)
+
+
+def test_the_rotation_reads_the_owners_of_quotes_and_thread_scoped_rows_with_the_rows(
+    encrypted: Any, db: None, settings: Any
+) -> None:
+    keys_set(settings, "")
+    agent = AgentFactory()
+    ana = EntryFactory(thread=ThreadFactory(agent=agent, external_id="t-ana", user_id="u-ana"))
+    ThreadFactory(agent=agent, external_id="t-bob", user_id="u-bob")
+    ThreadFactory(agent=agent, external_id="t-warm", user_id="u-bob")
+    for size, thread_id in ((1, "t-warm"), (2, "t-ana"), (10, "t-bob")):
+        for n in range(size):
+            # Thread-scoped items (their person is their thread's); quotes of Ana's entry, and
+            # quotes of no entry (their item's person).
+            item = MemoryItemFactory(agent=agent, user_id="", thread_id=thread_id, subject=f"{thread_id}-{n}")
+            Evidence.objects.create(agent=agent, item=item, entry=ana, quote="the quokka")
+            Evidence.objects.create(agent=agent, item=item, entry=None, quote="the parade")
+    keys_set(settings, K1)
+    _reseal_queries(MemoryItem.objects.filter(thread_id="t-warm"))  # the keys, read once
+    _reseal_queries(Evidence.objects.filter(item__thread_id="t-warm"))
+
+    few, many = (_reseal_queries(MemoryItem.objects.filter(thread_id=t)) for t in ("t-ana", "t-bob"))
+    assert (few[0], many[0]) == (2, 10) and few[1] == many[1]
+    few, many = (_reseal_queries(Evidence.objects.filter(item__thread_id=t)) for t in ("t-ana", "t-bob"))
+    assert (few[0], many[0]) == (4, 20) and few[1] == many[1]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT i.thread_id, e.entry_id IS NULL, e.quote FROM memoryapp_evidence e"
+            " JOIN memoryapp_memoryitem i ON i.id = e.item_id WHERE i.thread_id <> 't-warm'"
+        )
+        keys = {(thread_id, unquoted, sealed_key_id(quote)) for thread_id, unquoted, quote in cursor.fetchall()}
+    key = {u: str(DataKey.objects.get(agent_id=agent.pk, user_id=u).pk) for u in ("u-ana", "u-bob")}
+    assert keys == {
+        ("t-ana", False, key["u-ana"]),
+        ("t-ana", True, key["u-ana"]),
+        ("t-bob", False, key["u-ana"]),
+        ("t-bob", True, key["u-bob"]),
+    }
