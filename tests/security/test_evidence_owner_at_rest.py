@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from governance.crypto.rotation import rows_reseal
 from governance.crypto.sealing import sealed_key_id
 from governance.models import DataKey
+from memoryapp.forgetting.person import person_erase
 from memoryapp.models import Evidence, MemoryItem
 from tests.kit.api import Caller, answered, post_item
 from tests.kit.crypto import K1, keys_set
@@ -123,3 +124,23 @@ def test_the_rotation_reads_the_owners_of_quotes_and_thread_scoped_rows_with_the
         ("t-bob", False, key["u-ana"]),
         ("t-bob", True, key["u-bob"]),
     }
+
+
+def _items_of(caller: Caller, user_id: str) -> list[dict[str, Any]]:
+    return list(answered(caller.client.get("/api/v1/items", {"user_id": user_id}), 200)["results"])
+
+
+def test_erasing_the_quoted_person_takes_their_quotes_from_an_item_about_someone_else(
+    encrypted: Any, transactional_db: None, alice: Caller
+) -> None:
+    ana = _thread(alice, "t-ana", "u-ana", 2)
+    bob = _thread(alice, "t-bob", "u-bob", 2)
+    evidence = [{"entry_id": ana[0], "quote": "the quokkaparade"}, {"entry_id": bob[0], "quote": "the quokkaparade"}]
+    post_item(alice, kind="fact", subject="Bob", attribute="likes", value="parades", user_id="u-bob", evidence=evidence)
+    assert len(_items_of(alice, "u-bob")) == 1
+
+    person_erase(user_id="u-ana", agent_ids=[alice.agent.pk])
+
+    # Bob's item reads whole (no quote of Ana's words left under her destroyed key), on Bob's words.
+    assert [i["value"] for i in _items_of(alice, "u-bob")] == ["parades"]
+    assert list(Evidence.objects.values_list("entry_id", flat=True)) == [bob[0]]
