@@ -218,16 +218,27 @@ class EqualityHashField(models.CharField):  # type: ignore[type-arg]
     """
 
     def __init__(
-        self, *args: Any, source: str = "", normalize: Callable[[str], str] | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        source: str = "",
+        normalize: Callable[[str], str] | None = None,
+        kept: str = "",
+        **kwargs: Any,
     ) -> None:
         self.source = source
         self.normalize = normalize
+        # A sealed field (declared after this one) that keeps the plaintext hashed: the rotation
+        # hashes it again under new keys, where `source` may have been edited since (a staff rename
+        # keeps the name an entity is matched on, as the plaintext column does with encryption off).
+        self.kept = kept
         super().__init__(*args, **kwargs)
 
     def deconstruct(self) -> Any:
         # `normalize` is Python behaviour, not schema: migrations need not know it.
         name, path, args, kwargs = super().deconstruct()
         kwargs["source"] = self.source
+        if self.kept:
+            kwargs["kept"] = self.kept
         return name, path, args, kwargs
 
     def pre_save(self, model_instance: models.Model, add: bool) -> Any:
@@ -237,12 +248,21 @@ class EqualityHashField(models.CharField):  # type: ignore[type-arg]
         text = str(value)
         if text.startswith(EQUALITY_PREFIX):
             # Kept as it is on an ordinary save (a staff edit of the name leaves the column as it
-            # leaves the plaintext with encryption off); made again only by the rotation.
-            if self.normalize is None or not self.source or not getattr(model_instance, REHASH, False):
+            # leaves the plaintext with encryption off); made again only by the rotation, from the
+            # plaintext kept, else (a row hashed before it was kept) from `source`.
+            if not getattr(model_instance, REHASH, False):
                 return value
-            text = self.normalize(str(getattr(model_instance, self.source) or ""))
+            kept = str(getattr(model_instance, self.kept) or "") if self.kept else ""
+            if kept:
+                text = kept
+            elif self.normalize is not None and self.source:
+                text = self.normalize(str(getattr(model_instance, self.source) or ""))
+            else:
+                return value
         hashed = equality_value(agent_id=_owner(model_instance)[0], text=text)
         setattr(model_instance, self.attname, hashed)
+        if self.kept:
+            setattr(model_instance, self.kept, text)
         return hashed
 
 

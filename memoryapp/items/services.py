@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from governance import locks
 from governance.audit import audit_append
-from governance.crypto.fields import equality_value, equality_values
+from governance.crypto.fields import equality_values
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import new_id
@@ -87,7 +87,6 @@ def _check_text(value: Any, field: str, *, max_length: int, required: bool = Tru
 
 def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
     """The entity a subject names: the narrowest one the scope sees with that name, else a new one in the scope."""
-    key = equality_value(agent_id=agent.pk, text=normalized_name(subject))
     # Also its plaintext with encryption on: an entity written before it was on, not hashed yet.
     keys = equality_values(agent_id=agent.pk, text=normalized_name(subject))
     visible = Entity.objects.filter(
@@ -108,7 +107,9 @@ def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
                 project_id=scope.project_id,
                 thread_id=scope.thread_id,
                 name=collapse_spaces(subject),
-                normalized_name=key,
+                # In clear: its save hashes it with encryption on, and keeps it sealed (a rotation
+                # with new keys hashes it again).
+                normalized_name=normalized_name(subject),
             )
     except IntegrityError:  # another writer of another attribute created it first
         return Entity.objects.get(

@@ -111,7 +111,13 @@ class Entity(Scoped):
     # Lower-cased, spacing collapsed: the name items are matched on (and unique per scope). With
     # encryption on, its keyed hash (governance.crypto.fields.EqualityHashField): lookups compare
     # with `equality_value(agent_id=..., text=name_normalized(name))`.
-    normalized_name = EqualityHashField(max_length=300, source="name", normalize=name_normalized)
+    normalized_name = EqualityHashField(
+        max_length=300, source="name", normalize=name_normalized, kept="normalized_name_kept"
+    )
+    # With encryption on, the normalised name `normalized_name` hashes, sealed: a rotation with new
+    # keys hashes it again (the name itself may have been renamed since, keeping the match); ""
+    # with encryption off, where the column holds it in clear.
+    normalized_name_kept = SealedTextField(blank=True, default="")
     aliases = SealedJSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

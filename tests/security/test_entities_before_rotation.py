@@ -76,3 +76,22 @@ def test_a_rotation_with_new_keys_hashes_entity_names_again_so_they_are_still_fo
     _item(alice, "marta quillfeather", "job")
     assert Entity.objects.count() == 1
     assert MemoryItem.objects.filter(entity=Entity.objects.get()).count() == 2
+
+
+def test_a_rotation_with_new_keys_keeps_the_matching_name_a_staff_rename_kept(
+    encrypted: Any, db: None, settings: Any, alice: Caller
+) -> None:
+    _item(alice, "Marta", "city")
+    _item(alice, "Marta Silva", "job")
+    marta = next(e for e in Entity.objects.all() if e.name == "Marta")
+    staff = staff_client(username="eve", is_superuser=True)
+    answer = staff.post(f"/admin/memoryapp/entity/{marta.pk}/change/", {"name": "Marta Silva", "aliases": "[]"})
+    assert answer.status_code == 302
+    keys_set(settings, f"{K2},{K1}")
+
+    call_command("encryption_rotate", "--rekey", "--settle", "0", stdout=StringIO())
+
+    # Still matched on "marta", as with encryption off: an item about Marta finds the renamed one.
+    _item(alice, "Marta", "age")
+    assert Entity.objects.count() == 2
+    assert {i.attribute for i in MemoryItem.objects.filter(entity=marta)} == {"city", "age"}
