@@ -139,7 +139,8 @@ def _files(user_id: str, agents: list[int], mode: str) -> QuerySet[MemoryFileVer
 def _jobs(user_id: str, agents: list[int], keep_job_ids: Sequence[int]) -> QuerySet[JobRun]:
     """Job runs of these agents whose arguments or result name the person (not yet scrubbed)."""
     # The id as a JSON string, quotes included, in the JSON's text: "u-1" is not found in "u-10".
-    quoted_id = json.dumps(user_id)
+    # Its letters as they are: jsonb's text (and a sealed result's, opened) writes "ë", not "\u00eb".
+    quoted_id = json.dumps(user_id, ensure_ascii=False)
     runs = (
         JobRun.objects.filter(Q(agent_id__in=agents) | Q(agent_id__isnull=True))
         .exclude(pk__in=list(keep_job_ids))
