@@ -49,7 +49,7 @@ import json
 import os
 import tempfile
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -580,198 +580,163 @@ def _write_items(items: QuerySet[MemoryItem], *, path: str, kind: str, writer: _
     writer.done(part)
 
 
-def _write_entities(scope: PersonScope, writer: _Writer) -> None:
-    part = writer.part("entities.jsonl")
-    for entity in scope.entities().order_by("pk").iterator(ROW_FETCH):
-        part.line(
-            _dumps(
-                {
-                    "type": "entity",
-                    "entity": {
-                        "id": entity.pk,
-                        "agent_id": entity.agent_id,
-                        "scope": {
-                            "user_id": entity.user_id,
-                            "project_id": entity.project_id,
-                            "thread_id": entity.thread_id,
-                        },
-                        "name": entity.name,
-                        "aliases": entity.aliases,
-                        "created_at": _iso(entity.created_at),
-                    },
-                }
-            )
-        )
-        writer.count("entities")
+def _records_write(
+    writer: _Writer,
+    path: str,
+    kind: str,
+    records: Iterable[dict[str, Any]],
+    *,
+    counted: str,
+    progress: _Progress | None = None,
+) -> None:
+    """A part of JSON lines `{"type": kind, kind: record}`, one per record, counted as `counted`
+    (0 when there is none); `progress` told every ROW_FETCH records."""
+    part = writer.part(path)
+    done = 0
+    for record in records:
+        part.line(_dumps({"type": kind, kind: record}))
+        done += 1
+        if progress is not None and done % ROW_FETCH == 0:
+            progress.add(ROW_FETCH)
+    writer.count(counted, done)
+    if progress is not None:
+        progress.add(done % ROW_FETCH)
     writer.done(part)
+
+
+def _scope_of(row: Entity | MemoryFileVersion) -> dict[str, str]:
+    return {"user_id": row.user_id, "project_id": row.project_id, "thread_id": row.thread_id}
+
+
+def _write_entities(scope: PersonScope, writer: _Writer) -> None:
+    entities = scope.entities().order_by("pk").iterator(ROW_FETCH)
+    records = (
+        {
+            "id": entity.pk,
+            "agent_id": entity.agent_id,
+            "scope": _scope_of(entity),
+            "name": entity.name,
+            "aliases": entity.aliases,
+            "created_at": _iso(entity.created_at),
+        }
+        for entity in entities
+    )
+    _records_write(writer, "entities.jsonl", "entity", records, counted="entities")
 
 
 def _write_files(scope: PersonScope, writer: _Writer, progress: _Progress) -> None:
-    part = writer.part("files.jsonl")
     versions = scope.file_versions().order_by("agent_id", "user_id", "project_id", "thread_id", "path", "sequence")
-    done = 0
-    for version in versions.iterator(ROW_FETCH):
-        part.line(
-            _dumps(
-                {
-                    "type": "file_version",
-                    "file_version": {
-                        "id": version.pk,
-                        "agent_id": version.agent_id,
-                        "scope": {
-                            "user_id": version.user_id,
-                            "project_id": version.project_id,
-                            "thread_id": version.thread_id,
-                        },
-                        "path": version.path,
-                        "sequence": version.sequence,
-                        "content": version.content,
-                        "deleted": version.content is None and version.redacted_at is None,
-                        "sha256": version.sha256,
-                        "size": version.size,
-                        "previous_id": version.previous_id,
-                        "place_entry_id": version.place_id,
-                        "renamed_from": version.renamed_from,
-                        "author": version.author,
-                        "created_at": _iso(version.created_at),
-                        "redacted_at": _iso(version.redacted_at),
-                    },
-                }
-            )
-        )
-        done += 1
-        if done % ROW_FETCH == 0:
-            progress.add(ROW_FETCH)
-    writer.count("file_versions", done)
-    progress.add(done % ROW_FETCH)
-    writer.done(part)
+    records = (
+        {
+            "id": version.pk,
+            "agent_id": version.agent_id,
+            "scope": _scope_of(version),
+            "path": version.path,
+            "sequence": version.sequence,
+            "content": version.content,
+            "deleted": version.content is None and version.redacted_at is None,
+            "sha256": version.sha256,
+            "size": version.size,
+            "previous_id": version.previous_id,
+            "place_entry_id": version.place_id,
+            "renamed_from": version.renamed_from,
+            "author": version.author,
+            "created_at": _iso(version.created_at),
+            "redacted_at": _iso(version.redacted_at),
+        }
+        for version in versions.iterator(ROW_FETCH)
+    )
+    _records_write(writer, "files.jsonl", "file_version", records, counted="file_versions", progress=progress)
 
 
 def _write_audit(scope: PersonScope, writer: _Writer) -> None:
-    part = writer.part("audit.jsonl")
-    for record in scope.audit_records().order_by("seq").iterator(ROW_FETCH):
-        part.line(
-            _dumps(
-                {
-                    "type": "audit",
-                    "audit": {
-                        "seq": record.seq,
-                        "at": _iso(record.at),
-                        "action": record.action,
-                        "actor": record.actor,
-                        "agent_id": record.agent_id,
-                        "thread_id": record.thread_id,
-                        "subject": record.subject,
-                        "outcome": record.outcome,
-                        "details": record.details,
-                        "hash": record.hash,
-                    },
-                }
-            )
-        )
-        writer.count("audit_records")
-    writer.done(part)
+    records = (
+        {
+            "seq": record.seq,
+            "at": _iso(record.at),
+            "action": record.action,
+            "actor": record.actor,
+            "agent_id": record.agent_id,
+            "thread_id": record.thread_id,
+            "subject": record.subject,
+            "outcome": record.outcome,
+            "details": record.details,
+            "hash": record.hash,
+        }
+        for record in scope.audit_records().order_by("seq").iterator(ROW_FETCH)
+    )
+    _records_write(writer, "audit.jsonl", "audit", records, counted="audit_records")
 
 
 def _write_messages_elsewhere(scope: PersonScope, writer: _Writer, progress: _Progress) -> None:
     """Their messages in threads of others, each with what places it (agent, thread, seq, role, time),
     and nothing of the thread's other entries (they are the thread's person's, not theirs)."""
-    part = writer.part("messages.jsonl")
     messages = (
         scope.messages_elsewhere()
         .annotate(thread_external_id=F("thread__external_id"))
         .only("id", "agent_id", "thread_id", "seq", "role", "content", "created_at", "redacted_at")
         .order_by("agent_id", "thread_id", "seq")
     )
-    done = 0
-    for message in messages.iterator(ENTRY_FETCH):
-        part.line(
-            _dumps(
-                {
-                    "type": "message",
-                    "message": {
-                        "agent_id": message.agent_id,
-                        "thread_id": message.thread_external_id,  # type: ignore[attr-defined]
-                        "entry_id": message.pk,
-                        "seq": message.seq,
-                        "role": message.role,
-                        "created_at": _iso(message.created_at),
-                        "content": message.content,
-                        "redacted_at": _iso(message.redacted_at),
-                    },
-                }
-            )
-        )
-        done += 1
-        if done % ROW_FETCH == 0:
-            progress.add(ROW_FETCH)
-    writer.count("messages_elsewhere", done)
-    progress.add(done % ROW_FETCH)
-    writer.done(part)
+    records = (
+        {
+            "agent_id": message.agent_id,
+            "thread_id": message.thread_external_id,  # type: ignore[attr-defined]
+            "entry_id": message.pk,
+            "seq": message.seq,
+            "role": message.role,
+            "created_at": _iso(message.created_at),
+            "content": message.content,
+            "redacted_at": _iso(message.redacted_at),
+        }
+        for message in messages.iterator(ENTRY_FETCH)
+    )
+    _records_write(writer, "messages.jsonl", "message", records, counted="messages_elsewhere", progress=progress)
 
 
 def _write_job_runs(scope: PersonScope, writer: _Writer) -> None:
     """The job runs naming them: what ran, when, with which arguments and result (not its error text
     nor its model usage, which are the service's bookkeeping)."""
-    part = writer.part("job_runs.jsonl")
     runs = scope.job_runs().defer("error", "usage", "message_id", "dedupe_key", "task_name").order_by("pk")
-    for run in runs.iterator(ROW_FETCH):
-        part.line(
-            _dumps(
-                {
-                    "type": "job_run",
-                    "job_run": {
-                        "id": run.pk,
-                        "kind": run.kind,
-                        "agent_id": run.agent_id,
-                        "status": run.status,
-                        "arguments": run.arguments,
-                        "result": run.result,
-                        "created_at": _iso(run.created_at),
-                        "started_at": _iso(run.started_at),
-                        "finished_at": _iso(run.finished_at),
-                    },
-                }
-            )
-        )
-        writer.count("job_runs")
-    writer.done(part)
+    records = (
+        {
+            "id": run.pk,
+            "kind": run.kind,
+            "agent_id": run.agent_id,
+            "status": run.status,
+            "arguments": run.arguments,
+            "result": run.result,
+            "created_at": _iso(run.created_at),
+            "started_at": _iso(run.started_at),
+            "finished_at": _iso(run.finished_at),
+        }
+        for run in runs.iterator(ROW_FETCH)
+    )
+    _records_write(writer, "job_runs.jsonl", "job_run", records, counted="job_runs")
 
 
 def _write_access_log(scope: PersonScope, writer: _Writer) -> None:
-    """When, by which request and in which thread their items and entries were sent to an agent."""
-    part = writer.part("access_log.jsonl")
-    with access_log_person_reading():  # room for its hashes of the person's ids
-        _access_log_lines(scope, part, writer)
-    writer.done(part)
-
-
-def _access_log_lines(scope: PersonScope, part: _Part, writer: _Writer) -> None:
-    """A line per row: its time, source, agent and thread, and the ids in it that are theirs."""
+    """When, by which request and in which thread their items and entries were sent to an agent: a
+    line per row, its time, source, agent and thread, and the ids in it that are theirs."""
     # The row's own id arrays are not read: they may name other people's memory. (The annotations
     # come from access_log_of_person, which the type checker's plugin cannot see from here.)
     rows = scope.access_log().values(  # type: ignore[misc]
         "id", "at", "source", "agent_id", "thread_external_id", "about_them", "their_item_ids", "their_entry_ids"
     )
-    for row in rows.order_by("pk").iterator(ROW_FETCH):
-        part.line(
-            _dumps(
-                {
-                    "type": "access",
-                    "access": {
-                        "id": row["id"],
-                        "at": _iso(row["at"]),
-                        "source": row["source"],
-                        "agent_id": row["agent_id"],
-                        "thread_id": row["thread_external_id"],
-                        "about_them": row["about_them"],
-                        "item_ids": row["their_item_ids"],
-                        "entry_ids": row["their_entry_ids"],
-                    },
-                }
-            )
-        )
-        writer.count("access_log")
+    records = (
+        {
+            "id": row["id"],
+            "at": _iso(row["at"]),
+            "source": row["source"],
+            "agent_id": row["agent_id"],
+            "thread_id": row["thread_external_id"],
+            "about_them": row["about_them"],
+            "item_ids": row["their_item_ids"],
+            "entry_ids": row["their_entry_ids"],
+        }
+        for row in rows.order_by("pk").iterator(ROW_FETCH)
+    )
+    with access_log_person_reading():  # room for its hashes of the person's ids
+        _records_write(writer, "access_log.jsonl", "access", records, counted="access_log")
 
 
 def _write_vectors(scope: PersonScope, writer: _Writer) -> None:
