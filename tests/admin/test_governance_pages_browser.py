@@ -15,7 +15,7 @@ import pytest
 
 from memoryapp.models import Agent
 from tests.kit import PROJECT_ROOT
-from tests.kit.factories import AgentFactory, StaffFactory, ThreadFactory
+from tests.kit.factories import AgentFactory, MemoryItemFactory, StaffFactory, ThreadFactory
 from tests.kit.governance_rows import governance_rows
 
 CHROMIUM = "/usr/bin/chromium"
@@ -84,6 +84,14 @@ def test_the_governance_pages_fit_the_window_with_hundreds_of_rows(
     unheld = AgentFactory(slug="travel-desk")
     for n in range(2):
         ThreadFactory(agent=unheld, external_id=f"t-{n}", turns=[("user", "hello"), ("assistant", "hi")] * 30)
+    for n in range(60):  # the memory items list: long slugs, subjects, values and person ids
+        MemoryItemFactory(
+            agent=rows.agents[n % 3],
+            subject=f"Ana Maria Pereira de Souza {n}",
+            attribute="favourite places to travel to",
+            value="the lighthouse by the harbour where her grandmother lived " * 4,
+            user_id=f"auth0:{n:04d}-5f0c2a9e7b3d4c1e8a6f9b2d4e7c1a3f-pereira.ana.maria@example.org",
+        )
     agents = Agent.objects.count()
     erasure, export, item = rows.finished_erasure, rows.finished_export, rows.item
     running = type(erasure).objects.filter(status="running").order_by("pk").first()
@@ -106,6 +114,7 @@ def test_the_governance_pages_fit_the_window_with_hundreds_of_rows(
         "compaction-list": "/admin/memoryapp/compactionsettings/",
         "compaction-change": f"/admin/memoryapp/compactionsettings/{rows.agents[1].pk}/change/",
         "item-uses": f"/admin/memoryapp/memoryitem/{item.pk}/change/#item-uses",
+        "item-list": "/admin/memoryapp/memoryitem/",
         "jobrun-list": "/admin/governance/jobrun/",
         "agent-delete-held": f"/admin/memoryapp/agent/{rows.agents[1].pk}/delete/",
         "agent-delete": f"/admin/memoryapp/agent/{unheld.pk}/delete/",
