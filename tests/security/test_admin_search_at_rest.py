@@ -67,3 +67,32 @@ def test_the_admin_thread_search_finds_threads_by_their_ids_with_encryption_on(
     for query, shown, hidden in [("rome", "rome", "paris"), ("u-bo", "paris", "rome"), ("alice", "rome", "paris")]:
         page = admin_client.get("/admin/memoryapp/thread/", {"q": query}).content.decode()
         assert f">{shown}<" in page and f">{hidden}<" not in page, query
+
+
+ODD_SEARCHES = ['"no prawns', "-prawns", "or", "or or -", "--", '"', '-""', "prawns " * 3000, "x" * 5000, "a|b&!c:*"]
+
+
+def test_the_admin_entry_search_answers_odd_syntax_with_encryption_on(
+    encrypted: Any, db: None, admin_client: Client, alice: Caller, bob: Caller
+) -> None:
+    ill = entry_add(
+        thread=thread_create(agent=alice.agent, external_id="food", user_id="u-ana"),
+        role="user",
+        content="Shellfish makes me ill, so no prawns please.",
+    )
+    bobs = entry_add(
+        thread=thread_create(agent=bob.agent, external_id="dinner", user_id="u-bo"), role="user", content="Sushi"
+    )
+    for query in ODD_SEARCHES:
+        _listed(admin_client, query)  # 200, whatever the syntax
+    assert _listed(admin_client, '"no prawns') == {ill.id}  # the closing quote may be missing
+    assert _listed(admin_client, "-prawns") == {bobs.id}
+    assert _listed(admin_client, "or") == set()
+
+
+def test_the_admin_entry_search_answers_odd_syntax_with_encryption_off(
+    db: None, admin_client: Client, alice: Caller
+) -> None:
+    entry_add(thread=thread_create(agent=alice.agent, external_id="food"), role="user", content="No prawns please.")
+    for query in ODD_SEARCHES:
+        _listed(admin_client, query)
