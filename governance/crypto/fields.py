@@ -93,18 +93,20 @@ class _Sealed:
             return self.seal_value(value, _owner(instance))
         return value
 
-
-class SealedTextField(_Sealed, models.TextField):  # type: ignore[misc]
+    # The field's own steps (TextField's, JSONField's) come after this class in the fields' MRO.
     def pre_save(self, model_instance: models.Model, add: bool) -> Any:
-        return self.seal_for(model_instance, super().pre_save(model_instance, add))
-
-    def seal_with(self, value: Any, key: DataKey) -> Any:
-        return text_seal_with(str(value), key=key, aad=self.aad)
+        return self.seal_for(model_instance, super().pre_save(model_instance, add))  # type: ignore[misc]
 
     def get_db_prep_save(self, value: Any, connection: Any) -> Any:
+        """A value no row's save sealed (an update's, a lookup's): sealed under the key of no agent."""
         if encryption_enabled() and self._plain(value):
             value = self.seal_value(value, (None, ""))
-        return super().get_db_prep_save(value, connection)
+        return super().get_db_prep_save(value, connection)  # type: ignore[misc]
+
+
+class SealedTextField(_Sealed, models.TextField):  # type: ignore[misc]
+    def seal_with(self, value: Any, key: DataKey) -> Any:
+        return text_seal_with(str(value), key=key, aad=self.aad)
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
         if isinstance(value, str) and value.startswith(PREFIX):
@@ -113,16 +115,8 @@ class SealedTextField(_Sealed, models.TextField):  # type: ignore[misc]
 
 
 class SealedJSONField(_Sealed, models.JSONField):  # type: ignore[misc]
-    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
-        return self.seal_for(model_instance, super().pre_save(model_instance, add))
-
     def seal_with(self, value: Any, key: DataKey) -> Any:
         return text_seal_with(json_text(value), key=key, aad=self.aad)
-
-    def get_db_prep_save(self, value: Any, connection: Any) -> Any:
-        if encryption_enabled() and self._plain(value):
-            value = self.seal_value(value, (None, ""))
-        return super().get_db_prep_save(value, connection)
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
         value = super().from_db_value(value, expression, connection)
