@@ -42,13 +42,13 @@ from governance.crypto.envelope import (
     data_keys_rewrap,
 )
 from governance.crypto.fields import (
-    OWNER_PERSON,
     REHASH,
     BlindIndexField,
     EqualityHashField,
     SealedJSONField,
     SealedTextField,
     is_equality_hash,
+    with_owner,
 )
 from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX, SealError, sealed_key_id
@@ -125,13 +125,6 @@ def _is_stale(
     )
 
 
-def _with_owner(queryset: QuerySet[Any]) -> QuerySet[Any]:
-    """The rows with their owner's person read in the same query, where the model says how
-    (OWNER_PERSON): a page of rows costs one query, not one more per row."""
-    person = getattr(queryset.model, "encryption_owner_person", None)
-    return queryset.annotate(**{OWNER_PERSON: person()}) if person is not None else queryset
-
-
 def _seal_again(
     model: type[models.Model],
     fields: list[models.Field],  # type: ignore[type-arg]
@@ -142,7 +135,7 @@ def _seal_again(
     seal their values under their owner's key as a save would (each field's pre_save: the blind
     index and equality hashes (`derived`) from the plaintext, before the sealed values replace it),
     and write them in one UPDATE."""
-    locked = _with_owner(model._default_manager.select_for_update(of=("self",)).filter(pk__in=pks).order_by("pk"))
+    locked = with_owner(model._default_manager.select_for_update(of=("self",)).filter(pk__in=pks).order_by("pk"))
     if any(f.name == "thread" for f in model._meta.concrete_fields):
         locked = locked.select_related("thread")
     written = [*derived, *fields]
@@ -196,7 +189,7 @@ def rows_reseal(
     equal = [f for f in model._meta.concrete_fields if isinstance(f, EqualityHashField)]
     raw = {f"_sealed_raw_{f.attname}": Cast(f.attname, models.TextField()) for f in fields}
     # The sealed values are read as stored (never opened): a shredded person's rows stay unread.
-    queryset = _with_owner(queryset.order_by("pk").defer(*(f.name for f in fields)).annotate(**raw))
+    queryset = with_owner(queryset.order_by("pk").defer(*(f.name for f in fields)).annotate(**raw))
     if any(f.name == "thread" for f in model._meta.concrete_fields):
         queryset = queryset.select_related("thread")
     resealed = shredded = 0
