@@ -40,7 +40,7 @@ from django.db.models.functions import Cast
 
 from governance.audit import audit_append
 from governance.crypto.envelope import data_key_destroy
-from governance.crypto.fields import json_text_open, update_values_sealed
+from governance.crypto.fields import json_text_open, sealed_update
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
@@ -521,10 +521,5 @@ def _files_erase(*, agent_id: int, version_ids: list[str], mode: str, actor: str
 def _jobs_scrub(runs: QuerySet[JobRun]) -> int:
     """Replace the arguments and result of these job runs by a mark: they named the person."""
     mark = {"erased": True}
-    scrubbed = 0
-    # A run's result is sealed under its agent's key: one update per agent (an update does not
-    # call pre_save; the key of no agent would seal it otherwise).
-    for agent_id in runs.order_by().values_list("agent_id", flat=True).distinct():
-        values = update_values_sealed(JobRun(agent_id=agent_id), {"arguments": mark, "result": mark})
-        scrubbed += runs.filter(agent_id=agent_id).update(**values)
-    return scrubbed
+    # A run's result is sealed under its agent's key (sealed_update: one UPDATE per agent).
+    return sealed_update(runs, arguments=mark, result=mark)
