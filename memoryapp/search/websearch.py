@@ -24,8 +24,10 @@ from governance.models import DataKey
 # A quoted phrase (the closing quote may be missing), or a run of anything but spaces and quotes;
 # either may be negated by a leading minus.
 _TOKEN = re.compile(r'(-?)"([^"]*)"?|(-?)([^\s"]+)')
-# At most this many terms of a typed search count (a search box, not a document).
+# At most this many terms of a typed search count, and this many words in all (a phrase is a term
+# of many words): a search box, not a document; the filter holds them once per agent.
 MAX_TYPED_TERMS = 32
+MAX_TYPED_WORDS = 64
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ def typed_groups(text: str) -> list[list[Term]]:
     """The alternatives of a typed search (split at `or`), each the terms all of which must hold."""
     groups: list[list[Term]] = [[]]
     count = 0
+    words_left = MAX_TYPED_WORDS
     for match in _TOKEN.finditer(text):
         negated = bool(match.group(1) or match.group(3))
         typed = match.group(2) if match.group(2) is not None else match.group(4)
@@ -45,10 +48,11 @@ def typed_groups(text: str) -> list[list[Term]]:
             if groups[-1]:
                 groups.append([])
             continue
-        words = tuple(text_words(typed))
+        words = tuple(text_words(typed))[:words_left]
         if words and count < MAX_TYPED_TERMS:
             groups[-1].append(Term(words=words, negated=negated))
             count += 1
+            words_left -= len(words)
     return [group for group in groups if group]
 
 

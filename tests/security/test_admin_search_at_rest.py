@@ -11,6 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from memoryapp.models import Entry
+from memoryapp.search.websearch import MAX_TYPED_WORDS, typed_groups
 from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
 
@@ -69,7 +70,20 @@ def test_the_admin_thread_search_finds_threads_by_their_ids_with_encryption_on(
         assert f">{shown}<" in page and f">{hidden}<" not in page, query
 
 
-ODD_SEARCHES = ['"no prawns', "-prawns", "or", "or or -", "--", '"', '-""', "prawns " * 3000, "x" * 5000, "a|b&!c:*"]
+LONG_PHRASE = '"' + " ".join(f"w{n}x" for n in range(3000)) + '"'
+ODD_SEARCHES = [
+    LONG_PHRASE,
+    '"no prawns',
+    "-prawns",
+    "or",
+    "or or -",
+    "--",
+    '"',
+    '-""',
+    "prawns " * 3000,
+    "x" * 5000,
+    "a|b&!c:*",
+]
 
 
 def test_the_admin_entry_search_answers_odd_syntax_with_encryption_on(
@@ -96,3 +110,14 @@ def test_the_admin_entry_search_answers_odd_syntax_with_encryption_off(
     entry_add(thread=thread_create(agent=alice.agent, external_id="food"), role="user", content="No prawns please.")
     for query in ODD_SEARCHES:
         _listed(admin_client, query)
+
+
+def test_a_typed_search_counts_so_many_words_however_long_its_phrases() -> None:
+    words = [w for group in typed_groups(LONG_PHRASE + " prawns -shellfish") for term in group for w in term.words]
+    assert len(words) == MAX_TYPED_WORDS  # the phrase's first words; the terms after it are over the count
+    assert words[:2] == ["w0x", "w1x"]
+    assert [t.words for g in typed_groups('"no prawns" -sea or ill') for t in g] == [
+        ("no", "prawn"),
+        ("sea",),
+        ("ill",),
+    ]
