@@ -240,24 +240,28 @@ class EqualityHashField(models.CharField):  # type: ignore[type-arg]
         if not encryption_enabled() or not value:
             return value
         text = str(value)
-        if text.startswith(EQUALITY_PREFIX):
+        if is_equality_hash(text):
             # Kept as it is on an ordinary save (a staff edit of the name leaves the column as it
-            # leaves the plaintext with encryption off); made again only by the rotation, from the
-            # plaintext kept, else (a row hashed before it was kept) from `source`.
-            if not getattr(model_instance, REHASH, False):
+            # leaves the plaintext with encryption off); made again only by the rotation.
+            again = self._rehash_text(model_instance) if getattr(model_instance, REHASH, False) else None
+            if again is None:
                 return value
-            kept = str(getattr(model_instance, self.kept) or "") if self.kept else ""
-            if kept:
-                text = kept
-            elif self.normalize is not None and self.source:
-                text = self.normalize(str(getattr(model_instance, self.source) or ""))
-            else:
-                return value
+            text = again
         hashed = equality_value(agent_id=_owner(model_instance)[0], text=text)
         setattr(model_instance, self.attname, hashed)
         if self.kept:
             setattr(model_instance, self.kept, text)
         return hashed
+
+    def _rehash_text(self, instance: models.Model) -> str | None:
+        """What the rotation hashes again: the plaintext kept, else (a row hashed before it was
+        kept) `source` normalised; None when neither can be had (the hash stays)."""
+        kept = str(getattr(instance, self.kept) or "") if self.kept else ""
+        if kept:
+            return kept
+        if self.normalize is not None and self.source:
+            return self.normalize(str(getattr(instance, self.source) or ""))
+        return None
 
 
 # Set on a row by the rotation before it saves it: its equality columns are hashed again from their
