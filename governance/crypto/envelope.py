@@ -236,11 +236,37 @@ def blind_key(*, agent_id: int | None) -> bytes:
         cached = _blind.get(agent_id)
     if cached is not None:
         return cached
-    base = data_key_for(agent_id=agent_id, user_id="")
-    derived = hmac.new(base.key, b"memory blind index v1", hashlib.sha256).digest()
+    derived = _blind_derive(data_key_for(agent_id=agent_id, user_id="").key)
     with _lock:
         _blind[agent_id] = derived
     return derived
+
+
+def _blind_derive(data_key: bytes) -> bytes:
+    return hmac.new(data_key, b"memory blind index v1", hashlib.sha256).digest()
+
+
+def blind_keys_live() -> dict[int, bytes]:
+    """The blind key of every agent with a live data key of its own (an agent without one has never
+    written with encryption on, so has no blind index), read in one query: a search across agents
+    (the admin's) hashes its words under each, where blind_key would read their keys one by one
+    (measured: 300 agents, the first search of a process 305 queries and 1.35 s)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, agent_id, master_key_id FROM {TABLE} WHERE agent_id IS NOT NULL AND user_id = ''"
+            " AND destroyed_at IS NULL AND retired_at IS NULL ORDER BY agent_id"
+        )
+        rows = cursor.fetchall()
+    keys: dict[int, bytes] = {}
+    for key_id, agent_id, master_id in rows:
+        with _lock:
+            known = _blind.get(agent_id)
+        if known is None:
+            known = _blind_derive(_unwrap(key_id, agent_id, "", master_id))
+            with _lock:
+                _blind[agent_id] = known
+        keys[int(agent_id)] = known
+    return keys
 
 
 def data_keys_rewrap(*, batch: int = 500) -> tuple[int, int]:

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from django.db.models import Q
 
 from governance.crypto.blind import text_words, word_hash
-from governance.crypto.envelope import blind_key
-from governance.models import DataKey
+from governance.crypto.envelope import blind_keys_live
 
 # A quoted phrase (the closing quote may be missing), or a run of anything but spaces and quotes;
 # either may be negated by a leading minus.
@@ -65,15 +64,6 @@ def _group_q(group: list[Term], *, key: bytes) -> Q:
     return q
 
 
-def blind_keyed_agents() -> list[int]:
-    """The agents whose rows may have a blind index: those with a live key of their own (the blind
-    key derives from it; an agent without one has never written with encryption on)."""
-    live = DataKey.objects.filter(
-        agent_id__isnull=False, user_id="", destroyed_at__isnull=True, retired_at__isnull=True
-    )
-    return sorted(int(a) for a in live.values_list("agent_id", flat=True) if a is not None)
-
-
 def entries_typed_match(text: str) -> Q:
     """A filter of Entry: the entries whose blind index holds what `text` asks for (see the module
     doc), across every agent; nothing when the text holds no word."""
@@ -81,8 +71,7 @@ def entries_typed_match(text: str) -> Q:
     found = Q(pk__in=[])
     if not groups:
         return found
-    for agent_id in blind_keyed_agents():
-        key = blind_key(agent_id=agent_id)
+    for agent_id, key in blind_keys_live().items():
         either = Q(pk__in=[])
         for group in groups:
             either |= _group_q(group, key=key)

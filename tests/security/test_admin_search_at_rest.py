@@ -10,7 +10,8 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from memoryapp.models import Entry
+from governance.crypto.envelope import data_keys_forget
+from memoryapp.models import Agent, Entry
 from memoryapp.search.websearch import MAX_TYPED_WORDS, typed_groups
 from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
@@ -121,3 +122,21 @@ def test_a_typed_search_counts_so_many_words_however_long_its_phrases() -> None:
         ("sea",),
         ("ill",),
     ]
+
+
+def test_the_admin_entry_search_reads_every_agents_blind_key_in_one_query(
+    encrypted: Any, db: None, admin_client: Client, alice: Caller
+) -> None:
+    def counted() -> int:
+        data_keys_forget()  # a process's first search: no key cached
+        with CaptureQueriesContext(connection) as captured:
+            _listed(admin_client, "zebra")  # no row shown: what is counted is the search's
+        return len(captured.captured_queries)
+
+    entry_add(thread=thread_create(agent=alice.agent, external_id="a"), role="user", content="prawns")
+    one = counted()
+    for n in range(4):
+        agent = Agent.objects.create(slug=f"more-{n}", name=f"more {n}")
+        entry_add(thread=thread_create(agent=agent, external_id="b"), role="user", content="prawns")
+    assert counted() == one
+    assert len(_listed(admin_client, "prawns")) == 5
