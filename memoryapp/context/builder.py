@@ -771,7 +771,11 @@ def _load_facts(build: _Build) -> None:
     thread = build.thread
     try:
         facts = context_facts(
-            agent=build.agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=build.request.as_of
+            agent=build.agent,
+            user_id=thread.user_id,
+            project_id=thread.project_scope,
+            thread_id=thread.external_id,
+            as_of=build.request.as_of,
         )
     except Exception as exc:
         logger.exception("context facts failed")
@@ -796,7 +800,12 @@ def _load_observations(build: _Build) -> None:
         return
     try:
         build.observations = observations_seen(
-            agent=build.agent, scope=Scope(user_id=build.thread.user_id, thread_id=build.thread.external_id)
+            agent=build.agent,
+            scope=Scope(
+                user_id=build.thread.user_id,
+                project_id=build.thread.project_scope,
+                thread_id=build.thread.external_id,
+            ),
         )
     except Exception as exc:
         logger.exception("context observations failed")
@@ -893,7 +902,13 @@ def _recall(build: _Build) -> None:
         before_seq=before_seq,
         # Turns of other branches (left by a rewind or a checkout) are not this conversation's past.
         exclude_ids=_off_branch(thread, request.leaf_id, before_seq) if thread.branched else (),
-        items=items_for_recall(agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=request.as_of),
+        items=items_for_recall(
+            agent=agent,
+            user_id=thread.user_id,
+            project_id=thread.project_scope,
+            thread_id=thread.external_id,
+            as_of=request.as_of,
+        ),
         as_of=request.as_of,
     )
     build.errors.extend(search_errors)
@@ -1295,7 +1310,13 @@ def _brief(build: _Build) -> list[BriefCard]:
         text=request.current_input,
         before_seq=None,
         exclude_ids=_off_branch(thread, request.leaf_id, None) if thread.branched else (),
-        items=items_for_recall(agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=request.as_of),
+        items=items_for_recall(
+            agent=agent,
+            user_id=thread.user_id,
+            project_id=thread.project_scope,
+            thread_id=thread.external_id,
+            as_of=request.as_of,
+        ),
         as_of=request.as_of,
     )
     build.errors.extend({**e, "source": "brief"} for e in search_errors)

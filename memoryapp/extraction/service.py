@@ -158,7 +158,7 @@ def _write_window(
             value=item.value,
             trust=item.trust,
             user_id=locked.user_id,
-            project_id=str((locked.metadata or {}).get("project_id") or "")[:128],
+            project_id=locked.project_scope,
             evidence=[{"entry_id": q["entry_id"], "quote": q["quote"]} for q in evidence],
             confidence=item.confidence,
             valid_from=item.valid_from,

@@ -77,6 +77,12 @@ class Thread(models.Model):
     def branched(self) -> bool:
         return self.branch_epoch > 0
 
+    @property
+    def project_scope(self) -> str:
+        """The project the thread belongs to (its `metadata.project_id`, "" for none): extraction
+        writes the thread's items in it, and the thread's context and search read them there."""
+        return str((self.metadata or {}).get("project_id") or "")[:128]
+
 
 class Entry(models.Model):
     """A node of a thread's tree: a message, a tool result, or a session event."""

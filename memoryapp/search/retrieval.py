@@ -120,12 +120,18 @@ def items_searchable(
 ) -> QuerySet[MemoryItem]:
     """Items a search may return: those that hold at `as_of` (now) and the scope sees.
 
-    A thread sees the items of its person and its own; a person those of no person and theirs;
+    A thread sees the items of its person, its project and its own; a person those of no person and theirs;
     the whole agent every item that holds. Suggested, rejected and stale items never.
     """
 
     if thread is not None:
-        return items_for_recall(agent=agent, user_id=thread.user_id, thread_id=thread.external_id, as_of=as_of)
+        return items_for_recall(
+            agent=agent,
+            user_id=thread.user_id,
+            project_id=thread.project_scope,
+            thread_id=thread.external_id,
+            as_of=as_of,
+        )
     if user_id is not None:
         return items_for_recall(agent=agent, user_id=user_id, as_of=as_of)
     return items_for_agent(agent=agent).filter(holding_q(as_of=as_of))

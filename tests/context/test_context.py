@@ -302,6 +302,28 @@ def test_facts_beyond_their_share_are_dropped_for_budget(alice: Any) -> None:
     _budget_kept(built, 1000, 0)
 
 
+def test_a_threads_context_holds_the_items_of_its_project_and_none_of_another_project(alice: Any) -> None:
+    ThreadFactory(agent=alice.agent, turns=_turns(4), metadata={"project_id": "p-garden"})
+    ours = MemoryItemFactory(agent=alice.agent, attribute="soil", value="clay soil by the shed", project_id="p-garden")
+    theirs = MemoryItemFactory(
+        agent=alice.agent, attribute="oven", value="clay oven by the shed", project_id="p-kitchen"
+    )
+    embedded(alice.agent)
+
+    with_facts = build_context(alice, strategy="recent", max_tokens=3000)
+    recalled = build_context(
+        alice,
+        strategy="hybrid",
+        max_tokens=3000,
+        current_input="What is made of clay by the shed?",
+        include_facts=False,
+    )
+
+    assert [f["id"] for f in with_facts["facts"]] == [ours.id]
+    assert [i["id"] for i in recalled["recalled"]["items"]] == [ours.id]
+    assert theirs.value not in str(with_facts) + str(recalled)
+
+
 # --- hybrid --------------------------------------------------------------------------------------
 
 OLD_TURNS = [

@@ -221,6 +221,19 @@ def test_search_is_limited_to_the_thread_or_the_person_asked(alice: Any) -> None
     assert sorted(h["thread_id"] for h in everywhere) == ["t-ana", "t-ben"]
 
 
+def test_a_threads_search_finds_the_items_of_its_project_and_none_of_another_project(alice: Any) -> None:
+    ThreadFactory(agent=alice.agent, external_id="t-garden", metadata={"project_id": "p-garden"})
+    ThreadFactory(agent=alice.agent, external_id="t-plain")
+    ours = MemoryItemFactory(agent=alice.agent, attribute="soil", value="clay soil by the shed", project_id="p-garden")
+    MemoryItemFactory(agent=alice.agent, attribute="oven", value="clay oven by the shed", project_id="p-kitchen")
+
+    in_project = _search(alice, text="clay shed", thread_id="t-garden", kinds=["items"]).json()["results"]
+    outside = _search(alice, text="clay shed", thread_id="t-plain", kinds=["items"]).json()["results"]
+
+    assert [r["id"] for r in in_project] == [ours.id]
+    assert outside == []
+
+
 def test_items_are_found_when_active_and_never_when_suggested(alice: Any) -> None:
     MemoryItemFactory(agent=alice.agent, attribute="city", value="lives in Porto", user_id="")
     suggested = MemoryItemFactory(
