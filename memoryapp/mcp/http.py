@@ -49,6 +49,8 @@ _OWN_HEADERS = {"content-length", "connection", "transfer-encoding", "keep-alive
 @csrf_exempt
 def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     """One MCP request (see the module's docstring)."""
+    if request.method != "POST":
+        return _method_refused(request)
     try:
         caller, key = _caller(request)
     except Exception as exc:
@@ -68,6 +70,25 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
     for name, value in headers:
         if name.lower() not in _OWN_HEADERS:
             response[name] = value
+    return response
+
+
+def _method_refused(request: HttpRequest) -> HttpResponse:
+    """Every method but POST answers 405 at once, before the key is checked and the SDK is asked.
+
+    Stateless, the SDK has nothing to serve on a GET (no session, no server-to-client messages), yet
+    it would open an event stream and wait on it forever, holding the web thread: about 26 such
+    requests made the whole API unresponsive (issue 23), and one with Last-Event-ID was a 500 with
+    an empty body. A DELETE ends a session, which stateless has none of either.
+    """
+    response = JsonResponse(
+        error_body(
+            "method_not_allowed",
+            f"The MCP endpoint takes POST only (stateless: no {request.method} event stream or session).",
+        ),
+        status=405,
+    )
+    response["Allow"] = "POST"
     return response
 
 

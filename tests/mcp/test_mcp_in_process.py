@@ -91,3 +91,37 @@ def test_mcp_get_context_takes_the_connections_project_documents_and_a_time_zone
     assert zoned["structuredContent"]["documents"] == []  # no project named: the thread's own (none)
     bad = _tool(client, alice.key, "get_context", {"max_tokens": 2000, "time_zone": "Mars/Base"}, "?thread_id=t-mcp")
     assert bad["isError"] and bad["structuredContent"]["error"]["field"] == "time_zone", bad
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"HTTP_ACCEPT": "text/event-stream"},
+        {},
+        {"HTTP_ACCEPT": "text/event-stream", "HTTP_LAST_EVENT_ID": "0"},
+        {"HTTP_ACCEPT": "application/json, text/event-stream", "HTTP_MCP_PROTOCOL_VERSION": "2025-06-18"},
+    ],
+    ids=["event-stream", "no-accept", "last-event-id", "mcp-client"],
+)
+def test_a_get_of_the_mcp_endpoint_answers_405_at_once_and_never_holds_the_thread(
+    alice: Caller, client: Client, headers: dict[str, str]
+) -> None:
+    """Stateless, there is no GET event stream: the SDK would open one and wait on it forever (issue 23).
+    Asked in a thread of its own, so a hang fails the test instead of hanging it."""
+    answers: list[Any] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(client.get("/mcp/", HTTP_AUTHORIZATION=f"Bearer {alice.key}", **headers)),
+        daemon=True,
+    )
+    asking.start()
+    asking.join(timeout=60)  # a generous deadline: a hang is what fails, not a slow answer
+    assert answers, "GET /mcp/ did not answer"
+    answer = answers[0]
+    assert answer.status_code == 405
+    assert answer["Allow"] == "POST"
+    assert answer.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_a_delete_or_a_get_without_a_key_at_the_mcp_endpoint_is_a_405_too(client: Client) -> None:
+    for answer in (client.get("/mcp"), client.delete("/mcp/")):
+        assert answer.status_code == 405 and answer.json()["error"]["code"] == "method_not_allowed"
