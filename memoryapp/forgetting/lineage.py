@@ -21,10 +21,9 @@ from memoryapp.files.access import FileAccess
 from memoryapp.files.selectors import versions_unredacted
 from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
 from memoryapp.items.evidence import verify_evidence
-from memoryapp.items.rules import Scope, normalized_name
-from memoryapp.items.services import slot_layout, slot_lock
+from memoryapp.items.services import slots_lay_out, slots_lock
 from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
-from memoryapp.models.choices import EntryType, EvidenceStatus, ItemStatus
+from memoryapp.models.choices import EntryType, EvidenceStatus
 from memoryapp.threads.hashing import reparent  # threads imports this module
 from memoryapp.threads.hooks import after_vectors_cleared
 from memoryapp.threads.selectors import path_ids
@@ -332,16 +331,20 @@ def _forget_items(*, agent: Agent, entry_ids: set[str], report: LineageReport) -
         return
     touched = list(
         MemoryItem.objects.filter(agent=agent, pk__in=list(touched_ids)).only(
-            "id", "user_id", "project_id", "thread_id", "subject", "attribute", "entity_id", "status", "verified"
+            "id",
+            "agent_id",
+            "user_id",
+            "project_id",
+            "thread_id",
+            "subject",
+            "attribute",
+            "entity_id",
+            "status",
+            "verified",
         )
     )
-    # The item writers of these slots wait for us (a repeat must not merge into a purged item);
-    # slot locks in one order, so two cascades never wait for each other crosswise.
-    slots = sorted({(i.user_id, i.project_id, i.thread_id, normalized_name(i.subject), i.attribute) for i in touched})
-    for user_id, project_id, thread_id, subject_key, attribute in slots:
-        slot_lock(
-            agent_id=agent.pk, scope=Scope(user_id, project_id, thread_id), subject_key=subject_key, attribute=attribute
-        )
+    # The item writers of these slots wait for us (a repeat must not merge into a purged item).
+    slots_lock(items=touched)
 
     report.evidence_removed, _ = Evidence.objects.filter(agent=agent, entry_id__in=list(entry_ids)).delete()
     still_quoted = set(
@@ -354,14 +357,7 @@ def _forget_items(*, agent: Agent, entry_ids: set[str], report: LineageReport) -
         MemoryItem.objects.filter(agent=agent, pk__in=[i.pk for i in purged]).delete()
         report.items_purged = len(purged)
         report.purged_item_ids = sorted(i.pk for i in purged)
-        for item in purged:
-            if item.status in (ItemStatus.ACTIVE, ItemStatus.SUPERSEDED):
-                slot_layout(
-                    agent=agent,
-                    scope=Scope(item.user_id, item.project_id, item.thread_id),
-                    subject=item.subject,
-                    attribute=item.attribute,
-                )
+        slots_lay_out(agent=agent, items=purged)
         entity_ids = {i.entity_id for i in purged if i.entity_id}
         about = MemoryItem.objects.filter(agent=agent, entity_id__in=list(entity_ids)).values("entity_id")
         report.entities_deleted, _ = (

@@ -636,8 +636,9 @@ def thread_rewind_stale(*, thread: Thread, entry_id: str, actor: str = "") -> tu
 
     1. Lock the thread; the abandoned turns are the entries of the active branch after `entry_id`.
     2. The items (suggested or active) all of whose quotes lie on them are marked stale, before the
-       thread moves, so a rewind that failed can be made again. A thread at `entry_id` already is
-       left as it is.
+       thread moves, so a rewind that failed can be made again, and their slots are laid out again
+       as the delete cascade lays out a purged item's: the value a stale one had replaced holds
+       again. A thread at `entry_id` already is left as it is.
     3. The thread's leaf moves (`thread_rewind`: checks, audit).
     """
     counts = counts_zero()
@@ -663,7 +664,7 @@ def thread_rewind_stale(*, thread: Thread, entry_id: str, actor: str = "") -> tu
     because: dict[str, Any] = {"reason": "rewound", "thread_id": locked.external_id, "to_entry_id": entry_id}
     marks = [StaleMark(item_id=i, because=because) for i in sorted(quoting - elsewhere)]
     counts["items_stale"] = len(
-        items_mark_stale(marks=marks, actor=actor, only_from=(ItemStatus.ACTIVE, ItemStatus.SUGGESTED))
+        items_mark_stale(marks=marks, actor=actor, only_from=(ItemStatus.ACTIVE, ItemStatus.SUGGESTED), lay_out=True)
     )
     cascade_step("stale")
     moved = thread_rewind(thread=locked, entry_id=entry_id, actor=actor)

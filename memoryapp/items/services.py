@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypedDict
@@ -447,6 +447,32 @@ def slot_layout(*, agent: Agent, scope: Scope, subject: str, attribute: str) -> 
     return changed
 
 
+def slots_lock(*, items: Iterable[MemoryItem]) -> None:
+    """Lock the slots of `items` (`slot_lock`), in one order, so that two cascades taking several
+    slots never wait for each other crosswise. Take them before the items' rows."""
+    slots = sorted(
+        {(i.agent_id, i.user_id, i.project_id, i.thread_id, normalized_name(i.subject), i.attribute) for i in items}
+    )
+    for agent_id, user_id, project_id, thread_id, subject_key, attribute in slots:
+        slot_lock(
+            agent_id=agent_id, scope=Scope(user_id, project_id, thread_id), subject_key=subject_key, attribute=attribute
+        )
+
+
+def slots_lay_out(*, agent: Agent, items: Iterable[MemoryItem]) -> int:
+    """Lay out again, once each, the slots of the agent's `items` that stood in a timeline (their
+    status before they left it: active or superseded), after they left it (purged by a delete
+    cascade, marked stale by a rewind): a state one of them had closed holds again. Callers hold
+    the slot locks (`slots_lock`); returns how many states changed."""
+    slots = sorted(
+        {(i.user_id, i.project_id, i.thread_id, i.subject, i.attribute) for i in items if i.status in TIMELINE_STATUSES}
+    )
+    return sum(
+        slot_layout(agent=agent, scope=Scope(user_id, project_id, thread_id), subject=subject, attribute=attribute)
+        for user_id, project_id, thread_id, subject, attribute in slots
+    )
+
+
 def _given_end(item: MemoryItem) -> datetime | None:
     raw = (item.metadata or {}).get(VALID_UNTIL_KEY)
     if not raw:
@@ -852,43 +878,71 @@ class StaleMark:
 
 @transaction.atomic
 def items_mark_stale(
-    *, marks: Sequence[StaleMark], actor: str, only_from: Sequence[str] = (ItemStatus.ACTIVE,)
+    *,
+    marks: Sequence[StaleMark],
+    actor: str,
+    only_from: Sequence[str] = (ItemStatus.ACTIVE,),
+    lay_out: bool = False,
 ) -> list[str]:
     """Mark items stale (never delete them), each with its reason; returns the ids it marked (004 markStale).
 
-    1. Lock the rows; an item whose status is no longer one of `only_from` is left as it is (a
-       reviewer or another pass decided first).
+    1. With `lay_out`, lock the items' slots first (`slots_lock`). Lock the rows; an item whose
+       status is no longer one of `only_from` is left as it is (a reviewer or another pass decided
+       first).
     2. Each marked item keeps why in metadata.stale_because (with the time), and leaves every
-       context and recall: stale is not a status of the slot's timeline. Its slot is not laid
-       out again, so a state it closed does not come back.
-    3. One audit record of the ids marked.
+       context and recall: stale is not a status of the slot's timeline.
+    3. With `lay_out` (a rewind: the item's turns are abandoned), the slots of the marked items are
+       laid out again as the delete cascade lays out a purged item's (`slots_lay_out`), so the state
+       a marked one had replaced holds again. Without it (a dedupe pass: the kept duplicate says the
+       same), a state the marked one closed does not come back.
+    4. One audit record of the ids marked (and of the kept duplicates, when the marks name one).
     """
     wanted = {mark.item_id: mark for mark in marks}
     if not wanted:
         return []
+    scope_fields = ("id", "agent_id", "status", "user_id", "project_id", "thread_id", "subject", "attribute")
+    if lay_out:
+        slots_lock(items=MemoryItem.objects.filter(pk__in=list(wanted)).only(*scope_fields))
     marked: list[str] = []
     now = timezone.now().isoformat()
     agent_ids: set[int] = set()
-    marked_by_agent: dict[int, list[str]] = {}
+    marked_by_agent: dict[int, list[MemoryItem]] = {}
     rows = MemoryItem.objects.select_for_update().filter(pk__in=list(wanted), status__in=list(only_from))
-    for item in rows.only("id", "agent_id", "status", "metadata").order_by("pk"):
+    for item in rows.only(*scope_fields, "metadata").order_by("pk"):
+        # As it stood before the mark: what `slots_lay_out` reads.
+        before = MemoryItem(
+            pk=item.pk,
+            agent_id=item.agent_id,
+            status=item.status,
+            user_id=item.user_id,
+            project_id=item.project_id,
+            thread_id=item.thread_id,
+            subject=item.subject,
+            attribute=item.attribute,
+        )
         because = {**wanted[item.pk].because, "at": now}
         item.metadata = {**(item.metadata or {}), STALE_BECAUSE_KEY: because}
         item.status = ItemStatus.STALE
         item.save(update_fields=["status", "metadata"])
         marked.append(item.pk)
         agent_ids.add(item.agent_id)
-        marked_by_agent.setdefault(item.agent_id, []).append(item.pk)
-    for agent_id, ids in sorted(marked_by_agent.items()):
-        event_record(agent_id=agent_id, type="item.stale", ids=ids)
+        marked_by_agent.setdefault(item.agent_id, []).append(before)
+    if lay_out and marked_by_agent:
+        agents = Agent.objects.in_bulk(list(marked_by_agent))
+        for agent_id, items in sorted(marked_by_agent.items()):
+            slots_lay_out(agent=agents[agent_id], items=items)
+    for agent_id, items in sorted(marked_by_agent.items()):
+        event_record(agent_id=agent_id, type="item.stale", ids=[i.pk for i in items])
     if marked:
+        # Only the marks that kept a duplicate name one (a rewind's keep none).
+        kept = sorted({str(kept) for i in marked if (kept := wanted[i].because.get("kept"))})
         audit_append(
             action="items.marked_stale",
             actor=actor,
             agent_id=next(iter(agent_ids)) if len(agent_ids) == 1 else None,
             subject=f"{len(marked)} item(s)",
             outcome="stale",
-            details={"item_ids": marked, "kept_ids": sorted({str(wanted[i].because.get("kept", "")) for i in marked})},
+            details={"item_ids": marked, "kept_ids": kept},
         )
     return marked
 

@@ -45,7 +45,8 @@ def test_a_repeat_goes_stale_with_why_and_is_not_deleted(alice: Caller) -> None:
     }
     assert [f.item_id for f in context_facts(agent=alice.agent, user_id="u-ana")] == [diet.pk]
     record = AuditRecord.objects.get(action="items.marked_stale")
-    assert record.details["item_ids"] == [food.pk] and "vegetarian" not in str(record.details)
+    assert record.details["item_ids"] == [food.pk] and record.details["kept_ids"] == [diet.pk]
+    assert "vegetarian" not in str(record.details)
 
 
 def test_a_group_naming_an_item_it_was_not_shown_is_refused_whole(alice: Caller) -> None:

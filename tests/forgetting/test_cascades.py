@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from governance.models import AuditRecord
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import (
@@ -192,6 +193,19 @@ def test_rewind_marks_items_standing_only_on_abandoned_turns_stale_and_they_leav
     assert "Colosseum first" not in json.dumps(after)
     # A thread standing there already is left as it is.
     assert thread_rewind_stale(thread=moved, entry_id=e["q2"].pk)[1]["items_stale"] == 0
+
+
+@pytest.mark.django_db
+def test_a_rewinds_stale_record_names_the_items_and_no_empty_kept_id(alice: Caller) -> None:
+    thread, e = _conversation(alice.agent)
+    item = MemoryItemFactory(
+        agent=alice.agent, value="Colosseum", evidence=[{"entry_id": e["a2"].pk, "quote": "Colosseum"}]
+    )
+
+    thread_rewind_stale(thread=thread, entry_id=e["q2"].pk, actor="test")
+
+    record = AuditRecord.objects.get(action="items.marked_stale")
+    assert record.details == {"item_ids": [item.pk], "kept_ids": []}
 
 
 def test_rewind_through_the_api_marks_stale(alice: Caller) -> None:

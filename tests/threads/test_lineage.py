@@ -142,6 +142,37 @@ def test_a_state_a_purged_item_had_closed_holds_again(alice: Caller) -> None:
     assert old.status == "active" and old.valid_to is None
 
 
+def test_a_state_a_rewound_item_had_replaced_holds_again_as_after_a_delete(alice: Caller) -> None:
+    _thread(alice)
+    porto = _say(alice, "I live in Porto.")
+    lisbon = _say(alice, "I moved to Lisbon.")
+    old = MemoryItemFactory(
+        agent=alice.agent,
+        attribute="city",
+        value="Porto",
+        user_id="",
+        evidence=[{"entry_id": porto, "quote": "I live in Porto"}],
+    )
+    new = MemoryItemFactory(
+        agent=alice.agent,
+        attribute="city",
+        value="Lisbon",
+        user_id="",
+        evidence=[{"entry_id": lisbon, "quote": "I moved to Lisbon"}],
+    )
+    old.refresh_from_db()
+    assert old.status == "superseded"
+
+    post_ok(alice.client, "/api/v1/threads/t-1/rewind", {"entry_id": porto}, status=200)
+
+    new.refresh_from_db()
+    old.refresh_from_db()
+    assert new.status == "stale"
+    assert old.status == "active" and old.valid_to is None
+    built = build_context(alice, "t-1", strategy="recent", max_tokens=4000)
+    assert [f["id"] for f in built["facts"]] == [old.pk]
+
+
 def test_file_versions_written_at_a_deleted_entry_are_redacted_and_stay_on_its_branch(alice: Caller) -> None:
     _thread(alice)
     root = _say(alice, "Hello.")
