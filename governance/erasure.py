@@ -211,7 +211,7 @@ def erasure_preview(*, user_id: str, agent_ids: Sequence[int] = ()) -> dict[str,
     person = _text_check(user_id, field="user_id", max_chars=128)
     agents = _agents_check(agent_ids)
     return {
-        "plan": person_erase_plan(user_id=person, agent_ids=agents or None),
+        "plan": person_erase_plan(user_id=person, agent_ids=agents or None, unowned=True),
         "holds": holds_in_the_way(user_id=person, agent_ids=agents),
     }
 
@@ -702,6 +702,7 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
             mode=request.mode,
             actor=actor,
             progress=progress,
+            unowned=True,  # staff's erasure: the runs of no agent that name the person go too
         )
         if request.mode == ErasureRequest.Mode.ERASE:
             # The person's export archives are copies of what was just erased: they go too.

@@ -170,7 +170,7 @@ class PersonScope:
     def job_runs(self) -> QuerySet[JobRun]:
         """The job runs naming them (arguments or result): the erasure's own selector."""
         return JobRun.objects.filter(
-            pk__in=person_job_runs(user_id=self.user_id, agent_ids=self.agent_ids).values("pk")
+            pk__in=person_job_runs(user_id=self.user_id, agent_ids=self.agent_ids, unowned=True).values("pk")
         )
 
     def access_log(self) -> QuerySet[AccessLog]:

@@ -35,7 +35,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, QuerySet, TextField
+from django.db.models import BooleanField, F, Func, Q, QuerySet, TextField
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
 from governance.audit import audit_append
@@ -136,25 +137,51 @@ def _files(user_id: str, agents: list[int], mode: str) -> QuerySet[MemoryFileVer
     return versions
 
 
-def _jobs(user_id: str, agents: list[int], keep_job_ids: Sequence[int]) -> QuerySet[JobRun]:
-    """Job runs of these agents whose arguments or result name the person (not yet scrubbed)."""
-    # The id as a JSON string, quotes included, in the JSON's text: "u-1" is not found in "u-10".
-    # Its letters as they are: jsonb's text (and a sealed result's, opened) writes "ë", not "\u00eb".
-    quoted_id = json.dumps(user_id, ensure_ascii=False)
-    runs = (
-        JobRun.objects.filter(Q(agent_id__in=agents) | Q(agent_id__isnull=True))
-        .exclude(pk__in=list(keep_job_ids))
-        .annotate(arguments_text=Cast("arguments", TextField()), result_text=Cast("result", TextField()))
-    )
-    naming = Q(arguments_text__contains=quoted_id) | Q(result_text__contains=quoted_id)
+def _jobs(user_id: str, agents: list[int], keep_job_ids: Sequence[int], *, unowned: bool) -> QuerySet[JobRun]:
+    """Job runs of these agents whose arguments or result hold the person's id as a value (not yet
+    scrubbed); with `unowned` (staff's erasure and export), the runs of no agent too.
+
+    An agent's erasure never reaches the runs of no agent (the audit verification, staff's erasures,
+    exports and prunes): with them, `POST /users/first_broken/forget` replaced the audit
+    verification's result and /readyz said the chain was broken. And a JSON key is never taken for
+    the person: "first_broken" names a field of a result, not someone.
+    """
+    owners = Q(agent_id__in=agents)
+    if unowned:
+        owners |= Q(agent_id__isnull=True)
+    runs = JobRun.objects.filter(owners).exclude(pk__in=list(keep_job_ids))
+    naming = Q(_holds_value("arguments", user_id)) | Q(_holds_value("result", user_id))
     if encryption_enabled():
-        naming |= Q(pk__in=_sealed_results_naming(runs, quoted_id))
+        naming |= Q(pk__in=_sealed_results_naming(runs, user_id))
     return runs.filter(naming)
 
 
-def _sealed_results_naming(runs: QuerySet[JobRun], quoted_id: str) -> list[int]:
-    """The runs whose sealed result, opened, names the person: the database sees only ciphertext.
-    A result whose key was destroyed names no one any more (nobody can open it)."""
+# A string value equal to $id anywhere in the JSON (objects and arrays at any depth), never a key.
+_VALUE_PATH = "strict $.** ? (@ == $id)"
+
+
+def _holds_value(column: str, value: str) -> Func:
+    return Func(
+        F(column),
+        RawSQL("%s::jsonpath", (_VALUE_PATH,)),
+        RawSQL("jsonb_build_object('id', %s::text)", (value,)),
+        function="jsonb_path_exists",
+        output_field=BooleanField(),
+    )
+
+
+def _json_holds_value(value: Any, wanted: str) -> bool:
+    """Whether `wanted` is one of the JSON's string values (keys are not values)."""
+    if isinstance(value, dict):
+        return any(_json_holds_value(inner, wanted) for inner in value.values())
+    if isinstance(value, list):
+        return any(_json_holds_value(inner, wanted) for inner in value)
+    return value == wanted
+
+
+def _sealed_results_naming(runs: QuerySet[JobRun], user_id: str) -> list[int]:
+    """The runs whose sealed result, opened, holds the person's id: the database sees only
+    ciphertext. A result whose key was destroyed names no one any more (nobody can open it)."""
     table = JobRun._meta.db_table
     found = []
     stored_text = runs.annotate(stored=Cast("result", TextField()))
@@ -164,7 +191,7 @@ def _sealed_results_naming(runs: QuerySet[JobRun], quoted_id: str) -> list[int]:
             opened = json_text_open(stored, table=table, column="result")
         except SealError:
             continue
-        if quoted_id in json.dumps(json.loads(opened), ensure_ascii=False):
+        if _json_holds_value(json.loads(opened), user_id):
             found.append(pk)
     return found
 
@@ -175,13 +202,13 @@ def person_messages_elsewhere(*, user_id: str, agent_ids: Sequence[int]) -> Quer
     return _messages(user_id, list(agent_ids))
 
 
-def person_job_runs(*, user_id: str, agent_ids: Sequence[int]) -> QuerySet[JobRun]:
-    """The job runs of these agents (or of none) whose arguments or result name the person: what the
-    erasure scrubs, and what an export of the person shows."""
-    return _jobs(user_id, list(agent_ids), ())
+def person_job_runs(*, user_id: str, agent_ids: Sequence[int], unowned: bool = False) -> QuerySet[JobRun]:
+    """The job runs of these agents (with `unowned`, of none too) whose arguments or result name the
+    person: what the erasure scrubs, and what an export of the person shows."""
+    return _jobs(user_id, list(agent_ids), (), unowned=unowned)
 
 
-def person_erase_plan(*, user_id: str, agent_ids: Sequence[int] | None = None) -> dict[str, int]:
+def person_erase_plan(*, user_id: str, agent_ids: Sequence[int] | None = None, unowned: bool = False) -> dict[str, int]:
     """What `person_erase` would touch, counted by kind; changes nothing."""
     user_id = _user_check(user_id)
     agents = _agents(agent_ids)
@@ -194,7 +221,7 @@ def person_erase_plan(*, user_id: str, agent_ids: Sequence[int] | None = None) -
         "items": _items(user_id, agents).count(),
         "entities": _entities(user_id, agents).count(),
         "file_versions": _files(user_id, agents, "erase").count(),
-        "job_runs": _jobs(user_id, agents, ()).count(),
+        "job_runs": _jobs(user_id, agents, (), unowned=unowned).count(),
     }
 
 
@@ -207,12 +234,15 @@ def person_erase(
     progress: Progress | None = None,
     batch_size: int = 200,
     keep_job_ids: Sequence[int] = (),
+    unowned: bool = False,
 ) -> dict[str, int]:
     """Erase (or redact) everything held about a person, batch by batch; returns the counts.
 
     `agent_ids` limits it to those agents (None: every agent). `progress(done, total)` is called
     after every batch (units: threads, messages, items, file versions). `keep_job_ids` names the
     job runs not to scrub (the erasure's own run, which names the person in its arguments).
+    `unowned` (staff's erasure only) scrubs the job runs of no agent that name the person too; an
+    agent's erasure touches its own rows only.
     See the module's docstring for the steps. Idempotent: a second run returns zero counts.
     """
     user_id = _user_check(user_id)
@@ -222,7 +252,7 @@ def person_erase(
         raise DomainError("invalid_value", "batch_size must be a positive integer.", field="batch_size")
     agents = _agents(agent_ids)
     counts = counts_zero()
-    plan = person_erase_plan(user_id=user_id, agent_ids=agents)
+    plan = person_erase_plan(user_id=user_id, agent_ids=agents, unowned=unowned)
     total = plan["threads"] + plan["messages_elsewhere"] + plan["items"] + plan["file_versions"]
     done = 0
 
@@ -292,7 +322,7 @@ def person_erase(
             with transaction.atomic():
                 if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
                     counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
-    counts["job_runs"] += _jobs_scrub(_jobs(user_id, agents, keep_job_ids))
+    counts["job_runs"] += _jobs_scrub(_jobs(user_id, agents, keep_job_ids, unowned=unowned))
     if progress is not None:
         # Rows the plan counted may have gone with an earlier step (items quoting erased threads).
         progress(max(total, done), max(total, done))

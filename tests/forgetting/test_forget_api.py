@@ -4,12 +4,18 @@ another agent's is untouched; bad input is a 4xx naming the field and changes no
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from governance.audit import audit_append
+from governance.models import JobRun
+from governance.tasks import audit_verify_job, audit_verify_tick
+from memoryapp.forgetting.person import person_erase, person_erase_plan
 from memoryapp.forgetting.services import COUNT_KEYS
 from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread
 from tests.kit.api import Caller, create_memory_file, error_of, post_entry, post_item, post_ok, post_thread
+from tests.kit.factories import AgentFactory, JobRunFactory
 
 CANARY = "zebracanary"
 
@@ -116,3 +122,54 @@ def test_forget_needs_an_agent_key(anonymous: object, alice: Caller) -> None:
     response = anonymous.post("/api/v1/users/u-eve/forget", {}, format="json")  # type: ignore[attr-defined]
     assert response.status_code in (401, 403)
     assert _held(alice)["threads"] == 1
+
+
+def test_an_agents_forget_leaves_the_job_runs_of_no_agent_and_readyz_keeps_the_chain_whole(
+    alice: Caller, bob: Caller, anonymous: Any
+) -> None:
+    """`POST /users/first_broken/forget` scrubbed the runs of no agent whose result held the key
+    "first_broken" (the audit verification, staff's erasure, export and prune) to {"erased": true},
+    and /readyz then said the audit chain was broken. An agent's erasure touches its own rows only."""
+    for n in range(3):
+        audit_append(action="test.thing", actor="t", subject=f"s{n}", outcome="done")
+    audit_verify_tick()
+    verification = JobRun.objects.get(kind="audit_verify")
+    audit_verify_job(verification.pk)
+    verification.refresh_from_db()
+    assert verification.result["ok"] is True and "first_broken" in verification.result
+    assert anonymous.get("/readyz").json()["details"]["audit_chain"]["ok"] is True
+    # Staff's runs of no agent, one of them naming the person by value: staff's to erase, not alice's.
+    staff_erasure = JobRunFactory(kind="erasure", arguments={"user_id": "first_broken"}, result={"erased": 0})
+    prune = JobRunFactory(kind="retention_prune", arguments={"first_broken": 1}, result={"deleted": 2})
+    alices = JobRunFactory(kind="extract", agent_id=alice.agent.pk, arguments={"user_id": "first_broken"})
+    bobs = JobRunFactory(kind="extract", agent_id=bob.agent.pk, arguments={"user_id": "first_broken"})
+    untouched = {run.pk: (run.arguments, run.result) for run in (verification, staff_erasure, prune, bobs)}
+
+    body = post_ok(alice.client, "/api/v1/users/first_broken/forget", {}, status=200)
+
+    assert body["counts"]["job_runs"] == 1
+    alices.refresh_from_db()
+    assert alices.arguments == {"erased": True}
+    for run in JobRun.objects.filter(pk__in=list(untouched)):
+        assert (run.arguments, run.result) == untouched[run.pk], run.kind
+    chain = anonymous.get("/readyz").json()["details"]["audit_chain"]
+    assert chain["ok"] is True and chain["run_id"] == verification.pk
+
+
+@pytest.mark.django_db
+def test_staffs_erasure_takes_the_runs_naming_the_person_by_value_never_by_a_key() -> None:
+    """Across agents (staff's erasure), the runs of no agent that name the person go too; a run
+    whose JSON only has a key spelled like the person's id is about no one."""
+    agent = AgentFactory(slug="hold")
+    by_value = JobRunFactory(kind="export", arguments={"user_id": "reason"}, result={"rows": 1})
+    nested = JobRunFactory(kind="extract", agent_id=agent.pk, result={"people": [{"id": "reason"}]})
+    by_key = JobRunFactory(kind="audit_verify", result={"ok": True, "reason": "", "first_broken": None})
+    assert person_erase_plan(user_id="reason", unowned=True)["job_runs"] == 2
+
+    counts = person_erase(user_id="reason", unowned=True)
+
+    assert counts["job_runs"] == 2
+    for run in (by_value, nested, by_key):
+        run.refresh_from_db()
+    assert by_value.arguments == by_value.result == nested.result == {"erased": True}
+    assert by_key.result == {"ok": True, "reason": "", "first_broken": None}
