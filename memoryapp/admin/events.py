@@ -176,6 +176,14 @@ class WebhookAdmin(admin.ModelAdmin):
                 )
         obj.pk, obj.secret, obj.delivered_seq = saved.pk, saved.secret, saved.delivered_seq
 
+    def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
+        # A webhook's delivery attempts are its log: they go with it. No role deletes them alone (their
+        # admin is read-only), which Django's confirmation took for a missing permission, so no
+        # operator could delete a webhook that had ever been tried (issue 23).
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        perms_needed.discard(WebhookDelivery._meta.verbose_name)
+        return deleted, counts, perms_needed, protected
+
     def delete_model(self, request: HttpRequest, obj: Webhook) -> None:
         webhook_delete(webhook=obj, actor=_actor(request))
 

@@ -233,6 +233,42 @@ def test_operators_set_up_a_webhook_audited_and_see_its_failed_deliveries(alice:
     assert staff_client(groups=("Reviewers",)).get("/admin/memoryapp/webhook/").status_code == 403
 
 
+def test_an_operator_deletes_a_webhook_that_has_delivery_attempts_with_them_audited(alice: Caller) -> None:
+    operator = staff_client(groups=("Operators",))
+    webhooks = [
+        webhook_create(agent=alice.agent, url=f"http://127.0.0.1:9/hook{i}", secret="s" * 32, active=True)
+        for i in range(3)
+    ]
+    for webhook in webhooks:
+        for attempt in (1, 2):
+            WebhookDelivery.objects.create(
+                webhook=webhook, first_seq=1, last_seq=2, events=2, attempt=attempt, error="ConnectionError: refused"
+            )
+    first, *others = webhooks
+
+    confirm = operator.get(f"/admin/memoryapp/webhook/{first.pk}/delete/")
+    assert confirm.status_code == 200
+    assert b"permission to delete" not in confirm.content
+    deleted = operator.post(f"/admin/memoryapp/webhook/{first.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == 302, deleted.content[:2000]
+    assert not Webhook.objects.filter(pk=first.pk).exists()
+    assert not WebhookDelivery.objects.filter(webhook_id=first.pk).exists()
+
+    # The list's bulk action too.
+    ids = [str(w.pk) for w in others]
+    asked = operator.post("/admin/memoryapp/webhook/", {"action": "delete_selected", "_selected_action": ids})
+    assert asked.status_code == 200 and b"permission to delete" not in asked.content
+    done = operator.post(
+        "/admin/memoryapp/webhook/", {"action": "delete_selected", "_selected_action": ids, "post": "yes"}
+    )
+    assert done.status_code == 302
+    assert not Webhook.objects.exists() and not WebhookDelivery.objects.exists()
+    assert AuditRecord.objects.filter(action="webhook.deleted").count() == 3
+    # The delivery log itself stays read-only: no one deletes attempts alone.
+    attempt_page = operator.get("/admin/memoryapp/webhookdelivery/")
+    assert attempt_page.status_code == 200 and b"delete_selected" not in attempt_page.content
+
+
 @pytest.mark.django_db
 def test_a_delivery_run_leaves_the_webhook_to_a_run_waiting_for_its_retry(
     django_capture_on_commit_callbacks: Any,
