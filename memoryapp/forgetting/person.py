@@ -60,6 +60,7 @@ from memoryapp.forgetting.services import (
     counts_zero,
     entries_forget,
     fork_copies,
+    origins_forget_forks,
     thread_scope_forget,
 )
 from memoryapp.items.facts import PERSON_PREFIX
@@ -399,11 +400,7 @@ def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[
     )
     # Rows pointing at what goes: forks keep standing (no origin), the origin forgets the fork's name.
     Thread.objects.filter(forked_from_id__in=pks).exclude(pk__in=pks).update(forked_from=None)
-    names = {t.external_id for t in locked}
-    origins = {t.forked_from_id for t in locked if t.forked_from_id and t.forked_from_id not in pks}
-    for origin in Thread.objects.select_for_update().filter(agent=agent, pk__in=sorted(origins)).order_by("pk"):
-        forks = [f for f in (origin.metadata or {}).get("memoryForks") or [] if f not in names]
-        Thread.objects.filter(pk=origin.pk).update(metadata={**(origin.metadata or {}), "memoryForks": forks})
+    origins_forget_forks(locked)
     MemoryFileVersion.objects.filter(agent=agent, place__thread_id__in=pks).update(place=None)
     Evidence.objects.filter(agent=agent, entry__thread_id__in=pks).update(entry=None)
     Thread.objects.filter(pk__in=pks).update(active_leaf=None)

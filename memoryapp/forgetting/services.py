@@ -98,12 +98,13 @@ def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, C
     each by pk, the same audit records and change events as one at a time.
 
     1. Lock the threads in pk order (NotFound when one was deleted meanwhile).
-    2. Find those with memory derived outside their own rows (`_threads_plain`): forks, items
+    2. The origins of the forks among them forget their names (`origins_forget_forks`).
+    3. Find those with memory derived outside their own rows (`_threads_plain`): forks, items
        quoting their entries, file versions placed at them, children elsewhere, items, entities
        or files of their scope. Each of those goes through the lineage on its own
        (`_thread_forget`), in pk order: what one leaves (an item quoting two of them, trimmed by
        the first, purged by the second) is what the next finds, as when deleted one at a time.
-    3. The others, each run of them between those, under the agents' file locks (no version is
+    4. The others, each run of them between those, under the agents' file locks (no version is
        placed at their entries meanwhile) and their entry rows' locks, are checked again: their
        rows go by one statement per table for all of them (`_threads_drop`), with the audit
        records and events each would have had. One found to have derived memory after all (written
@@ -118,6 +119,7 @@ def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, C
     if len(locked) != len(order):
         raise NotFound("Thread")
     counts: dict[int, Counts] = {}
+    origins_forget_forks(locked)
     for plain, run in _runs(locked, _threads_plain(locked)):
         if not plain:
             counts.update((t.pk, _thread_forget(t, actor=actor)) for t in run)
@@ -133,6 +135,25 @@ def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, C
             else:
                 counts.update((t.pk, _thread_forget(t, actor=actor)) for t in again)
     return counts
+
+
+def origins_forget_forks(threads: Sequence[Thread]) -> None:
+    """The origins of these forks, deleted with them, forget their names (`metadata.memoryForks`,
+    which `thread_fork` appends to): an origin deleted in the same batch is left as it is. The
+    origins are locked in pk order, after the forks (a deadlock with a cascade locking the other
+    way is run again by `atomic_retrying`)."""
+    gone = {t.pk for t in threads}
+    names: dict[int, set[str]] = {}
+    for thread in threads:
+        if thread.forked_from_id and thread.forked_from_id not in gone:
+            names.setdefault(thread.forked_from_id, set()).add(thread.external_id)
+    if not names:
+        return
+    for origin in Thread.objects.select_for_update().filter(pk__in=sorted(names)).order_by("pk"):
+        forks = (origin.metadata or {}).get("memoryForks") or []
+        kept = [f for f in forks if f not in names[origin.pk]]
+        if kept != forks:
+            Thread.objects.filter(pk=origin.pk).update(metadata={**(origin.metadata or {}), "memoryForks": kept})
 
 
 def _runs(threads: Sequence[Thread], plain: set[int]) -> list[tuple[bool, list[Thread]]]:

@@ -10,7 +10,7 @@ import pytest
 
 from governance.models import AuditRecord
 from memoryapp.models import Entry, Evidence, MemoryItem, Thread
-from tests.kit.api import Caller, delete_ok, get_ok, patch_ok, post_entries, post_entry, post_thread
+from tests.kit.api import Caller, delete_ok, get_ok, patch_ok, post_entries, post_entry, post_ok, post_thread
 from tests.kit.factories import MemoryItemFactory
 
 pytestmark = pytest.mark.django_db
@@ -413,6 +413,19 @@ def test_fork_copies_the_branch_with_lineage_in_metadata(alice: Caller) -> None:
     copy = Thread.objects.get(external_id="rome-vatican")
     assert copy.forked_from_id == origin.pk and copy.next_seq == 3
     assert AuditRecord.objects.filter(action="thread.fork", subject="rome-vatican").exists()
+
+
+def test_deleting_a_fork_takes_its_name_out_of_the_origins_forks(alice: Caller) -> None:
+    tree = rome_tree(alice)
+    for name in ("rome-vatican", "rome-other"):
+        post_ok(alice.client, "/api/v1/threads/rome/fork", {"entry_id": tree["vatican"]["id"], "new_thread_id": name})
+    assert Thread.objects.get(external_id="rome").metadata["memoryForks"] == ["rome-vatican", "rome-other"]
+
+    assert alice.client.delete("/api/v1/threads/rome-vatican").status_code == 204
+
+    origin = Thread.objects.get(external_id="rome")
+    assert origin.metadata["memoryForks"] == ["rome-other"] and origin.metadata["topic"] == "rome"
+    assert get_ok(alice.client, "/api/v1/threads/rome")["metadata"]["memoryForks"] == ["rome-other"]
 
 
 def test_fork_into_a_taken_id_is_a_409_and_writes_nothing(alice: Caller) -> None:
