@@ -16,6 +16,9 @@ from rest_framework.test import APIClient
 from tests.kit.api import Caller, agent_caller
 from tests.kit.servers import database_conninfo, database_url
 
+# The browser tests' `chromium` fixture (tests/kit/browser.py).
+pytest_plugins = ["tests.kit.browser"]
+
 # Test modules take the cast's type, and the URL of the tests' database, from here.
 __all__ = ["Caller", "database_url"]
 

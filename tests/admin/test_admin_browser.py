@@ -5,18 +5,10 @@ Each page is photographed at 1280 x 800 into bench/out/screenshots/ (README, "St
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
-from django.contrib.auth.models import Group, User
-from django.db import connection
 from django.utils import timezone
 
 from governance.models import JobRun
@@ -25,79 +17,10 @@ from memoryapp.forgetting.services import entry_redact, replies_of
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry, MemoryItem, Thread
 from memoryapp.threads.services import entry_add, thread_fork
+from tests.kit.browser import BROWSER_TEST, in_another_thread, log_in, shoot, staff_user
 from tests.kit.locomo_threads import locomo_thread
 
-CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "bench" / "out" / "screenshots"
-PASSWORD = "read-the-conversation-2026"
-VIEWPORT = {"width": 1280, "height": 800}
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists() and not shutil.which("chromium"),
-        reason=f"{CHROMIUM} is not installed (apt-get install chromium)",
-    ),
-]
-
-
-@pytest.fixture
-def browser(live_server: Any, monkeypatch: pytest.MonkeyPatch) -> Callable[[], Any]:
-    """Opens Chromium as a context manager. A test seeds its rows before and checks the database
-    after the block: inside it, Playwright's event loop runs in this thread, and the ORM would open
-    a connection of its own there and leave it open (writes meanwhile go through `in_another_thread`)."""
-    # Playwright's sync API runs an event loop in this thread; the ORM calls of the tests are synchronous.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-
-    @contextlib.contextmanager
-    def opened() -> Iterator[Any]:
-        from playwright.sync_api import sync_playwright
-
-        with sync_playwright() as p:
-            chromium = p.chromium.launch(
-                executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-                args=[
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                    "--no-first-run",
-                ],
-            )
-            try:
-                yield chromium
-            finally:
-                chromium.close()
-
-    return opened
-
-
-def user(name: str, *groups: str, superuser: bool = False) -> User:
-    if superuser:
-        return User.objects.create_superuser(name, f"{name}@example.com", PASSWORD)
-    person = User.objects.create_user(name, password=PASSWORD, is_staff=True)
-    person.groups.set(Group.objects.filter(name__in=groups))
-    return person
-
-
-def log_in(browser: Any, live_server: Any, name: str, then: str) -> Any:
-    page = browser.new_page(viewport=VIEWPORT)
-    page.goto(f"{live_server.url}/admin/login/?next={then}")
-    page.fill("#id_username", name)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_load_state()
-    return page
-
-
-def shoot(page: Any, name: str) -> Path:
-    path = SCREENSHOTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=False)
-    assert os.path.getsize(path) > 10_000
-    return path
+pytestmark = BROWSER_TEST
 
 
 def fits_the_screen(page: Any) -> bool:
@@ -113,22 +36,8 @@ def fits_the_screen(page: Any) -> bool:
     return True
 
 
-def in_another_thread(work: Callable[[], None]) -> None:
-    """ORM writes while Playwright's loop runs in this thread: from a thread with its own connection."""
-
-    def run() -> None:
-        try:
-            work()
-        finally:
-            connection.close()
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worker.join()
-
-
 def test_a_2000_turn_conversation_reads_at_full_width_around_a_linked_turn(
-    django_db_setup: None, live_server: Any, browser: Callable[[], Any]
+    django_db_setup: None, live_server: Any, chromium: Callable[[], Any]
 ) -> None:
     agent, _ = agent_get_or_create(slug="concierge")
     thread = locomo_thread(
@@ -156,11 +65,11 @@ def test_a_2000_turn_conversation_reads_at_full_width_around_a_linked_turn(
     )
     entry_redact(entry=at[996], reason="the person asked", actor="test")
     anchor = at[1000].id
-    user("ada", superuser=True)
+    staff_user("ada", superuser=True)
     url = f"/admin/memoryapp/thread/{thread.pk}/change/"
 
-    with browser() as chromium:
-        page = log_in(chromium, live_server, "ada", f"{url}?entry={anchor}%23entry-{anchor}")
+    with chromium() as browser:
+        page = log_in(browser, live_server, "ada", then=f"{url}?entry={anchor}%23entry-{anchor}")
         page.goto(f"{live_server.url}{url}?entry={anchor}#entry-{anchor}")
         page.wait_for_selector(f"#entry-{anchor}.anchor")
         turns = page.locator(".cv-turn")
@@ -204,14 +113,14 @@ def test_a_2000_turn_conversation_reads_at_full_width_around_a_linked_turn(
 
 
 def test_compact_now_starts_a_job_run_linked_from_the_message(
-    django_db_setup: None, live_server: Any, browser: Callable[[], Any]
+    django_db_setup: None, live_server: Any, chromium: Callable[[], Any]
 ) -> None:
     agent, _ = agent_get_or_create(slug="concierge")
     thread = locomo_thread(agent=agent, external_id="with-tools", turns=120, tools_every=6)
-    user("ada", superuser=True)
+    staff_user("ada", superuser=True)
     url = f"/admin/memoryapp/thread/{thread.pk}/change/"
-    with browser() as chromium:
-        page = log_in(chromium, live_server, "ada", url)
+    with chromium() as browser:
+        page = log_in(browser, live_server, "ada", then=url)
         page.goto(f"{live_server.url}{url}")
         page.select_option("select[name=strategy]", "clear-old-tool-results")
         page.click("#compact-now")
@@ -231,7 +140,7 @@ def test_compact_now_starts_a_job_run_linked_from_the_message(
 
 
 def test_a_privacy_officer_sees_what_a_redaction_takes_then_confirms_it(
-    django_db_setup: None, live_server: Any, browser: Callable[[], Any]
+    django_db_setup: None, live_server: Any, chromium: Callable[[], Any]
 ) -> None:
     agent, _ = agent_get_or_create(slug="concierge")
     thread = locomo_thread(agent=agent, external_id="to-redact", turns=40, user_id="u-ana")
@@ -251,10 +160,10 @@ def test_a_privacy_officer_sees_what_a_redaction_takes_then_confirms_it(
     # A user message takes its replies up to the next user message (004); the fork holds none of them.
     redacted = 1 + len(replies_of([said]))
     redacted_label = f"{redacted} entries redacted" if redacted > 1 else "1 entry redacted"
-    user("olga", "Privacy officers")
+    staff_user("olga", role="privacy")
     entry_url = f"/admin/memoryapp/entry/{said.id.replace('_', '_5F')}/change/"
-    with browser() as chromium:
-        page = log_in(chromium, live_server, "olga", entry_url)
+    with chromium() as browser:
+        page = log_in(browser, live_server, "olga", then=entry_url)
         page.goto(f"{live_server.url}{entry_url}")
         assert page.locator(".field-standing_items").inner_text().find("Ana · remark") >= 0
         shoot(page, "entry-page")
@@ -281,7 +190,7 @@ def test_a_privacy_officer_sees_what_a_redaction_takes_then_confirms_it(
 
 
 def test_a_running_job_runs_progress_bar_is_redrawn_until_it_ends(
-    django_db_setup: None, live_server: Any, browser: Callable[[], Any]
+    django_db_setup: None, live_server: Any, chromium: Callable[[], Any]
 ) -> None:
     agent, _ = agent_get_or_create(slug="concierge")
     run = JobRun.objects.create(
@@ -298,9 +207,9 @@ def test_a_running_job_runs_progress_bar_is_redrawn_until_it_ends(
         kind="extract", status="failed", agent_id=agent.pk, error="ModelError: timed out", task_name="x"
     )
     JobRun.objects.create(kind="compact", status="succeeded", agent_id=agent.pk, progress_done=7, progress_total=7)
-    user("olav", "Operators")
-    with browser() as chromium:
-        page = log_in(chromium, live_server, "olav", "/admin/governance/jobrun/")
+    staff_user("olav", role="operator")
+    with chromium() as browser:
+        page = log_in(browser, live_server, "olav", then="/admin/governance/jobrun/")
         page.goto(f"{live_server.url}/admin/governance/jobrun/")
         bar = page.locator(f".jr-progress[data-run='{run.pk}']")
         assert bar.locator(".jr-text").inner_text().startswith("30 / 120 · 25% · ")
@@ -334,16 +243,16 @@ def test_a_running_job_runs_progress_bar_is_redrawn_until_it_ends(
         shoot(page, "job-run")
 
 
-def test_the_lists_fit_the_screen(django_db_setup: None, live_server: Any, browser: Callable[[], Any]) -> None:
+def test_the_lists_fit_the_screen(django_db_setup: None, live_server: Any, chromium: Callable[[], Any]) -> None:
     agent, _ = agent_get_or_create(slug="concierge")
     thread = locomo_thread(
         agent=agent, external_id="a-rather-long-thread-name-for-the-list", turns=150, user_id="u-caroline"
     )
     for entry in Entry.objects.filter(thread=thread, role="user").defer("embedding")[:3]:
         entry_redact(entry=entry, reason="asked", actor="staff:olga")
-    user("ada", superuser=True)
-    with browser() as chromium:
-        page = log_in(chromium, live_server, "ada", "/admin/memoryapp/entry/")
+    staff_user("ada", superuser=True)
+    with chromium() as browser:
+        page = log_in(browser, live_server, "ada", then="/admin/memoryapp/entry/")
         for name, url in (
             ("entries", "/admin/memoryapp/entry/"),
             ("entries-search", "/admin/memoryapp/entry/?q=painting"),

@@ -7,29 +7,16 @@ audit trail say so. Screenshots of the queue go to bench/out/screenshots/ (revie
 
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
 from django.contrib.auth.models import User
+from playwright.sync_api import expect
 
 from governance.models import AuditRecord
 from memoryapp.models import MemoryItem
-from tests.kit import PROJECT_ROOT
+from tests.kit.browser import BROWSER_TEST, PASSWORD, has_class, log_in, shoot
 from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, StaffFactory, ThreadFactory
 
-CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = PROJECT_ROOT / "bench" / "out" / "screenshots"
-PASSWORD = "review-the-memory-2026"
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists() and not shutil.which("chromium"),
-        reason=f"{CHROMIUM} is not installed (apt-get install chromium)",
-    ),
-]
+pytestmark = BROWSER_TEST
 
 # (person, assistant question, user answer, kind, attribute, value, quote)
 TALKS = [
@@ -128,63 +115,37 @@ def reviewer(transactional_db: None) -> User:
     return StaffFactory(username="rita", password=PASSWORD, permissions=("change_memoryitem", "view_memoryitem"))
 
 
-def test_a_reviewer_approves_and_rejects_from_the_queue_in_a_browser(
-    django_db_setup, live_server, reviewer, monkeypatch
-):
+def test_a_reviewer_approves_and_rejects_from_the_queue_in_a_browser(django_db_setup, live_server, reviewer, chromium):
     # django_db_setup first: the test database then outlives the live server's connection at teardown.
-    from playwright.sync_api import expect, sync_playwright
-
-    # Playwright's sync API runs an event loop in this thread; the ORM calls below are still synchronous.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     ids = _seed()
     # Read everything the page is checked against now: inside Playwright's block the ORM would open
     # a connection of its own (its event loop gives that code another context) and leave it open.
     source_link = f"/admin/memoryapp/thread/{_thread_pk('diet')}/change/#{_entry_id(ids['diet'])}"
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-            ],
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/memoryapp/memoryitem/review/")
-            page.fill("#id_username", "rita")
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            page.wait_for_selector(".rq-card")
+    with chromium() as browser:
+        page = log_in(browser, live_server, "rita", then="/admin/memoryapp/memoryitem/review/", wait_for=".rq-card")
 
-            diet = page.locator(f"#card-{ids['diet']}")
-            expect(diet.locator("mark")).to_have_text("I am vegetarian now")
-            expect(diet.locator(".rq-ctx").first).to_contain_text("Anything I should know about your food?")
-            expect(diet.locator(".rq-where a")).to_have_attribute("href", source_link)
-            page.screenshot(path=str(SCREENSHOTS / "review-flow.png"), full_page=False)
+        diet = page.locator(f"#card-{ids['diet']}")
+        expect(diet.locator("mark")).to_have_text("I am vegetarian now")
+        expect(diet.locator(".rq-ctx").first).to_contain_text("Anything I should know about your food?")
+        expect(diet.locator(".rq-where a")).to_have_attribute("href", source_link)
+        shoot(page, "review-flow")
 
-            # approve from the keyboard: pick the card, press a
-            diet.locator(".rq-slot").click()
-            page.keyboard.press("a")
-            expect(diet).to_have_class(_has("rq-done"))
-            expect(diet.locator(".rq-result")).to_have_text("Approved.")
+        # approve from the keyboard: pick the card, press a
+        diet.locator(".rq-slot").click()
+        page.keyboard.press("a")
+        expect(diet).to_have_class(has_class("rq-done"))
+        expect(diet.locator(".rq-result")).to_have_text("Approved.")
 
-            # reject with a reason: r focuses the reason, Enter rejects
-            city = page.locator(f"#card-{ids['city']}")
-            city.locator(".rq-slot").click()
-            page.keyboard.press("r")
-            expect(city.locator("input[name=reason]")).to_be_focused()
-            page.keyboard.type("not about this person")
-            page.keyboard.press("Enter")
-            expect(city).to_have_class(_has("rq-rejected"))
-            expect(page.locator("#rq-left")).to_have_text(str(len(TALKS) - 2))
-            page.screenshot(path=str(SCREENSHOTS / "review-flow-decided.png"), full_page=False)
-        finally:
-            browser.close()
+        # reject with a reason: r focuses the reason, Enter rejects
+        city = page.locator(f"#card-{ids['city']}")
+        city.locator(".rq-slot").click()
+        page.keyboard.press("r")
+        expect(city.locator("input[name=reason]")).to_be_focused()
+        page.keyboard.type("not about this person")
+        page.keyboard.press("Enter")
+        expect(city).to_have_class(has_class("rq-rejected"))
+        expect(page.locator("#rq-left")).to_have_text(str(len(TALKS) - 2))
+        shoot(page, "review-flow-decided")
 
     assert MemoryItem.objects.get(pk=ids["diet"]).status == "active"
     rejected = MemoryItem.objects.get(pk=ids["city"])
@@ -192,13 +153,6 @@ def test_a_reviewer_approves_and_rejects_from_the_queue_in_a_browser(
     assert MemoryItem.objects.filter(status="suggested").count() == len(TALKS) - 2
     audit = {r.subject: (r.actor, r.outcome) for r in AuditRecord.objects.filter(action="item.reviewed")}
     assert audit == {ids["diet"]: ("staff:rita", "approved"), ids["city"]: ("staff:rita", "rejected")}
-    assert os.path.getsize(SCREENSHOTS / "review-flow.png") > 10_000
-
-
-def _has(name: str):
-    import re
-
-    return re.compile(rf"(^|\s){re.escape(name)}(\s|$)")
 
 
 def _thread_pk(attribute: str) -> int:

@@ -12,15 +12,13 @@ Screenshots at 1280 x 800 go to bench/out/screenshots/ (the README names the fol
 
 from __future__ import annotations
 
-import shutil
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import pytest
-from django.contrib.auth.models import Group, User
 from django.core.cache import cache
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from governance.audit import audit_append
 from governance.models import AuditRecord, JobRun
@@ -29,57 +27,10 @@ from memoryapp.agents.services import agent_get_or_create
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry, ItemReview, MemoryItem
 from memoryapp.threads.services import entries_add, thread_create
+from tests.kit.browser import BROWSER_TEST, has_class, log_in, shoot, staff_user
 from tests.kit.locomo_review import locomo_suggestions, locomo_thread, quote_of
-from tests.kit.review_staff import ROLE_GROUPS
 
-CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "bench" / "out" / "screenshots"
-PASSWORD = "console-of-the-memory-2026"
-VIEWPORT = {"width": 1280, "height": 800}
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists() and not shutil.which("chromium"),
-        reason=f"{CHROMIUM} is not installed (apt-get install chromium)",
-    ),
-]
-
-
-def _browser(p: Any) -> Any:
-    return p.chromium.launch(
-        executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-        args=[
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-        ],
-    )
-
-
-def _user(name: str, role: str) -> User:
-    user = User.objects.create_user(name, password=PASSWORD, is_staff=True)
-    user.groups.set(Group.objects.filter(name=ROLE_GROUPS[role]))
-    return user
-
-
-def _login(browser: Any, live_server: Any, name: str, *, dark: bool = False) -> Any:
-    page = browser.new_page(viewport=VIEWPORT, color_scheme="dark" if dark else "light")
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", name)
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#content")
-    return page
-
-
-def _shot(page: Any, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=False)
+pytestmark = BROWSER_TEST
 
 
 def _seed_queue() -> dict[str, Any]:
@@ -123,84 +74,77 @@ def _seed_queue() -> dict[str, Any]:
 
 
 def test_the_queue_filters_pages_decides_a_conflict_and_undoes_in_a_browser(
-    django_db_setup: Any, live_server: Any, transactional_db: Any, monkeypatch: Any
+    django_db_setup: Any, live_server: Any, transactional_db: Any, chromium: Callable[[], Any]
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     seeded = _seed_queue()
-    _user("rita", "reviewer")
+    staff_user("rita", role="reviewer")
     kept, rival = seeded["conflict"]
     queue = f"{live_server.url}/admin/memoryapp/memoryitem/review/"
-    with sync_playwright() as p:
-        browser = _browser(p)
-        try:
-            page = _login(browser, live_server, "rita")
-            page.goto(queue)
-            page.wait_for_selector(".rq-card")
-            expect(page.locator("#rq-left")).to_have_text(str(seeded["total"]))
-            _shot(page, "review-queue")
+    with chromium() as browser:
+        page = log_in(browser, live_server, "rita")
+        page.goto(queue)
+        page.wait_for_selector(".rq-card")
+        expect(page.locator("#rq-left")).to_have_text(str(seeded["total"]))
+        shoot(page, "review-queue")
 
-            # the Filter button with the script on: only the coach's suggestions
-            page.select_option("select[name=agent]", str(seeded["coach"]))
-            page.click(".rq-filters button[type=submit]")
-            page.wait_for_url(f"**agent={seeded['coach']}**")
-            expect(page.locator(".rq-agent").first).to_have_text("coach")
-            expect(page.locator(".rq-group")).to_have_count(1)
+        # the Filter button with the script on: only the coach's suggestions
+        page.select_option("select[name=agent]", str(seeded["coach"]))
+        page.click(".rq-filters button[type=submit]")
+        page.wait_for_url(f"**agent={seeded['coach']}**")
+        expect(page.locator(".rq-agent").first).to_have_text("coach")
+        expect(page.locator(".rq-group")).to_have_count(1)
 
-            # Enter in the person box with the script on: a person nobody has, then u-jon
-            page.fill("input[name=user_id]", "u-nobody")
-            page.press("input[name=user_id]", "Enter")
-            page.wait_for_url("**user_id=u-nobody**")
-            expect(page.locator(".rq-empty")).to_contain_text("under these filters")
-            page.fill("input[name=user_id]", "u-jon")
-            page.press("input[name=user_id]", "Enter")
-            page.wait_for_url("**user_id=u-jon**")
-            expect(page.locator(".rq-person").first).to_have_text("u-jon")
+        # Enter in the person box with the script on: a person nobody has, then u-jon
+        page.fill("input[name=user_id]", "u-nobody")
+        page.press("input[name=user_id]", "Enter")
+        page.wait_for_url("**user_id=u-nobody**")
+        expect(page.locator(".rq-empty")).to_contain_text("under these filters")
+        page.fill("input[name=user_id]", "u-jon")
+        page.press("input[name=user_id]", "Enter")
+        page.wait_for_url("**user_id=u-jon**")
+        expect(page.locator(".rq-person").first).to_have_text("u-jon")
 
-            # paging: the whole queue, next page (50 a page; without the LoCoMo data beside the
-            # project, the stand-in conversation gives one page, and then there is no next link)
-            page.goto(queue)
-            if seeded["total"] > QUEUE_PAGE:
-                page.click("a[rel=next] >> nth=0")
-                page.wait_for_url("**after=**")
-                expect(page.locator("#rq-range")).to_contain_text("51\u2013")
-                _shot(page, "review-queue-page-2")
-            else:
-                expect(page.locator("a[rel=next]")).to_have_count(0)
+        # paging: the whole queue, next page (50 a page; without the LoCoMo data beside the
+        # project, the stand-in conversation gives one page, and then there is no next link)
+        page.goto(queue)
+        if seeded["total"] > QUEUE_PAGE:
+            page.click("a[rel=next] >> nth=0")
+            page.wait_for_url("**after=**")
+            expect(page.locator("#rq-range")).to_contain_text("51\u2013")
+            shoot(page, "review-queue-page-2")
+        else:
+            expect(page.locator("a[rel=next]")).to_have_count(0)
 
-            # a conflict: choose the second value from the keyboard, keep it; then undo with u
-            page.goto(f"{queue}?user_id=u-jon")
-            card = page.locator(f"#card-{kept}")
-            expect(card).to_have_class(_has("rq-conflict"))
-            card.locator(".rq-slot").click()
-            _shot(page, "review-queue-conflict")
-            waiting = int(page.locator("#rq-left").inner_text())
-            page.keyboard.press("2")
-            expect(card.locator(".rq-value")).to_have_value("something else entirely")
-            page.keyboard.press("a")
-            expect(card).to_have_class(_has("rq-done"))
-            expect(page.locator("#rq-left")).to_have_text(str(waiting - 2))
-            expect(page.locator("#rq-flash")).to_contain_text("other value rejected")
-            expect(page.locator("#rq-undo-button")).to_be_enabled()
-            page.keyboard.press("u")
-            expect(card).not_to_have_class(_has("rq-done"))
-            expect(page.locator("#rq-left")).to_have_text(str(waiting))
-            expect(page.locator("#rq-flash")).to_contain_text("Undone: 2 items")
+        # a conflict: choose the second value from the keyboard, keep it; then undo with u
+        page.goto(f"{queue}?user_id=u-jon")
+        card = page.locator(f"#card-{kept}")
+        expect(card).to_have_class(has_class("rq-conflict"))
+        card.locator(".rq-slot").click()
+        shoot(page, "review-queue-conflict")
+        waiting = int(page.locator("#rq-left").inner_text())
+        page.keyboard.press("2")
+        expect(card.locator(".rq-value")).to_have_value("something else entirely")
+        page.keyboard.press("a")
+        expect(card).to_have_class(has_class("rq-done"))
+        expect(page.locator("#rq-left")).to_have_text(str(waiting - 2))
+        expect(page.locator("#rq-flash")).to_contain_text("other value rejected")
+        expect(page.locator("#rq-undo-button")).to_be_enabled()
+        page.keyboard.press("u")
+        expect(card).not_to_have_class(has_class("rq-done"))
+        expect(page.locator("#rq-left")).to_have_text(str(waiting))
+        expect(page.locator("#rq-flash")).to_contain_text("Undone: 2 items")
 
-            # then decide it for good: keep the first value
-            card.locator(".rq-slot").click()
-            page.keyboard.press("1")
-            page.keyboard.press("a")
-            expect(card).to_have_class(_has("rq-done"))
-            _shot(page, "review-queue-after-decisions")
+        # then decide it for good: keep the first value
+        card.locator(".rq-slot").click()
+        page.keyboard.press("1")
+        page.keyboard.press("a")
+        expect(card).to_have_class(has_class("rq-done"))
+        shoot(page, "review-queue-after-decisions")
 
-            dark = _login(browser, live_server, "rita", dark=True)
-            dark.goto(queue)
-            dark.wait_for_selector(".rq-choice")
-            _shot(dark, "review-queue-dark")
-        finally:
-            browser.close()
+        dark = log_in(browser, live_server, "rita", dark=True)
+        dark.goto(queue)
+        dark.wait_for_selector(".rq-choice")
+        shoot(dark, "review-queue-dark")
 
     rows = {i.pk: i for i in MemoryItem.objects.filter(pk__in=[kept, rival])}
     assert (rows[kept].status, rows[rival].status) == ("active", "rejected")
@@ -210,54 +154,47 @@ def test_the_queue_filters_pages_decides_a_conflict_and_undoes_in_a_browser(
 
 
 def test_the_item_page_approves_with_an_edit_and_rejects_with_a_reason_in_a_browser(
-    django_db_setup: Any, live_server: Any, transactional_db: Any, monkeypatch: Any
+    django_db_setup: Any, live_server: Any, transactional_db: Any, chromium: Callable[[], Any]
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     concierge, _ = agent_get_or_create(slug="concierge")
     thread, turns = locomo_thread(agent=concierge, sample=0, user_id="u-caroline", sessions=4)
     items = locomo_suggestions(agent=concierge, thread=thread, by_turn=turns, limit=3)
     edited, rejected = items[0], items[1]
     suggested_value = edited.value
-    _user("rita", "reviewer")
+    staff_user("rita", role="reviewer")
     moment = timezone.now()
-    with sync_playwright() as p:
-        browser = _browser(p)
-        try:
-            page = _login(browser, live_server, "rita")
-            page.goto(f"{live_server.url}/admin/memoryapp/memoryitem/{edited.pk}/change/")
-            expect(page.locator("#ip-state")).to_have_text("Suggested")
-            expect(page.locator(".rq-src mark").first).to_be_visible()
-            _shot(page, "item-page-suggested")
-            page.fill("#ip-decide textarea[name=value]", edited.value + " (checked)")
-            page.click("#ip-decide button[value=approve]")
-            expect(page.locator("#ip-state")).to_have_text("Active")
-            expect(page.locator("ul.messagelist")).to_contain_text("Approved with the edited value.")
-            expect(page.locator("#ip-steps del")).to_have_text(edited.value)
-            _shot(page, "item-page-approved-edited")
+    with chromium() as browser:
+        page = log_in(browser, live_server, "rita")
+        page.goto(f"{live_server.url}/admin/memoryapp/memoryitem/{edited.pk}/change/")
+        expect(page.locator("#ip-state")).to_have_text("Suggested")
+        expect(page.locator(".rq-src mark").first).to_be_visible()
+        shoot(page, "item-page-suggested")
+        page.fill("#ip-decide textarea[name=value]", edited.value + " (checked)")
+        page.click("#ip-decide button[value=approve]")
+        expect(page.locator("#ip-state")).to_have_text("Active")
+        expect(page.locator("ul.messagelist")).to_contain_text("Approved with the edited value.")
+        expect(page.locator("#ip-steps del")).to_have_text(edited.value)
+        shoot(page, "item-page-approved-edited")
 
-            page.goto(f"{live_server.url}/admin/memoryapp/memoryitem/{rejected.pk}/change/")
-            page.fill("#ip-decide input[name=reason]", "not what she said")
-            page.click("#ip-decide button[value=reject]")
-            expect(page.locator("#ip-state")).to_have_text("Rejected")
-            expect(page.locator("#ip-reason")).to_contain_text("not what she said")
-            _shot(page, "item-page-rejected")
-            dark = _login(browser, live_server, "rita", dark=True)
-            dark.goto(f"{live_server.url}/admin/memoryapp/memoryitem/{edited.pk}/change/")
-            _shot(dark, "item-page-dark")
+        page.goto(f"{live_server.url}/admin/memoryapp/memoryitem/{rejected.pk}/change/")
+        page.fill("#ip-decide input[name=reason]", "not what she said")
+        page.click("#ip-decide button[value=reject]")
+        expect(page.locator("#ip-state")).to_have_text("Rejected")
+        expect(page.locator("#ip-reason")).to_contain_text("not what she said")
+        shoot(page, "item-page-rejected")
+        dark = log_in(browser, live_server, "rita", dark=True)
+        dark.goto(f"{live_server.url}/admin/memoryapp/memoryitem/{edited.pk}/change/")
+        shoot(dark, "item-page-dark")
 
-            stamp = (moment - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
-            later = (timezone.now() + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S")
-            page.goto(
-                f"{live_server.url}/admin/memoryapp/memoryitem/known/?agent={concierge.pk}&user_id=u-caroline"
-                f"&at={later}&compare={stamp}"
-            )
-            expect(page.locator("#known-changes")).to_be_visible()
-            expect(page.locator("tr.kd-added")).to_have_count(1)
-            _shot(page, "known-compare")
-        finally:
-            browser.close()
+        stamp = (moment - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S")
+        later = (timezone.now() + timedelta(seconds=2)).strftime("%Y-%m-%dT%H:%M:%S")
+        page.goto(
+            f"{live_server.url}/admin/memoryapp/memoryitem/known/?agent={concierge.pk}&user_id=u-caroline"
+            f"&at={later}&compare={stamp}"
+        )
+        expect(page.locator("#known-changes")).to_be_visible()
+        expect(page.locator("tr.kd-added")).to_have_count(1)
+        shoot(page, "known-compare")
 
     edited.refresh_from_db()
     rejected.refresh_from_db()
@@ -305,56 +242,42 @@ def _seed_overview() -> None:
 
 
 def test_the_index_shows_each_role_its_overview_in_a_browser(
-    django_db_setup: Any, live_server: Any, transactional_db: Any, monkeypatch: Any
+    django_db_setup: Any, live_server: Any, transactional_db: Any, chromium: Callable[[], Any]
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     cache.clear()
     _seed_queue()
     _seed_overview()
     for name, role in (("rita", "reviewer"), ("pia", "privacy"), ("otto", "operator")):
-        _user(name, role)
+        staff_user(name, role=role)
     entries_today = Entry.objects.filter(created_at__date=timezone.now().date(), agent__slug="concierge").count()
-    with sync_playwright() as p:
-        browser = _browser(p)
-        try:
-            reviewer = _login(browser, live_server, "rita")
-            expect(reviewer.locator("#ov-review")).to_be_visible()
-            expect(reviewer.locator("#ov-operator")).to_have_count(0)
-            expect(reviewer.locator("#ov-backlog")).to_contain_text("suggestions waiting")
-            _shot(reviewer, "index-reviewer")
-            reviewer.click("#ov-backlog")
-            reviewer.wait_for_selector(".rq-card")
+    with chromium() as browser:
+        reviewer = log_in(browser, live_server, "rita")
+        expect(reviewer.locator("#ov-review")).to_be_visible()
+        expect(reviewer.locator("#ov-operator")).to_have_count(0)
+        expect(reviewer.locator("#ov-backlog")).to_contain_text("suggestions waiting")
+        shoot(reviewer, "index-reviewer")
+        reviewer.click("#ov-backlog")
+        reviewer.wait_for_selector(".rq-card")
 
-            officer = _login(browser, live_server, "pia")
-            expect(officer.locator("#ov-privacy")).to_be_visible()
-            expect(officer.locator("#ov-review")).to_have_count(0)
-            expect(officer.locator("#ov-audit")).to_contain_text("link and hash correctly")
-            expect(officer.locator("#ov-removals")).to_contain_text("entries redacted")
-            _shot(officer, "index-privacy-officer")
+        officer = log_in(browser, live_server, "pia")
+        expect(officer.locator("#ov-privacy")).to_be_visible()
+        expect(officer.locator("#ov-review")).to_have_count(0)
+        expect(officer.locator("#ov-audit")).to_contain_text("link and hash correctly")
+        expect(officer.locator("#ov-removals")).to_contain_text("entries redacted")
+        shoot(officer, "index-privacy-officer")
 
-            operator = _login(browser, live_server, "otto")
-            expect(operator.locator("#ov-operator")).to_be_visible()
-            expect(operator.locator("#ov-privacy")).to_have_count(0)
-            expect(operator.locator("svg.ch-svg")).to_have_count(4)
-            expect(operator.locator("#ov-health")).to_contain_text("answers")
-            expect(operator.locator("#ov-failures")).to_contain_text("failed in the last 24 hours")
-            today = timezone.now().date().isoformat()
-            expect(operator.locator(f"rect:has(title:text-is('{today} · concierge: {entries_today} entries'))"))
-            _shot(operator, "index-operator")
-            operator.locator("#ov-operator").scroll_into_view_if_needed()
-            operator.evaluate("document.querySelector('.ov-charts').scrollIntoView()")
-            _shot(operator, "index-operator-charts")
-            dark = _login(browser, live_server, "otto", dark=True)
-            dark.evaluate("document.querySelector('.ov-charts').scrollIntoView()")
-            _shot(dark, "index-operator-charts-dark")
-        finally:
-            browser.close()
-    assert (SCREENSHOTS / "index-operator.png").stat().st_size > 10_000
-
-
-def _has(name: str) -> Any:
-    import re
-
-    return re.compile(rf"(^|\s){re.escape(name)}(\s|$)")
+        operator = log_in(browser, live_server, "otto")
+        expect(operator.locator("#ov-operator")).to_be_visible()
+        expect(operator.locator("#ov-privacy")).to_have_count(0)
+        expect(operator.locator("svg.ch-svg")).to_have_count(4)
+        expect(operator.locator("#ov-health")).to_contain_text("answers")
+        expect(operator.locator("#ov-failures")).to_contain_text("failed in the last 24 hours")
+        today = timezone.now().date().isoformat()
+        expect(operator.locator(f"rect:has(title:text-is('{today} · concierge: {entries_today} entries'))"))
+        shoot(operator, "index-operator")
+        operator.locator("#ov-operator").scroll_into_view_if_needed()
+        operator.evaluate("document.querySelector('.ov-charts').scrollIntoView()")
+        shoot(operator, "index-operator-charts")
+        dark = log_in(browser, live_server, "otto", dark=True)
+        dark.evaluate("document.querySelector('.ov-charts').scrollIntoView()")
+        shoot(dark, "index-operator-charts-dark")

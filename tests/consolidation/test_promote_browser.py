@@ -8,13 +8,11 @@ Screenshots (1280x800) go to bench/out/screenshots/.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from playwright.sync_api import expect
 
 from governance.models import AuditRecord
 from memoryapp.consolidation.dedupe import scope_dedupe
@@ -29,28 +27,17 @@ from memoryapp.consolidation.observations import observations_refresh
 from memoryapp.items.rules import Scope
 from memoryapp.llm.port import use_model
 from memoryapp.models import MemoryFileVersion, MemoryItem
-from tests.kit import PROJECT_ROOT
+from tests.kit.browser import BROWSER_TEST, log_in, shoot, staff_user
 from tests.kit.consolidation import active_item, answers, scripted
 from tests.kit.factories import (
     AgentFactory,
     EntryFactory,
     MemoryFileVersionFactory,
     MemoryItemFactory,
-    StaffFactory,
     ThreadFactory,
 )
 
-CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = PROJECT_ROOT / "bench" / "out" / "screenshots"
-PASSWORD = "promote-the-playbook-2026"
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists() and not shutil.which("chromium"),
-        reason=f"{CHROMIUM} is not installed (apt-get install chromium)",
-    ),
-]
+pytestmark = BROWSER_TEST
 
 
 def _seed() -> dict[str, str]:
@@ -88,64 +75,38 @@ def _seed() -> dict[str, str]:
 
 @pytest.fixture
 def reviewer(transactional_db: None) -> User:
-    return StaffFactory(username="rita", password=PASSWORD, groups=("Reviewers",))
+    return staff_user("rita", role="reviewer")
 
 
-def test_a_reviewer_promotes_a_playbook_draft_after_reading_its_diff(
-    django_db_setup, live_server, reviewer, monkeypatch
-):
-    from playwright.sync_api import expect, sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+def test_a_reviewer_promotes_a_playbook_draft_after_reading_its_diff(django_db_setup, live_server, reviewer, chromium):
     seeded = _seed()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
+    with chromium() as browser:
+        page = log_in(browser, live_server, "rita", then="/admin/memoryapp/playbookdraft/", wait_for="#pd-drafts")
+        expect(page.locator("#pd-drafts tbody tr")).to_have_count(1)
+        shoot(page, "playbook-drafts")
+
+        page.click("#pd-drafts a.button")
+        page.wait_for_selector("#pd-side")
+        added = page.locator("#pd-side tr.added")
+        expect(added).to_have_count(1)
+        expect(added.locator("td.right")).to_have_text(f"- {seeded['rule']}")
+        expect(page.locator("#pd-side tr.same td.left", has_text="Quote prices in euros.")).to_have_count(1)
+        change = page.locator("#change-1")
+        expect(change.locator(".pd-kind")).to_have_text("added")
+        expect(change.locator("mark")).to_have_text("always ask me the travel dates first")
+        expect(change.locator(".pd-quote a")).to_have_attribute(
+            "href", f"/admin/memoryapp/thread/{seeded['thread']}/change/#{seeded['entry']}"
         )
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/memoryapp/playbookdraft/")
-            page.fill("#id_username", "rita")
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            page.wait_for_selector("#pd-drafts")
-            expect(page.locator("#pd-drafts tbody tr")).to_have_count(1)
-            page.screenshot(path=str(SCREENSHOTS / "playbook-drafts.png"))
+        expect(change.locator(".pd-lesson > a")).to_have_attribute(
+            "href", f"/admin/memoryapp/memoryitem/{seeded['lesson']}/change/"
+        )
+        shoot(page, "playbook-draft-diff")
 
-            page.click("#pd-drafts a.button")
-            page.wait_for_selector("#pd-side")
-            added = page.locator("#pd-side tr.added")
-            expect(added).to_have_count(1)
-            expect(added.locator("td.right")).to_have_text(f"- {seeded['rule']}")
-            expect(page.locator("#pd-side tr.same td.left", has_text="Quote prices in euros.")).to_have_count(1)
-            change = page.locator("#change-1")
-            expect(change.locator(".pd-kind")).to_have_text("added")
-            expect(change.locator("mark")).to_have_text("always ask me the travel dates first")
-            expect(change.locator(".pd-quote a")).to_have_attribute(
-                "href", f"/admin/memoryapp/thread/{seeded['thread']}/change/#{seeded['entry']}"
-            )
-            expect(change.locator(".pd-lesson > a")).to_have_attribute(
-                "href", f"/admin/memoryapp/memoryitem/{seeded['lesson']}/change/"
-            )
-            page.screenshot(path=str(SCREENSHOTS / "playbook-draft-diff.png"))
-
-            page.once("dialog", lambda dialog: dialog.accept())
-            page.click("#pd-promote")
-            expect(page.locator(".messagelist .success")).to_contain_text("Promoted")
-            expect(page.locator("#pd-none")).to_be_visible()
-            page.screenshot(path=str(SCREENSHOTS / "playbook-promoted.png"))
-        finally:
-            browser.close()
+        page.once("dialog", lambda dialog: dialog.accept())
+        page.click("#pd-promote")
+        expect(page.locator(".messagelist .success")).to_contain_text("Promoted")
+        expect(page.locator("#pd-none")).to_be_visible()
+        shoot(page, "playbook-promoted")
 
     playbook = MemoryFileVersion.objects.filter(path=PLAYBOOK_PATH).order_by("-sequence").first()
     assert playbook is not None and parse_playbook(playbook.content) == [
@@ -155,14 +116,10 @@ def test_a_reviewer_promotes_a_playbook_draft_after_reading_its_diff(
     ]
     record = AuditRecord.objects.get(action="playbook.promoted")
     assert (record.actor, record.details["draft_version"]) == ("staff:rita", seeded["draft"])
-    assert os.path.getsize(SCREENSHOTS / "playbook-draft-diff.png") > 10_000
     assert re.fullmatch(r"mfv_\w+", playbook.pk)
 
 
-def test_a_reviewer_undoes_a_stale_mark_and_reads_an_entity_page(django_db_setup, live_server, reviewer, monkeypatch):
-    from playwright.sync_api import expect, sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+def test_a_reviewer_undoes_a_stale_mark_and_reads_an_entity_page(django_db_setup, live_server, reviewer, chromium):
     agent = AgentFactory(slug="concierge")
     facts = [
         active_item(agent=agent, subject="Ana", attribute=a, value=v)
@@ -175,31 +132,18 @@ def test_a_reviewer_undoes_a_stale_mark_and_reads_an_entity_page(django_db_setup
     with use_model(scripted(answers({"text": statement}))):
         observations_refresh(agent=agent, scope=Scope(user_id="u-ana"))
     entity_id = facts[0].entity_id
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
-        )  # fmt: skip
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/memoryapp/staleitem/")
-            page.fill("#id_username", "rita")
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            row = page.locator("#result_list tbody tr", has_text=facts[1].pk)
-            expect(row).to_contain_text("repeats the item kept")
-            page.screenshot(path=str(SCREENSHOTS / "stale-items.png"))
-            row.locator("input.action-select").check()
-            page.select_option("select[name=action]", "undo_stale")
-            page.click("button[name=index]")
-            expect(page.locator(".messagelist li")).to_contain_text("1 item(s) active again")
+    with chromium() as browser:
+        page = log_in(browser, live_server, "rita", then="/admin/memoryapp/staleitem/")
+        row = page.locator("#result_list tbody tr", has_text=facts[1].pk)
+        expect(row).to_contain_text("repeats the item kept")
+        shoot(page, "stale-items")
+        row.locator("input.action-select").check()
+        page.select_option("select[name=action]", "undo_stale")
+        page.click("button[name=index]")
+        expect(page.locator(".messagelist li")).to_contain_text("1 item(s) active again")
 
-            page.goto(f"{live_server.url}/admin/memoryapp/entityoverview/{entity_id}/change/")
-            expect(page.locator(".ep-observation li")).to_contain_text("Ana needs meals without meat or peanuts.")
-            expect(page.locator("#ep-items tbody tr")).to_have_count(4)
-            page.screenshot(path=str(SCREENSHOTS / "entity-page.png"))
-        finally:
-            browser.close()
+        page.goto(f"{live_server.url}/admin/memoryapp/entityoverview/{entity_id}/change/")
+        expect(page.locator(".ep-observation li")).to_contain_text("Ana needs meals without meat or peanuts.")
+        expect(page.locator("#ep-items tbody tr")).to_have_count(4)
+        shoot(page, "entity-page")
     assert MemoryItem.objects.get(pk=facts[1].pk).status == "active"

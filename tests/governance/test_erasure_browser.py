@@ -10,30 +10,20 @@ left, and downloads it. Screenshots (1280x800) go to bench/out/screenshots/.
 from __future__ import annotations
 
 import hashlib
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from playwright.sync_api import expect
 
 from governance.audit import audit_verify
 from governance.models import AuditRecord, ErasureRequest
 from memoryapp.models import MemoryItem, Thread
-from tests.kit import PROJECT_ROOT
-from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, StaffFactory, ThreadFactory
+from tests.kit.browser import BROWSER_TEST, log_in, shoot, staff_user
+from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, ThreadFactory
 
-CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = PROJECT_ROOT / "bench" / "out" / "screenshots"
-PASSWORD = "erase-ana-pereira-2026"
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists() and not shutil.which("chromium"),
-        reason=f"{CHROMIUM} is not installed (apt-get install chromium)",
-    ),
-]
+pytestmark = BROWSER_TEST
 
 
 @pytest.fixture
@@ -41,15 +31,12 @@ def officer(transactional_db: None, tmp_path: Path, settings: Any) -> User:
     settings.VAR_DIR = tmp_path / "var"  # the report's signing key, this test's own
     settings.RECEIPT_SIGNING_KEY = ""
     settings.RECEIPT_SIGNING_KEY_FILE = ""
-    return StaffFactory(username="pat", password=PASSWORD, groups=("Privacy officers",))
+    return staff_user("pat", role="privacy")
 
 
 def test_a_privacy_officer_erases_a_person_and_reads_the_report(
-    django_db_setup, live_server, officer, monkeypatch, tmp_path
+    django_db_setup, live_server, officer, chromium, tmp_path
 ) -> None:
-    from playwright.sync_api import expect, sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     agent = AgentFactory(slug="concierge")
     thread = ThreadFactory(agent=agent, external_id="t-porto", user_id="u-ana")
     said = EntryFactory(thread=thread, role="user", content="My sister Lucinda moved to Porto last spring.")
@@ -64,60 +51,41 @@ def test_a_privacy_officer_erases_a_person_and_reads_the_report(
     )
     other = ThreadFactory(agent=agent, external_id="t-bob", user_id="u-bob")
     EntryFactory(thread=other, role="user", content="Bob's own words stay.")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-            args=[
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800}, accept_downloads=True)
-            page.goto(f"{live_server.url}/admin/login/?next=/admin/memoryapp/thread/{thread.pk}/change/")
-            page.fill("#id_username", "pat")
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            page.click("#erase-person")
+    with chromium() as browser:
+        then = f"/admin/memoryapp/thread/{thread.pk}/change/"
+        page = log_in(browser, live_server, "pat", then=then, accept_downloads=True)
+        page.click("#erase-person")
 
-            expect(page.locator("#id_user_id")).to_have_value("u-ana")
-            page.fill("#id_identifiers", "ana.pereira@example.org")
-            page.fill("#id_legal_basis", "GDPR Art. 17(1)(a)")
-            page.fill("#id_reason", "Her letter of 3 November")
-            page.screenshot(path=str(SCREENSHOTS / "erasure-request-form.png"))
-            page.click("#file-erasure")
-            # What would go, counted, before anything is filed.
-            expect(page.locator("#er-plan")).to_contain_text("threads about the person")
-            expect(page.locator("#er-confirm-person")).to_have_text("u-ana")
-            page.screenshot(path=str(SCREENSHOTS / "erasure-request-confirm.png"))
-            page.click("#er-confirm")
+        expect(page.locator("#id_user_id")).to_have_value("u-ana")
+        page.fill("#id_identifiers", "ana.pereira@example.org")
+        page.fill("#id_legal_basis", "GDPR Art. 17(1)(a)")
+        page.fill("#id_reason", "Her letter of 3 November")
+        shoot(page, "erasure-request-form")
+        page.click("#file-erasure")
+        # What would go, counted, before anything is filed.
+        expect(page.locator("#er-plan")).to_contain_text("threads about the person")
+        expect(page.locator("#er-confirm-person")).to_have_text("u-ana")
+        shoot(page, "erasure-request-confirm")
+        page.click("#er-confirm")
 
-            expect(page.locator(".messagelist .success")).to_contain_text("filed")
-            expect(page.locator("#er-status")).to_contain_text("Done", timeout=30_000)
-            expect(page.locator("#er-progress")).to_contain_text("100%")
-            expect(page.locator("#er-person")).to_have_text("u-ana")
-            page.screenshot(path=str(SCREENSHOTS / "erasure-request-done.png"))
+        expect(page.locator(".messagelist .success")).to_contain_text("filed")
+        expect(page.locator("#er-status")).to_contain_text("Done", timeout=30_000)
+        expect(page.locator("#er-progress")).to_contain_text("100%")
+        expect(page.locator("#er-person")).to_have_text("u-ana")
+        shoot(page, "erasure-request-done")
 
-            page.click("#er-report-link")
-            expect(page.locator("#er-summary")).to_contain_text("found nothing left")
-            expect(page.locator("#er-nothing-found")).to_be_visible()
-            expect(page.locator("#er-tables tbody tr", has_text="memoryapp_entry")).to_have_count(1)
-            expect(page.locator("#er-counts")).to_be_visible()
-            page.screenshot(path=str(SCREENSHOTS / "erasure-report.png"), full_page=True)
+        page.click("#er-report-link")
+        expect(page.locator("#er-summary")).to_contain_text("found nothing left")
+        expect(page.locator("#er-nothing-found")).to_be_visible()
+        expect(page.locator("#er-tables tbody tr", has_text="memoryapp_entry")).to_have_count(1)
+        expect(page.locator("#er-counts")).to_be_visible()
+        shoot(page, "erasure-report", full_page=True)
 
-            with page.expect_download() as download:
-                page.click("#er-report-json")
-            saved = tmp_path / "report.json"
-            download.value.save_as(saved)
-        finally:
-            browser.close()
+        with page.expect_download() as download:
+            page.click("#er-report-json")
+        saved = tmp_path / "report.json"
+        download.value.save_as(saved)
 
     request = ErasureRequest.objects.get()
     assert request.status == "done" and request.requested_by_name == "staff:pat"
