@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from django.test import override_settings
-from django.urls import NoReverseMatch, reverse
 
 from governance.models import AuditRecord, JobRun
 from memoryapp.compaction.history import SUMMARY_HEADING, compacted_history
@@ -529,15 +528,6 @@ def test_compaction_service_raises_model_unavailable_only_inside_jobs(alice: Cal
 # --- read back by the context builder ------------------------------------------------------------------
 
 
-def _builder_present() -> bool:
-    try:
-        reverse("thread-context", kwargs={"thread_id": "x"})
-    except NoReverseMatch:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _builder_present(), reason="the context builder has not landed")
 def test_context_builder_shows_the_summary_first_and_only_the_newest_tool_result(alice: Caller) -> None:
     tool_thread(alice.agent)
     compacted = alice.client.post(
