@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -10,24 +11,41 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from celery.contrib.testing.worker import start_worker
+from django.core.management import call_command
+from django.db import connection, transaction
 from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from governance import locks
+from governance import jobs, locks
 from governance.audit import audit_append
 from governance.jobs import (
+    SCHEDULES,
+    WAITING_NOTE,
     broker_breaker_reset,
+    broker_epoch_mark,
+    broker_redis,
+    debounce_mark,
     job,
     job_add_usage,
+    job_debounce_clear,
     job_enqueue,
+    job_enqueue_debounced,
     job_fail,
     job_progress,
     job_run,
     job_skip,
     job_start,
+    job_task,
+    jobs_waiting,
 )
 from governance.models import JobRun
-from governance.tasks import audit_verify_job
+from governance.tasks import audit_verify_job, jobs_sweep
+from memory_project.celery import app
+from memoryapp.llm.scripted import set_script
+from memoryapp.models import Entry, Thread
+from memoryapp.search.indexing import embedding_debounce_key
+from memoryapp.tasks.embedding import embed_sweep
 from tests.kit.factories import EntryFactory, ThreadFactory
 from tests.kit.faults import broker_at
 
@@ -137,10 +155,6 @@ def test_enqueue_runs_after_commit_and_dedupes_queued_runs() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_a_real_worker_on_redis_runs_the_job(settings) -> None:
     """The job goes through the real broker (Redis) to a real Celery worker thread."""
-    from celery.contrib.testing.worker import start_worker
-
-    from memory_project.celery import app
-
     app.conf.task_always_eager = False
     try:
         with start_worker(app, perform_ping_check=False, queues=["governance"], pool="solo", shutdown_timeout=10):
@@ -157,9 +171,6 @@ def test_a_real_worker_on_redis_runs_the_job(settings) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_debounced_enqueue_sends_one_run_while_one_is_pending() -> None:
-    from governance.jobs import job_debounce_clear, job_enqueue_debounced
-    from memory_project.celery import app
-
     job_debounce_clear("verify-debounce")
     app.conf.task_always_eager = False  # keep the run pending: nothing consumes queue `governance` here
     try:
@@ -179,8 +190,6 @@ def test_debounced_enqueue_sends_one_run_while_one_is_pending() -> None:
     finally:
         app.conf.task_always_eager = True
         job_debounce_clear("verify-debounce")
-        from governance.jobs import broker_redis
-
         broker_redis().delete("governance")  # the queue's list: leave no message for a later worker
 
 
@@ -188,8 +197,6 @@ def test_debounced_enqueue_sends_one_run_while_one_is_pending() -> None:
 def test_a_write_succeeds_when_the_broker_is_down(alice, settings) -> None:
     """The entry is committed; a broker that cannot take the embedding job is logged, not a 500,
     and the run stays queued, marked as never handed over."""
-    from memoryapp.models import Entry
-
     alice.client.post("/api/v1/threads", {"id": "t-broker"}, format="json")
     with broker_at(DEAD_BROKER, settings):
         response = alice.client.post(
@@ -204,8 +211,6 @@ def test_a_write_succeeds_when_the_broker_is_down(alice, settings) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_a_write_while_the_broker_is_away_still_leaves_its_extraction_run_to_be_sent(alice, settings) -> None:
     """The extraction debounce mark cannot be set without Redis: the run is created anyway, unsent."""
-    from memoryapp.llm.scripted import set_script
-
     alice.client.post("/api/v1/threads", {"id": "t-extract-away"}, format="json")
     set_script(lambda system, messages: "[]")
     try:
@@ -243,9 +248,6 @@ def test_async_compact_and_extract_answer_202_when_the_broker_is_away(alice, set
 @pytest.mark.django_db(transaction=True)
 def test_a_write_answers_when_the_broker_takes_connections_but_never_replies(alice, settings) -> None:
     """A broker that hangs (half-open, overloaded) costs a write the broker timeouts, not forever."""
-    import socket
-    import threading
-
     ThreadFactory(agent=alice.agent, external_id="t-hung")
     silent = socket.socket()
     silent.bind(("127.0.0.1", 0))
@@ -254,8 +256,6 @@ def test_a_write_answers_when_the_broker_takes_connections_but_never_replies(ali
     with broker_at(f"redis://127.0.0.1:{silent.getsockname()[1]}/0", settings):
 
         def ask() -> None:
-            from django.db import connection
-
             try:
                 answer = alice.client.post("/api/v1/threads/t-hung/extract", {}, format="json")
                 answers.append(answer.status_code)
@@ -289,15 +289,11 @@ def test_the_next_enqueue_of_a_key_hands_its_never_sent_run_to_the_broker_again(
 
 def _broker_lost_its_data_at(moment: datetime) -> None:
     """As if Redis had restarted empty and the sweep had noticed at `moment` (governance.jobs.broker_epoch)."""
-    from governance.jobs import broker_epoch_mark, broker_redis
-
     broker_redis().set(broker_epoch_mark(), moment.isoformat())
 
 
 @pytest.mark.django_db
 def test_the_job_sweep_sends_runs_the_broker_never_took_or_lost(settings) -> None:
-    from governance.tasks import jobs_sweep
-
     with broker_at(DEAD_BROKER, settings), transaction.atomic():
         unsent = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="unsent")
     _broker_lost_its_data_at(timezone.now() - timedelta(minutes=30))
@@ -327,8 +323,6 @@ def test_the_job_sweep_never_sends_a_run_before_its_countdown_ends(
 ) -> None:
     """A debounced extraction sent with a countdown longer than JOB_RESEND_AFTER_SECONDS must not be
     started early by the sweep, whether the broker took it, lost it, or never took it."""
-    from governance.jobs import jobs_sweep
-
     settings.JOB_UNSENT_GRACE_SECONDS = 0
     with broker_at(DEAD_BROKER, settings), django_capture_on_commit_callbacks(execute=True):
         never_taken = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, countdown=900)
@@ -342,7 +336,7 @@ def test_the_job_sweep_never_sends_a_run_before_its_countdown_ends(
         next_check_at=an_hour_ago,
     )
 
-    counts = jobs_sweep()
+    counts = jobs.jobs_sweep()
 
     for run in (never_taken, counting_down):
         run.refresh_from_db()
@@ -351,23 +345,19 @@ def test_the_job_sweep_never_sends_a_run_before_its_countdown_ends(
     assert counts["sent"] == counts["resent"] == 0
 
     JobRun.objects.filter(pk__in=[never_taken.pk, counting_down.pk]).update(eta=timezone.now() - timedelta(seconds=1))
-    jobs_sweep()  # the countdowns ended: the one never taken and the one the broker lost are sent
+    jobs.jobs_sweep()  # the countdowns ended: the one never taken and the one the broker lost are sent
     assert set(JobRun.objects.filter(pk__in=[never_taken.pk, counting_down.pk]).values_list("status", flat=True)) == {
         "succeeded"
     }
 
 
 def _governance_queue() -> list[bytes]:
-    from governance.jobs import broker_redis
-
     return list(broker_redis().lrange("governance", 0, -1))
 
 
 @pytest.fixture
 def governance_queue_without_consumer(settings):
     """Jobs of queue `governance` sent to the real Redis of this test run, which no worker consumes."""
-    from governance.jobs import broker_redis
-
     broker_redis().delete("governance")
     with broker_at(settings.CELERY_BROKER_URL, settings):
         yield
@@ -388,8 +378,6 @@ def test_a_run_no_worker_takes_is_not_sent_again_while_its_queue_holds_messages_
     """A queue no worker consumes (or a backlog): every look of the sweep used to add one more copy
     of every waiting run to Redis; the run's message is still there, so none is added, and the run
     says what it waits for."""
-    from governance.tasks import jobs_sweep
-
     _broker_lost_its_data_at(timezone.now() - timedelta(days=1))  # the broker kept everything since
     with django_capture_on_commit_callbacks(execute=True):
         run = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={})
@@ -414,9 +402,6 @@ def test_the_job_sweep_sends_a_run_whose_message_is_gone_again_at_most_job_resen
 ) -> None:
     """With its queue empty and the broker's data kept, a run not started was dropped by a worker (or
     is reserved by a busy one): it is sent again, a bounded number of times, then only noted."""
-    from governance.jobs import broker_redis
-    from governance.tasks import jobs_sweep
-
     settings.JOB_RESEND_MAX = 2
     _broker_lost_its_data_at(timezone.now() - timedelta(days=1))
     with django_capture_on_commit_callbacks(execute=True):
@@ -442,8 +427,6 @@ def test_the_job_sweep_sends_a_run_whose_message_is_gone_again_at_most_job_resen
 
 @pytest.mark.django_db
 def test_jobs_waiting_counts_runs_no_worker_took_per_queue(settings) -> None:
-    from governance.jobs import jobs_waiting
-
     long_ago = timezone.now() - timedelta(hours=2)
     JobRun.objects.create(kind="k", task_name=audit_verify_job.name, sent_at=long_ago)
     JobRun.objects.create(kind="k", task_name=audit_verify_job.name, sent_at=timezone.now())  # on its way
@@ -455,8 +438,6 @@ def test_jobs_waiting_counts_runs_no_worker_took_per_queue(settings) -> None:
 
 @pytest.mark.django_db
 def test_the_job_runs_admin_lists_the_runs_no_worker_took(admin_client) -> None:
-    from governance.jobs import WAITING_NOTE
-
     waiting = JobRun.objects.create(
         kind="waiting-kind", task_name=audit_verify_job.name, error=f"{WAITING_NOTE} governance since ..."
     )
@@ -470,8 +451,6 @@ def test_the_job_runs_admin_lists_the_runs_no_worker_took(admin_client) -> None:
 def test_after_a_failed_send_writes_skip_the_broker_for_a_while_and_the_sweep_still_sends(
     settings, governance_queue_without_consumer, django_capture_on_commit_callbacks
 ) -> None:
-    from governance.tasks import jobs_sweep
-
     settings.JOB_UNSENT_GRACE_SECONDS = 0
     with broker_at(DEAD_BROKER, settings), django_capture_on_commit_callbacks(execute=True):
         refused = job_enqueue(kind="k", task_name=audit_verify_job.name, arguments={}, dedupe_key="first")
@@ -509,11 +488,6 @@ def test_with_broker_breaker_seconds_zero_every_send_asks_the_broker(
 def test_a_hung_broker_costs_one_write_its_timeout_not_every_write(alice, settings) -> None:
     """A broker that takes connections and never answers: the first write waits for it (and answers
     201), the next ones do not ask it at all while the breaker rests; their runs stay for the sweep."""
-    import socket
-    import threading
-
-    from memoryapp.llm.scripted import set_script
-
     ThreadFactory(agent=alice.agent, external_id="t-hung")
     settings.BROKER_TIMEOUT = 0.5  # the Redis client of the debounce marks is made inside broker_at
     silent = socket.socket()
@@ -552,8 +526,6 @@ def test_a_hung_broker_costs_one_write_its_timeout_not_every_write(alice, settin
 
 @pytest.mark.django_db
 def test_the_job_sweep_leaves_a_just_created_unsent_run_to_its_own_send(settings) -> None:
-    from governance.tasks import jobs_sweep
-
     settings.JOB_UNSENT_GRACE_SECONDS = 60
     run = JobRun.objects.create(kind="k", task_name=audit_verify_job.name)  # its commit's send is under way
     jobs_sweep()
@@ -564,24 +536,18 @@ def test_the_job_sweep_leaves_a_just_created_unsent_run_to_its_own_send(settings
 @pytest.fixture
 def other_process():
     """A second database session, standing for another worker process."""
-    from django.db import connection
-
     other = connection.copy()
     yield other
     other.close()
 
 
 def _hold(session, run: JobRun) -> None:
-    from governance import locks
-
     with session.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_lock(%s, %s)", locks.pair(locks.JOB_RUN, run.pk))
 
 
 @pytest.mark.django_db
 def test_a_second_message_of_a_run_a_live_process_holds_does_not_run_it(other_process, monkeypatch) -> None:
-    from governance import jobs
-
     monkeypatch.setattr(jobs, "CLAIM_WAIT_SECONDS", 0.5)
     for status in ("queued", "running"):
         run = JobRun.objects.create(kind="test", status=status, attempts=1 if status == "running" else 0)
@@ -619,8 +585,6 @@ def test_a_copy_of_a_running_runs_message_is_dropped_at_once_and_only_its_own_me
     """A resent copy arriving while its run runs must not hold a pool process for CLAIM_WAIT_SECONDS:
     it is dropped without waiting for the lock (so the lock freed a moment later is not taken). The
     message that claimed the run, brought back by the loss of its worker, waits and takes it over."""
-    from governance import jobs
-
     monkeypatch.setattr(jobs, "CLAIM_WAIT_SECONDS", 60.0)
     calls: list[str] = []
     run = JobRun.objects.create(kind="test", status="running", attempts=1, message_id="claimer")
@@ -650,8 +614,6 @@ def test_a_running_run_whose_process_died_is_claimed_by_its_next_message() -> No
 
 @pytest.mark.django_db
 def test_the_job_sweep_requeues_runs_whose_worker_died_and_leaves_live_ones(other_process) -> None:
-    from governance.tasks import jobs_sweep
-
     alive = JobRun.objects.create(kind="k", status="running", attempts=1, task_name=audit_verify_job.name)
     _hold(other_process, alive)
     dead = JobRun.objects.create(kind="k", status="running", attempts=1, task_name=audit_verify_job.name)
@@ -672,8 +634,6 @@ def test_the_job_sweep_requeues_runs_whose_worker_died_and_leaves_live_ones(othe
 
 @pytest.mark.django_db
 def test_the_job_sweep_is_scheduled_every_minute() -> None:
-    from django_celery_beat.models import PeriodicTask
-
     sweep = PeriodicTask.objects.get(task="governance.tasks.jobs_sweep")
     assert sweep.enabled and sweep.interval is not None
     assert (sweep.interval.every, sweep.interval.period) == (1, "minutes")
@@ -684,11 +644,6 @@ def test_embed_sweep_embeds_entries_even_while_a_debounce_mark_says_a_run_is_pen
     alice, django_capture_on_commit_callbacks
 ) -> None:
     """A mark left by a run that never started must not keep entries without vectors."""
-    from governance.jobs import broker_redis, debounce_mark, job_debounce_clear
-    from memoryapp.models import Entry, Thread
-    from memoryapp.search.indexing import embedding_debounce_key
-    from memoryapp.tasks.embedding import embed_sweep
-
     thread = Thread.objects.create(agent=alice.agent, external_id="t-marked")
     Entry.objects.create(
         agent=alice.agent,
@@ -712,11 +667,6 @@ def test_embed_sweep_embeds_entries_even_while_a_debounce_mark_says_a_run_is_pen
 
 @pytest.mark.django_db
 def test_embed_sweep_embeds_entries_whose_job_was_never_sent(alice, django_capture_on_commit_callbacks) -> None:
-    from django_celery_beat.models import PeriodicTask
-
-    from memoryapp.models import Entry, Thread
-    from memoryapp.tasks.embedding import embed_sweep
-
     thread = Thread.objects.create(agent=alice.agent, external_id="t-sweep")
     # Written without the hooks, as if the broker had been down when it was committed.
     Entry.objects.create(
@@ -798,10 +748,6 @@ def test_enqueueing_a_job_no_app_declares_is_refused_before_anything_is_written(
 def test_a_real_worker_retries_a_transient_error_and_the_retry_finds_its_run() -> None:
     """Through Redis: the retry is a new message, sent after a backoff, that claims the same run."""
 
-    from celery.contrib.testing.worker import start_worker
-
-    from memory_project.celery import app
-
     app.conf.task_always_eager = False
     try:
         with start_worker(app, perform_ping_check=False, queues=["governance"], pool="solo", shutdown_timeout=10):
@@ -843,9 +789,6 @@ TASK_QUEUES = {
 
 def test_every_task_keeps_its_name_and_sends_to_its_queue() -> None:
     """Each task's message lands in the Redis list of its queue (sent for real, consumed by none)."""
-    from governance.jobs import broker_redis, job_task
-    from memory_project.celery import app
-
     queues = set(TASK_QUEUES.values())
     broker = broker_redis()
     broker.delete(*queues)
@@ -894,11 +837,6 @@ print(job_task("memoryapp.tasks.compact_thread").queue, tasks())
 def test_migrate_keeps_every_declared_schedule_and_leaves_the_operators_edits() -> None:
     """After migrate every schedule of SCHEDULES exists; an operator's interval, enabled flag and
     name survive the next migrate; a deleted one comes back; a row whose task moved follows it."""
-    from django.core.management import call_command
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask
-
-    from governance.jobs import SCHEDULES, job_task
-
     for schedule in SCHEDULES:
         row = PeriodicTask.objects.get(name=schedule.name)
         assert row.task == schedule.task and row.enabled and row.description
