@@ -102,6 +102,7 @@ class MemoryFileVersionAdmin(admin.ModelAdmin):
         "author",
         "created_at",
         "redacted_at",
+        "redaction_reason",
         "content_shown",
         "history",
     )

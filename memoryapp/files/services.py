@@ -388,16 +388,34 @@ def redacted_heads_delete(*, agent: Agent, version_ids: list[str], actor: str = 
     return deleted
 
 
-def versions_redact(versions: QuerySet[MemoryFileVersion]) -> int:
-    """Replace the content of these versions with [redacted] (its sha256 and size with it), sealed
-    under each version's person's key when encryption is on; the number of versions changed."""
+def versions_redact(versions: QuerySet[MemoryFileVersion], *, reason: str = "") -> int:
+    """Replace the content of these versions with [redacted] (its sha256 and size with it), and keep
+    the `reason` given on them, sealed under each version's person's key when encryption is on; the
+    number of versions changed."""
     return sealed_update(
         versions,
         content=REDACTED_TEXT,
         sha256=sha256_of(REDACTED_TEXT),
         size=size_of(REDACTED_TEXT),
         redacted_at=timezone.now(),
+        redaction_reason=reason,
     )
+
+
+# As long as an entry's redaction reason may be (memoryapp.forgetting.services.entries_redact).
+MAX_REDACTION_REASON = 500
+
+
+def _reason_check(reason: object) -> str:
+    if not isinstance(reason, str):
+        raise MemoryFileError("invalid_type", "Error: reason must be a string.", field="reason")
+    if len(reason) > MAX_REDACTION_REASON:
+        raise MemoryFileError(
+            "too_long", f"Error: reason is longer than {MAX_REDACTION_REASON} characters.", field="reason"
+        )
+    if "\x00" in reason:
+        raise MemoryFileError("invalid_value", "Error: reason contains a NUL character.", field="reason")
+    return reason.strip()
 
 
 @transaction.atomic
@@ -418,11 +436,13 @@ def files_redact(
     3. Follow renames both ways until nothing new turns up: the paths a file was renamed from,
        and the paths it was renamed to, carry the same text.
     4. Redact the content of each of their versions (sha256 recomputed over the redacted text,
-       deletions stay deletions), and write the audit record in the same transaction.
+       deletions stay deletions), the reason given kept on each (`redaction_reason`), and write the
+       audit record in the same transaction (whether a reason was given, never its words).
     """
     if not paths:
         raise MemoryFileError("invalid_paths", "Error: Name at least one path to redact.", field="paths")
     wanted = [path_normalize(p, field="paths") for p in paths]
+    reason = _reason_check(reason)
     files_lock(access)
     reach = versions_for_agent(agent=access.agent)
     if exact_scope and not every_scope:
@@ -446,7 +466,7 @@ def files_redact(
         frontier = discovered
     versions = versions_unredacted(reach.filter(path__in=found))
     redacted_ids = list(versions.order_by("pk").values_list("pk", flat=True))
-    count = versions_redact(versions)
+    count = versions_redact(versions, reason=reason)
     if redacted_ids:
         event_record(agent_id=access.agent.pk, type="file.redacted", thread_id=access.thread_id, ids=redacted_ids)
     deleted = redacted_heads_delete(agent=access.agent, version_ids=redacted_ids, actor=access.actor)

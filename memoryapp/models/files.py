@@ -34,6 +34,10 @@ class MemoryFileVersion(Scoped):
     author = models.CharField(max_length=10, choices=FileAuthor.choices, default=FileAuthor.MODEL)
     created_at = models.DateTimeField(auto_now_add=True)
     redacted_at = models.DateTimeField(null=True, blank=True)
+    # Why it was redacted, as the person who asked typed it (an entry keeps its reason in
+    # `metadata.redacted`): on the version, never in the audit chain, which says only that one was
+    # given. Sealed like the content; "" when none was given or a cascade redacted it.
+    redaction_reason = SealedTextField(blank=True, default="")
 
     class Meta:
         constraints = [

@@ -207,6 +207,34 @@ def test_redaction_replaces_every_version_along_renames_and_is_audited(alice: Ca
     assert not any(word in str(record.details) for word in ("condition", "health", "erasure request", "/memories"))
 
 
+def test_the_reason_a_redaction_was_given_stays_on_its_versions_and_out_of_the_audit(alice: Caller) -> None:
+    access = FileAccess(agent=alice.agent, user_id="ana", actor="staff:eve")
+    file_create(access=access, path="/memories/health.md", file_text="Ana has condition X")
+    file_create(access=access, path="/memories/other.md", file_text="untouched")
+
+    files_redact(access=access, paths=["/memories/health.md"], reason="  Ana asked on the phone  ")
+
+    redacted = MemoryFileVersion.objects.get(path="/memories/health.md", redacted_at__isnull=False)
+    assert redacted.redaction_reason == "Ana asked on the phone"
+    assert MemoryFileVersion.objects.get(path="/memories/other.md").redaction_reason == ""
+    record = AuditRecord.objects.get(action="memory_files.redact")
+    assert record.details["reason_given"] is True and "phone" not in str(record.details)
+
+
+@pytest.mark.parametrize(
+    ("reason", "code"), [(7, "invalid_type"), ("x" * 501, "too_long"), ("a\x00b", "invalid_value")]
+)
+def test_a_redaction_reason_out_of_the_rule_is_refused_naming_it(alice: Caller, reason: object, code: str) -> None:
+    access = FileAccess(agent=alice.agent, user_id="ana")
+    file_create(access=access, path="/memories/n.md", file_text="kept")
+
+    with pytest.raises(MemoryFileError) as refused:
+        files_redact(access=access, paths=["/memories/n.md"], reason=reason)  # type: ignore[arg-type]
+
+    assert (refused.value.code, refused.value.field) == (code, "reason")
+    assert MemoryFileVersion.objects.get().content == "kept"
+
+
 def test_redaction_keeps_to_the_scopes_seen_unless_every_scope(alice: Caller) -> None:
     file_put(access=FileAccess(agent=alice.agent, user_id="ana"), path="/memories/n.md", text="ana")
     file_put(access=FileAccess(agent=alice.agent, user_id="bruno"), path="/memories/n.md", text="bruno")
