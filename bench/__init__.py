@@ -1,1 +1,1 @@
-"""Benchmarks that print figures; see README."""
+"""Benchmarks that print figures; see docs/benchmarks.md."""

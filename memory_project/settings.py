@@ -1,4 +1,4 @@
-"""The one settings module, read from environment variables (see the README's table)."""
+"""The one settings module, read from environment variables (every variable: docs/operations.md, Configuration)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Encryption at rest: the one place that knows keys and ciphers (README "Encryption at rest").
+"""Encryption at rest: the one place that knows keys and ciphers (docs/security.md, "Encryption at rest").
 
 - keyring: the master keys from MEMORY_ENCRYPTION_KEYS (the first encrypts, all decrypt);
 - envelope: data keys per (agent, person), wrapped by a master key; `data_key_destroy` shreds one;

@@ -4,7 +4,7 @@ database, so a dump or backup of the database never holds key material.
 That is what makes crypto-shredding reach old copies: destroying a person's key removes its file,
 and a dump taken last week, restored today, finds its rows sealed under a key that no longer
 exists. Every web and worker process of a deployment must see the same directory (a shared
-volume), as with the audit anchors; back it up on its own, short-lived schedule (README).
+volume), as with the audit anchors; back it up on its own, short-lived schedule (docs/security.md).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ threads (and its database connection) for as long as it is open. So a stream:
 
 Polling was chosen over LISTEN/NOTIFY: a NOTIFY in every writing transaction serializes the commits
 of the whole database on the notification queue's lock, and LISTEN needs a session of its own,
-which a transaction-pooling PgBouncer does not give (README, "External PostgreSQL").
+which a transaction-pooling PgBouncer does not give (docs/operations.md, "External PostgreSQL and Redis").
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from memoryapp.storable import storable_text_check
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.tokens import count_message_tokens
 
-# Limits, each with its own error code (README "Limits").
+# Limits, each with its own error code (docs/api.md, "Threads and entries": Limits).
 MAX_ENTRY_BYTES = 1024 * 1024  # JSON of one entry's content, tool calls, event and metadata
 MAX_BATCH_ENTRIES = 1000
 MAX_THREAD_METADATA_BYTES = 64 * 1024

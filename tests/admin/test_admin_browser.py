@@ -1,7 +1,7 @@
 """The staff console in a real headless Chromium (Debian's package, driven by Playwright): a
 2,000-turn conversation with a branch and a fork read around a linked turn, "compact now", a
 redaction previewed and confirmed, a job run's progress bar redrawn while it runs, and the lists.
-Each page is photographed at 1280 x 800 into bench/out/screenshots/ (README, "Staff console")."""
+Each page is photographed at 1280 x 800 into bench/out/screenshots/ (docs/console.md)."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ filled from real conversations (LoCoMo, tests/locomo_review.py).
 - "What did the agent know", with a comparison of two moments.
 - The admin index for a reviewer, a privacy officer and an operator (light and dark).
 
-Screenshots at 1280 x 800 go to bench/out/screenshots/ (the README names the folder).
+Screenshots at 1280 x 800 go to bench/out/screenshots/ (docs/benchmarks.md names the folder).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from tests.kit.servers import database_conninfo
 
 # Written by the tour into sealed columns only. Left out: the words of the compaction summaries and
 # of the turns they cover ("Lisbon", "weather and the trains": compaction events are not sealed yet),
-# item subjects ("Marta": the slot stays plaintext) and paths (README, Encryption at rest).
+# item subjects ("Marta": the slot stays plaintext) and paths (docs/security.md, Encryption at rest).
 PLANTED = [
     "vegetarian",  # an entry, an item's value, its evidence quote
     "nurse",  # a fact's value, an observation, a brief card
