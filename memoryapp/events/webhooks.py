@@ -9,7 +9,7 @@ Delivery (the job `memoryapp.tasks.webhook_deliver`, one run per webhook at a ti
    reads the events after `delivered_seq`, at most WEBHOOK_BATCH, and POSTs them as JSON, signed:
    `X-Memory-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256(secret, "<t>." + body)>`.
 3. A 2xx moves `delivered_seq` to the batch's last event and the next batch goes; anything else
-   (a status, a timeout, a refused connection, a redirect) is recorded as a failed attempt
+   (a status, a timeout, a refused connection, a redirect: never followed) is recorded as a failed attempt
    (`WebhookDelivery`, and the webhook's `failures` / `last_error`, all in the admin) and raised as
    transient: the job retries the same batch after an exponential backoff. After the last retry
    the webhook rests (`paused_until`, doubling up to an hour) and the sweep tries again then.
@@ -28,10 +28,12 @@ import json
 import logging
 import secrets
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,6 +42,12 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import F, OuterRef, Q, Subquery
 from django.utils import timezone
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, LocationParseError, NameResolutionError, NewConnectionError
+from urllib3.util import parse_url
+from urllib3.util.connection import create_connection
 
 from governance import locks
 from governance.audit import audit_append
@@ -206,54 +214,83 @@ def address_is_public(address: str) -> bool:
 
 def _private_host(hostname: str) -> bool:
     """A host that names a non-public address by itself (an IP literal, localhost): refused when set."""
-    name = hostname.rstrip(".").lower()
+    name = hostname.strip("[]").rstrip(".").lower()
     if name == "localhost" or name.endswith(".localhost"):
         return True
     try:
         ipaddress.ip_address(name.split("%", 1)[0])
     except ValueError:
-        return False  # a name: checked once resolved, at each delivery (_post)
+        return False  # a name: checked once resolved, at each connection (_CheckedConnection)
     return not address_is_public(name)
 
 
-def webhook_url_check(url: str) -> str:
-    """An http(s) URL with a host; unless WEBHOOK_ALLOW_PRIVATE_URLS, not one naming a non-public
-    address (a DomainError naming `url`)."""
-    parts = urlsplit(url or "")
+def _numeric_host(hostname: str) -> bool:
+    """A host the resolver reads as an IPv4 address although it is not written as one: 2130706433,
+    0x7f.1, 127.1, 017700000001 (inet_aton's old forms) all mean 127.0.0.1."""
     try:
-        hostname = parts.hostname
-        parts.port  # noqa: B018 -- a port out of range raises here
+        socket.inet_aton(hostname)
+    except (OSError, ValueError):
+        return False
+    try:
+        ipaddress.IPv4Address(hostname)
     except ValueError:
-        hostname = None
-    if parts.scheme not in ("http", "https") or not hostname:
-        raise DomainError("invalid_url", "A webhook URL is an http or https URL.", field="url")
-    if not settings.WEBHOOK_ALLOW_PRIVATE_URLS and _private_host(hostname):
-        raise DomainError(
+        return True
+    return False
+
+
+def _url_refused(code: str, message: str) -> DomainError:
+    return DomainError(code, message, field="url")
+
+
+def webhook_url_check(url: str) -> str:
+    """An http(s) URL with a host, read by the parser the HTTP client uses (urllib3's, as requests
+    does), so the host checked is the host connected to; unless WEBHOOK_ALLOW_PRIVATE_URLS, not one
+    naming a non-public address (a DomainError naming `url`).
+
+    Refused whatever the setting: user info (`user:password@host`: `http://127.0.0.1:8799\\@1.1.1.1/`
+    was read as host 1.1.1.1 by one parser and delivered to 127.0.0.1 by the other), backslashes,
+    spaces and control characters, a host that is not plain ASCII or holds a %-escape, and a number
+    the resolver would read as an address (`2130706433`). What a parser might still read otherwise
+    is caught at the connection: the address connected to is the one checked (`_CheckedConnection`).
+    """
+    if not isinstance(url, str) or not url:
+        raise _url_refused("invalid_url", "A webhook URL is an http or https URL.")
+    if any(ch == "\\" or ch.isspace() or not ch.isprintable() for ch in url):
+        raise _url_refused(
+            "invalid_url", "A webhook URL holds no backslash, space or control character (escape them with %XX)."
+        )
+    try:
+        parts = parse_url(url)
+    except LocationParseError:
+        raise _url_refused("invalid_url", "A webhook URL is an http or https URL.") from None
+    if parts.scheme not in ("http", "https") or not parts.host:
+        raise _url_refused("invalid_url", "A webhook URL is an http or https URL.")
+    if parts.auth is not None or "@" in (parts.netloc or ""):
+        raise _url_refused(
+            "userinfo_in_url",
+            "A webhook URL carries no user name or password before its host (user:password@host); the "
+            "receiver checks the X-Memory-Signature header instead.",
+        )
+    host = parts.host
+    if "%" in host or not host.isascii():
+        raise _url_refused("invalid_url", "A webhook URL's host is plain ASCII (an international name in punycode).")
+    if _numeric_host(host):
+        raise _url_refused("invalid_url", "A webhook URL's IPv4 address is written as four decimal numbers.")
+    # The standard library's reading must agree (the admin and audit show urlsplit's host).
+    try:
+        split = urlsplit(url)
+        same = (split.hostname or "") == host.strip("[]").lower() and split.port == parts.port
+    except ValueError:
+        same = False
+    if not same:
+        raise _url_refused("invalid_url", "A webhook URL must name its host in one way only.")
+    if not settings.WEBHOOK_ALLOW_PRIVATE_URLS and _private_host(host):
+        raise _url_refused(
             "private_url",
             "A webhook URL must reach a public address, not localhost or a private, loopback or "
             "link-local one (WEBHOOK_ALLOW_PRIVATE_URLS allows them).",
-            field="url",
         )
     return url
-
-
-def _destination_refused(url: str) -> str:
-    """Why a delivery to `url` must not be made ("" when it may): its host resolves to a non-public
-    address (a name that pointed elsewhere when the webhook was set, or changed since)."""
-    if settings.WEBHOOK_ALLOW_PRIVATE_URLS:
-        return ""
-    parts = urlsplit(url)
-    hostname = parts.hostname or ""
-    if _private_host(hostname):
-        return f"refused: {hostname} is not a public address"
-    try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        found = socket.getaddrinfo(hostname, port, proto=socket.IPPROTO_TCP)
-    except (OSError, ValueError) as exc:
-        return f"refused: {hostname} does not resolve ({type(exc).__name__})"
-    if not found or not all(address_is_public(str(info[4][0])) for info in found):
-        return f"refused: {hostname} resolves to an address that is not public"
-    return ""
 
 
 @transaction.atomic
@@ -358,8 +395,118 @@ def _pause_seconds(failures: int) -> int:
     return int(min(MAX_PAUSE_SECONDS, 60 * 2 ** min(failed_runs - 1, 10)))
 
 
+class _DestinationRefused(NewConnectionError):
+    """The address a connection would go to is not a public one (and private ones are not allowed)."""
+
+    def __init__(self, conn: HTTPConnection, reason: str) -> None:
+        super().__init__(conn, reason)
+        self.reason = reason
+
+
+def _addresses_checked(conn: HTTPConnection, host: str, port: int) -> list[str]:
+    """The addresses `host` resolves to, now, each a public one unless WEBHOOK_ALLOW_PRIVATE_URLS:
+    what the connection goes to, so a name re-pointed since the URL was set (DNS rebinding) or a URL
+    some parser reads otherwise never reaches a private address."""
+    name = host.strip("[]")
+    try:
+        found = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise NameResolutionError(host, conn, exc) from exc
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
+    public = bool(addresses) and all(address_is_public(address) for address in addresses)
+    if not public and not settings.WEBHOOK_ALLOW_PRIVATE_URLS:
+        raise _DestinationRefused(conn, f"refused: {name} resolves to an address that is not public")
+    return addresses
+
+
+class _CheckedConnection(HTTPConnection):
+    """urllib3's connection, connecting only to the addresses `_addresses_checked` allows (resolved
+    once, then connected to by number: what was checked is what is reached). TLS still checks the
+    certificate against the URL's name (the host, not the number, is what the connection is for)."""
+
+    def _new_conn(self) -> socket.socket:
+        failure: OSError | None = None
+        for address in _addresses_checked(self, self._dns_host, self.port):
+            try:
+                sock = create_connection(
+                    (address, self.port),
+                    self.timeout,
+                    source_address=self.source_address,
+                    socket_options=self.socket_options,
+                )
+            except TimeoutError as exc:
+                raise ConnectTimeoutError(self, f"Connection to {self.host} timed out.") from exc
+            except OSError as exc:
+                failure = exc
+                continue
+            sys.audit("http.client.connect", self, self.host, self.port)
+            return sock
+        raise NewConnectionError(self, f"Failed to establish a new connection: {failure}")
+
+
+class _CheckedHTTPSConnection(_CheckedConnection, HTTPSConnection):
+    pass
+
+
+class _CheckedPool(HTTPConnectionPool):
+    ConnectionCls = _CheckedConnection
+
+
+class _CheckedHTTPSPool(HTTPSConnectionPool):
+    ConnectionCls = _CheckedHTTPSConnection
+
+
+class _CheckedAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {"http": _CheckedPool, "https": _CheckedHTTPSPool}
+
+
+def delivery_session() -> requests.Session:
+    """The HTTP session deliveries are made with: its connections checked (`_CheckedConnection`)."""
+    session = requests.Session()
+    # No proxy, no .netrc credentials from the worker's environment: the connection is the one checked.
+    session.trust_env = False
+    session.mount("http://", _CheckedAdapter())
+    session.mount("https://", _CheckedAdapter())
+    return session
+
+
+def _status_reason(status: int) -> str:
+    """What operators read for a status other than 2xx: the status and its standard name, never the
+    receiver's body (an internal service's reply would be shown in the admin and the worker log)."""
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    text = f"HTTP {status}" + (f" {phrase}" if phrase else "")
+    if 300 <= status < 400:
+        text += " (redirects are not followed)"
+    return text
+
+
+def delivery_failure_reason(exc: requests.RequestException) -> str:
+    """A short reason for a delivery that got no answer; the refusal of an address says which host."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:  # requests -> urllib3's MaxRetryError -> its reason
+        seen.add(id(cause))
+        if isinstance(cause, _DestinationRefused):
+            return cause.reason
+        inner = getattr(cause, "reason", None)
+        cause = inner if isinstance(inner, BaseException) else cause.__cause__ or cause.__context__
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    if isinstance(exc, requests.exceptions.SSLError):
+        return "TLS failed (the receiver's certificate or handshake)"
+    if isinstance(exc, requests.ConnectionError):
+        return "could not connect"
+    return f"the request failed ({type(exc).__name__})"
+
+
 def _post(webhook: Webhook, body: bytes) -> tuple[int | None, str]:
-    """POST the body; (status, error text) where error is "" for a 2xx."""
+    """POST the body; (status, error text) where error is "" for a 2xx. The receiver's answer is
+    never read (`stream`): only its status counts, and only the status is recorded."""
     timestamp = int(time.time())
     headers = {
         "Content-Type": "application/json",
@@ -367,18 +514,29 @@ def _post(webhook: Webhook, body: bytes) -> tuple[int | None, str]:
         "X-Memory-Webhook-Id": str(webhook.pk),
         SIGNATURE_HEADER: webhook_signature(secret=webhook.secret, timestamp=timestamp, body=body),
     }
-    refused = _destination_refused(webhook.url)
-    if refused:
-        return None, refused
     try:
-        response = requests.post(
-            webhook.url, data=body, headers=headers, timeout=settings.WEBHOOK_TIMEOUT, allow_redirects=False
-        )
+        # The stored URL as the service would take it now (a row set before a check was added).
+        webhook_url_check(webhook.url)
+    except DomainError as exc:
+        return None, f"refused: {exc.message}"
+    try:
+        with (
+            delivery_session() as session,
+            session.post(
+                webhook.url,
+                data=body,
+                headers=headers,
+                timeout=settings.WEBHOOK_TIMEOUT,
+                allow_redirects=False,
+                stream=True,
+            ) as response,
+        ):
+            status = response.status_code
     except requests.RequestException as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:1000]
-    if 200 <= response.status_code < 300:
-        return response.status_code, ""
-    return response.status_code, f"HTTP {response.status_code}: {response.text[:300]}"
+        return None, delivery_failure_reason(exc)
+    if 200 <= status < 300:
+        return status, ""
+    return status, _status_reason(status)
 
 
 def _record_attempt(

@@ -4,12 +4,14 @@ order, retried with backoff by a job, failures visible to operators in the admin
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
+import requests
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -21,6 +23,8 @@ from memoryapp.events.webhooks import (
     WEBHOOK_RETRIES,
     WebhookUnreachable,
     address_is_public,
+    delivery_failure_reason,
+    delivery_session,
     webhook_create,
     webhook_deliver,
     webhook_signature,
@@ -434,3 +438,141 @@ def test_the_webhook_list_reads_how_far_behind_each_is_without_a_query_per_webho
     assert listing_queries() == few
     page = operator.get("/admin/memoryapp/webhook/")
     assert b'<td class="field-behind">2</td>' in page.content
+
+
+# URLs that one parser reads one way and another the other, or that the resolver reads as an address.
+ODD_URLS = (
+    ("http://127.0.0.1:8799\\@1.1.1.1/hooks", "invalid_url"),  # urlsplit: host 1.1.1.1; requests: 127.0.0.1
+    ("http://hooks.example.com\\evil/hooks", "invalid_url"),
+    ("http://user:secret@hooks.example.com/hooks", "userinfo_in_url"),
+    ("http://hooks.example.com@127.0.0.1/hooks", "userinfo_in_url"),
+    ("http://127.0.0.1%2f@1.1.1.1/hooks", "userinfo_in_url"),
+    ("http://2130706433/hooks", "invalid_url"),  # 127.0.0.1 to the resolver
+    ("http://0x7f.1/hooks", "invalid_url"),
+    ("http://127.1/hooks", "invalid_url"),
+    ("http://ho%6fks.example.com/hooks", "invalid_url"),
+    ("http://\uff11\uff12\uff17.0.0.1/hooks", "invalid_url"),  # full-width digits: 127.0.0.1 once normalised
+    ("http://hooks.example.com /hooks", "invalid_url"),
+    ("http://hooks.example.com/\thooks", "invalid_url"),
+)
+
+
+@pytest.mark.parametrize("private_allowed", [False, True])
+@pytest.mark.django_db
+def test_a_webhook_url_with_user_info_a_backslash_or_an_odd_host_is_refused_naming_url(
+    settings: Any, private_allowed: bool
+) -> None:
+    """`http://127.0.0.1:8799\\@1.1.1.1/` passed the private-address check as host 1.1.1.1 and was
+    delivered to 127.0.0.1: a URL is read once, as the HTTP client reads it, and what two parsers
+    could read differently is refused, whatever WEBHOOK_ALLOW_PRIVATE_URLS says."""
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = private_allowed
+    agent = AgentFactory(slug="odd")
+    for url, code in ODD_URLS:
+        with pytest.raises(DomainError) as refused:
+            webhook_create(agent=agent, url=url, secret="x")
+        assert (refused.value.code, refused.value.field, refused.value.status) == (code, "url", 400), url
+    assert not Webhook.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_admin_form_refuses_a_url_with_user_info_as_a_form_error(settings: Any, alice: Caller) -> None:
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
+    operator = staff_client(groups=("Operators",))
+    for url in ("http://127.0.0.1:8799\\@1.1.1.1/", "https://user:pw@hooks.example.com/m"):
+        page = operator.post(
+            "/admin/memoryapp/webhook/add/", {"agent": alice.agent.pk, "url": url, "secret": "", "active": "on"}
+        )
+        assert page.status_code == 200 and b"errorlist" in page.content, url
+    assert b"user name or password" in page.content
+    assert not Webhook.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_stored_url_one_parser_reads_as_a_public_host_is_never_delivered_to_loopback(settings: Any) -> None:
+    """A row set before the check knew the trick (or written around it): the delivery reads the URL
+    as the client does and connects only to an address it checked, so nothing reaches 127.0.0.1."""
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
+    agent = AgentFactory(slug="bypass")
+    thread = thread_create(agent=agent, external_id="t")
+    with WebhookReceiver().running() as receiver:
+        port = receiver.httpd.server_address[1]
+        webhook = Webhook.objects.create(agent=agent, url=f"http://127.0.0.1:{port}\\@1.1.1.1/hooks", secret="x")
+        entry_add(thread=thread, role="user", content="hello")
+        events_number_now()
+        with pytest.raises(WebhookUnreachable):
+            webhook_deliver(webhook_id=webhook.pk)
+        assert receiver.deliveries == []
+    attempt = WebhookDelivery.objects.get(webhook=webhook)
+    assert not attempt.ok and attempt.status_code is None and attempt.error.startswith("refused: "), attempt.error
+
+
+def test_the_connection_reaches_only_an_address_it_checked_after_resolving_the_name(settings: Any) -> None:
+    """The check is made on the address connected to, after DNS: a name resolving to loopback
+    (localhost here, standing for any name re-pointed after its URL was set) is refused by the
+    connection itself, without a byte sent, unless WEBHOOK_ALLOW_PRIVATE_URLS."""
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
+    with WebhookReceiver().running() as receiver:
+        port = receiver.httpd.server_address[1]
+        for url in (f"http://localhost:{port}/hooks", f"http://127.0.0.1:{port}/hooks", f"https://localhost:{port}/"):
+            with delivery_session() as session, pytest.raises(requests.ConnectionError) as refused:
+                session.post(url, data=b"{}", timeout=5, allow_redirects=False)
+            host = url.split("//")[1].split(":")[0]
+            assert (
+                delivery_failure_reason(refused.value) == f"refused: {host} resolves to an address that is not public"
+            )
+        assert receiver.deliveries == []
+        settings.WEBHOOK_ALLOW_PRIVATE_URLS = True
+        with delivery_session() as session:
+            assert session.post(f"http://localhost:{port}/hooks", data=b"{}", timeout=5).status_code == 200
+        assert len(receiver.deliveries) == 1
+
+
+@pytest.mark.django_db
+def test_operators_and_the_worker_log_read_a_status_and_a_short_reason_never_the_receivers_answer(
+    caplog: pytest.LogCaptureFixture, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The first 300 characters of the receiver's reply (an internal service's, through an SSRF)
+    were the attempt's error: shown in the admin, kept in the job run and written to the worker log."""
+    internal = b"INTERNAL-ONLY: the reply of a service on the private network, password=hunter2"
+    agent = AgentFactory(slug="quiet")
+    thread = thread_create(agent=agent, external_id="t")
+    with WebhookReceiver(fail_first=1000, failure_body=internal).running() as receiver:
+        webhook = webhook_create(agent=agent, url=receiver.url, secret="x")
+        with caplog.at_level(logging.DEBUG), django_capture_on_commit_callbacks(execute=True):
+            entry_add(thread=thread, role="user", content="hello")
+            events_number_now()
+        assert len(receiver.deliveries) == WEBHOOK_RETRIES + 1
+    webhook.refresh_from_db()
+    errors = set(WebhookDelivery.objects.filter(webhook=webhook).values_list("error", flat=True))
+    assert errors == {"HTTP 500 Internal Server Error"} and webhook.last_error == "HTTP 500 Internal Server Error"
+    run = JobRun.objects.get(kind="webhook_delivery")
+    assert run.status == "failed" and "HTTP 500" in run.error and "INTERNAL-ONLY" not in run.error
+    assert "INTERNAL-ONLY" not in caplog.text and "hunter2" not in caplog.text
+    operator = staff_client(groups=("Operators",))
+    for page in (
+        operator.get(f"/admin/memoryapp/webhook/{webhook.pk}/change/"),
+        operator.get("/admin/memoryapp/webhook/"),
+        operator.get("/admin/memoryapp/webhookdelivery/"),
+    ):
+        assert page.status_code == 200 and b"HTTP 500 Internal Server Error" in page.content
+        assert b"INTERNAL-ONLY" not in page.content
+
+
+@pytest.mark.django_db
+def test_a_redirect_is_not_followed_and_the_attempt_says_so() -> None:
+    """A receiver that redirects (to another server on loopback here) gets one POST; where it points
+    gets nothing, and the attempt fails with the status."""
+    agent = AgentFactory(slug="moved")
+    thread = thread_create(agent=agent, external_id="t")
+    with (
+        WebhookReceiver().running() as elsewhere,
+        WebhookReceiver(redirect_to=elsewhere.url).running() as receiver,
+    ):
+        webhook = webhook_create(agent=agent, url=receiver.url, secret="x")
+        entry_add(thread=thread, role="user", content="hello")
+        events_number_now()
+        with pytest.raises(WebhookUnreachable):
+            webhook_deliver(webhook_id=webhook.pk)
+        assert len(receiver.deliveries) == 1 and elsewhere.deliveries == []
+    attempt = WebhookDelivery.objects.get(webhook=webhook)
+    assert (attempt.status_code, attempt.error) == (302, "HTTP 302 Found (redirects are not followed)")

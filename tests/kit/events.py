@@ -204,11 +204,16 @@ class Delivery:
 
 
 class WebhookReceiver:
-    """A real HTTP server on localhost that answers 500 to its first `fail_first` deliveries, then
-    200, and keeps every request (headers and the raw body, to check signatures)."""
+    """A real HTTP server on localhost that answers 500 to its first `fail_first` deliveries (with
+    `failure_body`), then 200, and keeps every request (headers and the raw body, to check
+    signatures). With `redirect_to`, every answer is a 302 to that URL."""
 
-    def __init__(self, *, fail_first: int = 0):
+    def __init__(
+        self, *, fail_first: int = 0, failure_body: bytes = b'{"error": "down for a moment"}', redirect_to: str = ""
+    ):
         self.fail_first = fail_first
+        self.failure_body = failure_body
+        self.redirect_to = redirect_to
         self.deliveries: list[Delivery] = []
         self.lock = threading.Lock()
         receiver = self
@@ -222,8 +227,12 @@ class WebhookReceiver:
                     receiver.deliveries.append(
                         Delivery({k.lower(): v for k, v in self.headers.items()}, body, status, time.monotonic())
                     )
-                payload = b'{"ok": true}' if status == 200 else b'{"error": "down for a moment"}'
+                if receiver.redirect_to:
+                    status = receiver.deliveries[-1].status = 302
+                payload = b'{"ok": true}' if status == 200 else receiver.failure_body
                 self.send_response(status)
+                if receiver.redirect_to:
+                    self.send_header("Location", receiver.redirect_to)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
