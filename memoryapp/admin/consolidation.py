@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -391,7 +392,8 @@ class EntityOverviewAdmin(EntityNameSearch):
     ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        entity = EntityOverview.objects.select_related("agent").filter(pk=object_id).first()
+        # The list links the admin-escaped id (nty_5F01… for nty_01…), as every admin link does.
+        entity = EntityOverview.objects.select_related("agent").filter(pk=unquote(object_id)).first()
         if entity is None:
             raise Http404("No such entity.")
         page = entity_page(entity=entity)

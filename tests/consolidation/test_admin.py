@@ -3,9 +3,12 @@ items marked stale (why, undo), entity pages; and who may do what."""
 
 from __future__ import annotations
 
+import html
+import re
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.test import Client
 
 from governance.models import AuditRecord
@@ -18,7 +21,7 @@ from memoryapp.models import Agent, MemoryFileVersion, MemoryItem
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller
 from tests.kit.consolidation import active_item, answers, scripted
-from tests.kit.factories import EntryFactory, MemoryFileVersionFactory, MemoryItemFactory, ThreadFactory
+from tests.kit.factories import EntityFactory, EntryFactory, MemoryFileVersionFactory, MemoryItemFactory, ThreadFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -166,6 +169,20 @@ def test_an_entity_page_shows_its_other_names_items_and_observation(alice: Calle
         .status_code
         == 403
     )
+
+
+def test_every_link_of_the_entity_pages_list_opens_its_page(alice: Caller) -> None:
+    """The list links the admin-escaped id (nty_5F01… for nty_01…): the page decodes it (issue 23 §14)."""
+    entities = [EntityFactory(agent=alice.agent, name=f"Person {n}") for n in range(3)]
+    client = reviewer()
+    listed = client.get("/admin/memoryapp/entityoverview/").content.decode()
+    links = re.findall(r'href="(/admin/memoryapp/entityoverview/[^"/]+/change/[^"]*)"', listed)
+    assert len(links) == 3 and all("_5F" in link for link in links)
+    for entity in entities:
+        link = next(link for link in links if quote(entity.pk) in link)
+        page = client.get(html.unescape(link))
+        assert page.status_code == 200, link
+        assert f"<code>{entity.pk}</code>" in page.content.decode()
 
 
 def test_playbook_shadow_mode_is_changed_only_with_the_trust_permission_and_audited(alice: Caller) -> None:
