@@ -34,13 +34,13 @@ import logging
 import re
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, models, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 from psycopg import sql
 
@@ -52,14 +52,16 @@ from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
 from governance.export import exports_forget_person
 from governance.jobs import job_enqueue, job_progress
-from governance.models import ErasureRequest, JobRun
+from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.receipts import receipt_sign
+from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, PLAYBOOK_PATH, rule_body, rule_lessons
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
 from memoryapp.forgetting.holds import holds_blocking
-from memoryapp.forgetting.person import person_erase, person_erase_plan
-from memoryapp.models import Agent, Entry, MemoryFileVersion, MemoryItem, Thread, WebhookDelivery
+from memoryapp.forgetting.person import person_erase
+from memoryapp.items.facts import PERSON_PREFIX
+from memoryapp.models import Agent, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread, WebhookDelivery
 from memoryapp.models.choices import EntryType, Role
 
 logger = logging.getLogger(__name__)
@@ -205,15 +207,219 @@ def holds_in_the_way(*, user_id: str, agent_ids: Sequence[int]) -> list[int]:
     return [h.pk for h in holds]
 
 
-def erasure_preview(*, user_id: str, agent_ids: Sequence[int] = ()) -> dict[str, Any]:
-    """What a request would erase now, counted by kind (`person_erase_plan`), and the legal holds
-    (ids) that would stop it: what the form shows before it is filed. Changes nothing."""
+@dataclass(frozen=True)
+class RuleRemoved:
+    """A playbook rule the erasure takes out: its text (without its marks), the lessons it stood on
+    that are not the person's (they stay, the rule goes with the person's lesson all the same)."""
+
+    text: str
+    lessons_of_others: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SharedFileChange:
+    """A memory file outside the person's scope (a playbook, a draft, an observation, a note written
+    in one of their threads) that the erasure changes: rewritten, deleted, or versions redacted."""
+
+    agent: str
+    path: str
+    scope: str
+    versions_redacted: int
+    deleted: bool
+    rules_removed: tuple[RuleRemoved, ...]
+    # Who promoted the playbook as it stands (its `playbook.promoted` audit record), "" when nobody did.
+    promoted_by: str
+
+
+@dataclass(frozen=True)
+class SharedItemChange:
+    """An item of another scope that stood on the person's words: purged, or trimmed of quotes."""
+
+    agent: str
+    item_id: str
+    scope: str
+    purged: bool
+
+
+@dataclass
+class ErasureDryRun:
+    """What a request would do now, found by doing it (`erasure_steps`) and rolling it back: the counts
+    its report will give, the legal holds that would stop it, and the memory shared with others it
+    changes (files and items outside the person's scope)."""
+
+    counts: dict[str, int]
+    holds: list[int]
+    shared_files: list[SharedFileChange] = field(default_factory=list)
+    shared_items: list[SharedItemChange] = field(default_factory=list)
+
+    @property
+    def nothing(self) -> bool:
+        return not any(self.counts.values())
+
+
+class _RolledBack(Exception):
+    """Carries a dry run's findings out of the transaction it rolls back."""
+
+    def __init__(self, found: dict[str, Any]) -> None:
+        super().__init__("dry run rolled back")
+        self.found = found
+
+
+def erasure_steps(
+    *, user_id: str, agent_ids: Sequence[int], mode: str, actor: str, progress: Any = None
+) -> dict[str, int]:
+    """What an erasure changes, and its counts (the report's): `person_erase`, then, erasing, the
+    person's export archives (copies of what was erased). Both the job and its dry run run this."""
+    counts = person_erase(
+        user_id=user_id,
+        agent_ids=list(agent_ids) or None,
+        mode=mode,
+        actor=actor,
+        progress=progress,
+        unowned=True,  # staff's erasure: the runs of no agent that name the person go too
+    )
+    if mode == ErasureRequest.Mode.ERASE:
+        with transaction.atomic():
+            exported = exports_forget_person(user_id=user_id, actor=actor)
+        counts = {**counts, "export_archives": exported["archives"]}
+    return counts
+
+
+def _scope_label(user_id: str, project_id: str, thread_id: str) -> str:
+    parts = [f"{n} {v}" for n, v in (("person", user_id), ("project", project_id), ("thread", thread_id)) if v]
+    return " / ".join(parts) or "agent-wide"
+
+
+def _person_scope(user_id: str) -> Q:
+    """The items of the person's own scope (`person_erase` takes them all): theirs, and their facts."""
+    namespace = f"{PERSON_PREFIX}/{user_id}"
+    return Q(user_id=user_id) | Q(namespace=namespace) | Q(namespace__startswith=namespace + "/")
+
+
+def _others_items_quoting(user_id: str, agents: Sequence[int]) -> dict[str, int]:
+    """Items outside the person's scope quoting the person's words: {id: quotes}, before the erasure."""
+    words = Entry.objects.filter(_person_entries(user_id, agents)).values("pk")
+    quoting = Evidence.objects.filter(entry_id__in=words).values("item_id")
+    items = MemoryItem.objects.filter(pk__in=quoting).exclude(_person_scope(user_id))
+    if agents:
+        items = items.filter(agent_id__in=agents)
+    return dict(items.annotate(quotes=Count("evidence")).values_list("pk", "quotes"))
+
+
+def erasure_dry_run(*, user_id: str, agent_ids: Sequence[int] = (), mode: str = "erase") -> ErasureDryRun:
+    """Run the erasure's own steps (`erasure_steps`) in a transaction that is then rolled back: the
+    counts are the ones the report will give, and what changed outside the person's scope is named.
+
+    1. Note the items of others quoting the person, and the time.
+    2. `erasure_steps`, as the job runs them (locks and audit records included; no job is sent, no
+       file removed, no audit anchor written: all of them wait for a commit that never comes).
+    3. Still inside: which of those items went or lost quotes; which files outside the person's
+       scope had versions redacted since step 1, and what each one's head reads now.
+    4. Roll back. Then read the heads as they stand (again) and compare: the rules a playbook loses,
+       the lessons of others those rules also stood on, and who had promoted it.
+    """
     person = _text_check(user_id, field="user_id", max_chars=128)
+    if mode not in ErasureRequest.Mode.values:
+        raise DomainError("invalid_value", "`mode` is erase or redact.", field="mode")
     agents = _agents_check(agent_ids)
-    return {
-        "plan": person_erase_plan(user_id=person, agent_ids=agents or None, unowned=True),
-        "holds": holds_in_the_way(user_id=person, agent_ids=agents),
-    }
+    holds = holds_in_the_way(user_id=person, agent_ids=agents)
+    started = timezone.now()
+    try:
+        with transaction.atomic():
+            quoting = _others_items_quoting(person, agents)
+            counts = erasure_steps(user_id=person, agent_ids=agents, mode=mode, actor="erasure:dry-run")
+            left = dict(
+                MemoryItem.objects.filter(pk__in=list(quoting))
+                .annotate(quotes=Count("evidence"))
+                .values_list("pk", "quotes")
+            )
+            touched = (
+                MemoryFileVersion.objects.filter(redacted_at__gte=started)
+                .exclude(user_id=person)
+                .values("agent_id", "user_id", "project_id", "thread_id", "path")
+                .annotate(redacted=Count("pk"))
+            )
+            if agents:
+                touched = touched.filter(agent_id__in=agents)
+            files: list[dict[str, Any]] = []
+            for row in touched:
+                head = (
+                    MemoryFileVersion.objects.filter(
+                        agent_id=row["agent_id"],
+                        user_id=row["user_id"],
+                        project_id=row["project_id"],
+                        thread_id=row["thread_id"],
+                        path=row["path"],
+                    )
+                    .order_by("-sequence")
+                    .first()
+                )
+                files.append({**row, "after": None if head is None else head.content})
+            raise _RolledBack({"counts": counts, "quoting": quoting, "left": left, "files": files})
+    except _RolledBack as done:
+        found = done.found
+    slugs = dict(Agent.objects.values_list("pk", "slug"))
+    items = []
+    for item in MemoryItem.objects.filter(pk__in=list(found["quoting"])).order_by("pk"):
+        gone = item.pk not in found["left"]
+        if gone or found["left"][item.pk] < found["quoting"][item.pk]:
+            scope = _scope_label(item.user_id, item.project_id, item.thread_id)
+            items.append(SharedItemChange(slugs.get(item.agent_id, "?"), item.pk, scope, purged=gone))
+    purged = {i.item_id for i in items if i.purged}
+    changed = [_shared_file_change(row, person=person, purged=purged, slugs=slugs) for row in found["files"]]
+    changed.sort(key=lambda f: (f.agent, f.path, f.scope))
+    return ErasureDryRun(counts=found["counts"], holds=holds, shared_files=changed, shared_items=items)
+
+
+def _shared_file_change(
+    row: dict[str, Any], *, person: str, purged: set[str], slugs: dict[int, str]
+) -> SharedFileChange:
+    """What a file outside the person's scope loses: its head now (rolled back) against the head the
+    dry run left."""
+    head = (
+        MemoryFileVersion.objects.filter(
+            agent_id=row["agent_id"],
+            user_id=row["user_id"],
+            project_id=row["project_id"],
+            thread_id=row["thread_id"],
+            path=row["path"],
+        )
+        .order_by("-sequence")
+        .first()
+    )
+    before = (head.content or "") if head is not None else ""
+    after = row["after"]
+    rules: list[RuleRemoved] = []
+    promoted_by = ""
+    if row["path"] in (PLAYBOOK_PATH, PLAYBOOK_DRAFT_PATH) and after is not None:
+        kept = set((after or "").splitlines())
+        lessons = [line for line in before.splitlines() if line.startswith("- ") and line not in kept]
+        cited = {lesson for line in lessons for lesson in rule_lessons(line)}
+        # The lessons that go with the person: theirs, and those of others purged with their words.
+        of_person = purged | set(
+            MemoryItem.objects.filter(_person_scope(person), pk__in=cited).values_list("pk", flat=True)
+        )
+        rules = [
+            RuleRemoved(rule_body(line.removeprefix("- ")), tuple(i for i in rule_lessons(line) if i not in of_person))
+            for line in lessons
+        ]
+        if head is not None:
+            promotion = AuditRecord.objects.filter(action="playbook.promoted", subject=head.pk).first()
+            promoted_by = promotion.actor if promotion is not None else ""
+    return SharedFileChange(
+        agent=slugs.get(row["agent_id"], "?"),
+        path=row["path"],
+        scope=_scope_label(row["user_id"], row["project_id"], row["thread_id"]),
+        versions_redacted=row["redacted"],
+        deleted=after is None and head is not None and head.content is not None,
+        rules_removed=tuple(rules),
+        promoted_by=promoted_by,
+    )
+
+
+def erasure_preview(*, user_id: str, agent_ids: Sequence[int] = (), mode: str = "erase") -> ErasureDryRun:
+    """What the form shows before a request is filed: its dry run (`erasure_dry_run`). Changes nothing."""
+    return erasure_dry_run(user_id=user_id, agent_ids=agent_ids, mode=mode)
 
 
 def _job_send(request: ErasureRequest) -> JobRun:
@@ -696,19 +902,9 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
             if run is not None:
                 job_progress(run, done=done, total=total)
 
-        counts = person_erase(
-            user_id=request.user_id,
-            agent_ids=request.agent_ids or None,
-            mode=request.mode,
-            actor=actor,
-            progress=progress,
-            unowned=True,  # staff's erasure: the runs of no agent that name the person go too
+        counts = erasure_steps(
+            user_id=request.user_id, agent_ids=request.agent_ids, mode=request.mode, actor=actor, progress=progress
         )
-        if request.mode == ErasureRequest.Mode.ERASE:
-            # The person's export archives are copies of what was just erased: they go too.
-            with transaction.atomic():
-                exported = exports_forget_person(user_id=request.user_id, actor=actor)
-            counts = {**counts, "export_archives": exported["archives"]}
         seconds["erasing"] = time.perf_counter() - began
         _update(request, phase="scanning", counts=counts)
         began = time.perf_counter()

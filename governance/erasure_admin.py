@@ -24,27 +24,47 @@ from governance.admin_lists import FullWidthList, cell_text, moment
 from governance.audit import canonical_json
 from governance.erasure import (
     RETRYABLE,
+    erasure_dry_run,
     erasure_preview,
     erasure_request_file,
     erasure_request_retry,
     erasure_request_stalled,
 )
 from governance.models import ErasureRequest
+from memoryapp.admin.confirm import confirm_page, confirmed
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent
 
 OPEN = (ErasureRequest.Status.QUEUED, ErasureRequest.Status.RUNNING)
-# How the preview names person_erase_plan's counts.
-PLAN_LABELS = {
-    "agents": "agents gone through",
-    "threads": "threads about the person (deleted whole, or their entries redacted)",
-    "entries": "entries in those threads",
-    "messages_elsewhere": "messages they wrote in others' threads (with their replies)",
-    "items": "memory items and facts of their scope",
-    "entities": "entities of their scope",
-    "file_versions": "memory file versions of their scope",
-    "job_runs": "job runs naming them",
+# How the preview and the report name the erasure's counts (memoryapp.forgetting.person, in order).
+COUNT_LABELS = {
+    "threads": "threads about the person (deleted whole)",
+    "entries_deleted": "entries deleted (theirs, and their messages in others' threads with the replies)",
+    "entries_redacted": "entries redacted",
+    "summaries": "compaction summaries removed",
+    "items_purged": "memory items purged (theirs, and others' standing only on their words)",
+    "items_trimmed": "memory items of others trimmed (lose the person's quotes)",
+    "items_stale": "memory items marked stale",
+    "facts": "facts (among the items purged)",
+    "entities": "entities deleted",
+    "file_versions": "memory file versions deleted or redacted",
+    "playbook_rules": "playbook rules removed",
+    "vectors": "vectors removed",
+    "job_runs": "job runs naming them (scrubbed)",
+    "access_rows_deleted": "access-log rows of their requests deleted",
+    "access_rows_stripped": "access-log rows of others' requests losing their ids",
+    "data_keys_destroyed": "data keys destroyed (encryption at rest)",
+    "export_archives": "export archives deleted",
 }
+
+
+def count_rows(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """(label, count) of every count, those that are not zero first, in COUNT_LABELS's order."""
+    order = list(COUNT_LABELS)
+    keys = sorted(counts, key=lambda k: (counts[k] == 0, order.index(k) if k in order else len(order), k))
+    return [(COUNT_LABELS.get(k, k.replace("_", " ")), counts[k]) for k in keys]
+
+
 # Seconds between refreshes of a request's page while it runs.
 REFRESH_SECONDS = 2
 
@@ -202,7 +222,9 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
                 # Confirm with consequences: what would go now, and the holds that would stop it.
                 data = form.cleaned_data
                 try:
-                    preview = erasure_preview(user_id=data["user_id"], agent_ids=[a.pk for a in data["agents"]])
+                    preview = erasure_preview(
+                        user_id=data["user_id"], agent_ids=[a.pk for a in data["agents"]], mode=data["mode"]
+                    )
                 except DomainError as exc:
                     form.add_error(exc.field if exc.field in form.fields else None, exc.message)
                 else:
@@ -210,8 +232,9 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
                         request,
                         title=f"Erase {data['user_id']}?",
                         form=form,
-                        plan=[(PLAN_LABELS.get(k, k.replace("_", " ")), v) for k, v in preview["plan"].items()],
-                        holds=preview["holds"],
+                        plan=count_rows(preview.counts),
+                        preview=preview,
+                        holds=preview.holds,
                         agents=[a.slug for a in data["agents"]],
                     )
                     return TemplateResponse(request, "admin/governance/erasurerequest/confirm.html", context)
@@ -275,6 +298,8 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
         obj = self._request_to_show(request, str(pk))
         if not self.may_retry(request):
             raise PermissionDenied
+        if not confirmed(request):
+            return self._retry_confirm(request, obj)
         try:
             erasure_request_retry(request=obj, actor=_actor(request))
         except DomainError as exc:
@@ -283,6 +308,40 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
             messages.success(request, f"Erasure request #{obj.pk} runs again.")
         return HttpResponseRedirect(reverse("admin:governance_erasurerequest_change", args=[obj.pk]))
 
+    def _retry_confirm(self, request: HttpRequest, obj: ErasureRequest) -> HttpResponse:
+        """Before running a request again: what it would erase now (its dry run, counted afresh: the
+        agents wrote on since it stopped) and the holds still in the way."""
+        page = reverse("admin:governance_erasurerequest_change", args=[obj.pk])
+        try:
+            preview = erasure_dry_run(user_id=obj.user_id, agent_ids=obj.agent_ids, mode=obj.mode)
+        except DomainError as exc:
+            messages.error(request, exc.message)
+            return HttpResponseRedirect(page)
+        holds = ", ".join(f"#{h}" for h in preview.holds)
+        shared = [
+            ("memory files shared with others that change (playbooks, notes)", len(preview.shared_files)),
+            ("playbook rules of shared files removed", sum(len(f.rules_removed) for f in preview.shared_files)),
+            ("memory items of other scopes purged or trimmed", len(preview.shared_items)),
+        ]
+        return confirm_page(
+            request,
+            self,
+            title=f"Run erasure request #{obj.pk} again?",
+            verb=f"Run erasure request #{obj.pk} again",
+            objects=[(f"#{obj.pk}: {obj.mode} {obj.user_id} ({obj.get_status_display()})", page)],
+            counted=count_rows(preview.counts) + shared,
+            warning=(
+                f"Legal hold{'s' if len(preview.holds) > 1 else ''} {holds} still in force: the request will stop "
+                "again before changing anything."
+                if preview.holds
+                else (
+                    "Nothing is held about this person any more: the run will erase nothing." if preview.nothing else ""
+                )
+            ),
+            action_url=reverse("admin:governance_erasurerequest_retry", args=[obj.pk]),
+            cancel_url=page,
+        )
+
     def report_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         obj = self._request_to_show(request, str(pk))
         if not obj.report:
@@ -290,7 +349,7 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
             return HttpResponseRedirect(reverse("admin:governance_erasurerequest_change", args=[obj.pk]))
         report = obj.report
         scan = report.get("scan", {})
-        counts = sorted(((k, v) for k, v in (report.get("counts") or {}).items()), key=lambda kv: (-kv[1], kv[0]))
+        counts = count_rows({k: v for k, v in (report.get("counts") or {}).items() if isinstance(v, int)})
         context = self._context(
             request,
             title=f"Erasure report of request #{obj.pk}",

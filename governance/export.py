@@ -911,6 +911,11 @@ def export_download_audit(*, request: ExportRequest, actor: str) -> None:
 
 
 @transaction.atomic
+def _files_remove(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
 def exports_forget_person(*, user_id: str, actor: str) -> dict[str, int]:
     """What an erasure of the person calls: their export archives deleted from disk and the requests
     about them no longer naming them (the request rows stay, as the audit trail names them).
@@ -920,11 +925,10 @@ def exports_forget_person(*, user_id: str, actor: str) -> dict[str, int]:
     (requests, archives deleted); audited as `export.forget` by counts only.
     """
     requests = list(ExportRequest.objects.select_for_update().filter(user_id=user_id).order_by("pk"))
-    archives = 0
-    for request in requests:
-        for path in export_dir().glob(f"export-{request.pk}.*"):
-            path.unlink(missing_ok=True)
-            archives += path.suffix == ".zip"
+    files = [path for request in requests for path in export_dir().glob(f"export-{request.pk}.*")]
+    archives = sum(1 for path in files if path.suffix == ".zip")
+    # Removed once the erasure commits: a dry run of it (rolled back) leaves them where they are.
+    transaction.on_commit(lambda: _files_remove(files))
     ExportRequest.objects.filter(pk__in=[r.pk for r in requests]).update(
         user_id="",
         archive_name="",

@@ -66,21 +66,32 @@ def confirm_page(
     title: str,
     verb: str,
     objects: Sequence[tuple[str, str]],
-    steps: Sequence[Step],
+    steps: Sequence[Step] = (),
+    counted: Sequence[tuple[str, int]] | None = None,
     hidden: Sequence[tuple[str, str]] = (),
     ask_reason: bool = False,
+    reason_label: str = "kept on the entry, not in the audit trail",
     reason_error: str = "",
+    warning: str = "",
+    action_url: str = "",
     cancel_url: str,
 ) -> TemplateResponse:
     """Dry-run the steps and show what they take, with a form that posts `post=yes` to confirm.
 
     `objects` are (label, URL) of what the action is about; `hidden` the fields that bring the
-    confirmation back to the same action (an admin action's name and selection).
+    confirmation back to the same action (an admin action's name and selection). An action that
+    takes no cascade (a key revoked, a hold lifted) gives what it changes as `counted` (label,
+    count), counted by its own selectors, instead of `steps`. `warning`: said above the counts.
     """
-    try:
-        report = consequences_preview(steps=steps, actor=staff_actor(request))
-    except DomainError as exc:  # other writers held the rows every try: nothing to show yet
-        report = Consequences(skipped=[("(all)", exc.message)])
+    if counted is not None:
+        report = Consequences()
+        rows = list(counted)
+    else:
+        try:
+            report = consequences_preview(steps=steps, actor=staff_actor(request))
+        except DomainError as exc:  # other writers held the rows every try: nothing to show yet
+            report = Consequences(skipped=[("(all)", exc.message)])
+        rows = report.rows()
     context: dict[str, Any] = {
         **model_admin.admin_site.each_context(request),
         "opts": model_admin.model._meta,
@@ -89,7 +100,11 @@ def confirm_page(
         "objects": list(objects)[:NAMED],
         "more_objects": max(0, len(objects) - NAMED),
         "report": report,
-        "rows": report.rows(),
+        "rows": rows,
+        "counted": counted is not None,
+        "warning": warning,
+        "action_url": action_url,
+        "reason_label": reason_label,
         "fork_links": _fork_links(report),
         "item_links": _item_links(report),
         "more_items": max(0, len(report.purged_item_ids) - NAMED),

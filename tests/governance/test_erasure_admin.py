@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.receipts import receipt_verify
-from memoryapp.models import LegalHold, Thread
+from memoryapp.models import LegalHold, MemoryFileVersion, MemoryItem, Thread
 from tests.kit.admin import staff_client
 from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, ThreadFactory
 
@@ -131,6 +131,7 @@ def test_reviewers_and_operators_can_neither_see_nor_file_requests(role: str) ->
     assert other.get(f"{LIST}{request.pk}/report/").status_code == 403
     assert other.get(f"{LIST}{request.pk}/report.json").status_code == 403
     assert other.post(f"{LIST}{request.pk}/retry/").status_code == 403
+    assert other.post(f"{LIST}{request.pk}/retry/", {"post": "yes"}).status_code == 403
     assert ErasureRequest.objects.count() == 1 and ErasureRequest.objects.get().status == "failed"
     assert "erasurerequest" not in other.get("/admin/").content.decode()
     if role == "Reviewers":  # a reviewer reads the thread, without the way to erase its person
@@ -161,14 +162,24 @@ def test_a_blocked_request_runs_again_from_its_page_once_the_hold_is_lifted(djan
     assert request.status == "blocked" and f"legal hold #{hold.pk}" in page and 'id="er-retry"' in page
     assert Thread.objects.filter(pk=thread.pk).exists()
 
+    # "Run it again" first shows fresh counts (the agents wrote on since) and the hold still in the way.
+    EntryFactory(thread=thread, role="user", content="One more thing about my sister.")
+    asked = officer.post(f"{LIST}{request.pk}/retry/").content.decode()
+    assert 'id="consequences"' in asked and f"#{hold.pk} still in force" in asked
+    assert '<td class="n">2</td><td>entries deleted' in asked  # the new entry counted
+    request.refresh_from_db()
+    assert request.status == "blocked" and not AuditRecord.objects.filter(action="erasure.retry").exists()
+
     LegalHold.objects.filter(pk=hold.pk).update(lifted_at=timezone.now())
+    assert "still in force" not in officer.post(f"{LIST}{request.pk}/retry/").content.decode()
     with django_capture_on_commit_callbacks(execute=True):
-        answer = officer.post(f"{LIST}{request.pk}/retry/")
+        answer = officer.post(f"{LIST}{request.pk}/retry/", {"post": "yes"})
     assert answer.status_code == 302
     request.refresh_from_db()
     assert request.status == "done" and not Thread.objects.filter(pk=thread.pk).exists()
+    assert request.counts["entries_deleted"] == 2
     # A done request is not run again.
-    officer.post(f"{LIST}{request.pk}/retry/")
+    officer.post(f"{LIST}{request.pk}/retry/", {"post": "yes"})
     assert AuditRecord.objects.filter(action="erasure.retry").count() == 1
 
 
@@ -182,7 +193,7 @@ def test_a_request_whose_job_run_was_killed_can_be_run_again(django_capture_on_c
     page = officer.get(f"{LIST}{request.pk}/change/").content.decode()
     assert 'id="er-stalled"' in page and 'id="er-retry"' in page and 'http-equiv="refresh"' not in page
     with django_capture_on_commit_callbacks(execute=True):
-        officer.post(f"{LIST}{request.pk}/retry/")
+        officer.post(f"{LIST}{request.pk}/retry/", {"post": "yes"})
     request.refresh_from_db()
     assert request.status == "done" and request.job_run_id != killed.pk
     assert not Thread.objects.filter(pk=thread.pk).exists()
@@ -213,3 +224,100 @@ def test_the_message_after_filing_says_the_erasure_is_done_or_held(transactional
 
 def _form() -> dict[str, str]:
     return {"user_id": "u-ana", "identifiers": "", "mode": "erase", "legal_basis": "Art. 17", "reason": "asked"}
+
+
+def _dan_planted_across_kinds(django_capture_on_commit_callbacks: Any) -> dict[str, Any]:
+    """Dan, planted in every kind an erasure touches: threads and items of his scope, a fact, files of
+    his scope, an agent-wide note written at his turn, an agent-wide lesson quoting him, a playbook a
+    reviewer promoted whose rule stands on his lesson and on Eve's, job runs naming him or his
+    thread, access-log rows of his requests and one of Eve's that sent his item."""
+    from memoryapp.consolidation.fold import PLAYBOOK_PATH, playbook_fold, playbook_promote
+    from memoryapp.files.access import FileAccess
+    from memoryapp.files.services import file_put
+    from memoryapp.items.facts import fact_remember
+    from memoryapp.items.rules import Scope
+    from memoryapp.llm.port import use_model
+    from memoryapp.search.access_log import access_log_record
+    from tests.kit.consolidation import active_item, answers, scripted
+    from tests.kit.factories import JobRunFactory, MemoryFileVersionFactory
+
+    agent = AgentFactory(slug="alice")
+    dan_threads = [ThreadFactory(agent=agent, external_id=f"t-dan-{n}", user_id="u-dan") for n in range(2)]
+    said = [
+        EntryFactory(thread=t, role="user", content=f"Always ask me the dates first, trip {n}.")
+        for n, t in enumerate(dan_threads)
+    ]
+    own = [
+        MemoryItemFactory(
+            agent=agent,
+            user_id="u-dan",
+            subject="Dan",
+            attribute=f"trip {n}",
+            value=f"planning trip {n}",
+            trust="user",
+            evidence=[{"entry_id": e.id, "quote": "ask me the dates first"}],
+        )
+        for n, e in enumerate(said)
+    ]
+    fact_remember(agent=agent, namespace="users/u-dan", key="city", value="Porto")
+    for n in range(2):
+        MemoryFileVersionFactory(agent=agent, path=f"/memories/dan-{n}.md", content=f"dan {n}\n", user_id="u-dan")
+    file_put(access=FileAccess(agent=agent, place=said[0]), path="/memories/notes.md", text="dates first\n")
+    eve_thread = ThreadFactory(agent=agent, external_id="t-eve", user_id="u-eve")
+    eve_said = EntryFactory(thread=eve_thread, role="user", content="Please quote prices in euros, always.")
+    dan_lesson = active_item(
+        agent=agent, kind="lesson", subject="booking", attribute="dates", value="Ask for the dates first", user_id="",
+        trust="user", evidence=[{"entry_id": said[1].id, "quote": "ask me the dates first"}],
+    )  # fmt: skip
+    eve_lesson = active_item(
+        agent=agent, kind="lesson", subject="booking", attribute="euros", value="Quote prices in euros", user_id="",
+        trust="user", evidence=[{"entry_id": eve_said.id, "quote": "quote prices in euros"}],
+    )  # fmt: skip
+    shared_rule = f"Ask for the dates, quote in euros. [lesson:{dan_lesson.pk}] [lesson:{eve_lesson.pk}]"
+    rules = [shared_rule, f"Prices in euros. [lesson:{eve_lesson.pk}]"]
+    with use_model(scripted(answers(*({"op": "add", "rule": r} for r in rules)))):
+        folded = playbook_fold(agent=agent, scope=Scope())
+    assert folded is not None and not folded.unfinished, folded
+    playbook_promote(agent=agent, scope=Scope(), actor="staff:rita")
+    assert MemoryFileVersion.objects.filter(agent=agent, path=PLAYBOOK_PATH, user_id="").exists()
+    JobRunFactory(kind="extract", agent_id=agent.pk, arguments={"thread_pk": dan_threads[0].pk})
+    JobRunFactory(kind="export", agent_id=agent.pk, arguments={"user_id": "u-dan"}, result={"rows": 3})
+    for thread in dan_threads:
+        access_log_record(agent_id=agent.pk, thread=thread, source="context", item_ids=[own[0].pk])
+    access_log_record(agent_id=agent.pk, thread=eve_thread, source="context", item_ids=[own[1].pk, eve_lesson.pk])
+    return {"agent": agent, "shared_rule": shared_rule, "eve_lesson": eve_lesson, "dan_lesson": dan_lesson}
+
+
+def test_the_erasure_preview_counts_what_the_report_counts_and_names_the_shared_playbook_rule(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The confirm step is a dry run of the erasure's own steps (issue 23 §15): the same counts as
+    the report, across kinds, and the shared playbook rule it removes, named with the other lesson."""
+    from governance.erasure import erasure_preview
+
+    planted = _dan_planted_across_kinds(django_capture_on_commit_callbacks)
+    preview = erasure_preview(user_id="u-dan")
+    for kind in ("items_purged", "file_versions", "job_runs", "playbook_rules", "access_rows_deleted"):
+        assert preview.counts[kind] > 0, kind
+    assert preview.counts["access_rows_stripped"] == 1
+    # The dry run changed nothing.
+    assert Thread.objects.filter(user_id="u-dan").count() == 2
+    assert MemoryItem.objects.filter(pk=planted["dan_lesson"].pk).exists()
+    assert not AuditRecord.objects.filter(actor="erasure:dry-run").exists()
+
+    officer = _officer()
+    page = _post_request(officer, user_id="u-dan", confirmed="").content.decode()
+    assert 'id="er-shared-files"' in page and "/memories/playbook.md" in page
+    assert "Ask for the dates, quote in euros." in page and "staff:rita" in page
+    assert f"also stood on lesson of others: {planted['eve_lesson'].pk}" in page
+    assert "/memories/notes.md" in page  # the agent-wide note written at his turn, redacted
+    assert 'id="er-shared-items"' in page and planted["dan_lesson"].pk in page
+    assert "playbook rules removed" in page and "access-log rows of their requests deleted" in page
+
+    with django_capture_on_commit_callbacks(execute=True):
+        _post_request(officer, user_id="u-dan")
+    request = ErasureRequest.objects.get()
+    assert request.status == "done"
+    assert request.counts == preview.counts
+    report = officer.get(f"{LIST}{request.pk}/report/").content.decode()
+    assert "playbook rules removed" in report

@@ -656,13 +656,14 @@ def test_each_item_carries_exactly_its_own_quotes_and_review_steps(alice: Caller
 
 
 def test_erasing_the_person_takes_their_archives_and_a_late_run_writes_nothing(
-    planted: Planted, export_dir: Path
+    planted: Planted, export_dir: Path, django_capture_on_commit_callbacks: Any
 ) -> None:
     done = _run("u-ana")
     waiting = export_request_create(user_id="u-ana", agent_ids=[], actor="staff:officer")
     other = _run("u-ben")
 
-    counts = export.exports_forget_person(user_id="u-ana", actor="staff:officer")
+    with django_capture_on_commit_callbacks(execute=True):
+        counts = export.exports_forget_person(user_id="u-ana", actor="staff:officer")
 
     assert counts == {"requests": 2, "archives": 1}
     assert sorted(p.name for p in export_dir.iterdir()) == [f"export-{other.pk}.zip"]
