@@ -1,4 +1,4 @@
-"""Legal holds: placing and lifting them, audited (ids only: never the reason a person typed).
+"""Legal holds: placing and lifting them, audited (ids; the reason for lifting as typed, see `legal_hold_lift`).
 
 What a hold keeps is read by `memoryapp.forgetting.holds` (prune and erasure ask it first).
 """
@@ -11,10 +11,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from governance.audit import audit_append
+from governance.models import ErasureRequest
 from memoryapp.errors import DomainError
-from memoryapp.models import Agent, LegalHold
+from memoryapp.models import Agent, LegalHold, Thread
 
 REASON_MAX = 2000
+LIFT_REASON_MAX = 500
 
 
 @transaction.atomic
@@ -68,8 +70,18 @@ def legal_hold_place(
 
 
 @transaction.atomic
-def legal_hold_lift(*, hold: LegalHold, lifted_by: str) -> bool:
-    """Lift a hold now; False when it was lifted already (nothing changes)."""
+def legal_hold_lift(*, hold: LegalHold, lifted_by: str, reason: str) -> bool:
+    """Lift a hold now, for the reason typed; False when it was lifted already (nothing changes).
+
+    The reason goes into the audit record as typed: lifting lets an erasure or a prune take what
+    the hold kept, and the trail is where an auditor asks why (staff's words, not a person's data;
+    the hold's own reason, which may name the matter, stays on the hold).
+    """
+    reason = reason.strip()
+    if not reason:
+        raise DomainError("required", "Say why the hold is lifted.", field="reason")
+    if len(reason) > LIFT_REASON_MAX:
+        raise DomainError("too_long", f"The reason holds at most {LIFT_REASON_MAX} characters.", field="reason")
     now = timezone.now()
     lifted = LegalHold.objects.filter(pk=hold.pk, lifted_at__isnull=True).update(lifted_at=now, lifted_by=lifted_by)
     if not lifted:
@@ -82,6 +94,32 @@ def legal_hold_lift(*, hold: LegalHold, lifted_by: str) -> bool:
         thread_id=hold.thread_external_id,
         subject=f"hold {hold.pk}",
         outcome="lifted",
-        details={"hold_id": hold.pk},
+        details={"hold_id": hold.pk, "reason": reason},
     )
     return True
+
+
+def holds_lift_counts(*, holds: list[LegalHold]) -> dict[str, int]:
+    """What lifting these holds lets go: the threads they keep (from the prune and from an erasure),
+    and the erasure requests they stopped (those can then be run again). Counted now; changes nothing."""
+    standing = [h for h in holds if h.lifted_at is None]
+    threads = Thread.objects.none()
+    for hold in standing:
+        held = Thread.objects.filter(agent_id=hold.agent_id) if hold.agent_id else Thread.objects.all()
+        if hold.thread_external_id:
+            held = held.filter(external_id=hold.thread_external_id)
+        else:
+            held = held.filter(user_id=hold.user_id)
+        threads = threads | held
+    ids = {h.pk for h in standing}
+    blocked = [
+        r
+        for r in ErasureRequest.objects.filter(status=ErasureRequest.Status.BLOCKED).only("pk", "blocked_by")
+        if ids.intersection(r.blocked_by or [])
+    ]
+    return {
+        "holds": len(standing),
+        "lifted_already": len(holds) - len(standing),
+        "threads": threads.distinct().count() if standing else 0,
+        "erasures_blocked": len(blocked),
+    }

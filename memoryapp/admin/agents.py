@@ -6,15 +6,17 @@ from typing import Any
 from django import forms
 from django.apps import apps
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from governance.admin_lists import FullWidthList, cell_text, day
+from memoryapp.admin.confirm import confirm_page, confirmed
 from memoryapp.agents.selectors import agent_delete_counts
 from memoryapp.agents.services import (
     AGENT_LIMIT_FIELDS,
@@ -383,8 +385,41 @@ class AgentKeyAdmin(admin.ModelAdmin):
     def state(self, obj: AgentKey) -> str:
         return "revoked" if obj.revoked_at else "active"
 
-    @admin.action(description="Revoke the selected keys", permissions=["change"])
-    def revoke(self, request: HttpRequest, queryset: QuerySet[AgentKey]) -> None:
-        for key in queryset:
+    @admin.action(description="Revoke the selected keys…", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[AgentKey]) -> HttpResponse | None:
+        """First what revoking stops (the agents left with no key), then, confirmed, revoke."""
+        keys = list(queryset.select_related("agent").order_by("agent__slug", "prefix"))
+        live = [k for k in keys if k.revoked_at is None]
+        if not confirmed(request):
+            chosen = {k.pk for k in live}
+            stranded = {
+                k.agent.slug
+                for k in live
+                if not AgentKey.objects.filter(agent=k.agent, revoked_at__isnull=True).exclude(pk__in=chosen).exists()
+            }
+            return confirm_page(
+                request,
+                self,
+                title="Revoke these keys?",
+                verb=f"Revoke {len(live)} key{'s' if len(live) != 1 else ''}",
+                objects=[(f"{k.prefix}… of {k.agent.slug}{f' ({k.name})' if k.name else ''}", "") for k in live],
+                counted=[
+                    ("keys revoked: every request made with them is refused from now on", len(live)),
+                    ("keys revoked already (left as they are)", len(keys) - len(live)),
+                    ("agents left with no active key (they stop until given a new one)", len(stranded)),
+                ],
+                warning=(
+                    f"{', '.join(sorted(stranded))} will have no active key left: every request of "
+                    f"{'this agent' if len(stranded) == 1 else 'these agents'} is refused until a new key is made."
+                    if stranded
+                    else ""
+                ),
+                hidden=[("action", "revoke"), *((ACTION_CHECKBOX_NAME, str(k.pk)) for k in keys)],
+                cancel_url=reverse("admin:memoryapp_agentkey_changelist"),
+            )
+        revoked = 0
+        for key in live:
             agent_key_revoke(key=key, actor=_actor(request))
-        messages.success(request, f"Revoked {queryset.count()} key(s).")
+            revoked += 1
+        messages.success(request, f"Revoked {revoked} key{'s' if revoked != 1 else ''}.")
+        return None

@@ -13,6 +13,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -23,7 +24,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from governance.admin_lists import FullWidthList, cell_text, day
-from governance.holds import legal_hold_lift, legal_hold_place
+from governance.holds import holds_lift_counts, legal_hold_lift, legal_hold_place
 from governance.models import JobRun
 from governance.retention import (
     COUNT_KEYS,
@@ -34,7 +35,7 @@ from governance.retention import (
     retention_prune,
     retention_prune_request,
 )
-from memoryapp.admin.confirm import staff_actor
+from memoryapp.admin.confirm import confirm_page, confirmed, staff_actor
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, LegalHold, RetentionPolicy
 
@@ -134,7 +135,8 @@ class RetentionPolicyAdmin(FullWidthList, admin.ModelAdmin):
         return [prune, *super().get_urls()]
 
     def prune_view(self, request: HttpRequest) -> HttpResponse:
-        """GET: choose an agent (or all); POST `dry`: the dry run's report; POST `run`: send the prune."""
+        """GET: choose an agent (or all); POST `dry` (or an unconfirmed `run`): the dry run's report,
+        with the confirmation under it; POST `run` confirmed (`post=yes`, from that report): send the prune."""
         if not request.user.has_perm(RUN_PRUNE_PERMISSION):
             raise PermissionDenied
         agents = list(Agent.objects.order_by("slug").values_list("slug", flat=True))
@@ -151,10 +153,14 @@ class RetentionPolicyAdmin(FullWidthList, admin.ModelAdmin):
         }
         if slug and agent is None:
             messages.error(request, f"No agent has the slug {slug!r}.")
-        elif request.method == "POST" and request.POST.get("action") == "dry":
+        elif request.method == "POST" and request.POST.get("action") in ("dry", "run") and not confirmed(request):
+            # The prune deletes for good: its dry run first, always, and the run is confirmed from it.
             state = retention_prune(agent=agent, dry_run=True)
             context["report"] = state.report()
             context["rows"] = count_rows(state.counts)
+            context["deletes"] = sum(state.counts.values())
+            if request.POST.get("action") == "run":
+                messages.warning(request, "Nothing was pruned yet: here is what the prune deletes now. Confirm below.")
         elif request.method == "POST" and request.POST.get("action") == "run":
             run = retention_prune_request(agent=agent, actor=staff_actor(request))
             messages.success(
@@ -294,7 +300,42 @@ class LegalHoldAdmin(FullWidthList, admin.ModelAdmin):
             raise PermissionDenied(error.message) from error
         obj.pk, obj.placed_at = hold.pk, hold.placed_at
 
-    @admin.action(description="Lift the selected holds", permissions=["change"])
-    def lift(self, request: HttpRequest, queryset: QuerySet[LegalHold]) -> None:
-        lifted = sum(legal_hold_lift(hold=hold, lifted_by=staff_actor(request)) for hold in queryset)
+    @admin.action(description="Lift the selected holds…", permissions=["change"])
+    def lift(self, request: HttpRequest, queryset: QuerySet[LegalHold]) -> HttpResponse | None:
+        """First what lifting lets go and a reason to type, then, confirmed with one, lift."""
+        holds = list(queryset.select_related("agent").order_by("pk"))
+        reason = request.POST.get("reason", "").strip()
+        if not confirmed(request) or not reason:
+            counts = holds_lift_counts(holds=holds)
+            return confirm_page(
+                request,
+                self,
+                title="Lift these legal holds?",
+                verb=f"Lift {counts['holds']} hold{'s' if counts['holds'] != 1 else ''}",
+                objects=[
+                    (
+                        f"hold #{h.pk}: {'thread ' + h.thread_external_id if h.thread_external_id else 'person ' + h.user_id}"
+                        f" in {h.agent.slug if h.agent else 'every agent'}{' (lifted already)' if h.lifted_at else ''}",
+                        reverse("admin:memoryapp_legalhold_change", args=[h.pk]),
+                    )
+                    for h in holds
+                ],
+                counted=[
+                    ("holds lifted", counts["holds"]),
+                    ("threads they keep, which the prune and an erasure may then take", counts["threads"]),
+                    ("erasure requests they stopped, which can then be run again", counts["erasures_blocked"]),
+                    ("holds lifted already (left as they are)", counts["lifted_already"]),
+                ],
+                hidden=[("action", "lift"), *((ACTION_CHECKBOX_NAME, str(h.pk)) for h in holds)],
+                ask_reason=True,
+                reason_label="why the hold ends; recorded as typed in the audit trail",
+                reason_error="Say why the hold is lifted." if confirmed(request) else "",
+                cancel_url=reverse("admin:memoryapp_legalhold_changelist"),
+            )
+        try:
+            lifted = sum(legal_hold_lift(hold=h, lifted_by=staff_actor(request), reason=reason) for h in holds)
+        except DomainError as error:
+            messages.error(request, f"Nothing was lifted: {error.message}")
+            return None
         messages.success(request, f"{lifted} hold{'s' if lifted != 1 else ''} lifted.")
+        return None

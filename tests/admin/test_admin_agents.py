@@ -24,10 +24,19 @@ def test_creating_an_agent_in_the_admin_shows_its_key_once(admin_client) -> None
     assert AuditRecord.objects.filter(action="agent_key.created", subject=key.prefix).exists()
 
 
-def test_revoke_action_revokes_and_audits(admin_client, alice) -> None:
+def test_revoking_a_key_first_says_the_agent_is_left_without_one_then_revokes_and_audits(admin_client, alice) -> None:
+    """Revoking is irreversible (issue 23 §17): a confirmation first, naming the agent it stops."""
     key = AgentKey.objects.get(agent=alice.agent)
+    asked = admin_client.post("/admin/memoryapp/agentkey/", {"action": "revoke", "_selected_action": [key.pk]})
+    page = asked.content.decode()
+    assert asked.status_code == 200 and 'id="consequences"' in page and key.prefix in page
+    assert 'id="confirm-warning"' in page and "alice will have no active key left" in page
+    key.refresh_from_db()
+    assert key.revoked_at is None and alice.client.get("/api/v1/").status_code == 200
+    assert not AuditRecord.objects.filter(action="agent_key.revoked").exists()
+
     response = admin_client.post(
-        "/admin/memoryapp/agentkey/", {"action": "revoke", "_selected_action": [key.pk]}, follow=True
+        "/admin/memoryapp/agentkey/", {"action": "revoke", "_selected_action": [key.pk], "post": "yes"}, follow=True
     )
     assert response.status_code == 200
     key.refresh_from_db()

@@ -73,6 +73,9 @@ def test_a_privacy_officer_redacts_and_an_operator_mints_and_revokes_keys(alice:
     key = AgentKey.objects.filter(agent=alice.agent).latest("created_at")
     operator.post("/admin/memoryapp/agentkey/", {"action": "revoke", "_selected_action": [key.pk]})
     key.refresh_from_db()
+    assert key.revoked_at is None  # what it stops is shown first
+    operator.post("/admin/memoryapp/agentkey/", {"action": "revoke", "_selected_action": [key.pk], "post": "yes"})
+    key.refresh_from_db()
     assert key.revoked_at is not None
     # Operators keep the service running without reading what was said.
     assert operator.get(f"/admin/memoryapp/entry/{entries['q'].id}/change/").status_code == 403
@@ -84,6 +87,7 @@ def test_staff_with_a_view_of_keys_only_cannot_revoke_them(alice: Caller) -> Non
     assert key is not None
     assert viewer.get("/admin/memoryapp/agentkey/").status_code == 200
     viewer.post("/admin/memoryapp/agentkey/", {"action": "revoke", "_selected_action": [key.pk]})
+    viewer.post("/admin/memoryapp/agentkey/", {"action": "revoke", "_selected_action": [key.pk], "post": "yes"})
     key.refresh_from_db()
     assert key.revoked_at is None
 

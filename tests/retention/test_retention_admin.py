@@ -12,12 +12,12 @@ from django.test import Client
 from django.utils import timezone
 
 from governance.audit import audit_verify
-from governance.models import AuditRecord, JobRun
+from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.retention import PRUNE_JOB_KIND
 from governance.tasks import retention_prune_job
 from memoryapp.models import Agent, LegalHold, MemoryItem, RetentionPolicy, Thread
 from tests.kit.admin import staff_client
-from tests.kit.factories import AgentFactory, MemoryItemFactory
+from tests.kit.factories import AgentFactory, MemoryItemFactory, ThreadFactory
 from tests.kit.review_staff import staff
 from tests.retention.world import aged_thread
 
@@ -75,6 +75,7 @@ def test_other_roles_neither_set_policies_nor_prune(role: str) -> None:
     assert staff.get(POLICIES).status_code == 403
     assert staff.post(f"{POLICIES}add/", _policy_form(alice, thread_ttl_days=1)).status_code == 403
     assert staff.post(PRUNE, {"action": "run"}).status_code == 403
+    assert staff.post(PRUNE, {"action": "run", "post": "yes"}).status_code == 403
     assert not RetentionPolicy.objects.filter(agent=alice).exists()
     assert not JobRun.objects.filter(kind=PRUNE_JOB_KIND).exists()
     assert Thread.objects.filter(agent=alice).exists()
@@ -88,6 +89,7 @@ def test_holds_are_the_privacy_officers_alone() -> None:
         assert staff.get(HOLDS).status_code == 403, role
         assert staff.post(f"{HOLDS}add/", {"user_id": "u-ben", "reason": "mine"}).status_code == 403, role
         staff.post(HOLDS, {"action": "lift", "_selected_action": [hold.pk]})
+        staff.post(HOLDS, {"action": "lift", "_selected_action": [hold.pk], "post": "yes", "reason": "mine"})
     assert LegalHold.objects.count() == 1
     hold.refresh_from_db()
     assert hold.lifted_at is None
@@ -115,11 +117,27 @@ def test_a_privacy_officer_places_and_lifts_a_hold_and_the_audit_has_ids_only() 
     assert "Litigation hold: Smith v. Acme" in page
     assert 'name="_save"' not in page and 'name="_continue"' not in page  # it reads only: lifting is the action
 
-    officer.post(HOLDS, {"action": "lift", "_selected_action": [hold.pk]})
+    # Lifting asks first, with what it lets go, and for a reason (issue 23 §17).
+    blocked = ErasureRequest.objects.create(user_id="u-ana", status="blocked", blocked_by=[hold.pk])
+    ThreadFactory(agent=alice, external_id="t-ana", user_id="u-ana")
+    asked = officer.post(HOLDS, {"action": "lift", "_selected_action": [hold.pk]}).content.decode()
+    assert 'id="consequences"' in asked and 'name="reason"' in asked
+    assert '<td class="n">1</td><td>threads they keep' in asked
+    assert '<td class="n">1</td><td>erasure requests they stopped' in asked
+    no_reason = officer.post(HOLDS, {"action": "lift", "_selected_action": [hold.pk], "post": "yes", "reason": " "})
+    assert "Say why the hold is lifted." in no_reason.content.decode()
+    hold.refresh_from_db()
+    assert hold.lifted_at is None and not AuditRecord.objects.filter(action="legal_hold.lifted").exists()
+
+    officer.post(
+        HOLDS, {"action": "lift", "_selected_action": [hold.pk], "post": "yes", "reason": "Case settled on 1 May"}
+    )
 
     hold.refresh_from_db()
     assert hold.lifted_at is not None and hold.lifted_by.startswith("staff:")
-    assert AuditRecord.objects.get(action="legal_hold.lifted").details == {"hold_id": hold.pk}
+    lifted = AuditRecord.objects.get(action="legal_hold.lifted")
+    assert lifted.details == {"hold_id": hold.pk, "reason": "Case settled on 1 May"}
+    assert blocked.pk
     assert audit_verify().ok
     # Never deleted: the record of what was held stays.
     assert officer.post(f"{HOLDS}{hold.pk}/delete/", {"post": "yes"}).status_code == 403
@@ -152,7 +170,14 @@ def test_the_prune_page_shows_the_dry_run_then_sends_the_real_run() -> None:
     assert 'data-kind="threads_deleted" class=""><td>threads deleted' in dry
     assert "<code>t-old</code>" in dry
     assert Thread.objects.count() == 2
-    sent = operator.post(PRUNE, {"action": "run", "agent": "alice"})
+    # "Run" without the confirmation from a dry run is a dry run (issue 23 §17): nothing is sent.
+    unconfirmed = operator.post(PRUNE, {"action": "run", "agent": "alice"}).content.decode()
+    assert 'id="dry-report"' in unconfirmed and 'id="prune-run"' in unconfirmed
+    assert "Nothing was pruned yet" in unconfirmed and "Yes, run the prune for alice (" in unconfirmed
+    assert not JobRun.objects.filter(kind=PRUNE_JOB_KIND).exists() and Thread.objects.count() == 2
+    assert 'id="prune-run"' not in operator.get(PRUNE).content.decode()  # no run before a dry run
+
+    sent = operator.post(PRUNE, {"action": "run", "agent": "alice", "post": "yes"})
     run = JobRun.objects.get(kind=PRUNE_JOB_KIND)
     assert sent.status_code == 302 and sent["Location"].endswith(f"?run={run.pk}")
     assert run.arguments["agent"] == "alice" and run.arguments["actor"].startswith("staff:")
