@@ -135,6 +135,23 @@ def _iso(at: datetime | None) -> str | None:
     return at.isoformat() if at is not None else None
 
 
+# How a staff member is named where the admin acted (`staff:<username>`).
+STAFF_PREFIX = "staff:"
+
+
+def staff_unnamed(value: Any) -> Any:
+    """`value` with every staff member's name left out (`staff:eve` becomes `staff`), at any depth:
+    the archive says that staff decided (an item's `reviewed_by`, `stale_undone.by`, an audit
+    record's actor), never who; that is the service's bookkeeping, not the person's data."""
+    if isinstance(value, str):
+        return "staff" if value.startswith(STAFF_PREFIX) else value
+    if isinstance(value, dict):
+        return {key: staff_unnamed(inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [staff_unnamed(inner) for inner in value]
+    return value
+
+
 # --- who is the person ---------------------------------------------------------------------------
 
 
@@ -511,7 +528,7 @@ def _item_record(item: MemoryItem, evidence: list[Evidence], history: list[ItemR
             "expires_at": _iso(item.expires_at),
             "times_retrieved": item.times_retrieved,
             "last_retrieved_at": _iso(item.last_retrieved_at),
-            "metadata": item.metadata or {},
+            "metadata": staff_unnamed(item.metadata or {}),
             "evidence": [
                 {"entry_id": e.entry_id, "quote": e.quote, "status": e.status, "created_at": _iso(e.created_at)}
                 for e in evidence
@@ -655,12 +672,12 @@ def _write_audit(scope: PersonScope, writer: _Writer) -> None:
             "seq": record.seq,
             "at": _iso(record.at),
             "action": record.action,
-            "actor": record.actor,
+            "actor": staff_unnamed(record.actor),
             "agent_id": record.agent_id,
             "thread_id": record.thread_id,
             "subject": record.subject,
             "outcome": record.outcome,
-            "details": record.details,
+            "details": staff_unnamed(record.details),
             "hash": record.hash,
         }
         for record in scope.audit_records().order_by("seq").iterator(ROW_FETCH)
@@ -703,8 +720,8 @@ def _write_job_runs(scope: PersonScope, writer: _Writer) -> None:
             "kind": run.kind,
             "agent_id": run.agent_id,
             "status": run.status,
-            "arguments": run.arguments,
-            "result": run.result,
+            "arguments": staff_unnamed(run.arguments),
+            "result": staff_unnamed(run.result),
             "created_at": _iso(run.created_at),
             "started_at": _iso(run.started_at),
             "finished_at": _iso(run.finished_at),

@@ -27,7 +27,15 @@ from memoryapp.errors import DomainError
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import file_put
 from memoryapp.items.facts import fact_remember
-from memoryapp.items.services import item_forget, item_write
+from memoryapp.items.services import (
+    STALE_BY_DEDUPE,
+    StaleMark,
+    item_approve,
+    item_forget,
+    item_stale_undo,
+    item_write,
+    items_mark_stale,
+)
 from memoryapp.models import AccessLog, Agent, Entry, MemoryItem, Thread
 from memoryapp.search.access_log import access_log_record
 from memoryapp.threads.transfer import thread_import_lines
@@ -653,6 +661,29 @@ def test_each_item_carries_exactly_its_own_quotes_and_review_steps(alice: Caller
     for item_id, (quoted, steps) in written.items():
         assert sorted(e["entry_id"] for e in items[item_id]["evidence"]) == sorted(quoted), item_id
         assert len(items[item_id]["history"]) == steps, item_id
+
+
+def test_the_archive_names_no_staff_member_in_items_audit_records_or_job_runs(alice: Caller) -> None:
+    reviewed = item_write(
+        agent=alice.agent, kind="fact", subject="Ana", attribute="pet", value="a cat", trust="model", user_id="u-ana"
+    )
+    item_approve(item=reviewed, actor="staff:eve-reviewer")
+    undone = item_write(
+        agent=alice.agent, kind="fact", subject="Ana", attribute="car", value="a van", trust="system", user_id="u-ana"
+    )
+    because = {"by": STALE_BY_DEDUPE, "reason": "duplicate", "kept": reviewed.pk}
+    items_mark_stale(marks=[StaleMark(item_id=undone.pk, because=because)], actor="job:consolidation")
+    item_stale_undo(item=undone, actor="staff:eve-reviewer")
+
+    files, _ = _exported(_run("u-ana"))
+
+    everything = b"".join(files.values()).decode()
+    assert "eve-reviewer" not in everything and "staff:officer" not in everything
+    items = {r["item"]["id"]: r["item"] for r in _records(files, "items.jsonl")}
+    assert items[reviewed.pk]["metadata"]["reviewed_by"] == "staff"
+    assert items[undone.pk]["metadata"]["stale_undone"]["by"] == "staff"
+    actors = {r["audit"]["actor"] for r in _records(files, "audit.jsonl")}
+    assert "staff" in actors and not any(a.startswith("staff:") for a in actors)
 
 
 def test_erasing_the_person_takes_their_archives_and_a_late_run_writes_nothing(
