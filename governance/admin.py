@@ -20,7 +20,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from governance import erasure_admin  # noqa: F401  (registers the erasure requests' admin)
-from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
+from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, details_text, moment, short_id
 from governance.audit import audit_verification_latest, audit_verify
 from governance.job_retry import RetryRefused, job_retry
 from governance.jobs import WAITING_NOTE
@@ -182,7 +182,7 @@ class AuditRecordAdmin(FullWidthList, admin.ModelAdmin):
 
     @admin.display(description="actor", ordering="actor")
     def actor_shown(self, obj: AuditRecord) -> SafeString:
-        return cell_text(obj.actor, 16)
+        return cell_text(obj.actor, 14)
 
     @admin.display(description="subject")
     def subject_link(self, obj: AuditRecord) -> SafeString:
@@ -212,8 +212,13 @@ class AuditRecordAdmin(FullWidthList, admin.ModelAdmin):
 
     @admin.display(description="details")
     def details_shown(self, obj: AuditRecord) -> SafeString:
-        text = json.dumps(obj.details, ensure_ascii=False, sort_keys=True) if obj.details else ""
-        return cell_text(text, 44)
+        """The details in words (`branches deleted 1 · entries deleted 120`), the stored JSON on hover."""
+        if not obj.details:
+            return format_html("{}", "")
+        stored = json.dumps(obj.details, ensure_ascii=False, sort_keys=True)
+        text = details_text(obj.details)
+        shown = text if len(text) <= 160 else text[:159] + "…"
+        return format_html('<span title="{}">{}</span>', stored[:2000], shown)
 
     def get_urls(self) -> list[Any]:
         return [

@@ -36,6 +36,39 @@ def short_id(value: str) -> str:
     return value if len(value) <= SHORT_ID else f"{value[:10]}…{value[-4:]}"
 
 
+def id_cell(value: str, limit: int = 40) -> SafeString:
+    """A client-chosen id (up to 128 characters, no space to break at) in a cell: both ends of it,
+    at most `limit` characters, wrapping anywhere; all of it on hover."""
+    shown = value if len(value) <= limit else f"{value[: limit - 9]}…{value[-8:]}"
+    return format_html('<span class="cell-id" title="{}">{}</span>', value, shown)
+
+
+def words(key: str) -> str:
+    """A key of stored JSON in words: `branches_deleted` -> `branches deleted`."""
+    return key.replace("_", " ").replace(".", " ").strip()
+
+
+def details_text(details: Any) -> str:
+    """Audit details or a job's result as a person reads them: `branches deleted 1 · entries deleted 120`;
+    a list says how many it holds (`item ids: 64`), a nested count its own words."""
+    if not isinstance(details, dict):
+        return "" if details in (None, "") else str(details)
+    parts = []
+    for key, value in details.items():
+        if isinstance(value, list):
+            parts.append(f"{words(key)}: {len(value)}")
+        elif isinstance(value, dict):
+            inner = details_text(value)
+            parts.append(f"{words(key)} ({inner})" if inner else words(key))
+        elif isinstance(value, bool):
+            parts.append(f"{words(key)}: {'yes' if value else 'no'}")
+        elif value in (None, ""):
+            continue
+        else:
+            parts.append(f"{words(key)} {value}")
+    return " · ".join(parts)
+
+
 def moment(at: datetime | None) -> SafeString:
     """A moment to the minute, the exact one on hover."""
     if at is None:

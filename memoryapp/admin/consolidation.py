@@ -26,7 +26,9 @@ from django.utils.html import escape, format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
+from governance.admin_lists import FullWidthList, cell_text
 from memoryapp.admin.items import EntityNameSearch
+from memoryapp.admin.review import cut
 from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, playbook_discard, playbook_promote
 from memoryapp.consolidation.observations import statement_items, statement_text
 from memoryapp.consolidation.selectors import (
@@ -269,8 +271,11 @@ class PlaybookDraftAdmin(admin.ModelAdmin):
 
 
 @admin.register(StaleItem)
-class StaleItemAdmin(admin.ModelAdmin):
-    list_display = ("item", "agent", "scope", "subject", "attribute", "short_value", "reason", "kept", "marked_at")
+class StaleItemAdmin(FullWidthList, admin.ModelAdmin):
+    # At 1,280 px beside the filters: the value marked stale beside the value of the item kept (what a
+    # reviewer compares before undoing the mark), both wrapping and leading to their items (the ids on
+    # hover); the agent and the scope in one column.
+    list_display = ("short_text", "reason", "kept_value", "slot", "where", "marked_at")
     list_filter = ("agent",)
     list_select_related = ("agent",)
     search_fields = ("=id", "subject", "attribute", "=user_id")
@@ -278,8 +283,21 @@ class StaleItemAdmin(admin.ModelAdmin):
     list_display_links = None
     actions = ["undo_stale"]
 
+    class Media:
+        css = {"all": ("governance/lists.css",)}
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[StaleItem]:
         return StaleItem.objects.filter(pk__in=stale_by_dedupe().values("pk")).defer("embedding", "search_vector")
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        """The items kept, read once for the page (their values opened as the model opens them)."""
+        changelist = super().get_changelist_instance(request)
+        kept_ids = {str(self._because(row).get("kept") or "") for row in changelist.result_list} - {""}
+        kept = MemoryItem.objects.filter(pk__in=kept_ids).defer("embedding", "search_vector")
+        values = {item.pk: item.value for item in kept}
+        for row in changelist.result_list:
+            row.kept_values = values
+        return changelist
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -301,26 +319,17 @@ class StaleItemAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(item_url(object_id))
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        # The item ids, the reason and the item kept need the width.
-        wide = {"is_nav_sidebar_enabled": False, "title": "Items a dedupe pass marked stale"}
-        return super().changelist_view(request, extra_context={**(extra_context or {}), **wide})
+        title = {"title": "Items a dedupe pass marked stale"}
+        return super().changelist_view(request, extra_context={**(extra_context or {}), **title})
 
     @staticmethod
     def _because(obj: MemoryItem) -> dict[str, Any]:
         because = (obj.metadata or {}).get(STALE_BECAUSE_KEY)
         return because if isinstance(because, dict) else {}
 
-    @admin.display(description="item")
-    def item(self, obj: StaleItem) -> str:
-        return format_html('<a href="{}">{}</a>', item_url(obj.pk), obj.pk)
-
-    @admin.display(description="scope")
-    def scope(self, obj: StaleItem) -> str:
-        return _scope_label(obj)
-
-    @admin.display(description="value")
-    def short_value(self, obj: StaleItem) -> str:
-        return obj.value if len(obj.value) <= 80 else obj.value[:79] + "…"
+    @admin.display(description="value marked stale")
+    def short_text(self, obj: StaleItem) -> SafeString:
+        return format_html('<a href="{}" title="{}">{}</a>', item_url(obj.pk), obj.pk, cut(obj.value, 100) or "(empty)")
 
     @admin.display(description="why")
     def reason(self, obj: StaleItem) -> str:
@@ -329,14 +338,29 @@ class StaleItemAdmin(admin.ModelAdmin):
             str(because.get("reason")), str(because.get("reason", ""))
         )
 
-    @admin.display(description="item kept")
-    def kept(self, obj: StaleItem) -> str:
+    @admin.display(description="value of the item kept")
+    def kept_value(self, obj: StaleItem) -> SafeString | str:
         kept = str(self._because(obj).get("kept") or "")
-        return format_html('<a href="{}">{}</a>', item_url(kept), kept) if kept else "—"
+        if not kept:
+            return "—"
+        values: dict[str, str] = getattr(obj, "kept_values", {})
+        if kept not in values:
+            return format_html('<span class="gone" title="{}">(the item kept is gone)</span>', kept)
+        return format_html('<a href="{}" title="{}">{}</a>', item_url(kept), kept, cut(values[kept], 100) or "(empty)")
+
+    @admin.display(description="subject · attribute", ordering="subject")
+    def slot(self, obj: StaleItem) -> str:
+        return cut(f"{obj.subject} · {obj.attribute}", 60)
+
+    @admin.display(description="agent · scope", ordering="agent__slug")
+    def where(self, obj: StaleItem) -> SafeString:
+        return format_html(
+            '{}<br><span class="jr-about">{}</span>', cell_text(obj.agent.slug, 18), cell_text(_scope_label(obj), 22)
+        )
 
     @admin.display(description="marked")
     def marked_at(self, obj: StaleItem) -> str:
-        return str(self._because(obj).get("at", ""))[:19].replace("T", " ")
+        return str(self._because(obj).get("at", ""))[:10]
 
     @admin.action(description="Undo the stale mark (the item is active again)", permissions=["undo"])
     def undo_stale(self, request: HttpRequest, queryset: QuerySet[StaleItem]) -> None:

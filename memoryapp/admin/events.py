@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from governance.admin_lists import FullWidthList, cell_text, day
 from memoryapp.errors import DomainError
 from memoryapp.events.webhooks import (
     webhook_behind,
@@ -78,10 +79,21 @@ class FailingFilter(admin.SimpleListFilter):
 
 
 @admin.register(Webhook)
-class WebhookAdmin(admin.ModelAdmin):
+class WebhookAdmin(FullWidthList, admin.ModelAdmin):
     form = WebhookForm
-    list_display = ("id", "agent", "url", "active", "delivered_seq", "behind", "failures", "last_success_at", "error")
-    list_display_links = ("id", "url")
+    # At 1,280 px beside the filters: the URL cut (all of it on hover), the failures and the last error
+    # (wrapping) in sight; the day of the last delivery.
+    list_display = (
+        "url_link",
+        "agent_shown",
+        "active",
+        "delivered",
+        "behind",
+        "failures",
+        "last_success",
+        "error_shown",
+    )
+    list_display_links = None
     list_filter = ("active", FailingFilter)
     list_select_related = ("agent",)
     search_fields = ("url", "agent__slug")
@@ -113,9 +125,31 @@ class WebhookAdmin(admin.ModelAdmin):
             return max(0, (obj.agent_last_seq or 0) - obj.delivered_seq)
         return webhook_behind(webhook=obj)
 
+    class Media:
+        css = {"all": ("governance/lists.css",)}
+
+    @admin.display(description="url", ordering="url")
+    def url_link(self, obj: Webhook) -> SafeString:
+        url = reverse("admin:memoryapp_webhook_change", args=[obj.pk])
+        shown = obj.url if len(obj.url) <= 60 else obj.url[:59] + "…"
+        return format_html('<a href="{}" class="cell-id" title="{}">{}</a>', url, obj.url, shown)
+
+    @admin.display(description="agent", ordering="agent__slug")
+    def agent_shown(self, obj: Webhook) -> SafeString:
+        return cell_text(obj.agent.slug, 16)
+
+    @admin.display(description="delivered up to event", ordering="delivered_seq")
+    def delivered(self, obj: Webhook) -> int:
+        return obj.delivered_seq
+
+    @admin.display(description="last delivery", ordering="last_success_at")
+    def last_success(self, obj: Webhook) -> SafeString:
+        return day(obj.last_success_at)
+
     @admin.display(description="last error")
-    def error(self, obj: Webhook) -> str:
-        return (obj.last_error or "")[:120]
+    def error_shown(self, obj: Webhook) -> str:
+        error = obj.last_error or ""
+        return error if len(error) <= 120 else error[:119] + "…"
 
     @admin.display(description="newest attempts")
     def recent_attempts(self, obj: Webhook) -> SafeString | str:

@@ -25,7 +25,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, moment, short_id
+from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, id_cell, moment, short_id
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.admin.confirm import apply_and_report, confirm_page, confirmed, staff_actor
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
@@ -115,7 +115,10 @@ class PersonForm(forms.Form):
 
 @admin.register(Thread)
 class ThreadAdmin(FullWidthList, admin.ModelAdmin):
-    list_display = ("external_id", "agent", "person", "entries_written", "forked_from_link", "updated")
+    # At 1,280 px beside the filters: a client-chosen id may be 128 characters without a space, so ids
+    # are cut in the middle and wrap (all of them on hover); the agent and the person are cut too.
+    list_display = ("thread_link", "agent_shown", "person", "entries_written", "forked_from_link", "updated")
+    list_display_links = None
     list_select_related = ("agent", "forked_from")
     search_fields = ("external_id", "user_id", "agent__slug")
     list_filter = ("agent",)
@@ -130,6 +133,14 @@ class ThreadAdmin(FullWidthList, admin.ModelAdmin):
         actions = super().get_actions(request)
         actions.pop("delete_selected", None)  # Django's lists rows; ours counts what goes (delete_threads)
         return actions
+
+    @admin.display(description="thread", ordering="external_id")
+    def thread_link(self, obj: Thread) -> SafeString:
+        return format_html('<a href="{}">{}</a>', thread_url(obj.pk), id_cell(obj.external_id))
+
+    @admin.display(description="agent", ordering="agent__slug")
+    def agent_shown(self, obj: Thread) -> SafeString:
+        return cell_text(obj.agent.slug, 18)
 
     @admin.display(description="person", ordering="user_id")
     def person(self, obj: Thread) -> SafeString:
@@ -149,7 +160,7 @@ class ThreadAdmin(FullWidthList, admin.ModelAdmin):
         if obj.forked_from is None:
             return ""
         url = reverse("admin:memoryapp_thread_change", args=[obj.forked_from.pk])
-        return format_html('<a href="{}">{}</a>', url, obj.forked_from.external_id)
+        return format_html('<a href="{}">{}</a>', url, id_cell(obj.forked_from.external_id, 24))
 
     # --- the thread's page: its conversation ---------------------------------------------------
 

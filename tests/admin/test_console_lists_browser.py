@@ -1,0 +1,194 @@
+"""The staff console's lists at 1,280 px in a real headless Chromium (Debian's, driven by Playwright),
+light and dark, filled as a real service fills them: 60+ rows each, ids of 128 characters, person ids
+an identity provider hands out, audit details of many counts, webhooks failing with long errors.
+
+A list must show its key columns inside the window (the threads list's agent, person and entries;
+the audit's details; a stale item's value and the value of the item kept; a webhook's failures and
+last error), with no box scrolling sideways. Each list is photographed into
+bench/out/screenshots/console-*.png.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from governance.audit import AuditEntry, audit_append_many
+from memoryapp.agents.services import agent_get_or_create
+from memoryapp.items.services import STALE_BY_DEDUPE, StaleMark, items_mark_stale
+from memoryapp.models import Webhook
+from memoryapp.threads.services import thread_create
+from tests.kit import PROJECT_ROOT
+from tests.kit.factories import MemoryItemFactory, StaffFactory
+from tests.kit.governance_rows import long_person
+
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOTS = PROJECT_ROOT / "bench" / "out" / "screenshots"
+PASSWORD = "lists-at-their-size-2026"
+VIEWPORT = {"width": 1280, "height": 800}
+ROWS = 64
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists() and not shutil.which("chromium"),
+        reason=f"{CHROMIUM} is not installed (apt-get install chromium)",
+    ),
+]
+
+# Each column header's right edge, the right edge of what the list's box shows (the window's, or less),
+# and any box of the content scrolling sideways.
+COLUMNS = """() => {
+  const edges = {};
+  const box = document.querySelector('#changelist .results') || document.documentElement;
+  const width = Math.min(window.innerWidth, Math.round(box.getBoundingClientRect().right));
+  for (const th of document.querySelectorAll('#result_list thead th')) {
+    edges[th.innerText.trim().toLowerCase()] = Math.round(th.getBoundingClientRect().right);
+  }
+  const over = [];
+  if (document.documentElement.scrollWidth > window.innerWidth)
+    over.push(['page', document.documentElement.scrollWidth - window.innerWidth]);
+  for (const el of document.querySelectorAll('#content *')) {
+    const style = getComputedStyle(el);
+    if (el.scrollWidth - el.clientWidth > 1 && el.clientWidth > 0 && ['auto', 'scroll'].includes(style.overflowX))
+      over.push([el.tagName + '.' + el.className, el.scrollWidth - el.clientWidth]);
+  }
+  return {edges, over, width};
+}"""
+
+# The columns each list must show inside the window.
+KEY_COLUMNS = {
+    "threads": ("thread", "agent", "person", "entries written", "updated"),
+    "audit": ("action", "subject", "outcome", "details"),
+    "stale": ("value marked stale", "why", "value of the item kept", "subject · attribute"),
+    "webhooks": ("url", "agent", "failures", "last error"),
+}
+
+
+def _fill() -> dict[str, str]:
+    """64 of each row the four lists show, with the long ids and texts real services hand out."""
+    agents = [agent_get_or_create(slug=f"customer-support-agent-{i:03d}-eu-west-production")[0] for i in range(3)]
+    for n in range(ROWS):
+        thread_create(
+            agent=agents[n % 3],
+            # a client-chosen id as long as the API takes (128 characters, no space to break at)
+            external_id=(f"conversation-{n:04d}-" + "5f0c2a9e7b3d4c1e8a6f9b2d4e7c1a3f" * 4)[:128],
+            user_id=long_person(n)[:128],
+        )
+    audit_append_many(
+        [
+            AuditEntry(
+                action="erasure.completed",
+                actor="staff:privacy-officer-with-a-long-name",
+                agent_id=agents[n % 3].pk,
+                thread_id=f"conversation-{n:04d}-" + "5f0c2a9e7b3d4c1e8a6f9b2d4e7c1a3f" * 3,
+                subject=str(n + 1),
+                outcome="done",
+                details={
+                    "branches_deleted": n % 3,
+                    "entries_deleted": 120 + n,
+                    "entries_redacted": 7,
+                    "items_forgotten": 33,
+                    "file_versions_redacted": 12,
+                    "threads_deleted": 2,
+                },
+            )
+            for n in range(ROWS)
+        ]
+    )
+    marks = []
+    for n in range(ROWS):
+        kept = MemoryItemFactory(
+            agent=agents[n % 3],
+            subject=f"Ana Maria Pereira de Souza {n}",
+            attribute="favourite places to travel to",
+            value=f"the lighthouse by the harbour where her grandmother lived, kept {n} " * 2,
+            user_id=long_person(n)[:128],
+        )
+        repeat = MemoryItemFactory(
+            agent=agents[n % 3],
+            subject=f"Ana Maria Pereira de Souza {n}",
+            attribute="favourite places to travel to (again)",
+            value=f"the old lighthouse near the harbour, where grandmother lived {n} " * 2,
+            user_id=long_person(n)[:128],
+        )
+        marks.append(
+            StaleMark(item_id=repeat.pk, because={"by": STALE_BY_DEDUPE, "reason": "duplicate", "kept": kept.pk})
+        )
+    items_mark_stale(marks=marks, actor="job:dedupe")
+    Webhook.objects.bulk_create(
+        Webhook(
+            agent=agents[n % 3],
+            url=f"https://hooks.internal.example-health-insurer.org/memory/events/{n:04d}/" + "a1b2c3d4" * 8,
+            secret="s",
+            failures=n % 7,
+            last_error="refused: the receiver answered 503 Service Unavailable after 10 s (attempt 5 of 5)",
+            last_failure_at=timezone.now(),
+        )
+        for n in range(ROWS)
+    )
+    return {
+        "threads": "/admin/memoryapp/thread/",
+        "audit": "/admin/governance/auditrecord/",
+        "stale": "/admin/memoryapp/staleitem/",
+        "webhooks": "/admin/memoryapp/webhook/",
+    }
+
+
+def _browser(p: Any) -> Any:
+    return p.chromium.launch(
+        executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+        args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"],
+    )
+
+
+def _login(browser: Any, live_server: Any, *, dark: bool) -> Any:
+    page = browser.new_page(viewport=VIEWPORT, color_scheme="dark" if dark else "light")
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
+    page.fill("#id_username", "sam")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    page.wait_for_selector("#content")
+    return page
+
+
+def test_the_console_lists_show_their_key_columns_at_1280_px_light_and_dark(
+    django_db_setup: Any, live_server: Any, transactional_db: Any, monkeypatch: Any
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    lists = _fill()
+    StaffFactory(username="sam", password=PASSWORD, is_superuser=True)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    hidden: dict[str, Any] = {}
+    with sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            for dark in (False, True):
+                page = _login(browser, live_server, dark=dark)
+                for name, url in lists.items():
+                    answer = page.goto(f"{live_server.url}{url}")
+                    assert answer is not None and answer.status == 200, (name, answer and answer.status)
+                    shown = page.evaluate(COLUMNS)
+                    assert page.locator("#result_list tbody tr").count() >= 60, name
+                    out = [
+                        column
+                        for column in KEY_COLUMNS[name]
+                        if column not in shown["edges"] or shown["edges"][column] > shown["width"]
+                    ]
+                    label = f"{name}{'-dark' if dark else ''}"
+                    if out or shown["over"]:
+                        hidden[label] = {"out of the window": out, "scrolling": shown["over"], **shown["edges"]}
+                    page.screenshot(path=str(SCREENSHOTS / f"console-{label}.png"))
+                if not dark:
+                    # the kept item's value is on the stale list, beside the value marked stale
+                    page.goto(f"{live_server.url}{lists['stale']}")
+                    assert "the lighthouse by the harbour" in page.locator("#result_list tbody tr").first.inner_text()
+        finally:
+            browser.close()
+    assert hidden == {}, f"key columns out of the window at 1,280 px: {hidden}"
