@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
-from django.db import DataError, IntegrityError
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from rest_framework import exceptions, serializers, status
@@ -17,6 +17,9 @@ from memoryapp.api.base import OutputSerializer
 from memoryapp.errors import DomainError, TooManyRequests
 
 logger = logging.getLogger(__name__)
+
+# What a client waits before it asks again while the database is away (503 `database_unavailable`).
+DATABASE_RETRY_AFTER_SECONDS = 5
 
 
 def _first_field_error(detail: Any, prefix: str = "") -> tuple[str | None, str, str]:
@@ -110,10 +113,30 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(
             error_body("conflict", "Another request changed the same data at the same time; try again."), status=409
         )
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        # The database is away (down, restarting, out of connections) or did not answer in time:
+        # the request changed nothing it could keep, and asking again later is the client's remedy,
+        # as /readyz's 503 tells a load balancer. A deadlock lost every try is a 503 `busy` already
+        # (memoryapp.retry).
+        logger.warning("database unavailable in %s: %s", context.get("view"), type(exc).__name__)
+        return database_unavailable()
     logger.exception("unhandled error in %s", context.get("view"))
     return Response(
         error_body("internal_error", "Something went wrong on our side."), status=status.HTTP_500_INTERNAL_SERVER_ERROR
     )
+
+
+def database_unavailable() -> Response:
+    """503 `database_unavailable` with Retry-After, in the one error shape."""
+    response = Response(
+        error_body(
+            "database_unavailable",
+            f"The database cannot be reached right now; retry in {DATABASE_RETRY_AFTER_SECONDS} s.",
+        ),
+        status=503,
+    )
+    response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+    return response
 
 
 def _is_api(request: HttpRequest) -> bool:

@@ -277,3 +277,70 @@ class ChatServer:
             self.release()
             self.httpd.shutdown()
             self.httpd.server_close()
+
+
+class DatabaseProxy:
+    """A TCP port on localhost that forwards to the tests' PostgreSQL, for a server process started on
+    it: `stop()` closes it and every connection through it, a database outage as that process sees
+    it (the tests' own connection goes on directly, so the test can still set up and look)."""
+
+    def __init__(self) -> None:
+        settings = connection.settings_dict
+        host, port = str(settings["HOST"] or ""), str(settings["PORT"] or "5432")
+        self.target: tuple[int, str | tuple[str, int]] = (
+            (socket.AF_UNIX, f"{host}/.s.PGSQL.{port}") if host.startswith("/") else (socket.AF_INET, (host, int(port)))
+        )
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = int(self.listener.getsockname()[1])
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self) -> str:
+        db = connection.settings_dict
+        netloc = f"{quote(str(db['USER']))}:{quote(str(db['PASSWORD'] or ''))}@127.0.0.1:{self.port}"
+        return f"postgres://{netloc}/{quote(str(db['NAME']))}"
+
+    def _accept(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            family, address = self.target
+            server = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                server.connect(address)
+            except OSError:
+                client.close()
+                continue
+            with self.lock:
+                if self.stopped.is_set():
+                    client.close()
+                    server.close()
+                    return
+                self.sockets += [client, server]
+            for source, sink in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        with suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def stop(self) -> None:
+        """The outage: no new connection is accepted, and every open one is cut."""
+        self.stopped.set()
+        with suppress(OSError):
+            self.listener.close()
+        with self.lock:
+            for sock in self.sockets:
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                with suppress(OSError):
+                    sock.close()
+            self.sockets.clear()

@@ -1,0 +1,114 @@
+"""Fault tests of the web process under gunicorn (as `make run` starts it): requests that never finish
+and a database that goes away (issue 23).
+
+- A GET of /mcp/ that would wait on an event stream answers 405 at once, so abandoned ones hold no
+  web thread.
+- Slow partial bodies sent without a key are refused before they are read, so they hold no web
+  thread either and /healthz keeps answering while they are still open.
+- A database outage answers 503 `database_unavailable` with Retry-After, never a 500.
+
+The server has few threads (2), so a handful of held requests would starve it. The tests wait with
+generous deadlines (a hang is what fails) and never assert how long anything took.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kit.api import Caller
+from tests.kit.faults import DatabaseProxy
+from tests.kit.servers import gunicorn_serving
+
+pytestmark = [pytest.mark.fault, pytest.mark.django_db(transaction=True)]
+
+# Far past any normal answer on a busy machine; a request held by a starved server never gets one.
+DEADLINE = 60.0
+
+
+def ask(where: str, method: str, path: str, *, body: bytes | None = None, headers: dict[str, str] | None = None) -> Any:
+    """One request on a connection of its own: (status, headers, JSON body or raw bytes)."""
+    host, port = where.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=DEADLINE)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        raw = response.read()
+        try:
+            content: Any = json.loads(raw)
+        except ValueError:
+            content = raw
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, content
+    finally:
+        conn.close()
+
+
+@contextmanager
+def held_open(where: str, heads: list[bytes]) -> Iterator[list[socket.socket]]:
+    """Connections that each send a request's head (and whatever part of a body it holds), then
+    nothing more: kept open until the block ends."""
+    host, port = where.rsplit(":", 1)
+    with ExitStack() as stack:
+        sockets = []
+        for head in heads:
+            sock = stack.enter_context(socket.create_connection((host, int(port)), timeout=DEADLINE))
+            sock.sendall(head)
+            sockets.append(sock)
+        yield sockets
+
+
+def status_of(sock: socket.socket) -> int:
+    """The status line of the answer a held connection got (waits for it, at most DEADLINE)."""
+    line = b""
+    while not line.endswith(b"\r\n"):
+        part = sock.recv(1)
+        if not part:
+            break
+        line += part
+    return int(line.split()[1]) if line.startswith(b"HTTP/") else 0
+
+
+def test_hung_mcp_gets_hold_no_web_thread_and_healthz_answers_meanwhile(alice: Caller, tmp_path: Path) -> None:
+    with gunicorn_serving(var_dir=tmp_path, threads=2) as where:
+        assert ask(where, "GET", "/healthz")[0] == 200  # the app is loaded
+        host = where
+        heads = [
+            (f"GET /mcp/ HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {alice.key}\r\n{accept}\r\n").encode()
+            for accept in ("Accept: text/event-stream\r\n", "", "Accept: text/event-stream\r\nLast-Event-ID: 3\r\n") * 4
+        ]
+        with held_open(where, heads) as sockets:
+            status, _, body = ask(where, "GET", "/healthz")
+            assert status == 200 and body == {"status": "ok"}
+            assert [status_of(sock) for sock in sockets] == [405] * len(heads)
+
+
+def test_a_database_outage_answers_503_with_retry_after_in_the_error_shape(alice: Caller, tmp_path: Path) -> None:
+    proxy = DatabaseProxy()
+    try:
+        env = {"DATABASE_URL": proxy.url()}
+        with gunicorn_serving(var_dir=tmp_path, threads=2, env=env) as where:
+            key = {"Authorization": f"Bearer {alice.key}", "Content-Type": "application/json"}
+            assert ask(where, "GET", "/api/v1/threads", headers=key)[0] == 200
+            proxy.stop()
+
+            for method, path, body in (
+                ("GET", "/api/v1/threads", None),
+                ("POST", "/api/v1/threads", b'{"id": "t-outage"}'),
+                ("POST", "/api/v1/search", b'{"text": "anything"}'),
+                ("POST", "/mcp/", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'),
+            ):
+                status, headers, content = ask(where, method, path, body=body, headers=key)
+                assert status == 503, (path, status, content)
+                assert content["error"]["code"] == "database_unavailable", content
+                assert int(headers["retry-after"]) >= 1
+            assert ask(where, "GET", "/readyz")[0] == 503
+            assert ask(where, "GET", "/healthz")[0] == 200
+    finally:
+        proxy.stop()
