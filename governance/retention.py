@@ -21,7 +21,8 @@ an item rule's, and the dry run (which changes nothing) counts what the real run
 
 Nothing a legal hold in force covers is changed (memoryapp.forgetting.holds): its threads and
 items are skipped, threads counted in `threads_held`. A thread with a job run in progress (a
-compaction, an extraction) is busy: skipped and counted once in `threads_busy` (002). Audit
+compaction, an extraction) or held by an agent's run (002 runs: running, its lease not out) is
+busy: skipped and counted once in `threads_busy` (002), and a later prune takes it. Audit
 records are never pruned; change events and job runs carry ids only and are not held.
 
 Every batch is its own transaction (at most PRUNE_BATCH rows, or threads): it locks the threads it
@@ -61,6 +62,7 @@ from memoryapp.items.services import slot_lock
 from memoryapp.models import Agent, Entry, Event, MemoryItem, RetentionPolicy, Thread, WebhookDelivery
 from memoryapp.models.choices import EntryType, ItemStatus
 from memoryapp.retry import atomic_retrying
+from memoryapp.threads.runs import threads_running
 
 logger = logging.getLogger(__name__)
 
@@ -245,13 +247,15 @@ def _trim_candidates(agent: Agent, policy: RetentionPolicy) -> QuerySet[Thread] 
 
 
 def _busy_threads(pks: list[int], *, exclude_run: int | None) -> set[int]:
-    """Threads with a job run in progress on them (002 busy): a compaction, an extraction..."""
+    """Threads with work in progress on them (002 busy): a job run (a compaction, an extraction...)
+    or an agent's run that holds the thread (`threads_running`: running, its lease not out)."""
     if not pks:
         return set()
     running = JobRun.objects.filter(status=JobRun.Status.RUNNING, arguments__thread_pk__in=pks)
     if exclude_run is not None:
         running = running.exclude(pk=exclude_run)
-    return {int(v) for v in running.values_list("arguments__thread_pk", flat=True) if v is not None}
+    jobs = {int(v) for v in running.values_list("arguments__thread_pk", flat=True) if v is not None}
+    return jobs | threads_running(thread_pks=pks)
 
 
 # --- the prune ------------------------------------------------------------------------------------

@@ -106,6 +106,17 @@ def _try_start(*, thread: Thread, agent: Agent, mode: str, timeout: int, actor: 
         return True, run
 
 
+def threads_running(*, thread_pks: list[int], now: datetime | None = None) -> set[int]:
+    """Of these threads, those an agent's run holds now (running, its lease not out): busy for
+    the work that must not change a thread under a running agent (the retention prune)."""
+    if not thread_pks:
+        return set()
+    live = ThreadRun.objects.filter(
+        thread_id__in=thread_pks, status=ThreadRun.Status.RUNNING, expires_at__gt=now or timezone.now()
+    )
+    return set(live.values_list("thread_id", flat=True))
+
+
 def run_start(*, thread: Thread, agent: Agent, actor: str = "") -> ThreadRun:
     """Start a run on the thread, as its busy policy says when another run holds it.
 

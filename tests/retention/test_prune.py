@@ -10,6 +10,7 @@ from governance.models import AuditRecord, JobRun
 from governance.retention import policy_for, retention_prune
 from memoryapp.items.facts import fact_remember
 from memoryapp.models import Agent, Entry, Event, Evidence, LegalHold, MemoryItem, Thread
+from memoryapp.threads.runs import run_finish, run_start
 from memoryapp.threads.services import thread_rewind
 from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, ThreadFactory, rome_thread, tool_round
 from tests.retention.world import (
@@ -113,6 +114,23 @@ def test_a_busy_thread_is_skipped_and_counted() -> None:
     assert _threads(alice) == ["t-busy"]
     assert report["counts"]["threads_busy"] == 1
     assert report["counts"]["threads_deleted"] == 1
+
+
+def test_a_thread_an_agents_run_holds_is_busy_and_kept_until_the_run_ends() -> None:
+    alice: Agent = AgentFactory(slug="alice")
+    policy(thread_ttl_days=30)
+    held = aged_thread(alice, "t-running", days=40)
+    ended = aged_thread(alice, "t-finished", days=40)
+    run = run_start(thread=held, agent=alice)
+    run_finish(agent=alice, thread=ended, run_id=run_start(thread=ended, agent=alice).id)
+
+    report = _prune()
+
+    assert _threads(alice) == ["t-running"]
+    assert report["counts"]["threads_busy"] == 1 and report["counts"]["threads_deleted"] == 1
+    run_finish(agent=alice, thread=held, run_id=run.id)
+    assert _prune()["counts"]["threads_deleted"] == 1
+    assert _threads(alice) == []
 
 
 # --- legal holds ------------------------------------------------------------------------------------
