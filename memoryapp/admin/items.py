@@ -11,6 +11,7 @@ the audit record in the same transaction; this module holds no rule of its own.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
@@ -40,6 +41,7 @@ from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.review import (
     LAST_DECISION,
     REJECT_REASONS,
+    REVIEW_PERMISSION,
     cards_for,
     cut,
     highlighted,
@@ -58,6 +60,7 @@ from memoryapp.items.selectors import (
     known_changes,
     known_reach,
     slot_history,
+    thread_context_scope,
 )
 from memoryapp.items.services import item_forget, items_bulk_review
 from memoryapp.models import Agent, Entity, MemoryItem, Thread
@@ -67,7 +70,6 @@ from memoryapp.storable import time_in_range
 
 __all__ = ["MemoryItemAdmin", "highlighted", "quote_spans"]  # the last two: tests of the highlighting
 
-REVIEW_PERMISSION = "memoryapp.change_memoryitem"
 FORGET_PERMISSION = "memoryapp.forget_memoryitem"
 USES_PAGE = 50  # uses of an item (access log rows) a page of it shows; older ones a page at a time
 ITEM_PAGE_WINDOW = 700  # characters of a quoted entry shown around its quotes on the item page
@@ -81,6 +83,24 @@ def _actor(request: HttpRequest) -> str:
 
 def _may_review(request: HttpRequest) -> bool:
     return bool(request.user.is_active and request.user.is_staff and request.user.has_perm(REVIEW_PERMISSION))
+
+
+def known_scope_caption(scope: dict[str, str], *, thread: Thread | None) -> str:
+    """What "what did the agent know" shows, said in words: which items the scope reads."""
+    if thread is not None:
+        who = f"person {scope['user_id']}" if scope["user_id"] else "no person"
+        project = f", project {scope['project_id']}" if scope["project_id"] else ""
+        return (
+            f"Thread {scope['thread_id']} ({who}{project}): exactly what a context built for this thread reads, "
+            "the items of no scope, of its person, of its project and of the thread itself."
+        )
+    if scope["user_id"]:
+        return (
+            f"Person {scope['user_id']}: the items of no scope and the person's, with those tied to one of the "
+            "person's threads (labelled with their thread)."
+        )
+    limits = ", ".join(f"{k.removesuffix('_id')} {v}" for k, v in scope.items() if v)
+    return f"Items of no scope{f' and of {limits}' if limits else ''}: what every context of the agent reads."
 
 
 def item_state(item: MemoryItem) -> str:
@@ -390,9 +410,18 @@ class MemoryItemAdmin(FullWidthList, admin.ModelAdmin):
         lines: list[str] = []
         changes = None
         error = ""
+        typed = dict(scope)
+        thread = None
+        if agent is not None and scope["thread_id"]:
+            # A thread's context reads its person and project too: show what it read, not a narrower scope.
+            thread = Thread.objects.filter(agent=agent, external_id=scope["thread_id"]).first()
+            if thread is None:
+                error = f"{agent.slug} has no thread {scope['thread_id']!r}."
+            else:
+                scope = asdict(thread_context_scope(thread))
         if (at_text and at is None) or (then_text and then is None):
             error = "The time is not one I can read; use the picker (UTC)."
-        if agent is not None and at is not None:
+        if agent is not None and at is not None and not error:
             rows = items_known(agent=agent, at=at, world=world, **scope)
             known_at = None if world else at
             lines = [f.text for f in context_facts(agent=agent, as_of=at, known_at=known_at, **scope)]
@@ -419,7 +448,14 @@ class MemoryItemAdmin(FullWidthList, admin.ModelAdmin):
             changes=changes,
             moments=sorted([at, then]) if at and then else None,
             error=error,
-            asked=agent is not None and at is not None,
+            asked=agent is not None and at is not None and not error,
+            thread=thread,
+            scope_shown=known_scope_caption(scope, thread=thread),
+            overridden=[
+                (name, typed[name], scope[name])
+                for name in ("user_id", "project_id")
+                if thread is not None and typed[name] and typed[name] != scope[name]
+            ],
         )
         return TemplateResponse(request, "admin/memoryapp/review/known.html", context)
 

@@ -21,6 +21,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -30,6 +31,7 @@ from governance.crypto.keyring import encryption_enabled
 from memoryapp.admin.confirm import apply_and_report, confirm_page, confirmed, staff_actor
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
 from memoryapp.admin.person_links import export_person_url
+from memoryapp.admin.review import REVIEW_PERMISSION
 from memoryapp.compaction.service import compaction_request
 from memoryapp.errors import DomainError
 from memoryapp.extraction.service import extraction_request
@@ -55,6 +57,15 @@ def erase_person_url(request: HttpRequest, user_id: str) -> str:
     if not user_id or not request.user.has_perm(ERASURE_PERMISSION):
         return ""
     return reverse("admin:governance_erasurerequest_add") + "?" + urlencode({"user_id": user_id})
+
+
+def known_url(request: HttpRequest, thread: Thread) -> str:
+    """ "What did the agent know?" for this thread, now, filled in (reviewers only: "" for others)."""
+    if not request.user.has_perm(REVIEW_PERMISSION):
+        return ""
+    at = timezone.now().strftime("%Y-%m-%dT%H:%M:%S")
+    query = urlencode({"agent": thread.agent_id, "thread_id": thread.external_id, "at": at})
+    return reverse("admin:memoryapp_memoryitem_known") + "?" + query
 
 
 def _actor(request: HttpRequest) -> str:
@@ -225,6 +236,7 @@ class ThreadAdmin(FullWidthList, admin.ModelAdmin):
             "may_delete": self.has_delete_permission(request, thread),
             "erase_url": erase_person_url(request, thread.user_id),
             "agent_url": reverse("admin:memoryapp_agent_change", args=[thread.agent_id]),
+            "known_url": known_url(request, thread),
             "strategies": (
                 ("clear-old-tool-results", "clear old tool results (no model)"),
                 ("summarize-old-preserve-recent", "summarize old, keep recent"),

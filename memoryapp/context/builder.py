@@ -65,8 +65,7 @@ from memoryapp.extraction.times import zone_check, zone_of
 from memoryapp.files.access import FileAccess
 from memoryapp.files.context_documents import FRAMING, context_documents_for
 from memoryapp.files.services import files_index_text
-from memoryapp.items.rules import Scope
-from memoryapp.items.selectors import context_facts, items_for_recall
+from memoryapp.items.selectors import context_facts, items_for_recall, thread_context_scope
 from memoryapp.llm.model import ModelError
 from memoryapp.models import AccessLog, Agent, Entry, Thread
 from memoryapp.models.choices import EntryType, Role
@@ -770,11 +769,12 @@ def _load_facts(build: _Build) -> None:
         return
     thread = build.thread
     try:
+        scope = thread_context_scope(thread)
         facts = context_facts(
             agent=build.agent,
-            user_id=thread.user_id,
-            project_id=thread.project_scope,
-            thread_id=thread.external_id,
+            user_id=scope.user_id,
+            project_id=scope.project_id,
+            thread_id=scope.thread_id,
             as_of=build.request.as_of,
         )
     except Exception as exc:
@@ -799,14 +799,7 @@ def _load_observations(build: _Build) -> None:
     if not (request.include_observations and request.current_input.strip() and build.memory_on):
         return
     try:
-        build.observations = observations_seen(
-            agent=build.agent,
-            scope=Scope(
-                user_id=build.thread.user_id,
-                project_id=build.thread.project_scope,
-                thread_id=build.thread.external_id,
-            ),
-        )
+        build.observations = observations_seen(agent=build.agent, scope=thread_context_scope(build.thread))
     except Exception as exc:
         logger.exception("context observations failed")
         build.errors.append({"source": "observations", "message": str(exc)})
@@ -883,6 +876,14 @@ def _select_history(build: _Build) -> None:
         build.selected, build.notes, build.history_cost = run.units, run.notes, run.cost
 
 
+def _recall_items(agent: Agent, thread: Thread, *, as_of: datetime | None) -> Any:
+    """The items recall and the brief search: those holding in the thread's scope (`thread_context_scope`)."""
+    scope = thread_context_scope(thread)
+    return items_for_recall(
+        agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id, as_of=as_of
+    )
+
+
 def _recall(build: _Build) -> None:
     """Step 3c (hybrid): older turns of the branch and memory items found by the search selector,
     as memory block lines; a duplicate of a kept block or one past the room is left out."""
@@ -902,13 +903,7 @@ def _recall(build: _Build) -> None:
         before_seq=before_seq,
         # Turns of other branches (left by a rewind or a checkout) are not this conversation's past.
         exclude_ids=_off_branch(thread, request.leaf_id, before_seq) if thread.branched else (),
-        items=items_for_recall(
-            agent=agent,
-            user_id=thread.user_id,
-            project_id=thread.project_scope,
-            thread_id=thread.external_id,
-            as_of=request.as_of,
-        ),
+        items=_recall_items(agent, thread, as_of=request.as_of),
         as_of=request.as_of,
     )
     build.errors.extend(search_errors)
@@ -1310,13 +1305,7 @@ def _brief(build: _Build) -> list[BriefCard]:
         text=request.current_input,
         before_seq=None,
         exclude_ids=_off_branch(thread, request.leaf_id, None) if thread.branched else (),
-        items=items_for_recall(
-            agent=agent,
-            user_id=thread.user_id,
-            project_id=thread.project_scope,
-            thread_id=thread.external_id,
-            as_of=request.as_of,
-        ),
+        items=_recall_items(agent, thread, as_of=request.as_of),
         as_of=request.as_of,
     )
     build.errors.extend({**e, "source": "brief"} for e in search_errors)

@@ -29,7 +29,7 @@ from django.utils import timezone
 from governance.crypto.fields import equality_values
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.items.rules import TIMELINE_STATUSES, VALID_UNTIL_KEY, normalized_name, visible_q
+from memoryapp.items.rules import TIMELINE_STATUSES, VALID_UNTIL_KEY, Scope, normalized_name, visible_q
 from memoryapp.models import Agent, Entity, ItemReview, MemoryItem, Thread
 from memoryapp.models.choices import ItemKind, ItemStatus
 from memoryapp.paging import Page, decode_cursor, encode_cursor
@@ -58,6 +58,12 @@ def item_for_agent(*, agent: Agent, item_id: str) -> MemoryItem:
     if item is None:
         raise NotFound("The item")
     return item
+
+
+def thread_context_scope(thread: Thread) -> Scope:
+    """The scope a thread's context reads (facts, recall, brief, observations) and "what did the agent
+    know" shows for the thread: the thread's person, its project (`metadata.project_id`), itself."""
+    return Scope(user_id=thread.user_id, project_id=thread.project_scope, thread_id=thread.external_id)
 
 
 def items_visible(

@@ -152,3 +152,52 @@ def test_the_known_page_is_for_reviewers_and_refuses_a_time_it_cannot_read(alice
     assert staff("operator").get(KNOWN_URL).status_code == 403
     page = staff("reviewer").get(KNOWN_URL, {"agent": alice.agent.pk, "at": "yesterday"})
     assert page.status_code == 200 and "The time is not one I can read" in page.content.decode()
+
+
+def test_what_the_agent_knew_in_a_thread_is_what_its_context_reads_person_and_project_included(alice: Caller) -> None:
+    """Asked about a thread alone, the page shows the thread's scope as the context builder reads it
+    (its person and project too), says so, and the thread's page links it filled in (issue 23 §16)."""
+    from dataclasses import asdict
+
+    from memoryapp.items.selectors import thread_context_scope
+
+    thread = thread_create(
+        agent=alice.agent, external_id="t-trip", user_id="u-ana", metadata={"project_id": "p-lisbon"}
+    )
+    seen = [
+        _write(alice, "Porto", trust="system", user_id=""),  # every person
+        _write(alice, "vegetarian", trust="system", attribute="diet"),  # the thread's person
+        _write(alice, "by train", trust="system", attribute="travel", project_id="p-lisbon"),
+        _write(alice, "window seat", trust="system", attribute="seat", thread_id="t-trip"),
+    ]
+    unseen = [
+        _write(alice, "Madrid", trust="system", attribute="home", user_id="u-ben"),
+        _write(alice, "by plane", trust="system", attribute="travel", project_id="p-oslo"),
+        _write(alice, "aisle seat", trust="system", attribute="seat", thread_id="t-other"),
+    ]
+    at = timezone.now() + timedelta(seconds=1)
+    reads = {i.pk for i in items_holding(agent=alice.agent, **asdict(thread_context_scope(thread)), as_of=at)}
+    assert reads == {i.pk for i in seen}
+
+    reviewer = staff("reviewer")
+    page = reviewer.get(KNOWN_URL, {"agent": alice.agent.pk, "thread_id": "t-trip", "at": _stamp(at)}).content.decode()
+    assert all(f"/memoryitem/{i.pk}/change/" in page for i in seen)
+    assert not any(f"/memoryitem/{i.pk}/change/" in page for i in unseen)
+    assert "4 items held" in page and 'id="known-scope"' in page
+    assert "Thread t-trip (person u-ana, project p-lisbon): exactly what a context built for this thread reads" in page
+    # A person typed that is not the thread's: the thread's own is shown, and the page says so.
+    typed = reviewer.get(
+        KNOWN_URL, {"agent": alice.agent.pk, "thread_id": "t-trip", "user_id": "u-ben", "at": _stamp(at)}
+    ).content.decode()
+    assert "not <code>u-ben</code>" in typed and "Madrid" not in typed
+    missing = reviewer.get(KNOWN_URL, {"agent": alice.agent.pk, "thread_id": "t-none", "at": _stamp(at)})
+    assert "alice has no thread &#x27;t-none&#x27;." in missing.content.decode()
+
+    thread_page = reviewer.get(f"/admin/memoryapp/thread/{thread.pk}/change/").content.decode()
+    assert 'id="thread-known"' in thread_page
+    assert f"{KNOWN_URL}?agent={alice.agent.pk}&amp;thread_id=t-trip&amp;at=" in thread_page
+    # Who may not read what the agent knew is not offered the link, nor the page.
+    officer = staff("privacy", name="officer")
+    officer_page = officer.get(f"/admin/memoryapp/thread/{thread.pk}/change/")
+    assert officer_page.status_code == 200 and 'id="thread-known"' not in officer_page.content.decode()
+    assert officer.get(KNOWN_URL, {"agent": alice.agent.pk, "thread_id": "t-trip"}).status_code == 403
