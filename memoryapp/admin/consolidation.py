@@ -29,7 +29,7 @@ from django.utils.safestring import SafeString, mark_safe
 from governance.admin_lists import FullWidthList, cell_text
 from memoryapp.admin.items import EntityNameSearch
 from memoryapp.admin.review import cut
-from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, playbook_discard, playbook_promote
+from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, draft_refusal, playbook_discard, playbook_promote
 from memoryapp.consolidation.observations import statement_items, statement_text
 from memoryapp.consolidation.selectors import (
     DraftReview,
@@ -132,6 +132,24 @@ def side_by_side(older: str, newer: str) -> list[DiffRow]:
 
 # --- playbook drafts -----------------------------------------------------------------------------
 
+# How the list and the page name why a draft cannot be promoted (the codes of `draft_refusal`).
+REFUSAL_LABELS = {
+    "playbook_changed": "Out of date: the playbook changed since",
+    "draft_by_model": "Written by a model",
+    "draft_unknown": "Its base is not recorded",
+}
+
+
+def _refusal_shown(refusal: DomainError | None) -> dict[str, str] | None:
+    """A refusal as the pages show it: a short label for the list, the whole reason for the page."""
+    if refusal is None:
+        return None
+    return {
+        "code": refusal.code,
+        "label": REFUSAL_LABELS.get(refusal.code, "Cannot be promoted"),
+        "reason": refusal.message,
+    }
+
 
 @admin.register(PlaybookDraft)
 class PlaybookDraftAdmin(admin.ModelAdmin):
@@ -171,7 +189,14 @@ class PlaybookDraftAdmin(admin.ModelAdmin):
             request,
             "drafts.html",
             "Playbook drafts waiting",
-            drafts=[{"draft": d, "scope": _scope_label(d)} for d in drafts],
+            drafts=[
+                {
+                    "draft": d,
+                    "scope": _scope_label(d),
+                    "refusal": _refusal_shown(draft_refusal(agent=d.agent, scope=scope_of(d), draft=d)),
+                }
+                for d in drafts
+            ],
             agents=Agent.objects.order_by("slug"),
             chosen=agent,
         )
@@ -200,6 +225,7 @@ class PlaybookDraftAdmin(admin.ModelAdmin):
             .values_list("pk", flat=True)
             .first()
         )
+        waiting = head == draft.pk and draft.sha256 != ""
         changes = [
             {
                 "change": change,
@@ -229,7 +255,10 @@ class PlaybookDraftAdmin(admin.ModelAdmin):
             review=review,
             rows=side_by_side(review.playbook_text, review.draft_text),
             changes=changes,
-            waiting=head == draft.pk and draft.sha256 != "",
+            waiting=waiting,
+            refusal=_refusal_shown(draft_refusal(agent=draft.agent, scope=scope_of(draft), draft=draft))
+            if waiting
+            else None,
             may_decide=request.user.has_perm(PROMOTE_PERMISSION),
             scope=_scope_label(draft),
             is_nav_sidebar_enabled=False,  # the two columns need the width

@@ -34,7 +34,7 @@ from memoryapp.files.selectors import file_heads, version_content, versions_for_
 from memoryapp.files.services import file_put
 from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import items_visible
-from memoryapp.models import Agent, ConsolidationPass, MemoryFileVersion, MemoryItem
+from memoryapp.models import Agent, ConsolidationPass, ConsolidationState, MemoryFileVersion, MemoryItem
 from memoryapp.models.choices import FileAuthor, ItemKind, ItemStatus, Trust
 from memoryapp.prompts import prompt
 
@@ -439,6 +439,35 @@ def _waiting_draft(*, agent: Agent, scope: Scope, draft_version_id: str | None) 
     return draft
 
 
+def draft_refusal(
+    *, agent: Agent, scope: Scope, draft: MemoryFileVersion, state: ConsolidationState | None = None
+) -> Conflict | None:
+    """Why promoting this waiting draft would be refused now (the Conflict `playbook_promote` raises),
+    None when it may be promoted: the check the promotion makes, and the one the pages show before
+    anyone clicks. `state`: the fold's record of the scope (read here when not given)."""
+    if draft.author == FileAuthor.MODEL:
+        return Conflict(
+            "draft_by_model",
+            "A model wrote this draft: a model cannot promote rules of its own into the playbook. Discard it.",
+        )
+    if state is None:
+        state = state_of(agent=agent, scope=scope, kind=ConsolidationPass.FOLD)
+    details = state.details or {}
+    if details.get("draft_version") != draft.pk or "draft_base" not in details:
+        return Conflict(
+            "draft_unknown",
+            "Nothing records which playbook this draft was made from, so it cannot be checked. Discard it; "
+            "the next fold drafts again.",
+        )
+    if standing_sha(fold_access(agent=agent, scope=scope), PLAYBOOK_PATH) != details["draft_base"]:
+        return Conflict(
+            "playbook_changed",
+            "The playbook changed since this draft was made: promoting it would undo that change. Discard the "
+            "draft; the next fold drafts again on the playbook as it stands.",
+        )
+    return None
+
+
 @transaction.atomic
 def playbook_promote(*, agent: Agent, scope: Scope, actor: str, draft_version_id: str | None = None) -> Promotion:
     """Make the waiting draft the playbook (004 promotePlaybook), only when that keeps every change.
@@ -452,26 +481,12 @@ def playbook_promote(*, agent: Agent, scope: Scope, actor: str, draft_version_id
     """
     state = state_of(agent=agent, scope=scope, kind=ConsolidationPass.FOLD, for_update=True)
     draft = _waiting_draft(agent=agent, scope=scope, draft_version_id=draft_version_id)
-    if draft.author == FileAuthor.MODEL:
-        raise Conflict(
-            "draft_by_model",
-            "A model wrote this draft: a model cannot promote rules of its own into the playbook. Discard it.",
-        )
+    refusal = draft_refusal(agent=agent, scope=scope, draft=draft, state=state)
+    if refusal is not None:
+        raise refusal
     details = dict(state.details or {})
-    if details.get("draft_version") != draft.pk or "draft_base" not in details:
-        raise Conflict(
-            "draft_unknown",
-            "Nothing records which playbook this draft was made from, so it cannot be checked. Discard it; "
-            "the next fold drafts again.",
-        )
     access = fold_access(agent=agent, scope=scope, actor=actor)
     now_sha = standing_sha(access, PLAYBOOK_PATH)
-    if now_sha != details["draft_base"]:
-        raise Conflict(
-            "playbook_changed",
-            "The playbook changed since this draft was made: promoting it would undo that change. Discard the "
-            "draft; the next fold drafts again on the playbook as it stands.",
-        )
     playbook = file_put(access=access, path=PLAYBOOK_PATH, text=draft.content or "", expected_sha256=now_sha or None)
     file_delete(access=access, path=PLAYBOOK_DRAFT_PATH, expected_sha256=draft.sha256)
     details["playbook_through"] = cursor_json(

@@ -87,10 +87,22 @@ def test_a_reviewer_reads_a_draft_beside_the_playbook_with_its_lessons_quotes_an
 
 def test_promotion_is_refused_with_the_reason_when_the_playbook_changed_meanwhile(alice: Caller) -> None:
     _, draft, _ = _drafted(alice)
+    client = reviewer()
+    fresh = client.get(f"{DRAFTS}{draft.pk}/review/").content.decode()
+    assert '<span class="pd-promotable">yes</span>' in client.get(DRAFTS).content.decode()
+    assert 'name="action" value="promote"' in fresh and 'id="pd-refused"' not in fresh
     MemoryFileVersionFactory(
         agent=alice.agent, user_id="u-ana", path=PLAYBOOK_PATH, content=playbook_file(["Be kind."]), author="user"
     )
-    client = reviewer()
+    # Marked before anyone clicks (issue 23 §18): in the list, and on the page without a Promote button.
+    listed = client.get(DRAFTS).content.decode()
+    assert 'class="pd-refused" data-code="playbook_changed"' in listed
+    assert "Out of date: the playbook changed since" in listed and 'pd-promotable">yes' not in listed
+    page = client.get(f"{DRAFTS}{draft.pk}/review/").content.decode()
+    assert 'id="pd-refused" data-code="playbook_changed"' in page
+    assert "promoting it would undo that change" in page
+    assert 'name="action" value="promote"' not in page and 'id="pd-promote" disabled' in page
+    assert 'name="action" value="discard"' in page
     answer = client.post(f"{DRAFTS}{draft.pk}/decide/", {"action": "promote"}, follow=True).content.decode()
     assert "Not done: The playbook changed since this draft was made" in answer
     assert not AuditRecord.objects.filter(action="playbook.promoted").exists()
