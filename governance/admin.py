@@ -22,7 +22,7 @@ from django.utils.safestring import SafeString, mark_safe
 from governance import erasure_admin  # noqa: F401  (registers the erasure requests' admin)
 from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, details_text, moment, short_id
 from governance.audit import audit_verification_latest, audit_verify
-from governance.job_retry import RetryRefused, job_retry
+from governance.job_retry import RetryRefused, job_retry, job_retry_refusal
 from governance.jobs import WAITING_NOTE
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.schedules import schedules_state
@@ -39,11 +39,27 @@ def _url(name: str, pk: Any) -> str:
         return ""
 
 
+# The permission that opens the page each kind of link leads to (an entry's link is to its thread's
+# page). A link the viewer's role may not open is shown as plain text: never a way to a 403.
+LINK_PERMISSIONS = {
+    "agent": "memoryapp.view_agent",
+    "agent_slug": "memoryapp.view_agent",
+    "thread": "memoryapp.view_thread",
+    "thread_pk": "memoryapp.view_thread",
+    "entry": "memoryapp.view_thread",
+    "item": "memoryapp.view_memoryitem",
+    "key": "memoryapp.view_agentkey",
+    "run": "governance.view_jobrun",
+    "erasure": "governance.view_erasurerequest",
+}
+
+
 class ObjectLinks:
     """Admin links to the agents, threads, entries and items a page of rows names, found with one
-    query per kind for the whole page."""
+    query per kind for the whole page; only to the pages `user` may open (every page without one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, user: Any = None) -> None:
+        self.user = user
         self.agent_ids: set[int] = set()
         self.thread_pks: set[int] = set()
         self.threads: set[tuple[int, str]] = set()  # (agent id, external id)
@@ -92,9 +108,19 @@ class ObjectLinks:
             for pk in JobRun.objects.filter(pk__in=self.runs).values_list("pk", flat=True):
                 self.resolved[("run", pk)] = (f"job run #{pk}", _url("governance_jobrun_change", pk))
 
+    def may_open(self, kind: str) -> bool:
+        return self.user is None or bool(self.user.has_perm(LINK_PERMISSIONS[kind]))
+
     def link(self, kind: str, key: Any, label: str | None = None, *, limit: int = 24) -> SafeString:
-        """A link to the object (its whole name on hover), or its name when it is gone."""
+        """A link to the object (its whole name on hover), or its name when it is gone or when the
+        viewer's role may not open its page."""
         found = self.resolved.get((kind, key))
+        if found is not None and not self.may_open(kind):
+            found = (found[0], "")
+            text = str(label if label is not None else found[0])
+            shown = short_id(text) if kind in ("entry", "item") else text
+            shown = shown if len(shown) <= limit else shown[: limit - 1] + "…"
+            return format_html('<span title="{}">{}</span>', text, shown)
         text = str(label if label is not None else found[0] if found else key)
         shown = short_id(text) if kind in ("entry", "item") else text
         shown = shown if len(shown) <= limit else shown[: limit - 1] + "…"
@@ -150,7 +176,7 @@ class AuditRecordAdmin(FullWidthList, admin.ModelAdmin):
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         changelist = super().get_changelist_instance(request)
-        links = ObjectLinks()
+        links = ObjectLinks(request.user)
         for record in changelist.result_list:
             if record.agent_id is not None:
                 links.agent_ids.add(record.agent_id)
@@ -338,8 +364,8 @@ def _named(run: JobRun) -> Iterable[tuple[str, Any]]:
         yield "agent", run.agent_id
 
 
-def _collect(runs: Iterable[JobRun]) -> ObjectLinks:
-    links = ObjectLinks()
+def _collect(runs: Iterable[JobRun], user: Any = None) -> ObjectLinks:
+    links = ObjectLinks(user)
     sets = {
         "thread_pk": links.thread_pks,
         "thread": links.threads,
@@ -439,10 +465,17 @@ class JobRunAdmin(FullWidthList, admin.ModelAdmin):
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         changelist = super().get_changelist_instance(request)
-        links = _collect(changelist.result_list)
+        links = _collect(changelist.result_list, request.user)
         for run in changelist.result_list:
             run.links = links
         return changelist
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        # The run's page links only to what the viewer may open (its fields are read without the request).
+        run = super().get_object(request, object_id, from_field)
+        if run is not None:
+            run.links = _collect([run], request.user)
+        return run
 
     def _links(self, run: JobRun) -> ObjectLinks:
         links: ObjectLinks | None = getattr(run, "links", None)
@@ -591,9 +624,15 @@ class JobRunAdmin(FullWidthList, admin.ModelAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        run = JobRun.objects.filter(pk=object_id).only("status").first() if object_id.isdigit() else None
+        run = JobRun.objects.filter(pk=object_id).only("status", "task_name").first() if object_id.isdigit() else None
+        refusal = job_retry_refusal(run=run) if run is not None and run.status == JobRun.Status.FAILED else ""
         context = {
             **(extra_context or {}),
-            "may_retry": run is not None and run.status == JobRun.Status.FAILED and self.has_retry_permission(request),
+            # Offered only where job_retry would send it again: a failed run of a task.
+            "may_retry": run is not None
+            and not refusal
+            and self.has_retry_permission(request)
+            and run.status == JobRun.Status.FAILED,
+            "retry_refusal": refusal if self.has_retry_permission(request) else "",
         }
         return super().change_view(request, object_id, form_url, extra_context=context)

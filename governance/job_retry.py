@@ -25,18 +25,24 @@ class RetryRefused(Exception):
     """The run cannot be sent again (its message says why)."""
 
 
+def job_retry_refusal(*, run: JobRun) -> str:
+    """Why `job_retry` would refuse the run as it stands ("" when it would send it again): what the
+    run's page asks before it offers "Retry this run"."""
+    if run.status != JobRun.Status.FAILED:
+        return f"Job run #{run.pk} is {run.status}: only a failed run is retried."
+    task = job_task(run.task_name) if run.task_name else None
+    if task is None:
+        return f"Job run #{run.pk} ran inside a request (no task to send): ask for it again where it was asked for."
+    return ""
+
+
 @transaction.atomic
 def job_retry(*, run: JobRun, actor: str) -> JobRun:
     locked = JobRun.objects.select_for_update().filter(pk=run.pk).first()
     if locked is None:
         raise RetryRefused(f"Job run #{run.pk} no longer exists.")
-    if locked.status != JobRun.Status.FAILED:
-        raise RetryRefused(f"Job run #{locked.pk} is {locked.status}: only a failed run is retried.")
-    task = job_task(locked.task_name) if locked.task_name else None
-    if task is None:
-        raise RetryRefused(
-            f"Job run #{locked.pk} ran inside a request (no task to send): ask for it again where it was asked for."
-        )
+    if refusal := job_retry_refusal(run=locked):
+        raise RetryRefused(refusal)
     attempts = locked.attempts
     previous_error = locked.error
     JobRun.objects.filter(pk=locked.pk).update(

@@ -29,4 +29,6 @@ urlpatterns = [
 
 # Under /api/, a URL no route matches answers in the API's error shape too.
 handler404 = "memoryapp.api.errors.page_not_found"
+# A refused admin page says which permission and role it needs (templates/403.html).
+handler403 = "memoryapp.api.errors.permission_denied"
 handler500 = "memoryapp.api.errors.server_error"

@@ -17,6 +17,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from governance.admin_lists import FullWidthList, cell_text, day
 from memoryapp.admin.confirm import confirm_page, confirmed
+from memoryapp.admin.items import REVIEW_PERMISSION
 from memoryapp.agents.selectors import agent_delete_counts
 from memoryapp.agents.services import (
     AGENT_LIMIT_FIELDS,
@@ -243,26 +244,46 @@ class AgentAdmin(admin.ModelAdmin):
         excluded = list(super().get_exclude(request, obj) or [])
         return [*excluded, *AGENT_LIMIT_FIELDS] if obj is None else excluded
 
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        # The page's links are drawn without the request: the viewer rides on the agent they are about.
+        agent = super().get_object(request, object_id, from_field)
+        if agent is not None:
+            agent.viewer = request.user
+        return agent
+
     @admin.display(description="its memory")
     def memory_links(self, obj: Agent) -> SafeString:
         """Where the agent's threads, items, files, review queue, jobs and audit records are (each
-        list filtered to this agent), with the two counts a person looks for first."""
+        list filtered to this agent), with the two counts a person looks for first: only the lists
+        the viewer's role may open (an operator reads no conversation: no link to a 403)."""
         if obj.pk is None:
             return mark_safe("—")
-        threads = Thread.objects.filter(agent=obj).count()
-        waiting = MemoryItem.objects.filter(agent=obj, status=ItemStatus.SUGGESTED, expired_at__isnull=True).count()
+        viewer = getattr(obj, "viewer", None)
+
+        def may(permission: str) -> bool:
+            return viewer is None or bool(viewer.has_perm(permission))
+
         by_agent = f"?agent__id__exact={obj.pk}"
-        links = [
-            _link("memoryapp_thread_changelist", f"threads ({threads})", by_agent),
-            _link("memoryapp_entry_changelist", "entries", by_agent),
-            _link("memoryapp_memoryitem_changelist", "memory items", by_agent),
-            _link("memoryapp_memoryitem_review", f"review queue ({waiting} waiting)", f"?agent={obj.pk}"),
-            _link("memoryapp_memoryfileversion_tree", "memory files", f"?agent={obj.slug}"),
-            _link("governance_jobrun_changelist", "job runs", f"?agent_id={obj.pk}"),
-            _link("governance_auditrecord_changelist", "audit records", f"?agent_id={obj.pk}"),
-            _compaction_link(obj),
-        ]
-        return format_html_join(" · ", "{}", ((link,) for link in links if link))
+        links = []
+        if may("memoryapp.view_thread"):
+            threads = Thread.objects.filter(agent=obj).count()
+            links.append(_link("memoryapp_thread_changelist", f"threads ({threads})", by_agent))
+        if may("memoryapp.view_entry"):
+            links.append(_link("memoryapp_entry_changelist", "entries", by_agent))
+        if may("memoryapp.view_memoryitem"):
+            links.append(_link("memoryapp_memoryitem_changelist", "memory items", by_agent))
+        if may(REVIEW_PERMISSION):
+            waiting = MemoryItem.objects.filter(agent=obj, status=ItemStatus.SUGGESTED, expired_at__isnull=True).count()
+            links.append(_link("memoryapp_memoryitem_review", f"review queue ({waiting} waiting)", f"?agent={obj.pk}"))
+        if may("memoryapp.view_memoryfileversion"):
+            links.append(_link("memoryapp_memoryfileversion_tree", "memory files", f"?agent={obj.slug}"))
+        if may("governance.view_jobrun"):
+            links.append(_link("governance_jobrun_changelist", "job runs", f"?agent_id={obj.pk}"))
+        if may("governance.view_auditrecord"):
+            links.append(_link("governance_auditrecord_changelist", "audit records", f"?agent_id={obj.pk}"))
+        if may("memoryapp.view_compactionsettings"):
+            links.append(_compaction_link(obj))
+        return format_html_join(" · ", "{}", ((link,) for link in links if link)) or mark_safe("—")
 
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
         wanted = {name: getattr(obj, name) for name in ("shadow_mode", "playbook_shadow_mode")}

@@ -150,6 +150,14 @@ def page_not_found(request: HttpRequest, exception: Exception) -> HttpResponse:
     return defaults.page_not_found(request, exception)
 
 
+def permission_denied(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's 403 outside DRF's views: under /api/ in the API's error shape; elsewhere the admin's
+    page saying which permission and role the page needs (templates/403.html)."""
+    if _is_api(request):
+        return JsonResponse(error_body("forbidden", str(exception) or "Not allowed."), status=403)
+    return defaults.permission_denied(request, exception)
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     """Django's 500 for an error outside DRF's views (a middleware): under /api/ in the API's error shape."""
     if _is_api(request):

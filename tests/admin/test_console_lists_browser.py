@@ -192,3 +192,46 @@ def test_the_console_lists_show_their_key_columns_at_1280_px_light_and_dark(
         finally:
             browser.close()
     assert hidden == {}, f"key columns out of the window at 1,280 px: {hidden}"
+
+
+def test_an_operator_meets_no_dead_end_and_a_refused_page_says_why_light_and_dark(
+    django_db_setup: Any, live_server: Any, transactional_db: Any, monkeypatch: Any
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from governance.models import JobRun
+
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    lists = _fill()
+    agent = agent_get_or_create(slug="customer-support-agent-000-eu-west-production")[0]
+    JobRun.objects.create(kind="compaction", status="failed", task_name="", error="boom", agent_id=agent.pk)
+    run = JobRun.objects.create(
+        kind="extraction", status="failed", agent_id=agent.pk, arguments={"thread_id": "conversation-0000"}
+    )
+    StaffFactory(username="sam", password=PASSWORD, groups=("Operators",))
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            for dark in (False, True):
+                suffix = "-dark" if dark else ""
+                page = _login(browser, live_server, dark=dark)
+                page.goto(f"{live_server.url}/admin/memoryapp/agent/{agent.pk}/change/")
+                # every link of the agent's memory opens for an operator
+                hrefs = page.locator(".field-memory_links a").evaluate_all("(links) => links.map((a) => a.href)")
+                assert hrefs and all("/thread/" not in h and "/entry/" not in h for h in hrefs), hrefs
+                for href in hrefs:
+                    answer = page.goto(href)
+                    assert answer is not None and answer.status == 200, href
+                page.goto(f"{live_server.url}/admin/memoryapp/agent/{agent.pk}/change/")
+                page.screenshot(path=str(SCREENSHOTS / f"console-operator-agent{suffix}.png"))
+                page.goto(f"{live_server.url}/admin/governance/jobrun/{run.pk}/change/")
+                assert page.locator("#content a[href*='/memoryapp/thread/']").count() == 0
+                answer = page.goto(f"{live_server.url}{lists['threads']}")
+                assert answer is not None and answer.status == 403
+                assert "Reviewers, Privacy officers" in page.locator("#content").inner_text()
+                # the admin's look: the header bar and the theme of the page
+                assert page.locator("#header").is_visible()
+                page.screenshot(path=str(SCREENSHOTS / f"console-403{suffix}.png"))
+        finally:
+            browser.close()
