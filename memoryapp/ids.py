@@ -61,6 +61,39 @@ def client_id_check(value: object, *, field: str, max_length: int, reserved: fro
     return value
 
 
+# A person id (`user_id`) holds at most this many characters.
+MAX_PERSON_ID = 128
+
+
+def person_id_check(value: object, *, field: str = "user_id") -> str:
+    """`value` if it may name a person (`user_id`), else a 400 naming `field`; "" (no person) passes.
+
+    One rule wherever a person id comes in (a thread's, an item's, a fact tool's, a memory-file
+    scope's, an MCP connection's, an import's, a message's `metadata.userId`, the admin's), so every
+    person the service stores is one `POST /api/v1/users/{user_id}/forget` reaches (issue 23: a `/`
+    or a newline, accepted elsewhere, made a person unreachable by that route):
+
+    - at most 128 characters, every one printable (no newline, tab or other control character);
+    - no `/` (it would split the path), not `.` or `..` (path segments clients normalise away);
+    - no space at either end (a client's form trims it, the path would not).
+
+    Spaces inside, `@`, `+`, `%` and letters of any script are kept: person ids are often e-mail
+    addresses or names, and a client percent-encodes them in the path.
+    """
+    if not isinstance(value, str):
+        raise DomainError("invalid_type", f"{field} must be a string.", field=field)
+    if len(value) > MAX_PERSON_ID:
+        raise DomainError("too_long", f"{field} is longer than {MAX_PERSON_ID} characters.", field=field)
+    if value and (not value.isprintable() or "/" in value or value in _NOT_AN_ID or value.strip() != value):
+        raise DomainError(
+            "invalid_person_id",
+            f"{field} must be printable characters without `/` (no newline or other control character, "
+            "no space at either end, not . or ..): a person id must be one /users/{user_id}/forget can name.",
+            field=field,
+        )
+    return value
+
+
 def thread_id_check(value: object, *, field: str = "id") -> str:
     return client_id_check(value, field=field, max_length=MAX_THREAD_ID, reserved=RESERVED_THREAD_IDS)
 

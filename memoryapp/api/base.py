@@ -7,6 +7,9 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from memoryapp.errors import DomainError
+from memoryapp.ids import person_id_check
+
 
 class StrictSerializer(serializers.Serializer):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
@@ -76,3 +79,22 @@ class TextOrNullField(serializers.CharField):
 
     def get_attribute(self, instance: Any) -> Any:
         return super().get_attribute(instance) or None
+
+
+class PersonIdField(serializers.CharField):
+    """A person id (`user_id`) as every input serializer takes it: the one rule of `person_id_check`,
+    untrimmed (a space or newline at either end is refused, not silently cut, so the id stored is the
+    one the client will name again), "" for no person."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_blank", True)
+        kwargs.setdefault("help_text", "The person this is about: at most 128 printable characters, no `/`.")
+        super().__init__(trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        value = super().to_internal_value(data)
+        try:
+            return person_id_check(value, field=self.field_name or "user_id")
+        except DomainError as exc:
+            raise serializers.ValidationError(exc.message, code=exc.code) from exc

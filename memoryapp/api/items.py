@@ -21,7 +21,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
-from memoryapp.api.base import IsoDateTimeField, JsonObjectField, OutputSerializer, StrictSerializer, validated
+from memoryapp.api.base import (
+    IsoDateTimeField,
+    JsonObjectField,
+    OutputSerializer,
+    PersonIdField,
+    StrictSerializer,
+    validated,
+)
 from memoryapp.api.errors import ErrorOut
 from memoryapp.api.parsers import ToolInputJSONParser
 from memoryapp.errors import DomainError, NotFound
@@ -207,7 +214,7 @@ class ItemIn(StrictSerializer):
     subject = serializers.CharField(max_length=300)
     attribute = serializers.CharField(max_length=300)
     value = serializers.CharField(max_length=20_000)
-    user_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    user_id = PersonIdField(default="")
     project_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
     thread_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
     trust = serializers.ChoiceField(choices=Trust.choices, required=False)
@@ -233,7 +240,7 @@ class FactSearchQuery(StrictSerializer):
 class MemoryToolIn(StrictSerializer):
     name = serializers.ChoiceField(choices=list(FACT_TOOL_NAMES))
     input = serializers.DictField()
-    user_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
+    user_id = PersonIdField(default="")
     project_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
     thread_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
     namespace = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")

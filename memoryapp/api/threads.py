@@ -29,7 +29,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from memoryapp.api.auth import request_agent
-from memoryapp.api.base import IsoDateTimeField, JsonObjectField, OutputSerializer, StrictSerializer, validated
+from memoryapp.api.base import (
+    IsoDateTimeField,
+    JsonObjectField,
+    OutputSerializer,
+    PersonIdField,
+    StrictSerializer,
+    validated,
+)
 from memoryapp.api.parsers import JSONParser
 from memoryapp.api.runs import request_run_id
 from memoryapp.errors import DomainError, NotFound
@@ -226,13 +233,13 @@ def _page_url(request: Request, **changes: Any) -> str:
 
 class ThreadCreateInput(StrictSerializer):
     id = serializers.CharField(max_length=128, required=False, allow_blank=False)
-    user_id = serializers.CharField(max_length=128, required=False, allow_blank=True, default="")
+    user_id = PersonIdField(default="")
     metadata = serializers.DictField(required=False, default=dict)
 
 
 class ThreadUpdateInput(StrictSerializer):
     metadata = serializers.DictField(required=False)
-    user_id = serializers.CharField(max_length=128, required=False, allow_blank=True)
+    user_id = PersonIdField()
     replace_metadata = serializers.BooleanField(required=False, default=False)
     on_busy = serializers.ChoiceField(
         choices=[*OnBusy.values, ""],

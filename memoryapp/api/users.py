@@ -18,8 +18,7 @@ from memoryapp.api.auth import request_agent
 from memoryapp.api.base import OutputSerializer, StrictSerializer, validated
 from memoryapp.errors import DomainError
 from memoryapp.forgetting.person import MODES, person_erase
-
-MAX_USER_ID_CHARS = 128
+from memoryapp.ids import person_id_check
 
 
 class UserForgetInput(StrictSerializer):
@@ -51,16 +50,6 @@ class UserForgetOut(OutputSerializer):
     counts = ForgetCountsOut()
 
 
-def _user_id_check(user_id: str) -> str:
-    if not user_id.strip() or len(user_id) > MAX_USER_ID_CHARS or any(ord(c) < 32 for c in user_id):
-        raise DomainError(
-            "invalid_value",
-            f"user_id must be a non-empty id of at most {MAX_USER_ID_CHARS} characters.",
-            field="user_id",
-        )
-    return user_id
-
-
 class UserForgetView(APIView):
     """POST: erase what the calling agent holds about the person; answers with the counts (a second
     call finds nothing and answers zeros)."""
@@ -68,7 +57,10 @@ class UserForgetView(APIView):
     @extend_schema(request=UserForgetInput, responses={200: UserForgetOut})
     def post(self, request: Request, user_id: str) -> Response:
         agent = request_agent(request)
-        user_id = _user_id_check(user_id)
+        # The one rule of person ids (memoryapp.ids.person_id_check): every id stored is one this path can name.
+        if not user_id:
+            raise DomainError("invalid_value", "user_id must not be empty.", field="user_id")
+        user_id = person_id_check(user_id)
         data = validated(UserForgetInput, request.data if request.data is not None else {})
         counts = person_erase(user_id=user_id, agent_ids=[agent.pk], mode=data["mode"], actor=f"agent:{agent.slug}")
         return Response(UserForgetOut({"user_id": user_id, "mode": data["mode"], "counts": counts}).data)

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from memoryapp.errors import NotFound
+from memoryapp.errors import DomainError, NotFound
 from memoryapp.files.errors import MemoryFileError
 from memoryapp.files.paths import MEMORY_RESERVED_PATHS
+from memoryapp.ids import person_id_check
 from memoryapp.models import Agent, Entry
 from memoryapp.models.choices import FileAuthor
 
@@ -65,6 +66,11 @@ def scope_narrowness(user_id: str, project_id: str, thread_id: str) -> tuple[boo
 
 def scope_value_check(name: str, value: str) -> str:
     """A scope limit (user_id, project_id, thread_id) as a caller gives it: at most 128 printable characters."""
+    if name == "user_id":
+        try:
+            return person_id_check(value, field=name)
+        except DomainError as exc:
+            raise MemoryFileError("invalid_scope", f"Error: {exc.message}", field=name) from exc
     if len(value) > MAX_SCOPE_CHARS or any(not ch.isprintable() for ch in value):
         raise MemoryFileError(
             "invalid_scope", f"Error: `{name}` must be at most {MAX_SCOPE_CHARS} printable characters.", field=name

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from memoryapp.errors import DomainError, NotFound
+from memoryapp.ids import person_id_check
 from memoryapp.items.facts import fact_forget, fact_remember, fact_search, namespace_check, value_text
 from memoryapp.models import Agent
 
@@ -53,6 +54,7 @@ def fact_tool_run(
     """Run one facts tool call as the model gave it (see the module's docstring for who is at fault)."""
     if name not in FACT_TOOL_NAMES:
         raise DomainError("invalid_value", f"name must be one of: {', '.join(FACT_TOOL_NAMES)}.", field="name")
+    person_id_check(user_id)
     chosen = tool_input.get("namespace") or namespace
     if not chosen:
         if not user_id:

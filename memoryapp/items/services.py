@@ -26,7 +26,7 @@ from governance.audit import audit_append
 from governance.crypto.fields import equality_values
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.events.services import event_record
-from memoryapp.ids import new_id
+from memoryapp.ids import new_id, person_id_check
 from memoryapp.items.evidence import verify_evidence
 from memoryapp.items.rules import (
     TIMELINE_STATUSES,
@@ -251,8 +251,8 @@ def item_state_write(
     subject = collapse_spaces(_check_text(subject, "subject", max_length=300))
     attribute = collapse_spaces(_check_text(attribute, "attribute", max_length=300))
     value = _check_text(value, "value", max_length=MAX_VALUE_CHARS)
+    person_id_check(scope.user_id)
     for name, scope_value in (
-        ("user_id", scope.user_id),
         ("project_id", scope.project_id),
         ("thread_id", scope.thread_id),
     ):

@@ -22,7 +22,7 @@ from governance.crypto.keyring import encryption_enabled
 from governance.crypto.rotation import rows_reseal, sealed_models
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
-from memoryapp.ids import new_id
+from memoryapp.ids import new_id, person_id_check
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
 from memoryapp.threads.columns import (
@@ -40,7 +40,6 @@ from memoryapp.threads.validation import (
     MAX_BATCH_ENTRIES,
     entry_from_spec,
     metadata_merged,
-    short_text_check,
     thread_id_or_new,
     thread_metadata_check,
 )
@@ -88,7 +87,7 @@ def thread_create(
     and a given `user_id` replaces the old one (audited as `thread_update` audits it).
     """
     external_id = thread_id_or_new(external_id, field="id")
-    user_id = short_text_check(user_id, "user_id", max_length=128)
+    user_id = person_id_check("" if user_id is None else user_id)
     metadata = thread_metadata_check({} if metadata is None else metadata)
     existing = Thread.objects.select_for_update().filter(agent=agent, external_id=external_id).first()
     if existing is None:
@@ -186,7 +185,7 @@ def thread_update(
         locked.metadata = metadata_merged({} if replace_metadata else locked.metadata, metadata)
     changed = False
     if user_id is not None:
-        user_id = short_text_check(user_id, "user_id", max_length=128)
+        user_id = person_id_check("" if user_id is None else user_id)
         changed = user_id != locked.user_id
         if changed:
             _audit_user_change(locked, old=locked.user_id, new=user_id, actor=actor)

@@ -37,7 +37,7 @@ from django.utils import timezone
 from governance.audit import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
-from memoryapp.ids import entry_id_check, thread_id_check
+from memoryapp.ids import entry_id_check, person_id_check, thread_id_check
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
 from memoryapp.threads.formats import FORMAT_VERSION, records_upgraded
@@ -48,7 +48,6 @@ from memoryapp.threads.selectors import thread_entries_iter
 from memoryapp.threads.validation import (
     EVENT_TYPE_VALUES,
     entry_from_spec,
-    short_text_check,
     thread_id_or_new,
     thread_metadata_check,
 )
@@ -313,7 +312,7 @@ def thread_import(
             thread = Thread.objects.create(
                 agent=agent,
                 external_id=external_id,
-                user_id=short_text_check(user_id, "user_id", max_length=128),
+                user_id=person_id_check(user_id),
                 metadata=metadata,
                 memory_enabled=memory_enabled,
                 extraction={OFF_RANGES_KEY: list(memory_off)} if memory_off else {},

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from memoryapp.content import content_text
 from memoryapp.errors import DomainError
-from memoryapp.ids import entry_id_check, new_id, thread_id_check
+from memoryapp.ids import entry_id_check, new_id, person_id_check, thread_id_check
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
 from memoryapp.storable import storable_text_check
@@ -100,6 +100,12 @@ def _check_metadata(value: Any, field: str) -> dict[str, Any]:
     return value
 
 
+# Where a message says which person wrote it, and a thread lists the people who wrote in it (004's
+# MEMORY_USERS_KEY): person ids, which a person's erasure looks for (memoryapp.forgetting.person), so
+# they follow the one rule of person ids (`person_id_check`).
+MESSAGE_USER_KEY = "userId"
+MEMORY_USERS_KEY = "memoryUserIds"
+
 # The keys of thread metadata that name the thread's time zone (the context builder's and
 # extraction's default zone): an IANA name, checked on the way in rather than read as UTC.
 METADATA_ZONE_KEYS = ("time_zone", "timezone")
@@ -117,6 +123,10 @@ def thread_metadata_check(metadata: Any, *, field: str = "metadata") -> dict[str
     if not isinstance(metadata, dict):
         raise DomainError("invalid_type", f"{field} must be a JSON object.", field=field)
     storable_text_check(metadata, field=field)
+    if isinstance(people := metadata.get(MEMORY_USERS_KEY), list):
+        for index, person in enumerate(people):
+            if isinstance(person, str):
+                person_id_check(person, field=f"{field}.{MEMORY_USERS_KEY}[{index}]")
     for key in METADATA_ZONE_KEYS:
         zone = metadata.get(key)
         if zone not in (None, "") and (not isinstance(zone, str) or zone not in _iana_zone_names()):
@@ -164,6 +174,8 @@ def entry_from_spec(
     if event is not None and not isinstance(event, dict):
         raise DomainError("invalid_type", "event must be an object.", field=f("event"))
     metadata = _check_metadata(spec.get("metadata"), f("metadata"))
+    if isinstance(writer := metadata.get(MESSAGE_USER_KEY), str):
+        person_id_check(writer, field=f"{f('metadata')}.{MESSAGE_USER_KEY}")
     if kind == EntryType.MESSAGE:
         if content is None and not tool_calls:
             raise DomainError("required", "A message needs content (or tool calls).", field=f("content"))
