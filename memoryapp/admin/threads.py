@@ -36,6 +36,7 @@ from memoryapp.compaction.service import compaction_request
 from memoryapp.errors import DomainError
 from memoryapp.extraction.service import extraction_request
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
+from memoryapp.ids import person_id_check
 from memoryapp.models import Entry, Evidence, Thread
 from memoryapp.search.websearch import entries_typed_match
 from memoryapp.threads.columns import ENTRY_FIELD_NAMES, ENTRY_LIGHT_DEFER
@@ -118,10 +119,14 @@ class PersonForm(forms.Form):
     )
 
     def clean_user_id(self) -> str:
-        value = self.cleaned_data.get("user_id") or ""
+        value = (self.cleaned_data.get("user_id") or "").strip()
         if "\x00" in value:
             raise forms.ValidationError("A user id has no NUL character.")
-        return value.strip()
+        try:
+            # The one rule of person ids (the API's): every person stored is one an erasure can name.
+            return person_id_check(value)
+        except DomainError as exc:
+            raise forms.ValidationError(exc.message) from exc
 
 
 @admin.register(Thread)

@@ -181,9 +181,11 @@ def test_the_person_of_a_thread_changes_on_its_own_form_and_is_audited_with_ids_
     assert AuditRecord.objects.filter(action="thread.user_change").count() == 1
 
 
-def test_a_person_id_that_cannot_be_stored_is_a_form_error(admin_client: Client, alice: Caller) -> None:
+@pytest.mark.parametrize("person", ["x" * 129, "a/b", "a\tb"])
+def test_a_person_id_that_cannot_be_stored_is_a_form_error(admin_client: Client, alice: Caller, person: str) -> None:
+    """The API's one rule of person ids: a `/` would make the person unreachable by /users/{id}/forget."""
     thread = thread_create(agent=alice.agent, external_id="t", user_id="u-ana")
-    response = admin_client.post(f"/admin/memoryapp/thread/{thread.pk}/person/", {"user_id": "x" * 129})
+    response = admin_client.post(f"/admin/memoryapp/thread/{thread.pk}/person/", {"user_id": person})
     assert response.status_code == 200 and response.context["form"].errors["user_id"]
     thread.refresh_from_db()
     assert thread.user_id == "u-ana" and not AuditRecord.objects.filter(action="thread.user_change").exists()
