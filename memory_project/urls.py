@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from governance.staff_api import export_archive, export_state
 from governance.wellknown import receipt_key, receipt_key_pem
 from memory_project.health import healthz, readyz
+from memoryapp.admin.people import person_view
 from memoryapp.mcp.http import mcp_endpoint
 
 urlpatterns = [
@@ -15,6 +16,8 @@ urlpatterns = [
     # The public key of signed receipts (governance.receipts), for anyone checking one offline.
     path(".well-known/memory-receipt-key", receipt_key, name="receipt-key"),
     path(".well-known/memory-receipt-key.pem", receipt_key_pem, name="receipt-key-pem"),
+    # A person's page: what memory holds about one person id, across agents (memoryapp.admin.people).
+    path("admin/person/", admin.site.admin_view(person_view), name="admin-person"),
     path("admin/", admin.site.urls),
     # Staff (an admin session with the permission), not agents: a person's export request and its archive.
     path("api/v1/staff/exports/<int:pk>", export_state, name="staff-export"),

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import transaction
-from django.db.models import BooleanField, F, Func, Q, QuerySet, TextField
+from django.db.models import BooleanField, Count, F, Func, Q, QuerySet, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
@@ -65,6 +65,7 @@ from memoryapp.forgetting.services import (
 )
 from memoryapp.items.facts import PERSON_PREFIX
 from memoryapp.items.rules import Scope, normalized_name
+from memoryapp.items.selectors import FACT_PREFIX
 from memoryapp.items.services import slot_layout
 from memoryapp.models import (
     Agent,
@@ -87,7 +88,16 @@ MEMORY_USERS_KEY = "memoryUserIds"
 MESSAGE_USER_KEY = "userId"
 Progress = Callable[[int, int], None]
 
-__all__ = ["COUNT_KEYS", "MODES", "person_erase", "person_erase_plan", "person_job_runs", "person_messages_elsewhere"]
+__all__ = [
+    "COUNT_KEYS",
+    "HOLDING_KINDS",
+    "MODES",
+    "person_erase",
+    "person_erase_plan",
+    "person_holdings",
+    "person_job_runs",
+    "person_messages_elsewhere",
+]
 
 
 def _user_check(user_id: Any) -> str:
@@ -224,6 +234,40 @@ def person_erase_plan(*, user_id: str, agent_ids: Sequence[int] | None = None, u
         "file_versions": _files(user_id, agents, "erase").count(),
         "job_runs": _jobs(user_id, agents, (), unowned=unowned).count(),
     }
+
+
+# The kinds a person's page counts per agent, in the order it shows them.
+HOLDING_KINDS = ("threads", "entries", "messages_elsewhere", "items", "facts", "entities", "file_versions")
+
+
+def person_holdings(*, user_id: str) -> dict[int, dict[str, int]]:
+    """What each agent holds about the person, counted by kind (the agents holding nothing left
+    out): the erasure's own selectors, so the person's page, the erasure's plan and the erasure
+    never disagree about what is theirs. One grouped query per kind, whatever the number of agents.
+
+    Facts are the items of slots `core:<key>` (002 facts, stored as items); `items` the others.
+    """
+    user_id = _user_check(user_id)
+    agents = _agents(None)
+    by_agent: dict[int, dict[str, int]] = {}
+
+    def add(kind: str, rows: Any) -> None:
+        for agent_id, n in rows:
+            by_agent.setdefault(agent_id, dict.fromkeys(HOLDING_KINDS, 0))[kind] = n
+
+    def grouped(rows: QuerySet[Any], column: str = "agent_id") -> Any:
+        return rows.order_by().values(column).annotate(n=Count("pk")).values_list(column, "n")
+
+    threads = _threads(user_id, agents)
+    add("threads", grouped(threads))
+    add("entries", grouped(Entry.objects.filter(thread__in=threads)))
+    add("messages_elsewhere", grouped(_messages(user_id, agents)))
+    items = _items(user_id, agents)
+    add("items", grouped(items.exclude(attribute__startswith=FACT_PREFIX)))
+    add("facts", grouped(items.filter(attribute__startswith=FACT_PREFIX)))
+    add("entities", grouped(_entities(user_id, agents)))
+    add("file_versions", grouped(_files(user_id, agents, "erase")))
+    return by_agent
 
 
 def person_erase(

@@ -10,11 +10,9 @@ bench/out/screenshots/console-*.png.
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
-import pytest
 from django.utils import timezone
 
 from governance.audit import AuditEntry, audit_append_many
@@ -22,23 +20,12 @@ from memoryapp.agents.services import agent_get_or_create
 from memoryapp.items.services import STALE_BY_DEDUPE, StaleMark, items_mark_stale
 from memoryapp.models import Webhook
 from memoryapp.threads.services import thread_create
-from tests.kit import PROJECT_ROOT
-from tests.kit.factories import MemoryItemFactory, StaffFactory
+from tests.kit.browser import BROWSER_TEST, log_in, shoot, staff_user, too_wide
+from tests.kit.factories import MemoryItemFactory
 from tests.kit.governance_rows import long_person
 
-CHROMIUM = "/usr/bin/chromium"
-SCREENSHOTS = PROJECT_ROOT / "bench" / "out" / "screenshots"
-PASSWORD = "lists-at-their-size-2026"
-VIEWPORT = {"width": 1280, "height": 800}
+pytestmark = BROWSER_TEST
 ROWS = 64
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists() and not shutil.which("chromium"),
-        reason=f"{CHROMIUM} is not installed (apt-get install chromium)",
-    ),
-]
 
 # Each column header's right edge, the right edge of what the list's box shows (the window's, or less),
 # and any box of the content scrolling sideways.
@@ -139,99 +126,115 @@ def _fill() -> dict[str, str]:
     }
 
 
-def _browser(p: Any) -> Any:
-    return p.chromium.launch(
-        executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-        args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"],
-    )
-
-
-def _login(browser: Any, live_server: Any, *, dark: bool) -> Any:
-    page = browser.new_page(viewport=VIEWPORT, color_scheme="dark" if dark else "light")
-    page.goto(f"{live_server.url}/admin/login/?next=/admin/")
-    page.fill("#id_username", "sam")
-    page.fill("#id_password", PASSWORD)
-    page.click("input[type=submit]")
-    page.wait_for_selector("#content")
-    return page
-
-
 def test_the_console_lists_show_their_key_columns_at_1280_px_light_and_dark(
-    django_db_setup: Any, live_server: Any, transactional_db: Any, monkeypatch: Any
+    django_db_setup: Any, live_server: Any, chromium: Any
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     lists = _fill()
-    StaffFactory(username="sam", password=PASSWORD, is_superuser=True)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    staff_user("sam", superuser=True)
     hidden: dict[str, Any] = {}
-    with sync_playwright() as p:
-        browser = _browser(p)
-        try:
-            for dark in (False, True):
-                page = _login(browser, live_server, dark=dark)
-                for name, url in lists.items():
-                    answer = page.goto(f"{live_server.url}{url}")
-                    assert answer is not None and answer.status == 200, (name, answer and answer.status)
-                    shown = page.evaluate(COLUMNS)
-                    assert page.locator("#result_list tbody tr").count() >= 60, name
-                    out = [
-                        column
-                        for column in KEY_COLUMNS[name]
-                        if column not in shown["edges"] or shown["edges"][column] > shown["width"]
-                    ]
-                    label = f"{name}{'-dark' if dark else ''}"
-                    if out or shown["over"]:
-                        hidden[label] = {"out of the window": out, "scrolling": shown["over"], **shown["edges"]}
-                    page.screenshot(path=str(SCREENSHOTS / f"console-{label}.png"))
-                if not dark:
-                    # the kept item's value is on the stale list, beside the value marked stale
-                    page.goto(f"{live_server.url}{lists['stale']}")
-                    assert "the lighthouse by the harbour" in page.locator("#result_list tbody tr").first.inner_text()
-        finally:
-            browser.close()
+    with chromium() as browser:
+        for dark in (False, True):
+            page = log_in(browser, live_server, "sam", dark=dark)
+            for name, url in lists.items():
+                answer = page.goto(f"{live_server.url}{url}")
+                assert answer is not None and answer.status == 200, (name, answer and answer.status)
+                shown = page.evaluate(COLUMNS)
+                assert page.locator("#result_list tbody tr").count() >= 60, name
+                out = [
+                    column
+                    for column in KEY_COLUMNS[name]
+                    if column not in shown["edges"] or shown["edges"][column] > shown["width"]
+                ]
+                label = f"{name}{'-dark' if dark else ''}"
+                if out or shown["over"]:
+                    hidden[label] = {"out of the window": out, "scrolling": shown["over"], **shown["edges"]}
+                shoot(page, f"console-{label}")
+            if not dark:
+                # the kept item's value is on the stale list, beside the value marked stale
+                page.goto(f"{live_server.url}{lists['stale']}")
+                assert "the lighthouse by the harbour" in page.locator("#result_list tbody tr").first.inner_text()
     assert hidden == {}, f"key columns out of the window at 1,280 px: {hidden}"
 
 
 def test_an_operator_meets_no_dead_end_and_a_refused_page_says_why_light_and_dark(
-    django_db_setup: Any, live_server: Any, transactional_db: Any, monkeypatch: Any
+    django_db_setup: Any, live_server: Any, chromium: Any
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
     from governance.models import JobRun
 
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     lists = _fill()
     agent = agent_get_or_create(slug="customer-support-agent-000-eu-west-production")[0]
     JobRun.objects.create(kind="compaction", status="failed", task_name="", error="boom", agent_id=agent.pk)
     run = JobRun.objects.create(
         kind="extraction", status="failed", agent_id=agent.pk, arguments={"thread_id": "conversation-0000"}
     )
-    StaffFactory(username="sam", password=PASSWORD, groups=("Operators",))
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as p:
-        browser = _browser(p)
-        try:
-            for dark in (False, True):
-                suffix = "-dark" if dark else ""
-                page = _login(browser, live_server, dark=dark)
-                page.goto(f"{live_server.url}/admin/memoryapp/agent/{agent.pk}/change/")
-                # every link of the agent's memory opens for an operator
-                hrefs = page.locator(".field-memory_links a").evaluate_all("(links) => links.map((a) => a.href)")
-                assert hrefs and all("/thread/" not in h and "/entry/" not in h for h in hrefs), hrefs
-                for href in hrefs:
-                    answer = page.goto(href)
-                    assert answer is not None and answer.status == 200, href
-                page.goto(f"{live_server.url}/admin/memoryapp/agent/{agent.pk}/change/")
-                page.screenshot(path=str(SCREENSHOTS / f"console-operator-agent{suffix}.png"))
-                page.goto(f"{live_server.url}/admin/governance/jobrun/{run.pk}/change/")
-                assert page.locator("#content a[href*='/memoryapp/thread/']").count() == 0
-                answer = page.goto(f"{live_server.url}{lists['threads']}")
-                assert answer is not None and answer.status == 403
-                assert "Reviewers, Privacy officers" in page.locator("#content").inner_text()
-                # the admin's look: the header bar and the theme of the page
-                assert page.locator("#header").is_visible()
-                page.screenshot(path=str(SCREENSHOTS / f"console-403{suffix}.png"))
-        finally:
-            browser.close()
+    staff_user("olav", role="operator")
+    with chromium() as browser:
+        for dark in (False, True):
+            suffix = "-dark" if dark else ""
+            page = log_in(browser, live_server, "olav", dark=dark)
+            page.goto(f"{live_server.url}/admin/memoryapp/agent/{agent.pk}/change/")
+            # every link of the agent's memory opens for an operator
+            hrefs = page.locator(".field-memory_links a").evaluate_all("(links) => links.map((a) => a.href)")
+            assert hrefs and all("/thread/" not in h and "/entry/" not in h for h in hrefs), hrefs
+            for href in hrefs:
+                answer = page.goto(href)
+                assert answer is not None and answer.status == 200, href
+            page.goto(f"{live_server.url}/admin/memoryapp/agent/{agent.pk}/change/")
+            shoot(page, f"console-operator-agent{suffix}")
+            page.goto(f"{live_server.url}/admin/governance/jobrun/{run.pk}/change/")
+            assert page.locator("#content a[href*='/memoryapp/thread/']").count() == 0
+            answer = page.goto(f"{live_server.url}{lists['threads']}")
+            assert answer is not None and answer.status == 403
+            assert "Reviewers, Privacy officers" in page.locator("#content").inner_text()
+            # the admin's look: the header bar and the theme of the page
+            assert page.locator("#header").is_visible()
+            shoot(page, f"console-403{suffix}")
+
+
+def test_a_privacy_officer_finds_a_person_and_reads_what_each_agent_holds_light_and_dark(
+    django_db_setup: Any, live_server: Any, chromium: Any
+) -> None:
+    """From the start page's search box to the person's page: 40 agents with long slugs holding
+    threads, items and facts about one person with a long id; the table fits the window."""
+    from memoryapp.items.facts import fact_remember
+
+    person = long_person(7)[:128]
+    agents = [agent_get_or_create(slug=f"customer-support-agent-{i:03d}-eu-west-production")[0] for i in range(40)]
+    for n in range(80):
+        agent = agents[n % 40]
+        thread_create(agent=agent, external_id=f"conversation-{n:04d}", user_id=person)
+        MemoryItemFactory(agent=agent, user_id=person, attribute=f"likes {n}", value="the lighthouse")
+    for agent in agents[:5]:
+        fact_remember(agent=agent, namespace=f"users/{person}", key="tz", value="Europe/Lisbon")
+    staff_user("olga", role="privacy")
+    staff_user("rita", role="reviewer")
+    wide: dict[str, Any] = {}
+    with chromium() as browser:
+        for dark in (False, True):
+            suffix = "-dark" if dark else ""
+            page = log_in(browser, live_server, "olga", dark=dark)
+            page.fill("#find-person-id", person)
+            page.press("#find-person-id", "Enter")
+            page.wait_for_selector("#person-holdings")
+            assert page.locator("#person-holdings tbody tr").count() == 40
+            assert page.locator("#person-holdings tfoot").inner_text().split()[2:4] == ["80", "0"]
+            if found := too_wide(page):
+                wide[f"person{suffix}"] = found
+            shoot(page, f"console-person{suffix}")
+            # a count leads to its list, filtered to the agent and the person
+            page.locator("#person-holdings tbody tr").first.locator("td a").nth(1).click()
+            page.wait_for_selector("#result_list")
+            assert page.locator("#result_list tbody tr").count() == 2
+            # Erase opens the erasure form filled in
+            page.go_back()
+            page.click("#person-erase")
+            page.wait_for_selector("#id_user_id")
+            assert page.input_value("#id_user_id") == person
+            # an id that matches nothing says so
+            page.goto(f"{live_server.url}/admin/person/?id=nobody-at-all")
+            assert page.locator("#person-nothing").is_visible()
+            shoot(page, f"console-person-nothing{suffix}")
+        page = log_in(browser, live_server, "rita", then=quote(f"/admin/person/?{urlencode({'id': person})}", safe=""))
+        assert page.locator("#person-erase").count() == 0
+        assert "memory file versions" not in page.locator("#person-holdings thead").inner_text().lower()
+    assert wide == {}, f"pages wider than the window: {wide}"

@@ -1,0 +1,151 @@
+"""A person's page: everything memory holds about one person id, across agents, by kind (threads,
+entries, their messages in others' threads, items, facts, entities, file versions), with the legal
+holds and the erasure and export requests naming them; each count a link to its list filtered to
+the person, and Erase / Export buttons that open the request forms filled in.
+
+Found by one search box (this page's, and the start page's), matching the id exactly as an erasure
+does: the counts are the erasure's own selectors (`person_holdings`), so what the page shows is
+what an erasure of the person takes. Each role sees only the kinds its permissions open; an
+operator, who reads no conversation, sees none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, reverse
+
+from governance.models import ErasureRequest, ExportRequest
+from memoryapp.admin.person_links import export_person_url
+from memoryapp.admin.threads import erase_person_url
+from memoryapp.forgetting.person import HOLDING_KINDS, person_holdings
+from memoryapp.items.selectors import FACT_PREFIX
+from memoryapp.models import Agent, LegalHold
+
+# Per kind: its label, the permission that shows it, and the list it links to (with the filters
+# that narrow the list to the agent and the person; None: a count without a list of its own).
+KINDS: dict[str, tuple[str, str, str | None]] = {
+    "threads": ("threads", "memoryapp.view_thread", "memoryapp_thread_changelist"),
+    "entries": ("entries in them", "memoryapp.view_entry", None),
+    "messages_elsewhere": ("their messages in others' threads", "memoryapp.view_entry", None),
+    "items": ("memory items", "memoryapp.view_memoryitem", "memoryapp_memoryitem_changelist"),
+    "facts": ("facts", "memoryapp.view_memoryitem", "memoryapp_memoryitem_changelist"),
+    "entities": ("entities", "memoryapp.view_entity", "memoryapp_entity_changelist"),
+    "file_versions": (
+        "memory file versions",
+        "memoryapp.view_memoryfileversion",
+        "memoryapp_memoryfileversion_changelist",
+    ),
+}
+assert tuple(KINDS) == HOLDING_KINDS
+
+
+@dataclass(frozen=True)
+class Cell:
+    count: int
+    url: str
+
+
+@dataclass(frozen=True)
+class AgentRow:
+    slug: str
+    url: str
+    cells: list[Cell]
+
+
+def person_url(user_id: str) -> str:
+    """The person's page (for any staff: each sees what their role opens)."""
+    return reverse("admin-person") + "?" + urlencode({"id": user_id})
+
+
+def _list_url(name: str, query: dict[str, Any]) -> str:
+    try:
+        return reverse(f"admin:{name}") + "?" + urlencode(query)
+    except NoReverseMatch:
+        return ""
+
+
+def _cell_url(kind: str, *, agent_id: int, user_id: str) -> str:
+    name = KINDS[kind][2]
+    if name is None:
+        return ""
+    if kind in ("items", "facts"):
+        query: dict[str, Any] = {"agent__id__exact": agent_id, "user_id": user_id}  # the items' person filter
+        if kind == "facts":
+            query["attribute__startswith"] = FACT_PREFIX
+        return _list_url(name, query)
+    return _list_url(name, {"agent__id__exact": agent_id, "user_id__exact": user_id})
+
+
+def person_view(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    user_id = request.GET.get("id", "").strip()
+    shown = [kind for kind in HOLDING_KINDS if user.has_perm(KINDS[kind][1])]
+    context: dict[str, Any] = {
+        **admin.site.each_context(request),
+        "title": f"Person {user_id}" if user_id else "Find a person",
+        "user_id": user_id,
+        "kinds": [KINDS[kind][0] for kind in shown],
+        "sees_nothing": not shown,
+        "is_nav_sidebar_enabled": False,
+    }
+    if user_id and len(user_id) > 128:
+        context["error"] = "A person's id is at most 128 characters."
+        user_id = ""
+    if user_id and shown:
+        holdings = person_holdings(user_id=user_id)
+        agents = dict(Agent.objects.filter(pk__in=holdings).values_list("pk", "slug"))
+        may_open_agents = user.has_perm("memoryapp.view_agent")
+        rows = []
+        for agent_id, counts in sorted(holdings.items(), key=lambda pair: agents.get(pair[0], "")):
+            if not any(counts[kind] for kind in shown):
+                continue
+            cells = [
+                Cell(counts[kind], _cell_url(kind, agent_id=agent_id, user_id=user_id) if counts[kind] else "")
+                for kind in shown
+            ]
+            url = reverse("admin:memoryapp_agent_change", args=[agent_id]) if may_open_agents else ""
+            rows.append(AgentRow(slug=agents.get(agent_id, f"#{agent_id}"), url=url, cells=cells))
+        context["rows"] = rows
+        context["totals"] = [sum(row.cells[n].count for row in rows) for n in range(len(shown))]
+    if user_id:
+        context.update(_governance(request, user_id))
+        context["found_nothing"] = not context.get("rows") and not any(
+            context.get(name) for name in ("holds", "erasures", "exports")
+        )
+    return TemplateResponse(request, "admin/memoryapp/person.html", context)
+
+
+def _governance(request: HttpRequest, user_id: str) -> dict[str, Any]:
+    """The holds and requests naming the person, and the request forms filled in, for the roles
+    that may see and file them."""
+    user = request.user
+    found: dict[str, Any] = {}
+    if user.has_perm("memoryapp.view_legalhold"):
+        holds = LegalHold.objects.filter(user_id=user_id).select_related("agent").order_by("-placed_at")
+        found["holds"] = [
+            {
+                "hold": hold,
+                "url": reverse("admin:memoryapp_legalhold_change", args=[hold.pk]),
+                "where": hold.agent.slug if hold.agent else "every agent",
+            }
+            for hold in holds[:50]
+        ]
+    if user.has_perm("governance.view_erasurerequest"):
+        erasures = ErasureRequest.objects.filter(user_id=user_id).order_by("-created_at")[:50]
+        found["erasures"] = [
+            (request_, reverse("admin:governance_erasurerequest_change", args=[request_.pk])) for request_ in erasures
+        ]
+    if user.has_perm("governance.view_exportrequest"):
+        exports = ExportRequest.objects.filter(user_id=user_id).order_by("-created_at")[:50]
+        found["exports"] = [
+            (request_, reverse("admin:governance_exportrequest_change", args=[request_.pk])) for request_ in exports
+        ]
+    found["erase_url"] = erase_person_url(request, user_id)
+    found["export_url"] = export_person_url(request, user_id=user_id, agent_id=None)
+    return found
