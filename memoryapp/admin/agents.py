@@ -11,6 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.db import models
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -18,6 +19,7 @@ from django.utils.safestring import SafeString, mark_safe
 from governance.admin_lists import FullWidthList, cell_text, day
 from memoryapp.admin.confirm import confirm_page, confirmed
 from memoryapp.admin.items import REVIEW_PERMISSION
+from memoryapp.admin.shown_once import secret_show_once, secrets_page
 from memoryapp.agents.selectors import agent_delete_counts
 from memoryapp.agents.services import (
     AGENT_LIMIT_FIELDS,
@@ -53,13 +55,12 @@ def _may_set_trust(request: HttpRequest) -> bool:
 
 
 def _show_key_once(request: HttpRequest, agent: Agent, raw: str) -> None:
-    messages.warning(
+    """On the page of this response only, never in a cookie (memoryapp.admin.shown_once)."""
+    secret_show_once(
         request,
-        format_html(
-            "New key for <b>{}</b> (shown once, copy it now): <code style='user-select:all'>{}</code>",
-            agent.slug,
-            raw,
-        ),
+        label=f"New key for {agent.slug}",
+        value=raw,
+        note="The agent sends it as Authorization: Bearer <key>.",
     )
 
 
@@ -367,10 +368,27 @@ class AgentAdmin(admin.ModelAdmin):
         return bool(request.user.has_perm("memoryapp.add_agentkey"))
 
     @admin.action(description="Create a new API key (shown once)", permissions=["mint"])
-    def create_key(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
-        for agent in queryset:
+    def create_key(self, request: HttpRequest, queryset: QuerySet[Agent]) -> TemplateResponse | None:
+        for agent in queryset.order_by("slug"):
             _, raw = agent_key_create(agent=agent, name="admin", actor=_actor(request))
             _show_key_once(request, agent, raw)
+        return secrets_page(
+            request,
+            admin_site=self.admin_site,
+            title="New API keys",
+            next_url=reverse("admin:memoryapp_agent_changelist"),
+        )
+
+    def response_add(self, request: HttpRequest, obj: Agent, post_url_continue: str | None = None) -> HttpResponse:
+        # The key made with the agent is shown on this response's page, not carried to the next one.
+        page = secrets_page(
+            request,
+            admin_site=self.admin_site,
+            title="New agent",
+            next_url=reverse("admin:memoryapp_agent_change", args=[obj.pk]),
+            said=f"The agent {obj.slug} was added.",
+        )
+        return page if page is not None else super().response_add(request, obj, post_url_continue)
 
 
 @admin.register(AgentKey)

@@ -10,14 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from governance.admin_lists import FullWidthList, cell_text, day
+from memoryapp.admin.shown_once import secret_show_once, secrets_page
 from memoryapp.errors import DomainError
 from memoryapp.events.webhooks import (
     webhook_behind,
@@ -199,16 +200,24 @@ class WebhookAdmin(FullWidthList, admin.ModelAdmin):
                 actor=_actor(request),
             )
             if not data.get("secret"):
-                messages.warning(
+                # On the page of this response only, never in a cookie (memoryapp.admin.shown_once).
+                secret_show_once(
                     request,
-                    format_html(
-                        "Secret of the webhook to <b>{}</b> (shown once, give it to the receiver now): "
-                        "<code style='user-select:all'>{}</code>",
-                        saved.url,
-                        saved.secret,
-                    ),
+                    label=f"Secret of the webhook to {saved.url}",
+                    value=saved.secret,
+                    note="Give it to the receiver now: it checks the X-Memory-Signature header with it.",
                 )
         obj.pk, obj.secret, obj.delivered_seq = saved.pk, saved.secret, saved.delivered_seq
+
+    def response_add(self, request: HttpRequest, obj: Webhook, post_url_continue: str | None = None) -> HttpResponse:
+        page = secrets_page(
+            request,
+            admin_site=self.admin_site,
+            title="New webhook",
+            next_url=reverse("admin:memoryapp_webhook_change", args=[obj.pk]),
+            said=f"The webhook to {obj.url} was added.",
+        )
+        return page if page is not None else super().response_add(request, obj, post_url_continue)
 
     def get_deleted_objects(self, objs: Any, request: HttpRequest) -> Any:
         # A webhook's delivery attempts are its log: they go with it. No role deletes them alone (their

@@ -14,6 +14,7 @@ from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
 from django.db.models.expressions import RawSQL
 
+from governance.crypto.fields import SealedTextField
 from memoryapp.models.agents import Agent
 
 
@@ -66,8 +67,10 @@ class Webhook(models.Model):
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="webhooks")
     url = models.URLField(max_length=2000, help_text="http(s) URL that receives the events (POST, JSON).")
-    secret = models.CharField(
-        max_length=200,
+    # Sealed at rest when encryption is on (governance.crypto), under the agent's own key: whoever
+    # reads the database (a dump, a replica) cannot sign events as the service. At most 200
+    # characters (the form and the service check it); a text column because sealed values are longer.
+    secret = SealedTextField(
         help_text="Shared with the receiver: it checks the X-Memory-Signature header with it (left empty: generated).",
     )
     active = models.BooleanField(default=True)
@@ -89,6 +92,10 @@ class Webhook(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent_id} → {self.url}"
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        """Sealed under the agent's key of no person (governance.crypto.envelope)."""
+        return (self.agent_id, "")
 
 
 class WebhookDelivery(models.Model):

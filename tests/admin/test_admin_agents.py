@@ -1,12 +1,20 @@
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 
 from governance.models import AuditRecord
 from memoryapp.models import Agent, AgentKey
+from tests.kit.admin import secrets_in_cookies
 from tests.kit.factories import JobRunFactory
 
 pytestmark = pytest.mark.django_db
+
+
+def _keys_shown(response: Any) -> list[str]:
+    return re.findall(r"<code[^>]*>([^<]+)</code>", response.content.decode())
 
 
 def test_creating_an_agent_in_the_admin_shows_its_key_once(admin_client) -> None:
@@ -18,10 +26,30 @@ def test_creating_an_agent_in_the_admin_shows_its_key_once(admin_client) -> None
     assert response.status_code == 200
     key = AgentKey.objects.get(agent__slug="concierge")
     page = response.content.decode()
-    assert "shown once" in page and key.prefix in page
+    assert "Shown once" in page and key.prefix in page
     # the page after that does not show it again
     assert key.prefix + "_" not in admin_client.get("/admin/memoryapp/agent/").content.decode()
     assert AuditRecord.objects.filter(action="agent_key.created", subject=key.prefix).exists()
+
+
+def test_a_minted_key_is_shown_on_the_page_of_its_response_and_never_set_in_a_cookie(admin_client, alice) -> None:
+    added = admin_client.post(
+        "/admin/memoryapp/agent/add/",
+        {"slug": "concierge", "name": "Concierge", "active": "on", "keys-TOTAL_FORMS": "0", "keys-INITIAL_FORMS": "0"},
+    )
+    minted = admin_client.post(
+        "/admin/memoryapp/agent/", {"action": "create_key", "_selected_action": [alice.agent.pk]}
+    )
+
+    for response, agent in ((added, "concierge"), (minted, "alice")):
+        assert response.status_code == 200 and "no-store" in response["Cache-Control"]
+        (raw,) = _keys_shown(response)
+        key = AgentKey.objects.filter(agent__slug=agent).latest("created_at")
+        assert raw.startswith(key.prefix) and AgentKey.objects.filter(agent__slug=agent).count() == (
+            1 if agent == "concierge" else 2
+        )
+        assert not secrets_in_cookies(response, raw) and not secrets_in_cookies(response, raw[len(key.prefix) :])
+        assert raw not in admin_client.get("/admin/memoryapp/agent/").content.decode()
 
 
 def test_revoking_a_key_first_says_the_agent_is_left_without_one_then_revokes_and_audits(admin_client, alice) -> None:

@@ -35,8 +35,9 @@ from memoryapp.events.webhooks import (
 from memoryapp.models import Webhook, WebhookDelivery
 from memoryapp.tasks.events import webhook_deliver_job
 from memoryapp.threads.services import entry_add, thread_create
-from tests.kit.admin import staff_client
+from tests.kit.admin import secrets_in_cookies, staff_client
 from tests.kit.api import Caller
+from tests.kit.crypto import encrypted  # noqa: F401  (the fixture)
 from tests.kit.events import WebhookReceiver, events_number_now
 from tests.kit.factories import AgentFactory
 
@@ -128,6 +129,27 @@ def test_each_webhook_gets_its_own_agents_events_only_and_the_next_batch_starts_
     assert Webhook.objects.get(agent=alice).delivered_seq == 3
 
 
+def test_with_encryption_on_a_webhooks_secret_is_sealed_in_the_database_and_deliveries_still_verify(
+    encrypted: Any,  # noqa: F811  (the fixture imported above)
+    db: None,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    agent = AgentFactory(slug="sealed")
+    secret = "plum-harbour-signing-secret"
+    with WebhookReceiver().running() as receiver:
+        webhook = webhook_create(agent=agent, url=receiver.url, secret=secret)
+        with django_capture_on_commit_callbacks(execute=True):
+            entry_add(thread=thread_create(agent=agent, external_id="t"), role="user", content="one")
+            events_number_now()
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT secret FROM memoryapp_webhook WHERE id = %s", [webhook.pk])
+        (stored,) = cursor.fetchone()
+    assert stored.startswith("enc:") and secret not in stored
+    assert Webhook.objects.get(pk=webhook.pk).secret == secret
+    assert receiver.deliveries and all(_verified(receiver, secret))
+
+
 @pytest.mark.django_db
 def test_a_webhook_made_now_starts_after_the_events_already_committed(django_capture_on_commit_callbacks: Any) -> None:
     agent = AgentFactory(slug="late")
@@ -202,9 +224,11 @@ def test_operators_set_up_a_webhook_audited_and_see_its_failed_deliveries(alice:
         "/admin/memoryapp/webhook/add/",
         {"agent": alice.agent.pk, "url": "http://127.0.0.1:9/hook", "secret": "", "active": "on"},
     )
-    assert page.status_code == 302, page.content[:2000]
+    assert page.status_code == 200, page.content[:2000]
     webhook = Webhook.objects.get(agent=alice.agent)
-    assert len(webhook.secret) >= 32  # generated
+    assert len(webhook.secret) >= 32  # generated, and shown once on this page (never in a cookie)
+    assert webhook.secret in page.content.decode() and not secrets_in_cookies(page, webhook.secret)
+    assert webhook.secret not in operator.get(f"/admin/memoryapp/webhook/{webhook.pk}/change/").content.decode()
     assert AuditRecord.objects.filter(action="webhook.created", subject=str(webhook.pk)).exists()
     WebhookDelivery.objects.create(
         webhook=webhook,

@@ -14,3 +14,20 @@ def staff_client(**staff: Any) -> Client:
     client = Client()
     client.force_login(StaffFactory(**staff))
     return client
+
+
+def secrets_in_cookies(response: Any, secret: str) -> list[str]:
+    """The cookies a response sets that carry `secret`: as it is, or inside Django's `messages`
+    cookie once decoded (which may compress its value, so a plain look would miss it)."""
+    from django.contrib.messages.storage.cookie import CookieStorage
+    from django.http import HttpRequest
+
+    found = []
+    for name, morsel in response.cookies.items():
+        if secret in morsel.value:
+            found.append(name)
+        elif name == CookieStorage.cookie_name and morsel.value:
+            decoded = CookieStorage(HttpRequest())._decode(morsel.value) or []
+            if any(secret in str(message) for message in decoded):
+                found.append(name)
+    return found
