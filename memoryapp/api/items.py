@@ -32,7 +32,7 @@ from memoryapp.api.base import (
 from memoryapp.api.errors import ErrorOut
 from memoryapp.api.parsers import ToolInputJSONParser
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.items.fact_tools import FACT_TOOL_NAMES, fact_tool_run
+from memoryapp.items.fact_tools import MEMORY_TOOL_NAMES, fact_tool_run, read_result_run
 from memoryapp.items.facts import (
     DEFAULT_SEARCH_LIMIT,
     MAX_SEARCH_LIMIT,
@@ -45,6 +45,7 @@ from memoryapp.items.facts import (
 )
 from memoryapp.items.selectors import item_evidence, item_for_agent, items_list, slot_history
 from memoryapp.items.services import item_forget, item_write
+from memoryapp.items.tool_scope import ToolScope
 from memoryapp.models import AgentKey, MemoryItem
 from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
 
@@ -238,7 +239,7 @@ class FactSearchQuery(StrictSerializer):
 
 
 class MemoryToolIn(StrictSerializer):
-    name = serializers.ChoiceField(choices=list(FACT_TOOL_NAMES))
+    name = serializers.ChoiceField(choices=list(MEMORY_TOOL_NAMES))
     input = serializers.DictField()
     user_id = PersonIdField(default="")
     project_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
@@ -460,12 +461,16 @@ class FactsView(APIView):
 
 
 class MemoryToolsView(APIView):
-    """Runs the tool call a model produced (`remember`, `forget`, `search_memory`) and returns its result text.
+    """Runs the tool call a model produced (`remember`, `forget`, `search_memory`, `read_result`) and
+    returns its result text.
 
     The facts live in `users/<user_id>` (002 `Memory.byState("user_id", "users")`) unless the call
-    names another namespace (`Memory.shared`). A tool input the model got wrong is answered as a
-    tool result with `is_error` (the model reads it and tries again); a request the developer got
-    wrong (no scope, unknown tool) is a 400.
+    names another namespace (`Memory.shared`). The body's `user_id`, `project_id`, `thread_id` and
+    `namespace` are the configuration: what the model's input names stays inside that scope
+    (`ToolScope`), another person's namespace or thread answering as a missing one. `read_result`
+    reads back a tool result that compaction cleared (`{"handle"}`). A tool input the model got wrong
+    is answered as a tool result with `is_error` (the model reads it and tries again); a request the
+    developer got wrong (no scope, unknown tool) is a 400.
     """
 
     # A NUL in the model's input is the tool's to answer (is_error), not a 400.
@@ -474,17 +479,25 @@ class MemoryToolsView(APIView):
     @extend_schema(
         request=MemoryToolIn,
         responses={200: MemoryToolResultOut},
-        summary="Run the model's remember / forget / search_memory tool call",
+        summary="Run the model's remember / forget / search_memory / read_result tool call",
     )
     def post(self, request: Request) -> Response:
         body = validated(MemoryToolIn, request.data)
-        outcome = fact_tool_run(
+        scope = ToolScope(
             agent=request_agent(request),
-            name=body["name"],
-            tool_input=body["input"],
             user_id=body["user_id"],
+            project_id=body["project_id"],
+            thread_id=body["thread_id"],
             namespace=body["namespace"],
-            ttl_secs=body.get("ttl_secs"),
-            actor=_actor(request),
         )
+        if body["name"] == "read_result":
+            outcome = read_result_run(scope=scope, tool_input=body["input"])
+        else:
+            outcome = fact_tool_run(
+                scope=scope,
+                name=body["name"],
+                tool_input=body["input"],
+                ttl_secs=body.get("ttl_secs"),
+                actor=_actor(request),
+            )
         return Response(MemoryToolResultOut({"result": outcome.result, "is_error": outcome.is_error}).data)

@@ -11,6 +11,10 @@ runs its work through the same services, input checks and output shapes as the R
 | `working_note` | `/api/v1/working-note` | `files.working_note.working_note_run` |
 | `get_context` | `POST /api/v1/threads/{id}/context` | `context.builder.context_build` |
 | `thread_append` | `POST /api/v1/threads/{id}/entries` | `threads.services.thread_append` |
+| `read_result` | `GET /api/v1/tool-results/{handle}` | `items.tool_scope.ToolScope.tool_result` |
+
+Every argument naming a person, a namespace, a thread or a handle stays inside the connection's
+scope (`items.tool_scope.ToolScope`, the one check): outside it answers as missing (not found).
 
 Resources: `memory://files` (the index of the files the scope sees, as `GET /api/v1/memory-files`
 answers it) and `memory://files/memories/{+path}` (one file's text).
@@ -38,6 +42,7 @@ from mcp_types import Resource as McpResource
 from pydantic import Field
 
 from memoryapp.api.base import validated
+from memoryapp.api.compaction import ToolResultOut
 from memoryapp.api.errors import error_body, exception_handler
 from memoryapp.api.files import MemoryFilesOut
 from memoryapp.api.search import ContextInput
@@ -52,9 +57,9 @@ from memoryapp.files.protocol import COMMANDS, memory_tool_run
 from memoryapp.files.selectors import file_heads, version_content
 from memoryapp.files.services import expected_sha_parse, files_list
 from memoryapp.files.working_note import ACTIONS, working_note_run
-from memoryapp.items.fact_tools import fact_tool_run
+from memoryapp.items.fact_tools import fact_tool_run, tool_result_text
+from memoryapp.items.tool_scope import ToolScope
 from memoryapp.models import Agent, Thread
-from memoryapp.threads.selectors import thread_for_agent
 from memoryapp.threads.services import thread_append, thread_create
 from memoryapp.threads.validation import MAX_BATCH_ENTRIES
 
@@ -76,6 +81,10 @@ class McpCaller:
     @property
     def actor(self) -> str:
         return f"agent:{self.agent.slug}"
+
+    def scope(self) -> ToolScope:
+        """The scope every tool argument naming a person, namespace, thread or handle stays in."""
+        return ToolScope(agent=self.agent, user_id=self.user_id, project_id=self.project_id, thread_id=self.thread_id)
 
     def file_access(self) -> FileAccess:
         return file_access_for(
@@ -152,7 +161,8 @@ mcp_server = MemoryMcpServer(
     instructions=(
         "Long-term memory for this agent. `remember`, `forget` and `search_memory` keep facts; `memory` is "
         "Anthropic's memory tool over the files under /memories; `working_note` is a scratch note; "
-        "`get_context` builds the messages for the next model call; `thread_append` records turns."
+        "`get_context` builds the messages for the next model call; `thread_append` records turns; "
+        "`read_result` reads back a tool result that compaction cleared."
     ),
     # The view of memoryapp.mcp.http answers each request on its own: nothing to keep between them.
     subscriptions=False,
@@ -199,9 +209,7 @@ async def search_memory(
 
 async def _facts_tool(name: str, tool_input: dict[str, Any]) -> CallToolResult:
     def work(caller: McpCaller) -> CallToolResult:
-        outcome = fact_tool_run(
-            agent=caller.agent, name=name, tool_input=tool_input, user_id=caller.user_id, actor=caller.actor
-        )
+        outcome = fact_tool_run(scope=caller.scope(), name=name, tool_input=tool_input, actor=caller.actor)
         return _text_result(
             outcome.result, {"result": outcome.result, "is_error": outcome.is_error}, is_error=outcome.is_error
         )
@@ -270,13 +278,6 @@ async def working_note(
 # --- threads: the context of the next call, appending turns ---------------------------------------
 
 
-def _thread_id(caller: McpCaller, given: str | None) -> str:
-    thread_id = given or caller.thread_id
-    if not thread_id:
-        raise DomainError("invalid_value", "Give thread_id (or name one in the connection's URL).", field="thread_id")
-    return thread_id
-
-
 @mcp_server.tool(annotations=ToolAnnotations(read_only_hint=True))
 async def get_context(
     max_tokens: Annotated[int, Field(description="The budget of the context, in tokens.")],
@@ -315,9 +316,11 @@ async def get_context(
     )
 
     def work(caller: McpCaller) -> CallToolResult:
-        thread = thread_for_agent(agent=caller.agent, external_id=_thread_id(caller, thread_id))
-        if "project_id" not in body and caller.project_id:
-            body["project_id"] = caller.project_id  # the connection's project, as the memory tool's scope
+        scope = caller.scope()
+        thread = scope.thread(thread_id)
+        project = scope.project_for(body.get("project_id"))
+        if project is not None:
+            body["project_id"] = project  # the connection's project, as the memory tool's scope
         request = ContextRequest(**validated(ContextInput, body))
         compaction_pre_step(thread=thread)  # as the context endpoint: 003 preStep
         built = context_build(agent=caller.agent, thread=thread, request=request).as_json()
@@ -347,9 +350,13 @@ async def thread_append_tool(
                 field="entries",
                 status=413,
             )
+        scope = caller.scope()
+        for index, raw in enumerate(entries):
+            metadata = raw.get("metadata") if isinstance(raw, dict) else None
+            if isinstance(metadata, dict):  # who wrote it: what that person's erasure follows
+                scope.person_check(metadata.get("userId"), field=f"entries[{index}].metadata.userId")
         specs = [entry_input(raw, f"entries[{index}].") for index, raw in enumerate(entries)]
-        external_id = _thread_id(caller, thread_id)
-        _thread_ensure(caller, external_id)
+        external_id = _thread_ensure(caller, scope, thread_id).external_id
         thread, created = thread_append(
             agent=caller.agent, external_id=external_id, entries=specs, field_prefix="entries"
         )
@@ -362,11 +369,43 @@ async def thread_append_tool(
     return await _run(work)
 
 
-def _thread_ensure(caller: McpCaller, external_id: str) -> Thread:
+def _thread_ensure(caller: McpCaller, scope: ToolScope, given: str | None) -> Thread:
+    """The thread to append to, in scope. Only the connection's own thread (its URL's) is created
+    when it does not exist: a thread the model names must exist in scope, so that a thread of
+    another person answers as a missing one does (creating it would say it exists)."""
     try:
-        return thread_for_agent(agent=caller.agent, external_id=external_id)
+        return scope.thread(given)
     except NotFound:
+        external_id = scope.thread_id_for(given)
+        if (
+            external_id != caller.thread_id
+            or Thread.objects.filter(agent=caller.agent, external_id=external_id).exists()
+        ):
+            raise
         return thread_create(agent=caller.agent, external_id=external_id, user_id=caller.user_id, actor=caller.actor)
+
+
+# --- cleared tool results: read_result -------------------------------------------------------------
+
+
+@mcp_server.tool(annotations=ToolAnnotations(read_only_hint=True))
+async def read_result(
+    handle: Annotated[
+        str,
+        Field(
+            description='The handle a cleared tool result names: [tool result cleared: ...; read_result(handle="...")].'
+        ),
+    ],
+) -> CallToolResult:
+    """Read again a tool result that compaction cleared from the context, by the handle its
+    placeholder names (a result of this connection's thread or person only)."""
+
+    def work(caller: McpCaller) -> CallToolResult:
+        entry = caller.scope().tool_result(handle)
+        answer = dict(ToolResultOut(entry).data)
+        return _text_result(tool_result_text(entry), answer)
+
+    return await _run(work)
 
 
 # --- resources: the file index and the files ------------------------------------------------------

@@ -93,8 +93,10 @@ def api_tour(alice: Caller) -> dict[str, Any]:
         "/api/v1/items",
         {"kind": "fact", "subject": "zqx Ana", "attribute": "zqx diet", "value": "zqx vegetarian"},
     )
-    use_fact_tool(alice, "remember", {"namespace": "users/zqx-ana", "key": "zqx-key", "value": "zqx value"})
-    use_fact_tool(alice, "forget", {"namespace": "users/zqx-ana", "key": "zqx-key"})
+    # The person is the configuration's (the request's user_id): the model names a namespace of theirs.
+    zqx = {"user_id": "zqx-ana"}
+    use_fact_tool(alice, "remember", {"namespace": "users/zqx-ana", "key": "zqx-key", "value": "zqx value"}, **zqx)
+    use_fact_tool(alice, "forget", {"namespace": "users/zqx-ana", "key": "zqx-key"}, **zqx)
     # Runs and the thread's busy policy.
     answered(alice.client.patch("/api/v1/threads/t-tour", {"on_busy": "reject"}, format="json"), 200)
     run = post_ok(alice.client, "/api/v1/threads/t-tour/runs")

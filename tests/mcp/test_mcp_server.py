@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -17,14 +18,26 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, TextResourceContents
 
 from governance.models import AuditRecord
+from memoryapp.compaction.service import compaction_now
+from memoryapp.items.facts import fact_recall, fact_remember
 from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread
 from tests.kit.api import Caller
+from tests.kit.factories import tool_thread
 from tests.kit.servers import gunicorn_serving
 
 pytestmark = pytest.mark.slow
 
 T = TypeVar("T")
-TOOLS = {"remember", "forget", "search_memory", "memory", "working_note", "get_context", "thread_append"}
+TOOLS = {
+    "remember",
+    "forget",
+    "search_memory",
+    "memory",
+    "working_note",
+    "get_context",
+    "thread_append",
+    "read_result",
+}
 
 
 @pytest.fixture(scope="module")
@@ -267,3 +280,155 @@ def test_a_chunked_mcp_request_larger_than_a_pages_upload_limit_is_read_whole(
     assert answer.status == 200, raw[:500]
     assert json.loads(raw)["result"]["isError"] is False
     assert Entry.objects.filter(agent=alice.agent, thread__external_id="t-big").count() == 3
+
+
+# --- scope: the configuration decides whose memory the model touches ---------------------------------
+
+
+def _error_of(result: CallToolResult) -> Any:
+    assert result.is_error, text_of(result)
+    return (result.structured_content or {}).get("error")
+
+
+def test_a_connection_for_one_person_reaches_no_other_persons_facts_or_threads_through_tool_arguments(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    """A connection scoped to user_id=ben read and changed ana's facts through `namespace`, and read
+    and appended to ana's thread through `thread_id`. Every such argument stays inside the
+    connection's scope; outside, the answer is the one a missing object gets."""
+    fact_remember(agent=alice.agent, namespace="users/ana", key="pin", value="4242")
+    fact_remember(agent=alice.agent, namespace="users/ana/health", key="allergy", value="shellfish")
+    fact_remember(agent=alice.agent, namespace="team", key="wifi", value="guest-net")
+    anas = tool_thread(alice.agent, rounds=1, external_id="t-ana")
+    Thread.objects.filter(pk=anas.pk).update(user_id="ana")
+    anas_result = Entry.objects.get(thread=anas, type="tool_result")
+    anas_entries = Entry.objects.filter(thread=anas).count()
+    seen: dict[str, Any] = {}
+
+    async def ben(client: Client) -> None:
+        seen["search_ana"] = await client.call_tool("search_memory", {"query": "pin", "namespace": "users/ana"})
+        seen["search_ana_nested"] = await client.call_tool("search_memory", {"namespace": "users/ana/health"})
+        seen["search_everyone"] = await client.call_tool("search_memory", {"query": "shellfish", "namespace": "users"})
+        seen["remember_ana"] = await client.call_tool(
+            "remember", {"key": "pin", "value": "0000", "namespace": "users/ana"}
+        )
+        seen["forget_ana"] = await client.call_tool("forget", {"key": "pin", "namespace": "users/ana"})
+        seen["forget_missing"] = await client.call_tool("forget", {"key": "pin"})
+        seen["context_ana"] = await client.call_tool("get_context", {"max_tokens": 2000, "thread_id": "t-ana"})
+        seen["context_none"] = await client.call_tool("get_context", {"max_tokens": 2000, "thread_id": "t-none"})
+        entries = [{"role": "user", "content": "ben was here"}]
+        seen["append_ana"] = await client.call_tool("thread_append", {"entries": entries, "thread_id": "t-ana"})
+        seen["append_none"] = await client.call_tool("thread_append", {"entries": entries, "thread_id": "t-none"})
+        seen["read_ana"] = await client.call_tool("read_result", {"handle": anas_result.id})
+        seen["read_none"] = await client.call_tool("read_result", {"handle": "ent_missing"})
+        # Inside the scope: ben's own namespace and a shared one.
+        seen["remember_own"] = await client.call_tool(
+            "remember", {"key": "tea", "value": "green", "namespace": "users/ben/prefs"}
+        )
+        seen["search_shared"] = await client.call_tool("search_memory", {"query": "wifi", "namespace": "team"})
+
+    over_mcp(f"{service}/mcp/?user_id=ben", alice.key, ben)
+
+    assert text_of(seen["search_ana"]) == "No memories matched."
+    assert text_of(seen["search_ana_nested"]) == "Nothing is remembered yet."
+    assert text_of(seen["search_everyone"]) == "No memories matched."
+    assert seen["remember_ana"].is_error and "4242" not in text_of(seen["remember_ana"])
+    assert text_of(seen["forget_ana"]) == text_of(seen["forget_missing"]) == "Nothing was remembered as pin."
+    assert fact_recall(agent=alice.agent, namespace="users/ana", key="pin")["value"] == "4242"  # type: ignore[index]
+    assert _error_of(seen["context_ana"]) == _error_of(seen["context_none"])
+    assert _error_of(seen["context_ana"])["code"] == "not_found"
+    assert _error_of(seen["append_ana"]) == _error_of(seen["append_none"])
+    assert Entry.objects.filter(thread=anas).count() == anas_entries
+    assert not Thread.objects.filter(agent=alice.agent, external_id="t-none").exists()
+    assert _error_of(seen["read_ana"]) == _error_of(seen["read_none"])
+    assert "PAGE-0-BODY" not in json.dumps(seen["read_ana"].model_dump(mode="json"))
+    assert text_of(seen["remember_own"]) == "Remembered tea: green"
+    assert text_of(seen["search_shared"]) == "Found 1 memory:\n- wifi: guest-net"
+
+
+def test_a_connection_for_one_thread_reaches_no_other_thread_and_writes_no_message_as_another_person(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    """With a thread named in the URL, `thread_id` may only repeat it; a message the model says
+    another person wrote (`metadata.userId`, what that person's erasure follows) is refused."""
+    other = tool_thread(alice.agent, rounds=1, external_id="t-other")
+    Thread.objects.filter(pk=other.pk).update(user_id="ben")
+    seen: dict[str, Any] = {}
+
+    async def ben(client: Client) -> None:
+        seen["own"] = await client.call_tool("thread_append", {"entries": [{"role": "user", "content": "hi"}]})
+        seen["other"] = await client.call_tool(
+            "get_context", {"max_tokens": 2000, "thread_id": "t-other", "current_input": "page"}
+        )
+        seen["as_ana"] = await client.call_tool(
+            "thread_append", {"entries": [{"role": "user", "content": "I am ana", "metadata": {"userId": "ana"}}]}
+        )
+        seen["as_ben"] = await client.call_tool(
+            "thread_append", {"entries": [{"role": "user", "content": "me", "metadata": {"userId": "ben"}}]}
+        )
+        seen["project"] = await client.call_tool("get_context", {"max_tokens": 2000, "project_id": "p-other"})
+
+    over_mcp(f"{service}/mcp/?user_id=ben&thread_id=t-ben&project_id=p-ben", alice.key, ben)
+
+    assert not seen["own"].is_error, text_of(seen["own"])
+    assert _error_of(seen["other"])["code"] == "not_found"
+    refused = _error_of(seen["as_ana"])
+    assert refused["code"] == "not_found" and refused["field"] == "entries[0].metadata.userId"
+    assert not seen["as_ben"].is_error, text_of(seen["as_ben"])
+    assert _error_of(seen["project"])["code"] == "not_found"
+    assert not Entry.objects.filter(agent=alice.agent, metadata__userId="ana").exists()
+    assert Thread.objects.get(agent=alice.agent, external_id="t-ben").user_id == "ben"
+
+
+# --- read_result: the tool the cleared placeholders name -----------------------------------------------
+
+
+def test_read_result_reads_back_a_cleared_tool_result_of_the_connections_thread_only(
+    transactional_db: None, service: str, alice: Caller, bob: Caller
+) -> None:
+    """Clearing old tool results (and automatic compaction) leaves placeholders saying `read it again
+    with read_result(handle=...)`: the MCP server has that tool, scoped like the others."""
+    thread = tool_thread(alice.agent, rounds=2, external_id="t-tools")
+    Thread.objects.filter(pk=thread.pk).update(user_id="ana")
+    elsewhere = tool_thread(alice.agent, rounds=1, external_id="t-elsewhere")
+    Thread.objects.filter(pk=elsewhere.pk).update(user_id="ana")
+    compaction_now(thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 1})
+    seen: dict[str, Any] = {}
+
+    async def model(client: Client) -> None:
+        seen["context"] = await client.call_tool("get_context", {"max_tokens": 100_000})
+        placeholder = json.dumps(seen["context"].structured_content)
+        handle = re.search(r'read_result\(handle=\\"([^"\\]+)\\"\)', placeholder)
+        assert handle is not None, placeholder[:2000]
+        seen["handle"] = handle.group(1)
+        seen["read"] = await client.call_tool("read_result", {"handle": seen["handle"]})
+
+    over_mcp(f"{service}/mcp/?user_id=ana&thread_id=t-tools", alice.key, model)
+
+    read = seen["read"]
+    assert not read.is_error and text_of(read).startswith("PAGE-0-BODY"), text_of(read)[:200]
+    assert read.structured_content["handle"] == seen["handle"]
+    assert (read.structured_content["thread_id"], read.structured_content["tool_name"]) == ("t-tools", "fetch_page")
+    handle = seen["handle"]
+    other_thread = Entry.objects.get(thread=elsewhere, type="tool_result").id
+    user_message = Entry.objects.filter(thread=thread, role="user").first().id  # type: ignore[union-attr]
+    answers: dict[str, Any] = {}
+
+    def read_as(url: str, key: str, label: str, handles: dict[str, str]) -> None:
+        async def work(client: Client) -> None:
+            for name, value in handles.items():
+                answers[f"{label}:{name}"] = await client.call_tool("read_result", {"handle": value})
+
+        over_mcp(url, key, work)
+
+    read_as(f"{service}/mcp/?user_id=ana&thread_id=t-tools", alice.key, "same", {"other thread": other_thread})
+    read_as(f"{service}/mcp/?user_id=ana&thread_id=t-tools", alice.key, "msg", {"not a result": user_message})
+    read_as(f"{service}/mcp/?user_id=ben", alice.key, "person", {"another person": handle})
+    read_as(f"{service}/mcp/?user_id=ana&thread_id=t-elsewhere", alice.key, "thread", {"another thread": handle})
+    read_as(f"{service}/mcp/?user_id=ana&thread_id=t-tools", bob.key, "agent", {"another agent": handle})
+    read_as(f"{service}/mcp/?user_id=ana&thread_id=t-tools", alice.key, "none", {"missing": "ent_missing"})
+    missing = _error_of(answers["none:missing"])
+    assert missing["code"] == "not_found"
+    for name, answer in answers.items():
+        assert _error_of(answer) == missing, name
+        assert "PAGE-" not in text_of(answer), name

@@ -459,18 +459,20 @@ class AsyncMemoryClient:
 
     async def memory_tools(
         self,
-        name: Literal["remember", "forget", "search_memory"],
+        name: Literal["remember", "forget", "search_memory", "read_result"],
         tool_input: dict[str, Any],
         *,
         user_id: str | None = None,
+        thread_id: str | None = None,
         namespace: str | None = None,
         ttl_secs: int | None = None,
     ) -> MemoryToolResultOut:
-        """Run the model's remember / forget / search_memory call: `result` is the text for the model."""
+        """Run the model's remember / forget / search_memory / read_result call: `result` is the text
+        for the model. `user_id`, `thread_id` and `namespace` are the scope the model's input stays in."""
         body = {
             "name": name,
             "input": tool_input,
-            **without_none(user_id=user_id, namespace=namespace, ttl_secs=ttl_secs),
+            **without_none(user_id=user_id, thread_id=thread_id, namespace=namespace, ttl_secs=ttl_secs),
         }
         return cast(MemoryToolResultOut, await self._request("POST", f"{API}/memory-tools", json_body=body))
 

@@ -987,7 +987,7 @@ MethodEnum: TypeAlias = Literal["keyword", "vector", "hybrid"]
 
 ModeEnum: TypeAlias = Literal["erase", "redact"]
 
-NameEnum: TypeAlias = Literal["remember", "forget", "search_memory"]
+NameEnum: TypeAlias = Literal["remember", "forget", "search_memory", "read_result"]
 
 NullEnum: TypeAlias = None
 
