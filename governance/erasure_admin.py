@@ -329,7 +329,8 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
             title=f"Run erasure request #{obj.pk} again?",
             verb=f"Run erasure request #{obj.pk} again",
             objects=[(f"#{obj.pk}: {obj.mode} {obj.user_id} ({obj.get_status_display()})", page)],
-            counted=count_rows(preview.counts) + shared,
+            counted=[r for r in count_rows(preview.counts) + shared if r[1]]
+            + [r for r in count_rows(preview.counts) + shared if not r[1]],
             warning=(
                 f"Legal hold{'s' if len(preview.holds) > 1 else ''} {holds} still in force: the request will stop "
                 "again before changing anything."

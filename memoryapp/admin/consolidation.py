@@ -134,7 +134,7 @@ def side_by_side(older: str, newer: str) -> list[DiffRow]:
 
 # How the list and the page name why a draft cannot be promoted (the codes of `draft_refusal`).
 REFUSAL_LABELS = {
-    "playbook_changed": "Out of date: the playbook changed since",
+    "playbook_changed": "Out of date: the playbook changed since it was drafted",
     "draft_by_model": "Written by a model",
     "draft_unknown": "Its base is not recorded",
 }
@@ -482,5 +482,6 @@ class EntityOverviewAdmin(EntityNameSearch):
             "aliases": [a for a in entity.aliases or [] if isinstance(a, str)],
             "items": [{"item": i, "url": item_url(i.pk), "scope": _scope_label(i)} for i in page.items],
             "observations": observations,
+            "is_nav_sidebar_enabled": False,  # the values need the width
         }
         return TemplateResponse(request, "admin/memoryapp/consolidation/entity.html", context)

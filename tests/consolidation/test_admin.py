@@ -97,7 +97,7 @@ def test_promotion_is_refused_with_the_reason_when_the_playbook_changed_meanwhil
     # Marked before anyone clicks (issue 23 §18): in the list, and on the page without a Promote button.
     listed = client.get(DRAFTS).content.decode()
     assert 'class="pd-refused" data-code="playbook_changed"' in listed
-    assert "Out of date: the playbook changed since" in listed and 'pd-promotable">yes' not in listed
+    assert "Out of date: the playbook changed since it was drafted" in listed and 'pd-promotable">yes' not in listed
     page = client.get(f"{DRAFTS}{draft.pk}/review/").content.decode()
     assert 'id="pd-refused" data-code="playbook_changed"' in page
     assert "promoting it would undo that change" in page
