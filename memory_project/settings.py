@@ -213,6 +213,11 @@ EVENTS_POLL_SECONDS = env_float("EVENTS_POLL_SECONDS", 0.5, minimum=0.05, maximu
 # Streams one web process serves at once (the rest answer 503 with Retry-After): keep it below
 # WEB_THREADS, so streams never take every thread the API needs.
 EVENTS_MAX_STREAMS = env_int("EVENTS_MAX_STREAMS", 2, minimum=1, maximum=10_000)
+# Of those, the streams one agent holds at once (all its keys together; more answer 429), so one agent
+# cannot take every slot and starve the others: half of EVENTS_MAX_STREAMS (rounded up) by default.
+EVENTS_MAX_STREAMS_PER_AGENT = env_int(
+    "EVENTS_MAX_STREAMS_PER_AGENT", (EVENTS_MAX_STREAMS + 1) // 2, minimum=1, maximum=10_000
+)
 # Seconds a webhook delivery waits for the receiver's answer.
 WEBHOOK_TIMEOUT = env_float("WEBHOOK_TIMEOUT", 10.0, minimum=0.1, maximum=300.0)
 # Webhook URLs must reach a public address: one naming localhost, a loopback, private, link-local

@@ -98,6 +98,11 @@ class EventsStreamView(APIView):
         ],
         responses={
             (200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR, description=EVENT_STREAM_DESCRIPTION),
+            429: OpenApiResponse(
+                ErrorOut,
+                description="The agent holds EVENTS_MAX_STREAMS_PER_AGENT streams of this process already: "
+                "retry after Retry-After.",
+            ),
             503: OpenApiResponse(
                 ErrorOut, description="This process serves EVENTS_MAX_STREAMS streams already: retry after Retry-After."
             ),
@@ -113,7 +118,20 @@ class EventsStreamView(APIView):
         types = _types(query.get("types"))
         limit = settings.EVENTS_STREAM_SECONDS
         seconds = min(limit, query["max_seconds"]) if "max_seconds" in query else limit
-        if not STREAM_SLOTS.take():
+        taken = STREAM_SLOTS.take(agent.pk)
+        if taken == STREAM_SLOTS.AGENT_FULL:
+            # The agent's share of the process's streams: the other agents keep theirs.
+            response = Response(
+                error_body(
+                    "too_many_streams_for_agent",
+                    f"This agent holds {settings.EVENTS_MAX_STREAMS_PER_AGENT} event stream(s) of this process "
+                    "already; close one or retry in a moment.",
+                ),
+                status=429,
+            )
+            response["Retry-After"] = "1"
+            return response
+        if taken == STREAM_SLOTS.PROCESS_FULL:
             response = Response(
                 error_body(
                     "too_many_streams",
@@ -125,9 +143,11 @@ class EventsStreamView(APIView):
             return response
         try:
             frames = event_frames(agent_id=agent.pk, after=after, types=types, seconds=seconds)
-            stream = StreamingHttpResponse(HeldStream(frames), content_type="text/event-stream; charset=utf-8")
+            stream = StreamingHttpResponse(
+                HeldStream(frames, agent_id=agent.pk), content_type="text/event-stream; charset=utf-8"
+            )
         except BaseException:
-            STREAM_SLOTS.give_back()
+            STREAM_SLOTS.give_back(agent.pk)
             raise
         stream["Cache-Control"] = "no-cache"
         stream["X-Accel-Buffering"] = "no"  # a proxy in front must not hold frames back

@@ -90,26 +90,47 @@ def event_frames(
 
 
 class StreamSlots:
-    """How many streams this process serves at once (EVENTS_MAX_STREAMS): each holds a web thread."""
+    """How many streams this process serves at once (EVENTS_MAX_STREAMS: each holds a web thread), and
+    how many of them one agent holds (EVENTS_MAX_STREAMS_PER_AGENT, every key of the agent together).
+
+    Without the agent's share, one agent reconnecting in a loop held every slot and another agent
+    got 15 refusals of 15 (issue 23): an agent at its share is refused (`AGENT_FULL`) while the
+    process still has slots for the others.
+    """
+
+    TAKEN = "taken"
+    AGENT_FULL = "agent_full"
+    PROCESS_FULL = "process_full"
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._open = 0
+        self._by_agent: dict[int, int] = {}
 
-    def take(self) -> bool:
+    def take(self, agent_id: int) -> str:
+        """TAKEN (give it back with `give_back`), AGENT_FULL or PROCESS_FULL."""
         with self._lock:
+            if self._by_agent.get(agent_id, 0) >= settings.EVENTS_MAX_STREAMS_PER_AGENT:
+                return self.AGENT_FULL
             if self._open >= settings.EVENTS_MAX_STREAMS:
-                return False
+                return self.PROCESS_FULL
             self._open += 1
-            return True
+            self._by_agent[agent_id] = self._by_agent.get(agent_id, 0) + 1
+            return self.TAKEN
 
-    def give_back(self) -> None:
+    def give_back(self, agent_id: int) -> None:
         with self._lock:
             self._open = max(0, self._open - 1)
+            held = self._by_agent.pop(agent_id, 0) - 1
+            if held > 0:
+                self._by_agent[agent_id] = held
 
     @property
     def open(self) -> int:
         return self._open
+
+    def held_by(self, agent_id: int) -> int:
+        return self._by_agent.get(agent_id, 0)
 
 
 STREAM_SLOTS = StreamSlots()
@@ -119,8 +140,9 @@ class HeldStream:
     """The frames of one stream, holding a slot until the response is closed (streamed to its end,
     or the client went away): Django calls `close()` either way, even before the first frame."""
 
-    def __init__(self, frames: Iterator[str], slots: StreamSlots = STREAM_SLOTS):
+    def __init__(self, frames: Iterator[str], *, agent_id: int, slots: StreamSlots = STREAM_SLOTS):
         self._frames = frames
+        self._agent_id = agent_id
         self._slots = slots
         self._held = True
 
@@ -131,7 +153,7 @@ class HeldStream:
     def close(self) -> None:
         if self._held:
             self._held = False
-            self._slots.give_back()
+            self._slots.give_back(self._agent_id)
         close = getattr(self._frames, "close", None)
         if close is not None:
             close()

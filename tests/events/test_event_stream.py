@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rest_framework.test import APIClient
 
+from memoryapp.agents.services import agent_key_create
 from memoryapp.events.stream import STREAM_SLOTS
 from tests.kit.api import Caller, error_of, post_entry, post_thread
 from tests.kit.concurrency import in_threads
@@ -81,13 +83,18 @@ def test_a_reader_gets_every_event_once_and_in_order_across_disconnects_while_cl
 
 
 @pytest.mark.slow
-def test_streams_past_the_limit_of_a_process_answer_503_and_a_bad_position_400(service: str, alice: Caller) -> None:
-    holding = [SseClient(service, alice.key, query="max_seconds=3") for _ in range(2)]
+def test_streams_past_the_limit_of_a_process_answer_503_and_a_bad_position_400(
+    service: str, alice: Caller, bob: Caller, mallory: Caller
+) -> None:
+    # Two slots, one an agent (EVENTS_MAX_STREAMS_PER_AGENT's default: half): alice and bob hold one each.
+    holding = [SseClient(service, who.key, query="max_seconds=3") for who in (alice, bob)]
     readers = [threading.Thread(target=h.read) for h in holding]
     for r in readers:
         r.start()
     time.sleep(1.0)  # both streams are open (each holds one of the process's slots)
     status, body = http_json(service, "GET", STREAM, alice.key)
+    assert status == 429 and body["error"]["code"] == "too_many_streams_for_agent", body
+    status, body = http_json(service, "GET", STREAM, mallory.key)
     assert status == 503 and body["error"]["code"] == "too_many_streams", body
     for r in readers:
         r.join(timeout=30)
@@ -100,6 +107,44 @@ def test_streams_past_the_limit_of_a_process_answer_503_and_a_bad_position_400(s
     refused = SseClient(service, alice.key, last_event_id="yesterday")
     with pytest.raises(AssertionError, match="answered 400"):
         refused.read()
+
+
+def test_one_agent_holds_at_most_its_share_of_the_streams_and_another_agent_still_gets_one(
+    alice: Caller, bob: Caller, mallory: Caller, settings: Any
+) -> None:
+    """One agent reconnecting in a loop held every slot of a process, and another agent got 15
+    refusals of 15 (issue 23): an agent holds at most EVENTS_MAX_STREAMS_PER_AGENT of them, every
+    key of it together (429), while the process still serves the others (503 only once it is full)."""
+    settings.EVENTS_MAX_STREAMS, settings.EVENTS_MAX_STREAMS_PER_AGENT = 3, 2
+    _, other_key = agent_key_create(agent=alice.agent)
+    alices_other_key = APIClient()
+    alices_other_key.credentials(HTTP_AUTHORIZATION=f"Bearer {other_key}")
+    held: list[Any] = []  # a stream holds its slot until it is read to its end (or the client goes)
+    try:
+        for client in (alice.client, alices_other_key):
+            held.append(client.get(STREAM, {"max_seconds": 0}))
+            assert held[-1].status_code == 200
+        for client in (alice.client, alices_other_key):
+            refused = client.get(STREAM, {"max_seconds": 0})
+            assert error_of(refused, 429)["code"] == "too_many_streams_for_agent"
+            assert refused["Retry-After"] == "1"
+        held.append(bob.client.get(STREAM, {"max_seconds": 0}))
+        assert held[-1].status_code == 200  # bob is served beside alice
+        full = mallory.client.get(STREAM, {"max_seconds": 0})
+        assert error_of(full, 503)["code"] == "too_many_streams"
+        assert (STREAM_SLOTS.open, STREAM_SLOTS.held_by(alice.agent.pk), STREAM_SLOTS.held_by(bob.agent.pk)) == (
+            3,
+            2,
+            1,
+        )
+
+        b"".join(held.pop(0).streaming_content)  # alice's first stream ends: her slot is back
+        held.append(alice.client.get(STREAM, {"max_seconds": 0}))
+        assert held[-1].status_code == 200
+    finally:
+        for response in held:
+            b"".join(response.streaming_content)
+    assert STREAM_SLOTS.open == 0 and STREAM_SLOTS.held_by(alice.agent.pk) == 0
 
 
 def test_the_stream_in_process_starts_after_the_position_and_sends_ids_only(alice: Caller, bob: Caller) -> None:

@@ -130,6 +130,7 @@ class SseClient:
     retry_ms: int | None = None
     comments: list[str] = field(default_factory=list)
     status: int | None = None
+    busy_retries: int = 30
 
     def _open(self) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         host, port = self.where.rsplit(":", 1)
@@ -147,6 +148,15 @@ class SseClient:
         """One connection: read frames until the server closes it, `until()` is true after a frame,
         or `stop_after_events` events came (then the client hangs up, as a dropped network would)."""
         conn, response = self._open()
+        # A reconnect that comes before the server saw the dropped connection go finds the agent's
+        # share of streams still held (429, Retry-After): wait and ask again, as the Python client does.
+        for _ in range(self.busy_retries):
+            if response.status != 429:
+                break
+            wait = float(response.getheader("Retry-After") or 1)
+            conn.close()
+            time.sleep(wait)
+            conn, response = self._open()
         try:
             if response.status != 200:
                 raise AssertionError(f"GET /api/v1/events answered {response.status}: {response.read()[:500]!r}")
