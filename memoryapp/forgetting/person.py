@@ -80,6 +80,7 @@ from memoryapp.models import (
 )
 from memoryapp.models.choices import EntryType, ItemStatus
 from memoryapp.retry import atomic_retrying
+from memoryapp.screening.identifiers import identifiers_delete
 from memoryapp.search.access_log import access_log_forget_person
 
 MODES = ("erase", "redact")
@@ -358,8 +359,12 @@ def person_erase(
                 break
             counts_add(counts, _files_erase(agent_id=agent_id, version_ids=ids, mode=mode, actor=actor))
             step(len(ids))
-        # 6. Consolidation records of the scope.
+        # 6. Consolidation records of the scope, and the identifiers registered for the person
+        # (memoryapp.screening.identifiers), before their key goes (sealed under it).
         ConsolidationState.objects.filter(agent_id=agent_id, user_id=user_id).delete()
+        identifiers = identifiers_delete(agent_ids=[agent_id], user_id=user_id)
+        if identifiers:
+            counts["identifiers"] = counts.get("identifiers", 0) + identifiers
         # 7. Crypto-shredding (encryption on): the person's data key goes, so a copy of their rows
         # that outlives this (a backup, a dump, a replica) no longer opens. Erase only: a redaction
         # keeps rows sealed under it.

@@ -22,6 +22,7 @@ from memoryapp.ids import person_id_check
 from memoryapp.items.facts import fact_forget, fact_remember, fact_search, key_check, namespace_check, value_text
 from memoryapp.items.tool_scope import ToolScope
 from memoryapp.models import Agent, Entry
+from memoryapp.screening.screen import refusal_record
 
 FACT_TOOL_NAMES = ("remember", "forget", "search_memory")
 # Every tool POST /api/v1/memory-tools runs: the facts tools and read_result (cleared tool results).
@@ -81,6 +82,7 @@ def fact_tool_run(
     except DomainError as exc:
         if exc.status >= 500:
             raise
+        refusal_record(exc)  # a write screening refused rolled back: audited now
         return _error(exc.message)
 
 

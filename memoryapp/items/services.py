@@ -40,6 +40,7 @@ from memoryapp.items.rules import (
 )
 from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryItem
 from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
+from memoryapp.screening.screen import screener_for
 
 OPINION_REPEAT_GAIN = 0.1
 OPINION_CONTRADICTION_LOSS = 0.2
@@ -51,6 +52,10 @@ MAX_QUOTE_CHARS = 4_000
 class EvidenceInput(TypedDict):
     entry_id: str
     quote: str
+
+
+# An item's metadata key naming the categories screening held it for (it waits as suggested).
+HELD_KEY = "screening_held"
 
 
 def slot_lock(*, agent_id: int, scope: Scope, subject_key: str, attribute: str) -> None:
@@ -268,6 +273,22 @@ def item_state_write(
         raise DomainError("invalid_value", "valid_to must be after valid_from.", field="valid_to")
     if metadata is not None and not isinstance(metadata, dict):
         raise DomainError("invalid_value", "metadata must be an object.", field="metadata")
+    screener = screener_for(agent=agent)
+    held: list[str] = []
+    if screener is not None:
+        screener.prefetch([subject, attribute, value])
+        subject = screener.text(subject, field="subject")
+        attribute = screener.text(attribute, field="attribute")
+        value = screener.text(value, field="value")
+        value_json = screener.value(value_json, field="value")
+        metadata = screener.value(metadata, field="metadata")
+        held = screener.take_held()
+        # A held statement waits for a reviewer: suggested (out of recall), never merged into one
+        # that stands, and marked with what it was held for.
+        if held:
+            shadow = True
+            metadata = {**(metadata or {}), HELD_KEY: held}
+        screener.record(actor=actor, thread_id=scope.thread_id)
     checked = _checked_evidence(agent=agent, evidence=evidence)
     verified = bool(checked) and all(status == EvidenceStatus.VERIFIED for _, _, status in checked)
 
@@ -284,6 +305,7 @@ def item_state_write(
     )
     if (
         newest is not None
+        and not held
         and newest.valid_to is None
         and same_value(newest.value, value)
         and (value_json is None or newest.value_json == value_json)

@@ -11,6 +11,7 @@ from memoryapp.models.consolidation import (
 from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDelivery
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
+from memoryapp.models.people import IdentifierKind, PersonIdentifier
 from memoryapp.models.retention import LegalHold, RetentionPolicy
 from memoryapp.models.runs import AccessLog, ThreadRun
 from memoryapp.models.threads import Entry, Thread
@@ -28,11 +29,13 @@ __all__ = [
     "Event",
     "EventCounter",
     "Evidence",
+    "IdentifierKind",
     "ItemReview",
     "LegalHold",
     "MemoryFileVersion",
     "MemoryItem",
     "OnBusy",
+    "PersonIdentifier",
     "PlaybookDraft",
     "RetentionPolicy",
     "StaleItem",

@@ -29,6 +29,10 @@ class Agent(models.Model):
     rate_limit_per_minute = models.PositiveIntegerField(null=True, blank=True)
     rate_limit_burst = models.PositiveIntegerField(null=True, blank=True)
     heavy_concurrency = models.PositiveIntegerField(null=True, blank=True)
+    # Screening at write (memoryapp.screening): the action per category the agent chose, only the
+    # categories set ({"email": "redact"}); the others take the defaults. On the agent's row, which
+    # every write has read already, so screening costs no query of its own.
+    screening = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -112,6 +112,9 @@ class Entry(models.Model):
     # 000's hashNode: sha256 over parent, content and creation time, first 32 hex digits.
     content_hash = models.CharField(max_length=32)
     redacted_at = models.DateTimeField(null=True, blank=True)
+    # Held by screening (memoryapp.screening): stored, but kept out of search, context, extraction
+    # and embedding until a reviewer releases it (null again) or deletes it.
+    held_at = models.DateTimeField(null=True, blank=True)
     # Empty for a sealed text: with encryption on, keyword search reads `keyword_hashes` instead.
     search_vector = models.GeneratedField(
         expression=SearchVector(
@@ -169,6 +172,8 @@ class Entry(models.Model):
                 name="entry_unembedded_idx",
                 condition=models.Q(embedding__isnull=True, redacted_at__isnull=True),
             ),
+            # the review queue's held entries (memoryapp.screening.review).
+            models.Index(fields=["agent", "held_at"], name="entry_held_idx", condition=models.Q(held_at__isnull=False)),
             # admin overview: entries written per agent per day over 30 days (rows arrive in time
             # order, so a block range index is tiny and skips everything older).
             BrinIndex(fields=["created_at"], name="entry_created_brin"),

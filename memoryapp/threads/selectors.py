@@ -37,6 +37,8 @@ def thread_for_agent(*, agent: Agent, external_id: str, for_update: bool = False
     thread = threads.filter(agent=agent, external_id=external_id).first()
     if thread is None:
         raise NotFound("Thread")
+    # The writes read the agent's settings (screening) through the thread: no query for it.
+    Thread.agent.field.set_cached_value(thread, agent)
     return thread
 
 

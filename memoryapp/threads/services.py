@@ -25,6 +25,7 @@ from memoryapp.events.services import event_record
 from memoryapp.ids import new_id, person_id_check
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
+from memoryapp.screening.screen import screener_for
 from memoryapp.threads.columns import (
     ENTRY_FORK_COPIED,
     ENTRY_INSERT_COLUMNS,
@@ -35,6 +36,7 @@ from memoryapp.threads.columns import (
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.threads.hooks import after_entries_added
 from memoryapp.threads.off_ranges import OFF_RANGES_KEY, off_ranges_of_copies
+from memoryapp.threads.screened import entries_screened, thread_screener
 from memoryapp.threads.selectors import entry_on_branch, path_entries, thread_for_agent, tool_call_name_on_branch
 from memoryapp.threads.validation import (
     MAX_BATCH_ENTRIES,
@@ -89,6 +91,10 @@ def thread_create(
     external_id = thread_id_or_new(external_id, field="id")
     user_id = person_id_check("" if user_id is None else user_id)
     metadata = thread_metadata_check({} if metadata is None else metadata)
+    screener = screener_for(agent=agent)
+    if screener is not None:
+        metadata = screener.value(metadata, field="metadata", holdable=False)
+        screener.record(actor=actor, thread_id=external_id, subject=external_id)
     existing = Thread.objects.select_for_update().filter(agent=agent, external_id=external_id).first()
     if existing is None:
         try:
@@ -182,6 +188,10 @@ def thread_update(
     locked = thread_lock(thread)
     if metadata is not None:
         metadata = thread_metadata_check(metadata)
+        screener = thread_screener(locked)
+        if screener is not None:
+            metadata = screener.value(metadata, field="metadata", holdable=False)
+            screener.record(actor=actor, thread_id=locked.external_id, subject=locked.external_id)
         locked.metadata = metadata_merged({} if replace_metadata else locked.metadata, metadata)
     changed = False
     if user_id is not None:
@@ -263,6 +273,10 @@ def _insert(
             leaf_id = entry.id
         else:
             branched = True
+    screener = thread_screener(thread)
+    if screener is not None:
+        prefixes = [f"{field_prefix}[{index}]." if field_prefix else "" for index in range(len(entries))]
+        entries_screened(entries=entries, screener=screener, prefixes=prefixes, now=now)
     if len(entries) == 1:
         entries[0].save(force_insert=True)
     else:
@@ -279,6 +293,8 @@ def _insert(
         agent_id=locked.agent_id, type="entry.added", thread_id=locked.external_id, ids=[e.id for e in entries]
     )
     _audit_tool_calls(locked, entries)
+    if screener is not None:
+        screener.record(thread_id=locked.external_id, subject=locked.external_id)
     after_entries_added(thread=thread, entries=entries)
     return entries
 

@@ -39,11 +39,13 @@ from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import entry_id_check, person_id_check, thread_id_check
 from memoryapp.models import Agent, Entry, Thread
+from memoryapp.screening.screen import screener_for
 from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
 from memoryapp.threads.formats import FORMAT_VERSION, records_upgraded
 from memoryapp.threads.hooks import after_entries_added
 from memoryapp.threads.memory_switch import OFF_RANGES_KEY, memory_off_ranges
 from memoryapp.threads.redaction import redaction_apply
+from memoryapp.threads.screened import entries_screened
 from memoryapp.threads.selectors import thread_entries_iter
 from memoryapp.threads.validation import (
     EVENT_TYPE_VALUES,
@@ -305,6 +307,9 @@ def thread_import(
     """
     external_id = thread_id_or_new(external_id, field="id")
     metadata = thread_metadata_check({} if metadata is None else metadata)
+    screener = screener_for(agent=agent)
+    if screener is not None:
+        metadata = screener.value(metadata, field="metadata", holdable=False)
     try:
         # A plain insert, not the upsert: an import never writes into a thread that exists,
         # even one another request created a moment ago.
@@ -359,6 +364,13 @@ def thread_import(
         entries.append(entry)
     if leaf_id is not None and leaf_id not in seqs:
         raise DomainError("unknown_leaf", "The head names no node of the file.", field="leaf")
+    if screener is not None:
+        entries_screened(
+            entries=entries,
+            screener=screener,
+            prefixes=[f"nodes[{i}]." for i in range(len(entries))],
+            now=timezone.now(),
+        )
     entries.sort(key=lambda e: e.seq)
     Entry.objects.bulk_create(entries, batch_size=1000)
     next_seq = (entries[-1].seq + 1) if entries else 1
@@ -400,6 +412,8 @@ def thread_import(
         outcome="imported",
         details={"entries": len(entries)},
     )
+    if screener is not None:
+        screener.record(actor=actor, thread_id=external_id, subject=external_id)
     event_record(agent_id=agent.pk, type="entry.added", thread_id=external_id, ids=[e.id for e in entries])
     after_entries_added(thread=thread, entries=entries)
     return thread

@@ -148,8 +148,14 @@ def client_tour(memory: Any, who: Caller) -> None:
     assert len({i["id"] for i in memory.iter_items(user_id="ana", limit=1)}) == 2
     assert memory.forget_item(item["id"])["expired_at"]
     memory.create_thread(id="t-gone", user_id="u-gone")
+    registered = memory.set_user_identifiers("u-gone", emails=["Gone@Example.com"], names=["Ana Gone"])
+    assert registered["emails"] == ["gone@example.com"] and memory.user_identifiers("u-gone")["names"] == ["ana gone"]
     forgotten = memory.forget_user("u-gone", mode="erase")
     assert forgotten["counts"]["threads"] == 1 and not Thread.objects.filter(external_id="t-gone").exists()
+    assert memory.user_identifiers("u-gone")["emails"] == []
+    # Screening at write.
+    assert memory.screening_settings()["secret"] == "refuse"
+    assert memory.set_screening_settings(email="redact")["email"] == "redact"
     # Facts, and the model's facts tools.
     assert memory.put_fact("users/ana", "tea", "green")["value"] == "green"
     assert memory.get_fact("users/ana", "tea")["value"] == "green"

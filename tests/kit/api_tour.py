@@ -354,6 +354,16 @@ def api_tour(caller: Caller) -> list[Visit]:
         "POST", f"{V1}/items", body={"kind": "fact", "subject": "s", "attribute": "a", "value": "v", "trust": "system"}
     )
 
+    # Screening and the people memory is about.
+    screening = f"{V1}/settings/screening"
+    call("GET", screening)
+    call("PATCH", screening, body={"email": "shred"})  # 400
+    call("PATCH", screening, body={"email": "redact"})
+    identifiers = f"{V1}/users/{{user_id}}/identifiers"
+    call("PUT", identifiers, f"{V1}/users/u-tour-gone/identifiers", body={"phones": ["12"]})  # 400
+    call("PUT", identifiers, f"{V1}/users/u-tour-gone/identifiers", body={"emails": ["gone@example.com"]})
+    call("GET", identifiers, f"{V1}/users/u-tour-gone/identifiers")
+
     # Deletions last.
     forget = f"{V1}/users/{{user_id}}/forget"
     call("POST", forget, f"{V1}/users/u-tour-gone/forget", body={"mode": "sideways"})  # 400

@@ -432,3 +432,33 @@ def test_read_result_reads_back_a_cleared_tool_result_of_the_connections_thread_
     for name, answer in answers.items():
         assert _error_of(answer) == missing, name
         assert "PAGE-" not in text_of(answer), name
+
+
+def test_an_mcp_client_that_writes_a_secret_is_refused_naming_the_field_and_nothing_is_stored(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    token = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    url = f"{service}/mcp/?user_id=ana&thread_id=t-secret"
+    seen: dict[str, Any] = {}
+
+    async def leak(client: Client) -> None:
+        seen["append"] = await client.call_tool(
+            "thread_append", {"entries": [{"role": "user", "content": f"my token is {token}"}]}
+        )
+        seen["remember"] = await client.call_tool("remember", {"key": "token", "value": f"token {token}"})
+
+    over_mcp(url, alice.key, leak)
+
+    appended = seen["append"]
+    assert appended.is_error and token not in text_of(appended)
+    error = appended.structured_content["error"]
+    assert (error["code"], error["field"]) == ("sensitive_data", "entries[0].content"), error
+    # The facts tool answers a model in 002's words: an error text naming the field and the category.
+    remembered = text_of(seen["remember"])
+    assert seen["remember"].is_error and remembered.startswith("Error: value holds") and "(secret)" in remembered
+    assert token not in remembered
+    assert not Entry.objects.filter(agent=alice.agent).exists()
+    assert not MemoryItem.objects.filter(agent=alice.agent).exists()
+    refused = AuditRecord.objects.filter(agent_id=alice.agent.pk, action="screening.refused")
+    assert sorted(r.details["field"] for r in refused) == ["entries[0].content", "value"]
+    assert all(token not in json.dumps(r.details) for r in refused)

@@ -42,6 +42,7 @@ from memory_client.models import (
     FactOut,
     FactPageOut,
     FileHistoryOut,
+    IdentifiersOut,
     ItemOut,
     ItemPageOut,
     ItemWithEvidenceOut,
@@ -53,6 +54,7 @@ from memory_client.models import (
     NamespaceForgottenOut,
     PathPageOut,
     RunOut,
+    ScreeningPolicyOut,
     SearchOut,
     ThreadAutoCompactionOut,
     ThreadMemoryOut,
@@ -437,6 +439,29 @@ class AsyncMemoryClient:
         body = without_none(mode=mode)
         return cast(UserForgetOut, await self._request("POST", f"{API}/users/{user_id}/forget", json_body=body))
 
+    async def user_identifiers(self, user_id: str) -> IdentifiersOut:
+        """The identifiers registered for a person (normalised: e-mail lower-cased, phone E.164, names folded)."""
+        return cast(IdentifiersOut, await self._request("GET", f"{API}/users/{user_id}/identifiers"))
+
+    async def set_user_identifiers(
+        self,
+        user_id: str,
+        *,
+        emails: Sequence[str] = (),
+        phones: Sequence[str] = (),
+        names: Sequence[str] = (),
+        external_ids: Sequence[str] = (),
+    ) -> IdentifiersOut:
+        """Replace the person's identifiers by these (screening's `person` category finds them)."""
+        body = {
+            "emails": list(emails),
+            "phones": list(phones),
+            "names": list(names),
+            "external_ids": list(external_ids),
+        }
+        answer = await self._request("PUT", f"{API}/users/{user_id}/identifiers", json_body=body)
+        return cast(IdentifiersOut, answer)
+
     async def put_fact(self, namespace: str, key: str, value: Any, *, ttl_secs: int | None = None) -> FactOut:
         body = without_none(value=value, ttl_secs=ttl_secs)
         return cast(FactOut, await self._request("PUT", f"{API}/facts/{namespace}/{key}", json_body=body))
@@ -582,6 +607,17 @@ class AsyncMemoryClient:
         """Set the thread's own settings (None: back to its agent's)."""
         answer = await self._request("PATCH", f"{API}/threads/{thread_id}/settings/compaction", json_body=settings)
         return cast(ThreadAutoCompactionOut, answer)
+
+    # --- screening at write ----------------------------------------------------------------------
+
+    async def screening_settings(self) -> ScreeningPolicyOut:
+        """The agent's action per category (allow, redact, hold, refuse)."""
+        return cast(ScreeningPolicyOut, await self._request("GET", f"{API}/settings/screening"))
+
+    async def set_screening_settings(self, **policy: str) -> ScreeningPolicyOut:
+        """Change the categories given (`email="redact"`); the others stay."""
+        answer = await self._request("PATCH", f"{API}/settings/screening", json_body=policy)
+        return cast(ScreeningPolicyOut, answer)
 
     # --- standing instructions: context documents and the memory switch --------------------------
 
@@ -767,6 +803,10 @@ OPERATIONS: dict[str, str] = {
     "create_item": "v1_items_create",
     "forget_item": "v1_items_forget_create",
     "forget_user": "v1_users_forget_create",
+    "user_identifiers": "v1_users_identifiers_retrieve",
+    "set_user_identifiers": "v1_users_identifiers_update",
+    "screening_settings": "v1_settings_screening_retrieve",
+    "set_screening_settings": "v1_settings_screening_partial_update",
     "put_fact": "v1_facts_update",
     "get_fact": "v1_facts_retrieve",
     "search_facts": "v1_facts_retrieve",

@@ -67,6 +67,8 @@ __all__ = [
     "ForgetCountsOut",
     "ForkInput",
     "HitKindEnum",
+    "IdentifiersInput",
+    "IdentifiersOut",
     "ImportJsonForm",
     "ItemIn",
     "ItemKindEnum",
@@ -95,6 +97,7 @@ __all__ = [
     "OffRangeOut",
     "OnBusyEnum",
     "PatchedAutoCompactionInput",
+    "PatchedScreeningPolicyInput",
     "PatchedThreadAutoCompactionInput",
     "PatchedThreadUpdateInput",
     "PathKindEnum",
@@ -111,6 +114,8 @@ __all__ = [
     "RunStatusEnum",
     "ScopeEnum",
     "ScopeOut",
+    "ScreeningActionEnum",
+    "ScreeningPolicyOut",
     "SearchHitOut",
     "SearchInput",
     "SearchOut",
@@ -506,6 +511,22 @@ class ForkInput(TypedDict):
     new_thread_id: NotRequired[str | None]
 
 
+class IdentifiersInput(TypedDict):
+    """The person's identifiers, all of them (a PUT replaces what was registered; a list left out is empty)."""
+    emails: NotRequired[list[str]]
+    phones: NotRequired[list[str]]
+    names: NotRequired[list[str]]
+    external_ids: NotRequired[list[str]]
+
+
+class IdentifiersOut(TypedDict):
+    emails: list[str]
+    phones: list[str]
+    names: list[str]
+    external_ids: list[str]
+    user_id: str
+
+
 class ImportJsonForm(TypedDict):
     """The JSON form of an import, for the schema (the view reads the body itself: see below)."""
     id: NotRequired[str]
@@ -693,6 +714,18 @@ class PatchedAutoCompactionInput(TypedDict):
     pre_step: NotRequired[bool]
 
 
+class PatchedScreeningPolicyInput(TypedDict):
+    """Only the categories given change."""
+    email: NotRequired[ScreeningActionEnum]
+    phone: NotRequired[ScreeningActionEnum]
+    payment_card: NotRequired[ScreeningActionEnum]
+    iban: NotRequired[ScreeningActionEnum]
+    national_id: NotRequired[ScreeningActionEnum]
+    ip_address: NotRequired[ScreeningActionEnum]
+    secret: NotRequired[ScreeningActionEnum]
+    person: NotRequired[ScreeningActionEnum]
+
+
 class PatchedThreadAutoCompactionInput(TypedDict):
     """Only the settings given change. A thread's settings take null: back to its agent's."""
     enabled: NotRequired[bool | None]
@@ -776,6 +809,18 @@ class ScopeOut(TypedDict):
     user_id: str
     project_id: str
     thread_id: str
+
+
+class ScreeningPolicyOut(TypedDict):
+    """The action of every category: allow, redact (a typed placeholder such as [email] is stored instead), hold (stored, out of search, context and extraction until a reviewer releases it), refuse (422 sensitive_data, nothing stored)."""
+    email: ScreeningActionEnum
+    phone: ScreeningActionEnum
+    payment_card: ScreeningActionEnum
+    iban: ScreeningActionEnum
+    national_id: ScreeningActionEnum
+    ip_address: ScreeningActionEnum
+    secret: ScreeningActionEnum
+    person: ScreeningActionEnum
 
 
 class SearchHitOut(TypedDict):
@@ -1002,6 +1047,8 @@ RoleEnum: TypeAlias = Literal["system", "user", "assistant", "tool"]
 RunStatusEnum: TypeAlias = Literal["running", "finished", "interrupted", "expired"]
 
 ScopeEnum: TypeAlias = Literal["thread", "project", "agent"]
+
+ScreeningActionEnum: TypeAlias = Literal["allow", "redact", "hold", "refuse"]
 
 TemplateNameEnum: TypeAlias = Literal["default", "brief", "coding"]
 

@@ -1,0 +1,231 @@
+"""The people an agent's memory is about, and their identifiers (issue 25 §1).
+
+A person is the `user_id` the agent already files threads and items under; the agent registers
+what identifies them (`PUT /api/v1/users/{user_id}/identifiers`): e-mail addresses, phone numbers,
+names and the ids other systems know them by. Each is normalised (an e-mail lower-cased, a phone
+in E.164 through `phonenumbers`, a name case- and accent-folded, an external id trimmed), sealed
+under the person's data key and found again only through its blind index (`PersonIdentifier.lookup`).
+Screening's `person` category looks for them in what the agent writes (`person_spans`); the
+person's erasure deletes them (`identifiers_delete`).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import phonenumbers
+from django.db import transaction
+
+from governance.audit import audit_append
+from governance.crypto.fields import equality_values
+from memoryapp.errors import DomainError
+from memoryapp.models import Agent, IdentifierKind, PersonIdentifier
+from memoryapp.models.people import identifier_key
+from memoryapp.screening.recognizers import EMAIL, PHONE, detector
+
+# The request's lists, in the order the answer gives them, and the kind each holds.
+LISTS = {"emails": IdentifierKind.EMAIL, "phones": IdentifierKind.PHONE, "names": IdentifierKind.NAME}
+LISTS["external_ids"] = IdentifierKind.EXTERNAL_ID
+MAX_PER_KIND = 50
+MAX_IDENTIFIER_CHARS = 254
+# The longest name registered, in words: screening looks at runs of up to this many words.
+MAX_NAME_WORDS = 4
+
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+_WORD = re.compile(r"\w+", re.UNICODE)
+# An external id as it stands in a text: a run without spaces or quotes, its trailing punctuation off.
+_TOKEN = re.compile(r"[^\s\"'`<>()\[\]{},;]+")
+_TRAILING = ".:!?"
+
+
+def name_folded(name: str) -> str:
+    """A name as it is matched: accents off, case folded, words only, single spaces."""
+    if name.isascii() and name.isalnum():
+        return name.lower()  # one word without accents (most words of a text): the same, faster
+    decomposed = unicodedata.normalize("NFKD", name)
+    plain = "".join(c for c in decomposed if not unicodedata.combining(c))
+    return " ".join(_WORD.findall(plain.casefold()))
+
+
+def email_normalized(email: str) -> str:
+    return email.strip().lower()
+
+
+def phone_e164(phone: str, *, region: str | None = None) -> str | None:
+    """The number in E.164 (`+351912345678`), None when it is not a valid phone number."""
+    try:
+        parsed = phonenumbers.parse(phone, region)
+    except phonenumbers.NumberParseException:
+        return None
+    if not phonenumbers.is_valid_number(parsed):
+        return None
+    return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+def _normalized(kind: str, value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise DomainError("invalid_type", f"{field} must be a string.", field=field)
+    if not value.strip() or len(value) > MAX_IDENTIFIER_CHARS or any(ord(c) < 32 for c in value):
+        raise DomainError(
+            "invalid_value",
+            f"{field} must be a non-empty line of at most {MAX_IDENTIFIER_CHARS} characters.",
+            field=field,
+        )
+    if kind == IdentifierKind.EMAIL:
+        email = email_normalized(value)
+        if not _EMAIL.match(email):
+            raise DomainError("invalid_value", f"{field} is not an e-mail address.", field=field)
+        return email
+    if kind == IdentifierKind.PHONE:
+        e164 = phone_e164(value)
+        if e164 is None:
+            raise DomainError(
+                "invalid_value", f"{field} is not a valid phone number with its country code (+351 ...).", field=field
+            )
+        return e164
+    if kind == IdentifierKind.NAME:
+        folded = name_folded(value)
+        if not folded:
+            raise DomainError("invalid_value", f"{field} holds no letters.", field=field)
+        if len(folded.split()) > MAX_NAME_WORDS:
+            raise DomainError("invalid_value", f"{field} is longer than {MAX_NAME_WORDS} words.", field=field)
+        return folded
+    return value.strip()
+
+
+def identifiers_check(body: Any) -> dict[str, list[str]]:
+    """The four lists of a PUT, each value normalised and each list without repeats; a 400 naming
+    the field (`phones[1]`) on a bad one."""
+    if not isinstance(body, dict):
+        raise DomainError("invalid_type", "The body must be an object.", field="body")
+    for name in body:
+        if name not in LISTS:
+            raise DomainError("unknown_field", f"{name} is not one of {', '.join(LISTS)}.", field=str(name))
+    checked: dict[str, list[str]] = {}
+    for name, kind in LISTS.items():
+        values = body.get(name, [])
+        if values is None:
+            values = []
+        if not isinstance(values, list):
+            raise DomainError("invalid_type", f"{name} must be a list of strings.", field=name)
+        if len(values) > MAX_PER_KIND:
+            raise DomainError("too_many", f"{name} holds at most {MAX_PER_KIND} values.", field=name)
+        normalized = [_normalized(kind, value, f"{name}[{i}]") for i, value in enumerate(values)]
+        checked[name] = list(dict.fromkeys(normalized))
+    return checked
+
+
+def identifiers_of(*, agent: Agent, user_id: str) -> dict[str, list[str]]:
+    """The person's identifiers as registered (normalised), by list, each in the order registered."""
+    found: dict[str, list[str]] = {name: [] for name in LISTS}
+    names = {str(kind): name for name, kind in LISTS.items()}
+    for kind, value in (
+        PersonIdentifier.objects.filter(agent=agent, user_id=user_id).order_by("id").values_list("kind", "value")
+    ):
+        found[names[kind]].append(value)
+    return found
+
+
+@transaction.atomic
+def identifiers_set(*, agent: Agent, user_id: str, body: Any, actor: str) -> dict[str, list[str]]:
+    """Replace the person's identifiers by these (an empty body removes them all); audited with the
+    counts by kind, never the values."""
+    checked = identifiers_check(body)
+    PersonIdentifier.objects.filter(agent=agent, user_id=user_id).delete()
+    rows = [
+        PersonIdentifier(
+            agent=agent, user_id=user_id, kind=LISTS[name], value=value, lookup=identifier_key(LISTS[name], value)
+        )
+        for name, values in checked.items()
+        for value in values
+    ]
+    for row in rows:
+        # One by one: pre_save seals the value and hashes the lookup under the person's keys.
+        row.save(force_insert=True)
+    audit_append(
+        action="person.identifiers_set",
+        actor=actor,
+        agent_id=agent.pk,
+        subject=user_id,
+        outcome="set",
+        details={"counts": {name: len(values) for name, values in checked.items()}},
+    )
+    return checked
+
+
+def identifiers_delete(*, agent_ids: Sequence[int] | None, user_id: str) -> int:
+    """Delete the person's identifiers (of these agents; None: of every agent). The erasure calls it."""
+    rows = PersonIdentifier.objects.filter(user_id=user_id)
+    if agent_ids is not None:
+        rows = rows.filter(agent_id__in=list(agent_ids))
+    deleted, _ = rows.delete()
+    return deleted
+
+
+# --- finding them in texts --------------------------------------------------------------------------
+
+
+def _candidates(text: str) -> dict[str, list[tuple[int, int]]]:
+    """Every `kind:value` key the text could hold a registered identifier under, with its spans."""
+    found: dict[str, list[tuple[int, int]]] = {}
+
+    def add(kind: str, value: str, span: tuple[int, int]) -> None:
+        found.setdefault(identifier_key(kind, value), []).append(span)
+
+    if "@" in text:
+        for start, end in detector(EMAIL)(text):
+            add(IdentifierKind.EMAIL, email_normalized(text[start:end]), (start, end))
+    if sum(c.isdigit() for c in text) >= 7:
+        for start, end in detector(PHONE)(text):
+            e164 = phone_e164(text[start:end], region="US") or phone_e164(text[start:end])
+            if e164:
+                add(IdentifierKind.PHONE, e164, (start, end))
+    words = [(m.start(), m.end(), name_folded(m.group())) for m in _WORD.finditer(text)]
+    for i in range(len(words)):
+        parts: list[str] = []
+        for j in range(i, min(i + MAX_NAME_WORDS, len(words))):
+            if words[j][2]:
+                parts.append(words[j][2])
+                add(IdentifierKind.NAME, " ".join(parts), (words[i][0], words[j][1]))
+    for m in _TOKEN.finditer(text):
+        token = m.group().rstrip(_TRAILING)
+        if token:
+            add(IdentifierKind.EXTERNAL_ID, token, (m.start(), m.start() + len(token)))
+    return found
+
+
+class PersonFinder:
+    """Finds an agent's registered identifiers in texts; remembers what it looked up, so the texts
+    of one write cost one query (`prefetch` them first) and a repeated word costs none."""
+
+    def __init__(self, *, agent_id: int) -> None:
+        self.agent_id = agent_id
+        self._known: dict[str, bool] = {}  # key -> registered
+
+    def prefetch(self, texts: Iterable[str]) -> None:
+        keys: set[str] = set()
+        for text in texts:
+            keys.update(_candidates(text))
+        self._lookup(keys)
+
+    def _lookup(self, keys: Iterable[str]) -> None:
+        unknown = [key for key in keys if key not in self._known]
+        if not unknown:
+            return
+        stored: dict[str, str] = {}
+        for key in unknown:
+            self._known[key] = False
+            for value in equality_values(agent_id=self.agent_id, text=key):
+                stored[value] = key
+        for lookup in PersonIdentifier.objects.filter(agent_id=self.agent_id, lookup__in=list(stored)).values_list(
+            "lookup", flat=True
+        ):
+            self._known[stored[lookup]] = True
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        found = _candidates(text)
+        self._lookup(found)
+        return [span for key, spans in found.items() if self._known.get(key) for span in spans]

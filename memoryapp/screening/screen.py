@@ -1,0 +1,173 @@
+"""The screener the write paths call: looks through each text, applies the agent's policy, and
+audits what it decided (category, action, field; never the text).
+
+A write path makes one `Screener` for the write (`screener_for`; None when every category is
+allowed, so an agent that screens nothing pays nothing), passes each text or JSON value through
+`text` / `value` before it builds its rows, and calls `record` in its transaction once the rows
+are written. A refusal raises `SensitiveDataRefused` (422 `sensitive_data`); its transaction
+rolls back, so the refusal is audited after it by the error handlers (`refusal_record`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from governance.audit import audit_append
+from memoryapp.errors import DomainError
+from memoryapp.models import Agent
+from memoryapp.screening.identifiers import PersonFinder
+from memoryapp.screening.policy import ALLOW, HOLD, LABELS, REDACT, REFUSE, policy_effective
+from memoryapp.screening.recognizers import CATEGORIES, PERSON, Finding, findings
+
+# A record names at most this many decisions (a batch of 1,000 entries may make many).
+AUDIT_DECISIONS = 50
+
+
+class SensitiveDataRefused(DomainError):
+    status = 422
+
+    def __init__(self, *, agent_id: int, category: str, field: str, held: bool = False) -> None:
+        why = "cannot be held here, so it is refused" if held else "is refused by this agent's screening"
+        super().__init__(
+            "sensitive_data",
+            f"{field} holds {LABELS[category]} ({category}), which {why}.",
+            field=field,
+        )
+        self.agent_id = agent_id
+        self.category = category
+
+
+@dataclass(frozen=True)
+class Decision:
+    category: str
+    action: str
+    field: str
+
+
+def placeholder(category: str) -> str:
+    return f"[{category}]"
+
+
+class Screener:
+    def __init__(self, *, agent_id: int, policy: dict[str, str]) -> None:
+        self.agent_id = agent_id
+        self.policy = policy
+        self.categories = [c for c in CATEGORIES if c != PERSON and policy[c] != ALLOW]
+        self.persons = PersonFinder(agent_id=agent_id) if policy[PERSON] != ALLOW else None
+        self.decisions: dict[Decision, None] = {}  # ordered, without repeats
+        # Whether a text screened since the last `take_held` holds something to hold.
+        self.held: set[str] = set()
+
+    def prefetch(self, texts: Iterable[str]) -> None:
+        """Look up the registered identifiers of all these texts in one query (a batch's texts)."""
+        if self.persons is not None:
+            self.persons.prefetch(texts)
+
+    def take_held(self) -> list[str]:
+        """The categories held since the last call (the row being built is to be held for them)."""
+        held, self.held = sorted(self.held), set()
+        return held
+
+    def text(self, text: str, *, field: str, holdable: bool = True) -> str:
+        """The text as it may be stored: spans to redact replaced by their placeholders. Raises
+        SensitiveDataRefused for a category refused (or held where `holdable` is False)."""
+        if not text:
+            return text
+        found = findings(text, self.categories)
+        if self.persons is not None:
+            found.extend(Finding(PERSON, start, end) for start, end in self.persons.spans(text))
+        if not found:
+            return text
+        for finding in found:
+            action = self.policy[finding.category]
+            if action == REFUSE or (action == HOLD and not holdable):
+                raise SensitiveDataRefused(
+                    agent_id=self.agent_id, category=finding.category, field=field, held=action == HOLD
+                )
+        for finding in found:
+            action = self.policy[finding.category]
+            self.decisions[Decision(finding.category, action, field)] = None
+            if action == HOLD:
+                self.held.add(finding.category)
+        return _redacted(text, [f for f in found if self.policy[f.category] == REDACT])
+
+    def value(self, value: Any, *, field: str, holdable: bool = True) -> Any:
+        """A JSON value with each string in it (keys aside) screened as `text`, under one field name."""
+        if isinstance(value, str):
+            return self.text(value, field=field, holdable=holdable)
+        if isinstance(value, list):
+            return [self.value(v, field=field, holdable=holdable) for v in value]
+        if isinstance(value, dict):
+            return {k: self.value(v, field=field, holdable=holdable) for k, v in value.items()}
+        return value
+
+    def record(self, *, actor: str = "", thread_id: str = "", subject: str = "") -> None:
+        """Audit this write's decisions (nothing when there were none), in the caller's transaction."""
+        if not self.decisions:
+            return
+        decisions = list(self.decisions)
+        audit_append(
+            action="screening.screened",
+            actor=actor,
+            agent_id=self.agent_id,
+            thread_id=thread_id,
+            subject=subject,
+            outcome=",".join(sorted({d.action for d in decisions})),
+            details={
+                "decisions": [
+                    {"category": d.category, "action": d.action, "field": d.field} for d in decisions[:AUDIT_DECISIONS]
+                ],
+                "count": len(decisions),
+            },
+        )
+        self.decisions.clear()
+
+
+def _redacted(text: str, found: list[Finding]) -> str:
+    """The text with each span replaced by its category's placeholder; overlapping spans merged
+    (under the category of the one that starts first)."""
+    if not found:
+        return text
+    merged: list[list[Any]] = []
+    for f in sorted(found, key=lambda f: (f.start, -f.end)):
+        if merged and f.start < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], f.end)
+        else:
+            merged.append([f.start, f.end, f.category])
+    parts: list[str] = []
+    at = 0
+    for start, end, category in merged:
+        parts.append(text[at:start])
+        parts.append(placeholder(category))
+        at = end
+    parts.append(text[at:])
+    return "".join(parts)
+
+
+def screener_for(*, agent: Agent | None = None, agent_id: int | None = None) -> Screener | None:
+    """The screener of a write by this agent; None when its policy allows every category. Reads the
+    agent's row only when it is not given (the API's writes have it)."""
+    if agent is None:
+        assert agent_id is not None
+        stored = Agent.objects.filter(pk=agent_id).values_list("screening", flat=True).first()
+    else:
+        stored, agent_id = agent.screening, agent.pk
+    policy = policy_effective(stored)
+    if all(action == ALLOW for action in policy.values()):
+        return None
+    return Screener(agent_id=agent_id, policy=policy)
+
+
+def refusal_record(exc: Exception, *, actor: str = "") -> None:
+    """Audit a refusal once its write rolled back (the API's and the MCP server's error handlers)."""
+    if not isinstance(exc, SensitiveDataRefused):
+        return
+    audit_append(
+        action="screening.refused",
+        actor=actor,
+        agent_id=exc.agent_id,
+        outcome=REFUSE,
+        details={"category": exc.category, "action": REFUSE, "field": exc.field or ""},
+    )

@@ -1,0 +1,54 @@
+"""Entries through screening (memoryapp.screening) before they are stored: what the agent's policy
+redacts is replaced in the content, tool calls, event, metadata and sender name, the entry's text
+and hash made again from what stays, and an entry holding what is to be held is marked held."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from memoryapp.models import Entry, Thread
+from memoryapp.screening.screen import Screener, screener_for
+from memoryapp.threads.hashing import content_hash, hashed_turn
+from memoryapp.threads.validation import entry_text
+
+
+def _strings(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+
+
+def thread_screener(thread: Thread) -> Screener | None:
+    """The screener of a write into this thread (the agent read with it is used when it was)."""
+    if Thread.agent.is_cached(thread):
+        return screener_for(agent=thread.agent)
+    return screener_for(agent_id=thread.agent_id)
+
+
+def entries_screened(*, entries: Sequence[Entry], screener: Screener, prefixes: Sequence[str], now: datetime) -> None:
+    """Screen the entries in place (see the module's docstring); raises SensitiveDataRefused for a
+    refused category, naming the field (`entries[3].content`)."""
+    screener.prefetch(
+        text for e in entries for text in _strings([e.content, e.tool_calls, e.event, e.metadata, e.sender_name])
+    )
+    for entry, prefix in zip(entries, prefixes, strict=True):
+        content = screener.value(entry.content, field=f"{prefix}content")
+        tool_calls = screener.value(entry.tool_calls, field=f"{prefix}tool_calls")
+        event = screener.value(entry.event, field=f"{prefix}event")
+        entry.metadata = screener.value(entry.metadata, field=f"{prefix}metadata")
+        entry.sender_name = screener.text(entry.sender_name, field=f"{prefix}sender_name")
+        if content != entry.content or tool_calls != entry.tool_calls or event != entry.event:
+            entry.content, entry.tool_calls, entry.event = content, tool_calls, event
+            entry.text = entry_text(content=content, tool_calls=tool_calls)
+            entry.content_hash = content_hash(
+                parent_id=entry.parent_id, turn=hashed_turn(entry), created_at=entry.created_at
+            )
+        if screener.take_held():
+            entry.held_at = now
