@@ -41,7 +41,7 @@ django.setup()
 
 from django.db import connection, transaction  # noqa: E402
 
-from governance.erasure import erasure_request_file  # noqa: E402
+from governance.erasure.services import erasure_request_file  # noqa: E402
 from governance.models import ErasureRequest  # noqa: E402
 from memoryapp.agents.services import agent_get_or_create  # noqa: E402
 from memoryapp.models import Agent  # noqa: E402

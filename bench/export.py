@@ -55,7 +55,7 @@ from django.db import connection  # noqa: E402
 from django.db.models import QuerySet  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from governance.export import PersonScope, export_archive_path  # noqa: E402
+from governance.export.services import PersonScope, export_archive_path  # noqa: E402
 from governance.models import ExportRequest, JobRun  # noqa: E402
 from memoryapp.models import (  # noqa: E402
     AccessLog,

@@ -88,7 +88,7 @@ from django.db import connection  # noqa: E402
 from psycopg.types.json import Jsonb  # noqa: E402
 
 from governance.models import JobRun  # noqa: E402
-from governance.retention import PRUNE_JOB_KIND  # noqa: E402
+from governance.retention.services import PRUNE_JOB_KIND  # noqa: E402
 from memoryapp.agents.services import agent_get_or_create, agent_key_create  # noqa: E402
 from memoryapp.models import RetentionPolicy, Thread  # noqa: E402
 from memoryapp.threads.columns import ENTRY_INSERT_COLUMNS, ENTRY_TABLE  # noqa: E402

@@ -10,10 +10,9 @@ class GovernanceConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported once the app registry is ready (jobs and roles import models).
-        from governance import admin_exports  # noqa: F401  (registers the export requests' admin)
         from governance.crypto.checks import encryption_keys_check
-        from governance.jobs import schedules_sync
-        from governance.roles import roles_sync
+        from governance.jobs.runs import schedules_sync
+        from governance.staff.roles import roles_sync
 
         # After every app's permissions exist: governance is the last installed app.
         post_migrate.connect(roles_sync, sender=self, dispatch_uid="governance.roles_sync")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from governance import jobs, retention
-from governance.audit import AUDIT_VERIFY_KIND, audit_verify
+from governance.jobs import runs as jobs
+from governance.retention import services as retention
+from governance.audit.chain import AUDIT_VERIFY_KIND, audit_verify
 from governance.crypto.envelope import OWNER_CACHE_SECONDS
 from governance.crypto.rotation import encryption_rotate
-from governance.erasure import erasure_run
-from governance.export import export_run
-from governance.jobs import job, job_enqueue, tick
+from governance.erasure.services import erasure_run
+from governance.export.services import export_run
+from governance.jobs.runs import job, job_enqueue, tick
 from governance.models import JobRun
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, JsonResponse
 
-from governance.audit import audit_verification_latest
+from governance.audit.chain import audit_verification_latest
 from governance.crypto.startup import encryption_refusal
 from memoryapp.search.space import vector_space_status
 
@@ -65,7 +65,7 @@ def _encryption() -> tuple[bool, str]:
 
 
 def _jobs_waiting() -> list[dict[str, Any]]:
-    from governance.jobs import jobs_waiting
+    from governance.jobs.runs import jobs_waiting
 
     return [{**row, "since": row["since"].isoformat()} for row in jobs_waiting()]
 

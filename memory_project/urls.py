@@ -3,7 +3,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from governance.staff_api import export_archive, export_state
+from governance.export.views import export_archive, export_state
 from governance.wellknown import receipt_key, receipt_key_pem
 from memory_project.health import healthz, readyz
 from memoryapp.admin.people import person_view

@@ -1,4 +1,4 @@
-"""`{% staff_overview %}`: the overview of each role at the top of the admin index (governance.overview)."""
+"""`{% staff_overview %}`: the overview of each role at the top of the admin index (governance.console.overview)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from governance.overview import overview_for
+from governance.console.overview import overview_for
 
 register = template.Library()
 

@@ -16,8 +16,8 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.admin_lists import FullWidthList, cell_text, day
-from memoryapp.admin.confirm import confirm_page, confirmed
+from governance.staff.confirm import confirm_page, confirmed
+from governance.staff.lists import FullWidthList, cell_text, day
 from memoryapp.admin.items import REVIEW_PERMISSION
 from memoryapp.admin.shown_once import secret_show_once, secrets_page
 from memoryapp.agents.selectors import agent_delete_counts

@@ -2,7 +2,7 @@
 each changed rule names with their quotes, promote / discard), the items a dedupe pass marked stale
 (with why, and an undo), and an entity's page (its other names, items and observation).
 
-Who may: the "Reviewers" group (governance/roles.py) holds `memoryapp.promote_playbook` and
+Who may: the "Reviewers" group (governance/staff/roles.py) holds `memoryapp.promote_playbook` and
 `memoryapp.undo_stale` besides the views. Every decision goes through a service of
 memoryapp.consolidation or memoryapp.items.services, which refuses with the reason and writes the
 audit record (ids only) in the same transaction; this module holds no rule of its own.

@@ -2,7 +2,7 @@
 items and entities.
 
 Who reviews: staff users with the built-in permission `memoryapp.change_memoryitem`, which only
-the "Reviewers" group holds (governance/roles.py); those who may only view items (privacy officers)
+the "Reviewers" group holds (governance/staff/roles.py); those who may only view items (privacy officers)
 read the same pages without their buttons. Who lets items go (forget): those with
 `memoryapp.forget_memoryitem`, the "Privacy officers". Every decision goes through the services
 (`item_approve`, `item_reject`, `items_slot_decide`, `items_review_undo`, `item_forget`), which write
@@ -34,9 +34,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.admin_lists import FullWidthList, cell_text, day
+from governance.staff.lists import FullWidthList, cell_text, day
 from governance.crypto.keyring import encryption_enabled
-from governance.review import item_reviews, last_decision_undoable, quotes_with_turns
+from governance.console.review import item_reviews, last_decision_undoable, quotes_with_turns
 from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.review import (
     LAST_DECISION,
@@ -144,7 +144,7 @@ class ForgottenFilter(admin.SimpleListFilter):
 @admin.register(MemoryItem)
 class MemoryItemAdmin(FullWidthList, admin.ModelAdmin):
     # What tells items apart in a list, at 1,280 px beside the filters: the shared list cells
-    # (governance.admin_lists, lists.css): ids shortened, text cut with the whole on hover, the value
+    # (governance.staff.lists, lists.css): ids shortened, text cut with the whole on hover, the value
     # wrapping and leading to the item (its id on hover). Confidence, verification and the end of
     # validity are on the item's page.
     list_display = (

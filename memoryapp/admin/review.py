@@ -1,7 +1,7 @@
 """The reviewers' queue as the admin shows it: cards with their quotes highlighted in their turns,
 the suggestions of one slot gathered into one decision, the decisions posted by the page.
 
-Reads come from `governance.review`, writes go through `memoryapp.items.services`; this
+Reads come from `governance.console.review`, writes go through `memoryapp.items.services`; this
 module turns one into pages and the page's posts into calls of the other.
 """
 
@@ -18,8 +18,8 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.retention import retention_policies, suggested_deadline
-from governance.review import (
+from governance.retention.services import retention_policies, suggested_deadline
+from governance.console.review import (
     ORDERS,
     QueueFilters,
     QueuePage,

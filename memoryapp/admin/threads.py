@@ -2,7 +2,7 @@
 
 Staff read conversations here; what they change goes through the thread services (so a delete
 splices and audits, a redaction keeps the place): this module holds no rule of its own. Every
-delete and redaction first shows what it takes with it (`memoryapp.admin.confirm`).
+delete and redaction first shows what it takes with it (`governance.staff.confirm`).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, id_cell, moment, short_id
 from governance.crypto.keyring import encryption_enabled
-from memoryapp.admin.confirm import apply_and_report, confirm_page, confirmed, staff_actor
+from governance.staff.confirm import apply_and_report, confirm_page, confirmed, staff_actor
+from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, id_cell, moment, short_id
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
 from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.review import REVIEW_PERMISSION
@@ -49,7 +49,7 @@ PREVIEW_CHARS = 120
 _ENTRY_PARAM_MAX = 40
 
 
-# Who may file an erasure request (governance.roles: privacy officers).
+# Who may file an erasure request (governance.staff.roles: privacy officers).
 ERASURE_PERMISSION = "governance.add_erasurerequest"
 
 

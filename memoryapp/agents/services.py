@@ -10,7 +10,7 @@ import secrets
 from django.db import transaction
 from django.utils import timezone
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.envelope import data_keys_destroy_agent
 from memoryapp.agents.limits import agent_key_failure_count
 from memoryapp.agents.selectors import hash_key
@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 KEY_PREFIX = "mk_"
 # Who may change how far an agent's writes are trusted (a key's max trust, the agent's shadow
 # mode): that decides which items skip the review queue, so it is a security decision. No role
-# group holds it (governance/roles.py); a superuser has it and may grant it to a named user.
+# group holds it (governance/staff/roles.py); a superuser has it and may grant it to a named user.
 TRUST_PERMISSION = "memoryapp.set_agent_trust"
 
 

@@ -32,8 +32,8 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
 from governance import locks
-from governance.audit import audit_append
-from governance.jobs import debounce_mark, debounce_mark_set, job_debounce_clear, job_enqueue, job_run, job_skip
+from governance.audit.chain import audit_append
+from governance.jobs.runs import debounce_mark, debounce_mark_set, job_debounce_clear, job_enqueue, job_run, job_skip
 from governance.models import JobRun
 from memoryapp.compaction.history import compacted_history
 from memoryapp.compaction.plan import CLEAR_TOOL_RESULTS, HIERARCHICAL, SUMMARIZE

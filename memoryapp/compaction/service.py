@@ -12,9 +12,9 @@ from typing import Any
 
 from django.db import transaction
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.keyring import encryption_enabled
-from governance.jobs import job_enqueue, job_run, job_skip
+from governance.jobs.runs import job_enqueue, job_run, job_skip
 from governance.models import JobRun
 from memoryapp.compaction.history import compacted_history
 from memoryapp.compaction.plan import STRATEGY_NAMES, SUMMARIZE, CompactionContext, CompactionPlan, strategy_options

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 from django.db import transaction
 from django.db.models import Max
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.fields import is_equality_hash
 from memoryapp.consolidation.answers import ask
 from memoryapp.consolidation.prompts import DEDUPE, ShownItem, ShownSubject, dedupe_message

@@ -21,7 +21,7 @@ from django.db.models import DateTimeField, F, Q, QuerySet
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast, Coalesce
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from memoryapp.consolidation.answers import ask
 from memoryapp.consolidation.prompts import FOLD, ShownLesson, fold_message
 from memoryapp.consolidation.state import Cursor, cursor_json, cursor_max, cursor_read, state_of

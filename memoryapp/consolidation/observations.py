@@ -19,7 +19,7 @@ from typing import Any
 from django.db import transaction
 from django.utils.text import slugify
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from memoryapp.consolidation.answers import ask
 from memoryapp.consolidation.prompts import OBSERVATIONS, ShownFact, observation_message, one_line
 from memoryapp.consolidation.state import state_of

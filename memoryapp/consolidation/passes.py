@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from governance.jobs import job_enqueue, job_progress, job_skip
+from governance.jobs.runs import job_enqueue, job_progress, job_skip
 from governance.models import JobRun
 from memoryapp.consolidation.dedupe import scope_dedupe
 from memoryapp.consolidation.fold import playbook_fold

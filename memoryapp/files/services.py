@@ -17,7 +17,7 @@ from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
 from governance import locks
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.fields import sealed_update
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.events.services import event_record

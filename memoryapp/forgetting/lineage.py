@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from governance.audit import AuditEntry, audit_append_many
+from governance.audit.chain import AuditEntry, audit_append_many
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess

@@ -39,7 +39,7 @@ from django.db.models import BooleanField, Count, F, Func, Q, QuerySet, TextFiel
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.envelope import data_key_destroy
 from governance.crypto.fields import json_text_open, sealed_update
 from governance.crypto.keyring import encryption_enabled

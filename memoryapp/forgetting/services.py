@@ -20,7 +20,7 @@ from django.db import connection
 from django.db.models import BooleanField, Exists, ExpressionWrapper, F, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from governance.audit import AuditEntry, audit_append, audit_append_many
+from governance.audit.chain import AuditEntry, audit_append, audit_append_many
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record, event_record_many
 from memoryapp.files.access import FileAccess
@@ -580,7 +580,7 @@ def _audit_entries(
     redact: bool = False,
     reason_given: bool = False,
 ) -> None:
-    """One audit record per thread a cascade changed: ids and counts (what `governance.consequences`
+    """One audit record per thread a cascade changed: ids and counts (what `governance.staff.consequences`
     reads back), never the words or the reason given."""
     ids = [*deleted, *redacted]
     audit_append(

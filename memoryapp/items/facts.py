@@ -21,7 +21,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.blind import term_hash
 from governance.crypto.envelope import blind_key
 from governance.crypto.keyring import encryption_enabled

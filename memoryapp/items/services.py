@@ -22,7 +22,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from governance import locks
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.fields import equality_values
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.events.services import event_record

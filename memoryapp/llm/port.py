@@ -18,7 +18,7 @@ from typing import Any, cast
 
 from django.conf import settings
 
-from governance.jobs import job_add_usage
+from governance.jobs.runs import job_add_usage
 from governance.models import JobRun
 from memoryapp.llm.anthropic import AnthropicModel
 from memoryapp.llm.model import Completion, LanguageModel, Message, Usage

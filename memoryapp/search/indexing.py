@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from governance import locks
-from governance.jobs import job_enqueue, job_enqueue_debounced
+from governance.jobs.runs import job_enqueue, job_enqueue_debounced
 from memoryapp.models import Entry, MemoryItem
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.search.embedders import embed_texts

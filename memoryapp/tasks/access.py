@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from governance.jobs import job, job_enqueue, tick
+from governance.jobs.runs import job, job_enqueue, tick
 from governance.models import JobRun
 from memoryapp.search.access_log import access_log_prune
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from governance.jobs import job, tick
+from governance.jobs.runs import job, tick
 from governance.models import JobRun
 from memoryapp.consolidation.passes import consolidation_job, consolidation_tick
 from memoryapp.llm.model import ModelTransientError

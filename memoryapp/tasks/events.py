@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from governance.jobs import job, job_skip, tick
+from governance.jobs.runs import job, job_skip, tick
 from governance.models import JobRun
 from memoryapp.events.webhooks import (
     WEBHOOK_RETRIES,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from governance.jobs import job, job_enqueue, tick
+from governance.jobs.runs import job, job_enqueue, tick
 from governance.models import JobRun
-from memoryapp.forgetting.holds import held_items
+from governance.retention.held import held_items
 from memoryapp.items.facts import facts_prune
 
 PRUNE_JOB_KIND = "items_prune"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from memoryapp.models import Thread
 from memoryapp.threads.off_ranges import OFF_RANGES_KEY, memory_off_ranges, seq_was_off
 from memoryapp.threads.services import thread_lock, thread_sync

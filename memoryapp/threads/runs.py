@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from memoryapp.errors import Conflict, DomainError, NotFound
 from memoryapp.models import Agent, Thread, ThreadRun
 from memoryapp.models.choices import OnBusy

@@ -16,7 +16,7 @@ from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.fields import BatchSealer
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.rotation import rows_reseal, sealed_models

@@ -34,7 +34,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import entry_id_check, person_id_check, thread_id_check

@@ -99,7 +99,7 @@ def test_job_runs_list_shows_progress(admin_client) -> None:
 
 
 def test_deleting_an_agent_a_legal_hold_names_says_so_and_deletes_nothing(admin_client) -> None:
-    from governance.holds import legal_hold_place
+    from governance.retention.holds import legal_hold_place
     from memoryapp.models import Thread
     from tests.kit.factories import AgentFactory, ThreadFactory
 

@@ -13,7 +13,7 @@ from django.contrib.auth.models import Group, User
 from django.test import Client
 from django.utils import timezone
 
-from governance.job_retry import RetryRefused, job_retry
+from governance.jobs.retry import RetryRefused, job_retry
 from governance.models import AuditRecord, JobRun
 from memoryapp.compaction.service import compaction_now
 from memoryapp.threads.services import entry_add, thread_create

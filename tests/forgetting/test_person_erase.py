@@ -8,7 +8,7 @@ import itertools
 import pytest
 from django.db import connection
 
-from governance.audit import audit_verify
+from governance.audit.chain import audit_verify
 from governance.models import AuditRecord, JobRun
 from memoryapp.errors import DomainError
 from memoryapp.forgetting.person import person_erase, person_erase_plan

@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
 
-from governance.audit import (
+from governance.audit.chain import (
     GENESIS_HASH,
     _hashed_fields,
     audit_append,
@@ -19,7 +19,7 @@ from governance.audit import (
     database_identity,
     record_hash,
 )
-from governance.jobs import job_enqueue
+from governance.jobs.runs import job_enqueue
 from governance.models import AuditRecord
 from governance.tasks import audit_verify_job
 from tests.kit import PROJECT_ROOT

@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from governance.audit import audit_verify
+from governance.audit.chain import audit_verify
 from governance.models import AuditRecord
 from memoryapp.agents.limits import limits_breaker_reset, limits_redis
 from memoryapp.models import AgentKey, Entry, MemoryFileVersion, Thread
@@ -224,7 +224,7 @@ def test_bad_keys_are_audited_rate_limited_with_their_counts(alice: Caller) -> N
 
 def test_the_walk_fails_on_a_path_or_typed_text(alice: Caller) -> None:
     """The check above can fail: a record carrying a path, a typed reason or marked text is named."""
-    from governance.audit import audit_append
+    from governance.audit.chain import audit_append
 
     audit_append(action="probe", actor="agent:x", subject="/memories/a.md", outcome="ok")
     audit_append(action="probe", actor="agent:x", outcome="ok", details={"reason": "because she asked"})

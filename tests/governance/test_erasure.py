@@ -15,9 +15,9 @@ from django.apps import apps
 from django.db import connection
 from django.utils import timezone
 
-from governance import erasure
-from governance.audit import audit_verify, canonical_json
-from governance.erasure import (
+from governance.erasure import services as erasure
+from governance.audit.chain import audit_verify, canonical_json
+from governance.erasure.services import (
     NOT_SCANNED,
     erasure_request_file,
     erasure_request_retry,

@@ -200,7 +200,7 @@ def test_a_request_whose_job_run_was_killed_can_be_run_again(django_capture_on_c
 
 
 def test_the_message_after_filing_says_the_erasure_is_done_or_held(transactional_db: None) -> None:
-    from governance.holds import legal_hold_place
+    from governance.retention.holds import legal_hold_place
 
     agent, _ = _ana()
     officer = _officer()  # its commits are real here: the job runs eagerly after the filing's

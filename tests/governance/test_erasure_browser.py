@@ -17,7 +17,7 @@ import pytest
 from django.contrib.auth.models import User
 from playwright.sync_api import expect
 
-from governance.audit import audit_verify
+from governance.audit.chain import audit_verify
 from governance.models import AuditRecord, ErasureRequest
 from memoryapp.models import MemoryItem, Thread
 from tests.kit.browser import BROWSER_TEST, log_in, shoot, staff_user

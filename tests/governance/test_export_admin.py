@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.test import Client
 
-from governance.export import export_request_create, export_run
+from governance.export.services import export_request_create, export_run
 from governance.models import AuditRecord, ExportRequest, JobRun
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry

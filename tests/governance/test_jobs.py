@@ -17,9 +17,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
-from governance import jobs, locks
-from governance.audit import audit_append
-from governance.jobs import (
+from governance import locks
+from governance.audit.chain import audit_append
+from governance.jobs import runs as jobs
+from governance.jobs.runs import (
     SCHEDULES,
     WAITING_NOTE,
     broker_breaker_reset,
@@ -820,7 +821,7 @@ import memory_project.urls, memoryapp.compaction.service, memoryapp.extraction.s
 import memoryapp.extraction.schedule, memoryapp.search.indexing, memoryapp.threads.hooks
 def tasks(): return sorted(m for m in sys.modules if m.startswith("memoryapp.tasks") or m == "governance.tasks")
 print(tasks())
-from governance.jobs import job_task
+from governance.jobs.runs import job_task
 print(job_task("memoryapp.tasks.compact_thread").queue, tasks())
 """
     env = {"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "REDIS_URL": "redis://127.0.0.1:1/0"}

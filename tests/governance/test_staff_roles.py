@@ -6,9 +6,9 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django.test import Client
 
-from governance.audit import audit_verify
+from governance.audit.chain import audit_verify
 from governance.models import AuditRecord
-from governance.roles import ROLES, roles_sync
+from governance.staff.roles import ROLES, roles_sync
 from memoryapp.agents.services import TRUST_PERMISSION, agent_key_trust_set
 from memoryapp.errors import DomainError
 from memoryapp.items.services import item_write

@@ -201,7 +201,7 @@ class JobRunFactory(DjangoModelFactory):
 
 
 class StaffFactory(DjangoModelFactory):
-    """A staff user of the admin, in role groups (`groups`: names of governance.roles.ROLES) and
+    """A staff user of the admin, in role groups (`groups`: names of governance.staff.roles.ROLES) and
     holding single permissions (`permissions`: codenames). No usable password unless given one."""
 
     class Meta:

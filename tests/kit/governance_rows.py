@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from governance.erasure import erasure_run
+from governance.erasure.services import erasure_run
 from governance.models import ErasureRequest, ExportRequest, JobRun
 from memoryapp.agents.services import agent_get_or_create
 from memoryapp.models import AccessLog, Agent, CompactionSettings, LegalHold, MemoryItem, RetentionPolicy

@@ -8,7 +8,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from memoryapp.forgetting.holds import holds_blocking
+from governance.retention.held import holds_blocking
 from memoryapp.models import Agent, LegalHold
 from tests.kit.factories import AgentFactory
 

@@ -10,7 +10,7 @@ import pytest
 from django.db import transaction
 
 from governance.models import AuditRecord, JobRun
-from governance.retention import retention_prune, retention_prune_request
+from governance.retention.services import retention_prune, retention_prune_request
 from governance.tasks import jobs_sweep
 from memoryapp.models import Agent, MemoryItem, Thread
 from tests.kit.factories import AgentFactory, MemoryItemFactory

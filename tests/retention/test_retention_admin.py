@@ -11,9 +11,9 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 from django.utils import timezone
 
-from governance.audit import audit_verify
+from governance.audit.chain import audit_verify
 from governance.models import AuditRecord, ErasureRequest, JobRun
-from governance.retention import PRUNE_JOB_KIND
+from governance.retention.services import PRUNE_JOB_KIND
 from governance.tasks import retention_prune_job
 from memoryapp.models import Agent, LegalHold, MemoryItem, RetentionPolicy, Thread
 from tests.kit.admin import staff_client

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from governance.models import JobRun
-from governance.retention import PRUNE_JOB_KIND
+from governance.retention.services import PRUNE_JOB_KIND
 from governance.tasks import retention_prune_job
 from memoryapp.models import RetentionPolicy, Thread
 from tests.admin.test_admin_browser import browser, in_another_thread, log_in, shoot, user  # noqa: F401 - fixture

@@ -7,10 +7,10 @@ import pytest
 from django.test import Client
 from django_celery_beat.models import PeriodicTask
 
-from governance.audit import audit_append
-from governance.jobs import SCHEDULES
+from governance.audit.chain import audit_append
+from governance.jobs.runs import SCHEDULES
 from governance.models import AuditRecord, JobRun
-from governance.retention import PRUNE_JOB_KIND
+from governance.retention.services import PRUNE_JOB_KIND
 from governance.tasks import audit_verify_job, audit_verify_tick, retention_prune_job, retention_prune_tick
 from memoryapp.models import Agent, LegalHold, RetentionPolicy
 from tests.kit.admin import staff_client

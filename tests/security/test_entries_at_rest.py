@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db import connection
 
-from governance.jobs import job_finish
+from governance.jobs.runs import job_finish
 from governance.models import JobRun
 from memoryapp.models import Entry, Evidence
 from tests.kit.api import Caller, answered

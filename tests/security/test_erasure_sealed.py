@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from governance.audit import canonical_json
-from governance.erasure import erasure_request_file
+from governance.audit.chain import canonical_json
+from governance.erasure.services import erasure_request_file
 from governance.models import DataKey, ErasureRequest
 from governance.receipts import receipt_verify
 from memoryapp.models import Entry

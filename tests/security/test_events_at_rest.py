@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from governance.crypto.rotation import encryption_rotate
 from governance.models import JobRun
-from governance.retention import retention_prune
+from governance.retention.services import retention_prune
 from memoryapp.compaction.history import SUMMARY_HEADING
 from memoryapp.compaction.service import compaction_run
 from memoryapp.llm.port import use_model

@@ -14,7 +14,7 @@ from django.db import connection
 
 from governance.crypto.blind import term_hash
 from governance.crypto.envelope import blind_key, data_key_destroy
-from governance.erasure import Probe, leftovers_scan
+from governance.erasure.services import Probe, leftovers_scan
 from memoryapp.items.services import item_approve, items_review_undo
 from memoryapp.models import Agent, ItemReview, MemoryItem
 from memoryapp.threads.services import entry_add, thread_create

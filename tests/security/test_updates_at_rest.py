@@ -10,7 +10,7 @@ from django.db import connection
 
 from governance.crypto.rotation import encryption_rotate
 from governance.crypto.sealing import sealed_key_id
-from governance.jobs import job_finish, job_skip
+from governance.jobs.runs import job_finish, job_skip
 from governance.models import DataKey, JobRun
 from memoryapp.forgetting.person import person_erase
 from tests.kit.api import Caller

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from governance.consequences import Consequences, consequences_apply, consequences_preview
+from governance.staff.consequences import Consequences, consequences_apply, consequences_preview
 from governance.models import AuditRecord
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.items.services import item_write
@@ -116,7 +116,7 @@ def test_a_refused_step_is_listed_and_the_others_still_count(alice: Caller) -> N
 
 
 def test_records_of_another_actor_written_meanwhile_are_not_counted(alice: Caller) -> None:
-    from governance.audit import audit_append
+    from governance.audit.chain import audit_append
 
     thread = thread_create(agent=alice.agent, external_id="t")
     said = entry_add(thread=thread, role="user", content="hello")

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import CommandError
 
-from governance.audit import audit_verify
+from governance.audit.chain import audit_verify
 from memory_project.commands import ProjectCommand
 
 

@@ -6,9 +6,9 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 from django.utils import timezone
 
-from governance.jobs import job_run
+from governance.jobs.runs import job_run
 from governance.models import JobRun
-from governance.retention import PRUNE_JOB_KIND, retention_prune, retention_prune_job
+from governance.retention.services import PRUNE_JOB_KIND, retention_prune, retention_prune_job
 from memory_project.commands import ProjectCommand
 from memoryapp.models import Agent
 

@@ -62,8 +62,8 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast, Collate
 from django.utils import timezone
 
-from governance.audit import audit_append
-from governance.jobs import job_enqueue, job_progress, job_skip
+from governance.audit.chain import audit_append
+from governance.jobs.runs import job_enqueue, job_progress, job_skip
 from governance.models import AuditRecord, ExportRequest, JobRun
 from governance.receipts import receipt_sign
 from memoryapp.errors import DomainError

@@ -12,14 +12,14 @@ agent's own, else the default), applying its rules in this order:
    lose their content (redacted in place);
 5. `threads`: threads whose last write (the thread's update or its newest entry) is `thread_ttl_days`
    old are deleted through the delete-thread cascade;
-6. `trim`: `keep_checkpoints` and `drop_branches` (memoryapp.forgetting.pruning.thread_trim);
+6. `trim`: `keep_checkpoints` and `drop_branches` (governance.retention.pruning.thread_trim);
 7. `job_runs`: finished job runs older than `job_run_days` (runs of no agent: the default policy's);
 8. `events`: change events and webhook delivery attempts older than `event_days`.
 
 Items go first, so what the later cascades take with a thread or a branch is never counted as
 an item rule's, and the dry run (which changes nothing) counts what the real run then does.
 
-Nothing a legal hold in force covers is changed (memoryapp.forgetting.holds): its threads and
+Nothing a legal hold in force covers is changed (governance.retention.held): its threads and
 items are skipped, threads counted in `threads_held`. A thread with a job run in progress (a
 compaction, an extraction) or held by an agent's run (002 runs: running, its lease not out) is
 busy: skipped and counted once in `threads_busy` (002), and a later prune takes it. Audit
@@ -47,15 +47,15 @@ from django.db.models import Count, DateTimeField, F, OuterRef, Q, QuerySet, Sub
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.fields import update_values_sealed
-from governance.jobs import job_enqueue
+from governance.jobs.runs import job_enqueue
 from governance.models import JobRun
-from governance.schedules import schedule_next_run
+from governance.jobs.schedules import schedule_next_run
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.events.services import events_prune
-from memoryapp.forgetting.holds import held_items, held_threads, holds_in_force
-from memoryapp.forgetting.pruning import externalised_results, thread_trim, thread_trim_plan, tool_results_expire
+from governance.retention.held import held_items, held_threads, holds_in_force
+from governance.retention.pruning import externalised_results, thread_trim, thread_trim_plan, tool_results_expire
 from memoryapp.forgetting.services import threads_delete
 from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.services import slot_lock

@@ -18,9 +18,9 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.admin import progress_bar
-from governance.admin_lists import FullWidthList, cell_text, moment
-from governance.export import (
+from governance.console.admin import progress_bar
+from governance.staff.lists import FullWidthList, cell_text, moment
+from governance.export.services import (
     ExportRetryRefused,
     export_archive_path,
     export_download_audit,

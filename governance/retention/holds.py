@@ -1,6 +1,6 @@
 """Legal holds: placing and lifting them, audited (ids; the reason for lifting as typed, see `legal_hold_lift`).
 
-What a hold keeps is read by `memoryapp.forgetting.holds` (prune and erasure ask it first).
+What a hold keeps is read by `governance.retention.held` (prune and erasure ask it first).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.models import ErasureRequest
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, LegalHold, Thread

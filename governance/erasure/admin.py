@@ -20,9 +20,9 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from governance.admin_lists import FullWidthList, cell_text, moment
-from governance.audit import canonical_json
-from governance.erasure import (
+from governance.staff.lists import FullWidthList, cell_text, moment
+from governance.audit.chain import canonical_json
+from governance.erasure.services import (
     RETRYABLE,
     erasure_dry_run,
     erasure_preview,

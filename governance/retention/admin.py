@@ -23,10 +23,9 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from governance.admin_lists import FullWidthList, cell_text, day
-from governance.holds import holds_lift_counts, legal_hold_lift, legal_hold_place
 from governance.models import JobRun
-from governance.retention import (
+from governance.retention.holds import holds_lift_counts, legal_hold_lift, legal_hold_place
+from governance.retention.services import (
     COUNT_KEYS,
     POLICY_RULES,
     PRUNE_JOB_KIND,
@@ -35,7 +34,8 @@ from governance.retention import (
     retention_prune,
     retention_prune_request,
 )
-from memoryapp.admin.confirm import confirm_page, confirmed, staff_actor
+from governance.staff.confirm import confirm_page, confirmed, staff_actor
+from governance.staff.lists import FullWidthList, cell_text, day
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, LegalHold, RetentionPolicy
 
@@ -206,7 +206,7 @@ class LegalHoldForm(forms.ModelForm):
 
 @admin.register(LegalHold)
 class LegalHoldAdmin(FullWidthList, admin.ModelAdmin):
-    """Privacy officers only (governance/roles.py). A hold is placed, then lifted; never edited or deleted."""
+    """Privacy officers only (governance/staff/roles.py). A hold is placed, then lifted; never edited or deleted."""
 
     form = LegalHoldForm
     list_display = (

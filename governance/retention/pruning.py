@@ -15,7 +15,7 @@ from django.db.models import Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.events.services import event_record
 from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget

@@ -9,8 +9,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.urls import reverse
 from django.views.decorators.http import require_safe
 
-from governance.admin_exports import archive_response
-from governance.export import export_archive_path
+from governance.export.admin import archive_response
+from governance.export.services import export_archive_path
 from governance.models import ExportRequest
 
 PERMISSION = "governance.view_exportrequest"

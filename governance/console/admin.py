@@ -19,13 +19,12 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from governance import erasure_admin  # noqa: F401  (registers the erasure requests' admin)
-from governance.admin_lists import DateRangeFilter, FullWidthList, cell_text, details_text, moment, short_id
-from governance.audit import audit_verification_latest, audit_verify
-from governance.job_retry import RetryRefused, job_retry, job_retry_refusal
-from governance.jobs import WAITING_NOTE
+from governance.audit.chain import audit_verification_latest, audit_verify
+from governance.jobs.retry import RetryRefused, job_retry, job_retry_refusal
+from governance.jobs.runs import WAITING_NOTE
+from governance.jobs.schedules import schedules_state
 from governance.models import AuditRecord, ErasureRequest, JobRun
-from governance.schedules import schedules_state
+from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, details_text, moment, short_id
 
 
 def _actor(request: HttpRequest) -> str:
@@ -592,7 +591,7 @@ class JobRunAdmin(FullWidthList, admin.ModelAdmin):
 
     def schedules_view(self, request: HttpRequest) -> HttpResponse:
         """Every beat schedule: its interval (edited under Periodic tasks), when it runs next, and the
-        outcome of the last job run it sent (governance.schedules)."""
+        outcome of the last job run it sent (governance.jobs.schedules)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         try:

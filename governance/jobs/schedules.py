@@ -11,7 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from governance.jobs import SCHEDULES, Schedule
+from governance.jobs.runs import SCHEDULES, Schedule
 from governance.models import JobRun
 
 _FINISHED = (JobRun.Status.SUCCEEDED, JobRun.Status.FAILED, JobRun.Status.SKIPPED)

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from governance.audit import audit_append
-from governance.jobs import job_send, job_task
+from governance.audit.chain import audit_append
+from governance.jobs.runs import job_send, job_task
 from governance.models import JobRun
 
 

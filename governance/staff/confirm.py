@@ -2,7 +2,7 @@
 
 It replaces Django's stock delete confirmation (which lists the rows Django would delete, not what
 the services take: items, quotes, file versions, summaries, fork copies). The counts come from a
-dry run of the very services the action calls (`governance.consequences`), so what the
+dry run of the very services the action calls (`governance.staff.consequences`), so what the
 page shows is what confirming does; the message after confirming repeats the counts of the run.
 """
 
@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
-from governance.consequences import Consequences, Step, consequences_apply, consequences_preview
+from governance.staff.consequences import Consequences, Step, consequences_apply, consequences_preview
 from memoryapp.errors import DomainError
 from memoryapp.models import Thread
 

@@ -44,21 +44,21 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from psycopg import sql
 
-from governance.audit import audit_append, canonical_json
+from governance.audit.chain import audit_append, canonical_json
 from governance.crypto.envelope import data_keys_of_person
 from governance.crypto.fields import SealedJSONField, SealedTextField, json_text_open, value_open
 from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
-from governance.export import exports_forget_person
-from governance.jobs import job_enqueue, job_progress
+from governance.export.services import exports_forget_person
+from governance.jobs.runs import job_enqueue, job_progress
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.receipts import receipt_sign
+from governance.retention.held import holds_blocking
 from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, PLAYBOOK_PATH, rule_body, rule_lessons
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
-from memoryapp.forgetting.holds import holds_blocking
 from memoryapp.forgetting.person import person_erase
 from memoryapp.items.facts import PERSON_PREFIX
 from memoryapp.models import Agent, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread, WebhookDelivery
