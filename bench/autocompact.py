@@ -41,7 +41,7 @@ import django
 
 django.setup()
 
-from governance.jobs.runs import broker_redis, debounce_mark, debounce_mark_set, job_debounce_clear  # noqa: E402
+from governance.jobs.broker import broker_redis, debounce_mark, debounce_mark_set, job_debounce_clear  # noqa: E402
 from governance.models import JobRun  # noqa: E402
 from memoryapp.compaction.auto import agent_compaction_settings_set, auto_compaction_key  # noqa: E402
 from memoryapp.models import Agent, Thread  # noqa: E402

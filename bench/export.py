@@ -294,7 +294,7 @@ django.setup()
 def export_in_child(request_id: int, export_dir: Path) -> float:
     """Run the export job in a process of its own (so its peak RSS is its own); its seconds."""
     work = (
-        "from governance.export import export_run\n"
+        "from governance.export.services import export_run\n"
         "started = time.perf_counter()\n"
         f"export_run(request_id={request_id})\n"
         "print(time.perf_counter() - started)"

@@ -11,12 +11,12 @@ class GovernanceConfig(AppConfig):
     def ready(self) -> None:
         # Imported once the app registry is ready (jobs and roles import models).
         from governance.crypto.checks import encryption_keys_check
-        from governance.jobs.runs import schedules_sync
+        from governance.jobs.schedules import schedules_sync
         from governance.staff.roles import roles_sync
 
         # After every app's permissions exist: governance is the last installed app.
         post_migrate.connect(roles_sync, sender=self, dispatch_uid="governance.roles_sync")
-        # Beat schedules are declared in governance.jobs.SCHEDULES and kept in the database.
+        # Beat schedules are declared in governance.jobs.schedules.SCHEDULES and kept in the database.
         post_migrate.connect(schedules_sync, sender=self, dispatch_uid="governance.schedules_sync")
         # A database written with keys refuses a process started without them (or with wrong ones).
         checks.register(encryption_keys_check, checks.Tags.database)

@@ -5,15 +5,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from governance.jobs import runs as jobs
-from governance.retention import services as retention
 from governance.audit.chain import AUDIT_VERIFY_KIND, audit_verify
 from governance.crypto.envelope import OWNER_CACHE_SECONDS
 from governance.crypto.rotation import encryption_rotate
 from governance.erasure.services import erasure_run
 from governance.export.services import export_run
-from governance.jobs.runs import job, job_enqueue, tick
+from governance.jobs import runs, sweep
+from governance.jobs.broker import job_enqueue
+from governance.jobs.declare import job, tick
 from governance.models import JobRun
+from governance.retention import services as retention
 
 logger = logging.getLogger(__name__)
 
@@ -41,8 +42,8 @@ def export_person(run: JobRun) -> dict[str, Any] | None:
 @tick(name="governance.tasks.jobs_sweep", queue="governance")
 def jobs_sweep() -> None:
     """Beat, every minute: send the runs the broker never got or lost; requeue runs whose worker
-    died (governance.jobs.jobs_sweep). Safe to run often and twice at once: a run is claimed once."""
-    counts = jobs.jobs_sweep()
+    died (governance.jobs.sweep.jobs_sweep). Safe to run often and twice at once: a run is claimed once."""
+    counts = sweep.jobs_sweep()
     if any(counts.values()):
         logger.info("job sweep: %s", counts)
 
@@ -75,5 +76,5 @@ def encryption_rotate_job(run: JobRun) -> dict[str, Any]:
         batch=int(run.arguments.get("batch") or 500),
         rekey=bool(run.arguments.get("rekey")),
         settle=float(run.arguments.get("settle", OWNER_CACHE_SECONDS + 1)),
-        progress=lambda done, total: jobs.job_progress(run, done=done, total=total),
+        progress=lambda done, total: runs.job_progress(run, done=done, total=total),
     )

@@ -65,7 +65,7 @@ def _encryption() -> tuple[bool, str]:
 
 
 def _jobs_waiting() -> list[dict[str, Any]]:
-    from governance.jobs.runs import jobs_waiting
+    from governance.jobs.sweep import jobs_waiting
 
     return [{**row, "since": row["since"].isoformat()} for row in jobs_waiting()]
 

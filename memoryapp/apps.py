@@ -11,7 +11,7 @@ class MemoryAppConfig(AppConfig):
         from memoryapp.compaction.auto import auto_compaction_check_thread
         from memoryapp.extraction.schedule import extraction_schedule
         from memoryapp.search.indexing import embedding_schedule
-        from memoryapp.threads.hooks import entries_added_follow, entries_added_follow_thread
+        from memoryapp.threads.hooks import entries_added_follow, entries_added_follow_thread, vectors_cleared_follow
 
         # What follows new entries, in this order: their vectors, then what extraction learns.
         # Threads name neither (they sit below both); this is where they are wired.
@@ -21,3 +21,6 @@ class MemoryAppConfig(AppConfig):
         # Then automatic compaction: a thread past its trigger gets its compaction job. It is given
         # the thread as the write left it (its running token count): no query per append.
         entries_added_follow_thread("compaction", lambda thread: auto_compaction_check_thread(thread=thread))
+
+        # Entries whose vectors a cascade cleared are embedded again from what remains.
+        vectors_cleared_follow("embedding", lambda agent_id: embedding_schedule(agent_id=agent_id))

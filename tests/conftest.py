@@ -35,7 +35,7 @@ def audit_anchor_file(tmp_path: Path, settings: Any) -> Path:
 def broker_breaker_closed() -> None:
     """The broker breaker is per process: a test that took the broker away must not leave the
     next test's sends skipped."""
-    from governance.jobs.runs import broker_breaker_reset
+    from governance.jobs.broker import broker_breaker_reset
 
     broker_breaker_reset()
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
@@ -25,6 +24,7 @@ from governance.jobs.runs import WAITING_NOTE
 from governance.jobs.schedules import schedules_state
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, details_text, moment, short_id
+from governance.staff.progress import progress_bar, progress_state
 
 
 def _actor(request: HttpRequest) -> str:
@@ -272,63 +272,6 @@ class AuditRecordAdmin(FullWidthList, admin.ModelAdmin):
 
 
 # --- job runs -----------------------------------------------------------------------------------------
-
-OPEN = (JobRun.Status.QUEUED, JobRun.Status.RUNNING)
-
-
-def run_rate(run: JobRun, *, now: datetime | None = None) -> float | None:
-    """Units done per second since the run started (to its end, or now while it runs)."""
-    if not run.started_at or not run.progress_done:
-        return None
-    end = run.finished_at or now or timezone.now()
-    seconds = (end - run.started_at).total_seconds()
-    return run.progress_done / seconds if seconds > 0 else None
-
-
-def progress_text(run: JobRun) -> str:
-    """`done / total · percent · rate`, what of it is known."""
-    parts: list[str] = []
-    if run.progress_total:
-        parts += [
-            f"{run.progress_done} / {run.progress_total}",
-            f"{int(100 * run.progress_done / run.progress_total)}%",
-        ]
-    elif run.progress_done:
-        parts.append(f"{run.progress_done} done")
-    rate = run_rate(run)
-    if rate is not None:
-        parts.append(f"{rate:.1f}/s" if rate >= 0.1 else f"{rate * 60:.1f}/min")
-    return " · ".join(parts)
-
-
-def progress_state(run: JobRun) -> dict[str, Any]:
-    """What the page's script needs to redraw a run's progress (the JSON endpoint's rows)."""
-    return {
-        "id": run.pk,
-        "status": run.status,
-        "status_label": run.get_status_display(),
-        "done": run.progress_done,
-        "total": run.progress_total,
-        "text": progress_text(run),
-        "open": run.status in OPEN,
-    }
-
-
-def progress_bar(run: JobRun) -> SafeString:
-    if run.progress_total:
-        bar = format_html('<progress value="{}" max="{}"></progress>', run.progress_done, run.progress_total)
-    elif run.status == JobRun.Status.RUNNING:
-        bar = mark_safe("<progress></progress>")  # running, size unknown: an indeterminate bar
-    else:
-        bar = mark_safe("")
-    return format_html(
-        '<span class="jr-progress" data-run="{}" data-open="{}">{} <span class="jr-text">{}</span></span>',
-        run.pk,
-        "1" if run.status in OPEN else "",
-        bar,
-        progress_text(run) or ("—" if not bar else ""),
-    )
-
 
 # Keys of job arguments and results that name objects, and what they name.
 _ID_KEYS = {

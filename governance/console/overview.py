@@ -30,12 +30,12 @@ from django.db.models.functions import TruncDay
 from django.urls import reverse
 from django.utils import timezone
 
-from governance.console.activity import entries_per_agent_per_day, items_per_agent_per_day, window_days
 from governance.audit.chain import AuditVerification, audit_verification_latest, audit_verify_tail
+from governance.console.activity import entries_per_agent_per_day, items_per_agent_per_day, window_days
 from governance.console.charts import PALETTE, Duration, Series, duration_bars, stacked_bars_by_day
+from governance.console.review import Backlog, review_backlog
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.retention.services import RetentionState, retention_state
-from governance.console.review import Backlog, review_backlog
 from memory_project.health import broker_probe, database_probe
 
 # The permission only that role's group holds among the three (governance/staff/roles.py).

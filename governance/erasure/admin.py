@@ -19,8 +19,8 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from memoryapp.admin.confirm import confirm_page, confirmed
 
-from governance.staff.lists import FullWidthList, cell_text, moment
 from governance.audit.chain import canonical_json
 from governance.erasure.services import (
     RETRYABLE,
@@ -31,7 +31,7 @@ from governance.erasure.services import (
     erasure_request_stalled,
 )
 from governance.models import ErasureRequest
-from memoryapp.admin.confirm import confirm_page, confirmed
+from governance.staff.lists import FullWidthList, cell_text, moment
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent
 

@@ -51,7 +51,8 @@ from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
 from governance.export.services import exports_forget_person
-from governance.jobs.runs import job_enqueue, job_progress
+from governance.jobs.broker import job_enqueue
+from governance.jobs.runs import job_progress
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.receipts import receipt_sign
 from governance.retention.held import holds_blocking

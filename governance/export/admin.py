@@ -18,8 +18,6 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.console.admin import progress_bar
-from governance.staff.lists import FullWidthList, cell_text, moment
 from governance.export.services import (
     ExportRetryRefused,
     export_archive_path,
@@ -29,6 +27,8 @@ from governance.export.services import (
     person_user_id_check,
 )
 from governance.models import ExportRequest
+from governance.staff.lists import FullWidthList, cell_text, moment
+from governance.staff.progress import progress_bar
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent
 

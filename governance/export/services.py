@@ -63,7 +63,8 @@ from django.db.models.functions import Cast, Collate
 from django.utils import timezone
 
 from governance.audit.chain import audit_append
-from governance.jobs.runs import job_enqueue, job_progress, job_skip
+from governance.jobs.broker import job_enqueue
+from governance.jobs.runs import job_progress, job_skip
 from governance.models import AuditRecord, ExportRequest, JobRun
 from governance.receipts import receipt_sign
 from memoryapp.errors import DomainError

@@ -17,7 +17,8 @@ from __future__ import annotations
 from django.db import transaction
 
 from governance.audit.chain import audit_append
-from governance.jobs.runs import job_send, job_task
+from governance.jobs.broker import job_send
+from governance.jobs.runs import job_task
 from governance.models import JobRun
 
 

@@ -49,13 +49,13 @@ from django.utils import timezone
 
 from governance.audit.chain import audit_append
 from governance.crypto.fields import update_values_sealed
-from governance.jobs.runs import job_enqueue
-from governance.models import JobRun
+from governance.jobs.broker import job_enqueue
 from governance.jobs.schedules import schedule_next_run
-from memoryapp.consolidation.lineage import derived_files_forget
-from memoryapp.events.services import events_prune
+from governance.models import JobRun
 from governance.retention.held import held_items, held_threads, holds_in_force
 from governance.retention.pruning import externalised_results, thread_trim, thread_trim_plan, tool_results_expire
+from memoryapp.consolidation.lineage import derived_files_forget
+from memoryapp.events.services import events_prune
 from memoryapp.forgetting.services import threads_delete
 from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.services import slot_lock

@@ -34,9 +34,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.staff.lists import FullWidthList, cell_text, day
-from governance.crypto.keyring import encryption_enabled
 from governance.console.review import item_reviews, last_decision_undoable, quotes_with_turns
+from governance.crypto.keyring import encryption_enabled
+from governance.staff.lists import FullWidthList, cell_text, day
 from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.review import (
     LAST_DECISION,

@@ -18,7 +18,6 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.retention.services import retention_policies, suggested_deadline
 from governance.console.review import (
     ORDERS,
     QueueFilters,
@@ -29,6 +28,7 @@ from governance.console.review import (
     slot_values_now,
     suggestions_waiting,
 )
+from governance.retention.services import retention_policies, suggested_deadline
 from memoryapp.errors import DomainError
 from memoryapp.items.services import (
     item_approve,

@@ -33,7 +33,8 @@ from django.db import DatabaseError, connection, transaction
 
 from governance import locks
 from governance.audit.chain import audit_append
-from governance.jobs.runs import debounce_mark, debounce_mark_set, job_debounce_clear, job_enqueue, job_run, job_skip
+from governance.jobs.broker import debounce_mark, debounce_mark_set, job_debounce_clear, job_enqueue
+from governance.jobs.runs import job_run, job_skip
 from governance.models import JobRun
 from memoryapp.compaction.history import compacted_history
 from memoryapp.compaction.plan import CLEAR_TOOL_RESULTS, HIERARCHICAL, SUMMARIZE

@@ -14,7 +14,8 @@ from django.db import transaction
 
 from governance.audit.chain import audit_append
 from governance.crypto.keyring import encryption_enabled
-from governance.jobs.runs import job_enqueue, job_run, job_skip
+from governance.jobs.broker import job_enqueue
+from governance.jobs.runs import job_run, job_skip
 from governance.models import JobRun
 from memoryapp.compaction.history import compacted_history
 from memoryapp.compaction.plan import STRATEGY_NAMES, SUMMARIZE, CompactionContext, CompactionPlan, strategy_options

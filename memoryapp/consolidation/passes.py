@@ -1,6 +1,6 @@
 """The scheduled passes: per agent, one job run of each kind goes over the agent's scopes.
 
-Beat sends a tick (governance.jobs.SCHEDULES); the tick sends one job run per agent with work
+Beat sends a tick (governance.jobs.schedules.SCHEDULES); the tick sends one job run per agent with work
 (`consolidation_request`), deduplicated while one is queued; the run goes over at most
 CONSOLIDATION_MAX_SCOPES scopes and keeps where each stopped (ConsolidationState), so a pass that
 ran out of its caps goes on at the next run. Every model call made in a run adds its usage (and
@@ -16,7 +16,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from governance.jobs.runs import job_enqueue, job_progress, job_skip
+from governance.jobs.broker import job_enqueue
+from governance.jobs.runs import job_progress, job_skip
 from governance.models import JobRun
 from memoryapp.consolidation.dedupe import scope_dedupe
 from memoryapp.consolidation.fold import playbook_fold

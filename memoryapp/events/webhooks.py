@@ -51,7 +51,7 @@ from urllib3.util.connection import create_connection
 
 from governance import locks
 from governance.audit.chain import audit_append
-from governance.jobs.runs import job_enqueue_debounced
+from governance.jobs.broker import job_enqueue_debounced
 from governance.models import JobRun
 from memoryapp.errors import DomainError
 from memoryapp.events.selectors import event_json, events_after, events_last_seq, events_missed

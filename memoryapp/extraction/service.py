@@ -14,7 +14,8 @@ from typing import Any
 from django.db import transaction
 
 from governance.audit.chain import audit_append
-from governance.jobs.runs import job_enqueue, job_progress, job_run, job_skip
+from governance.jobs.broker import job_enqueue
+from governance.jobs.runs import job_progress, job_run, job_skip
 from governance.models import JobRun
 from memoryapp.extraction.extractor import (
     WINDOW_TOKENS,

@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from governance import locks
-from governance.jobs.runs import job_enqueue, job_enqueue_debounced
+from governance.jobs.broker import job_enqueue, job_enqueue_debounced
 from memoryapp.models import Entry, MemoryItem
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.search.embedders import embed_texts
@@ -44,7 +44,7 @@ def embedding_schedule(*, agent_id: int, debounced: bool = True) -> None:
     """Send the embedding job for the agent's entries and items not embedded yet.
 
     Contract: called after commit by memoryapp.threads.hooks on every write, so it costs one
-    Redis round trip while a run is pending (governance.jobs.job_enqueue_debounced). The sweep
+    Redis round trip while a run is pending (governance.jobs.broker.job_enqueue_debounced). The sweep
     asks with `debounced=False`: Redis marks (lost, or left by a run that never started) are not
     consulted, the agent's queued run is reused (and sent if the broker never took it) or a new
     one is sent.

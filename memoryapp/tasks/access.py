@@ -1,6 +1,6 @@
 """Celery tasks of the access log: its retention.
 
-Celery beat runs `access_log_prune_tick` once a day (governance.jobs.SCHEDULES); it enqueues one
+Celery beat runs `access_log_prune_tick` once a day (governance.jobs.schedules.SCHEDULES); it enqueues one
 JobRun-recorded `access_log_prune_job`, deduplicated while one is queued, which deletes the rows
 older than ACCESS_LOG_RETENTION_DAYS (0: kept until their thread or person goes). Running it twice
 deletes nothing twice.
@@ -14,7 +14,8 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from governance.jobs.runs import job, job_enqueue, tick
+from governance.jobs.broker import job_enqueue
+from governance.jobs.declare import job, tick
 from governance.models import JobRun
 from memoryapp.search.access_log import access_log_prune
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from governance.jobs.runs import job
+from governance.jobs.declare import job
 from governance.models import JobRun
 from memoryapp.compaction.auto import auto_compaction_job
 from memoryapp.compaction.service import compaction_job

@@ -1,6 +1,6 @@
 """Celery tasks of consolidation (queue `consolidation`): per agent, dedupe, folding and observations.
 
-Beat runs the three ticks (governance.jobs.SCHEDULES, editable under Periodic tasks); each sends one
+Beat runs the three ticks (governance.jobs.schedules.SCHEDULES, editable under Periodic tasks); each sends one
 job run per agent with memory to work on, and the run calls one pass of memoryapp.consolidation.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from governance.jobs.runs import job, tick
+from governance.jobs.declare import job, tick
 from governance.models import JobRun
 from memoryapp.consolidation.passes import consolidation_job, consolidation_tick
 from memoryapp.llm.model import ModelTransientError

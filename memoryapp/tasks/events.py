@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from governance.jobs.runs import job, job_skip, tick
+from governance.jobs.declare import job, tick
+from governance.jobs.runs import job_skip
 from governance.models import JobRun
 from memoryapp.events.webhooks import (
     WEBHOOK_RETRIES,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from governance.jobs.runs import job
+from governance.jobs.declare import job
 from governance.models import JobRun
 from memoryapp.extraction.service import extraction_debounce_key, extraction_job
 

@@ -1,6 +1,6 @@
 """Celery tasks of the items area: the prune of facts whose time to live ran out.
 
-Celery beat runs `items_prune_tick` (governance.jobs.SCHEDULES, editable in the admin under
+Celery beat runs `items_prune_tick` (governance.jobs.schedules.SCHEDULES, editable in the admin under
 Periodic tasks); it enqueues one JobRun-recorded `items_prune_job`, deduplicated while one is
 still queued. The prune is idempotent: running it twice removes nothing twice.
 """
@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from governance.jobs.runs import job, job_enqueue, tick
+from governance.jobs.broker import job_enqueue
+from governance.jobs.declare import job, tick
 from governance.models import JobRun
 from governance.retention.held import held_items
 from memoryapp.items.facts import facts_prune

@@ -2,7 +2,8 @@
 
 `entry_add` and friends call `after_entries_added` inside their transaction; the capabilities that
 follow new entries (embedding, extraction) are told only once it commits (transaction.on_commit),
-each through the sender it registered with `entries_added_follow`. Threads sit below the
+each through the sender it registered with `entries_added_follow` (and, after a cascade that
+cleared vectors, `vectors_cleared_follow`). Threads sit below the
 capabilities that read them, so this module names none of them: memoryapp/apps.py wires them at
 start. Each sender is idempotent, so a rollback sends nothing and a repeat does nothing twice.
 """
@@ -23,6 +24,9 @@ Sender = Callable[[int, int], None]
 _followers: dict[str, Sender] = {}
 ThreadSender = Callable[[Thread], object]
 _thread_followers: dict[str, ThreadSender] = {}
+# Told (agent id) after a cascade that cleared entries' vectors committed.
+AgentSender = Callable[[int], None]
+_vector_followers: dict[str, AgentSender] = {}
 
 
 def entries_added_follow(name: str, send: Sender) -> None:
@@ -62,17 +66,21 @@ def after_entries_added(*, thread: Thread, entries: Sequence[Entry]) -> None:
     transaction.on_commit(schedule)
 
 
+def vectors_cleared_follow(name: str, send: AgentSender) -> None:
+    """Have `send(agent_id)` called after every committed cascade that cleared entries' vectors."""
+    _vector_followers[name] = send
+
+
 def after_vectors_cleared(*, agent_id: int) -> None:
     """Entries of the agent lost their vectors in a cascade (the words they were embedded with went):
     the embedding job embeds them again from what remains, once the cascade commits (and not at all
     if it rolls back). A broker that cannot take the job leaves them to the embedding sweep."""
 
     def schedule() -> None:
-        from memoryapp.search.indexing import embedding_schedule
-
-        try:
-            embedding_schedule(agent_id=agent_id)
-        except Exception:
-            logger.exception("could not send the embedding job after a cascade of agent %s", agent_id)
+        for name, send in list(_vector_followers.items()):
+            try:
+                send(agent_id)
+            except Exception:
+                logger.exception("could not send the %s job after a cascade of agent %s", name, agent_id)
 
     transaction.on_commit(schedule)

@@ -10,8 +10,8 @@ from django.core.cache import cache
 from django.utils import timezone
 from freezegun import freeze_time
 
-from governance.console.activity import entries_per_agent_per_day, window_days
 from governance.audit.chain import audit_append, audit_verify_tail
+from governance.console.activity import entries_per_agent_per_day, window_days
 from governance.console.charts import Duration, Series, duration_bars, nice_ceiling, stacked_bars_by_day
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from memoryapp.models import Entry, MemoryItem

@@ -21,8 +21,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from governance.audit.chain import audit_append
-from governance.models import AuditRecord, JobRun
 from governance.console.review import QUEUE_PAGE
+from governance.models import AuditRecord, JobRun
 from memoryapp.agents.services import agent_get_or_create
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry, ItemReview, MemoryItem

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.test import Client, override_settings
 
-from governance.jobs.runs import broker_redis, debounce_mark, job_debounce_clear
+from governance.jobs.broker import broker_redis, debounce_mark, job_debounce_clear
 from governance.models import AuditRecord, JobRun
 from memoryapp.compaction.auto import (
     AUTO_JOB_TASK,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from governance.jobs.runs import job_debounce_clear
+from governance.jobs.broker import job_debounce_clear
 from governance.models import JobRun
 from memory_project.celery import app
 from memoryapp.compaction.auto import AUTO_JOB_TASK, agent_compaction_settings_set, auto_compaction_key

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django_celery_beat.models import PeriodicTask
 
-from governance.jobs.runs import SCHEDULES
+from governance.jobs.schedules import SCHEDULES
 from governance.models import JobRun
 from memoryapp.consolidation.passes import consolidation_request
 from memoryapp.llm.model import ModelError

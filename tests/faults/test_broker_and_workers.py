@@ -183,7 +183,7 @@ def test_a_job_killed_by_its_hard_time_limit_fails_at_once_and_is_not_run_again(
     """Celery's worker kills the pool process of a job past its hard time limit: the run is failed
     right away, saying so, instead of staying `running` for the sweep to requeue it into the same
     time limit up to LOST_RUN_MAX_ATTEMPTS times."""
-    from governance.jobs.runs import job_enqueue
+    from governance.jobs.broker import job_enqueue
     from tests.kit.worker_jobs import TINY_TIME_LIMIT, outlives_its_time_limit
 
     with private_redis() as redis_server, broker_at(redis_server.url, settings):

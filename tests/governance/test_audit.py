@@ -19,7 +19,7 @@ from governance.audit.chain import (
     database_identity,
     record_hash,
 )
-from governance.jobs.runs import job_enqueue
+from governance.jobs.broker import job_enqueue
 from governance.models import AuditRecord
 from governance.tasks import audit_verify_job
 from tests.kit import PROJECT_ROOT
@@ -257,7 +257,7 @@ def _in_other(url: str, anchor_file: Path, *arguments: str) -> subprocess.Comple
 
 
 def _append_in_other(url: str, anchor_file: Path, count: int) -> None:
-    code = f"from governance.audit import audit_append\nfor n in range({count}): audit_append(action='elsewhere')"
+    code = f"from governance.audit.chain import audit_append\nfor n in range({count}): audit_append(action='elsewhere')"
     done = _in_other(url, anchor_file, "shell", "-c", code)
     assert done.returncode == 0, done.stderr
 

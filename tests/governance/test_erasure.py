@@ -15,8 +15,8 @@ from django.apps import apps
 from django.db import connection
 from django.utils import timezone
 
-from governance.erasure import services as erasure
 from governance.audit.chain import audit_verify, canonical_json
+from governance.erasure import services as erasure
 from governance.erasure.services import (
     NOT_SCANNED,
     erasure_request_file,

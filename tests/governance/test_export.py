@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from governance.export import services as export
 from governance.audit.chain import audit_append, audit_verify
 from governance.erasure.services import erasure_request_file
+from governance.export import services as export
 from governance.export.services import PersonScope, export_request_create, export_request_retry, export_run
 from governance.models import AuditRecord, ExportRequest, JobRun
 from governance.receipts import receipt_verify

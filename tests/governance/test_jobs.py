@@ -19,27 +19,29 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from governance import locks
 from governance.audit.chain import audit_append
-from governance.jobs import runs as jobs
-from governance.jobs.runs import (
-    SCHEDULES,
-    WAITING_NOTE,
+from governance.jobs import runs, sweep
+from governance.jobs.broker import (
     broker_breaker_reset,
     broker_epoch_mark,
     broker_redis,
     debounce_mark,
-    job,
-    job_add_usage,
     job_debounce_clear,
     job_enqueue,
     job_enqueue_debounced,
+)
+from governance.jobs.declare import job
+from governance.jobs.runs import (
+    WAITING_NOTE,
+    job_add_usage,
     job_fail,
     job_progress,
     job_run,
     job_skip,
     job_start,
     job_task,
-    jobs_waiting,
 )
+from governance.jobs.schedules import SCHEDULES
+from governance.jobs.sweep import jobs_waiting
 from governance.models import JobRun
 from governance.tasks import audit_verify_job, jobs_sweep
 from memory_project.celery import app
@@ -289,7 +291,7 @@ def test_the_next_enqueue_of_a_key_hands_its_never_sent_run_to_the_broker_again(
 
 
 def _broker_lost_its_data_at(moment: datetime) -> None:
-    """As if Redis had restarted empty and the sweep had noticed at `moment` (governance.jobs.broker_epoch)."""
+    """As if Redis had restarted empty and the sweep had noticed at `moment` (governance.jobs.broker.broker_epoch)."""
     broker_redis().set(broker_epoch_mark(), moment.isoformat())
 
 
@@ -337,7 +339,7 @@ def test_the_job_sweep_never_sends_a_run_before_its_countdown_ends(
         next_check_at=an_hour_ago,
     )
 
-    counts = jobs.jobs_sweep()
+    counts = sweep.jobs_sweep()
 
     for run in (never_taken, counting_down):
         run.refresh_from_db()
@@ -346,7 +348,7 @@ def test_the_job_sweep_never_sends_a_run_before_its_countdown_ends(
     assert counts["sent"] == counts["resent"] == 0
 
     JobRun.objects.filter(pk__in=[never_taken.pk, counting_down.pk]).update(eta=timezone.now() - timedelta(seconds=1))
-    jobs.jobs_sweep()  # the countdowns ended: the one never taken and the one the broker lost are sent
+    sweep.jobs_sweep()  # the countdowns ended: the one never taken and the one the broker lost are sent
     assert set(JobRun.objects.filter(pk__in=[never_taken.pk, counting_down.pk]).values_list("status", flat=True)) == {
         "succeeded"
     }
@@ -549,7 +551,7 @@ def _hold(session, run: JobRun) -> None:
 
 @pytest.mark.django_db
 def test_a_second_message_of_a_run_a_live_process_holds_does_not_run_it(other_process, monkeypatch) -> None:
-    monkeypatch.setattr(jobs, "CLAIM_WAIT_SECONDS", 0.5)
+    monkeypatch.setattr(runs, "CLAIM_WAIT_SECONDS", 0.5)
     for status in ("queued", "running"):
         run = JobRun.objects.create(kind="test", status=status, attempts=1 if status == "running" else 0)
         _hold(other_process, run)
@@ -586,7 +588,7 @@ def test_a_copy_of_a_running_runs_message_is_dropped_at_once_and_only_its_own_me
     """A resent copy arriving while its run runs must not hold a pool process for CLAIM_WAIT_SECONDS:
     it is dropped without waiting for the lock (so the lock freed a moment later is not taken). The
     message that claimed the run, brought back by the loss of its worker, waits and takes it over."""
-    monkeypatch.setattr(jobs, "CLAIM_WAIT_SECONDS", 60.0)
+    monkeypatch.setattr(runs, "CLAIM_WAIT_SECONDS", 60.0)
     calls: list[str] = []
     run = JobRun.objects.create(kind="test", status="running", attempts=1, message_id="claimer")
 

@@ -96,7 +96,7 @@ def private_redis() -> Iterator[PrivateRedis]:
 @contextmanager
 def broker_at(url: str, settings: Any) -> Iterator[None]:
     """Publish this process's Celery messages to `url`, for real (not eagerly), as the web does."""
-    from governance.jobs import runs as jobs
+    from governance.jobs import broker as jobs
     from memory_project.celery import app
 
     def forget_connections() -> None:

@@ -6,7 +6,7 @@ import time
 
 from celery.exceptions import SoftTimeLimitExceeded
 
-from governance.jobs.runs import job
+from governance.jobs.declare import job
 from governance.models import JobRun
 
 # The hard time limit of `outlives_its_time_limit`: Celery's worker kills the pool process running it.

@@ -8,7 +8,7 @@ from django.test import Client
 from django_celery_beat.models import PeriodicTask
 
 from governance.audit.chain import audit_append
-from governance.jobs.runs import SCHEDULES
+from governance.jobs.schedules import SCHEDULES
 from governance.models import AuditRecord, JobRun
 from governance.retention.services import PRUNE_JOB_KIND
 from governance.tasks import audit_verify_job, audit_verify_tick, retention_prune_job, retention_prune_tick

@@ -171,7 +171,7 @@ def test_a_reembed_job_whose_embedder_is_down_for_a_while_is_retried_and_finishe
 ) -> None:
     """The first attempt gives up on an endpoint answering 500s; Celery's retry claims the same run
     (it went back to queued) and embeds everything."""
-    from governance.jobs.runs import job_enqueue
+    from governance.jobs.broker import job_enqueue
 
     ThreadFactory(agent=alice.agent, turns=[("user", "one"), ("assistant", "two")])
     _Endpoint.answers = [(500, {})] * 4  # one attempt's worth: the embedder tries 4 times, then raises

@@ -16,9 +16,9 @@ from django.db import connection
 from django.test import Client
 from django.urls import reverse
 
-from governance.export import services as export
 from governance.crypto.envelope import data_key_for
 from governance.erasure.services import ID_PROBE, Probe, leftovers_scan
+from governance.export import services as export
 from governance.export.services import export_request_create, export_run
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import files_redact

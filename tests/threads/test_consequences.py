@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from governance.staff.consequences import Consequences, consequences_apply, consequences_preview
 from governance.models import AuditRecord
+from governance.staff.consequences import Consequences, consequences_apply, consequences_preview
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem, Thread

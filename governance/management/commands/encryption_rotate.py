@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
 
-from governance.jobs.runs import job_enqueue
+from governance.jobs.broker import job_enqueue
 from governance.models import JobRun
 from governance.tasks import encryption_rotate_job
 from memory_project.commands import ProjectCommand

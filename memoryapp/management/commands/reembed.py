@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
-from governance.jobs.runs import job_enqueue
+from governance.jobs.broker import job_enqueue
 from governance.models import JobRun
 from memory_project.commands import ProjectCommand
 from memoryapp.models import Agent
