@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.models import JobRun
 from governance.tasks import audit_verify_job, audit_verify_tick
 from memoryapp.forgetting.person import person_erase, person_erase_plan
