@@ -19,7 +19,6 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
-from memoryapp.admin.confirm import confirm_page, confirmed
 
 from governance.audit.chain import canonical_json
 from governance.erasure.services import (
@@ -31,6 +30,7 @@ from governance.erasure.services import (
     erasure_request_stalled,
 )
 from governance.models import ErasureRequest
+from governance.staff.confirm import confirm_page, confirmed
 from governance.staff.lists import FullWidthList, cell_text, moment
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent

@@ -26,7 +26,7 @@ from django.utils.html import escape, format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
-from governance.admin_lists import FullWidthList, cell_text
+from governance.staff.lists import FullWidthList, cell_text
 from memoryapp.admin.items import EntityNameSearch
 from memoryapp.admin.review import cut
 from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, draft_refusal, playbook_discard, playbook_promote

@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from governance.admin_lists import FullWidthList, cell_text, day
+from governance.staff.lists import FullWidthList, cell_text, day
 from memoryapp.admin.shown_once import secret_show_once, secrets_page
 from memoryapp.errors import DomainError
 from memoryapp.events.webhooks import (

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from memoryapp.items.services import STALE_BY_DEDUPE, StaleMark, items_mark_stale
 from memoryapp.models import Webhook
 from tests.kit.admin import staff_client

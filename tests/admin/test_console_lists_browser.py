@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 
 from django.utils import timezone
 
-from governance.audit import AuditEntry, audit_append_many
+from governance.audit.chain import AuditEntry, audit_append_many
 from memoryapp.agents.services import agent_get_or_create
 from memoryapp.items.services import STALE_BY_DEDUPE, StaleMark, items_mark_stale
 from memoryapp.models import Webhook

@@ -293,7 +293,7 @@ def test_the_erasure_preview_counts_what_the_report_counts_and_names_the_shared_
 ) -> None:
     """The confirm step is a dry run of the erasure's own steps (issue 23 §15): the same counts as
     the report, across kinds, and the shared playbook rule it removes, named with the other lesson."""
-    from governance.erasure import erasure_preview
+    from governance.erasure.services import erasure_preview
 
     planted = _dan_planted_across_kinds(django_capture_on_commit_callbacks)
     preview = erasure_preview(user_id="u-dan")
