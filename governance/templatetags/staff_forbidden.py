@@ -2,7 +2,7 @@
 
 A 403 without a reason leaves a person guessing whether the page is broken. From the URL refused this
 finds the model the page is about and says which permission opens it and which roles
-(governance.roles) hold it, and which roles the person has; a refusal that carried its own message
+(governance.staff.roles) hold it, and which roles the person has; a refusal that carried its own message
 (PermissionDenied("...")) says that too.
 """
 
@@ -15,7 +15,7 @@ from django import template
 from django.apps import apps
 from django.contrib.auth.models import Permission
 
-from governance.roles import ROLES
+from governance.staff.roles import ROLES
 
 register = template.Library()
 

@@ -42,7 +42,7 @@ from memoryapp.items.services import (
 from memoryapp.models import Agent, Entry, Evidence, MemoryItem
 from memoryapp.models.choices import EvidenceStatus, ItemKind, Trust
 
-# Who reviews memory (governance.roles: Reviewers): the queue, the item pages, what the agent knew.
+# Who reviews memory (governance.staff.roles: Reviewers): the queue, the item pages, what the agent knew.
 REVIEW_PERMISSION = "memoryapp.change_memoryitem"
 ENTRY_WINDOW = 280  # characters of an entry shown on each side of its quotes
 TURN_CHARS = 220  # characters of the turns shown around a quoted entry

@@ -23,7 +23,7 @@ from django.contrib.admin.utils import quote
 from playwright.sync_api import Page, expect
 
 from governance.models import AuditRecord, ErasureRequest, JobRun
-from governance.retention import PRUNE_JOB_KIND
+from governance.retention.services import PRUNE_JOB_KIND
 from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, PLAYBOOK_PATH, playbook_file, playbook_fold
 from memoryapp.items.rules import Scope
 from memoryapp.llm.port import use_model
