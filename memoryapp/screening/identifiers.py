@@ -19,7 +19,7 @@ from typing import Any
 import phonenumbers
 from django.db import transaction
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from governance.crypto.fields import equality_values
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, IdentifierKind, PersonIdentifier

@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import transaction
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent
 from memoryapp.screening.recognizers import CATEGORIES, PAYMENT_CARD, SECRET

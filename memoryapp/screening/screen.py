@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from governance.audit import audit_append
+from governance.audit.chain import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent
 from memoryapp.screening.identifiers import PersonFinder
