@@ -1,4 +1,4 @@
-"""Legal holds in force: what prune and erasure must leave alone (the holds themselves are governance's)."""
+"""Legal holds in force: what prune and erasure must leave alone (placing and lifting them is `holds`)."""
 
 from __future__ import annotations
 
