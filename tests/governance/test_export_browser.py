@@ -14,11 +14,10 @@ import pytest
 from governance.models import AuditRecord, ExportRequest
 from governance.receipts import receipt_verify
 from memoryapp.agents.services import agent_get_or_create
-from tests.admin.test_admin_browser import browser, fits_the_screen, log_in, shoot, user  # noqa: F401  (fixture)
-from tests.admin.test_admin_browser import pytestmark as browser_marks
+from tests.kit.browser import BROWSER_TEST, log_in, shoot, staff_user, too_wide
 from tests.kit.locomo_threads import locomo_thread
 
-pytestmark = [pytest.mark.slow, *browser_marks]  # browser, and skipped without chromium
+pytestmark = [pytest.mark.slow, *BROWSER_TEST]  # browser, and skipped without chromium
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +32,7 @@ def export_dir(tmp_path: Path, settings: Any) -> Path:
 def test_a_privacy_officer_exports_a_person_from_their_thread_and_downloads_the_archive(
     django_db_setup: None,
     live_server: Any,
-    browser: Any,  # noqa: F811  (the fixture imported above)
+    chromium: Any,
     tmp_path: Path,
 ) -> None:
     concierge, _ = agent_get_or_create(slug="concierge")
@@ -41,11 +40,11 @@ def test_a_privacy_officer_exports_a_person_from_their_thread_and_downloads_the_
     thread = locomo_thread(agent=concierge, external_id="ana-trip", turns=60, user_id="u-ana")
     locomo_thread(agent=planner, external_id="ana-plans", turns=20, user_id="u-ana")
     locomo_thread(agent=concierge, external_id="ben-trip", turns=20, user_id="u-ben")
-    user("olga", "Privacy officers")
+    staff_user("olga", role="privacy")
     url = f"/admin/memoryapp/thread/{thread.pk}/change/"
 
-    with browser() as chromium:
-        page = log_in(chromium, live_server, "olga", url)
+    with chromium() as browser:
+        page = log_in(browser, live_server, "olga", then=url)
         page.goto(f"{live_server.url}{url}")
         page.click("#export-person")
         page.wait_for_selector("#id_user_id")
@@ -61,7 +60,7 @@ def test_a_privacy_officer_exports_a_person_from_their_thread_and_downloads_the_
         page.wait_for_selector(".export-download", timeout=60_000)  # the page reloads when the run ends
         row = page.locator("#result_list tbody tr").first
         assert "u-ana" in row.inner_text() and "Done" in row.inner_text()
-        assert fits_the_screen(page)
+        assert too_wide(page) == []
         shoot(page, "export-list")
         with page.expect_download() as waiting:
             page.click(".export-download")

@@ -3,7 +3,6 @@ reads its report, then runs the prune and reads what it did."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -12,16 +11,15 @@ from governance.models import JobRun
 from governance.retention.services import PRUNE_JOB_KIND
 from governance.tasks import retention_prune_job
 from memoryapp.models import RetentionPolicy, Thread
-from tests.admin.test_admin_browser import browser, in_another_thread, log_in, shoot, user  # noqa: F401 - fixture
+from tests.kit.browser import BROWSER_TEST, in_another_thread, log_in, shoot, staff_user
 from tests.kit.factories import AgentFactory
 from tests.retention.world import aged_thread
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+pytestmark = [*BROWSER_TEST, pytest.mark.django_db(transaction=True)]
 
 
 def test_an_operator_sets_a_thread_ttl_for_one_agent_dry_runs_reads_the_report_and_prunes(
-    live_server: Any,
-    browser: Callable[[], Any],  # noqa: F811 - the fixture imported above
+    live_server: Any, chromium: Any
 ) -> None:
     alice = AgentFactory(slug="alice")
     bob = AgentFactory(slug="bob")
@@ -29,10 +27,10 @@ def test_an_operator_sets_a_thread_ttl_for_one_agent_dry_runs_reads_the_report_a
         aged_thread(alice, f"alice-old-{n}", days=40 + n)
     aged_thread(alice, "alice-recent", days=10)
     aged_thread(bob, "bob-old", days=400)
-    user("olivia", "Operators")
+    staff_user("olivia", role="operator")
 
-    with browser() as chromium:
-        page = log_in(chromium, live_server, "olivia", "/admin/memoryapp/retentionpolicy/add/")
+    with chromium() as browser:
+        page = log_in(browser, live_server, "olivia", then="/admin/memoryapp/retentionpolicy/add/")
         page.goto(f"{live_server.url}/admin/memoryapp/retentionpolicy/add/")
         page.select_option("#id_agent", label="alice")
         page.fill("#id_thread_ttl_days", "30")
