@@ -29,6 +29,9 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_staleitem",
         "memoryapp.undo_stale",
         "memoryapp.view_entityoverview",
+        # Turns screening held (memoryapp.screening): read them, release them into memory.
+        "memoryapp.view_heldentry",
+        "memoryapp.release_heldentry",
     ),
     # Find what memory holds about a person and take it away (delete, redact, let items go), and prove it.
     "Privacy officers": (
@@ -37,6 +40,9 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.delete_thread",
         "memoryapp.view_entry",
         "memoryapp.delete_entry",
+        # A turn screening held: deleted rather than released.
+        "memoryapp.view_heldentry",
+        "memoryapp.delete_heldentry",
         "memoryapp.view_memoryitem",
         "memoryapp.forget_memoryitem",
         "memoryapp.view_evidence",
@@ -75,6 +81,9 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_compactionsettings",
         "memoryapp.add_compactionsettings",
         "memoryapp.change_compactionsettings",
+        # What screening at write does with each category of an agent's writes (memoryapp.screening).
+        "memoryapp.view_screeningsettings",
+        "memoryapp.change_screeningsettings",
         "memoryapp.view_webhook",
         "memoryapp.add_webhook",
         "memoryapp.change_webhook",

@@ -373,6 +373,7 @@ class PathEntry:
     event: Any
     created_at: datetime
     redacted_at: datetime | None
+    held_at: datetime | None
 
     def __post_init__(self) -> None:
         # Django reads jsonb as text and decodes it itself; so does this reader (and opens sealed
@@ -448,6 +449,8 @@ def _history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int
         while window and window[0].parent_id and window[0].seq > min(bound, compaction.seq):
             span = Entry.objects.filter(thread=thread, seq__gte=bound, seq__lt=window[0].seq).count() + 2
             window = _path_chunk(thread=thread, start=window[0].parent_id, limit=span) + window
+    # A turn screening held (memoryapp.screening) waits for its reviewer out of every context.
+    window = [e for e in window if e.held_at is None]
     history = compacted_history(window)
     return history, complete or compaction is not None, window
 

@@ -100,7 +100,10 @@ def entries_to_extract(thread: Thread) -> tuple[list[Entry], list[Entry]]:
     through = int(progress.get("through_seq") or 0)
     failed = [r for r in progress.get("failed") or [] if isinstance(r, dict)]
     off = memory_off_ranges(thread)
-    branch = [e for e in path_entries(thread=thread, types=HISTORY_TYPES) if not seq_was_off(e.seq, off)]
+    # A turn screening held (memoryapp.screening) is read by no model until a reviewer releases it.
+    branch = [
+        e for e in path_entries(thread=thread, types=HISTORY_TYPES) if not seq_was_off(e.seq, off) and e.held_at is None
+    ]
     fresh = [e for e in branch if e.redacted_at is None and (e.seq > through or _in_ranges(e.seq, failed))]
     return fresh, branch
 

@@ -1,4 +1,4 @@
-from memoryapp.models.agents import Agent, AgentKey
+from memoryapp.models.agents import Agent, AgentKey, ScreeningSettings
 from memoryapp.models.choices import OnBusy
 from memoryapp.models.compaction import CompactionSettings
 from memoryapp.models.consolidation import (
@@ -14,7 +14,7 @@ from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
 from memoryapp.models.people import IdentifierKind, PersonIdentifier
 from memoryapp.models.retention import LegalHold, RetentionPolicy
 from memoryapp.models.runs import AccessLog, ThreadRun
-from memoryapp.models.threads import Entry, Thread
+from memoryapp.models.threads import Entry, HeldEntry, Thread
 
 __all__ = [
     "AccessLog",
@@ -29,6 +29,7 @@ __all__ = [
     "Event",
     "EventCounter",
     "Evidence",
+    "HeldEntry",
     "IdentifierKind",
     "ItemReview",
     "LegalHold",
@@ -38,6 +39,7 @@ __all__ = [
     "PersonIdentifier",
     "PlaybookDraft",
     "RetentionPolicy",
+    "ScreeningSettings",
     "StaleItem",
     "Thread",
     "ThreadRun",

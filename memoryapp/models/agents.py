@@ -68,3 +68,12 @@ class AgentKey(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class ScreeningSettings(Agent):
+    """An agent's screening policy, as operators set it (memoryapp.screening): its own admin page."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "screening policy"
+        verbose_name_plural = "screening policies"

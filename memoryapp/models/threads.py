@@ -185,3 +185,13 @@ class Entry(models.Model):
     def encryption_owner(self) -> tuple[int | None, str]:
         """Sealed under the data key of the thread's person (governance.crypto.envelope)."""
         return (self.agent_id, self.thread.user_id)
+
+
+class HeldEntry(Entry):
+    """An entry screening held (memoryapp.screening), as reviewers release or delete it."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "held entry"
+        verbose_name_plural = "held entries"
+        permissions = [("release_heldentry", "Can release an entry screening held")]

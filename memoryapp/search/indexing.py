@@ -73,7 +73,7 @@ def embedding_sweep() -> list[int]:
     must not keep an agent's entries without vectors. Returns the agents asked for.
     """
     pending_entries = Entry.objects.filter(
-        Q(embedding__isnull=True), redacted_at__isnull=True, type__in=HISTORY_TYPES
+        Q(embedding__isnull=True), redacted_at__isnull=True, held_at__isnull=True, type__in=HISTORY_TYPES
     ).exclude(text="")
     agents = set(pending_entries.values_list("agent_id", flat=True).distinct()[:1000])
     agents |= set(
@@ -121,9 +121,10 @@ def item_embedding_text(item: MemoryItem) -> str:
 
 
 def _pending_entries(agent_id: int | None, batch: int, passed_over: set[str]) -> list[Entry]:
-    rows = Entry.objects.filter(type__in=HISTORY_TYPES, embedding__isnull=True, redacted_at__isnull=True).exclude(
-        text=""
-    )
+    # A held entry (memoryapp.screening) is sent to no model, the embedder included, until released.
+    rows = Entry.objects.filter(
+        type__in=HISTORY_TYPES, embedding__isnull=True, redacted_at__isnull=True, held_at__isnull=True
+    ).exclude(text="")
     if agent_id is not None:
         rows = rows.filter(agent_id=agent_id)
     if passed_over:
@@ -318,7 +319,9 @@ def reembed_all(*, agent_id: int | None, progress: Callable[[int], None] | None 
     """
     batch = settings.EMBEDDING_BATCH_SIZE
     done = 0
-    entries_q = Entry.objects.filter(type__in=HISTORY_TYPES, redacted_at__isnull=True).exclude(text="")
+    entries_q = Entry.objects.filter(type__in=HISTORY_TYPES, redacted_at__isnull=True, held_at__isnull=True).exclude(
+        text=""
+    )
     items_q = MemoryItem.objects.exclude(value="")
     if agent_id is not None:
         entries_q = entries_q.filter(agent_id=agent_id)

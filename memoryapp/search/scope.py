@@ -28,6 +28,8 @@ class EntryScope:
             f"{alias}.agent_id = %(s_agent)s",
             f"{alias}.type IN ('message', 'tool_result')",
             f"{alias}.redacted_at IS NULL",
+            # held by screening: out of search until a reviewer releases it
+            f"{alias}.held_at IS NULL",
         ]
         params: dict[str, Any] = {"s_agent": self.agent_id}
         if self.thread_pk is not None:

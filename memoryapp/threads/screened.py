@@ -8,9 +8,13 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.db import transaction
+
+from governance.audit.chain import audit_append
 from memoryapp.models import Entry, Thread
 from memoryapp.screening.screen import Screener, screener_for
 from memoryapp.threads.hashing import content_hash, hashed_turn
+from memoryapp.threads.hooks import after_vectors_cleared
 from memoryapp.threads.validation import entry_text
 
 
@@ -52,3 +56,26 @@ def entries_screened(*, entries: Sequence[Entry], screener: Screener, prefixes: 
             )
         if screener.take_held():
             entry.held_at = now
+
+
+@transaction.atomic
+def entry_hold_release(*, entry: Entry, actor: str) -> bool:
+    """A reviewer releases an entry screening held: it joins search and context, and is embedded
+    (once this commits). False when it was not held (released already, or never). Audited.
+
+    Extraction's mark has moved past it meanwhile: a released turn is not extracted again (a
+    reviewer who wants memory from it writes the item)."""
+    released = Entry.objects.filter(pk=entry.pk, held_at__isnull=False).update(held_at=None)
+    if not released:
+        return False
+    entry.held_at = None
+    audit_append(
+        action="screening.released",
+        actor=actor,
+        agent_id=entry.agent_id,
+        thread_id=entry.thread.external_id,
+        subject=entry.pk,
+        outcome="released",
+    )
+    after_vectors_cleared(agent_id=entry.agent_id)
+    return True
