@@ -16,6 +16,7 @@ from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.receipts import receipt_verify
 from memoryapp.models import LegalHold, MemoryFileVersion, MemoryItem, Thread
 from tests.kit.admin import staff_client
+from tests.kit.crypto import encrypted  # noqa: F401  (the fixture)
 from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, ThreadFactory
 
 pytestmark = pytest.mark.django_db
@@ -321,3 +322,33 @@ def test_the_erasure_preview_counts_what_the_report_counts_and_names_the_shared_
     assert request.counts == preview.counts
     report = officer.get(f"{LIST}{request.pk}/report/").content.decode()
     assert "playbook rules removed" in report
+
+
+@pytest.mark.django_db(transaction=True)  # as in production: the dry run is a transaction of its own
+def test_the_dry_run_with_encryption_on_leaves_the_persons_data_key_and_counts_its_destruction(
+    encrypted: Any,  # noqa: F811  (the fixture imported above)
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The dry run runs the crypto-shredding step too and rolls it back: the person's rows still open
+    after it, and the erasure then destroys the key it counted."""
+    from governance.crypto.envelope import data_keys_of_person
+    from governance.erasure import erasure_preview
+    from tests.kit.factories import JobRunFactory, MemoryFileVersionFactory
+
+    agent, thread = _ana()
+    item = MemoryItemFactory(agent=agent, user_id="u-ana", attribute="city", value="Porto")
+    JobRunFactory(kind="extract", agent_id=agent.pk, arguments={"thread_pk": thread.pk}, result={"items": 1})
+    JobRunFactory(kind="export", agent_id=agent.pk, arguments={"user_id": "u-ana"}, result={"user_id": "u-ana"})
+    MemoryFileVersionFactory(agent=agent, path="/memories/ana.md", content="Porto\n", user_id="u-ana")
+    preview = erasure_preview(user_id="u-ana")
+    assert preview.counts["job_runs"] == 2 and preview.counts["file_versions"] == 1
+    assert preview.counts["data_keys_destroyed"] == 1 and preview.counts["items_purged"] == 1
+    keys = data_keys_of_person(user_id="u-ana", agent_ids=[])
+    assert keys and all(k["destroyed_at"] is None for k in keys)
+    assert MemoryItem.objects.get(pk=item.pk).value == "Porto"  # still opens
+    assert Thread.objects.get(pk=thread.pk).entries.get().text.startswith("I moved to Porto")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        _post_request(_officer())
+    request = ErasureRequest.objects.get()
+    assert request.status == "done" and request.counts == preview.counts
