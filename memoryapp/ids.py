@@ -1,9 +1,13 @@
 """Identifiers of the objects agents see: a short prefix and a time-ordered random part, or the
 client's own id, which must follow one rule (`client_id_check`)."""
 
+import hmac
 import os
 import re
 import time
+
+from django.conf import settings
+from django.utils.crypto import salted_hmac
 
 from memoryapp.errors import DomainError
 
@@ -36,6 +40,54 @@ def new_id(prefix: str) -> str:
         tail += _ALPHABET[bits & 31]
         bits >>= 5
     return f"{prefix}_{head}{tail}"
+
+
+# Entry ids are one primary key for every agent, so an id one agent holds cannot be another's. An
+# id the service makes for an agent carries a tag of that agent (`ENTRY_TAG_CHARS` characters of
+# an HMAC keyed by SECRET_KEY over the agent and the rest of the id), which no other agent can make.
+# An import keeps the node ids tagged for the importing agent (its own exports come back as they
+# were) and stores every other id under one derived from it and the agent, the same each time, so
+# two agents importing the same ids both succeed, and an import never tells whether another agent
+# holds an id (issue 23). Ids made before the tags (untagged) stay valid; imported again, they are
+# given a derived id too.
+ENTRY_TAG_CHARS = 8
+_ENTRY_TAG_SALT = "memoryapp.ids.entry"
+_ENTRY_IMPORT_SALT = "memoryapp.ids.entry-import"
+
+
+def _base32(digest: bytes, chars: int) -> str:
+    bits = int.from_bytes(digest, "big")
+    return "".join(_ALPHABET[(bits >> (5 * i)) & 31] for i in range(chars))
+
+
+def _entry_tag(body: str, *, agent_id: int, secret: str | bytes | None = None) -> str:
+    digest = salted_hmac(_ENTRY_TAG_SALT, f"{agent_id}:{body}", secret=secret, algorithm="sha256").digest()
+    return _base32(digest, ENTRY_TAG_CHARS)
+
+
+def entry_id_new(*, agent_id: int) -> str:
+    """A new entry id of the agent: `new_id("ent")` (sortable by creation) and the agent's tag."""
+    body = new_id("ent")
+    return body + _entry_tag(body, agent_id=agent_id)
+
+
+def entry_id_is_agents(entry_id: str, *, agent_id: int) -> bool:
+    """Whether the service made this id for this agent (its tag holds, under SECRET_KEY or a fallback)."""
+    body, tag = entry_id[:-ENTRY_TAG_CHARS], entry_id[-ENTRY_TAG_CHARS:]
+    if not body.startswith("ent_") or len(tag) != ENTRY_TAG_CHARS:
+        return False
+    secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]
+    return any(hmac.compare_digest(tag, _entry_tag(body, agent_id=agent_id, secret=key)) for key in secrets)
+
+
+def entry_id_imported(client_id: str, *, agent_id: int) -> str:
+    """The id an imported node of the agent is stored under: its own id when the service made it for
+    this agent, else one derived from it and the agent (tagged, the same for every import of it)."""
+    if entry_id_is_agents(client_id, agent_id=agent_id):
+        return client_id
+    digest = salted_hmac(_ENTRY_IMPORT_SALT, f"{agent_id}:{client_id}", algorithm="sha256").digest()
+    body = "ent_" + _base32(digest, 26)
+    return body + _entry_tag(body, agent_id=agent_id)
 
 
 def client_id_check(value: object, *, field: str, max_length: int, reserved: frozenset[str] = frozenset()) -> str:

@@ -22,7 +22,7 @@ from governance.crypto.keyring import encryption_enabled
 from governance.crypto.rotation import rows_reseal, sealed_models
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
-from memoryapp.ids import new_id, person_id_check
+from memoryapp.ids import entry_id_new, person_id_check
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
 from memoryapp.screening.screen import screener_for
@@ -539,7 +539,7 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
     mapping: dict[str, str] = {}
     copies: list[Entry] = []
     for seq, original in enumerate(branch, start=1):
-        new_entry_id = new_id("ent")
+        new_entry_id = entry_id_new(agent_id=locked.agent_id)
         parent = mapping.get(original.parent_id) if original.parent_id else None
         mapping[original.id] = new_entry_id
         entry = Entry(

@@ -37,7 +37,7 @@ from django.utils import timezone
 from governance.audit.chain import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
-from memoryapp.ids import entry_id_check, person_id_check, thread_id_check
+from memoryapp.ids import entry_id_check, entry_id_imported, person_id_check, thread_id_check
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.screening.screen import screener_for
 from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
@@ -296,10 +296,13 @@ def thread_import(
     memory_enabled: bool = True,
     memory_off: list[dict[str, Any]] | None = None,
 ) -> Thread:
-    """Create a thread from exported entries, keeping their ids, parents, seq, times and metadata
-    (and the thread's own `created_at`, its memory switch and off ranges when the file gives them).
+    """Create a thread from exported entries, keeping their parents, seq, times and metadata (and the
+    thread's own `created_at`, its memory switch and off ranges when the file gives them), and their
+    ids when the service made them for this agent; any other id is stored under one derived from it
+    and the agent (`memoryapp.ids.entry_id_imported`: the same for every import of the file).
 
-    1. Refuse an existing thread id (409 `thread_exists`) or entry id (409 `entry_exists`).
+    1. Refuse an existing thread id (409 `thread_exists`) or an id of the agent's entries (409
+       `entry_exists`); another agent's entries are never in the way.
     2. Check each node: fields as `entry_add` checks them; seq unique and positive; its parent
        a node of the file with a smaller seq (so the tree has no cycle); the leaf one of them;
        a node marked redacted is stored as a redaction leaves an entry (`_import_redacted`).
@@ -338,7 +341,11 @@ def thread_import(
         seqs[node_id] = seq
     if len(set(seqs.values())) != len(seqs):
         raise DomainError("duplicate_seq", "Two nodes share a seq.", field="nodes")
-    taken = list(Entry.objects.filter(id__in=list(seqs)).values_list("id", flat=True)[:1])
+    # The ids the nodes are stored under: their own when made for this agent, else derived from
+    # them (memoryapp.ids): only this agent's own rows can be in the way, so nothing here says
+    # whether another agent holds an id.
+    stored = {node_id: entry_id_imported(node_id, agent_id=agent.pk) for node_id in seqs}
+    taken = list(Entry.objects.filter(agent=agent, id__in=list(stored.values())).values_list("id", flat=True)[:1])
     if taken:
         raise DomainError("entry_exists", f"An entry {taken[0]} exists already.", field="nodes", status=409)
     entries: list[Entry] = []
@@ -351,8 +358,8 @@ def thread_import(
             )
         entry = entry_from_spec(
             thread=thread,
-            spec=node,
-            parent_id=parent_id,
+            spec={**node, "id": stored[node["id"]]},
+            parent_id=stored[parent_id] if parent_id is not None else None,
             seq=node["seq"],
             now=timezone.now(),
             field_prefix=where,
@@ -364,6 +371,7 @@ def thread_import(
         entries.append(entry)
     if leaf_id is not None and leaf_id not in seqs:
         raise DomainError("unknown_leaf", "The head names no node of the file.", field="leaf")
+    leaf_id = stored[leaf_id] if leaf_id is not None else None
     if screener is not None:
         entries_screened(
             entries=entries,

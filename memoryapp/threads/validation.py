@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from memoryapp.content import content_text
 from memoryapp.errors import DomainError
-from memoryapp.ids import entry_id_check, new_id, person_id_check, thread_id_check
+from memoryapp.ids import entry_id_check, entry_id_new, new_id, person_id_check, thread_id_check
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
 from memoryapp.storable import storable_text_check
@@ -220,7 +220,8 @@ def entry_from_spec(
         token_count = count_message_tokens(content, tool_calls) if (content is not None or tool_calls) else 0
     given_id = spec.get("id")
     entry = Entry(
-        id=new_id("ent") if given_id is None else entry_id_check(given_id, field=f("id")),
+        # An id given (an import's node, mapped by `thread_import`) is checked; else the agent's own.
+        id=entry_id_new(agent_id=thread.agent_id) if given_id is None else entry_id_check(given_id, field=f("id")),
         agent_id=thread.agent_id,
         # By id, then cached: the descriptor's checks cost more than the rest of the row.
         thread_id=thread.pk,

@@ -8,6 +8,7 @@ quote's entry, a tool call), and the admin's doors (staff only; approving needs 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -16,7 +17,19 @@ from governance.models import AuditRecord, JobRun
 from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.models.choices import ItemStatus
 from tests.kit.admin import staff_client
-from tests.kit.api import Caller, post_entries, post_entry, post_item, post_thread, put_ok, use_fact_tool
+from tests.kit.api import (
+    Caller,
+    exported_lines,
+    get_ok,
+    import_jsonl,
+    jsonl_node,
+    post_entries,
+    post_entry,
+    post_item,
+    post_thread,
+    put_ok,
+    use_fact_tool,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -65,6 +78,38 @@ def test_importing_a_thread_under_alices_id_makes_mallorys_own(alice: Caller, ma
     assert response.status_code == 201, response.content
     assert Thread.objects.filter(external_id="t-ana").count() == 2
     assert Entry.objects.filter(agent=alice.agent).count() == 2
+
+
+def test_two_agents_import_the_same_entry_ids_and_both_succeed_whoever_came_first(
+    alice: Caller, mallory: Caller
+) -> None:
+    head = json.dumps({"type": "head", "leaf": "shared-2"})
+    lines = [jsonl_node("shared-1"), jsonl_node("shared-2", parent="shared-1", seq=2), head]
+    first = import_jsonl(mallory, lines, "?id=t-squat")
+    second = import_jsonl(alice, lines, "?id=t-ana-import")
+
+    assert first.status_code == 201 and second.status_code == 201, (first.content, second.content)
+    alices = [e["id"] for e in get_ok(alice.client, "/api/v1/threads/t-ana-import/path")["results"]]
+    mallorys = [e["id"] for e in get_ok(mallory.client, "/api/v1/threads/t-squat/path")["results"]]
+    assert len(alices) == len(mallorys) == 2 and not set(alices) & set(mallorys)
+    # Each reaches its own entries by their ids, and the other's answer 404 as missing ones do.
+    assert alice.client.get(f"/api/v1/entries/{alices[1]}").json()["parent_id"] == alices[0]
+    assert mallory.client.get(f"/api/v1/entries/{alices[0]}").status_code == 404
+
+
+def test_importing_another_agents_entry_ids_tells_nothing_about_them(alice: Caller, mallory: Caller) -> None:
+    ids = alices_thread(alice)
+    alices_file = exported_lines(alice, "t-ana")
+
+    # Alice's ids, in a file of mallory's: imported as mallory's own, no 409 naming alice's entries.
+    taken = import_jsonl(mallory, alices_file, "?id=t-probe")
+    again = import_jsonl(alice, alices_file, "?id=t-copy")
+
+    assert taken.status_code == 201, taken.content
+    probed = [e["id"] for e in get_ok(mallory.client, "/api/v1/threads/t-probe/path")["results"]]
+    assert not set(probed) & set(ids.values()) and Entry.objects.filter(agent=alice.agent).count() == 2
+    # Alice's own ids are hers: importing them while they stand is her own 409, not mallory's.
+    assert again.status_code == 409 and again.json()["error"]["code"] == "entry_exists"
 
 
 def test_forking_into_alices_thread_id_makes_mallorys_own(alice: Caller, mallory: Caller) -> None:

@@ -83,13 +83,9 @@ def test_chunked_bodies_reach_the_views_whole_under_gunicorn(gunicorn: str, alic
         gunicorn, "POST", "/api/v1/threads/import?id=t-imported", jsonl, alice.key, content_type="application/x-ndjson"
     )
     assert imported[0] == 201, imported
-    assert list(
-        Entry.objects.filter(thread__external_id="t-imported").order_by("seq").values_list("id", flat=True)
-    ) == [
-        "ck1",
-        "ck2",
-        "ck3",
-    ]
+    # Stored under ids derived from the file's (memoryapp.ids), chained as the file chains them.
+    rows = list(Entry.objects.filter(thread__external_id="t-imported").order_by("seq").values_list("id", "parent_id"))
+    assert [parent for _, parent in rows] == [None, rows[0][0], rows[1][0]]
 
 
 @pytest.mark.slow

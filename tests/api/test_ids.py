@@ -12,6 +12,7 @@ import pytest
 from django.test import Client
 
 from memoryapp.errors import DomainError
+from memoryapp.ids import MAX_ENTRY_ID, entry_id_imported, entry_id_is_agents, entry_id_new
 from memoryapp.models import Entry, Thread
 from memoryapp.threads.transfer import thread_import
 from tests.kit.api import Caller, error_of, import_jsonl, jsonl_node, post_entry, post_thread
@@ -75,6 +76,8 @@ def test_ids_with_every_allowed_character_are_reachable_over_the_api_and_in_the_
     imported = import_jsonl(alice, lines, f"?id={ODD_THREAD_ID.replace('+', '%2B')}")
     assert imported.status_code == 201, imported.content
     assert imported.json()["id"] == ODD_THREAD_ID
+    # Node ids not made for alice are stored under ids derived from them (memoryapp.ids).
+    first, second = (entry_id_imported(i, agent_id=alice.agent.pk) for i in ODD_ENTRY_IDS)
     assert alice.client.get(f"/api/v1/threads/{ODD_THREAD_ID}").json()["active_leaf_id"] == second
     assert alice.client.get(f"/api/v1/entries/{second}").json()["parent_id"] == first
     thread = Thread.objects.get(external_id=ODD_THREAD_ID)
@@ -86,10 +89,24 @@ def test_ids_with_every_allowed_character_are_reachable_over_the_api_and_in_the_
         entry_page = admin_client.get(link)
         assert entry_page.status_code == 200, link  # a pk read wrongly redirects to the list
         reached[entry_page.context["original"].pk] = link
-    assert set(reached) == set(ODD_ENTRY_IDS)
+    assert set(reached) == {first, second}
     child = admin_client.get(reached[second]).content.decode()
     parent_link = re.search(r'href="(/admin/memoryapp/entry/[^"]+/change/)">' + re.escape(first), child)
     assert parent_link and admin_client.get(parent_link.group(1)).context["original"].pk == first
     assert alice.client.delete(f"/api/v1/entries/{second}").status_code == 204
     assert alice.client.delete(f"/api/v1/threads/{ODD_THREAD_ID}").status_code == 204
     assert not Entry.objects.exists()
+
+
+def test_an_entry_id_made_for_an_agent_comes_back_from_its_imports_and_is_derived_for_any_other() -> None:
+    made = entry_id_new(agent_id=1)
+    assert entry_id_is_agents(made, agent_id=1) and not entry_id_is_agents(made, agent_id=2)
+    assert entry_id_imported(made, agent_id=1) == made
+    theirs = entry_id_imported(made, agent_id=2)
+    assert theirs != made and entry_id_imported(theirs, agent_id=2) == theirs
+    assert (
+        entry_id_imported("n1", agent_id=2)
+        == entry_id_imported("n1", agent_id=2)
+        != entry_id_imported("n1", agent_id=1)
+    )
+    assert all(len(i) <= MAX_ENTRY_ID for i in (made, theirs)) and not entry_id_is_agents("n1", agent_id=1)

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from governance.models import AuditRecord
 from memoryapp.errors import DomainError
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
+from memoryapp.ids import entry_id_imported
 from memoryapp.models import Entry, Thread
 from memoryapp.threads import services as threads_services
 from memoryapp.threads.branch import branch_rows_sql
@@ -182,8 +183,10 @@ def test_a_plain_000_session_file_imports_in_file_order(alice: Caller) -> None:
     response = import_jsonl(alice, body, "?id=s1")
     assert response.status_code == 201
     thread = Thread.objects.get(external_id="s1")
-    assert thread.active_leaf_id == "n2"
-    assert [(e.id, e.seq, e.parent_id) for e in path_entries(thread=thread)] == [("n1", 1, None), ("n2", 2, "n1")]
+    # The file's ids were not made for alice: they are stored under ids derived from them.
+    n1, n2 = (entry_id_imported(n, agent_id=alice.agent.pk) for n in ("n1", "n2"))
+    assert thread.active_leaf_id == n2
+    assert [(e.id, e.seq, e.parent_id) for e in path_entries(thread=thread)] == [(n1, 1, None), (n2, 2, n1)]
 
 
 # --- path reads ------------------------------------------------------------------------------
@@ -440,7 +443,8 @@ def test_an_event_stored_before_payloads_were_required_still_imports(alice: Call
     ]
     response = import_jsonl(alice, lines)
     assert response.status_code == 201, response.content
-    assert Entry.objects.get(pk="e2").type == "label" and Entry.objects.get(pk="e2").event is None
+    e2 = Entry.objects.get(pk=entry_id_imported("e2", agent_id=alice.agent.pk))
+    assert e2.type == "label" and e2.event is None
 
 
 def test_a_node_marked_redacted_imports_redacted_without_its_words_text_or_vector(
@@ -483,7 +487,8 @@ def test_a_node_marked_redacted_imports_redacted_without_its_words_text_or_vecto
     assert user.content_hash == content_hash(
         parent_id=None, turn={"type": "message", "role": "user", "content": "[redacted]"}, created_at=user.created_at
     )
-    for url in ("/api/v1/entries/r1", "/api/v1/entries/r2", "/api/v1/threads/t-red/export"):
+    r1, r2 = (entry_id_imported(r, agent_id=alice.agent.pk) for r in ("r1", "r2"))
+    for url in (f"/api/v1/entries/{r1}", f"/api/v1/entries/{r2}", "/api/v1/threads/t-red/export"):
         response = alice.client.get(url)
         body = content_of(response)
         assert response.status_code == 200 and b"4111" not in body, url
