@@ -50,6 +50,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # An agent request's key is checked before its body is read; without a valid one, it never is.
+    "memoryapp.api.middleware.KeyBeforeBodyMiddleware",
     # Before anything reads a body: a chunked one is read whole here (or refused).
     "memoryapp.api.middleware.ChunkedBodyMiddleware",
     "memoryapp.api.middleware.RefuseNulInUrlMiddleware",
@@ -292,6 +294,11 @@ API_RATE_BURST = env_int("API_RATE_BURST", 1000, minimum=1, maximum=1_000_000)
 # a killed process never gave back stops counting after API_HEAVY_SLOT_SECONDS.
 API_HEAVY_CONCURRENCY = env_int("API_HEAVY_CONCURRENCY", 4, minimum=0, maximum=10_000)
 API_HEAVY_SLOT_SECONDS = env_int("API_HEAVY_SLOT_SECONDS", 300, minimum=1, maximum=86_400)
+# Failed authentications (no such key, a revoked one, a wrong secret, a malformed header) one client
+# address, or one key prefix, may make in a minute; past it, every request of that address, or with a
+# key of that prefix, answers 429 with Retry-After until the minute of its first failure is over
+# (0: no limit).
+API_AUTH_FAILURES_PER_MINUTE = env_int("API_AUTH_FAILURES_PER_MINUTE", 30, minimum=0, maximum=1_000_000)
 # Seconds the limits wait for Redis; Redis away, they fail open (the request is served, a warning logged).
 API_LIMITS_REDIS_TIMEOUT = env_float("API_LIMITS_REDIS_TIMEOUT", 0.25, minimum=0.01, maximum=10.0)
 REST_FRAMEWORK = {

@@ -110,6 +110,13 @@ def agent_get_or_create(*, slug: str, name: str = "", actor: str = "system") -> 
     return agent, created
 
 
+def key_prefix_of(raw: str) -> str:
+    """The visible part of a key as a client sent it (`mk_` and 8 hex digits), or "" when the text
+    does not start like a key: what a key's failed uses are counted and limited by."""
+    prefix = raw[: len(KEY_PREFIX) + 8]
+    return prefix if re.fullmatch(re.escape(KEY_PREFIX) + "[0-9a-f]{8}", prefix) else ""
+
+
 def _audited_count(count: int) -> bool:
     """1, 10, 100, ...: the counts of a minute's failures that reach the audit."""
     while count >= 10 and count % 10 == 0:
@@ -132,9 +139,8 @@ def agent_key_failure_record(*, raw: str) -> str:
         reason = "revoked" if found.revoked_at is not None else "agent_inactive"
         key: AgentKey | None = found
     else:
-        prefix = raw[: len(KEY_PREFIX) + 8]
-        shaped = re.fullmatch(re.escape(KEY_PREFIX) + "[0-9a-f]{8}", prefix) is not None
-        key = AgentKey.objects.filter(prefix=prefix).first() if shaped else None
+        prefix = key_prefix_of(raw)
+        key = AgentKey.objects.filter(prefix=prefix).first() if prefix else None
         reason = "wrong_secret" if key is not None else "unknown_key"
     window = timezone.now().strftime("%Y-%m-%dT%H:%M")
     count = agent_key_failure_count(scope=key.prefix if key else "unknown", window=window)

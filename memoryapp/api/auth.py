@@ -2,33 +2,69 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from django.http import HttpRequest
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
+from memoryapp.agents.limits import auth_failure_count, auth_failures_wait
 from memoryapp.agents.selectors import agent_for_key
-from memoryapp.agents.services import agent_key_failure_record
+from memoryapp.agents.services import agent_key_failure_record, key_prefix_of
+from memoryapp.errors import TooManyRequests
 from memoryapp.models import Agent
+
+# Where a request's key, once checked (before its body is read: memoryapp.api.middleware), is kept
+# for the view's own authentication, so the key is looked up once.
+FOUND_ATTRIBUTE = "_agent_key_found"
 
 
 class AgentKeyAuthentication(authentication.BaseAuthentication):
+    """The agent of `Authorization: Bearer <key>`.
+
+    1. A key checked already for this request (before its body was read) is taken as it was found.
+    2. The client's address and the key's prefix must not have failed API_AUTH_FAILURES_PER_MINUTE
+       times in the window (memoryapp.agents.limits): else 429 `too_many_failed_authentications`
+       with Retry-After, before the key is looked up, so guessing runs at that rate at most.
+    3. A malformed header, or a key unknown, revoked or of an inactive agent, is a 401, counted
+       against the address and the prefix (and audited, a few rows a minute).
+    """
+
     keyword = "Bearer"
 
-    def authenticate(self, request: Request) -> tuple[Any, Any] | None:
-        header = authentication.get_authorization_header(request).decode("latin-1")
+    def authenticate(self, request: Request | HttpRequest) -> tuple[Any, Any] | None:
+        django_request = getattr(request, "_request", request)
+        if (found := getattr(django_request, FOUND_ATTRIBUTE, None)) is not None:
+            return found  # type: ignore[no-any-return]
+        header = authentication.get_authorization_header(request).decode("latin-1")  # type: ignore[arg-type]
         if not header:
             return None
         parts = header.split()
+        address = str(request.META.get("REMOTE_ADDR") or "")
+        raw = parts[1] if len(parts) == 2 else ""
+        prefix = key_prefix_of(raw)
+        wait = auth_failures_wait(address=address, prefix=prefix)
+        if wait is not None:
+            seconds = max(1, math.ceil(wait))
+            raise TooManyRequests(
+                "too_many_failed_authentications",
+                f"Too many failed authentications from this address or with this key; retry in {seconds} s.",
+                retry_after=seconds,
+            )
         if len(parts) != 2 or parts[0].lower() != "bearer":
+            auth_failure_count(address=address, prefix=prefix)
             raise exceptions.AuthenticationFailed("The Authorization header must be 'Bearer <key>'.")
-        found = agent_for_key(parts[1])
-        if found is None:
-            agent_key_failure_record(raw=parts[1])
+        agent_key = agent_for_key(raw)
+        if agent_key is None:
+            agent_key_failure_record(raw=raw)
+            auth_failure_count(address=address, prefix=prefix)
             raise exceptions.AuthenticationFailed("The key is unknown or revoked.")
-        agent, key = found
-        return AgentUser(agent), key
+        agent, key = agent_key
+        found = (AgentUser(agent), key)
+        setattr(django_request, FOUND_ATTRIBUTE, found)
+        return found
 
     def authenticate_header(self, request: Request) -> str:
         return self.keyword

@@ -1,5 +1,5 @@
-"""What every request is checked for before any view runs: a NUL in its URL, a chunked body
-(`ChunkedBodyMiddleware`).
+"""What every request is checked for before any view runs: an agent request's key before its body
+is read (`KeyBeforeBodyMiddleware`), a NUL in its URL, a chunked body (`ChunkedBodyMiddleware`).
 
 `%00` decodes to a NUL in a path segment or a query value; PostgreSQL refuses it in every text
 comparison, so without this check each lookup by id (`/threads/a%00b`, `?place=...`) would have
@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import io
 import json
+import socket
+import time
 from collections.abc import Callable
+from contextlib import suppress
 
 from django.conf import settings
 from django.http import (
@@ -25,8 +28,10 @@ from django.http import (
     StreamingHttpResponse,
 )
 from django.http.response import HttpResponseBase
+from rest_framework import exceptions
 
-from memoryapp.api.errors import error_body
+from memoryapp.api.auth import AgentKeyAuthentication
+from memoryapp.api.errors import error_body, exception_handler
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 
 API_PREFIX = "/api/"
@@ -160,3 +165,98 @@ def _refusal(
     if close:
         return StreamingHttpResponse(iter([content]), status=status, content_type=content_type)
     return HttpResponse(content, status=status, content_type=content_type)
+
+
+# Agent requests: the API (but the staff's export API, which takes an admin session) and the MCP endpoint.
+_AGENT_PREFIXES = ("/api/v1/", "/mcp/", "/mcp")
+_STAFF_PREFIX = "/api/v1/staff/"
+
+
+def _has_body(request: HttpRequest) -> bool:
+    return _chunked_without_length(request) or request.META.get("CONTENT_LENGTH", "") not in ("", "0")
+
+
+# A refused request's body is discarded only while it keeps coming: at most this long in all, and
+# at most this long without a byte (a client that stalls is cut at once).
+DISCARD_SECONDS = 1.0
+DISCARD_STALL_SECONDS = 0.25
+
+
+def body_discard(request: HttpRequest) -> None:
+    """The body of a request refused before it was read: thrown away if it arrives at once, else
+    the connection takes no more of it.
+
+    Before it serves the next request of a connection, gunicorn drains what the view left of a body,
+    in a web thread, for up to 5 s, and a stalled or trickling client has it wait all that time: 28
+    slow bodies sent without a key held every thread and /healthz went down (issue 23). So:
+
+    1. The body is read and dropped while it comes quickly (a client that sent a wrong key with a
+       whole body): the connection stays usable and the client reads its 401 as usual.
+    2. A body that stalls DISCARD_STALL_SECONDS, or is not over within DISCARD_SECONDS, or passes
+       the body limit: the socket's read side is shut, so gunicorn's drain ends at once and the
+       connection closes (the client may see it reset: it was sending a body nobody reads).
+
+    Another server (Django's test server) has no `gunicorn.socket`: nothing to do.
+    """
+    sock, stream = request.META.get("gunicorn.socket"), request.META.get("wsgi.input")
+    if not isinstance(sock, socket.socket) or stream is None:
+        return
+    deadline = time.monotonic() + DISCARD_SECONDS
+    left = MAX_JSON_BODY_BYTES + 1
+    try:
+        while left > 0:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the body did not arrive in time")
+            sock.settimeout(min(DISCARD_STALL_SECONDS, remaining))
+            part = stream.read(min(64 * 1024, left))
+            if not part:
+                return  # all of it: the connection can serve the client's next request
+            left -= len(part)
+        raise ValueError("the body is larger than any request may be")
+    except Exception:
+        with suppress(OSError):
+            sock.shutdown(socket.SHUT_RD)
+    finally:
+        with suppress(OSError):
+            sock.settimeout(None)
+
+
+class KeyBeforeBodyMiddleware:
+    """An agent request that carries a body is authenticated before any of the body is read.
+
+    1. Only requests with a body (a Content-Length, or chunked) to the agent API or the MCP
+       endpoint are looked at; the rest go on untouched (their views authenticate as always).
+    2. The key is checked as the views check it (`AgentKeyAuthentication`: the failed
+       authentication limit, the lookup, the audit of a failure); the key found is kept on the
+       request, so the view does not look it up again.
+    3. No key, a wrong one, or an address or prefix past its failures: the answer (401 or 429, in
+       the error shape) is sent at once, the body unread (then discarded only while it comes at once: `body_discard`), so a
+       client without a key never holds a web thread while it sends a body slowly.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        path = request.path_info
+        if not path.startswith(_AGENT_PREFIXES) or path.startswith(_STAFF_PREFIX) or not _has_body(request):
+            return self.get_response(request)
+        try:
+            if AgentKeyAuthentication().authenticate(request) is None:
+                raise exceptions.NotAuthenticated()
+        except Exception as exc:
+            body_discard(request)
+            return _error_response(exc)
+        return self.get_response(request)
+
+
+def _error_response(exc: Exception) -> HttpResponse:
+    """The API's answer to an exception (its one handler), as a plain Django response."""
+    answer = exception_handler(exc, {"view": "middleware"})
+    assert answer is not None  # the API's handler answers every exception
+    response = JsonResponse(answer.data, status=answer.status_code)
+    for header in ("WWW-Authenticate", "Retry-After"):
+        if answer.has_header(header):
+            response[header] = answer[header]
+    return response

@@ -89,6 +89,33 @@ def test_hung_mcp_gets_hold_no_web_thread_and_healthz_answers_meanwhile(alice: C
             assert [status_of(sock) for sock in sockets] == [405] * len(heads)
 
 
+def test_slow_bodies_without_a_key_are_refused_unread_and_healthz_answers_meanwhile(
+    alice: Caller, tmp_path: Path
+) -> None:
+    """28 requests that send a head and a few bytes of a large body, then stall (the probe that took
+    /healthz down): each is a 401 before its body is read, plain and chunked bodies alike."""
+    with gunicorn_serving(var_dir=tmp_path, threads=2) as where:
+        assert ask(where, "GET", "/healthz")[0] == 200
+        plain = (
+            f"POST /api/v1/threads HTTP/1.1\r\nHost: {where}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: 1000000\r\n\r\n" + '{"id": "t-slow", "metadata": {"x": "'
+        ).encode()
+        chunked = (
+            f"POST /api/v1/threads HTTP/1.1\r\nHost: {where}\r\nContent-Type: application/json\r\n"
+            f"Transfer-Encoding: chunked\r\n\r\n10\r\n" + '{"id": "t-slow",'
+        ).encode()
+        wrong_key = plain.replace(b"Content-Type", b"Authorization: Bearer mk_00000000_nope\r\nContent-Type")
+        mcp = plain.replace(b"POST /api/v1/threads", b"POST /mcp/")
+        heads = [plain, chunked] * 12 + [wrong_key, wrong_key, mcp, mcp]
+        with held_open(where, heads) as sockets:
+            status, _, body = ask(where, "GET", "/healthz")
+            assert status == 200 and body == {"status": "ok"}
+            assert [status_of(sock) for sock in sockets] == [401] * len(heads)
+            # Keyed requests are served meanwhile.
+            answer = ask(where, "GET", "/api/v1/threads", headers={"Authorization": f"Bearer {alice.key}"})
+            assert answer[0] == 200
+
+
 def test_a_database_outage_answers_503_with_retry_after_in_the_error_shape(alice: Caller, tmp_path: Path) -> None:
     proxy = DatabaseProxy()
     try:
