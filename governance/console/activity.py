@@ -10,8 +10,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from django.db.models import Count, QuerySet
-from django.db.models.functions import TruncDay
+from django.db.models import Count, Q, QuerySet
+from django.db.models.functions import Coalesce, TruncDay
 from django.utils import timezone
 
 from memoryapp.models import Agent, Entry, MemoryItem
@@ -56,7 +56,14 @@ def _per_agent_per_day(rows: QuerySet, *, time_field: str, days: int) -> PerAgen
 
 
 def entries_per_agent_per_day(*, days: int = 30) -> PerAgentPerDay:
-    return _per_agent_per_day(Entry.objects.all(), time_field="created_at", days=days)
+    """Entries by the day this service stored them (`stored_at`), not the `created_at` a client gave
+    (an import of old conversations is stored today); entries stored before that column existed
+    count on their `created_at`, all that is known of them."""
+    start, _ = window_days(days=days)
+    recent = Entry.objects.filter(Q(stored_at__gte=start) | Q(stored_at__isnull=True, created_at__gte=start))
+    return _per_agent_per_day(
+        recent.annotate(stored=Coalesce("stored_at", "created_at")), time_field="stored", days=days
+    )
 
 
 def items_per_agent_per_day(*, days: int = 30) -> PerAgentPerDay:

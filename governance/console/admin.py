@@ -23,8 +23,8 @@ from governance.jobs.retry import RetryRefused, job_retry, job_retry_refusal
 from governance.jobs.runs import WAITING_NOTE
 from governance.jobs.schedules import schedules_state
 from governance.models import AuditRecord, ErasureRequest, JobRun
-from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, details_text, moment, short_id
-from governance.staff.progress import progress_bar, progress_state
+from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, details_text, moment, short_id, words
+from governance.staff.progress import progress_bar, progress_state, run_status_label
 
 
 def _actor(request: HttpRequest) -> str:
@@ -339,11 +339,21 @@ def readable(values: Any, run: JobRun, links: ObjectLinks) -> SafeString:
             return links.link(kind, value, f"#{value}" if kind == "thread_pk" else None)
         if kind in ("entry", "item") and isinstance(value, str):
             return links.link(kind, value, value)
-        if isinstance(value, dict | list):
-            return format_html('<code class="jr-json">{}</code>', json.dumps(value, ensure_ascii=False))
+        if isinstance(value, dict):
+            return format_html("{}", details_text(value) or "—")
+        if isinstance(value, list):
+            if all(isinstance(one, str | int | float) for one in value):
+                return format_html("{}", ", ".join(str(one) for one in value[:50]) + (" …" if len(value) > 50 else ""))
+            return format_html("{} entries", len(value))
+        if isinstance(value, bool):
+            return format_html("{}", "yes" if value else "no")
         return format_html("{}", value)
 
-    rows = format_html_join("", "<tr><th>{}</th><td>{}</td></tr>", ((key, shown(key, v)) for key, v in values.items()))
+    rows = format_html_join(
+        "",
+        '<tr><th title="{}">{}</th><td>{}</td></tr>',
+        ((key, words(key), shown(key, v)) for key, v in values.items()),
+    )
     return format_html('<table class="jr-fields"><tbody>{}</tbody></table>', rows)
 
 
@@ -364,7 +374,7 @@ class NotTakenFilter(admin.SimpleListFilter):
 
 @admin.register(JobRun)
 class JobRunAdmin(FullWidthList, admin.ModelAdmin):
-    list_display = ("id", "run", "status", "progress_shown", "agent_shown", "created", "took")
+    list_display = ("id", "run", "status_shown", "progress_shown", "agent_shown", "created", "took", "error_short")
     list_display_links = ("id",)
     list_filter = ("status", "kind", NotTakenFilter, ("created_at", DateRangeFilter))
     search_fields = ("=kind", "=dedupe_key")
@@ -374,7 +384,7 @@ class JobRunAdmin(FullWidthList, admin.ModelAdmin):
     change_list_template = "admin/governance/jobrun/change_list.html"
     fields = (
         "kind",
-        "status",
+        "status_shown",
         "progress_shown",
         "agent_shown",
         "arguments_shown",
@@ -428,6 +438,17 @@ class JobRunAdmin(FullWidthList, admin.ModelAdmin):
     @admin.display(description="progress")
     def progress_shown(self, obj: JobRun) -> SafeString:
         return progress_bar(obj)
+
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, obj: JobRun) -> SafeString:
+        label = run_status_label(obj)
+        return format_html('<span class="jr-status jr-{}">{}</span>', obj.status, label)
+
+    @admin.display(description="error")
+    def error_short(self, obj: JobRun) -> SafeString:
+        """The error's last line (a traceback ends with what went wrong), cut; all of it on the run's page."""
+        lines = [line for line in (obj.error or "").strip().splitlines() if line.strip()]
+        return cell_text(lines[-1] if lines else "", 90) if lines else format_html("{}", "")
 
     @admin.display(description="agent")
     def agent_shown(self, obj: JobRun) -> SafeString:
@@ -559,7 +580,7 @@ class JobRunAdmin(FullWidthList, admin.ModelAdmin):
             raise PermissionDenied
         ids = [int(part) for part in request.GET.get("ids", "").split(",") if part.strip().isdigit()][:200]
         runs = JobRun.objects.filter(pk__in=ids).only(
-            "id", "status", "progress_done", "progress_total", "started_at", "finished_at"
+            "id", "kind", "agent_id", "status", "result", "progress_done", "progress_total", "started_at", "finished_at"
         )
         return JsonResponse({"runs": [progress_state(run) for run in runs]})
 

@@ -110,7 +110,7 @@ class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-
     list_display = (
         "id",
         "person",
-        "status",
+        "status_shown",
         "progress_shown",
         "agents_listed",
         "requested_by_shown",
@@ -129,7 +129,7 @@ class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-
         "user_id",
         "agents_shown",
         "include_vectors",
-        "status",
+        "status_shown",
         "progress_shown",
         "requested_by",
         "created_at",
@@ -192,7 +192,17 @@ class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-
 
     @admin.display(description="person", ordering="user_id")
     def person(self, obj: ExportRequest) -> SafeString:
+        if not obj.user_id:
+            return format_html('<span class="gone">{}</span>', "(erased)")
         return cell_text(obj.user_id, 22)
+
+    @admin.display(description="status", ordering="status")
+    def status_shown(self, obj: ExportRequest) -> SafeString:
+        """What became of the request. An export whose person was erased since (exports_forget_person)
+        did not fail: its archive was removed on purpose, and it names no one any more."""
+        if obj.status == ExportRequest.Status.FAILED and not obj.user_id:
+            return format_html('<span class="ex-status ex-erased">{}</span>', "Removed: the person was erased")
+        return format_html('<span class="ex-status ex-{}">{}</span>', obj.status, obj.get_status_display())
 
     @admin.display(description="requested by", ordering="requested_by")
     def requested_by_shown(self, obj: ExportRequest) -> SafeString:

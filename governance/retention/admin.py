@@ -35,7 +35,7 @@ from governance.retention.services import (
     retention_prune_request,
 )
 from governance.staff.confirm import confirm_page, confirmed, staff_actor
-from governance.staff.lists import FullWidthList, cell_text, day
+from governance.staff.lists import FullWidthList, cell_text, day, presence_filter
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, LegalHold, RetentionPolicy
 
@@ -219,7 +219,7 @@ class LegalHoldAdmin(FullWidthList, admin.ModelAdmin):
         "lifted",
         "lifted_by_shown",
     )
-    list_filter = (("lifted_at", admin.EmptyFieldListFilter),)
+    list_filter = (("lifted_at", presence_filter("in force", empty="in force (not lifted)", present="lifted")),)
     list_select_related = ("agent",)
     search_fields = ("user_id", "thread_external_id", "agent__slug")
     actions = ("lift",)

@@ -8,6 +8,7 @@ The lists of entries, audit records and job runs hold many columns a person need
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import date, datetime, time, timedelta
 from typing import Any
@@ -83,6 +84,26 @@ def day(at: datetime | None) -> SafeString:
         return format_html("{}", "")
     local = timezone.localtime(at)
     return format_html('<span title="{}">{}</span>', local.isoformat(), local.strftime("%Y-%m-%d"))
+
+
+def presence_filter(title: str, *, empty: str, present: str) -> type[admin.EmptyFieldListFilter]:
+    """Django's filter of an empty or filled column ("By lifted at: Empty / Not empty"), in the
+    domain's words: `("lifted_at", presence_filter("in force", empty="in force", present="lifted"))`."""
+
+    class PresenceFilter(admin.EmptyFieldListFilter):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.title = title
+
+        def choices(self, changelist: Any) -> Iterator[Any]:
+            for n, choice in enumerate(super().choices(changelist)):
+                # Django's order: All, Empty, Not empty; with "show counts", each ends with " (n)".
+                if n in (1, 2):
+                    count = re.search(r" \(\d+\)$", str(choice["display"]))
+                    choice["display"] = (empty, present)[n - 1] + (count.group(0) if count else "")
+                yield choice
+
+    return PresenceFilter
 
 
 class FullWidthList:

@@ -40,12 +40,26 @@ def progress_text(run: JobRun) -> str:
     return " · ".join(parts)
 
 
+def run_status_label(run: JobRun) -> str:
+    """A run's status as what happened: an erasure stopped by a legal hold ends its run without an
+    error (nothing failed), but nothing was erased either, so it does not read "succeeded"; a run
+    that found nothing to do says so."""
+    result = run.result if isinstance(run.result, dict) else {}
+    if run.status == JobRun.Status.SUCCEEDED and result.get("blocked_by"):
+        holds = result["blocked_by"] if isinstance(result["blocked_by"], list) else []
+        named = ", ".join(f"#{pk}" for pk in holds)
+        return f"Blocked by legal hold {named}" if named else "Blocked by a legal hold"
+    if run.status == JobRun.Status.SUCCEEDED and result.get("skipped"):
+        return f"Nothing to do: {result['skipped']}"
+    return str(run.get_status_display())
+
+
 def progress_state(run: JobRun) -> dict[str, Any]:
     """What the page's script needs to redraw a run's progress (the JSON endpoint's rows)."""
     return {
         "id": run.pk,
         "status": run.status,
-        "status_label": run.get_status_display(),
+        "status_label": run_status_label(run),
         "done": run.progress_done,
         "total": run.progress_total,
         "text": progress_text(run),

@@ -17,7 +17,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from governance.staff.confirm import confirm_page, confirmed
-from governance.staff.lists import FullWidthList, cell_text, day
+from governance.staff.lists import FullWidthList, cell_text, day, presence_filter
 from memoryapp.admin.items import REVIEW_PERMISSION
 from memoryapp.admin.shown_once import secret_show_once, secrets_page
 from memoryapp.agents.selectors import agent_delete_counts
@@ -394,7 +394,7 @@ class AgentAdmin(admin.ModelAdmin):
 @admin.register(AgentKey)
 class AgentKeyAdmin(admin.ModelAdmin):
     list_display = ("prefix", "agent", "name", "max_trust", "created_at", "last_used_at", "state")
-    list_filter = ("max_trust", ("revoked_at", admin.EmptyFieldListFilter))
+    list_filter = ("max_trust", ("revoked_at", presence_filter("in use", empty="in use", present="revoked")))
     list_select_related = ("agent",)
     search_fields = ("prefix", "agent__slug", "name")
     readonly_fields = ("agent", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at")

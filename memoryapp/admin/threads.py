@@ -28,7 +28,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from governance.crypto.keyring import encryption_enabled
 from governance.staff.confirm import apply_and_report, confirm_page, confirmed, staff_actor
-from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, id_cell, moment, short_id
+from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, id_cell, moment, presence_filter, short_id
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
 from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.review import REVIEW_PERMISSION
@@ -379,7 +379,12 @@ class ThreadAdmin(FullWidthList, admin.ModelAdmin):
 class EntryAdmin(FullWidthList, admin.ModelAdmin):
     list_display = ("entry_link", "thread_link", "seq", "who", "short_text", "created")
     list_select_related = ("thread",)
-    list_filter = ("type", "role", ("redacted_at", admin.EmptyFieldListFilter), ("created_at", DateRangeFilter))
+    list_filter = (
+        "type",
+        "role",
+        ("redacted_at", presence_filter("redacted", empty="words kept", present="redacted")),
+        ("created_at", DateRangeFilter),
+    )
     search_fields = ("=id",)  # and the words of the text: get_search_results
     search_help_text = 'Words of the text (full-text: stems, "a phrase", -word), or an entry id.'
     show_full_result_count = False

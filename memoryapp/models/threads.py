@@ -5,6 +5,7 @@ from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Case, F, Value, When
+from django.db.models.functions import Now
 from pgvector.django import HnswIndex, VectorField
 
 from governance.crypto.fields import BlindIndexField, SealedJSONField, SealedTextField
@@ -109,6 +110,10 @@ class Entry(models.Model):
     event = SealedJSONField(null=True, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField()
+    # When this service stored the entry (the database's clock), whatever `created_at` the client
+    # gave (an import of 2023's conversation is stored today). Null for entries stored before the
+    # column existed: their `created_at` is all that is known of them.
+    stored_at = models.DateTimeField(null=True, blank=True, db_default=Now(), editable=False)
     # 000's hashNode: sha256 over parent, content and creation time, first 32 hex digits.
     content_hash = models.CharField(max_length=32)
     redacted_at = models.DateTimeField(null=True, blank=True)
@@ -177,6 +182,8 @@ class Entry(models.Model):
             # admin overview: entries written per agent per day over 30 days (rows arrive in time
             # order, so a block range index is tiny and skips everything older).
             BrinIndex(fields=["created_at"], name="entry_created_brin"),
+            # ... counted by when they were stored (see stored_at): the same kind of index.
+            BrinIndex(fields=["stored_at"], name="entry_stored_brin"),
         ]
 
     def __str__(self) -> str:

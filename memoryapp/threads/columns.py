@@ -31,10 +31,10 @@ ENTRY_FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in _FIELDS)
 ENTRY_COLUMNS: tuple[str, ...] = tuple(str(f.column) for f in _FIELDS)
 # Columns of JSON values: written through psycopg's Jsonb, read back as text by raw cursors.
 ENTRY_JSON_COLUMNS: frozenset[str] = frozenset(str(f.column) for f in _FIELDS if isinstance(f, models.JSONField))
-# Columns a new entry is written with (the COPY of a batch); the others start NULL: it was not
-# redacted, nor embedded yet.
+# Columns a new entry is written with (the COPY of a batch); the others start NULL (it was not
+# redacted, nor embedded yet) or at the database's default (stored_at: now).
 ENTRY_INSERT_COLUMNS: tuple[str, ...] = (
-    *(c for c in ENTRY_COLUMNS if c not in ("redacted_at", "embedded_at")),
+    *(c for c in ENTRY_COLUMNS if c not in ("redacted_at", "embedded_at", "stored_at")),
     "keyword_hashes",
 )
 # Columns whose stored value is made from the row on save (sealed, or the blind index of the text):

@@ -25,7 +25,7 @@
       bar.setAttribute("data-open", run.open ? "1" : "");
       bar.setAttribute("data-status", run.status);
       var row = bar.closest("tr");
-      var status = row && row.querySelector(".field-status");
+      var status = row && row.querySelector(".field-status_shown, .field-status");
       if (status) status.textContent = run.status_label;
     }
   }

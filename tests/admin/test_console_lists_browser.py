@@ -238,3 +238,80 @@ def test_a_privacy_officer_finds_a_person_and_reads_what_each_agent_holds_light_
         assert page.locator("#person-erase").count() == 0
         assert "memory file versions" not in page.locator("#person-holdings thead").inner_text().lower()
     assert wide == {}, f"pages wider than the window: {wide}"
+
+
+# The contrast of an element's text on the background it is drawn on (WCAG 2: 1 to 21): translucent
+# backgrounds (tints) laid over those beneath them, down to the first opaque one.
+CONTRAST = """(selector) => {
+  const el = document.querySelector(selector);
+  const rgba = (c) => { const v = c.match(/[\\d.]+/g).map(Number); return v.length < 4 ? [...v, 1] : v; };
+  const lum = ([r, g, b]) => {
+    const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  const layers = [];
+  for (let node = el; node; node = node.parentElement) {
+    const c = rgba(getComputedStyle(node).backgroundColor);
+    if (c[3] > 0) layers.push(c);
+    if (c[3] >= 1) break;
+  }
+  let bg = [255, 255, 255];
+  for (const [r, g, b, a] of layers.reverse()) bg = [r * a + bg[0] * (1 - a), g * a + bg[1] * (1 - a), b * a + bg[2] * (1 - a)];
+  const fg = rgba(getComputedStyle(el).color);
+  const text = [0, 1, 2].map((i) => fg[i] * fg[3] + bg[i] * (1 - fg[3]));
+  const a = lum(text), b = lum(bg);
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+}"""
+
+
+def test_the_playbook_diff_keeps_its_contrast_in_light_and_dark_mode(
+    django_db_setup: Any, live_server: Any, chromium: Any
+) -> None:
+    from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, PLAYBOOK_PATH, playbook_file, playbook_fold
+    from memoryapp.items.rules import Scope
+    from memoryapp.llm.port import use_model
+    from memoryapp.models import MemoryFileVersion
+    from tests.kit.consolidation import answers, scripted
+    from tests.kit.factories import EntryFactory, MemoryFileVersionFactory, ThreadFactory
+
+    agent = agent_get_or_create(slug="concierge")[0]
+    thread = ThreadFactory(agent=agent, external_id="t-lisbon")
+    said = EntryFactory(thread=thread, role="user", content="Before you search, always ask me the travel dates first.")
+    lesson = MemoryItemFactory(
+        agent=agent,
+        kind="lesson",
+        subject="hotel search",
+        attribute="dates first",
+        value="Ask for the travel dates before searching hotels",
+        trust="user",
+        evidence=[{"entry_id": said.id, "quote": "always ask me the travel dates first"}],
+    )
+    MemoryFileVersionFactory(
+        agent=agent,
+        user_id="u-ana",
+        path=PLAYBOOK_PATH,
+        content=playbook_file(["Quote prices in euros."]),
+        author="user",
+    )
+    rule = f"Ask for the travel dates before searching hotels. [lesson:{lesson.pk}]"
+    with use_model(scripted(answers({"op": "add", "rule": rule}))):
+        playbook_fold(agent=agent, scope=Scope(user_id="u-ana"))
+    draft = MemoryFileVersion.objects.get(agent=agent, path=PLAYBOOK_DRAFT_PATH)
+    staff_user("rita", role="reviewer")
+    url = f"/admin/memoryapp/playbookdraft/{draft.pk}/change/"
+    measured: dict[str, dict[str, float]] = {}
+    with chromium() as browser:
+        # the system's dark mode, the admin's own dark theme on a light system, and light
+        for label, dark, theme in (("light", False, None), ("dark", True, None), ("theme-dark", False, "dark")):
+            page = log_in(browser, live_server, "rita", dark=dark)
+            if theme:
+                page.evaluate(f"localStorage.setItem('theme', '{theme}')")
+            page.goto(f"{live_server.url}{url}")
+            page.wait_for_selector("#pd-side tr.added")
+            measured[label] = {
+                selector: round(page.evaluate(CONTRAST, selector), 2)
+                for selector in ("#pd-side tr.added td.right", ".pd-kind.added", ".pd-quote mark")
+            }
+            shoot(page, f"console-playbook-diff-{label}")
+    low = {label: {s: c for s, c in found.items() if c < 4.5} for label, found in measured.items()}
+    assert all(not found for found in low.values()), f"text under 4.5:1 on the diff's colours: {measured}"

@@ -98,7 +98,7 @@ def test_a_job_run_page_reads_its_arguments_and_result_with_links_and_offers_no_
     assert f'<a href="/admin/memoryapp/thread/{thread.pk}/change/" title="tools">' in page  # thread_pk and thread_id
     compaction = outcome.entry.id
     assert f'href="/admin/memoryapp/thread/{thread.pk}/change/?entry={compaction}#entry-{compaction}"' in page
-    assert "<th>strategy</th><td>clear-old-tool-results</td>" in page
+    assert '<th title="strategy">strategy</th><td>clear-old-tool-results</td>' in page
     assert 'name="_save"' not in page and "/delete/" not in page and "Retry this run" not in page
     assert admin_client.post(f"/admin/governance/jobrun/{run.pk}/delete/", {"post": "yes"}).status_code == 403
     assert admin_client.post(f"/admin/governance/jobrun/{run.pk}/change/", {"status": "failed"}).status_code == 403

@@ -15,7 +15,7 @@ from governance.console.activity import entries_per_agent_per_day, window_days
 from governance.console.charts import Duration, Series, duration_bars, nice_ceiling, stacked_bars_by_day
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from memoryapp.models import Entry, MemoryItem
-from memoryapp.threads.services import entry_add, thread_create
+from memoryapp.threads.services import entries_add, entry_add, thread_create
 from tests.kit.api import Caller
 from tests.kit.review_staff import food_talk, staff, suggest
 
@@ -134,21 +134,40 @@ def test_the_overview_says_when_the_broker_does_not_answer(settings) -> None:
     assert "<b>broker (Redis ping)</b>: DOWN" in page
 
 
-def test_entries_are_counted_per_agent_per_utc_day_over_the_window(alice: Caller, bob: Caller) -> None:
+def test_entries_are_counted_per_agent_per_utc_day_they_were_stored(alice: Caller, bob: Caller) -> None:
     thread = thread_create(agent=alice.agent, external_id="t-a")
     other = thread_create(agent=bob.agent, external_id="t-b")
     today = timezone.now()
-    for at, target in [(today, thread), (today, thread), (today - timedelta(days=1), other), (today, other)]:
-        entry_add(thread=target, role="user", content="hello", created_at=at)
-    entry_add(thread=thread, role="user", content="too old", created_at=today - timedelta(days=40))
+    for target in (thread, thread, other, other):
+        entry_add(thread=target, role="user", content="hello", created_at=today)
+    yesterday = entry_add(thread=other, role="user", content="stored yesterday", created_at=today)
+    Entry.objects.filter(pk=yesterday.pk).update(stored_at=today - timedelta(days=1))
+    old = entry_add(thread=thread, role="user", content="too old", created_at=today)
+    Entry.objects.filter(pk=old.pk).update(stored_at=today - timedelta(days=40))
+    # stored before the column existed: its created_at is all that is known
+    before = entry_add(thread=other, role="user", content="long ago", created_at=today - timedelta(days=1))
+    Entry.objects.filter(pk=before.pk).update(stored_at=None)
     figures = entries_per_agent_per_day(days=30)
     assert len(figures.days) == 30 and figures.days[-1] == today.date()
     series = dict(figures.series)
     assert series["alice"][-1] == 2 and sum(series["alice"]) == 2
-    assert series["bob"][-2:] == [1, 1]
-    assert Entry.objects.count() == 5  # the old one is there, outside the window
+    assert series["bob"][-2:] == [2, 2]
+    assert Entry.objects.count() == 7  # the old one is there, outside the window
     page = staff("operator", name="op2").get(INDEX).content.decode()
     assert f"{today.date().isoformat()} · alice: 2 entries" in page
+
+
+def test_an_import_of_old_conversations_counts_on_the_day_it_was_stored(alice: Caller) -> None:
+    """1,500 entries dated 2023 written today (the batch's COPY, and one by one): today's bar."""
+    thread = thread_create(agent=alice.agent, external_id="t-2023")
+    dated = timezone.now().replace(year=2023)
+    for _ in range(15):
+        entries_add(thread=thread, entries=[{"role": "user", "content": "back then", "created_at": dated}] * 99)
+    for _ in range(15):
+        entry_add(thread=thread, role="assistant", content="then", created_at=dated)
+    assert Entry.objects.filter(created_at__year=2023, stored_at__isnull=False).count() == 1500
+    series = dict(entries_per_agent_per_day(days=30).series)
+    assert series["alice"][-1] == 1500 and sum(series["alice"]) == 1500
 
 
 def test_a_stacked_chart_has_axes_labels_a_legend_and_escapes_names() -> None:

@@ -134,7 +134,8 @@ def test_a_reviewer_undoes_a_stale_mark_and_reads_an_entity_page(django_db_setup
     entity_id = facts[0].entity_id
     with chromium() as browser:
         page = log_in(browser, live_server, "rita", then="/admin/memoryapp/staleitem/")
-        row = page.locator("#result_list tbody tr", has_text=facts[1].pk)
+        # the value marked stale leads to its item (the id on hover)
+        row = page.locator("#result_list tbody tr", has=page.locator(f"a[title='{facts[1].pk}']"))
         expect(row).to_contain_text("repeats the item kept")
         shoot(page, "stale-items")
         row.locator("input.action-select").check()

@@ -38,8 +38,9 @@ from memoryapp.threads.services import (
 from tests.kit.api import Caller, content_of, exported_lines, import_jsonl
 from tests.kit.concurrency import in_threads
 
-# What an export and import keep exactly: every column but where the entry lives and when it was embedded.
-EXACT_FIELDS = tuple(c for c in ENTRY_COLUMNS if c not in ("agent_id", "thread_id", "embedded_at"))
+# What an export and import keep exactly: every column but where the entry lives, when it was embedded
+# and when this service stored it (an import stores it again, now).
+EXACT_FIELDS = tuple(c for c in ENTRY_COLUMNS if c not in ("agent_id", "thread_id", "embedded_at", "stored_at"))
 
 
 def snapshot(thread: Thread) -> list[dict[str, Any]]:
