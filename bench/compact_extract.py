@@ -46,9 +46,9 @@ django.setup()
 from governance.models import JobRun  # noqa: E402
 from memoryapp.compaction.history import compacted_history  # noqa: E402
 from memoryapp.compaction.policy import thread_branch  # noqa: E402
-from memoryapp.compaction.service import compaction_now  # noqa: E402
+from memoryapp.compaction.services import compaction_now  # noqa: E402
 from memoryapp.extraction import schedule as extraction_schedule_module  # noqa: E402
-from memoryapp.extraction.service import extraction_now  # noqa: E402
+from memoryapp.extraction.services import extraction_now  # noqa: E402
 from memoryapp.llm.port import use_model  # noqa: E402
 from memoryapp.llm.scripted import ScriptedModel  # noqa: E402
 from memoryapp.models import Agent, Thread  # noqa: E402

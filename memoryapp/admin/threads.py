@@ -32,9 +32,9 @@ from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, id
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
 from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.review import REVIEW_PERMISSION
-from memoryapp.compaction.service import compaction_request
+from memoryapp.compaction.services import compaction_request
 from memoryapp.errors import DomainError
-from memoryapp.extraction.service import extraction_request
+from memoryapp.extraction.services import extraction_request
 from memoryapp.forgetting.services import entry_delete, entry_redact, thread_delete
 from memoryapp.ids import person_id_check
 from memoryapp.models import Entry, Evidence, Thread

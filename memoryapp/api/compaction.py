@@ -40,9 +40,9 @@ from memoryapp.compaction.auto import (
     thread_compaction_set,
 )
 from memoryapp.compaction.plan import CLEAR_TOOL_RESULTS, STRATEGY_NAMES
-from memoryapp.compaction.service import compaction_now, compaction_request
+from memoryapp.compaction.services import compaction_now, compaction_request
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.extraction.service import ExtractionFailed, extraction_now, extraction_request
+from memoryapp.extraction.services import ExtractionFailed, extraction_now, extraction_request
 from memoryapp.llm.model import ModelError
 from memoryapp.models import Entry
 from memoryapp.models.choices import AutoCompactionStrategy, EntryType, Role

@@ -46,7 +46,7 @@ from memoryapp.compaction.policy import (
     should_compact_tokens,
     thread_branch,
 )
-from memoryapp.compaction.service import JOB_KIND, CompactionOutcome, compaction_run
+from memoryapp.compaction.services import JOB_KIND, CompactionOutcome, compaction_run
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.llm.model import ModelError, ModelUnavailable
 from memoryapp.llm.port import model_available

@@ -1,6 +1,6 @@
 """Reading memory items out of a thread (004 `MemoryExtractor`): windows, the model call, the checks.
 
-Nothing here writes; `memoryapp.extraction.service` writes what survives through the items
+Nothing here writes; `memoryapp.extraction.services` writes what survives through the items
 services, so the activation rules apply.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from governance.jobs.broker import debounce_mark, debounce_mark_set, job_debounce_clear
-from memoryapp.extraction.service import extraction_debounce_key, extraction_progress, extraction_request
+from memoryapp.extraction.services import extraction_debounce_key, extraction_progress, extraction_request
 from memoryapp.llm.port import model_available
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES

@@ -39,7 +39,7 @@ class Thread(models.Model):
     # checkout) adds one; plain appends at the leaf do not, so what is off the branch can be cached
     # per (thread, branch_epoch).
     branch_epoch = models.PositiveIntegerField(default=0)
-    # Extraction's high-water mark {"through_seq", "failed"} (memoryapp.extraction.service): kept
+    # Extraction's high-water mark {"through_seq", "failed"} (memoryapp.extraction.services): kept
     # apart from the agent's metadata, which an agent may replace at any time.
     extraction = models.JSONField(default=dict, blank=True)
     # 001's `/memory on|off`: off, nothing is extracted from the thread and nothing recalled into its

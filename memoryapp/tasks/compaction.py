@@ -7,7 +7,7 @@ from typing import Any
 from governance.jobs.declare import job
 from governance.models import JobRun
 from memoryapp.compaction.auto import auto_compaction_job
-from memoryapp.compaction.service import compaction_job
+from memoryapp.compaction.services import compaction_job
 
 
 @job(name="memoryapp.tasks.compact_thread", queue="extraction")

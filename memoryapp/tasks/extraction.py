@@ -6,7 +6,7 @@ from typing import Any
 
 from governance.jobs.declare import job
 from governance.models import JobRun
-from memoryapp.extraction.service import extraction_debounce_key, extraction_job
+from memoryapp.extraction.services import extraction_debounce_key, extraction_job
 
 
 def _debounce_key(run: JobRun) -> str:

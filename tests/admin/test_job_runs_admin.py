@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from governance.jobs.retry import RetryRefused, job_retry
 from governance.models import AuditRecord, JobRun
-from memoryapp.compaction.service import compaction_now
+from memoryapp.compaction.services import compaction_now
 from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
 

@@ -28,7 +28,7 @@ from memoryapp.compaction.auto import (
 )
 from memoryapp.compaction.history import compacted_history
 from memoryapp.compaction.policy import history_tokens, thread_branch
-from memoryapp.compaction.service import compaction_now
+from memoryapp.compaction.services import compaction_now
 from memoryapp.forgetting.services import entry_delete
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel

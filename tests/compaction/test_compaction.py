@@ -18,7 +18,7 @@ from memoryapp.compaction.policy import (
     should_compact_tokens,
     thread_branch,
 )
-from memoryapp.compaction.service import compaction_job, compaction_now, compaction_request, compaction_run
+from memoryapp.compaction.services import compaction_job, compaction_now, compaction_request, compaction_run
 from memoryapp.compaction.strategies import CUSTOM_STRATEGIES, PRESERVED_USER_HEADING, register_compaction_strategy
 from memoryapp.forgetting.services import entry_redact
 from memoryapp.llm.model import ModelError, ModelUnavailable

@@ -13,7 +13,7 @@ from memoryapp.compaction import hierarchical
 from memoryapp.compaction.hierarchical import Levels, dropped_open_items, make_atom
 from memoryapp.compaction.history import SUMMARY_HEADING, compacted_history
 from memoryapp.compaction.policy import thread_branch
-from memoryapp.compaction.service import compaction_now
+from memoryapp.compaction.services import compaction_now
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread

@@ -672,7 +672,7 @@ def test_as_of_reads_items_as_they_held_then(alice: Any) -> None:
 
 
 def test_after_clearing_old_tool_results_the_context_holds_only_the_newest_result(alice: Any) -> None:
-    from memoryapp.compaction.service import compaction_run
+    from memoryapp.compaction.services import compaction_run
 
     thread = tool_thread(alice.agent, rounds=4, external_id="t-1")
     compaction_run(thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 1})

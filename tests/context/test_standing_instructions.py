@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 from governance.models import AuditRecord, JobRun
 from memoryapp.context import builder
 from memoryapp.extraction.schedule import extraction_schedule
-from memoryapp.extraction.service import entries_to_extract
+from memoryapp.extraction.services import entries_to_extract
 from memoryapp.files.context_documents import FRAMING
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel

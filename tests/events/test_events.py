@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from memoryapp.compaction.service import compaction_run
+from memoryapp.compaction.services import compaction_run
 from memoryapp.events.selectors import events_after, events_last_seq
 from memoryapp.events.services import event_record, events_prune
 from memoryapp.files.access import FileAccess

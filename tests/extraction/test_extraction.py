@@ -13,7 +13,7 @@ from django.test import override_settings
 from governance.models import JobRun
 from memoryapp.extraction.extractor import parse_extraction, trust_of_entry
 from memoryapp.extraction.schedule import extraction_schedule
-from memoryapp.extraction.service import ExtractionFailed, extraction_now
+from memoryapp.extraction.services import ExtractionFailed, extraction_now
 from memoryapp.extraction.times import resolve_time
 from memoryapp.forgetting.services import entry_delete
 from memoryapp.llm.model import Completion, ModelError

@@ -17,7 +17,7 @@ from django.db import transaction
 from governance.models import JobRun
 from governance.tasks import jobs_sweep
 from memoryapp.compaction.plan import SUMMARIZE
-from memoryapp.compaction.service import compaction_request
+from memoryapp.compaction.services import compaction_request
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.tasks.embedding import embed_sweep

@@ -819,7 +819,7 @@ import os, sys
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
 import django
 django.setup()
-import memory_project.urls, memoryapp.compaction.service, memoryapp.extraction.service
+import memory_project.urls, memoryapp.compaction.services, memoryapp.extraction.services
 import memoryapp.extraction.schedule, memoryapp.search.indexing, memoryapp.threads.hooks
 def tasks(): return sorted(m for m in sys.modules if m.startswith("memoryapp.tasks") or m == "governance.tasks")
 print(tasks())

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from memoryapp.compaction.service import compaction_now
+from memoryapp.compaction.services import compaction_now
 from memoryapp.items.facts import fact_recall, fact_remember
 from memoryapp.models import Entry, MemoryItem, Thread
 from tests.kit.api import Caller, use_fact_tool

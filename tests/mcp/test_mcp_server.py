@@ -18,7 +18,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent, TextResourceContents
 
 from governance.models import AuditRecord
-from memoryapp.compaction.service import compaction_now
+from memoryapp.compaction.services import compaction_now
 from memoryapp.items.facts import fact_recall, fact_remember
 from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread
 from tests.kit.api import Caller

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from governance.models import AuditRecord
-from memoryapp.extraction.service import extraction_run
+from memoryapp.extraction.services import extraction_run
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread

@@ -16,7 +16,7 @@ from governance.crypto.rotation import encryption_rotate
 from governance.models import JobRun
 from governance.retention.services import retention_prune
 from memoryapp.compaction.history import SUMMARY_HEADING
-from memoryapp.compaction.service import compaction_run
+from memoryapp.compaction.services import compaction_run
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, Thread

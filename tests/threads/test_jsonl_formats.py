@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from memoryapp.extraction.service import entries_to_extract
+from memoryapp.extraction.services import entries_to_extract
 from memoryapp.models import Entry, Thread
 from memoryapp.threads.formats import FORMAT_VERSION, MIGRATORS, records_upgraded
 from memoryapp.threads.selectors import path_entries

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 
 from governance.models import AuditRecord, JobRun
-from memoryapp.compaction.service import compaction_run
+from memoryapp.compaction.services import compaction_run
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.forgetting import lineage
 from memoryapp.forgetting import services as forgetting_services
