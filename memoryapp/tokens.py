@@ -85,9 +85,3 @@ def count_message_tokens(content: Any, tool_calls: Any = None) -> int:
 
 def count_messages_tokens(messages: list[dict[str, Any]]) -> int:
     return sum(count_message_tokens(m.get("content"), m.get("tool_calls")) for m in messages)
-
-
-def truncate_to_tokens(text: str, max_tokens: int) -> str:
-    if count_tokens(text) <= max_tokens:
-        return text
-    return text[: max(0, max_tokens * CHARS_PER_TOKEN)]

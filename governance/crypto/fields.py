@@ -45,10 +45,6 @@ def text_open(value: str, *, aad: bytes) -> str:
     return unseal(value, key=key, aad=aad).decode("utf-8")
 
 
-def json_seal(value: Any, *, owner: Owner, aad: bytes) -> str:
-    return text_seal(json_text(value), owner=owner, aad=aad)
-
-
 def json_text(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 

@@ -67,10 +67,3 @@ def keystore_remove(key_id: str) -> bool:
         return True
     except FileNotFoundError:
         return False
-
-
-def keystore_ids() -> set[str]:
-    directory = keystore_dir()
-    if not directory.is_dir():
-        return set()
-    return {p.stem for p in directory.glob("*.key")}

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -38,10 +37,6 @@ class KeyRateThrottle(throttling.BaseThrottle):
 
     def wait(self) -> float | None:
         return self.retry_after
-
-
-def retry_after_seconds(wait: float | None) -> int:
-    return max(1, math.ceil(wait or 1))
 
 
 @contextmanager

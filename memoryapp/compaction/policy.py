@@ -9,7 +9,7 @@ from memoryapp.compaction.history import HISTORY_AND_COMPACTION, CompactedHistor
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EntryType, Role
 from memoryapp.threads.selectors import path_entries
-from memoryapp.tokens import count_message_tokens, count_tokens
+from memoryapp.tokens import count_message_tokens
 
 DEFAULT_TRIGGER_RATIO = 0.8
 DEFAULT_KEEP_RECENT = 8
@@ -87,7 +87,3 @@ def cut_keeping_recent_tokens(entries: Sequence[Entry], keep_tokens: int) -> int
         if entry.type == EntryType.MESSAGE and entry.role == Role.USER:
             cut = index
     return cut
-
-
-def text_tokens(text: str) -> int:
-    return count_tokens(text)

@@ -20,7 +20,7 @@ from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import holding_q, items_for_agent
 from memoryapp.items.services import STALE_BECAUSE_KEY, STALE_BY_DEDUPE
 from memoryapp.models import Agent, Entity, Evidence, MemoryFileVersion, MemoryItem
-from memoryapp.models.choices import FileAuthor, ItemKind, ItemStatus
+from memoryapp.models.choices import ItemKind, ItemStatus
 
 _SCOPE = ("user_id", "project_id", "thread_id")
 
@@ -232,7 +232,3 @@ def entity_page(*, entity: Entity, limit: int = 300) -> EntityPage:
     )
     observations = [(v, parse_observation(v)) for v in files if v.sha256]
     return EntityPage(entity=entity, items=items, observations=observations)
-
-
-def trusted_author(version: MemoryFileVersion) -> bool:
-    return version.author != FileAuthor.MODEL

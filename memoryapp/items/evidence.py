@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Protocol
 
 from memoryapp.models.choices import EvidenceStatus
@@ -33,9 +32,3 @@ def verify_evidence(quote: str, entry: HasText | None) -> str:
     if not needle:
         return EvidenceStatus.SUGGESTED
     return EvidenceStatus.VERIFIED if needle in squash(entry.text or "") else EvidenceStatus.SUGGESTED
-
-
-def evidence_on_path(entry_ids: Iterable[str | None], path_ids: set[str]) -> bool:
-    """True when every quoted entry is on the branch (`path_ids`): the evidence stands on it."""
-    ids = [entry_id for entry_id in entry_ids]
-    return bool(ids) and all(entry_id is not None and entry_id in path_ids for entry_id in ids)

@@ -73,11 +73,6 @@ def _scope_size(key: tuple[Any, ...], count: Any) -> int:
     return size
 
 
-def scope_size_forget() -> None:
-    with _size_lock:
-        _size_cache.clear()
-
-
 def _bm25(rows: list[tuple[str, list[bool], int, float]], *, terms: int, total: int, limit: int) -> list[ChannelHit]:
     """Rows are (id, holds-word flags, lexeme count, newness); see the module's steps 3 and 4."""
     if not rows:

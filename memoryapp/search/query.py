@@ -205,28 +205,6 @@ STOP_WORDS = frozenset(
         "well",
     ]
 )
-TEMPORAL_WORDS = frozenset(
-    [
-        "when",
-        "date",
-        "year",
-        "month",
-        "week",
-        "day",
-        "time",
-        "ago",
-        "since",
-        "until",
-        "before",
-        "after",
-        "first",
-        "last",
-        "recently",
-        "yesterday",
-        "today",
-        "tomorrow",
-    ]
-)
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
 
 
@@ -235,7 +213,6 @@ class QueryAnalysis:
     text: str
     terms: list[str] = field(default_factory=list)  # lower-cased words that carry meaning, in order
     names: list[str] = field(default_factory=list)  # capitalised names, lower-cased
-    temporal: bool = False
 
     @property
     def searchable(self) -> bool:
@@ -250,25 +227,22 @@ def _clean(word: str) -> str:
 
 
 def analyze_query(text: str) -> QueryAnalysis:
-    """1. Split into words; 2. drop question and stop words; 3. keep names and whether the
-    question asks about time. Terms keep their order and appear once."""
+    """1. Split into words; 2. drop question and stop words; 3. keep names. Terms keep their
+    order and appear once."""
     words = _WORD.findall(text or "")
     terms: list[str] = []
     names: list[str] = []
-    temporal = False
     for position, raw in enumerate(words):
         word = _clean(raw)
         if not word:
             continue
-        if word in TEMPORAL_WORDS:
-            temporal = True
         if word in QUESTION_WORDS or word in STOP_WORDS or len(word) < 2:
             continue
         if word not in terms:
             terms.append(word)
         if raw[:1].isupper() and (position > 0 or word not in QUESTION_WORDS) and word not in names:
             names.append(word)
-    return QueryAnalysis(text=text or "", terms=terms, names=names, temporal=temporal)
+    return QueryAnalysis(text=text or "", terms=terms, names=names)
 
 
 def tsquery_terms(analysis: QueryAnalysis) -> list[str]:

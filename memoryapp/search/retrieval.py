@@ -215,12 +215,6 @@ def _load_items(ids: list[str]) -> dict[str, Hit]:
     }
 
 
-def item_text(item: MemoryItem) -> str:
-    if item.subject and item.attribute:
-        return f"{item.subject} {item.attribute}: {item.value}"
-    return item.value
-
-
 def search(
     *,
     agent: Agent,

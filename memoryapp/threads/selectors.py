@@ -126,7 +126,7 @@ def path_after(*, thread: Thread, leaf_id: str, after_seq: int, limit: int) -> l
 
 
 def path_ids(*, thread: Thread, leaf_id: str | None = None) -> set[str]:
-    """The ids of every entry on a branch (all types): for `evidence_on_path` and tree views."""
+    """The ids of every entry on a branch (all types): what a rewind leaves, what a prune or a compaction keeps."""
     start = leaf_id or thread.active_leaf_id
     if not start:
         return set()
@@ -360,11 +360,6 @@ def entries_list(
     more = len(rows) > limit
     rows = rows[:limit][::-1]
     return Page(results=rows, next_cursor=encode_cursor({"b": rows[0].seq}) if more else None)
-
-
-def thread_entries_all(*, thread: Thread) -> list[Entry]:
-    """Every entry of a thread in seq order, all types (export, admin tree, fork checks)."""
-    return list(Entry.objects.filter(thread=thread).defer(*ENTRY_LIGHT_DEFER).order_by("seq"))
 
 
 def thread_entries_iter(*, thread: Thread, chunk_size: int = 2000) -> Iterator[Entry]:
