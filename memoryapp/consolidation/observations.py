@@ -248,6 +248,55 @@ def observations_refresh(
        exactly this scope, are deleted.
     """
     outcome = RefreshOutcome()
+    by_entity, own = _facts_by_entity(agent=agent, scope=scope)
+    files = {_entity_of_file(v): v for v in scope_observation_files(agent=agent, scope=scope)}
+    state = state_of(agent=agent, scope=scope, kind=ConsolidationPass.OBSERVATIONS)
+    remembered: dict[str, str] = dict((state.details or {}).get("no_observation") or {})
+    due = _entities_due(
+        by_entity=by_entity,
+        own=own,
+        files=files,
+        remembered=remembered,
+        min_items=min_items,
+        max_entities=max_entities,
+        outcome=outcome,
+    )
+    entities = Entity.objects.in_bulk([d[0] for d in due])
+    access = observations_access(agent=agent, scope=scope, actor=actor)
+    for entity_id, wanted_print in due:
+        entity = entities.get(entity_id)
+        if entity is None:
+            continue
+        _observation_write(
+            entity_id=entity_id,
+            entity=entity,
+            items=by_entity[entity_id],
+            wanted_print=wanted_print,
+            current=files.get(entity_id),
+            access=access,
+            scope=scope,
+            actor=actor,
+            remembered=remembered,
+            outcome=outcome,
+        )
+    _observations_unsupported_delete(
+        files=files,
+        by_entity=by_entity,
+        own=own,
+        min_items=min_items,
+        access=access,
+        scope=scope,
+        actor=actor,
+        outcome=outcome,
+    )
+    _remember(agent=agent, scope=scope, remembered=remembered, live=set(by_entity))
+    return outcome
+
+
+def _facts_by_entity(*, agent: Agent, scope: Scope) -> tuple[dict[str, list[MemoryItem]], set[str]]:
+    """Step 1: the facts the scope sees that hold now, newest first, by entity; and the entities with
+    a fact of exactly this scope (the others' observations belong to the wider scope that holds
+    their facts: every person's scope would otherwise write its own copy)."""
     facts = (
         items_holding(agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id)
         .exclude(kind=ItemKind.LESSON)
@@ -256,17 +305,26 @@ def observations_refresh(
         .order_by("-recorded_at", "-id")
     )
     by_entity: dict[str, list[MemoryItem]] = defaultdict(list)
-    # The entities with a fact of exactly this scope: the others' observations belong to the wider
-    # scope that holds their facts (every person's scope would otherwise write its own copy).
     own: set[str] = set()
     exact = (scope.user_id, scope.project_id, scope.thread_id)
     for fact in facts:
         by_entity[str(fact.entity_id)].append(fact)
         if (fact.user_id, fact.project_id, fact.thread_id) == exact:
             own.add(str(fact.entity_id))
-    files = {_entity_of_file(v): v for v in scope_observation_files(agent=agent, scope=scope)}
-    state = state_of(agent=agent, scope=scope, kind=ConsolidationPass.OBSERVATIONS)
-    remembered: dict[str, str] = dict((state.details or {}).get("no_observation") or {})
+    return by_entity, own
+
+
+def _entities_due(
+    *,
+    by_entity: dict[str, list[MemoryItem]],
+    own: set[str],
+    files: dict[str, MemoryFileVersion],
+    remembered: dict[str, str],
+    min_items: int,
+    max_entities: int,
+    outcome: RefreshOutcome,
+) -> list[tuple[str, str]]:
+    """Step 2: (entity id, fingerprint) of the entities due, newest facts first, at most `max_entities`."""
     due: list[tuple[str, str]] = []
     for entity_id, items in by_entity.items():
         if len(items) < min_items or entity_id not in own:
@@ -282,56 +340,81 @@ def observations_refresh(
     if len(due) > max_entities:
         outcome.complete = False
         due = due[:max_entities]
-    entities = Entity.objects.in_bulk([d[0] for d in due])
-    access = observations_access(agent=agent, scope=scope, actor=actor)
-    for entity_id, wanted_print in due:
-        entity = entities.get(entity_id)
-        if entity is None:
-            continue
-        items = by_entity[entity_id]
-        shown = items[:MAX_FACTS_SHOWN]
-        answer = ask(
-            system=prompt(OBSERVATIONS).text,
-            user=observation_message(
-                entity.name,
-                [a for a in entity.aliases or [] if isinstance(a, str)],
-                [ShownFact(i.pk, i.kind, i.attribute, i.value, i.valid_from) for i in reversed(shown)],
-            ),
-            max_tokens=ANSWER_MAX_TOKENS,
-        )
-        outcome.calls += 1
-        elements = answer.whole
-        if elements is None:
-            outcome.unfinished += 1
-            continue
-        statements, dropped = parse_statements(elements, given={i.pk for i in shown})
-        outcome.dropped_statements += dropped
-        if not statements:
-            outcome.no_observation += 1
-            remembered[entity_id] = wanted_print
-            continue
-        current = files.get(entity_id)
-        path = current.path if current is not None else observation_path(entity)
-        text = observation_file(entity=entity, based_on=wanted_print, facts=len(items), statements=statements)
-        try:
-            with transaction.atomic():
-                version = file_put(
-                    access=access, path=path, text=text, expected_sha256=current.sha256 if current is not None else None
-                )
-                audit_append(
-                    action="observation.written",
-                    actor=actor,
-                    agent_id=agent.pk,
-                    thread_id=scope.thread_id,
-                    subject=version.pk,
-                    outcome="written",
-                    details={"entity_id": entity_id, "items": len(shown), "statements": len(statements)},
-                )
-        except MemoryFileError:
-            outcome.unfinished += 1  # another writer changed it meanwhile: the next refresh looks again
-            continue
-        remembered.pop(entity_id, None)
-        outcome.written.append(path)
+    return due
+
+
+def _observation_write(
+    *,
+    entity_id: str,
+    entity: Entity,
+    items: list[MemoryItem],
+    wanted_print: str,
+    current: MemoryFileVersion | None,
+    access: FileAccess,
+    scope: Scope,
+    actor: str,
+    remembered: dict[str, str],
+    outcome: RefreshOutcome,
+) -> None:
+    """Steps 3 and 4 for one entity: ask the model, keep the statements standing on facts it was given,
+    write the file (or remember that these facts gave none)."""
+    shown = items[:MAX_FACTS_SHOWN]
+    answer = ask(
+        system=prompt(OBSERVATIONS).text,
+        user=observation_message(
+            entity.name,
+            [a for a in entity.aliases or [] if isinstance(a, str)],
+            [ShownFact(i.pk, i.kind, i.attribute, i.value, i.valid_from) for i in reversed(shown)],
+        ),
+        max_tokens=ANSWER_MAX_TOKENS,
+    )
+    outcome.calls += 1
+    elements = answer.whole
+    if elements is None:
+        outcome.unfinished += 1
+        return
+    statements, dropped = parse_statements(elements, given={i.pk for i in shown})
+    outcome.dropped_statements += dropped
+    if not statements:
+        outcome.no_observation += 1
+        remembered[entity_id] = wanted_print
+        return
+    path = current.path if current is not None else observation_path(entity)
+    text = observation_file(entity=entity, based_on=wanted_print, facts=len(items), statements=statements)
+    try:
+        with transaction.atomic():
+            version = file_put(
+                access=access, path=path, text=text, expected_sha256=current.sha256 if current is not None else None
+            )
+            audit_append(
+                action="observation.written",
+                actor=actor,
+                agent_id=access.agent.pk,
+                thread_id=scope.thread_id,
+                subject=version.pk,
+                outcome="written",
+                details={"entity_id": entity_id, "items": len(shown), "statements": len(statements)},
+            )
+    except MemoryFileError:
+        outcome.unfinished += 1  # another writer changed it meanwhile: the next refresh looks again
+        return
+    remembered.pop(entity_id, None)
+    outcome.written.append(path)
+
+
+def _observations_unsupported_delete(
+    *,
+    files: dict[str, MemoryFileVersion],
+    by_entity: dict[str, list[MemoryItem]],
+    own: set[str],
+    min_items: int,
+    access: FileAccess,
+    scope: Scope,
+    actor: str,
+    outcome: RefreshOutcome,
+) -> None:
+    """Step 5: delete the scope's observation files whose entity has fewer than `min_items` facts, or
+    none of exactly this scope."""
     for entity_id, version in files.items():
         if len(by_entity.get(entity_id, ())) >= min_items and entity_id in own:
             continue
@@ -341,7 +424,7 @@ def observations_refresh(
                 audit_append(
                     action="observation.deleted",
                     actor=actor,
-                    agent_id=agent.pk,
+                    agent_id=access.agent.pk,
                     thread_id=scope.thread_id,
                     subject=version.pk,
                     outcome="deleted",
@@ -350,8 +433,6 @@ def observations_refresh(
         except MemoryFileError:
             continue
         outcome.deleted.append(version.path)
-    _remember(agent=agent, scope=scope, remembered=remembered, live=set(by_entity))
-    return outcome
 
 
 def _remember(*, agent: Agent, scope: Scope, remembered: dict[str, str], live: set[str]) -> None:
