@@ -322,6 +322,46 @@ def playbook_fold(*, agent: Agent, scope: Scope, shadow: bool | None = None, act
        Edits all refused leave the lessons for the next fold.
     """
     shadow = agent.playbook_shadow_mode if shadow is None else shadow
+    plan = _fold_plan(agent=agent, scope=scope, shadow=shadow, actor=actor)
+    pending = list(lessons_pending(agent=agent, scope=scope, after=plan.after)[: LESSONS_A_FOLD + 1])
+    if not pending:
+        return None
+    outcome = FoldOutcome(target=plan.target, more=len(pending) > LESSONS_A_FOLD)
+    lessons = pending[:LESSONS_A_FOLD]
+    outcome.lesson_ids = [lesson.pk for lesson in lessons]
+    edits = _fold_ask(base_text=plan.base_text, lessons=lessons, outcome=outcome)
+    if edits is None:
+        return outcome
+    text, made, refused = apply_playbook_edits(plan.base_text, edits, lesson_ids=outcome.lesson_ids)
+    outcome.refused += refused
+    outcome.edits = [edit.as_json() for edit in made]
+    if edits and not made:
+        outcome.unfinished, outcome.why = True, "every edit was refused"
+        return outcome
+    last: Cursor = (lessons[-1].taken_at, lessons[-1].pk)  # type: ignore[attr-defined]
+    _fold_write(plan=plan, agent=agent, scope=scope, text=text, made=made, last=last, actor=actor, outcome=outcome)
+    return outcome
+
+
+@dataclass
+class _FoldPlan:
+    """Steps 1 and 2 of a fold: where it goes and what it builds on, with the state it read."""
+
+    access: FileAccess
+    state: ConsolidationState
+    target: str
+    base_text: str | None
+    # The lessons after this cursor are the ones to fold.
+    after: Cursor | None
+    playbook_through: Cursor | None
+    # The sha256 of the playbook as it stands (a draft records it as its base).
+    now_sha: str
+    # A waiting draft made from the playbook as it stands now.
+    draft_fresh: bool
+
+
+def _fold_plan(*, agent: Agent, scope: Scope, shadow: bool, actor: str) -> _FoldPlan:
+    """Steps 1 and 2: the target (playbook or draft) and the text and lessons cursor it builds on."""
     access = fold_access(agent=agent, scope=scope, actor=actor)
     state = state_of(agent=agent, scope=scope, kind=ConsolidationPass.FOLD)
     details = dict(state.details or {})
@@ -351,12 +391,23 @@ def playbook_fold(*, agent: Agent, scope: Scope, shadow: bool | None = None, act
         base = trusted_version(access=access, path=PLAYBOOK_PATH)
         base_text = base.content if base is not None else None
         after, target = playbook_through, PLAYBOOK_DRAFT_PATH if to_draft else PLAYBOOK_PATH
-    pending = list(lessons_pending(agent=agent, scope=scope, after=after)[: LESSONS_A_FOLD + 1])
-    if not pending:
-        return None
-    outcome = FoldOutcome(target=target, more=len(pending) > LESSONS_A_FOLD)
-    lessons = pending[:LESSONS_A_FOLD]
-    outcome.lesson_ids = [lesson.pk for lesson in lessons]
+    return _FoldPlan(
+        access=access,
+        state=state,
+        target=target,
+        base_text=base_text,
+        after=after,
+        playbook_through=playbook_through,
+        now_sha=now_sha,
+        draft_fresh=draft_fresh,
+    )
+
+
+def _fold_ask(
+    *, base_text: str | None, lessons: Sequence[MemoryItem], outcome: FoldOutcome
+) -> list[PlaybookEdit] | None:
+    """Step 3: the model's edits of the rules for these lessons; None (the outcome says why) when its
+    answer is unfinished or holds too many edits."""
     answer = ask(
         system=prompt(FOLD).text,
         user=fold_message(
@@ -368,24 +419,34 @@ def playbook_fold(*, agent: Agent, scope: Scope, shadow: bool | None = None, act
     elements = answer.whole
     if elements is None:
         outcome.unfinished, outcome.why = True, "the model did not finish its answer"
-        return outcome
+        return None
     try:
         edits, outcome.refused = parse_playbook_edits(elements)
     except EditsRefused as exc:
         outcome.unfinished, outcome.why = True, str(exc)
-        return outcome
-    text, made, refused = apply_playbook_edits(base_text, edits, lesson_ids=outcome.lesson_ids)
-    outcome.refused += refused
-    outcome.edits = [edit.as_json() for edit in made]
-    if edits and not made:
-        outcome.unfinished, outcome.why = True, "every edit was refused"
-        return outcome
-    last: Cursor = (lessons[-1].taken_at, lessons[-1].pk)  # type: ignore[attr-defined]
+        return None
+    return edits
+
+
+def _fold_write(
+    *,
+    plan: _FoldPlan,
+    agent: Agent,
+    scope: Scope,
+    text: str,
+    made: Sequence[PlaybookEdit],
+    last: Cursor,
+    actor: str,
+    outcome: FoldOutcome,
+) -> None:
+    """Step 4: the new version (when an edit was made) and the cursor past the lessons shown, in one
+    transaction, audited; nothing when another fold or writer came first (the outcome says so)."""
+    access, state, target = plan.access, plan.state, plan.target
     with transaction.atomic():
         locked = state_of(agent=agent, scope=scope, kind=ConsolidationPass.FOLD, for_update=True)
         if (locked.details or {}) != (state.details or {}):
             outcome.unfinished, outcome.why = True, "another fold of this scope ran meanwhile"
-            return outcome
+            return
         written = None
         if made:
             try:
@@ -394,17 +455,17 @@ def playbook_fold(*, agent: Agent, scope: Scope, shadow: bool | None = None, act
                 )
             except MemoryFileError as exc:
                 outcome.unfinished, outcome.why = True, f"the file changed meanwhile ({exc.code})"
-                return outcome
+                return
             outcome.version_id = written.pk
         details = dict(locked.details or {})
         if target == PLAYBOOK_DRAFT_PATH:
             details["draft_through"] = cursor_json(last)
             if written is not None:
                 details["draft_version"] = written.pk
-                details["draft_base"] = now_sha
-            elif not draft_fresh:
+                details["draft_base"] = plan.now_sha
+            elif not plan.draft_fresh:
                 # Nothing to draft from these lessons: the playbook has taken them as they are.
-                details["playbook_through"] = cursor_json(cursor_max(playbook_through, last))
+                details["playbook_through"] = cursor_json(cursor_max(plan.playbook_through, last))
         else:
             details["playbook_through"] = cursor_json(last)
         locked.details = details
@@ -418,7 +479,6 @@ def playbook_fold(*, agent: Agent, scope: Scope, shadow: bool | None = None, act
             outcome="draft" if target == PLAYBOOK_DRAFT_PATH else "playbook",
             details={"lesson_ids": outcome.lesson_ids, "edits": len(made), "refused": len(outcome.refused)},
         )
-    return outcome
 
 
 # --- promotion -----------------------------------------------------------------------------------
