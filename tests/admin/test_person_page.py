@@ -132,3 +132,12 @@ def test_an_id_that_matches_nothing_is_said_plainly_on_the_page_and_before_an_er
     ).content.decode()
     assert "Nothing is held about" in confirm
     assert not ErasureRequest.objects.exists()
+
+
+def test_a_threads_and_an_items_page_link_their_persons_page(alice: Caller) -> None:
+    thread = ThreadFactory(agent=alice.agent, user_id=PERSON, turns=[("user", "hi")])
+    item = MemoryItemFactory(agent=alice.agent, user_id=PERSON, value="vegetarian")
+    olga = staff_client(username="olga", groups=("Privacy officers",))
+    link = 'href="/admin/person/?id=auth0%7Cana.pereira%40example.org"'
+    assert link in olga.get(f"/admin/memoryapp/thread/{thread.pk}/change/").content.decode()
+    assert link in olga.get(f"/admin/memoryapp/memoryitem/{item.pk}/change/").content.decode()
