@@ -119,10 +119,14 @@ class ErasureRequest(models.Model):
         REDACT = "redact", "redact (keep places and structure, remove the words)"
 
     user_id = models.CharField(max_length=128)
-    # Other strings that name the person (an e-mail address...), searched for by the leftover scan.
+    # Other strings that name the person (an e-mail address, a phone, a name...): the erasure redacts
+    # the rows of others naming the person by them (mentions), and the leftover scan looks for them.
     identifiers = models.JSONField(default=list, blank=True)
     # The agents whose memory is erased; empty: every agent.
     agent_ids = models.JSONField(default=list, blank=True)
+    # The groups of mentions (memoryapp.forgetting.mentions.GROUPS) the officer left out of the
+    # erasure at its confirm step, each with its typed reason ({"file_version": "legal_obligation"}).
+    excluded = models.JSONField(default=dict, blank=True)
     mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.ERASE)
     legal_basis = models.CharField(max_length=200, blank=True, default="")
     reason = models.TextField(blank=True, default="")

@@ -60,10 +60,13 @@ from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, PLAYBOOK_PATH, rul
 from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
+from memoryapp.forgetting.mentions import GROUPS
 from memoryapp.forgetting.person import person_erase
 from memoryapp.items.facts import PERSON_PREFIX
 from memoryapp.models import Agent, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread, WebhookDelivery
 from memoryapp.models.choices import EntryType, Role
+from memoryapp.models.people import sent_by
+from memoryapp.screening.identifiers import identifiers_classified
 
 logger = logging.getLogger(__name__)
 
@@ -149,6 +152,26 @@ def _agents_check(agent_ids: Sequence[int]) -> list[int]:
     return wanted
 
 
+# Why an officer may leave a group of mentions out of an erasure (GDPR Art. 17(3)); typed, so the
+# audit record carries the reason and never a free text about the person.
+EXCLUSION_REASONS = ("legal_obligation", "public_interest", "legal_claims", "freedom_of_expression", "not_the_person")
+
+
+def _excluded_check(excluded: Any) -> dict[str, str]:
+    if excluded is None:
+        return {}
+    if not isinstance(excluded, dict):
+        raise DomainError("invalid_type", "excluded must map groups to reasons.", field="excluded")
+    for group, why in excluded.items():
+        if group not in GROUPS:
+            raise DomainError("invalid_value", f"{group} is not one of {', '.join(GROUPS)}.", field="excluded")
+        if why not in EXCLUSION_REASONS:
+            raise DomainError(
+                "invalid_value", f"The reason is one of {', '.join(EXCLUSION_REASONS)}.", field=f"excluded.{group}"
+            )
+    return {str(group): str(why) for group, why in excluded.items()}
+
+
 def erasure_request_file(
     *,
     user_id: str,
@@ -159,10 +182,13 @@ def erasure_request_file(
     reason: str = "",
     requested_by: Any = None,
     actor: str = "",
+    excluded: dict[str, str] | None = None,
 ) -> ErasureRequest:
     """Save an erasure request and send its job after commit (see the module's step 1).
 
-    `agent_ids` empty: every agent. Bad input raises DomainError naming the field; nothing is saved.
+    `agent_ids` empty: every agent. `excluded`: the groups of mentions left out ({group: reason},
+    the reason one of EXCLUSION_REASONS, audited as such). Bad input raises DomainError naming the
+    field; nothing is saved.
     """
     person = _text_check(user_id, field="user_id", max_chars=128)
     if not person:
@@ -170,6 +196,7 @@ def erasure_request_file(
     if mode not in ErasureRequest.Mode.values:
         raise DomainError("invalid_value", "`mode` is erase or redact.", field="mode")
     others = _identifiers_check(identifiers)
+    left_out = _excluded_check(excluded)
     basis = _text_check(legal_basis, field="legal_basis", max_chars=200)
     why = _text_check(reason, field="reason", max_chars=REASON_MAX_CHARS)
     with transaction.atomic():
@@ -178,6 +205,7 @@ def erasure_request_file(
             user_id=person,
             identifiers=others,
             agent_ids=agents,
+            excluded=left_out,
             mode=mode,
             legal_basis=basis,
             reason=why,
@@ -189,7 +217,7 @@ def erasure_request_file(
             actor=actor,
             subject=str(request.pk),
             outcome="queued",
-            details={"request": request.pk, "mode": mode, "agents": len(agents) or "all"},
+            details={"request": request.pk, "mode": mode, "agents": len(agents) or "all", "excluded": left_out},
         )
         _job_send(request)
     return request
@@ -267,10 +295,23 @@ class _RolledBack(Exception):
 
 
 def erasure_steps(
-    *, user_id: str, agent_ids: Sequence[int], mode: str, actor: str, progress: Any = None
+    *,
+    user_id: str,
+    agent_ids: Sequence[int],
+    mode: str,
+    actor: str,
+    progress: Any = None,
+    identifiers: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    examples: dict[str, list[str]] | None = None,
 ) -> dict[str, int]:
     """What an erasure changes, and its counts (the report's): `person_erase`, then, erasing, the
-    person's export archives (copies of what was erased). Both the job and its dry run run this."""
+    person's export archives (copies of what was erased). Both the job and its dry run run this.
+
+    The request's other `identifiers` act: sorted into e-mails, phones, names and external ids
+    (`identifiers_classified`), they join those each agent registered, and every row naming the
+    person by one of them is erased or redacted (memoryapp.forgetting.mentions), except the groups
+    the officer `exclude`d."""
     counts = person_erase(
         user_id=user_id,
         agent_ids=list(agent_ids) or None,
@@ -278,6 +319,9 @@ def erasure_steps(
         actor=actor,
         progress=progress,
         unowned=True,  # staff's erasure: the runs of no agent that name the person go too
+        identifiers=identifiers_classified(identifiers),
+        exclude=exclude,
+        examples=examples,
     )
     if mode == ErasureRequest.Mode.ERASE:
         with transaction.atomic():
@@ -514,7 +558,7 @@ def sample_of(text: str) -> str | None:
 
 def _person_entries(user_id: str, agent_ids: Sequence[int]) -> Q:
     """The entries about the person: those of their threads, and the messages they wrote elsewhere."""
-    about = Q(thread__user_id=user_id) | Q(role=Role.USER, metadata__userId=user_id)
+    about = Q(thread__user_id=user_id) | (Q(role=Role.USER) & sent_by(user_id))
     return about & Q(agent_id__in=agent_ids) if agent_ids else about
 
 
@@ -549,9 +593,7 @@ def agents_holding(*, user_id: str, agent_ids: Sequence[int]) -> list[int]:
     found: set[int] = set()
     found |= set(Thread.objects.filter(scope, user_id=user_id).values_list("agent_id", flat=True).distinct())
     found |= set(
-        Entry.objects.filter(scope, role=Role.USER, metadata__userId=user_id)
-        .values_list("agent_id", flat=True)
-        .distinct()
+        Entry.objects.filter(scope, sent_by(user_id), role=Role.USER).values_list("agent_id", flat=True).distinct()
     )
     found |= set(MemoryItem.objects.filter(scope, user_id=user_id).values_list("agent_id", flat=True).distinct())
     found |= set(MemoryFileVersion.objects.filter(scope, user_id=user_id).values_list("agent_id", flat=True).distinct())
@@ -904,7 +946,13 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
                 job_progress(run, done=done, total=total)
 
         counts = erasure_steps(
-            user_id=request.user_id, agent_ids=request.agent_ids, mode=request.mode, actor=actor, progress=progress
+            user_id=request.user_id,
+            agent_ids=request.agent_ids,
+            mode=request.mode,
+            actor=actor,
+            progress=progress,
+            identifiers=request.identifiers or [],
+            exclude=[group for group, _ in (request.excluded or {}).items()],
         )
         seconds["erasing"] = time.perf_counter() - began
         _update(request, phase="scanning", counts=counts)

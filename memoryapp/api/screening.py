@@ -18,6 +18,7 @@ from memoryapp.errors import DomainError
 from memoryapp.ids import person_id_check
 from memoryapp.screening.identifiers import identifiers_of, identifiers_set
 from memoryapp.screening.policy import ACTIONS, policy_effective, screening_policy_set
+from memoryapp.subjects.index import subject_index_schedule
 
 
 class _Policy(serializers.Serializer):
@@ -111,4 +112,6 @@ class UserIdentifiersView(APIView):
         # the schema's statement of the shape.
         body = request.data if request.data is not None else {}
         checked = identifiers_set(agent=agent, user_id=user_id, body=body, actor=f"agent:{agent.slug}")
+        # The subject index follows the registry: the person's mentions are found again (a job).
+        subject_index_schedule(agent_id=agent.pk, user_id=user_id)
         return Response(IdentifiersOut({"user_id": user_id, **checked}).data)

@@ -17,13 +17,19 @@ from rest_framework.views import APIView
 from memoryapp.api.auth import request_agent
 from memoryapp.api.base import OutputSerializer, StrictSerializer, validated
 from memoryapp.errors import DomainError
+from memoryapp.forgetting.mentions import MENTION_MODES, mentions_counts
 from memoryapp.forgetting.person import MODES, person_erase
 from memoryapp.ids import person_id_check
+from memoryapp.screening.identifiers import identifiers_given
 
 
 class UserForgetInput(StrictSerializer):
     # erase: deleted; redact: the threads stay with every entry redacted, files redacted then deleted.
     mode = serializers.ChoiceField(choices=MODES, required=False, default="erase")
+    # Identifiers of the person besides those registered: the rows of others naming them by any
+    # (registered or given) are redacted (`redact`, the default) or left as they are (`keep`).
+    identifiers = serializers.JSONField(required=False, help_text="{emails, phones, names, external_ids}")
+    mentions = serializers.ChoiceField(choices=MENTION_MODES, required=False, default="redact")
 
 
 class ForgetCountsOut(OutputSerializer):
@@ -42,6 +48,10 @@ class ForgetCountsOut(OutputSerializer):
     playbook_rules = serializers.IntegerField()
     vectors = serializers.IntegerField()
     job_runs = serializers.IntegerField()
+    mentions = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="The rows naming the person, by kind and table (`redacted_entry`, `deleted_item`, ...).",
+    )
 
 
 class UserForgetOut(OutputSerializer):
@@ -62,5 +72,14 @@ class UserForgetView(APIView):
             raise DomainError("invalid_value", "user_id must not be empty.", field="user_id")
         user_id = person_id_check(user_id)
         data = validated(UserForgetInput, request.data if request.data is not None else {})
-        counts = person_erase(user_id=user_id, agent_ids=[agent.pk], mode=data["mode"], actor=f"agent:{agent.slug}")
+        given = identifiers_given(data.get("identifiers"), field="identifiers")
+        counts = person_erase(
+            user_id=user_id,
+            agent_ids=[agent.pk],
+            mode=data["mode"],
+            actor=f"agent:{agent.slug}",
+            identifiers=given,
+            mentions=data["mentions"],
+        )
+        counts["mentions"] = mentions_counts(counts)  # type: ignore[assignment]
         return Response(UserForgetOut({"user_id": user_id, "mode": data["mode"], "counts": counts}).data)

@@ -18,6 +18,7 @@ from memoryapp.items.evidence import verify_evidence
 from memoryapp.llm.arrays import ask_for_array
 from memoryapp.models import Entry
 from memoryapp.models.choices import TRUST_RANK, EntryType, EvidenceStatus, ItemKind, Role, Trust
+from memoryapp.models.people import message_sender
 from memoryapp.prompts import EXTRACTION, EXTRACTION_CONTINUE, prompt
 
 WINDOW_TOKENS = 4000
@@ -94,8 +95,8 @@ def render_window(
 def trust_of_entry(entry: Entry, user_id: str) -> str:
     """How far what an entry says can be trusted as the thread's user's (004 `trustOfEntry`).
 
-    The thread's user -> user; another user's message (metadata user_id / sender_id naming
-    someone else) -> model; the assistant -> model; a tool result -> tool (web when its metadata
+    The thread's user -> user; another person's message (its sender, `metadata.userId` by the one
+    rule `message_sender`, naming someone else) -> model; the assistant -> model; a tool result -> tool (web when its metadata
     says source "web"); a system message -> system.
     """
     metadata = entry.metadata or {}
@@ -104,8 +105,8 @@ def trust_of_entry(entry: Entry, user_id: str) -> str:
     if entry.role == Role.SYSTEM:
         return Trust.SYSTEM
     if entry.role == Role.USER:
-        speaker = metadata.get("user_id") or metadata.get("sender_id")
-        if speaker and str(speaker) != user_id:
+        speaker = message_sender(metadata)
+        if speaker and speaker != user_id:
             return Trust.MODEL
         return Trust.USER
     return Trust.MODEL

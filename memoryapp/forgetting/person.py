@@ -16,11 +16,17 @@ Steps, in this order (derived memory before the entries it stands on):
    lessons), their copies in forks that are not about the person, the job runs that name the
    threads, then the entries and the threads themselves. In `redact` mode the threads stay and
    every entry is redacted instead (events deleted), through the entry cascades.
-3. The messages the person wrote in threads of others (user messages whose `metadata.userId` is
-   the person), with their replies, through the entry cascades (`entries_forget`).
+3. The messages the person wrote in threads of others (messages whose sender, `metadata.userId` by
+   the one rule `message_sender`, is the person), with their replies, through the entry cascades (`entries_forget`).
 4. The entities of the person's scope (and those no item is about any more, with step 1).
 5. The memory files of the person's scope: every version deleted (`erase`), or redacted with the
    file then deleted (`redact`), so no path naming the person stays in a listing.
+5b. The rows that name the person without being theirs (memoryapp.forgetting.mentions, through
+   the subject index): with the person's identifiers (registered with the agent, and given with
+   the erasure), items and entities whose subject is the person go, and every mention in rows
+   that stay (another person's turn, an agent-wide item or fact, a project file or context
+   document, a fork's metadata) becomes a placeholder, re-indexed and re-embedded; the person
+   leaves every participants list (`memoryUserIds`).
 6. The consolidation records of the person's scope, and the job runs whose arguments or results
    name the person.
 
@@ -31,7 +37,7 @@ be edited; the caller's request record says whom it was for).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -53,6 +59,13 @@ from memoryapp.files.access import FileAccess
 from memoryapp.files.selectors import versions_unredacted
 from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
 from memoryapp.forgetting.lineage import LineageReport, derived_forget_threads
+from memoryapp.forgetting.mentions import (
+    GROUPS,
+    MENTION_MODES,
+    PARTICIPANTS,
+    mentions_delete_entities,
+    mentions_erase,
+)
 from memoryapp.forgetting.services import (
     COUNT_KEYS,
     cascade_step,
@@ -79,14 +92,13 @@ from memoryapp.models import (
     Thread,
 )
 from memoryapp.models.choices import EntryType, ItemStatus
+from memoryapp.models.people import sent_by
 from memoryapp.retry import atomic_retrying
 from memoryapp.screening.identifiers import identifiers_delete
 from memoryapp.search.access_log import access_log_forget_person
+from memoryapp.subjects.index import person_matcher
 
 MODES = ("erase", "redact")
-# Where a thread lists the people who wrote in it, and a message says who wrote it (004 MEMORY_USERS_KEY).
-MEMORY_USERS_KEY = "memoryUserIds"
-MESSAGE_USER_KEY = "userId"
 Progress = Callable[[int, int], None]
 
 __all__ = [
@@ -122,11 +134,9 @@ def _threads(user_id: str, agents: list[int]) -> QuerySet[Thread]:
 def _messages(user_id: str, agents: list[int], mode: str = "erase") -> QuerySet[Entry]:
     """The person's messages in threads of others (not about them), not yet forgotten (in `redact`
     mode, those not redacted yet)."""
-    messages = Entry.objects.filter(
-        agent_id__in=agents,
-        type=EntryType.MESSAGE,
-        **{f"metadata__{MESSAGE_USER_KEY}": user_id},
-    ).exclude(thread__user_id=user_id)
+    messages = Entry.objects.filter(sent_by(user_id), agent_id__in=agents, type=EntryType.MESSAGE).exclude(
+        thread__user_id=user_id
+    )
     return messages.filter(redacted_at__isnull=True) if mode == "redact" else messages
 
 
@@ -281,6 +291,10 @@ def person_erase(
     batch_size: int = 200,
     keep_job_ids: Sequence[int] = (),
     unowned: bool = False,
+    identifiers: Mapping[str, Sequence[str]] | None = None,
+    mentions: str = "redact",
+    exclude: Collection[str] = (),
+    examples: dict[str, list[str]] | None = None,
 ) -> dict[str, int]:
     """Erase (or redact) everything held about a person, batch by batch; returns the counts.
 
@@ -289,6 +303,9 @@ def person_erase(
     job runs not to scrub (the erasure's own run, which names the person in its arguments).
     `unowned` (staff's erasure only) scrubs the job runs of no agent that name the person too; an
     agent's erasure touches its own rows only.
+    `identifiers` (normalised, `identifiers_check`) are the person's besides those each agent
+    registered; with `mentions` "redact" the rows naming the person by them are erased or
+    redacted (memoryapp.forgetting.mentions), except the groups in `exclude`; "keep" leaves them.
     See the module's docstring for the steps. Idempotent: a second run returns zero counts.
     """
     user_id = _user_check(user_id)
@@ -296,6 +313,13 @@ def person_erase(
         raise DomainError("invalid_value", "mode must be erase or redact.", field="mode")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise DomainError("invalid_value", "batch_size must be a positive integer.", field="batch_size")
+    if mentions not in MENTION_MODES:
+        raise DomainError("invalid_value", "mentions must be redact or keep.", field="mentions")
+    unknown = sorted(set(exclude) - set(GROUPS))
+    if unknown:
+        raise DomainError("invalid_value", f"exclude names no group: {', '.join(unknown)}.", field="exclude")
+    if mentions == "keep":
+        exclude = {*exclude, *(group for group in GROUPS if group != PARTICIPANTS)}
     agents = _agents(agent_ids)
     counts = counts_zero()
     plan = person_erase_plan(user_id=user_id, agent_ids=agents, unowned=unowned)
@@ -359,12 +383,22 @@ def person_erase(
                 break
             counts_add(counts, _files_erase(agent_id=agent_id, version_ids=ids, mode=mode, actor=actor))
             step(len(ids))
+        # 5b. What names the person without being theirs, through the subject index (the person's
+        # identifiers registered with this agent and those given), and the participants lists.
+        matcher = person_matcher(agent_id=agent_id, user_id=user_id, given=identifiers)
+        found = mentions_erase(agent_id=agent_id, matcher=matcher, exclude=exclude, examples=examples)
+        counts_add(counts, found.counts)
+        for start in range(0, len(found.item_ids), batch_size * 10):
+            ids = found.item_ids[start : start + batch_size * 10]
+            counts_add(counts, _items_erase(agent_id=agent_id, item_ids=ids, actor=actor))
+        with transaction.atomic():
+            mentions_delete_entities(agent_id=agent_id, entity_ids=found.entity_ids)
         # 6. Consolidation records of the scope, and the identifiers registered for the person
         # (memoryapp.screening.identifiers), before their key goes (sealed under it).
         ConsolidationState.objects.filter(agent_id=agent_id, user_id=user_id).delete()
-        identifiers = identifiers_delete(agent_ids=[agent_id], user_id=user_id)
-        if identifiers:
-            counts["identifiers"] = counts.get("identifiers", 0) + identifiers
+        registered = identifiers_delete(agent_ids=[agent_id], user_id=user_id)
+        if registered:
+            counts["identifiers"] = counts.get("identifiers", 0) + registered
         # 7. Crypto-shredding (encryption on): the person's data key goes, so a copy of their rows
         # that outlives this (a backup, a dump, a replica) no longer opens. Erase only: a redaction
         # keeps rows sealed under it.

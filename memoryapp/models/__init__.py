@@ -11,7 +11,7 @@ from memoryapp.models.consolidation import (
 from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDelivery
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
-from memoryapp.models.people import IdentifierKind, PersonIdentifier
+from memoryapp.models.people import IdentifierKind, PersonIdentifier, SubjectMention
 from memoryapp.models.retention import LegalHold, RetentionPolicy
 from memoryapp.models.runs import AccessLog, ThreadRun
 from memoryapp.models.threads import Entry, HeldEntry, Thread
@@ -41,6 +41,7 @@ __all__ = [
     "RetentionPolicy",
     "ScreeningSettings",
     "StaleItem",
+    "SubjectMention",
     "Thread",
     "ThreadRun",
     "Webhook",

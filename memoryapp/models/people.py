@@ -1,6 +1,9 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
+from django.db.models import Q
 
 from governance.crypto.fields import EqualityHashField, SealedTextField
 from memoryapp.models.agents import Agent
@@ -56,3 +59,77 @@ class PersonIdentifier(models.Model):
     def encryption_owner(self) -> tuple[int | None, str]:
         """Sealed under the data key of the person it identifies (governance.crypto.envelope)."""
         return (self.agent_id, self.user_id)
+
+
+# --- who wrote a message, who took part in a thread (one rule, docs/governance.md "Who a row is about")
+
+# The one place a message says which person wrote it (004 `userId`): an entry's `metadata.userId`.
+# Extraction's trust, the erasure, the export and the subject index all read it through
+# `message_sender` / `sent_by`; no other key (`user_id`, `sender_id`) names a writer.
+MESSAGE_USER_KEY = "userId"
+# Where a thread lists the people who took part in it (004 MEMORY_USERS_KEY): `metadata.memoryUserIds`.
+MEMORY_USERS_KEY = "memoryUserIds"
+
+
+def message_sender(metadata: Any) -> str:
+    """The person who wrote a message, from its metadata ("" when it names none)."""
+    if isinstance(metadata, dict) and isinstance(writer := metadata.get(MESSAGE_USER_KEY), str):
+        return writer
+    return ""
+
+
+def thread_participants(metadata: Any) -> list[str]:
+    """The people a thread's metadata lists as taking part in it (`memoryUserIds`), ids only."""
+    people = metadata.get(MEMORY_USERS_KEY) if isinstance(metadata, dict) else None
+    if not isinstance(people, list):
+        return []
+    return [person for person in people if isinstance(person, str)]
+
+
+def sent_by(user_id: str, *, prefix: str = "") -> Q:
+    """The messages this person wrote, as a filter on entries (`prefix` for a related entry)."""
+    return Q(**{f"{prefix}metadata__{MESSAGE_USER_KEY}": user_id})
+
+
+def participant_in(user_id: str, *, prefix: str = "") -> Q:
+    """The threads whose participants list names this person, as a filter on threads."""
+    return Q(**{f"{prefix}metadata__{MEMORY_USERS_KEY}__contains": [user_id]})
+
+
+class SubjectMention(models.Model):
+    """The subject index's mentions (memoryapp.subjects): a stored row that names a person by one of
+    their identifiers (registered, or given with their erasure) without being theirs.
+
+    The other two relations of the index are columns the rows already carry, indexed: the owner
+    (`user_id` of a thread, item, entity, file version) and the sender (`metadata.userId` of an
+    entry, `entry_sender_idx`). A mention has no such column, so it is recorded here, rebuilt by
+    `subject_index_rebuild` (a job after the person's identifiers change, and by every erasure and
+    export before they read it).
+    """
+
+    class Table(models.TextChoices):
+        ENTRY = "entry"
+        THREAD = "thread"
+        ITEM = "item"
+        ENTITY = "entity"
+        EVIDENCE = "evidence"
+        FILE_VERSION = "file_version"
+        JOB_RUN = "job_run"
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    user_id = models.CharField(max_length=128)
+    table = models.CharField(max_length=20, choices=Table.choices)
+    row_id = models.CharField(max_length=40)
+    found_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "user_id", "table", "row_id"], name="subject_mention_uniq"),
+        ]
+        indexes = [
+            # erasure and export: the rows that mention one person (agent, user_id, table).
+            models.Index(fields=["agent", "user_id", "table"], name="subject_mention_person_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.table} {self.row_id} mentions {self.user_id}"

@@ -5,6 +5,7 @@ from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Case, F, Value, When
+from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Now
 from pgvector.django import HnswIndex, VectorField
 
@@ -13,6 +14,7 @@ from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.choices import EntryType, OnBusy, Role
+from memoryapp.models.people import MESSAGE_USER_KEY
 
 
 def new_entry_id() -> str:
@@ -177,6 +179,9 @@ class Entry(models.Model):
                 name="entry_unembedded_idx",
                 condition=models.Q(embedding__isnull=True, redacted_at__isnull=True),
             ),
+            # the subject index's senders (memoryapp.models.people.sent_by): the messages one person
+            # wrote, in the erasure, the export and a person's page.
+            models.Index(models.F("agent"), KeyTransform(MESSAGE_USER_KEY, "metadata"), name="entry_sender_idx"),
             # the review queue's held entries (memoryapp.screening.review).
             models.Index(fields=["agent", "held_at"], name="entry_held_idx", condition=models.Q(held_at__isnull=False)),
             # admin overview: entries written per agent per day over 30 days (rows arrive in time

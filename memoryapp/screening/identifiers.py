@@ -118,6 +118,44 @@ def identifiers_check(body: Any) -> dict[str, list[str]]:
     return checked
 
 
+def identifiers_given(body: Any, *, field: str) -> dict[str, list[str]]:
+    """Identifiers given with a request (an erasure's), checked as a PUT's are; a 400 names the
+    field inside the request (`identifiers.phones[1]`). None or absent: none given."""
+    if body is None:
+        return {name: [] for name in LISTS}
+    try:
+        return identifiers_check(body)
+    except DomainError as exc:
+        inner = exc.field or ""
+        exc.field = field if inner == "body" else f"{field}.{inner}"
+        exc.message = exc.message.replace("The body", field, 1)
+        raise
+
+
+def identifiers_classified(values: Iterable[str]) -> dict[str, list[str]]:
+    """Free-text identifiers (a staff request's "other identifiers") sorted into the registry's
+    kinds: an e-mail address, a phone number with its country code, else a name (of at most
+    MAX_NAME_WORDS words) and, without spaces, an external id too. A value fitting none is left out."""
+    found: dict[str, list[str]] = {name: [] for name in LISTS}
+    for value in values:
+        text = value.strip()
+        if not text:
+            continue
+        if _EMAIL.match(email_normalized(text)):
+            found["emails"].append(email_normalized(text))
+            continue
+        e164 = phone_e164(text) if sum(c.isdigit() for c in text) >= 7 else None
+        if e164 is not None:
+            found["phones"].append(e164)
+            continue
+        folded = name_folded(text)
+        if folded and len(folded.split()) <= MAX_NAME_WORDS:
+            found["names"].append(folded)
+        if not any(c.isspace() for c in text):
+            found["external_ids"].append(text)
+    return {name: list(dict.fromkeys(values)) for name, values in found.items()}
+
+
 def identifiers_of(*, agent: Agent, user_id: str) -> dict[str, list[str]]:
     """The person's identifiers as registered (normalised), by list, each in the order registered."""
     found: dict[str, list[str]] = {name: [] for name in LISTS}
@@ -229,3 +267,10 @@ class PersonFinder:
         found = _candidates(text)
         self._lookup(found)
         return [span for key, spans in found.items() if self._known.get(key) for span in spans]
+
+
+def identifier_candidates(text: str) -> dict[str, list[tuple[int, int]]]:
+    """Every `kind:value` key (`identifier_key`) a text could hold an identifier under, with its
+    spans: what screening hashes to find registered people, and what the subject index compares
+    with one person's keys (memoryapp.subjects)."""
+    return _candidates(text)

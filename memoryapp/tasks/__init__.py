@@ -1,3 +1,3 @@
 """Thin Celery tasks, one module per area; each takes ids, loads rows and calls one service."""
 
-from memoryapp.tasks import access, compaction, consolidation, embedding, events, extraction, items  # noqa: F401
+from memoryapp.tasks import access, compaction, consolidation, embedding, events, extraction, items, subjects  # noqa: F401

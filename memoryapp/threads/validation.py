@@ -15,6 +15,7 @@ from memoryapp.errors import DomainError
 from memoryapp.ids import entry_id_check, entry_id_new, new_id, person_id_check, thread_id_check
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
+from memoryapp.models.people import MEMORY_USERS_KEY, MESSAGE_USER_KEY
 from memoryapp.storable import storable_text_check
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.tokens import count_message_tokens
@@ -101,10 +102,9 @@ def _check_metadata(value: Any, field: str) -> dict[str, Any]:
 
 
 # Where a message says which person wrote it, and a thread lists the people who wrote in it (004's
-# MEMORY_USERS_KEY): person ids, which a person's erasure looks for (memoryapp.forgetting.person), so
-# they follow the one rule of person ids (`person_id_check`).
-MESSAGE_USER_KEY = "userId"
-MEMORY_USERS_KEY = "memoryUserIds"
+# MEMORY_USERS_KEY; the one rule is memoryapp.models.people.message_sender): person ids, which a
+# person's erasure looks for (memoryapp.forgetting.person), so they follow the one rule of person ids
+# (`person_id_check`).
 
 # The keys of thread metadata that name the thread's time zone (the context builder's and
 # extraction's default zone): an IANA name, checked on the way in rather than read as UTC.

@@ -84,9 +84,7 @@ def test_answer_is_read_past_text_around_it_and_bad_elements_and_quotes_are_drop
 def test_trust_is_that_of_the_least_trusted_entry_a_holding_quote_is_in(alice: Caller) -> None:
     thread = _thread(alice, "t-trust")
     mine = EntryFactory(thread=thread, role="user", content="My budget is 500 euros.")
-    other = EntryFactory(
-        thread=thread, role="user", content="Ana's budget is 900 euros.", metadata={"user_id": "u-bob"}
-    )
+    other = EntryFactory(thread=thread, role="user", content="Ana's budget is 900 euros.", metadata={"userId": "u-bob"})
     assistant = EntryFactory(thread=thread, role="assistant", content="Your budget is 500 euros.")
     EntryFactory(
         thread=thread, role="assistant", content="", tool_calls=[{"id": "q1", "name": "lookup", "arguments": {}}]

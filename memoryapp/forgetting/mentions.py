@@ -1,0 +1,221 @@
+"""The erasure of a person's mentions (issue 25 §4): what stays of the rows that name them.
+
+`person_erase` takes first what is the person's (owner, sender); then, with the person's
+identifiers (registered, and given with the request), `mentions_erase` goes through the subject
+index (memoryapp.subjects.index, rebuilt first so it says what is true now) for one agent:
+
+1. Subjects: the items and facts whose subject names the person, and the entities whose name
+   does (with the items about them), are answered for deletion (`person_erase` deletes them with
+   the person's items, so slots, quotes and playbooks follow the same rules).
+2. Mentions in rows that stay, each group unless excluded: another person's turn, a tool result,
+   a summary or a fork's copy (`entry`: content, tool calls, event, metadata, sender name), a
+   thread's metadata (`thread`), an agent-wide or other person's item or fact (`item`), an
+   entity's aliases (`entity`), a quote (`evidence`), a memory file or context document version
+   (`file_version`), a job run (`job_run`, scrubbed whole as the person's own are). Each span
+   naming the person is replaced by PLACEHOLDER; the row's keyword index (the generated tsvector,
+   the blind index) follows on save, its vector is cleared and the embedding job sent to make it
+   again from the new text.
+3. Participants: the person leaves every thread's `memoryUserIds` (`participants`).
+4. The person's rows leave the index.
+
+Counts by table and kind, as flat keys `mentions_<kind>_<table>` (kinds: deleted, redacted,
+re_embedded); `examples` (when given) gets up to EXAMPLES row ids per group for the confirm step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+from django.db import transaction
+from django.db.models import Q
+
+from governance.crypto.fields import sealed_update
+from governance.models import JobRun
+from memoryapp.files.text import sha256_of, size_of
+from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, SubjectMention, Thread
+from memoryapp.models.people import MEMORY_USERS_KEY, participant_in, thread_participants
+from memoryapp.search.indexing import embedding_schedule
+from memoryapp.subjects.index import subject_index_forget, subject_index_rebuild, table_rows
+from memoryapp.subjects.matching import PersonMatcher
+from memoryapp.threads.hashing import content_hash, hashed_turn
+from memoryapp.threads.validation import entry_text
+
+Table = SubjectMention.Table
+# The groups an officer may leave out of an erasure (the index's tables, and participants lists).
+PARTICIPANTS = "participants"
+GROUPS = (*Table.values, PARTICIPANTS)
+EXAMPLES = 3
+MENTION_MODES = ("redact", "keep")
+
+
+def _count(counts: dict[str, int], kind: str, table: str, n: int = 1) -> None:
+    if n:
+        key = f"mentions_{kind}_{table}"
+        counts[key] = counts.get(key, 0) + n
+
+
+class MentionsFound:
+    """What `mentions_erase` left for `person_erase` to delete: the items and entities about the person."""
+
+    def __init__(self) -> None:
+        self.item_ids: list[str] = []
+        self.entity_ids: list[str] = []
+        self.counts: dict[str, int] = {}
+
+
+def mentions_erase(
+    *,
+    agent_id: int,
+    matcher: PersonMatcher,
+    exclude: Collection[str] = (),
+    examples: dict[str, list[str]] | None = None,
+) -> MentionsFound:
+    """Steps 1 to 4 of the module's docstring, for one agent, in one transaction (a batch per
+    table would be kinder to a very large agent; the scan itself reads in chunks)."""
+    with transaction.atomic():
+        return _mentions_erase(agent_id=agent_id, matcher=matcher, exclude=set(exclude), examples=examples)
+
+
+def _mentions_erase(
+    *, agent_id: int, matcher: PersonMatcher, exclude: set[str], examples: dict[str, list[str]] | None
+) -> MentionsFound:
+    user_id = matcher.user_id
+    found = MentionsFound()
+    counts = found.counts
+    index = subject_index_rebuild(agent_id=agent_id, user_id=user_id, given=matcher.identifiers)
+    reembed = False
+
+    def example(group: str, row_id: str) -> None:
+        if examples is not None and len(examples.setdefault(group, [])) < EXAMPLES:
+            examples[group].append(row_id)
+
+    # 1. Subjects: entities named as the person, and the items about them or whose subject names them.
+    entity_ids: list[str] = []
+    if Table.ENTITY not in exclude:
+        for entity in table_rows(Table.ENTITY, agent_id=agent_id, row_ids=index[Table.ENTITY]):
+            if matcher.spans(entity.name):
+                entity_ids.append(entity.pk)
+                example(Table.ENTITY, entity.pk)
+            elif entity.aliases and matcher.holds(entity.aliases):
+                entity.aliases = matcher.redacted_value(entity.aliases)
+                entity.save(update_fields=["aliases"])
+                _count(counts, "redacted", Table.ENTITY)
+                example(Table.ENTITY, entity.pk)
+    if Table.ITEM not in exclude:
+        about = Q(pk__in=index[Table.ITEM]) | Q(entity_id__in=entity_ids)
+        for item in MemoryItem.objects.filter(about, agent_id=agent_id).order_by("pk"):
+            example(Table.ITEM, item.pk)
+            if item.entity_id in entity_ids or matcher.spans(item.subject):
+                found.item_ids.append(item.pk)
+                _count(counts, "deleted", Table.ITEM)
+                continue
+            item.attribute = matcher.redacted(item.attribute)
+            item.value = matcher.redacted(item.value)
+            item.value_json = matcher.redacted_value(item.value_json)
+            item.metadata = matcher.redacted_value(item.metadata)
+            had_vector = item.embedding is not None
+            item.embedding, item.embedded_at = None, None
+            item.save(
+                update_fields=[
+                    "attribute",
+                    "value",
+                    "value_json",
+                    "metadata",
+                    "keyword_hashes",
+                    "embedding",
+                    "embedded_at",
+                ]
+            )
+            _count(counts, "redacted", Table.ITEM)
+            _count(counts, "re_embedded", Table.ITEM, int(had_vector))
+            reembed = True
+    if entity_ids:
+        # The items about them go with the person's (person_erase); the entities after them.
+        MemoryItem.objects.filter(agent_id=agent_id, entity_id__in=entity_ids).exclude(pk__in=found.item_ids).update(
+            entity=None
+        )
+        _count(counts, "deleted", Table.ENTITY, len(entity_ids))
+        found.entity_ids = entity_ids
+    # 2. Mentions in rows that stay.
+    if Table.ENTRY not in exclude:
+        for entry in Entry.objects.filter(agent_id=agent_id, pk__in=index[Table.ENTRY]).order_by("pk"):
+            content = matcher.redacted_value(entry.content)
+            tool_calls = matcher.redacted_value(entry.tool_calls)
+            event = matcher.redacted_value(entry.event)
+            entry.metadata = matcher.redacted_value(entry.metadata)
+            entry.sender_name = matcher.redacted(entry.sender_name)
+            entry.content, entry.tool_calls, entry.event = content, tool_calls, event
+            entry.text = entry_text(content=content, tool_calls=tool_calls)
+            entry.content_hash = content_hash(
+                parent_id=entry.parent_id, turn=hashed_turn(entry), created_at=entry.created_at
+            )
+            had_vector = entry.embedding is not None
+            entry.embedding, entry.embedded_at = None, None
+            entry.save(
+                update_fields=[
+                    "content",
+                    "tool_calls",
+                    "event",
+                    "metadata",
+                    "sender_name",
+                    "text",
+                    "content_hash",
+                    "keyword_hashes",
+                    "embedding",
+                    "embedded_at",
+                ]
+            )
+            _count(counts, "redacted", Table.ENTRY)
+            _count(counts, "re_embedded", Table.ENTRY, int(had_vector))
+            example(Table.ENTRY, entry.pk)
+            reembed = True
+    if Table.THREAD not in exclude:
+        for thread in Thread.objects.filter(agent_id=agent_id, pk__in=index[Table.THREAD]).order_by("pk"):
+            thread.metadata = matcher.redacted_value(thread.metadata)
+            thread.save(update_fields=["metadata"])
+            _count(counts, "redacted", Table.THREAD)
+            example(Table.THREAD, thread.external_id)
+    if Table.EVIDENCE not in exclude:
+        for quote in Evidence.objects.filter(agent_id=agent_id, pk__in=index[Table.EVIDENCE]).order_by("pk"):
+            quote.quote = matcher.redacted(quote.quote)
+            quote.save(update_fields=["quote"])
+            _count(counts, "redacted", Table.EVIDENCE)
+            example(Table.EVIDENCE, str(quote.pk))
+    if Table.FILE_VERSION not in exclude:
+        versions = MemoryFileVersion.objects.filter(agent_id=agent_id, pk__in=index[Table.FILE_VERSION])
+        for version in versions.order_by("pk"):
+            content = matcher.redacted(version.content or "")
+            version.content, version.sha256, version.size = content, sha256_of(content), size_of(content)
+            version.save(update_fields=["content", "sha256", "size"])
+            _count(counts, "redacted", Table.FILE_VERSION)
+            example(Table.FILE_VERSION, version.pk)
+    if Table.JOB_RUN not in exclude and index[Table.JOB_RUN]:
+        runs = JobRun.objects.filter(agent_id=agent_id, pk__in=index[Table.JOB_RUN])
+        for pk in runs.values_list("pk", flat=True)[:EXAMPLES]:
+            example(Table.JOB_RUN, str(pk))
+        _count(
+            counts, "redacted", Table.JOB_RUN, sealed_update(runs, arguments={"erased": True}, result={"erased": True})
+        )
+    # 3. Participants lists.
+    if PARTICIPANTS not in exclude:
+        for thread in Thread.objects.filter(participant_in(matcher.user_id), agent_id=agent_id).order_by("pk"):
+            left = [p for p in thread_participants(thread.metadata) if p != matcher.user_id]
+            thread.metadata = {**thread.metadata, MEMORY_USERS_KEY: left}
+            thread.save(update_fields=["metadata"])
+            _count(counts, "redacted", PARTICIPANTS)
+            example(PARTICIPANTS, thread.external_id)
+    # 4. The index forgets the person.
+    subject_index_forget(agent_id=agent_id, user_id=user_id)
+    if reembed:
+        transaction.on_commit(lambda: embedding_schedule(agent_id=agent_id))
+    return found
+
+
+def mentions_delete_entities(*, agent_id: int, entity_ids: list[str]) -> int:
+    """The entities named as the person, once the items about them are gone."""
+    return Entity.objects.filter(agent_id=agent_id, pk__in=entity_ids).delete()[0] if entity_ids else 0
+
+
+def mentions_counts(counts: dict[str, int]) -> dict[str, int]:
+    """The mention counts of an erasure's counts, as `<kind>_<table>` (`redacted_entry`)."""
+    return {key.removeprefix("mentions_"): n for key, n in counts.items() if key.startswith("mentions_")}

@@ -1,0 +1,151 @@
+"""The subject index's mentions: which rows of an agent name a person without being theirs.
+
+`mentions_scan` reads every table that can hold personal data (entries: turns, tool results,
+summaries and their metadata; threads' metadata; items and facts; entities; quotes; memory file
+versions, context documents among them; job runs' arguments and results), opened through the
+ORM (sealed columns open with the live keys), and answers the rows whose text names the person
+(`PersonMatcher`). `subject_index_rebuild` keeps that answer in `SubjectMention`, replacing what
+the index held for the person: the job after `PUT /users/{id}/identifiers` (the index follows
+the registry), and the erasure and the export before they read it (they act on what is true now,
+with the identifiers given with the request too). Rebuilding twice writes the same rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Model, QuerySet
+
+from governance.jobs.broker import job_enqueue
+from governance.models import JobRun
+from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, SubjectMention, Thread
+from memoryapp.screening.identifiers import LISTS, identifiers_of
+from memoryapp.subjects.matching import PersonMatcher
+
+Table = SubjectMention.Table
+JOB_KIND = "subject_index"
+JOB_TASK = "memoryapp.tasks.subject_index_rebuild"
+CHUNK = 1000
+
+
+def _texts_entry(e: Entry) -> list[Any]:
+    return [e.content, e.tool_calls, e.event, e.metadata, e.sender_name]
+
+
+def _texts_item(i: MemoryItem) -> list[Any]:
+    return [i.subject, i.attribute, i.value, i.value_json, i.metadata]
+
+
+# Each table: its rows of one agent, the columns read, and the texts of a row.
+_TABLES: dict[str, tuple[Callable[[int], QuerySet[Any]], Callable[[Any], list[Any]]]] = {
+    Table.ENTRY: (
+        lambda a: Entry.objects.filter(agent_id=a).only(
+            "id", "agent_id", "thread_id", "content", "tool_calls", "event", "metadata", "sender_name"
+        ),
+        _texts_entry,
+    ),
+    Table.THREAD: (lambda a: Thread.objects.filter(agent_id=a).only("id", "metadata"), lambda t: [t.metadata]),
+    Table.ITEM: (
+        lambda a: MemoryItem.objects.filter(agent_id=a).only(
+            "id", "agent_id", "user_id", "project_id", "thread_id", "subject", "attribute", "value"
+        ),
+        _texts_item,
+    ),
+    Table.ENTITY: (
+        lambda a: Entity.objects.filter(agent_id=a).only(
+            "id", "agent_id", "user_id", "project_id", "thread_id", "name", "aliases"
+        ),
+        lambda e: [e.name, e.aliases],
+    ),
+    Table.EVIDENCE: (
+        lambda a: Evidence.objects.filter(agent_id=a).select_related(None).only("id", "agent_id", "item_id", "quote"),
+        lambda q: [q.quote],
+    ),
+    Table.FILE_VERSION: (
+        lambda a: MemoryFileVersion.objects.filter(agent_id=a, content__isnull=False).only(
+            "id", "agent_id", "user_id", "project_id", "thread_id", "content"
+        ),
+        lambda v: [v.content],
+    ),
+    Table.JOB_RUN: (
+        lambda a: JobRun.objects.filter(agent_id=a).only("id", "arguments", "result"),
+        lambda r: [
+            r.arguments,
+            r.result,
+        ],
+    ),
+}
+
+
+def table_rows(table: str, *, agent_id: int, row_ids: Iterable[str]) -> QuerySet[Any]:
+    """The rows of one table of the index, by the ids it records (of this agent only)."""
+    rows, _ = _TABLES[table]
+    return rows(agent_id).filter(pk__in=list(row_ids))
+
+
+def mentions_scan(*, agent_id: int, matcher: PersonMatcher) -> dict[str, list[str]]:
+    """The rows of the agent, by table, whose text names the person (module's docstring)."""
+    found: dict[str, list[str]] = {table: [] for table in _TABLES}
+    if not matcher:
+        return found
+    for table, (rows, texts) in _TABLES.items():
+        row: Model
+        for row in rows(agent_id).order_by("pk").iterator(chunk_size=CHUNK):
+            if matcher.holds(texts(row)):
+                found[table].append(str(row.pk))
+    return found
+
+
+def person_matcher(*, agent_id: int, user_id: str, given: Mapping[str, Sequence[str]] | None = None) -> PersonMatcher:
+    """The person's identifiers as this agent registered them, with those `given` (normalised)."""
+    registered = identifiers_of(agent=Agent(pk=agent_id), user_id=user_id)
+    merged = {name: list(dict.fromkeys([*registered[name], *((given or {}).get(name) or [])])) for name in LISTS}
+    return PersonMatcher(user_id=user_id, identifiers=merged)
+
+
+@transaction.atomic
+def subject_index_rebuild(
+    *, agent_id: int, user_id: str, given: Mapping[str, Sequence[str]] | None = None
+) -> dict[str, list[str]]:
+    """Find the rows of the agent that mention the person (registered identifiers and `given`) and
+    make the index say exactly that; answers them by table."""
+    found = mentions_scan(agent_id=agent_id, matcher=person_matcher(agent_id=agent_id, user_id=user_id, given=given))
+    SubjectMention.objects.filter(agent_id=agent_id, user_id=user_id).delete()
+    SubjectMention.objects.bulk_create(
+        [
+            SubjectMention(agent_id=agent_id, user_id=user_id, table=table, row_id=row_id)
+            for table, ids in found.items()
+            for row_id in ids
+        ]
+    )
+    return found
+
+
+def mentions_of(*, agent_ids: Sequence[int], user_id: str) -> dict[int, dict[str, list[str]]]:
+    """What the index holds for the person: row ids by table, by agent."""
+    by_agent: dict[int, dict[str, list[str]]] = {}
+    for agent_id, table, row_id in (
+        SubjectMention.objects.filter(agent_id__in=list(agent_ids), user_id=user_id)
+        .order_by("agent_id", "table", "row_id")
+        .values_list("agent_id", "table", "row_id")
+    ):
+        by_agent.setdefault(agent_id, {}).setdefault(table, []).append(row_id)
+    return by_agent
+
+
+def subject_index_forget(*, agent_id: int, user_id: str) -> int:
+    """Drop the person's rows from the index (their erasure, once the rows it named are done)."""
+    return SubjectMention.objects.filter(agent_id=agent_id, user_id=user_id).delete()[0]
+
+
+def subject_index_schedule(*, agent_id: int, user_id: str) -> None:
+    """Rebuild the person's mentions in a job, after commit (their identifiers changed)."""
+    job_enqueue(
+        kind=JOB_KIND,
+        task_name=JOB_TASK,
+        arguments={"agent_id": agent_id, "user_id": user_id},
+        agent_id=agent_id,
+        dedupe_key=f"{JOB_KIND}:{agent_id}:{user_id}",
+    )
