@@ -1,13 +1,15 @@
 """Identifiers of the objects agents see: a short prefix and a time-ordered random part, or the
 client's own id, which must follow one rule (`client_id_check`)."""
 
+import functools
+import hashlib
 import hmac
 import os
 import re
 import time
 
 from django.conf import settings
-from django.utils.crypto import salted_hmac
+from django.utils.encoding import force_str
 
 from memoryapp.errors import DomainError
 
@@ -60,9 +62,19 @@ def _base32(digest: bytes, chars: int) -> str:
     return "".join(_ALPHABET[(bits >> (5 * i)) & 31] for i in range(chars))
 
 
+@functools.lru_cache(maxsize=16)
+def _hmac_key(salt: str, secret: str | bytes) -> bytes:
+    """Django's `salted_hmac` key for `salt` under `secret`, derived once (not once per id)."""
+    return hashlib.sha256((salt + force_str(secret)).encode()).digest()
+
+
+def _hmac(salt: str, value: str, *, secret: str | bytes | None = None) -> bytes:
+    key = _hmac_key(salt, settings.SECRET_KEY if secret is None else secret)
+    return hmac.new(key, value.encode(), hashlib.sha256).digest()
+
+
 def _entry_tag(body: str, *, agent_id: int, secret: str | bytes | None = None) -> str:
-    digest = salted_hmac(_ENTRY_TAG_SALT, f"{agent_id}:{body}", secret=secret, algorithm="sha256").digest()
-    return _base32(digest, ENTRY_TAG_CHARS)
+    return _base32(_hmac(_ENTRY_TAG_SALT, f"{agent_id}:{body}", secret=secret), ENTRY_TAG_CHARS)
 
 
 def entry_id_new(*, agent_id: int) -> str:
@@ -85,8 +97,7 @@ def entry_id_imported(client_id: str, *, agent_id: int) -> str:
     this agent, else one derived from it and the agent (tagged, the same for every import of it)."""
     if entry_id_is_agents(client_id, agent_id=agent_id):
         return client_id
-    digest = salted_hmac(_ENTRY_IMPORT_SALT, f"{agent_id}:{client_id}", algorithm="sha256").digest()
-    body = "ent_" + _base32(digest, 26)
+    body = "ent_" + _base32(_hmac(_ENTRY_IMPORT_SALT, f"{agent_id}:{client_id}"), 26)
     return body + _entry_tag(body, agent_id=agent_id)
 
 
