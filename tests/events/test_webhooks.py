@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from governance.crypto.rotation import encryption_rotate
 from governance.models import AuditRecord, JobRun
 from memoryapp.errors import DomainError
 from memoryapp.events.webhooks import (
@@ -37,7 +38,7 @@ from memoryapp.tasks.events import webhook_deliver_job
 from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.admin import secrets_in_cookies, staff_client
 from tests.kit.api import Caller
-from tests.kit.crypto import encrypted  # noqa: F401  (the fixture)
+from tests.kit.crypto import K1, encrypted, keys_set  # noqa: F401  (encrypted: the fixture)
 from tests.kit.events import WebhookReceiver, events_number_now
 from tests.kit.factories import AgentFactory
 
@@ -148,6 +149,23 @@ def test_with_encryption_on_a_webhooks_secret_is_sealed_in_the_database_and_deli
     assert stored.startswith("enc:") and secret not in stored
     assert Webhook.objects.get(pk=webhook.pk).secret == secret
     assert receiver.deliveries and all(_verified(receiver, secret))
+
+
+def test_a_webhook_secret_stored_before_encryption_is_sealed_by_the_rotation(
+    encrypted: Any,  # noqa: F811  (the fixture imported above)
+    db: None,
+    settings: Any,
+) -> None:
+    keys_set(settings, "")
+    webhook = webhook_create(agent=AgentFactory(slug="older"), url="http://127.0.0.1:9/h", secret="plain-old-secret")
+    keys_set(settings, K1)
+
+    encryption_rotate(settle=0)
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT secret FROM memoryapp_webhook WHERE id = %s", [webhook.pk])
+        (stored,) = cursor.fetchone()
+    assert stored.startswith("enc:") and Webhook.objects.get(pk=webhook.pk).secret == "plain-old-secret"
 
 
 @pytest.mark.django_db
