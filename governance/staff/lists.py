@@ -142,6 +142,8 @@ class DateRangeFilter(admin.FieldListFilter):
         super().__init__(field, request, params, model, model_admin, field_path)
         self.day_from = _day(self.used_parameters.get(self.parameter_from))
         self.day_to = _day(self.used_parameters.get(self.parameter_to))
+        # "By at", "By created at": the column's name; the filter picks days.
+        self.title = "day" if field_path == "at" else f"day {words(field_path).removesuffix(' at')}"
 
     def expected_parameters(self) -> list[str | None]:
         return [self.parameter_from, self.parameter_to]

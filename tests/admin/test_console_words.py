@@ -110,3 +110,11 @@ def test_filters_and_breadcrumbs_use_the_domains_words(alice: Caller) -> None:
     assert "Not empty" not in admin.get("/admin/memoryapp/entry/").content.decode()
     page = admin.get(f"/admin/memoryapp/thread/{thread.pk}/change/").content.decode()
     assert "Memoryapp" not in page and ">Memory</a>" in page
+
+
+def test_the_day_filters_say_day_not_the_columns_name(alice: Caller) -> None:
+    admin = staff_client(is_superuser=True)
+    audit = admin.get("/admin/governance/auditrecord/").content.decode()
+    assert "By day" in audit and "By at" not in audit
+    runs = admin.get("/admin/governance/jobrun/").content.decode()
+    assert "By day created" in runs and "By created at" not in runs
