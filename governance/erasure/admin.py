@@ -223,7 +223,10 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
                 data = form.cleaned_data
                 try:
                     preview = erasure_preview(
-                        user_id=data["user_id"], agent_ids=[a.pk for a in data["agents"]], mode=data["mode"]
+                        user_id=data["user_id"],
+                        agent_ids=[a.pk for a in data["agents"]],
+                        mode=data["mode"],
+                        identifiers=data["identifiers"],
                     )
                 except DomainError as exc:
                     form.add_error(exc.field if exc.field in form.fields else None, exc.message)
@@ -313,7 +316,13 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
         agents wrote on since it stopped) and the holds still in the way."""
         page = reverse("admin:governance_erasurerequest_change", args=[obj.pk])
         try:
-            preview = erasure_dry_run(user_id=obj.user_id, agent_ids=obj.agent_ids, mode=obj.mode)
+            preview = erasure_dry_run(
+                user_id=obj.user_id,
+                agent_ids=obj.agent_ids,
+                mode=obj.mode,
+                identifiers=obj.identifiers or [],
+                exclude=list(obj.excluded or {}),
+            )
         except DomainError as exc:
             messages.error(request, exc.message)
             return HttpResponseRedirect(page)

@@ -351,7 +351,14 @@ def _others_items_quoting(user_id: str, agents: Sequence[int]) -> dict[str, int]
     return dict(items.annotate(quotes=Count("evidence")).values_list("pk", "quotes"))
 
 
-def erasure_dry_run(*, user_id: str, agent_ids: Sequence[int] = (), mode: str = "erase") -> ErasureDryRun:
+def erasure_dry_run(
+    *,
+    user_id: str,
+    agent_ids: Sequence[int] = (),
+    mode: str = "erase",
+    identifiers: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+) -> ErasureDryRun:
     """Run the erasure's own steps (`erasure_steps`) in a transaction that is then rolled back: the
     counts are the ones the report will give, and what changed outside the person's scope is named.
 
@@ -372,7 +379,14 @@ def erasure_dry_run(*, user_id: str, agent_ids: Sequence[int] = (), mode: str = 
     try:
         with transaction.atomic():
             quoting = _others_items_quoting(person, agents)
-            counts = erasure_steps(user_id=person, agent_ids=agents, mode=mode, actor="erasure:dry-run")
+            counts = erasure_steps(
+                user_id=person,
+                agent_ids=agents,
+                mode=mode,
+                actor="erasure:dry-run",
+                identifiers=_identifiers_check(identifiers),
+                exclude=exclude,
+            )
             left = dict(
                 MemoryItem.objects.filter(pk__in=list(quoting))
                 .annotate(quotes=Count("evidence"))
@@ -462,9 +476,11 @@ def _shared_file_change(
     )
 
 
-def erasure_preview(*, user_id: str, agent_ids: Sequence[int] = (), mode: str = "erase") -> ErasureDryRun:
+def erasure_preview(
+    *, user_id: str, agent_ids: Sequence[int] = (), mode: str = "erase", identifiers: Sequence[str] = ()
+) -> ErasureDryRun:
     """What the form shows before a request is filed: its dry run (`erasure_dry_run`). Changes nothing."""
-    return erasure_dry_run(user_id=user_id, agent_ids=agent_ids, mode=mode)
+    return erasure_dry_run(user_id=user_id, agent_ids=agent_ids, mode=mode, identifiers=identifiers)
 
 
 def _job_send(request: ErasureRequest) -> JobRun:

@@ -332,7 +332,7 @@ def test_the_dry_run_with_encryption_on_leaves_the_persons_data_key_and_counts_i
     """The dry run runs the crypto-shredding step too and rolls it back: the person's rows still open
     after it, and the erasure then destroys the key it counted."""
     from governance.crypto.envelope import data_keys_of_person
-    from governance.erasure import erasure_preview
+    from governance.erasure.services import erasure_preview
     from tests.kit.factories import JobRunFactory, MemoryFileVersionFactory
 
     agent, thread = _ana()
@@ -350,5 +350,25 @@ def test_the_dry_run_with_encryption_on_leaves_the_persons_data_key_and_counts_i
 
     with django_capture_on_commit_callbacks(execute=True):
         _post_request(_officer())
+    request = ErasureRequest.objects.get()
+    assert request.status == "done" and request.counts == preview.counts
+
+
+def test_the_preview_counts_the_mentions_its_identifiers_erase_as_the_report_does(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The request's other identifiers act in the erasure: its dry run gets them too (issue 23 §15)."""
+    from governance.erasure.services import erasure_preview
+
+    agent, _ = _ana()
+    ben = ThreadFactory(agent=agent, external_id="t-ben", user_id="u-ben")
+    EntryFactory(thread=ben, role="user", content="Please forward the invoice to ana.silva@example.org today.")
+    preview = erasure_preview(user_id="u-ana", identifiers=["ana.silva@example.org"])
+    without = erasure_preview(user_id="u-ana")
+    mentions = {k: v for k, v in preview.counts.items() if k.startswith("mentions_") and v}
+    assert mentions and not any(v for k, v in without.counts.items() if k.startswith("mentions_"))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        _post_request(_officer(), identifiers="ana.silva@example.org")
     request = ErasureRequest.objects.get()
     assert request.status == "done" and request.counts == preview.counts
