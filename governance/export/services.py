@@ -12,6 +12,9 @@ What is about the person (`PersonScope`), in the agents chosen (all when none ar
 - the messages they wrote in threads of others (`messages.jsonl`: the erasure's selector,
   `person_messages_elsewhere`), each with its thread, seq, role and time, without the messages of the
   others around it;
+- the rows of others that name them by an identifier registered with the agent (`mentions.jsonl`,
+  through the subject index, memoryapp.subjects): the table, the row and each place it names them
+  with a little text around it, not the rest of the row (another person's);
 - the job runs whose arguments or result name them (`job_runs.jsonl`: the erasure's selector too);
 - the access log of what the agents were sent about them (`access_log.jsonl`, ids only): the rows of
   requests about them, and the rows of requests of others that sent their items or entries, each
@@ -82,6 +85,7 @@ from memoryapp.models import (
     Thread,
 )
 from memoryapp.search.access_log import access_log_of_person, access_log_person_reading
+from memoryapp.subjects.index import person_matcher, row_texts, subject_index_rebuild, table_rows
 from memoryapp.threads.columns import ENTRY_LIGHT_DEFER
 from memoryapp.threads.transfer import thread_export_lines
 
@@ -103,6 +107,7 @@ COMPRESS_LEVEL = 1
 
 # What every manifest counts (zero when the person has none); `vectors` too when they were asked for.
 COUNTED = (
+    "mentions",
     "threads",
     "entries",
     "items",
@@ -711,6 +716,29 @@ def _write_messages_elsewhere(scope: PersonScope, writer: _Writer, progress: _Pr
     _records_write(writer, "messages.jsonl", "message", records, counted="messages_elsewhere", progress=progress)
 
 
+def _write_mentions(scope: PersonScope, writer: _Writer) -> None:
+    """The rows of others that name the person by an identifier registered with their agent
+    (`mentions.jsonl`, through the subject index, rebuilt first): which row, and each place it
+    names them with a little text around it; the rest of the row is another person's."""
+
+    def records() -> Iterator[dict[str, Any]]:
+        for agent_id in scope.agent_ids:
+            matcher = person_matcher(agent_id=agent_id, user_id=scope.user_id)
+            if not matcher:
+                continue
+            found = subject_index_rebuild(agent_id=agent_id, user_id=scope.user_id)
+            for table, row_ids in found.items():
+                for row in table_rows(table, agent_id=agent_id, row_ids=row_ids).order_by("pk"):
+                    yield {
+                        "agent_id": agent_id,
+                        "table": table,
+                        "id": str(row.pk),
+                        "excerpts": matcher.excerpts(row_texts(table, row)),
+                    }
+
+    _records_write(writer, "mentions.jsonl", "mention", records(), counted="mentions")
+
+
 def _write_job_runs(scope: PersonScope, writer: _Writer) -> None:
     """The job runs naming them: what ran, when, with which arguments and result (not its error text
     nor its model usage, which are the service's bookkeeping)."""
@@ -813,6 +841,7 @@ def _write_archive(request: ExportRequest, scope: PersonScope, run: JobRun | Non
         _write_entities(scope, writer)
         _write_files(scope, writer, progress)
         _write_messages_elsewhere(scope, writer, progress)
+        _write_mentions(scope, writer)
         _write_job_runs(scope, writer)
         _write_access_log(scope, writer)
         _write_audit(scope, writer)

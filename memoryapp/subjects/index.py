@@ -85,6 +85,11 @@ def table_rows(table: str, *, agent_id: int, row_ids: Iterable[str]) -> QuerySet
     return rows(agent_id).filter(pk__in=list(row_ids))
 
 
+def row_texts(table: str, row: Any) -> list[Any]:
+    """The texts (strings and JSON values) of a row the index read, as the scan reads them."""
+    return _TABLES[table][1](row)
+
+
 def mentions_scan(*, agent_id: int, matcher: PersonMatcher) -> dict[str, list[str]]:
     """The rows of the agent, by table, whose text names the person (module's docstring)."""
     found: dict[str, list[str]] = {table: [] for table in _TABLES}

@@ -72,6 +72,16 @@ class PersonMatcher:
         """Whether any string of this JSON value (keys aside) names the person."""
         return any(self.spans(text) for text in strings_of(value))
 
+    def excerpts(self, value: Any, *, around: int = 60) -> list[str]:
+        """Each place a JSON value's strings name the person, with `around` characters either side:
+        what an export of the person shows of a row that is another's (the mention, not the row)."""
+        found: list[str] = []
+        for text in strings_of(value):
+            for start, end in self.spans(text):
+                head, tail = max(0, start - around), min(len(text), end + around)
+                found.append(("…" if head else "") + text[head:tail] + ("…" if tail < len(text) else ""))
+        return found
+
     def redacted(self, text: str) -> str:
         """The text with every span naming the person replaced by the placeholder (overlaps merged)."""
         spans = self.spans(text)
