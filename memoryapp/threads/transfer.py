@@ -313,6 +313,59 @@ def thread_import(
     screener = screener_for(agent=agent)
     if screener is not None:
         metadata = screener.value(metadata, field="metadata", holdable=False)
+    thread = _import_thread_create(
+        agent=agent,
+        external_id=external_id,
+        user_id=user_id,
+        metadata=metadata,
+        created_at=created_at,
+        memory_enabled=memory_enabled,
+        memory_off=memory_off,
+    )
+    seqs, stored = _import_ids(agent=agent, nodes=nodes)
+    entries = _import_entries(thread=thread, nodes=nodes, seqs=seqs, stored=stored)
+    if leaf_id is not None and leaf_id not in seqs:
+        raise DomainError("unknown_leaf", "The head names no node of the file.", field="leaf")
+    leaf_id = stored[leaf_id] if leaf_id is not None else None
+    if screener is not None:
+        entries_screened(
+            entries=entries,
+            screener=screener,
+            prefixes=[f"nodes[{i}]." for i in range(len(entries))],
+            now=timezone.now(),
+        )
+    entries.sort(key=lambda e: e.seq)
+    Entry.objects.bulk_create(entries, batch_size=1000)
+    _import_thread_state(
+        thread=thread, entries=entries, leaf_id=leaf_id, memory_enabled=memory_enabled, memory_off=memory_off
+    )
+    audit_append(
+        action="thread.import",
+        actor=actor,
+        agent_id=agent.pk,
+        thread_id=external_id,
+        subject=external_id,
+        outcome="imported",
+        details={"entries": len(entries)},
+    )
+    if screener is not None:
+        screener.record(actor=actor, thread_id=external_id, subject=external_id)
+    event_record(agent_id=agent.pk, type="entry.added", thread_id=external_id, ids=[e.id for e in entries])
+    after_entries_added(thread=thread, entries=entries)
+    return thread
+
+
+def _import_thread_create(
+    *,
+    agent: Agent,
+    external_id: str,
+    user_id: str,
+    metadata: dict[str, Any],
+    created_at: datetime | None,
+    memory_enabled: bool,
+    memory_off: list[dict[str, Any]] | None,
+) -> Thread:
+    """Step 1 for the thread: a new row, or 409 `thread_exists`."""
     try:
         # A plain insert, not the upsert: an import never writes into a thread that exists,
         # even one another request created a moment ago.
@@ -330,6 +383,12 @@ def thread_import(
     if created_at is not None:  # auto_now_add set it on insert
         Thread.objects.filter(pk=thread.pk).update(created_at=created_at)
         thread.created_at = created_at
+    return thread
+
+
+def _import_ids(*, agent: Agent, nodes: list[dict[str, Any]]) -> tuple[dict[str, int], dict[str, str]]:
+    """Steps 1 and 2 for the ids: each node's id and seq, checked (unique, positive), and the id each
+    is stored under; 409 `entry_exists` when one of this agent's entries holds one already."""
     seqs: dict[str, int] = {}
     for index, node in enumerate(nodes):
         where = f"nodes[{index}]"
@@ -348,6 +407,14 @@ def thread_import(
     taken = list(Entry.objects.filter(agent=agent, id__in=list(stored.values())).values_list("id", flat=True)[:1])
     if taken:
         raise DomainError("entry_exists", f"An entry {taken[0]} exists already.", field="nodes", status=409)
+    return seqs, stored
+
+
+def _import_entries(
+    *, thread: Thread, nodes: list[dict[str, Any]], seqs: dict[str, int], stored: dict[str, str]
+) -> list[Entry]:
+    """Step 2 for the entries, unsaved: checked as `entry_add` checks them, each parent an earlier node
+    of the file, a node marked redacted stored as a redaction leaves an entry."""
     entries: list[Entry] = []
     for index, node in enumerate(nodes):
         where = f"nodes[{index}]."
@@ -369,18 +436,19 @@ def thread_import(
         if redacted_at is not None:
             _import_redacted(entry, redacted_at, field=f"{where}redacted_at")
         entries.append(entry)
-    if leaf_id is not None and leaf_id not in seqs:
-        raise DomainError("unknown_leaf", "The head names no node of the file.", field="leaf")
-    leaf_id = stored[leaf_id] if leaf_id is not None else None
-    if screener is not None:
-        entries_screened(
-            entries=entries,
-            screener=screener,
-            prefixes=[f"nodes[{i}]." for i in range(len(entries))],
-            now=timezone.now(),
-        )
-    entries.sort(key=lambda e: e.seq)
-    Entry.objects.bulk_create(entries, batch_size=1000)
+    return entries
+
+
+def _import_thread_state(
+    *,
+    thread: Thread,
+    entries: list[Entry],
+    leaf_id: str | None,
+    memory_enabled: bool,
+    memory_off: list[dict[str, Any]] | None,
+) -> None:
+    """Step 3 for the thread: its next seq after the largest, its leaf, whether it is one chain, and
+    its memory switch's open range."""
     next_seq = (entries[-1].seq + 1) if entries else 1
     # One chain: one root, no entry with two children, and the leaf is the newest entry.
     parents = [e.parent_id for e in entries]
@@ -411,17 +479,3 @@ def thread_import(
     thread.history_tokens = None
     if "extraction" in changes:
         thread.extraction = changes["extraction"]
-    audit_append(
-        action="thread.import",
-        actor=actor,
-        agent_id=agent.pk,
-        thread_id=external_id,
-        subject=external_id,
-        outcome="imported",
-        details={"entries": len(entries)},
-    )
-    if screener is not None:
-        screener.record(actor=actor, thread_id=external_id, subject=external_id)
-    event_record(agent_id=agent.pk, type="entry.added", thread_id=external_id, ids=[e.id for e in entries])
-    after_entries_added(thread=thread, entries=entries)
-    return thread
