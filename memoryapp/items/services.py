@@ -352,16 +352,13 @@ def item_state_write(
     _add_evidence(item=item, checked=checked)
     if kind == ItemKind.OPINION:
         _weaken_contradicted_opinions(item=item, slot=slot)
-    slot_layout(agent=agent, scope=scope, subject=slot_subject, attribute=attribute)
-    item.refresh_from_db()
-    event_record(agent_id=agent.pk, type="item.written", thread_id=scope.thread_id, ids=[item.pk])
-    audit_append(
+    _item_changed(
+        item=item,
+        lay_out=True,
+        refresh=True,
+        event="item.written",
         action="item.written",
         actor=actor,
-        agent_id=agent.pk,
-        thread_id=scope.thread_id,
-        subject=item.pk,
-        outcome=item.status,
         details={"kind": kind, "trust": trust, "verified": verified, "quotes": len(checked)},
     )
     return item
@@ -405,22 +402,12 @@ def _merge(
     before = Evidence.objects.filter(item=item).count()
     _add_evidence(item=item, checked=checked)
     if activated:
-        slot_layout(
-            agent=item.agent,
-            scope=Scope(item.user_id, item.project_id, item.thread_id),
-            subject=item.subject,
-            attribute=item.attribute,
-        )
-        item.refresh_from_db()
-        event_record(agent_id=item.agent_id, type="item.activated", thread_id=item.thread_id, ids=[item.pk])
+        _item_changed(item=item, lay_out=True, refresh=True, event="item.activated")
     if changed or activated or Evidence.objects.filter(item=item).count() != before:
-        audit_append(
+        _item_changed(
+            item=item,
             action="item.merged",
             actor=actor,
-            agent_id=item.agent_id,
-            thread_id=item.thread_id,
-            subject=item.pk,
-            outcome=item.status,
             details={"trust": item.trust, "verified": item.verified, "quotes": len(checked)},
         )
     return item
@@ -435,6 +422,47 @@ def _weaken_contradicted_opinions(*, item: MemoryItem, slot: Any) -> None:
         if TRUST_RANK[Trust(held.trust)] < rank and not same_value(held.value, item.value):
             held.confidence = max(0.0, round(held.confidence - OPINION_CONTRADICTION_LOSS, 6))
             held.save(update_fields=["confidence"])
+
+
+def _item_changed(
+    *,
+    item: MemoryItem,
+    lay_out: bool = False,
+    refresh: bool = False,
+    event: str = "",
+    action: str = "",
+    actor: str = "",
+    outcome: str | None = None,
+    details: dict[str, Any] | None = None,
+) -> None:
+    """What follows every change of an item, in its transaction, each part when asked for:
+
+    1. `lay_out`: its slot's timeline laid out again (a state came, went or changed its value),
+       then with `refresh` the item read again (the layout may have closed or superseded it);
+    2. `event`: the change event of that type (ids only);
+    3. `action`: the audit record, ids and outcome only (`outcome` None: the item's status).
+    """
+    if lay_out:
+        slot_layout(
+            agent=item.agent,
+            scope=Scope(item.user_id, item.project_id, item.thread_id),
+            subject=item.subject,
+            attribute=item.attribute,
+        )
+    if refresh:
+        item.refresh_from_db()
+    if event:
+        event_record(agent_id=item.agent_id, type=event, thread_id=item.thread_id, ids=[item.pk])
+    if action:
+        audit_append(
+            action=action,
+            actor=actor,
+            agent_id=item.agent_id,
+            thread_id=item.thread_id,
+            subject=item.pk,
+            outcome=item.status if outcome is None else outcome,
+            details=details,
+        )
 
 
 def slot_layout(*, agent: Agent, scope: Scope, subject: str, attribute: str) -> int:
@@ -598,22 +626,15 @@ def item_approve(*, item: MemoryItem, actor: str, value: str | None = None, deci
         value_after=locked.value if edited else None,
         value_json_before=before_json if edited else None,
     )
-    slot_layout(
-        agent=locked.agent,
-        scope=Scope(locked.user_id, locked.project_id, locked.thread_id),
-        subject=locked.subject,
-        attribute=locked.attribute,
-    )
-    event_record(agent_id=locked.agent_id, type="item.activated", thread_id=locked.thread_id, ids=[locked.pk])
-    audit_append(
+    _item_changed(
+        item=locked,
+        lay_out=True,
+        refresh=True,
+        event="item.activated",
         action="item.reviewed",
         actor=actor,
-        agent_id=locked.agent_id,
-        thread_id=locked.thread_id,
-        subject=locked.pk,
         outcome="approved_edited" if edited else "approved",
     )
-    locked.refresh_from_db()
     return locked
 
 
@@ -636,13 +657,11 @@ def item_reject(*, item: MemoryItem, actor: str, reason: str = "", decision: str
         status_before=ItemStatus.SUGGESTED,
         reason=reason,
     )
-    event_record(agent_id=locked.agent_id, type="item.rejected", thread_id=locked.thread_id, ids=[locked.pk])
-    audit_append(
+    _item_changed(
+        item=locked,
+        event="item.rejected",
         action="item.reviewed",
         actor=actor,
-        agent_id=locked.agent_id,
-        thread_id=locked.thread_id,
-        subject=locked.pk,
         outcome="rejected",
         details={"with_reason": bool(reason)},
     )
@@ -668,15 +687,7 @@ def item_forget(*, item: MemoryItem, actor: str) -> MemoryItem:
         at=locked.expired_at,
         status_before=locked.status,
     )
-    event_record(agent_id=locked.agent_id, type="item.forgotten", thread_id=locked.thread_id, ids=[locked.pk])
-    audit_append(
-        action="item.forgotten",
-        actor=actor,
-        agent_id=locked.agent_id,
-        thread_id=locked.thread_id,
-        subject=locked.pk,
-        outcome="forgotten",
-    )
+    _item_changed(item=locked, event="item.forgotten", action="item.forgotten", actor=actor, outcome="forgotten")
     return locked
 
 
@@ -863,19 +874,11 @@ def items_review_undo(*, decision: str, actor: str) -> list[MemoryItem]:
             value_before=value_now if edited_back else None,
             value_after=locked.value if edited_back else None,
         )
-        if approved:
-            slot_layout(
-                agent=locked.agent,
-                scope=Scope(locked.user_id, locked.project_id, locked.thread_id),
-                subject=locked.subject,
-                attribute=locked.attribute,
-            )
-        audit_append(
+        _item_changed(
+            item=locked,
+            lay_out=approved,
             action="item.reviewed",
             actor=actor,
-            agent_id=locked.agent_id,
-            thread_id=locked.thread_id,
-            subject=locked.pk,
             outcome="undone",
             details={"undid": step.action},
         )
@@ -982,21 +985,14 @@ def item_stale_undo(*, item: MemoryItem, actor: str) -> MemoryItem:
     locked.metadata = metadata
     locked.status = ItemStatus.ACTIVE
     locked.save(update_fields=["status", "metadata"])
-    slot_layout(
-        agent=locked.agent,
-        scope=Scope(locked.user_id, locked.project_id, locked.thread_id),
-        subject=locked.subject,
-        attribute=locked.attribute,
-    )
-    event_record(agent_id=locked.agent_id, type="item.activated", thread_id=locked.thread_id, ids=[locked.pk])
-    audit_append(
+    _item_changed(
+        item=locked,
+        lay_out=True,
+        refresh=True,
+        event="item.activated",
         action="item.stale_undone",
         actor=actor,
-        agent_id=locked.agent_id,
-        thread_id=locked.thread_id,
-        subject=locked.pk,
         outcome=ItemStatus.ACTIVE,
         details={"kept_id": str(because.get("kept", ""))},
     )
-    locked.refresh_from_db()
     return locked
