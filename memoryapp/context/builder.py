@@ -24,6 +24,9 @@ the API's answer). It runs these steps in order, each a function of the build so
    last message and on the last message of the turn before), then the <memory_context> user message.
 A part that fails to load is left out and reported in `errors`; build never fails for it.
 
+The history (reading the branch, the runs a strategy keeps) is `memoryapp.context.history`; the
+<memory_context> block (its sections, lines and their cost) is `memoryapp.context.memory_block`.
+
 Dates in the memory block (recalled turns, the interval an item held, the brief's sources) are
 rendered in the build's time zone (004 `timeZone`: the request's, else the thread's
 `metadata.time_zone`, else UTC). A thread whose memory is off (memoryapp.threads.memory_switch)
@@ -33,26 +36,47 @@ gets nothing recalled: no facts, observations, recall, brief or file index; its 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 from zoneinfo import ZoneInfo
 
-from django.db import connection
 from django.utils import timezone
 
-from governance.crypto.fields import json_text_open, value_open
-from memoryapp.compaction.history import HISTORY_AND_COMPACTION, SUMMARY_HEADING, compacted_history
+from memoryapp.compaction.history import SUMMARY_HEADING
 from memoryapp.consolidation.brief import BriefCard, brief_block, memory_brief
 from memoryapp.consolidation.observations import Observation, observations_seen
 from memoryapp.consolidation.prompts import BriefSource
-from memoryapp.content import content_text
+from memoryapp.context.history import (
+    MAX_WINDOW,
+    RELEVANT_CANDIDATES,
+    Unit,
+    after_seq,
+    entry_ref,
+    history_count,
+    history_message,
+    history_units,
+    history_window,
+    mark_turn_ends,
+    off_branch,
+    recent_run,
+    relevant_turns,
+    unit_cost,
+)
+from memoryapp.context.memory_block import (
+    MemoryBlock,
+    day_of,
+    memory_text,
+    named_in,
+    observation_line,
+    observation_sent,
+    recall_cost,
+    recall_entry_line,
+    recall_item_line,
+)
 from memoryapp.context.partitions import (
     DroppedBlock,
     fit_in_order,
@@ -68,37 +92,19 @@ from memoryapp.files.services import files_index_text
 from memoryapp.items.selectors import context_facts, items_for_recall, thread_context_scope
 from memoryapp.llm.model import ModelError
 from memoryapp.models import AccessLog, Agent, Entry, Thread
-from memoryapp.models.choices import EntryType, Role
 from memoryapp.search.access_log import access_log_record
-from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
-from memoryapp.search.indexing import entry_embedding_text, speaker_of
-from memoryapp.search.retrieval import search, vector_space_ok
-from memoryapp.search.vector import vector_literal
-from memoryapp.threads.branch import branch_rows_sql
-from memoryapp.threads.columns import ENTRY_TABLE
-from memoryapp.threads.selectors import entry_on_branch, off_branch_ids, off_branch_now
+from memoryapp.search.retrieval import search
 from memoryapp.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
 
 logger = logging.getLogger(__name__)
 
 STRATEGIES = ("recent", "relevant", "hybrid")
 MAX_TOKENS_LIMIT = 2_000_000
-RELEVANT_CANDIDATES = 200
 RECALL_LIMIT = 20
-RECALL_TEXT_CHARS = 1200
 # Recall sends only turns and items that are about the input: a vector hit needs this cosine
 # (all-MiniLM-L6-v2 puts paraphrases above ~0.4 and unrelated chat below ~0.25).
 RECALL_MIN_SIMILARITY = 0.3
 FIRST_WINDOW = 64
-MAX_WINDOW = 20_000
-MEMORY_OPEN = "<memory_context>"
-MEMORY_CLOSE = "</memory_context>"
-HEADERS = {
-    "facts": "Known facts:",
-    "observations": "Observations:",
-    "recall_entries": "Earlier in this conversation:",
-    "recall_items": "From memory:",
-}
 # Observations of the entities a turn names or recalls, at most (004 "Observations").
 MAX_OBSERVATIONS = 3
 # What memory found for a turn that the brief's model is shown, at most.
@@ -130,329 +136,6 @@ class ContextRequest:
     time_zone: str = ""
     # The project whose context documents apply ("" = the thread's metadata.project_id, if any).
     project_id: str = ""
-
-
-@dataclass
-class _Unit:
-    """Entries that go together: a message, or a tool call with its results."""
-
-    entries: list[Entry]
-    tokens: list[int]
-
-    @property
-    def cost(self) -> int:
-        return sum(self.tokens)
-
-    @property
-    def first(self) -> Entry:
-        return self.entries[0]
-
-
-@dataclass
-class _Run:
-    units: list[_Unit]  # chronological
-    notes: dict[str, int]  # entry id -> tokens of a tool result sent as a short note
-    cost: int
-    stopped: bool  # the budget ended the run (older entries were there)
-
-
-def _entry_tokens(entry: Entry) -> int:
-    return count_message_tokens(entry.content if entry.content is not None else entry.text, entry.tool_calls)
-
-
-def _is_reply(entry: Entry) -> bool:
-    return entry.type == EntryType.TOOL_RESULT or entry.role in (Role.ASSISTANT, Role.TOOL)
-
-
-def _units(entries: Sequence[Entry]) -> list[_Unit]:
-    """Group a tool call with the tool results that answer it (they are never split)."""
-    units: list[_Unit] = []
-    open_calls: dict[str, _Unit] = {}
-    for entry in entries:
-        if entry.type == EntryType.TOOL_RESULT and entry.tool_call_id in open_calls:
-            unit = open_calls[entry.tool_call_id]
-            unit.entries.append(entry)
-            unit.tokens.append(_entry_tokens(entry))
-            continue
-        unit = _Unit(entries=[entry], tokens=[_entry_tokens(entry)])
-        units.append(unit)
-        for call in entry.tool_calls or []:
-            if isinstance(call, dict) and call.get("id"):
-                open_calls[str(call["id"])] = unit
-    return [unit for unit in units if _without_unanswered_calls(unit)]
-
-
-def _without_unanswered_calls(unit: _Unit) -> bool:
-    """Keep only the tool calls whose result is on the branch (a model API refuses a call left
-    unanswered, e.g. when the user moved on); False when the message is left with nothing to say."""
-    first = unit.first
-    if not first.tool_calls:
-        return True
-    answered = {e.tool_call_id for e in unit.entries[1:]}
-    calls = [c for c in first.tool_calls if isinstance(c, dict) and c.get("id") in answered]
-    if len(calls) == len(first.tool_calls):
-        return True
-    first.tool_calls = calls or None  # the row read for this build, never saved
-    unit.tokens[0] = _entry_tokens(first)
-    return bool(calls) or bool(content_text(first.content if first.content is not None else first.text).strip())
-
-
-def _note_text(entry: Entry, tokens: int) -> str:
-    name = entry.tool_name or "tool"
-    return f"[{name} result of {tokens} tokens left out: too large for the context]"
-
-
-def _note_tokens(entry: Entry, tokens: int) -> int:
-    return count_message_tokens(_note_text(entry, tokens))
-
-
-def _fit_unit(unit: _Unit, room: int) -> dict[str, int] | None:
-    """The notes that make the unit fit `room` (tool results largest first), or None."""
-    if unit.cost <= room:
-        return {}
-    results = sorted(
-        (i for i, e in enumerate(unit.entries) if e.type == EntryType.TOOL_RESULT), key=lambda i: -unit.tokens[i]
-    )
-    cost = unit.cost
-    notes: dict[str, int] = {}
-    for i in results:
-        entry = unit.entries[i]
-        note = _note_tokens(entry, unit.tokens[i])
-        if note >= unit.tokens[i]:
-            continue
-        cost += note - unit.tokens[i]
-        notes[entry.id] = unit.tokens[i]
-        if cost <= room:
-            return notes
-    return None
-
-
-def _unit_cost(unit: _Unit, notes: dict[str, int]) -> int:
-    return sum(_note_tokens(e, t) if e.id in notes else t for e, t in zip(unit.entries, unit.tokens, strict=True))
-
-
-def _recent_run(units: list[_Unit], room: int, *, complete: bool) -> _Run:
-    """One unbroken run back from the newest unit that fits `room`.
-
-    1. Walk from the newest unit back; a unit that fits is kept; one that does not fit is kept
-       with its large tool results as short notes when that makes it fit; else the run ends.
-    2. A run may not start with a reply (assistant message or tool result) whose question is
-       older than the run: such units are dropped from its start (a reply never appears without
-       the message it answers), unless the run reaches the start of the history.
-    `complete` says whether `units` begin at the start of the history (nothing older unread).
-    """
-    kept: list[_Unit] = []
-    notes: dict[str, int] = {}
-    cost = 0
-    stopped = False
-    for unit in reversed(units):
-        unit_notes = _fit_unit(unit, room - cost)
-        if unit_notes is None:
-            stopped = True
-            break
-        notes.update(unit_notes)
-        cost += _unit_cost(unit, unit_notes)
-        kept.append(unit)
-    kept.reverse()
-    reaches_start = not stopped and complete
-    while kept and not reaches_start and _is_reply(kept[0].first):
-        dropped = kept.pop(0)
-        cost -= _unit_cost(dropped, notes)
-        for e in dropped.entries:
-            notes.pop(e.id, None)
-        stopped = True
-    return _Run(units=kept, notes=notes, cost=cost, stopped=stopped)
-
-
-class _MemoryBlock:
-    """Charges of the <memory_context> message: its wrapper goes to the first partition that
-    opens it, each section header to the partition of its first line."""
-
-    def __init__(self) -> None:
-        self.open = False
-        self.sections: set[str] = set()
-
-    def wrapper_cost(self) -> int:
-        return 0 if self.open else MESSAGE_OVERHEAD + count_tokens(MEMORY_OPEN + "\n") + count_tokens(MEMORY_CLOSE)
-
-    def line_cost(self, section: str | None, line: str) -> int:
-        cost = self.wrapper_cost() + count_tokens(line + "\n")
-        if section is not None and section not in self.sections:
-            cost += count_tokens("\n" + HEADERS[section] + "\n")
-        return cost
-
-    def take(self, section: str | None) -> None:
-        self.open = True
-        if section is not None:
-            self.sections.add(section)
-
-
-def _history_message(entry: Entry, note_tokens: int | None = None) -> dict[str, Any]:
-    role = "tool" if entry.type == EntryType.TOOL_RESULT else (entry.role or Role.USER)
-    content: Any = entry.content if entry.content is not None else entry.text
-    if note_tokens is not None:
-        content = _note_text(entry, note_tokens)
-    message: dict[str, Any] = {"role": role, "content": content}
-    if entry.tool_calls:
-        message["tool_calls"] = entry.tool_calls
-    if entry.tool_call_id:
-        message["tool_call_id"] = entry.tool_call_id
-    if entry.type == EntryType.TOOL_RESULT and entry.tool_name:
-        message["name"] = entry.tool_name
-    elif entry.sender_name:
-        message["name"] = entry.sender_name
-    message["entry_id"] = entry.id
-    return message
-
-
-def _entry_ref(entry: Entry, tokens: int) -> dict[str, Any]:
-    return {"id": entry.id, "seq": entry.seq, "type": entry.type, "role": entry.role, "tokens": tokens}
-
-
-UTC = ZoneInfo("UTC")
-
-
-def _date(at: datetime | None, zone: ZoneInfo = UTC) -> str:
-    """The day of `at` in the build's zone: a turn at 23:30 UTC in Lisbon's summer is the next day."""
-    return at.astimezone(zone).date().isoformat() if at else "undated"
-
-
-def _recall_entry_line(hit: Any, zone: ZoneInfo = UTC) -> str:
-    text = " ".join((hit.text or "").split())
-    if len(text) > RECALL_TEXT_CHARS:
-        text = text[:RECALL_TEXT_CHARS] + "…"
-    who = speaker_of(role=hit.role, sender_name=hit.sender_name)
-    return f"- [{_date(hit.created_at, zone)}] {who}: {text}"
-
-
-def _recall_item_line(hit: Any, at: datetime, zone: ZoneInfo = UTC) -> str:
-    line = f"- {hit.text}"
-    if hit.valid_to is not None and hit.valid_to <= at:
-        line += f" (held from {_date(hit.valid_from, zone)} to {_date(hit.valid_to, zone)})"
-    return line
-
-
-def _newest_compaction(*, thread: Thread, window: list[Entry], complete: bool) -> Entry | None:
-    """The newest compaction entry on the branch: in the window, or before it (then checked to be
-    on the branch: a compaction of another branch does not apply)."""
-
-    in_window = [e for e in window if e.type == EntryType.COMPACTION]
-    if in_window:
-        return cast(Entry, in_window[-1])
-    if complete or not window:
-        return None
-    oldest = window[0]
-    candidates = Entry.objects.filter(thread=thread, type=EntryType.COMPACTION, seq__lt=oldest.seq).order_by("-seq")
-    for candidate in candidates.only("id", "seq", "event")[:10]:
-        if entry_on_branch(thread=thread, leaf_id=oldest.id, entry_id=candidate.id):
-            return candidate
-    return None
-
-
-@dataclass(slots=True)
-class PathEntry:
-    """One entry of a branch as the builder reads it: the columns it needs, no model instance.
-
-    The hot path of every build: a Django model per row costs more than the query itself, so the
-    window is read as plain rows into these (duck-typed like Entry for compacted_history). The
-    fields are the columns read, in the order read (`WINDOW_COLUMNS`).
-    """
-
-    id: str
-    parent_id: str | None
-    seq: int
-    type: str
-    role: str
-    content: Any
-    text: str
-    tool_calls: Any
-    tool_call_id: str
-    tool_name: str
-    sender_name: str
-    token_count: int
-    event: Any
-    created_at: datetime
-    redacted_at: datetime | None
-    held_at: datetime | None
-
-    def __post_init__(self) -> None:
-        # Django reads jsonb as text and decodes it itself; so does this reader (and opens sealed
-        # values, as the model's fields do).
-        self.content = _json(json_text_open(self.content, table=ENTRY_TABLE, column="content"))
-        self.text = value_open(self.text, table=ENTRY_TABLE, column="text")
-        self.tool_calls = _json(json_text_open(self.tool_calls, table=ENTRY_TABLE, column="tool_calls"))
-        self.event = _json(json_text_open(self.event, table=ENTRY_TABLE, column="event"))
-
-
-WINDOW_COLUMNS = tuple(f.name for f in fields(PathEntry))
-_WINDOW_SQL = branch_rows_sql(columns=WINDOW_COLUMNS, types=True, limit=True)
-
-
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
-
-
-def _path_chunk(*, thread: Thread, start: str, limit: int) -> list[PathEntry]:
-    """Up to `limit` history and compaction entries of the branch, from `start` up, oldest first:
-    the walk of `path_entries` (memoryapp.threads.branch), read as plain rows."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _WINDOW_SQL,
-            {"start": start, "thread": thread.pk, "types": [str(t) for t in HISTORY_AND_COMPACTION], "limit": limit},
-        )
-        return [PathEntry(*row) for row in cursor.fetchall()]
-
-
-def _history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int) -> tuple[Any, bool, list[Any]]:
-    """The kept history (compacted), whether it starts at the branch's start, and the raw window.
-
-    1. Read the newest `want` entries of the branch.
-    2. While the budget could take everything read and the branch goes on, read the next older
-       chunk (sized by the tokens a message took so far), up to MAX_WINDOW entries.
-    3. When the newest compaction's first kept entry lies before the window (the compaction in the
-       window or before it), read back to it so the summary and its cut apply.
-    """
-    if leaf_id and not Entry.objects.filter(thread=thread, id=leaf_id).exists():
-        raise DomainError("unknown_leaf", "The leaf is not an entry of this thread.", field="leaf_id")
-    start = leaf_id or thread.active_leaf_id
-    if not start:
-        return compacted_history([]), True, []
-    window: list[Any] = []
-    limit = max(1, want)
-    complete = False
-    next_start: str | None = start
-    while next_start is not None:
-        chunk = _path_chunk(thread=thread, start=next_start, limit=limit)
-        window = chunk + window
-        complete = len(chunk) < limit
-        next_start = None if complete or not window[0].parent_id else window[0].parent_id
-        if next_start is None:
-            complete = True
-            break
-        if any(e.type == EntryType.COMPACTION for e in chunk):
-            break
-        tokens = sum(_entry_tokens(e) for e in window if e.type != EntryType.COMPACTION)
-        if tokens >= room or len(window) >= MAX_WINDOW:
-            break
-        average = max(1.0, tokens / max(1, len(window)))
-        limit = min(MAX_WINDOW - len(window), int((room - tokens) / average * 1.3) + 16)
-    compaction = _newest_compaction(thread=thread, window=window, complete=complete)
-    # The compaction's cut may lie before the window even when the compaction is in it.
-    if compaction is not None and not complete:
-        event = compaction.event if isinstance(compaction.event, dict) else {}
-        first_kept = event.get("first_kept_entry_id")
-        first_seq = Entry.objects.filter(thread=thread, id=first_kept).values_list("seq", flat=True).first()
-        if first_seq is None and isinstance(event.get("first_kept_seq"), int):
-            first_seq = event["first_kept_seq"]
-        bound = first_seq if first_seq is not None else compaction.seq
-        # Read on until the first kept entry (and the compaction entry itself) are in the window.
-        while window and window[0].parent_id and window[0].seq > min(bound, compaction.seq):
-            span = Entry.objects.filter(thread=thread, seq__gte=bound, seq__lt=window[0].seq).count() + 2
-            window = _path_chunk(thread=thread, start=window[0].parent_id, limit=span) + window
-    # A turn screening held (memoryapp.screening) waits for its reviewer out of every context.
-    window = [e for e in window if e.held_at is None]
-    history = compacted_history(window)
-    return history, complete or compaction is not None, window
 
 
 @dataclass(slots=True)
@@ -536,7 +219,7 @@ class _Build:
     zone: ZoneInfo  # dates are rendered in it
     memory_on: bool  # the thread's memory switch: off, nothing is recalled into the context
     partitions: dict[str, int] = field(default_factory=dict)
-    memory: _MemoryBlock = field(default_factory=_MemoryBlock)
+    memory: MemoryBlock = field(default_factory=MemoryBlock)
     errors: list[dict[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     dropped_blocks: list[DroppedBlock] = field(default_factory=list)
@@ -554,7 +237,7 @@ class _Build:
     lasting: list[str] = field(default_factory=list)  # words of the kept texts a later block may repeat
     fact_lines: list[tuple[str, str, int]] = field(default_factory=list)  # (item id, line, tokens)
     # The memory block as the facts and observations would leave it: what each line would cost.
-    probe: _MemoryBlock = field(default_factory=_MemoryBlock)
+    probe: MemoryBlock = field(default_factory=MemoryBlock)
     observations: list[Observation] = field(default_factory=list)  # of the thread's scope
     observation_lines: list[tuple[Observation, str, int]] = field(default_factory=list)  # named by the input
     kept_observation_lines: list[str] = field(default_factory=list)
@@ -564,9 +247,9 @@ class _Build:
     kept_fact_lines: list[str] = field(default_factory=list)
     facts_sent: list[dict[str, Any]] = field(default_factory=list)
     spare_from_facts: int = 0
-    units: list[_Unit] = field(default_factory=list)
+    units: list[Unit] = field(default_factory=list)
     recent_room: int = 0
-    selected: list[_Unit] = field(default_factory=list)
+    selected: list[Unit] = field(default_factory=list)
     notes: dict[str, int] = field(default_factory=dict)  # entry id -> tokens of a result sent as a note
     not_selected: set[str] = field(default_factory=set)
     history_cost: int = 0
@@ -722,7 +405,7 @@ def _read_history(build: _Build) -> None:
     want = FIRST_WINDOW if build.request.strategy != "relevant" else RELEVANT_CANDIDATES
     want = max(want, min(MAX_WINDOW, room // 16))
     try:
-        compacted, complete, _ = _history_window(
+        compacted, complete, _ = history_window(
             thread=build.thread, leaf_id=build.request.leaf_id, want=want, room=room
         )
     except DomainError:
@@ -807,8 +490,8 @@ def _load_observations(build: _Build) -> None:
         logger.exception("context observations failed")
         build.errors.append({"source": "observations", "message": str(exc)})
     said = f" {words_of(request.current_input)} "
-    for observation in [o for o in build.observations if _named_in(o, said)][:MAX_OBSERVATIONS]:
-        line = _observation_line(observation)
+    for observation in [o for o in build.observations if named_in(o, said)][:MAX_OBSERVATIONS]:
+        line = observation_line(observation)
         cost = build.probe.line_cost("observations", line)
         build.probe.take("observations")
         build.observation_lines.append((observation, line, cost))
@@ -847,7 +530,7 @@ def _place_facts(build: _Build) -> None:
         memory.take("observations")
         used += cost
         build.kept_observation_lines.append(line)
-        build.observations_sent.append(_observation_sent(observation))
+        build.observations_sent.append(observation_sent(observation))
     if used:
         build.partitions["facts"] = used
     build.spare_from_facts = room - used
@@ -857,7 +540,7 @@ def _select_history(build: _Build) -> None:
     """Step 3b and 4: the history the strategy keeps in the room of `recent` (and of recall, when
     there is no recall)."""
     strategy = build.request.strategy
-    build.units = _units(build.history_entries)
+    build.units = history_units(build.history_entries)
     recent_room = build.room["recent"]
     if strategy == "hybrid" and not build.recall_wanted:
         recent_room += build.spare_from_facts
@@ -866,16 +549,16 @@ def _select_history(build: _Build) -> None:
         recent_room += build.spare_from_facts + build.room["recall"]
     build.recent_room = recent_room
     if strategy == "relevant":
-        build.selected, build.notes, build.not_selected = _relevant(
+        build.selected, build.notes, build.not_selected = relevant_turns(
             units=build.units,
             room=recent_room,
             current_input=build.request.current_input,
             errors=build.errors,
             complete=build.complete,
         )
-        build.history_cost = sum(_unit_cost(u, build.notes) for u in build.selected)
+        build.history_cost = sum(unit_cost(u, build.notes) for u in build.selected)
     else:
-        run = _recent_run(build.units, recent_room, complete=build.complete)
+        run = recent_run(build.units, recent_room, complete=build.complete)
         build.selected, build.notes, build.history_cost = run.units, run.notes, run.cost
 
 
@@ -898,14 +581,14 @@ def _recall(build: _Build) -> None:
     build.memory_before_recall = (memory.open, set(memory.sections))
     kept_ids = {e.id for u in build.selected for e in u.entries}
     oldest_kept = build.selected[0].first.seq if build.selected else None
-    before_seq = oldest_kept if oldest_kept is not None else _after_seq(build.history_entries)
+    before_seq = oldest_kept if oldest_kept is not None else after_seq(build.history_entries)
     hits, search_errors = _recall_search(
         agent=agent,
         thread=thread,
         text=request.current_input,
         before_seq=before_seq,
         # Turns of other branches (left by a rewind or a checkout) are not this conversation's past.
-        exclude_ids=_off_branch(thread, request.leaf_id, before_seq) if thread.branched else (),
+        exclude_ids=off_branch(thread, request.leaf_id, before_seq) if thread.branched else (),
         items=_recall_items(agent, thread, as_of=request.as_of),
         as_of=request.as_of,
     )
@@ -915,9 +598,9 @@ def _recall(build: _Build) -> None:
     used = 0
     for hit in hits:
         if hit.kind == "item":
-            section, line = "recall_items", _recall_item_line(hit, at, build.zone)
+            section, line = "recall_items", recall_item_line(hit, at, build.zone)
         else:
-            section, line = "recall_entries", _recall_entry_line(hit, build.zone)
+            section, line = "recall_entries", recall_entry_line(hit, build.zone)
         if hit.id in kept_ids or hit.id in fact_ids or held_in(hit.text, build.lasting):
             build.dropped_blocks.append(DroppedBlock("recall", "duplicate", count_tokens(line + "\n"), hit.id))
             continue
@@ -960,7 +643,7 @@ def _recall_observations(build: _Build) -> None:
             break
         if observation.entity_id in sent_entities or not recalled_ids & set(observation.item_ids):
             continue
-        line = _observation_line(observation)
+        line = observation_line(observation)
         cost = memory.line_cost("observations", line)
         if build.recall_used + used + cost > build.recall_room:
             build.dropped_blocks.append(DroppedBlock("facts", "budget", cost, observation.entity_id))
@@ -968,7 +651,7 @@ def _recall_observations(build: _Build) -> None:
         memory.take("observations")
         used += cost
         build.kept_observation_lines.append(line)
-        build.observations_sent.append(_observation_sent(observation))
+        build.observations_sent.append(observation_sent(observation))
     if used:
         build.partitions["facts"] = build.partitions.get("facts", 0) + used
     build.observations_used = used
@@ -980,7 +663,7 @@ def _give_back_recall_room(build: _Build) -> None:
     extra = build.recall_room - build.recall_used - build.observations_used
     if extra <= 0 or not build.units:
         return
-    run = _recent_run(build.units, build.history_cost + extra, complete=build.complete)
+    run = recent_run(build.units, build.history_cost + extra, complete=build.complete)
     build.selected, build.notes, build.history_cost = run.units, run.notes, run.cost
     now_kept = {e.id for u in build.selected for e in u.entries}
     moved_ids = {r["id"] for r in build.recalled_entries if r["id"] in now_kept}
@@ -991,7 +674,7 @@ def _give_back_recall_room(build: _Build) -> None:
         if source_id in moved_ids:
             build.dropped_blocks.append(DroppedBlock("recall", "duplicate", count_tokens(line + "\n"), source_id))
     build.recall_blocks = [b for b in build.recall_blocks if b[2] not in moved_ids]
-    build.recall_used = _recall_cost(build.memory_before_recall, build.recall_blocks)
+    build.recall_used = recall_cost(build.memory_before_recall, build.recall_blocks)
 
 
 def _charge_recall_and_recent(build: _Build) -> None:
@@ -1018,7 +701,7 @@ def _report_dropped_history(build: _Build) -> None:
                 continue
             reason = "not-selected" if entry.id in not_selected else "budget"
             build.dropped_blocks.append(DroppedBlock("recent", reason, tokens, entry.id))
-            build.dropped_entries.append(_entry_ref(entry, tokens))
+            build.dropped_entries.append(entry_ref(entry, tokens))
 
 
 def _assemble(build: _Build) -> BuiltContext:
@@ -1031,11 +714,11 @@ def _assemble(build: _Build) -> BuiltContext:
         messages.append({"role": "user", "content": build.summary_text, "compaction_id": build.compaction_id})
     notes = build.notes
     history_messages = [
-        _history_message(e, notes.get(e.id) if e.id in notes else None) for u in build.selected for e in u.entries
+        history_message(e, notes.get(e.id) if e.id in notes else None) for u in build.selected for e in u.entries
     ]
-    _mark_turn_ends(history_messages)
+    mark_turn_ends(history_messages)
     messages += history_messages
-    memory_context = _memory_text(
+    memory_context = memory_text(
         build.brief_text,
         build.kept_fact_lines,
         [(b[0], b[1]) for b in build.recall_blocks],
@@ -1064,7 +747,7 @@ def _assemble(build: _Build) -> BuiltContext:
         strategy=build.request.strategy,
         budget=build.budget,
         reserve_tokens=build.reserve,
-        original_message_count=len(history) if complete else _history_count(history),
+        original_message_count=len(history) if complete else history_count(history),
         included_message_count=len(history_messages),
     )
 
@@ -1084,57 +767,6 @@ def _count_retrievals(build: _Build) -> None:
         item_ids=[f["id"] for f in build.facts_sent] + [i["id"] for i in build.recalled_items],
         entry_ids=entry_ids,
     )
-
-
-def _after_seq(entries: list[Entry]) -> int | None:
-    return entries[-1].seq + 1 if entries else None
-
-
-def _history_count(window: list[Any]) -> int:
-    """How many entries the branch holds up to the leaf, when only its newest part was read: the
-    leaf's seq, an upper bound (other branches and events share the numbering). Counting exactly
-    would read every row of a long thread for one number."""
-    return int(window[-1].seq) if window else 0
-
-
-def _recall_cost(before: tuple[bool, set[str]], blocks: list[tuple[str, str, str]]) -> int:
-    """What the recall blocks cost, given the memory block as it was before recall."""
-    memory = _MemoryBlock()
-    memory.open, memory.sections = before[0], set(before[1])
-    cost = 0
-    for section, line, _ in blocks:
-        cost += memory.line_cost(section, line)
-        memory.take(section)
-    return cost
-
-
-# (thread pk, branch_epoch) -> the ids off the active branch. Appends at the leaf leave that set as
-# it is and every other change of the tree bumps the epoch, so an entry is never stale; bounded.
-_off_branch_cache: OrderedDict[tuple[int, int], tuple[str, ...]] = OrderedDict()
-_OFF_BRANCH_CACHE_SIZE = 256
-_off_branch_lock = threading.Lock()
-
-
-def _off_branch(thread: Thread, leaf_id: str | None, before_seq: int | None) -> Sequence[str]:
-    """The turns recall leaves out: those off the branch the context is built for. For the active
-    leaf, walked once per (thread, branch_epoch) and process; for another leaf, every time."""
-    if leaf_id and leaf_id != thread.active_leaf_id:
-        return off_branch_ids(thread=thread, leaf_id=leaf_id, before_seq=before_seq)
-    key = (thread.pk, thread.branch_epoch)
-    with _off_branch_lock:
-        if key in _off_branch_cache:
-            _off_branch_cache.move_to_end(key)
-            return _off_branch_cache[key]
-    # Leaf and epoch are read with the set (the thread may have moved since this build read it):
-    # the set is stored under the epoch it belongs to.
-    epoch, ids = off_branch_now(thread_pk=thread.pk)
-    found = tuple(ids)
-    if epoch is not None:
-        with _off_branch_lock:
-            _off_branch_cache[(thread.pk, epoch)] = found
-            while len(_off_branch_cache) > _OFF_BRANCH_CACHE_SIZE:
-                _off_branch_cache.popitem(last=False)
-    return found
 
 
 def _recall_search(
@@ -1169,113 +801,6 @@ def _recall_search(
     return outcome.hits, errors
 
 
-def _relevant(
-    *, units: list[_Unit], room: int, current_input: str, errors: list[dict[str, str]], complete: bool
-) -> tuple[list[_Unit], dict[str, int], set[str]]:
-    """`relevant`: the turns most similar to the input that fit, in conversation order.
-
-    1. Group units into turns (a user message and the replies and tool calls after it), so a
-       reply never comes without its question nor a tool call without its result.
-    2. Score each turn by the best cosine of its entries to the input (stored vectors; entries
-       not embedded yet are embedded here, without storing).
-    3. Take turns best first while they fit; output them in conversation order.
-    Without input, or when the embedder fails (reported), it is the recent strategy.
-    """
-    candidates = units[-RELEVANT_CANDIDATES:]
-    if not current_input.strip():
-        run = _recent_run(units, room, complete=complete)
-        return run.units, run.notes, set()
-
-    try:
-        ok, message = vector_space_ok()
-        if not ok:
-            raise EmbedderError(message)
-        similarity = _similarities([e for u in candidates for e in u.entries], current_input)
-    except EmbedderError as exc:
-        errors.append({"source": "relevance", "message": f"{exc}: fell back to the recent strategy"})
-        run = _recent_run(units, room, complete=complete)
-        return run.units, run.notes, set()
-    turns: list[list[_Unit]] = []
-    for unit in candidates:
-        if not turns or (unit.first.role == Role.USER and unit.first.type == EntryType.MESSAGE):
-            turns.append([unit])
-        else:
-            turns[-1].append(unit)
-    # Candidates that begin inside a turn (the window or the candidate cut fell after its
-    # question) begin with replies whose question is not here: they are never sent alone.
-    cut_in_turn = bool(turns) and _is_reply(turns[0][0].first) and not (complete and len(candidates) == len(units))
-    orphans = turns.pop(0) if cut_in_turn else []
-    scored = sorted(
-        range(len(turns)),
-        key=lambda i: (-max(similarity.get(e.id, 0.0) for u in turns[i] for e in u.entries), -i),
-    )
-    chosen: set[int] = set()
-    used = 0
-    for i in scored:
-        cost = sum(u.cost for u in turns[i])
-        if used + cost <= room:
-            chosen.add(i)
-            used += cost
-    selected = [u for i in sorted(chosen) for u in turns[i]]
-    candidate_ids = {e.id for u in candidates for e in u.entries} - {e.id for u in orphans for e in u.entries}
-    not_selected = {e.id for u in units for e in u.entries if e.id not in candidate_ids}
-    return selected, {}, not_selected
-
-
-def _similarities(entries: list[Entry], text: str) -> dict[str, float]:
-    """Cosine of each entry to the text: stored vectors in the database, missing ones embedded now."""
-
-    if not entries:
-        return {}
-    query = embed_query(text)
-    scores: dict[str, float] = {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, 1 - (embedding <=> %s::vector) FROM memoryapp_entry "
-            "WHERE id = ANY(%s) AND embedding IS NOT NULL",
-            [vector_literal(query), [e.id for e in entries]],
-        )
-        for entry_id, score in cursor.fetchall():
-            scores[entry_id] = float(score)
-    missing = [e for e in entries if e.id not in scores and (e.text or "").strip()]
-    if missing:
-        by_id = {e.id: e for e in entries}
-        texts = [entry_embedding_text(entry=e, previous=by_id.get(e.parent_id or "")) for e in missing[-64:]]
-        for entry, vector in zip(missing[-64:], embed_texts(texts), strict=True):
-            scores[entry.id] = sum(a * b for a, b in zip(query, vector, strict=False))
-    return scores
-
-
-def _mark_turn_ends(messages: list[dict[str, Any]]) -> None:
-    """Cache breakpoints: the last message, and the last message of the turn before it."""
-    if not messages:
-        return
-    messages[-1]["cache_breakpoint"] = True
-    last_user = max((i for i, m in enumerate(messages) if m["role"] == Role.USER), default=None)
-    if last_user is not None and last_user > 0 and last_user - 1 != len(messages) - 1:
-        messages[last_user - 1]["cache_breakpoint"] = True
-
-
-def _memory_text(
-    brief: str, fact_lines: list[str], recall_lines: list[tuple[str, str]], observation_lines: Sequence[str] = ()
-) -> str:
-    parts: list[str] = []
-    if brief:
-        parts.append(brief)
-    if fact_lines:
-        parts.append("\n" + HEADERS["facts"] + "\n" + "\n".join(fact_lines))
-    if observation_lines:
-        parts.append("\n" + HEADERS["observations"] + "\n" + "\n".join(observation_lines))
-    for section in ("recall_entries", "recall_items"):
-        lines = [line for s, line in recall_lines if s == section]
-        if lines:
-            parts.append("\n" + HEADERS[section] + "\n" + "\n".join(lines))
-    if not parts:
-        return ""
-    body = "\n".join(parts).lstrip("\n")
-    return f"{MEMORY_OPEN}\n{body}\n{MEMORY_CLOSE}"
-
-
 # --- between runs: the memory-file index, the brief, observations -----------------------------------
 
 
@@ -1307,7 +832,7 @@ def _brief(build: _Build) -> list[BriefCard]:
         thread=thread,
         text=request.current_input,
         before_seq=None,
-        exclude_ids=_off_branch(thread, request.leaf_id, None) if thread.branched else (),
+        exclude_ids=off_branch(thread, request.leaf_id, None) if thread.branched else (),
         items=_recall_items(agent, thread, as_of=request.as_of),
         as_of=request.as_of,
     )
@@ -1316,7 +841,7 @@ def _brief(build: _Build) -> list[BriefCard]:
         BriefSource(
             ref=f"{'item' if hit.kind == 'item' else 'turn'}:{hit.id}",
             text=hit.text,
-            date=_date(hit.created_at if hit.kind == "entry" else hit.valid_from, build.zone),
+            date=day_of(hit.created_at if hit.kind == "entry" else hit.valid_from, build.zone),
         )
         for hit in hits[:BRIEF_SOURCES]
     ]
@@ -1325,20 +850,3 @@ def _brief(build: _Build) -> list[BriefCard]:
     except ModelError as exc:
         build.errors.append({"source": "brief", "message": str(exc)})
         return []
-
-
-def _named_in(observation: Observation, said: str) -> bool:
-    """Whether the input (its words, padded) names the entity: its name or another, as words of their own."""
-    for name in [observation.name, *observation.aliases]:
-        words = words_of(name)
-        if words and f" {words} " in said:
-            return True
-    return False
-
-
-def _observation_line(observation: Observation) -> str:
-    return f"- {observation.name}: {observation.text}"
-
-
-def _observation_sent(observation: Observation) -> dict[str, Any]:
-    return {"entity_id": observation.entity_id, "name": observation.name, "path": observation.path}

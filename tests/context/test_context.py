@@ -10,6 +10,7 @@ import pytest
 from django.utils import timezone
 
 from memoryapp.context import builder
+from memoryapp.context.history import off_branch
 from memoryapp.forgetting.services import entry_delete
 from memoryapp.models import Entry, MemoryItem, Thread
 from memoryapp.search import embedders
@@ -412,13 +413,11 @@ def test_the_off_branch_set_belongs_to_the_epoch_it_was_read_with(alice: Any) ->
     thread_rewind(thread=thread, entry_id=left.parent_id or "")
     stale = Thread.objects.get(pk=thread.pk)
     newer = EntryFactory(thread=thread, role="user", content="Written after the build read the thread.")
-    assert set(builder._off_branch(stale, None, None)) == {left.id}
+    assert set(off_branch(stale, None, None)) == {left.id}
     fresh = Thread.objects.get(pk=thread.pk)
-    assert set(builder._off_branch(fresh, None, None)) == {left.id} and newer.id not in builder._off_branch(
-        fresh, None, None
-    )
+    assert set(off_branch(fresh, None, None)) == {left.id} and newer.id not in off_branch(fresh, None, None)
     entry_delete(entry=Entry.objects.get(pk=newer.id))  # the leaf goes: its parent is the leaf again
-    assert set(builder._off_branch(Thread.objects.get(pk=thread.pk), None, None)) == {left.id}
+    assert set(off_branch(Thread.objects.get(pk=thread.pk), None, None)) == {left.id}
 
 
 def test_a_compaction_read_in_the_first_window_keeps_all_it_kept(alice: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from governance.models import AuditRecord, JobRun
-from memoryapp.context import builder
+from memoryapp.context.memory_block import recall_item_line
 from memoryapp.extraction.schedule import extraction_schedule
 from memoryapp.extraction.services import entries_to_extract
 from memoryapp.files.context_documents import FRAMING
@@ -320,8 +320,8 @@ def test_an_item_that_no_longer_holds_is_dated_in_the_zone() -> None:
         valid_to=datetime(2026, 7, 31, 23, 30, tzinfo=UTC),
     )  # fmt: skip
     at = datetime(2026, 9, 1, tzinfo=UTC)
-    assert builder._recall_item_line(ended, at).endswith("(held from 2026-06-30 to 2026-07-31)")
-    lisbon = builder._recall_item_line(ended, at, ZoneInfo("Europe/Lisbon"))
+    assert recall_item_line(ended, at).endswith("(held from 2026-06-30 to 2026-07-31)")
+    lisbon = recall_item_line(ended, at, ZoneInfo("Europe/Lisbon"))
     assert lisbon.endswith("(held from 2026-07-01 to 2026-08-01)")
 
 
