@@ -8,7 +8,7 @@ import json
 import pytest
 
 from governance.models import AuditRecord
-from memoryapp.extraction.service import extraction_run
+from memoryapp.extraction.services import extraction_run
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, MemoryItem, Thread
