@@ -461,9 +461,12 @@ class MemoryItemAdmin(FullWidthList, admin.ModelAdmin):
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         extra = dict(extra_context or {})
-        extra["suggested_waiting"] = MemoryItem.objects.filter(
-            status=ItemStatus.SUGGESTED, expired_at__isnull=True
-        ).count()
+        # The queue and "what did the agent know" are the reviewers' pages: offered only to them.
+        extra["may_review"] = _may_review(request)
+        if extra["may_review"]:
+            extra["suggested_waiting"] = MemoryItem.objects.filter(
+                status=ItemStatus.SUGGESTED, expired_at__isnull=True
+            ).count()
         return super().changelist_view(request, extra_context=extra)
 
 
