@@ -276,6 +276,15 @@ if MEMORY_ENCRYPTION_KEYS_FILE and not MEMORY_ENCRYPTION_KEYS:
 # a deployment (a volume); back it up apart from the database, and keep those backups short-lived.
 MEMORY_KEYSTORE_DIR = Path(env_str("MEMORY_KEYSTORE_DIR", str(VAR_DIR / "keystore")))
 
+# --- Admin sign-ins (memoryapp.admin.login_guard) --------------------------------------------
+
+# Failed sign-ins one username, and one client address, may make before they are locked out for the
+# rest of ADMIN_LOGIN_LOCKOUT_SECONDS (counted from the first failure; 0: no lockout of that kind).
+ADMIN_LOGIN_FAILURES = env_int("ADMIN_LOGIN_FAILURES", 5, minimum=0, maximum=1_000_000)
+ADMIN_LOGIN_ADDRESS_FAILURES = env_int("ADMIN_LOGIN_ADDRESS_FAILURES", 20, minimum=0, maximum=1_000_000)
+ADMIN_LOGIN_LOCKOUT_SECONDS = env_int("ADMIN_LOGIN_LOCKOUT_SECONDS", 900, minimum=1, maximum=86_400)
+AUTHENTICATION_BACKENDS = ["memoryapp.admin.login_guard.LockoutModelBackend"]
+
 # --- Admin account created on first start -------------------------------------------------
 
 ADMIN_USERNAME = env_str("ADMIN_USERNAME", "admin")

@@ -25,6 +25,9 @@ os.environ.setdefault("API_HEAVY_CONCURRENCY", "0")
 # So is the limit of failed authentications per client address (every test client is 127.0.0.1, and
 # many tests send bad keys on purpose); tests/api/test_auth_failures.py turns it on.
 os.environ.setdefault("API_AUTH_FAILURES_PER_MINUTE", "0")
+# And the admin's sign-in lockout (tests/admin/test_login_lockout.py turns it on).
+os.environ.setdefault("ADMIN_LOGIN_FAILURES", "0")
+os.environ.setdefault("ADMIN_LOGIN_ADDRESS_FAILURES", "0")
 
 # Audit anchors of the test runs never go to the service's var/ (tests/conftest.py gives each test
 # a file of its own; this one catches what runs outside a test, and worker processes).

@@ -206,14 +206,16 @@ end
 return wait
 """
 
-# One more failure in each counter of KEYS; a counter's window (ARGV[1] ms) starts at its first.
+# One more failure in each counter of KEYS (their counts); a counter's window (ARGV[1] ms) starts at its first.
 _FAILURES_COUNT = """
-for _, name in ipairs(KEYS) do
-  if redis.call('INCR', name) == 1 then
+local counts = {}
+for i, name in ipairs(KEYS) do
+  counts[i] = redis.call('INCR', name)
+  if counts[i] == 1 then
     redis.call('PEXPIRE', name, ARGV[1])
   end
 end
-return 1
+return counts
 """
 
 AUTH_FAILURE_WINDOW_SECONDS = 60
@@ -226,29 +228,58 @@ def _auth_failure_names(*, address: str, prefix: str) -> list[str]:
     return names
 
 
-def auth_failures_wait(*, address: str, prefix: str) -> float | None:
-    """Whether a key may be tried from `address` (the client's) with `prefix` (the key's visible
-    part, "" when the text sent has none): None when it may, else the seconds until the address's
-    or the prefix's failures of the window age out (API_AUTH_FAILURES_PER_MINUTE reached). Off (0)
-    or Redis away: None (fail open)."""
-    limit = settings.API_AUTH_FAILURES_PER_MINUTE
-    names = _auth_failure_names(address=address, prefix=prefix)
+def failures_wait(*, names: list[str], limit: int, what: str) -> float | None:
+    """The seconds until the counters `names` that reached `limit` age out, None when none did.
+    No limit (0), no counter, or Redis away: None (fail open)."""
     if limit <= 0 or not names or not _available():
         return None
     try:
         wait_ms = int(limits_redis().eval(_FAILURES_WAIT, len(names), *names, limit))  # type: ignore[arg-type]
     except redis.RedisError as error:
-        _failed("the failed authentication limit", error)
+        _failed(what, error)
         return None
     return wait_ms / 1000 if wait_ms > 0 else None
 
 
-def auth_failure_count(*, address: str, prefix: str) -> None:
-    """Count one failed authentication against the address and the key prefix (see `auth_failures_wait`)."""
-    names = _auth_failure_names(address=address, prefix=prefix)
-    if settings.API_AUTH_FAILURES_PER_MINUTE <= 0 or not names or not _available():
+def failures_count(*, names: list[str], window_seconds: int, what: str) -> list[int] | None:
+    """One more failure in each counter (a counter's window starts at its first failure): their
+    counts, or None when Redis is away."""
+    if not names or not _available():
+        return None
+    try:
+        counts = limits_redis().eval(_FAILURES_COUNT, len(names), *names, window_seconds * 1000)  # type: ignore[arg-type]
+    except redis.RedisError as error:
+        _failed(what, error)
+        return None
+    return [int(count) for count in counts]  # type: ignore[union-attr]
+
+
+def failures_clear(*, names: list[str], what: str) -> None:
+    if not names or not _available():
         return
     try:
-        limits_redis().eval(_FAILURES_COUNT, len(names), *names, AUTH_FAILURE_WINDOW_SECONDS * 1000)  # type: ignore[arg-type]
+        limits_redis().delete(*names)
     except redis.RedisError as error:
-        _failed("the failed authentication limit", error)
+        _failed(what, error)
+
+
+def auth_failures_wait(*, address: str, prefix: str) -> float | None:
+    """Whether a key may be tried from `address` (the client's) with `prefix` (the key's visible
+    part, "" when the text sent has none): None when it may, else the seconds until the address's
+    or the prefix's failures of the window age out (API_AUTH_FAILURES_PER_MINUTE reached). Off (0)
+    or Redis away: None (fail open)."""
+    return failures_wait(
+        names=_auth_failure_names(address=address, prefix=prefix),
+        limit=settings.API_AUTH_FAILURES_PER_MINUTE,
+        what="the failed authentication limit",
+    )
+
+
+def auth_failure_count(*, address: str, prefix: str) -> None:
+    """Count one failed authentication against the address and the key prefix (see `auth_failures_wait`)."""
+    if settings.API_AUTH_FAILURES_PER_MINUTE > 0:
+        failures_count(
+            names=_auth_failure_names(address=address, prefix=prefix),
+            window_seconds=AUTH_FAILURE_WINDOW_SECONDS,
+            what="the failed authentication limit",
+        )
