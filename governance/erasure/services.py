@@ -1066,7 +1066,7 @@ def _shredding(request: ErasureRequest) -> dict[str, Any]:
         statement = (
             "The person's data keys were destroyed: a copy of their sealed rows made before the erasure "
             "(a backup, a dump, a replica) no longer opens with any key. Such a copy still holds their "
-            "vectors, blind-index hashes, row sizes and times (README, Encryption at rest)."
+            "vectors, blind-index hashes, row sizes and times (docs/security.md, Encryption at rest)."
         )
     return {
         "encryption": keyring().enabled,
