@@ -25,15 +25,8 @@ from django.utils.safestring import SafeString
 
 from governance.models import JobRun
 from governance.retention.holds import holds_lift_counts, legal_hold_lift, legal_hold_place
-from governance.retention.services import (
-    COUNT_KEYS,
-    POLICY_RULES,
-    PRUNE_JOB_KIND,
-    retention_policy_delete,
-    retention_policy_save,
-    retention_prune,
-    retention_prune_request,
-)
+from governance.retention.policies import POLICY_RULES, retention_policy_delete, retention_policy_save
+from governance.retention.services import COUNT_KEYS, PRUNE_JOB_KIND, retention_prune, retention_prune_request
 from governance.staff.confirm import confirm_page, confirmed, staff_actor
 from governance.staff.lists import FullWidthList, cell_text, day, presence_filter
 from memoryapp.errors import DomainError

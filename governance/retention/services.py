@@ -53,6 +53,7 @@ from governance.jobs.broker import job_enqueue
 from governance.jobs.schedules import schedule_next_run
 from governance.models import JobRun
 from governance.retention.held import held_items, held_threads, holds_in_force
+from governance.retention.policies import policy_for, retention_policies
 from governance.retention.pruning import externalised_results, thread_trim, thread_trim_plan, tool_results_expire
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.events.services import events_prune
@@ -142,36 +143,6 @@ class PruneState:
         state.agent_pk, state.rule, state.after, state.skipped = saved["position"]
         state.done = bool(saved.get("done"))
         return state
-
-
-# --- policies -------------------------------------------------------------------------------------
-
-
-def policy_for(
-    agent: Agent | None, *, policies: dict[int | None, RetentionPolicy] | None = None
-) -> RetentionPolicy | None:
-    """The narrowest policy: the agent's own, else the default (None: keep everything)."""
-    known = policies if policies is not None else retention_policies()
-    if agent is not None and agent.pk in known:
-        return known[agent.pk]
-    return known.get(None)
-
-
-def retention_policies() -> dict[int | None, RetentionPolicy]:
-    """Every policy by its agent's pk (None: the default)."""
-    return {p.agent_id: p for p in RetentionPolicy.objects.all()}
-
-
-def suggested_deadline(
-    item: MemoryItem, *, policies: dict[int | None, RetentionPolicy] | None = None
-) -> datetime | None:
-    """When a suggested item expires unreviewed under its agent's policy (None: never).
-    Pass `policies` (`retention_policies()`) when asking for many items: one query for all."""
-    known = policies if policies is not None else retention_policies()
-    policy = known.get(item.agent_id, known.get(None))
-    if policy is None or policy.suggested_review_days is None or item.status != ItemStatus.SUGGESTED:
-        return None
-    return item.recorded_at + timedelta(days=policy.suggested_review_days)
 
 
 # --- the candidates of each rule ------------------------------------------------------------------
@@ -713,54 +684,7 @@ def retention_prune_job(run: JobRun) -> dict[str, Any]:
     return state.report()
 
 
-# --- policies: writes, and the state the overview shows ------------------------------------------
-
-POLICY_RULES = (
-    "thread_ttl_days",
-    "keep_checkpoints",
-    "drop_branches",
-    "suggested_review_days",
-    "inactive_item_days",
-    "job_run_days",
-    "tool_result_days",
-    "event_days",
-)
-
-
-@transaction.atomic
-def retention_policy_save(*, policy: RetentionPolicy, actor: str) -> RetentionPolicy:
-    """Create or change a policy (from the admin's form), audited with its rules (numbers, no text)."""
-    created = policy.pk is None
-    policy.updated_by = actor
-    policy.save()
-    audit_append(
-        action="retention.policy_saved",
-        actor=actor,
-        agent_id=policy.agent_id,
-        subject=f"policy {policy.pk}",
-        outcome="created" if created else "changed",
-        details={
-            "policy_id": policy.pk,
-            "default": policy.agent_id is None,
-            **{r: getattr(policy, r) for r in POLICY_RULES},
-        },
-    )
-    return policy
-
-
-@transaction.atomic
-def retention_policy_delete(*, policy: RetentionPolicy, actor: str) -> None:
-    """Delete a policy: its agent follows the default from now on (the default gone: keep everything)."""
-    pk, agent_id = policy.pk, policy.agent_id
-    policy.delete()
-    audit_append(
-        action="retention.policy_deleted",
-        actor=actor,
-        agent_id=agent_id,
-        subject=f"policy {pk}",
-        outcome="deleted",
-        details={"policy_id": pk, "default": agent_id is None},
-    )
+# --- the state the overview shows ----------------------------------------------------------------
 
 
 @dataclass

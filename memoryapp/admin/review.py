@@ -28,7 +28,7 @@ from governance.console.review import (
     slot_values_now,
     suggestions_waiting,
 )
-from governance.retention.services import retention_policies, suggested_deadline
+from governance.retention.policies import retention_policies, suggested_deadline
 from memoryapp.errors import DomainError
 from memoryapp.items.services import (
     item_approve,

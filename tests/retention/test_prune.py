@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from governance.models import AuditRecord, JobRun
-from governance.retention.services import policy_for, retention_prune
+from governance.retention.policies import policy_for
+from governance.retention.services import retention_prune
 from memoryapp.items.facts import fact_remember
 from memoryapp.models import Agent, Entry, Event, Evidence, LegalHold, MemoryItem, Thread
 from memoryapp.threads.runs import run_finish, run_start
