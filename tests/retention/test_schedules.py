@@ -96,7 +96,7 @@ def test_the_index_shows_the_last_prune_the_holds_in_force_and_the_next_run() ->
     reviewer = _role("Reviewers").get("/admin/").content.decode()
 
     for page in (officer, operator):
-        assert "Last prune: <b>succeeded</b>" in page and "threads_deleted 1" in page
+        assert "Last prune: <b>succeeded</b>" in page and "threads deleted 1" in page
         assert "<b>1</b> legal hold in force" in page
         assert "Next scheduled prune:" in page
     # Operators see how many holds there are, not the holds.
