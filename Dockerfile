@@ -12,4 +12,4 @@ RUN python -c "import compileall; compileall.compile_dir('.', quiet=1)" \
  && mkdir -p /srv/anchors && chown memory /srv/anchors
 USER memory
 EXPOSE 8000
-CMD ["gunicorn", "memory_project.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--worker-class", "gthread"]
+CMD ["gunicorn", "--config", "python:memory_project.gunicorn_config", "memory_project.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--worker-class", "gthread"]

@@ -188,6 +188,9 @@ def main() -> int:
             python,
             "-m",
             "gunicorn",
+            # The access log on standard output, naming routes, not paths (memory_project.weblog).
+            "--config",
+            "python:memory_project.gunicorn_config",
             "memory_project.wsgi:application",
             "--bind",
             f"{host}:{port}",
@@ -197,8 +200,6 @@ def main() -> int:
             web_threads,
             "--worker-class",
             "gthread",
-            "--access-logfile",
-            "-",
             "--graceful-timeout",
             "10",
         ],

@@ -374,7 +374,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Django's request warnings ("Not Found: <path>", django.request and django.security.*) name the
+    # route, not the path (memory_project.weblog).
+    "filters": {"route_only": {"()": "memory_project.weblog.RouteOnly"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["route_only"]}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     # The MCP SDK says at INFO that it starts and stops a transport: each request of /mcp/ does.
     # Presidio (memoryapp.screening) names each recogniser it loads, at INFO, once per process.

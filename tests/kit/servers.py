@@ -67,7 +67,8 @@ def gunicorn_serving(*, var_dir: Path, threads: int = 2, env: dict[str, str] | N
     """The service's WSGI application under gunicorn's gthread worker (as `make run` starts it), on
     the tests' database; yields where it listens (`127.0.0.1:PORT`). Tests that use it take
     `transactional_db`, so the server sees what they write; its connections close with each request,
-    so the tests' tables can be emptied after each test."""
+    so the tests' tables can be emptied after each test. Its access log and its own log go to
+    `var_dir / "gunicorn.log"`."""
     port = free_port()
     environment = {
         **os.environ,
@@ -76,7 +77,8 @@ def gunicorn_serving(*, var_dir: Path, threads: int = 2, env: dict[str, str] | N
         "VAR_DIR": str(var_dir),
         **(env or {}),
     }
-    command = [sys.executable, "-m", "gunicorn", "memory_project.wsgi:application", "--bind", f"127.0.0.1:{port}"]
+    command = [sys.executable, "-m", "gunicorn", "--config", "python:memory_project.gunicorn_config"]
+    command += ["memory_project.wsgi:application", "--bind", f"127.0.0.1:{port}"]
     command += ["--worker-class", "gthread", "--threads", str(threads), "--workers", "1", "--timeout", "120"]
     log_path = var_dir / "gunicorn.log"
     log = log_path.open("wb")
