@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import statistics
 import sys
 import time
 import uuid
@@ -91,6 +92,7 @@ def main() -> None:
 
     seconds: dict[tuple[str, str], float] = {}
     entries: dict[tuple[str, str], int] = {}
+    times: dict[tuple[str, str], list[float]] = {}
     counter = 0
 
     def write(case: str, kind: str, specs: list[dict[str, Any]]) -> None:
@@ -99,7 +101,9 @@ def main() -> None:
         with transaction.atomic():
             thread_append(agent=agent, external_id=threads[case].external_id, entries=specs)
         key = (case, kind)
-        seconds[key] = seconds.get(key, 0.0) + time.perf_counter() - start
+        took = time.perf_counter() - start
+        seconds[key] = seconds.get(key, 0.0) + took
+        times.setdefault(key, []).append(took)
         entries[key] = entries.get(key, 0) + len(specs)
 
     def specs(n: int) -> list[dict[str, Any]]:
@@ -123,13 +127,17 @@ def main() -> None:
                     write(case, kind, specs(1))
 
     print(f"screening bench: {args.rounds} rounds, batches of {args.batch_size}, {args.singles} singles a round")
+    print("  (ratio: entries/s against off; median ratio: off's median write time over the case's, which")
+    print("   a burst of another process's work moves less)")
     for kind in ("batch", "single"):
         off = entries[("off", kind)] / seconds[("off", kind)]
+        off_median = statistics.median(times[("off", kind)])
         for case in cases:
             rate = entries[(case, kind)] / seconds[(case, kind)]
-            ratio = rate / off
+            median = statistics.median(times[(case, kind)])
             print(
-                f"  {kind:<6} {case:<8} {entries[(case, kind)]:>7} entries  {rate:9.1f} entries/s  ratio {ratio:5.2f}"
+                f"  {kind:<6} {case:<8} {entries[(case, kind)]:>7} entries  {rate:9.1f} entries/s"
+                f"  ratio {rate / off:5.2f}  median ratio {off_median / median:5.2f}"
             )
 
     for agent in cases.values():

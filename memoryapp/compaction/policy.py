@@ -41,9 +41,10 @@ def should_compact_tokens(tokens: int, window: int, trigger_ratio: float = DEFAU
 
 
 def thread_branch(thread: Thread) -> list[Entry]:
-    """The active branch with the entries compaction reads: messages, tool results, compactions."""
+    """The active branch with the entries compaction reads: messages, tool results, compactions. A
+    turn screening held (memoryapp.screening) is left out: no summarizer reads it until released."""
 
-    return list(path_entries(thread=thread, types=HISTORY_AND_COMPACTION))
+    return [e for e in path_entries(thread=thread, types=HISTORY_AND_COMPACTION) if e.held_at is None]
 
 
 def should_compact(thread: Thread, window: int, trigger_ratio: float = DEFAULT_TRIGGER_RATIO) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import phonenumbers
-from django.db import transaction
+from django.db import connection, transaction
 
 from governance.audit.chain import audit_append
 from governance.crypto.fields import equality_values
@@ -258,10 +258,14 @@ class PersonFinder:
             self._known[key] = False
             for value in equality_values(agent_id=self.agent_id, text=key):
                 stored[value] = key
-        for lookup in PersonIdentifier.objects.filter(agent_id=self.agent_id, lookup__in=list(stored)).values_list(
-            "lookup", flat=True
-        ):
-            self._known[stored[lookup]] = True
+        # One array parameter, not an IN list of thousands (a batch's words): the statement stays small.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT lookup FROM {PersonIdentifier._meta.db_table} WHERE agent_id = %s AND lookup = ANY(%s)",
+                [self.agent_id, list(stored)],
+            )
+            for (lookup,) in cursor.fetchall():
+                self._known[stored[lookup]] = True
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         found = _candidates(text)

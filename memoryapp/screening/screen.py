@@ -67,6 +67,8 @@ class Screener:
 
     def take_held(self) -> list[str]:
         """The categories held since the last call (the row being built is to be held for them)."""
+        if not self.held:
+            return []
         held, self.held = sorted(self.held), set()
         return held
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from governance.models import AuditRecord
+from memoryapp.compaction.services import compaction_run
 from memoryapp.extraction.services import extraction_run
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
@@ -84,3 +85,20 @@ def test_a_fact_held_waits_in_the_review_queue_as_suggested_and_is_not_recalled(
     assert stored.value == "ines@example.com"
     assert alice.client.get("/api/v1/facts/users/ines/contact").status_code == 404
     assert not any("ines@example.com" in hit for hit in search_texts(alice, "ines contact"))
+
+
+def test_a_held_turn_is_not_read_by_the_summarizer_of_a_compaction(alice: Caller) -> None:
+    patch_ok(alice.client, "/api/v1/settings/screening", {"iban": "hold"})
+    post_thread(alice, "t-c")
+    turns = [{"role": "user" if i % 2 else "assistant", "content": f"turn {i} about the garden"} for i in range(12)]
+    turns[3] = {"role": "user", "content": HELD}
+    post_ok(alice.client, f"{THREADS}/t-c/entries", {"entries": turns})
+    model = ScriptedModel(lambda system, messages: "They talked about the garden.")
+    with use_model(model):
+        compaction_run(
+            thread=Thread.objects.get(agent=alice.agent, external_id="t-c"),
+            strategy="summarize-old-preserve-recent",
+            options={"preserve_recent_turns": 2},
+        )
+    sent = json.dumps([[c.system, c.messages] for c in model.calls], default=str)
+    assert model.calls and "turn 1 about" in sent and "GB82" not in sent

@@ -255,3 +255,26 @@ def test_a_file_write_that_would_be_held_is_refused_as_files_have_no_review(alic
     )
     assert status == 422 and body["error"]["field"] == "content"
     assert "cannot be held" in body["error"]["message"]
+
+
+def test_an_import_is_screened_a_secret_refused_naming_its_node_and_an_email_redacted(alice: Caller) -> None:
+    from tests.kit.api import import_jsonl
+
+    def node(node_id: str, parent: str | None, content: str, seq: int) -> str:
+        turn = {"role": "user", "content": content}
+        return json.dumps({"type": "node", "node": {"id": node_id, "parent": parent, "turn": turn, "seq": seq}})
+
+    leaky = [node("n1", None, "hello", 1), node("n2", "n1", SAMPLES["secret"], 2)]
+    response = import_jsonl(alice, leaky, "?id=t-imp")
+    assert response.status_code == 422, response.content
+    assert (response.json()["error"]["code"], response.json()["error"]["field"]) == (
+        "sensitive_data",
+        "nodes[1].content",
+    )
+    assert not Thread.objects.filter(external_id="t-imp").exists()
+    screening_set(alice, email="redact")
+    header = json.dumps({"type": "thread", "format": 2, "thread": {"metadata": {"owner": EMAIL}}})
+    response = import_jsonl(alice, [header, node("n1", None, SAMPLES["email"], 1)], "?id=t-imp")
+    assert response.status_code == 201, response.content
+    assert Entry.objects.get(thread__external_id="t-imp").text == "write to [email] please"
+    assert Thread.objects.get(external_id="t-imp").metadata == {"owner": "[email]"}
