@@ -77,9 +77,18 @@ def test_a_privacy_officer_sees_every_kind_held_about_a_person_per_agent_with_li
     # links to the lists filtered to the agent and the person, which list just those rows
     threads_url = f"/admin/memoryapp/thread/?agent__id__exact={alice.agent.pk}&amp;user_id__exact=auth0%7Cana.pereira%40example.org"
     assert threads_url in page
-    listed = staff_client(username="olga2", groups=("Privacy officers",)).get(threads_url.replace("&amp;", "&"))
+    listed_by = staff_client(username="olga2", groups=("Privacy officers",))
+    listed = listed_by.get(threads_url.replace("&amp;", "&"))
     assert listed.status_code == 200 and listed.content.decode().count('class="field-thread_link"') == 2
     assert "attribute__startswith=core%3A" in page
+    # every count's link opens its list, narrowed to the agent and the person (no "?e=1" refusal)
+    body = page.split('id="person-holdings"')[1].split("</table>")[0]
+    links = [href.replace("&amp;", "&") for href in re.findall(r'<td class="person-count"><a href="([^"]+)"', body)]
+    assert len(links) >= 8
+    for link in links:
+        answer = listed_by.get(link)
+        assert answer.status_code == 200, link  # an unknown filter would redirect to ?e=1
+        assert 'id="result_list"' in answer.content.decode(), link  # rows, not an empty list
     # holds, requests, and the two buttons filled in
     assert 'id="person-holds"' in page and "in force" in page
     assert 'id="person-erasures"' in page
