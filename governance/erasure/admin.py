@@ -22,6 +22,7 @@ from django.utils.safestring import SafeString
 
 from governance.audit.chain import canonical_json
 from governance.erasure.services import (
+    EXCLUSION_REASONS,
     RETRYABLE,
     erasure_dry_run,
     erasure_preview,
@@ -33,6 +34,7 @@ from governance.models import ErasureRequest
 from governance.staff.confirm import confirm_page, confirmed
 from governance.staff.lists import FullWidthList, cell_text, moment
 from memoryapp.errors import DomainError
+from memoryapp.forgetting.mentions import GROUPS
 from memoryapp.models import Agent
 
 OPEN = (ErasureRequest.Status.QUEUED, ErasureRequest.Status.RUNNING)
@@ -73,6 +75,9 @@ def _actor(request: HttpRequest) -> str:
     return f"staff:{request.user.get_username()}"
 
 
+EXCLUDE_PREFIX = "exclude_"
+
+
 class ErasureRequestForm(forms.Form):
     user_id = forms.CharField(
         label="Person (user id)",
@@ -104,6 +109,28 @@ class ErasureRequestForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 3}),
         help_text="Kept on this request, never in the audit trail.",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # The confirm step's choices: a group of mentions is erased, or left out for a typed reason.
+        for group in GROUPS:
+            self.fields[f"{EXCLUDE_PREFIX}{group}"] = forms.ChoiceField(
+                choices=[("", "erase it"), *((r, f"keep it: {r.replace('_', ' ')}") for r in EXCLUSION_REASONS)],
+                required=False,
+                label=f"Mentions: {group}",
+            )
+
+    def excluded(self) -> dict[str, str]:
+        """The groups the officer left out, with their reasons (once the form is valid)."""
+        return {
+            group: self.cleaned_data[f"{EXCLUDE_PREFIX}{group}"]
+            for group in GROUPS
+            if self.cleaned_data.get(f"{EXCLUDE_PREFIX}{group}")
+        }
+
+    def request_fields(self) -> list[Any]:
+        """The request's own fields (the confirm step carries them hidden; its exclusions are shown)."""
+        return [self[name] for name in self.fields if not name.startswith(EXCLUDE_PREFIX)]
 
     def clean_identifiers(self) -> list[str]:
         text = self.cleaned_data.get("identifiers") or ""
@@ -239,6 +266,7 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
                         preview=preview,
                         holds=preview.holds,
                         agents=[a.slug for a in data["agents"]],
+                        mentions=[(g, form[f"{EXCLUDE_PREFIX}{g.group}"]) for g in preview.mentions],
                     )
                     return TemplateResponse(request, "admin/governance/erasurerequest/confirm.html", context)
             elif form.is_valid():
@@ -253,6 +281,7 @@ class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
                         reason=data["reason"],
                         requested_by=request.user,
                         actor=_actor(request),
+                        excluded=form.excluded(),
                     )
                 except DomainError as exc:
                     form.add_error(exc.field if exc.field in form.fields else None, exc.message)

@@ -270,6 +270,48 @@ class SharedItemChange:
     purged: bool
 
 
+# How the confirm step names each group of mentions (memoryapp.forgetting.mentions.GROUPS).
+GROUP_LABELS = {
+    "entry": "turns of others, tool results, summaries and fork copies naming the person",
+    "thread": "threads' metadata naming the person (fork copies included)",
+    "item": "items and facts of others or of the whole agent naming the person",
+    "entity": "entities named as the person, or with an alias naming them",
+    "evidence": "quotes naming the person",
+    "file_version": "memory files and context documents naming the person",
+    "job_run": "job runs naming the person",
+    "participants": "threads listing the person among their participants",
+}
+MENTION_KINDS = ("deleted", "redacted", "re_embedded")
+
+
+@dataclass(frozen=True)
+class MentionGroup:
+    """One group of rows naming the person that the erasure changes: counted by kind, with a few
+    row ids as examples; the officer may leave it out, with a reason."""
+
+    group: str
+    label: str
+    counts: dict[str, int]
+    examples: tuple[str, ...]
+
+
+def mention_groups(counts: dict[str, int], examples: dict[str, list[str]]) -> list[MentionGroup]:
+    """The groups of an erasure's counts (`mentions_<kind>_<group>`), in GROUPS order."""
+    by_group: dict[str, dict[str, int]] = {}
+    for key, n in counts.items():
+        if not key.startswith("mentions_") or not n:
+            continue
+        rest = key.removeprefix("mentions_")
+        kind = next((k for k in MENTION_KINDS if rest.startswith(k + "_")), "")
+        if kind:
+            by_group.setdefault(rest.removeprefix(kind + "_"), {})[kind] = n
+    return [
+        MentionGroup(group, GROUP_LABELS.get(group, group), by_group[group], tuple(examples.get(group, ())))
+        for group in GROUPS
+        if group in by_group
+    ]
+
+
 @dataclass
 class ErasureDryRun:
     """What a request would do now, found by doing it (`erasure_steps`) and rolling it back: the counts
@@ -280,6 +322,7 @@ class ErasureDryRun:
     holds: list[int]
     shared_files: list[SharedFileChange] = field(default_factory=list)
     shared_items: list[SharedItemChange] = field(default_factory=list)
+    mentions: list[MentionGroup] = field(default_factory=list)
 
     @property
     def nothing(self) -> bool:
@@ -376,6 +419,7 @@ def erasure_dry_run(
     agents = _agents_check(agent_ids)
     holds = holds_in_the_way(user_id=person, agent_ids=agents)
     started = timezone.now()
+    examples: dict[str, list[str]] = {}
     try:
         with transaction.atomic():
             quoting = _others_items_quoting(person, agents)
@@ -386,6 +430,7 @@ def erasure_dry_run(
                 actor="erasure:dry-run",
                 identifiers=_identifiers_check(identifiers),
                 exclude=exclude,
+                examples=examples,
             )
             left = dict(
                 MemoryItem.objects.filter(pk__in=list(quoting))
@@ -427,7 +472,13 @@ def erasure_dry_run(
     purged = {i.item_id for i in items if i.purged}
     changed = [_shared_file_change(row, person=person, purged=purged, slugs=slugs) for row in found["files"]]
     changed.sort(key=lambda f: (f.agent, f.path, f.scope))
-    return ErasureDryRun(counts=found["counts"], holds=holds, shared_files=changed, shared_items=items)
+    return ErasureDryRun(
+        counts=found["counts"],
+        holds=holds,
+        shared_files=changed,
+        shared_items=items,
+        mentions=mention_groups(found["counts"], examples),
+    )
 
 
 def _shared_file_change(

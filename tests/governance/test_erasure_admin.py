@@ -372,3 +372,33 @@ def test_the_preview_counts_the_mentions_its_identifiers_erase_as_the_report_doe
         _post_request(_officer(), identifiers="ana.silva@example.org")
     request = ErasureRequest.objects.get()
     assert request.status == "done" and request.counts == preview.counts
+
+
+def test_the_confirm_step_shows_the_mention_groups_and_an_excluded_group_is_kept_with_its_reason(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Issue 25 §4: the groups of rows naming the person, counted by kind with examples; the officer
+    keeps one for a typed reason, which the filing's audit record carries (never content)."""
+    agent, _ = _ana()
+    ben = ThreadFactory(agent=agent, external_id="t-ben", user_id="u-ben")
+    said = EntryFactory(thread=ben, role="user", content="Please forward the invoice to ana.silva@example.org today.")
+    MemoryItemFactory(agent=agent, subject="Invoices", attribute="contact", value="ana.silva@example.org", user_id="")
+    officer = _officer()
+
+    shown = _post_request(officer, identifiers="ana.silva@example.org", confirmed="")
+    page = shown.content.decode()
+    assert shown.status_code == 200 and 'id="er-mentions-entry"' in page
+    assert 'id="er-mentions-item"' in page
+    assert said.pk in page  # an example of the group
+    assert 'name="exclude_entry"' in page and 'form="er-confirm-form"' in page
+
+    with django_capture_on_commit_callbacks(execute=True):
+        _post_request(officer, identifiers="ana.silva@example.org", exclude_entry="legal_claims")
+    request = ErasureRequest.objects.get()
+    assert request.status == "done" and request.excluded == {"entry": "legal_claims"}
+    said.refresh_from_db()
+    assert "ana.silva@example.org" in said.text  # the group kept
+    assert not MemoryItem.objects.filter(agent=agent, value__contains="ana.silva").exists()
+    filed = AuditRecord.objects.get(action="erasure.request")
+    assert filed.details["excluded"] == {"entry": "legal_claims"}
+    assert "ana.silva" not in json.dumps(filed.details)
