@@ -23,6 +23,7 @@ from governance.jobs.retry import RetryRefused, job_retry, job_retry_refusal
 from governance.jobs.runs import WAITING_NOTE
 from governance.jobs.schedules import schedules_state
 from governance.models import AuditRecord, ErasureRequest, JobRun
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, details_text, moment, short_id, words
 from governance.staff.progress import progress_bar, progress_state, run_status_label
 
@@ -153,7 +154,7 @@ def subject_kind(action: str) -> str | None:
 
 
 @admin.register(AuditRecord)
-class AuditRecordAdmin(FullWidthList, admin.ModelAdmin):
+class AuditRecordAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     list_display = ("seq", "at_shown", "action", "actor_shown", "subject_link", "where", "outcome", "details_shown")
     list_display_links = ("seq",)
     list_filter = (("at", DateRangeFilter), "action")
@@ -373,7 +374,7 @@ class NotTakenFilter(admin.SimpleListFilter):
 
 
 @admin.register(JobRun)
-class JobRunAdmin(FullWidthList, admin.ModelAdmin):
+class JobRunAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     list_display = ("id", "run", "status_shown", "progress_shown", "agent_shown", "created", "took", "error_short")
     list_display_links = ("id",)
     list_filter = ("status", "kind", NotTakenFilter, ("created_at", DateRangeFilter))

@@ -31,6 +31,7 @@ from governance.erasure.services import (
     erasure_request_stalled,
 )
 from governance.models import ErasureRequest
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.confirm import confirm_page, confirmed
 from governance.staff.lists import FullWidthList, cell_text, moment
 from memoryapp.errors import DomainError
@@ -168,7 +169,7 @@ def progress_bar(obj: ErasureRequest) -> SafeString:
 
 
 @admin.register(ErasureRequest)
-class ErasureRequestAdmin(FullWidthList, admin.ModelAdmin):
+class ErasureRequestAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     list_display = ("number", "status_shown", "progress", "person", "mode", "agents_shown", "asked_by", "asked")
     list_display_links = ("number",)
     list_filter = ("status", "mode")

@@ -27,6 +27,7 @@ from governance.export.services import (
     person_user_id_check,
 )
 from governance.models import ExportRequest
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.lists import FullWidthList, cell_text, moment
 from governance.staff.progress import progress_bar
 from memoryapp.errors import DomainError
@@ -105,7 +106,7 @@ class ExportRequestForm(ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(ExportRequest)
-class ExportRequestAdmin(FullWidthList, admin.ModelAdmin):  # type: ignore[type-arg]
+class ExportRequestAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):  # type: ignore[type-arg]
     form = ExportRequestForm
     list_display = (
         "id",

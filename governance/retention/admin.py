@@ -27,6 +27,7 @@ from governance.models import JobRun
 from governance.retention.holds import holds_lift_counts, legal_hold_lift, legal_hold_place
 from governance.retention.policies import POLICY_RULES, retention_policy_delete, retention_policy_save
 from governance.retention.services import COUNT_KEYS, PRUNE_JOB_KIND, retention_prune, retention_prune_request
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.confirm import confirm_page, confirmed, staff_actor
 from governance.staff.lists import FullWidthList, cell_text, day, presence_filter
 from memoryapp.errors import DomainError
@@ -85,7 +86,7 @@ class RetentionPolicyForm(forms.ModelForm):
 
 
 @admin.register(RetentionPolicy)
-class RetentionPolicyAdmin(FullWidthList, admin.ModelAdmin):
+class RetentionPolicyAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     form = RetentionPolicyForm
     list_display = ("scope", *POLICY_RULES, "updated", "updated_by_shown")
     list_display_links = ("scope",)
@@ -198,7 +199,7 @@ class LegalHoldForm(forms.ModelForm):
 
 
 @admin.register(LegalHold)
-class LegalHoldAdmin(FullWidthList, admin.ModelAdmin):
+class LegalHoldAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     """Privacy officers only (governance/staff/roles.py). A hold is placed, then lifted; never edited or deleted."""
 
     form = LegalHoldForm

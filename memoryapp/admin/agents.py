@@ -16,6 +16,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.confirm import confirm_page, confirmed
 from governance.staff.lists import FullWidthList, cell_text, day, presence_filter
 from memoryapp.admin.items import REVIEW_PERMISSION
@@ -143,7 +144,7 @@ def _compaction_link(agent: Agent) -> str | None:
 
 
 @admin.register(CompactionSettings)
-class CompactionSettingsAdmin(FullWidthList, admin.ModelAdmin):
+class CompactionSettingsAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     """An agent's automatic compaction, for operators: saved through `agent_compaction_settings_set`
     (checked as the API checks it, audited), never by the form itself."""
 
@@ -222,7 +223,7 @@ class AgentForm(forms.ModelForm):
 
 
 @admin.register(Agent)
-class AgentAdmin(admin.ModelAdmin):
+class AgentAdmin(NamelessAdminLog, admin.ModelAdmin):
     form = AgentForm
     list_display = ("slug", "name", "active", "shadow_mode", "playbook_shadow_mode", "created_at")
     list_filter = ("active", "shadow_mode", "playbook_shadow_mode")
@@ -392,7 +393,7 @@ class AgentAdmin(admin.ModelAdmin):
 
 
 @admin.register(AgentKey)
-class AgentKeyAdmin(admin.ModelAdmin):
+class AgentKeyAdmin(NamelessAdminLog, admin.ModelAdmin):
     list_display = ("prefix", "agent", "name", "max_trust", "created_at", "last_used_at", "state")
     list_filter = ("max_trust", ("revoked_at", presence_filter("in use", empty="in use", present="revoked")))
     list_select_related = ("agent",)

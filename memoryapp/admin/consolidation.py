@@ -26,6 +26,7 @@ from django.utils.html import escape, format_html
 from django.utils.http import urlencode
 from django.utils.safestring import SafeString, mark_safe
 
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.lists import FullWidthList, cell_text
 from memoryapp.admin.items import EntityNameSearch
 from memoryapp.admin.review import cut
@@ -152,7 +153,7 @@ def _refusal_shown(refusal: DomainError | None) -> dict[str, str] | None:
 
 
 @admin.register(PlaybookDraft)
-class PlaybookDraftAdmin(admin.ModelAdmin):
+class PlaybookDraftAdmin(NamelessAdminLog, admin.ModelAdmin):
     """The drafts waiting, one page each to read and decide; nothing here edits a file by hand."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -300,7 +301,7 @@ class PlaybookDraftAdmin(admin.ModelAdmin):
 
 
 @admin.register(StaleItem)
-class StaleItemAdmin(FullWidthList, admin.ModelAdmin):
+class StaleItemAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     # At 1,280 px beside the filters: the value marked stale beside the value of the item kept (what a
     # reviewer compares before undoing the mark), both wrapping and leading to their items (the ids on
     # hover); the agent and the scope in one column.

@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.lists import FullWidthList, cell_text, day
 from memoryapp.admin.shown_once import secret_show_once, secrets_page
 from memoryapp.errors import DomainError
@@ -80,7 +81,7 @@ class FailingFilter(admin.SimpleListFilter):
 
 
 @admin.register(Webhook)
-class WebhookAdmin(FullWidthList, admin.ModelAdmin):
+class WebhookAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     form = WebhookForm
     # At 1,280 px beside the filters: the URL cut (all of it on hover), the failures and the last error
     # (wrapping) in sight; the day of the last delivery.
@@ -236,7 +237,7 @@ class WebhookAdmin(FullWidthList, admin.ModelAdmin):
 
 
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(admin.ModelAdmin):
+class WebhookDeliveryAdmin(NamelessAdminLog, admin.ModelAdmin):
     list_display = ("at", "webhook", "first_seq", "last_seq", "events", "attempt", "ok", "status_code", "error_shown")
     list_filter = ("ok", "webhook")
     list_select_related = ("webhook", "webhook__agent")

@@ -15,6 +15,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.lists import presence_filter
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import files_redact
@@ -77,7 +78,7 @@ def diff_lines(older: MemoryFileVersion, newer: MemoryFileVersion) -> list[tuple
 
 
 @admin.register(MemoryFileVersion)
-class MemoryFileVersionAdmin(admin.ModelAdmin):
+class MemoryFileVersionAdmin(NamelessAdminLog, admin.ModelAdmin):
     list_display = ("path", "sequence", "agent", "scope", "author", "size", "state", "place", "created_at", "history")
     list_filter = ("author", ("redacted_at", presence_filter("redacted", empty="words kept", present="redacted")))
     list_select_related = ("agent",)

@@ -36,6 +36,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from governance.console.review import item_reviews, last_decision_undoable, quotes_with_turns
 from governance.crypto.keyring import encryption_enabled
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.lists import FullWidthList, cell_text, day
 from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.review import (
@@ -142,7 +143,7 @@ class ForgottenFilter(admin.SimpleListFilter):
 
 
 @admin.register(MemoryItem)
-class MemoryItemAdmin(FullWidthList, admin.ModelAdmin):
+class MemoryItemAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     # What tells items apart in a list, at 1,280 px beside the filters: the shared list cells
     # (governance.staff.lists, lists.css): ids shortened, text cut with the whole on hover, the value
     # wrapping and leading to the item (its id on hover). Confidence, verification and the end of
@@ -470,7 +471,7 @@ class MemoryItemAdmin(FullWidthList, admin.ModelAdmin):
         return super().changelist_view(request, extra_context=extra)
 
 
-class EntityNameSearch(admin.ModelAdmin):  # type: ignore[type-arg]
+class EntityNameSearch(NamelessAdminLog, admin.ModelAdmin):  # type: ignore[type-arg]
     """Search and sort of entities by name while names are sealed (encryption on): the search box
     finds a whole name (through its keyed hash) or a person id, and the name column does not sort
     (it would sort ciphertext). With encryption off, the search fields and sorting as declared."""

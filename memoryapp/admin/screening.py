@@ -16,6 +16,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.lists import FullWidthList, cell_text, day
 from memoryapp.forgetting.services import entries_forget
 from memoryapp.models import HeldEntry, ScreeningSettings
@@ -58,7 +59,7 @@ class ScreeningSettingsForm(forms.ModelForm):
 
 
 @admin.register(ScreeningSettings)
-class ScreeningSettingsAdmin(FullWidthList, admin.ModelAdmin):
+class ScreeningSettingsAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     form = ScreeningSettingsForm
     list_display = ("slug", *(f"shown_{category}" for category in DEFAULTS))
     search_fields = ("slug",)
@@ -91,7 +92,7 @@ class ScreeningSettingsAdmin(FullWidthList, admin.ModelAdmin):
 
 
 @admin.register(HeldEntry)
-class HeldEntryAdmin(FullWidthList, admin.ModelAdmin):
+class HeldEntryAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     list_display = ("id", "agent", "thread", "seq", "role", "short_text", "held")
     list_filter = ("agent",)
     list_select_related = ("agent", "thread")

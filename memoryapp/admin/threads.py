@@ -27,6 +27,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from governance.crypto.keyring import encryption_enabled
+from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.confirm import apply_and_report, confirm_page, confirmed, staff_actor
 from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, id_cell, moment, presence_filter, short_id
 from memoryapp.admin.conversation import conversation_turns, thread_url, turn_link
@@ -130,7 +131,7 @@ class PersonForm(forms.Form):
 
 
 @admin.register(Thread)
-class ThreadAdmin(FullWidthList, admin.ModelAdmin):
+class ThreadAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     # At 1,280 px beside the filters: a client-chosen id may be 128 characters without a space, so ids
     # are cut in the middle and wrap (all of them on hover); the agent and the person are cut too.
     list_display = ("thread_link", "agent_shown", "person", "entries_written", "forked_from_link", "updated")
@@ -376,7 +377,7 @@ class ThreadAdmin(FullWidthList, admin.ModelAdmin):
 
 
 @admin.register(Entry)
-class EntryAdmin(FullWidthList, admin.ModelAdmin):
+class EntryAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     list_display = ("entry_link", "thread_link", "seq", "who", "short_text", "created")
     list_select_related = ("thread",)
     list_filter = (
