@@ -52,6 +52,8 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # An agent request's key is checked before its body is read; without a valid one, it never is.
     "memoryapp.api.middleware.KeyBeforeBodyMiddleware",
+    # Every body must arrive within REQUEST_BODY_SECONDS (a read past it: 408, the connection closed).
+    "memoryapp.api.middleware.BodyDeadlineMiddleware",
     # Before anything reads a body: a chunked one is read whole here (or refused).
     "memoryapp.api.middleware.ChunkedBodyMiddleware",
     "memoryapp.api.middleware.RefuseNulInUrlMiddleware",
@@ -303,6 +305,10 @@ API_RATE_BURST = env_int("API_RATE_BURST", 1000, minimum=1, maximum=1_000_000)
 # a killed process never gave back stops counting after API_HEAVY_SLOT_SECONDS.
 API_HEAVY_CONCURRENCY = env_int("API_HEAVY_CONCURRENCY", 4, minimum=0, maximum=10_000)
 API_HEAVY_SLOT_SECONDS = env_int("API_HEAVY_SLOT_SECONDS", 300, minimum=1, maximum=86_400)
+# Seconds a request's body may take to arrive after its headers (under gunicorn, whose threads would
+# otherwise wait on a slow client for ever); past it, 408 `request_timeout` and the connection closes.
+# 32 MiB (the largest API body) at 1 MiB/s takes 32 s. 0: no limit.
+REQUEST_BODY_SECONDS = env_float("REQUEST_BODY_SECONDS", 60.0, minimum=0.0, maximum=3600.0)
 # Failed authentications (no such key, a revoked one, a wrong secret, a malformed header) one client
 # address, or one key prefix, may make in a minute; past it, every request of that address, or with a
 # key of that prefix, answers 429 with Retry-After until the minute of its first failure is over

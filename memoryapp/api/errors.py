@@ -9,6 +9,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.db import DataError, IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http.request import UnreadablePostError
 from django.views import defaults
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
@@ -115,6 +116,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return Response(
             error_body("conflict", "Another request changed the same data at the same time; try again."), status=409
         )
+    if isinstance(exc, UnreadablePostError):
+        # The body could not be read: it was cut off, or did not arrive in time (REQUEST_BODY_SECONDS).
+        if type(exc.__cause__).__name__ == "BodyTimeout":
+            return Response(error_body("request_timeout", str(exc.__cause__), "body"), status=408)
+        return Response(error_body("invalid_body", "The request body could not be read.", "body"), status=400)
     if isinstance(exc, (OperationalError, InterfaceError)):
         # The database is away (down, restarting, out of connections) or did not answer in time:
         # the request changed nothing it could keep, and asking again later is the client's remedy,

@@ -16,8 +16,10 @@ import socket
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from typing import Any
 
 from django.conf import settings
+from django.core.handlers.wsgi import LimitedStream
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -133,6 +135,8 @@ class ChunkedBodyMiddleware:
                     break
                 parts.append(part)
                 size += len(part)
+        except BodyTimeout as exc:
+            return _refusal(408, "request_timeout", str(exc), api=api, close=True, field="body")
         except _unreadable_body_errors():
             message = "The chunked request body could not be read: its chunks are malformed or cut off."
             return _refusal(400, "invalid_body", message, api=api, close=True, field="body")
@@ -260,3 +264,69 @@ def _error_response(exc: Exception) -> HttpResponse:
         if answer.has_header(header):
             response[header] = answer[header]
     return response
+
+
+class BodyTimeout(OSError):
+    """A request body that did not arrive within REQUEST_BODY_SECONDS (see `BodyDeadlineMiddleware`)."""
+
+
+class DeadlineStream:
+    """A request's input stream whose reads end by a deadline: each read waits on the socket at most
+    until then, and past it raises BodyTimeout with the socket's read side shut (the connection
+    closes without gunicorn draining or lingering on the rest)."""
+
+    def __init__(self, stream: Any, sock: socket.socket, deadline: float, seconds: float):
+        self._stream, self._sock, self._deadline, self._seconds = stream, sock, deadline, seconds
+
+    def _expired(self) -> BodyTimeout:
+        with suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RD)
+        return BodyTimeout(f"The request body did not arrive within {self._seconds:g} s.")
+
+    def _bounded(self, read: Callable[[], bytes]) -> bytes:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise self._expired()
+        try:
+            self._sock.settimeout(remaining)
+            return read()
+        except TimeoutError as exc:  # socket.timeout is TimeoutError
+            raise self._expired() from exc
+        finally:
+            with suppress(OSError):
+                self._sock.settimeout(None)
+
+    def read(self, size: int | None = -1) -> bytes:
+        return self._bounded(lambda: self._stream.read(size))
+
+    def readline(self, size: int | None = -1) -> bytes:
+        return self._bounded(lambda: self._stream.readline(size))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+class BodyDeadlineMiddleware:
+    """Every request body must arrive within REQUEST_BODY_SECONDS of its headers (under gunicorn,
+    whose gthread worker reads a body in a web thread without any time limit: a client sending
+    it slowly, with a key or to an admin form, held that thread for as long as it liked).
+
+    The WSGI input is wrapped in a `DeadlineStream` before anything reads it (the chunked body's
+    middleware, Django's request stream, DRF's parsers); past the deadline a read raises
+    BodyTimeout: a 408 `request_timeout` naming `body` (the API's error shape under /api/ and /mcp),
+    and the connection closes. Another server (Django's test server) has no `gunicorn.socket`:
+    nothing to do.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        sock = request.META.get("gunicorn.socket")
+        seconds = settings.REQUEST_BODY_SECONDS
+        if isinstance(sock, socket.socket) and seconds > 0 and _has_body(request):
+            wrapped = DeadlineStream(request.META["wsgi.input"], sock, time.monotonic() + seconds, seconds)
+            request.META["wsgi.input"] = wrapped
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+            request._stream = LimitedStream(wrapped, length)  # type: ignore[assignment, arg-type]
+        return self.get_response(request)

@@ -27,6 +27,7 @@ from typing import Any
 import anyio
 from asgiref.sync import async_to_sync
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.request import UnreadablePostError
 from django.views.decorators.csrf import csrf_exempt
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rest_framework import exceptions
@@ -55,7 +56,10 @@ def mcp_endpoint(request: HttpRequest) -> HttpResponse:
         caller, key = _caller(request)
     except Exception as exc:
         return _refusal(exc)
-    body = request.read(MAX_JSON_BODY_BYTES + 1)
+    try:
+        body = request.read(MAX_JSON_BODY_BYTES + 1)
+    except UnreadablePostError as exc:  # cut off, or past REQUEST_BODY_SECONDS: 400 / 408
+        return _refusal(exc)
     if len(body) > MAX_JSON_BODY_BYTES:
         return JsonResponse(
             error_body("request_too_large", f"A request body holds at most {MAX_JSON_BODY_BYTES} bytes."), status=413

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from memoryapp.models import Thread
 from tests.kit.api import Caller
 from tests.kit.faults import DatabaseProxy
 from tests.kit.servers import gunicorn_serving
@@ -114,6 +115,31 @@ def test_slow_bodies_without_a_key_are_refused_unread_and_healthz_answers_meanwh
             # Keyed requests are served meanwhile.
             answer = ask(where, "GET", "/api/v1/threads", headers={"Authorization": f"Bearer {alice.key}"})
             assert answer[0] == 200
+
+
+def test_bodies_that_stall_with_a_valid_key_are_cut_at_the_deadline_and_healthz_answers_meanwhile(
+    alice: Caller, tmp_path: Path
+) -> None:
+    """A client with a key that sends its body slowly holds a web thread while the view reads it:
+    at most REQUEST_BODY_SECONDS (2 s here), then 408 `request_timeout` and the connection closes."""
+    with gunicorn_serving(var_dir=tmp_path, threads=2, env={"REQUEST_BODY_SECONDS": "2"}) as where:
+        assert ask(where, "GET", "/healthz")[0] == 200
+        key = f"Authorization: Bearer {alice.key}\r\n"
+        plain = (
+            f"POST /api/v1/threads HTTP/1.1\r\nHost: {where}\r\n{key}Content-Type: application/json\r\n"
+            f"Content-Length: 1000\r\n\r\n" + '{"id": "t-slow", "metadata": {"x": "'
+        ).encode()
+        chunked = (
+            f"POST /api/v1/threads HTTP/1.1\r\nHost: {where}\r\n{key}Content-Type: application/json\r\n"
+            f"Transfer-Encoding: chunked\r\n\r\n10\r\n" + '{"id": "t-slow",'
+        ).encode()
+        mcp = plain.replace(b"POST /api/v1/threads", b"POST /mcp/")
+        heads = [plain, chunked, mcp] * 2
+        with held_open(where, heads) as sockets:
+            status, _, body = ask(where, "GET", "/healthz")
+            assert status == 200 and body == {"status": "ok"}
+            assert [status_of(sock) for sock in sockets] == [408] * len(heads)
+        assert not Thread.objects.exists()
 
 
 def test_a_database_outage_answers_503_with_retry_after_in_the_error_shape(alice: Caller, tmp_path: Path) -> None:
