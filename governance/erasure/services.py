@@ -50,6 +50,7 @@ from governance.crypto.fields import SealedJSONField, SealedTextField, json_text
 from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
+from governance.erasure.tally import rows_tallied, tally_totals
 from governance.export.services import exports_forget_person
 from governance.jobs.broker import job_enqueue
 from governance.jobs.runs import job_progress
@@ -1007,20 +1008,24 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
         _update(request, phase="erasing", progress_done=0, progress_total=None)
         began = time.perf_counter()
 
-        def progress(done: int, total: int) -> None:
-            _update(request, progress_done=done, progress_total=total)
-            if run is not None:
-                job_progress(run, done=done, total=total)
+        with rows_tallied() as tally:
 
-        counts = erasure_steps(
-            user_id=request.user_id,
-            agent_ids=request.agent_ids,
-            mode=request.mode,
-            actor=actor,
-            progress=progress,
-            identifiers=request.identifiers or [],
-            exclude=[group for group, _ in (request.excluded or {}).items()],
-        )
+            def progress(done: int, total: int) -> None:
+                with tally.paused():
+                    _update(request, progress_done=done, progress_total=total)
+                    if run is not None:
+                        job_progress(run, done=done, total=total)
+
+            counts = erasure_steps(
+                user_id=request.user_id,
+                agent_ids=request.agent_ids,
+                mode=request.mode,
+                actor=actor,
+                progress=progress,
+                identifiers=request.identifiers or [],
+                exclude=[group for group, _ in (request.excluded or {}).items()],
+            )
+        touched = tally.tables()
         seconds["erasing"] = time.perf_counter() - began
         _update(request, phase="scanning", counts=counts)
         began = time.perf_counter()
@@ -1029,7 +1034,9 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
         )
         seconds["scanning"] = time.perf_counter() - began
         _update(request, phase="reporting")
-        report = _report(request, counts=counts, probes=probes, scan=scan, holding=holding, seconds=seconds)
+        report = _report(
+            request, counts=counts, tables=touched, probes=probes, scan=scan, holding=holding, seconds=seconds
+        )
         digest = report_sha256(report)
         receipt = _receipt(report, digest=digest)
         with transaction.atomic():
@@ -1131,18 +1138,32 @@ def _report(
     request: ErasureRequest,
     *,
     counts: dict[str, int],
+    tables: dict[str, dict[str, int]],
     probes: Sequence[Probe],
     scan: dict[str, Any],
     holding: Sequence[int],
     seconds: dict[str, float],
 ) -> dict[str, Any]:
     """What the erasure did and what the scan found, with nothing of what was erased: counts, table
-    names, row ids and probe names. The samples' text is not in it."""
-    erased = sum(counts.values())
+    names, row ids and probe names. The samples' text is not in it.
+
+    `tables` is what the database said each table lost (governance.erasure.tally): the total counts
+    rows deleted and rows redacted, nothing else; vectors, rows cleared for re-embedding, links
+    updated and bookkeeping rows added are counted apart. `counts` are the steps' own (threads,
+    items purged, ...), kept as the dry run shows them."""
+    totals = tally_totals(tables)
+    erased = totals["deleted"] + totals["redacted"]
     if erased == 0 and scan["found"] == 0:
         summary = "Nothing about this person was found: nothing was erased, and the scan found nothing."
     else:
-        done = f"{erased} row{' was' if erased == 1 else 's were'} erased or redacted"
+        changed = sum(1 for kinds in tables.values() if kinds.get("deleted") or kinds.get("redacted"))
+        vectors = totals["vectors_deleted"] + totals["vectors_cleared"]
+        done = (
+            f"{totals['deleted']} row{'' if totals['deleted'] == 1 else 's'} deleted and {totals['redacted']} "
+            f"redacted in {changed} table{'' if changed == 1 else 's'}"
+            + (f" ({totals['re_embedded']} more cleared to be embedded again)" if totals["re_embedded"] else "")
+            + (f", {vectors} vector{'' if vectors == 1 else 's'} with them (counted apart)" if vectors else "")
+        )
         found = scan["found"]
         kept = (
             f" ({scan['kept_total']} rows the redaction keeps on purpose still carry the person's id)"
@@ -1167,7 +1188,13 @@ def _report(
         "started_at": request.started_at.isoformat(timespec="seconds") if request.started_at else None,
         "scanned_at": timezone.now().isoformat(timespec="seconds"),
         "counts": counts,
+        # Measured (governance.erasure.tally): per table, rows deleted, redacted, cleared to be
+        # embedded again, otherwise updated, inserted (bookkeeping), and vectors deleted or cleared.
+        "tables": tables,
+        "totals": totals,
+        # Rows deleted plus rows redacted: no vector, no bookkeeping row, no link updated.
         "erased_total": erased,
+        "erased_total_counts": "rows deleted + rows redacted (vectors, re-embeddings, link updates, inserts apart)",
         # How long each step took (this run's; a retried request's report times its last run).
         "seconds": {step: round(value, 3) for step, value in seconds.items()},
         "nothing_to_erase": erased == 0,

@@ -1,0 +1,203 @@
+"""What an erasure did to each table, as the database said it: rows deleted, redacted, cleared for
+re-embedding, otherwise updated, inserted; vectors apart (a vector is a column of a row, not a row).
+
+The erasure's steps count things by their own kinds (threads, items purged, file versions...), and
+a sum of those mixed rows with their vectors and with edited rows. The report's table counts are
+measured instead: `rows_tallied` wraps every statement the erasure sends on its connection
+(`connection.execute_wrapper`) and reads the number of rows each DELETE, UPDATE and INSERT touched
+(`cursor.rowcount`). A DELETE or UPDATE of a table with a vector column is preceded by a count of
+the rows it will find holding a vector (the same WHERE, the same parameters).
+
+A statement counts only if its transaction commits: each one is registered with
+`transaction.on_commit`, so a batch rolled back (a lock conflict run again by `atomic_retrying`, a
+savepoint rolled back) is not counted twice. Inside a transaction that has not committed yet (a
+dry run, a test's transaction) the callbacks still waiting in `connection.run_on_commit` are counted
+too: they are what that transaction did, and they leave that list when it rolls back.
+
+What an UPDATE is: `redacted` when it sets a column of content (text, JSON, sealed), `re_embedded`
+when it clears a row's vector so it is embedded again from what remains, `updated` otherwise
+(links and marks: a fork's origin, an evidence's entry, a key's destruction time).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from django.apps import apps
+from django.db import connection, models, transaction
+
+KINDS = ("deleted", "redacted", "re_embedded", "updated", "inserted")
+VECTOR_KINDS = ("vectors_deleted", "vectors_cleared")
+
+_STATEMENT = re.compile(
+    r'^\s*(?:(?P<delete>DELETE\s+FROM)|(?P<update>UPDATE)|(?P<insert>INSERT\s+INTO))\s+"?(?P<table>[A-Za-z_][\w]*)"?',
+    re.IGNORECASE,
+)
+_SET_COLUMN = re.compile(r'(?:SET|,)\s*"?([A-Za-z_]\w*)"?\s*=', re.IGNORECASE)
+_WHERE = re.compile(r"\sWHERE\s", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class _Columns:
+    content: frozenset[str]
+    vectors: frozenset[str]
+
+
+@cache
+def _columns_of_tables() -> dict[str, _Columns]:
+    """For each table of the service's models: its columns of content and its vector columns."""
+    from django.contrib.postgres.fields import ArrayField
+    from pgvector.django import VectorField
+
+    found: dict[str, _Columns] = {}
+    for model in apps.get_models():
+        meta = model._meta
+        if meta.proxy or not meta.managed:
+            continue
+        content = frozenset(
+            f.column
+            for f in meta.concrete_fields
+            if isinstance(f, (models.CharField, models.TextField, models.JSONField, ArrayField))
+            and not f.choices
+            and f.column
+        )
+        vectors = frozenset(f.column for f in meta.concrete_fields if isinstance(f, VectorField) and f.column)
+        found[meta.db_table] = _Columns(content=content, vectors=vectors)
+    return found
+
+
+@dataclass
+class _Counted:
+    """One statement's rows, added to its tally when its transaction commits (an on_commit callback)."""
+
+    tally: RowTally
+    table: str
+    kind: str
+    rows: int
+    vectors: int
+    ran: bool = False
+
+    def __call__(self) -> None:
+        if not self.ran:
+            self.ran = True
+            self.tally._add(self)
+
+
+@dataclass
+class RowTally:
+    """The rows (and vectors) the wrapped statements touched, per table and kind."""
+
+    _committed: list[_Counted] = field(default_factory=list)
+    _sent: list[_Counted] = field(default_factory=list)
+    _paused: int = 0
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Statements not counted: the job's own bookkeeping (its progress), not the erasure's."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
+    def _add(self, counted: _Counted) -> None:
+        self._committed.append(counted)
+
+    def _pending(self) -> list[_Counted]:
+        """Statements of the transaction still open (not committed, not rolled back)."""
+        waiting = {id(entry[1]) for entry in getattr(connection, "run_on_commit", [])}
+        return [c for c in self._sent if not c.ran and id(c) in waiting]
+
+    def tables(self) -> dict[str, dict[str, int]]:
+        """{table: {kind: rows, vectors_deleted, vectors_cleared}}, kinds with nothing left out."""
+        out: dict[str, dict[str, int]] = {}
+        for counted in [*self._committed, *self._pending()]:
+            row = out.setdefault(counted.table, {})
+            if counted.rows:
+                row[counted.kind] = row.get(counted.kind, 0) + counted.rows
+            if counted.vectors:
+                kind = "vectors_deleted" if counted.kind == "deleted" else "vectors_cleared"
+                row[kind] = row.get(kind, 0) + counted.vectors
+        return {table: dict(sorted(kinds.items())) for table, kinds in sorted(out.items()) if kinds}
+
+    def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
+        match = _STATEMENT.match(sql) if isinstance(sql, str) and not self._paused else None
+        if match is None:
+            return execute(sql, params, many, context)
+        table = match.group("table")
+        columns = _columns_of_tables().get(table, _Columns(frozenset(), frozenset()))
+        cursor = context["cursor"]
+        kind = "inserted"
+        set_columns: set[str] = set()
+        vectors = 0
+        # A statement naming its table by an alias is not counted for vectors (the WHERE says the alias).
+        plain = not re.match(r'^\s*\S+(\s+FROM)?\s+"?\w+"?\s+AS\s', sql, re.IGNORECASE)
+        if match.group("delete"):
+            kind = "deleted"
+            if columns.vectors and not many and plain:
+                vectors = _vectors_in(cursor, table, columns.vectors, sql, params, set_part="")
+        elif match.group("update"):
+            head = _WHERE.split(sql, maxsplit=1)[0]
+            set_columns = set(_SET_COLUMN.findall(head))
+            if set_columns & columns.content:
+                kind = "redacted"
+            elif set_columns & columns.vectors:
+                kind = "re_embedded"
+            else:
+                kind = "updated"
+            if set_columns & columns.vectors and not many and plain:
+                vectors = _vectors_in(cursor, table, columns.vectors & set_columns, sql, params, set_part=head)
+        result = execute(sql, params, many, context)
+        rows = max(int(cursor.rowcount or 0), 0)
+        if kind == "re_embedded" and not vectors:
+            kind = "updated"  # a vector cleared where there was none: nothing to embed again
+        if rows or vectors:
+            counted = _Counted(self, table, kind, rows, vectors)
+            if connection.in_atomic_block:
+                self._sent.append(counted)
+                transaction.on_commit(counted)
+            else:
+                counted()
+        return result
+
+
+def _vectors_in(
+    cursor: Any, table: str, vector_columns: frozenset[str] | set[str], sql: str, params: Any, *, set_part: str
+) -> int:
+    """How many rows the DELETE or UPDATE `sql` will find with a vector: the same WHERE, counted.
+
+    An UPDATE's parameters for its SET come first; those of its WHERE follow (`%s` counted in the
+    SET part). A statement with no WHERE counts every row of the table."""
+    parts = _WHERE.split(sql, maxsplit=1)
+    where = parts[1] if len(parts) == 2 else "TRUE"
+    if " RETURNING " in where.upper():
+        where = where[: where.upper().rindex(" RETURNING ")]
+    where_params: Any = params
+    if set_part and isinstance(params, Sequence) and not isinstance(params, str):
+        where_params = list(params)[set_part.replace("%%", "").count("%s") :]
+    having = " OR ".join(f'"{table}"."{c}" IS NOT NULL' for c in sorted(vector_columns))
+    cursor.execute(f'SELECT count(*) FROM "{table}" WHERE ({where}) AND ({having})', where_params)
+    row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+@contextmanager
+def rows_tallied() -> Iterator[RowTally]:
+    """Count what the statements sent on this connection inside the block do (module docstring)."""
+    tally = RowTally()
+    with connection.execute_wrapper(tally):
+        yield tally
+
+
+def tally_totals(tables: dict[str, dict[str, int]]) -> dict[str, int]:
+    """The sums over every table, per kind (rows) and vectors apart."""
+    totals = dict.fromkeys((*KINDS, *VECTOR_KINDS), 0)
+    for kinds in tables.values():
+        for kind, n in kinds.items():
+            totals[kind] = totals.get(kind, 0) + n
+    return totals
