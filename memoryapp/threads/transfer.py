@@ -404,6 +404,17 @@ def _import_ids(*, agent: Agent, nodes: list[dict[str, Any]]) -> tuple[dict[str,
     # them (memoryapp.ids): only this agent's own rows can be in the way, so nothing here says
     # whether another agent holds an id.
     stored = {node_id: entry_id_imported(node_id, agent_id=agent.pk) for node_id in seqs}
+    if len(set(stored.values())) != len(stored):
+        # A foreign id and the id derived from it, both in the file: two nodes stored under one id.
+        first: dict[str, str] = {}
+        for index, (node_id, kept) in enumerate(stored.items()):
+            if kept in first:
+                raise DomainError(
+                    "duplicate_id",
+                    f"The node ids {first[kept]} and {node_id} are stored under one id ({kept}).",
+                    field=f"nodes[{index}].id",
+                )
+            first[kept] = node_id
     taken = list(Entry.objects.filter(agent=agent, id__in=list(stored.values())).values_list("id", flat=True)[:1])
     if taken:
         raise DomainError("entry_exists", f"An entry {taken[0]} exists already.", field="nodes", status=409)

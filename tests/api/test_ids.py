@@ -110,3 +110,17 @@ def test_an_entry_id_made_for_an_agent_comes_back_from_its_imports_and_is_derive
         != entry_id_imported("n1", agent_id=1)
     )
     assert all(len(i) <= MAX_ENTRY_ID for i in (made, theirs)) and not entry_id_is_agents("n1", agent_id=1)
+
+
+def test_an_import_naming_a_node_and_the_id_derived_from_it_is_refused_not_a_500(alice: Caller) -> None:
+    # A foreign node id is stored under one derived from it; a file naming both would store two
+    # nodes under one id (a duplicate primary key in the insert).
+    derived = entry_id_imported("n1", agent_id=alice.agent.pk)
+    head = json.dumps({"type": "head", "leaf": derived})
+    lines = [jsonl_node("n1"), jsonl_node(derived, parent="n1", seq=2), head]
+
+    response = import_jsonl(alice, lines, "?id=t-twice")
+
+    assert response.status_code == 400, response.content
+    assert error_of(response)["code"] == "duplicate_id"
+    assert not Thread.objects.filter(external_id="t-twice").exists() and not Entry.objects.exists()
