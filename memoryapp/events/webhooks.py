@@ -200,15 +200,43 @@ def webhooks_sweep() -> int:
 # --- operators' writes (the admin) ------------------------------------------------------------------
 
 
+# IPv6 prefixes whose addresses carry an IPv4 address in their last 32 bits, which a translator
+# (NAT64: RFC 6052's well-known prefix and RFC 8215's local-use one) or the stack delivers to:
+# `[64:ff9b::a9fe:a9fe]` is the cloud metadata address wherever NAT64 runs. Python counts the
+# well-known prefix as global, so the IPv4 address inside is judged instead.
+_IPV4_TRANSLATED = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))
+# IPv4-compatible addresses (`::127.0.0.1`, deprecated by RFC 4291): never a receiver.
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (IPv4-mapped, 6to4, NAT64), if any."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if any(ip in network for network in _IPV4_TRANSLATED):
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
 def address_is_public(address: str) -> bool:
     """Whether an IP address is a public one (not loopback, private, link-local, shared, reserved,
-    multicast or unspecified; an IPv4-mapped IPv6 address is judged as its IPv4 address)."""
+    multicast or unspecified). An IPv6 address that carries an IPv4 address (IPv4-mapped, 6to4,
+    NAT64) is judged as that IPv4 address too; an IPv4-compatible one is never public (Teredo's
+    2001::/32 is not global by itself)."""
     try:
         ip = ipaddress.ip_address(address.split("%", 1)[0])
     except ValueError:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _IPV4_COMPATIBLE:
+            return False
+        inner = _embedded_ipv4(ip)
+        if inner is not None and not (inner.is_global and not inner.is_multicast):
+            return False
+        if ip.ipv4_mapped is not None:
+            return True  # judged as its IPv4 address (::ffff:0:0/96 itself is not global)
     return ip.is_global and not ip.is_multicast
 
 

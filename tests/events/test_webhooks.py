@@ -381,6 +381,36 @@ def test_a_webhook_url_naming_a_private_address_is_refused_naming_url_and_writes
     assert public.url == "https://hooks.example.com/m"
 
 
+# IPv6 addresses that carry a private IPv4 address, which a NAT64 translator or the stack delivers
+# there: the cloud metadata address and loopback through NAT64, 6to4 and the IPv4-compatible form.
+EMBEDDED_PRIVATE_URLS = (
+    "http://[64:ff9b::a9fe:a9fe]/latest/meta-data/",
+    "http://[64:ff9b::127.0.0.1]/hook",
+    "http://[64:ff9b:1::a00:1]/hook",
+    "http://[2002:7f00:1::1]/hook",
+    "http://[::127.0.0.1]/hook",
+)
+
+
+@pytest.mark.django_db
+def test_an_ipv6_url_carrying_a_private_ipv4_address_is_refused_and_never_connected_to(settings: Any) -> None:
+    """NAT64 (64:ff9b::/96) is global to Python's ipaddress, but 64:ff9b::a9fe:a9fe reaches
+    169.254.169.254 wherever NAT64 runs: the IPv4 address inside is what is judged, at the URL's
+    check and at the connection (the same `address_is_public`)."""
+    settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
+    agent = AgentFactory(slug="nat64")
+    for url in EMBEDDED_PRIVATE_URLS:
+        with pytest.raises(DomainError) as refused:
+            webhook_create(agent=agent, url=url, secret="x")
+        assert refused.value.code == "private_url", url
+    assert not Webhook.objects.exists()
+    for address in ("64:ff9b::a9fe:a9fe", "2002:a00:1::1", "::7f00:1", "::ffff:10.0.0.1"):
+        assert not address_is_public(address), address
+    # A public IPv4 address behind the same prefixes stays public.
+    assert address_is_public("64:ff9b::808:808") and address_is_public("2002:808:808::1")
+    assert address_is_public("::ffff:8.8.8.8") and address_is_public("2606:4700::1111")
+
+
 @pytest.mark.django_db
 def test_the_admin_form_refuses_a_private_or_non_http_url_as_a_form_error(settings: Any, alice: Caller) -> None:
     settings.WEBHOOK_ALLOW_PRIVATE_URLS = False
