@@ -94,6 +94,16 @@ def event_record_many(*, agent_id: int, type: str, by_thread: Sequence[tuple[str
     webhooks_wake_after_commit(agent_id=agent_id)
 
 
+def events_forget_threads(*, agent_id: int, thread_ids: Sequence[str]) -> int:
+    """The agent's events stop naming these threads (their client-chosen ids, which may name a
+    person: `trip:p-ines`): for a person's erasure, in its transaction. The events stay, numbered
+    as they were, with no thread; returns how many were changed. A reader or webhook behind them
+    gets them so."""
+    if not thread_ids:
+        return 0
+    return Event.objects.filter(agent_id=agent_id, thread_id__in=list(thread_ids)).update(thread_id="")
+
+
 @transaction.atomic
 def events_prune(*, older_than: datetime, agent_id: int | None = None, limit: int | None = None) -> dict[str, int]:
     """Delete the events committed before `older_than`, and the webhook delivery attempts made before

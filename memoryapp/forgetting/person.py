@@ -54,7 +54,7 @@ from governance.crypto.sealing import SealError
 from governance.models import JobRun
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.errors import DomainError
-from memoryapp.events.services import event_record
+from memoryapp.events.services import event_record_many, events_forget_threads
 from memoryapp.files.access import FileAccess
 from memoryapp.files.selectors import versions_unredacted
 from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
@@ -492,8 +492,10 @@ def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[
     in_batch._raw_delete(in_batch.db)
     threads = Thread.objects.filter(pk__in=pks)
     threads._raw_delete(threads.db)
-    for thread in locked:
-        event_record(agent_id=agent.pk, type="thread.deleted", thread_id=thread.external_id)
+    # The erasure's own events name no thread (the client chose its id, and may have named it after
+    # the person); the events before it about these threads stop naming them.
+    events_forget_threads(agent_id=agent.pk, thread_ids=[t.external_id for t in locked])
+    event_record_many(agent_id=agent.pk, type="thread.deleted", by_thread=[("", ()) for _ in locked])
     counts["threads"] += len(pks)
     audit_append(
         action="person.erase.threads",
