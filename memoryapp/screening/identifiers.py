@@ -242,11 +242,20 @@ class PersonFinder:
     def __init__(self, *, agent_id: int) -> None:
         self.agent_id = agent_id
         self._known: dict[str, bool] = {}  # key -> registered
+        # The candidates of the texts prefetched, read again by `spans` (a batch's texts are
+        # prefetched, then screened one by one: each is read once).
+        self._read: dict[str, dict[str, list[tuple[int, int]]]] = {}
+
+    def _candidates(self, text: str) -> dict[str, list[tuple[int, int]]]:
+        found = self._read.get(text)
+        if found is None:
+            found = self._read[text] = _candidates(text)
+        return found
 
     def prefetch(self, texts: Iterable[str]) -> None:
         keys: set[str] = set()
         for text in texts:
-            keys.update(_candidates(text))
+            keys.update(self._candidates(text))
         self._lookup(keys)
 
     def _lookup(self, keys: Iterable[str]) -> None:
@@ -268,7 +277,7 @@ class PersonFinder:
                 self._known[stored[lookup]] = True
 
     def spans(self, text: str) -> list[tuple[int, int]]:
-        found = _candidates(text)
+        found = self._candidates(text)
         self._lookup(found)
         return [span for key, spans in found.items() if self._known.get(key) for span in spans]
 
