@@ -20,6 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.handlers.wsgi import LimitedStream
+from django.db import InterfaceError, OperationalError
 from django.http import (
     HttpRequest,
     HttpResponse,
@@ -33,7 +34,7 @@ from django.http.response import HttpResponseBase
 from rest_framework import exceptions
 
 from memoryapp.api.auth import AgentKeyAuthentication
-from memoryapp.api.errors import error_body, exception_handler
+from memoryapp.api.errors import DATABASE_RETRY_AFTER_SECONDS, error_body, exception_handler
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 
 API_PREFIX = "/api/"
@@ -330,3 +331,28 @@ class BodyDeadlineMiddleware:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
             request._stream = LimitedStream(wrapped, length)  # type: ignore[assignment, arg-type]
         return self.get_response(request)
+
+
+class DatabaseOutageMiddleware:
+    """A view outside the agent API's own handler (the staff API, the admin, health pages) that meets
+    a database away answers 503 with Retry-After too, not a 500: in the API's error shape under
+    /api/, as plain text elsewhere. (DRF's views answer it through the API's exception handler.)"""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponseBase | None:
+        if not isinstance(exception, (OperationalError, InterfaceError)):
+            return None
+        if request.path_info.startswith(JSON_BODY_PREFIXES):
+            return _error_response(exception)
+        response = HttpResponse(
+            f"The database cannot be reached right now; retry in {DATABASE_RETRY_AFTER_SECONDS} s.",
+            status=503,
+            content_type="text/plain; charset=utf-8",
+        )
+        response["Retry-After"] = str(DATABASE_RETRY_AFTER_SECONDS)
+        return response

@@ -161,6 +161,12 @@ def test_a_database_outage_answers_503_with_retry_after_in_the_error_shape(alice
                 assert status == 503, (path, status, content)
                 assert content["error"]["code"] == "database_unavailable", content
                 assert int(headers["retry-after"]) >= 1
+            # Views outside the agent API's handler too: the staff API, and the admin as plain text.
+            session = {"Cookie": "sessionid=" + "s" * 32}  # a staff member's session, looked up in the database
+            status, headers, content = ask(where, "GET", "/api/v1/staff/exports/1", headers=session)
+            assert status == 503 and content["error"]["code"] == "database_unavailable", content
+            status, headers, content = ask(where, "GET", "/admin/", headers=session)
+            assert status == 503 and int(headers["retry-after"]) >= 1, content
             assert ask(where, "GET", "/readyz")[0] == 503
             assert ask(where, "GET", "/healthz")[0] == 200
     finally:
