@@ -15,7 +15,8 @@ missing does (`NotFound`), so the model learns nothing of what exists outside:
    thread of the connection's person or of no person, as memory files are seen (agent-wide and the
    person's). A thread of another person is not found, as a missing one is.
 3. A tool result's handle (`read_result`): a tool result in a thread of (2); with a thread named,
-   in that thread or one it was forked from (the fork holds copies of their turns).
+   in that thread or one it was forked from (the fork holds copies of their turns). Not one that
+   screening holds (it stays out of every context until a reviewer releases it).
 4. A person named in an entry (`metadata.userId`, what a person's erasure follows): the
    connection's person only.
 5. A project (`get_context`): the connection's, when it names one.
@@ -109,7 +110,8 @@ class ToolScope:
         """The tool result behind a cleared placeholder's handle, in scope (NotFound otherwise)."""
         if not isinstance(handle, str) or not handle:
             raise DomainError("invalid_value", "handle must be the id a cleared tool result names.", field="handle")
-        entry = Entry.objects.select_related("thread").filter(agent=self.agent, id=handle).first()
+        # A turn screening holds waits for its reviewer out of every context: not read back either.
+        entry = Entry.objects.select_related("thread").filter(agent=self.agent, id=handle, held_at__isnull=True).first()
         if entry is None:
             raise NotFound("Tool result", field="handle")
         is_result = entry.type == EntryType.TOOL_RESULT or entry.role == Role.TOOL

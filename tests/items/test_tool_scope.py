@@ -5,6 +5,7 @@ namespace or thread answers as a missing one (issue 23)."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from memoryapp.compaction.services import compaction_now
 from memoryapp.items.facts import fact_recall, fact_remember
@@ -70,3 +71,19 @@ def test_read_result_over_rest_serves_a_cleared_result_of_the_scope_and_no_other
         (mallory, cleared.id, {"user_id": "u-ana", "thread_id": "t-tools"}),  # another agent
     ):
         assert use_fact_tool(caller, "read_result", {"handle": handle}, **scope) == missing, scope
+
+
+def test_read_result_does_not_serve_a_tool_result_screening_holds(alice: Caller) -> None:
+    """A held turn waits for its reviewer out of every context; a cleared placeholder's handle must
+    not bring it back to the model."""
+    thread = tool_thread(alice.agent, rounds=2, external_id="t-held")
+    compaction_now(thread=thread, strategy="clear-old-tool-results", options={"keep_tool_uses": 1})
+    cleared = Entry.objects.filter(thread=thread, type="tool_result").order_by("seq").first()
+    assert cleared is not None
+    scope = {"user_id": "u-ana", "thread_id": "t-held"}
+    assert not use_fact_tool(alice, "read_result", {"handle": cleared.id}, **scope)["is_error"]
+
+    Entry.objects.filter(pk=cleared.pk).update(held_at=timezone.now())
+
+    held = use_fact_tool(alice, "read_result", {"handle": cleared.id}, **scope)
+    assert held == {"result": "Error: Tool result was not found.", "is_error": True}
