@@ -87,6 +87,7 @@ __all__ = [
     "MemoryToolErrorOut",
     "MemoryToolIn",
     "MemoryToolResultOut",
+    "MentionsEnum",
     "MethodEnum",
     "MissedOut",
     "ModeEnum",
@@ -503,6 +504,7 @@ class ForgetCountsOut(TypedDict):
     playbook_rules: int
     vectors: int
     job_runs: int
+    mentions: dict[str, int]
 
 
 class ForkInput(TypedDict):
@@ -930,6 +932,8 @@ class ToolResultOut(TypedDict):
 class UserForgetInput(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     mode: NotRequired[ModeEnum]
+    identifiers: NotRequired[Any]
+    mentions: NotRequired[MentionsEnum]
 
 
 class UserForgetOut(TypedDict):
@@ -1027,6 +1031,8 @@ JobStatusEnum: TypeAlias = Literal["queued", "running", "succeeded", "failed", "
 KindsEnum: TypeAlias = Literal["entries", "items"]
 
 MemoryEnum: TypeAlias = Literal["on", "off"]
+
+MentionsEnum: TypeAlias = Literal["redact", "keep"]
 
 MethodEnum: TypeAlias = Literal["keyword", "vector", "hybrid"]
 
