@@ -111,6 +111,13 @@ class WebhookAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
         "recent_attempts",
     )
 
+    def get_fields(self, request: HttpRequest, obj: Webhook | None = None) -> Any:
+        # A page its reader cannot save shows every field as read-only text: the secret is no field of it.
+        fields = super().get_fields(request, obj)
+        if obj is not None and not self.has_change_permission(request, obj):
+            return [name for name in fields if name != "secret"]
+        return fields
+
     def get_readonly_fields(self, request: HttpRequest, obj: Webhook | None = None) -> Any:
         # A webhook stays its agent's: another agent's events go to a webhook of that agent.
         fields = super().get_readonly_fields(request, obj)

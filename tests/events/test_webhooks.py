@@ -648,3 +648,17 @@ def test_a_redirect_is_not_followed_and_the_attempt_says_so() -> None:
         assert len(receiver.deliveries) == 1 and elsewhere.deliveries == []
     attempt = WebhookDelivery.objects.get(webhook=webhook)
     assert (attempt.status_code, attempt.error) == (302, "HTTP 302 Found (redirects are not followed)")
+
+
+@pytest.mark.django_db
+def test_a_staffer_who_may_only_view_webhooks_never_reads_a_secret(alice: Caller) -> None:
+    """A view-only change page shows every form field as read-only text, the secret's included: the
+    secret is no field of a page its reader cannot save."""
+    webhook = webhook_create(agent=alice.agent, url="http://127.0.0.1:9/hook", secret="sealed-secret-42")
+    viewer = staff_client(permissions=("view_webhook",))
+
+    page = viewer.get(f"/admin/memoryapp/webhook/{webhook.pk}/change/")
+
+    assert page.status_code == 200
+    assert "sealed-secret-42" not in page.content.decode()
+    assert "127.0.0.1:9/hook" in page.content.decode()  # the page itself is shown
