@@ -6,12 +6,14 @@ keeps them; another agent's rows are never touched."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from governance.models import JobRun
 from memoryapp.models import Entity, Entry, MemoryFileVersion, MemoryItem, SubjectMention, Thread
 from memoryapp.subjects.index import subject_index_rebuild
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.kit.api import Caller, build_context, error_of, post_ok
+from tests.kit.crypto import encrypted  # noqa: F401  (the fixture)
 from tests.kit.mentions import CARL_SAYS, IDENTIFIERS, NAME, PERSON, plant, rows_naming_her
 
 
@@ -119,3 +121,23 @@ def test_registering_identifiers_sends_the_index_job_and_the_rebuild_finds_each_
     # Carl's other turn, which does not name her, is not in the index.
     carl = Entry.objects.get(agent=alice.agent, text=CARL_SAYS)
     assert ("entry", carl.pk) not in indexed
+
+
+def test_with_encryption_on_the_sealed_mentions_are_found_and_sealed_again_without_her(
+    encrypted: Any,  # noqa: F811  (the fixture imported above; first, so it is torn down after the database)
+    alice: Caller,
+) -> None:
+    """The scan opens sealed columns with the live keys; what it writes back is sealed again."""
+    planted = plant(alice)
+    post_ok(alice.client, f"/api/v1/users/{PERSON}/forget", {"identifiers": IDENTIFIERS}, status=200)
+
+    assert rows_naming_her() == {}  # nothing in clear (sealed or redacted)
+    turn = Entry.objects.get(pk=planted["turn"]["id"])  # opened through the ORM
+    assert turn.text == f"Please call {PLACEHOLDER} on {PLACEHOLDER} or write to {PLACEHOLDER} about the trip."
+    opened = [
+        *Entry.objects.filter(agent=alice.agent).values_list("text", flat=True),
+        *MemoryItem.objects.filter(agent=alice.agent).values_list("value", flat=True),
+        *(v or "" for v in MemoryFileVersion.objects.filter(agent=alice.agent).values_list("content", flat=True)),
+    ]
+    assert not [text for text in opened if "Valdomiro" in text or "912 345 678" in text]
+    assert "Valdomiro" not in _search(alice, "Valdomiro")
