@@ -97,8 +97,11 @@ def _method_refused(request: HttpRequest) -> HttpResponse:
 
 
 def _builds_context(body: bytes) -> bool:
-    """Whether the JSON-RPC message calls the get_context tool (a batch: whether one of it does)."""
-    if b"get_context" not in body:
+    """Whether the JSON-RPC message calls the get_context tool (a batch: whether one of it does).
+
+    The byte search only spares parsing a body that cannot name it: JSON may spell the name with
+    escapes (`get\\u005fcontext`), which the SDK reads as get_context all the same."""
+    if b"get_context" not in body and b"\\u" not in body:
         return False
     try:
         message = json.loads(body)

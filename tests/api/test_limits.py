@@ -208,3 +208,30 @@ def test_mcp_get_context_holds_a_heavy_slot_like_the_api(alice: Caller) -> None:
     assert listed.status_code == 200
     heavy_slot_give(key=key, token=held)
     assert alice.client.post("/mcp/", call, format="json", HTTP_ACCEPT=accept).status_code == 200
+
+
+def test_mcp_get_context_holds_a_heavy_slot_however_its_name_is_escaped(alice: Caller) -> None:
+    """JSON may write the tool's name with escapes (`get\\u005fcontext`); the SDK reads it as
+    get_context, so the slot must be taken for it too (a byte search for the name missed it)."""
+    from memoryapp.agents.limits import heavy_slot_give, heavy_slot_take
+    from memoryapp.models import AgentKey
+
+    limit(alice, heavy_concurrency=1)
+    answered(alice.client.post("/api/v1/threads", {"id": "t-1"}, format="json"), 201)
+    key = AgentKey.objects.get(agent=alice.agent)
+    held = heavy_slot_take(key=key, agent=Agent.objects.get(pk=alice.agent.pk))  # another request's
+    assert isinstance(held, str)
+    call = (
+        '{"jsonrpc": "2.0", "id": 1, "method": "tools/call", '
+        '"params": {"name": "get\\u005fcontext", "arguments": {"thread_id": "t-1", "max_tokens": 500}}}'
+    )
+    assert json.loads(call)["params"]["name"] == "get_context"
+    accept = "application/json, text/event-stream"
+
+    try:
+        refused = alice.client.post("/mcp/", call, content_type="application/json", HTTP_ACCEPT=accept)
+        assert error_of(refused, 429)["code"] == "too_many_concurrent_requests"
+    finally:
+        heavy_slot_give(key=key, token=held)  # the slots outlive the test's database
+    built = alice.client.post("/mcp/", call, content_type="application/json", HTTP_ACCEPT=accept)
+    assert built.status_code == 200 and b"result" in built.content
