@@ -314,7 +314,8 @@ class ToolResultView(APIView):
     @extend_schema(responses={200: ToolResultOut})
     def get(self, request: Request, handle: str) -> Response:
         entry = entry_for_agent(agent=request_agent(request), entry_id=handle)
-        if not _is_tool_result(entry):
+        # A turn screening holds stays out of the model's reach until released (as ToolScope.tool_result).
+        if not _is_tool_result(entry) or entry.held_at is not None:
             raise NotFound("Tool result")
         return Response(ToolResultOut(entry).data)
 

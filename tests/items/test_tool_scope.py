@@ -82,8 +82,11 @@ def test_read_result_does_not_serve_a_tool_result_screening_holds(alice: Caller)
     assert cleared is not None
     scope = {"user_id": "u-ana", "thread_id": "t-held"}
     assert not use_fact_tool(alice, "read_result", {"handle": cleared.id}, **scope)["is_error"]
+    assert alice.client.get(f"/api/v1/tool-results/{cleared.id}").status_code == 200
 
     Entry.objects.filter(pk=cleared.pk).update(held_at=timezone.now())
 
     held = use_fact_tool(alice, "read_result", {"handle": cleared.id}, **scope)
     assert held == {"result": "Error: Tool result was not found.", "is_error": True}
+    # Nor by the tool's REST counterpart, which a developer's read_result may call instead.
+    assert alice.client.get(f"/api/v1/tool-results/{cleared.id}").status_code == 404
