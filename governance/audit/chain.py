@@ -39,7 +39,9 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -128,6 +130,10 @@ def audit_append_many(entries: Sequence[AuditEntry]) -> list[AuditRecord]:
     """
     if not entries:
         return []
+    rehearsed = _rehearsal.get()
+    if rehearsed is not None:  # rolled back anyway: no lock, no read of the chain's end, no write
+        rehearsed.extend(entries)
+        return [_unwritten(entry) for entry in entries]
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [locks.AUDIT_CHAIN])
@@ -159,6 +165,39 @@ def audit_append_many(entries: Sequence[AuditEntry]) -> list[AuditRecord]:
         chain = records[0].hash if records[0].seq == 1 else (_first_record_hash() or "")
         transaction.on_commit(lambda: anchor_append(chain=chain, seq=seq, hash_=hash_, at=at), robust=True)
         return records
+
+
+# The appends of the rehearsal under way in this thread (None: appends are written).
+_rehearsal: ContextVar[list[AuditEntry] | None] = ContextVar("audit_rehearsal", default=None)
+
+
+@contextmanager
+def audit_rehearsal() -> Iterator[list[AuditEntry]]:
+    """A transaction that is always rolled back, in which appends are collected (the list yielded)
+    instead of written: no chain lock is taken, so the service's other audit writes do not wait for
+    it. What runs inside may fail freely; nothing of it, audit included, is kept."""
+    collected: list[AuditEntry] = []
+    token = _rehearsal.set(collected)
+    try:
+        with transaction.atomic():
+            yield collected
+            transaction.set_rollback(True)
+    finally:
+        _rehearsal.reset(token)
+
+
+def _unwritten(entry: AuditEntry) -> AuditRecord:
+    """What a rehearsal's append returns: the record as it would read, never saved (no seq, no hash)."""
+    return AuditRecord(
+        at=timezone.now(),
+        action=entry.action,
+        actor=entry.actor[:200],
+        agent_id=entry.agent_id,
+        thread_id=entry.thread_id,
+        subject=entry.subject[:300],
+        outcome=entry.outcome[:100],
+        details=json.loads(canonical_json(entry.details)),
+    )
 
 
 def _first_record_hash() -> str | None:

@@ -44,7 +44,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 from psycopg import sql
 
-from governance.audit.chain import audit_append, canonical_json
+from governance.audit.chain import audit_append, audit_rehearsal, canonical_json
 from governance.crypto.envelope import data_keys_of_person
 from governance.crypto.fields import SealedJSONField, SealedTextField, json_text_open, value_open
 from governance.crypto.keyring import keyring
@@ -330,14 +330,6 @@ class ErasureDryRun:
         return not any(self.counts.values())
 
 
-class _RolledBack(Exception):
-    """Carries a dry run's findings out of the transaction it rolls back."""
-
-    def __init__(self, found: dict[str, Any]) -> None:
-        super().__init__("dry run rolled back")
-        self.found = found
-
-
 def erasure_steps(
     *,
     user_id: str,
@@ -407,8 +399,9 @@ def erasure_dry_run(
     counts are the ones the report will give, and what changed outside the person's scope is named.
 
     1. Note the items of others quoting the person, and the time.
-    2. `erasure_steps`, as the job runs them (locks and audit records included; no job is sent, no
-       file removed, no audit anchor written: all of them wait for a commit that never comes).
+    2. `erasure_steps`, as the job runs them, in an `audit_rehearsal` (locks included; its audit
+       records are collected, not written, so no other audit write waits for the preview; no job is
+       sent, no file removed: they wait for a commit that never comes).
     3. Still inside: which of those items went or lost quotes; which files outside the person's
        scope had versions redacted since step 1, and what each one's head reads now.
     4. Roll back. Then read the heads as they stand (again) and compare: the rules a playbook loses,
@@ -421,64 +414,60 @@ def erasure_dry_run(
     holds = holds_in_the_way(user_id=person, agent_ids=agents)
     started = timezone.now()
     examples: dict[str, list[str]] = {}
-    try:
-        with transaction.atomic():
-            quoting = _others_items_quoting(person, agents)
-            counts = erasure_steps(
-                user_id=person,
-                agent_ids=agents,
-                mode=mode,
-                actor="erasure:dry-run",
-                identifiers=_identifiers_check(identifiers),
-                exclude=exclude,
-                examples=examples,
-            )
-            left = dict(
-                MemoryItem.objects.filter(pk__in=list(quoting))
-                .annotate(quotes=Count("evidence"))
-                .values_list("pk", "quotes")
-            )
-            touched = (
-                MemoryFileVersion.objects.filter(redacted_at__gte=started)
-                .exclude(user_id=person)
-                .values("agent_id", "user_id", "project_id", "thread_id", "path")
-                .annotate(redacted=Count("pk"))
-            )
-            if agents:
-                touched = touched.filter(agent_id__in=agents)
-            files: list[dict[str, Any]] = []
-            for row in touched:
-                head = (
-                    MemoryFileVersion.objects.filter(
-                        agent_id=row["agent_id"],
-                        user_id=row["user_id"],
-                        project_id=row["project_id"],
-                        thread_id=row["thread_id"],
-                        path=row["path"],
-                    )
-                    .order_by("-sequence")
-                    .first()
+    with audit_rehearsal():
+        quoting = _others_items_quoting(person, agents)
+        counts = erasure_steps(
+            user_id=person,
+            agent_ids=agents,
+            mode=mode,
+            actor="erasure:dry-run",
+            identifiers=_identifiers_check(identifiers),
+            exclude=exclude,
+            examples=examples,
+        )
+        left = dict(
+            MemoryItem.objects.filter(pk__in=list(quoting))
+            .annotate(quotes=Count("evidence"))
+            .values_list("pk", "quotes")
+        )
+        touched = (
+            MemoryFileVersion.objects.filter(redacted_at__gte=started)
+            .exclude(user_id=person)
+            .values("agent_id", "user_id", "project_id", "thread_id", "path")
+            .annotate(redacted=Count("pk"))
+        )
+        if agents:
+            touched = touched.filter(agent_id__in=agents)
+        files: list[dict[str, Any]] = []
+        for row in touched:
+            head = (
+                MemoryFileVersion.objects.filter(
+                    agent_id=row["agent_id"],
+                    user_id=row["user_id"],
+                    project_id=row["project_id"],
+                    thread_id=row["thread_id"],
+                    path=row["path"],
                 )
-                files.append({**row, "after": None if head is None else head.content})
-            raise _RolledBack({"counts": counts, "quoting": quoting, "left": left, "files": files})
-    except _RolledBack as done:
-        found = done.found
+                .order_by("-sequence")
+                .first()
+            )
+            files.append({**row, "after": None if head is None else head.content})
     slugs = dict(Agent.objects.values_list("pk", "slug"))
     items = []
-    for item in MemoryItem.objects.filter(pk__in=list(found["quoting"])).order_by("pk"):
-        gone = item.pk not in found["left"]
-        if gone or found["left"][item.pk] < found["quoting"][item.pk]:
+    for item in MemoryItem.objects.filter(pk__in=list(quoting)).order_by("pk"):
+        gone = item.pk not in left
+        if gone or left[item.pk] < quoting[item.pk]:
             scope = _scope_label(item.user_id, item.project_id, item.thread_id)
             items.append(SharedItemChange(slugs.get(item.agent_id, "?"), item.pk, scope, purged=gone))
     purged = {i.item_id for i in items if i.purged}
-    changed = [_shared_file_change(row, person=person, purged=purged, slugs=slugs) for row in found["files"]]
+    changed = [_shared_file_change(row, person=person, purged=purged, slugs=slugs) for row in files]
     changed.sort(key=lambda f: (f.agent, f.path, f.scope))
     return ErasureDryRun(
-        counts=found["counts"],
+        counts=counts,
         holds=holds,
         shared_files=changed,
         shared_items=items,
-        mentions=mention_groups(found["counts"], examples),
+        mentions=mention_groups(counts, examples),
     )
 
 

@@ -354,6 +354,54 @@ def test_the_dry_run_with_encryption_on_leaves_the_persons_data_key_and_counts_i
     assert request.status == "done" and request.counts == preview.counts
 
 
+@pytest.mark.django_db(transaction=True)  # two connections: the dry run's thread, and this test's
+def test_an_audit_write_of_another_connection_completes_while_an_erasure_dry_run_is_under_way(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dry run's audit records are rolled back anyway: it collects them without the chain's lock,
+    so the service's other audit writes do not wait for a preview (issue 23 §15)."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from governance.audit.chain import audit_append
+    from governance.erasure import services
+
+    _ana()
+    inside, release = threading.Event(), threading.Event()
+    original = services.exports_forget_person
+
+    def held_open(**kwargs: Any) -> Any:  # after `person_erase` and its audit appends
+        inside.set()
+        release.wait(60)
+        return original(**kwargs)
+
+    monkeypatch.setattr(services, "exports_forget_person", held_open)
+    found: dict[str, Any] = {}
+
+    def preview() -> None:
+        try:
+            found["dry_run"] = services.erasure_dry_run(user_id="u-ana")
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=preview)
+    worker.start()
+    try:
+        assert inside.wait(60), "the dry run did not reach its export step"
+        with transaction.atomic():
+            with connection.cursor() as cursor:  # without it, a lock held by the dry run hangs the test
+                cursor.execute("SET LOCAL lock_timeout = '20s'")
+            audit_append(action="key.revoked", actor="staff:other", subject="k-1")
+        assert AuditRecord.objects.filter(action="key.revoked").count() == 1
+    finally:
+        release.set()
+        worker.join(60)
+    assert found["dry_run"].counts["threads"] == 1
+    assert not AuditRecord.objects.filter(actor="erasure:dry-run").exists()
+    assert Thread.objects.filter(user_id="u-ana").exists()
+
+
 def test_the_preview_counts_the_mentions_its_identifiers_erase_as_the_report_does(
     django_capture_on_commit_callbacks: Any,
 ) -> None:
