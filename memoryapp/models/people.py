@@ -88,7 +88,8 @@ def thread_participants(metadata: Any) -> list[str]:
 
 def sent_by(user_id: str, *, prefix: str = "") -> Q:
     """The messages this person wrote, as a filter on entries (`prefix` for a related entry)."""
-    return Q(**{f"{prefix}metadata__{MESSAGE_USER_KEY}": user_id})
+    # The has_key test is `entry_sender_idx`'s condition: with it the partial index serves the filter.
+    return Q(**{f"{prefix}metadata__has_key": MESSAGE_USER_KEY, f"{prefix}metadata__{MESSAGE_USER_KEY}": user_id})
 
 
 def participant_in(user_id: str, *, prefix: str = "") -> Q:

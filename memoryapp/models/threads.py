@@ -181,7 +181,14 @@ class Entry(models.Model):
             ),
             # the subject index's senders (memoryapp.models.people.sent_by): the messages one person
             # wrote, in the erasure, the export and a person's page.
-            models.Index(models.F("agent"), KeyTransform(MESSAGE_USER_KEY, "metadata"), name="entry_sender_idx"),
+            # Partial: only the messages that name a sender (most turns do not) pay for it on write;
+            # `sent_by` states the condition, so the planner can use it.
+            models.Index(
+                models.F("agent"),
+                KeyTransform(MESSAGE_USER_KEY, "metadata"),
+                name="entry_sender_idx",
+                condition=models.Q(metadata__has_key=MESSAGE_USER_KEY),
+            ),
             # the review queue's held entries (memoryapp.screening.review).
             models.Index(fields=["agent", "held_at"], name="entry_held_idx", condition=models.Q(held_at__isnull=False)),
             # admin overview: entries written per agent per day over 30 days (rows arrive in time
