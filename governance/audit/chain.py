@@ -175,7 +175,11 @@ _rehearsal: ContextVar[list[AuditEntry] | None] = ContextVar("audit_rehearsal", 
 def audit_rehearsal() -> Iterator[list[AuditEntry]]:
     """A transaction that is always rolled back, in which appends are collected (the list yielded)
     instead of written: no chain lock is taken, so the service's other audit writes do not wait for
-    it. What runs inside may fail freely; nothing of it, audit included, is kept."""
+    it. What runs inside may fail freely; nothing of it, audit included, is kept.
+
+    The list is a tally of what was appended, not a chain: an append inside a savepoint that is
+    rolled back within the rehearsal stays in it. Read counts from what the work returns (as the
+    erasure's dry run does), not from this list, where inner savepoints may roll back."""
     collected: list[AuditEntry] = []
     token = _rehearsal.set(collected)
     try:
