@@ -53,6 +53,7 @@ from memoryapp.threads.selectors import (
     threads_list,
 )
 from memoryapp.threads.services import (
+    entry_was_there,
     thread_append,
     thread_checkout,
     thread_create,
@@ -478,6 +479,11 @@ class ThreadView(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+def _added_status(entries: list[Entry]) -> int:
+    """201 when the write added an entry; 200 when every one was there already (a retry)."""
+    return status.HTTP_200_OK if all(entry_was_there(e) for e in entries) else status.HTTP_201_CREATED
+
+
 class ThreadEntriesView(APIView):
     """POST: add one entry, or a batch `{"entries": [...]}`. GET: entries of every branch, paged."""
 
@@ -486,7 +492,15 @@ class ThreadEntriesView(APIView):
         responses={
             201: OpenApiResponse(
                 ENTRIES_ADDED, description="The entry added; for a batch, the entries added and the new active leaf."
-            )
+            ),
+            200: OpenApiResponse(
+                ENTRIES_ADDED,
+                description=(
+                    "Nothing new: the entry (every entry of a batch) was there already, the same node "
+                    "(same parent, type, role, content and client-given created_at: a retried write), "
+                    "answered as stored; the active leaf advanced to it."
+                ),
+            ),
         },
         description='One entry {"role", "content", ...} or a batch {"entries": [...]}.',
     )
@@ -519,12 +533,12 @@ class ThreadEntriesView(APIView):
                     "entries": [entry_json(e, thread.external_id) for e in created],
                     "active_leaf_id": thread.active_leaf_id,
                 },
-                status=status.HTTP_201_CREATED,
+                status=_added_status(created),
             )
         spec = entry_input(body)
         with run_holding(agent=agent, thread_external_id=thread_id, run_id=run_id):
             thread, created = thread_append(agent=agent, external_id=thread_id, entries=[spec])
-        return Response(entry_json(created[0], thread.external_id), status=status.HTTP_201_CREATED)
+        return Response(entry_json(created[0], thread.external_id), status=_added_status(created))
 
     @extend_schema(parameters=[EntriesQuery], responses={200: EntryPageOut})
     def get(self, request: Request, thread_id: str) -> Response:

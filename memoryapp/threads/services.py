@@ -218,7 +218,9 @@ def _insert(
     1. Lock the thread row; read next_seq and the active leaf.
     2. For each entry: its parent is the explicit `parent_id` (checked to be in this thread),
        else the entry before it in the batch, else the active leaf; seq is the next one; a
-       tool result without a name takes it from the matching tool call on its branch.
+       tool result without a name takes it from the matching tool call on its branch. An entry
+       with a client-given `created_at` that is the same node as one there (`_node_there`) is
+       not written: the write answers that one (`entry_was_there`) and goes on from it.
     3. Insert them all in one statement; move the leaf (to the last entry asked to activate),
        advance next_seq in one UPDATE of the thread (its updated_at is left: 004 moves it only
        when the thread is created or its metadata changes).
@@ -239,6 +241,10 @@ def _insert(
         known_parents = set(Entry.objects.filter(thread=locked, id__in=explicit).values_list("id", flat=True))
     batch_calls: dict[str, str] = {}
     entries: list[Entry] = []
+    entry_prefixes: list[str] = []
+    answered: list[Entry] = []  # in order: the new entries and the nodes that were there already
+    screener = thread_screener(thread)
+    screened_ids: set[str] = set()
     branched = False  # does this write make the tree more than one chain ending at the leaf?
     for index, spec in enumerate(specs):
         prefix = f"{field_prefix}[{index}]." if field_prefix else ""
@@ -259,6 +265,23 @@ def _insert(
         if not isinstance(activate, bool):
             raise DomainError("invalid_type", "activate must be true or false.", field=f"{prefix}activate")
         entry = entry_from_spec(thread=locked, spec=spec, parent_id=parent_id, seq=seq, now=now, field_prefix=prefix)
+        if spec.get("created_at") is not None:
+            if screener is not None:
+                # What is stored (and hashed) is the screened turn: compare that.
+                entries_screened(entries=[entry], screener=screener, prefixes=[prefix], now=now)
+                screened_ids.add(entry.id)
+            there = _node_there(locked=locked, entry=entry, at_leaf=parent_id == leaf_id and not spec.get("parent_id"))
+            if there is not None:
+                # 000 `SessionDag.append`: the same turn at the same time under the same parent is
+                # that node (a retried write): advance to it, write nothing.
+                setattr(there, _REUSED, True)
+                answered.append(there)
+                known_parents.add(there.id)
+                previous = there.id
+                if activate and there.id != leaf_id:
+                    leaf_id = there.id
+                    branched = True  # the leaf moved onto a node that was off its branch
+                continue
         if entry.type == EntryType.TOOL_RESULT and not entry.tool_name:
             entry.tool_name = batch_calls.get(entry.tool_call_id) or tool_call_name_on_branch(
                 thread=locked, leaf_id=parent_id, tool_call_id=entry.tool_call_id
@@ -266,6 +289,8 @@ def _insert(
         for call in entry.tool_calls or []:
             batch_calls[call["id"]] = call["name"]
         entries.append(entry)
+        entry_prefixes.append(prefix)
+        answered.append(entry)
         known_parents.add(entry.id)
         previous = entry.id
         seq += 1
@@ -273,10 +298,13 @@ def _insert(
             leaf_id = entry.id
         else:
             branched = True
-    screener = thread_screener(thread)
+    if not entries:
+        return _advance_only(thread=thread, locked=locked, leaf_id=leaf_id, branched=branched, nodes=answered)
     if screener is not None:
-        prefixes = [f"{field_prefix}[{index}]." if field_prefix else "" for index in range(len(entries))]
-        entries_screened(entries=entries, screener=screener, prefixes=prefixes, now=now)
+        unscreened = [(e, p) for e, p in zip(entries, entry_prefixes, strict=True) if e.id not in screened_ids]
+        entries_screened(
+            entries=[e for e, _ in unscreened], screener=screener, prefixes=[p for _, p in unscreened], now=now
+        )
     if len(entries) == 1:
         entries[0].save(force_insert=True)
     else:
@@ -296,7 +324,50 @@ def _insert(
     if screener is not None:
         screener.record(thread_id=locked.external_id, subject=locked.external_id)
     after_entries_added(thread=thread, entries=entries)
-    return entries
+    return answered
+
+
+# Set on an entry `_insert` answers that was there already (a retried write): see `entry_was_there`.
+_REUSED = "_reused_node"
+
+
+def entry_was_there(entry: Entry) -> bool:
+    """Whether a write answered this entry because the same node was there already (000
+    `SessionDag.append` on a content-hash collision) rather than writing it: the API's 200."""
+    return bool(getattr(entry, _REUSED, False))
+
+
+def _node_there(*, locked: Thread, entry: Entry, at_leaf: bool) -> Entry | None:
+    """The entry of the thread that is the same node as `entry` (unsaved): a child of its parent
+    with the same content hash (turn, role, type, parent and time, 000 `hashNode`). Only a turn
+    whose time the client gave can collide: the server's clock dates every other one anew.
+
+    `at_leaf`: the entry goes after the leaf because it names no parent. A retry of a write that
+    landed then finds the leaf is that very write (the leaf's own parent, same turn and time).
+    """
+    found = Entry.objects.filter(thread=locked, parent_id=entry.parent_id, content_hash=entry.content_hash).first()
+    if found is not None or not at_leaf or entry.parent_id is None:
+        return found
+    leaf = Entry.objects.filter(thread=locked, id=entry.parent_id).first()
+    if leaf is None:
+        return None
+    again = content_hash(parent_id=leaf.parent_id, turn=hashed_turn(entry), created_at=entry.created_at)
+    return leaf if again == leaf.content_hash else None
+
+
+def _advance_only(
+    *, thread: Thread, locked: Thread, leaf_id: str | None, branched: bool, nodes: list[Entry]
+) -> list[Entry]:
+    """A write whose every entry was there already: move the leaf to the last one asked to
+    activate (no new row, seq, event or job)."""
+    if leaf_id != locked.active_leaf_id:
+        changes: dict[str, Any] = {"active_leaf_id": leaf_id, "history_tokens": None}
+        if branched:
+            changes["branch_epoch"] = locked.branch_epoch = locked.branch_epoch + 1
+        Thread.objects.filter(pk=locked.pk).update(**changes)
+        locked.active_leaf_id, locked.history_tokens = leaf_id, None
+    thread_sync(thread, locked)
+    return nodes
 
 
 def _audit_tool_calls(thread: Thread, entries: Sequence[Entry]) -> None:
