@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.apps import apps
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, models, transaction
 from django.db.models import Count, Q
@@ -50,6 +51,7 @@ from governance.crypto.fields import SealedJSONField, SealedTextField, json_text
 from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
+from governance.erasure.files import files_scan
 from governance.erasure.tally import rows_tallied, tally_totals
 from governance.export.services import exports_forget_person
 from governance.jobs.broker import job_enqueue
@@ -66,7 +68,7 @@ from memoryapp.forgetting.person import person_erase
 from memoryapp.items.facts import PERSON_PREFIX
 from memoryapp.models import Agent, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread, WebhookDelivery
 from memoryapp.models.choices import EntryType, Role
-from memoryapp.models.people import sent_by
+from memoryapp.models.people import PersonIdentifier, sent_by
 from memoryapp.screening.identifiers import identifiers_classified
 
 logger = logging.getLogger(__name__)
@@ -99,16 +101,48 @@ REASON_MAX_CHARS = 4000
 # A row of these tables matched by the user id alone is "kept", not a leftover.
 REDACTION_KEEPS = ("memoryapp_thread", "memoryapp_entry", "memoryapp_memoryfileversion")
 ID_PROBE = "user id"
+THREAD_PROBE = "thread id "
+ERASED_ID_PROBE = "erased row id"
+# The ids of erased rows looked for in array columns, at most (of entries, and of items).
+ERASED_IDS_MAX = 200_000
 
 
-# Tables that hold no content about a person (keys, secrets, counters, the governance records
-# that must name whom they are about): not scanned, and the report says which and why.
+# Tables not scanned, by model (app_label.model), and why; the report lists them, and every column
+# of the database with whether it was scanned or why not (`scan_coverage`).
 NOT_SCANNED: dict[str, str] = {
     "memoryapp.agent": "agents: slug and name of the agent, nobody's data",
     "memoryapp.agentkey": "agent keys: hashes and prefixes",
     "memoryapp.webhook": "webhooks: an agent's URL and secret",
     "memoryapp.eventcounter": "numbers of each agent's change events",
-    "memoryapp.legalhold": "legal holds: the record of what must be kept, names the person on purpose",
+    "contenttypes.contenttype": "the names of the service's models",
+    "auth.permission": "the names of staff permissions",
+    "auth.group": "staff groups (roles): their names",
+    "sessions.session": "staff sign-in sessions: signed and encoded, they expire (SESSION_COOKIE_AGE)",
+}
+# Tables of the database that are no model of the service, and why they are not scanned.
+NOT_MODELS: dict[str, str] = {
+    "django_migrations": "the names of the code's migrations applied",
+}
+# Tables scanned whose rows name the person on purpose: a match there is listed as `kept`, with
+# this reason, not as a leftover.
+KEPT_ON_PURPOSE: dict[str, str] = {
+    "governance_erasurerequest": "erasure requests name whom they are for (this one too): the record of the erasure",
+    "governance_exportrequest": "export requests answered for the person: the record of a data subject access "
+    "request (its archives are deleted by an erasure)",
+    "memoryapp_legalhold": "legal holds: the record of what had to be kept names the person on purpose (lifted ones too)",
+    "governance_datakey": "the register of data keys: a destroyed key's row keeps its owner's id, so a copy's "
+    "ciphertext is known to be unopenable",
+}
+# The service's bookkeeping: scanned, and what names the person there is listed apart
+# (`bookkeeping`, with its own count), for it is not memory an agent recalls: the audit trail is a
+# hash chain no erasure may edit (its records are to name people by pseudonym only), events and the
+# access log name rows and threads, Django's admin log names what staff did. The report's outcome
+# speaks of memory; its summary says how many bookkeeping rows still name the person.
+BOOKKEEPING: dict[str, str] = {
+    "governance_auditrecord": "the audit trail (a hash chain: never edited)",
+    "memoryapp_event": "change events",
+    "memoryapp_accesslog": "the access log",
+    "django_admin_log": "Django's admin log",
 }
 
 
@@ -624,6 +658,21 @@ def probes_take(*, request: ErasureRequest) -> list[Probe]:
     samples cut from a random choice of the person's messages and tool results."""
     probes = [Probe(ID_PROBE, request.user_id, True)]
     probes += [Probe(f"identifier {n}", text, True) for n, text in enumerate(request.identifiers or [], start=1)]
+    # The identifiers the agents registered for the person (sealed: opened here), and the
+    # client-chosen ids of the person's threads: both go with the erasure, so taken now.
+    given = {p.needle.lower() for p in probes}
+    registered = PersonIdentifier.objects.filter(user_id=request.user_id)
+    threads = Thread.objects.filter(user_id=request.user_id)
+    if request.agent_ids:
+        registered = registered.filter(agent_id__in=request.agent_ids)
+        threads = threads.filter(agent_id__in=request.agent_ids)
+    values = sorted({i.value for i in registered.only("id", "agent_id", "user_id", "value")} - given)
+    probes += [
+        Probe(f"registered identifier {n}", text, True)
+        for n, text in enumerate((v for v in values if len(v) >= IDENTIFIER_MIN_CHARS), start=1)
+    ]
+    thread_ids = sorted(set(threads.values_list("external_id", flat=True)) - given - set(values))
+    probes += [Probe(f"{THREAD_PROBE}{n}", text, True) for n, text in enumerate(thread_ids, start=1) if text]
     texts = (
         Entry.objects.filter(_person_entries(request.user_id, request.agent_ids))
         .filter(type__in=[EntryType.MESSAGE, EntryType.TOOL_RESULT])
@@ -674,23 +723,31 @@ class ScannedTable:
     # The columns sealed at rest (a subset of `columns`), each with whether it is JSON: the SQL
     # pass skips their sealed values, which `_sealed_matches` opens and searches.
     sealed: tuple[tuple[str, bool], ...] = ()
+    # The array columns (of ids: the access log's), also searched for the ids of the rows erased.
+    arrays: tuple[str, ...] = ()
+
+
+def _scanned_column(f: models.Field[Any, Any]) -> bool:
+    """Text, JSON and arrays (of text) are scanned; a column of fixed values (choices) is not."""
+    if isinstance(f, ArrayField):
+        return isinstance(f.base_field, _TEXT_FIELDS) and bool(f.column)
+    return isinstance(f, _TEXT_FIELDS) and not f.choices and bool(f.column)
 
 
 def tables_to_scan() -> list[ScannedTable]:
-    """Every table of memoryapp holding text (but NOT_SCANNED), and the job runs: their text and
-    JSON columns, found from the models so a new column or table is scanned without being listed."""
+    """Every table of the service's models (every app: memoryapp, governance, Django's admin log and
+    users) but NOT_SCANNED: their text, JSON and array columns, found from the models so a new column
+    or table is scanned without being listed."""
     found: list[ScannedTable] = []
-    candidates: list[type[models.Model]] = [*apps.get_app_config("memoryapp").get_models(), JobRun]
-    for model in candidates:
+    for model in apps.get_models():
         meta = model._meta
         if meta.proxy or not meta.managed or meta.label_lower in NOT_SCANNED:
             continue
-        columns = tuple(
-            f.column for f in meta.concrete_fields if isinstance(f, _TEXT_FIELDS) and not f.choices and f.column
-        )
+        columns = tuple(f.column for f in meta.concrete_fields if _scanned_column(f) and f.column)
         if not columns:
             continue
-        names = {f.name for f in meta.concrete_fields}
+        fields = {f.name: f for f in meta.concrete_fields}
+        agent = fields.get("agent") or fields.get("agent_id")
         sealed = tuple(
             (f.column, isinstance(f, SealedJSONField))
             for f in meta.concrete_fields
@@ -702,13 +759,90 @@ def tables_to_scan() -> list[ScannedTable]:
                 table=meta.db_table,
                 pk=str(meta.pk.column) if meta.pk else "id",
                 columns=columns,
-                agent_column="agent_id" if "agent" in names or "agent_id" in names else None,
-                agent_null_too=model is JobRun,
+                agent_column="agent_id" if agent is not None else None,
+                # Rows of no agent (job runs, staff's audit records, holds on every agent) too.
+                agent_null_too=agent is not None and bool(agent.null),
                 via_webhook=model is WebhookDelivery,
                 sealed=sealed,
+                arrays=tuple(
+                    f.column
+                    for f in meta.concrete_fields
+                    if isinstance(f, ArrayField) and isinstance(f.base_field, _TEXT_FIELDS) and f.column
+                ),
             )
         )
     return sorted(found, key=lambda t: t.table)
+
+
+# Why a column of a type that holds no text is not scanned (information_schema's data_type).
+_TYPE_REASONS: dict[str, str] = {
+    "integer": "a number",
+    "bigint": "a number",
+    "smallint": "a number",
+    "numeric": "a number",
+    "real": "a number",
+    "double precision": "a number",
+    "boolean": "a flag",
+    "date": "a date",
+    "timestamp with time zone": "a time",
+    "timestamp without time zone": "a time",
+    "interval": "a duration",
+    "uuid": "a uuid (random)",
+    "bytea": "bytes",
+    "inet": "an address",
+    "vector": "a vector: numbers, no text (counted with its row)",
+    "tsvector": "the search index of the row's text, generated from its text columns (scanned)",
+}
+
+
+def scan_coverage(tables: Sequence[ScannedTable]) -> list[dict[str, str]]:
+    """Every column of every table of the database: `scanned` (and `opened` when sealed at rest),
+    or why not (its table is not scanned, a number, a time, a vector, fixed values...)."""
+    by_table = {t.table: t for t in tables}
+    reasons = {apps.get_model(label)._meta.db_table: why for label, why in NOT_SCANNED.items()}
+    choices: set[tuple[str, str]] = set()
+    links: dict[tuple[str, str], str] = {}
+    for model in apps.get_models():
+        for f in model._meta.concrete_fields:
+            if getattr(f, "choices", None) and f.column:
+                choices.add((model._meta.db_table, f.column))
+            if f.is_relation and f.related_model is not None and f.column:
+                related = f.related_model._meta.db_table  # type: ignore[union-attr]
+                links[(model._meta.db_table, f.column)] = f"a link: the id of a row of {related}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT c.table_name, c.column_name, c.data_type, c.udt_name FROM information_schema.columns c"
+            " JOIN information_schema.tables t ON t.table_schema = c.table_schema AND t.table_name = c.table_name"
+            " WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'"
+            " ORDER BY c.table_name, c.ordinal_position"
+        )
+        rows = cursor.fetchall()
+    coverage: list[dict[str, str]] = []
+    for table, column, data_type, udt in rows:
+        scanned = by_table.get(table)
+        if scanned is not None and column in scanned.columns:
+            sealed = column in dict(scanned.sealed)
+            coverage.append({"table": table, "column": column, "scanned": "opened" if sealed else "yes"})
+            continue
+        if table in reasons:
+            why = f"table not scanned: {reasons[table]}"
+        elif table in NOT_MODELS:
+            why = f"table not scanned: {NOT_MODELS[table]}"
+        elif (
+            scanned is None and table not in by_table and not any(m._meta.db_table == table for m in apps.get_models())
+        ):
+            why = "table not scanned: no model of the service (unknown table)"
+        elif (table, column) in choices:
+            why = "one of fixed values (choices)"
+        elif (table, column) in links:
+            why = links[(table, column)]
+        elif data_type == "ARRAY" and udt in ("_int2", "_int4", "_int8", "_float4", "_float8"):
+            why = "an array of numbers (keyed hashes, counts)"
+        else:
+            kind = udt if data_type == "USER-DEFINED" else data_type
+            why = _TYPE_REASONS.get(kind, f"not scanned: a column of type {kind}")
+        coverage.append({"table": table, "column": column, "scanned": "no", "why": why})
+    return coverage
 
 
 def _ids_pattern(needle: str) -> str:
@@ -865,7 +999,42 @@ def _count_query(table: ScannedTable, *, agent_ids: Sequence[int]) -> sql.Compos
     )
 
 
-def leftovers_scan(*, probes: Sequence[Probe], agent_ids: Sequence[int], redaction: bool = False) -> dict[str, Any]:
+def _ids_only(names: Sequence[str]) -> bool:
+    """Matched by the person's user id or their threads' ids alone (what a redaction keeps)."""
+    return all(n == ID_PROBE or n.startswith(THREAD_PROBE) for n in names)
+
+
+def _arrays_holding(cursor: Any, table: ScannedTable, *, ids: Sequence[str], agent_ids: Sequence[int]) -> list[str]:
+    """The rows (in scope) whose array columns hold one of `ids` (`&&`: the GIN indexes answer)."""
+    query = sql.SQL("SELECT {pk}::text FROM {table} AS t WHERE {scope} AND ({overlap}) ORDER BY 1").format(
+        pk=sql.Identifier("t", table.pk),
+        table=sql.Identifier(table.table),
+        scope=_scope(table, agent_ids=agent_ids),
+        overlap=sql.SQL(" OR ").join(
+            sql.SQL("{} && %(ids)s::varchar[]").format(sql.Identifier("t", c)) for c in table.arrays
+        ),
+    )
+    cursor.execute(query.as_string(cursor.connection), {"agents": list(agent_ids), "ids": list(ids)})
+    return [pk for (pk,) in cursor.fetchall()]
+
+
+def erased_ids_take(*, request: ErasureRequest) -> list[str]:
+    """The ids of the person's entries and items (of their scope), taken before the erasure: after
+    it, an array column still holding one (the access log's) is a leftover (probe "erased row id")."""
+    entries = Entry.objects.filter(_person_entries(request.user_id, request.agent_ids)).values_list("pk", flat=True)
+    items = MemoryItem.objects.filter(_person_scope(request.user_id))
+    if request.agent_ids:
+        items = items.filter(agent_id__in=request.agent_ids)
+    return sorted({*entries[:ERASED_IDS_MAX], *items.values_list("pk", flat=True)[:ERASED_IDS_MAX]})
+
+
+def leftovers_scan(
+    *,
+    probes: Sequence[Probe],
+    agent_ids: Sequence[int],
+    redaction: bool = False,
+    erased_ids: Sequence[str] = (),
+) -> dict[str, Any]:
     """Search every table holding content (`tables_to_scan`), within the agents (all when empty),
     for the probes: per table the rows looked at and the rows found; each finding is the table, the
     row id and the names of the probes it matched. Never the content.
@@ -881,9 +1050,11 @@ def leftovers_scan(*, probes: Sequence[Probe], agent_ids: Sequence[int], redacti
     tables: list[dict[str, Any]] = []
     findings: list[dict[str, Any]] = []
     kept: list[dict[str, Any]] = []
-    found_total = kept_total = unreadable_total = 0
+    bookkeeping: list[dict[str, Any]] = []
+    found_total = kept_total = unreadable_total = booked = 0
+    scanned_tables = tables_to_scan()
     with connection.cursor() as cursor:
-        for table in tables_to_scan():
+        for table in scanned_tables:
             cursor.execute(_count_query(table, agent_ids=agent_ids).as_string(cursor.connection), params)
             row = cursor.fetchone()
             rows = int(row[0]) if row else 0
@@ -894,14 +1065,26 @@ def leftovers_scan(*, probes: Sequence[Probe], agent_ids: Sequence[int], redacti
                 opened, unreadable = _sealed_matches(cursor, table, probes=probes, agent_ids=agent_ids)
                 for pk, numbers in opened.items():
                     matches.setdefault(pk, set()).update(numbers)
+            if table.arrays and erased_ids:
+                for pk in _arrays_holding(cursor, table, ids=erased_ids, agent_ids=agent_ids):
+                    matches.setdefault(pk, set()).add(len(probes) + 1)
             unreadable_total += unreadable
-            found = kept_here = 0
+            found = kept_here = booked_here = 0
             for pk in sorted(matches):
-                names = [probes[n - 1].name for n in sorted(matches[pk])]
-                if redaction and table.table in REDACTION_KEEPS and names == [ID_PROBE]:
+                names = [probes[n - 1].name if n <= len(probes) else ERASED_ID_PROBE for n in sorted(matches[pk])]
+                purpose = KEPT_ON_PURPOSE.get(table.table)
+                if redaction and table.table in REDACTION_KEEPS and _ids_only(names):
+                    purpose = "the redaction keeps the person's threads, entries' places and files' versions"
+                if purpose is not None:
                     kept_here += 1
                     if kept_here <= FINDINGS_LISTED_PER_TABLE:
-                        kept.append({"table": table.table, "row": pk, "probes": names})
+                        kept.append({"table": table.table, "row": pk, "probes": names, "why": purpose})
+                    continue
+                if table.table in BOOKKEEPING:
+                    booked += 1
+                    booked_here += 1
+                    if booked_here <= FINDINGS_LISTED_PER_TABLE:
+                        bookkeeping.append({"table": table.table, "row": pk, "probes": names})
                     continue
                 found += 1
                 if found <= FINDINGS_LISTED_PER_TABLE:
@@ -914,15 +1097,30 @@ def leftovers_scan(*, probes: Sequence[Probe], agent_ids: Sequence[int], redacti
                     "columns": list(table.columns),
                     "sealed_columns": [c for c, _ in table.sealed],
                     "rows": rows,
-                    "found": found,
+                    "found": found + booked_here,
                     "kept": kept_here,
                     # Rows holding a sealed value whose key was destroyed (crypto-shredded): unreadable.
                     "unreadable": unreadable,
                 }
             )
+    files = files_scan(probes=probes)
+    found_total += files["found"]
     return {
         "tables": tables,
-        "not_scanned": dict(NOT_SCANNED),
+        "not_scanned": {
+            **{apps.get_model(label)._meta.db_table: why for label, why in NOT_SCANNED.items()},
+            **NOT_MODELS,
+        },
+        # Every column of every table: scanned, or why not.
+        "coverage": scan_coverage(scanned_tables),
+        "kept_on_purpose": dict(KEPT_ON_PURPOSE),
+        "bookkeeping_tables": dict(BOOKKEEPING),
+        "bookkeeping": bookkeeping,
+        "bookkeeping_found": booked,
+        # Ids of the person's entries and items taken before the erasure, looked for in array columns.
+        "erased_ids_looked_for": len(erased_ids),
+        # Files under VAR_DIR (logs, export archives opened, anchors...): searched the same way.
+        "files": files,
         "findings": findings,
         "found": found_total,
         "kept": kept,
@@ -992,6 +1190,7 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
         _update(request, phase="sampling")
         began = time.perf_counter()
         probes = probes_take(request=request)
+        erased_ids = erased_ids_take(request=request) if request.mode == ErasureRequest.Mode.ERASE else []
         holding = agents_holding(user_id=request.user_id, agent_ids=request.agent_ids)
         seconds = {"sampling": time.perf_counter() - began}
         _update(request, phase="erasing", progress_done=0, progress_total=None)
@@ -1019,7 +1218,10 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
         _update(request, phase="scanning", counts=counts)
         began = time.perf_counter()
         scan = leftovers_scan(
-            probes=probes, agent_ids=request.agent_ids, redaction=request.mode == ErasureRequest.Mode.REDACT
+            probes=probes,
+            agent_ids=request.agent_ids,
+            redaction=request.mode == ErasureRequest.Mode.REDACT,
+            erased_ids=erased_ids,
         )
         seconds["scanning"] = time.perf_counter() - began
         _update(request, phase="reporting")
@@ -1155,15 +1357,23 @@ def _report(
         )
         found = scan["found"]
         kept = (
-            f" ({scan['kept_total']} rows the redaction keeps on purpose still carry the person's id)"
+            f" ({scan['kept_total']} row{'' if scan['kept_total'] == 1 else 's'} kept on purpose still name the person:"
+            " the requests and holds about them, the register of their keys, what a redaction keeps; listed, each"
+            " with why)"
             if scan.get("kept_total")
             else ""
         )
         summary = (
             f"{done}; the scan after the erasure found nothing left{kept}."
             if found == 0
-            else f"{done}; the scan after the erasure found {found} row{'' if found == 1 else 's'} still matching "
-            "the person (listed below)."
+            else f"{done}; the scan after the erasure found {found} row{'' if found == 1 else 's'} or file"
+            f"{'' if found == 1 else 's'} still matching the person (listed below)."
+        )
+    booked = int(scan.get("bookkeeping_found") or 0)
+    if booked:
+        summary += (
+            f" {booked} bookkeeping row{' still names' if booked == 1 else 's still name'} the person (audit trail,"
+            " events, access log, admin log: listed apart)."
         )
     return {
         "format": REPORT_FORMAT,
