@@ -522,6 +522,8 @@ def _item_record(item: MemoryItem, evidence: list[Evidence], history: list[ItemR
             "value": item.value,
             "value_json": item.value_json,
             "namespace": item.namespace,
+            # What it was collected for (purpose limitation): the person's right to know why.
+            "purposes": list(item.purposes or []),
             "trust": item.trust,
             "status": item.status,
             "confidence": item.confidence,

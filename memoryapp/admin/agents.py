@@ -230,7 +230,8 @@ class AgentAdmin(NamelessAdminLog, admin.ModelAdmin):
     search_fields = ("slug", "name")
     inlines = [AgentKeyInline]
     actions = ["create_key"]
-    readonly_fields = ("memory_links",)
+    # The purposes are the agent's to set (PATCH /api/v1/settings/purposes, audited): shown here.
+    readonly_fields = ("memory_links", "purposes_shown")
     delete_confirmation_template = "admin/memoryapp/agent/delete_confirmation.html"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
@@ -244,7 +245,13 @@ class AgentAdmin(NamelessAdminLog, admin.ModelAdmin):
         # A new agent starts with the defaults of its busy policy and limits; they are set on its
         # page afterwards (where a change is audited with the old value).
         excluded = list(super().get_exclude(request, obj) or [])
+        excluded.append("purposes")
         return [*excluded, *AGENT_LIMIT_FIELDS] if obj is None else excluded
+
+    @admin.display(description="purposes")
+    def purposes_shown(self, obj: Agent) -> str:
+        """What the agent collects memory for (items and facts carry these; recall may be bound to one)."""
+        return ", ".join(obj.purposes or []) or "none: memory is not purpose-bound"
 
     def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
         # The page's links are drawn without the request: the viewer rides on the agent they are about.

@@ -43,6 +43,7 @@ from memoryapp.items.facts import (
     facts_forget_all,
     namespace_check,
 )
+from memoryapp.items.purposes import recall_purpose_check
 from memoryapp.items.selectors import item_evidence, item_for_agent, items_list, slot_history
 from memoryapp.items.services import item_forget, item_write
 from memoryapp.items.tool_scope import ToolScope
@@ -93,6 +94,9 @@ class ItemOut(OutputSerializer):
     value_json = serializers.JSONField(required=False, help_text="A fact's value as JSON (facts only).")
     expires_at = IsoDateTimeField(required=False, help_text="When a fact with a TTL vanishes.")
     prompt_version = serializers.CharField(required=False, help_text="The prompt that extracted it.")
+    purposes = serializers.ListField(
+        child=serializers.CharField(), help_text="What it was collected for (empty: no purpose in particular)."
+    )
 
 
 class ItemWithEvidenceOut(ItemOut):
@@ -126,6 +130,7 @@ def item_json(item: MemoryItem, *, evidence: bool = False) -> dict[str, Any]:
         "times_retrieved": item.times_retrieved,
         "last_retrieved_at": _iso(item.last_retrieved_at),
         "metadata": item.metadata or {},
+        "purposes": list(item.purposes or []),
     }
     if item.entity_id:
         body["entity_id"] = item.entity_id
@@ -155,6 +160,9 @@ class FactOut(OutputSerializer):
     created_at_ms = serializers.IntegerField(help_text="When the key was first remembered (epoch milliseconds).")
     updated_at_ms = serializers.IntegerField(help_text="When this value was remembered (epoch milliseconds).")
     expires_at_ms = serializers.IntegerField(required=False, help_text="When it vanishes (with ttl_secs).")
+    purposes = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="What it was collected for (absent: none)."
+    )
 
 
 class FactHitOut(FactOut):
@@ -225,17 +233,36 @@ class ItemIn(StrictSerializer):
     evidence = EvidenceIn(many=True, required=False)
     metadata = serializers.DictField(required=False)
     prompt_version = serializers.CharField(required=False, allow_blank=True, max_length=40, default="")
+    purposes = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_null=True,
+        help_text="What it is collected for: each one of the agent's purposes (GET /settings/purposes).",
+    )
 
 
 class FactIn(StrictSerializer):
     value = serializers.JSONField()
     ttl_secs = serializers.IntegerField(required=False, min_value=1, allow_null=True)
+    purposes = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        allow_null=True,
+        help_text="What it is collected for: each one of the agent's purposes (GET /settings/purposes).",
+    )
 
 
 class FactSearchQuery(StrictSerializer):
     q = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
     limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_SEARCH_LIMIT)
     all = serializers.BooleanField(required=False)
+    purpose = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=32,
+        default="",
+        help_text="Only facts collected for this purpose or for none (one of GET /settings/purposes).",
+    )
 
 
 class MemoryToolIn(StrictSerializer):
@@ -246,6 +273,14 @@ class MemoryToolIn(StrictSerializer):
     thread_id = serializers.CharField(required=False, allow_blank=True, max_length=128, default="")
     namespace = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
     ttl_secs = serializers.IntegerField(required=False, min_value=1, allow_null=True)
+    purpose = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=32,
+        default="",
+        help_text="The purpose of the run (one of GET /settings/purposes): remember writes facts collected "
+        "for it, search_memory finds only facts of it or of none.",
+    )
 
 
 # --- items -----------------------------------------------------------------------------------
@@ -322,6 +357,7 @@ class ItemsView(APIView):
             prompt_version=body["prompt_version"],
             shadow=False,
             actor=_actor(request),
+            purposes=body.get("purposes"),
         )
         return Response(item_json(item, evidence=True), status=status.HTTP_201_CREATED)
 
@@ -413,7 +449,11 @@ class FactsView(APIView):
         if self._is_namespace(request, path):
             query = validated(FactSearchQuery, request.query_params.dict())
             hits = fact_search(
-                agent=agent, namespace=path, text=query["q"], limit=query.get("limit", DEFAULT_SEARCH_LIMIT)
+                agent=agent,
+                namespace=path,
+                text=query["q"],
+                limit=query.get("limit", DEFAULT_SEARCH_LIMIT),
+                purpose=query["purpose"],
             )
             results = [{**h.fact, "score": h.score} for h in hits]
             return Response(FactPageOut({"results": results, "next": None}).data)
@@ -438,6 +478,7 @@ class FactsView(APIView):
             value=body["value"],
             ttl_secs=body.get("ttl_secs"),
             actor=_actor(request),
+            purposes=body.get("purposes"),
         )
         return Response(FactOut(fact).data)
 
@@ -489,6 +530,7 @@ class MemoryToolsView(APIView):
             project_id=body["project_id"],
             thread_id=body["thread_id"],
             namespace=body["namespace"],
+            purpose=recall_purpose_check(agent=request_agent(request), purpose=body["purpose"]),
         )
         if body["name"] == "read_result":
             outcome = read_result_run(scope=scope, tool_input=body["input"])

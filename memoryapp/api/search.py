@@ -16,6 +16,7 @@ from memoryapp.api.limits import heavy_request
 from memoryapp.compaction.auto import compaction_pre_step
 from memoryapp.consolidation.brief import CARD_KINDS, MAX_BRIEF_CARDS
 from memoryapp.context.builder import MAX_TOKENS_LIMIT, STRATEGIES, ContextRequest, context_build
+from memoryapp.items.purposes import recall_purpose_check
 from memoryapp.models import AccessLog
 from memoryapp.models.choices import Role
 from memoryapp.search.access_log import access_log_record
@@ -37,6 +38,14 @@ class SearchInput(StrictSerializer):
     limit = serializers.IntegerField(min_value=1, max_value=100, required=False, default=10)
     method = serializers.ChoiceField(choices=METHODS, required=False, default="hybrid")
     as_of = serializers.DateTimeField(required=False)
+    purpose = serializers.CharField(
+        max_length=32,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Recall for this purpose only: items and facts collected for it or for none (one of "
+        "GET /settings/purposes; another is a 400 naming purpose). Turns are not purpose-bound.",
+    )
 
 
 # --- output serializers --------------------------------------------------------------------
@@ -208,6 +217,7 @@ class SearchView(APIView):
     def post(self, request: Request) -> Response:
         agent = request_agent(request)
         data = validated(SearchInput, request.data)
+        purpose = recall_purpose_check(agent=agent, purpose=data["purpose"])
         thread = thread_for_agent(agent=agent, external_id=data["thread_id"]) if data.get("thread_id") else None
         with heavy_request(request):
             outcome = search(
@@ -219,6 +229,7 @@ class SearchView(APIView):
                 limit=data["limit"],
                 method=data["method"],
                 as_of=data.get("as_of"),
+                purpose=purpose,
             )
         access_log_record(
             agent_id=agent.pk,
@@ -286,6 +297,14 @@ class ContextInput(StrictSerializer):
         max_length=128,
         default="",
         help_text="The project whose context documents apply (default: the thread's metadata.project_id).",
+    )
+    purpose = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=32,
+        default="",
+        help_text="Recall for this purpose only: facts and recalled items collected for it or for none, and "
+        "no observations (one of GET /settings/purposes; another is a 400 naming purpose).",
     )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

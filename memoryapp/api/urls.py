@@ -12,6 +12,7 @@ from memoryapp.api import (
     events,
     files,
     items,
+    purposes,
     runs,
     screening,
     search,
@@ -76,4 +77,6 @@ urlpatterns: list[URLPattern] = [
     path("users/<str:user_id>/forget", users.UserForgetView.as_view(), name="user-forget"),
     path("users/<str:user_id>/identifiers", screening.UserIdentifiersView.as_view(), name="user-identifiers"),
     path("settings/screening", screening.ScreeningSettingsView.as_view(), name="screening-settings"),
+    # What the agent's memory is collected for: recall may be bound to one purpose.
+    path("settings/purposes", purposes.PurposeSettingsView.as_view(), name="purpose-settings"),
 ]

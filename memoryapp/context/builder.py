@@ -89,6 +89,7 @@ from memoryapp.extraction.times import zone_check, zone_of
 from memoryapp.files.access import FileAccess
 from memoryapp.files.context_documents import FRAMING, context_documents_for
 from memoryapp.files.services import files_index_text
+from memoryapp.items.purposes import recall_purpose_check
 from memoryapp.items.selectors import context_facts, items_for_recall, thread_context_scope
 from memoryapp.llm.model import ModelError
 from memoryapp.models import AccessLog, Agent, Entry, Thread
@@ -136,6 +137,9 @@ class ContextRequest:
     time_zone: str = ""
     # The project whose context documents apply ("" = the thread's metadata.project_id, if any).
     project_id: str = ""
+    # The purpose memory is recalled for ("" = any): only items and facts collected for it or for none
+    # (memoryapp.items.purposes); checked against the agent's purposes by the caller.
+    purpose: str = ""
 
 
 @dataclass(slots=True)
@@ -287,8 +291,10 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> B
 
 def _build_start(*, agent: Agent, thread: Thread, request: ContextRequest) -> _Build:
     """The budget: max_tokens less the reserve (partition shares and the time zone checked first: a
-    400 before any read); the zone (the request's, else the thread's, else UTC); the memory switch."""
+    400 before any read, as is an unknown purpose); the zone (the request's, else the thread's, else UTC); the memory switch."""
     shares = partition_shares(request.strategy, request.partitions)
+    # A purpose of the agent's list, or a 400 naming `purpose` (REST and MCP alike).
+    recall_purpose_check(agent=agent, purpose=request.purpose)
     metadata = thread.metadata or {}
     zone = (
         zone_check(request.time_zone)
@@ -462,6 +468,7 @@ def _load_facts(build: _Build) -> None:
             project_id=scope.project_id,
             thread_id=scope.thread_id,
             as_of=build.request.as_of,
+            purpose=build.request.purpose,
         )
     except Exception as exc:
         logger.exception("context facts failed")
@@ -483,6 +490,10 @@ def _load_observations(build: _Build) -> None:
     come with recall's items, `_recall_observations`)."""
     request = build.request
     if not (request.include_observations and request.current_input.strip() and build.memory_on):
+        return
+    if request.purpose:
+        # An observation summarises an entity's facts whatever they were collected for: a context for
+        # one purpose leaves them out rather than pass on another purpose's facts in a summary.
         return
     try:
         build.observations = observations_seen(agent=build.agent, scope=thread_context_scope(build.thread))
@@ -562,11 +573,17 @@ def _select_history(build: _Build) -> None:
         build.selected, build.notes, build.history_cost = run.units, run.notes, run.cost
 
 
-def _recall_items(agent: Agent, thread: Thread, *, as_of: datetime | None) -> Any:
-    """The items recall and the brief search: those holding in the thread's scope (`thread_context_scope`)."""
+def _recall_items(agent: Agent, thread: Thread, *, as_of: datetime | None, purpose: str) -> Any:
+    """The items recall and the brief search: those holding in the thread's scope (`thread_context_scope`),
+    of the request's purpose or none."""
     scope = thread_context_scope(thread)
     return items_for_recall(
-        agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id, as_of=as_of
+        agent=agent,
+        user_id=scope.user_id,
+        project_id=scope.project_id,
+        thread_id=scope.thread_id,
+        as_of=as_of,
+        purpose=purpose,
     )
 
 
@@ -589,7 +606,7 @@ def _recall(build: _Build) -> None:
         before_seq=before_seq,
         # Turns of other branches (left by a rewind or a checkout) are not this conversation's past.
         exclude_ids=off_branch(thread, request.leaf_id, before_seq) if thread.branched else (),
-        items=_recall_items(agent, thread, as_of=request.as_of),
+        items=_recall_items(agent, thread, as_of=request.as_of, purpose=request.purpose),
         as_of=request.as_of,
     )
     build.errors.extend(search_errors)
@@ -833,7 +850,7 @@ def _brief(build: _Build) -> list[BriefCard]:
         text=request.current_input,
         before_seq=None,
         exclude_ids=off_branch(thread, request.leaf_id, None) if thread.branched else (),
-        items=_recall_items(agent, thread, as_of=request.as_of),
+        items=_recall_items(agent, thread, as_of=request.as_of, purpose=request.purpose),
         as_of=request.as_of,
     )
     build.errors.extend({**e, "source": "brief"} for e in search_errors)

@@ -26,6 +26,7 @@ from memoryapp.extraction.extractor import (
     quote_holds,
 )
 from memoryapp.extraction.times import zone_of
+from memoryapp.items.purposes import thread_purposes
 from memoryapp.items.services import item_write
 from memoryapp.llm.arrays import NoArrayError
 from memoryapp.llm.model import ModelUnavailable
@@ -147,6 +148,8 @@ def _write_window(
         if not seq_was_off(e.seq, off)
     }
     written: list[ExtractedItem] = []
+    # Items drawn from a conversation held for a purpose are collected for it (metadata.purpose).
+    purposes = thread_purposes(agent=locked.agent, metadata=locked.metadata)
     for item in result.items:
         evidence = [
             q for q in item.evidence if q["entry_id"] in current and quote_holds(q["quote"], current[q["entry_id"]])
@@ -171,6 +174,7 @@ def _write_window(
             prompt_version=EXTRACTION,
             shadow=shadow,
             actor=actor,
+            purposes=purposes,
         )
         outcome.item_ids.append(saved.pk)
         written.append(item)

@@ -75,10 +75,10 @@ def fact_tool_run(
     agent = scope.agent
     try:
         if name == "remember":
-            return _remember(agent, chosen, tool_input, ttl_secs, actor)
+            return _remember(agent, chosen, tool_input, ttl_secs, actor, purpose=scope.purpose)
         if name == "forget":
             return _forget(agent, chosen, tool_input, actor)
-        return _search(agent, chosen, tool_input)
+        return _search(agent, chosen, tool_input, purpose=scope.purpose)
     except DomainError as exc:
         if exc.status >= 500:
             raise
@@ -120,7 +120,7 @@ def tool_result_text(entry: Entry) -> str:
 
 
 def _remember(
-    agent: Agent, namespace: str, tool_input: dict[str, Any], ttl_secs: int | None, actor: str
+    agent: Agent, namespace: str, tool_input: dict[str, Any], ttl_secs: int | None, actor: str, *, purpose: str
 ) -> FactToolResult:
     if "value" not in tool_input:
         return _error("remember needs a key and a value.")
@@ -132,6 +132,8 @@ def _remember(
         value=value,
         ttl_secs=tool_input.get("ttl_secs", ttl_secs),
         actor=actor,
+        # The run's purpose, not the model's: the configuration says what memory is collected for.
+        purposes=[purpose] if purpose else None,
     )
     return FactToolResult(f"Remembered {fact['key']}: {_short(value_text(fact['value']))}")
 
@@ -145,12 +147,12 @@ def _forget(agent: Agent, namespace: str, tool_input: dict[str, Any], actor: str
     return FactToolResult(f"Forgot {key}.")
 
 
-def _search(agent: Agent, namespace: str, tool_input: dict[str, Any]) -> FactToolResult:
+def _search(agent: Agent, namespace: str, tool_input: dict[str, Any], *, purpose: str) -> FactToolResult:
     query = tool_input.get("query", tool_input.get("text", ""))
     if query is None:
         query = ""
     limit = tool_input.get("limit", DEFAULT_TOOL_SEARCH_LIMIT)
-    hits = fact_search(agent=agent, namespace=namespace, text=query, limit=limit)
+    hits = fact_search(agent=agent, namespace=namespace, text=query, limit=limit, purpose=purpose)
     if not hits:
         return FactToolResult("No memories matched." if query else "Nothing is remembered yet.")
     lines = [f"- {h.fact['key']}: {_short(value_text(h.fact['value']))}" for h in hits]

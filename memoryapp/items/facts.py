@@ -27,6 +27,7 @@ from governance.crypto.envelope import blind_key
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
+from memoryapp.items.purposes import purpose_q, recall_purpose_check
 from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import FACT_PREFIX, holding_q
 from memoryapp.items.services import item_forget, item_state_write
@@ -126,9 +127,10 @@ def _in_namespace(namespace: str, *, nested: bool) -> Q:
     return Q(namespace=namespace) | Q(namespace__startswith=namespace + "/")
 
 
-def facts_current(*, agent: Agent, namespace: str, nested: bool = False) -> QuerySet[MemoryItem]:
-    """The values that hold now in a namespace (and those inside it with `nested`); expired ones are gone."""
-    return _facts(agent=agent).filter(_in_namespace(namespace, nested=nested)).filter(holding_q())
+def facts_current(*, agent: Agent, namespace: str, nested: bool = False, purpose: str = "") -> QuerySet[MemoryItem]:
+    """The values that hold now in a namespace (and those inside it with `nested`); expired ones are gone.
+    With a `purpose`, only those collected for it or for none (memoryapp.items.purposes)."""
+    return _facts(agent=agent).filter(_in_namespace(namespace, nested=nested)).filter(holding_q(), purpose_q(purpose))
 
 
 def fact_dict(item: MemoryItem, *, created_at: datetime | None = None) -> dict[str, Any]:
@@ -142,6 +144,8 @@ def fact_dict(item: MemoryItem, *, created_at: datetime | None = None) -> dict[s
     }
     if item.expires_at is not None:
         out["expires_at_ms"] = _ms(item.expires_at)
+    if item.purposes:
+        out["purposes"] = list(item.purposes)
     return out
 
 
@@ -166,9 +170,17 @@ def _first_recorded(*, agent: Agent, items: list[MemoryItem]) -> dict[tuple[str,
 
 
 def fact_remember(
-    *, agent: Agent, namespace: str, key: str, value: Any, ttl_secs: int | None = None, actor: str = ""
+    *,
+    agent: Agent,
+    namespace: str,
+    key: str,
+    value: Any,
+    ttl_secs: int | None = None,
+    actor: str = "",
+    purposes: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Save a fact, replacing the value under the same key (the same value again changes nothing)."""
+    """Save a fact, replacing the value under the same key (the same value again changes nothing but
+    the purposes, when given: memoryapp.items.purposes)."""
     namespace = namespace_check(namespace)
     key = key_check(key)
     text = _value_check(value)
@@ -190,6 +202,7 @@ def fact_remember(
         expires_at=expires_at,
         use_entity=False,
         actor=actor,
+        purposes=purposes,
     )
     return fact_recall(agent=agent, namespace=namespace, key=key) or fact_dict(item)
 
@@ -230,8 +243,11 @@ def _words(text: str) -> list[str]:
     return [w for w in dict.fromkeys(_WORD.findall(text.lower())) if w not in STOP_WORDS]
 
 
-def fact_search(*, agent: Agent, namespace: str, text: str = "", limit: int = DEFAULT_SEARCH_LIMIT) -> list[FactHit]:
-    """Facts of a namespace and those inside it whose key or value holds the query's words.
+def fact_search(
+    *, agent: Agent, namespace: str, text: str = "", limit: int = DEFAULT_SEARCH_LIMIT, purpose: str = ""
+) -> list[FactHit]:
+    """Facts of a namespace and those inside it whose key or value holds the query's words (with a
+    `purpose`, of the agent's list or a 400 naming it: only facts collected for it or for none).
 
     1. The query's words, lower-cased, common words left out.
     2. A fact matches when its key or the text of its value holds at least one of them as a word.
@@ -243,7 +259,10 @@ def fact_search(*, agent: Agent, namespace: str, text: str = "", limit: int = DE
         raise DomainError("invalid_value", f"limit must be from 1 to {MAX_SEARCH_LIMIT}.", field="limit")
     if not isinstance(text, str):
         raise DomainError("invalid_value", "text must be a string.", field="q")
-    current = facts_current(agent=agent, namespace=namespace, nested=True).defer("embedding", "search_vector")
+    purpose = recall_purpose_check(agent=agent, purpose=purpose)
+    current = facts_current(agent=agent, namespace=namespace, nested=True, purpose=purpose).defer(
+        "embedding", "search_vector"
+    )
     words = _words(text)
     if not words:
         rows = list(current.order_by("-recorded_at", "-id")[:limit])

@@ -8,8 +8,9 @@ Contract used by the context builder (recall area):
         first, then newest first; `text` is the line the `facts` partition shows, with
         "(previously: X)" for a replaced value the scope still sees.
 
-    items_for_recall(*, agent, user_id="", project_id="", thread_id="", as_of=None) -> QuerySet[MemoryItem]
+    items_for_recall(*, agent, user_id="", project_id="", thread_id="", as_of=None, purpose="") -> QuerySet[MemoryItem]
         the active items the scope sees that hold at `as_of`: hybrid recall searches within it.
+        Both take `purpose`: with one, only items collected for it or for none (memoryapp.items.purposes).
         Suggested, rejected and stale items are never in either.
 
 Which state holds is read from the times, not from the status alone: a state that starts later
@@ -29,6 +30,7 @@ from django.utils import timezone
 from governance.crypto.fields import equality_values
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
+from memoryapp.items.purposes import purpose_q
 from memoryapp.items.rules import TIMELINE_STATUSES, VALID_UNTIL_KEY, Scope, normalized_name, visible_q
 from memoryapp.models import Agent, Entity, ItemReview, MemoryItem, Thread
 from memoryapp.models.choices import ItemKind, ItemStatus
@@ -67,10 +69,13 @@ def thread_context_scope(thread: Thread) -> Scope:
 
 
 def items_visible(
-    *, agent: Agent, user_id: str = "", project_id: str = "", thread_id: str = ""
+    *, agent: Agent, user_id: str = "", project_id: str = "", thread_id: str = "", purpose: str = ""
 ) -> QuerySet[MemoryItem]:
-    """The agent's items an access of this scope sees (items of no scope, or of its own)."""
-    return items_for_agent(agent=agent).filter(visible_q(user_id=user_id, project_id=project_id, thread_id=thread_id))
+    """The agent's items an access of this scope sees (items of no scope, or of its own), and with a
+    `purpose` only those collected for it or for none (memoryapp.items.purposes)."""
+    return items_for_agent(agent=agent).filter(
+        visible_q(user_id=user_id, project_id=project_id, thread_id=thread_id), purpose_q(purpose)
+    )
 
 
 def holding_q(*, as_of: datetime | None = None, known_at: datetime | None = None) -> Q:
@@ -149,17 +154,32 @@ def items_holding(
     thread_id: str = "",
     as_of: datetime | None = None,
     known_at: datetime | None = None,
+    purpose: str = "",
 ) -> QuerySet[MemoryItem]:
-    """What held at `as_of` as known at `known_at` (both now by default), for the scope."""
-    return items_visible(agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id).filter(
-        holding_q(as_of=as_of, known_at=known_at)
-    )
+    """What held at `as_of` as known at `known_at` (both now by default), for the scope (and purpose)."""
+    return items_visible(
+        agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, purpose=purpose
+    ).filter(holding_q(as_of=as_of, known_at=known_at))
 
 
 def items_for_recall(
-    *, agent: Agent, user_id: str = "", project_id: str = "", thread_id: str = "", as_of: datetime | None = None
+    *,
+    agent: Agent,
+    user_id: str = "",
+    project_id: str = "",
+    thread_id: str = "",
+    as_of: datetime | None = None,
+    purpose: str = "",
 ) -> QuerySet[MemoryItem]:
-    return items_holding(agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, as_of=as_of)
+    return items_holding(
+        agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, as_of=as_of, purpose=purpose
+    )
+
+
+def items_agent_wide(*, agent: Agent, as_of: datetime | None = None, purpose: str = "") -> QuerySet[MemoryItem]:
+    """Every item of the agent that holds at `as_of`, whatever its scope (a search of the whole agent),
+    with a `purpose` only those collected for it or for none."""
+    return items_for_agent(agent=agent).filter(holding_q(as_of=as_of), purpose_q(purpose))
 
 
 def _narrowness(item: MemoryItem) -> int:
@@ -205,6 +225,7 @@ def context_facts(
     thread_id: str = "",
     as_of: datetime | None = None,
     known_at: datetime | None = None,
+    purpose: str = "",
 ) -> list[ContextFact]:
     """The `facts` partition of a context (see the module docstring for the order and the text).
 
@@ -219,7 +240,13 @@ def context_facts(
     at = as_of or timezone.now()
     held = one_state_per_slot(
         items_holding(
-            agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, as_of=at, known_at=known_at
+            agent=agent,
+            user_id=user_id,
+            project_id=project_id,
+            thread_id=thread_id,
+            as_of=at,
+            known_at=known_at,
+            purpose=purpose,
         )
         .defer("embedding", "search_vector")
         .order_by("-valid_from")[: MAX_CONTEXT_FACTS * 5]

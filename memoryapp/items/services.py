@@ -28,6 +28,7 @@ from memoryapp.errors import Conflict, DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import new_id, person_id_check
 from memoryapp.items.evidence import verify_evidence
+from memoryapp.items.purposes import item_purposes_check
 from memoryapp.items.rules import (
     TIMELINE_STATUSES,
     VALID_UNTIL_KEY,
@@ -190,6 +191,7 @@ def item_write(
     prompt_version: str = "",
     shadow: bool = False,
     actor: str = "",
+    purposes: Sequence[str] | None = None,
 ) -> MemoryItem:
     """Write one statement about a slot; returns the item it became (new, or the one it merged into).
 
@@ -211,6 +213,7 @@ def item_write(
         prompt_version=prompt_version,
         shadow=shadow,
         actor=actor,
+        purposes=purposes,
     )
 
 
@@ -236,8 +239,12 @@ def item_state_write(
     namespace: str = "",
     expires_at: datetime | None = None,
     use_entity: bool = True,
+    purposes: Sequence[str] | None = None,
 ) -> MemoryItem:
     """The write of `item_write`, with the extra fields facts keep (value_json, namespace, expires_at).
+
+    `purposes`: what the statement was collected for, each of the agent's purposes (a 400 naming
+    `purposes[i]` otherwise); None leaves a merged item's as they are and writes a new one with none.
 
     1. Check the input and every quote against its entry (loaded within the agent).
     2. Lock the slot in its exact scope (advisory lock), so racing writers go one after another.
@@ -273,6 +280,7 @@ def item_state_write(
         raise DomainError("invalid_value", "valid_to must be after valid_from.", field="valid_to")
     if metadata is not None and not isinstance(metadata, dict):
         raise DomainError("invalid_value", "metadata must be an object.", field="metadata")
+    checked_purposes = None if purposes is None else item_purposes_check(agent=agent, values=list(purposes))
     screener = screener_for(agent=agent)
     held: list[str] = []
     if screener is not None:
@@ -319,6 +327,7 @@ def item_state_write(
             shadow=shadow,
             expires_at=expires_at,
             actor=actor,
+            purposes=checked_purposes,
         )
 
     extra = dict(metadata or {})
@@ -348,6 +357,7 @@ def item_state_write(
         expires_at=expires_at,
         prompt_version=prompt_version,
         metadata=extra,
+        purposes=checked_purposes or [],
     )
     _add_evidence(item=item, checked=checked)
     if kind == ItemKind.OPINION:
@@ -374,6 +384,7 @@ def _merge(
     shadow: bool,
     expires_at: datetime | None,
     actor: str,
+    purposes: list[str] | None = None,
 ) -> MemoryItem:
     best_trust, best_verified = better_source((item.trust, item.verified), (trust, verified))
     if item.kind == ItemKind.OPINION:
@@ -386,8 +397,12 @@ def _merge(
         or best_verified != item.verified
         or new_confidence != item.confidence
         or expires_at != item.expires_at
+        # The same value stated again for other purposes: held for those from now on.
+        or (purposes is not None and purposes != item.purposes)
     )
     item.trust, item.verified, item.confidence = best_trust, best_verified, new_confidence
+    if purposes is not None:
+        item.purposes = purposes
     if expires_at != item.expires_at:
         item.expires_at = expires_at
     activated = item.status == ItemStatus.SUGGESTED and activates(
@@ -398,7 +413,18 @@ def _merge(
         item.activated_at = timezone.now()
         item.metadata = {**item.metadata, "activatedAt": item.activated_at.isoformat()}
     if changed or activated:
-        item.save(update_fields=["trust", "verified", "confidence", "expires_at", "status", "activated_at", "metadata"])
+        item.save(
+            update_fields=[
+                "trust",
+                "verified",
+                "confidence",
+                "expires_at",
+                "status",
+                "activated_at",
+                "metadata",
+                "purposes",
+            ]
+        )
     before = Evidence.objects.filter(item=item).count()
     _add_evidence(item=item, checked=checked)
     if activated:

@@ -20,6 +20,8 @@ missing does (`NotFound`), so the model learns nothing of what exists outside:
 4. A person named in an entry (`metadata.userId`, what a person's erasure follows): the
    connection's person only.
 5. A project (`get_context`): the connection's, when it names one.
+6. A purpose (`?purpose=`, the REST memory tools' `purpose`): facts remembered are collected for it,
+   and searches and contexts recall only memory of it or of none (memoryapp.items.purposes).
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class ToolScope:
     thread_id: str = ""
     # The facts' namespace the configuration named (the REST memory tools' `namespace`).
     namespace: str = ""
+    # The purpose of the run (checked against the agent's list by whoever opens the scope): facts
+    # remembered are collected for it, searches and contexts recall only its memory or memory of none.
+    purpose: str = ""
 
     # --- namespaces ---------------------------------------------------------------------------
 
@@ -71,6 +76,15 @@ class ToolScope:
             return True
         configured = self.namespace
         return bool(configured) and (namespace == configured or namespace.startswith(configured + "/"))
+
+    def purpose_for(self, given: str | None) -> str:
+        """The purpose a context is built for: the connection's, which a tool may only repeat (a 400
+        naming `purpose` otherwise), else the one given (checked by the builder)."""
+        if self.purpose and given and given != self.purpose:
+            raise DomainError(
+                "invalid_value", "purpose must be the connection's purpose (or left out).", field="purpose"
+            )
+        return self.purpose or given or ""
 
     # --- threads and their tool results ------------------------------------------------------
 

@@ -7,7 +7,8 @@ JSON-RPC message in, one JSON answer out, nothing kept between requests), so:
 
 1. the key is checked as the REST API checks it (`AgentKeyAuthentication`: a missing, unknown or
    revoked key is a 401 in the API's error shape, with `WWW-Authenticate: Bearer`), and the scope
-   (user_id, project_id, thread_id) comes from the URL's query string, as the memory tool's does;
+   (user_id, project_id, thread_id, and the run's purpose) comes from the URL's query string, as the
+   memory tool's does;
 2. the body is read whole, at most the API's 32 MiB (413 beyond);
 3. the request is handed to a fresh `StreamableHTTPSessionManager` (stateless, JSON responses) of
    `mcp_server` inside `async_to_sync`, with the caller in `CALLER`; its tools run their work back on
@@ -39,6 +40,7 @@ from memoryapp.api.limits import heavy_slot_held
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 from memoryapp.errors import TooManyRequests
 from memoryapp.files.access import scope_value_check
+from memoryapp.items.purposes import recall_purpose_check
 from memoryapp.mcp.server import CALLER, McpCaller, mcp_server
 from memoryapp.models import AgentKey
 
@@ -127,10 +129,12 @@ def _caller(request: HttpRequest) -> tuple[McpCaller, AgentKey]:
     if wait is not None:
         raise exceptions.Throttled(wait=wait)
     for name in request.GET:
-        if name not in SCOPE_PARAMETERS:
+        if name not in (*SCOPE_PARAMETERS, "purpose"):
             raise exceptions.ValidationError({name: ["Unknown query parameter."]}, code="unknown_parameter")
     scope = {name: scope_value_check(name, request.GET.get(name, "")) for name in SCOPE_PARAMETERS}
-    return McpCaller(agent=user.agent, **scope), key
+    # The run's purpose (memoryapp.items.purposes): one of the agent's, or a 400 naming `purpose`.
+    purpose = recall_purpose_check(agent=user.agent, purpose=request.GET.get("purpose", ""))
+    return McpCaller(agent=user.agent, purpose=purpose, **scope), key
 
 
 def _refusal(exc: Exception) -> HttpResponse:

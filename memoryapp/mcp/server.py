@@ -77,6 +77,7 @@ class McpCaller:
     user_id: str = ""
     project_id: str = ""
     thread_id: str = ""
+    purpose: str = ""
 
     @property
     def actor(self) -> str:
@@ -84,7 +85,13 @@ class McpCaller:
 
     def scope(self) -> ToolScope:
         """The scope every tool argument naming a person, namespace, thread or handle stays in."""
-        return ToolScope(agent=self.agent, user_id=self.user_id, project_id=self.project_id, thread_id=self.thread_id)
+        return ToolScope(
+            agent=self.agent,
+            user_id=self.user_id,
+            project_id=self.project_id,
+            thread_id=self.thread_id,
+            purpose=self.purpose,
+        )
 
     def file_access(self) -> FileAccess:
         return file_access_for(
@@ -297,6 +304,10 @@ async def get_context(
         str | None,
         Field(description="The project whose context documents apply (default: the connection's, else the thread's)."),
     ] = None,
+    purpose: Annotated[
+        str | None,
+        Field(description="Recall for this purpose only: facts and items collected for it or for none."),
+    ] = None,
 ) -> CallToolResult:
     """Build the messages for the next model call within a token budget: the system message, the
     standing instructions (context documents), the compaction summary, the kept history and a
@@ -313,6 +324,7 @@ async def get_context(
         brief_cards=brief_cards,
         time_zone=time_zone,
         project_id=project_id,
+        purpose=purpose,
     )
 
     def work(caller: McpCaller) -> CallToolResult:
@@ -321,6 +333,7 @@ async def get_context(
         project = scope.project_for(body.get("project_id"))
         if project is not None:
             body["project_id"] = project  # the connection's project, as the memory tool's scope
+        body["purpose"] = scope.purpose_for(body.get("purpose"))
         request = ContextRequest(**validated(ContextInput, body))
         compaction_pre_step(thread=thread)  # as the context endpoint: 003 preStep
         built = context_build(agent=caller.agent, thread=thread, request=request).as_json()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.contrib.postgres.fields import ArrayField
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
@@ -33,6 +34,9 @@ class Agent(models.Model):
     # categories set ({"email": "redact"}); the others take the defaults. On the agent's row, which
     # every write has read already, so screening costs no query of its own.
     screening = models.JSONField(default=dict, blank=True)
+    # Purpose limitation (GDPR art. 5(1)(b), memoryapp.items.purposes): the purposes the agent's items
+    # and facts may be collected for (short slugs such as "support"); empty, none are used.
+    purposes = ArrayField(models.CharField(max_length=32), default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

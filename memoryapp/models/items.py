@@ -4,6 +4,7 @@ import re
 from typing import ClassVar
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
@@ -170,6 +171,9 @@ class MemoryItem(Scoped):
     last_retrieved_at = models.DateTimeField(null=True, blank=True)
     prompt_version = models.CharField(max_length=40, blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True)
+    # The purposes the item was collected for (of the agent's `purposes`); empty: any. A recall that
+    # names a purpose sees only items of that purpose or of none (memoryapp.items.purposes).
+    purposes = ArrayField(models.CharField(max_length=32), default=list, blank=True)
     # The value's part is empty for a sealed value: with encryption on, keyword search reads the
     # value's words from `keyword_hashes` (subject and attribute stay in here, plaintext).
     search_vector = models.GeneratedField(
@@ -212,6 +216,8 @@ class MemoryItem(Scoped):
             # prune job: facts whose time to live ran out.
             models.Index(fields=["expires_at"], name="item_expires_idx", condition=models.Q(expires_at__isnull=False)),
             GinIndex(fields=["search_vector"], name="item_search_gin"),
+            # recall with a purpose: the items collected for it (`purposes @> {support}`).
+            GinIndex(fields=["purposes"], name="item_purposes_gin"),
             # keyword search with encryption on: the blind index of the values (memoryapp.search.keyword).
             GinIndex(
                 fields=["keyword_hashes"],

@@ -26,7 +26,7 @@ from django.db import connection
 from django.db.models import QuerySet
 
 from governance.crypto.fields import value_open
-from memoryapp.items.selectors import holding_q, items_for_agent, items_for_recall
+from memoryapp.items.selectors import items_agent_wide, items_for_recall
 from memoryapp.models import Agent, MemoryItem, Thread
 from memoryapp.search.embedders import EmbedderError, embed_query
 from memoryapp.search.hybrid import Fused, mmr, pool_size, rrf
@@ -116,12 +116,18 @@ def vector_space_ok() -> tuple[bool, str]:
 
 
 def items_searchable(
-    *, agent: Agent, thread: Thread | None = None, user_id: str | None = None, as_of: datetime | None = None
+    *,
+    agent: Agent,
+    thread: Thread | None = None,
+    user_id: str | None = None,
+    as_of: datetime | None = None,
+    purpose: str = "",
 ) -> QuerySet[MemoryItem]:
     """Items a search may return: those that hold at `as_of` (now) and the scope sees.
 
     A thread sees the items of its person, its project and its own; a person those of no person and theirs;
-    the whole agent every item that holds. Suggested, rejected and stale items never.
+    the whole agent every item that holds. Suggested, rejected and stale items never. With a `purpose`,
+    only the items collected for it or for none (memoryapp.items.purposes).
     """
 
     if thread is not None:
@@ -131,10 +137,11 @@ def items_searchable(
             project_id=thread.project_scope,
             thread_id=thread.external_id,
             as_of=as_of,
+            purpose=purpose,
         )
     if user_id is not None:
-        return items_for_recall(agent=agent, user_id=user_id, as_of=as_of)
-    return items_for_agent(agent=agent).filter(holding_q(as_of=as_of))
+        return items_for_recall(agent=agent, user_id=user_id, as_of=as_of, purpose=purpose)
+    return items_agent_wide(agent=agent, as_of=as_of, purpose=purpose)
 
 
 def _entry_neighbours(*, scope: EntryScope, fused: dict[tuple[str, str], Fused], top: int, share: float) -> None:
@@ -231,6 +238,7 @@ def search(
     neighbours: bool = True,
     diversify: bool = True,
     min_similarity: float | None = None,
+    purpose: str = "",
 ) -> SearchOutcome:
     """Search the agent's memory (see the module's steps). Never raises for a failed channel.
 
@@ -249,7 +257,9 @@ def search(
     item_rows: QuerySet[MemoryItem] | None = None
     if "items" in kinds:
         item_rows = (
-            items if items is not None else items_searchable(agent=agent, thread=thread, user_id=user_id, as_of=as_of)
+            items
+            if items is not None
+            else items_searchable(agent=agent, thread=thread, user_id=user_id, as_of=as_of, purpose=purpose)
         )
         item_rows = item_rows.filter(agent=agent)  # a caller's queryset never widens the agent
     # A scope without items (common: a context build of a thread with no memory yet) skips both item

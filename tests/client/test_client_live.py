@@ -156,6 +156,9 @@ def client_tour(memory: Any, who: Caller) -> None:
     # Screening at write.
     assert memory.screening_settings()["secret"] == "refuse"
     assert memory.set_screening_settings(email="redact")["email"] == "redact"
+    # Purposes: recall bound to what memory was collected for.
+    assert memory.purpose_settings() == {"purposes": []}
+    assert memory.set_purpose_settings(["support"]) == {"purposes": ["support"]}
     # Facts, and the model's facts tools.
     assert memory.put_fact("users/ana", "tea", "green")["value"] == "green"
     assert memory.get_fact("users/ana", "tea")["value"] == "green"

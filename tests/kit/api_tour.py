@@ -192,7 +192,11 @@ def api_tour(caller: Caller) -> list[Visit]:
     call("PUT", memory, f"{V1}/threads/tour/memory", body={"memory": "off"})
     call("PUT", memory, f"{V1}/threads/tour/memory", body={"memory": "on"})
 
-    # Items and facts.
+    # What memory is collected for (purpose-bound recall), then items and facts.
+    purposes = f"{V1}/settings/purposes"
+    call("GET", purposes)
+    call("PATCH", purposes, body={"purposes": ["Not a slug"]})  # 400
+    call("PATCH", purposes, body={"purposes": ["support"]})
     item = call(
         "POST",
         f"{V1}/items",
@@ -232,13 +236,13 @@ def api_tour(caller: Caller) -> list[Visit]:
     call("POST", f"{V1}/search", body={"text": "Lisbon Friday", "method": "keyword"})
     call("POST", f"{V1}/search", body={"text": "Marta nurse", "kinds": ["entries", "items"]})
     facts = f"{V1}/facts/{{path}}"
-    call("PUT", facts, f"{V1}/facts/users/u-ana/city", body={"value": "Lisbon"})
+    call("PUT", facts, f"{V1}/facts/users/u-ana/city", body={"value": "Lisbon", "purposes": ["support"]})
     call("PUT", facts, f"{V1}/facts/users/u-ana/trip", body={"value": {"day": "Friday"}, "ttl_secs": 3600})
     call("GET", facts, f"{V1}/facts/users/u-ana/city")
     fact_items = call("GET", f"{V1}/items", query={"kind": "fact", "user_id": "u-ana"}).body()["results"]
     trip = next(i for i in fact_items if i.get("expires_at"))  # facts are items: namespace, value_json, TTL
     call("GET", f"{V1}/items/{{item_id}}", f"{V1}/items/{trip['id']}")
-    call("GET", facts, f"{V1}/facts/users/u-ana", query={"q": "Lisbon"})
+    call("GET", facts, f"{V1}/facts/users/u-ana", query={"q": "Lisbon", "purpose": "support"})
     call("GET", facts, f"{V1}/facts/users", query={"limit": 5})
     tools = f"{V1}/memory-tools"
     call("POST", tools, body={"name": "remember", "input": {"key": "seat", "value": "aisle"}, "user_id": "u-ana"})

@@ -53,6 +53,7 @@ from memory_client.models import (
     MemoryToolResultOut,
     NamespaceForgottenOut,
     PathPageOut,
+    PurposesOut,
     RunOut,
     ScreeningPolicyOut,
     SearchOut,
@@ -385,7 +386,9 @@ class MemoryClient:
         limit: int | None = None,
         method: Literal["keyword", "vector", "hybrid"] | None = None,
         as_of: datetime | str | None = None,
+        purpose: str | None = None,
     ) -> SearchOut:
+        """`purpose`: only items collected for it or for none (one of `purpose_settings()`)."""
         body = without_none(
             text=text,
             thread_id=thread_id,
@@ -394,6 +397,7 @@ class MemoryClient:
             limit=limit,
             method=method,
             as_of=query_value(as_of),
+            purpose=purpose,
         )
         return cast(SearchOut, self._request("POST", f"{API}/search", json_body=body))
 
@@ -462,16 +466,27 @@ class MemoryClient:
         answer = self._request("PUT", f"{API}/users/{user_id}/identifiers", json_body=body)
         return cast(IdentifiersOut, answer)
 
-    def put_fact(self, namespace: str, key: str, value: Any, *, ttl_secs: int | None = None) -> FactOut:
-        body = without_none(value=value, ttl_secs=ttl_secs)
+    def put_fact(
+        self,
+        namespace: str,
+        key: str,
+        value: Any,
+        *,
+        ttl_secs: int | None = None,
+        purposes: list[str] | None = None,
+    ) -> FactOut:
+        body = without_none(value=value, ttl_secs=ttl_secs, purposes=purposes)
         return cast(FactOut, self._request("PUT", f"{API}/facts/{namespace}/{key}", json_body=body))
 
     def get_fact(self, namespace: str, key: str) -> FactOut:
         return cast(FactOut, self._request("GET", f"{API}/facts/{namespace}/{key}"))
 
-    def search_facts(self, namespace: str, *, q: str = "", limit: int | None = None) -> FactPageOut:
-        """The facts of a namespace (and those inside it) holding the words of `q`, best first."""
-        params = without_none(q=q, limit=limit)
+    def search_facts(
+        self, namespace: str, *, q: str = "", limit: int | None = None, purpose: str | None = None
+    ) -> FactPageOut:
+        """The facts of a namespace (and those inside it) holding the words of `q`, best first (with
+        `purpose`: only those collected for it or for none)."""
+        params = without_none(q=q, limit=limit, purpose=purpose)
         return cast(FactPageOut, self._request("GET", f"{API}/facts/{namespace}", params=params))
 
     def forget_fact(self, namespace: str, key: str) -> FactForgottenOut:
@@ -491,13 +506,17 @@ class MemoryClient:
         thread_id: str | None = None,
         namespace: str | None = None,
         ttl_secs: int | None = None,
+        purpose: str | None = None,
     ) -> MemoryToolResultOut:
         """Run the model's remember / forget / search_memory / read_result call: `result` is the text
-        for the model. `user_id`, `thread_id` and `namespace` are the scope the model's input stays in."""
+        for the model. `user_id`, `thread_id` and `namespace` are the scope the model's input stays in; `purpose` the
+        run's (what remember collects for and search_memory recalls)."""
         body = {
             "name": name,
             "input": tool_input,
-            **without_none(user_id=user_id, thread_id=thread_id, namespace=namespace, ttl_secs=ttl_secs),
+            **without_none(
+                user_id=user_id, thread_id=thread_id, namespace=namespace, ttl_secs=ttl_secs, purpose=purpose
+            ),
         }
         return cast(MemoryToolResultOut, self._request("POST", f"{API}/memory-tools", json_body=body))
 
@@ -618,6 +637,17 @@ class MemoryClient:
         """Change the categories given (`email="redact"`); the others stay."""
         answer = self._request("PATCH", f"{API}/settings/screening", json_body=policy)
         return cast(ScreeningPolicyOut, answer)
+
+    # --- purposes: what memory is collected for (purpose-bound recall) -------------------------------
+
+    def purpose_settings(self) -> PurposesOut:
+        """The agent's purposes (items and facts may carry them; recall may be bound to one)."""
+        return cast(PurposesOut, self._request("GET", f"{API}/settings/purposes"))
+
+    def set_purpose_settings(self, purposes: list[str]) -> PurposesOut:
+        """Replace the agent's purposes (short slugs such as `support`)."""
+        answer = self._request("PATCH", f"{API}/settings/purposes", json_body={"purposes": purposes})
+        return cast(PurposesOut, answer)
 
     # --- standing instructions: context documents and the memory switch --------------------------
 
@@ -807,6 +837,8 @@ OPERATIONS: dict[str, str] = {
     "set_user_identifiers": "v1_users_identifiers_update",
     "screening_settings": "v1_settings_screening_retrieve",
     "set_screening_settings": "v1_settings_screening_partial_update",
+    "purpose_settings": "v1_settings_purposes_retrieve",
+    "set_purpose_settings": "v1_settings_purposes_partial_update",
     "put_fact": "v1_facts_update",
     "get_fact": "v1_facts_retrieve",
     "search_facts": "v1_facts_retrieve",

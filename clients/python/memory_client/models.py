@@ -98,6 +98,7 @@ __all__ = [
     "OffRangeOut",
     "OnBusyEnum",
     "PatchedAutoCompactionInput",
+    "PatchedPurposesInput",
     "PatchedScreeningPolicyInput",
     "PatchedThreadAutoCompactionInput",
     "PatchedThreadUpdateInput",
@@ -105,6 +106,7 @@ __all__ = [
     "PathPageOut",
     "PlacedDocumentOut",
     "ProblemOut",
+    "PurposesOut",
     "ReasonEnum",
     "RecalledEntryOut",
     "RecalledItemOut",
@@ -262,6 +264,7 @@ class ContextInput(TypedDict):
     file_index: NotRequired[bool]
     time_zone: NotRequired[str]
     project_id: NotRequired[str]
+    purpose: NotRequired[str]
 
 
 class ContextMessageOut(TypedDict):
@@ -460,6 +463,7 @@ class FactHitOut(TypedDict):
     created_at_ms: int
     updated_at_ms: int
     expires_at_ms: NotRequired[int]
+    purposes: NotRequired[list[str]]
     score: NotRequired[float]
 
 
@@ -467,6 +471,7 @@ class FactIn(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     value: Any
     ttl_secs: NotRequired[int | None]
+    purposes: NotRequired[list[str] | None]
 
 
 class FactOut(TypedDict):
@@ -477,6 +482,7 @@ class FactOut(TypedDict):
     created_at_ms: int
     updated_at_ms: int
     expires_at_ms: NotRequired[int]
+    purposes: NotRequired[list[str]]
 
 
 class FactPageOut(TypedDict):
@@ -552,6 +558,7 @@ class ItemIn(TypedDict):
     evidence: NotRequired[list[EvidenceIn]]
     metadata: NotRequired[dict[str, Any]]
     prompt_version: NotRequired[str]
+    purposes: NotRequired[list[str] | None]
 
 
 class ItemOut(TypedDict):
@@ -580,6 +587,7 @@ class ItemOut(TypedDict):
     value_json: NotRequired[Any]
     expires_at: NotRequired[str]
     prompt_version: NotRequired[str]
+    purposes: list[str]
 
 
 class ItemPageOut(TypedDict):
@@ -613,6 +621,7 @@ class ItemWithEvidenceOut(TypedDict):
     value_json: NotRequired[Any]
     expires_at: NotRequired[str]
     prompt_version: NotRequired[str]
+    purposes: list[str]
     evidence: list[EvidenceOut]
 
 
@@ -679,6 +688,7 @@ class MemoryToolIn(TypedDict):
     thread_id: NotRequired[str]
     namespace: NotRequired[str]
     ttl_secs: NotRequired[int | None]
+    purpose: NotRequired[str]
 
 
 class MemoryToolResultOut(TypedDict):
@@ -714,6 +724,11 @@ class PatchedAutoCompactionInput(TypedDict):
     summarizer_model: NotRequired[str | str]
     template_name: NotRequired[TemplateNameEnum | BlankEnum]
     pre_step: NotRequired[bool]
+
+
+class PatchedPurposesInput(TypedDict):
+    """The agent's purposes, all of them (a PATCH replaces the list)."""
+    purposes: NotRequired[list[str]]
 
 
 class PatchedScreeningPolicyInput(TypedDict):
@@ -764,6 +779,10 @@ class PlacedDocumentOut(TypedDict):
 class ProblemOut(TypedDict):
     source: str
     message: str
+
+
+class PurposesOut(TypedDict):
+    purposes: list[str]
 
 
 class RecalledEntryOut(TypedDict):
@@ -850,6 +869,7 @@ class SearchInput(TypedDict):
     limit: NotRequired[int]
     method: NotRequired[MethodEnum]
     as_of: NotRequired[str]
+    purpose: NotRequired[str]
 
 
 class SearchOut(TypedDict):
