@@ -178,8 +178,8 @@ def audit_rehearsal() -> Iterator[list[AuditEntry]]:
     it. What runs inside may fail freely; nothing of it, audit included, is kept.
 
     The list is a tally of what was appended, not a chain: an append inside a savepoint that is
-    rolled back within the rehearsal stays in it. Read counts from what the work returns (as the
-    erasure's dry run does), not from this list, where inner savepoints may roll back."""
+    rolled back within the rehearsal stays in it, unless the caller drops it (as the consequences
+    preview does for a refused step)."""
     collected: list[AuditEntry] = []
     token = _rehearsal.set(collected)
     try:

@@ -5,13 +5,14 @@ items purged or trimmed, quotes, file versions, summaries, entities), then asks 
 preview must equal the outcome, so it is not a second count that could drift from the cascade: the
 real services run, inside a transaction that is then rolled back.
 
-1. Note the newest audit seq, then run the actions (each in a savepoint: one refused, e.g. an event
-   entry that cannot be redacted, is listed as skipped and the others still run).
-2. Read the audit records this run appended (those after the noted seq, of this actor): every
-   cascade records its ids and counts there (`thread.delete`, `entry.delete`, `entry.redact`,
-   `lineage.forget`, `item.forgotten`), in the same transaction as the change.
-3. Preview: raise a private exception so the whole transaction rolls back (no job is sent, no audit
-   anchor written: both wait for a commit). Outcome: commit, and report the same counts.
+1. Run the actions, each in a savepoint: one refused (e.g. an event entry that cannot be redacted)
+   is listed as skipped and the others still run.
+2. Count the audit records this run appended, of this actor: every cascade records its ids and
+   counts there (`thread.delete`, `entry.delete`, `entry.redact`, `lineage.forget`,
+   `item.forgotten`), in the same transaction as the change.
+3. Preview: the actions run in an audit rehearsal (`audit_rehearsal`), rolled back, whose records
+   are tallied, not written: no chain lock is held through the preview, no job sent. Outcome:
+   commit, and count the records written after the newest seq noted before (the same counts).
 
 A lock conflict (deadlock victim) runs the whole batch again, as the cascades themselves do.
 """
@@ -25,6 +26,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Max
 
+from governance.audit.chain import AuditEntry, audit_rehearsal
 from governance.models import AuditRecord
 from memoryapp.errors import DomainError
 from memoryapp.retry import atomic_retrying
@@ -80,7 +82,7 @@ class Consequences:
         parts = [f"{count} {label}" for label, count in self.rows() if count]
         return ", ".join(parts) if parts else "nothing"
 
-    def add(self, record: AuditRecord) -> None:
+    def add(self, record: AuditRecord | AuditEntry) -> None:
         details = record.details if isinstance(record.details, dict) else {}
         count = self.counts
         self.audit_records += 1
@@ -111,42 +113,47 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-class _Preview(Exception):
-    """Carries the report out of the transaction it rolls back."""
-
-    def __init__(self, report: Consequences) -> None:
-        super().__init__("preview rolled back")
-        self.report = report
-
-
-def _run(steps: Sequence[Step], *, actor: str, preview: bool) -> Consequences:
-    report = Consequences()
-    before = AuditRecord.objects.aggregate(seq=Max("seq"))["seq"] or 0
+def _steps_run(steps: Sequence[Step], report: Consequences, appended: list[AuditEntry] | None = None) -> None:
     for shown_id, call in steps:
+        tallied = len(appended) if appended is not None else 0
         try:
             with transaction.atomic():  # a savepoint: a refused step leaves the others standing
                 call()
         except DomainError as exc:
             report.skipped.append((shown_id, exc.message))
+            if appended is not None:
+                del appended[tallied:]  # its records went with its savepoint
+
+
+def _apply(steps: Sequence[Step], *, actor: str) -> Consequences:
+    report = Consequences()
+    before = AuditRecord.objects.aggregate(seq=Max("seq"))["seq"] or 0
+    _steps_run(steps, report)
     # Only this run's records: every audited write of this run carries its actor, and the records
     # of other transactions committed meanwhile (another actor's) are left out by it.
     for record in AuditRecord.objects.filter(seq__gt=before, actor=actor).order_by("seq"):
         report.add(record)
-    if preview:
-        raise _Preview(report)
+    return report
+
+
+def _preview(steps: Sequence[Step], *, actor: str) -> Consequences:
+    """The steps in an audit rehearsal: rolled back, their records tallied without the chain's lock
+    (the service's other audit writes do not wait for a preview)."""
+    report = Consequences()
+    with audit_rehearsal() as appended:
+        _steps_run(steps, report, appended)
+    for entry in appended:
+        if entry.actor == actor:  # as the outcome counts: this run's records only
+            report.add(entry)
     return report
 
 
 def consequences_preview(*, steps: Sequence[Step], actor: str) -> Consequences:
     """Run the steps, count what they took, and roll everything back: nothing is changed."""
-    try:
-        atomic_retrying(_run)(steps, actor=actor, preview=True)
-    except _Preview as done:
-        return done.report
-    raise AssertionError("a preview always rolls back")
+    return atomic_retrying(_preview)(steps, actor=actor)
 
 
 def consequences_apply(*, steps: Sequence[Step], actor: str) -> Consequences:
     """Run the steps in one transaction (all, or none when one fails for another reason than a
     refusal) and report what they took: the same counts their preview showed."""
-    return atomic_retrying(_run)(steps, actor=actor, preview=False)
+    return atomic_retrying(_apply)(steps, actor=actor)

@@ -140,3 +140,46 @@ def test_letting_items_go_is_counted_and_a_second_time_counts_nothing(alice: Cal
     assert report_of(previewed) == report_of(consequences_apply(steps=steps, actor=ACTOR))
     assert previewed.summary() == "2 memory items let go (history kept)"
     assert consequences_preview(steps=steps, actor=ACTOR).summary() == "nothing"
+
+
+@pytest.mark.django_db(transaction=True)  # two connections: the preview's thread, and this test's
+def test_an_audit_write_of_another_connection_completes_while_a_preview_is_under_way(alice: Caller) -> None:
+    """A preview's records are rolled back anyway: it tallies them without the audit chain's lock,
+    so the service's other audit writes do not wait for a staffer reading a confirm page."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from governance.audit.chain import audit_append
+
+    thread = thread_create(agent=alice.agent, external_id="t")
+    said = entry_add(thread=thread, role="user", content="hello")
+    inside, release = threading.Event(), threading.Event()
+
+    def held_open() -> None:  # after the redaction and its audit record
+        inside.set()
+        release.wait(60)
+
+    found: dict[str, Consequences] = {}
+
+    def preview() -> None:
+        try:
+            steps = [(said.id, lambda: entry_redact(entry=said, actor=ACTOR)), ("held", held_open)]
+            found["report"] = consequences_preview(steps=steps, actor=ACTOR)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=preview)
+    worker.start()
+    try:
+        assert inside.wait(60), "the preview did not reach its last step"
+        with transaction.atomic():
+            with connection.cursor() as cursor:  # without it, a lock held by the preview hangs the test
+                cursor.execute("SET LOCAL lock_timeout = '20s'")
+            audit_append(action="key.revoked", actor="staff:other", subject="k-1")
+        assert AuditRecord.objects.filter(action="key.revoked").count() == 1
+    finally:
+        release.set()
+        worker.join(60)
+    assert found["report"].counts["entries_redacted"] == 1
+    assert Entry.objects.get(pk=said.id).redacted_at is None
