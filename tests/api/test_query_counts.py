@@ -1,0 +1,94 @@
+"""What the agent path costs in queries, pinned through the API against the real database (issue 26).
+
+Each figure is today's count: a change that adds a query to an append, a path read, a search or a
+context build fails here, and must lower or raise the figure with its reason. The fixture's first
+request pays what a key pays once a minute (its last-used stamp), so the pinned requests are steady
+ones, as under load. Counts are taken inside the test's transaction: every atomic block of the
+request is a SAVEPOINT/RELEASE pair here (2 queries) that a served request does not send.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memoryapp.models import Thread
+from tests.kit.api import Caller, answered, build_context, post_entry
+from tests.kit.factories import ThreadFactory
+from tests.kit.recall import embedded
+
+TURNS = [
+    ("user", "I adopted a puppy named Rex last May"),
+    ("assistant", "How lovely! What breed is Rex?"),
+    ("user", "A golden retriever, he loves swimming in the lake"),
+    ("assistant", "Swimming is great exercise for retrievers."),
+    ("user", "My sister lives in Lisbon and works as a nurse"),
+]
+
+
+@pytest.fixture
+def thread_of_alice(alice: Caller) -> Thread:
+    thread: Thread = ThreadFactory(agent=alice.agent, external_id="t-1", turns=TURNS)
+    embedded(alice.agent)
+    # Warm what is paid once a minute or once a process, not per request: the key's last-used stamp,
+    # the scope's size (cached), the context builder's first use.
+    answered(alice.client.get("/api/v1/threads/t-1/path"), 200)
+    search(alice, "hybrid")
+    build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
+    return thread
+
+
+def search(caller: Caller, method: str) -> Any:
+    return answered(
+        caller.client.post("/api/v1/search", {"text": "lake retriever", "method": method}, format="json"), 200
+    )
+
+
+def test_a_single_append_is_seven_queries(
+    alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
+) -> None:
+    # the key, the thread locked, the entry, the thread's leaf and counters, the change event
+    # (+ the atomic block's savepoint pair)
+    with django_assert_max_num_queries(7):
+        post_entry(alice, "t-1", role="user", content="one more")
+
+
+def test_a_path_read_is_three_queries(
+    alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
+) -> None:
+    # the key, the thread, the branch from the leaf up (one recursive query)
+    with django_assert_max_num_queries(3):
+        path = answered(alice.client.get("/api/v1/threads/t-1/path"), 200)
+    assert len(path["results"]) == len(TURNS)
+
+
+def test_a_keyword_search_is_seven_queries(
+    alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
+) -> None:
+    # the key, whether any item is live, the ranked matches, their rows, the access log (+ its
+    # savepoint pair); the scope's size is cached
+    with django_assert_max_num_queries(7):
+        answer = search(alice, "keyword")
+    assert answer["results"]
+
+
+def test_a_hybrid_search_is_fourteen_queries(
+    alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
+) -> None:
+    # the keyword channel's four, the vector column's dimension, the vector channel (two SET LOCALs,
+    # the nearest rows, the embedded scope's size, in a savepoint pair), the neighbours, the rows, the access log
+    with django_assert_max_num_queries(14):
+        answer = search(alice, "hybrid")
+    assert answer["results"]
+
+
+def test_a_hybrid_context_build_is_eighteen_queries(
+    alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
+) -> None:
+    # the key, the thread, its compaction settings, the thread's memory files, the branch, the items,
+    # the user's memory files, whether any item is live, the keyword channel, the
+    # vector channel (in a savepoint pair), the access log (+ its savepoint pair)
+    with django_assert_max_num_queries(18):
+        context = build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
+    assert context["messages"]
