@@ -159,6 +159,7 @@ class CompactionSettingsAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin)
         "model_shown",
         "template_name",
         "pre_step",
+        "message_threshold",
         "updated",
     )
     list_filter = ("enabled", "strategy", "pre_step")

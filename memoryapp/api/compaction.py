@@ -32,6 +32,7 @@ from memoryapp.api.threads import EntryOut, entry_json
 from memoryapp.compaction.auto import (
     MAX_CONTEXT_WINDOW,
     MAX_KEEP_RECENT,
+    MAX_MESSAGE_THRESHOLD,
     MODEL_NAME,
     AutoCompaction,
     agent_compaction_settings,
@@ -333,6 +334,10 @@ class AutoCompactionOut(OutputSerializer):
     summarizer_model = serializers.CharField(allow_blank=True, help_text="Empty: the provider's own model.")
     template_name = serializers.CharField(allow_blank=True, help_text="Empty: the default summary prompt.")
     pre_step = serializers.BooleanField(help_text="Also compact in the context request, before the next model step.")
+    message_threshold = serializers.IntegerField(
+        allow_null=True,
+        help_text="Also compact once the history holds this many entries, whichever comes first (null: off).",
+    )
 
 
 def _auto_json(config: AutoCompaction) -> dict[str, Any]:
@@ -350,6 +355,10 @@ class AutoCompactionInput(StrictSerializer):
     summarizer_model = serializers.RegexField(MODEL_NAME, required=False, allow_blank=True, max_length=200)
     template_name = serializers.ChoiceField(choices=["", *SUMMARY_TEMPLATES], required=False)
     pre_step = serializers.BooleanField(required=False)
+    # Null on the agent's: by tokens only; on a thread's: back to the agent's (as every setting).
+    message_threshold = serializers.IntegerField(
+        required=False, allow_null=True, min_value=1, max_value=MAX_MESSAGE_THRESHOLD
+    )
 
 
 class ThreadAutoCompactionInput(AutoCompactionInput):
@@ -368,8 +377,8 @@ class ThreadAutoCompactionOut(OutputSerializer):
 
 class AgentAutoCompactionView(APIView):
     """The agent's automatic compaction: after appends, a thread whose active branch holds
-    `context_window * trigger_ratio` tokens or more gets a compaction job with `strategy`
-    (debounced; one at a time per thread; checked again when it runs)."""
+    `context_window * trigger_ratio` tokens or more, or `message_threshold` entries (when set),
+    gets a compaction job with `strategy` (debounced; one at a time per thread; checked again when it runs)."""
 
     @extend_schema(responses={200: AutoCompactionOut})
     def get(self, request: Request) -> Response:

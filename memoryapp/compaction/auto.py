@@ -8,7 +8,9 @@ thread is compacted without being asked:
    appends, batches, imports and the MCP `thread_append` all pass here), `auto_compaction_check`
    reads the thread's running count of history tokens (`Thread.history_tokens`, kept by the
    appends; counted from the branch once when unknown) and its settings, in one query.
-2. At `context_window * trigger_ratio` tokens or more, a Redis mark (`SET NX`) per thread lets one
+2. At `context_window * trigger_ratio` tokens or more, or `message_threshold` entries of the history
+   as the model sees it (004 messageThreshold, whichever comes first; counted only once the thread
+   has written that many entries), a Redis mark (`SET NX`) per thread lets one
    append send the job, AUTO_COMPACTION_DEBOUNCE_SECONDS later: the appends of a burst join it.
    The mark stays until the job ends, so no second job of the thread is sent while one waits or
    runs; the job also holds the thread's COMPACTION advisory lock, so two never run at once.
@@ -64,6 +66,7 @@ AUTO_ACTOR = "auto-compaction"
 PENDING_GRACE_SECONDS = 900
 MAX_CONTEXT_WINDOW = 100_000_000
 MAX_KEEP_RECENT = 10_000
+MAX_MESSAGE_THRESHOLD = 1_000_000
 # A model name as providers spell them: gpt-4o-mini, claude-haiku-4-5, llama3.1:8b, org/model@rev.
 MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}$")
 
@@ -80,13 +83,26 @@ class AutoCompaction:
     summarizer_model: str = ""
     template_name: str = ""
     pre_step: bool = False
+    # 004 messageThreshold: entries of the history (as the model sees it) at which to compact too.
+    message_threshold: int | None = None
 
     @property
     def trigger_tokens(self) -> int:
         return int(self.context_window * self.trigger_ratio + 0.999999)
 
-    def passes(self, tokens: int) -> bool:
-        return self.enabled and should_compact_tokens(tokens, self.context_window, self.trigger_ratio)
+    def passes(self, tokens: int, entries: int | None = None) -> bool:
+        """At the trigger: `tokens` at the token trigger, or `entries` (when counted) at
+        `message_threshold`, whichever comes first (004)."""
+        if not self.enabled:
+            return False
+        if self.message_threshold is not None and entries is not None and entries >= self.message_threshold:
+            return True
+        return should_compact_tokens(tokens, self.context_window, self.trigger_ratio)
+
+    def may_pass_by_count(self, thread: Thread) -> bool:
+        """Whether the entry count could be at `message_threshold`: the thread has written at
+        least that many entries (next_seq), so counting its history is worth a read."""
+        return self.message_threshold is not None and thread.next_seq - 1 >= self.message_threshold
 
     def strategy_options(self) -> dict[str, Any]:
         """The options of the compaction request this configuration makes (plan.py's names)."""
@@ -128,6 +144,12 @@ def _check_value(name: str, value: Any, *, field_prefix: str = "") -> Any:
     if name in ("enabled", "pre_step"):
         if not isinstance(value, bool):
             raise wrong(f"{name} must be true or false.")
+        return value
+    if name == "message_threshold":
+        if value is None:
+            return None  # by tokens only
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MESSAGE_THRESHOLD:
+            raise wrong(f"message_threshold must be a whole number from 1 to {MAX_MESSAGE_THRESHOLD}, or null.")
         return value
     if name in ("context_window", "keep_recent"):
         low, high = (1, MAX_CONTEXT_WINDOW) if name == "context_window" else (0, MAX_KEEP_RECENT)
@@ -286,6 +308,15 @@ def _count_history(thread: Thread) -> int:
     return history_tokens(compacted_history(thread_branch(thread)))
 
 
+def history_entries_count(*, thread: Thread, config: AutoCompaction) -> int | None:
+    """The entries of the thread's history as the model sees it (after the newest compaction's
+    cut), or None when `message_threshold` is off or cannot be reached yet (no read then)."""
+    if not config.may_pass_by_count(thread):
+        return None
+    thread.refresh_from_db(fields=["active_leaf", "next_seq", "branch_epoch"])
+    return len(compacted_history(thread_branch(thread)).entries)
+
+
 def history_tokens_recount(*, thread: Thread) -> int:
     """Count the thread's history tokens from its branch and keep the count, unless a write changed
     the thread since it was read (its next_seq or branch), which leaves the count unknown."""
@@ -344,7 +375,10 @@ def auto_compaction_check_thread(*, thread: Thread) -> JobRun | None:
     tokens = thread.history_tokens
     if tokens is None:
         tokens = history_tokens_recount(thread=thread)
-    if not config.passes(tokens):
+    entries = None
+    if not config.passes(tokens) and config.may_pass_by_count(thread):
+        entries = history_entries_count(thread=thread, config=config)
+    if not config.passes(tokens, entries):
         return None
     thread_pk = thread.pk
     key = auto_compaction_key(thread_pk)
@@ -366,6 +400,7 @@ def auto_compaction_check_thread(*, thread: Thread) -> JobRun | None:
             "source": "auto-trigger",
             "tokens": tokens,
             "trigger_tokens": config.trigger_tokens,
+            **({"entries": entries, "message_threshold": config.message_threshold} if entries is not None else {}),
         },
         agent_id=thread.agent_id,
         dedupe_key=key,
@@ -395,8 +430,11 @@ def _compact_if_over(run: JobRun, thread: Thread, *, source: str) -> dict[str, A
         job_skip(run, "automatic compaction is off for this thread")
         return None
     tokens = history_tokens_recount(thread=thread)
+    entries = history_entries_count(thread=thread, config=config)
     base: dict[str, Any] = {"strategy": config.strategy, "tokens": tokens, "trigger_tokens": config.trigger_tokens}
-    if not config.passes(tokens):
+    if entries is not None:
+        base.update(entries=entries, message_threshold=config.message_threshold)
+    if not config.passes(tokens, entries):
         return {**base, "compacted": False, "reason": "under the trigger"}
     if config.strategy == SUMMARIZE and not model_available():
         job_skip(run, f"no language model is configured (LLM_PROVIDER=none): {config.strategy} needs one")
@@ -452,7 +490,8 @@ def auto_compaction_job(run: JobRun) -> dict[str, Any] | None:
                 # Still past the trigger after the strategy did what it could (the kept tail alone
                 # fills it, or clearing without a model): no run per append until the mark expires.
                 still = history_tokens_recount(thread=thread)
-                keep_mark = thread_auto_compaction(thread=thread).passes(still)
+                config = thread_auto_compaction(thread=thread)
+                keep_mark = config.passes(still, history_entries_count(thread=thread, config=config))
                 if keep_mark:
                     result["still_over_trigger"] = still
             return result
@@ -480,7 +519,7 @@ def compaction_pre_step(*, thread: Thread) -> JobRun | None:
     tokens = Thread.objects.filter(pk=thread.pk).values_list("history_tokens", flat=True).first()
     if tokens is None:
         tokens = history_tokens_recount(thread=thread)
-    if not config.passes(tokens):
+    if not config.passes(tokens, history_entries_count(thread=thread, config=config)):
         return None
     run = JobRun.objects.create(
         kind=JOB_KIND,

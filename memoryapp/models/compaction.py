@@ -10,8 +10,8 @@ class CompactionSettings(models.Model):
     """An agent's automatic compaction (004 "Sessions and Compaction", 000 `shouldCompact`).
 
     After appends, a thread whose active branch (as the model sees it) holds
-    `context_window * trigger_ratio` tokens or more gets a compaction job with `strategy`. A thread
-    may override any of these in `Thread.compaction` (memoryapp.compaction.auto). No row: off.
+    `context_window * trigger_ratio` tokens or more (or `message_threshold` entries, when set) gets a
+    compaction job with `strategy`. A thread may override any of these in `Thread.compaction` (memoryapp.compaction.auto). No row: off.
     """
 
     agent = models.OneToOneField(Agent, primary_key=True, on_delete=models.CASCADE, related_name="compaction_settings")
@@ -31,6 +31,9 @@ class CompactionSettings(models.Model):
     template_name = models.CharField(max_length=64, blank=True, default="")
     # 003 preStep: also compact before the agent's next model step, in its context request.
     pre_step = models.BooleanField(default=False)
+    # 004 messageThreshold: also compact once the history holds this many entries, whichever of
+    # the two comes first (null: by tokens only).
+    message_threshold = models.PositiveIntegerField(null=True, blank=True, default=None)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -29,6 +29,7 @@ from memoryapp.compaction.auto import (
 from memoryapp.compaction.history import compacted_history
 from memoryapp.compaction.policy import history_tokens, thread_branch
 from memoryapp.compaction.services import compaction_now
+from memoryapp.errors import DomainError
 from memoryapp.forgetting.services import entry_delete
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
@@ -602,3 +603,77 @@ def test_the_summarizer_model_is_the_model_the_provider_is_asked_for(
         _chat(other)
         compaction_now(thread=other, strategy="summarize-old-preserve-recent")
     assert [(r.path, r.body["model"]) for r in server.seen] == [(path, "summarizer-small"), (path, "agent-large")]
+
+
+# --- the entry-count trigger (004 messageThreshold) ---------------------------------------------------
+
+
+def _summaries_only(system: str, messages: list[Any]) -> str:
+    """A summary for the summarizer; nothing for the other model work appends start (extraction)."""
+    return "Questions were answered." if system.startswith(prompt("summary_v1").text) else "[]"
+
+
+def _short_chat(thread: Thread, turns: int) -> None:
+    for n in range(turns):
+        EntryFactory(thread=thread, role="user", content=f"question {n}")
+        EntryFactory(thread=thread, role="assistant", content=f"answer {n}")
+
+
+def test_a_thread_under_its_token_trigger_is_compacted_at_its_entry_count(
+    alice: Caller, django_capture_on_commit_callbacks: Any
+) -> None:
+    _settings(alice.agent, enabled=True, strategy="summarize-old-preserve-recent", keep_recent=2)
+    body = patch_ok(alice.client, SETTINGS, {"message_threshold": 8})
+    assert body["message_threshold"] == 8 and body["trigger_tokens"] == 102_400
+    thread = _fresh(ThreadFactory(agent=alice.agent, external_id="t-many"))
+    with use_model(ScriptedModel(_summaries_only)), django_capture_on_commit_callbacks(execute=True):
+        _short_chat(thread, 3)  # 6 entries: under both triggers
+        assert _auto_runs(thread) == []
+        _short_chat(thread, 1)  # 8 entries, a few dozen tokens of 102,400
+    assert _exact_tokens(thread) < 200
+    [run] = _auto_runs(thread)
+    assert run.status == "succeeded" and run.arguments["entries"] == 8, (run.result, run.error)
+    assert run.result["compacted"] is True and run.result["message_threshold"] == 8
+    [compaction] = _compactions(thread)
+    assert compaction.event["source"] == "auto-trigger"
+    # The history the model sees holds the summary and the kept entries now: under the count.
+    thread.refresh_from_db()
+    assert len(compacted_history(thread_branch(thread)).entries) < 8
+    # Off again (null): by tokens only, and 8 more short entries send nothing.
+    assert patch_ok(alice.client, SETTINGS, {"message_threshold": None})["message_threshold"] is None
+    with django_capture_on_commit_callbacks(execute=True):
+        _short_chat(thread, 4)
+    assert len(_auto_runs(thread)) == 1
+
+
+def test_a_threads_own_entry_count_wins_over_its_agents(alice: Caller, django_capture_on_commit_callbacks: Any) -> None:
+    _settings(alice.agent, enabled=True, strategy="summarize-old-preserve-recent", keep_recent=2, message_threshold=50)
+    own = _fresh(ThreadFactory(agent=alice.agent, external_id="t-own"))
+    plain = _fresh(ThreadFactory(agent=alice.agent, external_id="t-plain-count"))
+    body = patch_ok(alice.client, _thread_settings("t-own"), {"message_threshold": 6})
+    assert body["own"] == {"message_threshold": 6} and body["effective"]["message_threshold"] == 6
+    with use_model(ScriptedModel(_summaries_only)), django_capture_on_commit_callbacks(execute=True):
+        for thread in (own, plain):
+            _short_chat(thread, 3)
+    assert [len(_compactions(t)) for t in (own, plain)] == [1, 0]
+    # A null goes back to the agent's 50.
+    body = patch_ok(alice.client, _thread_settings("t-own"), {"message_threshold": None})
+    assert body["own"] == {} and body["effective"]["message_threshold"] == 50
+
+
+def test_a_bad_entry_count_is_refused_naming_the_field_and_changes_nothing(alice: Caller) -> None:
+    post_thread(alice, "t-bad-count")
+    for url in (SETTINGS, _thread_settings("t-bad-count")):
+        for bad in (0, -3, "ten", 1.5, True, 10_000_001):
+            error = error_of(alice.client.patch(url, {"message_threshold": bad}, format="json"))
+            assert error["field"] == "message_threshold", (url, bad, error)
+    assert get_ok(alice.client, SETTINGS)["message_threshold"] is None
+    assert get_ok(alice.client, _thread_settings("t-bad-count"))["own"] == {}
+    assert not CompactionSettings.objects.filter(agent=alice.agent).exists()
+    with pytest.raises(DomainError) as refused:
+        thread_compaction_set(
+            thread=Thread.objects.get(agent=alice.agent, external_id="t-bad-count"),
+            values={"message_threshold": 0},
+            actor="test",
+        )
+    assert refused.value.field == "message_threshold"

@@ -167,6 +167,7 @@ class AutoCompactionOut(TypedDict):
     summarizer_model: str
     template_name: str
     pre_step: bool
+    message_threshold: int | None
 
 
 class BriefCardOut(TypedDict):
@@ -724,6 +725,7 @@ class PatchedAutoCompactionInput(TypedDict):
     summarizer_model: NotRequired[str | str]
     template_name: NotRequired[TemplateNameEnum | BlankEnum]
     pre_step: NotRequired[bool]
+    message_threshold: NotRequired[int | None]
 
 
 class PatchedPurposesInput(TypedDict):
@@ -753,6 +755,7 @@ class PatchedThreadAutoCompactionInput(TypedDict):
     summarizer_model: NotRequired[str | str | None]
     template_name: NotRequired[TemplateNameEnum | BlankEnum | NullEnum | None]
     pre_step: NotRequired[bool | None]
+    message_threshold: NotRequired[int | None]
 
 
 class PatchedThreadUpdateInput(TypedDict):
