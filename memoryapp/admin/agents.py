@@ -439,12 +439,13 @@ class AgentKeyAdmin(NamelessAdminLog, admin.ModelAdmin):
         keys = list(queryset.select_related("agent").order_by("agent__slug", "prefix"))
         live = [k for k in keys if k.revoked_at is None]
         if not confirmed(request):
-            chosen = {k.pk for k in live}
-            stranded = {
-                k.agent.slug
-                for k in live
-                if not AgentKey.objects.filter(agent=k.agent, revoked_at__isnull=True).exclude(pk__in=chosen).exists()
-            }
+            # The agents keeping an active key not chosen: one query, not one per key.
+            kept = set(
+                AgentKey.objects.filter(agent_id__in={k.agent_id for k in live}, revoked_at__isnull=True)
+                .exclude(pk__in={k.pk for k in live})
+                .values_list("agent_id", flat=True)
+            )
+            stranded = {k.agent.slug for k in live if k.agent_id not in kept}
             return confirm_page(
                 request,
                 self,

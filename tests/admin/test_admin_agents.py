@@ -73,6 +73,28 @@ def test_revoking_a_key_first_says_the_agent_is_left_without_one_then_revokes_an
     assert AuditRecord.objects.filter(action="agent_key.revoked", actor="staff:admin").count() == 1
 
 
+def test_the_revoke_confirmation_of_60_keys_asks_no_query_per_key(admin_client, django_assert_max_num_queries) -> None:
+    """Which agents a revocation leaves with no key is read in one query, not one per key chosen."""
+    from memoryapp.agents.services import agent_key_create
+    from tests.kit.factories import AgentFactory
+
+    keys = []
+    for _ in range(30):
+        agent = AgentFactory()
+        keys += [agent_key_create(agent=agent)[0] for _ in range(2)]
+    agent_key_create(agent=keys[0].agent)  # one agent keeps a key it was not asked to give up
+    with django_assert_max_num_queries(20):
+        asked = admin_client.post(
+            "/admin/memoryapp/agentkey/", {"action": "revoke", "_selected_action": [k.pk for k in keys]}
+        )
+    page = asked.content.decode()
+    assert asked.status_code == 200
+    warned = re.search(r'id="confirm-warning"[^>]*>\s*([^<]*?) will have no active key left', page)
+    assert warned is not None
+    stranded = set(warned.group(1).split(", "))
+    assert stranded == {k.agent.slug for k in keys[2:]}  # not the agent keeping its third key
+
+
 def test_create_key_action_adds_a_key(admin_client, alice) -> None:
     response = admin_client.post(
         "/admin/memoryapp/agent/", {"action": "create_key", "_selected_action": [alice.agent.pk]}, follow=True
