@@ -56,7 +56,7 @@ from governance.erasure.tally import rows_tallied, tally_totals
 from governance.export.services import exports_forget_person
 from governance.jobs.broker import job_enqueue
 from governance.jobs.runs import job_progress
-from governance.models import AuditRecord, ErasureRequest, JobRun
+from governance.models import AuditRecord, DataKey, ErasureRequest, JobRun
 from governance.receipts import receipt_sign
 from governance.retention.held import holds_blocking
 from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, PLAYBOOK_PATH, rule_body, rule_lessons
@@ -1214,6 +1214,7 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
                 exclude=[group for group, _ in (request.excluded or {}).items()],
             )
         touched = tally.tables()
+        held = tally.held_before()
         seconds["erasing"] = time.perf_counter() - began
         _update(request, phase="scanning", counts=counts)
         began = time.perf_counter()
@@ -1226,7 +1227,14 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
         seconds["scanning"] = time.perf_counter() - began
         _update(request, phase="reporting")
         report = _report(
-            request, counts=counts, tables=touched, probes=probes, scan=scan, holding=holding, seconds=seconds
+            request,
+            counts=counts,
+            tables=touched,
+            held=held,
+            probes=probes,
+            scan=scan,
+            holding=holding,
+            seconds=seconds,
         )
         digest = report_sha256(report)
         receipt = _receipt(report, digest=digest)
@@ -1285,9 +1293,49 @@ def _receipt(report: dict[str, Any], *, digest: str) -> dict[str, Any] | None:
         return None
 
 
-def _shredding(request: ErasureRequest) -> dict[str, Any]:
+def backup_holdings(*, user_id: str, held: dict[tuple[str, str, str], int]) -> dict[str, list[dict[str, Any]]]:
+    """What a copy made before the erasure still holds of the rows it deleted or redacted, measured
+    (governance.erasure.tally: each row's columns of content read before the statement changed
+    them, the data key each value was sealed under): per table and column, the rows whose value no
+    key opens now (sealed under a destroyed key), and the rows still readable in such a copy, with
+    why (plaintext, or sealed under a key that lives: the agent's, another person's, the person's
+    own while it lives)."""
+    keys = {
+        str(pk): (agent, owner, destroyed)
+        for pk, agent, owner, destroyed in DataKey.objects.filter(
+            pk__in={key for _t, _c, key in held if key}
+        ).values_list("pk", "agent_id", "user_id", "destroyed_at")
+    }
+    unopenable: dict[tuple[str, str], int] = {}
+    readable: dict[tuple[str, str, str], int] = {}
+    for (table, column, key), rows in held.items():
+        if not key:
+            readable[(table, column, "plaintext")] = readable.get((table, column, "plaintext"), 0) + rows
+            continue
+        agent, owner, destroyed = keys.get(key, (None, None, None))
+        if owner is None:
+            why = "sealed under a key the register does not know"
+        elif destroyed is not None:
+            unopenable[(table, column)] = unopenable.get((table, column), 0) + rows
+            continue
+        elif owner == user_id:
+            why = "sealed under the person's key, still live"
+        elif owner == "":
+            why = "sealed under the agent's key" if agent is not None else "sealed under the key of no agent"
+        else:
+            why = "sealed under another person's key"
+        readable[(table, column, why)] = readable.get((table, column, why), 0) + rows
+    return {
+        "unopenable": [{"table": t, "column": c, "rows": n} for (t, c), n in sorted(unopenable.items())],
+        "readable": [{"table": t, "column": c, "rows": n, "why": w} for (t, c, w), n in sorted(readable.items())],
+    }
+
+
+def _shredding(request: ErasureRequest, *, held: dict[tuple[str, str, str], int]) -> dict[str, Any]:
     """What became of the person's data keys (encryption at rest, governance.crypto): the ids of
-    those destroyed (so no copy of their sealed rows opens any more), and any still live."""
+    those destroyed (so no copy of their sealed rows opens any more), and any still live; and what
+    a copy made before the erasure still holds (`backup_holdings`, measured), which the statement
+    says in words, never assumed."""
     keys = data_keys_of_person(user_id=request.user_id, agent_ids=request.agent_ids)
 
     def listed(key: dict[str, Any]) -> dict[str, Any]:
@@ -1299,28 +1347,44 @@ def _shredding(request: ErasureRequest) -> dict[str, Any]:
 
     destroyed = [listed(k) for k in keys if k["destroyed_at"] is not None]
     live = [listed(k) for k in keys if k["destroyed_at"] is None]
+    backup = backup_holdings(user_id=request.user_id, held=held)
+    shut = sum(r["rows"] for r in backup["unopenable"])
+    still = sum(r["rows"] for r in backup["readable"])
+    where = "; ".join(f"{r['table']}.{r['column']}: {r['rows']} ({r['why']})" for r in backup["readable"])
     if not keyring().enabled and not keys:
         statement = (
-            "Encryption at rest is off: there was no data key to destroy. Copies made before the erasure "
-            "(backups, dumps, replicas) still hold the person's words until they are rotated out."
+            "Encryption at rest is off: there was no data key to destroy. A copy made before the erasure "
+            "(a backup, a dump, a replica) still holds, in the clear, every value the erasure deleted or "
+            f"redacted{f' ({where})' if where else ''}, until it is rotated out."
         )
     elif request.mode == ErasureRequest.Mode.REDACT:
-        statement = "A redaction keeps the person's data keys: the rows it keeps are still sealed under them."
-    elif live:
         statement = (
-            "Some of the person's data keys are still live (written after the erasure began): erase again "
-            "to destroy them."
+            "A redaction keeps the person's data keys: the rows it keeps are still sealed under them, and a copy "
+            f"made before it holds what it redacted{f' ({where})' if where else ''}."
         )
     else:
         statement = (
-            "The person's data keys were destroyed: a copy of their sealed rows made before the erasure "
-            "(a backup, a dump, a replica) no longer opens with any key. Such a copy still holds their "
-            "vectors, blind-index hashes, row sizes and times (docs/security.md, Encryption at rest)."
+            f"Of the values the erasure deleted or redacted, {shut} no longer open{'s' if shut == 1 else ''} in a "
+            "copy made before it (a backup, a dump, a replica): sealed under the person's keys, now destroyed. "
+            + (
+                f"Such a copy still holds {still} readable: {where}. "
+                if still
+                else "Such a copy holds none of them readable. "
+            )
+            + "It also holds, for every row, its vectors, blind-index hashes, sizes and times "
+            "(docs/security.md, Encryption at rest)."
         )
+        if live:
+            statement += (
+                " Some of the person's data keys are still live (written after the erasure began): erase again "
+                "to destroy them."
+            )
     return {
         "encryption": keyring().enabled,
         "data_keys_destroyed": destroyed,
         "data_keys_live": live,
+        # Measured before the erasure changed them: per table and column, what an old copy keeps.
+        "backup": backup,
         "statement": statement,
     }
 
@@ -1330,6 +1394,7 @@ def _report(
     *,
     counts: dict[str, int],
     tables: dict[str, dict[str, int]],
+    held: dict[tuple[str, str, str], int],
     probes: Sequence[Probe],
     scan: dict[str, Any],
     holding: Sequence[int],
@@ -1403,7 +1468,7 @@ def _report(
             "samples_taken": "before the erasure, kept in memory only",
         },
         "scan": scan,
-        "crypto_shredding": _shredding(request),
+        "crypto_shredding": _shredding(request, held=held),
         "outcome": "clean" if scan["found"] == 0 else "leftovers",
         "summary": summary,
     }

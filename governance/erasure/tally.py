@@ -62,8 +62,12 @@ def _columns_of_tables() -> dict[str, _Columns]:
         content = frozenset(
             f.column
             for f in meta.concrete_fields
-            if isinstance(f, (models.CharField, models.TextField, models.JSONField, ArrayField))
+            if (
+                isinstance(f, (models.CharField, models.TextField, models.JSONField))
+                or (isinstance(f, ArrayField) and isinstance(f.base_field, (models.CharField, models.TextField)))
+            )
             and not f.choices
+            and not f.primary_key
             and f.column
         )
         vectors = frozenset(f.column for f in meta.concrete_fields if isinstance(f, VectorField) and f.column)
@@ -80,6 +84,9 @@ class _Counted:
     kind: str
     rows: int
     vectors: int
+    # What the rows held before the statement, per column: {(column, data key id or ""): rows}
+    # ("" for plaintext): what a copy made before the erasure keeps of them.
+    held: dict[tuple[str, str], int] = field(default_factory=dict)
     ran: bool = False
 
     def __call__(self) -> None:
@@ -112,6 +119,15 @@ class RowTally:
         """Statements of the transaction still open (not committed, not rolled back)."""
         waiting = {id(entry[1]) for entry in getattr(connection, "run_on_commit", [])}
         return [c for c in self._sent if not c.ran and id(c) in waiting]
+
+    def held_before(self) -> dict[tuple[str, str, str], int]:
+        """{(table, column, data key id or "" for plaintext): rows} over the rows deleted or redacted:
+        what their columns of content held before the erasure (a copy made before keeps that)."""
+        out: dict[tuple[str, str, str], int] = {}
+        for counted in [*self._committed, *self._pending()]:
+            for (column, key), n in counted.held.items():
+                out[(counted.table, column, key)] = out.get((counted.table, column, key), 0) + n
+        return out
 
     def tables(self) -> dict[str, dict[str, int]]:
         """{table: {kind: rows, vectors_deleted, vectors_cleared}}, kinds with nothing left out."""
@@ -152,18 +168,54 @@ class RowTally:
                 kind = "updated"
             if set_columns & columns.vectors and not many and plain:
                 vectors = _vectors_in(cursor, table, columns.vectors & set_columns, sql, params, set_part=head)
+        held: dict[tuple[str, str], int] = {}
+        if kind == "deleted" and columns.content and not many and plain:
+            held = _held_in(cursor, table, columns.content, sql, params, set_part="")
+        elif kind == "redacted" and not many and plain:
+            held = _held_in(cursor, table, set_columns & columns.content, sql, params, set_part=head)
         result = execute(sql, params, many, context)
         rows = max(int(cursor.rowcount or 0), 0)
         if kind == "re_embedded" and not vectors:
             kind = "updated"  # a vector cleared where there was none: nothing to embed again
         if rows or vectors:
-            counted = _Counted(self, table, kind, rows, vectors)
+            counted = _Counted(self, table, kind, rows, vectors, held)
             if connection.in_atomic_block:
                 self._sent.append(counted)
                 transaction.on_commit(counted)
             else:
                 counted()
         return result
+
+
+def _where_of(sql: str, params: Any, *, set_part: str) -> tuple[str, Any]:
+    """The WHERE of a DELETE or UPDATE and its parameters (an UPDATE's SET parameters come first)."""
+    parts = _WHERE.split(sql, maxsplit=1)
+    where = parts[1] if len(parts) == 2 else "TRUE"
+    if " RETURNING " in where.upper():
+        where = where[: where.upper().rindex(" RETURNING ")]
+    where_params: Any = params
+    if set_part and isinstance(params, Sequence) and not isinstance(params, str):
+        where_params = list(params)[set_part.replace("%%", "").count("%s") :]
+    return where, where_params
+
+
+def _held_in(
+    cursor: Any, table: str, content: frozenset[str] | set[str], sql: str, params: Any, *, set_part: str
+) -> dict[tuple[str, str], int]:
+    """What the rows the statement will change hold in their columns of content, before it runs:
+    per column, the rows holding something, by the data key it is sealed under ("" for plaintext)."""
+    if not content:
+        return {}
+    where, where_params = _where_of(sql, params, set_part=set_part)
+    values = ", ".join(f'(\'{c}\', "{table}"."{c}"::text)' for c in sorted(content))
+    cursor.execute(
+        f"SELECT v.col, coalesce(substring(v.val from '^\"?enc:v1:([^:\"]+):'), ''), count(*) FROM \"{table}\""
+        f" CROSS JOIN LATERAL (VALUES {values}) AS v(col, val)"
+        f" WHERE ({where}) AND v.val IS NOT NULL AND v.val NOT IN ('', '\"\"', '{{}}', '[]', 'null')"
+        " GROUP BY 1, 2",
+        where_params,
+    )
+    return {(column, key): int(n) for column, key, n in cursor.fetchall()}
 
 
 def _vectors_in(
@@ -173,13 +225,7 @@ def _vectors_in(
 
     An UPDATE's parameters for its SET come first; those of its WHERE follow (`%s` counted in the
     SET part). A statement with no WHERE counts every row of the table."""
-    parts = _WHERE.split(sql, maxsplit=1)
-    where = parts[1] if len(parts) == 2 else "TRUE"
-    if " RETURNING " in where.upper():
-        where = where[: where.upper().rindex(" RETURNING ")]
-    where_params: Any = params
-    if set_part and isinstance(params, Sequence) and not isinstance(params, str):
-        where_params = list(params)[set_part.replace("%%", "").count("%s") :]
+    where, where_params = _where_of(sql, params, set_part=set_part)
     having = " OR ".join(f'"{table}"."{c}" IS NOT NULL' for c in sorted(vector_columns))
     cursor.execute(f'SELECT count(*) FROM "{table}" WHERE ({where}) AND ({having})', where_params)
     row = cursor.fetchone()

@@ -73,7 +73,7 @@ def test_sealed_leftovers_are_found_and_the_report_names_the_destroyed_keys(
     assert shredding["encryption"] is True and shredding["data_keys_live"] == []
     assert {k["id"] for k in shredding["data_keys_destroyed"]} == ana_keys
     assert {k["agent"] for k in shredding["data_keys_destroyed"]} == {alice.pk, other.pk}
-    assert "no longer opens" in shredding["statement"]
+    assert "no longer open in a copy made before it" in shredding["statement"], shredding
     assert not DataKey.objects.filter(user_id="u-ana", destroyed_at__isnull=True).exists()
     assert DataKey.objects.filter(user_id="u-bob", destroyed_at__isnull=True).count() == 1
     assert Entry.objects.get(pk=quoting.pk).text.startswith("Ana told me")
@@ -95,6 +95,41 @@ def test_with_encryption_off_the_report_says_there_was_no_key_to_destroy(
         "encryption": False,
         "data_keys_destroyed": [],
         "data_keys_live": [],
+        "backup": shredding["backup"],
         "statement": shredding["statement"],
     }
     assert "Encryption at rest is off" in shredding["statement"]
+    # Measured: the entry's words were in the clear, and an old copy keeps them.
+    readable = {(r["table"], r["column"]): r for r in shredding["backup"]["readable"]}
+    assert readable[("memoryapp_entry", "text")] == {
+        "table": "memoryapp_entry",
+        "column": "text",
+        "rows": 1,
+        "why": "plaintext",
+    }
+    assert shredding["backup"]["unopenable"] == []
+    assert "memoryapp_entry.text: 1 (plaintext)" in shredding["statement"]
+
+
+def test_the_backup_statement_lists_a_message_in_another_persons_thread_as_still_readable(
+    encrypted: Any, db: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    alice = AgentFactory(slug="alice")
+    EntryFactory(thread=ThreadFactory(agent=alice, external_id="t-ana", user_id="u-ana"), content=ANA_SAYS)
+    bob = ThreadFactory(agent=alice, external_id="t-bob", user_id="u-bob")
+    EntryFactory(thread=bob, role="user", content="Ana adds: the ferry leaves at nine", metadata={"userId": "u-ana"})
+
+    shredding = _erase(django_capture_on_commit_callbacks).report["crypto_shredding"]
+
+    backup = shredding["backup"]
+    unopenable = {(r["table"], r["column"]): r["rows"] for r in backup["unopenable"]}
+    readable = {(r["table"], r["column"], r["why"]): r["rows"] for r in backup["readable"]}
+    # Her own thread's turn was sealed under her key, destroyed: no old copy opens it.
+    assert unopenable[("memoryapp_entry", "text")] == 1
+    # Her message in Bob's thread was sealed under Bob's key, which lives: an old copy opens it,
+    # and the receipt says so (until it is sealed under her key: issue 25 item 6).
+    assert readable[("memoryapp_entry", "text", "sealed under another person's key")] == 1
+    assert readable[("memoryapp_entry", "metadata", "plaintext")] == 1
+    assert readable[("memoryapp_thread", "external_id", "plaintext")] == 1
+    assert "memoryapp_entry.text: 1 (sealed under another person's key)" in shredding["statement"]
+    assert "no longer opens with any key" not in shredding["statement"]
