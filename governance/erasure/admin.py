@@ -331,6 +331,10 @@ class ErasureRequestAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
         obj = self._request_to_show(request, str(pk))
         if not self.may_retry(request):
             raise PermissionDenied
+        if obj.status not in RETRYABLE and not erasure_request_stalled(obj):
+            # Not a confirm page (and its dry run of the whole erasure) for what cannot run again.
+            messages.error(request, f"Erasure request #{obj.pk} is {obj.get_status_display()}: it is not run again.")
+            return HttpResponseRedirect(reverse("admin:governance_erasurerequest_change", args=[obj.pk]))
         if not confirmed(request):
             return self._retry_confirm(request, obj)
         try:

@@ -450,3 +450,22 @@ def test_the_confirm_step_shows_the_mention_groups_and_an_excluded_group_is_kept
     filed = AuditRecord.objects.get(action="erasure.request")
     assert filed.details["excluded"] == {"entry": "legal_claims"}
     assert "ana.silva" not in json.dumps(filed.details)
+
+
+def test_running_a_finished_request_again_is_refused_before_any_confirm_page(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Only a failed, blocked or stalled request runs again: a done one gets no 'Run again?' page (nor
+    the dry run of a whole erasure behind it), only the reason, on its own page."""
+    _ana()
+    officer = _officer()
+    with django_capture_on_commit_callbacks(execute=True):
+        _post_request(officer)
+    request = ErasureRequest.objects.get()
+    assert request.status == "done"
+    answer = officer.post(f"{LIST}{request.pk}/retry/", follow=True)
+    page = answer.content.decode()
+    assert answer.redirect_chain == [(f"{LIST}{request.pk}/change/", 302)]
+    assert "it is not run again" in page and "again?" not in page
+    request.refresh_from_db()
+    assert request.status == "done"
