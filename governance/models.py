@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
-from governance.crypto.fields import SealedJSONField
+from governance.crypto.fields import SealedJSONField, SealedTextField
 
 
 class AuditRecord(models.Model):
@@ -34,6 +34,27 @@ class AuditRecord(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.seq} {self.action}"
+
+
+class PseudonymKey(models.Model):
+    """The secret a person's pseudonyms are made with (governance.audit.pseudonyms): the audit trail
+    names a person and their threads by HMAC under it. The person's erasure deletes this row (and,
+    with encryption on, the data key it is sealed under), so those pseudonyms link to no one."""
+
+    agent_id = models.BigIntegerField(null=True, blank=True)
+    user_id = models.CharField(max_length=200)
+    # 32 random bytes, hex; sealed under the person's data key when encryption is on.
+    secret = SealedTextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent_id", "user_id"], name="pseudonymkey_person_uniq")]
+
+    def __str__(self) -> str:
+        return f"pseudonym key #{self.pk}"
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        return (self.agent_id, self.user_id)
 
 
 class JobRun(models.Model):

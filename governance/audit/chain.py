@@ -42,7 +42,7 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ from django.db import Error, connection, transaction
 from django.utils import timezone
 
 from governance import locks
+from governance.audit.pseudonyms import pseudonym_names, pseudonymize
 from governance.models import AuditRecord, JobRun
 
 logger = logging.getLogger(__name__)
@@ -91,10 +92,15 @@ def audit_append(
     subject: str = "",
     outcome: str = "",
     details: dict[str, Any] | None = None,
+    person: str = "",
+    private: tuple[str, ...] = (),
 ) -> AuditRecord:
     """Append one record in the caller's transaction (opening one when there is none).
 
     `details` carry ids and counts, never content: callers pass no text of entries or items.
+    `person` is the user id the record is about (the owner of its thread): it, the thread id and
+    the `private` ids (more of the person's threads) are written as the person's pseudonyms
+    (governance.audit.pseudonyms), wherever they appear in the record.
     """
     entry = AuditEntry(
         action=action,
@@ -104,6 +110,8 @@ def audit_append(
         subject=subject,
         outcome=outcome,
         details=details or {},
+        person=person,
+        private=private,
     )
     return audit_append_many([entry])[0]
 
@@ -119,6 +127,23 @@ class AuditEntry:
     subject: str = ""
     outcome: str = ""
     details: dict[str, Any] = field(default_factory=dict)
+    # Whom it is about, and ids of theirs: written as their pseudonyms (see audit_append).
+    person: str = ""
+    private: tuple[str, ...] = ()
+
+    def named(self) -> AuditEntry:
+        """This entry with the person's ids replaced by their pseudonyms."""
+        if not self.person:
+            return self
+        names = pseudonym_names(agent_id=self.agent_id, user_id=self.person, also=(self.thread_id, *self.private))
+        return replace(
+            self,
+            thread_id=pseudonymize(self.thread_id, names=names),
+            subject=pseudonymize(self.subject, names=names),
+            details=pseudonymize(self.details, names=names),
+            person="",
+            private=(),
+        )
 
 
 def audit_append_many(entries: Sequence[AuditEntry]) -> list[AuditRecord]:
@@ -134,6 +159,8 @@ def audit_append_many(entries: Sequence[AuditEntry]) -> list[AuditRecord]:
     if rehearsed is not None:  # rolled back anyway: no lock, no read of the chain's end, no write
         rehearsed.extend(entries)
         return [_unwritten(entry) for entry in entries]
+    # Pseudonyms before the chain's lock: the first record about a person makes their secret.
+    entries = [e.named() for e in entries]
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [locks.AUDIT_CHAIN])

@@ -19,13 +19,15 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 from governance.audit.chain import audit_verification_latest, audit_verify
+from governance.audit.pseudonyms import is_pseudonym, pseudonymize, pseudonyms_resolve
 from governance.jobs.retry import RetryRefused, job_retry, job_retry_refusal
 from governance.jobs.runs import WAITING_NOTE
 from governance.jobs.schedules import schedules_state
-from governance.models import AuditRecord, ErasureRequest, JobRun
+from governance.models import AuditRecord, ErasureRequest, JobRun, PseudonymKey
 from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.lists import DateRangeFilter, FullWidthList, cell_text, details_text, moment, short_id, words
 from governance.staff.progress import progress_bar, progress_state, run_status_label
+from memoryapp.models import Thread
 
 
 def _actor(request: HttpRequest) -> str:
@@ -153,6 +155,42 @@ def subject_kind(action: str) -> str | None:
     return None
 
 
+ERASED = "erased person"
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+
+
+def _pseudonyms_shown(records: Iterable[AuditRecord]) -> None:
+    """The page's records (read-only: never saved) with each pseudonym of a person or their thread
+    shown as the id while the person's secret lives, `erased person` once it is gone
+    (governance.audit.pseudonyms). One query for the secrets of the page's agents, one for the
+    threads of those people."""
+    records = list(records)
+    found = {p for r in records for p in _strings([r.thread_id, r.subject, r.details]) if is_pseudonym(p)}
+    if not found:
+        return
+    agent_ids = {r.agent_id for r in records}
+    people = PseudonymKey.objects.filter(agent_id__in=agent_ids).values_list("agent_id", "user_id")
+    threads = Thread.objects.filter(
+        agent_id__in=[a for a in agent_ids if a is not None], user_id__in={u for _, u in people}
+    ).values_list("agent_id", "external_id", "user_id")
+    resolved = pseudonyms_resolve(pseudonyms=found, agent_ids=agent_ids, threads=threads)
+    names = {p: resolved.get(p, ERASED) for p in found}
+    for record in records:
+        record.thread_id = pseudonymize(record.thread_id, names=names)
+        record.subject = pseudonymize(record.subject, names=names)
+        record.details = pseudonymize(record.details, names=names)
+
+
 @admin.register(AuditRecord)
 class AuditRecordAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     list_display = ("seq", "at_shown", "action", "actor_shown", "subject_link", "where", "outcome", "details_shown")
@@ -176,6 +214,7 @@ class AuditRecordAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
 
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         changelist = super().get_changelist_instance(request)
+        _pseudonyms_shown(changelist.result_list)
         links = ObjectLinks(request.user)
         for record in changelist.result_list:
             if record.agent_id is not None:

@@ -66,6 +66,7 @@ from django.db.models.functions import Cast, Collate
 from django.utils import timezone
 
 from governance.audit.chain import audit_append
+from governance.audit.pseudonyms import pseudonyms_of
 from governance.jobs.broker import job_enqueue
 from governance.jobs.runs import job_progress, job_skip
 from governance.models import AuditRecord, ExportRequest, JobRun
@@ -258,11 +259,24 @@ class PersonScope:
             f"WHERE named.id IN ({item_sql}) OR named.id IN ({entry_sql}))",
             (*item_params, *entry_params),
         )
+        # Records written since the audit trail names people by pseudonym (governance.audit.pseudonyms).
+        threads_by_agent: dict[int, list[str]] = {}
+        for agent_id, external_id in self.threads().values_list("agent_id", "external_id"):
+            threads_by_agent.setdefault(agent_id, []).append(external_id)
+        pseudonyms = [
+            name
+            for agent_id in self.agent_ids
+            for name in pseudonyms_of(
+                agent_id=agent_id, user_id=self.user_id, values=[self.user_id, *threads_by_agent.get(agent_id, [])]
+            )
+        ]
         return (
             AuditRecord.objects.filter(agent_id__in=self.agent_ids)
             .alias(names_them=names_in_details)
             .filter(
-                (~Q(thread_id="") & self._their_thread())
+                Q(thread_id__in=pseudonyms)
+                | Q(subject__in=pseudonyms)
+                | (~Q(thread_id="") & self._their_thread())
                 | Q(subject__in=self.all_items().values("id"))
                 | Q(subject__in=self.file_versions().values("id"))
                 | Q(names_them=True)

@@ -65,6 +65,7 @@ def legal_hold_place(
             "all_agents": agent is None,
             "ends_at": ends_at.isoformat() if ends_at else None,
         },
+        person=user_id,
     )
     return hold
 

@@ -228,6 +228,7 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
             "bytes": written_bytes,
             "scope": {"user_id": user_id, "project_id": project_id, "thread_id": thread_id},
         },
+        person=user_id,
     )
     if screener is not None:
         screener.record(actor=access.actor, thread_id=thread_id)

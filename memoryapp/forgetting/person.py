@@ -46,6 +46,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
 from governance.audit.chain import audit_append
+from governance.audit.pseudonyms import pseudonyms_forget
 from governance.crypto.envelope import data_key_destroy
 from governance.crypto.fields import json_text_open, sealed_update
 from governance.crypto.keyring import encryption_enabled
@@ -404,6 +405,8 @@ def person_erase(
         # keeps rows sealed under it.
         if mode == "erase":
             with transaction.atomic():
+                # The audit trail's pseudonyms of the person and their threads link to no one now.
+                pseudonyms_forget(agent_id=agent_id, user_id=user_id)
                 if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
                     counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
     counts["job_runs"] += _jobs_scrub(_jobs(user_id, agents, keep_job_ids, unowned=unowned))

@@ -241,6 +241,7 @@ def _thread_audit(thread: Thread, *, entries: int, fork_copies: int, actor: str)
         subject=thread.external_id,
         outcome="deleted",
         details={"entries": entries, "fork_copies": fork_copies},
+        person=thread.user_id,
     )
 
 

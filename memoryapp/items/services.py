@@ -488,6 +488,7 @@ def _item_changed(
             subject=item.pk,
             outcome=item.status if outcome is None else outcome,
             details=details,
+            person=item.user_id,
         )
 
 

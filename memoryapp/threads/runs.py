@@ -79,6 +79,7 @@ def _audit_run(run: ThreadRun, thread: Thread, *, outcome: str, actor: str, **de
         subject=run.id,
         outcome=outcome,
         details=dict(details),
+        person=thread.user_id,
     )
 
 

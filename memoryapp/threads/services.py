@@ -17,6 +17,7 @@ from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from governance.audit.chain import audit_append
+from governance.audit.pseudonyms import pseudonym_names
 from governance.crypto.fields import BatchSealer
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.rotation import rows_reseal, sealed_models
@@ -170,7 +171,12 @@ def _audit_user_change(thread: Thread, *, old: str, new: str, actor: str) -> Non
         thread_id=thread.external_id,
         subject=thread.external_id,
         outcome="changed",
-        details={"from_user_id": old, "to_user_id": new},
+        # Each person's id as their own pseudonym: either one's erasure unlinks theirs.
+        details={
+            "from_user_id": pseudonym_names(agent_id=thread.agent_id, user_id=old).get(old, ""),
+            "to_user_id": new,
+        },
+        person=new,
     )
 
 
@@ -388,6 +394,7 @@ def _audit_tool_calls(thread: Thread, entries: Sequence[Entry]) -> None:
             "tool_results": len(results),
             "entry_ids": [e.id for e in [*calls, *results]][:AUDIT_TOOL_ENTRY_IDS],
         },
+        person=thread.user_id,
     )
 
 
@@ -541,6 +548,7 @@ def thread_rewind(*, thread: Thread, entry_id: str, actor: str = "") -> Thread:
         subject=entry_id,
         outcome="rewound",
         details={"from": previous, "to": entry_id},
+        person=locked.user_id,
     )
     thread_sync(thread, locked)
     return locked
@@ -566,6 +574,7 @@ def thread_checkout(*, thread: Thread, entry_id: str, actor: str = "") -> Thread
         subject=entry_id,
         outcome="checked_out",
         details={"from": previous, "to": entry_id},
+        person=locked.user_id,
     )
     thread_sync(thread, locked)
     return locked
@@ -639,6 +648,8 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
         subject=new_external,
         outcome="forked",
         details={"at": entry_id, "entries": len(copies)},
+        person=locked.user_id,
+        private=(new_external,),
     )
     event_record(agent_id=copy.agent_id, type="entry.added", thread_id=copy.external_id, ids=[e.id for e in copies])
     after_entries_added(thread=copy, entries=copies)

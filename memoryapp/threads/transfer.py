@@ -347,6 +347,7 @@ def thread_import(
         subject=external_id,
         outcome="imported",
         details={"entries": len(entries)},
+        person=thread.user_id,
     )
     if screener is not None:
         screener.record(actor=actor, thread_id=external_id, subject=external_id)

@@ -16,6 +16,7 @@ from governance.models import AuditRecord, JobRun
 from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.threads.services import entry_add, thread_create, thread_fork
 from tests.kit.api import Caller
+from tests.kit.audit_names import audit_name
 
 pytestmark = pytest.mark.django_db
 
@@ -174,8 +175,14 @@ def test_the_person_of_a_thread_changes_on_its_own_form_and_is_audited_with_ids_
     thread.refresh_from_db()
     assert thread.user_id == "u-ben" and thread.metadata == {"note": "private words"}
     record = AuditRecord.objects.get(action="thread.user_change")
-    assert (record.actor, record.thread_id, record.subject) == ("staff:admin", "t", "t")
-    assert record.details == {"from_user_id": "u-ana", "to_user_id": "u-ben"}
+
+    # Each person and the thread by their pseudonyms (governance.audit.pseudonyms).
+    def named(user_id: str, value: str) -> str:
+        return audit_name(agent_id=alice.agent.pk, user_id=user_id, value=value)
+
+    assert (record.actor, record.thread_id, record.subject) == ("staff:admin", named("u-ben", "t"), named("u-ben", "t"))
+    assert record.details == {"from_user_id": named("u-ana", "u-ana"), "to_user_id": named("u-ben", "u-ben")}
+    assert "u-ana" not in str(record.details) and "u-ben" not in str(record.details)
     # The same again changes nothing and writes no record.
     admin_client.post(f"/admin/memoryapp/thread/{thread.pk}/person/", {"user_id": "u-ben"})
     assert AuditRecord.objects.filter(action="thread.user_change").count() == 1
@@ -205,9 +212,13 @@ def test_an_agent_changing_the_person_over_the_api_is_audited_too(alice: Caller)
     assert alice.client.patch("/api/v1/threads/t", {"user_id": "u-ben"}, format="json").status_code == 200
     assert alice.client.post("/api/v1/threads", {"id": "t", "user_id": "u-cy"}, format="json").status_code == 200
     records = AuditRecord.objects.filter(action="thread.user_change").order_by("seq")
+
+    def named(user_id: str) -> str:
+        return audit_name(agent_id=alice.agent.pk, user_id=user_id, value=user_id)
+
     assert [(r.actor, r.details["from_user_id"], r.details["to_user_id"]) for r in records] == [
-        ("agent:alice", "u-ana", "u-ben"),
-        ("agent:alice", "u-ben", "u-cy"),
+        ("agent:alice", named("u-ana"), named("u-ben")),
+        ("agent:alice", named("u-ben"), named("u-cy")),
     ]
     # An upsert that names no person, or the same one, writes nothing.
     alice.client.post("/api/v1/threads", {"id": "t"}, format="json")

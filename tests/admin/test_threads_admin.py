@@ -12,6 +12,7 @@ from governance.models import AuditRecord
 from memoryapp.models import Entry, Thread
 from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.api import Caller
+from tests.kit.audit_names import audit_name
 
 pytestmark = pytest.mark.django_db
 
@@ -84,7 +85,8 @@ def test_deleting_a_thread_in_the_admin_audits(admin_client: Client, alice: Call
     response = admin_client.post(f"/admin/memoryapp/thread/{thread.pk}/delete/", {"post": "yes"})
     assert response.status_code == 302
     assert not Thread.objects.filter(pk=thread.pk).exists() and not Entry.objects.exists()
-    assert AuditRecord.objects.filter(action="thread.delete", subject="rome").exists()
+    named = audit_name(agent_id=thread.agent_id, user_id=thread.user_id, value="rome")
+    assert AuditRecord.objects.filter(action="thread.delete", subject=named).exists()
 
 
 def test_compact_now_and_extract_now_enqueue_jobs(admin_client, alice) -> None:

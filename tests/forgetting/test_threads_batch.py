@@ -12,10 +12,12 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from governance.audit.pseudonyms import pseudonym_secret
 from governance.models import AuditRecord
 from memoryapp.forgetting.services import thread_delete, threads_delete
 from memoryapp.models import Entity, Entry, Event, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.threads.services import thread_fork
+from tests.kit.audit_names import audit_name
 from tests.kit.factories import (
     AgentFactory,
     EntityFactory,
@@ -151,12 +153,14 @@ def test_a_batch_of_threads_nothing_stands_on_writes_each_threads_records() -> N
 
     assert [counts[t.pk]["entries_deleted"] for t in threads] == [0, 1, 2]
     records = list(AuditRecord.objects.filter(actor="test").order_by("seq"))
+    # The thread.delete records name the thread by the owner's pseudonym (governance.audit.pseudonyms).
+    named = {n: audit_name(agent_id=agent.pk, user_id="u-ana", value=n) for n in ("plain-0", "plain-1", "plain-2")}
     assert [(r.action, r.thread_id) for r in records] == [
-        ("thread.delete", "plain-0"),
+        ("thread.delete", named["plain-0"]),
         ("lineage.forget", "plain-1"),
-        ("thread.delete", "plain-1"),
+        ("thread.delete", named["plain-1"]),
         ("lineage.forget", "plain-2"),
-        ("thread.delete", "plain-2"),
+        ("thread.delete", named["plain-2"]),
     ]
     assert records[1].subject == only and records[1].details["entry_ids"] == [only]
     assert records[3].subject == "2 entries" and records[3].details["entry_ids"] == two
@@ -173,6 +177,7 @@ def test_threads_nothing_stands_on_go_by_as_many_statements_however_many_they_ar
         _chat(agent, f"plain-{n}", turns=3)
     threads = list(Thread.objects.order_by("pk"))
 
+    pseudonym_secret(agent_id=agent.pk, user_id="u-ana")  # the owner's audit pseudonym secret, made once before
     with CaptureQueriesContext(connection) as two:
         threads_delete(threads=threads[:2], actor="test")
     with CaptureQueriesContext(connection) as six:

@@ -13,6 +13,7 @@ from memoryapp.items.facts import fact_remember
 from memoryapp.models import Agent, Entry, Event, Evidence, LegalHold, MemoryItem, Thread
 from memoryapp.threads.runs import run_finish, run_start
 from memoryapp.threads.services import thread_rewind
+from tests.kit.audit_names import audit_name
 from tests.kit.factories import AgentFactory, EntryFactory, MemoryItemFactory, ThreadFactory, rome_thread, tool_round
 from tests.retention.world import (
     NOW,
@@ -56,7 +57,8 @@ def test_thread_ttl_deletes_threads_last_written_before_it_and_keeps_the_others(
     assert report["thread_ids"] == ["t-old"]
     assert not Entry.objects.filter(thread_id=old.pk).exists()
     # The cascade's own record, and the prune's one record of counts.
-    assert AuditRecord.objects.filter(action="thread.delete", thread_id="t-old").count() == 1
+    named = audit_name(agent_id=alice.pk, user_id=old.user_id, value="t-old")
+    assert AuditRecord.objects.filter(action="thread.delete", thread_id=named).count() == 1
     prune_record = AuditRecord.objects.get(action="retention.prune")
     assert prune_record.details["threads_deleted"] == 1
     assert "t-old" in prune_record.details["thread_ids"]

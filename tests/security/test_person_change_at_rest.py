@@ -14,6 +14,7 @@ from governance.models import AuditRecord, DataKey
 from memoryapp.forgetting.person import person_erase
 from memoryapp.models import Thread
 from tests.kit.api import Caller, answered, create_memory_file, post_item, use_memory_tool
+from tests.kit.audit_names import audit_name
 
 TEXTS = ["Ana's locker code is Zanzibarquill", "the spare key is under the quokkaparade mat"]
 
@@ -59,7 +60,8 @@ def test_a_thread_given_to_another_person_moves_to_their_key_and_goes_with_their
 
     bo = _key(alice.agent.pk, "u-bo")
     assert _keys_of("t-moved") == {bo} and _keys_of("t-stays") == {ana}
-    assert AuditRecord.objects.filter(action="thread.user_change", subject="t-moved").count() == 1
+    named = audit_name(agent_id=alice.agent.pk, user_id="u-bo", value="t-moved")
+    assert AuditRecord.objects.filter(action="thread.user_change", subject=named).count() == 1
     assert _read(alice, "t-moved") == [*TEXTS, {"label": "Zanzibarquill found"}]
 
     erased = person_erase(user_id="u-ana", agent_ids=[alice.agent.pk])

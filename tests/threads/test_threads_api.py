@@ -11,6 +11,7 @@ import pytest
 from governance.models import AuditRecord
 from memoryapp.models import Entry, Evidence, MemoryItem, Thread
 from tests.kit.api import Caller, delete_ok, get_ok, patch_ok, post_entries, post_entry, post_ok, post_thread
+from tests.kit.audit_names import audit_name
 from tests.kit.factories import MemoryItemFactory
 
 pytestmark = pytest.mark.django_db
@@ -103,7 +104,8 @@ def test_delete_thread_removes_its_entries_with_the_items_standing_on_them_and_a
     # The item stood only on the thread's entries: it goes with them (tests/threads/test_lineage.py).
     assert not MemoryItem.objects.filter(pk=item.pk).exists() and not Evidence.objects.exists()
     record = AuditRecord.objects.get(action="thread.delete")
-    assert record.subject == "rome" and record.details == {"entries": 3, "fork_copies": 0}
+    named = audit_name(agent_id=alice.agent.pk, user_id="u-ana", value="rome")
+    assert record.subject == named != "rome" and record.details == {"entries": 3, "fork_copies": 0}
     assert alice.client.get("/api/v1/threads/rome").status_code == 404
 
 
@@ -412,7 +414,8 @@ def test_fork_copies_the_branch_with_lineage_in_metadata(alice: Caller) -> None:
     assert origin.metadata["memoryForks"] == ["rome-vatican"]
     copy = Thread.objects.get(external_id="rome-vatican")
     assert copy.forked_from_id == origin.pk and copy.next_seq == 3
-    assert AuditRecord.objects.filter(action="thread.fork", subject="rome-vatican").exists()
+    named = audit_name(agent_id=alice.agent.pk, user_id="u-ana", value="rome-vatican")
+    assert AuditRecord.objects.filter(action="thread.fork", subject=named).exists()
 
 
 def test_deleting_a_fork_takes_its_name_out_of_the_origins_forks(alice: Caller) -> None:

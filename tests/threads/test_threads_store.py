@@ -36,6 +36,7 @@ from memoryapp.threads.services import (
     thread_rewind,
 )
 from tests.kit.api import Caller, content_of, exported_lines, import_jsonl
+from tests.kit.audit_names import audit_name
 from tests.kit.concurrency import in_threads
 
 # What an export and import keep exactly: every column but where the entry lives, when it was embedded
@@ -121,7 +122,8 @@ def test_jsonl_export_then_import_round_trips_exactly_over_the_api(alice: Caller
     assert copy.created_at.isoformat() == records[0]["thread"]["created_at"]
     assert copy.metadata == {"topic": "rome"} and copy.user_id == "u-ana" and copy.next_seq == before[-1]["seq"] + 1
     assert copy.branched  # a tree with branches stays known as one
-    assert AuditRecord.objects.filter(action="thread.import", subject="t1").exists()
+    named = audit_name(agent_id=alice.agent.pk, user_id="u-ana", value="t1")
+    assert AuditRecord.objects.filter(action="thread.import", subject=named).exists()
     # The imported thread goes on like the original.
     assert entry_add(thread=copy, role="user", content="next").seq == before[-1]["seq"] + 1
 
