@@ -31,6 +31,7 @@ from memoryapp.api.base import (
 )
 from memoryapp.api.errors import ErrorOut
 from memoryapp.api.parsers import ToolInputJSONParser
+from memoryapp.api.tool_catalog import memory_tools_listed
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.items.fact_tools import MEMORY_TOOL_NAMES, fact_tool_run, read_result_run
 from memoryapp.items.facts import (
@@ -188,6 +189,18 @@ class NamespaceForgottenOut(OutputSerializer):
 class MemoryToolResultOut(OutputSerializer):
     result = serializers.CharField(help_text="The text the model reads as the tool's result.")
     is_error = serializers.BooleanField(help_text="The model's input was wrong; the result says how.")
+
+
+class MemoryToolOut(OutputSerializer):
+    name = serializers.CharField(help_text="The tool's name, as the model calls it (and MCP names it).")
+    title = serializers.CharField(allow_null=True, help_text="A human-readable title, when the tool has one.")
+    description = serializers.CharField(allow_blank=True, help_text="What the tool does, for the model.")
+    input_schema = JsonObjectField(help_text="The JSON Schema of the tool's input (MCP inputSchema).")
+    annotations = JsonObjectField(help_text="MCP's hints (readOnlyHint, destructiveHint, idempotentHint).")
+
+
+class MemoryToolListOut(OutputSerializer):
+    tools = MemoryToolOut(many=True)
 
 
 def _page_url(request: Request, **changes: Any) -> str:
@@ -516,6 +529,15 @@ class MemoryToolsView(APIView):
 
     # A NUL in the model's input is the tool's to answer (is_error), not a 400.
     parser_classes = [ToolInputJSONParser]
+
+    @extend_schema(
+        operation_id="v1_memory_tools_list",
+        responses={200: MemoryToolListOut},
+        summary="List the memory tools with their input schemas, as MCP tools/list does",
+    )
+    def get(self, request: Request) -> Response:
+        request_agent(request)  # a key is required, as for every tool call
+        return Response({"tools": memory_tools_listed()})
 
     @extend_schema(
         request=MemoryToolIn,

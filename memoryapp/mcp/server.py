@@ -13,6 +13,9 @@ runs its work through the same services, input checks and output shapes as the R
 | `thread_append` | `POST /api/v1/threads/{id}/entries` | `threads.services.thread_append` |
 | `read_result` | `GET /api/v1/tool-results/{handle}` | `items.tool_scope.ToolScope.tool_result` |
 
+`GET /api/v1/memory-tools` lists these tools as tools/list does, read from this server
+(`tools_listed`, registered with `memoryapp.api.tool_catalog`): one definition of each tool.
+
 Every argument naming a person, a namespace, a thread or a handle stays inside the connection's
 scope (`items.tool_scope.ToolScope`, the one check): outside it answers as missing (not found).
 
@@ -34,7 +37,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -47,6 +50,7 @@ from memoryapp.api.errors import error_body, exception_handler
 from memoryapp.api.files import MemoryFilesOut
 from memoryapp.api.search import ContextInput
 from memoryapp.api.threads import entry_input, entry_json
+from memoryapp.api.tool_catalog import memory_tools_source
 from memoryapp.compaction.auto import compaction_pre_step
 from memoryapp.context.builder import ContextRequest, context_build
 from memoryapp.errors import DomainError, NotFound
@@ -450,3 +454,26 @@ async def memory_file(path: str) -> str:
         return version_content(standing) or ""
 
     return await sync_to_async(read, thread_sensitive=True)(CALLER.get())
+
+
+# --- the tools listed over REST (001 `/memory tools`) ------------------------------------------------
+
+
+def tools_listed() -> list[dict[str, Any]]:
+    """This server's tools/list, as `GET /api/v1/memory-tools` answers it: each tool's name, title,
+    description, input schema and hints, read from the server itself (no second definition)."""
+    return [
+        {
+            "name": tool.name,
+            "title": tool.title,
+            "description": tool.description or "",
+            "input_schema": tool.input_schema,
+            "annotations": tool.annotations.model_dump(mode="json", by_alias=True, exclude_none=True)
+            if tool.annotations is not None
+            else {},
+        }
+        for tool in async_to_sync(mcp_server.list_tools)()
+    ]
+
+
+memory_tools_source(tools_listed)

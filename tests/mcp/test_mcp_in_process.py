@@ -125,3 +125,18 @@ def test_a_get_of_the_mcp_endpoint_answers_405_at_once_and_never_holds_the_threa
 def test_a_delete_or_a_get_without_a_key_at_the_mcp_endpoint_is_a_405_too(client: Client) -> None:
     for answer in (client.get("/mcp"), client.delete("/mcp/")):
         assert answer.status_code == 405 and answer.json()["error"]["code"] == "method_not_allowed"
+
+
+def test_get_memory_tools_answers_the_mcp_tools_list_and_needs_a_key(
+    alice: Caller, mallory: Caller, client: Client
+) -> None:
+    listed = mcp_post(client, alice.key, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert listed.status_code == 200, listed.content
+    by_mcp = [(tool["name"], tool["inputSchema"]) for tool in listed.json()["result"]["tools"]]
+    answer = client.get("/api/v1/memory-tools", HTTP_AUTHORIZATION=f"Bearer {alice.key}")
+    assert answer.status_code == 200, answer.content
+    by_rest = [(tool["name"], tool["input_schema"]) for tool in answer.json()["tools"]]
+    assert by_rest == by_mcp and len(by_rest) == 8
+    # The same list for every agent; none without a key.
+    assert client.get("/api/v1/memory-tools", HTTP_AUTHORIZATION=f"Bearer {mallory.key}").json() == answer.json()
+    assert client.get("/api/v1/memory-tools").status_code == 401

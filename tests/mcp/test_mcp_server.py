@@ -462,3 +462,25 @@ def test_an_mcp_client_that_writes_a_secret_is_refused_naming_the_field_and_noth
     refused = AuditRecord.objects.filter(agent_id=alice.agent.pk, action="screening.refused")
     assert sorted(r.details["field"] for r in refused) == ["entries[0].content", "value"]
     assert all(token not in json.dumps(r.details) for r in refused)
+
+
+def test_the_rest_list_of_memory_tools_is_the_mcp_servers_tools_list(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    async def listed(client: Client) -> list[Any]:
+        return list((await client.list_tools()).tools)
+
+    by_mcp = [(tool.name, tool.input_schema, tool.description or "") for tool in _mcp_tools(service, alice, listed)]
+    answer = httpx2.get(f"{service}/api/v1/memory-tools", headers={"Authorization": f"Bearer {alice.key}"})
+    assert answer.status_code == 200, answer.text
+    over_rest = [(tool["name"], tool["input_schema"], tool["description"]) for tool in answer.json()["tools"]]
+    assert over_rest == by_mcp
+    assert {name for name, _, _ in over_rest} == TOOLS
+    schemas = dict((name, schema) for name, schema, _ in over_rest)
+    assert schemas["remember"]["required"] == ["key", "value"] and "query" in schemas["search_memory"]["properties"]
+    # A key is required, as for every call of the tools.
+    assert httpx2.get(f"{service}/api/v1/memory-tools").status_code == 401
+
+
+def _mcp_tools(service: str, caller: Caller, listed: Callable[[Client], Awaitable[list[Any]]]) -> list[Any]:
+    return over_mcp(f"{service}/mcp/", caller.key, listed)

@@ -50,6 +50,7 @@ from memory_client.models import (
     MemoryEnum,
     MemoryFilesOut,
     MemoryToolAnswerOut,
+    MemoryToolListOut,
     MemoryToolResultOut,
     NamespaceForgottenOut,
     PathPageOut,
@@ -497,6 +498,10 @@ class AsyncMemoryClient:
         answer = await self._request("DELETE", f"{API}/facts/{namespace}", params={"all": "true"})
         return cast(NamespaceForgottenOut, answer)
 
+    async def memory_tools_list(self) -> MemoryToolListOut:
+        """The memory tools with their input schemas, as the MCP server's tools/list names them."""
+        return cast(MemoryToolListOut, await self._request("GET", f"{API}/memory-tools"))
+
     async def memory_tools(
         self,
         name: Literal["remember", "forget", "search_memory", "read_result"],
@@ -845,6 +850,7 @@ OPERATIONS: dict[str, str] = {
     "forget_fact": "v1_facts_destroy",
     "forget_namespace": "v1_facts_destroy",
     "memory_tools": "v1_memory_tools_create",
+    "memory_tools_list": "v1_memory_tools_list",
     "memory_tool": "v1_memory_tool_create",
     "list_memory_files": "v1_memory_files_retrieve",
     "memory_file_history": "v1_memory_files_history_retrieve",

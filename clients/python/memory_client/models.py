@@ -86,6 +86,8 @@ __all__ = [
     "MemoryToolAnswerOut",
     "MemoryToolErrorOut",
     "MemoryToolIn",
+    "MemoryToolListOut",
+    "MemoryToolOut",
     "MemoryToolResultOut",
     "MentionsEnum",
     "MethodEnum",
@@ -690,6 +692,18 @@ class MemoryToolIn(TypedDict):
     namespace: NotRequired[str]
     ttl_secs: NotRequired[int | None]
     purpose: NotRequired[str]
+
+
+class MemoryToolListOut(TypedDict):
+    tools: list[MemoryToolOut]
+
+
+class MemoryToolOut(TypedDict):
+    name: str
+    title: str | None
+    description: str
+    input_schema: dict[str, Any]
+    annotations: dict[str, Any]
 
 
 class MemoryToolResultOut(TypedDict):
