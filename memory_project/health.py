@@ -12,6 +12,7 @@ from django.http import HttpRequest, JsonResponse
 
 from governance.audit.chain import audit_verification_latest
 from governance.crypto.startup import encryption_refusal
+from memoryapp.search.embedders import local_model_not_ready, local_model_preload
 from memoryapp.search.space import vector_space_status
 
 
@@ -108,6 +109,13 @@ def readyz(request: HttpRequest) -> JsonResponse:
     else:
         details["database"] = detail
         checks.update(migrations=False, vector=False, embeddings=False, encryption=False)
+    # The local model, loaded in this process: until then a search would pay the load (tens of
+    # seconds), so the process is not ready. Asking starts the load if nothing did.
+    local_model_preload()
+    not_loaded = local_model_not_ready()
+    checks["embedding_model"] = not not_loaded
+    if not_loaded:
+        details["embedding_model"] = not_loaded
     passed, detail = broker_probe()
     checks["broker"] = passed
     if detail:

@@ -81,6 +81,43 @@ def _load_local_model() -> Any:
     return _local_model
 
 
+_local_preload: threading.Thread | None = None
+_local_preload_start = threading.Lock()
+_local_preload_error = ""
+
+
+def local_model_preload() -> threading.Thread | None:
+    """Start loading the local model in a background thread of this process, once; None when
+    another embedder is configured or the model is loaded already.
+
+    Called as a web worker starts (memory_project.gunicorn_config's post_worker_init) and by
+    /readyz, which answers 503 until the load is done: so the first search a load balancer sends
+    after readyz does not pay the load (tens of seconds on a busy machine)."""
+    global _local_preload
+    if settings.EMBEDDER != "local" or _local_model is not None:
+        return None
+    with _local_preload_start:
+        if _local_preload is None:
+            _local_preload = threading.Thread(target=_preload, name="embedding-model-load", daemon=True)
+            _local_preload.start()
+    return _local_preload
+
+
+def _preload() -> None:
+    global _local_preload_error
+    try:
+        _load_local_model()
+    except EmbedderError as exc:  # readyz says why; a search retries the load and fails as it did
+        _local_preload_error = str(exc)
+
+
+def local_model_not_ready() -> str:
+    """Why this process cannot embed locally yet ("" when it can, or when the embedder is not local)."""
+    if settings.EMBEDDER != "local" or _local_model is not None:
+        return ""
+    return _local_preload_error or "embedding model loading"
+
+
 class LocalEmbedder:
     name = "local"
 

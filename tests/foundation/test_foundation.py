@@ -145,6 +145,7 @@ def test_readyz_reports_every_check_true(anonymous: APIClient) -> None:
         "vector": True,
         "embeddings": True,
         "encryption": True,
+        "embedding_model": True,
         "broker": True,
     }
 
