@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from django.db.models import Q, QuerySet
@@ -58,11 +58,16 @@ def held_threads(*, agent_id: int | None = None) -> Q:
     Holds are few (a legal team's list), so the filter is one condition per hold. With `agent_id`,
     only the holds that reach that agent make it up. Matches nothing when no hold is in force.
     """
-    keeps = Q(pk__in=[])
     holds = holds_in_force()
     if agent_id is not None:
         holds = holds.filter(Q(agent_id=agent_id) | Q(agent__isnull=True))
-    for hold in holds.only("agent_id", "user_id", "thread_external_id"):
+    return threads_kept_by(holds.only("agent_id", "user_id", "thread_external_id"))
+
+
+def threads_kept_by(holds: Iterable[LegalHold]) -> Q:
+    """A filter of Thread: the threads these holds keep (one condition per hold; nothing for none)."""
+    keeps = Q(pk__in=[])
+    for hold in holds:
         in_agent = Q(agent_id=hold.agent_id) if hold.agent_id else Q(pk__isnull=False)
         if hold.thread_external_id:
             keeps |= in_agent & Q(external_id=hold.thread_external_id)

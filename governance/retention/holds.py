@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from governance.audit.chain import audit_append
 from governance.models import ErasureRequest
+from governance.retention.held import holds_in_force, threads_kept_by
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, LegalHold, Thread
 
@@ -104,14 +105,9 @@ def holds_lift_counts(*, holds: list[LegalHold]) -> dict[str, int]:
     """What lifting these holds lets go: the threads they keep (from the prune and from an erasure),
     and the erasure requests they stopped (those can then be run again). Counted now; changes nothing."""
     standing = [h for h in holds if h.lifted_at is None]
-    threads = Thread.objects.none()
-    for hold in standing:
-        held = Thread.objects.filter(agent_id=hold.agent_id) if hold.agent_id else Thread.objects.all()
-        if hold.thread_external_id:
-            held = held.filter(external_id=hold.thread_external_id)
-        else:
-            held = held.filter(user_id=hold.user_id)
-        threads = threads | held
+    # The threads they keep that no other hold in force keeps (those stay kept after the lift).
+    others = holds_in_force().exclude(pk__in=[h.pk for h in standing])
+    threads = Thread.objects.filter(threads_kept_by(standing)).exclude(threads_kept_by(others))
     ids = {h.pk for h in standing}
     blocked = [
         r
@@ -121,6 +117,6 @@ def holds_lift_counts(*, holds: list[LegalHold]) -> dict[str, int]:
     return {
         "holds": len(standing),
         "lifted_already": len(holds) - len(standing),
-        "threads": threads.distinct().count() if standing else 0,
+        "threads": threads.count() if standing else 0,
         "erasures_blocked": len(blocked),
     }

@@ -240,3 +240,14 @@ def test_manage_py_prune_dry_runs_runs_and_names_an_unknown_agent() -> None:
     assert done["counts"]["threads_deleted"] == 1 and not Thread.objects.exists()
     run = JobRun.objects.get(pk=done["job_run"])
     assert run.kind == PRUNE_JOB_KIND and run.status == JobRun.Status.SUCCEEDED
+
+
+def test_lifting_a_hold_counts_only_the_threads_no_other_hold_keeps() -> None:
+    """A thread another hold in force still keeps is not let go by this lift: not counted as such."""
+    alice: Agent = AgentFactory(slug="alice")
+    ThreadFactory(agent=alice, external_id="t-ana", user_id="u-ana")
+    ThreadFactory(agent=alice, external_id="t-ana-2", user_id="u-ana")
+    lifted = LegalHold.objects.create(agent=alice, user_id="u-ana", reason="case 1", placed_by="staff:pat")
+    LegalHold.objects.create(agent=alice, thread_external_id="t-ana", reason="case 2", placed_by="staff:pat")
+    asked = _role("Privacy officers").post(HOLDS, {"action": "lift", "_selected_action": [lifted.pk]})
+    assert '<td class="n">1</td><td>threads they keep' in asked.content.decode()  # t-ana-2 only
