@@ -403,12 +403,15 @@ def person_erase(
         # 7. Crypto-shredding (encryption on): the person's data key goes, so a copy of their rows
         # that outlives this (a backup, a dump, a replica) no longer opens. Erase only: a redaction
         # keeps rows sealed under it.
+        # The audit trail's pseudonyms of the person and their threads link to no one now (a
+        # redaction too: the leftover scan would find the secret's row naming them).
+        pseudonyms_forget(agent_id=agent_id, user_id=user_id)
         if mode == "erase":
             with transaction.atomic():
-                # The audit trail's pseudonyms of the person and their threads link to no one now.
-                pseudonyms_forget(agent_id=agent_id, user_id=user_id)
                 if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
                     counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
+    if unowned:  # staff's erasure: the pseudonyms of records of no agent (a hold on every agent)
+        pseudonyms_forget(agent_id=None, user_id=user_id)
     counts["job_runs"] += _jobs_scrub(_jobs(user_id, agents, keep_job_ids, unowned=unowned))
     if progress is not None:
         # Rows the plan counted may have gone with an earlier step (items quoting erased threads).
