@@ -97,9 +97,10 @@ SEALED_SCAN_BATCH = 1000
 REASON_MAX_CHARS = 4000
 
 # What a redaction keeps on purpose: the person's threads (their place, and whose they are), the
-# places of their entries, and the redacted versions of the files of their scope (a file's history).
+# places of their entries, the redacted versions of the files of their scope (a file's history), and
+# the key of their pseudonyms (governance.audit.pseudonyms: their audit records still link to them).
 # A row of these tables matched by the user id alone is "kept", not a leftover.
-REDACTION_KEEPS = ("memoryapp_thread", "memoryapp_entry", "memoryapp_memoryfileversion")
+REDACTION_KEEPS = ("memoryapp_thread", "memoryapp_entry", "memoryapp_memoryfileversion", "governance_pseudonymkey")
 ID_PROBE = "user id"
 THREAD_PROBE = "thread id "
 ERASED_ID_PROBE = "erased row id"
@@ -1074,7 +1075,10 @@ def leftovers_scan(
                 names = [probes[n - 1].name if n <= len(probes) else ERASED_ID_PROBE for n in sorted(matches[pk])]
                 purpose = KEPT_ON_PURPOSE.get(table.table)
                 if redaction and table.table in REDACTION_KEEPS and _ids_only(names):
-                    purpose = "the redaction keeps the person's threads, entries' places and files' versions"
+                    purpose = (
+                        "the redaction keeps the person's threads, entries' places, files' versions and the key of"
+                        " their pseudonyms"
+                    )
                 if purpose is not None:
                     kept_here += 1
                     if kept_here <= FINDINGS_LISTED_PER_TABLE:
