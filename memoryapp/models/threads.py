@@ -14,7 +14,7 @@ from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.choices import EntryType, OnBusy, Role
-from memoryapp.models.people import MESSAGE_USER_KEY
+from memoryapp.models.people import MESSAGE_USER_KEY, message_sender
 
 
 def new_entry_id() -> str:
@@ -202,8 +202,11 @@ class Entry(models.Model):
         return self.id
 
     def encryption_owner(self) -> tuple[int | None, str]:
-        """Sealed under the data key of the thread's person (governance.crypto.envelope)."""
-        return (self.agent_id, self.thread.user_id)
+        """Sealed under the data key of the person whose words it holds (governance.crypto.envelope):
+        a user message's sender when it names one (`message_sender`, the one rule), so a person's
+        message in another person's thread is shredded with them; otherwise the thread's person."""
+        sender = message_sender(self.metadata) if self.role == Role.USER else ""
+        return (self.agent_id, sender or self.thread.user_id)
 
 
 class HeldEntry(Entry):

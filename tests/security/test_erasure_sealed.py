@@ -111,7 +111,7 @@ def test_with_encryption_off_the_report_says_there_was_no_key_to_destroy(
     assert "memoryapp_entry.text: 1 (plaintext)" in shredding["statement"]
 
 
-def test_the_backup_statement_lists_a_message_in_another_persons_thread_as_still_readable(
+def test_a_message_in_another_persons_thread_is_sealed_under_the_senders_key_and_shredded_with_it(
     encrypted: Any, db: None, django_capture_on_commit_callbacks: Any
 ) -> None:
     alice = AgentFactory(slug="alice")
@@ -125,11 +125,11 @@ def test_the_backup_statement_lists_a_message_in_another_persons_thread_as_still
     unopenable = {(r["table"], r["column"]): r["rows"] for r in backup["unopenable"]}
     readable = {(r["table"], r["column"], r["why"]): r["rows"] for r in backup["readable"]}
     # Her own thread's turn was sealed under her key, destroyed: no old copy opens it.
-    assert unopenable[("memoryapp_entry", "text")] == 1
-    # Her message in Bob's thread was sealed under Bob's key, which lives: an old copy opens it,
-    # and the receipt says so (until it is sealed under her key: issue 25 item 6).
-    assert readable[("memoryapp_entry", "text", "sealed under another person's key")] == 1
+    # Her message in Bob's thread is sealed under her key too (its sender's, Entry.encryption_owner):
+    # no old copy opens it either, and the receipt says so. Its metadata (who sent it) is plaintext.
+    assert unopenable[("memoryapp_entry", "text")] == 2
+    assert not [r for r in readable if r[:2] == ("memoryapp_entry", "text")]
     assert readable[("memoryapp_entry", "metadata", "plaintext")] == 1
     assert readable[("memoryapp_thread", "external_id", "plaintext")] == 1
-    assert "memoryapp_entry.text: 1 (sealed under another person's key)" in shredding["statement"]
+    assert "memoryapp_entry.text" not in shredding["statement"]
     assert "no longer opens with any key" not in shredding["statement"]

@@ -110,3 +110,24 @@ def test_turning_encryption_on_for_an_existing_database_encrypts_it_by_the_rotat
         alice.client.post("/api/v1/search", {"text": "Zanzibarquill", "method": "keyword"}, format="json"), 200
     )
     assert [h["text"] for h in found["results"]] == ["the Zanzibarquill pot is blue"]
+
+
+def test_the_rotation_seals_a_persons_message_in_another_persons_thread_under_the_senders_key(
+    encrypted: Any, transactional_db: None, settings: Any, alice: Caller
+) -> None:
+    keys_set(settings, "")
+    answered(alice.client.post("/api/v1/threads", {"id": "t-bo", "user_id": "u-bo"}, format="json"), (200, 201))
+    entries = [
+        {"role": "user", "content": "Bo likes the Marmalade Fjord trail"},
+        {"role": "user", "content": "Ana adds: my PIN is quokkaparade", "metadata": {"userId": "u-ana"}},
+    ]
+    answered(alice.client.post("/api/v1/threads/t-bo/entries", {"entries": entries}, format="json"), 201)
+
+    keys_set(settings, K1)
+    _rotate()
+
+    ana = DataKey.objects.get(user_id="u-ana", destroyed_at__isnull=True).pk
+    bo = DataKey.objects.get(user_id="u-bo", destroyed_at__isnull=True).pk
+    assert [text.split(":")[2] for text in _stored("text")] == [bo, ana]
+    assert _read(alice, "t-bo") == [e["content"] for e in entries]
+    assert sum(_rotate()["rows_resealed"].values()) == 0
