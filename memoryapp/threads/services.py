@@ -252,6 +252,7 @@ def _insert(
     screener = thread_screener(thread)
     screened_ids: set[str] = set()
     branched = False  # does this write make the tree more than one chain ending at the leaf?
+    fresh: set[str] = set()  # ids of the entries this write makes
     for index, spec in enumerate(specs):
         prefix = f"{field_prefix}[{index}]." if field_prefix else ""
         if not isinstance(spec, dict):
@@ -271,12 +272,17 @@ def _insert(
         if not isinstance(activate, bool):
             raise DomainError("invalid_type", "activate must be true or false.", field=f"{prefix}activate")
         entry = entry_from_spec(thread=locked, spec=spec, parent_id=parent_id, seq=seq, now=now, field_prefix=prefix)
-        if spec.get("created_at") is not None:
+        # A parent written by this very batch has no child yet: only a node under a parent that was
+        # there before can be a retried write (and asking per entry would be a query a row).
+        if spec.get("created_at") is not None and parent_id not in fresh:
             if screener is not None:
                 # What is stored (and hashed) is the screened turn: compare that.
                 entries_screened(entries=[entry], screener=screener, prefixes=[prefix], now=now)
                 screened_ids.add(entry.id)
-            there = _node_there(locked=locked, entry=entry, at_leaf=parent_id == leaf_id and not spec.get("parent_id"))
+            # Only the write's first entry can be a retry of the leaf itself (see `_node_there`): a
+            # later one of a batch goes after an entry of this batch or one it named.
+            at_leaf = index == 0 and not spec.get("parent_id") and parent_id == locked.active_leaf_id
+            there = _node_there(locked=locked, entry=entry, at_leaf=at_leaf)
             if there is not None:
                 # 000 `SessionDag.append`: the same turn at the same time under the same parent is
                 # that node (a retried write): advance to it, write nothing.
@@ -298,6 +304,7 @@ def _insert(
         entry_prefixes.append(prefix)
         answered.append(entry)
         known_parents.add(entry.id)
+        fresh.add(entry.id)
         previous = entry.id
         seq += 1
         if activate:

@@ -138,8 +138,9 @@ def test_entries_are_counted_per_agent_per_utc_day_they_were_stored(alice: Calle
     thread = thread_create(agent=alice.agent, external_id="t-a")
     other = thread_create(agent=bob.agent, external_id="t-b")
     today = timezone.now()
-    for target in (thread, thread, other, other):
-        entry_add(thread=target, role="user", content="hello", created_at=today)
+    for number, target in enumerate((thread, thread, other, other)):
+        # distinct turns: the same turn at the same client-given time is one node (a retried write)
+        entry_add(thread=target, role="user", content=f"hello {number}", created_at=today)
     yesterday = entry_add(thread=other, role="user", content="stored yesterday", created_at=today)
     Entry.objects.filter(pk=yesterday.pk).update(stored_at=today - timedelta(days=1))
     old = entry_add(thread=thread, role="user", content="too old", created_at=today)
@@ -161,10 +162,11 @@ def test_an_import_of_old_conversations_counts_on_the_day_it_was_stored(alice: C
     """1,500 entries dated 2023 written today (the batch's COPY, and one by one): today's bar."""
     thread = thread_create(agent=alice.agent, external_id="t-2023")
     dated = timezone.now().replace(year=2023)
-    for _ in range(15):
-        entries_add(thread=thread, entries=[{"role": "user", "content": "back then", "created_at": dated}] * 99)
-    for _ in range(15):
-        entry_add(thread=thread, role="assistant", content="then", created_at=dated)
+    for batch in range(15):
+        turns = [{"role": "user", "content": f"back then {batch}.{n}", "created_at": dated} for n in range(99)]
+        entries_add(thread=thread, entries=turns)
+    for n in range(15):
+        entry_add(thread=thread, role="assistant", content=f"then {n}", created_at=dated)
     assert Entry.objects.filter(created_at__year=2023, stored_at__isnull=False).count() == 1500
     series = dict(entries_per_agent_per_day(days=30).series)
     assert series["alice"][-1] == 1500 and sum(series["alice"]) == 1500

@@ -77,6 +77,21 @@ def test_a_retried_batch_naming_its_first_parent_answers_200_and_a_partly_new_on
     assert Entry.objects.filter(thread=thread).count() == 4
 
 
+def test_a_batch_of_identical_turns_at_one_time_writes_every_one_and_asks_once_not_per_turn(
+    alice: Caller, django_assert_max_num_queries: Any
+) -> None:
+    """An import dates its turns; the same words at the same time, one after the other, are new
+    nodes (each under the one before), not a retry of the leaf, and only the first is looked up."""
+    thread = _thread(alice)
+    post_ok(alice.client, URL, {"role": "user", "content": "ok", "created_at": AT}, status=201)
+    same = [{"role": "user", "content": "ok", "created_at": AT} for _ in range(60)]
+    with django_assert_max_num_queries(30):
+        made = post_ok(alice.client, URL, {"entries": same}, status=201)
+    # The first of the batch is the leaf again (a retried single append); the 59 after it are new.
+    assert len({e["id"] for e in made["entries"]}) == 60
+    assert Entry.objects.filter(thread=thread).count() == 60
+
+
 @pytest.mark.django_db(transaction=True)
 def test_two_identical_appends_at_once_make_one_entry(alice: Caller) -> None:
     thread = _thread(alice)
