@@ -245,6 +245,7 @@ def api_tour(caller: Caller) -> list[Visit]:
     call("GET", facts, f"{V1}/facts/users/u-ana", query={"q": "Lisbon", "purpose": "support"})
     call("GET", facts, f"{V1}/facts/users", query={"limit": 5})
     tools = f"{V1}/memory-tools"
+    call("GET", tools)  # what MCP's tools/list names
     call("POST", tools, body={"name": "remember", "input": {"key": "seat", "value": "aisle"}, "user_id": "u-ana"})
     call("POST", tools, body={"name": "search_memory", "input": {"query": "seat"}, "user_id": "u-ana"})
     call("POST", tools, body={"name": "forget", "input": {"key": "nothing"}, "user_id": "u-ana"})
