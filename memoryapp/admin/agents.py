@@ -153,13 +153,12 @@ class CompactionSettingsAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin)
         "agent_shown",
         "enabled",
         "context_window",
-        "trigger_ratio",
+        "trigger_shown",
         "strategy",
         "keep_recent",
         "model_shown",
         "template_name",
         "pre_step",
-        "message_threshold",
         "updated",
     )
     list_filter = ("enabled", "strategy", "pre_step")
@@ -171,6 +170,13 @@ class CompactionSettingsAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin)
 
     class Media:
         css = {"all": ("governance/lists.css",)}
+
+    @admin.display(description="trigger ratio", ordering="trigger_ratio")
+    def trigger_shown(self, obj: CompactionSettings) -> str:
+        """The token trigger and the entry count in one column (the list fits 1,280 px)."""
+        if obj.message_threshold:
+            return f"{obj.trigger_ratio:g} or {obj.message_threshold:,} entries"
+        return f"{obj.trigger_ratio:g}"
 
     @admin.display(description="summarizer model", ordering="summarizer_model")
     def model_shown(self, obj: CompactionSettings) -> SafeString:

@@ -235,7 +235,7 @@ def test_a_running_job_runs_progress_bar_is_redrawn_until_it_ends(
                 )
             )
         row = page.locator(f"tr:has(.jr-progress[data-run='{run.pk}'])")
-        assert row.locator(".field-status").inner_text() == "Succeeded"
+        assert row.locator(".field-status_shown").inner_text() == "Succeeded"
         assert row.locator(".jr-progress").get_attribute("data-open") == ""
         assert "so far" not in row.locator(".field-took").inner_text()
         shoot(page, "job-runs-done")

@@ -164,6 +164,8 @@ def client_tour(memory: Any, who: Caller) -> None:
     assert memory.get_fact("users/ana", "tea")["value"] == "green"
     assert [f["key"] for f in memory.search_facts("users/ana", q="tea")["results"]] == ["tea"]
     assert memory.forget_fact("users/ana", "tea")["forgotten"] is True
+    names = {tool["name"] for tool in memory.memory_tools_list()["tools"]}
+    assert {"remember", "search_memory", "read_result"} <= names
     assert memory.memory_tools("remember", {"key": "city", "value": "Lisbon"}, user_id="ana")["result"].startswith(
         "Remembered city"
     )
