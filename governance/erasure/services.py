@@ -475,17 +475,7 @@ def erasure_dry_run(
             touched = touched.filter(agent_id__in=agents)
         files: list[dict[str, Any]] = []
         for row in touched:
-            head = (
-                MemoryFileVersion.objects.filter(
-                    agent_id=row["agent_id"],
-                    user_id=row["user_id"],
-                    project_id=row["project_id"],
-                    thread_id=row["thread_id"],
-                    path=row["path"],
-                )
-                .order_by("-sequence")
-                .first()
-            )
+            head = _file_head(row)
             files.append({**row, "after": None if head is None else head.content})
     slugs = dict(Agent.objects.values_list("pk", "slug"))
     items = []
@@ -506,22 +496,18 @@ def erasure_dry_run(
     )
 
 
+def _file_head(row: dict[str, Any]) -> MemoryFileVersion | None:
+    """The newest version of the file a row of (agent, scope, path) names."""
+    place = {key: row[key] for key in ("agent_id", "user_id", "project_id", "thread_id", "path")}
+    return MemoryFileVersion.objects.filter(**place).order_by("-sequence").first()
+
+
 def _shared_file_change(
     row: dict[str, Any], *, person: str, purged: set[str], slugs: dict[int, str]
 ) -> SharedFileChange:
     """What a file outside the person's scope loses: its head now (rolled back) against the head the
     dry run left."""
-    head = (
-        MemoryFileVersion.objects.filter(
-            agent_id=row["agent_id"],
-            user_id=row["user_id"],
-            project_id=row["project_id"],
-            thread_id=row["thread_id"],
-            path=row["path"],
-        )
-        .order_by("-sequence")
-        .first()
-    )
+    head = _file_head(row)
     before = (head.content or "") if head is not None else ""
     after = row["after"]
     rules: list[RuleRemoved] = []
