@@ -33,7 +33,7 @@ import hashlib
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -496,7 +496,7 @@ def erasure_dry_run(
     )
 
 
-def _file_head(row: dict[str, Any]) -> MemoryFileVersion | None:
+def _file_head(row: Mapping[str, Any]) -> MemoryFileVersion | None:
     """The newest version of the file a row of (agent, scope, path) names."""
     place = {key: row[key] for key in ("agent_id", "user_id", "project_id", "thread_id", "path")}
     return MemoryFileVersion.objects.filter(**place).order_by("-sequence").first()
