@@ -49,7 +49,9 @@ def test_a_privacy_officer_exports_a_person_from_their_thread_and_downloads_the_
         page.click("#export-person")
         page.wait_for_selector("#id_user_id")
         assert page.input_value("#id_user_id") == "u-ana"
-        # The admin's two lists (a filter box over hundreds of agents): the thread's agent is chosen.
+        # The admin's two lists (a filter box over hundreds of agents), which the admin's script builds
+        # after the page has loaded: the thread's agent is chosen.
+        page.wait_for_selector("#id_agents_to", state="attached")
         chosen = page.eval_on_selector("#id_agents_to", "s => Array.from(s.options).map(o => o.text)")
         assert chosen == ["concierge"]
         # Every agent: none chosen.
