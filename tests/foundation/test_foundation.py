@@ -11,7 +11,7 @@ from memory_project.env import env_bool, env_choice, env_float, env_int, env_lis
 from memory_project.settings import database_from_url
 from memoryapp.agents.selectors import hash_key
 from memoryapp.agents.services import agent_key_revoke
-from memoryapp.models import AgentKey
+from memoryapp.models import Agent, AgentKey
 
 pytestmark = pytest.mark.django_db
 
@@ -125,6 +125,19 @@ def test_agent_create_command_prints_key_on_last_line(capsys) -> None:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {second}")
     assert client.get("/api/v1/").status_code == 200
+
+
+def test_agent_create_command_makes_several_agents_with_their_limits(capsys) -> None:
+    from django.core.management import call_command
+
+    call_command("agent_create", "dora", "eve", "--heavy-concurrency", "7", "--rate-per-minute", "0")
+    keys = capsys.readouterr().out.strip().splitlines()
+    assert len(keys) == 2
+    for slug, raw in zip(("dora", "eve"), keys, strict=True):
+        agent = Agent.objects.get(slug=slug)
+        assert (agent.heavy_concurrency, agent.rate_limit_per_minute) == (7, 0)
+        assert AgentKey.objects.get(agent=agent).key_hash == hash_key(raw)
+        assert AuditRecord.objects.filter(action="agent.limits_set", agent_id=agent.pk).count() == 1
 
 
 # --- health --------------------------------------------------------------------------------------

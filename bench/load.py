@@ -1,0 +1,444 @@
+"""Mixed load against a running service, with the web processes' CPU per request of each kind.
+
+    python bench/load.py --base http://127.0.0.1:8000 [--clients 50] [--duration 60]
+        [--mix append=50,search=20,context=15,path=15] [--agents 10]
+
+1. Agents: `--agents` agents are created through the service's own command
+   (`manage.py agent_create`, one run of it, in this checkout with this environment, so against the service's
+   database), each with a heavy-request cap of its share of the clients, so the bench meets no
+   limit it did not ask for. `--keys FILE` (one key a line) uses existing agents instead.
+2. Threads: one per client, under agent `client % agents`, seeded with `--seed-entries` turns
+   by batch appends (so path reads and context builds have a history).
+3. A `/healthz` phase: the web processes' CPU per request of the cheapest answer, the baseline.
+4. One phase per kind (`--kind-clients` clients, `--kind-seconds` each): the web CPU per request
+   of that kind alone, read from /proc/<pid>/stat of the gunicorn master and its workers before and
+   after (web processes only: the embedding worker and PostgreSQL are not counted).
+5. The mixed phase: `--clients` clients for `--duration` seconds, each picking its next request by
+   the mix: a single append to its own thread, a hybrid search, a hybrid context build of 4,000
+   tokens on its thread, or a path read of its thread's newest 50 turns. Prints req/s,
+   p50/p95/p99 per kind, errors by status, and the web CPU per request of the whole mix.
+6. The bench threads are deleted (`--keep` keeps them); the agents stay (slugs `load-<run>-N`).
+
+`--cold` instead starts the service itself (`python -m memory_project.launcher` in this checkout,
+on the port of --base, which must be free), times how long /healthz and /readyz take to answer,
+then runs the mixed load at once and prints the first requests' latencies (first request of each
+kind, and p50/p95/p99 of the first `--duration` seconds), then stops the service.
+
+Bounded: every phase ends by its time or by `--max-requests`; only loopback addresses are
+accepted as --base. It never asserts a duration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.write_entries import SENTENCES, Client  # noqa: E402
+
+QUERIES = (
+    "Which museum did we plan for the morning?",
+    "What do we eat for lunch near the square?",
+    "How long are the walks in the afternoon heat?",
+    "When should we see the Pantheon?",
+    "Did anyone mention queues at the Colosseum?",
+)
+KINDS = ("append", "search", "context", "path")
+DEFAULT_MIX = "append=50,search=20,context=15,path=15"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# --- where the service may be -------------------------------------------------------------------
+
+
+def loopback_only(base: str) -> tuple[str, int]:
+    parts = urlsplit(base)
+    host = parts.hostname or ""
+    try:
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except OSError as exc:
+        sys.exit(f"--base {base}: cannot resolve {host!r} ({exc})")
+    if not addresses or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in addresses):
+        sys.exit(f"--base {base}: this bench sends load to loopback addresses only (127.0.0.0/8, ::1)")
+    return host, parts.port or 80
+
+
+# --- the web processes' CPU ------------------------------------------------------------------------
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces: split after its closing parenthesis.
+    return text[text.rindex(")") + 2 :].split()
+
+
+def web_processes(port: int) -> list[int]:
+    """The gunicorn master bound to `port` and its workers (pids)."""
+    masters = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        line = _cmdline(int(entry.name))
+        if any("gunicorn" in part for part in line) and any(part.endswith(f":{port}") for part in line):
+            masters.append(int(entry.name))
+    pids = set(masters)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None and int(stat[1]) in masters:
+            pids.add(int(entry.name))
+    return sorted(pids)
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes (fields 14 and 15 of /proc/<pid>/stat)."""
+    total = 0
+    for pid in pids:
+        stat = _stat(pid)
+        if stat is not None:
+            total += int(stat[11]) + int(stat[12])
+    return total / CLOCK_TICKS
+
+
+# --- requests ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+    errors: Counter[str] = field(default_factory=Counter)
+    firsts: dict[str, float] = field(default_factory=dict)
+
+    def add(self, kind: str, seconds: float, status: int) -> None:
+        self.latencies.setdefault(kind, []).append(seconds)
+        self.firsts.setdefault(kind, seconds)
+        if not 200 <= status < 300:
+            self.errors[f"{kind} {status}"] += 1
+
+    @property
+    def count(self) -> int:
+        return sum(len(v) for v in self.latencies.values())
+
+
+def percentile(values: list[float], p: int) -> float:
+    if not values:
+        return float("nan")
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+@dataclass
+class Seat:
+    """One client: its connection, its agent's key and its own thread."""
+
+    client: Client
+    thread_id: str
+    turn: int = 0
+
+
+def do_request(kind: str, seat: Seat, rng: random.Random) -> int:
+    client = seat.client
+    if kind == "append":
+        seat.turn += 1
+        body: dict[str, object] = {"role": "user" if seat.turn % 2 else "assistant", "content": rng.choice(SENTENCES)}
+        status, _ = client.call("POST", f"/api/v1/threads/{seat.thread_id}/entries", body)
+    elif kind == "search":
+        status, _ = client.call("POST", "/api/v1/search", {"text": rng.choice(QUERIES), "method": "hybrid"})
+    elif kind == "context":
+        body = {"strategy": "hybrid", "max_tokens": 4000, "current_input": rng.choice(QUERIES)}
+        status, _ = client.call("POST", f"/api/v1/threads/{seat.thread_id}/context", body)
+    elif kind == "path":
+        status, _ = client.call("GET", f"/api/v1/threads/{seat.thread_id}/path?limit=50")
+    elif kind == "healthz":
+        status, _ = client.call("GET", "/healthz")
+    else:
+        raise ValueError(kind)
+    return status
+
+
+def run_phase(
+    seats: list[Seat], pick: Callable[[random.Random], str], *, seconds: float, max_requests: int, pids: list[int]
+) -> tuple[Tally, float, float]:
+    """Every seat sends requests chosen by `pick` until `seconds` pass or `max_requests` were sent:
+    (tally, wall seconds, web CPU seconds)."""
+    tally, lock = Tally(), threading.Lock()
+    sent = [0]
+    start = threading.Barrier(len(seats) + 1)
+    deadline = [0.0]
+
+    def worker(number: int) -> None:
+        rng = random.Random(number)
+        seat = seats[number]
+        start.wait()
+        while time.monotonic() < deadline[0]:
+            with lock:
+                if sent[0] >= max_requests:
+                    return
+                sent[0] += 1
+            kind = pick(rng)
+            began = time.perf_counter()
+            try:
+                status = do_request(kind, seat, rng)
+            except Exception:  # a refused or reset connection is an error of the run, not a crash of it
+                status = 0
+            elapsed = time.perf_counter() - began
+            with lock:
+                tally.add(kind, elapsed, status)
+
+    with ThreadPoolExecutor(len(seats)) as pool:
+        futures = [pool.submit(worker, n) for n in range(len(seats))]
+        cpu_before = cpu_seconds(pids)
+        deadline[0] = time.monotonic() + seconds
+        began = time.perf_counter()
+        start.wait()
+        for future in futures:
+            future.result()
+        wall = time.perf_counter() - began
+    return tally, wall, cpu_seconds(pids) - cpu_before
+
+
+def _always(kind: str) -> Callable[[random.Random], str]:
+    return lambda rng: kind
+
+
+def kind_line(kind: str, values: list[float], wall: float) -> str:
+    return (
+        f"  {kind:<8} {len(values):>6} req {len(values) / wall:7.1f}/s   p50 {percentile(values, 50) * 1000:8.1f} ms"
+        f"  p95 {percentile(values, 95) * 1000:8.1f} ms  p99 {percentile(values, 99) * 1000:8.1f} ms"
+    )
+
+
+# --- setup -------------------------------------------------------------------------------------------
+
+
+def create_agents(count: int, run: str, heavy: int) -> list[str]:
+    """`count` agents made by the service's own command (one run of it), each with a new key."""
+    command = [sys.executable, str(ROOT / "manage.py"), "agent_create"]
+    command += [f"load-{run}-{number}" for number in range(count)]
+    command += ["--key-name", "bench-load", "--heavy-concurrency", str(heavy)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    keys = done.stdout.strip().splitlines()[-count:]
+    if done.returncode or len(keys) != count:
+        sys.exit(f"agent_create failed: {done.stderr.strip()[-500:]}")
+    return keys
+
+
+def seed_threads(seats: list[Seat], entries: int) -> None:
+    def seed(seat: Seat) -> None:
+        status, payload = seat.client.call("POST", "/api/v1/threads", {"id": seat.thread_id})
+        if status not in (200, 201):
+            raise RuntimeError(f"cannot create thread {seat.thread_id}: {status} {payload}")
+        for offset in range(0, entries, 50):
+            turns = [
+                {"role": "user" if i % 2 == 0 else "assistant", "content": SENTENCES[i % len(SENTENCES)]}
+                for i in range(offset, min(entries, offset + 50))
+            ]
+            status, payload = seat.client.call("POST", f"/api/v1/threads/{seat.thread_id}/entries", {"entries": turns})
+            if status not in (200, 201):
+                raise RuntimeError(f"cannot seed {seat.thread_id}: {status} {payload}")
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(seed, seats))
+
+
+def parse_mix(text: str) -> dict[str, int]:
+    mix: dict[str, int] = {}
+    for part in text.split(","):
+        name, _, weight = part.partition("=")
+        if name.strip() not in KINDS or not weight.strip().isdigit():
+            sys.exit(f"--mix: {part!r} is not KIND=WEIGHT with KIND one of {', '.join(KINDS)}")
+        mix[name.strip()] = int(weight)
+    if not any(mix.values()):
+        sys.exit("--mix: every weight is 0")
+    return mix
+
+
+def wait_for(url: str, limit: float) -> float | None:
+    began = time.monotonic()
+    while time.monotonic() - began < limit:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as answer:
+                if answer.status == 200:
+                    return time.monotonic() - began
+        except OSError:
+            pass
+        time.sleep(0.2)
+    return None
+
+
+# --- main ----------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", required=True, help="the service's URL, e.g. http://127.0.0.1:8000 (loopback)")
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of mixed load (default 60)")
+    parser.add_argument("--mix", default=DEFAULT_MIX, help=f"weights of the kinds (default {DEFAULT_MIX})")
+    parser.add_argument("--agents", type=int, default=10)
+    parser.add_argument("--keys", type=Path, help="a file of agent keys, one a line, instead of creating agents")
+    parser.add_argument("--seed-entries", type=int, default=40, help="turns in each client's thread before the load")
+    parser.add_argument("--kind-clients", type=int, default=8, help="clients of each one-kind CPU phase")
+    parser.add_argument("--kind-seconds", type=float, default=10.0, help="seconds of each one-kind phase (0: none)")
+    parser.add_argument("--max-requests", type=int, default=200_000, help="at most this many requests a phase")
+    parser.add_argument("--cold", action="store_true", help="start the service here and time its first requests")
+    parser.add_argument("--keep", action="store_true", help="keep the bench threads")
+    args = parser.parse_args(argv)
+    _, port = loopback_only(args.base)
+    mix = parse_mix(args.mix)
+    run = uuid.uuid4().hex[:8]
+
+    service: subprocess.Popen[bytes] | None = None
+    if args.cold:
+        service, figures = cold_start(args.base, port)
+        print(figures)
+    try:
+        pids = web_processes(port)
+        if not pids:
+            print(f"note: no gunicorn process bound to :{port} found here; CPU figures will read 0")
+        load(args, mix, run, pids, cold=args.cold)
+    finally:
+        if service is not None:
+            os.killpg(service.pid, signal.SIGTERM)
+            service.wait(timeout=60)
+
+
+def cold_start(base: str, port: int) -> tuple[subprocess.Popen[bytes], str]:
+    """Start `make run`'s launcher on `port`; the seconds until /healthz and /readyz answer."""
+    if wait_for(f"{base}/healthz", 0.5) is not None:
+        sys.exit(f"--cold: something answers on {base} already; stop it first")
+    env = dict(os.environ, PORT=str(port), HF_HUB_OFFLINE="1")
+    service = subprocess.Popen(
+        [sys.executable, "-m", "memory_project.launcher"],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+    )
+    began = time.monotonic()
+    healthy = wait_for(f"{base}/healthz", 300)
+    ready = wait_for(f"{base}/readyz", 300)
+    total = time.monotonic() - began
+    healthy_text = "never" if healthy is None else f"{healthy:.1f} s"
+    return (
+        service,
+        f"cold start: /healthz after {healthy_text}, /readyz after {total if ready is not None else 0:.1f} s",
+    )
+
+
+def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int], *, cold: bool) -> None:
+    per_agent = max(1, -(-args.clients // args.agents))
+    if args.keys:
+        keys = [line.strip() for line in args.keys.read_text().splitlines() if line.strip()]
+    else:
+        began = time.perf_counter()
+        keys = create_agents(args.agents, run, heavy=per_agent)
+        print(f"{len(keys)} agents created through manage.py agent_create in {time.perf_counter() - began:.1f} s")
+    seats = [
+        Seat(Client(args.base, keys[n % len(keys)]), f"load-{run}-{n:03d}")
+        for n in range(max(args.clients, args.kind_clients))
+    ]
+    began = time.perf_counter()
+    seed_threads(seats, args.seed_entries)
+    print(f"{len(seats)} threads of {args.seed_entries} turns seeded in {time.perf_counter() - began:.1f} s")
+    load_before = Path("/proc/loadavg").read_text().split()[:3]
+    print(f"web processes {pids}; load average {' '.join(load_before)} (2 cores shared with other work)")
+
+    weights = [(kind, weight) for kind, weight in mix.items() if weight]
+    kinds, cumulative = [k for k, _ in weights], []
+    total = 0
+    for _, weight in weights:
+        total += weight
+        cumulative.append(total)
+
+    def pick(rng: random.Random) -> str:
+        return rng.choices(kinds, cum_weights=cumulative)[0]
+
+    try:
+        if cold:
+            tally, wall, cpu = run_phase(
+                seats[: args.clients], pick, seconds=args.duration, max_requests=args.max_requests, pids=pids
+            )
+            print(
+                f"first {args.duration:g} s after readyz: {tally.count / wall:.1f} req/s, errors {dict(tally.errors)}"
+            )
+            for kind in kinds:
+                first = tally.firsts.get(kind)
+                print(kind_line(kind, tally.latencies.get(kind, []), wall) + f"  first {(first or 0) * 1000:.0f} ms")
+            return
+
+        per_request: dict[str, float] = {}
+        small = seats[: args.kind_clients]
+        if args.kind_seconds > 0:
+            print(f"one kind at a time, {len(small)} clients, {args.kind_seconds:g} s each: web CPU per request")
+            for kind in ("healthz", *kinds):
+                tally, wall, cpu = run_phase(
+                    small, _always(kind), seconds=args.kind_seconds, max_requests=args.max_requests, pids=pids
+                )
+                per_request[kind] = cpu / tally.count if tally.count else float("nan")
+                ratio = per_request[kind] / per_request["healthz"] if per_request.get("healthz") else float("nan")
+                errors = f"  errors {dict(tally.errors)}" if tally.errors else ""
+                print(
+                    kind_line(kind, tally.latencies.get(kind, []), wall)
+                    + f"  web CPU {per_request[kind] * 1000:6.2f} ms/req = {ratio:5.1f}x healthz{errors}"
+                )
+
+        tally, wall, cpu = run_phase(
+            seats[: args.clients], pick, seconds=args.duration, max_requests=args.max_requests, pids=pids
+        )
+        mixed = tally.count
+        print(
+            f"mixed load, {args.clients} clients, {len(keys)} agents, {wall:.1f} s, mix {args.mix}: "
+            f"{mixed} requests = {mixed / wall:.1f} req/s, errors {sum(tally.errors.values())}"
+            + (f" {dict(tally.errors)}" if tally.errors else "")
+        )
+        everything = [s for values in tally.latencies.values() for s in values]
+        print(kind_line("all", everything, wall))
+        for kind in kinds:
+            print(kind_line(kind, tally.latencies.get(kind, []), wall))
+        if mixed:
+            expected = sum(per_request.get(k, 0.0) * len(tally.latencies.get(k, [])) for k in kinds)
+            share = f"; the one-kind phases' CPU predicts {expected * 1000 / mixed:.2f} ms" if expected else ""
+            print(f"mixed web CPU {cpu * 1000 / mixed:.2f} ms/req ({cpu / wall:.2f} cores){share}")
+        print(f"load average after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    finally:
+        if not args.keep:
+            for seat in seats:
+                try:
+                    seat.client.call("DELETE", f"/api/v1/threads/{seat.thread_id}")
+                except Exception:  # the service went away: nothing more to clean here
+                    break
+        for seat in seats:
+            seat.client.close()
+
+
+if __name__ == "__main__":
+    main()
