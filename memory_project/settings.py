@@ -171,10 +171,17 @@ CELERY_TIMEZONE = "UTC"
 
 # --- Providers ---------------------------------------------------------------------------------
 
-EMBEDDER = env_choice("EMBEDDER", "local", ("local", "openai", "fake"))
-EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "all-MiniLM-L6-v2" if EMBEDDER != "openai" else "text-embedding-3-small")
+EMBEDDER = env_choice("EMBEDDER", "local", ("local", "openai", "gemini", "fake"))
+# Each remote provider's usual model and endpoint, unless the variables say otherwise.
+_EMBEDDER_DEFAULTS = {
+    "openai": ("text-embedding-3-small", "https://api.openai.com/v1"),
+    "gemini": ("gemini-embedding-001", "https://generativelanguage.googleapis.com/v1beta"),
+}
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", _EMBEDDER_DEFAULTS.get(EMBEDDER, ("all-MiniLM-L6-v2", ""))[0])
 EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 384, minimum=1, maximum=16000)
-EMBEDDING_URL = env_url("EMBEDDING_URL", ("http", "https")) or "https://api.openai.com/v1"
+EMBEDDING_URL = (
+    env_url("EMBEDDING_URL", ("http", "https")) or _EMBEDDER_DEFAULTS.get(EMBEDDER, _EMBEDDER_DEFAULTS["openai"])[1]
+)
 EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", "")
 EMBEDDING_TIMEOUT = env_float("EMBEDDING_TIMEOUT", 30.0, minimum=0.1)
 EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64, minimum=1, maximum=2048)

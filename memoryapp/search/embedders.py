@@ -1,4 +1,4 @@
-"""The embedder port: `embed(texts) -> vectors`, and its providers (local, openai, fake).
+"""The embedder port: `embed(texts) -> vectors`, and its providers (local, openai, gemini, fake).
 
 The provider comes from settings.EMBEDDER. Every provider returns unit-length vectors of
 settings.EMBEDDING_DIMENSIONS floats (cosine distance is then a dot product), and every failure
@@ -141,6 +141,32 @@ class LocalEmbedder:
 # --- openai: any OpenAI-compatible /embeddings endpoint -----------------------------------------
 
 
+def _post_json(
+    *, name: str, url: str, body: dict[str, Any], headers: dict[str, str], timeout: float, retries: int
+) -> Any:
+    """POST `body` as JSON and answer the decoded JSON; 429, 5xx and connection errors are tried again
+    up to `retries` times with a short backoff, any other 4xx is an EmbedderError at once."""
+    last_error = ""
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(min(2.0, 0.25 * 2 ** (attempt - 1)))
+        try:
+            response = requests.post(url, json=body, headers=headers, timeout=timeout)
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            last_error = f"{type(exc).__name__}: {exc}"
+            continue
+        if response.status_code == 429 or response.status_code >= 500:
+            last_error = f"HTTP {response.status_code}"
+            continue
+        if response.status_code >= 400:
+            raise EmbedderError(f"{name}: HTTP {response.status_code}: {response.text[:200]}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise EmbedderError(f"{name}: the answer is not JSON") from exc
+    raise EmbedderError(f"{name}: gave up after {retries + 1} attempts ({last_error})")
+
+
 class OpenAIEmbedder:
     """POST {EMBEDDING_URL}/embeddings; retries 429, 5xx and connection errors a bounded number of times."""
 
@@ -154,41 +180,80 @@ class OpenAIEmbedder:
         self.dimensions = dimensions
         self.timeout = timeout
 
-    def _post(self, texts: list[str]) -> Any:
-
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        if not texts:
+            return []
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         body = {"model": self.model, "input": texts, "dimensions": self.dimensions}
-        last_error = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(min(2.0, 0.25 * 2 ** (attempt - 1)))
-            try:
-                response = requests.post(self.url, json=body, headers=headers, timeout=self.timeout)
-            except (requests.ConnectionError, requests.Timeout) as exc:
-                last_error = f"{type(exc).__name__}: {exc}"
-                continue
-            if response.status_code == 429 or response.status_code >= 500:
-                last_error = f"HTTP {response.status_code}"
-                continue
-            if response.status_code >= 400:
-                raise EmbedderError(f"openai: HTTP {response.status_code}: {response.text[:200]}")
-            try:
-                return response.json()
-            except ValueError as exc:
-                raise EmbedderError("openai: the answer is not JSON") from exc
-        raise EmbedderError(f"openai: gave up after {self.retries + 1} attempts ({last_error})")
+        answer = _post_json(
+            name=self.name, url=self.url, body=body, headers=headers, timeout=self.timeout, retries=self.retries
+        )
+        try:
+            rows = sorted(answer["data"], key=lambda row: row.get("index", 0))
+            vectors = [_normalized([float(x) for x in row["embedding"]]) for row in rows]
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise EmbedderError("openai: the answer has no data[].embedding") from exc
+        return _checked(vectors, count=len(texts), dimensions=self.dimensions, name=self.name)
+
+
+# --- gemini: the Gemini API's embedContent / batchEmbedContents ------------------------------------
+
+
+class GeminiEmbedder:
+    """POST {EMBEDDING_URL}/models/{model}:embedContent for one text, :batchEmbedContents for several
+    (at most `batch_limit` a call, the API's limit), the key in the `x-goog-api-key` header.
+
+    `outputDimensionality` asks the model for EMBEDDING_DIMENSIONS values (Gemini truncates its
+    larger vectors, which are then no longer unit length: we normalize). No `taskType` is sent: the
+    port does not tell a query from a document, and one space for both keeps them comparable."""
+
+    name = "gemini"
+    retries = 3
+    batch_limit = 100
+
+    def __init__(self, *, url: str, model: str, api_key: str, dimensions: int, timeout: float):
+        self.model = model if model.startswith("models/") else f"models/{model}"
+        self.base = f"{url.rstrip('/')}/{self.model}"
+        self.api_key = api_key
+        self.dimensions = dimensions
+        self.timeout = timeout
+
+    def _request(self, text: str) -> dict[str, Any]:
+        return {"model": self.model, "content": {"parts": [{"text": text}]}, "outputDimensionality": self.dimensions}
+
+    def _call(self, method: str, body: dict[str, Any]) -> Any:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["x-goog-api-key"] = self.api_key
+        return _post_json(
+            name=self.name,
+            url=f"{self.base}:{method}",
+            body=body,
+            headers=headers,
+            timeout=self.timeout,
+            retries=self.retries,
+        )
+
+    def _values(self, embedding: Any) -> list[float]:
+        return _normalized([float(x) for x in embedding["values"]])
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         if not texts:
             return []
-        answer = self._post(texts)
+        vectors: list[list[float]] = []
         try:
-            rows = sorted(answer["data"], key=lambda row: row.get("index", 0))
-            vectors = [_normalized([float(x) for x in row["embedding"]]) for row in rows]
+            if len(texts) == 1:
+                answer = self._call("embedContent", self._request(texts[0]))
+                vectors.append(self._values(answer["embedding"]))
+            else:
+                for start in range(0, len(texts), self.batch_limit):
+                    chunk = texts[start : start + self.batch_limit]
+                    answer = self._call("batchEmbedContents", {"requests": [self._request(t) for t in chunk]})
+                    vectors.extend(self._values(embedding) for embedding in answer["embeddings"])
         except (KeyError, TypeError, ValueError) as exc:
-            raise EmbedderError("openai: the answer has no data[].embedding") from exc
+            raise EmbedderError("gemini: the answer has no embedding.values / embeddings[].values") from exc
         return _checked(vectors, count=len(texts), dimensions=self.dimensions, name=self.name)
 
 
@@ -255,7 +320,15 @@ def embedder() -> Embedder:
     if _configured is not None and _configured[0] == key:
         return _configured[1]
     instance: Embedder
-    if settings.EMBEDDER == "openai":
+    if settings.EMBEDDER == "gemini":
+        instance = GeminiEmbedder(
+            url=settings.EMBEDDING_URL,
+            model=settings.EMBEDDING_MODEL,
+            api_key=settings.EMBEDDING_API_KEY,
+            dimensions=settings.EMBEDDING_DIMENSIONS,
+            timeout=settings.EMBEDDING_TIMEOUT,
+        )
+    elif settings.EMBEDDER == "openai":
         instance = OpenAIEmbedder(
             url=settings.EMBEDDING_URL,
             model=settings.EMBEDDING_MODEL,

@@ -161,3 +161,75 @@ class ModelServer:
         finally:
             self.httpd.shutdown()
             self.httpd.server_close()
+
+
+# --- a local HTTP server speaking the Gemini API's embeddings protocol ------------------------------
+
+
+class GeminiEmbeddingServer:
+    """A real HTTP server on localhost that answers `POST /v1beta/models/{model}:embedContent` and
+    `:batchEmbedContents` as the Gemini API does: the key in `x-goog-api-key` (403 without the
+    right one), `{"embedding": {"values"}}` or `{"embeddings": [{"values"}]}`, each vector the
+    deterministic fake embedder's vector of the text, scaled (Gemini's truncated vectors are not
+    unit length) and cut to `outputDimensionality`. `failures` are statuses answered first, one a
+    request; every request is recorded in `seen`."""
+
+    def __init__(self, *, api_key: str, model: str = "gemini-embedding-001", native_dimensions: int = 768):
+        from memoryapp.search.embedders import FakeEmbedder
+
+        self.api_key, self.model = api_key, model
+        self.failures: list[int] = []
+        self.seen: list[SeenRequest] = []
+        vectors = FakeEmbedder(native_dimensions)
+        server = self
+
+        def values(request: dict[str, Any]) -> list[float]:
+            text = "".join(part.get("text", "") for part in request["content"]["parts"])
+            full = [3.0 * x for x in vectors.embed_one(text)]
+            return full[: int(request.get("outputDimensionality") or native_dimensions)]
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, status: int, body: dict[str, Any]) -> None:
+                payload = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def do_POST(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                body = json.loads(raw or b"{}")
+                server.seen.append(SeenRequest(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+                if server.failures:
+                    self._answer(server.failures.pop(0), {"error": {"code": 503, "status": "UNAVAILABLE"}})
+                    return
+                if self.headers.get("x-goog-api-key") != server.api_key:
+                    self._answer(403, {"error": {"code": 403, "status": "PERMISSION_DENIED"}})
+                    return
+                name = f"models/{server.model}"
+                if self.path == f"/v1beta/{name}:embedContent":
+                    self._answer(200, {"embedding": {"values": values(body)}})
+                elif self.path == f"/v1beta/{name}:batchEmbedContents":
+                    if any(request.get("model") != name for request in body["requests"]):
+                        self._answer(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT"}})
+                        return
+                    self._answer(200, {"embeddings": [{"values": values(r)} for r in body["requests"]]})
+                else:
+                    self._answer(404, {"error": {"code": 404, "status": "NOT_FOUND"}})
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1beta"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @contextmanager
+    def running(self) -> Iterator[GeminiEmbeddingServer]:
+        self.thread.start()
+        try:
+            yield self
+        finally:
+            self.httpd.shutdown()
+            self.httpd.server_close()
