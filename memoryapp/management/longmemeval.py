@@ -11,7 +11,7 @@ of turns {role, content, has_answer?}) and `answer_session_ids`.
    session's date (30 s apart), its session id and whether it `has_answer` in its metadata;
    then everything is embedded by the configured embedder (the embedding job's service).
 2. Ask: the question goes through `search(...)` (the selector POST /search uses), scoped to its
-   thread, once per method.
+   thread, once per row of the table (a method, or a turn channel alone: `eval_retrieval`).
 3. Score, per method, overall and per question type:
    - turn recall@k: the share of the question's evidence turns (`has_answer`) among the first k
      turns found (questions without evidence turns, such as the abstention ones, are left out);
@@ -128,7 +128,13 @@ class Scores:
 
 
 def ask_question(
-    *, agent: Agent, question: dict[str, Any], indexed: Indexed, method: str, ks: list[int], scores: list[Scores]
+    *,
+    agent: Agent,
+    question: dict[str, Any],
+    indexed: Indexed,
+    run: dict[str, Any],
+    ks: list[int],
+    scores: list[Scores],
 ) -> None:
     """Steps 2 and 3 for one question and method; the figures go to every `Scores` given (overall, its type)."""
     query_cache_clear()  # each method pays for its own query embedding
@@ -139,7 +145,7 @@ def ask_question(
         thread=indexed.thread,
         kinds=("entries",),
         limit=max(ks) * SESSION_DEPTH,
-        method=method,
+        **run,
     )
     elapsed = (time.perf_counter() - started) * 1000
     ranked = [hit.id for hit in outcome.hits]
@@ -176,9 +182,11 @@ def summary_row(score: Scores, ks: list[int]) -> dict[str, float]:
 
 
 def longmemeval_run(
-    *, agent: Agent, questions: list[dict[str, Any]], methods: list[str], ks: list[int], log: Any
+    *, agent: Agent, questions: list[dict[str, Any]], runs: dict[str, dict[str, Any]], ks: list[int], log: Any
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, dict[str, float]]]]:
-    """Index and ask every question; (summary per method, summary per method and question type)."""
+    """Index and ask every question; (summary per row, summary per row and question type). `runs`:
+    each row's name and search arguments (a method, or a channel alone)."""
+    methods = list(runs)
     overall = {m: Scores() for m in methods}
     by_type: dict[str, dict[str, Scores]] = {m: defaultdict(Scores) for m in methods}
     for number, question in enumerate(questions, start=1):
@@ -195,7 +203,7 @@ def longmemeval_run(
                 agent=agent,
                 question=question,
                 indexed=indexed,
-                method=method,
+                run=runs[method],
                 ks=ks,
                 scores=[overall[method], by_type[method][kind]],
             )

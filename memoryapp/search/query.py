@@ -5,6 +5,11 @@ stop words and chat filler are left out, since Postgres would otherwise rank eve
 says "did" or "you". Names (capitalised words that do not start the sentence, or any
 capitalised word that is not a question word) are kept apart: a turn that names the same
 person or place is a strong match.
+
+The kind of question (004: temporal, aggregate, update, preference or general) is read from
+its wording by the rules of `question_kind`; it sets the weights of the search's channels
+(memoryapp.search.channels). Small talk ("thanks!", "how are you?") holds no word to search for
+and nothing a memory could answer: `small_talk` says so, and recall does not search it.
 """
 
 from __future__ import annotations
@@ -208,15 +213,139 @@ STOP_WORDS = frozenset(
 _WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
 
 
+# Words of greetings, thanks and acknowledgements: a turn of these (and stop words) alone is small talk.
+SMALL_TALK_WORDS = frozenset(
+    [
+        "hi",
+        "hey",
+        "hello",
+        "hiya",
+        "yo",
+        "thanks",
+        "thank",
+        "thx",
+        "ty",
+        "cheers",
+        "ok",
+        "okay",
+        "k",
+        "kk",
+        "cool",
+        "great",
+        "nice",
+        "good",
+        "fine",
+        "awesome",
+        "perfect",
+        "sure",
+        "yes",
+        "yeah",
+        "yep",
+        "no",
+        "nope",
+        "lol",
+        "haha",
+        "hahaha",
+        "morning",
+        "evening",
+        "afternoon",
+        "night",
+        "bye",
+        "goodbye",
+        "later",
+        "welcome",
+        "sorry",
+        "please",
+        "doing",
+        "going",
+        "alright",
+        "right",
+        "got",
+        "see",
+        "wow",
+        "hmm",
+        "oh",
+        "ah",
+        "much",
+        "lot",
+        "so",
+        "very",
+        "too",
+        "you",
+        "it",
+        "that",
+    ]
+)
+
+KIND_TEMPORAL, KIND_AGGREGATE, KIND_UPDATE, KIND_PREFERENCE, KIND_GENERAL = (
+    "temporal",
+    "aggregate",
+    "update",
+    "preference",
+    "general",
+)
+# The rules of question_kind, each a pattern over the lower-cased question, tried in this order.
+_TEMPORAL = re.compile(
+    r"\b(when|what (time|date|day|year|month)|which (year|month|day|date)|how long (ago|before|after|since)"
+    r"|how many (days|weeks|months|years|hours)|(days|weeks|months|years) (ago|before|after|later|earlier)"
+    r"|first|earliest|last time|most recently|before|after|since|until|during|yesterday|today|tomorrow"
+    r"|(last|next|this|past) (week|weekend|month|year|spring|summer|autumn|fall|winter|monday|tuesday"
+    r"|wednesday|thursday|friday|saturday|sunday)|in (19|20)\d\d|january|february|march|april|june|july"
+    r"|august|september|october|november|december|order of|chronolog)\b"
+)
+_UPDATE = re.compile(
+    r"\b(now|currently|current|latest|still|anymore|any more|these days|at the moment|changed|switched"
+    r"|moved to|new|updated?|most recent|nowadays|recently)\b"
+)
+_AGGREGATE = re.compile(
+    r"\b(how many|how much|total|in total|altogether|all( of)? the|list|every|each|both|what (kinds?|types?"
+    r"|sorts?) of|what are some|which \w+s\b|what \w+ (activities|hobbies|events|things|places|books|items)"
+    r"|activities|hobbies|count|number of|several|various|ways)\b"
+)
+_PREFERENCE = re.compile(
+    r"\b(prefer\w*|favou?rite|like[sd]?|love[sd]?|enjoy\w*|hate[sd]?|dislike[sd]?|recommend\w*|suggest\w*"
+    r"|interested|into|fan of|taste|would \w+ (want|like|enjoy)|should i|any (ideas|tips|advice))\b"
+)
+
+
+def question_kind(text: str) -> str:
+    """The kind of question, by rules over its wording (004): a question naming or asking for a time
+    is temporal; one asking how things stand now is an update; one asking for a count or a list is
+    an aggregate; one about likes and choices a preference; any other general. The first rule that
+    holds decides."""
+    lowered = " ".join((text or "").lower().split())
+    if _TEMPORAL.search(lowered):
+        return KIND_TEMPORAL
+    if _UPDATE.search(lowered):
+        return KIND_UPDATE
+    if _AGGREGATE.search(lowered):
+        return KIND_AGGREGATE
+    if _PREFERENCE.search(lowered):
+        return KIND_PREFERENCE
+    return KIND_GENERAL
+
+
 @dataclass(frozen=True)
 class QueryAnalysis:
     text: str
     terms: list[str] = field(default_factory=list)  # lower-cased words that carry meaning, in order
     names: list[str] = field(default_factory=list)  # capitalised names, lower-cased
+    kind: str = KIND_GENERAL  # temporal | aggregate | update | preference | general
+    small_talk: bool = False  # greetings, thanks, acknowledgements: nothing to search for
 
     @property
     def searchable(self) -> bool:
         return bool(self.terms)
+
+
+def is_small_talk(text: str) -> bool:
+    """Whether the text is small talk: it has words, and every one is a greeting, thanks, an
+    acknowledgement, a question or a stop word (no word names anything memory could hold)."""
+    words = [_clean(w) for w in _WORD.findall(text or "")]
+    words = [w for w in words if w]
+    if not words or len(words) > 8:
+        return False
+    return all(w in SMALL_TALK_WORDS or w in STOP_WORDS or w in QUESTION_WORDS for w in words)
 
 
 def _clean(word: str) -> str:
@@ -242,7 +371,9 @@ def analyze_query(text: str) -> QueryAnalysis:
             terms.append(word)
         if raw[:1].isupper() and (position > 0 or word not in QUESTION_WORDS) and word not in names:
             names.append(word)
-    return QueryAnalysis(text=text or "", terms=terms, names=names)
+    return QueryAnalysis(
+        text=text or "", terms=terms, names=names, kind=question_kind(text), small_talk=is_small_talk(text)
+    )
 
 
 def tsquery_terms(analysis: QueryAnalysis) -> list[str]:

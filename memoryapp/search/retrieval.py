@@ -5,16 +5,20 @@ figures the evaluation prints are those of the product.
 
 1. Scope first: the agent (and thread, person, `as_of`, older-than) as one SQL condition for
    entries; for items, a queryset of what the scope may see (active, holding now or at `as_of`).
-2. Read the query (memoryapp.search.query): words for the keyword channel.
-3. Keyword channel (Postgres full-text), vector channel (pgvector) — each one query per kind.
-   The vector channel is skipped, with a note in `errors`, when the stored vectors do not match
-   the configured model or the embedder fails: the search still answers by keyword.
-4. Hybrid: weighted RRF, neighbouring turns, MMR (memoryapp.search.hybrid).
+2. Read the query (memoryapp.search.query): its words, names and kind of question.
+3. Run the registered channels (memoryapp.search.channels; the built-in ones in
+   memoryapp.search.channel_set): keyword (Postgres full-text) and vector (pgvector) for turns and
+   items, and the others a hybrid search runs, each weighted by the kind of question. The vector
+   channels are skipped, with a note in `errors`, when the stored vectors do not match the
+   configured model or the embedder fails: the search still answers by keyword. Any channel but
+   keyword and vector that fails gives nothing, with a note in `errors`.
+4. Hybrid: weighted RRF of the channels' lists, neighbouring turns, MMR (memoryapp.search.hybrid).
 5. Load the rows of the final page in one query per kind.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,30 +26,32 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from governance.crypto.fields import value_open
 from memoryapp.items.selectors import items_agent_wide, items_for_recall
 from memoryapp.models import Agent, MemoryItem, Thread
+from memoryapp.search.channel_set import search_channels
+from memoryapp.search.channels import ENTRY, ITEM, Channel, ChannelInput
 from memoryapp.search.embedders import EmbedderError, embed_query
 from memoryapp.search.hybrid import Fused, mmr, pool_size, rrf
-from memoryapp.search.keyword import ChannelHit, keyword_entries, keyword_items
-from memoryapp.search.query import analyze_query
+from memoryapp.search.keyword import ChannelHit
+from memoryapp.search.query import QueryAnalysis, analyze_query
 from memoryapp.search.scope import EntryScope
 from memoryapp.search.space import vector_space_status
-from memoryapp.search.vector import vector_entries, vector_items
 
 METHODS = ("keyword", "vector", "hybrid")
 KINDS = ("entries", "items")
 
+logger = logging.getLogger(__name__)
+
 # Fusion calibration, tuned with eval_retrieval on two LoCoMo conversations only (conv-26,
 # conv-30; the others are kept for reporting): a small RRF constant lets each channel's first
-# rows count (the default 60 flattens them), words weigh a little more than vectors, and the
-# best NEIGHBOUR_TOP hits pull the turns next to them with 30% of their score.
+# rows count (the default 60 flattens them), words weigh a little more than vectors (the
+# channels' weights: memoryapp.search.channel_set), and the best NEIGHBOUR_TOP hits pull the
+# turns next to them with 30% of their score.
 RRF_FUSION_K = 10
-KEYWORD_WEIGHT = 1.2
-VECTOR_WEIGHT = 1.0
 NEIGHBOUR_SHARE = 0.3
 NEIGHBOUR_TOP = 10
 MMR_LAMBDA = 0.95
@@ -97,6 +103,9 @@ class SearchOutcome:
     warnings: list[str] = field(default_factory=list)
     embed_ms: float = 0.0
     vector_ok: bool = True
+    analysis: QueryAnalysis | None = None
+    # Each channel's list as it ran, by (kind, channel name): ids best first.
+    channel_lists: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 
 
 _space_checked: tuple[float, tuple[object, ...], bool, str] | None = None
@@ -239,11 +248,13 @@ def search(
     diversify: bool = True,
     min_similarity: float | None = None,
     purpose: str = "",
+    channels: Sequence[str] | None = None,
 ) -> SearchOutcome:
     """Search the agent's memory (see the module's steps). Never raises for a failed channel.
 
     `min_similarity` (recall uses it) keeps only vector hits with at least that cosine and at
     least RELATIVE_FLOOR of the best one: a ranked list always has a first row, relevant or not.
+    `channels` runs only the registered channels of these names (eval_retrieval: a channel alone).
     """
     outcome = SearchOutcome()
     scope = EntryScope(
@@ -262,78 +273,66 @@ def search(
             else items_searchable(agent=agent, thread=thread, user_id=user_id, as_of=as_of, purpose=purpose)
         )
         item_rows = item_rows.filter(agent=agent)  # a caller's queryset never widens the agent
-    # A scope without items (common: a context build of a thread with no memory yet) skips both item
-    # channels: one cheap EXISTS instead of two searches that would find nothing.
-    no_items = item_rows is not None and not item_rows.exists()
     analysis = analyze_query(text)
-    depth = max(limit * CHANNEL_DEPTH, 30)
-
-    keyword_lists: list[tuple[str, str, list[ChannelHit], float]] = []
-    vector_lists: list[tuple[str, str, list[ChannelHit], float]] = []
-    if method in ("keyword", "hybrid"):
-        if "entries" in kinds:
-            keyword_lists.append(
-                ("entry", "keyword", keyword_entries(scope=scope, analysis=analysis, limit=depth), KEYWORD_WEIGHT)
-            )
-        if item_rows is not None:
-            keyword_lists.append(
-                (
-                    "item",
-                    "keyword",
-                    []
-                    if no_items
-                    else keyword_items(items=item_rows, agent_id=agent.pk, analysis=analysis, limit=depth),
-                    KEYWORD_WEIGHT,
-                )
-            )
-    if method in ("vector", "hybrid") and text.strip():
+    outcome.analysis = analysis
+    wanted = [
+        c
+        for c in search_channels()
+        if ((c.kind == ENTRY and "entries" in kinds) or (c.kind == ITEM and item_rows is not None))
+        and (channels is None or c.name in channels)
+    ]
+    vector: list[float] | None = None
+    if method in ("vector", "hybrid") and text.strip() and any(c.needs_vector and method in c.methods for c in wanted):
         vector = _query_vector(text, outcome)
-        if vector is not None:
-            if "entries" in kinds:
-                found = _floored(vector_entries(scope=scope, vector=vector, limit=depth), min_similarity)
-                vector_lists.append(("entry", "vector", found, VECTOR_WEIGHT))
-            if item_rows is not None:
-                found = (
-                    []
-                    if no_items
-                    else _floored(vector_items(items=item_rows, vector=vector, limit=depth), min_similarity)
-                )
-                vector_lists.append(("item", "vector", found, VECTOR_WEIGHT))
-        elif method == "vector":
+        if vector is None and method == "vector":
             # The vector channel is down: answer by keyword rather than with nothing.
             method = "keyword"
-            for kind_name, kind in (("entries", "entry"), ("items", "item")):
-                if kind_name not in kinds:
-                    continue
-                found = (
-                    keyword_entries(scope=scope, analysis=analysis, limit=depth)
-                    if kind == "entry"
-                    else []
-                    if no_items
-                    else keyword_items(items=item_rows, agent_id=agent.pk, analysis=analysis, limit=depth)  # type: ignore[arg-type]
-                )
-                keyword_lists.append((kind, "keyword", found, KEYWORD_WEIGHT))
-
-    fused_rows = _fuse(
+    # A scope without items (common: a context build of a thread with no memory yet) skips the item
+    # channels: one cheap EXISTS instead of searches that would find nothing.
+    no_items = item_rows is not None and any(c.kind == ITEM for c in wanted) and not item_rows.exists()
+    ci = ChannelInput(
+        agent_id=agent.pk,
         scope=scope,
-        keyword_lists=keyword_lists,
-        vector_lists=vector_lists,
-        method=method,
-        limit=limit,
-        neighbours=neighbours,
+        analysis=analysis,
+        depth=max(limit * CHANNEL_DEPTH, 30),
+        items=item_rows,
+        no_items=no_items,
+        vector=vector,
+        min_similarity=min_similarity,
+        errors=outcome.errors,
     )
+    lists: list[tuple[str, str, list[ChannelHit], float]] = []
+    for channel in wanted:
+        if method not in channel.methods or (channel.needs_vector and vector is None):
+            continue
+        weight = channel.weight(analysis.kind)
+        if weight <= 0:
+            continue
+        found = _run_channel(channel, ci)
+        ci.found[(channel.kind, channel.name)] = found
+        lists.append((channel.kind, channel.name, found, weight))
+    outcome.channel_lists = {(kind, name): [h.id for h in found] for kind, name, found, _ in lists}
+
+    fused_rows = _fuse(scope=scope, lists=lists, method=method, neighbours=neighbours)
     outcome.hits = _hits(fused_rows, limit=limit, diversify=diversify and method == "hybrid")
     return outcome
 
 
-RELATIVE_FLOOR = 0.6
+_CORE_CHANNELS = frozenset({"keyword", "vector"})
 
 
-def _floored(hits: list[ChannelHit], min_similarity: float | None) -> list[ChannelHit]:
-    if min_similarity is None or not hits:
-        return hits
-    floor = max(min_similarity, RELATIVE_FLOOR * hits[0].score)
-    return [h for h in hits if h.score >= floor]
+def _run_channel(channel: Channel, ci: ChannelInput) -> list[ChannelHit]:
+    """One channel's list. Keyword and vector run as they are (their failure is the search's); any
+    other channel runs in a savepoint, and one that fails gives nothing, with a note in `errors`."""
+    if channel.name in _CORE_CHANNELS:
+        return channel.run(ci)
+    try:
+        with transaction.atomic():
+            return channel.run(ci)
+    except Exception as exc:
+        logger.exception("search channel %s/%s failed", channel.kind, channel.name)
+        ci.errors.append({"source": f"channel:{channel.name}", "message": str(exc)})
+        return []
 
 
 def _query_vector(text: str, outcome: SearchOutcome) -> list[float] | None:
@@ -359,25 +358,18 @@ def _query_vector(text: str, outcome: SearchOutcome) -> list[float] | None:
 def _fuse(
     *,
     scope: EntryScope,
-    keyword_lists: list[tuple[str, str, list[ChannelHit], float]],
-    vector_lists: list[tuple[str, str, list[ChannelHit], float]],
+    lists: list[tuple[str, str, list[ChannelHit], float]],
     method: str,
-    limit: int,
     neighbours: bool,
 ) -> list[Fused]:
-    if method != "hybrid" or not vector_lists:
-        # One channel (or one left): its own scores and order, no fusion needed.
+    if method != "hybrid":
+        # One method's channels: their own scores and order, no fusion needed.
         rows: list[Fused] = []
-        for kind, channel, hits, _ in keyword_lists + vector_lists:
+        for kind, channel, hits, _ in lists:
             rows.extend(Fused(kind=kind, id=h.id, score=h.score, channels=[channel]) for h in hits)
         rows.sort(key=lambda f: -f.score)
-        if method == "hybrid" and neighbours:
-            # Keyword fallback of a hybrid search still gets the neighbouring turns, on RRF scale.
-            fused = rrf(keyword_lists, k=RRF_FUSION_K)
-            _entry_neighbours(scope=scope, fused=fused, top=NEIGHBOUR_TOP, share=NEIGHBOUR_SHARE)
-            return sorted(fused.values(), key=lambda f: -f.score)
         return rows
-    fused = rrf(keyword_lists + vector_lists, k=RRF_FUSION_K)
+    fused = rrf(lists, k=RRF_FUSION_K)
     if neighbours:
         _entry_neighbours(scope=scope, fused=fused, top=NEIGHBOUR_TOP, share=NEIGHBOUR_SHARE)
     return sorted(fused.values(), key=lambda f: -f.score)

@@ -1,7 +1,7 @@
 """python manage.py eval_retrieval --locomo FILE [--k 5,10,25,50] [--methods keyword,vector,hybrid]
-                                   [--conversations conv-41,conv-42] [--json]
-   python manage.py eval_retrieval --longmemeval FILE [--k ...] [--methods ...] [--questions ID,ID]
-                                   [--limit N] [--json]
+                                   [--channels all] [--conversations conv-41,conv-42] [--json]
+   python manage.py eval_retrieval --longmemeval FILE [--k ...] [--methods ...] [--channels ...]
+                                   [--questions ID,ID] [--limit N] [--json]
 
 Retrieval evaluation on a LoCoMo-format file, through the product's own search selector (below),
 or on a LongMemEval file: each question's haystack a thread, its `has_answer` turns the evidence,
@@ -12,7 +12,10 @@ turn recall@k and session recall_all@k per question type (memoryapp.management.l
    caption as part of the turn), then embedded by the configured embedder (the embedding job's
    service). Only `conversation` is read here: questions and evidence are not looked at.
 2. Ask: every question with evidence goes through `search(...)` (the selector POST /search
-   uses), scoped to that thread, once per method, for the largest k.
+   uses), scoped to that thread, once per method, for the largest k; and once per turn channel
+   of `--channels` (the registered channels, memoryapp.search.channels) that no method names:
+   that channel alone, its own order (no neighbours, no MMR), so each channel's worth shows next
+   to the fusion (`keyword` and `vector` are their channels alone; `hybrid` fuses them all).
 3. Score: recall@k = |evidence ∩ dia_ids of the top k| / |evidence|, averaged over the
    questions (malformed evidence ids such as "D8:6; D9:17" are split on ';'), overall and per
    category; search latency p50 / p95 (the query's embedding time is shown apart).
@@ -37,6 +40,8 @@ from memory_project.commands import ProjectCommand
 from memoryapp.agents.services import agent_get_or_create
 from memoryapp.management.longmemeval import longmemeval_run
 from memoryapp.models import Agent, Entry, Thread
+from memoryapp.search.channel_set import channel_names
+from memoryapp.search.channels import ENTRY
 from memoryapp.search.embedders import query_cache_clear
 from memoryapp.search.indexing import embed_pending
 from memoryapp.search.retrieval import METHODS, search
@@ -75,6 +80,24 @@ def evidence_ids(raw: Any) -> set[str]:
     return found
 
 
+def search_runs(methods: list[str], channels: str) -> dict[str, dict[str, Any]]:
+    """What each row of the tables runs: the search arguments of a method, or of a turn channel alone."""
+    runs: dict[str, dict[str, Any]] = {m: {"method": m} for m in methods if m != "hybrid"}
+    names = channel_names(ENTRY)
+    wanted = [] if channels.strip() in ("", "none") else names if channels.strip() == "all" else []
+    if channels.strip() not in ("", "none", "all"):
+        wanted = [c.strip() for c in channels.split(",") if c.strip()]
+        for name in wanted:
+            if name not in names:
+                raise CommandError(f"unknown channel {name!r}: one of {', '.join(names)}")
+    for name in wanted:
+        if name not in runs:
+            runs[name] = {"method": "hybrid", "channels": (name,), "neighbours": False, "diversify": False}
+    if "hybrid" in methods:
+        runs["hybrid"] = {"method": "hybrid"}
+    return runs
+
+
 def percentile(values: list[float], share: float) -> float:
     if not values:
         return 0.0
@@ -92,6 +115,11 @@ class Command(ProjectCommand):
         source.add_argument("--longmemeval", help="a LongMemEval JSON file (longmemeval_s, _m or _oracle)")
         parser.add_argument("--k", default="5,10,25,50")
         parser.add_argument("--methods", default="keyword,vector,hybrid")
+        parser.add_argument(
+            "--channels",
+            default="all",
+            help="turn channels to also score alone (comma separated, 'all' or 'none'); keyword and vector are methods",
+        )
         parser.add_argument("--conversations", default="", help="LoCoMo: only these sample_ids (comma separated)")
         parser.add_argument("--questions", default="", help="LongMemEval: only these question_ids (comma separated)")
         parser.add_argument("--limit", type=int, default=0, help="LongMemEval: only the first N questions")
@@ -112,8 +140,10 @@ class Command(ProjectCommand):
         for method in methods:
             if method not in METHODS:
                 raise CommandError(f"unknown method {method!r}: one of {', '.join(METHODS)}")
+        runs = search_runs(methods, str(options["channels"]))
+        methods = list(runs)
         if options["longmemeval"]:
-            self._longmemeval(path, ks, methods, options)
+            self._longmemeval(path, ks, runs, options)
             return
         wanted = {c.strip() for c in str(options["conversations"]).split(",") if c.strip()}
         samples = json.loads(path.read_text())
@@ -141,7 +171,7 @@ class Command(ProjectCommand):
                     f"in {time.perf_counter() - started:.1f}s"
                 )
                 self._ask(
-                    sample.get("qa") or [], agent, thread, dia_of, methods, ks, recalls, by_category, latency, embed_ms
+                    sample.get("qa") or [], agent, thread, dia_of, runs, ks, recalls, by_category, latency, embed_ms
                 )
         finally:
             for agent in agents:
@@ -165,7 +195,7 @@ class Command(ProjectCommand):
 
     # --- LongMemEval ----------------------------------------------------------------------------
 
-    def _longmemeval(self, path: Path, ks: list[int], methods: list[str], options: dict[str, Any]) -> None:
+    def _longmemeval(self, path: Path, ks: list[int], runs: dict[str, dict[str, Any]], options: dict[str, Any]) -> None:
         try:
             questions = json.loads(path.read_text())
         except ValueError as exc:
@@ -181,7 +211,7 @@ class Command(ProjectCommand):
         log = (lambda _msg: None) if quiet else (lambda msg: self.stdout.write(msg))
         agent, _ = agent_get_or_create(slug=f"eval-{uuid.uuid4().hex[:12]}")
         try:
-            summary, per_type = longmemeval_run(agent=agent, questions=questions, methods=methods, ks=ks, log=log)
+            summary, per_type = longmemeval_run(agent=agent, questions=questions, runs=runs, ks=ks, log=log)
         finally:
             Agent.objects.filter(pk=agent.pk).delete()
         if quiet:
@@ -189,6 +219,7 @@ class Command(ProjectCommand):
             return
         head = "method".ljust(10) + "".join(f"T@{k}".rjust(8) for k in ks) + "".join(f"S-all@{k}".rjust(10) for k in ks)
         self.stdout.write(head + "   p50 ms   p95 ms  (turn questions / session questions)")
+        methods = list(runs)
         for method in methods:
             row = summary[method]
             self.stdout.write(
@@ -260,7 +291,7 @@ class Command(ProjectCommand):
         agent: Agent,
         thread: Thread,
         dia_of: dict[str, str],
-        methods: list[str],
+        runs: dict[str, dict[str, Any]],
         ks: list[int],
         recalls: dict[str, dict[int, list[float]]],
         by_category: dict[str, dict[str, dict[int, list[float]]]],
@@ -273,7 +304,7 @@ class Command(ProjectCommand):
             if not evidence:
                 continue
             category = CATEGORIES.get(int(qa.get("category") or 0), str(qa.get("category")))
-            for method in methods:
+            for method, run in runs.items():
                 query_cache_clear()  # each method pays for its own query embedding
                 started = time.perf_counter()
                 outcome = search(
@@ -282,7 +313,7 @@ class Command(ProjectCommand):
                     thread=thread,
                     kinds=("entries",),
                     limit=max(ks),
-                    method=method,
+                    **run,
                 )
                 elapsed = (time.perf_counter() - started) * 1000
                 latency[method].append(elapsed - outcome.embed_ms)
