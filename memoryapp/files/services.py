@@ -43,9 +43,10 @@ from memoryapp.files.text import (
     sha256_of,
     size_of,
 )
-from memoryapp.models import Agent, MemoryFileVersion
+from memoryapp.models import Agent, MemoryFileVersion, SubjectMention
 from memoryapp.models.choices import FileAuthor
 from memoryapp.screening.screen import screener_for
+from memoryapp.subjects.detect import mentions_record
 
 # A writer that loses the race for a version number makes its change again on what stands.
 MAX_TRIES = 3
@@ -214,6 +215,10 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
         for p in planned
     ]
     written = MemoryFileVersion.objects.bulk_create(rows)
+    mentions_record(
+        agent=access.agent,
+        rows=[(SubjectMention.Table.FILE_VERSION, v.pk, v) for v in written if v.content is not None],
+    )
     event_record(agent_id=access.agent.pk, type="file.version", thread_id=thread_id, ids=[v.pk for v in written])
     audit_append(
         action="memory_file.written",

@@ -39,9 +39,10 @@ from memoryapp.items.rules import (
     normalized_name,
     same_value,
 )
-from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryItem
+from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryItem, SubjectMention
 from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
 from memoryapp.screening.screen import screener_for
+from memoryapp.subjects.detect import Written, mentions_record
 
 OPINION_REPEAT_GAIN = 0.1
 OPINION_CONTRADICTION_LOSS = 0.2
@@ -160,7 +161,7 @@ def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> lis
     return checked
 
 
-def _add_evidence(*, item: MemoryItem, checked: list[tuple[Entry | None, str, str]]) -> None:
+def _add_evidence(*, agent: Agent, item: MemoryItem, checked: list[tuple[Entry | None, str, str]]) -> None:
     known: set[tuple[str | None, str]] = set(Evidence.objects.filter(item=item).values_list("entry_id", "quote"))
     rows = []
     for entry, quote, status in checked:
@@ -170,6 +171,7 @@ def _add_evidence(*, item: MemoryItem, checked: list[tuple[Entry | None, str, st
         known.add(key)
         rows.append(Evidence(agent_id=item.agent_id, item=item, entry=entry, quote=quote, status=status))
     Evidence.objects.bulk_create(rows)
+    mentions_record(agent=agent, rows=[(SubjectMention.Table.EVIDENCE, quote.pk, quote) for quote in rows])
 
 
 def item_write(
@@ -319,6 +321,7 @@ def item_state_write(
         and (value_json is None or newest.value_json == value_json)
     ):
         return _merge(
+            agent=agent,
             item=newest,
             trust=trust,
             verified=verified,
@@ -359,7 +362,12 @@ def item_state_write(
         metadata=extra,
         purposes=checked_purposes or [],
     )
-    _add_evidence(item=item, checked=checked)
+    _add_evidence(agent=agent, item=item, checked=checked)
+    # The item (a fact among them) and the entity it is about: whom of the agent's people they name.
+    written: list[Written] = [(SubjectMention.Table.ITEM, item.pk, item)]
+    if entity is not None:
+        written.append((SubjectMention.Table.ENTITY, entity.pk, entity))
+    mentions_record(agent=agent, rows=written)
     if kind == ItemKind.OPINION:
         _weaken_contradicted_opinions(item=item, slot=slot)
     _item_changed(
@@ -376,6 +384,7 @@ def item_state_write(
 
 def _merge(
     *,
+    agent: Agent,
     item: MemoryItem,
     trust: str,
     verified: bool,
@@ -426,7 +435,7 @@ def _merge(
             ]
         )
     before = Evidence.objects.filter(item=item).count()
-    _add_evidence(item=item, checked=checked)
+    _add_evidence(agent=agent, item=item, checked=checked)
     if activated:
         _item_changed(item=item, lay_out=True, refresh=True, event="item.activated")
     if changed or activated or Evidence.objects.filter(item=item).count() != before:

@@ -37,6 +37,11 @@ class Agent(models.Model):
     # Purpose limitation (GDPR art. 5(1)(b), memoryapp.items.purposes): the purposes the agent's items
     # and facts may be collected for (short slugs such as "support"); empty, none are used.
     purposes = ArrayField(models.CharField(max_length=32), default=list, blank=True)
+    # The registry of the agent's people (memoryapp.screening.identifiers) as of which change: bumped
+    # by every write of identifiers. On the row every write has read already, it tells the write-time
+    # mention detector (memoryapp.subjects.detect) whether its compiled matcher is current at no
+    # query's cost; 0: nobody was ever registered.
+    people_version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

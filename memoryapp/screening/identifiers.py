@@ -18,6 +18,7 @@ from typing import Any
 
 import phonenumbers
 from django.db import connection, transaction
+from django.db.models import F
 
 from governance.audit.chain import audit_append
 from governance.crypto.fields import equality_values
@@ -183,6 +184,7 @@ def identifiers_set(*, agent: Agent, user_id: str, body: Any, actor: str) -> dic
     for row in rows:
         # One by one: pre_save seals the value and hashes the lookup under the person's keys.
         row.save(force_insert=True)
+    agent.people_version = _registry_changed(agent_ids=[agent.pk]).get(agent.pk, agent.people_version)
     audit_append(
         action="person.identifiers_set",
         actor=actor,
@@ -199,8 +201,20 @@ def identifiers_delete(*, agent_ids: Sequence[int] | None, user_id: str) -> int:
     rows = PersonIdentifier.objects.filter(user_id=user_id)
     if agent_ids is not None:
         rows = rows.filter(agent_id__in=list(agent_ids))
+    touched = sorted(set(rows.values_list("agent_id", flat=True)))
     deleted, _ = rows.delete()
+    if touched:
+        _registry_changed(agent_ids=touched)
     return deleted
+
+
+def _registry_changed(*, agent_ids: Sequence[int]) -> dict[int, int]:
+    """The identifiers of these agents' people changed: bump their registry version, so the
+    write-time mention detector (memoryapp.subjects.detect) of every process builds their matcher
+    again at its next write. Answers each agent's new version."""
+    agents = Agent.objects.filter(pk__in=list(agent_ids))
+    agents.update(people_version=F("people_version") + 1)
+    return dict(agents.values_list("pk", "people_version"))
 
 
 # --- finding them in texts --------------------------------------------------------------------------

@@ -24,9 +24,10 @@ from governance.crypto.rotation import rows_reseal, sealed_models
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
 from memoryapp.ids import entry_id_new, person_id_check
-from memoryapp.models import Agent, Entry, Thread
+from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
 from memoryapp.screening.screen import screener_for
+from memoryapp.subjects.detect import mentions_record
 from memoryapp.threads.columns import (
     ENTRY_FORK_COPIED,
     ENTRY_INSERT_COLUMNS,
@@ -47,6 +48,8 @@ from memoryapp.threads.validation import (
     thread_metadata_check,
 )
 from memoryapp.tokens import count_message_tokens
+
+Table = SubjectMention.Table
 
 # --- threads -------------------------------------------------------------------------------
 
@@ -100,13 +103,15 @@ def thread_create(
     if existing is None:
         try:
             with transaction.atomic():
-                return Thread.objects.create(
+                created = Thread.objects.create(
                     agent=agent,
                     external_id=external_id,
                     user_id=user_id,
                     metadata=metadata_merged({}, metadata),
                     history_tokens=0,
                 )
+            mentions_record(agent=agent, rows=[(Table.THREAD, created.pk, created)])
+            return created
         except IntegrityError:
             # Another request created it between our read and our insert: update that one.
             existing = Thread.objects.select_for_update().get(agent=agent, external_id=external_id)
@@ -116,6 +121,8 @@ def thread_create(
         _audit_user_change(existing, old=existing.user_id, new=user_id, actor=actor)
         existing.user_id = user_id
     existing.save(update_fields=["metadata", "user_id", "updated_at"])
+    if metadata:
+        mentions_record(agent=agent, rows=[(Table.THREAD, existing.pk, existing)], replace=True)
     if changed:
         _person_rows_reseal(existing)
     return existing
@@ -207,10 +214,20 @@ def thread_update(
             _audit_user_change(locked, old=locked.user_id, new=user_id, actor=actor)
         locked.user_id = user_id
     locked.save(update_fields=["metadata", "user_id", "updated_at"])
+    if metadata is not None:
+        mentions_record(**_agent_of(thread), rows=[(Table.THREAD, locked.pk, locked)], replace=True)
     if changed:
         _person_rows_reseal(locked)
     thread_sync(thread, locked)
     return locked
+
+
+def _agent_of(thread: Thread) -> dict[str, Any]:
+    """The agent of a write into this thread, as `mentions_record` takes it: the row read with the
+    thread when it was (the API's writes), else its id (read once, for its registry version)."""
+    if Thread.agent.is_cached(thread):
+        return {"agent": thread.agent}
+    return {"agent_id": thread.agent_id}
 
 
 # --- entries -------------------------------------------------------------------------------
@@ -334,6 +351,7 @@ def _insert(
         agent_id=locked.agent_id, type="entry.added", thread_id=locked.external_id, ids=[e.id for e in entries]
     )
     _audit_tool_calls(locked, entries)
+    mentions_record(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries])
     if screener is not None:
         screener.record(thread_id=locked.external_id, subject=locked.external_id)
     after_entries_added(thread=thread, entries=entries)
@@ -659,5 +677,10 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
         private=(new_external,),
     )
     event_record(agent_id=copy.agent_id, type="entry.added", thread_id=copy.external_id, ids=[e.id for e in copies])
+    # The copies name whom the originals named (and the copied metadata whom the origin's did).
+    mentions_record(
+        **_agent_of(thread),
+        rows=[(Table.THREAD, copy.pk, copy), *((Table.ENTRY, e.id, e) for e in copies)],
+    )
     after_entries_added(thread=copy, entries=copies)
     return copy

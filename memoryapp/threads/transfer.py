@@ -38,9 +38,10 @@ from governance.audit.chain import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import entry_id_check, entry_id_imported, person_id_check, thread_id_check
-from memoryapp.models import Agent, Entry, Thread
+from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.screening.screen import screener_for
 from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
+from memoryapp.subjects.detect import mentions_record
 from memoryapp.threads.formats import FORMAT_VERSION, records_upgraded
 from memoryapp.threads.hooks import after_entries_added
 from memoryapp.threads.memory_switch import OFF_RANGES_KEY, memory_off_ranges
@@ -352,6 +353,13 @@ def thread_import(
     if screener is not None:
         screener.record(actor=actor, thread_id=external_id, subject=external_id)
     event_record(agent_id=agent.pk, type="entry.added", thread_id=external_id, ids=[e.id for e in entries])
+    mentions_record(
+        agent=agent,
+        rows=[
+            (SubjectMention.Table.THREAD, thread.pk, thread),
+            *((SubjectMention.Table.ENTRY, e.id, e) for e in entries),
+        ],
+    )
     after_entries_added(thread=thread, entries=entries)
     return thread
 

@@ -1,0 +1,166 @@
+"""What finding registered people at write costs the writes (issue 25 §2): entries/s of batch and
+single appends by an agent without registered people and by one with many, interleaved in one run,
+and the ratio.
+
+Uses the database of the Django settings (the embedded PostgreSQL under VAR_DIR unless DATABASE_URL
+is set; run `manage.py migrate` first) and the Redis of REDIS_URL. Creates agents of its own,
+`bench-subjects-*`, and deletes them at the end.
+
+Each write is `thread_append` in this process, committed, with its after-commit hooks run as a
+web request runs them (embedding and extraction left out). Screening is off for both agents (every
+category `allow`), so the only difference is the write-time mention detector
+(memoryapp.subjects.detect). The cases take turns write by write, in a new random order each round:
+
+- none: nobody registered (`people_version` 0: what a write cost before the detector);
+- people: `--people` people registered, each with an e-mail, a phone, a name and an external id.
+
+The texts are turns of a conversation about a trip, one in twenty naming one of the registered
+people by name and e-mail (so `people` records mentions: one index row per such turn).
+
+    python bench/subjects.py [--rounds 30] [--batch-size 100] [--people 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
+os.environ["EMBEDDER"] = "fake"
+os.environ["LLM_PROVIDER"] = "none"
+os.environ["CELERY_TASK_ALWAYS_EAGER"] = "0"
+
+import django
+
+django.setup()
+
+from django.db import transaction  # noqa: E402
+
+from memoryapp.models import Agent, SubjectMention, Thread  # noqa: E402
+from memoryapp.screening.identifiers import identifiers_set  # noqa: E402
+from memoryapp.screening.policy import DEFAULTS, screening_policy_set  # noqa: E402
+from memoryapp.threads import hooks  # noqa: E402
+from memoryapp.threads.services import thread_append, thread_create  # noqa: E402
+
+SENTENCES = (
+    "Could you plan a day in Rome for us, starting early and avoiding the big queues?",
+    "Start at the Colosseum at eight, then walk over the Palatine Hill to the Forum.",
+    "We are vegetarian, and my daughter does not like long walks in the afternoon heat.",
+    "Then lunch near Campo de' Fiori, a siesta, and the Pantheon after five o'clock, 06:30 to 19:45.",
+    "Book the table for four people at half past seven, near the Trastevere bridge.",
+)
+
+
+def naming(n: int) -> str:
+    return f"Ask Marta Rossi{n} (marta.rossi{n}@example.org) whether the train on platform 12 is late."
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=30, help="rounds; each makes one write of each kind per case")
+    parser.add_argument("--batch-size", type=int, default=100, help="entries of a batch append")
+    parser.add_argument("--singles", type=int, default=10, help="single appends per case per round")
+    parser.add_argument("--people", type=int, default=500, help="people registered for the `people` agent")
+    args = parser.parse_args()
+
+    for name in ("embedding", "extraction"):
+        hooks._followers.pop(name, None)
+    tag = uuid.uuid4().hex[:8]
+    cases: dict[str, Agent] = {}
+    for case in ("none", "people"):
+        agent = Agent.objects.create(slug=f"bench-subjects-{case}-{tag}", name=f"subjects bench {case}")
+        screening_policy_set(agent=agent, values=dict.fromkeys(DEFAULTS, "allow"), actor="bench")
+        cases[case] = agent
+    for n in range(args.people):
+        identifiers_set(
+            agent=cases["people"],
+            user_id=f"p-{n}",
+            body={
+                "emails": [f"marta.rossi{n}@example.org"],
+                "phones": [f"+39 312 {n:03d} {n:04d}"[:16]],
+                "names": [f"Marta Rossi{n}"],
+                "external_ids": [f"cust-{n}"],
+            },
+            actor="bench",
+        )
+    threads = {case: thread_create(agent=agent, external_id=f"bench-{tag}") for case, agent in cases.items()}
+
+    seconds: dict[tuple[str, str], float] = {}
+    entries: dict[tuple[str, str], int] = {}
+    times: dict[tuple[str, str], list[float]] = {}
+    counter = 0
+
+    def write(case: str, kind: str, specs: list[dict[str, Any]]) -> None:
+        agent = Agent.objects.get(pk=cases[case].pk)  # as a request reads it, with its registry version
+        start = time.perf_counter()
+        with transaction.atomic():
+            thread_append(agent=agent, external_id=threads[case].external_id, entries=specs)
+        key = (case, kind)
+        took = time.perf_counter() - start
+        seconds[key] = seconds.get(key, 0.0) + took
+        times.setdefault(key, []).append(took)
+        entries[key] = entries.get(key, 0) + len(specs)
+
+    def specs(n: int) -> list[dict[str, Any]]:
+        nonlocal counter
+        made = []
+        for i in range(n):
+            at = counter + i
+            text = naming(at % args.people) if at % 20 == 19 else SENTENCES[at % len(SENTENCES)]
+            made.append({"role": "user" if at % 2 else "assistant", "content": text})
+        counter += n
+        return made
+
+    # Warm up: the first write of `people` builds its matcher (every identifier read and opened once),
+    # and the first turn naming someone loads the e-mail and phone recognisers (once a process).
+    for case in cases:
+        counter = 0
+        write(case, "warmup", specs(20))
+    built = seconds[("people", "warmup")] - seconds[("none", "warmup")]
+    rng = random.Random(7)
+    for _ in range(args.rounds):
+        order = [(case, kind) for case in cases for kind in ("batch", "single")]
+        rng.shuffle(order)
+        for case, kind in order:
+            if kind == "batch":
+                write(case, kind, specs(args.batch_size))
+            else:
+                for _ in range(args.singles):
+                    write(case, kind, specs(1))
+
+    recorded = SubjectMention.objects.filter(agent=cases["people"]).count()
+    print(
+        f"subjects bench: {args.rounds} rounds, batches of {args.batch_size}, {args.singles} singles a round,"
+        f" {args.people} people registered ({4 * args.people} identifiers)"
+    )
+    print(
+        f"  first write (matcher built, recognisers loaded, once a process): +{built * 1000:.0f} ms;"
+        f" mentions recorded: {recorded}"
+    )
+    print("  (ratio: entries/s against none; median ratio: none's median write time over the case's)")
+    for kind in ("batch", "single"):
+        base = entries[("none", kind)] / seconds[("none", kind)]
+        base_median = statistics.median(times[("none", kind)])
+        for case in cases:
+            rate = entries[(case, kind)] / seconds[(case, kind)]
+            median = statistics.median(times[(case, kind)])
+            print(
+                f"  {kind:<6} {case:<7} {entries[(case, kind)]:>7} entries  {rate:9.1f} entries/s"
+                f"  ratio {rate / base:5.2f}  median ratio {base_median / median:5.2f}"
+            )
+
+    for agent in cases.values():
+        Thread.objects.filter(agent=agent).delete()
+        agent.delete()
+
+
+if __name__ == "__main__":
+    main()
