@@ -19,7 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
-from governance.jobs.runs import job_task
+from governance.jobs.runs import job_task, thread_run_current
 from governance.models import JobRun
 
 logger = logging.getLogger(__name__)
@@ -108,7 +108,8 @@ def job_enqueue(
     countdown: float | None = None,
 ) -> JobRun:
     """Create a queued run and send the task `task_name` (a `@job`) its id after commit (after
-    `countdown` seconds).
+    `countdown` seconds). Asked for while a thread run's request is served (`thread_run_cause`),
+    its arguments name that run (`thread_run_id`).
 
     With a dedupe_key, a run of that key still queued is reused instead of adding another; if the
     broker never took it (it was away), it is sent again now. A name no app declares is a
@@ -116,6 +117,9 @@ def job_enqueue(
     """
     if job_task(task_name) is None:
         raise LookupError(f"no job task is named {task_name!r}")
+    cause = thread_run_current()
+    if cause:
+        arguments = {**arguments, "thread_run_id": cause}
     with transaction.atomic():
         if dedupe_key:
             waiting = (
@@ -125,6 +129,10 @@ def job_enqueue(
                 .first()
             )
             if waiting is not None:
+                if cause and not (waiting.arguments or {}).get("thread_run_id"):
+                    # The run a thread run's write joins is caused by it too (the first such run).
+                    waiting.arguments = {**(waiting.arguments or {}), "thread_run_id": cause}
+                    JobRun.objects.filter(pk=waiting.pk).update(arguments=waiting.arguments)
                 if waiting.sent_at is None:
                     waiting_id = waiting.pk
                     transaction.on_commit(lambda: job_send(run_id=waiting_id, task_name=task_name, countdown=countdown))

@@ -5,10 +5,11 @@ docstring: nothing lost, nothing run twice at once)."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +34,29 @@ CLAIM_WAIT_SECONDS = 10.0
 LOST_RUN_MAX_ATTEMPTS = 5
 # How the error of a run no worker took begins (the job sweep's note; cleared when a worker takes it).
 WAITING_NOTE = "not taken by any worker of queue"
+
+# The thread run (002 busy threads: a write's X-Run-Id) whose request is being served: the jobs it
+# asks for carry it in their arguments (`thread_run_id`), and what they cost is traced back to it.
+_thread_run: contextvars.ContextVar[str] = contextvars.ContextVar("job_thread_run", default="")
+
+
+@contextlib.contextmanager
+def thread_run_cause(run_id: str | None) -> Iterator[None]:
+    """Inside the block, jobs asked for (and model calls made) are caused by the thread run `run_id`."""
+    token = _thread_run.set(run_id or "")
+    try:
+        yield
+    finally:
+        _thread_run.reset(token)
+
+
+def thread_run_current(run: JobRun | None = None) -> str:
+    """The thread run behind what is done now: the block's (`thread_run_cause`), else the one the
+    job run `run` was asked for by ("" for none)."""
+    cause = _thread_run.get()
+    if not cause and run is not None:
+        cause = str((run.arguments or {}).get("thread_run_id") or "")
+    return cause
 
 
 def run_lock_try(run_id: int) -> bool:

@@ -28,6 +28,7 @@ from memoryapp.api.base import (
     validated,
 )
 from memoryapp.api.errors import ErrorOut
+from memoryapp.api.runs import request_run_id
 from memoryapp.api.threads import EntryOut, entry_json
 from memoryapp.compaction.auto import (
     MAX_CONTEXT_WINDOW,
@@ -48,6 +49,7 @@ from memoryapp.llm.model import ModelError
 from memoryapp.models import Entry
 from memoryapp.models.choices import AutoCompactionStrategy, EntryType, Role
 from memoryapp.prompts import SUMMARY_TEMPLATES
+from memoryapp.threads.runs import run_causing
 from memoryapp.threads.selectors import entry_for_agent, thread_for_agent
 
 
@@ -253,14 +255,15 @@ class ThreadCompactView(APIView):
         data = validated(CompactInput, request.data)
         strategy = data.pop("strategy")
         run_async = data.pop("async", strategy != CLEAR_TOOL_RESULTS)
-        if run_async:
-            run = compaction_request(thread=thread, strategy=strategy, options=data, actor=_actor(request))
-            run.refresh_from_db()
-            return Response({"job_run": job_run_json(run)}, status=status.HTTP_202_ACCEPTED)
-        try:
-            run, outcome = compaction_now(thread=thread, strategy=strategy, options=data, actor=_actor(request))
-        except ModelError as exc:  # not ModelUnavailable: compaction_job skips the run for it
-            raise ModelFailed("compaction_failed", f"Compaction ({strategy})", exc) from exc
+        with run_causing(agent=agent, thread=thread, run_id=request_run_id(request)):
+            if run_async:
+                run = compaction_request(thread=thread, strategy=strategy, options=data, actor=_actor(request))
+                run.refresh_from_db()
+                return Response({"job_run": job_run_json(run)}, status=status.HTTP_202_ACCEPTED)
+            try:
+                run, outcome = compaction_now(thread=thread, strategy=strategy, options=data, actor=_actor(request))
+            except ModelError as exc:  # not ModelUnavailable: compaction_job skips the run for it
+                raise ModelFailed("compaction_failed", f"Compaction ({strategy})", exc) from exc
         body: dict[str, Any] = {"job_run": job_run_json(run), "strategy": strategy}
         if outcome is None or outcome.entry is None:
             reason = (run.result or {}).get("skipped") or (outcome.reason if outcome else "")
@@ -290,14 +293,15 @@ class ThreadExtractView(APIView):
         agent = request_agent(request)
         thread = thread_for_agent(agent=agent, external_id=thread_id)
         data = validated(ExtractInput, request.data if request.data else {})
-        if data.get("async", True):
-            run = extraction_request(thread=thread, actor=_actor(request))
-            run.refresh_from_db()
-            return Response({"job_run": job_run_json(run)}, status=status.HTTP_202_ACCEPTED)
-        try:
-            run, outcome = extraction_now(thread=thread, actor=_actor(request))
-        except (ExtractionFailed, ModelError) as exc:  # ModelUnavailable skips the run instead
-            raise ModelFailed("extraction_failed", "Extraction", exc) from exc
+        with run_causing(agent=agent, thread=thread, run_id=request_run_id(request)):
+            if data.get("async", True):
+                run = extraction_request(thread=thread, actor=_actor(request))
+                run.refresh_from_db()
+                return Response({"job_run": job_run_json(run)}, status=status.HTTP_202_ACCEPTED)
+            try:
+                run, outcome = extraction_now(thread=thread, actor=_actor(request))
+            except (ExtractionFailed, ModelError) as exc:  # ModelUnavailable skips the run instead
+                raise ModelFailed("extraction_failed", "Extraction", exc) from exc
         body: dict[str, Any] = {"job_run": job_run_json(run)}
         if outcome is not None:
             body["result"] = outcome.as_result()

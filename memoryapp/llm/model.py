@@ -27,6 +27,9 @@ class Usage:
     input_tokens: int = 0
     output_tokens: int = 0
     latency_ms: float = 0.0
+    # Who answered (set by the port's `complete`): the provider and its model's name.
+    provider: str = ""
+    model: str = ""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ Providers (chosen by LLM_PROVIDER): `openai` (any OpenAI-compatible chat complet
 `anthropic`, `none` (raises ModelUnavailable) and `scripted` (answers set by tests and benches).
 
 Every call made while a job run is current (`recording_usage(run)`) adds its usage to that run,
-so an operator sees what each job cost.
+so an operator sees what each job cost. Every call is also an audit record (`model.call`): the job
+run and its kind, the provider and model, tokens, latency and cost, the thread run that caused it
+(a write's `X-Run-Id`, carried by the job's arguments) when there is one; never the prompt or
+the answer. A call that fails is recorded too (outcome `failed`, the error's type only).
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from typing import Any, cast
 
 from django.conf import settings
 
-from governance.jobs.runs import job_add_usage
+from governance.audit.chain import audit_append
+from governance.jobs.runs import job_add_usage, thread_run_current
 from governance.models import JobRun
 from memoryapp.llm.anthropic import AnthropicModel
-from memoryapp.llm.model import Completion, LanguageModel, Message, Usage
+from memoryapp.llm.model import Completion, LanguageModel, Message, ModelUnavailable, Usage
 from memoryapp.llm.none import NoModel
 from memoryapp.llm.openai import OpenAIChatModel
 from memoryapp.llm.scripted import scripted_model
@@ -93,13 +97,43 @@ def recording_usage(run: JobRun | None) -> Iterator[None]:
 
 
 def record_usage(usage: Usage) -> None:
-    """Add one call's usage to the current job run (none outside a job)."""
+    """Add one call's usage to the current job run (none outside a job) and audit the call."""
 
+    run = _current_run.get()
     job_add_usage(
-        _current_run.get(),
+        run,
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
         latency_ms=usage.latency_ms,
+    )
+    model_call_audit(usage=usage, outcome="completed")
+
+
+def model_call_audit(*, usage: Usage, outcome: str, error: type[BaseException] | None = None) -> None:
+    """The audit record of one model call: ids, names and figures, never what was said."""
+    run = _current_run.get()
+    cost = usage.input_tokens * settings.LLM_PRICE_INPUT_PER_MTOK / 1e6
+    cost += usage.output_tokens * settings.LLM_PRICE_OUTPUT_PER_MTOK / 1e6
+    details: dict[str, Any] = {
+        "job_run": run.pk if run is not None else None,
+        "job": run.kind if run is not None else "",
+        "thread_run": thread_run_current(run) or None,
+        "provider": usage.provider,
+        "model": usage.model,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "latency_ms": usage.latency_ms,
+        "cost_usd": round(cost, 6),
+    }
+    if error is not None:
+        details["error"] = error.__name__
+    audit_append(
+        action="model.call",
+        actor=f"job:{run.kind}" if run is not None else "service",
+        agent_id=run.agent_id if run is not None else None,
+        subject=f"job_run:{run.pk}" if run is not None else "",
+        outcome=outcome,
+        details=details,
     )
 
 
@@ -112,31 +146,41 @@ def complete(
     model: LanguageModel | None = None,
     record: bool = True,
 ) -> Completion:
-    """Ask the model once and record what it cost on the current job run.
+    """Ask the model once and record what it cost on the current job run, and in the audit trail.
 
     `record=False` leaves the recording to the caller (calls made in worker threads, which have
-    no database connection of the job's).
+    no database connection of the job's): it passes the completion's usage to `record_usage`.
     """
 
     chosen = model or current_model()
+    who = describe(chosen)
     started = time.monotonic()
-    completion = chosen.complete(
-        system=system,
-        messages=messages,
-        max_tokens=max_tokens,
-        timeout=timeout if timeout is not None else settings.LLM_TIMEOUT,
-    )
-    if not completion.usage.latency_ms:
-        usage = Usage(
-            completion.usage.input_tokens,
-            completion.usage.output_tokens,
-            round((time.monotonic() - started) * 1000, 1),
+    try:
+        completion = chosen.complete(
+            system=system,
+            messages=messages,
+            max_tokens=max_tokens,
+            timeout=timeout if timeout is not None else settings.LLM_TIMEOUT,
         )
-        completion = Completion(completion.text, completion.finish_reason, usage)
+    except ModelUnavailable:
+        raise  # no model was asked
+    except Exception as exc:
+        if record:
+            latency = round((time.monotonic() - started) * 1000, 1)
+            failed = Usage(latency_ms=latency, provider=who["provider"], model=who["model"])
+            model_call_audit(usage=failed, outcome="failed", error=type(exc))
+        raise
+    usage = dataclasses.replace(
+        completion.usage,
+        latency_ms=completion.usage.latency_ms or round((time.monotonic() - started) * 1000, 1),
+        provider=who["provider"],
+        model=who["model"],
+    )
+    completion = Completion(completion.text, completion.finish_reason, usage)
     if record:
         record_usage(completion.usage)
     return completion
 
 
-def describe(model: LanguageModel) -> dict[str, Any]:
-    return {"provider": getattr(model, "name", type(model).__name__), "model": getattr(model, "model", "")}
+def describe(model: LanguageModel) -> dict[str, str]:
+    return {"provider": str(getattr(model, "name", type(model).__name__)), "model": str(getattr(model, "model", ""))}

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from django.db import transaction
 
+from governance.jobs.runs import thread_run_cause, thread_run_current
 from memoryapp.models import Entry, Thread
 
 logger = logging.getLogger(__name__)
@@ -46,24 +47,32 @@ def after_entries_added(*, thread: Thread, entries: Sequence[Entry]) -> None:
         return
     agent_id = thread.agent_id
     thread_pk = thread.pk
+    # The thread run the write belongs to (its X-Run-Id), for the jobs sent once it committed,
+    # which may be after the write's own block ended (an outer transaction).
+    cause = thread_run_current()
 
     def schedule() -> None:
-        # The entries are committed: a broker that cannot take the job must not turn the write
-        # into an error the client would retry (and duplicate). A run the broker did not take
-        # stays queued and is sent later (governance.jobs: the next write, the job sweep), and
-        # the embedding sweep embeds whatever has no vector; the failure is logged.
-        for name, send in list(_followers.items()):
-            try:
-                send(agent_id, thread_pk)
-            except Exception:
-                logger.exception("could not send the %s job after a write of thread %s", name, thread_pk)
-        for name, send_thread in list(_thread_followers.items()):
-            try:
-                send_thread(thread)
-            except Exception:
-                logger.exception("could not send the %s job after a write of thread %s", name, thread_pk)
+        with thread_run_cause(cause):
+            _send(agent_id, thread_pk, thread)
 
     transaction.on_commit(schedule)
+
+
+def _send(agent_id: int, thread_pk: int, thread: Thread) -> None:
+    # The entries are committed: a broker that cannot take the job must not turn the write
+    # into an error the client would retry (and duplicate). A run the broker did not take
+    # stays queued and is sent later (governance.jobs: the next write, the job sweep), and
+    # the embedding sweep embeds whatever has no vector; the failure is logged.
+    for name, send in list(_followers.items()):
+        try:
+            send(agent_id, thread_pk)
+        except Exception:
+            logger.exception("could not send the %s job after a write of thread %s", name, thread_pk)
+    for name, send_thread in list(_thread_followers.items()):
+        try:
+            send_thread(thread)
+        except Exception:
+            logger.exception("could not send the %s job after a write of thread %s", name, thread_pk)
 
 
 def vectors_cleared_follow(name: str, send: AgentSender) -> None:

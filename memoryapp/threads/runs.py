@@ -27,6 +27,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from governance.audit.chain import audit_append
+from governance.jobs.runs import thread_run_cause
 from memoryapp.errors import Conflict, DomainError, NotFound
 from memoryapp.models import Agent, Thread, ThreadRun
 from memoryapp.models.choices import OnBusy
@@ -195,9 +196,23 @@ def run_holding(*, agent: Agent, thread_external_id: str, run_id: str | None) ->
     if not run_id:
         yield
         return
-    with transaction.atomic():
+    # The cause outlives the transaction: the jobs the write asks for are sent on its commit.
+    with thread_run_cause(run_id), transaction.atomic():
         thread = thread_for_agent(agent=agent, external_id=thread_external_id)
         run_check(agent=agent, thread=thread, run_id=run_id)
+        yield
+
+
+@contextmanager
+def run_causing(*, agent: Agent, thread: Thread, run_id: str | None) -> Iterator[None]:
+    """Work asked for by the run `run_id` of the thread that writes no entry itself (compact or
+    extract now): the run must be the thread's (404 otherwise), and the jobs and model calls made
+    in the block name it. No transaction is held (a model call may take minutes)."""
+    if not run_id:
+        yield
+        return
+    run_for_agent(agent=agent, thread=thread, run_id=run_id)
+    with thread_run_cause(run_id):
         yield
 
 

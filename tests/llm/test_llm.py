@@ -150,7 +150,7 @@ def test_providers_are_chosen_by_settings() -> None:
         assert isinstance(model, AnthropicModel) and model.base_url == "https://api.anthropic.com"
 
 
-def test_scripted_model_answers_from_a_list_or_a_function() -> None:
+def test_scripted_model_answers_from_a_list_or_a_function(db: None) -> None:  # each call is an audit record
     listed = ScriptedModel(["one", Completion("two", "length", Usage(1, 2, 3.0)), ValueError("boom")])
     with use_model(listed):
         assert complete(system="s", messages=[{"role": "user", "content": "a"}]).text == "one"
@@ -164,7 +164,7 @@ def test_scripted_model_answers_from_a_list_or_a_function() -> None:
         assert complete(system="shout", messages=[]).text == "SHOUT"
 
 
-def test_scripted_provider_without_a_script_is_unavailable() -> None:
+def test_scripted_provider_without_a_script_is_unavailable(db: None) -> None:  # each call is an audit record
     with override_settings(LLM_PROVIDER="scripted"):
         set_script(None)
         assert not model_available()
@@ -193,14 +193,14 @@ def test_elements_that_are_not_json_are_left_out_and_a_cut_array_keeps_what_fini
     assert cut.found and not cut.complete and cut.elements == [{"a": 1}]
 
 
-def test_ask_for_array_tries_three_times_then_gives_up() -> None:
+def test_ask_for_array_tries_three_times_then_gives_up(db: None) -> None:  # each call is an audit record
     model = ScriptedModel(["no idea", "still prose", "nope", "[]"])
     with use_model(model), pytest.raises(NoArrayError):
         ask_for_array(system="s", user="u", max_tokens=10)
     assert len(model.calls) == 3
 
 
-def test_ask_for_array_continues_a_cut_answer_after_its_last_element() -> None:
+def test_ask_for_array_continues_a_cut_answer_after_its_last_element(db: None) -> None:  # each call is an audit record
     model = ScriptedModel(
         [
             Completion('[{"n": 1}, {"n": 2}, {"n"', "length"),
@@ -216,7 +216,7 @@ def test_ask_for_array_continues_a_cut_answer_after_its_last_element() -> None:
     assert model.calls[1].messages[-2]["role"] == "assistant"
 
 
-def test_continuations_stop_after_four() -> None:
+def test_continuations_stop_after_four(db: None) -> None:  # each call is an audit record
     model = ScriptedModel([Completion(f'[{{"n": {i}}}, {{"n"', "length") for i in range(10)])
     with use_model(model):
         answer = ask_for_array(system="s", user="u", max_tokens=10)

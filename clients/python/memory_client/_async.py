@@ -594,17 +594,21 @@ class AsyncMemoryClient:
     # --- compaction and extraction ---------------------------------------------------------------
 
     async def compact(
-        self, thread_id: str, *, strategy: str, **options: Any
+        self, thread_id: str, *, strategy: str, run_id: str | None = None, **options: Any
     ) -> CompactedOut | CompactionSkippedOut | JobAcceptedOut:
-        """Compact the active branch (`async_=False` runs a model-backed strategy in the request)."""
+        """Compact the active branch (`async_=False` runs a model-backed strategy in the request;
+        `run_id`: the thread's run that asks, named in the audit of each model call)."""
         body = {"strategy": strategy, **_keyword_options(options)}
-        answer = await self._request("POST", f"{API}/threads/{thread_id}/compact", json_body=body)
+        answer = await self._request("POST", f"{API}/threads/{thread_id}/compact", json_body=body, run_id=run_id)
         return cast(CompactedOut | CompactionSkippedOut | JobAcceptedOut, answer)
 
-    async def extract(self, thread_id: str, *, async_: bool | None = None) -> ExtractionOut | JobAcceptedOut:
-        """Extract memory items from the thread's new entries (a job unless `async_=False`)."""
+    async def extract(
+        self, thread_id: str, *, async_: bool | None = None, run_id: str | None = None
+    ) -> ExtractionOut | JobAcceptedOut:
+        """Extract memory items from the thread's new entries (a job unless `async_=False`; `run_id`
+        as `compact`)."""
         body = without_none(**{"async": async_})
-        answer = await self._request("POST", f"{API}/threads/{thread_id}/extract", json_body=body)
+        answer = await self._request("POST", f"{API}/threads/{thread_id}/extract", json_body=body, run_id=run_id)
         return cast(ExtractionOut | JobAcceptedOut, answer)
 
     async def tool_result(self, handle: str) -> ToolResultOut:
