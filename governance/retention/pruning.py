@@ -19,7 +19,8 @@ from governance.audit.chain import audit_append
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.events.services import event_record
 from memoryapp.forgetting.lineage import AUDIT_IDS, derived_forget
-from memoryapp.models import Entry, Evidence, Thread
+from memoryapp.graph.services import relations_forget
+from memoryapp.models import Agent, Entry, Evidence, Thread
 from memoryapp.models.choices import EntryType
 from memoryapp.threads.columns import ENTRY_TABLE
 from memoryapp.threads.hashing import reparent
@@ -218,6 +219,9 @@ def tool_results_expire(*, entries: Sequence[Entry], actor: str) -> int:
         row.save(update_fields=REDACTED_FIELDS)
     # A quote is content: it goes with the words it quoted.
     Evidence.objects.filter(entry_id__in=[r.pk for r in rows]).delete()
+    # The graph's edges lose those quotes too, and one left with none goes (as the lineage does).
+    for agent_id in sorted({r.agent_id for r in rows}):
+        relations_forget(agent=Agent(pk=agent_id), entry_ids=[r.pk for r in rows if r.agent_id == agent_id])
     by_thread: dict[int, list[Entry]] = {}
     for row in rows:
         by_thread.setdefault(row.thread_id, []).append(row)

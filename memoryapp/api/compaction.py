@@ -128,6 +128,7 @@ class CompactedOut(OutputSerializer):
 class ExtractionResultOut(OutputSerializer):
     windows = serializers.IntegerField()
     items_written = serializers.IntegerField()
+    relations_written = serializers.IntegerField(help_text="Edges of the knowledge graph written or merged.")
     items_left_out = serializers.IntegerField()
     items_dropped_entries_gone = serializers.IntegerField()
     quotes_dropped = serializers.IntegerField()

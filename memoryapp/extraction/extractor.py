@@ -43,8 +43,24 @@ class ExtractedItem:
 
 
 @dataclass
+class ExtractedRelation:
+    """An edge of the knowledge graph the window states: subject -[predicate]-> object."""
+
+    subject: str
+    predicate: str
+    object: str
+    trust: str
+    evidence: list[dict[str, str]]
+    confidence: float | None
+
+
+RELATION_KIND = "relation"
+
+
+@dataclass
 class WindowResult:
     items: list[ExtractedItem] = field(default_factory=list)
+    relations: list[ExtractedRelation] = field(default_factory=list)
     # Elements that were not items, or had no quote that holds.
     left_out: int = 0
     quotes_dropped: int = 0
@@ -145,6 +161,8 @@ def parse_extraction(elements: list[Any], numbered: dict[int, Entry], *, user_id
     3. Trust: that of the least trusted entry a holding quote is in.
     4. Dates: `valid_from` / `valid_to` resolved from the message that said them (the first
        holding quote's); without one the item holds from that message's time.
+    5. An element of kind "relation" is an edge of the graph (subject, predicate, object), checked
+       the same way (`_parse_relation`).
     """
     result = WindowResult()
     for element in elements:
@@ -153,6 +171,9 @@ def parse_extraction(elements: list[Any], numbered: dict[int, Entry], *, user_id
             continue
         kind = element.get("kind")
         kind = kind.strip().lower() if isinstance(kind, str) else ""
+        if kind == RELATION_KIND:
+            _parse_relation(element, numbered, user_id=user_id, result=result)
+            continue
         attribute, value, subject = element.get("attribute"), element.get("value"), element.get("subject")
         if (
             kind not in ItemKind.values
@@ -203,6 +224,54 @@ def parse_extraction(elements: list[Any], numbered: dict[int, Entry], *, user_id
             )
         )
     return result
+
+
+def _held_quotes(
+    element: dict[str, Any], numbered: dict[int, Entry], result: WindowResult
+) -> tuple[list[dict[str, str]], list[Entry]]:
+    """The quotes of an element that name a message of the window and are in it (the others counted dropped)."""
+    evidence: list[dict[str, str]] = []
+    quoted: list[Entry] = []
+    raw_evidence = element.get("evidence")
+    for quote in raw_evidence if isinstance(raw_evidence, list) else []:
+        if not isinstance(quote, dict) or not isinstance(quote.get("quote"), str):
+            result.quotes_dropped += 1
+            continue
+        entry = numbered.get(_message_number(quote.get("message", quote.get("n"))) or 0)
+        text = quote["quote"].strip()
+        if entry is None or not text or not quote_holds(text, entry):
+            result.quotes_dropped += 1
+            continue
+        evidence.append({"entry_id": entry.id, "quote": text})
+        quoted.append(entry)
+    return evidence, quoted
+
+
+def _parse_relation(element: dict[str, Any], numbered: dict[int, Entry], *, user_id: str, result: WindowResult) -> None:
+    """A relation element: two named ends that differ and a predicate, standing on quotes that hold
+    (else left out); trust that of the least trusted quoted entry, as for items."""
+    subject, predicate, obj = element.get("subject"), element.get("predicate"), element.get("object")
+    names = [v.strip() if isinstance(v, str) else "" for v in (subject, predicate, obj)]
+    if not all(names) or names[0].lower() == names[2].lower():
+        result.left_out += 1
+        return
+    evidence, quoted = _held_quotes(element, numbered, result)
+    if not evidence:
+        result.left_out += 1
+        return
+    confidence = element.get("confidence")
+    if isinstance(confidence, bool) or not isinstance(confidence, (int, float)) or not 0 <= confidence <= 1:
+        confidence = None
+    result.relations.append(
+        ExtractedRelation(
+            subject=names[0][:300],
+            predicate=names[1][:200],
+            object=names[2][:300],
+            trust=least_trusted([trust_of_entry(e, user_id) for e in quoted]),
+            evidence=evidence,
+            confidence=float(confidence) if confidence is not None else None,
+        )
+    )
 
 
 def extract_window(

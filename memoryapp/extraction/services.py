@@ -26,7 +26,9 @@ from memoryapp.extraction.extractor import (
     quote_holds,
 )
 from memoryapp.extraction.times import zone_of
+from memoryapp.graph.services import relation_write
 from memoryapp.items.purposes import thread_purposes
+from memoryapp.items.rules import Scope
 from memoryapp.items.services import item_write
 from memoryapp.llm.arrays import NoArrayError
 from memoryapp.llm.model import ModelUnavailable
@@ -52,6 +54,7 @@ class ExtractionFailed(Exception):
 class ExtractionOutcome:
     windows: int = 0
     items_written: int = 0
+    relations_written: int = 0
     items_left_out: int = 0
     items_dropped_gone: int = 0
     quotes_dropped: int = 0
@@ -65,6 +68,7 @@ class ExtractionOutcome:
         return {
             "windows": self.windows,
             "items_written": self.items_written,
+            "relations_written": self.relations_written,
             "items_left_out": self.items_left_out,
             "items_dropped_entries_gone": self.items_dropped_gone,
             "quotes_dropped": self.quotes_dropped,
@@ -125,7 +129,9 @@ def _write_window(
     2. A window another run already wrote (the mark is past it) writes nothing.
     3. Re-read the quoted entries: a quote whose entry was deleted or redacted while the model
        answered (or no longer holds) is dropped, and an item left without one is dropped.
-    4. Write each item through `item_write` (activation rules, merge of repeats, shadow mode).
+    4. Write each item through `item_write` (activation rules, merge of repeats, shadow mode), and
+       each edge of the graph through `relation_write` (in the items' scope: the thread's person
+       and project).
     5. Move the mark past the window, and take the window out of the failed ones.
     """
 
@@ -138,7 +144,9 @@ def _write_window(
     failed = [r for r in progress.get("failed") or [] if isinstance(r, dict)]
     if last <= through and not _in_ranges(first, failed):
         return
-    quoted_ids = {q["entry_id"] for item in result.items for q in item.evidence}
+    quoted_ids = {q["entry_id"] for item in result.items for q in item.evidence} | {
+        q["entry_id"] for relation in result.relations for q in relation.evidence
+    }
     off = memory_off_ranges(locked)
     current = {
         e.id: e
@@ -178,6 +186,29 @@ def _write_window(
         )
         outcome.item_ids.append(saved.pk)
         written.append(item)
+    edges = 0
+    for relation in result.relations:
+        evidence = [
+            q for q in relation.evidence if q["entry_id"] in current and quote_holds(q["quote"], current[q["entry_id"]])
+        ]
+        if not evidence:
+            outcome.items_dropped_gone += 1
+            continue
+        relation_write(
+            agent=locked.agent,
+            subject=relation.subject,
+            predicate=relation.predicate,
+            object=relation.object,
+            trust=relation.trust,
+            scope=Scope(user_id=locked.user_id, project_id=locked.project_scope),
+            evidence=[{"entry_id": q["entry_id"], "quote": q["quote"]} for q in evidence],
+            confidence=relation.confidence,
+            shadow=shadow,
+            prompt_version=EXTRACTION,
+            actor=actor,
+        )
+        edges += 1
+    outcome.relations_written += edges
     progress["through_seq"] = max(through, last)
     progress["failed"] = [r for r in failed if not (int(r["from_seq"]) >= first and int(r["to_seq"]) <= last)]
     progress["prompt_version"] = EXTRACTION
@@ -191,7 +222,12 @@ def _write_window(
         thread_id=locked.external_id,
         subject=f"seq {first}-{last}",
         outcome="written",
-        details={"items": len(written), "left_out": result.left_out, "quotes_dropped": result.quotes_dropped},
+        details={
+            "items": len(written),
+            "relations": edges,
+            "left_out": result.left_out,
+            "quotes_dropped": result.quotes_dropped,
+        },
     )
 
 

@@ -20,9 +20,10 @@ from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
 from memoryapp.files.selectors import versions_unredacted
 from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
+from memoryapp.graph.services import entities_unused_delete, relations_forget
 from memoryapp.items.evidence import verify_evidence
 from memoryapp.items.services import slots_lay_out, slots_lock
-from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.models import Agent, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.models.choices import EntryType, EvidenceStatus
 from memoryapp.threads.hashing import reparent  # threads imports this module
 from memoryapp.threads.hooks import after_vectors_cleared
@@ -45,6 +46,9 @@ class LineageReport:
     # The playbooks, drafts and observations that named a purged item (memoryapp.consolidation.lineage).
     playbook_rules_removed: int = 0
     observations_deleted: int = 0
+    # The graph's edges quoting the entries (memoryapp.graph.services.relations_forget).
+    edges_purged: int = 0
+    edges_trimmed: int = 0
     # Ids for the audit record (not counts): what went.
     purged_item_ids: list[str] = field(default_factory=list, repr=False)
     summary_ids: list[str] = field(default_factory=list, repr=False)
@@ -95,7 +99,7 @@ def derived_forget(
        `cleared_inputs` or the evidence of an atom in `levels`. They go in step 6, so the next
        compaction writes them again; their quotes count as the entries' own in step 3 (a summary
        says again what the entries said).
-    3. Memory items: the evidence rows of these entries are deleted (a quote is content and must
+    3. Memory items and the graph's edges: the evidence rows of these entries are deleted (a quote is content and must
        not survive a redaction). Items left with no evidence are purged; the others are trimmed and
        their `verified` is recomputed: only when every remaining quote holds in its entry. The slots
        of purged items are laid out again, so a state the purged one had closed holds again.
@@ -323,7 +327,9 @@ def _covering_compactions(*, agent: Agent, threads: list[Thread], gone: dict[str
 
 
 def _forget_items(*, agent: Agent, entry_ids: set[str], report: LineageReport) -> None:
-    """Steps 3 and 4: purge or trim the items quoting the entries; drop entities left without items."""
+    """Steps 3 and 4: purge or trim the items and the graph's edges quoting the entries; drop
+    entities left without items and edges."""
+    _forget_edges(agent=agent, entry_ids=entry_ids, report=report)
     touched_ids = set(
         Evidence.objects.filter(agent=agent, entry_id__in=list(entry_ids)).values_list("item_id", flat=True)
     )
@@ -359,14 +365,21 @@ def _forget_items(*, agent: Agent, entry_ids: set[str], report: LineageReport) -
         report.purged_item_ids = sorted(i.pk for i in purged)
         slots_lay_out(agent=agent, items=purged)
         entity_ids = {i.entity_id for i in purged if i.entity_id}
-        about = MemoryItem.objects.filter(agent=agent, entity_id__in=list(entity_ids)).values("entity_id")
-        report.entities_deleted, _ = (
-            Entity.objects.filter(agent=agent, pk__in=list(entity_ids)).exclude(pk__in=about).delete()
-        )
+        # An entity an edge of the graph is still about stays (deleting it would take the edge).
+        report.entities_deleted += entities_unused_delete(agent=agent, entity_ids=entity_ids)
 
     if trimmed:
         report.items_trimmed = len(trimmed)
         _verify_again(agent=agent, items=trimmed)
+
+
+def _forget_edges(*, agent: Agent, entry_ids: set[str], report: LineageReport) -> None:
+    """Step 3 for the graph: the edges quoting the entries lose those quotes, and those left with
+    none are purged with the entities no item or edge is about any more."""
+    forgotten = relations_forget(agent=agent, entry_ids=entry_ids)
+    report.edges_purged += forgotten.edges_purged
+    report.edges_trimmed += forgotten.edges_trimmed
+    report.entities_deleted += forgotten.entities_deleted
 
 
 def _verify_again(*, agent: Agent, items: list[MemoryItem]) -> None:

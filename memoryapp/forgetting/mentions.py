@@ -32,6 +32,7 @@ from django.db.models import Q
 from governance.crypto.fields import sealed_update
 from governance.models import JobRun
 from memoryapp.files.text import sha256_of, size_of
+from memoryapp.graph.services import entity_relations_delete
 from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, SubjectMention, Thread
 from memoryapp.models.people import MEMORY_USERS_KEY, participant_in, thread_participants
 from memoryapp.search.indexing import embedding_schedule
@@ -212,8 +213,12 @@ def _mentions_erase(
 
 
 def mentions_delete_entities(*, agent_id: int, entity_ids: list[str]) -> int:
-    """The entities named as the person, once the items about them are gone."""
-    return Entity.objects.filter(agent_id=agent_id, pk__in=entity_ids).delete()[0] if entity_ids else 0
+    """The entities named as the person, once the items about them are gone, and the graph's edges
+    about them (whoever's scope they are in: an edge about the person names them)."""
+    if not entity_ids:
+        return 0
+    entity_relations_delete(agent_id=agent_id, entities=entity_ids)
+    return Entity.objects.filter(agent_id=agent_id, pk__in=entity_ids).delete()[0]
 
 
 def mentions_counts(counts: dict[str, int]) -> dict[str, int]:

@@ -77,6 +77,7 @@ from memoryapp.forgetting.services import (
     origins_forget_forks,
     thread_scope_forget,
 )
+from memoryapp.graph.services import entities_unused_delete, entity_relations_delete, scope_relations_delete
 from memoryapp.items.facts import PERSON_PREFIX
 from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.selectors import FACT_PREFIX
@@ -585,8 +586,7 @@ def _items_erase(*, agent_id: int, item_ids: list[str], actor: str) -> dict[str,
         slot_layout(agent=agent, scope=Scope(user_id, project_id, thread_id), subject=subject, attribute=attribute)
     named = derived_files_forget(agent=agent, item_ids=pks)
     entity_ids = {i.entity_id for i in items if i.entity_id}
-    about = MemoryItem.objects.filter(agent=agent, entity_id__in=list(entity_ids)).values("entity_id")
-    counts["entities"] += Entity.objects.filter(agent=agent, pk__in=list(entity_ids)).exclude(pk__in=about).delete()[0]
+    counts["entities"] += entities_unused_delete(agent=agent, entity_ids=entity_ids)
     counts["playbook_rules"] += named.playbook_rules_removed
     counts["file_versions"] += named.versions_redacted
     audit_append(
@@ -603,7 +603,10 @@ def _items_erase(*, agent_id: int, item_ids: list[str], actor: str) -> dict[str,
 @transaction.atomic
 def _entities_erase(*, user_id: str, agent_id: int) -> dict[str, int]:
     counts = counts_zero()
+    # The graph's edges of the person's scope; those about the person's entities go with them.
+    scope_relations_delete(agent_id=agent_id, user_id=user_id)
     entities = _entities(user_id, [agent_id])
+    entity_relations_delete(agent_id=agent_id, entities=entities)
     MemoryItem.objects.filter(entity__in=entities).update(entity=None)
     counts["entities"] = entities.delete()[0]
     return counts

@@ -27,9 +27,21 @@ from memoryapp.files.access import FileAccess
 from memoryapp.files.selectors import versions_unredacted
 from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
 from memoryapp.forgetting.lineage import AUDIT_IDS, LineageReport, derived_forget, lineage_audit
+from memoryapp.graph.services import entity_relations_delete, scope_relations_delete
 from memoryapp.items.rules import Scope
 from memoryapp.items.services import StaleMark, items_mark_stale
-from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.models import (
+    Agent,
+    Entity,
+    Entry,
+    Evidence,
+    ItemReview,
+    MemoryFileVersion,
+    MemoryItem,
+    Relation,
+    RelationEvidence,
+    Thread,
+)
 from memoryapp.models.choices import EntryType, ItemStatus, Role
 from memoryapp.retry import atomic_retrying
 from memoryapp.threads.columns import ENTRY_TABLE
@@ -170,7 +182,7 @@ def _runs(threads: Sequence[Thread], plain: set[int]) -> list[tuple[bool, list[T
 
 def _threads_plain(threads: Sequence[Thread]) -> set[int]:
     """The threads nothing outside their own rows stands on (one query for all of them): no fork,
-    no quote of their entries, no file version placed at them, no child of them in another
+    no quote of their entries (an item's or a graph edge's), no file version placed at them, no child of them in another
     thread, no item, entity or memory file of their scope. Deleting one of them touches no other
     row, so a batch of them can go together; `derived_forget` would find nothing for them.
 
@@ -186,12 +198,14 @@ def _threads_plain(threads: Sequence[Thread]) -> set[int]:
     parts = [
         Thread.objects.filter(forked_from_id__in=pks).values_list("forked_from_id"),
         Evidence.objects.filter(entry__thread_id__in=pks).values_list("entry__thread_id"),
+        RelationEvidence.objects.filter(entry__thread_id__in=pks).values_list("entry__thread_id"),
         MemoryFileVersion.objects.filter(place__thread_id__in=pks).values_list("place__thread_id"),
         Entry.objects.filter(parent__thread_id__in=pks)
         .exclude(thread_id=F("parent__thread_id"))
         .values_list("parent__thread_id"),
         mine.filter(Exists(MemoryItem.objects.filter(scope))).values_list("pk"),
         mine.filter(Exists(Entity.objects.filter(scope))).values_list("pk"),
+        mine.filter(Exists(Relation.objects.filter(scope))).values_list("pk"),
         mine.filter(Exists(MemoryFileVersion.objects.filter(files))).values_list("pk"),
     ]
     first, *rest = (part.order_by() for part in parts)
@@ -329,7 +343,10 @@ def thread_scope_forget(*, agent: Agent, thread_id: str, actor: str) -> Counts:
         Evidence.objects.filter(item_id__in=pks).delete()
         ItemReview.objects.filter(item_id__in=pks).delete()
         counts["items_purged"] += MemoryItem.objects.filter(pk__in=pks).delete()[1].get("memoryapp.MemoryItem", 0)
+    # The graph's edges kept for the thread alone go too (those about its entities go with them).
+    scope_relations_delete(agent_id=agent.pk, thread_id=thread_id)
     entities = Entity.objects.filter(agent=agent, thread_id=thread_id)
+    entity_relations_delete(agent_id=agent.pk, entities=entities)
     MemoryItem.objects.filter(agent=agent, entity__in=entities).update(entity=None)
     counts["entities"] += entities.delete()[0]
     counts_add(counts, scope_files_forget(agent=agent, scope=Scope(thread_id=thread_id), actor=actor))

@@ -128,6 +128,17 @@ def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
         )
 
 
+def entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
+    """The entity a name stands for in a scope (the narrowest visible, else a new one): items' and
+    the graph's edges' (memoryapp.graph.services) one way to an entity."""
+    return _entity_for(agent=agent, scope=scope, subject=subject)
+
+
+def evidence_checked(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> list[tuple[Entry | None, str, str]]:
+    """(entry, quote, status) of each quote, checked as an item's are (400 naming the quote)."""
+    return _checked_evidence(agent=agent, evidence=evidence)
+
+
 def _narrowness(row: Any) -> int:
     return sum(1 for v in (row.user_id, row.project_id, row.thread_id) if v)
 

@@ -10,6 +10,7 @@ from memoryapp.models.consolidation import (
 )
 from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDelivery
 from memoryapp.models.files import MemoryFileVersion
+from memoryapp.models.graph import Relation, RelationEvidence
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
 from memoryapp.models.people import IdentifierKind, PersonIdentifier, SubjectMention
 from memoryapp.models.retention import LegalHold, RetentionPolicy
@@ -38,6 +39,8 @@ __all__ = [
     "OnBusy",
     "PersonIdentifier",
     "PlaybookDraft",
+    "Relation",
+    "RelationEvidence",
     "RetentionPolicy",
     "ScreeningSettings",
     "StaleItem",

@@ -15,7 +15,7 @@ _HERE = Path(__file__).resolve().parent
 
 # The version each job uses now.
 SUMMARY = "summary_v1"
-EXTRACTION = "extraction_v1"
+EXTRACTION = "extraction_v2"
 EXTRACTION_CONTINUE = "extraction_continue_v1"
 HIERARCHICAL = "hierarchical_v1"
 

@@ -159,8 +159,8 @@ def test_extraction_over_http_writes_checked_items_in_shadow_mode(alice: Caller)
     assert "[1] 2026-03-04 10:00 (Wednesday) user: I moved to Lisbon" in model.calls[0].messages[0]["content"]
     items = _items(thread)
     assert [(i.attribute, i.status, i.trust, i.prompt_version, i.user_id) for i in items] == [
-        ("diet", "suggested", "user", "extraction_v1", "u-ana"),
-        ("home city", "suggested", "user", "extraction_v1", "u-ana"),
+        ("diet", "suggested", "user", "extraction_v2", "u-ana"),
+        ("home city", "suggested", "user", "extraction_v2", "u-ana"),
     ]
     assert items[1].valid_from == datetime(2026, 3, 3, tzinfo=UTC)
     evidence = Evidence.objects.get(item=items[1])
@@ -168,7 +168,7 @@ def test_extraction_over_http_writes_checked_items_in_shadow_mode(alice: Caller)
     thread.refresh_from_db()
     assert thread.extraction["through_seq"] == said.seq == body["result"]["through_seq"]
     run = JobRun.objects.get(pk=body["job_run"]["id"])
-    assert run.usage["calls"] == 1 and run.result["prompt_version"] == "extraction_v1"
+    assert run.usage["calls"] == 1 and run.result["prompt_version"] == "extraction_v2"
     # The mark is not the agent's metadata: replacing that neither shows nor resets it.
     replaced = patch_ok(
         alice.client, "/api/v1/threads/t-api", {"metadata": {"topic": "moving"}, "replace_metadata": True}

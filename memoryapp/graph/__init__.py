@@ -1,0 +1,1 @@
+"""The knowledge graph: edges between entities, their traversal, the graph context and channels."""
