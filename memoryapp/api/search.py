@@ -159,9 +159,47 @@ class DroppedBlockOut(OutputSerializer):
     source_id = serializers.CharField(help_text="The entry or item left out.")
 
 
+class GraphNodeOut(OutputSerializer):
+    id = serializers.CharField(help_text="The entity.")
+    name = serializers.CharField()
+    aliases = serializers.ListField(child=serializers.CharField())
+    hop = serializers.IntegerField(help_text="0: named by the input; else the hops that reached it.")
+
+
+class GraphQuoteOut(OutputSerializer):
+    entry_id = serializers.CharField(allow_null=True, help_text="The entry the quote is in.")
+    quote = serializers.CharField()
+
+
+class GraphEdgeOut(OutputSerializer):
+    id = serializers.CharField(help_text="The relation.")
+    subject_id = serializers.CharField()
+    predicate = serializers.CharField()
+    object_id = serializers.CharField()
+    confidence = serializers.FloatField()
+    hop = serializers.IntegerField()
+    evidence = GraphQuoteOut(many=True, help_text="The quotes the edge stands on.")
+
+
+class GraphContextOut(OutputSerializer):
+    nodes = GraphNodeOut(many=True, help_text="The entities placed (ends of the edges sent).")
+    edges = GraphEdgeOut(many=True, help_text="The edges sent, in the graph partition.")
+
+
+class SemanticResultOut(OutputSerializer):
+    document_id = serializers.CharField(help_text="The knowledge document (GET /knowledge/{id}).")
+    name = serializers.CharField()
+    seq = serializers.IntegerField(help_text="The passage's place in its document.")
+    text = serializers.CharField()
+    score = serializers.FloatField()
+    channels = serializers.ListField(child=serializers.CharField())
+
+
 class DroppedOut(OutputSerializer):
     entries = DroppedEntryOut(many=True, help_text="History entries left out.")
     blocks = DroppedBlockOut(many=True, help_text="Every block left out, with its partition and reason.")
+    graph_nodes = GraphNodeOut(many=True, help_text="Nodes cut from the graph context (with the edges reaching them).")
+    semantic_results = SemanticResultOut(many=True, help_text="Knowledge passages found that did not fit.")
     token_count = serializers.IntegerField()
 
 
@@ -181,6 +219,9 @@ class ContextMetadataOut(OutputSerializer):
     semantic_results_included = serializers.IntegerField()
     recalled_entries = serializers.IntegerField()
     recalled_items = serializers.IntegerField()
+    graph_nodes_included = serializers.IntegerField()
+    graph_edges_included = serializers.IntegerField()
+    semantic_context_included = serializers.IntegerField(help_text="Knowledge passages placed.")
     time_zone = serializers.CharField(help_text="The IANA zone the dates of the memory context are written in.")
     memory = serializers.ChoiceField(
         choices=("on", "off"), help_text="The thread's memory switch (off: nothing recalled)."
@@ -201,6 +242,10 @@ class ContextOut(OutputSerializer):
     recalled = RecalledOut()
     documents = PlacedDocumentOut(
         many=True, help_text="The context documents placed in the pinned partition, nearest scope first."
+    )
+    graph = GraphContextOut(allow_null=True, help_text="With include_graph_context: the graph context placed.")
+    semantic_results = SemanticResultOut(
+        many=True, help_text="With include_semantic_context: the knowledge passages placed, best first."
     )
     token_count = serializers.IntegerField()
     truncated = serializers.BooleanField(help_text="Some of the history was left out.")
@@ -282,6 +327,19 @@ class ContextInput(StrictSerializer):
     )
     file_index = serializers.BooleanField(
         required=False, default=False, help_text="List the memory files the thread's scope sees in the index."
+    )
+    include_graph_context = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="The knowledge graph around the entities current_input names (graph partition, recall's share).",
+    )
+    include_semantic_context = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="Passages of the agent's knowledge documents found for current_input (semantic partition).",
+    )
+    graph_hops = serializers.IntegerField(
+        required=False, default=2, min_value=0, max_value=3, help_text="How far the graph context reaches (0-3)."
     )
     time_zone = serializers.CharField(
         required=False,

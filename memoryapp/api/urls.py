@@ -12,6 +12,7 @@ from memoryapp.api import (
     events,
     files,
     items,
+    knowledge,
     purposes,
     runs,
     screening,
@@ -70,6 +71,9 @@ urlpatterns: list[URLPattern] = [
     path("events", events.EventsStreamView.as_view(), name="events"),
     path("events/page", events.EventsPageView.as_view(), name="events-page"),
     # Standing instructions: context documents and a thread's memory switch.
+    path("knowledge", knowledge.KnowledgeDocumentsView.as_view(), name="knowledge"),
+    path("knowledge/search", knowledge.KnowledgeSearchView.as_view(), name="knowledge-search"),
+    path("knowledge/<str:document_id>", knowledge.KnowledgeDocumentView.as_view(), name="knowledge-document"),
     path("context-documents", context_documents.ContextDocumentsView.as_view(), name="context-documents"),
     path("context-documents/<str:name>", context_documents.ContextDocumentView.as_view(), name="context-document"),
     path("threads/<str:thread_id>/memory", context_documents.ThreadMemoryView.as_view(), name="thread-memory"),

@@ -89,8 +89,10 @@ from memoryapp.extraction.times import zone_check, zone_of
 from memoryapp.files.access import FileAccess
 from memoryapp.files.context_documents import FRAMING, context_documents_for
 from memoryapp.files.services import files_index_text
+from memoryapp.graph.context import DEFAULT_HOPS, NodeBlock, graph_blocks
 from memoryapp.items.purposes import recall_purpose_check
 from memoryapp.items.selectors import context_facts, items_for_recall, thread_context_scope
+from memoryapp.knowledge.services import KnowledgeHit, knowledge_search
 from memoryapp.llm.model import ModelError
 from memoryapp.models import AccessLog, Agent, Entry, Thread
 from memoryapp.search.access_log import access_log_record
@@ -140,6 +142,13 @@ class ContextRequest:
     # The purpose memory is recalled for ("" = any): only items and facts collected for it or for none
     # (memoryapp.items.purposes); checked against the agent's purposes by the caller.
     purpose: str = ""
+    # 004 `includeGraphContext`: the entities the input names and what the graph relates them to,
+    # within `graph_hops`, in the graph partition (charged to recall's share), cut node by node.
+    include_graph_context: bool = False
+    graph_hops: int = DEFAULT_HOPS
+    # 004 `includeSemanticContext`: passages of the agent's knowledge documents (of no project or
+    # the build's project) found for the input, in the semantic partition (recall's share).
+    include_semantic_context: bool = False
 
 
 @dataclass(slots=True)
@@ -156,6 +165,10 @@ class BuiltContext:
     recalled_entries: list[dict[str, Any]]
     recalled_items: list[dict[str, Any]]
     documents: list[dict[str, Any]]  # the context documents placed, nearest scope first
+    graph: dict[str, Any] | None  # with include_graph_context: the nodes and edges placed
+    dropped_graph_nodes: list[dict[str, Any]]  # nodes cut from the graph context
+    semantic_results: list[dict[str, Any]]  # with include_semantic_context: the passages placed
+    dropped_semantic_results: list[dict[str, Any]]  # passages found that did not fit
     time_zone: str
     memory: bool  # the thread's memory switch (off: nothing was recalled)
     truncated: bool  # some of the history was left out
@@ -184,11 +197,15 @@ class BuiltContext:
             "brief_cards": [card.as_json() for card in self.brief_cards],
             "recalled": {"entries": self.recalled_entries, "items": self.recalled_items},
             "documents": self.documents,
+            "graph": self.graph,
+            "semantic_results": self.semantic_results,
             "token_count": self.token_count,
             "truncated": self.truncated,
             "dropped": {
                 "entries": self.dropped_entries,
                 "blocks": [b.as_json() for b in self.dropped_blocks],
+                "graph_nodes": self.dropped_graph_nodes,
+                "semantic_results": self.dropped_semantic_results,
                 "token_count": sum(b.tokens for b in self.dropped_blocks),
             },
             "errors": self.errors,
@@ -203,6 +220,9 @@ class BuiltContext:
                 "semantic_results_included": len(self.recalled_entries) + len(self.recalled_items),
                 "recalled_entries": len(self.recalled_entries),
                 "recalled_items": len(self.recalled_items),
+                "graph_nodes_included": len(self.graph["nodes"]) if self.graph else 0,
+                "graph_edges_included": len(self.graph["edges"]) if self.graph else 0,
+                "semantic_context_included": len(self.semantic_results),
                 "time_zone": self.time_zone,
                 "memory": "on" if self.memory else "off",
             },
@@ -264,6 +284,15 @@ class _Build:
     recalled_entries: list[dict[str, Any]] = field(default_factory=list)
     recalled_items: list[dict[str, Any]] = field(default_factory=list)
     documents_sent: list[dict[str, Any]] = field(default_factory=list)
+    graph_blocks: list[tuple[NodeBlock, int]] = field(default_factory=list)  # (block, what it would cost)
+    graph_lines: list[str] = field(default_factory=list)
+    graph_nodes_sent: dict[str, dict[str, Any]] = field(default_factory=dict)
+    graph_edges_sent: list[dict[str, Any]] = field(default_factory=list)
+    graph_dropped: list[dict[str, Any]] = field(default_factory=list)
+    semantic_found: list[tuple[KnowledgeHit, str, int]] = field(default_factory=list)  # (hit, line, cost)
+    semantic_lines: list[str] = field(default_factory=list)
+    semantic_sent: list[dict[str, Any]] = field(default_factory=list)
+    semantic_dropped: list[dict[str, Any]] = field(default_factory=list)
 
 
 def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> BuiltContext:
@@ -275,8 +304,12 @@ def context_build(*, agent: Agent, thread: Thread, request: ContextRequest) -> B
     _measure_available(build)
     _load_facts(build)
     _load_observations(build)
+    _load_semantic(build)
+    _load_graph(build)
     _fit_partitions(build)
     _place_facts(build)
+    _place_semantic(build)
+    _place_graph(build)
     _select_history(build)
     if build.recall_wanted:
         _recall(build)
@@ -510,9 +543,15 @@ def _load_observations(build: _Build) -> None:
 
 def _fit_partitions(build: _Build) -> None:
     """Step 3: the shared partitions split what is left, in fill order (facts, recall, recent)."""
+    recall_need = math.floor(build.shares["recall"] * build.available) if build.recall_wanted else 0
+    extra = sum(cost for _, cost in build.graph_blocks) + sum(cost for _, _, cost in build.semantic_found)
+    if extra and not build.recall_wanted:
+        # The graph and semantic contexts take recall's share (004: recall holds recall, search
+        # results and graph).
+        recall_need = min(extra, math.floor(build.shares["recall"] * build.available))
     needs = {
         "facts": sum(cost for _, _, cost in build.fact_lines) + sum(cost for _, _, cost in build.observation_lines),
-        "recall": math.floor(build.shares["recall"] * build.available) if build.recall_wanted else 0,
+        "recall": recall_need,
         "recent": build.available,
     }
     build.room = fit_in_order(build.available, build.shares, needs)
@@ -545,6 +584,124 @@ def _place_facts(build: _Build) -> None:
     if used:
         build.partitions["facts"] = used
     build.spare_from_facts = room - used
+
+
+def _load_semantic(build: _Build) -> None:
+    """Step 3a, continued: the passages of the knowledge documents found for the input (of no project
+    or the build's), each with what it would cost; a failure leaves them out, reported (semantic)."""
+    request, thread = build.request, build.thread
+    if not (request.include_semantic_context and request.current_input.strip()):
+        return
+    project_id = request.project_id or str((thread.metadata or {}).get("project_id") or "")[:128]
+    try:
+        hits = knowledge_search(agent=build.agent, text=request.current_input, project_id=project_id)
+    except Exception as exc:
+        logger.exception("context semantic search failed")
+        build.errors.append({"source": "semantic", "message": str(exc)})
+        return
+    for hit in hits:
+        line = f"- [{hit.name}] {' '.join(hit.text.split())}"
+        if held_in(hit.text, build.lasting):
+            build.dropped_blocks.append(
+                DroppedBlock("semantic", "duplicate", count_tokens(line + "\n"), f"{hit.document_id}#{hit.seq}")
+            )
+            continue
+        cost = build.probe.line_cost("semantic", line)
+        build.probe.take("semantic")
+        build.semantic_found.append((hit, line, cost))
+
+
+def _place_semantic(build: _Build) -> None:
+    """The passages that fit recall's room, best first (what they use is recall's no more); one that
+    does not fit is left out (partition semantic) and in `dropped.semantic_results`."""
+    if not build.semantic_found:
+        return
+    memory, room = build.memory, build.room["recall"]
+    used = 0
+    for hit, line, _ in build.semantic_found:
+        cost = memory.line_cost("semantic", line)
+        if used + cost > room:
+            reason = "oversized" if cost > room else "budget"
+            build.dropped_blocks.append(DroppedBlock("semantic", reason, cost, f"{hit.document_id}#{hit.seq}"))
+            build.semantic_dropped.append(hit.as_json())
+            continue
+        memory.take("semantic")
+        used += cost
+        build.semantic_lines.append(line)
+        build.semantic_sent.append(hit.as_json())
+        build.lasting.append(words_of(hit.text))
+    if used:
+        build.partitions["semantic"] = used
+        build.room["recall"] = room - used
+
+
+def _load_graph(build: _Build) -> None:
+    """Step 3a, continued: the graph context's node blocks (`graph_blocks`), each with what it would
+    cost; a failure to read the graph leaves it out, reported (source graph)."""
+    request = build.request
+    if not (request.include_graph_context and request.current_input.strip() and build.memory_on):
+        return
+    try:
+        blocks = graph_blocks(
+            agent=build.agent,
+            scope=thread_context_scope(build.thread),
+            text=request.current_input,
+            hops=request.graph_hops,
+        )
+    except Exception as exc:
+        logger.exception("context graph failed")
+        build.errors.append({"source": "graph", "message": str(exc)})
+        return
+    probe = build.probe
+    for block in blocks:
+        cost = 0
+        for line in block.lines:
+            cost += probe.line_cost("graph", line)
+            probe.take("graph")
+        build.graph_blocks.append((block, cost))
+
+
+def _place_graph(build: _Build) -> None:
+    """The graph context's nodes, nearest first, as far as recall's room takes them (what they use is
+    recall's no more): a node whose edges do not fit is cut (in `dropped.graph_nodes` and a block of
+    partition graph, reason budget), and so are the edges that reach it."""
+    if not build.graph_blocks:
+        return
+    memory, room = build.memory, build.room["recall"]
+    used = 0
+    for block, _ in build.graph_blocks:
+        if not block.lines:  # the first seed: placed with the first edge that reaches it
+            continue
+        # An edge to a node cut before is not sent: only edges between placed nodes are.
+        cut = {d["id"] for d in build.graph_dropped}
+        kept = [
+            (edge, line)
+            for edge, line in zip(block.edges, block.lines, strict=True)
+            if edge.subject_id not in cut and edge.object_id not in cut
+        ]
+        saved = (memory.open, set(memory.sections))
+        cost = 0
+        for _, line in kept:
+            cost += memory.line_cost("graph", line)
+            memory.take("graph")
+        if not kept or used + cost > room:
+            memory.open, memory.sections = saved
+            reason = "oversized" if kept and cost > room else "budget"
+            build.dropped_blocks.append(DroppedBlock("graph", reason, cost, block.node.id))
+            build.graph_dropped.append(block.node.as_json())
+            continue
+        used += cost
+        for edge, line in kept:
+            build.graph_lines.append(line)
+            build.graph_edges_sent.append(edge.as_json())
+            build.graph_nodes_sent.setdefault(edge.subject_id, {})
+            build.graph_nodes_sent.setdefault(edge.object_id, {})
+    nodes = {b.node.id: b.node.as_json() for b, _ in build.graph_blocks}
+    for node_id in build.graph_nodes_sent:
+        build.graph_nodes_sent[node_id] = nodes[node_id]
+    if used:
+        build.partitions["graph"] = used
+        build.room["recall"] = room - used
 
 
 def _select_history(build: _Build) -> None:
@@ -740,6 +897,8 @@ def _assemble(build: _Build) -> BuiltContext:
         build.kept_fact_lines,
         [(b[0], b[1]) for b in build.recall_blocks],
         build.kept_observation_lines,
+        build.graph_lines,
+        build.semantic_lines,
     )
     if memory_context:
         messages.append({"role": "user", "content": memory_context})
@@ -754,6 +913,14 @@ def _assemble(build: _Build) -> BuiltContext:
         recalled_entries=build.recalled_entries,
         recalled_items=build.recalled_items,
         documents=build.documents_sent,
+        graph=(
+            {"nodes": list(build.graph_nodes_sent.values()), "edges": build.graph_edges_sent}
+            if build.request.include_graph_context
+            else None
+        ),
+        dropped_graph_nodes=build.graph_dropped,
+        semantic_results=build.semantic_sent,
+        dropped_semantic_results=build.semantic_dropped,
         time_zone=str(build.zone.key),
         memory=build.memory_on,
         truncated=bool(build.dropped_entries) or not complete,

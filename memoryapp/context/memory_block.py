@@ -20,6 +20,8 @@ MEMORY_CLOSE = "</memory_context>"
 HEADERS = {
     "facts": "Known facts:",
     "observations": "Observations:",
+    "semantic": "Relevant context:",
+    "graph": "Graph context:",
     "recall_entries": "Earlier in this conversation:",
     "recall_items": "From memory:",
 }
@@ -83,7 +85,12 @@ def recall_cost(before: tuple[bool, set[str]], blocks: list[tuple[str, str, str]
 
 
 def memory_text(
-    brief: str, fact_lines: list[str], recall_lines: list[tuple[str, str]], observation_lines: Sequence[str] = ()
+    brief: str,
+    fact_lines: list[str],
+    recall_lines: list[tuple[str, str]],
+    observation_lines: Sequence[str] = (),
+    graph_lines: Sequence[str] = (),
+    semantic_lines: Sequence[str] = (),
 ) -> str:
     parts: list[str] = []
     if brief:
@@ -92,6 +99,10 @@ def memory_text(
         parts.append("\n" + HEADERS["facts"] + "\n" + "\n".join(fact_lines))
     if observation_lines:
         parts.append("\n" + HEADERS["observations"] + "\n" + "\n".join(observation_lines))
+    if semantic_lines:
+        parts.append("\n" + HEADERS["semantic"] + "\n" + "\n".join(semantic_lines))
+    if graph_lines:
+        parts.append("\n" + HEADERS["graph"] + "\n" + "\n".join(graph_lines))
     for section in ("recall_entries", "recall_items"):
         lines = [line for s, line in recall_lines if s == section]
         if lines:

@@ -301,6 +301,13 @@ async def get_context(
     include_facts: bool | None = None,
     file_index: bool | None = None,
     brief_cards: Annotated[int | None, Field(description="Ask for up to this many pre-turn brief cards.")] = None,
+    include_graph_context: Annotated[
+        bool | None, Field(description="The knowledge graph around the entities current_input names.")
+    ] = None,
+    graph_hops: Annotated[int | None, Field(description="How far the graph context reaches (0-3, default 2).")] = None,
+    include_semantic_context: Annotated[
+        bool | None, Field(description="Passages of the agent's knowledge documents found for current_input.")
+    ] = None,
     time_zone: Annotated[
         str | None, Field(description="IANA zone the memory context's dates are written in (Europe/Lisbon ...).")
     ] = None,
@@ -326,6 +333,9 @@ async def get_context(
         include_facts=include_facts,
         file_index=file_index,
         brief_cards=brief_cards,
+        include_graph_context=include_graph_context,
+        graph_hops=graph_hops,
+        include_semantic_context=include_semantic_context,
         time_zone=time_zone,
         project_id=project_id,
         purpose=purpose,

@@ -12,6 +12,7 @@ from memoryapp.models.events import Event, EventCounter, Webhook, WebhookDeliver
 from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.graph import Relation, RelationEvidence
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
+from memoryapp.models.knowledge import KnowledgeChunk, KnowledgeDocument
 from memoryapp.models.people import IdentifierKind, PersonIdentifier, SubjectMention
 from memoryapp.models.retention import LegalHold, RetentionPolicy
 from memoryapp.models.runs import AccessLog, ThreadRun
@@ -33,6 +34,8 @@ __all__ = [
     "HeldEntry",
     "IdentifierKind",
     "ItemReview",
+    "KnowledgeChunk",
+    "KnowledgeDocument",
     "LegalHold",
     "MemoryFileVersion",
     "MemoryItem",

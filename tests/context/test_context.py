@@ -80,7 +80,13 @@ def test_the_whole_history_fits_a_large_budget_and_nothing_is_truncated(alice: A
 
     assert len(_history(built)) == 6
     assert built["truncated"] is False
-    assert built["dropped"] == {"entries": [], "blocks": [], "token_count": 0}
+    assert built["dropped"] == {
+        "entries": [],
+        "blocks": [],
+        "graph_nodes": [],
+        "semantic_results": [],
+        "token_count": 0,
+    }
     assert built["metadata"]["original_message_count"] == 6
     assert built["metadata"]["included_message_count"] == 6
 

@@ -18,6 +18,7 @@ from django.http import HttpResponseBase
 from memoryapp.consolidation.observations import observation_file, observation_path
 from memoryapp.files.access import FileAccess
 from memoryapp.files.services import file_put
+from memoryapp.graph.services import relation_write
 from memoryapp.items.services import item_write
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
@@ -187,6 +188,19 @@ def api_tour(caller: Caller) -> list[Visit]:
     call("GET", f"{V1}/context-documents")
     call("GET", f"{V1}/context-documents", query={"thread_id": "tour"})
     call("GET", document, f"{V1}/context-documents/AGENTS.md")
+    # Knowledge documents (the semantic context), searched and placed by the context builds below.
+    knowledge = call(
+        "POST", f"{V1}/knowledge", body={"name": "manual.md", "content": "Returns within 30 days with the receipt."}
+    ).body()
+    call("POST", f"{V1}/knowledge", body={"name": "manual.md", "content": "again"})  # 409
+    call("POST", f"{V1}/knowledge", body={"name": "", "content": "x"})  # 400
+    call("GET", f"{V1}/knowledge")
+    call("GET", f"{V1}/knowledge", query={"project_id": "p-tour"})
+    one_document = f"{V1}/knowledge/{{document_id}}"
+    call("GET", one_document, f"{V1}/knowledge/{knowledge['id']}")
+    call("GET", one_document, f"{V1}/knowledge/kdoc_missing")  # 404
+    call("PUT", one_document, f"{V1}/knowledge/{knowledge['id']}", body={"content": "Returns within 30 days."})
+    call("POST", f"{V1}/knowledge/search", body={"text": "How long do returns take?"})
     memory = f"{thread}/memory"
     call("GET", memory, f"{V1}/threads/tour/memory")
     call("PUT", memory, f"{V1}/threads/tour/memory", body={"memory": "off"})
@@ -216,6 +230,14 @@ def api_tour(caller: Caller) -> list[Visit]:
     call("GET", f"{V1}/items/{{item_id}}/history", f"{V1}/items/{item['id']}/history")
     # An active item (written by the service: an agent's key writes suggested ones) for recall.
     marta = item_write(agent=caller.agent, kind="fact", subject="Marta", attribute="job", value="nurse", trust="system")
+    # An edge of the knowledge graph about Marta (extraction writes them; no agent endpoint does).
+    relation_write(
+        agent=caller.agent,
+        subject="Marta",
+        predicate="flies to",
+        object="Lisbon",
+        evidence=[{"entry_id": first["id"], "quote": "I fly to Lisbon"}],
+    )
     # An observation of Marta, as the observations pass writes it (memory itself, past the reserved paths).
     assert marta.entity is not None
     file_put(
@@ -233,6 +255,17 @@ def api_tour(caller: Caller) -> list[Visit]:
             f"{V1}/threads/tour/context",
             body={"max_tokens": 2000, "current_input": "What does Marta do?", "brief_cards": 2, "file_index": True},
         )
+    call(
+        "POST",
+        f"{V1}/threads/{{thread_id}}/context",
+        f"{V1}/threads/tour/context",
+        body={
+            "max_tokens": 2000,
+            "current_input": "Does Marta know the returns policy?",
+            "include_graph_context": True,
+            "include_semantic_context": True,
+        },
+    )
     call("POST", f"{V1}/search", body={"text": "Lisbon Friday", "method": "keyword"})
     call("POST", f"{V1}/search", body={"text": "Marta nurse", "kinds": ["entries", "items"]})
     facts = f"{V1}/facts/{{path}}"
@@ -375,6 +408,7 @@ def api_tour(caller: Caller) -> list[Visit]:
     call("POST", f"{V1}/threads", body={"id": "tour-gone", "user_id": "u-tour-gone"})
     call("POST", forget, f"{V1}/users/u-tour-gone/forget", body={})
     call("DELETE", document, f"{V1}/context-documents/style.md?thread_id=tour")
+    call("DELETE", one_document, f"{V1}/knowledge/{knowledge['id']}")
     call("DELETE", f"{V1}/entries/{{entry_id}}", f"{V1}/entries/{last_id}")
     call("DELETE", thread, f"{V1}/threads/tour-fork")
     return tour.visits

@@ -47,6 +47,9 @@ from memory_client.models import (
     ItemPageOut,
     ItemWithEvidenceOut,
     JobAcceptedOut,
+    KnowledgeDocumentContentOut,
+    KnowledgeDocumentsOut,
+    KnowledgeSearchOut,
     MemoryEnum,
     MemoryFilesOut,
     MemoryToolAnswerOut,
@@ -700,6 +703,43 @@ class MemoryClient:
         params = without_none(project_id=project_id, thread_id=thread_id)
         self._request("DELETE", f"{API}/context-documents/{_segment(name)}", params=params)
 
+    # --- knowledge documents: the semantic context ------------------------------------------------
+
+    def list_knowledge(self, *, project_id: str | None = None) -> KnowledgeDocumentsOut:
+        """The agent's knowledge documents (of one project, when named), without their text."""
+        params = without_none(project_id=project_id)
+        return cast(KnowledgeDocumentsOut, self._request("GET", f"{API}/knowledge", params=params))
+
+    def add_knowledge(
+        self, name: str, content: str, *, project_id: str | None = None
+    ) -> KnowledgeDocumentContentOut:
+        """Add a knowledge document: chunked and embedded, searched by contexts with
+        include_semantic_context (a ConflictError when the name is taken in that project)."""
+        body = without_none(name=name, content=content, project_id=project_id)
+        return cast(KnowledgeDocumentContentOut, self._request("POST", f"{API}/knowledge", json_body=body))
+
+    def get_knowledge(self, document_id: str) -> KnowledgeDocumentContentOut:
+        answer = self._request("GET", f"{API}/knowledge/{_segment(document_id)}")
+        return cast(KnowledgeDocumentContentOut, answer)
+
+    def replace_knowledge(
+        self, document_id: str, content: str, *, name: str | None = None
+    ) -> KnowledgeDocumentContentOut:
+        """Replace a document's text (and name): cut and embedded again."""
+        body = without_none(content=content, name=name)
+        answer = self._request("PUT", f"{API}/knowledge/{_segment(document_id)}", json_body=body)
+        return cast(KnowledgeDocumentContentOut, answer)
+
+    def delete_knowledge(self, document_id: str) -> None:
+        self._request("DELETE", f"{API}/knowledge/{_segment(document_id)}")
+
+    def search_knowledge(
+        self, text: str, *, project_id: str | None = None, limit: int | None = None
+    ) -> KnowledgeSearchOut:
+        """The passages of the agent's knowledge documents best for `text`."""
+        body = without_none(text=text, project_id=project_id, limit=limit)
+        return cast(KnowledgeSearchOut, self._request("POST", f"{API}/knowledge/search", json_body=body))
+
     def get_thread_memory(self, thread_id: str) -> ThreadMemoryOut:
         """The thread's memory switch: on or off, and the seqs written while it was off."""
         return cast(ThreadMemoryOut, self._request("GET", f"{API}/threads/{thread_id}/memory"))
@@ -868,6 +908,12 @@ OPERATIONS: dict[str, str] = {
     "get_context_document": "v1_context_documents_retrieve",
     "put_context_document": "v1_context_documents_update",
     "delete_context_document": "v1_context_documents_destroy",
+    "list_knowledge": "v1_knowledge_list",
+    "add_knowledge": "v1_knowledge_create",
+    "get_knowledge": "v1_knowledge_retrieve",
+    "replace_knowledge": "v1_knowledge_update",
+    "delete_knowledge": "v1_knowledge_destroy",
+    "search_knowledge": "v1_knowledge_search_create",
     "get_thread_memory": "v1_threads_memory_retrieve",
     "set_thread_memory": "v1_threads_memory_update",
     "events_page": "v1_events_page_retrieve",

@@ -66,6 +66,10 @@ __all__ = [
     "FileHistoryOut",
     "ForgetCountsOut",
     "ForkInput",
+    "GraphContextOut",
+    "GraphEdgeOut",
+    "GraphNodeOut",
+    "GraphQuoteOut",
     "HitKindEnum",
     "IdentifiersInput",
     "IdentifiersOut",
@@ -80,6 +84,14 @@ __all__ = [
     "JobRunOut",
     "JobStatusEnum",
     "KindsEnum",
+    "KnowledgeAddInput",
+    "KnowledgeDocumentContentOut",
+    "KnowledgeDocumentOut",
+    "KnowledgeDocumentsOut",
+    "KnowledgeHitOut",
+    "KnowledgeReplaceInput",
+    "KnowledgeSearchInput",
+    "KnowledgeSearchOut",
     "MemoryEnum",
     "MemoryFileOut",
     "MemoryFilesOut",
@@ -124,6 +136,7 @@ __all__ = [
     "SearchHitOut",
     "SearchInput",
     "SearchOut",
+    "SemanticResultOut",
     "SummarizeFallbackInput",
     "TemplateNameEnum",
     "ThreadAutoCompactionOut",
@@ -265,6 +278,9 @@ class ContextInput(TypedDict):
     brief_cards: NotRequired[int]
     include_observations: NotRequired[bool]
     file_index: NotRequired[bool]
+    include_graph_context: NotRequired[bool]
+    include_semantic_context: NotRequired[bool]
+    graph_hops: NotRequired[int]
     time_zone: NotRequired[str]
     project_id: NotRequired[str]
     purpose: NotRequired[str]
@@ -291,6 +307,9 @@ class ContextMetadataOut(TypedDict):
     semantic_results_included: int
     recalled_entries: int
     recalled_items: int
+    graph_nodes_included: int
+    graph_edges_included: int
+    semantic_context_included: int
     time_zone: str
     memory: MemoryEnum
 
@@ -311,6 +330,8 @@ class ContextOut(TypedDict):
     brief_cards: list[BriefCardOut]
     recalled: RecalledOut
     documents: list[PlacedDocumentOut]
+    graph: GraphContextOut | None
+    semantic_results: list[SemanticResultOut]
     token_count: int
     truncated: bool
     dropped: DroppedOut
@@ -343,6 +364,8 @@ class DroppedEntryOut(TypedDict):
 class DroppedOut(TypedDict):
     entries: list[DroppedEntryOut]
     blocks: list[DroppedBlockOut]
+    graph_nodes: list[GraphNodeOut]
+    semantic_results: list[SemanticResultOut]
     token_count: int
 
 
@@ -442,6 +465,7 @@ class ExtractionOut(TypedDict):
 class ExtractionResultOut(TypedDict):
     windows: int
     items_written: int
+    relations_written: int
     items_left_out: int
     items_dropped_entries_gone: int
     quotes_dropped: int
@@ -520,6 +544,33 @@ class ForkInput(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     entry_id: str
     new_thread_id: NotRequired[str | None]
+
+
+class GraphContextOut(TypedDict):
+    nodes: list[GraphNodeOut]
+    edges: list[GraphEdgeOut]
+
+
+class GraphEdgeOut(TypedDict):
+    id: str
+    subject_id: str
+    predicate: str
+    object_id: str
+    confidence: float
+    hop: int
+    evidence: list[GraphQuoteOut]
+
+
+class GraphNodeOut(TypedDict):
+    id: str
+    name: str
+    aliases: list[str]
+    hop: int
+
+
+class GraphQuoteOut(TypedDict):
+    entry_id: str | None
+    quote: str
 
 
 class IdentifiersInput(TypedDict):
@@ -641,6 +692,66 @@ class JobRunOut(TypedDict):
     usage: dict[str, Any]
     created_at: str | None
     finished_at: str | None
+
+
+class KnowledgeAddInput(TypedDict):
+    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
+    name: str
+    content: str
+    project_id: NotRequired[str]
+
+
+class KnowledgeDocumentContentOut(TypedDict):
+    id: str
+    name: str
+    project_id: str
+    sha256: str
+    chunk_count: int
+    added_by: str
+    created_at: str
+    updated_at: str
+    content: str
+
+
+class KnowledgeDocumentOut(TypedDict):
+    id: str
+    name: str
+    project_id: str
+    sha256: str
+    chunk_count: int
+    added_by: str
+    created_at: str
+    updated_at: str
+
+
+class KnowledgeDocumentsOut(TypedDict):
+    documents: list[KnowledgeDocumentOut]
+
+
+class KnowledgeHitOut(TypedDict):
+    document_id: str
+    name: str
+    seq: int
+    text: str
+    score: float
+    channels: list[str]
+
+
+class KnowledgeReplaceInput(TypedDict):
+    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
+    content: str
+    name: NotRequired[str]
+
+
+class KnowledgeSearchInput(TypedDict):
+    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
+    text: str
+    project_id: NotRequired[str]
+    limit: NotRequired[int]
+
+
+class KnowledgeSearchOut(TypedDict):
+    results: list[KnowledgeHitOut]
 
 
 class MemoryFileOut(TypedDict):
@@ -893,6 +1004,15 @@ class SearchOut(TypedDict):
     results: list[SearchHitOut]
     errors: list[ProblemOut]
     warnings: list[str]
+
+
+class SemanticResultOut(TypedDict):
+    document_id: str
+    name: str
+    seq: int
+    text: str
+    score: float
+    channels: list[str]
 
 
 class SummarizeFallbackInput(TypedDict):
