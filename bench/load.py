@@ -320,6 +320,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.cold:
         service, figures = cold_start(args.base, port)
         print(figures)
+    else:
+        # A web process loading its model after a start burns CPU that no request asked for.
+        waited = wait_for(f"{args.base}/readyz", 300)
+        if waited is None:
+            sys.exit(f"{args.base}/readyz did not answer 200 within 300 s")
     try:
         pids = web_processes(port)
         if not pids:

@@ -323,6 +323,9 @@ REQUEST_BODY_SECONDS = env_float("REQUEST_BODY_SECONDS", 60.0, minimum=0.0, maxi
 # key of that prefix, answers 429 with Retry-After until the minute of its first failure is over
 # (0: no limit).
 API_AUTH_FAILURES_PER_MINUTE = env_int("API_AUTH_FAILURES_PER_MINUTE", 30, minimum=0, maximum=1_000_000)
+# Seconds a web process keeps a key's lookup (key and agent) before reading it again; every change of an
+# agent or key invalidates it at once in every process (memoryapp.agents.keycache). 0: look up always.
+API_KEY_CACHE_SECONDS = env_int("API_KEY_CACHE_SECONDS", 10, minimum=0, maximum=3600)
 # Seconds the limits wait for Redis; Redis away, they fail open (the request is served, a warning logged).
 API_LIMITS_REDIS_TIMEOUT = env_float("API_LIMITS_REDIS_TIMEOUT", 0.25, minimum=0.01, maximum=10.0)
 REST_FRAMEWORK = {

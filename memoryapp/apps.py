@@ -8,6 +8,7 @@ class MemoryAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: the app registry must be ready before modules that import models load.
+        from memoryapp.agents.keycache import key_cache_connect
         from memoryapp.compaction.auto import auto_compaction_check_thread
         from memoryapp.extraction.schedule import extraction_schedule
         from memoryapp.search.indexing import embedding_schedule
@@ -21,6 +22,9 @@ class MemoryAppConfig(AppConfig):
         # Then automatic compaction: a thread past its trigger gets its compaction job. It is given
         # the thread as the write left it (its running token count): no query per append.
         entries_added_follow_thread("compaction", lambda thread: auto_compaction_check_thread(thread=thread))
+
+        # A change of an agent or a key makes every process's cached key lookups stale.
+        key_cache_connect()
 
         # Entries whose vectors a cascade cleared are embedded again from what remains.
         vectors_cleared_follow("embedding", lambda agent_id: embedding_schedule(agent_id=agent_id))

@@ -71,19 +71,20 @@ redis.call('EXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2])) + 1)
 return 1
 """
 
-_clients: dict[str, redis.Redis] = {}
+_clients: dict[tuple[str, float], redis.Redis] = {}
 _client_lock = threading.Lock()
 _broken_until = 0.0
 
 
 def limits_redis() -> redis.Redis:
     """This process's client of the limits' Redis (REDIS_URL), with short timeouts."""
-    url = settings.REDIS_URL
+    url, timeout = settings.REDIS_URL, settings.API_LIMITS_REDIS_TIMEOUT
     with _client_lock:
-        client = _clients.get(url)
+        client = _clients.get((url, timeout))
         if client is None:
-            timeout = settings.API_LIMITS_REDIS_TIMEOUT
-            client = _clients[url] = redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+            client = _clients[(url, timeout)] = redis.Redis.from_url(
+                url, socket_timeout=timeout, socket_connect_timeout=timeout
+            )
         return client
 
 
@@ -283,3 +284,112 @@ def auth_failure_count(*, address: str, prefix: str) -> None:
             window_seconds=AUTH_FAILURE_WINDOW_SECONDS,
             what="the failed authentication limit",
         )
+
+
+# --- one round trip per request: the failures, the keys' version and the rate --------------------
+
+KEYS_VERSION_NAME = f"{PREFIX}keys-version"
+
+# KEYS: the failure counters to check, then the keys' version, then (when ARGV[3] > 0) the key's
+# bucket. ARGV: the failures limit (0: none), the number of failure counters, the bucket's capacity
+# (0: take no token), its refill a second, the version the caller's cached lookup was made at.
+# Returns {failures wait ms, version, token taken (1/0; -1: not asked), wait for a token}. A token
+# is taken only when the version is the caller's: a changed key or agent is looked up again first.
+_GATE = """
+local limit = tonumber(ARGV[1])
+local counters = tonumber(ARGV[2])
+local wait_ms = 0
+if limit > 0 then
+  for i = 1, counters do
+    if tonumber(redis.call('GET', KEYS[i]) or '0') >= limit then
+      local ttl = redis.call('PTTL', KEYS[i])
+      if ttl > wait_ms then wait_ms = ttl end
+    end
+  end
+end
+local version = redis.call('GET', KEYS[counters + 1]) or '0'
+if wait_ms > 0 or tonumber(ARGV[3]) <= 0 or version ~= ARGV[5] then
+  return {wait_ms, version, -1, '0'}
+end
+local capacity = tonumber(ARGV[3])
+local per_second = tonumber(ARGV[4])
+local bucket = KEYS[counters + 2]
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local state = redis.call('HMGET', bucket, 'tokens', 'at')
+local tokens = tonumber(state[1]) or capacity
+local at = tonumber(state[2]) or now
+tokens = math.min(capacity, tokens + math.max(0, now - at) * per_second)
+local allowed = 0
+local wait = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  allowed = 1
+else
+  wait = (1 - tokens) / per_second
+end
+redis.call('HSET', bucket, 'tokens', tostring(tokens), 'at', tostring(now))
+redis.call('EXPIRE', bucket, math.ceil(capacity / per_second) + 1)
+return {wait_ms, version, allowed, tostring(wait)}
+"""
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What one round trip to Redis tells an agent request before its key is trusted.
+
+    `failures_wait`: seconds until the address's or prefix's failed authentications age out (None:
+    it may try). `version`: the keys' version (None: Redis away, so no cached lookup may be used).
+    `rate`: the key's token bucket, asked for only when the caller's cached lookup was made at
+    `version`: None when not asked, else the seconds to wait (0.0: a token was taken)."""
+
+    failures_wait: float | None
+    version: str | None
+    rate: float | None
+
+
+def request_gate(
+    *, address: str, prefix: str, key: AgentKey | None = None, agent: Agent | None = None, version: str = ""
+) -> Gate:
+    """`auth_failures_wait`, the keys' version and (with `key`, `agent` and the `version` their
+    lookup was cached at) `rate_take`, in one Lua script. Redis away: all open, no version."""
+    if not _available():
+        return Gate(None, None, None)
+    names = _auth_failure_names(address=address, prefix=prefix)
+    capacity, per_second = 0, 0.0
+    if key is not None and agent is not None:
+        limit = rate_limit_of(agent)
+        if limit.per_minute > 0:
+            capacity, per_second = max(1, limit.burst), limit.per_minute / 60.0
+    keys = [*names, KEYS_VERSION_NAME]
+    if capacity and key is not None:
+        keys.append(f"{PREFIX}rate:{key.pk}")
+    arguments: list[int | float | str] = [
+        settings.API_AUTH_FAILURES_PER_MINUTE,
+        len(names),
+        capacity,
+        per_second,
+        version,
+    ]
+    try:
+        wait_ms, found, allowed, wait = limits_redis().eval(_GATE, len(keys), *keys, *arguments)  # type: ignore[misc]
+    except redis.RedisError as error:
+        _failed("the request limits", error)
+        return Gate(None, None, None)
+    found_version = found.decode() if isinstance(found, bytes) else str(found)
+    failures = int(wait_ms) / 1000 if int(wait_ms) > 0 else None
+    rate = None if int(allowed) < 0 else (0.0 if int(allowed) else float(wait))
+    # A key with no rate limit asked for no token: it passes as if it had taken one.
+    if key is not None and agent is not None and not capacity and found_version == version and failures is None:
+        rate = 0.0
+    return Gate(failures, found_version, rate)
+
+
+def keys_version_bump() -> None:
+    """Every cached key lookup (memoryapp.agents.keycache) is stale from now on, in every process.
+    Asked even while the breaker rests (a change is rare, a stale key is not). Redis away: no
+    process uses its cache while it is (`request_gate`), and an entry lives API_KEY_CACHE_SECONDS."""
+    try:
+        limits_redis().incr(KEYS_VERSION_NAME)
+    except redis.RedisError as error:
+        _failed("the keys' version", error)

@@ -17,19 +17,24 @@ def hash_key(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def agent_for_key(raw: str) -> tuple[Agent, AgentKey] | None:
+def agent_for_key(raw: str, *, key_hash: str | None = None) -> tuple[Agent, AgentKey] | None:
     """The active agent and key a raw key belongs to, or None. Touches last_used_at at most once a minute."""
     try:
-        key = AgentKey.objects.select_related("agent").get(key_hash=hash_key(raw))
+        key = AgentKey.objects.select_related("agent").get(key_hash=key_hash or hash_key(raw))
     except AgentKey.DoesNotExist:
         return None
     if key.revoked_at is not None or not key.agent.active:
         return None
+    key_used(key)
+    return key.agent, key
+
+
+def key_used(key: AgentKey) -> None:
+    """Touch the key's last_used_at, at most once a minute (not a change of the key: no version bump)."""
     now = timezone.now()
     if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
         AgentKey.objects.filter(pk=key.pk).update(last_used_at=now)
         key.last_used_at = now
-    return key.agent, key
 
 
 def agent_delete_counts(*, agent: Agent) -> dict[type[Model], int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -10,8 +11,9 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from memoryapp.agents.limits import auth_failure_count, auth_failures_wait
-from memoryapp.agents.selectors import agent_for_key
+from memoryapp.agents.keycache import cached_key, key_cache_put, request_copies
+from memoryapp.agents.limits import auth_failure_count, request_gate
+from memoryapp.agents.selectors import agent_for_key, hash_key, key_used
 from memoryapp.agents.services import agent_key_failure_record, key_prefix_of
 from memoryapp.errors import TooManyRequests
 from memoryapp.models import Agent
@@ -19,16 +21,23 @@ from memoryapp.models import Agent
 # Where a request's key, once checked (before its body is read: memoryapp.api.middleware), is kept
 # for the view's own authentication, so the key is looked up once.
 FOUND_ATTRIBUTE = "_agent_key_found"
+# Where the rate limit's answer is kept when the request's one round trip to Redis took the token
+# already (memoryapp.api.limits.KeyRateThrottle reads it instead of asking again).
+RATE_ATTRIBUTE = "_agent_key_rate"
 
 
 class AgentKeyAuthentication(authentication.BaseAuthentication):
     """The agent of `Authorization: Bearer <key>`.
 
     1. A key checked already for this request (before its body was read) is taken as it was found.
-    2. The client's address and the key's prefix must not have failed API_AUTH_FAILURES_PER_MINUTE
-       times in the window (memoryapp.agents.limits): else 429 `too_many_failed_authentications`
-       with Retry-After, before the key is looked up, so guessing runs at that rate at most.
-    3. A malformed header, or a key unknown, revoked or of an inactive agent, is a 401, counted
+    2. One Redis round trip (`request_gate`): the client's address and the key's prefix must not
+       have failed API_AUTH_FAILURES_PER_MINUTE times in the window (memoryapp.agents.limits): else
+       429 `too_many_failed_authentications` with Retry-After, before the key is looked up, so
+       guessing runs at that rate at most. The same trip reads the keys' version and, for a key
+       whose lookup this process keeps at that version, takes its rate limit's token.
+    3. The key's lookup kept at that version (memoryapp.agents.keycache) is used; else it is looked
+       up in the database and kept.
+    4. A malformed header, or a key unknown, revoked or of an inactive agent, is a 401, counted
        against the address and the prefix (and audited, a few rows a minute).
     """
 
@@ -45,7 +54,15 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
         address = str(request.META.get("REMOTE_ADDR") or "")
         raw = parts[1] if len(parts) == 2 else ""
         prefix = key_prefix_of(raw)
-        wait = auth_failures_wait(address=address, prefix=prefix)
+        key_hash = hash_key(raw)
+        cached = cached_key(key_hash)
+        if cached is None:
+            gate = request_gate(address=address, prefix=prefix)
+        else:
+            gate = request_gate(
+                address=address, prefix=prefix, key=cached.key, agent=cached.agent, version=cached.version
+            )
+        wait = gate.failures_wait
         if wait is not None:
             seconds = max(1, math.ceil(wait))
             raise TooManyRequests(
@@ -56,12 +73,21 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
         if len(parts) != 2 or parts[0].lower() != "bearer":
             auth_failure_count(address=address, prefix=prefix)
             raise exceptions.AuthenticationFailed("The Authorization header must be 'Bearer <key>'.")
-        agent_key = agent_for_key(raw)
-        if agent_key is None:
-            agent_key_failure_record(raw=raw)
-            auth_failure_count(address=address, prefix=prefix)
-            raise exceptions.AuthenticationFailed("The key is unknown or revoked.")
-        agent, key = agent_key
+        if cached is not None and gate.version is not None and cached.version == gate.version:
+            key_used(cached.key)
+            agent, key = request_copies(cached)
+            if gate.rate is not None:
+                setattr(django_request, RATE_ATTRIBUTE, gate.rate)
+        else:
+            agent_key = agent_for_key(raw, key_hash=key_hash)
+            if agent_key is None:
+                agent_key_failure_record(raw=raw)
+                auth_failure_count(address=address, prefix=prefix)
+                raise exceptions.AuthenticationFailed("The key is unknown or revoked.")
+            agent, key = agent_key
+            if gate.version is not None:
+                key_cache_put(key_hash=key_hash, agent=agent, key=key, version=gate.version)
+                agent, key = copy.deepcopy((agent, key))
         found = (AgentUser(agent), key)
         setattr(django_request, FOUND_ATTRIBUTE, found)
         return found

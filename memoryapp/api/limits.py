@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from django.http import HttpRequest
 from rest_framework import throttling
 from rest_framework.request import Request
 
 from memoryapp.agents.limits import heavy_cap_of, heavy_slot_give, heavy_slot_take, rate_take
-from memoryapp.api.auth import AgentUser
+from memoryapp.api.auth import RATE_ATTRIBUTE, AgentUser
 from memoryapp.errors import TooManyRequests
 from memoryapp.models import Agent, AgentKey
 
@@ -32,11 +33,21 @@ class KeyRateThrottle(throttling.BaseThrottle):
         user, key = request.user, request.auth
         if not isinstance(user, AgentUser) or not isinstance(key, AgentKey):
             return True
-        self.retry_after = rate_take(key=key, agent=user.agent)
+        self.retry_after = key_rate_wait(request, key=key, agent=user.agent)
         return self.retry_after is None
 
     def wait(self) -> float | None:
         return self.retry_after
+
+
+def key_rate_wait(request: Request | HttpRequest, *, key: AgentKey, agent: Agent) -> float | None:
+    """Take one request from the key's bucket (`rate_take`): None when it may go on, else the seconds
+    to wait. A request whose authentication took the token already (in its one round trip to Redis,
+    memoryapp.api.auth) is answered from that, so no request takes two."""
+    taken = getattr(getattr(request, "_request", request), RATE_ATTRIBUTE, None)
+    if taken is not None:
+        return float(taken) or None
+    return rate_take(key=key, agent=agent)
 
 
 @contextmanager

@@ -33,10 +33,9 @@ from django.views.decorators.csrf import csrf_exempt
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from rest_framework import exceptions
 
-from memoryapp.agents.limits import rate_take
 from memoryapp.api.auth import AgentKeyAuthentication
 from memoryapp.api.errors import error_body, exception_handler
-from memoryapp.api.limits import heavy_slot_held
+from memoryapp.api.limits import heavy_slot_held, key_rate_wait
 from memoryapp.api.parsers import MAX_JSON_BODY_BYTES
 from memoryapp.errors import TooManyRequests
 from memoryapp.files.access import scope_value_check
@@ -125,7 +124,7 @@ def _caller(request: HttpRequest) -> tuple[McpCaller, AgentKey]:
         raise exceptions.NotAuthenticated()
     user, key = found
     # The key's request rate, as every API request is limited (memoryapp.api.limits).
-    wait = rate_take(key=key, agent=user.agent)
+    wait = key_rate_wait(request, key=key, agent=user.agent)
     if wait is not None:
         raise exceptions.Throttled(wait=wait)
     for name in request.GET:

@@ -1,10 +1,42 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.postgres.fields import ArrayField
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.dispatch import Signal
 
 from memoryapp.models.choices import OnBusy, Trust
+
+# Sent (sender: the model) after a queryset `update`, `delete` or `bulk_update` of agents or keys,
+# the writes that send no post_save: memoryapp.agents.keycache bumps the keys' version on it (and
+# on post_save / post_delete), so a cached key lookup never outlives a revocation or a change.
+agents_changed = Signal()
+
+# What a key's use writes (memoryapp.agents.selectors.agent_for_key): not a change of the key.
+_USE_ONLY_FIELDS = frozenset({"last_used_at"})
+
+
+class AgentQuerySet(models.QuerySet[Any]):
+    """Agents' and keys' querysets: their bulk writes say that agents changed (`agents_changed`)."""
+
+    def update(self, **kwargs: Any) -> int:
+        count = super().update(**kwargs)
+        if not set(kwargs) <= _USE_ONLY_FIELDS:
+            agents_changed.send(sender=self.model)
+        return count
+
+    def delete(self) -> tuple[int, dict[str, int]]:
+        result = super().delete()
+        agents_changed.send(sender=self.model)
+        return result
+
+    def bulk_update(self, objs: Any, fields: Any, batch_size: int | None = None) -> int:
+        count = super().bulk_update(objs, fields, batch_size=batch_size)
+        if not set(fields) <= _USE_ONLY_FIELDS:
+            agents_changed.send(sender=self.model)
+        return count
 
 
 class Agent(models.Model):
@@ -44,6 +76,8 @@ class Agent(models.Model):
     people_version = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = AgentQuerySet.as_manager()
+
     class Meta:
         ordering = ["slug"]
         # memoryapp.agents.services.TRUST_PERMISSION: held by no role group (a security decision).
@@ -67,6 +101,8 @@ class AgentKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AgentQuerySet.as_manager()
 
     class Meta:
         ordering = ["-created_at"]
