@@ -1,5 +1,7 @@
 """The Celery app: broker from settings (REDIS_URL or the embedded Redis), tasks from the apps."""
 
+import gc
+import logging
 import os
 from typing import Any
 
@@ -7,8 +9,11 @@ from celery import Celery
 from celery.signals import worker_init
 
 from governance.crypto.startup import encryption_startup_check
+from memoryapp.search.embedders import local_model_load_before_fork
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
+
+logger = logging.getLogger(__name__)
 
 app = Celery("memory_project")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -19,3 +24,18 @@ app.autodiscover_tasks()
 def _encryption_keys_present(**kwargs: Any) -> None:
     """A worker refuses to start on a database whose encryption keys it lacks."""
     encryption_startup_check()
+
+
+@worker_init.connect
+def _embedding_model_before_fork(sender: Any = None, **kwargs: Any) -> None:
+    """A worker that takes embedding jobs loads the local model in its parent process, before the
+    pool forks its children: they share one copy (memoryapp.search.embedders
+    .local_model_load_before_fork) instead of one each, and a child that replaces one that exited
+    has it at once. A worker of other queues only (CELERY_QUEUES=governance) loads nothing."""
+    queues = getattr(getattr(getattr(sender, "app", None), "amqp", None), "queues", None)
+    consumed = set(getattr(queues, "consume_from", None) or queues or ())
+    if consumed and "embedding" not in consumed:
+        return
+    if reason := local_model_load_before_fork():
+        logger.warning("embedding model not loaded before fork: %s", reason)
+    gc.freeze()  # see memory_project.gunicorn_config.on_starting

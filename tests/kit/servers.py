@@ -63,7 +63,9 @@ def database_conninfo(*, name: str | None = None) -> str:
 
 
 @contextmanager
-def gunicorn_serving(*, var_dir: Path, threads: int = 2, env: dict[str, str] | None = None) -> Iterator[str]:
+def gunicorn_serving(
+    *, var_dir: Path, threads: int = 2, env: dict[str, str] | None = None, workers: int = 1
+) -> Iterator[str]:
     """The service's WSGI application under gunicorn's gthread worker (as `make run` starts it), on
     the tests' database; yields where it listens (`127.0.0.1:PORT`). Tests that use it take
     `transactional_db`, so the server sees what they write; its connections close with each request,
@@ -79,12 +81,13 @@ def gunicorn_serving(*, var_dir: Path, threads: int = 2, env: dict[str, str] | N
     }
     command = [sys.executable, "-m", "gunicorn", "--config", "python:memory_project.gunicorn_config"]
     command += ["memory_project.wsgi:application", "--bind", f"127.0.0.1:{port}"]
-    command += ["--worker-class", "gthread", "--threads", str(threads), "--workers", "1", "--timeout", "120"]
+    command += ["--worker-class", "gthread", "--threads", str(threads), "--workers", str(workers), "--timeout", "120"]
     log_path = var_dir / "gunicorn.log"
     log = log_path.open("wb")
     process = subprocess.Popen(command, cwd=PROJECT_ROOT, env=environment, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 90
+        # The master loads the application (and a local model) before it binds: generous on a busy machine.
+        deadline = time.monotonic() + 300
         while True:
             assert process.poll() is None, log_path.read_text()
             try:

@@ -1,0 +1,107 @@
+"""The local embedding model is loaded once per process tree, before the fork (issue 26): the
+gunicorn master and the Celery worker's parent load it, their children share its pages instead of
+each loading a copy (~430 MB each), and a web worker is ready from its first request.
+
+Real processes: gunicorn as `make run` starts it, a real `celery worker` with a prefork pool, the
+real model. Memory is read from /proc/PID/smaps_rollup; nothing here measures a duration."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kit.faults import Worker, private_redis
+from tests.kit.servers import gunicorn_serving
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return sorted(found)
+
+
+def maps_torch(pid: int) -> bool:
+    return "libtorch_cpu" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def memory_kb(pid: int) -> dict[str, int]:
+    values = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, _, rest = line.partition(":")
+        values[name] = int(rest.split()[0])
+    return values
+
+
+def private_kb(pid: int) -> int:
+    values = memory_kb(pid)
+    return values["Private_Clean"] + values["Private_Dirty"]
+
+
+def readyz(where: str) -> tuple[int, Any]:
+    host, port = where.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    try:
+        conn.request("GET", "/readyz")
+        response = conn.getresponse()
+        return response.status, json.loads(response.read())
+    finally:
+        conn.close()
+
+
+def test_gunicorn_workers_share_the_model_the_master_loaded_and_are_ready_at_their_first_request(
+    tmp_path: Path,
+) -> None:
+    with gunicorn_serving(var_dir=tmp_path, workers=2, env={"EMBEDDER": "local"}) as where:
+        # Nothing listens before the model is loaded: the first /readyz answered is ready, whichever
+        # worker answers it (each warmed the model before it took a request).
+        for _ in range(4):
+            status, body = readyz(where)
+            assert status == 200, body
+            assert body["checks"]["embedding_model"] is True
+        (master,) = [pid for pid in children_of(os.getpid()) if "gunicorn" in Path(f"/proc/{pid}/cmdline").read_text()]
+        workers = children_of(master)
+        assert len(workers) == 2
+        assert maps_torch(master)
+        master_rss = memory_kb(master)["Rss"]
+        for worker in workers:
+            # A worker that loaded its own copy would hold most of the master's size privately.
+            assert maps_torch(worker)
+            assert private_kb(worker) < master_rss // 2, (private_kb(worker), master_rss)
+
+
+def test_a_celery_worker_of_the_embedding_queue_loads_the_model_before_its_pool_forks() -> None:
+    with private_redis() as redis_server:
+        worker = Worker(redis_url=redis_server.url, queues="embedding", env={"EMBEDDER": "local"}, concurrency=2)
+        try:
+            pool = worker.pool_processes()
+            assert len(pool) == 2
+            assert maps_torch(worker.pid)
+            parent_rss = memory_kb(worker.pid)["Rss"]
+            for child in pool:
+                assert maps_torch(child)
+                assert private_kb(child) < parent_rss // 2, (private_kb(child), parent_rss)
+        finally:
+            worker.stop()
+
+
+def test_a_celery_worker_of_other_queues_only_loads_no_model() -> None:
+    with private_redis() as redis_server:
+        worker = Worker(redis_url=redis_server.url, queues="governance", env={"EMBEDDER": "local"})
+        try:
+            assert not maps_torch(worker.pid)
+            assert not any(maps_torch(child) for child in worker.pool_processes())
+        finally:
+            worker.stop()
