@@ -34,3 +34,10 @@ def item_slot(*parts: str) -> int:
     """The one bigint key of a memory-item slot in one exact scope: a hash of what names it."""
     raw = "\x1f".join(parts)
     return int.from_bytes(hashlib.blake2b(raw.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+def channel_session(*parts: str) -> int:
+    """The one bigint key of a channel session's key (agent, person, channel type, channel id): its
+    openers queue on it. Salted apart from `item_slot`, so the two hashes name different keys."""
+    raw = "\x1f".join(("channel-session", *parts))
+    return int.from_bytes(hashlib.blake2b(raw.encode(), digest_size=8).digest(), "big", signed=True)

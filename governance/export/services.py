@@ -9,6 +9,8 @@ What is about the person (`PersonScope`), in the agents chosen (all when none ar
   their evidence and review history (`items.jsonl`), and their facts, the `core:` items
   (`facts.jsonl`); the entities of their scope or of those items (`entities.jsonl`);
 - every version of the memory files of their scope or of their threads (`files.jsonl`);
+- their channel sessions (`sessions.jsonl`): the channel type and id, status, times and thread of
+  each conversation of theirs an agent mapped onto a thread;
 - the messages they wrote in threads of others (`messages.jsonl`: the erasure's selector,
   `person_messages_elsewhere`), each with its thread, seq, role and time, without the messages of the
   others around it;
@@ -77,6 +79,7 @@ from memoryapp.items.selectors import FACT_PREFIX
 from memoryapp.models import (
     AccessLog,
     Agent,
+    ChannelSession,
     Entity,
     Entry,
     Evidence,
@@ -116,6 +119,7 @@ COUNTED = (
     "evidence",
     "history",
     "entities",
+    "sessions",
     "file_versions",
     "messages_elsewhere",
     "job_runs",
@@ -179,6 +183,9 @@ class PersonScope:
                 agent_id=OuterRef("agent_id"), external_id=OuterRef("thread_id"), user_id=self.user_id
             )
         )
+
+    def sessions(self) -> QuerySet[ChannelSession]:
+        return ChannelSession.objects.filter(agent_id__in=self.agent_ids, user_id=self.user_id)
 
     def entries(self) -> QuerySet[Entry]:
         return Entry.objects.filter(thread__in=self.threads())
@@ -663,6 +670,25 @@ def _write_entities(scope: PersonScope, writer: _Writer) -> None:
     _records_write(writer, "entities.jsonl", "entity", records, counted="entities")
 
 
+def _write_sessions(scope: PersonScope, writer: _Writer) -> None:
+    rows = scope.sessions().select_related("thread").order_by("agent_id", "created_at", "pk").iterator(ROW_FETCH)
+    records = (
+        {
+            "id": session.pk,
+            "agent_id": session.agent_id,
+            "channel_type": session.channel_type,
+            "channel_id": session.channel_id,
+            "status": session.status,
+            "thread_id": session.thread.external_id,
+            "created_at": _iso(session.created_at),
+            "updated_at": _iso(session.updated_at),
+            "closed_at": _iso(session.closed_at),
+        }
+        for session in rows
+    )
+    _records_write(writer, "sessions.jsonl", "session", records, counted="sessions")
+
+
 def _write_files(scope: PersonScope, writer: _Writer, progress: _Progress) -> None:
     versions = scope.file_versions().order_by("agent_id", "user_id", "project_id", "thread_id", "path", "sequence")
     records = (
@@ -855,6 +881,7 @@ def _write_archive(request: ExportRequest, scope: PersonScope, run: JobRun | Non
         _write_items(scope.items(), path="items.jsonl", kind="item", writer=writer, progress=progress)
         _write_items(scope.facts(), path="facts.jsonl", kind="fact", writer=writer, progress=progress)
         _write_entities(scope, writer)
+        _write_sessions(scope, writer)
         _write_files(scope, writer, progress)
         _write_messages_elsewhere(scope, writer, progress)
         _write_mentions(scope, writer)

@@ -17,6 +17,7 @@ from memoryapp.api import (
     runs,
     screening,
     search,
+    sessions,
     threads,
     users,
 )
@@ -39,6 +40,11 @@ urlpatterns: list[URLPattern] = [
         "threads/<str:thread_id>/runs/<str:run_id>/finish", runs.ThreadRunFinishView.as_view(), name="thread-run-finish"
     ),
     path("threads/<str:thread_id>/export", threads.ThreadExportView.as_view(), name="thread-export"),
+    # Channel sessions: a channel conversation mapped onto one thread.
+    path("sessions", sessions.SessionsView.as_view(), name="sessions"),
+    path("sessions/<str:session_id>", sessions.SessionView.as_view(), name="session"),
+    path("sessions/<str:session_id>/close", sessions.SessionCloseView.as_view(), name="session-close"),
+    path("sessions/<str:session_id>/reopen", sessions.SessionReopenView.as_view(), name="session-reopen"),
     path("entries/<str:entry_id>", threads.EntryView.as_view(), name="entry"),
     path("entries/<str:entry_id>/redact", threads.EntryRedactView.as_view(), name="entry-redact"),
     # Recall.

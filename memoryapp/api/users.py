@@ -48,6 +48,7 @@ class ForgetCountsOut(OutputSerializer):
     playbook_rules = serializers.IntegerField()
     vectors = serializers.IntegerField()
     job_runs = serializers.IntegerField()
+    sessions = serializers.IntegerField(help_text="Their channel sessions (deleted in either mode).")
     mentions = serializers.DictField(
         child=serializers.IntegerField(),
         help_text="The rows naming the person, by kind and table (`redacted_entry`, `deleted_item`, ...).",
@@ -81,5 +82,6 @@ class UserForgetView(APIView):
             identifiers=given,
             mentions=data["mentions"],
         )
+        counts.setdefault("sessions", 0)
         counts["mentions"] = mentions_counts(counts)  # type: ignore[assignment]
         return Response(UserForgetOut({"user_id": user_id, "mode": data["mode"], "counts": counts}).data)

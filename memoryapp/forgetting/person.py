@@ -10,6 +10,8 @@ Steps, in this order (derived memory before the entries it stands on):
 1. The items of the person's scope (`MemoryItem.user_id`) and the facts of their namespace
    (`users/<id>` and inside it), with their evidence and reviews; the playbooks naming them. A slot
    that keeps items of others is laid out again.
+1b. Their channel sessions (`ChannelSession.user_id`: the channel ids that name them), whatever
+   became of the sessions' threads; in `redact` mode too.
 2. The threads about the person (`Thread.user_id`), a batch of threads at a time: what memory
    derived from their entries elsewhere (`derived_forget_threads`: the items of other scopes quoting
    them purged or trimmed, file versions written at them redacted, the playbook rules of purged
@@ -98,6 +100,7 @@ from memoryapp.models.people import sent_by
 from memoryapp.retry import atomic_retrying
 from memoryapp.screening.identifiers import identifiers_delete
 from memoryapp.search.access_log import access_log_forget_person
+from memoryapp.sessions.services import sessions_of_person_delete
 from memoryapp.subjects.index import person_matcher
 
 MODES = ("erase", "redact")
@@ -348,6 +351,11 @@ def person_erase(
                 break
             counts_add(counts, _items_erase(agent_id=agent_id, item_ids=ids, actor=actor))
             step(len(ids))
+        # 1b. Their channel sessions (the threads follow in 2, or are redacted).
+        with transaction.atomic():
+            sessions = sessions_of_person_delete(agent_id=agent_id, user_id=user_id)
+        if sessions:
+            counts["sessions"] = counts.get("sessions", 0) + sessions
         # 2. Threads about the person.
         after = 0
         while True:

@@ -20,7 +20,9 @@ missing does (`NotFound`), so the model learns nothing of what exists outside:
 4. A person named in an entry (`metadata.userId`, what a person's erasure follows): the
    connection's person only.
 5. A project (`get_context`): the connection's, when it names one.
-6. A purpose (`?purpose=`, the REST memory tools' `purpose`): facts remembered are collected for it,
+6. A channel session (`session_open`): of the connection's person only, and not from a connection
+   named for one thread (a session opens a thread of its own, outside that scope).
+7. A purpose (`?purpose=`, the REST memory tools' `purpose`): facts remembered are collected for it,
    and searches and contexts recall only memory of it or of none (memoryapp.items.purposes).
 """
 
@@ -157,6 +159,21 @@ class ToolScope:
         if user_id in (None, "") or user_id == self.user_id:
             return
         raise NotFound("Person", field=field)
+
+    def session_person(self, given: Any = None) -> str:
+        """The person a channel session is opened for: the connection's (a tool may only repeat it:
+        another answers as missing). A 400 naming `user_id` when the connection names none, or
+        naming `thread_id` when it is bound to one thread (the session's thread is another)."""
+        self.person_check(given, field="user_id")
+        if not self.user_id:
+            raise DomainError("invalid_value", "Open sessions over a connection that names user_id.", field="user_id")
+        if self.thread_id:
+            raise DomainError(
+                "invalid_value",
+                "This connection is bound to one thread; a session opens a thread of its own.",
+                field="thread_id",
+            )
+        return self.user_id
 
     def project_for(self, given: str | None) -> str | None:
         """The project a context is built for: the connection's, or the one given when it names none."""

@@ -12,6 +12,7 @@ runs its work through the same services, input checks and output shapes as the R
 | `get_context` | `POST /api/v1/threads/{id}/context` | `context.builder.context_build` |
 | `thread_append` | `POST /api/v1/threads/{id}/entries` | `threads.services.thread_append` |
 | `read_result` | `GET /api/v1/tool-results/{handle}` | `items.tool_scope.ToolScope.tool_result` |
+| `session_open` | `POST /api/v1/sessions` | `sessions.services.session_open` |
 
 `GET /api/v1/memory-tools` lists these tools as tools/list does, read from this server
 (`tools_listed`, registered with `memoryapp.api.tool_catalog`): one definition of each tool.
@@ -64,6 +65,7 @@ from memoryapp.files.working_note import ACTIONS, working_note_run
 from memoryapp.items.fact_tools import fact_tool_run, tool_result_text
 from memoryapp.items.tool_scope import ToolScope
 from memoryapp.models import Agent, Thread
+from memoryapp.sessions.services import session_open
 from memoryapp.threads.services import thread_append, thread_create
 from memoryapp.threads.validation import MAX_BATCH_ENTRIES
 
@@ -173,7 +175,8 @@ mcp_server = MemoryMcpServer(
         "Long-term memory for this agent. `remember`, `forget` and `search_memory` keep facts; `memory` is "
         "Anthropic's memory tool over the files under /memories; `working_note` is a scratch note; "
         "`get_context` builds the messages for the next model call; `thread_append` records turns; "
-        "`read_result` reads back a tool result that compaction cleared."
+        "`read_result` reads back a tool result that compaction cleared; `session_open` gets or creates the "
+        "thread of a channel conversation."
     ),
     # The view of memoryapp.mcp.http answers each request on its own: nothing to keep between them.
     subscriptions=False,
@@ -431,6 +434,37 @@ async def read_result(
         entry = caller.scope().tool_result(handle)
         answer = dict(ToolResultOut(entry).data)
         return _text_result(tool_result_text(entry), answer)
+
+    return await _run(work)
+
+
+# --- channel sessions: session_open -----------------------------------------------------------------
+
+
+@mcp_server.tool(name="session_open", annotations=ToolAnnotations(destructive_hint=False, idempotent_hint=True))
+async def session_open_tool(
+    channel_type: Annotated[str, Field(description="The kind of channel: telegram, slack, web ...")],
+    channel_id: Annotated[str, Field(description="The conversation within the channel (a chat id ...).")],
+    user_id: Annotated[
+        str | None, Field(description="The person of the conversation (default and only: the connection's).")
+    ] = None,
+) -> CallToolResult:
+    """Get or create the session of a channel conversation (the connection's person on this channel):
+    its thread id, to append turns to and build contexts from, and whether this call made it."""
+
+    def work(caller: McpCaller) -> CallToolResult:
+        person = caller.scope().session_person(user_id)
+        opened = session_open(
+            agent=caller.agent, user_id=person, channel_type=channel_type, channel_id=channel_id, actor=caller.actor
+        )
+        session = opened.session
+        answer = {
+            "session_id": session.id,
+            "thread_id": session.thread.external_id,
+            "status": session.status,
+            "created": opened.created,
+        }
+        return _text_result(json.dumps(answer, ensure_ascii=False), answer)
 
     return await _run(work)
 

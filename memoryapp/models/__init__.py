@@ -16,12 +16,14 @@ from memoryapp.models.knowledge import KnowledgeChunk, KnowledgeDocument
 from memoryapp.models.people import IdentifierKind, PersonIdentifier, SubjectMention
 from memoryapp.models.retention import LegalHold, RetentionPolicy
 from memoryapp.models.runs import AccessLog, ThreadRun
+from memoryapp.models.sessions import ChannelSession
 from memoryapp.models.threads import Entry, HeldEntry, Thread
 
 __all__ = [
     "AccessLog",
     "Agent",
     "AgentKey",
+    "ChannelSession",
     "CompactionSettings",
     "ConsolidationPass",
     "ConsolidationState",

@@ -54,7 +54,7 @@ async def _listed(items: Any) -> list[Any]:
 
 
 # The helpers that follow pages (no operation of their own); the tour calls them too.
-ITERATORS = {"iter_threads", "iter_entries", "iter_path", "iter_items", "iter_events"}
+ITERATORS = {"iter_threads", "iter_entries", "iter_path", "iter_items", "iter_events", "iter_sessions"}
 
 
 def client_tour(memory: Any, who: Caller) -> None:
@@ -98,6 +98,25 @@ def client_tour(memory: Any, who: Caller) -> None:
     memory.append_batch("t-two", [{"role": "assistant", "content": "noted"}], run_id=run["id"])
     assert memory.get_run("t-two", run["id"])["status"] == "running"
     assert memory.finish_run("t-two", run["id"])["status"] == "finished"
+    # Channel sessions: made once, listed, closed, a second made, the first's reopen refused meanwhile.
+    opened = memory.open_session(user_id="ana", channel_type="telegram", channel_id="chat-7")
+    assert opened["created"] and opened["thread"]["user_id"] == "ana" and "compaction" in opened
+    again = memory.open_session(user_id="ana", channel_type="telegram", channel_id="chat-7")
+    assert not again["created"] and again["session"]["id"] == opened["session"]["id"]
+    sid = opened["session"]["id"]
+    assert memory.get_session(sid)["session"]["thread_id"] == opened["thread"]["id"]
+    assert memory.close_session(sid)["session"]["status"] == "closed"
+    newer = memory.open_session(user_id="ana", channel_type="telegram", channel_id="chat-7")["session"]
+    try:
+        memory.reopen_session(sid)
+        raise AssertionError("two sessions of one channel were active")
+    except ConflictError as error:
+        assert error.code == "session_active" and newer["id"] in error.message
+    assert [s["id"] for s in memory.list_sessions(user_id="ana", limit=1)["results"]] == [newer["id"]]
+    assert [s["id"] for s in memory.iter_sessions(user_id="ana", page_size=1)] == [newer["id"], sid]
+    memory.close_session(newer["id"])
+    assert memory.reopen_session(sid)["session"]["status"] == "active"
+    assert [s["id"] for s in memory.iter_sessions(status="closed")] == [newer["id"]]
     assert batch["active_leaf_id"] == ids[-1]
     assert Entry.objects.filter(thread__external_id="t-rome", agent=who.agent).count() == 5
     older = memory.list_entries("t-rome", limit=2, types="all")

@@ -57,7 +57,7 @@ def test_forget_a_user_erases_what_the_agent_holds_and_answers_the_counts(alice:
     body = post_ok(alice.client, "/api/v1/users/u-eve/forget", {}, status=200)
 
     assert body["user_id"] == "u-eve" and body["mode"] == "erase"
-    assert set(body["counts"]) == {*COUNT_KEYS, "mentions"}
+    assert set(body["counts"]) == {*COUNT_KEYS, "sessions", "mentions"}
     assert body["counts"]["threads"] == 1 and body["counts"]["entries_deleted"] == 2
     assert body["counts"]["items_purged"] == 2 and body["counts"]["facts"] == 1
     assert body["counts"]["file_versions"] == 1

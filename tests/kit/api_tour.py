@@ -160,6 +160,21 @@ def api_tour(caller: Caller) -> list[Visit]:
     call("POST", runs, f"{V1}/threads/tour-b/runs")  # interrupts it
     call("GET", f"{runs}/{{run_id}}", f"{V1}/threads/tour-b/runs/{ended['id']}")  # ended_by the new run
     call("GET", f"{thread}/export", f"{V1}/threads/tour-fork/export")
+    # Channel sessions: made, found again, listed, read, closed, a second reopen refused, reopened.
+    sessions = f"{V1}/sessions"
+    session_body = {"user_id": "u-ana", "channel_type": "telegram", "channel_id": "chat-1"}
+    session = call("POST", sessions, body=session_body).body()["session"]
+    call("POST", sessions, body=session_body)  # 200: the same session
+    call("POST", sessions, body={**session_body, "channel_id": ""})  # 400
+    call("GET", sessions, query={"user_id": "u-ana", "status": "active", "limit": 1})
+    one = f"{sessions}/{{session_id}}"
+    call("GET", one, f"{sessions}/{session['id']}")
+    call("GET", one, f"{sessions}/ses_none")  # 404
+    call("POST", f"{one}/close", f"{sessions}/{session['id']}/close")
+    newer = call("POST", sessions, body=session_body).body()["session"]
+    call("POST", f"{one}/reopen", f"{sessions}/{session['id']}/reopen")  # 409 session_active
+    call("POST", f"{one}/close", f"{sessions}/{newer['id']}/close")
+    call("POST", f"{one}/reopen", f"{sessions}/{session['id']}/reopen")
     # A longer conversation, imported: recall and a summary need turns older than the kept history.
     turns = [("user", "My sister Marta moved to Porto in 2019 and works as a nurse there")]
     turns += [(("user", "assistant")[n % 2], f"turn {n}: we talk about the weather and the trains") for n in range(40)]

@@ -136,7 +136,7 @@ def test_get_memory_tools_answers_the_mcp_tools_list_and_needs_a_key(
     answer = client.get("/api/v1/memory-tools", HTTP_AUTHORIZATION=f"Bearer {alice.key}")
     assert answer.status_code == 200, answer.content
     by_rest = [(tool["name"], tool["input_schema"]) for tool in answer.json()["tools"]]
-    assert by_rest == by_mcp and len(by_rest) == 8
+    assert by_rest == by_mcp and len(by_rest) == 9
     # The same list for every agent; none without a key.
     assert client.get("/api/v1/memory-tools", HTTP_AUTHORIZATION=f"Bearer {mallory.key}").json() == answer.json()
     assert client.get("/api/v1/memory-tools").status_code == 401

@@ -20,7 +20,7 @@ from mcp_types import CallToolResult, TextContent, TextResourceContents
 from governance.models import AuditRecord
 from memoryapp.compaction.services import compaction_now
 from memoryapp.items.facts import fact_recall, fact_remember
-from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.models import ChannelSession, Entry, MemoryFileVersion, MemoryItem, Thread
 from tests.kit.api import Caller
 from tests.kit.factories import tool_thread
 from tests.kit.servers import gunicorn_serving
@@ -37,6 +37,7 @@ TOOLS = {
     "get_context",
     "thread_append",
     "read_result",
+    "session_open",
 }
 
 
@@ -378,6 +379,47 @@ def test_a_connection_for_one_thread_reaches_no_other_thread_and_writes_no_messa
     assert _error_of(seen["project"])["code"] == "not_found"
     assert not Entry.objects.filter(agent=alice.agent, metadata__userId="ana").exists()
     assert Thread.objects.get(agent=alice.agent, external_id="t-ben").user_id == "ben"
+
+
+def test_session_open_gets_or_creates_the_connections_persons_channel_session(
+    transactional_db: None, service: str, alice: Caller, bob: Caller
+) -> None:
+    """`session_open` as `POST /api/v1/sessions`: made once, then found; for the connection's person
+    only (another person answers as missing), never from a connection bound to one thread."""
+    seen: dict[str, Any] = {}
+
+    async def ana(client: Client) -> None:
+        seen["made"] = await client.call_tool("session_open", {"channel_type": "telegram", "channel_id": "chat-9"})
+        seen["again"] = await client.call_tool(
+            "session_open", {"channel_type": "telegram", "channel_id": "chat-9", "user_id": "ana"}
+        )
+        seen["as_ben"] = await client.call_tool(
+            "session_open", {"channel_type": "telegram", "channel_id": "chat-9", "user_id": "ben"}
+        )
+        seen["bad"] = await client.call_tool("session_open", {"channel_type": "tele gram", "channel_id": "chat-9"})
+
+    async def bound(client: Client) -> None:
+        seen["bound"] = await client.call_tool("session_open", {"channel_type": "telegram", "channel_id": "chat-9"})
+
+    async def bobs(client: Client) -> None:
+        seen["bob"] = await client.call_tool("session_open", {"channel_type": "telegram", "channel_id": "chat-9"})
+
+    over_mcp(f"{service}/mcp/?user_id=ana", alice.key, ana)
+    over_mcp(f"{service}/mcp/?user_id=ana&thread_id=t-ana", alice.key, bound)
+    over_mcp(f"{service}/mcp/?user_id=ana", bob.key, bobs)
+
+    made, again = seen["made"].structured_content, seen["again"].structured_content
+    assert not seen["made"].is_error and made["created"] is True, text_of(seen["made"])
+    assert again["created"] is False and again["session_id"] == made["session_id"]
+    assert again["thread_id"] == made["thread_id"] and made["status"] == "active"
+    session = ChannelSession.objects.get(pk=made["session_id"])
+    assert (session.agent_id, session.user_id, session.thread.user_id) == (alice.agent.pk, "ana", "ana")
+    assert _error_of(seen["as_ben"])["code"] == "not_found"
+    assert _error_of(seen["bad"])["field"] == "channel_type"
+    assert _error_of(seen["bound"])["field"] == "thread_id"
+    bobs_session = seen["bob"].structured_content
+    assert bobs_session["created"] is True and bobs_session["thread_id"] != made["thread_id"]
+    assert ChannelSession.objects.filter(agent=alice.agent).count() == 1
 
 
 # --- read_result: the tool the cleared placeholders name -----------------------------------------------

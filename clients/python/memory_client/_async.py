@@ -61,6 +61,10 @@ from memory_client.models import (
     RunOut,
     ScreeningPolicyOut,
     SearchOut,
+    SessionDetailOut,
+    SessionOpenedOut,
+    SessionOut,
+    SessionPageOut,
     ThreadAutoCompactionOut,
     ThreadMemoryOut,
     ThreadOut,
@@ -279,6 +283,53 @@ class AsyncMemoryClient:
     async def finish_run(self, thread_id: str, run_id: str) -> RunOut:
         """Finish a run (the thread is free); ConflictError `run_ended` when it was interrupted or expired."""
         return cast(RunOut, await self._request("POST", f"{API}/threads/{thread_id}/runs/{run_id}/finish"))
+
+    # --- channel sessions -------------------------------------------------------------------------
+
+    async def open_session(self, *, user_id: str, channel_type: str, channel_id: str) -> SessionOpenedOut:
+        """Get or create the active session of a channel conversation (004 SessionManager): its
+        thread, its compaction settings and whether this call made it (`created`)."""
+        body = {"user_id": user_id, "channel_type": channel_type, "channel_id": channel_id}
+        return cast(SessionOpenedOut, await self._request("POST", f"{API}/sessions", json_body=body))
+
+    async def list_sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        status: Literal["active", "closed"] | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> SessionPageOut:
+        """One page of sessions, newest first (`next` / `next_cursor`: the following page)."""
+        params = without_none(user_id=user_id, status=status, limit=limit, cursor=cursor)
+        return cast(SessionPageOut, await self._request("GET", f"{API}/sessions", params=params))
+
+    async def iter_sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        status: Literal["active", "closed"] | None = None,
+        page_size: int | None = None,
+    ) -> AsyncIterator[SessionOut]:
+        """Every session that matches, newest first, page after page."""
+        params = without_none(user_id=user_id, status=status, limit=page_size)
+        async for page in self._pages(f"{API}/sessions", params):
+            for session in page["results"]:
+                yield cast(SessionOut, session)
+
+    async def get_session(self, session_id: str) -> SessionDetailOut:
+        return cast(SessionDetailOut, await self._request("GET", f"{API}/sessions/{quote(session_id, safe='')}"))
+
+    async def close_session(self, session_id: str) -> SessionDetailOut:
+        """Close the session: its thread stays; the channel's next open_session makes a new one."""
+        path = f"{API}/sessions/{quote(session_id, safe='')}/close"
+        return cast(SessionDetailOut, await self._request("POST", path))
+
+    async def reopen_session(self, session_id: str) -> SessionDetailOut:
+        """Make a closed session active again; ConflictError `session_active` while another session of
+        its channel is active."""
+        path = f"{API}/sessions/{quote(session_id, safe='')}/reopen"
+        return cast(SessionDetailOut, await self._request("POST", path))
 
     async def list_entries(
         self,
@@ -869,6 +920,11 @@ OPERATIONS: dict[str, str] = {
     "start_run": "v1_threads_runs_create",
     "get_run": "v1_threads_runs_retrieve",
     "finish_run": "v1_threads_runs_finish_create",
+    "open_session": "v1_sessions_create",
+    "list_sessions": "v1_sessions_list",
+    "get_session": "v1_sessions_retrieve",
+    "close_session": "v1_sessions_close_create",
+    "reopen_session": "v1_sessions_reopen_create",
     "get_entry": "v1_entries_retrieve",
     "delete_entry": "v1_entries_destroy",
     "redact_entry": "v1_entries_redact_create",

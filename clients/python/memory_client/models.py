@@ -137,6 +137,12 @@ __all__ = [
     "SearchInput",
     "SearchOut",
     "SemanticResultOut",
+    "SessionDetailOut",
+    "SessionOpenInput",
+    "SessionOpenedOut",
+    "SessionOut",
+    "SessionOutStatusEnum",
+    "SessionPageOut",
     "SummarizeFallbackInput",
     "TemplateNameEnum",
     "ThreadAutoCompactionOut",
@@ -537,6 +543,7 @@ class ForgetCountsOut(TypedDict):
     playbook_rules: int
     vectors: int
     job_runs: int
+    sessions: int
     mentions: dict[str, int]
 
 
@@ -1015,6 +1022,44 @@ class SemanticResultOut(TypedDict):
     channels: list[str]
 
 
+class SessionDetailOut(TypedDict):
+    session: SessionOut
+    thread: ThreadOut
+    compaction: AutoCompactionOut
+
+
+class SessionOpenInput(TypedDict):
+    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
+    user_id: str
+    channel_type: str
+    channel_id: str
+
+
+class SessionOpenedOut(TypedDict):
+    session: SessionOut
+    thread: ThreadOut
+    compaction: AutoCompactionOut
+    created: bool
+
+
+class SessionOut(TypedDict):
+    id: str
+    user_id: str
+    channel_type: str
+    channel_id: str
+    status: SessionOutStatusEnum
+    thread_id: str
+    created_at: str
+    updated_at: str
+    closed_at: NotRequired[str]
+
+
+class SessionPageOut(TypedDict):
+    results: list[SessionOut]
+    next: str | None
+    next_cursor: str | None
+
+
 class SummarizeFallbackInput(TypedDict):
     """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
     preserve_recent_turns: NotRequired[int]
@@ -1212,6 +1257,8 @@ RunStatusEnum: TypeAlias = Literal["running", "finished", "interrupted", "expire
 ScopeEnum: TypeAlias = Literal["thread", "project", "agent"]
 
 ScreeningActionEnum: TypeAlias = Literal["allow", "redact", "hold", "refuse"]
+
+SessionOutStatusEnum: TypeAlias = Literal["active", "closed"]
 
 TemplateNameEnum: TypeAlias = Literal["default", "brief", "coding"]
 
