@@ -64,6 +64,9 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_legalhold",
         "memoryapp.add_legalhold",
         "memoryapp.change_legalhold",  # lifting a hold (a placed hold is never edited)
+        # The identifiers registered for a person (e-mails, phones, names): read them opened, edit them.
+        "memoryapp.view_personidentifier",
+        "memoryapp.change_personidentifier",
         # Export requests (a person's access request): see them, download archives, file and rerun them.
         "governance.view_exportrequest",
         "governance.add_exportrequest",

@@ -7,6 +7,13 @@ Found by one search box (this page's, and the start page's), matching the id exa
 does: the counts are the erasure's own selectors (`person_holdings`), so what the page shows is
 what an erasure of the person takes. Each role sees only the kinds its permissions open; an
 operator, who reads no conversation, sees none.
+
+The identifiers each agent registered for the person (memoryapp.screening.identifiers: e-mails,
+phones, names, external ids) are listed per agent: counted by kind for any staff, their values
+opened (they are sealed under the person's key) only for staff with `view_personidentifier` (the
+privacy officers), and edited only by those with `change_personidentifier`: one form per agent,
+saved through the service the agent API's PUT uses (normalised, audited with counts, the subject
+index rebuilt by its job), never written to Django's admin log.
 """
 
 from __future__ import annotations
@@ -15,17 +22,27 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
+from django.contrib import admin, messages
+from django.db import transaction
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
 from governance.models import ErasureRequest, ExportRequest
 from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.threads import erase_person_url
+from memoryapp.errors import DomainError
 from memoryapp.forgetting.person import HOLDING_KINDS, person_holdings
 from memoryapp.items.selectors import FACT_PREFIX
-from memoryapp.models import Agent, LegalHold
+from memoryapp.models import Agent, LegalHold, PersonIdentifier
+from memoryapp.screening.identifiers import LISTS, identifiers_of, identifiers_set
+from memoryapp.subjects.index import subject_index_schedule
+
+# Who reads the registered identifiers' values, and who edits them (the privacy officers).
+IDENTIFIERS_VIEW = "memoryapp.view_personidentifier"
+IDENTIFIERS_CHANGE = "memoryapp.change_personidentifier"
+IDENTIFIER_LABELS = {"emails": "e-mails", "phones": "phones", "names": "names", "external_ids": "external ids"}
 
 # Per kind: its label, the permission that shows it, and the list it links to (with the filters
 # that narrow the list to the agent and the person; None: a count without a list of its own).
@@ -84,6 +101,8 @@ def _cell_url(kind: str, *, agent_id: int, user_id: str) -> str:
 
 def person_view(request: HttpRequest) -> HttpResponse:
     user = request.user
+    if request.method == "POST":
+        return _identifiers_save(request)
     user_id = request.GET.get("id", "").strip()
     shown = [kind for kind in HOLDING_KINDS if user.has_perm(KINDS[kind][1])]
     context: dict[str, Any] = {
@@ -113,10 +132,12 @@ def person_view(request: HttpRequest) -> HttpResponse:
             rows.append(AgentRow(slug=agents.get(agent_id, f"#{agent_id}"), url=url, cells=cells))
         context["rows"] = rows
         context["totals"] = [sum(row.cells[n].count for row in rows) for n in range(len(shown))]
+    if user_id and not context.get("error"):
+        context.update(_identifiers(request, user_id))
     if user_id:
         context.update(_governance(request, user_id))
         context["found_nothing"] = not context.get("rows") and not any(
-            context.get(name) for name in ("holds", "erasures", "exports")
+            context.get(name) for name in ("holds", "erasures", "exports", "identifiers")
         )
     return TemplateResponse(request, "admin/memoryapp/person.html", context)
 
@@ -149,3 +170,84 @@ def _governance(request: HttpRequest, user_id: str) -> dict[str, Any]:
     found["erase_url"] = erase_person_url(request, user_id)
     found["export_url"] = export_person_url(request, user_id=user_id, agent_id=None)
     return found
+
+
+@dataclass(frozen=True)
+class IdentifiersRow:
+    agent_id: int
+    slug: str
+    # (label, how many) of each list.
+    counts: list[tuple[str, int]]
+    # (list, label, values) of each list; None: the staff member may not read them.
+    lists: list[tuple[str, str, list[str]]] | None
+
+
+def _identifiers(request: HttpRequest, user_id: str) -> dict[str, Any]:
+    """The identifiers registered for the person, per agent (see the module's docstring)."""
+    user = request.user
+    may_read, may_change = user.has_perm(IDENTIFIERS_VIEW), user.has_perm(IDENTIFIERS_CHANGE)
+    names = {str(kind): name for name, kind in LISTS.items()}
+    counted: dict[int, dict[str, int]] = {}
+    for agent_id, kind, n in (
+        PersonIdentifier.objects.filter(user_id=user_id)
+        .values("agent_id", "kind")
+        .annotate(n=Count("id"))
+        .values_list("agent_id", "kind", "n")
+    ):
+        counted.setdefault(agent_id, dict.fromkeys(LISTS, 0))[names[kind]] = n
+    agents = dict(Agent.objects.filter(pk__in=counted).values_list("pk", "slug"))
+    rows = []
+    for agent_id, counts in sorted(counted.items(), key=lambda pair: agents.get(pair[0], "")):
+        lists = None
+        if may_read or may_change:
+            # Opened under the person's data key: for the privacy officers only.
+            values = identifiers_of(agent=Agent(pk=agent_id), user_id=user_id)
+            lists = [(name, IDENTIFIER_LABELS[name], values[name]) for name in LISTS]
+        rows.append(
+            IdentifiersRow(
+                agent_id=agent_id,
+                slug=agents.get(agent_id, f"#{agent_id}"),
+                counts=[(IDENTIFIER_LABELS[name], counts[name]) for name in LISTS],
+                lists=lists,
+            )
+        )
+    found: dict[str, Any] = {
+        "identifiers": rows,
+        "identifier_labels": list(IDENTIFIER_LABELS.items()),
+        "identifiers_readable": may_read or may_change,
+        "identifiers_editable": may_change,
+    }
+    if may_change:
+        found["identifier_agents"] = list(
+            Agent.objects.exclude(pk__in=counted).order_by("slug").values_list("pk", "slug")[:500]
+        )
+    return found
+
+
+def _identifiers_save(request: HttpRequest) -> HttpResponse:
+    """Replace the person's identifiers in one agent (the form of that agent's row, or the form for
+    an agent that has none yet), as the agent API's PUT does; back to the page, saying what changed
+    in counts only (the values stay out of messages and logs)."""
+    user_id = request.POST.get("user_id", "").strip()
+    back = person_url(user_id) + "#person-identifiers"
+    if not request.user.has_perm(IDENTIFIERS_CHANGE):
+        messages.error(request, "Your role may not change a person's identifiers: ask a privacy officer.")
+        return HttpResponseRedirect(back)
+    chosen = request.POST.get("agent", "")
+    agent = Agent.objects.filter(pk=int(chosen)).first() if chosen.isdigit() else None
+    if agent is None or not user_id or len(user_id) > 128:
+        messages.error(request, "Choose an agent and a person to register identifiers for.")
+        return HttpResponseRedirect(back)
+    body = {name: [line.strip() for line in request.POST.get(name, "").splitlines() if line.strip()] for name in LISTS}
+    try:
+        with transaction.atomic():
+            saved = identifiers_set(
+                agent=agent, user_id=user_id, body=body, actor=f"staff:{request.user.get_username()}"
+            )
+            subject_index_schedule(agent_id=agent.pk, user_id=user_id)
+    except DomainError as exc:
+        messages.error(request, f"Nothing was saved for {agent.slug}: {exc.field}: {exc.message}")
+        return HttpResponseRedirect(back)
+    counts = ", ".join(f"{len(saved[name])} {IDENTIFIER_LABELS[name]}" for name in LISTS)
+    messages.success(request, f"Identifiers saved for {agent.slug}: {counts}.")
+    return HttpResponseRedirect(back)

@@ -150,3 +150,31 @@ def test_a_threads_and_an_items_page_link_their_persons_page(alice: Caller) -> N
     link = 'href="/admin/person/?id=auth0%7Cana.pereira%40example.org"'
     assert link in olga.get(f"/admin/memoryapp/thread/{thread.pk}/change/").content.decode()
     assert link in olga.get(f"/admin/memoryapp/memoryitem/{item.pk}/change/").content.decode()
+
+
+def test_only_a_privacy_officer_may_change_a_persons_identifiers(alice: Caller) -> None:
+    from memoryapp.models import PersonIdentifier
+    from memoryapp.screening.identifiers import identifiers_of, identifiers_set
+
+    identifiers_set(agent=alice.agent, user_id=PERSON, body={"emails": ["ana@example.org"]}, actor="test")
+    body = {"user_id": PERSON, "agent": alice.agent.pk, "emails": "other@example.org", "names": "Ana Pereira"}
+    for role in ("Reviewers", "Operators"):
+        client = staff_client(username=f"x-{role}", groups=(role,))
+        answer = client.post(PAGE, body, follow=True)
+        assert answer.status_code == 200
+        assert "may not change a person" in answer.content.decode()
+        assert "ana@example.org" not in answer.content.decode()  # nor read them
+    assert identifiers_of(agent=alice.agent, user_id=PERSON)["emails"] == ["ana@example.org"]
+    officer = staff_client(username="olga", groups=("Privacy officers",))
+    answer = officer.post(PAGE, body, follow=True)
+    assert "Identifiers saved for" in answer.content.decode()
+    assert identifiers_of(agent=alice.agent, user_id=PERSON) == {
+        "emails": ["other@example.org"],
+        "phones": [],
+        "names": ["ana pereira"],
+        "external_ids": [],
+    }
+    assert PersonIdentifier.objects.filter(user_id=PERSON).count() == 2
+    # An agent that does not exist: nothing saved, said so.
+    answer = officer.post(PAGE, {**body, "agent": "999999"}, follow=True)
+    assert "Choose an agent" in answer.content.decode()
