@@ -367,6 +367,8 @@ SPECTACULAR_SETTINGS = {
         "RunStatusEnum": "memoryapp.models.runs.ThreadRun.Status",
         "AutoCompactionStrategyEnum": "memoryapp.models.choices.AutoCompactionStrategy",
         "ScreeningActionEnum": "memoryapp.screening.policy.ACTIONS",
+        "FactSearchModeEnum": "memoryapp.items.facts.SEARCH_MODES",
+        "ModeEnum": "memoryapp.forgetting.person.MODES",
     },
 }
 

@@ -11,6 +11,8 @@ class MemoryAppConfig(AppConfig):
         from memoryapp.agents.keycache import key_cache_connect
         from memoryapp.compaction.auto import auto_compaction_check_thread
         from memoryapp.extraction.schedule import extraction_schedule
+        from memoryapp.items.facts import facts_by_meaning_provide
+        from memoryapp.search.fact_meaning import facts_nearest
         from memoryapp.search.indexing import embedding_schedule
         from memoryapp.threads.hooks import entries_added_follow, entries_added_follow_thread, vectors_cleared_follow
 
@@ -28,3 +30,6 @@ class MemoryAppConfig(AppConfig):
 
         # Entries whose vectors a cascade cleared are embedded again from what remains.
         vectors_cleared_follow("embedding", lambda agent_id: embedding_schedule(agent_id=agent_id))
+
+        # Facts found by meaning (002 Memory.semantic): search sits above items, which ask it here.
+        facts_by_meaning_provide(facts_nearest)

@@ -31,6 +31,7 @@ from memoryapp.api.base import (
 )
 from memoryapp.api.errors import ErrorOut
 from memoryapp.api.parsers import ToolInputJSONParser
+from memoryapp.api.search import ProblemOut
 from memoryapp.api.tool_catalog import memory_tools_listed
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.items.fact_tools import MEMORY_TOOL_NAMES, fact_tool_run, read_result_run
@@ -44,6 +45,7 @@ from memoryapp.items.facts import (
     facts_forget_all,
     namespace_check,
 )
+from memoryapp.items.facts import SEARCH_MODES as FACT_SEARCH_MODES
 from memoryapp.items.purposes import recall_purpose_check
 from memoryapp.items.selectors import item_evidence, item_for_agent, items_list, slot_history
 from memoryapp.items.services import item_forget, item_write
@@ -167,12 +169,29 @@ class FactOut(OutputSerializer):
 
 
 class FactHitOut(FactOut):
-    score = serializers.FloatField(required=False, help_text="Share of the words of q matched (absent without q).")
+    score = serializers.FloatField(
+        required=False,
+        help_text="0..1 (absent without q): the share of the words of q matched, or the cosine of a fact found "
+        "by meaning, whichever is better.",
+    )
+    matched_by = serializers.ListField(
+        child=serializers.ChoiceField(choices=["keyword", "vector"]),
+        required=False,
+        help_text="How it was found: by its words (keyword), by its meaning (vector), or both (absent without q).",
+    )
 
 
 class FactPageOut(OutputSerializer):
     results = FactHitOut(many=True)
     next = serializers.URLField(allow_null=True, help_text="Always null: one page holds every hit (up to limit).")
+    mode = serializers.ChoiceField(
+        choices=list(FACT_SEARCH_MODES),
+        required=False,
+        help_text="How the search ran: keyword when a search by meaning fell back to words (its embedder failed).",
+    )
+    errors = ProblemOut(  # type: ignore[assignment]
+        many=True, required=False, help_text="Why a search by meaning fell back to words (source: embedder)."
+    )
 
 
 class FactForgottenOut(OutputSerializer):
@@ -267,6 +286,13 @@ class FactIn(StrictSerializer):
 
 class FactSearchQuery(StrictSerializer):
     q = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    mode = serializers.ChoiceField(
+        choices=list(FACT_SEARCH_MODES),
+        required=False,
+        default="hybrid",
+        help_text="keyword: by the words of q (002 search); semantic: by meaning (002 Memory.semantic); hybrid "
+        "(default): both, each fact scored by the better of the two.",
+    )
     limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_SEARCH_LIMIT)
     all = serializers.BooleanField(required=False)
     purpose = serializers.CharField(
@@ -428,14 +454,14 @@ class FactsView(APIView):
     """`/facts/{namespace}/{key}` (one fact) and `/facts/{namespace}` (search, forget all).
 
     A namespace holds slashes, so the path alone cannot tell `users/42` (a namespace) from
-    `users` + key `42`. A GET with `q` or `limit`, or of a path of one segment, searches the whole
+    `users` + key `42`. A GET with `q`, `limit` or `mode`, or of a path of one segment, searches the whole
     path as a namespace; otherwise the last segment is the key. A DELETE forgets a whole namespace
     only with `all=true`: it cannot be undone, so `all=false`, `all=maybe` or a path of one segment
     without `all` is a 400 naming `all`, never a guess.
     """
 
     def _is_namespace(self, request: Request, path: str) -> bool:
-        return "/" not in path or "q" in request.query_params or "limit" in request.query_params
+        return "/" not in path or any(name in request.query_params for name in ("q", "limit", "mode"))
 
     def _forgets_namespace(self, request: Request, path: str) -> bool:
         if "all" not in request.query_params:
@@ -453,7 +479,16 @@ class FactsView(APIView):
         return True
 
     @extend_schema(
-        parameters=[OpenApiParameter("q", str), OpenApiParameter("limit", int)],
+        parameters=[
+            OpenApiParameter("q", str),
+            OpenApiParameter("limit", int),
+            OpenApiParameter(
+                "mode",
+                str,
+                enum=list(FACT_SEARCH_MODES),
+                description="keyword, semantic (by meaning) or hybrid (default: both)",
+            ),
+        ],
         responses={200: FACT_OR_HITS},
         summary="Recall /facts/{namespace}/{key}, or search /facts/{namespace}?q=&limit=",
     )
@@ -467,9 +502,14 @@ class FactsView(APIView):
                 text=query["q"],
                 limit=query.get("limit", DEFAULT_SEARCH_LIMIT),
                 purpose=query["purpose"],
+                mode=query["mode"],
             )
-            results = [{**h.fact, "score": h.score} for h in hits]
-            return Response(FactPageOut({"results": results, "next": None}).data)
+            results = [
+                {**h.fact, "score": h.score, **({"matched_by": list(h.matched_by)} if h.matched_by else {})}
+                for h in hits
+            ]
+            page = {"results": results, "next": None, "mode": hits.mode, "errors": hits.errors}
+            return Response(FactPageOut(page).data)
         namespace, key = _split(path)
         fact = fact_recall(agent=agent, namespace=namespace, key=key)
         if fact is None:

@@ -17,6 +17,7 @@ from memoryapp.compaction.auto import compaction_pre_step
 from memoryapp.consolidation.brief import CARD_KINDS, MAX_BRIEF_CARDS
 from memoryapp.context.builder import MAX_TOKENS_LIMIT, STRATEGIES, ContextRequest, context_build
 from memoryapp.items.purposes import recall_purpose_check
+from memoryapp.items.selectors import MAX_CONTEXT_FACTS
 from memoryapp.models import AccessLog
 from memoryapp.models.choices import Role
 from memoryapp.search.access_log import access_log_record
@@ -313,6 +314,16 @@ class ContextInput(StrictSerializer):
     leaf_id = serializers.CharField(required=False, allow_null=True, max_length=40)
     as_of = serializers.DateTimeField(required=False, allow_null=True)
     include_facts = serializers.BooleanField(required=False, default=True)
+    facts_recall = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=0,
+        max_value=MAX_CONTEXT_FACTS,
+        help_text="002 recall: at most this many facts in the facts partition, the best matches for current_input "
+        "(by its words and its meaning), then the newest; the others are dropped as not-selected. Absent or null: "
+        "every fact of the thread's scope the partition has room for.",
+    )
     partitions = PartitionsField(required=False, allow_empty=True)
     brief_cards = serializers.IntegerField(
         required=False,

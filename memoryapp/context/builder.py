@@ -50,6 +50,7 @@ from memoryapp.compaction.history import SUMMARY_HEADING
 from memoryapp.consolidation.brief import BriefCard, brief_block, memory_brief
 from memoryapp.consolidation.observations import Observation, observations_seen
 from memoryapp.consolidation.prompts import BriefSource
+from memoryapp.context.fact_recall import facts_recalled
 from memoryapp.context.history import (
     MAX_WINDOW,
     RELEVANT_CANDIDATES,
@@ -128,6 +129,9 @@ class ContextRequest:
     leaf_id: str | None = None
     as_of: datetime | None = None
     include_facts: bool = True
+    # 002 `recall`: at most this many facts, the best matches for current_input then the newest
+    # (memoryapp.context.fact_recall); None: every fact of the scope the facts partition has room for.
+    facts_recall: int | None = None
     partitions: dict[str, Any] | None = None
     # The pre-turn brief: up to this many checked cards about what memory found (0: none asked).
     brief_cards: int = 0
@@ -508,11 +512,24 @@ def _load_facts(build: _Build) -> None:
         build.errors.append({"source": "facts", "message": str(exc)})
         facts = []
     probe = build.probe
+    fresh = []
     for fact in facts:
-        line = f"- {fact.text}"
         if held_in(fact.text, build.lasting):
-            build.dropped_blocks.append(DroppedBlock("facts", "duplicate", count_tokens(line + "\n"), fact.item_id))
-            continue
+            tokens = count_tokens(f"- {fact.text}\n")
+            build.dropped_blocks.append(DroppedBlock("facts", "duplicate", tokens, fact.item_id))
+        else:
+            fresh.append(fact)
+    if build.request.facts_recall is not None:
+        fresh, passed, error = facts_recalled(
+            agent=build.agent, facts=fresh, text=build.request.current_input, count=build.request.facts_recall
+        )
+        if error:
+            build.errors.append({"source": "facts", "message": error})
+        for fact in passed:
+            tokens = count_tokens(f"- {fact.text}\n")
+            build.dropped_blocks.append(DroppedBlock("facts", "not-selected", tokens, fact.item_id))
+    for fact in fresh:
+        line = f"- {fact.text}"
         cost = probe.line_cost("facts", line)
         probe.take("facts")
         build.fact_lines.append((fact.item_id, line, cost))

@@ -19,7 +19,15 @@ from typing import Any
 
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.ids import person_id_check
-from memoryapp.items.facts import fact_forget, fact_remember, fact_search, key_check, namespace_check, value_text
+from memoryapp.items.facts import (
+    SEARCH_MODES,
+    fact_forget,
+    fact_remember,
+    fact_search,
+    key_check,
+    namespace_check,
+    value_text,
+)
 from memoryapp.items.tool_scope import ToolScope
 from memoryapp.models import Agent, Entry
 from memoryapp.screening.screen import refusal_record
@@ -152,7 +160,10 @@ def _search(agent: Agent, namespace: str, tool_input: dict[str, Any], *, purpose
     if query is None:
         query = ""
     limit = tool_input.get("limit", DEFAULT_TOOL_SEARCH_LIMIT)
-    hits = fact_search(agent=agent, namespace=namespace, text=query, limit=limit, purpose=purpose)
+    mode = tool_input.get("mode") or "hybrid"
+    if mode not in SEARCH_MODES:
+        return _error(f"mode must be one of: {', '.join(SEARCH_MODES)}.")
+    hits = fact_search(agent=agent, namespace=namespace, text=query, limit=limit, purpose=purpose, mode=mode)
     if not hits:
         return FactToolResult("No memories matched." if query else "Nothing is remembered yet.")
     lines = [f"- {h.fact['key']}: {_short(value_text(h.fact['value']))}" for h in hits]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -54,10 +55,40 @@ STOP_WORDS = frozenset(_STOP_TEXT.split())
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
+# How facts are searched (002 `Memory.semantic`): by their words, by meaning, or both (the default).
+SEARCH_MODES = ("hybrid", "keyword", "semantic")
+# A fact found by meaning needs this cosine with the query (as recall's turns and items do).
+FACT_MIN_SIMILARITY = 0.3
+
+# Finds facts by meaning: (the facts to look in, the query, how many) -> [(item id, cosine)], best
+# first; raises when the embedder fails. Search sits above items, so memoryapp.apps provides it.
+MeaningFinder = Callable[[QuerySet[MemoryItem], str, int], list[tuple[str, float]]]
+_meaning_finder: MeaningFinder | None = None
+
+
+def facts_by_meaning_provide(finder: MeaningFinder | None) -> None:
+    global _meaning_finder
+    _meaning_finder = finder
+
+
 @dataclass(frozen=True)
 class FactHit:
     fact: dict[str, Any]
     score: float | None
+    # The channels that found it: "keyword" (its words), "vector" (its meaning); empty without a query.
+    matched_by: tuple[str, ...] = ()
+
+
+class FactHits(list[FactHit]):
+    """What a search found, best first, and how: the mode it ran in (a semantic search whose
+    embedder failed falls back to keywords, 002) and why it fell back."""
+
+    def __init__(
+        self, hits: Iterable[FactHit] = (), *, mode: str = "keyword", errors: list[dict[str, str]] | None = None
+    ):
+        super().__init__(hits)
+        self.mode = mode
+        self.errors = errors or []
 
 
 def namespace_check(namespace: Any, field: str = "namespace") -> str:
@@ -239,48 +270,93 @@ def fact_forget(*, agent: Agent, namespace: str, key: str, actor: str = "") -> d
     return fact
 
 
-def _words(text: str) -> list[str]:
+def significant_words(text: str) -> list[str]:
+    """The words of a text a search counts: lower-cased, once each, common words left out."""
     return [w for w in dict.fromkeys(_WORD.findall(text.lower())) if w not in STOP_WORDS]
 
 
 def fact_search(
-    *, agent: Agent, namespace: str, text: str = "", limit: int = DEFAULT_SEARCH_LIMIT, purpose: str = ""
-) -> list[FactHit]:
-    """Facts of a namespace and those inside it whose key or value holds the query's words (with a
-    `purpose`, of the agent's list or a 400 naming it: only facts collected for it or for none).
+    *,
+    agent: Agent,
+    namespace: str,
+    text: str = "",
+    limit: int = DEFAULT_SEARCH_LIMIT,
+    purpose: str = "",
+    mode: str = "hybrid",
+) -> FactHits:
+    """Facts of a namespace and those inside it that hold the query's words, or say the same thing
+    in other words (with a `purpose`, of the agent's list or a 400 naming it: only facts collected
+    for it or for none).
 
-    1. The query's words, lower-cased, common words left out.
-    2. A fact matches when its key or the text of its value holds at least one of them as a word.
-    3. Score = the share of the query's words it holds (0..1); best first, then the newest.
-    Without words (no text, or only common words), every fact, newest first, without a score.
+    1. By words (`keyword`, 002 `search`): the query's words, lower-cased, common words left out; a
+       fact matches when its key or the text of its value holds at least one of them as a word,
+       scored by the share of the query's words it holds (0..1).
+    2. By meaning (`semantic`, 002 `Memory.semantic`): the facts whose vector is nearest the query's,
+       scored by their cosine, kept from FACT_MIN_SIMILARITY. Every fact an agent sees is one it
+       saved (facts are scoped by agent first), so all of them are searched by meaning once the
+       embedding job gave them a vector; one not embedded yet is found by its words only.
+    3. `hybrid` (the default) takes both: a fact's score is the better of its two. A failing
+       embedder leaves the words alone (the answer's mode says `keyword`, and why).
+    4. Best first, then the newest. Without words (no text, or only common words), every fact,
+       newest first, without a score.
     """
     namespace = namespace_check(namespace)
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_SEARCH_LIMIT:
         raise DomainError("invalid_value", f"limit must be from 1 to {MAX_SEARCH_LIMIT}.", field="limit")
     if not isinstance(text, str):
         raise DomainError("invalid_value", "text must be a string.", field="q")
+    if mode not in SEARCH_MODES:
+        raise DomainError("invalid_value", f"mode must be one of: {', '.join(SEARCH_MODES)}.", field="mode")
     purpose = recall_purpose_check(agent=agent, purpose=purpose)
     current = facts_current(agent=agent, namespace=namespace, nested=True, purpose=purpose).defer(
         "embedding", "search_vector"
     )
-    words = _words(text)
-    if not words:
+    words = significant_words(text)
+    near: list[tuple[str, float]] = []
+    used, errors = mode, []  # errors: [{"source", "message"}], as the other searches answer them
+    if text.strip() and mode != "keyword":
+        try:
+            if _meaning_finder is None:
+                raise RuntimeError("no embedder is wired")
+            near = [(pk, cos) for pk, cos in _meaning_finder(current, text, limit) if cos >= FACT_MIN_SIMILARITY]
+        except Exception as exc:  # the embedder's failure: the words still answer (002)
+            used = "keyword"
+            errors.append({"source": "embedder", "message": f"found by words only: {exc}"[:300]})
+    if not text.strip() or (not words and used == "keyword"):
         rows = list(current.order_by("-recorded_at", "-id")[:limit])
         firsts = _first_recorded(agent=agent, items=rows)
-        return [FactHit(fact_dict(r, created_at=firsts.get((r.namespace, r.attribute))), None) for r in rows]
-    rough = _rough_match(agent=agent, words=words)
-    scored: list[tuple[float, MemoryItem]] = []
-    for row in current.filter(rough):
-        held = set(_WORD.findall(f"{row.attribute[len(FACT_PREFIX) :]} {row.value}".lower()))
-        matched = sum(1 for w in words if w in held)
-        if matched:
-            scored.append((matched / len(words), row))
-    scored.sort(key=lambda pair: (-pair[0], -pair[1].recorded_at.timestamp(), pair[1].pk))
-    best = scored[:limit]
-    firsts = _first_recorded(agent=agent, items=[r for _, r in best])
-    return [
-        FactHit(fact_dict(r, created_at=firsts.get((r.namespace, r.attribute))), round(score, 4)) for score, r in best
+        hits = [FactHit(fact_dict(r, created_at=firsts.get((r.namespace, r.attribute))), None) for r in rows]
+        return FactHits(hits, mode=used, errors=errors)
+    scores: dict[str, float] = {}
+    channels: dict[str, list[str]] = {}
+    rows_by_id: dict[str, MemoryItem] = {}
+    if words and used != "semantic":
+        for row in current.filter(_rough_match(agent=agent, words=words)):
+            held = set(_WORD.findall(f"{row.attribute[len(FACT_PREFIX) :]} {row.value}".lower()))
+            matched = sum(1 for w in words if w in held)
+            if matched:
+                scores[row.pk] = matched / len(words)
+                channels[row.pk] = ["keyword"]
+                rows_by_id[row.pk] = row
+    missing = [pk for pk, _ in near if pk not in rows_by_id]
+    if missing:
+        rows_by_id.update({r.pk: r for r in current.filter(pk__in=missing)})
+    for pk, cosine in near:
+        if pk in rows_by_id:
+            scores[pk] = max(scores.get(pk, 0.0), min(1.0, cosine))
+            channels.setdefault(pk, []).append("vector")
+    ranked = sorted(scores, key=lambda pk: (-scores[pk], -rows_by_id[pk].recorded_at.timestamp(), pk))[:limit]
+    best = [rows_by_id[pk] for pk in ranked]
+    firsts = _first_recorded(agent=agent, items=best)
+    hits = [
+        FactHit(
+            fact_dict(r, created_at=firsts.get((r.namespace, r.attribute))),
+            round(scores[r.pk], 4),
+            tuple(channels[r.pk]),
+        )
+        for r in best
     ]
+    return FactHits(hits, mode=used, errors=errors)
 
 
 def _rough_match(*, agent: Agent, words: list[str]) -> Q:

@@ -213,12 +213,19 @@ async def forget(
 
 @mcp_server.tool(annotations=ToolAnnotations(read_only_hint=True))
 async def search_memory(
-    query: Annotated[str, Field(description="Words to look for in the facts' keys and values.")] = "",
+    query: Annotated[
+        str, Field(description="What to look for: words of the facts' keys and values, or their meaning.")
+    ] = "",
     limit: Annotated[int, Field(ge=1, le=1000, description="At most this many facts.")] = 5,
     namespace: Namespace = None,
+    mode: Annotated[
+        Literal["hybrid", "keyword", "semantic"] | None,
+        Field(description="keyword (by words), semantic (by meaning) or hybrid (both, the default)."),
+    ] = None,
 ) -> CallToolResult:
-    """Search the remembered facts, best match first (all of them, newest first, without a query)."""
-    return await _facts_tool("search_memory", _given(query=query, limit=limit, namespace=namespace))
+    """Search the remembered facts by their words and their meaning, best match first (all of them,
+    newest first, without a query)."""
+    return await _facts_tool("search_memory", _given(query=query, limit=limit, namespace=namespace, mode=mode))
 
 
 async def _facts_tool(name: str, tool_input: dict[str, Any]) -> CallToolResult:
@@ -302,6 +309,12 @@ async def get_context(
     pinned: list[str] | None = None,
     reserve_tokens: int | None = None,
     include_facts: bool | None = None,
+    facts_recall: Annotated[
+        int | None,
+        Field(
+            ge=0, le=200, description="At most this many facts: the best matches for current_input, then the newest."
+        ),
+    ] = None,
     file_index: bool | None = None,
     brief_cards: Annotated[int | None, Field(description="Ask for up to this many pre-turn brief cards.")] = None,
     include_graph_context: Annotated[
@@ -334,6 +347,7 @@ async def get_context(
         pinned=pinned,
         reserve_tokens=reserve_tokens,
         include_facts=include_facts,
+        facts_recall=facts_recall,
         file_index=file_index,
         brief_cards=brief_cards,
         include_graph_context=include_graph_context,

@@ -537,11 +537,18 @@ class MemoryClient:
         return cast(FactOut, self._request("GET", f"{API}/facts/{namespace}/{key}"))
 
     def search_facts(
-        self, namespace: str, *, q: str = "", limit: int | None = None, purpose: str | None = None
+        self,
+        namespace: str,
+        *,
+        q: str = "",
+        limit: int | None = None,
+        purpose: str | None = None,
+        mode: str | None = None,
     ) -> FactPageOut:
-        """The facts of a namespace (and those inside it) holding the words of `q`, best first (with
-        `purpose`: only those collected for it or for none)."""
-        params = without_none(q=q, limit=limit, purpose=purpose)
+        """The facts of a namespace (and those inside it) holding the words of `q` or saying the same
+        in other words, best first (`mode`: keyword, semantic or hybrid, the default; with `purpose`:
+        only those collected for it or for none)."""
+        params = without_none(q=q, limit=limit, purpose=purpose, mode=mode)
         return cast(FactPageOut, self._request("GET", f"{API}/facts/{namespace}", params=params))
 
     def forget_fact(self, namespace: str, key: str) -> FactForgottenOut:

@@ -62,6 +62,7 @@ __all__ = [
     "FactOrHits",
     "FactOut",
     "FactPageOut",
+    "FactSearchModeEnum",
     "FactsForgotten",
     "FileHistoryOut",
     "ForgetCountsOut",
@@ -92,6 +93,7 @@ __all__ = [
     "KnowledgeReplaceInput",
     "KnowledgeSearchInput",
     "KnowledgeSearchOut",
+    "MatchedByEnum",
     "MemoryEnum",
     "MemoryFileOut",
     "MemoryFilesOut",
@@ -280,6 +282,7 @@ class ContextInput(TypedDict):
     leaf_id: NotRequired[str | None]
     as_of: NotRequired[str | None]
     include_facts: NotRequired[bool]
+    facts_recall: NotRequired[int | None]
     partitions: NotRequired[dict[str, float]]
     brief_cards: NotRequired[int]
     include_observations: NotRequired[bool]
@@ -498,6 +501,7 @@ class FactHitOut(TypedDict):
     expires_at_ms: NotRequired[int]
     purposes: NotRequired[list[str]]
     score: NotRequired[float]
+    matched_by: NotRequired[list[MatchedByEnum]]
 
 
 class FactIn(TypedDict):
@@ -521,6 +525,8 @@ class FactOut(TypedDict):
 class FactPageOut(TypedDict):
     results: list[FactHitOut]
     next: str | None
+    mode: NotRequired[FactSearchModeEnum]
+    errors: NotRequired[list[ProblemOut]]
 
 
 class FileHistoryOut(TypedDict):
@@ -1220,6 +1226,8 @@ EvidenceStatusEnum: TypeAlias = Literal["verified", "suggested"]
 
 FactOrHits: TypeAlias = FactOut | FactPageOut
 
+FactSearchModeEnum: TypeAlias = Literal["hybrid", "keyword", "semantic"]
+
 FactsForgotten: TypeAlias = FactForgottenOut | NamespaceForgottenOut
 
 HitKindEnum: TypeAlias = Literal["entry", "item"]
@@ -1231,6 +1239,8 @@ ItemStatusEnum: TypeAlias = Literal["suggested", "active", "superseded", "stale"
 JobStatusEnum: TypeAlias = Literal["queued", "running", "succeeded", "failed", "skipped"]
 
 KindsEnum: TypeAlias = Literal["entries", "items"]
+
+MatchedByEnum: TypeAlias = Literal["keyword", "vector"]
 
 MemoryEnum: TypeAlias = Literal["on", "off"]
 
