@@ -14,8 +14,10 @@ hits them alike:
 - default: the default policy (secrets refused, card numbers redacted, the rest allowed);
 - all: every category `redact`, `person` included, with 50 people registered (3 identifiers each).
 
-The texts are turns of a conversation about a trip, one in twenty with an e-mail address and a
-phone number in it (so `all` redacts some); none holds a secret (a refused write stores nothing).
+The texts are turns of a conversation about a trip, each opened by a word of its own (no two texts
+alike), one in twenty with an e-mail address and a phone number in it (so `all` redacts some);
+none holds a secret (a refused write stores nothing). Every detector is built before the timing
+(`screening_warm_up`, as a web process does when it starts).
 
     python bench/screening.py [--rounds 40] [--batch-size 100]
 """
@@ -47,6 +49,7 @@ from django.db import transaction  # noqa: E402
 from memoryapp.models import Agent, Thread  # noqa: E402
 from memoryapp.screening.identifiers import identifiers_set  # noqa: E402
 from memoryapp.screening.policy import ACTIONS, DEFAULTS, REDACT, screening_policy_set  # noqa: E402
+from memoryapp.screening.recognizers import screening_warm_up  # noqa: E402
 from memoryapp.threads import hooks  # noqa: E402
 from memoryapp.threads.services import thread_append, thread_create  # noqa: E402
 
@@ -60,8 +63,20 @@ SENTENCES = (
 WITH_CONTACT = "Send the tickets to marta.rossi@example.org or call +39 312 345 6789 if the train is late."
 
 
+def tag(n: int) -> str:
+    """A word of letters only, other for each n: every turn is a text of its own (a screener works
+    per write; texts repeated within a batch would flatter it), and adds no digit to the turn."""
+    letters = ""
+    while True:
+        n, rest = divmod(n, 26)
+        letters += "abcdefghijklmnopqrstuvwxyz"[rest]
+        if not n:
+            return letters.capitalize()
+
+
 def turn(n: int) -> str:
-    return WITH_CONTACT if n % 20 == 19 else SENTENCES[n % len(SENTENCES)]
+    text = WITH_CONTACT if n % 20 == 19 else SENTENCES[n % len(SENTENCES)]
+    return f"{tag(n)}: {text}"
 
 
 def main() -> None:
@@ -112,7 +127,9 @@ def main() -> None:
         counter += n
         return made
 
-    # Warm up: the first screening builds the recognisers (imports Presidio, spaCy's tokenizer classes).
+    # Warm up: the first screening builds the recognisers (imports Presidio, spaCy's tokenizer classes:
+    # seconds, once a process; a web process builds them as it starts, memoryapp.screening.warm_up).
+    screening_warm_up()
     for case in cases:
         write(case, "warmup", specs(5))
     rng = random.Random(7)

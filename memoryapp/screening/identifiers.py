@@ -25,7 +25,7 @@ from governance.crypto.fields import equality_values
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, IdentifierKind, PersonIdentifier
 from memoryapp.models.people import identifier_key
-from memoryapp.screening.recognizers import EMAIL, PHONE, detector
+from memoryapp.screening.recognizers import EMAIL, PHONE, Memo, detected
 
 # The request's lists, in the order the answer gives them, and the kind each holds.
 LISTS = {"emails": IdentifierKind.EMAIL, "phones": IdentifierKind.PHONE, "names": IdentifierKind.NAME}
@@ -220,56 +220,88 @@ def _registry_changed(*, agent_ids: Sequence[int]) -> dict[int, int]:
 # --- finding them in texts --------------------------------------------------------------------------
 
 
-def _candidates(text: str) -> dict[str, list[tuple[int, int]]]:
+# The kinds' prefixes of `identifier_key`, as plain strings: formatting an enum member per word of
+# every text cost more than the rest of the loop.
+_EMAIL_KEY = identifier_key(str(IdentifierKind.EMAIL.value), "")
+_PHONE_KEY = identifier_key(str(IdentifierKind.PHONE.value), "")
+_NAME_KEY = identifier_key(str(IdentifierKind.NAME.value), "")
+_EXTERNAL_KEY = identifier_key(str(IdentifierKind.EXTERNAL_ID.value), "")
+
+
+def _candidates(text: str, memo: Memo | None = None) -> dict[str, list[tuple[int, int]]]:
     """Every `kind:value` key the text could hold a registered identifier under, with its spans."""
     found: dict[str, list[tuple[int, int]]] = {}
 
-    def add(kind: str, value: str, span: tuple[int, int]) -> None:
-        found.setdefault(identifier_key(kind, value), []).append(span)
-
     if "@" in text:
-        for start, end in detector(EMAIL)(text):
-            add(IdentifierKind.EMAIL, email_normalized(text[start:end]), (start, end))
+        for start, end in detected(EMAIL, text, memo):
+            found.setdefault(_EMAIL_KEY + email_normalized(text[start:end]), []).append((start, end))
     if sum(c.isdigit() for c in text) >= 7:
-        for start, end in detector(PHONE)(text):
+        for start, end in detected(PHONE, text, memo):
             e164 = phone_e164(text[start:end], region="US") or phone_e164(text[start:end])
             if e164:
-                add(IdentifierKind.PHONE, e164, (start, end))
+                found.setdefault(_PHONE_KEY + e164, []).append((start, end))
     words = [(m.start(), m.end(), name_folded(m.group())) for m in _WORD.finditer(text)]
     for i in range(len(words)):
-        parts: list[str] = []
+        name = _NAME_KEY
+        first = words[i][0]
         for j in range(i, min(i + MAX_NAME_WORDS, len(words))):
-            if words[j][2]:
-                parts.append(words[j][2])
-                add(IdentifierKind.NAME, " ".join(parts), (words[i][0], words[j][1]))
+            word = words[j][2]
+            if word:
+                name = f"{name}{word}" if name == _NAME_KEY else f"{name} {word}"
+                found.setdefault(name, []).append((first, words[j][1]))
     for m in _TOKEN.finditer(text):
         token = m.group().rstrip(_TRAILING)
         if token:
-            add(IdentifierKind.EXTERNAL_ID, token, (m.start(), m.start() + len(token)))
+            found.setdefault(_EXTERNAL_KEY + token, []).append((m.start(), m.start() + len(token)))
     return found
+
+
+def _candidate_keys(text: str, memo: Memo | None = None) -> set[str]:
+    """The keys of `_candidates`, without their spans: what a write looks up. Almost no text holds
+    a registered identifier, so the spans are worked out only for a text that does (`spans`)."""
+    keys: set[str] = set()
+    if "@" in text:
+        keys.update(_EMAIL_KEY + email_normalized(text[start:end]) for start, end in detected(EMAIL, text, memo))
+    if sum(map(str.isdigit, text)) >= 7:
+        for start, end in detected(PHONE, text, memo):
+            e164 = phone_e164(text[start:end], region="US") or phone_e164(text[start:end])
+            if e164:
+                keys.add(_PHONE_KEY + e164)
+    words = [name_folded(m.group()) for m in _WORD.finditer(text)]
+    for i in range(len(words)):
+        parts = [word for word in words[i : i + MAX_NAME_WORDS] if word]
+        for j in range(1, len(parts) + 1):
+            keys.add(_NAME_KEY + " ".join(parts[:j]))
+    for m in _TOKEN.finditer(text):
+        token = m.group().rstrip(_TRAILING)
+        if token:
+            keys.add(_EXTERNAL_KEY + token)
+    return keys
 
 
 class PersonFinder:
     """Finds an agent's registered identifiers in texts; remembers what it looked up, so the texts
     of one write cost one query (`prefetch` them first) and a repeated word costs none."""
 
-    def __init__(self, *, agent_id: int) -> None:
+    def __init__(self, *, agent_id: int, memo: Memo | None = None) -> None:
         self.agent_id = agent_id
+        self.memo = memo
         self._known: dict[str, bool] = {}  # key -> registered
-        # The candidates of the texts prefetched, read again by `spans` (a batch's texts are
+        self._registered: set[str] = set()  # the keys known to be registered
+        # The candidate keys of the texts prefetched, read again by `spans` (a batch's texts are
         # prefetched, then screened one by one: each is read once).
-        self._read: dict[str, dict[str, list[tuple[int, int]]]] = {}
+        self._read: dict[str, set[str]] = {}
 
-    def _candidates(self, text: str) -> dict[str, list[tuple[int, int]]]:
+    def _keys(self, text: str) -> set[str]:
         found = self._read.get(text)
         if found is None:
-            found = self._read[text] = _candidates(text)
+            found = self._read[text] = _candidate_keys(text, self.memo)
         return found
 
     def prefetch(self, texts: Iterable[str]) -> None:
         keys: set[str] = set()
         for text in texts:
-            keys.update(self._candidates(text))
+            keys.update(self._keys(text))
         self._lookup(keys)
 
     def _lookup(self, keys: Iterable[str]) -> None:
@@ -289,10 +321,14 @@ class PersonFinder:
             )
             for (lookup,) in cursor.fetchall():
                 self._known[stored[lookup]] = True
+                self._registered.add(stored[lookup])
 
     def spans(self, text: str) -> list[tuple[int, int]]:
-        found = self._candidates(text)
-        self._lookup(found)
+        keys = self._keys(text)
+        self._lookup(keys)
+        if self._registered.isdisjoint(keys):
+            return []
+        found = _candidates(text, self.memo)
         return [span for key, spans in found.items() if self._known.get(key) for span in spans]
 
 

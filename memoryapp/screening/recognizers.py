@@ -219,6 +219,14 @@ def detector(category: str) -> Detector:
     raise ValueError(f"no detector for {category}")
 
 
+def screening_warm_up() -> None:
+    """Build every category's detector now (Presidio's import pulls in its NLP engines' modules:
+    seconds on a busy machine), so no write pays it: called as a web process starts."""
+    for category in CATEGORIES:
+        if category != PERSON:
+            detector(category)
+
+
 # What a text must hold for a category's detector to find anything there, checked first with str
 # methods that run in C: the ordinary turn holds none of it and costs a few microseconds, where the
 # detectors take tens to hundreds (bench/screening.py).
@@ -247,7 +255,7 @@ def _may_hold_secret(text: str) -> bool:
     return False
 
 
-def findings(text: str, categories: Iterable[str]) -> list[Finding]:
+def findings(text: str, categories: Iterable[str], memo: Memo | None = None) -> list[Finding]:
     """The spans of `text` in each of `categories` (person aside), in no particular order."""
     found: list[Finding] = []
     digits = -1
@@ -260,8 +268,25 @@ def findings(text: str, categories: Iterable[str]) -> list[Finding]:
             possible = _POSSIBLE[category](text)
         if not possible:
             continue
-        found.extend(Finding(category, start, end) for start, end in detector(category)(text))
+        found.extend(Finding(category, start, end) for start, end in detected(category, text, memo))
     return found
+
+
+# What one write's detectors found, by (category, text): a write screens each text for its
+# categories and again for registered people's e-mails and phones (memoryapp.screening.identifiers),
+# which ran the same detector over the same text twice. Kept by the write's screener only, so no
+# text outlives its write in memory.
+Memo = dict[tuple[str, str], list[tuple[int, int]]]
+
+
+def detected(category: str, text: str, memo: Memo | None = None) -> list[tuple[int, int]]:
+    """`detector(category)(text)`, read from `memo` when this write ran it on that text already."""
+    if memo is None:
+        return detector(category)(text)
+    spans = memo.get((category, text))
+    if spans is None:
+        spans = memo[(category, text)] = detector(category)(text)
+    return spans
 
 
 # The categories whose every match holds at least this many digits.

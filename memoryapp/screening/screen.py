@@ -19,7 +19,7 @@ from memoryapp.errors import DomainError
 from memoryapp.models import Agent
 from memoryapp.screening.identifiers import PersonFinder
 from memoryapp.screening.policy import ALLOW, HOLD, LABELS, REDACT, REFUSE, policy_effective
-from memoryapp.screening.recognizers import CATEGORIES, PERSON, Finding, findings
+from memoryapp.screening.recognizers import CATEGORIES, PERSON, Finding, Memo, findings
 
 # A record names at most this many decisions (a batch of 1,000 entries may make many).
 AUDIT_DECISIONS = 50
@@ -55,7 +55,8 @@ class Screener:
         self.agent_id = agent_id
         self.policy = policy
         self.categories = [c for c in CATEGORIES if c != PERSON and policy[c] != ALLOW]
-        self.persons = PersonFinder(agent_id=agent_id) if policy[PERSON] != ALLOW else None
+        self.memo: Memo = {}  # what this write's detectors found, by (category, text)
+        self.persons = PersonFinder(agent_id=agent_id, memo=self.memo) if policy[PERSON] != ALLOW else None
         self.decisions: dict[Decision, None] = {}  # ordered, without repeats
         # Whether a text screened since the last `take_held` holds something to hold.
         self.held: set[str] = set()
@@ -77,7 +78,7 @@ class Screener:
         SensitiveDataRefused for a category refused (or held where `holdable` is False)."""
         if not text:
             return text
-        found = findings(text, self.categories)
+        found = findings(text, self.categories, self.memo)
         if self.persons is not None:
             found.extend(Finding(PERSON, start, end) for start, end in self.persons.spans(text))
         if not found:
