@@ -66,9 +66,20 @@ def legal_hold_place(
             "all_agents": agent is None,
             "ends_at": ends_at.isoformat() if ends_at else None,
         },
-        person=user_id,
+        person=_hold_person(hold),
     )
     return hold
+
+
+def _hold_person(hold: LegalHold) -> str:
+    """Whom a hold is about: its person, or the owner of its thread (the record names the thread
+    by their pseudonym, which their erasure unlinks)."""
+    if hold.user_id or not hold.thread_external_id or hold.agent_id is None:
+        return hold.user_id
+    owner = Thread.objects.filter(agent_id=hold.agent_id, external_id=hold.thread_external_id).values_list(
+        "user_id", flat=True
+    )
+    return owner.first() or ""
 
 
 @transaction.atomic
@@ -97,6 +108,7 @@ def legal_hold_lift(*, hold: LegalHold, lifted_by: str, reason: str) -> bool:
         subject=f"hold {hold.pk}",
         outcome="lifted",
         details={"hold_id": hold.pk, "reason": reason},
+        person=_hold_person(hold),
     )
     return True
 

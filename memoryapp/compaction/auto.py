@@ -288,6 +288,7 @@ def thread_compaction_set(*, thread: Thread, values: dict[str, Any], actor: str)
             actor=actor,
             agent_id=locked.agent_id,
             thread_id=locked.external_id,
+            person=locked.user_id,
             subject=locked.external_id,
             outcome="on" if config.enabled else "off",
             details={"changed": sorted(k for k in set(before) | set(override) if before.get(k) != override.get(k))},

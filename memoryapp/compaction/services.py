@@ -79,6 +79,7 @@ def _audit_refused(*, thread: Thread, strategy: str, code: str, actor: str) -> N
         actor=actor,
         agent_id=thread.agent_id,
         thread_id=thread.external_id,
+        person=thread.user_id,
         outcome="refused",
         details={"strategy": strategy, "code": code},
     )
@@ -209,6 +210,7 @@ def compaction_write(
         actor=actor,
         agent_id=locked.agent_id,
         thread_id=locked.external_id,
+        person=locked.user_id,
         subject=entry.id,
         outcome="written",
         details={

@@ -475,6 +475,7 @@ def _fold_write(
             actor=actor,
             agent_id=agent.pk,
             thread_id=scope.thread_id,
+            person=scope.user_id,
             subject=written.pk if written is not None else target,
             outcome="draft" if target == PLAYBOOK_DRAFT_PATH else "playbook",
             details={"lesson_ids": outcome.lesson_ids, "edits": len(made), "refused": len(outcome.refused)},
@@ -561,6 +562,7 @@ def playbook_promote(*, agent: Agent, scope: Scope, actor: str, draft_version_id
         actor=actor,
         agent_id=agent.pk,
         thread_id=scope.thread_id,
+        person=scope.user_id,
         subject=playbook.pk,
         outcome="promoted",
         details={"draft_version": draft.pk, "playbook_version": playbook.pk},
@@ -594,6 +596,7 @@ def playbook_discard(
         actor=actor,
         agent_id=agent.pk,
         thread_id=scope.thread_id,
+        person=scope.user_id,
         subject=draft.pk,
         outcome="discarded",
     )

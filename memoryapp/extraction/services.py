@@ -220,6 +220,7 @@ def _write_window(
         actor=actor,
         agent_id=locked.agent_id,
         thread_id=locked.external_id,
+        person=locked.user_id,
         subject=f"seq {first}-{last}",
         outcome="written",
         details={

@@ -236,7 +236,7 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
         person=user_id,
     )
     if screener is not None:
-        screener.record(actor=access.actor, thread_id=thread_id)
+        screener.record(actor=access.actor, thread_id=thread_id, person=user_id)
     return written
 
 
@@ -493,6 +493,7 @@ def files_redact(
         actor=access.actor,
         agent_id=access.agent.pk,
         thread_id=access.thread_id,
+        person=access.user_id,
         subject=f"{len(found)} memory file path(s)",
         outcome="redacted" if count else "nothing_to_redact",
         # Counts only: the paths name what the files are about and the reason is a person's words;

@@ -161,6 +161,7 @@ def derived_forget(
     Thread.objects.filter(pk__in=[t.pk for t in threads]).update(history_tokens=None)
 
     single_thread = threads[0].external_id if len(threads) == 1 else ""
+    single_owner = threads[0].user_id if len(threads) == 1 else ""
     # What went of derived memory is a change of memory too (ids only), in this transaction: a
     # follower that mirrors items or files must drop them as the caller's event drops the entries.
     if report.purged_item_ids:
@@ -179,6 +180,7 @@ def derived_forget(
                 reason=reason,
                 actor=actor,
                 report=report,
+                person=single_owner,
             )
         ]
     )
@@ -194,10 +196,12 @@ def lineage_audit(
     reason: str,
     actor: str,
     report: LineageReport,
+    person: str = "",
 ) -> AuditEntry:
     """The audit record of one `derived_forget` (ids and counts only): `wanted` the entries asked
     for, `found` those of the agent (sorted). A batch of deleted threads writes the same record for
-    each thread (memoryapp.forgetting.services)."""
+    each thread (memoryapp.forgetting.services). `person` owns the thread: its id is written as
+    their pseudonym."""
     return AuditEntry(
         action="lineage.forget",
         actor=actor,
@@ -213,6 +217,7 @@ def lineage_audit(
             "purged_item_ids": report.purged_item_ids[:AUDIT_IDS],
             "summary_ids": report.summary_ids[:AUDIT_IDS],
         },
+        person=person,
     )
 
 

@@ -295,6 +295,7 @@ def _threads_drop(threads: Sequence[Thread], *, actor: str) -> dict[int, Counts]
                     reason="thread.delete",
                     actor=actor,
                     report=nothing,
+                    person=thread.user_id,
                 )
             )
         records.append(_thread_audit(thread, entries=len(ids), fork_copies=0, actor=actor))
@@ -606,6 +607,7 @@ def _audit_entries(
         actor=actor,
         agent_id=locked.agent_id,
         thread_id=locked.external_id,
+        person=locked.user_id,
         subject=ids[0] if len(ids) == 1 else f"{len(ids)} entries",
         outcome="redacted" if redact else "deleted",
         details={

@@ -309,7 +309,7 @@ def item_state_write(
         if held:
             shadow = True
             metadata = {**(metadata or {}), HELD_KEY: held}
-        screener.record(actor=actor, thread_id=scope.thread_id)
+        screener.record(actor=actor, thread_id=scope.thread_id, person=scope.user_id)
     checked = _checked_evidence(agent=agent, evidence=evidence)
     verified = bool(checked) and all(status == EvidenceStatus.VERIFIED for _, _, status in checked)
 

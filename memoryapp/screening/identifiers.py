@@ -192,6 +192,7 @@ def identifiers_set(*, agent: Agent, user_id: str, body: Any, actor: str) -> dic
         subject=user_id,
         outcome="set",
         details={"counts": {name: len(values) for name, values in checked.items()}},
+        person=user_id,
     )
     return checked
 

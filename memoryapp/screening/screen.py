@@ -106,8 +106,9 @@ class Screener:
             return {k: self.value(v, field=field, holdable=holdable) for k, v in value.items()}
         return value
 
-    def record(self, *, actor: str = "", thread_id: str = "", subject: str = "") -> None:
-        """Audit this write's decisions (nothing when there were none), in the caller's transaction."""
+    def record(self, *, actor: str = "", thread_id: str = "", subject: str = "", person: str = "") -> None:
+        """Audit this write's decisions (nothing when there were none), in the caller's transaction;
+        `person` owns the thread (its id is written as their pseudonym)."""
         if not self.decisions:
             return
         decisions = list(self.decisions)
@@ -118,6 +119,7 @@ class Screener:
             thread_id=thread_id,
             subject=subject,
             outcome=",".join(sorted({d.action for d in decisions})),
+            person=person,
             details={
                 "decisions": [
                     {"category": d.category, "action": d.action, "field": d.field} for d in decisions[:AUDIT_DECISIONS]

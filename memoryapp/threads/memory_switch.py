@@ -54,6 +54,7 @@ def thread_memory_set(*, thread: Thread, enabled: bool, actor: str = "") -> Thre
         actor=actor,
         agent_id=locked.agent_id,
         thread_id=locked.external_id,
+        person=locked.user_id,
         subject=locked.external_id,
         outcome="on" if enabled else "off",
         details={"at_seq": locked.next_seq},

@@ -240,6 +240,7 @@ def thread_busy_policy_set(
         actor=actor,
         agent_id=locked.agent_id,
         thread_id=locked.external_id,
+        person=locked.user_id,
         subject=locked.external_id,
         outcome="set",
         details={"on_busy": locked.on_busy, "busy_timeout_seconds": locked.busy_timeout_seconds},

@@ -74,6 +74,7 @@ def entry_hold_release(*, entry: Entry, actor: str) -> bool:
         actor=actor,
         agent_id=entry.agent_id,
         thread_id=entry.thread.external_id,
+        person=entry.thread.user_id,
         subject=entry.pk,
         outcome="released",
     )

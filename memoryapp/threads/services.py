@@ -98,7 +98,7 @@ def thread_create(
     screener = screener_for(agent=agent)
     if screener is not None:
         metadata = screener.value(metadata, field="metadata", holdable=False)
-        screener.record(actor=actor, thread_id=external_id, subject=external_id)
+        screener.record(actor=actor, thread_id=external_id, subject=external_id, person=user_id)
     existing = Thread.objects.select_for_update().filter(agent=agent, external_id=external_id).first()
     if existing is None:
         try:
@@ -204,7 +204,9 @@ def thread_update(
         screener = thread_screener(locked)
         if screener is not None:
             metadata = screener.value(metadata, field="metadata", holdable=False)
-            screener.record(actor=actor, thread_id=locked.external_id, subject=locked.external_id)
+            screener.record(
+                actor=actor, thread_id=locked.external_id, subject=locked.external_id, person=locked.user_id
+            )
         locked.metadata = metadata_merged({} if replace_metadata else locked.metadata, metadata)
     changed = False
     if user_id is not None:
@@ -353,7 +355,7 @@ def _insert(
     _audit_tool_calls(locked, entries)
     mentions_record(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries])
     if screener is not None:
-        screener.record(thread_id=locked.external_id, subject=locked.external_id)
+        screener.record(thread_id=locked.external_id, subject=locked.external_id, person=locked.user_id)
     after_entries_added(thread=thread, entries=entries)
     return answered
 

@@ -351,7 +351,7 @@ def thread_import(
         person=thread.user_id,
     )
     if screener is not None:
-        screener.record(actor=actor, thread_id=external_id, subject=external_id)
+        screener.record(actor=actor, thread_id=external_id, subject=external_id, person=thread.user_id)
     event_record(agent_id=agent.pk, type="entry.added", thread_id=external_id, ids=[e.id for e in entries])
     mentions_record(
         agent=agent,

@@ -39,6 +39,7 @@ from memoryapp.tasks.compaction import auto_compact_thread
 from memoryapp.threads.services import thread_checkout
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller, build_context, error_of, get_ok, patch_ok, post_entries, post_entry, post_thread
+from tests.kit.audit_names import audit_name
 from tests.kit.concurrency import started
 from tests.kit.factories import EntryFactory, ThreadFactory, tool_thread
 from tests.kit.servers import ModelServer, Reply
@@ -269,7 +270,8 @@ def test_a_threads_own_settings_override_its_agents(alice: Caller, django_captur
     # A null goes back to the agent's setting.
     body = patch_ok(alice.client, _thread_settings("t-small"), {"context_window": None})
     assert body["own"] == {"trigger_ratio": 0.5} and body["effective"]["context_window"] == 100_000
-    assert AuditRecord.objects.filter(action="thread.compaction_set", thread_id="t-small").count() == 2
+    named = audit_name(agent_id=alice.agent.pk, user_id=small.user_id, value="t-small")
+    assert AuditRecord.objects.filter(action="thread.compaction_set", thread_id=named).count() == 2
 
 
 def test_the_job_checks_again_and_does_nothing_after_a_manual_compaction(alice: Caller) -> None:

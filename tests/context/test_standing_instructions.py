@@ -30,6 +30,7 @@ from tests.kit.api import (
     post_thread,
     use_memory_tool,
 )
+from tests.kit.audit_names import audit_name
 from tests.kit.events import events_number_now
 from tests.kit.factories import EntryFactory, MemoryItemFactory, ThreadFactory
 from tests.kit.recall import embedded
@@ -179,7 +180,8 @@ def test_memory_off_recalls_nothing_into_the_thread_and_says_so(alice: Caller) -
     assert any("memory is off" in w for w in off["warnings"])
     assert "Answer briefly." in _system(off)  # standing instructions are not recalled memory
     assert off["messages"][-1]["entry_id"] == thread.active_leaf_id  # its own history is still there
-    assert AuditRecord.objects.filter(action="thread.memory_set", outcome="off", thread_id="t-1").exists()
+    named = audit_name(agent_id=alice.agent.pk, user_id=thread.user_id, value="t-1")
+    assert AuditRecord.objects.filter(action="thread.memory_set", outcome="off", thread_id=named).exists()
 
 
 def test_memory_off_extracts_nothing_and_turns_said_while_off_stay_out_once_it_is_on(alice: Caller) -> None:

@@ -153,13 +153,13 @@ def test_a_batch_of_threads_nothing_stands_on_writes_each_threads_records() -> N
 
     assert [counts[t.pk]["entries_deleted"] for t in threads] == [0, 1, 2]
     records = list(AuditRecord.objects.filter(actor="test").order_by("seq"))
-    # The thread.delete records name the thread by the owner's pseudonym (governance.audit.pseudonyms).
+    # The records name the thread by the owner's pseudonym (governance.audit.pseudonyms).
     named = {n: audit_name(agent_id=agent.pk, user_id="u-ana", value=n) for n in ("plain-0", "plain-1", "plain-2")}
     assert [(r.action, r.thread_id) for r in records] == [
         ("thread.delete", named["plain-0"]),
-        ("lineage.forget", "plain-1"),
+        ("lineage.forget", named["plain-1"]),
         ("thread.delete", named["plain-1"]),
-        ("lineage.forget", "plain-2"),
+        ("lineage.forget", named["plain-2"]),
         ("thread.delete", named["plain-2"]),
     ]
     assert records[1].subject == only and records[1].details["entry_ids"] == [only]

@@ -88,3 +88,27 @@ def test_after_a_staff_erasure_no_bookkeeping_table_names_the_person_and_the_cha
     assert request.status == ErasureRequest.Status.DONE, request.error
     assert naming(PERSON, BOOKKEEPING) == {}
     assert audit_verify().ok
+
+
+def test_every_audit_record_naming_a_thread_names_its_person_too() -> None:
+    """The rule in code: each `audit_append`, `AuditEntry` and `lineage_audit` of the service that
+    names a thread (`thread_id=`) says whose it is (`person=`), so the thread's client-chosen id is
+    written as that person's pseudonym and their erasure unlinks it. Found missing by issue 25's
+    capstone test (compaction, extraction, holds, screening, prunes, cascades, consolidation)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    missing = []
+    for package in ("memoryapp", "governance"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Call):
+                    continue
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name not in ("audit_append", "AuditEntry", "lineage_audit"):
+                    continue
+                given = {k.arg: ast.unparse(k.value) for k in node.keywords}
+                if given.get("thread_id", '""') not in ('""', "''") and "person" not in given:
+                    missing.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert missing == []

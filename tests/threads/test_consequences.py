@@ -55,7 +55,8 @@ def snapshot(agent_id: int) -> tuple[Any, ...]:
 
 
 def report_of(report: Consequences) -> tuple[Any, ...]:
-    return (report.counts, report.forks, sorted(report.purged_item_ids), report.skipped, report.audit_records)
+    # Forks by number: the chain names a thread by its owner's pseudonym, a rehearsal by its id.
+    return (report.counts, len(report.forks), sorted(report.purged_item_ids), report.skipped, report.audit_records)
 
 
 ACTIONS: dict[str, Callable[[dict[str, Any]], list[tuple[str, Callable[[], Any]]]]] = {

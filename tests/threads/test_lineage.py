@@ -21,6 +21,7 @@ from memoryapp.search.embedders import embed_texts
 from memoryapp.search.indexing import embed_pending, entry_embedding_text
 from memoryapp.threads import services as threads_services
 from tests.kit.api import Caller, build_context, create_memory_file, post_entry, post_item, post_ok, post_thread
+from tests.kit.audit_names import audit_name
 from tests.kit.concurrency import started
 from tests.kit.events import events_number_now
 from tests.kit.factories import EntryFactory, MemoryItemFactory, tool_thread
@@ -91,7 +92,9 @@ def test_redacting_an_entry_purges_what_stands_only_on_it_and_trims_what_stands_
     assert MemoryItem.objects.get(pk=theirs).evidence.get().quote == SECRET
     assert Entity.objects.filter(agent=mallory.agent, name="Passport").exists()
     record = _lineage_audit()
-    assert record.agent_id == alice.agent.pk and record.subject == told and record.thread_id == "t-1"
+    assert record.agent_id == alice.agent.pk and record.subject == told
+    # The thread by its owner's pseudonym (governance.audit.pseudonyms), as every record names one.
+    assert record.thread_id == audit_name(agent_id=alice.agent.pk, user_id="u-ana", value="t-1")
     assert record.details["because"] == "entry.redact"
     assert record.details["items_purged"] == 1 and record.details["items_trimmed"] == 1
     assert record.details["evidence_removed"] == 2 and record.details["entities_deleted"] == 1
