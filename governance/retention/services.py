@@ -48,6 +48,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from governance.audit.chain import audit_append
+from governance.audit.pseudonyms import pseudonym_names
 from governance.crypto.fields import update_values_sealed
 from governance.jobs.broker import job_enqueue
 from governance.jobs.schedules import schedule_next_run
@@ -524,12 +525,23 @@ def _threads_step(work: _Pass, agent: Agent, cutoff: datetime) -> bool:
     for thread in doomed:
         state.add(threads_deleted=1, thread_entries_deleted=entries.get(thread.pk, 0))
         if len(state.thread_ids) < REPORT_THREAD_IDS:
-            state.thread_ids.append(thread.external_id)
+            state.thread_ids.append(_thread_named(thread, dry=work.dry))
     state.after = threads[-1].pk
     work.checkpoint()
     if not work.dry:
         transaction.on_commit(lambda: work.on_batch(state) if work.on_batch else None)
     return True
+
+
+def _thread_named(thread: Thread, *, dry: bool) -> str:
+    """How the prune's report and its audit record name a thread: a dry run by its id (staff check
+    what would go), a pruned one by its owner's pseudonym (governance.audit.pseudonyms), as every
+    audit record names a thread: the id the client chose may name the person, and it is gone."""
+    if dry or not thread.user_id:
+        return thread.external_id
+    return pseudonym_names(agent_id=thread.agent_id, user_id=thread.user_id, also=[thread.external_id])[
+        thread.external_id
+    ]
 
 
 def _trim_batch(work: _Pass, agent: Agent, policy: RetentionPolicy | None) -> bool:

@@ -54,14 +54,15 @@ def test_thread_ttl_deletes_threads_last_written_before_it_and_keeps_the_others(
     assert _threads(alice) == ["t-new", "t-revived"]
     assert report["counts"]["threads_deleted"] == 1
     assert report["counts"]["thread_entries_deleted"] == 3
-    assert report["thread_ids"] == ["t-old"]
+    # A pruned thread is named by its owner's pseudonym, never by the id the client chose.
+    named = audit_name(agent_id=alice.pk, user_id=old.user_id, value="t-old")
+    assert named != "t-old" and report["thread_ids"] == [named]
     assert not Entry.objects.filter(thread_id=old.pk).exists()
     # The cascade's own record, and the prune's one record of counts.
-    named = audit_name(agent_id=alice.pk, user_id=old.user_id, value="t-old")
     assert AuditRecord.objects.filter(action="thread.delete", thread_id=named).count() == 1
     prune_record = AuditRecord.objects.get(action="retention.prune")
     assert prune_record.details["threads_deleted"] == 1
-    assert "t-old" in prune_record.details["thread_ids"]
+    assert prune_record.details["thread_ids"] == [named]
 
 
 def test_the_narrowest_policy_applies_whole() -> None:
@@ -373,9 +374,15 @@ def test_the_dry_run_changes_nothing_and_reports_exactly_what_the_real_run_then_
 
     assert _snapshot() == before
     assert dry["dry_run"] is True
+    owners = {
+        (external_id, agent_id, user_id)
+        for agent_id, external_id, user_id in Thread.objects.values_list("agent_id", "external_id", "user_id")
+    }
     real = _prune()
     assert real["counts"] == dry["counts"]
-    assert real["thread_ids"] == dry["thread_ids"]
+    # The dry run names the threads by id (staff check them); the real run by their owners' pseudonyms.
+    named = {audit_name(agent_id=a, user_id=u, value=t) for t, a, u in owners if t in dry["thread_ids"]}
+    assert set(real["thread_ids"]) <= named and len(real["thread_ids"]) == len(dry["thread_ids"])
     # The world had something of every kind the rules take, so the equality says something.
     counts = real["counts"]
     for kind in (
