@@ -48,7 +48,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
 from governance.audit.chain import audit_append
-from governance.audit.pseudonyms import pseudonyms_forget
+from governance.audit.pseudonyms import pseudonym_names, pseudonyms_forget
 from governance.crypto.envelope import data_key_destroy
 from governance.crypto.fields import json_text_open, sealed_update
 from governance.crypto.keyring import encryption_enabled
@@ -91,6 +91,7 @@ from memoryapp.models import (
     Entry,
     Evidence,
     ItemReview,
+    LegalHold,
     MemoryFileVersion,
     MemoryItem,
     Thread,
@@ -496,7 +497,9 @@ def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[
             Q(arguments__thread_pk__in=pks) | Q(arguments__thread_id__in=[t.external_id for t in locked])
         )
     )
-    # Rows pointing at what goes: forks keep standing (no origin), the origin forgets the fork's name.
+    # Rows pointing at what goes: forks keep standing (no origin, nothing of its metadata), the
+    # origin forgets the fork's name.
+    _forks_forget_origins(locked)
     Thread.objects.filter(forked_from_id__in=pks).exclude(pk__in=pks).update(forked_from=None)
     origins_forget_forks(locked)
     MemoryFileVersion.objects.filter(agent=agent, place__thread_id__in=pks).update(place=None)
@@ -510,6 +513,7 @@ def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[
     # The erasure's own events name no thread (the client chose its id, and may have named it after
     # the person); the events before it about these threads stop naming them.
     events_forget_threads(agent_id=agent.pk, thread_ids=[t.external_id for t in locked])
+    _holds_forget_threads(agent_id=agent.pk, threads=locked)
     event_record_many(agent_id=agent.pk, type="thread.deleted", by_thread=[("", ()) for _ in locked])
     counts["threads"] += len(pks)
     audit_append(
@@ -521,6 +525,40 @@ def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[
         details={"thread_pks": pks[:50], **{k: v for k, v in counts.items() if v}},
     )
     return counts
+
+
+def _forks_forget_origins(origins: Sequence[Thread]) -> None:
+    """The forks of the person's threads that stay (handed to another person) keep nothing of the
+    origin's metadata: `thread_fork` copied it whole (her e-mail, a note about her) and named the
+    origin (`forkedFrom`, its client-chosen id). A key still holding the value it had in the origin
+    goes, and so does `forkedFrom`; what the fork's owner wrote since (another value, new keys)
+    stays. Saved through the model, so the metadata is sealed under the fork owner's key."""
+    by_pk = {t.pk: t for t in origins}
+    forks = Thread.objects.select_for_update().filter(forked_from_id__in=list(by_pk)).exclude(pk__in=list(by_pk))
+    for fork in forks.order_by("pk"):
+        origin = by_pk[int(fork.forked_from_id or 0)]
+        copied = origin.metadata or {}
+        metadata = {
+            key: value
+            for key, value in (fork.metadata or {}).items()
+            if not (key == "forkedFrom" and value == origin.external_id)
+            and not (key in copied and copied[key] == value)
+        }
+        if metadata != (fork.metadata or {}):
+            fork.metadata = metadata
+            fork.save(update_fields=["metadata"])
+
+
+def _holds_forget_threads(*, agent_id: int, threads: Sequence[Thread]) -> None:
+    """The legal holds that were on these threads (lifted: one in force stops the erasure) stop
+    naming them by their client-chosen ids: each names its thread by the owner's pseudonym, as the
+    hold's audit records do, and the erasure then deletes the secret that links it to anyone."""
+    for thread in threads:
+        holds = LegalHold.objects.filter(agent_id=agent_id, thread_external_id=thread.external_id)
+        if not holds.exists():
+            continue
+        names = pseudonym_names(agent_id=agent_id, user_id=thread.user_id, also=[thread.external_id])
+        holds.update(thread_external_id=names[thread.external_id])
 
 
 def _threads_redact(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[str, int]:
