@@ -1229,9 +1229,13 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
         digest = report_sha256(report)
         receipt = _receipt(report, digest=digest)
         with transaction.atomic():
+            # The other identifiers the officer typed (her e-mail, phone, name) go with the erasure
+            # they served: a done request is never run again, and it names whom it was for by the
+            # user id alone (KEPT_ON_PURPOSE). The report says how many there were.
             _update(
                 request,
                 status=Status.DONE,
+                identifiers=[],
                 phase="",
                 report=report,
                 report_sha256=digest,
