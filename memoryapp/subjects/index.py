@@ -18,6 +18,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Model, QuerySet
 
+from governance.audit.pseudonyms import pseudonym_names
 from governance.jobs.broker import job_enqueue
 from governance.models import JobRun
 from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, SubjectMention, Thread
@@ -146,11 +147,14 @@ def subject_index_forget(*, agent_id: int, user_id: str) -> int:
 
 
 def subject_index_schedule(*, agent_id: int, user_id: str) -> None:
-    """Rebuild the person's mentions in a job, after commit (their identifiers changed)."""
+    """Rebuild the person's mentions in a job, after commit (their identifiers changed). The run's
+    dedupe key names the person by their pseudonym (governance.audit.pseudonyms), never by id: the
+    erasure scrubs the arguments of the runs naming them, and the key would outlive that."""
+    person = pseudonym_names(agent_id=agent_id, user_id=user_id)[user_id]
     job_enqueue(
         kind=JOB_KIND,
         task_name=JOB_TASK,
         arguments={"agent_id": agent_id, "user_id": user_id},
         agent_id=agent_id,
-        dedupe_key=f"{JOB_KIND}:{agent_id}:{user_id}",
+        dedupe_key=f"{JOB_KIND}:{agent_id}:{person}",
     )
