@@ -1006,15 +1006,21 @@ def _files_remove(paths: list[Path]) -> None:
         path.unlink(missing_ok=True)
 
 
-def exports_forget_person(*, user_id: str, actor: str) -> dict[str, int]:
+def exports_forget_person(*, user_id: str, actor: str, agent_id: int | None = None) -> dict[str, int]:
     """What an erasure of the person calls: their export archives deleted from disk and the requests
     about them no longer naming them (the request rows stay, as the audit trail names them).
+    With `agent_id` (an agent's own `forget`), the exports that hold that agent's memory of them:
+    those of every agent and those naming it; an archive cannot lose one agent's part, so it goes
+    whole, and staff export the person again if they need the rest.
 
     A request still queued or running is marked failed first, so its job writes no archive after this
     (a run claims only a queued, running or failed request that names a person). Returns the counts
     (requests, archives deleted); audited as `export.forget` by counts only.
     """
-    requests = list(ExportRequest.objects.select_for_update().filter(user_id=user_id).order_by("pk"))
+    mine = ExportRequest.objects.filter(user_id=user_id)
+    if agent_id is not None:
+        mine = mine.filter(Q(agent_ids=[]) | Q(agent_ids__contains=[agent_id]))
+    requests = list(mine.select_for_update().order_by("pk"))
     files = [path for request in requests for path in export_dir().glob(f"export-{request.pk}.*")]
     archives = sum(1 for path in files if path.suffix == ".zip")
     # Removed once the erasure commits: a dry run of it (rolled back) leaves them where they are.

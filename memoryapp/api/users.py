@@ -8,12 +8,14 @@ Staff erasure requests across agents, with a report, live in governance.
 
 from __future__ import annotations
 
+from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from governance.export.services import exports_forget_person
 from memoryapp.api.auth import request_agent
 from memoryapp.api.base import OutputSerializer, StrictSerializer, validated
 from memoryapp.errors import DomainError
@@ -83,5 +85,8 @@ class UserForgetView(APIView):
             mentions=data["mentions"],
         )
         counts.setdefault("sessions", 0)
+        # A staff export of the person holding this agent's memory of them is a copy of what went.
+        with transaction.atomic():
+            exports_forget_person(user_id=user_id, actor=f"agent:{agent.slug}", agent_id=agent.pk)
         counts["mentions"] = mentions_counts(counts)  # type: ignore[assignment]
         return Response(UserForgetOut({"user_id": user_id, "mode": data["mode"], "counts": counts}).data)
