@@ -189,6 +189,7 @@ def graph_from_names(*, thread: Thread, entries: Sequence[Entry] | None = None, 
         agent_id=thread.agent_id,
         thread_id=thread.external_id,
         subject=thread.external_id,
+        person=thread.user_id,
         outcome="written",
         details={"edges": len(wanted), "quotes": len(quotes), "rules": RULES_VERSION},
     )

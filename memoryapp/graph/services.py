@@ -145,6 +145,7 @@ def relation_write(
         actor=actor,
         agent_id=agent.pk,
         thread_id=scope.thread_id,
+        person=scope.user_id,
         subject=edge.pk,
         outcome=edge.status,
         details={"subject_entity": head.pk, "object_entity": tail.pk, "quotes": len(checked)},
