@@ -422,7 +422,7 @@ class EntryAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
         self, request: HttpRequest, queryset: QuerySet[Entry], search_term: str
     ) -> tuple[QuerySet[Entry], bool]:
         """An entry id finds that entry; words search the text through its full-text index
-        (`entry_search_gin`): "shellfish" finds "Shellfish makes me ill". With encryption on the
+        (`entry_search_thread_gin`): "shellfish" finds "Shellfish makes me ill". With encryption on the
         full-text column is empty for sealed texts: the words are looked up in the blind index."""
         term = search_term.strip()
         if not term or "\x00" in term:

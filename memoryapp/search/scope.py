@@ -33,7 +33,9 @@ class EntryScope:
         ]
         params: dict[str, Any] = {"s_agent": self.agent_id}
         if self.thread_pk is not None:
-            clauses.append(f"{alias}.thread_id = %(s_thread)s")
+            # bigint as the column: psycopg sends a small int as int2, and the GIN index that
+            # holds thread ids (entry_search_thread_gin, btree_gin) has no int2 = int8 operator.
+            clauses.append(f"{alias}.thread_id = %(s_thread)s::bigint")
             params["s_thread"] = self.thread_pk
         if self.user_id is not None:
             clauses.append(
