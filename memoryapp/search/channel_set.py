@@ -96,3 +96,8 @@ def search_channels(kind: str | None = None) -> list[Channel]:
 
 def channel_names(kind: str) -> list[str]:
     return [c.name for c in search_channels(kind)]
+
+
+# Channels of their own modules, registered when imported (after the four above: a channel may read
+# the lists of those that ran before it).
+from memoryapp.search import graph_channels  # noqa: E402, F401  (items by entities, the walk, evidence)

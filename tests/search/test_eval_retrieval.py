@@ -10,6 +10,8 @@ from typing import Any
 from django.core.management import call_command
 
 from memoryapp.models import Agent, Entry
+from memoryapp.search.channel_set import channel_names
+from memoryapp.search.channels import ENTRY
 
 LOCOMO = [
     {
@@ -58,7 +60,8 @@ def test_eval_retrieval_prints_recall_per_method_as_json_and_cleans_up(tmp_path:
     call_command("eval_retrieval", "--locomo", str(path), "--k", "1,5", "--json", stdout=out)
 
     summary = json.loads(out.getvalue().strip().splitlines()[-1])
-    assert set(summary) == {"keyword", "vector", "hybrid"}
+    # The methods, and each other turn channel alone (the graph's ppr and evidence among them).
+    assert set(summary) == {"keyword", "vector", "hybrid", *channel_names(ENTRY)} >= {"ppr", "evidence"}
     for row in summary.values():
         assert row["questions"] == 3
         assert 0 <= row["recall@1"] <= row["recall@5"] <= 100

@@ -38,6 +38,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from memory_project.commands import ProjectCommand
 from memoryapp.agents.services import agent_get_or_create
+from memoryapp.graph.names import graph_from_names
 from memoryapp.management.longmemeval import longmemeval_run
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.search.channel_set import channel_names
@@ -277,6 +278,10 @@ class Command(ProjectCommand):
         for offset in range(0, len(specs), 500):
             entries_add(thread=thread, entries=specs[offset : offset + 500])
         embed_pending(agent_id=agent.pk)
+        # No model reads the conversation here, so no items or edges exist: the rule-based graph (who
+        # names whom, each edge quoting its turn; memoryapp.graph.names) gives the graph channels
+        # something to walk, as documented in docs/benchmarks.md.
+        graph_from_names(thread=thread, actor="eval_retrieval")
         dia_of = {
             entry_id: str((metadata or {}).get("dia_id") or "")
             for entry_id, metadata in Entry.objects.filter(thread=thread).values_list("id", "metadata")
