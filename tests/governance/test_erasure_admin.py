@@ -67,7 +67,8 @@ def test_a_privacy_officer_files_a_request_follows_it_and_reads_its_report(djang
         answer = _post_request(officer, identifiers="ana@example.org\n\n", agents=[agent.pk])
     request = ErasureRequest.objects.get()
     assert answer.status_code == 302 and answer["Location"] == f"{LIST}{request.pk}/change/"
-    assert request.requested_by_name == "staff:pat" and request.identifiers == ["ana@example.org"]
+    # Done, the request forgets the identifiers the officer typed (it names her by user id only).
+    assert request.requested_by_name == "staff:pat" and request.identifiers == []
     assert request.agent_ids == [agent.pk] and request.status == "done"
     assert not Thread.objects.filter(pk=thread.pk).exists()
 
@@ -75,6 +76,7 @@ def test_a_privacy_officer_files_a_request_follows_it_and_reads_its_report(djang
     assert "u-ana" in listing and "er-done" in listing and "<progress" in listing and "pat" in listing
     page = officer.get(f"{LIST}{request.pk}/change/").content.decode()
     assert "Open the report" in page and request.report_sha256 in page and 'http-equiv="refresh"' not in page
+    assert "none kept (a finished erasure forgets them)" in page and "ana@example.org" not in page
     report = officer.get(f"{LIST}{request.pk}/report/").content.decode()
     assert "found nothing left" in report and 'id="er-nothing-found"' in report and "memoryapp_entry" in report
     assert 'id="er-shredding"' in report and "Encryption at rest is off" in report
