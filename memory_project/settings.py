@@ -184,7 +184,10 @@ EMBEDDING_URL = (
 )
 EMBEDDING_API_KEY = env_str("EMBEDDING_API_KEY", "")
 EMBEDDING_TIMEOUT = env_float("EMBEDDING_TIMEOUT", 30.0, minimum=0.1)
-EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 64, minimum=1, maximum=2048)
+# Texts per embedding call (and rows per batch of the embedding job). The local model sorts a call's
+# texts by length and encodes them 64 at a time: batches of 64 rows padded each group to its longest
+# text, 74% of the model's own rate per CPU second; 256: 90% (bench/embedding_job.py, issue 26).
+EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 256, minimum=1, maximum=2048)
 # CPU threads of the local model in each process (0: torch's default, one per core). One each keeps
 # two worker processes and the web from oversubscribing a small machine.
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1, minimum=0, maximum=256)
