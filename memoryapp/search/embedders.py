@@ -15,6 +15,8 @@ import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import requests
@@ -404,3 +406,18 @@ def embed_query(text: str) -> list[float]:
 def query_cache_clear() -> None:
     with _query_lock:
         _query_cache.clear()
+
+
+@contextmanager
+def embedder_wrapped(wrap: Callable[[Embedder], Embedder]) -> Iterator[None]:
+    """Run the block with the configured embedder wrapped by `wrap` (eval_retrieval's vector cache:
+    the same texts embedded once across runs); the configured one is back afterwards."""
+    global _configured
+    base = embedder()
+    saved = _configured
+    assert saved is not None
+    _configured = (saved[0], wrap(base))
+    try:
+        yield
+    finally:
+        _configured = saved

@@ -40,10 +40,11 @@ from memory_project.commands import ProjectCommand
 from memoryapp.agents.services import agent_get_or_create
 from memoryapp.graph.names import graph_from_names
 from memoryapp.management.longmemeval import longmemeval_run
+from memoryapp.management.vector_cache import CachedEmbedder
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.search.channel_set import channel_names
 from memoryapp.search.channels import ENTRY
-from memoryapp.search.embedders import query_cache_clear
+from memoryapp.search.embedders import embedder_wrapped, query_cache_clear
 from memoryapp.search.indexing import embed_pending
 from memoryapp.search.retrieval import METHODS, search
 from memoryapp.threads.services import entries_add, thread_create
@@ -125,6 +126,18 @@ class Command(ProjectCommand):
         parser.add_argument("--questions", default="", help="LongMemEval: only these question_ids (comma separated)")
         parser.add_argument("--limit", type=int, default=0, help="LongMemEval: only the first N questions")
         parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+        parser.add_argument(
+            "--vector-cache",
+            default="",
+            help="a SQLite file of the turns' vectors, kept across runs (memoryapp.management.vector_cache)",
+        )
+
+    def execute(self, *args: Any, **options: Any) -> str | None:
+        cache_path = options.get("vector_cache") or ""
+        if not cache_path:
+            return super().execute(*args, **options)
+        with embedder_wrapped(lambda inner: CachedEmbedder(inner, Path(cache_path))):
+            return super().execute(*args, **options)
 
     def handle(self, *args: Any, **options: Any) -> None:
 
