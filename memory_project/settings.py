@@ -192,6 +192,16 @@ EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 256, minimum=1, maximum=2
 # two worker processes and the web from oversubscribing a small machine.
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1, minimum=0, maximum=256)
 
+# The search's reranker port (memoryapp.search.rerank): none, an HTTP rerank endpoint (Cohere, Jina,
+# Hugging Face TEI and vLLM answer this shape), or a local cross-encoder whose weights are at a
+# local path (never downloaded at run time).
+RERANKER = env_choice("RERANKER", "none", ("none", "http", "local"))
+RERANKER_URL = env_url("RERANKER_URL", ("http", "https"))
+RERANKER_MODEL = env_str("RERANKER_MODEL", "")
+RERANKER_API_KEY = env_str("RERANKER_API_KEY", "")
+RERANKER_TIMEOUT = env_float("RERANKER_TIMEOUT", 5.0, minimum=0.1)
+RERANKER_TOP = env_int("RERANKER_TOP", 30, minimum=1, maximum=200)
+
 LLM_PROVIDER = env_choice("LLM_PROVIDER", "none", ("none", "openai", "anthropic", "scripted"))
 LLM_BASE_URL = env_url("LLM_BASE_URL", ("http", "https"))
 LLM_MODEL = env_str("LLM_MODEL", "")

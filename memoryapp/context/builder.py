@@ -105,9 +105,9 @@ logger = logging.getLogger(__name__)
 STRATEGIES = ("recent", "relevant", "hybrid")
 MAX_TOKENS_LIMIT = 2_000_000
 RECALL_LIMIT = 20
-# Recall sends only turns and items that are about the input: a vector hit needs this cosine
-# (all-MiniLM-L6-v2 puts paraphrases above ~0.4 and unrelated chat below ~0.25).
-RECALL_MIN_SIMILARITY = 0.3
+# Recall sends only turns and items that are about the input: a vector hit needs this cosine (004:
+# 0.45, and 0.6 of the best; all-MiniLM-L6-v2 puts paraphrases above ~0.4, unrelated chat below ~0.25).
+RECALL_MIN_SIMILARITY = 0.45
 FIRST_WINDOW = 64
 # Observations of the entities a turn names or recalls, at most (004 "Observations").
 MAX_OBSERVATIONS = 3
@@ -994,6 +994,7 @@ def _recall_search(
             before_seq=before_seq,
             exclude_ids=exclude_ids,
             min_similarity=RECALL_MIN_SIMILARITY,
+            skip_small_talk=True,
         )
     except Exception as exc:
         logger.exception("recall search failed")

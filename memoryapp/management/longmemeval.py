@@ -145,6 +145,8 @@ def ask_question(
         thread=indexed.thread,
         kinds=("entries",),
         limit=max(ks) * SESSION_DEPTH,
+        # "Now" for the question is the day it was asked ("how many days ago ...").
+        anchor=haystack_date(question.get("question_date")),
         **run,
     )
     elapsed = (time.perf_counter() - started) * 1000

@@ -7,6 +7,8 @@ keyword and vector. A module that adds channels registers them when imported her
 
 from __future__ import annotations
 
+from importlib import import_module
+
 from memoryapp.search.channels import ENTRY, ITEM, Channel, ChannelInput, register, registered
 from memoryapp.search.keyword import ChannelHit, keyword_entries, keyword_items
 from memoryapp.search.vector import vector_entries, vector_items
@@ -98,6 +100,12 @@ def channel_names(kind: str) -> list[str]:
     return [c.name for c in search_channels(kind)]
 
 
-# Channels of their own modules, registered when imported (after the four above: a channel may read
-# the lists of those that ran before it).
-from memoryapp.search import graph_channels  # noqa: E402, F401  (items by entities, the walk, evidence)
+# Channels of their own modules register when imported: after the built-in ones, in this order
+# (a channel may read the lists of those before it). Add a module here to plug its channels in.
+CHANNEL_MODULES = (
+    "memoryapp.search.turn_time",  # turns of the time the question names
+    "memoryapp.search.turn_entities",  # turns of the entities it names
+    "memoryapp.search.graph_channels",  # items by entities, the walk, evidence
+)
+for _module in CHANNEL_MODULES:
+    import_module(_module)

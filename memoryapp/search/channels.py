@@ -72,6 +72,7 @@ class Channel:
     default_weight: float = 1.0
     methods: frozenset[str] = HYBRID_ONLY  # the search methods that run it
     needs_vector: bool = False  # skipped when the question has no embedding
+    uses_vector: bool = False  # ranks by the question's embedding when there is one (asks for it)
 
     def weight(self, query_kind: str) -> float:
         return float(self.weights.get(query_kind, self.default_weight))

@@ -19,6 +19,8 @@ figures the evaluation prints are those of the product.
 from __future__ import annotations
 
 import logging
+import math
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -37,7 +39,8 @@ from memoryapp.search.channels import ENTRY, ITEM, Channel, ChannelInput
 from memoryapp.search.embedders import EmbedderError, embed_query
 from memoryapp.search.hybrid import Fused, mmr, pool_size, rrf
 from memoryapp.search.keyword import ChannelHit
-from memoryapp.search.query import QueryAnalysis, analyze_query
+from memoryapp.search.query import KIND_UPDATE, QueryAnalysis, analyze_query
+from memoryapp.search.rerank import configured_reranker, rerank_order
 from memoryapp.search.scope import EntryScope
 from memoryapp.search.space import vector_space_status
 
@@ -74,6 +77,7 @@ class Hit:
     item_kind: str = ""
     valid_from: datetime | None = None
     valid_to: datetime | None = None
+    times_retrieved: int = 0
 
     def as_json(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -212,7 +216,16 @@ def _load_items(ids: list[str]) -> dict[str, Hit]:
     if not ids:
         return {}
     rows = MemoryItem.objects.filter(id__in=ids).values_list(
-        "id", "value", "subject", "attribute", "kind", "recorded_at", "valid_from", "valid_to", "thread_id"
+        "id",
+        "value",
+        "subject",
+        "attribute",
+        "kind",
+        "recorded_at",
+        "valid_from",
+        "valid_to",
+        "thread_id",
+        "times_retrieved",
     )
     return {
         r[0]: Hit(
@@ -226,6 +239,7 @@ def _load_items(ids: list[str]) -> dict[str, Hit]:
             valid_from=r[6],
             valid_to=r[7],
             thread_id=r[8] or None,
+            times_retrieved=r[9] or 0,
         )
         for r in rows
     }
@@ -249,12 +263,19 @@ def search(
     min_similarity: float | None = None,
     purpose: str = "",
     channels: Sequence[str] | None = None,
+    anchor: datetime | None = None,
+    time_zone: str = "",
+    skip_small_talk: bool = False,
 ) -> SearchOutcome:
     """Search the agent's memory (see the module's steps). Never raises for a failed channel.
 
     `min_similarity` (recall uses it) keeps only vector hits with at least that cosine and at
     least RELATIVE_FLOOR of the best one: a ranked list always has a first row, relevant or not.
     `channels` runs only the registered channels of these names (eval_retrieval: a channel alone).
+    `anchor` is "now" for the question (relative times such as "last May" resolve against it;
+    default `as_of`, else the newest turn of the scope), in `time_zone` (default the thread's
+    `metadata.time_zone`, else UTC). With `skip_small_talk` (recall), small talk ("thanks!") is
+    not searched: no hits, and a warning says why.
     """
     outcome = SearchOutcome()
     scope = EntryScope(
@@ -275,6 +296,9 @@ def search(
         item_rows = item_rows.filter(agent=agent)  # a caller's queryset never widens the agent
     analysis = analyze_query(text)
     outcome.analysis = analysis
+    if skip_small_talk and analysis.small_talk:
+        outcome.warnings.append("small talk: not searched")
+        return outcome
     wanted = [
         c
         for c in search_channels()
@@ -282,7 +306,11 @@ def search(
         and (channels is None or c.name in channels)
     ]
     vector: list[float] | None = None
-    if method in ("vector", "hybrid") and text.strip() and any(c.needs_vector and method in c.methods for c in wanted):
+    if (
+        method in ("vector", "hybrid")
+        and text.strip()
+        and any((c.needs_vector or c.uses_vector) and method in c.methods for c in wanted)
+    ):
         vector = _query_vector(text, outcome)
         if vector is None and method == "vector":
             # The vector channel is down: answer by keyword rather than with nothing.
@@ -299,6 +327,8 @@ def search(
         no_items=no_items,
         vector=vector,
         min_similarity=min_similarity,
+        anchor=anchor or as_of,
+        time_zone=time_zone or (str((thread.metadata or {}).get("time_zone") or "") if thread is not None else ""),
         errors=outcome.errors,
     )
     lists: list[tuple[str, str, list[ChannelHit], float]] = []
@@ -314,7 +344,9 @@ def search(
     outcome.channel_lists = {(kind, name): [h.id for h in found] for kind, name, found, _ in lists}
 
     fused_rows = _fuse(scope=scope, lists=lists, method=method, neighbours=neighbours)
-    outcome.hits = _hits(fused_rows, limit=limit, diversify=diversify and method == "hybrid")
+    outcome.hits = _hits(
+        fused_rows, limit=limit, diversify=diversify and method == "hybrid", analysis=analysis, outcome=outcome
+    )
     return outcome
 
 
@@ -375,16 +407,90 @@ def _fuse(
     return sorted(fused.values(), key=lambda f: -f.score)
 
 
-def _hits(rows: list[Fused], *, limit: int, diversify: bool) -> list[Hit]:
-    pool = rows[: pool_size(limit)] if diversify else rows[:limit]
+def _hits(
+    rows: list[Fused],
+    *,
+    limit: int,
+    diversify: bool,
+    analysis: QueryAnalysis | None = None,
+    outcome: SearchOutcome | None = None,
+) -> list[Hit]:
+    """Step 5: the page. A fused search (`diversify`) reranks its best rows by the share of the
+    question's words they hold, recency and use (`rerank_by_words_and_use`), lays them out by MMR,
+    and lets the configured reranker reorder the best RERANKER_TOP (memoryapp.search.rerank)."""
+    reranker = configured_reranker() if diversify and analysis is not None else None
+    top = settings.RERANKER_TOP if reranker is not None else 0
+    pool = rows[: max(pool_size(limit), top)] if diversify else rows[:limit]
     loaded = {("entry", k): v for k, v in _load_entries([r.id for r in pool if r.kind == "entry"]).items()}
     loaded.update({("item", k): v for k, v in _load_items([r.id for r in pool if r.kind == "item"]).items()})
     pool = [r for r in pool if (r.kind, r.id) in loaded]
     texts = {key: hit.text for key, hit in loaded.items()}
-    chosen = mmr(pool, texts, limit=limit, lambda_=MMR_LAMBDA) if diversify else pool[:limit]
+    if diversify and analysis is not None:
+        pool = rerank_by_words_and_use(pool, loaded, analysis)
+    chosen = mmr(pool, texts, limit=max(limit, top), lambda_=MMR_LAMBDA) if diversify else pool[:limit]
+    if reranker is not None and analysis is not None:
+        order, error = rerank_order(reranker, analysis.text, [texts[(r.kind, r.id)] for r in chosen], top=top)
+        chosen = [chosen[i] for i in order]
+        if error is not None and outcome is not None:
+            outcome.errors.append(error)
     hits: list[Hit] = []
-    for r in chosen:
+    for r in chosen[:limit]:
         hit = loaded[(r.kind, r.id)]
         hit.score, hit.channels = r.score, r.channels
         hits.append(hit)
     return hits
+
+
+# Step 5's reranking of the fused rows (004: "reranked by the share of the input's words a hit
+# holds, biased a little toward recent turns and toward items sent to a model more often"): each
+# row's fused score times (1 + WORD_SHARE_WEIGHT x the share of the question's words it holds)
+# x (1 + RECENCY_BIAS x its place between the pool's oldest and newest row) x (1 + USE_BIAS x its
+# use against the most used item of the pool). An update question ("where do I live now?") leans
+# harder toward what was said last.
+WORD_SHARE_WEIGHT = 0.3
+RECENCY_BIAS = 0.05
+UPDATE_RECENCY_BIAS = 0.2
+USE_BIAS = 0.05
+_STEM_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+def _stem(word: str) -> str:
+    for suffix in _STEM_SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def word_share(terms: list[str], text: str) -> float:
+    """The share of `terms` (the question's words) the text holds, each compared by a crude stem."""
+    if not terms:
+        return 0.0
+    held = {_stem(w) for w in _TEXT_WORD.findall(text.lower())}
+    return sum(1 for t in terms if _stem(t) in held) / len(terms)
+
+
+_TEXT_WORD = re.compile(r"[a-z0-9]+")
+
+
+def rerank_by_words_and_use(
+    pool: list[Fused], loaded: dict[tuple[str, str], Hit], analysis: QueryAnalysis
+) -> list[Fused]:
+    """The pool's scores times the word share, recency and use factors above, best first."""
+    if not pool:
+        return pool
+    terms = [t for piece in analysis.terms for t in _TEXT_WORD.findall(piece)]
+    stamps = [h.created_at.timestamp() for h in loaded.values() if h.created_at is not None]
+    oldest, newest = (min(stamps), max(stamps)) if stamps else (0.0, 0.0)
+    span = newest - oldest
+    recency = UPDATE_RECENCY_BIAS if analysis.kind == KIND_UPDATE else RECENCY_BIAS
+    most_used = max((h.times_retrieved for h in loaded.values() if h.kind == "item"), default=0)
+    for row in pool:
+        hit = loaded[(row.kind, row.id)]
+        # A turn holds its sender's name too ("What does Melanie paint?" and Melanie's own turn).
+        factor = 1 + WORD_SHARE_WEIGHT * word_share(terms, f"{hit.text} {hit.sender_name}")
+        if span > 0 and hit.created_at is not None:
+            factor *= 1 + recency * (hit.created_at.timestamp() - oldest) / span
+        if most_used > 0 and hit.kind == "item":
+            factor *= 1 + USE_BIAS * math.log1p(hit.times_retrieved) / math.log1p(most_used)
+        row.score *= factor
+    return sorted(pool, key=lambda f: -f.score)

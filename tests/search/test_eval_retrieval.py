@@ -7,7 +7,8 @@ from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from django.core.management import call_command
+import pytest
+from django.core.management import CommandError, call_command
 
 from memoryapp.models import Agent, Entry
 from memoryapp.search.channel_set import channel_names
@@ -61,7 +62,9 @@ def test_eval_retrieval_prints_recall_per_method_as_json_and_cleans_up(tmp_path:
 
     summary = json.loads(out.getvalue().strip().splitlines()[-1])
     # The methods, and each other turn channel alone (the graph's ppr and evidence among them).
-    assert set(summary) == {"keyword", "vector", "hybrid", *channel_names(ENTRY)} >= {"ppr", "evidence"}
+    assert (
+        set(summary) == {"keyword", "vector", "hybrid", *channel_names(ENTRY)} >= {"time", "entity", "ppr", "evidence"}
+    )
     for row in summary.values():
         assert row["questions"] == 3
         assert 0 <= row["recall@1"] <= row["recall@5"] <= 100
@@ -85,3 +88,11 @@ def test_eval_retrieval_prints_a_table_per_category_for_the_chosen_conversations
     text = out.getvalue()
     assert "tiny-2" in text and "tiny-1" not in text
     assert "R@10" in text and "single-hop" in text and "multi-hop" in text
+    assert "  time     single-hop" in text and "  entity   multi-hop" in text  # each channel alone, per category
+
+
+def test_eval_retrieval_names_the_channels_it_knows(tmp_path: Path, db: Any) -> None:
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(LOCOMO))
+    with pytest.raises(CommandError, match="unknown channel 'graph-walk'"):
+        call_command("eval_retrieval", "--locomo", str(path), "--channels", "time,graph-walk", stdout=StringIO())

@@ -1,0 +1,302 @@
+"""The search's channels on small made-up threads: the registry, the time and entity turn channels,
+query analysis (kinds, small talk), the word-share rerank and the reranker port's failure path."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.test import override_settings
+
+from memoryapp.models import Entity
+from memoryapp.search import channels as registry
+from memoryapp.search.channel_set import channel_names
+from memoryapp.search.channels import ENTRY, Channel, ChannelInput
+from memoryapp.search.keyword import ChannelHit
+from memoryapp.search.query import analyze_query
+from memoryapp.search.rerank import HttpReranker, RerankerError, rerank_order, scores_from
+from memoryapp.search.retrieval import search
+from memoryapp.search.turn_time import DAY, MONTH, WEEK, YEAR, named_time
+from tests.kit.factories import ThreadFactory
+from tests.kit.recall import by_text, embedded
+from tests.kit.servers import ModelServer, Reply, free_port
+
+NOW = datetime(2026, 10, 21, 15, 0, tzinfo=UTC)
+
+
+def _at(year: int, month: int, day: int, hour: int = 12, minute: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
+
+
+def _turn(role: str, text: str, at: datetime, sender: str = "") -> dict[str, Any]:
+    turn: dict[str, Any] = {"role": role, "content": text, "created_at": at}
+    if sender:
+        turn["sender_name"] = sender
+    return turn
+
+
+STAYS = [
+    _turn("user", "We booked the Alfama guesthouse with the blue door for our stay", _at(2026, 3, 31, 23, 30)),
+    _turn("assistant", "Lovely, enjoy the guesthouse and the view", _at(2026, 3, 31, 23, 31)),
+    _turn("user", "This time we stayed at a lakeside cabin with a wood stove", _at(2026, 8, 10)),
+    _turn("assistant", "A cabin by the lake sounds restful", _at(2026, 8, 10, 12, 1)),
+    _turn("user", "Our trip to Porto starts tomorrow, train at nine", _at(2026, 9, 20)),
+    _turn("user", "I bought new hiking boots for the trip", _at(2026, 9, 6)),
+    _turn("user", "The weather is grey again today", _at(2026, 10, 20)),
+]
+
+
+def _alone(agent: Any, thread: Any, text: str, channel: str, **options: Any) -> list[str]:
+    outcome = search(
+        agent=agent,
+        text=text,
+        thread=thread,
+        kinds=("entries",),
+        limit=10,
+        channels=(channel,),
+        neighbours=False,
+        diversify=False,
+        **options,
+    )
+    assert outcome.errors == []
+    return [h.id for h in outcome.hits]
+
+
+# --- query analysis --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"),
+    [
+        ("When did Ana move to Lisbon?", "temporal"),
+        ("What did we do last April?", "temporal"),
+        ("How many books has Ana read?", "aggregate"),
+        ("What activities does Melanie do?", "aggregate"),
+        ("Where does Ana live now?", "update"),
+        ("What is my favourite cuisine?", "preference"),
+        ("What breed is Rex?", "general"),
+    ],
+)
+def test_the_kind_of_question_is_read_by_rules(text: str, kind: str) -> None:
+    assert analyze_query(text).kind == kind
+
+
+def test_small_talk_is_not_searched_by_recall(alice: Any) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=[("user", "thanks, you are great"), ("user", "thanks for the map")])
+    assert analyze_query("Thanks!").small_talk and analyze_query("how are you?").small_talk
+    assert not analyze_query("Thanks for the map of Lisbon, where is the castle?").small_talk
+
+    skipped = search(agent=alice.agent, text="thanks!", thread=thread, skip_small_talk=True)
+    asked = search(agent=alice.agent, text="the map, thanks!", thread=thread, skip_small_talk=True)
+
+    assert skipped.hits == [] and skipped.warnings == ["small talk: not searched"]
+    assert asked.hits[0].id == by_text(thread, "thanks for the map").id and asked.warnings == []
+
+
+# --- the time channel ------------------------------------------------------------------------------
+
+
+def test_named_times_resolve_to_an_interval_with_its_precision() -> None:
+    lisbon = ZoneInfo("Europe/Lisbon")
+    april = named_time("Where did we stay last April?", NOW, lisbon)
+    assert april is not None and april.precision == MONTH
+    assert april.start == datetime(2026, 4, 1, tzinfo=lisbon) and april.end == datetime(2026, 5, 1, tzinfo=lisbon)
+    year = named_time("What did I read in 2022?", NOW)
+    assert year is not None and (year.start.year, year.end.year, year.precision) == (2022, 2023, YEAR)
+    day = named_time("What happened on 7 May 2023?", NOW)
+    assert day is not None and day.start == _at(2023, 5, 7, 0) and day.precision == DAY
+    weeks = named_time("What did I cook two weeks ago?", NOW)
+    assert weeks is not None and weeks.precision == WEEK and weeks.start < NOW - timedelta(days=14) < weeks.end
+    assert named_time("What did I do yesterday?", NOW) == named_time("on 20 October", NOW)
+    assert named_time("What breed is Rex?", NOW) is None
+    # An event of the thread dates the span: "two weeks before the trip".
+    trip = _at(2026, 9, 20)
+    before = named_time("What did I buy two weeks before the trip?", NOW, event_date=lambda words: trip)
+    assert before is not None and before.start <= trip - timedelta(days=14) < before.end
+
+
+def test_a_dated_question_finds_the_turn_of_that_time_in_the_threads_zone(alice: Any) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=STAYS, metadata={"time_zone": "Europe/Lisbon"})
+    embedded(alice.agent)
+    guesthouse = by_text(thread, "Alfama guesthouse").id
+
+    found = _alone(alice.agent, thread, "Where did we stay last April?", "time", anchor=NOW)
+
+    # 23:30 UTC on 31 March is 00:30 on 1 April in Lisbon: April there, not in UTC.
+    assert found[0] == guesthouse
+    assert by_text(thread, "lakeside cabin").id not in found
+    utc = ThreadFactory(agent=alice.agent, external_id="t-utc", turns=STAYS)
+    embedded(alice.agent)
+    assert by_text(utc, "Alfama guesthouse").id not in _alone(
+        alice.agent, utc, "Where did we stay last April?", "time", anchor=NOW
+    )
+    hybrid = search(
+        agent=alice.agent, text="Where did we stay last April?", thread=thread, kinds=("entries",), anchor=NOW
+    )
+    assert hybrid.hits[0].id == guesthouse and "time" in hybrid.hits[0].channels
+
+
+def test_a_time_relative_to_an_event_of_the_thread_is_dated_by_that_event(alice: Any) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=STAYS)
+    embedded(alice.agent)
+
+    found = _alone(alice.agent, thread, "What did I buy two weeks before the trip to Porto?", "time", anchor=NOW)
+
+    assert found[0] == by_text(thread, "hiking boots").id
+
+
+def test_a_when_question_reads_the_turns_that_state_a_time(alice: Any) -> None:
+    thread = ThreadFactory(
+        agent=alice.agent,
+        turns=[
+            _turn("user", "The pottery class is great fun", _at(2026, 5, 1)),
+            _turn("user", "I went to my first pottery class yesterday", _at(2026, 5, 2)),
+            _turn("user", "Pottery is such a calm hobby", _at(2026, 5, 3)),
+        ],
+    )
+    embedded(alice.agent)
+
+    found = _alone(alice.agent, thread, "When did I go to the pottery class?", "time")
+
+    assert found == [by_text(thread, "yesterday").id]
+    assert _alone(alice.agent, thread, "What is my hobby?", "time") == []
+
+
+# --- the entity channel ----------------------------------------------------------------------------
+
+PEOPLE = [
+    _turn("user", "I painted a sunrise over the lake this weekend", _at(2026, 5, 1), sender="Melanie"),
+    _turn("assistant", "I painted my kitchen walls green", _at(2026, 5, 1, 12, 1), sender="Caroline"),
+    _turn("user", "Running keeps me sane", _at(2026, 5, 2), sender="Melanie"),
+    _turn("assistant", "Painting with Melanie last year was the best", _at(2026, 5, 2, 12, 1), sender="Caroline"),
+    _turn("assistant", "We finally visited Lisboa, the tiles!", _at(2026, 5, 3), sender="Caroline"),
+    _turn("user", "The castle was closed", _at(2026, 5, 3, 12, 1), sender="Melanie"),
+    _turn("assistant", "Ben here: I paint miniatures at night", _at(2026, 5, 4), sender="Ben"),
+]
+
+
+def test_the_entity_channel_reads_the_turns_of_the_person_the_question_names(alice: Any) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=PEOPLE)
+    embedded(alice.agent)
+
+    found = _alone(alice.agent, thread, "What did Melanie paint?", "entity")
+
+    # Melanie's turns and the turn naming her; Caroline's own painting and trip are not hers.
+    mine = {by_text(thread, t).id for t in ("sunrise", "Running", "castle", "Painting with Melanie")}
+    assert set(found) == mine  # Caroline's painting, not Melanie's
+    # In a conversation of two, naming a party narrows little: only entities of memory count there.
+    two = ThreadFactory(agent=alice.agent, external_id="t-two", turns=PEOPLE[:-1])
+    embedded(alice.agent)
+    assert _alone(alice.agent, two, "What did Melanie paint?", "entity") == []
+
+
+def test_the_entity_channel_finds_an_entity_of_memory_by_its_alias(alice: Any) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=PEOPLE)
+    embedded(alice.agent)
+    Entity.objects.create(
+        agent=alice.agent, user_id="u-ana", name="Lisbon", normalized_name="lisbon", aliases=["Lisboa"]
+    )
+
+    found = _alone(alice.agent, thread, "What did we like in Lisbon?", "entity")
+
+    assert found[0] == by_text(thread, "Lisboa").id
+
+
+def test_an_entity_of_another_agent_is_not_read(alice: Any, bob: Any) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=PEOPLE)
+    embedded(alice.agent)
+    Entity.objects.create(agent=bob.agent, name="Lisbon", normalized_name="lisbon", aliases=["Lisboa"])
+
+    assert _alone(alice.agent, thread, "What did we like in Lisbon?", "entity") == []
+
+
+# --- the registry and the fusion -------------------------------------------------------------------
+
+
+def test_a_registered_channel_is_fused_and_one_that_fails_gives_nothing_with_a_note(alice: Any) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=PEOPLE)
+    castle = by_text(thread, "castle").id
+
+    def pointing(ci: ChannelInput) -> list[ChannelHit]:
+        return [ChannelHit(id=castle, score=1.0)]
+
+    def failing(ci: ChannelInput) -> list[ChannelHit]:
+        raise RuntimeError("graph store unavailable")
+
+    registry.register(Channel(name="test-pointing", kind=ENTRY, run=pointing, default_weight=3.0))
+    registry.register(Channel(name="test-failing", kind=ENTRY, run=failing))
+    try:
+        assert {"test-pointing", "test-failing"} <= set(channel_names(ENTRY))
+        outcome = search(agent=alice.agent, text="What did Melanie paint?", thread=thread, kinds=("entries",))
+    finally:
+        registry.unregister(ENTRY, "test-pointing")
+        registry.unregister(ENTRY, "test-failing")
+
+    assert outcome.hits[0].id == castle and "test-pointing" in outcome.hits[0].channels
+    assert {"source": "channel:test-failing", "message": "graph store unavailable"} in outcome.errors
+    assert outcome.channel_lists[(ENTRY, "test-failing")] == []
+    with pytest.raises(ValueError, match="unknown kind of question"):
+        registry.register(Channel(name="x", kind=ENTRY, run=pointing, weights={"chitchat": 1.0}))
+
+
+def test_the_share_of_the_questions_words_lifts_the_turn_holding_them(alice: Any) -> None:
+    thread = ThreadFactory(
+        agent=alice.agent,
+        turns=[
+            ("user", "My sister Ana adopted a grey cat"),
+            ("user", "Ana's cat is called Miso and sleeps all day"),
+            ("user", "Cats sleep a lot"),
+        ],
+    )
+    embedded(alice.agent)
+
+    outcome = search(agent=alice.agent, text="What is the name of Ana's cat?", thread=thread, kinds=("entries",))
+
+    assert outcome.hits[0].id == by_text(thread, "called Miso").id
+
+
+# --- the reranker port -----------------------------------------------------------------------------
+
+
+def test_a_reranker_reorders_the_best_hits(alice: Any) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=PEOPLE[:6])
+    embedded(alice.agent)
+    server = ModelServer([Reply(200, {"results": [{"index": i, "relevance_score": float(i)} for i in range(6)]})])
+    with server.running(), override_settings(RERANKER="http", RERANKER_URL=server.url + "/rerank", RERANKER_TOP=30):
+        reranked = search(agent=alice.agent, text="What did Melanie paint?", thread=thread, kinds=("entries",), limit=6)
+    plain = search(agent=alice.agent, text="What did Melanie paint?", thread=thread, kinds=("entries",), limit=6)
+
+    assert [h.id for h in reranked.hits] == [h.id for h in plain.hits][::-1]
+    assert server.seen[0].body["query"] == "What did Melanie paint?" and len(server.seen[0].body["documents"]) == 6
+    assert reranked.errors == []
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        Reply(500, {"error": "overloaded"}),
+        Reply(200, {"results": [{"index": 0, "relevance_score": 1.0}]}),  # fewer scores than documents
+        Reply(200, {"unexpected": True}),
+    ],
+)
+def test_a_failing_reranker_leaves_the_order_as_it_was_with_a_relevance_error(alice: Any, reply: Reply) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=PEOPLE[:6])
+    embedded(alice.agent)
+    plain = search(agent=alice.agent, text="What did Melanie paint?", thread=thread, kinds=("entries",), limit=6)
+    server = ModelServer([reply])
+    with server.running(), override_settings(RERANKER="http", RERANKER_URL=server.url + "/rerank"):
+        failed = search(agent=alice.agent, text="What did Melanie paint?", thread=thread, kinds=("entries",), limit=6)
+
+    assert [h.id for h in failed.hits] == [h.id for h in plain.hits]
+    assert [e["source"] for e in failed.errors] == ["reranker"]
+
+
+def test_an_unreachable_reranker_leaves_the_order_as_it_was() -> None:
+    reranker = HttpReranker(url=f"http://127.0.0.1:{free_port()}/rerank", model="", api_key="", timeout=2.0)
+    with pytest.raises(RerankerError, match="unreachable"):
+        reranker.scores("q", ["a", "b"])
+    order, error = rerank_order(reranker, "q", ["a", "b", "c"], top=30)
+    assert order == [0, 1, 2] and error is not None and error["source"] == "reranker"
+    assert scores_from({"scores": [0.1, 0.9]}, 2) == [0.1, 0.9]
