@@ -47,7 +47,7 @@ from psycopg import sql
 
 from governance.audit.chain import audit_append, audit_rehearsal, canonical_json
 from governance.crypto.envelope import data_keys_of_person
-from governance.crypto.fields import SealedJSONField, SealedTextField, json_text_open, value_open
+from governance.crypto.fields import BlindIndexField, SealedJSONField, SealedTextField, json_text_open, value_open
 from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
@@ -1325,7 +1325,29 @@ def backup_holdings(*, user_id: str, held: dict[tuple[str, str, str], int]) -> d
     }
 
 
-def _shredding(request: ErasureRequest, *, held: dict[tuple[str, str, str], int]) -> dict[str, Any]:
+def _unsealed_kept(tables: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    """What a copy made before the erasure keeps of the rows it deleted or redacted besides their
+    content columns, which encryption never seals: per table, the vectors (counted as the
+    statements deleted or cleared them) and the rows with a blind index (keyed hashes of words)."""
+    indexed = {
+        model._meta.db_table
+        for model in apps.get_models()
+        if any(isinstance(f, BlindIndexField) for f in model._meta.concrete_fields)
+    }
+    kept: list[dict[str, Any]] = []
+    for table, kinds in sorted(tables.items()):
+        vectors = kinds.get("vectors_deleted", 0) + kinds.get("vectors_cleared", 0)
+        if vectors:
+            kept.append({"table": table, "column": "embedding", "rows": vectors, "what": "vectors"})
+        rows = kinds.get("deleted", 0) + kinds.get("redacted", 0)
+        if table in indexed and rows and keyring().enabled:
+            kept.append({"table": table, "column": "keyword_hashes", "rows": rows, "what": "blind-index hashes"})
+    return kept
+
+
+def _shredding(
+    request: ErasureRequest, *, held: dict[tuple[str, str, str], int], tables: dict[str, dict[str, int]]
+) -> dict[str, Any]:
     """What became of the person's data keys (encryption at rest, governance.crypto): the ids of
     those destroyed (so no copy of their sealed rows opens any more), and any still live; and what
     a copy made before the erasure still holds (`backup_holdings`, measured), which the statement
@@ -1342,6 +1364,8 @@ def _shredding(request: ErasureRequest, *, held: dict[tuple[str, str, str], int]
     destroyed = [listed(k) for k in keys if k["destroyed_at"] is not None]
     live = [listed(k) for k in keys if k["destroyed_at"] is None]
     backup = backup_holdings(user_id=request.user_id, held=held)
+    backup["unsealed"] = _unsealed_kept(tables)
+    unsealed = "; ".join(f"{r['table']}.{r['column']}: {r['rows']} ({r['what']})" for r in backup["unsealed"])
     shut = sum(r["rows"] for r in backup["unopenable"])
     still = sum(r["rows"] for r in backup["readable"])
     where = "; ".join(f"{r['table']}.{r['column']}: {r['rows']} ({r['why']})" for r in backup["readable"])
@@ -1365,8 +1389,8 @@ def _shredding(request: ErasureRequest, *, held: dict[tuple[str, str, str], int]
                 if still
                 else "Such a copy holds none of them readable. "
             )
-            + "It also holds, for every row, its vectors, blind-index hashes, sizes and times "
-            "(docs/security.md, Encryption at rest)."
+            + (f"It also holds, never sealed: {unsealed}; " if unsealed else "It also holds ")
+            + "each row's ids, sizes and times (docs/security.md, Encryption at rest)."
         )
         if live:
             statement += (
@@ -1462,7 +1486,7 @@ def _report(
             "samples_taken": "before the erasure, kept in memory only",
         },
         "scan": scan,
-        "crypto_shredding": _shredding(request, held=held),
+        "crypto_shredding": _shredding(request, held=held, tables=tables),
         "outcome": "clean" if scan["found"] == 0 else "leftovers",
         "summary": summary,
     }

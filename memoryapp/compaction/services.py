@@ -26,7 +26,7 @@ from memoryapp.events.services import event_record
 from memoryapp.llm.model import ModelUnavailable
 from memoryapp.llm.port import model_available, recording_usage
 from memoryapp.models import Entry, Thread
-from memoryapp.models.choices import EntryType
+from memoryapp.models.choices import EntryType, Role
 from memoryapp.threads.selectors import path_ids
 from memoryapp.threads.services import entry_add
 
@@ -160,6 +160,25 @@ def compaction_run(
     return CompactionOutcome(strategy=strategy, entry=entry, plan=plan, notes=ctx.notes)
 
 
+def _summary_words_of(*, entry: Entry, locked: Thread, covered_ids: set[str]) -> None:
+    """A compaction that stands in for the turns of one person other than the thread's (their
+    messages in it, a fork's copies of theirs, with the assistant's replies to them) holds their words: it is sealed again under their key
+    (`Entry.words_of`), so their erasure shreds every old copy of it. One covering several people's
+    turns stays under the thread's person's (the erasure of any of them removes it from the
+    database; docs/security.md "Whose key seals a row")."""
+    covered = list(
+        Entry.objects.filter(thread_id=locked.pk, id__in=covered_ids).only("id", "role", "metadata", "words_of")
+    )
+    # Whose turns: user messages, tool results and earlier summaries; the assistant's replies
+    # answer them (they count only when the summary covers nothing else).
+    turns = [e for e in covered if e.role != Role.ASSISTANT] or covered
+    people = {e.words_person(thread_person=locked.user_id) for e in turns}
+    if len(people) != 1 or (person := people.pop()) == locked.user_id:
+        return
+    entry.words_of = person
+    entry.save(update_fields=["words_of", "content", "text", "tool_calls", "event"])
+
+
 @transaction.atomic
 def compaction_write(
     *,
@@ -204,6 +223,7 @@ def compaction_write(
     if run_id is not None:
         event["job_run_id"] = run_id
     entry = entry_add(thread=thread, type=EntryType.COMPACTION, role="user", content=plan.content, event=event)
+    _summary_words_of(entry=entry, locked=locked, covered_ids=covered_ids)
     event_record(agent_id=locked.agent_id, type="compaction.created", thread_id=locked.external_id, ids=[entry.id])
     audit_append(
         action="thread.compact",

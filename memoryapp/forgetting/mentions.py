@@ -116,8 +116,11 @@ def _mentions_erase(
             item.metadata = matcher.redacted_value(item.metadata)
             had_vector = item.embedding is not None
             item.embedding, item.embedded_at = None, None
+            if item.words_of == matcher.user_id:
+                item.words_of = ""  # what stays is no longer the person's words: sealed under the scope's key
             item.save(
                 update_fields=[
+                    "words_of",
                     "attribute",
                     "value",
                     "value_json",
@@ -152,8 +155,11 @@ def _mentions_erase(
             )
             had_vector = entry.embedding is not None
             entry.embedding, entry.embedded_at = None, None
+            if entry.words_of == matcher.user_id:
+                entry.words_of = ""  # what stays is no longer the person's words (a tool result quoting them)
             entry.save(
                 update_fields=[
+                    "words_of",
                     "content",
                     "tool_calls",
                     "event",

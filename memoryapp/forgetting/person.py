@@ -52,6 +52,7 @@ from governance.audit.pseudonyms import pseudonym_names, pseudonyms_forget
 from governance.crypto.envelope import data_key_destroy
 from governance.crypto.fields import json_text_open, sealed_update
 from governance.crypto.keyring import encryption_enabled
+from governance.crypto.rotation import rows_reseal
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
 from governance.models import JobRun
@@ -417,6 +418,7 @@ def person_erase(
         # redaction too: the leftover scan would find the secret's row naming them).
         pseudonyms_forget(agent_id=agent_id, user_id=user_id)
         if mode == "erase":
+            counts_add(counts, _words_of_released(agent_id=agent_id, user_id=user_id))
             with transaction.atomic():
                 if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
                     counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
@@ -427,6 +429,27 @@ def person_erase(
         # Rows the plan counted may have gone with an earlier step (items quoting erased threads).
         progress(max(total, done), max(total, done))
     return counts
+
+
+@atomic_retrying
+def _words_of_released(*, agent_id: int, user_id: str) -> dict[str, int]:
+    """Rows sealed under the person's key for holding their words (`words_of`: a fork's copy, a
+    summary, a tool result quoting them, an item drawn from their messages) that the steps before
+    left in place (a tool result redacted without its identifiers having been found, an item kept
+    by a `keep` or an excluded group): sealed again under their other owner's key before the
+    person's goes, so the service can still open what it keeps. Counted (`words_resealed`); none
+    is expected (docs/security.md "Whose key seals a row")."""
+    resealed = 0
+    for model in (Entry, MemoryItem):
+        rows = model._default_manager.filter(agent_id=agent_id, words_of=user_id)  # type: ignore[attr-defined]
+        ids = list(rows.values_list("pk", flat=True))
+        if not ids:
+            continue
+        model._default_manager.filter(pk__in=ids).update(words_of="")  # type: ignore[attr-defined]
+        if encryption_enabled():
+            rows_reseal(model._default_manager.filter(pk__in=ids))  # type: ignore[attr-defined]
+        resealed += len(ids)
+    return {"words_resealed": resealed} if resealed else {}
 
 
 @atomic_retrying

@@ -158,11 +158,11 @@ def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> lis
         ids.append(entry_id)
     entries = {
         e.id: e
-        # With its thread's person: whose words each quote holds (Evidence.encryption_owner), read
-        # here once for all quotes rather than once per quote as they are sealed.
+        # With what says whose words each quote holds (Evidence.encryption_owner, Entry.words_person),
+        # read here once for all quotes rather than once per quote as they are sealed.
         for e in Entry.objects.filter(agent=agent, id__in=[i for i in ids if i])
         .select_related("thread")
-        .only("id", "text", "redacted_at", "thread__user_id")
+        .only("id", "text", "redacted_at", "role", "metadata", "words_of", "thread__user_id")
     }
     checked = []
     for entry_id, quote in zip(ids, evidence, strict=True):
@@ -170,6 +170,15 @@ def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> lis
         text = quote["quote"].strip()
         checked.append((entry, text, verify_evidence(text, entry)))  # type: ignore[arg-type]
     return checked
+
+
+def _quoted_person(checked: list[tuple[Entry | None, str, str]]) -> str | None:
+    """The one person whose words every quote holds (`Entry.words_person`); None when the quotes
+    hold several people's words, "" when they quote no entry."""
+    people = {entry.words_person() for entry, _, _ in checked if entry is not None}
+    if len(people) > 1:
+        return None
+    return people.pop() if people else ""
 
 
 def _add_evidence(*, agent: Agent, item: MemoryItem, checked: list[tuple[Entry | None, str, str]]) -> None:
@@ -348,7 +357,13 @@ def item_state_write(
     if valid_to is not None:
         extra[VALID_UNTIL_KEY] = valid_to.isoformat()
     active = activates(trust=trust, verified=verified, confidence=confidence, shadow=shadow)
+    # An item drawn only from another person's words (their message in this person's thread) is
+    # sealed under their key (MemoryItem.words_of): their erasure purges it and shreds its old copies.
+    quoted = _quoted_person(checked)
+    scoped = MemoryItem(agent=agent, user_id=scope.user_id, thread_id=scope.thread_id)
+    words_of = quoted if quoted and quoted != scoped.scope_person() else ""
     item = MemoryItem.objects.create(
+        words_of=words_of,
         agent=agent,
         user_id=scope.user_id,
         project_id=scope.project_id,
@@ -446,6 +461,11 @@ def _merge(
             ]
         )
     before = Evidence.objects.filter(item=item).count()
+    if item.words_of and _quoted_person(checked) not in (item.words_of, ""):
+        # A quote of someone else joins: the item holds several people's words now, so it goes back
+        # under its scope's person's key (an erasure of the first only trims it, and it must open).
+        item.words_of = ""
+        item.save(update_fields=["words_of", "value", "value_json"])
     _add_evidence(agent=agent, item=item, checked=checked)
     if activated:
         _item_changed(item=item, lay_out=True, refresh=True, event="item.activated")

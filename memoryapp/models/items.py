@@ -10,7 +10,8 @@ from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Case, F, OuterRef, Q, Subquery, Value, When
 from django.db.models.expressions import Expression
-from django.db.models.functions import Coalesce, NullIf
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce, NullIf
 from pgvector.django import HnswIndex, VectorField
 
 from governance.crypto.fields import (
@@ -24,6 +25,7 @@ from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.choices import EvidenceStatus, ItemKind, ItemStatus, Trust
+from memoryapp.models.people import MESSAGE_USER_KEY
 from memoryapp.models.threads import Entry, Thread
 
 
@@ -55,6 +57,30 @@ def scope_person_sql(prefix: str = "") -> Expression:
             then=Coalesce(Subquery(thread_person), Value("")),
         ),
         default=F(f"{prefix}user_id"),
+        output_field=models.CharField(),
+    )
+
+
+def item_person_sql(prefix: str = "") -> Expression:
+    """MemoryItem.encryption_owner's person in SQL: `words_of`, else the scope's person."""
+    return Coalesce(NullIf(F(f"{prefix}words_of"), Value("")), scope_person_sql(prefix))
+
+
+def entry_person_sql(prefix: str = "") -> Expression:
+    """Entry.words_person in SQL, for the entry reached through `prefix`: a user message's sender
+    (`metadata.userId`), else `words_of`, else its thread's person."""
+    sender = Case(
+        When(
+            Q(**{f"{prefix}role": "user", f"{prefix}metadata__has_key": MESSAGE_USER_KEY}),
+            then=Cast(KeyTextTransform(MESSAGE_USER_KEY, f"{prefix}metadata"), models.CharField()),
+        ),
+        default=Value(""),
+        output_field=models.CharField(),
+    )
+    return Coalesce(
+        NullIf(sender, Value("")),
+        NullIf(F(f"{prefix}words_of"), Value("")),
+        F(f"{prefix}thread__user_id"),
         output_field=models.CharField(),
     )
 
@@ -170,6 +196,10 @@ class MemoryItem(Scoped):
     times_retrieved = models.IntegerField(default=0)
     last_retrieved_at = models.DateTimeField(null=True, blank=True)
     prompt_version = models.CharField(max_length=40, blank=True, default="")
+    # The person whose words the item was drawn from when that is not its scope's person ("" otherwise):
+    # set when every quote it stands on holds one other person's words (their message in another's
+    # thread), cleared when a quote of someone else joins. What it is sealed under (encryption_owner).
+    words_of = models.CharField(max_length=128, blank=True, default="", db_default="")
     metadata = models.JSONField(default=dict, blank=True)
     # The purposes the item was collected for (of the agent's `purposes`); empty: any. A recall that
     # names a purpose sees only items of that purpose or of none (memoryapp.items.purposes).
@@ -241,6 +271,19 @@ class MemoryItem(Scoped):
     def __str__(self) -> str:
         return f"{self.subject}.{self.attribute} = {self.value[:40]}"
 
+    def encryption_owner(self) -> tuple[int | None, str]:
+        """Sealed under the key of the person whose words it was drawn from (`words_of`) when set,
+        else its scope's person (Scoped.encryption_owner)."""
+        annotated: str | None = getattr(self, OWNER_PERSON, None)
+        if annotated is not None:
+            return (self.agent_id, annotated)
+        return (self.agent_id, self.words_of or self.scope_person())
+
+    @classmethod
+    def encryption_owner_person(cls) -> Expression:
+        """encryption_owner's person in SQL (governance.crypto.fields.OWNER_PERSON)."""
+        return item_person_sql()
+
 
 class ItemReview(models.Model):
     """One step of an item's review history: a decision, the undo of one, a forget.
@@ -298,7 +341,7 @@ class ItemReview(models.Model):
     ENCRYPTION_OWNER_VIA: ClassVar[tuple[str, ...]] = ("item",)
 
     def encryption_owner(self) -> tuple[int | None, str]:
-        """The item's owner (Scoped.encryption_owner)."""
+        """The item's owner (MemoryItem.encryption_owner)."""
         annotated: str | None = getattr(self, OWNER_PERSON, None)
         if annotated is not None:
             return (self.agent_id, annotated)
@@ -307,7 +350,7 @@ class ItemReview(models.Model):
     @classmethod
     def encryption_owner_person(cls) -> Expression:
         """encryption_owner's person in SQL (governance.crypto.fields.OWNER_PERSON)."""
-        return scope_person_sql("item__")
+        return item_person_sql("item__")
 
 
 class Evidence(models.Model):
@@ -336,7 +379,7 @@ class Evidence(models.Model):
     ENCRYPTION_OWNER_VIA: ClassVar[tuple[str, ...]] = ("entry", "item")
 
     def encryption_owner(self) -> tuple[int | None, str]:
-        """The person whose words the quote holds: the quoted entry's thread's, so erasing them
+        """The person whose words the quote holds: the quoted entry's (its sender's, ...), so erasing them
         shreds every copy of the quote, even one an item about someone else (or about no one)
         keeps; the item's owner (Scoped.encryption_owner) when the entry is gone or its thread
         is about no one."""
@@ -351,10 +394,11 @@ class Evidence(models.Model):
     @classmethod
     def encryption_owner_person(cls) -> Expression:
         """encryption_owner's person in SQL (governance.crypto.fields.OWNER_PERSON)."""
-        return Coalesce(NullIf(F("entry__thread__user_id"), Value("")), scope_person_sql("item__"))
+        return Coalesce(NullIf(entry_person_sql("entry__"), Value("")), item_person_sql("item__"))
 
     def quoted_person(self) -> str:
-        """The person of the quoted entry's thread ("" for no entry): read from the entry when it
+        """The person whose words the quoted entry holds (`Entry.words_person`: its sender, the person
+        its `words_of` names, else its thread's; "" for no entry): read from the entry when it
         was given with its thread (the writers load the quoted entries so, once for all quotes),
         else looked up once per row and entry (a quote moved to another entry is looked up again)."""
         if self.entry_id is None:
@@ -364,8 +408,13 @@ class Evidence(models.Model):
             return known[1]
         entry = self.entry if Evidence.entry.is_cached(self) else None
         if entry is not None and Entry.thread.is_cached(entry):
-            person = entry.thread.user_id
+            person = entry.words_person()
         else:
-            person = Entry.objects.filter(pk=self.entry_id).values_list("thread__user_id", flat=True).first() or ""
+            person = (
+                Entry.objects.filter(pk=self.entry_id)
+                .annotate(words=entry_person_sql())
+                .values_list("words", flat=True)
+                .first()
+            ) or ""
         self._quoted_person = (self.entry_id, person)
         return person

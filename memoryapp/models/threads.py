@@ -122,6 +122,12 @@ class Entry(models.Model):
     # Held by screening (memoryapp.screening): stored, but kept out of search, context, extraction
     # and embedding until a reviewer releases it (null again) or deletes it.
     held_at = models.DateTimeField(null=True, blank=True)
+    # The person whose words the entry holds when that is neither its sender nor its thread's person
+    # ("" otherwise): a fork's copy keeps its original's (the copy may be handed to someone else), a
+    # summary of one other person's turns takes theirs, a tool result naming one registered person
+    # (other than the thread's) takes theirs. What it is sealed under (encryption_owner), so that
+    # person's erasure shreds every old copy of it; docs/security.md "Whose key seals a row".
+    words_of = models.CharField(max_length=128, blank=True, default="", db_default="")
     # Empty for a sealed text: with encryption on, keyword search reads `keyword_hashes` instead.
     search_vector = models.GeneratedField(
         expression=SearchVector(
@@ -208,9 +214,18 @@ class Entry(models.Model):
     def encryption_owner(self) -> tuple[int | None, str]:
         """Sealed under the data key of the person whose words it holds (governance.crypto.envelope):
         a user message's sender when it names one (`message_sender`, the one rule), so a person's
-        message in another person's thread is shredded with them; otherwise the thread's person."""
+        message in another person's thread is shredded with them; else the person `words_of` names
+        (a fork's copy, a summary, a tool result quoting someone); otherwise the thread's person."""
+        return (self.agent_id, self.words_person())
+
+    def words_person(self, *, thread_person: str | None = None) -> str:
+        """Whose words the entry holds: a user message's sender (`message_sender`), else `words_of`,
+        else the thread's person ("" for a thread about no one; `thread_person` when the caller
+        knows it, so the thread is not read)."""
         sender = message_sender(self.metadata) if self.role == Role.USER else ""
-        return (self.agent_id, sender or self.thread.user_id)
+        if sender or self.words_of:
+            return sender or self.words_of
+        return self.thread.user_id if thread_person is None else thread_person
 
 
 class HeldEntry(Entry):

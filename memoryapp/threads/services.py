@@ -27,7 +27,8 @@ from memoryapp.ids import entry_id_new, person_id_check
 from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
 from memoryapp.screening.screen import screener_for
-from memoryapp.subjects.detect import mentions_record
+from memoryapp.subjects.detect import mentions_record, people_matcher
+from memoryapp.subjects.index import row_texts
 from memoryapp.threads.columns import (
     ENTRY_FORK_COPIED,
     ENTRY_INSERT_COLUMNS,
@@ -337,6 +338,7 @@ def _insert(
         entries_screened(
             entries=[e for e, _ in unscreened], screener=screener, prefixes=[p for _, p in unscreened], now=now
         )
+    _tool_results_words_of(thread=thread, locked=locked, entries=entries)
     if len(entries) == 1:
         entries[0].save(force_insert=True)
     else:
@@ -358,6 +360,23 @@ def _insert(
         screener.record(thread_id=locked.external_id, subject=locked.external_id, person=locked.user_id)
     after_entries_added(thread=thread, entries=entries)
     return answered
+
+
+def _tool_results_words_of(*, thread: Thread, locked: Thread, entries: Sequence[Entry]) -> None:
+    """A tool result that names one registered person other than the thread's (a profile a tool
+    looked up) holds their words: it is sealed under their key (`Entry.words_of`), so their erasure
+    shreds every old copy of it; one naming several such people stays under the thread's person's
+    (docs/security.md "Whose key seals a row")."""
+    results = [e for e in entries if e.type == EntryType.TOOL_RESULT]
+    if not results:
+        return
+    people = people_matcher(**_agent_of(thread))
+    if people is None:
+        return
+    for entry in results:
+        others = people.people_in(row_texts(Table.ENTRY, entry)) - {locked.user_id}
+        if len(others) == 1:
+            entry.words_of = others.pop()
 
 
 # Set on an entry `_insert` answers that was there already (a retried write): see `entry_was_there`.
@@ -657,6 +676,9 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
             metadata={**(original.metadata or {}), "forkOf": original.id},
             **{name: getattr(original, name) for name in ENTRY_FORK_COPIED},
         )
+        # The copy holds the original's words: sealed under their person's key whoever the fork is
+        # handed to later (a thread given to another person reseals its rows under theirs).
+        entry.words_of = original.words_person(thread_person=locked.user_id)
         entry.content_hash = content_hash(parent_id=parent, turn=hashed_turn(entry), created_at=entry.created_at)
         copies.append(entry)
     Entry.objects.bulk_create(copies)

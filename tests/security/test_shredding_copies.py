@@ -1,0 +1,150 @@
+"""Crypto-shredding that reaches every copy (issue 25 §6): with encryption on, each row holding a
+person's words is sealed under her data key whoever owns it now (a fork of her thread handed to
+another person, her message in another person's thread, a tool result quoting her, an item drawn
+from her message, a summary of her turns), so once her erasure destroys that key none of them opens
+from a copy made before, while the rows the service keeps still open with the live keys."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from governance.crypto.envelope import data_keys_of_person
+from governance.crypto.fields import text_open, value_aad
+from governance.crypto.sealing import SealError, sealed_key_id
+from governance.erasure.services import erasure_request_file
+from governance.models import ErasureRequest
+from memoryapp.llm.port import use_model
+from memoryapp.llm.scripted import ScriptedModel
+from memoryapp.models import Entry, MemoryItem
+from memoryapp.models.choices import EntryType
+from memoryapp.subjects.matching import PLACEHOLDER
+from tests.kit.api import Caller, answered, post_entry, post_item, post_ok, post_thread
+
+HER = "u-ines"
+NAME = "Inês Valdomiro"
+EMAIL = "ines.valdomiro@example.org"
+
+
+def _raw(table: str, column: str, pk: str) -> str:
+    """The value as the database (and so a dump of it) holds it."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {column}::text FROM {table} WHERE id = %s", [pk])
+        return str(cursor.fetchone()[0])
+
+
+def _plant(alice: Caller) -> dict[str, tuple[str, str, str]]:
+    """Her words in rows of others; answers (table, column, id) of each copy, by what it is."""
+    answered(
+        alice.client.put(f"/api/v1/users/{HER}/identifiers", {"names": [NAME], "emails": [EMAIL]}, format="json"), 200
+    )
+    # Her own thread, forked and the fork handed to Dora.
+    post_thread(alice, "t-ines", user_id=HER)
+    post_entry(alice, "t-ines", role="user", content="I hide the spare key under the Zanzibarquill pot.")
+    reply = post_entry(alice, "t-ines", role="assistant", content="Noted: the key is under the Zanzibarquill pot.")
+    post_ok(alice.client, "/api/v1/threads/t-ines/fork", {"entry_id": reply["id"], "new_thread_id": "t-dora"})
+    post_thread(alice, "t-dora", user_id="u-dora", status=200)
+    copies = list(Entry.objects.filter(thread__external_id="t-dora").order_by("seq").values_list("pk", flat=True))
+    # Carl's thread: a tool result quoting her profile, then her message in it (its replies go with
+    # it), an item drawn from it.
+    post_thread(alice, "t-carl", user_id="u-carl")
+    post_entry(alice, "t-carl", role="user", content="Carl likes green tea.")
+    post_entry(
+        alice,
+        "t-carl",
+        role="assistant",
+        content="Looking her up.",
+        tool_calls=[{"id": "c1", "name": "crm_lookup", "arguments": {"q": "ines"}}],
+    )
+    tool = post_entry(
+        alice,
+        "t-carl",
+        type="tool_result",
+        tool_call_id="c1",
+        content=f"{NAME} <{EMAIL}>, born 1981, lives in Ribadouro.",
+    )
+    hers = post_entry(alice, "t-carl", role="user", content="My PIN is quokkaparade.", metadata={"userId": HER})
+    item = post_item(
+        alice,
+        kind="fact",
+        subject="Inês",
+        attribute="pin",
+        value="quokkaparade",
+        user_id="u-carl",
+        evidence=[{"entry_id": hers["id"], "quote": "My PIN is quokkaparade."}],
+    )
+    # A thread of Carl's where only she spoke, compacted: the summary holds her turns.
+    post_thread(alice, "t-carl-2", user_id="u-carl")
+    for n in range(3):
+        post_entry(
+            alice,
+            "t-carl-2",
+            role="user",
+            content=f"Ines note {n}: Ribadouro gate code 48{n}.",
+            metadata={"userId": HER},
+        )
+        post_entry(alice, "t-carl-2", role="assistant", content=f"Noted {n}.")
+    with use_model(ScriptedModel(lambda system, messages: "She gave the Ribadouro gate codes.")):
+        post_ok(
+            alice.client,
+            "/api/v1/threads/t-carl-2/compact",
+            {"strategy": "summarize-old-preserve-recent", "preserve_recent_turns": 1, "async": False},
+            status=(200, 201),
+        )
+    summary = Entry.objects.get(thread__external_id="t-carl-2", type=EntryType.COMPACTION)
+    return {
+        **{f"fork copy {n}": ("memoryapp_entry", "text", pk) for n, pk in enumerate(copies)},
+        "her message in Carl's thread": ("memoryapp_entry", "text", hers["id"]),
+        "item drawn from it": ("memoryapp_memoryitem", "value", item["id"]),
+        "tool result quoting her": ("memoryapp_entry", "text", tool["id"]),
+        "summary of her turns": ("memoryapp_entry", "text", summary.pk),
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_every_copy_of_her_words_is_sealed_under_her_key_and_none_opens_after_her_erasure(
+    encrypted: Any, alice: Caller, tmp_path: Path, settings: Any
+) -> None:
+    settings.VAR_DIR = tmp_path / "var"
+    settings.RECEIPT_SIGNING_KEY = ""
+    settings.RECEIPT_SIGNING_KEY_FILE = ""
+    rows = _plant(alice)
+    her_keys = {k["id"] for k in data_keys_of_person(user_id=HER)}
+    assert len(her_keys) == 1
+    before = {what: _raw(*where) for what, where in rows.items()}
+    for what, value in before.items():
+        assert sealed_key_id(value) in her_keys, what
+        assert text_open(value, aad=value_aad(*rows[what][:2]))  # opens while her key lives
+    tool_id = rows["tool result quoting her"][2]
+
+    request = erasure_request_file(user_id=HER, actor="staff:pat")
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.DONE, request.error
+
+    # A copy made before the erasure: not one of those values opens with the keys that live now.
+    for what, value in before.items():
+        with pytest.raises(SealError):
+            text_open(value, aad=value_aad(*rows[what][:2]))
+    # What the service keeps of them opens: the tool result, her identifiers redacted, now
+    # sealed under Carl's key; the rest went with her.
+    kept = Entry.objects.get(pk=tool_id)
+    assert PLACEHOLDER in kept.text and "Ribadouro" in kept.text and kept.words_of == ""
+    assert sealed_key_id(_raw("memoryapp_entry", "text", tool_id)) not in her_keys
+    assert not Entry.objects.filter(pk__in=[pk for _, _, pk in rows.values() if pk != tool_id]).exists()
+    assert not MemoryItem.objects.filter(pk=rows["item drawn from it"][2]).exists()
+    assert not Entry.objects.filter(words_of=HER).exists() and not MemoryItem.objects.filter(words_of=HER).exists()
+    # The receipt says, measured, that these values no longer open in an old copy.
+    backup = request.report["crypto_shredding"]["backup"]
+    shut = {(r["table"], r["column"]): r["rows"] for r in backup["unopenable"]}
+    assert shut[("memoryapp_entry", "text")] >= len([w for w in rows.values() if w[0] == "memoryapp_entry"])
+    assert shut[("memoryapp_memoryitem", "value")] >= 1
+    statement = request.report["crypto_shredding"]["statement"]
+    assert "memoryapp_entry.metadata" in statement  # what stays readable is named by table and column
+    # and what encryption never seals, measured too: the rows' blind-index hashes and vectors.
+    assert "memoryapp_entry.keyword_hashes" in statement
+    assert {r["column"] for r in backup["unsealed"]} >= {"keyword_hashes"}
+    assert json.dumps(request.report).count("quokkaparade") == 0
