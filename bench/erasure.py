@@ -14,8 +14,15 @@ For each size (small first), in the same run:
     holds, samples, `person_erase` in batches, the leftover scan over every table, the report;
     each step timed (the report's `seconds`), rows erased per second.
 Then the ratio large / small of the erasure's time (target: ten times the data in at most twelve
-times as long; the large erasure under 60 s). Every bench row is deleted at the end.
-It never asserts a duration.
+times as long; the large erasure under 60 s).
+
+Mentions (`--mentions 10000`, at `--mentions-scale`, 0 to skip): two people with the same data of
+their own, each erased by a request giving her e-mail and name as other identifiers; the second is
+also named (name and e-mail) in `--mentions` rows of others, half other people's turns in their
+threads, half agent-wide items, each with a vector. Printed: each erasure's time and steps, the rows
+redacted and cleared for re-embedding (the report's tally, vectors apart), and the ratio to the
+erasure without mentions, same run. `--mentions-only` skips the two sizes above.
+Every bench row is deleted at the end. It never asserts a duration.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import django
 
 django.setup()
 
+from django.conf import settings  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 
 from governance.erasure.services import erasure_request_file  # noqa: E402
@@ -53,9 +61,9 @@ OTHER_PEOPLE = 10
 
 THREADS_SQL = """
 INSERT INTO memoryapp_thread (agent_id, external_id, user_id, metadata, next_seq, branch_epoch, extraction,
-                              memory_enabled, created_at, updated_at)
+                              memory_enabled, on_busy, compaction, created_at, updated_at)
 SELECT (%(agents)s::bigint[])[1 + n %% 2], %(person)s || '-t' || n, %(person)s, '{}', %(per)s + 1, 0, '{}',
-       true, now(), now()
+       true, '', '{}', now(), now()
 FROM generate_series(1, %(threads)s) AS n
 """
 
@@ -83,10 +91,10 @@ UPDATE memoryapp_thread SET active_leaf_id = 'ent_b' || id || 'x' || %(per)s WHE
 ITEMS_SQL = """
 INSERT INTO memoryapp_memoryitem (agent_id, user_id, project_id, thread_id, id, kind, entity_id, subject, attribute,
                                   value, value_json, namespace, trust, status, confidence, verified, valid_from,
-                                  recorded_at, activated_at, times_retrieved, prompt_version, metadata)
+                                  recorded_at, activated_at, times_retrieved, prompt_version, metadata, purposes)
 SELECT (%(agents)s::bigint[])[1 + n %% 2], %(person)s, '', '', 'itm_b' || md5(%(person)s || n), 'fact', NULL,
        %(person)s, 'attribute ' || n, 'the value ' || md5(n || %(person)s) || ' of ' || %(person)s, NULL, '',
-       'user', 'active', 1.0, false, now(), now(), now(), 0, '', '{}'
+       'user', 'active', 1.0, false, now(), now(), now(), 0, '', '{}', '{}'
 FROM generate_series(1, %(items)s) AS n
 """
 
@@ -105,6 +113,118 @@ JOIN LATERAL (
 ) AS e ON true
 WHERE i.k %% 4 = 0
 """
+
+
+MENTION_THREADS_SQL = """
+INSERT INTO memoryapp_thread (agent_id, external_id, user_id, metadata, next_seq, branch_epoch, extraction,
+                              memory_enabled, on_busy, compaction, created_at, updated_at)
+SELECT (%(agents)s::bigint[])[1 + n %% 2], %(host)s || '-t' || n, %(host)s, '{}', %(per)s + 1, 0, '{}',
+       true, '', '{}', now(), now()
+FROM generate_series(1, %(threads)s) AS n
+"""
+
+MENTION_ENTRIES_SQL = """
+INSERT INTO memoryapp_entry (id, agent_id, thread_id, parent_id, seq, type, role, content, text, tool_calls,
+                             tool_call_id, tool_name, sender_name, token_count, event, metadata, created_at,
+                             content_hash, embedding, embedded_at)
+SELECT 'ent_m' || t.id || 'x' || s, t.agent_id, t.id,
+       CASE WHEN s = 1 THEN NULL ELSE 'ent_m' || t.id || 'x' || (s - 1) END,
+       s, 'message', 'user', to_jsonb(w.text), w.text, NULL, '', '', '', 30, NULL, '{}', now(),
+       left(md5(w.text), 32), %(vector)s::vector, now()
+FROM memoryapp_thread AS t
+CROSS JOIN generate_series(1, %(per)s) AS s
+CROSS JOIN LATERAL (
+    SELECT 'Turn ' || s || ': please ask ' || %(name)s || ' (' || %(email)s || ') about order ' || md5(t.id || ':' || s)
+           AS text
+) AS w
+WHERE t.user_id = %(host)s
+"""
+
+MENTION_ITEMS_SQL = """
+INSERT INTO memoryapp_memoryitem (agent_id, user_id, project_id, thread_id, id, kind, entity_id, subject, attribute,
+                                  value, value_json, namespace, trust, status, confidence, verified, valid_from,
+                                  recorded_at, activated_at, times_retrieved, prompt_version, metadata, purposes, embedding,
+                                  embedded_at)
+SELECT (%(agents)s::bigint[])[1 + n %% 2], '', '', '', 'itm_m' || md5(%(host)s || n), 'fact', NULL,
+       'escalations', 'contact ' || n, 'escalate case ' || n || ' to ' || %(name)s || ' at ' || %(email)s, NULL, '',
+       'user', 'active', 1.0, false, now(), now(), now(), 0, '', '{}', '{}', %(vector)s::vector, now()
+FROM generate_series(1, %(items)s) AS n
+"""
+
+
+def fill_mentions(*, host: str, name: str, email: str, agents: list[int], rows: int) -> int:
+    """`rows` rows of others naming the person: half turns of `host`'s threads, half agent-wide items."""
+    turns = rows // 2
+    values: dict[str, Any] = {
+        "host": host,
+        "agents": agents,
+        "name": name,
+        "email": email,
+        "per": min(ENTRIES_PER_THREAD, turns),
+        "threads": max(1, turns // ENTRIES_PER_THREAD),
+        "items": rows - turns,
+        "vector": "[" + ",".join(["0.01"] * settings.EMBEDDING_DIMENSIONS) + "]",
+    }
+    written = 0
+    with transaction.atomic(), connection.cursor() as cursor:
+        for statement in (MENTION_THREADS_SQL, MENTION_ENTRIES_SQL, MENTION_ITEMS_SQL):
+            cursor.execute(statement, values)
+            written += cursor.rowcount if statement is not MENTION_THREADS_SQL else 0
+        cursor.execute(
+            "UPDATE memoryapp_thread SET active_leaf_id = 'ent_m' || id || 'x' || %s WHERE user_id = %s",
+            [values["per"], host],
+        )
+    return written
+
+
+def erase_timed(person: str, *, identifiers: list[str]) -> dict[str, Any]:
+    """The person's erasure request, filed and run in this process: its time and its report."""
+    began = time.perf_counter()
+    request = erasure_request_file(user_id=person, identifiers=identifiers, actor="bench", reason="bench")
+    total = time.perf_counter() - began
+    request = ErasureRequest.objects.get(pk=request.pk)
+    assert request.status == "done", f"the request ended {request.status}: {request.error}"
+    return {"total": total, "report": request.report or {}}
+
+
+def run_mentions(*, scale: float, mentions: int, agents: list[int], tag: str) -> None:
+    """The erasure of a person named in `mentions` rows of others, against one named nowhere."""
+    cases = {}
+    for case in ("baseline", "mentioned"):
+        person = f"bench-{tag}-{case}-person"
+        name, email = f"Zelinda Quartzmoor{case.title()}", f"zelinda.{tag}.{case}@example.org"
+        rows = fill(person, agents=agents, scale=scale)
+        named = 0
+        if case == "mentioned":
+            named = fill_mentions(host=f"bench-{tag}-host", name=name, email=email, agents=agents, rows=mentions)
+        cases[case] = (person, [email, name], rows, named)
+    analyze()
+    print(
+        f"[mentions] two people of {cases['baseline'][2]} rows each (scale {scale}); the second named by name and"
+        f" e-mail in {cases['mentioned'][3]} rows of others ({mentions // 2} turns in another person's threads,"
+        f" {mentions - mentions // 2} agent-wide items, each with a vector)"
+    )
+    measured = {}
+    for case, (person, identifiers, _, _) in cases.items():
+        done = erase_timed(person, identifiers=identifiers)
+        report = done["report"]
+        tables = report.get("tables", {})
+        redacted = sum(kinds.get("redacted", 0) for kinds in tables.values())
+        re_embedded = sum(kinds.get("re_embedded", 0) + kinds.get("vectors_cleared", 0) for kinds in tables.values())
+        deleted = sum(kinds.get("deleted", 0) for kinds in tables.values())
+        mention_counts = {k: v for k, v in (report.get("counts") or {}).items() if k.startswith("mentions") and v}
+        seconds = report.get("seconds", {})
+        measured[case] = done["total"]
+        print(
+            f"  {case:<9}: {done['total']:7.2f} s (person_erase {float(seconds.get('erasing', 0)):.2f} s, leftover scan"
+            f" {float(seconds.get('scanning', 0)):.2f} s); rows deleted {deleted}, redacted {redacted},"
+            f" vectors cleared to re-embed {re_embedded}; mentions {mention_counts or 'none'}"
+        )
+    print(
+        f"  ratio with {mentions} mentions / without: {measured['mentioned'] / measured['baseline']:.2f}x the time"
+        f" (+{measured['mentioned'] - measured['baseline']:.2f} s, "
+        f"{(measured['mentioned'] - measured['baseline']) / max(1, mentions) * 1e6:.0f} us a mention)"
+    )
 
 
 def fill(person: str, *, agents: list[int], scale: float) -> int:
@@ -226,10 +346,17 @@ def main() -> None:
     parser.add_argument("--large", type=float, default=1.0, help="scale of the large person (1.0: 1,000 threads)")
     parser.add_argument("--small", type=float, default=0.1, help="scale of the small person")
     parser.add_argument("--others", type=float, default=1.0, help="other people's data, times the person's")
+    parser.add_argument("--mentions", type=int, default=10_000, help="rows of others naming a person (0: skip)")
+    parser.add_argument("--mentions-scale", type=float, default=0.1, help="scale of the two people's own data")
+    parser.add_argument("--mentions-only", action="store_true", help="only the mentions comparison")
     args = parser.parse_args()
     tag = uuid.uuid4().hex[:8]
     agents = [agent_get_or_create(slug=f"bench-erase-{tag}-{n}")[0].pk for n in (1, 2)]
     try:
+        if args.mentions:
+            run_mentions(scale=args.mentions_scale, mentions=args.mentions, agents=agents, tag=tag)
+        if args.mentions_only:
+            return
         small = run_size("small", args.small, agents=agents, others=args.others, tag=tag)
         large = run_size("large", args.large, agents=agents, others=args.others, tag=tag)
     finally:
