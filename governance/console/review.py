@@ -183,7 +183,7 @@ def quotes_with_turns(*, item_ids: list[str]) -> QuotesRead:
         return read
     evidence = list(
         Evidence.objects.filter(item_id__in=item_ids)
-        .select_related("entry", "entry__thread")
+        .select_related("entry", "entry__thread", "file_version")
         .defer("entry__embedding", "entry__search_vector", "entry__thread__metadata")
         .order_by("created_at", "id")
     )

@@ -29,7 +29,9 @@ from governance.console.review import (
     suggestions_waiting,
 )
 from governance.retention.policies import retention_policies, suggested_deadline
+from memoryapp.admin.files import history_url
 from memoryapp.errors import DomainError
+from memoryapp.items.evidence import tool_call_text
 from memoryapp.items.services import (
     item_approve,
     item_reject,
@@ -39,13 +41,14 @@ from memoryapp.items.services import (
     new_decision_id,
     slot_clusters,
 )
-from memoryapp.models import Agent, Entry, Evidence, MemoryItem
+from memoryapp.models import Agent, Entry, Evidence, MemoryFileVersion, MemoryItem
 from memoryapp.models.choices import EvidenceStatus, ItemKind, Trust
 
 # Who reviews memory (governance.staff.roles: Reviewers): the queue, the item pages, what the agent knew.
 REVIEW_PERMISSION = "memoryapp.change_memoryitem"
 ENTRY_WINDOW = 280  # characters of an entry shown on each side of its quotes
 TURN_CHARS = 220  # characters of the turns shown around a quoted entry
+FILE_CONTEXT_LINES = 2  # lines of a memory file shown before and after the lines a quote names
 REJECT_REASONS = ("wrong", "not about this person", "too vague", "duplicate", "sensitive", "a guess, not said")
 # The session key of the last decision this reviewer made (the undo button of a page without script).
 LAST_DECISION = "review_last_decision"
@@ -133,13 +136,34 @@ class Quoted:
     holds: bool
     before: Turn | None = None
     after: Turn | None = None
+    tool_call_id: str = ""  # the quotes are of this tool call (004 Evidence toolCallId)
+
+
+@dataclass
+class QuotedLine:
+    number: int
+    text: str
+    quoted: bool  # within the range a quote names
+
+
+@dataclass
+class FileQuoted:
+    """Quotes of lines of one memory file version (004 Evidence fileRange), with the lines around."""
+
+    version: MemoryFileVersion
+    lines: list[QuotedLine]
+    ranges: list[tuple[int, int]]
+    quotes: list[str]
+    holds: bool
+    url: str
 
 
 @dataclass
 class Card:
     item: MemoryItem
     quoted: list[Quoted] = field(default_factory=list)
-    unplaced: list[Evidence] = field(default_factory=list)  # quotes whose entry is gone
+    filed: list[FileQuoted] = field(default_factory=list)  # quotes of memory file lines
+    unplaced: list[Evidence] = field(default_factory=list)  # quotes whose entry (or file version) is gone
     now_value: str | None = None
     # When it expires unreviewed under its agent's retention policy (None: it waits for good).
     deadline: datetime | None = None
@@ -205,33 +229,64 @@ def cards_for(
     cards: dict[str, Card] = {}
     for item in items:
         card = Card(item=item, deadline=suggested_deadline(item, policies=policies))
-        by_entry: OrderedDict[str, list[Evidence]] = OrderedDict()
+        by_entry: OrderedDict[tuple[str, str], list[Evidence]] = OrderedDict()
+        by_version: OrderedDict[str, list[Evidence]] = OrderedDict()
         for ev in read.evidence.get(item.pk, []):
-            if ev.entry is None:
+            if ev.line_start is not None and ev.file_version is not None:
+                by_version.setdefault(ev.file_version.pk, []).append(ev)
+            elif ev.entry is None:
                 card.unplaced.append(ev)
             else:
-                by_entry.setdefault(ev.entry.id, []).append(ev)
-        for quotes in by_entry.values():
+                by_entry.setdefault((ev.entry.id, ev.tool_call_id), []).append(ev)
+        for (_, call_id), quotes in by_entry.items():
             entry = quotes[0].entry
             assert entry is not None
             texts = list(dict.fromkeys(q.quote for q in quotes))
+            source = entry.text
+            if call_id:  # the call's result, or its name and arguments in the entry that makes it
+                source = tool_call_text(entry, call_id) or entry.text
             card.quoted.append(
                 Quoted(
                     entry=entry,
                     thread_pk=entry.thread_id,
                     thread_external_id=entry.thread.external_id,
-                    html=highlighted("[redacted]" if entry.redacted_at else entry.text, texts, window=window),
+                    html=highlighted("[redacted]" if entry.redacted_at else source, texts, window=window),
                     url=thread_entry_url(entry.thread_id, entry.id),
                     quotes=texts,
                     holds=all(q.status == EvidenceStatus.VERIFIED for q in quotes),
                     before=_turn(read.before.get(entry.id)),
                     after=_turn(read.after.get(entry.id)),
+                    tool_call_id=call_id,
                 )
             )
+        card.filed = [_file_quoted(quotes) for quotes in by_version.values()]
         i = item
         card.now_value = now_values.get((i.agent_id, i.user_id, i.project_id, i.thread_id, i.subject, i.attribute))
         cards[item.pk] = card
     return cards
+
+
+def _file_quoted(quotes: list[Evidence]) -> FileQuoted:
+    """The quoted lines of one version, numbered, with FILE_CONTEXT_LINES around each range."""
+    version = quotes[0].file_version
+    assert version is not None
+    ranges = sorted({(q.line_start or 1, q.line_end or q.line_start or 1) for q in quotes})
+    text = "[redacted]" if version.redacted_at is not None else (version.content or "")
+    all_lines = text.split("\n")
+    shown: set[int] = set()
+    for start, end in ranges:
+        shown.update(range(max(1, start - FILE_CONTEXT_LINES), min(len(all_lines), end + FILE_CONTEXT_LINES) + 1))
+    lines = [
+        QuotedLine(n, cut(all_lines[n - 1], TURN_CHARS), any(a <= n <= b for a, b in ranges)) for n in sorted(shown)
+    ]
+    return FileQuoted(
+        version=version,
+        lines=lines,
+        ranges=ranges,
+        quotes=list(dict.fromkeys(q.quote for q in quotes)),
+        holds=all(q.status == EvidenceStatus.VERIFIED for q in quotes),
+        url=history_url(version),
+    )
 
 
 def _slot(item: MemoryItem) -> tuple[int, str, str, str, str, str]:

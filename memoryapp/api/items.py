@@ -63,11 +63,40 @@ def _actor(request: Request) -> str:
 # --- output serializers --------------------------------------------------------------------
 
 
+class FileRangeOut(OutputSerializer):
+    version_id = serializers.CharField(allow_null=True, help_text="The memory file version (null once deleted).")
+    start_line = serializers.IntegerField(help_text="The first line quoted, from 1.")
+    end_line = serializers.IntegerField(help_text="The last line quoted (inclusive).")
+
+
 class EvidenceOut(OutputSerializer):
     id = serializers.IntegerField()
     entry_id = serializers.CharField(allow_null=True, help_text="The entry quoted (null once it is deleted).")
+    tool_call_id = serializers.CharField(
+        required=False, help_text="The tool call quoted, which the entry makes or answers (absent: the entry)."
+    )
+    file_range = FileRangeOut(required=False, help_text="The lines of a memory file version quoted.")
     quote = serializers.CharField()
-    status = serializers.ChoiceField(choices=EvidenceStatus.choices, help_text="verified: found in the entry.")
+    status = serializers.ChoiceField(
+        choices=EvidenceStatus.choices, help_text="verified: found where it points (entry, tool call, lines)."
+    )
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "id": instance.pk,
+            "entry_id": instance.entry_id,
+            "quote": instance.quote,
+            "status": instance.status,
+        }
+        if instance.tool_call_id:
+            body["tool_call_id"] = instance.tool_call_id
+        if instance.line_start is not None:
+            body["file_range"] = {
+                "version_id": instance.file_version_id,
+                "start_line": instance.line_start,
+                "end_line": instance.line_end,
+            }
+        return body
 
 
 class ItemOut(OutputSerializer):
@@ -245,9 +274,25 @@ class ItemsQuery(StrictSerializer):
     cursor = serializers.CharField(required=False)
 
 
+class FileRangeIn(StrictSerializer):
+    version_id = serializers.CharField(max_length=40, help_text="A version of one of the agent's memory files.")
+    start_line = serializers.IntegerField(min_value=1)
+    end_line = serializers.IntegerField(min_value=1)
+
+
 class EvidenceIn(StrictSerializer):
-    entry_id = serializers.CharField(max_length=40)
+    """004 Evidence: a quote of an entry, of a tool call (`entry_id` the entry that makes or answers
+    it, and `tool_call_id`), or of lines of a memory file version (`file_range`, no entry)."""
+
+    entry_id = serializers.CharField(max_length=40, required=False)
+    tool_call_id = serializers.CharField(max_length=200, required=False)
+    file_range = FileRangeIn(required=False)
     quote = serializers.CharField(max_length=4000, trim_whitespace=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "file_range" not in attrs and not attrs.get("entry_id"):
+            raise serializers.ValidationError({"entry_id": ["Name the entry quoted, or a file_range."]})
+        return attrs
 
 
 class ItemIn(StrictSerializer):
@@ -388,7 +433,7 @@ class ItemsView(APIView):
             user_id=body["user_id"],
             project_id=body["project_id"],
             thread_id=body["thread_id"],
-            evidence=[{"entry_id": e["entry_id"], "quote": e["quote"]} for e in body.get("evidence", [])],
+            evidence=[dict(e) for e in body.get("evidence", [])],  # type: ignore[misc]
             confidence=body.get("confidence"),
             valid_from=body.get("valid_from"),
             valid_to=body.get("valid_to"),

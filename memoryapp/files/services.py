@@ -43,6 +43,7 @@ from memoryapp.files.text import (
     sha256_of,
     size_of,
 )
+from memoryapp.items.services import versions_quotes_forget
 from memoryapp.models import Agent, MemoryFileVersion, SubjectMention
 from memoryapp.models.choices import FileAuthor
 from memoryapp.screening.screen import screener_for
@@ -408,7 +409,9 @@ def redacted_heads_delete(*, agent: Agent, version_ids: list[str], actor: str = 
 def versions_redact(versions: QuerySet[MemoryFileVersion], *, reason: str = "") -> int:
     """Replace the content of these versions with [redacted] (its sha256 and size with it), and keep
     the `reason` given on them, sealed under each version's person's key when encryption is on; the
-    number of versions changed."""
+    number of versions changed. The quotes items took of their lines go as a redacted entry's do
+    (memoryapp.items.services.quotes_forget): an item left with no quote is purged."""
+    versions_quotes_forget(version_ids=list(versions.values_list("pk", flat=True)))
     return sealed_update(
         versions,
         content=REDACTED_TEXT,

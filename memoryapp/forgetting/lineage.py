@@ -21,10 +21,9 @@ from memoryapp.files.access import FileAccess
 from memoryapp.files.selectors import versions_unredacted
 from memoryapp.files.services import files_lock, redacted_heads_delete, versions_redact
 from memoryapp.graph.services import entities_unused_delete, relations_forget
-from memoryapp.items.evidence import verify_evidence
-from memoryapp.items.services import slots_lay_out, slots_lock
+from memoryapp.items.services import items_verify_again, slots_lay_out, slots_lock
 from memoryapp.models import Agent, Entry, Evidence, MemoryFileVersion, MemoryItem, Thread
-from memoryapp.models.choices import EntryType, EvidenceStatus
+from memoryapp.models.choices import EntryType
 from memoryapp.threads.hashing import reparent  # threads imports this module
 from memoryapp.threads.hooks import after_vectors_cleared
 from memoryapp.threads.selectors import path_ids
@@ -388,18 +387,9 @@ def _forget_edges(*, agent: Agent, entry_ids: set[str], report: LineageReport) -
 
 
 def _verify_again(*, agent: Agent, items: list[MemoryItem]) -> None:
-    """An item is verified only when every quote it has left still holds in its entry."""
-    remaining = Evidence.objects.filter(agent=agent, item_id__in=[i.pk for i in items]).select_related("entry")
-    holds: dict[str, bool] = {}
-    for evidence in remaining:
-        status = verify_evidence(evidence.quote, evidence.entry)  # type: ignore[arg-type]
-        if status != evidence.status:
-            Evidence.objects.filter(pk=evidence.pk).update(status=status)
-        holds[evidence.item_id] = holds.get(evidence.item_id, True) and status == EvidenceStatus.VERIFIED
-    for item in items:
-        verified = holds.get(item.pk, False)
-        if verified != item.verified:
-            MemoryItem.objects.filter(agent=agent, pk=item.pk).update(verified=verified)
+    """An item is verified only when every quote it has left still holds where it points (its
+    entry, its tool call, its file lines: memoryapp.items.services.items_verify_again)."""
+    items_verify_again(agent=agent, items=items)
 
 
 # --- memory files ----------------------------------------------------------------------------------

@@ -362,7 +362,7 @@ def items_list(
 
 
 def item_evidence(*, item: MemoryItem) -> list[Any]:
-    return list(item.evidence.select_related("entry").order_by("created_at", "id"))
+    return list(item.evidence.select_related("entry", "file_version").order_by("created_at", "id"))
 
 
 # --- what did the agent know ----------------------------------------------------------------------

@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any, TypedDict
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from governance import locks
@@ -27,7 +27,7 @@ from governance.crypto.fields import equality_values
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import new_id, person_id_check
-from memoryapp.items.evidence import verify_evidence
+from memoryapp.items.evidence import evidence_status, file_lines, squash, tool_call_text, verify_evidence
 from memoryapp.items.purposes import item_purposes_check
 from memoryapp.items.rules import (
     TIMELINE_STATUSES,
@@ -39,7 +39,16 @@ from memoryapp.items.rules import (
     normalized_name,
     same_value,
 )
-from memoryapp.models import Agent, Entity, Entry, Evidence, ItemReview, MemoryItem, SubjectMention
+from memoryapp.models import (
+    Agent,
+    Entity,
+    Entry,
+    Evidence,
+    ItemReview,
+    MemoryFileVersion,
+    MemoryItem,
+    SubjectMention,
+)
 from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
 from memoryapp.screening.screen import screener_for
 from memoryapp.subjects.detect import Written, mentions_record
@@ -51,9 +60,37 @@ MAX_EVIDENCE = 50
 MAX_QUOTE_CHARS = 4_000
 
 
-class EvidenceInput(TypedDict):
+class FileRangeInput(TypedDict):
+    version_id: str
+    start_line: int
+    end_line: int
+
+
+class EvidenceInput(TypedDict, total=False):
     entry_id: str
     quote: str
+    # 004 Evidence `toolCallId`: the call `entry_id` makes or answers.
+    tool_call_id: str
+    # 004 Evidence `fileRange`: lines of a memory file version (then no entry).
+    file_range: FileRangeInput
+
+
+@dataclass(frozen=True)
+class CheckedQuote:
+    """A quote as it will be stored: where it points, and whether it holds there."""
+
+    entry: Entry | None
+    quote: str
+    status: str
+    tool_call_id: str = ""
+    version: MemoryFileVersion | None = None
+    line_start: int | None = None
+    line_end: int | None = None
+
+    def key(self) -> tuple[str | None, str, str, str | None, int | None, int | None]:
+        version_id = self.version.pk if self.version is not None else None
+        entry_id = self.entry.id if self.entry is not None else None
+        return (entry_id, self.quote, self.tool_call_id, version_id, self.line_start, self.line_end)
 
 
 # An item's metadata key naming the categories screening held it for (it waits as suggested).
@@ -136,15 +173,54 @@ def entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
 
 def evidence_checked(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> list[tuple[Entry | None, str, str]]:
     """(entry, quote, status) of each quote, checked as an item's are (400 naming the quote)."""
-    return _checked_evidence(agent=agent, evidence=evidence)
+    return [(quote.entry, quote.quote, quote.status) for quote in _checked_evidence(agent=agent, evidence=evidence)]
 
 
 def _narrowness(row: Any) -> int:
     return sum(1 for v in (row.user_id, row.project_id, row.thread_id) if v)
 
 
-def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> list[tuple[Entry | None, str, str]]:
-    """(entry, quote, status) of each quote, the entry loaded within the agent (another agent's is missing)."""
+def _line(value: Any, field: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise DomainError("invalid_value", "Lines are counted from 1.", field=field)
+    return value
+
+
+def _checked_file_range(*, agent: Agent, value: Any, field: str) -> tuple[MemoryFileVersion, int, int, str]:
+    """The version a quote's file range names (the agent's, not a deletion, not redacted), its lines
+    `start_line`..`end_line` checked against it, and their text."""
+    if not isinstance(value, dict) or set(value) - {"version_id", "start_line", "end_line"}:
+        raise DomainError("invalid_value", "file_range is {version_id, start_line, end_line}.", field=field)
+    version_id = value.get("version_id")
+    start = _line(value.get("start_line"), f"{field}.start_line")
+    end = _line(value.get("end_line"), f"{field}.end_line")
+    if end < start:
+        raise DomainError("invalid_value", "end_line must not come before start_line.", field=f"{field}.end_line")
+    version = (
+        MemoryFileVersion.objects.filter(agent=agent, pk=version_id if isinstance(version_id, str) else "")
+        .select_related("place__thread")
+        .first()
+    )
+    if version is None or version.content is None or version.redacted_at is not None:
+        raise DomainError(
+            "not_found",
+            "The file version was not found (or it is a deletion, or redacted).",
+            field=f"{field}.version_id",
+        )
+    text = file_lines(version.content, start, end)
+    if text is None:
+        lines = version.content.count("\n") + 1
+        raise DomainError(
+            "invalid_value", f"The version has {lines} line(s): the range does not fit.", field=f"{field}.end_line"
+        )
+    return version, start, end, text
+
+
+def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> list[CheckedQuote]:
+    """Each quote where it points, the entries and versions loaded within the agent (another agent's
+    is missing). A quote of an unknown entry is kept as `suggested` (the extractor's quotes may name
+    an entry deleted meanwhile); a tool call the entry does not hold, or a file range that is not in
+    its version, is a 400 naming the field (004: they are checked)."""
     if len(evidence) > MAX_EVIDENCE:
         raise DomainError("too_many_quotes", f"An item stands on at most {MAX_EVIDENCE} quotes.", field="evidence")
     ids: list[str] = []
@@ -162,34 +238,77 @@ def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> lis
         # read here once for all quotes rather than once per quote as they are sealed.
         for e in Entry.objects.filter(agent=agent, id__in=[i for i in ids if i])
         .select_related("thread")
-        .only("id", "text", "redacted_at", "role", "metadata", "words_of", "thread__user_id")
+        .only(
+            "id", "text", "redacted_at", "role", "metadata", "words_of", "tool_call_id", "tool_calls", "thread__user_id"
+        )
     }
     checked = []
-    for entry_id, quote in zip(ids, evidence, strict=True):
+    for index, (entry_id, quote) in enumerate(zip(ids, evidence, strict=True)):
         entry = entries.get(entry_id)
         text = quote["quote"].strip()
-        checked.append((entry, text, verify_evidence(text, entry)))  # type: ignore[arg-type]
+        where = f"evidence.{index}"
+        if quote.get("file_range") is not None:
+            if entry_id or quote.get("tool_call_id"):
+                raise DomainError(
+                    "invalid_value", "A quote of a file range names no entry or tool call.", field=f"{where}.file_range"
+                )
+            version, start, end, lines = _checked_file_range(
+                agent=agent, value=quote["file_range"], field=f"{where}.file_range"
+            )
+            status = EvidenceStatus.VERIFIED if squash(text) in squash(lines) else EvidenceStatus.SUGGESTED
+            checked.append(CheckedQuote(None, text, status, version=version, line_start=start, line_end=end))
+            continue
+        call_id = quote.get("tool_call_id") or ""
+        if call_id:
+            if not isinstance(call_id, str) or len(call_id) > 200:
+                raise DomainError("invalid_value", "tool_call_id must be a call's id.", field=f"{where}.tool_call_id")
+            said = tool_call_text(entry, call_id) if entry is not None and entry.redacted_at is None else None
+            if said is None:
+                raise DomainError(
+                    "not_found",
+                    "The entry does not make or answer this tool call (or it was not found).",
+                    field=f"{where}.tool_call_id",
+                )
+            status = EvidenceStatus.VERIFIED if text and squash(text) in squash(said) else EvidenceStatus.SUGGESTED
+            checked.append(CheckedQuote(entry, text, status, tool_call_id=call_id))
+            continue
+        checked.append(CheckedQuote(entry, text, verify_evidence(text, entry)))  # type: ignore[arg-type]
     return checked
 
 
-def _quoted_person(checked: list[tuple[Entry | None, str, str]]) -> str | None:
-    """The one person whose words every quote holds (`Entry.words_person`); None when the quotes
-    hold several people's words, "" when they quote no entry."""
-    people = {entry.words_person() for entry, _, _ in checked if entry is not None}
+def _quoted_person(checked: list[CheckedQuote]) -> str | None:
+    """The one person whose words every quote of an entry holds (`Entry.words_person`); None when
+    the quotes hold several people's words, "" when they quote no entry."""
+    people = {quote.entry.words_person() for quote in checked if quote.entry is not None}
     if len(people) > 1:
         return None
     return people.pop() if people else ""
 
 
-def _add_evidence(*, agent: Agent, item: MemoryItem, checked: list[tuple[Entry | None, str, str]]) -> None:
-    known: set[tuple[str | None, str]] = set(Evidence.objects.filter(item=item).values_list("entry_id", "quote"))
+def _add_evidence(*, agent: Agent, item: MemoryItem, checked: list[CheckedQuote]) -> None:
+    stored = Evidence.objects.filter(item=item).values_list(
+        "entry_id", "quote", "tool_call_id", "file_version_id", "line_start", "line_end"
+    )
+    known: set[tuple[str | None, str, str, str | None, int | None, int | None]] = set(stored)
     rows = []
-    for entry, quote, status in checked:
-        key = (entry.id if entry else None, quote)
+    for quote in checked:
+        key = quote.key()
         if key in known:
             continue
         known.add(key)
-        rows.append(Evidence(agent_id=item.agent_id, item=item, entry=entry, quote=quote, status=status))
+        rows.append(
+            Evidence(
+                agent_id=item.agent_id,
+                item=item,
+                entry=quote.entry,
+                quote=quote.quote,
+                status=quote.status,
+                tool_call_id=quote.tool_call_id,
+                file_version=quote.version,
+                line_start=quote.line_start,
+                line_end=quote.line_end,
+            )
+        )
     Evidence.objects.bulk_create(rows)
     mentions_record(agent=agent, rows=[(SubjectMention.Table.EVIDENCE, quote.pk, quote) for quote in rows])
 
@@ -320,7 +439,7 @@ def item_state_write(
             metadata = {**(metadata or {}), HELD_KEY: held}
         screener.record(actor=actor, thread_id=scope.thread_id, person=scope.user_id)
     checked = _checked_evidence(agent=agent, evidence=evidence)
-    verified = bool(checked) and all(status == EvidenceStatus.VERIFIED for _, _, status in checked)
+    verified = bool(checked) and all(quote.status == EvidenceStatus.VERIFIED for quote in checked)
 
     subject_key = normalized_name(subject)
     slot_lock(agent_id=agent.pk, scope=scope, subject_key=subject_key, attribute=attribute)
@@ -415,7 +534,7 @@ def _merge(
     trust: str,
     verified: bool,
     confidence: float,
-    checked: list[tuple[Entry | None, str, str]],
+    checked: list[CheckedQuote],
     shadow: bool,
     expires_at: datetime | None,
     actor: str,
@@ -1063,3 +1182,89 @@ def item_stale_undo(*, item: MemoryItem, actor: str) -> MemoryItem:
         details={"kept_id": str(because.get("kept", ""))},
     )
     return locked
+
+
+# --- what stands on a source that goes (004 "Forgetting, Redacting and Rewinding") ------------------
+
+
+@dataclass
+class QuotesForgotten:
+    evidence_removed: int = 0
+    purged_item_ids: list[str] = field(default_factory=list)
+    items_trimmed: int = 0
+
+
+def quotes_forget(*, agent: Agent, quotes: QuerySet[Evidence]) -> QuotesForgotten:
+    """Take the quotes of a source that goes (entries deleted or redacted, memory file versions
+    redacted or deleted), as a quote is content: call inside the forgetting transaction.
+
+    1. The items quoting it; their slots locked (a writer must not merge into a purged item).
+    2. The quotes deleted. Items left with no quote are purged and their slots laid out again.
+    3. The others are trimmed: each quote they keep is checked again where it points, and an item
+       stays verified only while every one holds (`items_verify_again`).
+    """
+    outcome = QuotesForgotten()
+    quotes = quotes.filter(agent=agent)
+    touched_ids = set(quotes.values_list("item_id", flat=True))
+    if not touched_ids:
+        return outcome
+    touched = list(
+        MemoryItem.objects.filter(agent=agent, pk__in=list(touched_ids)).only(
+            "id",
+            "agent_id",
+            "user_id",
+            "project_id",
+            "thread_id",
+            "subject",
+            "attribute",
+            "entity_id",
+            "status",
+            "verified",
+        )
+    )
+    slots_lock(items=touched)
+    outcome.evidence_removed, _ = quotes.delete()
+    still_quoted = set(
+        Evidence.objects.filter(agent=agent, item_id__in=list(touched_ids)).values_list("item_id", flat=True)
+    )
+    purged = [i for i in touched if i.pk not in still_quoted]
+    trimmed = [i for i in touched if i.pk in still_quoted]
+    if purged:
+        MemoryItem.objects.filter(agent=agent, pk__in=[i.pk for i in purged]).delete()
+        outcome.purged_item_ids = sorted(i.pk for i in purged)
+        slots_lay_out(agent=agent, items=purged)
+        # Their entities stay: an edge of the graph may still be about one (the entry cascade,
+        # which sits above the graph, deletes those nothing is about any more).
+    if trimmed:
+        outcome.items_trimmed = len(trimmed)
+        items_verify_again(agent=agent, items=trimmed)
+    return outcome
+
+
+def items_verify_again(*, agent: Agent, items: list[MemoryItem]) -> None:
+    """An item is verified only when every quote it has left still holds where it points."""
+    remaining = Evidence.objects.filter(agent=agent, item_id__in=[i.pk for i in items]).select_related(
+        "entry", "file_version"
+    )
+    holds: dict[str, bool] = {}
+    for evidence in remaining:
+        status = evidence_status(evidence)
+        if status != evidence.status:
+            Evidence.objects.filter(pk=evidence.pk).update(status=status)
+        holds[evidence.item_id] = holds.get(evidence.item_id, True) and status == EvidenceStatus.VERIFIED
+    for item in items:
+        verified = holds.get(item.pk, False)
+        if verified != item.verified:
+            MemoryItem.objects.filter(agent=agent, pk=item.pk).update(verified=verified)
+
+
+def versions_quotes_forget(*, version_ids: Sequence[str]) -> int:
+    """Take the quotes of these memory file versions (redacted, or about to be deleted) as
+    `quotes_forget` does, agent by agent; the number of items purged."""
+    if not version_ids:
+        return 0
+    quoted = Evidence.objects.filter(file_version_id__in=list(version_ids))
+    purged = 0
+    for agent in Agent.objects.filter(pk__in=quoted.values("agent_id")).order_by("pk"):
+        purged += len(quotes_forget(agent=agent, quotes=quoted).purged_item_ids)
+    return purged

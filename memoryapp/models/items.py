@@ -354,11 +354,21 @@ class ItemReview(models.Model):
 
 
 class Evidence(models.Model):
-    """A quote of an entry an item stands on."""
+    """A quote an item stands on (004 Evidence `{entryId?, toolCallId?, fileRange?, quote}`): of an
+    entry; of a tool call (the entry that made or answered it, and the call's id); or of a line range
+    of a memory file version."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     item = models.ForeignKey(MemoryItem, on_delete=models.CASCADE, related_name="evidence")
     entry = models.ForeignKey(Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="evidence")
+    # A quote of a tool call: its id, the call made or answered by `entry` ("" for none).
+    tool_call_id = models.CharField(max_length=200, blank=True, default="")
+    # A quote of lines `line_start`..`line_end` (1-based, inclusive) of a memory file version.
+    file_version = models.ForeignKey(
+        "memoryapp.MemoryFileVersion", null=True, blank=True, on_delete=models.SET_NULL, related_name="evidence"
+    )
+    line_start = models.PositiveIntegerField(null=True, blank=True)
+    line_end = models.PositiveIntegerField(null=True, blank=True)
     # Sealed at rest when encryption is on (governance.crypto), under the key of the person whose
     # words it quotes (see encryption_owner).
     quote = SealedTextField()
@@ -370,6 +380,10 @@ class Evidence(models.Model):
         indexes = [
             # cascades: what stands on an entry.
             models.Index(fields=["entry"], name="evidence_entry_idx"),
+            # cascades: what stands on a memory file version (redacted or deleted).
+            models.Index(
+                fields=["file_version"], name="evidence_file_version_idx", condition=Q(file_version__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -394,7 +408,11 @@ class Evidence(models.Model):
     @classmethod
     def encryption_owner_person(cls) -> Expression:
         """encryption_owner's person in SQL (governance.crypto.fields.OWNER_PERSON)."""
-        return Coalesce(NullIf(entry_person_sql("entry__"), Value("")), item_person_sql("item__"))
+        return Coalesce(
+            NullIf(entry_person_sql("entry__"), Value("")),
+            NullIf(F("file_version__user_id"), Value("")),
+            item_person_sql("item__"),
+        )
 
     def quoted_person(self) -> str:
         """The person whose words the quoted entry holds (`Entry.words_person`: its sender, the person
@@ -402,6 +420,14 @@ class Evidence(models.Model):
         was given with its thread (the writers load the quoted entries so, once for all quotes),
         else looked up once per row and entry (a quote moved to another entry is looked up again)."""
         if self.entry_id is None:
+            # A quote of a memory file's lines holds the words of the file's person.
+            if self.file_version_id is not None:
+                if Evidence.file_version.is_cached(self) and self.file_version is not None:
+                    return str(self.file_version.user_id)
+                # The model by its field: memoryapp.models.files imports this module.
+                versions = Evidence._meta.get_field("file_version").related_model._default_manager
+                person = versions.filter(pk=self.file_version_id).values_list("user_id", flat=True).first()
+                return str(person or "")
             return ""
         known: tuple[str, str] | None = getattr(self, "_quoted_person", None)
         if known is not None and known[0] == self.entry_id:

@@ -114,12 +114,12 @@ def api_tour(caller: Caller) -> list[Visit]:
             "tool_calls": [{"id": "c1", "name": "fetch_page", "arguments": {"page": 1}}],
         },
     )
-    call(
+    fetched = call(
         "POST",
         entries,
         at,
         body={"type": "tool_result", "tool_call_id": "c1", "tool_name": "fetch_page", "content": "page one " * 300},
-    )
+    ).body()
     batch = call(
         "POST",
         entries,
@@ -321,7 +321,28 @@ def api_tour(caller: Caller) -> list[Visit]:
 
     # Memory files and the working note.
     tool = f"{V1}/memory-tool"
-    call("POST", tool, body={"command": "create", "path": "/memories/trip.md", "file_text": "Lisbon\nFriday\n"})
+    created = call(
+        "POST", tool, body={"command": "create", "path": "/memories/trip.md", "file_text": "Lisbon\nFriday\n"}
+    ).body()
+    # Evidence of a tool call and of a memory file's lines (004 toolCallId, fileRange).
+    call(
+        "POST",
+        f"{V1}/items",
+        body={
+            "kind": "fact",
+            "subject": "user",
+            "attribute": "trip day",
+            "value": "Friday",
+            "user_id": "u-ana",
+            "evidence": [
+                {
+                    "file_range": {"version_id": created["version_id"], "start_line": 2, "end_line": 2},
+                    "quote": "Friday",
+                },
+                {"entry_id": fetched["id"], "tool_call_id": "c1", "quote": "page one"},
+            ],
+        },
+    )
     viewed = call("POST", tool, body={"command": "view", "path": "/memories/trip.md"}).body()
     call("POST", tool, body={"command": "view", "path": "/memories"})
     call(

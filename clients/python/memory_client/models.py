@@ -65,6 +65,8 @@ __all__ = [
     "FactSearchModeEnum",
     "FactsForgotten",
     "FileHistoryOut",
+    "FileRangeIn",
+    "FileRangeOut",
     "ForgetCountsOut",
     "ForkInput",
     "GraphContextOut",
@@ -450,14 +452,18 @@ class EventPageOut(TypedDict):
 
 
 class EvidenceIn(TypedDict):
-    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
-    entry_id: str
+    """004 Evidence: a quote of an entry, of a tool call (`entry_id` the entry that makes or answers it, and `tool_call_id`), or of lines of a memory file version (`file_range`, no entry)."""
+    entry_id: NotRequired[str]
+    tool_call_id: NotRequired[str]
+    file_range: NotRequired[FileRangeIn]
     quote: str
 
 
 class EvidenceOut(TypedDict):
     id: int
     entry_id: str | None
+    tool_call_id: NotRequired[str]
+    file_range: NotRequired[FileRangeOut]
     quote: str
     status: EvidenceStatusEnum
 
@@ -532,6 +538,19 @@ class FactPageOut(TypedDict):
 class FileHistoryOut(TypedDict):
     path: str
     versions: list[VersionOut]
+
+
+class FileRangeIn(TypedDict):
+    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
+    version_id: str
+    start_line: int
+    end_line: int
+
+
+class FileRangeOut(TypedDict):
+    version_id: str | None
+    start_line: int
+    end_line: int
 
 
 class ForgetCountsOut(TypedDict):
