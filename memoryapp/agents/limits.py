@@ -355,6 +355,12 @@ def request_gate(
     lookup was cached at) `rate_take`, in one Lua script. Redis away: all open, no version."""
     if not _available():
         return Gate(None, None, None)
+    if _bump_owed:
+        # A change this process made while Redis was away: every process's cached lookups of the
+        # version before it are stale, so the version moves before any of them may be used again.
+        keys_version_bump()
+        if _bump_owed:
+            return Gate(None, None, None)
     names = _auth_failure_names(address=address, prefix=prefix)
     capacity, per_second = 0, 0.0
     if key is not None and agent is not None:
@@ -385,11 +391,20 @@ def request_gate(
     return Gate(failures, found_version, rate)
 
 
+_bump_owed = False
+
+
 def keys_version_bump() -> None:
     """Every cached key lookup (memoryapp.agents.keycache) is stale from now on, in every process.
     Asked even while the breaker rests (a change is rare, a stale key is not). Redis away: no
-    process uses its cache while it is (`request_gate`), and an entry lives API_KEY_CACHE_SECONDS."""
+    process uses its cache while it is (`request_gate`, and each drops its lookups when it sees
+    that), and the bump is owed: this process's next `request_gate` makes it before reading the
+    version, so a lookup cached before the change is not trusted again once Redis is back."""
+    global _bump_owed
     try:
         limits_redis().incr(KEYS_VERSION_NAME)
     except redis.RedisError as error:
+        _bump_owed = True
         _failed("the keys' version", error)
+    else:
+        _bump_owed = False

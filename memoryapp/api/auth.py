@@ -11,7 +11,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 from rest_framework.request import Request
 
-from memoryapp.agents.keycache import cached_key, key_cache_put, request_copies
+from memoryapp.agents.keycache import cached_key, key_cache_clear, key_cache_put, request_copies
 from memoryapp.agents.limits import auth_failure_count, request_gate
 from memoryapp.agents.selectors import agent_for_key, hash_key, key_used
 from memoryapp.agents.services import agent_key_failure_record, key_prefix_of
@@ -62,6 +62,11 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
             gate = request_gate(
                 address=address, prefix=prefix, key=cached.key, agent=cached.agent, version=cached.version
             )
+        if gate.version is None and cached is not None:
+            # Redis away: a change made meanwhile bumps no version, so nothing kept before is
+            # trusted again (the lookups are made afresh once Redis is back).
+            key_cache_clear()
+            cached = None
         wait = gate.failures_wait
         if wait is not None:
             seconds = max(1, math.ceil(wait))

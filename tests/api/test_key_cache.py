@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memoryapp.agents.keycache import key_cache_clear
+from memoryapp.agents.keycache import cached_key, key_cache_clear, key_cache_put
 from memoryapp.agents.limits import limits_breaker_reset
 from memoryapp.agents.selectors import hash_key
 from memoryapp.agents.services import agent_key_create, agent_key_revoke
@@ -22,7 +22,7 @@ from memoryapp.items.purposes import agent_purposes_set
 from memoryapp.models import Agent, AgentKey
 from memoryapp.screening.policy import screening_policy_set
 from tests.kit.api import Caller, answered
-from tests.kit.servers import gunicorn_serving
+from tests.kit.servers import free_port, gunicorn_serving
 
 
 def get(where: str, key: str, path: str) -> tuple[int, Any]:
@@ -103,3 +103,46 @@ def test_every_change_of_an_agent_or_key_is_seen_at_once_by_two_gunicorn_process
         Agent.objects.filter(pk=bob.agent.pk).update(active=False)
         for where in servers:
             assert get(where, bob.key, "/api/v1/threads")[0] == 401
+
+
+# --- Redis away while an agent or a key changes ----------------------------------------------------
+
+
+def test_a_key_revoked_while_redis_is_away_is_not_served_from_a_cache_once_it_is_back(
+    alice: Caller, settings: Any
+) -> None:
+    """A key revoked while Redis is away bumps no version then; another process that kept the key's
+    lookup (at the version still in Redis) must not serve it once Redis is back."""
+    limits_breaker_reset()
+    key_cache_clear()
+    answered(alice.client.get("/api/v1/threads"), 200)
+    kept = cached_key(hash_key(alice.key))
+    assert kept is not None
+    redis_url = settings.REDIS_URL
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    agent_key_revoke(key=AgentKey.objects.get(key_hash=hash_key(alice.key)), actor="test")
+    settings.REDIS_URL = redis_url
+    limits_breaker_reset()
+    # The lookup another web process made before the revocation, at the version Redis still holds.
+    key_cache_put(key_hash=hash_key(alice.key), agent=kept.agent, key=kept.key, version=kept.version)
+    try:
+        assert alice.client.get("/api/v1/threads").status_code == 401
+    finally:
+        key_cache_clear()
+
+
+def test_a_process_that_sees_redis_away_drops_the_lookups_it_kept(alice: Caller, settings: Any) -> None:
+    """While Redis is away a change elsewhere bumps no version, so what was kept before is not
+    trusted again after: the first request that finds Redis away drops it."""
+    limits_breaker_reset()
+    key_cache_clear()
+    answered(alice.client.get("/api/v1/threads"), 200)
+    assert cached_key(hash_key(alice.key)) is not None
+    redis_url = settings.REDIS_URL
+    settings.REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
+    try:
+        answered(alice.client.get("/api/v1/threads"), 200)  # looked up in the database
+        assert cached_key(hash_key(alice.key)) is None
+    finally:
+        settings.REDIS_URL = redis_url
+        limits_breaker_reset()
