@@ -110,7 +110,8 @@ def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
     names = question_names(ci)
     if not names:
         return []
-    senders = scope_senders(ci)
+    # The senders are read only when the question names someone (a capitalised name).
+    senders = scope_senders(ci) if ci.analysis.names else frozenset()
     # In a conversation of two, one's turns are half the thread: naming a party narrows little, and
     # the channel would only repeat the vector channel's order (measured: it lowers recall). From
     # three senders on, the people named are entities of the conversation too.

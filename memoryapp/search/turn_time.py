@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import calendar
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -139,7 +140,11 @@ def _count(word: str) -> int:
 
 
 def named_time(
-    text: str, anchor: datetime, zone: ZoneInfo | None = None, *, event_date: EventDate | None = None
+    text: str,
+    anchor: datetime,
+    zone: ZoneInfo | None = None,
+    *,
+    event_date: Callable[[str], datetime | None] | None = None,
 ) -> TimeSpan | None:
     """The interval the text names, resolved against `anchor` in `zone` (see the module's doc);
     None when it names no time. `event_date(words)` dates an event the text names ("the trip")."""
@@ -302,6 +307,11 @@ def question_span(ci: ChannelInput) -> TimeSpan | None:
         span: TimeSpan | None = ci.memo["time_span"]
         return span
     span = None
+    # Whether the question names a time at all, before reading "now" from the scope (a query).
+    probe = datetime(2000, 1, 1, tzinfo=UTC)
+    if named_time(ci.analysis.text, probe, event_date=lambda words: probe) is None:
+        ci.memo["time_span"] = None
+        return None
     anchor = ci.anchor or ci.scope.as_of or scope_anchor(ci.scope)
     if anchor is not None:
         span = named_time(ci.analysis.text, anchor, zone_of(ci.time_zone), event_date=EventDate(ci.scope))
