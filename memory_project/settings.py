@@ -244,6 +244,10 @@ EVENTS_MAX_STREAMS = env_int("EVENTS_MAX_STREAMS", 2, minimum=1, maximum=10_000)
 EVENTS_MAX_STREAMS_PER_AGENT = env_int(
     "EVENTS_MAX_STREAMS_PER_AGENT", (EVENTS_MAX_STREAMS + 1) // 2, minimum=1, maximum=10_000
 )
+# A run's event ledger (memoryapp.ledger): its deltas, tool events and snapshot events are kept for the
+# newest this many events of the run (older ones are deleted as new ones come); `settled` and
+# `faulted`, and the latest snapshot, are kept as long as the run. Its streams share the slots above.
+RUN_EVENTS_WINDOW = env_int("RUN_EVENTS_WINDOW", 1000, minimum=1, maximum=1_000_000)
 # Seconds a webhook delivery waits for the receiver's answer.
 WEBHOOK_TIMEOUT = env_float("WEBHOOK_TIMEOUT", 10.0, minimum=0.1, maximum=300.0)
 # Webhook URLs must reach a public address: one naming localhost, a loopback, private, link-local
@@ -382,6 +386,8 @@ SPECTACULAR_SETTINGS = {
         "ScreeningActionEnum": "memoryapp.screening.policy.ACTIONS",
         "FactSearchModeEnum": "memoryapp.items.facts.SEARCH_MODES",
         "ModeEnum": "memoryapp.forgetting.person.MODES",
+        "RunEventKindEnum": "memoryapp.ledger.services.KINDS",
+        "ChannelSessionStatusEnum": "memoryapp.models.sessions.ChannelSession.Status",
     },
 }
 

@@ -5,6 +5,7 @@ Both read the key's agent's stream only: another agent's events are never in it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
@@ -81,10 +82,61 @@ EVENT_STREAM_DESCRIPTION = (
 )
 
 
-class EventsStreamView(APIView):
-    """GET: the agent's change events as Server-Sent Events (text/event-stream)."""
+def stream_opened(*, agent_id: int, frames: Callable[[], Iterator[str]]) -> Any:
+    """A Server-Sent Events response of `frames()` holding one of the process's stream slots until it
+    is closed; 429 when the agent holds its share of them, 503 when the process has none left (both
+    with Retry-After). The change events' stream and a run's events share the slots."""
+    taken = STREAM_SLOTS.take(agent_id)
+    if taken == STREAM_SLOTS.AGENT_FULL:
+        # The agent's share of the process's streams: the other agents keep theirs.
+        response = Response(
+            error_body(
+                "too_many_streams_for_agent",
+                f"This agent holds {settings.EVENTS_MAX_STREAMS_PER_AGENT} event stream(s) of this process "
+                "already; close one or retry in a moment.",
+            ),
+            status=429,
+        )
+        response["Retry-After"] = "1"
+        return response
+    if taken == STREAM_SLOTS.PROCESS_FULL:
+        response = Response(
+            error_body(
+                "too_many_streams",
+                f"This process serves {settings.EVENTS_MAX_STREAMS} event streams already; retry in a moment.",
+            ),
+            status=503,
+        )
+        response["Retry-After"] = "1"
+        return response
+    try:
+        stream = StreamingHttpResponse(
+            HeldStream(frames(), agent_id=agent_id), content_type="text/event-stream; charset=utf-8"
+        )
+    except BaseException:
+        STREAM_SLOTS.give_back(agent_id)
+        raise
+    stream["Cache-Control"] = "no-cache"
+    stream["X-Accel-Buffering"] = "no"  # a proxy in front must not hold frames back
+    return stream
+
+
+class StreamView(APIView):
+    """A view answering Server-Sent Events: reachable by a client that accepts only
+    text/event-stream (EventSource), its errors JSON whatever the client accepted."""
 
     renderer_classes = [renderers.JSONRenderer, EventStreamRenderer]
+
+    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
+        # Errors are JSON, whatever the client accepted (EventSource accepts only the stream).
+        if isinstance(response, Response):
+            request.accepted_renderer = renderers.JSONRenderer()
+            request.accepted_media_type = "application/json"
+        return super().finalize_response(request, response, *args, **kwargs)
+
+
+class EventsStreamView(StreamView):
+    """GET: the agent's change events as Server-Sent Events (text/event-stream)."""
 
     @extend_schema(
         parameters=[
@@ -118,47 +170,9 @@ class EventsStreamView(APIView):
         types = _types(query.get("types"))
         limit = settings.EVENTS_STREAM_SECONDS
         seconds = min(limit, query["max_seconds"]) if "max_seconds" in query else limit
-        taken = STREAM_SLOTS.take(agent.pk)
-        if taken == STREAM_SLOTS.AGENT_FULL:
-            # The agent's share of the process's streams: the other agents keep theirs.
-            response = Response(
-                error_body(
-                    "too_many_streams_for_agent",
-                    f"This agent holds {settings.EVENTS_MAX_STREAMS_PER_AGENT} event stream(s) of this process "
-                    "already; close one or retry in a moment.",
-                ),
-                status=429,
-            )
-            response["Retry-After"] = "1"
-            return response
-        if taken == STREAM_SLOTS.PROCESS_FULL:
-            response = Response(
-                error_body(
-                    "too_many_streams",
-                    f"This process serves {settings.EVENTS_MAX_STREAMS} event streams already; retry in a moment.",
-                ),
-                status=503,
-            )
-            response["Retry-After"] = "1"
-            return response
-        try:
-            frames = event_frames(agent_id=agent.pk, after=after, types=types, seconds=seconds)
-            stream = StreamingHttpResponse(
-                HeldStream(frames, agent_id=agent.pk), content_type="text/event-stream; charset=utf-8"
-            )
-        except BaseException:
-            STREAM_SLOTS.give_back(agent.pk)
-            raise
-        stream["Cache-Control"] = "no-cache"
-        stream["X-Accel-Buffering"] = "no"  # a proxy in front must not hold frames back
-        return stream
-
-    def finalize_response(self, request: Request, response: Any, *args: Any, **kwargs: Any) -> Any:
-        # Errors are JSON, whatever the client accepted (EventSource accepts only the stream).
-        if isinstance(response, Response):
-            request.accepted_renderer = renderers.JSONRenderer()
-            request.accepted_media_type = "application/json"
-        return super().finalize_response(request, response, *args, **kwargs)
+        return stream_opened(
+            agent_id=agent.pk, frames=lambda: event_frames(agent_id=agent.pk, after=after, types=types, seconds=seconds)
+        )
 
 
 class EventsPageQuery(StrictSerializer):

@@ -39,6 +39,14 @@ urlpatterns: list[URLPattern] = [
     path(
         "threads/<str:thread_id>/runs/<str:run_id>/finish", runs.ThreadRunFinishView.as_view(), name="thread-run-finish"
     ),
+    path(
+        "threads/<str:thread_id>/runs/<str:run_id>/events", runs.ThreadRunEventsView.as_view(), name="thread-run-events"
+    ),
+    path(
+        "threads/<str:thread_id>/runs/<str:run_id>/snapshot",
+        runs.ThreadRunSnapshotView.as_view(),
+        name="thread-run-snapshot",
+    ),
     path("threads/<str:thread_id>/export", threads.ThreadExportView.as_view(), name="thread-export"),
     # Channel sessions: a channel conversation mapped onto one thread.
     path("sessions", sessions.SessionsView.as_view(), name="sessions"),

@@ -15,7 +15,7 @@ from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
 from memoryapp.models.knowledge import KnowledgeChunk, KnowledgeDocument
 from memoryapp.models.people import IdentifierKind, PersonIdentifier, SubjectMention
 from memoryapp.models.retention import LegalHold, RetentionPolicy
-from memoryapp.models.runs import AccessLog, ThreadRun
+from memoryapp.models.runs import AccessLog, RunEvent, ThreadRun
 from memoryapp.models.sessions import ChannelSession
 from memoryapp.models.threads import Entry, HeldEntry, Thread
 
@@ -47,6 +47,7 @@ __all__ = [
     "Relation",
     "RelationEvidence",
     "RetentionPolicy",
+    "RunEvent",
     "ScreeningSettings",
     "StaleItem",
     "SubjectMention",

@@ -4,6 +4,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.db import models
 
+from governance.crypto.fields import SealedJSONField
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.threads import Thread
@@ -36,6 +37,15 @@ class ThreadRun(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     # The run that interrupted this one.
     ended_by = models.CharField(max_length=40, blank=True, default="")
+    # Its event ledger (000 `RunLedger`, memoryapp.ledger): the number of the last event published
+    # (events are 1, 2, 3 ... within the run, handed out under this row's lock), how the ledger
+    # ended ("" while it takes events, else `settled` or `faulted`: nothing more is taken), and the
+    # latest snapshot an event carried (000 `SnapshotAccumulator`), kept after the ledger ends and
+    # deleted with the run. Sealed at rest under the thread's person's key, as entries are.
+    ledger_seq = models.BigIntegerField(default=0)
+    ledger_outcome = models.CharField(max_length=8, blank=True, default="")
+    snapshot = SealedJSONField(null=True, blank=True)
+    snapshot_seq = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -51,6 +61,45 @@ class ThreadRun(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        return (self.agent_id, self.thread.user_id)
+
+
+class RunEvent(models.Model):
+    """One event a run published to its ledger (000 `RunEvent`): its kind and body, in the run's order.
+
+    Deltas and tool events are kept in a bounded window (the newest LEDGER_WINDOW of the run, see
+    memoryapp.ledger); `settled` and `faulted` are kept as long as the run. The body holds what the
+    model said (deltas, snapshots): sealed at rest under the thread's person's key.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # The owner of the sealed body is the thread's person; a change of the thread's person
+    # reseals the rows of every model with a `thread` (memoryapp.threads.services).
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="+", db_index=False)
+    run = models.ForeignKey(ThreadRun, on_delete=models.CASCADE, related_name="+", db_index=False)
+    seq = models.BigIntegerField()
+    kind = models.CharField(max_length=16)
+    body = SealedJSONField(default=dict, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            # ledger_events_after: a run's events from a position; the window's delete by range.
+            models.UniqueConstraint(fields=["run", "seq"], name="run_event_run_seq_uniq"),
+        ]
+        indexes = [
+            # A thread's delete (and the person change's reseal): its runs' events.
+            models.Index(fields=["thread"], name="run_event_thread_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind}"
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        return (self.agent_id, self.thread.user_id)
 
 
 class AccessLog(models.Model):

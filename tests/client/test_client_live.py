@@ -97,6 +97,23 @@ def client_tour(memory: Any, who: Caller) -> None:
     memory.append("t-two", role="user", content="within the run", run_id=run["id"])
     memory.append_batch("t-two", [{"role": "assistant", "content": "noted"}], run_id=run["id"])
     assert memory.get_run("t-two", run["id"])["status"] == "running"
+    # The run's event ledger: published, followed to its end, its snapshot; nothing after it.
+    ledger = memory.publish_run_events(
+        "t-two",
+        run["id"],
+        [{"kind": "text_delta", "delta": "Ro"}, {"kind": "snapshot", "snapshot": {"phase": "streaming"}}],
+    )
+    assert [e["seq"] for e in ledger["events"]] == [1, 2] and ledger["outcome"] == ""
+    memory.publish_run_events("t-two", run["id"], [{"kind": "settled", "snapshot": {"phase": "settled"}}])
+    followed = list(memory.run_events("t-two", run["id"]))
+    assert [(e.type, e.last_event_id) for e in followed] == [("text_delta", "1"), ("snapshot", "2"), ("settled", "3")]
+    assert followed[0].body["delta"] == "Ro"
+    assert memory.run_snapshot("t-two", run["id"])["snapshot"] == {"phase": "settled"}
+    try:
+        memory.publish_run_events("t-two", run["id"], [{"kind": "text_delta", "delta": "late"}])
+        raise AssertionError("an event was taken after settled")
+    except ConflictError as error:
+        assert error.code == "run_settled"
     assert memory.finish_run("t-two", run["id"])["status"] == "finished"
     # Channel sessions: made once, listed, closed, a second made, the first's reopen refused meanwhile.
     opened = memory.open_session(user_id="ana", channel_type="telegram", channel_id="chat-7")

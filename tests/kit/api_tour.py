@@ -34,6 +34,8 @@ class Visit:
     path: str  # the operation's path as the schema names it
     url: str
     response: HttpResponseBase
+    # A stream's text, read once.
+    streamed: str | None = None
 
     @property
     def status(self) -> int:
@@ -43,9 +45,19 @@ class Visit:
     def content_type(self) -> str:
         return self.response.get("Content-Type", "").split(";")[0]
 
+    def released(self) -> Visit:
+        """A stream read whole and its resources closed (its stream slot given back), without
+        `response.close()`, whose request_finished signal would close the test's connection."""
+        self.body()
+        for closer in getattr(self.response, "_resource_closers", []):
+            closer()
+        return self
+
     def body(self) -> Any:
         if getattr(self.response, "streaming", False):
-            return b"".join(self.response.streaming_content).decode()  # type: ignore[attr-defined]
+            if self.streamed is None:
+                self.streamed = b"".join(self.response.streaming_content).decode()  # type: ignore[attr-defined]
+            return self.streamed
         raw = self.response.content
         if not raw:
             return None
@@ -159,11 +171,28 @@ def api_tour(caller: Caller) -> list[Visit]:
     ended = call("POST", runs, f"{V1}/threads/tour-b/runs").body()
     call("POST", runs, f"{V1}/threads/tour-b/runs")  # interrupts it
     call("GET", f"{runs}/{{run_id}}", f"{V1}/threads/tour-b/runs/{ended['id']}")  # ended_by the new run
+    # The run's event ledger: a batch, one event, its end, a refused event after it, the stream, the snapshot.
+    ledger = f"{runs}/{{run_id}}/events"
+    at_ledger = f"{V1}/threads/tour-b/runs/{ended['id']}/events"
+    snapshot = {"runId": "r-1", "sessionId": "tour-b", "phase": "streaming", "messages": [], "pending": []}
+    call(
+        "POST",
+        ledger,
+        at_ledger,
+        body={"events": [{"kind": "snapshot", "snapshot": snapshot}, {"kind": "text_delta", "delta": "Hi"}]},
+    )
+    call("POST", ledger, at_ledger, body={"kind": "tool_started", "id": "c1", "name": "search"})
+    call("POST", ledger, at_ledger, body={"kind": "text_delta"})  # 400: no delta
+    call("POST", ledger, at_ledger, body={"kind": "settled", "snapshot": {**snapshot, "phase": "settled"}})
+    call("POST", ledger, at_ledger, body={"kind": "text_delta", "delta": "late"})  # 409 run_settled
+    call("GET", f"{runs}/{{run_id}}/snapshot", f"{V1}/threads/tour-b/runs/{ended['id']}/snapshot")
     call("GET", f"{thread}/export", f"{V1}/threads/tour-fork/export")
     # Channel sessions: made, found again, listed, read, closed, a second reopen refused, reopened.
     sessions = f"{V1}/sessions"
     session_body = {"user_id": "u-ana", "channel_type": "telegram", "channel_id": "chat-1"}
-    session = call("POST", sessions, body=session_body).body()["session"]
+    opened = call("POST", sessions, body=session_body).body()
+    assert "session" in opened, opened
+    session = opened["session"]
     call("POST", sessions, body=session_body)  # 200: the same session
     call("POST", sessions, body={**session_body, "channel_id": ""})  # 400
     call("GET", sessions, query={"user_id": "u-ana", "status": "active", "limit": 1})
@@ -415,7 +444,10 @@ def api_tour(caller: Caller) -> list[Visit]:
 
     # Change events: the stream (what is there, then closed) and the JSON pages.
     events_number_now()
-    call("GET", f"{V1}/events", query={"after": 0, "max_seconds": 0})
+    call("GET", f"{V1}/events", query={"after": 0, "max_seconds": 0}).released()
+    # A run's events (after the change events' stream: an agent holds one stream slot by default).
+    streamed = call("GET", ledger, at_ledger, query={"after": 0, "max_seconds": 0}).released().body()
+    assert "event: settled" in streamed, streamed
     call("GET", f"{V1}/events/page")
     call("GET", f"{V1}/events/page", query={"after": 1, "limit": 2, "types": "entry.added"})
 

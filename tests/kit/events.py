@@ -131,6 +131,7 @@ class SseClient:
     comments: list[str] = field(default_factory=list)
     status: int | None = None
     busy_retries: int = 30
+    path: str = "/api/v1/events"
 
     def _open(self) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
         host, port = self.where.rsplit(":", 1)
@@ -138,7 +139,7 @@ class SseClient:
         headers = {"Authorization": f"Bearer {self.key}", "Accept": "text/event-stream"}
         if self.last_event_id is not None:
             headers["Last-Event-ID"] = self.last_event_id
-        conn.request("GET", "/api/v1/events" + (f"?{self.query}" if self.query else ""), headers=headers)
+        conn.request("GET", self.path + (f"?{self.query}" if self.query else ""), headers=headers)
         response = conn.getresponse()
         self.status = response.status
         self.connections += 1
@@ -159,7 +160,7 @@ class SseClient:
             conn, response = self._open()
         try:
             if response.status != 200:
-                raise AssertionError(f"GET /api/v1/events answered {response.status}: {response.read()[:500]!r}")
+                raise AssertionError(f"GET {self.path} answered {response.status}: {response.read()[:500]!r}")
             got = 0
             fields: dict[str, str] = {}
             data: list[str] = []

@@ -251,6 +251,18 @@ def test_forgetting_a_person_deletes_their_sessions_only(alice: Caller, bob: Cal
     assert not ChannelSession.objects.filter(pk=bens["session"]["id"]).exists()
 
 
+def test_deleting_a_sessions_thread_takes_the_session_with_it(alice: Caller) -> None:
+    """Threads are deleted by bulk statements (a delete, the prune, an erasure): the session row goes
+    with its thread in the database itself, never failing the delete at commit."""
+    made = open_session(alice, status=201)
+
+    answered(alice.client.delete(f"/api/v1/threads/{made['thread']['id']}"), 204)
+
+    assert not ChannelSession.objects.exists()
+    assert error_of(alice.client.get(f"{SESSIONS}/{made['session']['id']}"), 404)["code"] == "not_found"
+    assert open_session(alice, status=201)["session"]["id"] != made["session"]["id"]
+
+
 def test_a_persons_export_holds_their_sessions(alice: Caller, bob: Caller, settings: Any, tmp_path: Any) -> None:
     settings.EXPORT_DIR = str(tmp_path)
     anas = open_session(alice, status=201)

@@ -144,6 +144,8 @@ class StreamEvent:
     last_event_id: str | None
     change: EventOut | None = None
     missed: MissedOut | None = None
+    # The event's data as sent (a run's event: `seq`, `kind`, `at` and the kind's fields).
+    body: dict[str, Any] | None = None
 
 
 class SseDecoder:
@@ -187,5 +189,5 @@ class SseDecoder:
             return None
         body = json.loads("\n".join(data))
         if event == "gap":
-            return StreamEvent(type=event, last_event_id=self.last_event_id, missed=cast(MissedOut, body))
-        return StreamEvent(type=event, last_event_id=self.last_event_id, change=cast(EventOut, body))
+            return StreamEvent(type=event, last_event_id=self.last_event_id, missed=cast(MissedOut, body), body=body)
+        return StreamEvent(type=event, last_event_id=self.last_event_id, change=cast(EventOut, body), body=body)

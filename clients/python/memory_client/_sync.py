@@ -58,7 +58,9 @@ from memory_client.models import (
     NamespaceForgottenOut,
     PathPageOut,
     PurposesOut,
+    RunEventsPublishedOut,
     RunOut,
+    RunSnapshotOut,
     ScreeningPolicyOut,
     SearchOut,
     SessionDetailOut,
@@ -858,7 +860,39 @@ class MemoryClient:
                 return
             time.sleep((decoder.retry_ms if decoder.retry_ms is not None else 1000) / 1000)
 
-    def _event_stream(self, decoder: SseDecoder, params: dict[str, Any]) -> Iterator[StreamEvent]:
+    def run_events(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        last_event_id: int | str | None = None,
+        after: int | None = None,
+        max_seconds: float | None = None,
+    ) -> Iterator[StreamEvent]:
+        """A run's events in order (000 RunLedger), read from its Server-Sent Events stream: each
+        event's `type` is its kind and `body` its fields (`seq`, `at`, `delta`, `snapshot` ...); "gap"
+        names deltas the window deleted. Ends after `settled` or `faulted` (or when the service closes
+        the stream: go on with `last_event_id=` the last event's)."""
+        decoder = SseDecoder(str(last_event_id) if last_event_id is not None else None)
+        params = without_none(after=after, max_seconds=max_seconds)
+        for event in self._event_stream(decoder, params, path=f"{API}/threads/{thread_id}/runs/{run_id}/events"):
+            yield event
+
+    def publish_run_events(
+        self, thread_id: str, run_id: str, events: Sequence[dict[str, Any]]
+    ) -> RunEventsPublishedOut:
+        """Publish events of a run, in order (`{"kind": "text_delta", "delta": ...}`, `snapshot`, `settled` ...);
+        ConflictError `run_settled` once the run settled or faulted."""
+        path = f"{API}/threads/{thread_id}/runs/{run_id}/events"
+        return cast(RunEventsPublishedOut, self._request("POST", path, json_body={"events": list(events)}))
+
+    def run_snapshot(self, thread_id: str, run_id: str) -> RunSnapshotOut:
+        """The run's latest snapshot (000 SnapshotAccumulator), kept after it settled."""
+        return cast(RunSnapshotOut, self._request("GET", f"{API}/threads/{thread_id}/runs/{run_id}/snapshot"))
+
+    def _event_stream(
+        self, decoder: SseDecoder, params: dict[str, Any], *, path: str = f"{API}/events"
+    ) -> Iterator[StreamEvent]:
         """One stream's events, until the service closes it. Opening it is retried as the retry policy
         says, and so is a connection that drops: the stream resumes after the last id read."""
         attempt = 0
@@ -868,9 +902,7 @@ class MemoryClient:
             if decoder.last_event_id is not None:
                 headers["Last-Event-ID"] = decoder.last_event_id
             try:
-                with self._http.stream(
-                    "GET", f"{API}/events", params=_query(params), headers=headers
-                ) as response:
+                with self._http.stream("GET", path, params=_query(params), headers=headers) as response:
                     if response.status_code < 400:
                         for line in response.iter_lines():
                             event = decoder.feed(line.rstrip("\r\n"))
@@ -927,6 +959,9 @@ OPERATIONS: dict[str, str] = {
     "start_run": "v1_threads_runs_create",
     "get_run": "v1_threads_runs_retrieve",
     "finish_run": "v1_threads_runs_finish_create",
+    "publish_run_events": "v1_threads_runs_events_create",
+    "run_events": "v1_threads_runs_events_retrieve",
+    "run_snapshot": "v1_threads_runs_snapshot_retrieve",
     "open_session": "v1_sessions_create",
     "list_sessions": "v1_sessions_list",
     "get_session": "v1_sessions_retrieve",

@@ -19,6 +19,7 @@ __all__ = [
     "BlankEnum",
     "BriefCardOut",
     "BriefCardOutKindEnum",
+    "ChannelSessionStatusEnum",
     "CompactInput",
     "CompactedOut",
     "CompactionSkippedOut",
@@ -131,7 +132,13 @@ __all__ = [
     "RecalledOut",
     "RedactInput",
     "RoleEnum",
+    "RunEventIn",
+    "RunEventKindEnum",
+    "RunEventOut",
+    "RunEventsInput",
+    "RunEventsPublishedOut",
     "RunOut",
+    "RunSnapshotOut",
     "RunStatusEnum",
     "ScopeEnum",
     "ScopeOut",
@@ -145,7 +152,6 @@ __all__ = [
     "SessionOpenInput",
     "SessionOpenedOut",
     "SessionOut",
-    "SessionOutStatusEnum",
     "SessionPageOut",
     "SummarizeFallbackInput",
     "TemplateNameEnum",
@@ -974,6 +980,33 @@ class RedactInput(TypedDict):
     keep_replies: NotRequired[bool]
 
 
+class RunEventIn(TypedDict):
+    """One event, as 000's RunEvent: its `kind` and that kind's fields."""
+    kind: RunEventKindEnum
+    delta: NotRequired[str]
+    id: NotRequired[str]
+    name: NotRequired[str]
+    outcome: NotRequired[Any]
+    error: NotRequired[Any]
+    snapshot: NotRequired[Any]
+
+
+class RunEventOut(TypedDict):
+    seq: int
+    kind: RunEventKindEnum
+
+
+class RunEventsInput(TypedDict):
+    events: list[RunEventIn]
+
+
+class RunEventsPublishedOut(TypedDict):
+    run_id: str
+    events: list[RunEventOut]
+    last_seq: int
+    outcome: str
+
+
 class RunOut(TypedDict):
     id: str
     thread_id: str
@@ -984,6 +1017,15 @@ class RunOut(TypedDict):
     ended_by: NotRequired[str]
     on_busy: OnBusyEnum
     busy_timeout_seconds: int
+
+
+class RunSnapshotOut(TypedDict):
+    run_id: str
+    thread_id: str
+    snapshot: Any
+    snapshot_seq: int | None
+    last_seq: int
+    outcome: str
 
 
 class ScopeOut(TypedDict):
@@ -1072,7 +1114,7 @@ class SessionOut(TypedDict):
     user_id: str
     channel_type: str
     channel_id: str
-    status: SessionOutStatusEnum
+    status: ChannelSessionStatusEnum
     thread_id: str
     created_at: str
     updated_at: str
@@ -1231,6 +1273,8 @@ BlankEnum: TypeAlias = Literal[""]
 
 BriefCardOutKindEnum: TypeAlias = Literal["constraint", "knowledge", "consequence", "open_thread"]
 
+ChannelSessionStatusEnum: TypeAlias = Literal["active", "closed"]
+
 CompactionStrategyEnum: TypeAlias = Literal["summarize-old-preserve-recent", "clear-old-tool-results", "hierarchical", "custom"]
 
 ContextStrategyEnum: TypeAlias = Literal["recent", "relevant", "hybrid"]
@@ -1281,13 +1325,13 @@ ReasonEnum: TypeAlias = Literal["budget", "duplicate", "not-selected", "oversize
 
 RoleEnum: TypeAlias = Literal["system", "user", "assistant", "tool"]
 
+RunEventKindEnum: TypeAlias = Literal["text_delta", "thinking_delta", "tool_started", "tool_finished", "snapshot", "settled", "faulted"]
+
 RunStatusEnum: TypeAlias = Literal["running", "finished", "interrupted", "expired"]
 
 ScopeEnum: TypeAlias = Literal["thread", "project", "agent"]
 
 ScreeningActionEnum: TypeAlias = Literal["allow", "redact", "hold", "refuse"]
-
-SessionOutStatusEnum: TypeAlias = Literal["active", "closed"]
 
 TemplateNameEnum: TypeAlias = Literal["default", "brief", "coding"]
 
