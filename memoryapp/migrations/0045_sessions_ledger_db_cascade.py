@@ -33,6 +33,6 @@ END $$;
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memoryapp", "0043_run_ledger")]
+    dependencies = [("memoryapp", "0044_run_ledger")]
 
     operations = [migrations.RunSQL(_rebuild("ON DELETE CASCADE"), reverse_sql=_rebuild(""))]

@@ -7,7 +7,7 @@ import governance.crypto.fields
 
 
 class Migration(migrations.Migration):
-    dependencies = [("memoryapp", "0042_words_of")]
+    dependencies = [("memoryapp", "0043_evidence_tool_call_file_range")]
 
     operations = [
         migrations.AddField(
