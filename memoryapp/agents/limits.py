@@ -307,7 +307,13 @@ if limit > 0 then
     end
   end
 end
-local version = redis.call('GET', KEYS[counters + 1]) or '0'
+local version = redis.call('GET', KEYS[counters + 1])
+if not version then
+  local clock = redis.call('TIME')
+  version = tostring(clock[1] .. string.format('%06d', tonumber(clock[2])))
+  redis.call('SET', KEYS[counters + 1], version, 'NX')
+  version = redis.call('GET', KEYS[counters + 1])
+end
 if wait_ms > 0 or tonumber(ARGV[3]) <= 0 or version ~= ARGV[5] then
   return {wait_ms, version, -1, '0'}
 end
@@ -391,6 +397,16 @@ def request_gate(
     return Gate(failures, found_version, rate)
 
 
+# A version that is missing (a Redis that lost its data, or a new one) starts from the clock, as
+# `_GATE` starts it: a lookup kept at a version of before the loss never matches one after it.
+_BUMP = """
+if not redis.call('GET', KEYS[1]) then
+  local clock = redis.call('TIME')
+  redis.call('SET', KEYS[1], tostring(clock[1] .. string.format('%06d', tonumber(clock[2]))), 'NX')
+end
+return redis.call('INCR', KEYS[1])
+"""
+
 _bump_owed = False
 
 
@@ -402,7 +418,7 @@ def keys_version_bump() -> None:
     version, so a lookup cached before the change is not trusted again once Redis is back."""
     global _bump_owed
     try:
-        limits_redis().incr(KEYS_VERSION_NAME)
+        limits_redis().eval(_BUMP, 1, KEYS_VERSION_NAME)  # type: ignore[misc]
     except redis.RedisError as error:
         _bump_owed = True
         _failed("the keys' version", error)

@@ -15,7 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from memoryapp.agents.keycache import cached_key, key_cache_clear, key_cache_put
-from memoryapp.agents.limits import limits_breaker_reset
+from memoryapp.agents.limits import KEYS_VERSION_NAME, limits_breaker_reset, limits_redis
 from memoryapp.agents.selectors import hash_key
 from memoryapp.agents.services import agent_key_create, agent_key_revoke
 from memoryapp.items.purposes import agent_purposes_set
@@ -146,3 +146,21 @@ def test_a_process_that_sees_redis_away_drops_the_lookups_it_kept(alice: Caller,
     finally:
         settings.REDIS_URL = redis_url
         limits_breaker_reset()
+
+
+def test_a_redis_that_lost_its_data_does_not_bring_back_an_old_version(alice: Caller) -> None:
+    """Redis restarted without its data: the keys' version starts again. A lookup another process
+    kept before a revocation must not match the version counted again from the start."""
+    limits_breaker_reset()
+    key_cache_clear()
+    limits_redis().delete(KEYS_VERSION_NAME)  # a Redis started afresh
+    answered(alice.client.get("/api/v1/threads"), 200)
+    kept = cached_key(hash_key(alice.key))
+    assert kept is not None
+    agent_key_revoke(key=AgentKey.objects.get(key_hash=hash_key(alice.key)), actor="test")
+    limits_redis().delete(KEYS_VERSION_NAME)  # ... and restarted again, losing the bumps
+    key_cache_put(key_hash=hash_key(alice.key), agent=kept.agent, key=kept.key, version=kept.version)
+    try:
+        assert alice.client.get("/api/v1/threads").status_code == 401
+    finally:
+        key_cache_clear()
