@@ -62,7 +62,7 @@ class AgentKeyAuthentication(authentication.BaseAuthentication):
             gate = request_gate(
                 address=address, prefix=prefix, key=cached.key, agent=cached.agent, version=cached.version
             )
-        if gate.version is None and cached is not None:
+        if gate.version is None:
             # Redis away: a change made meanwhile bumps no version, so nothing kept before is
             # trusted again (the lookups are made afresh once Redis is back).
             key_cache_clear()
