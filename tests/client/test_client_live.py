@@ -250,6 +250,18 @@ def client_tour(memory: Any, who: Caller) -> None:
     with pytest.raises(NotFoundError):
         memory.get_context_document("STYLE.md", project_id="p-rome")
     assert [d["name"] for d in memory.build_context("t-copy", max_tokens=2000)["documents"]] == ["AGENTS.md"]
+    # Knowledge documents (the semantic context): added, read, searched, replaced, listed, deleted.
+    guide = memory.add_knowledge("rome-guide", "The Vatican Museums close on Sundays.\n", project_id="p-rome")
+    assert guide["chunk_count"] >= 1 and guide["project_id"] == "p-rome"
+    assert memory.get_knowledge(guide["id"])["content"] == "The Vatican Museums close on Sundays.\n"
+    found = memory.search_knowledge("when do the Vatican Museums close", project_id="p-rome")
+    assert [hit["document_id"] for hit in found["results"]][:1] == [guide["id"]]
+    replaced = memory.replace_knowledge(guide["id"], "The Colosseum opens at 9.\n")
+    assert replaced["sha256"] != guide["sha256"] and replaced["name"] == "rome-guide"
+    assert [d["id"] for d in memory.list_knowledge(project_id="p-rome")["documents"]] == [guide["id"]]
+    memory.delete_knowledge(guide["id"])
+    with pytest.raises(NotFoundError):
+        memory.get_knowledge(guide["id"])
     assert memory.get_thread_memory("t-copy") == {"thread_id": "t-copy", "memory": "on", "off_ranges": []}
     assert memory.set_thread_memory("t-copy", "off")["memory"] == "off"
     assert Thread.objects.get(agent=who.agent, external_id="t-copy").memory_enabled is False
