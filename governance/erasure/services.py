@@ -314,6 +314,8 @@ GROUP_LABELS = {
     "entity": "entities named as the person, or with an alias naming them",
     "evidence": "quotes naming the person",
     "file_version": "memory files and context documents naming the person",
+    "relation_evidence": "quotes an edge of the knowledge graph stands on naming the person",
+    "knowledge_document": "knowledge documents naming the person (their chunks embedded again)",
     "job_run": "job runs naming the person",
     "participants": "threads listing the person among their participants",
 }

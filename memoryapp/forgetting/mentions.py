@@ -11,7 +11,8 @@ index (memoryapp.subjects.index, rebuilt first so it says what is true now) for 
    a summary or a fork's copy (`entry`: content, tool calls, event, metadata, sender name), a
    thread's metadata (`thread`), an agent-wide or other person's item or fact (`item`), an
    entity's aliases (`entity`), a quote (`evidence`), a memory file or context document version
-   (`file_version`), a job run (`job_run`, scrubbed whole as the person's own are). Each span
+   (`file_version`), a quote an edge of the graph stands on (`relation_evidence`), a knowledge
+   document (`knowledge_document`: its name and text, its chunks cut and embedded again), a job run (`job_run`, scrubbed whole as the person's own are). Each span
    naming the person is replaced by PLACEHOLDER; the row's keyword index (the generated tsvector,
    the blind index) follows on save, its vector is cleared and the embedding job sent to make it
    again from the new text.
@@ -33,7 +34,18 @@ from governance.crypto.fields import sealed_update
 from governance.models import JobRun
 from memoryapp.files.text import sha256_of, size_of
 from memoryapp.graph.services import entity_relations_delete
-from memoryapp.models import Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, SubjectMention, Thread
+from memoryapp.knowledge.services import knowledge_document_replace
+from memoryapp.models import (
+    Entity,
+    Entry,
+    Evidence,
+    KnowledgeDocument,
+    MemoryFileVersion,
+    MemoryItem,
+    RelationEvidence,
+    SubjectMention,
+    Thread,
+)
 from memoryapp.models.people import MEMORY_USERS_KEY, participant_in, thread_participants
 from memoryapp.search.indexing import embedding_schedule
 from memoryapp.subjects.index import subject_index_forget, subject_index_rebuild, table_rows
@@ -188,6 +200,26 @@ def _mentions_erase(
             quote.save(update_fields=["quote"])
             _count(counts, "redacted", Table.EVIDENCE)
             example(Table.EVIDENCE, str(quote.pk))
+    if Table.RELATION_EVIDENCE not in exclude:
+        quotes = RelationEvidence.objects.filter(agent_id=agent_id, pk__in=index[Table.RELATION_EVIDENCE])
+        for edge_quote in quotes.order_by("pk"):
+            edge_quote.quote = matcher.redacted(edge_quote.quote)
+            edge_quote.save(update_fields=["quote"])
+            _count(counts, "redacted", Table.RELATION_EVIDENCE)
+            example(Table.RELATION_EVIDENCE, str(edge_quote.pk))
+    if Table.KNOWLEDGE_DOCUMENT not in exclude:
+        documents = KnowledgeDocument.objects.filter(agent_id=agent_id, pk__in=index[Table.KNOWLEDGE_DOCUMENT])
+        for document in documents.order_by("pk"):
+            # Its chunks are cut and embedded again from the redacted text.
+            knowledge_document_replace(
+                document=document,
+                content=matcher.redacted(document.content),
+                name=matcher.redacted(document.name),
+                actor="erasure",
+            )
+            _count(counts, "redacted", Table.KNOWLEDGE_DOCUMENT)
+            _count(counts, "re_embedded", Table.KNOWLEDGE_DOCUMENT)
+            example(Table.KNOWLEDGE_DOCUMENT, document.pk)
     if Table.FILE_VERSION not in exclude:
         versions = MemoryFileVersion.objects.filter(agent_id=agent_id, pk__in=index[Table.FILE_VERSION])
         for version in versions.order_by("pk"):

@@ -116,6 +116,8 @@ class SubjectMention(models.Model):
         EVIDENCE = "evidence"
         FILE_VERSION = "file_version"
         JOB_RUN = "job_run"
+        RELATION_EVIDENCE = "relation_evidence"
+        KNOWLEDGE_DOCUMENT = "knowledge_document"
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     user_id = models.CharField(max_length=128)

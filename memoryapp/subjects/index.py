@@ -21,7 +21,18 @@ from django.db.models import Model, QuerySet
 from governance.audit.pseudonyms import pseudonym_names
 from governance.jobs.broker import job_enqueue
 from governance.models import JobRun
-from memoryapp.models import Agent, Entity, Entry, Evidence, MemoryFileVersion, MemoryItem, SubjectMention, Thread
+from memoryapp.models import (
+    Agent,
+    Entity,
+    Entry,
+    Evidence,
+    KnowledgeDocument,
+    MemoryFileVersion,
+    MemoryItem,
+    RelationEvidence,
+    SubjectMention,
+    Thread,
+)
 from memoryapp.screening.identifiers import LISTS, identifiers_of
 from memoryapp.subjects.matching import PersonMatcher
 
@@ -69,6 +80,20 @@ _TABLES: dict[str, tuple[Callable[[int], QuerySet[Any]], Callable[[Any], list[An
             "id", "agent_id", "user_id", "project_id", "thread_id", "content"
         ),
         lambda v: [v.content],
+    ),
+    # The graph's quotes (memoryapp.graph): an edge standing on another person's turn that names her.
+    Table.RELATION_EVIDENCE: (
+        lambda a: (
+            RelationEvidence.objects.filter(agent_id=a)
+            .select_related(None)
+            .only("id", "agent_id", "entry_id", "relation_id", "quote")
+        ),
+        lambda q: [q.quote],
+    ),
+    # Knowledge documents (memoryapp.knowledge): their name and text (the chunks are cut from it).
+    Table.KNOWLEDGE_DOCUMENT: (
+        lambda a: KnowledgeDocument.objects.filter(agent_id=a).only("id", "agent_id", "name", "content"),
+        lambda d: [d.name, d.content],
     ),
     Table.JOB_RUN: (
         lambda a: JobRun.objects.filter(agent_id=a).only("id", "arguments", "result"),
