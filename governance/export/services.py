@@ -8,6 +8,8 @@ What is about the person (`PersonScope`), in the agents chosen (all when none ar
 - memory items scoped to them, or to one of their threads, or quoting one of their entries, with
   their evidence and review history (`items.jsonl`), and their facts, the `core:` items
   (`facts.jsonl`); the entities of their scope or of those items (`entities.jsonl`);
+- the graph's edges of their scope, and the edges of others standing on a quote of their words,
+  with the quotes of theirs (`relations.jsonl`);
 - every version of the memory files of their scope or of their threads (`files.jsonl`);
 - their channel sessions (`sessions.jsonl`): the channel type and id, status, times and thread of
   each conversation of theirs an agent mapped onto a thread;
@@ -86,6 +88,8 @@ from memoryapp.models import (
     ItemReview,
     MemoryFileVersion,
     MemoryItem,
+    Relation,
+    RelationEvidence,
     Thread,
 )
 from memoryapp.search.access_log import access_log_of_person, access_log_person_reading
@@ -119,6 +123,7 @@ COUNTED = (
     "evidence",
     "history",
     "entities",
+    "relations",
     "sessions",
     "file_versions",
     "messages_elsewhere",
@@ -245,6 +250,22 @@ class PersonScope:
             | (~Q(thread_id="") & self._their_thread())
             | Q(pk__in=self.all_items().exclude(entity_id=None).values("entity_id"))
         )
+
+    def own_relations(self) -> Q:
+        """An edge of the graph in their scope, or in one of their threads'."""
+        return Q(user_id=self.user_id) | (~Q(thread_id="") & Q(self._their_thread()))
+
+    def relations(self) -> QuerySet[Relation]:
+        """The graph's edges of their scope, and the edges of others standing on a quote of one of
+        their entries (of their threads, or their messages elsewhere): what their erasure takes."""
+        quoting = [
+            RelationEvidence.objects.filter(agent_id__in=self.agent_ids, entry__in=selection).values("relation_id")
+            for selection in self.entry_ids()
+        ]
+        theirs = self.own_relations()
+        for selection in quoting:
+            theirs |= Q(pk__in=selection)
+        return Relation.objects.filter(agent_id__in=self.agent_ids).filter(theirs)
 
     def file_versions(self) -> QuerySet[MemoryFileVersion]:
         return MemoryFileVersion.objects.filter(agent_id__in=self.agent_ids).filter(
@@ -650,7 +671,7 @@ def _records_write(
     writer.done(part)
 
 
-def _scope_of(row: Entity | MemoryFileVersion) -> dict[str, str]:
+def _scope_of(row: Entity | MemoryFileVersion | Relation) -> dict[str, str]:
     return {"user_id": row.user_id, "project_id": row.project_id, "thread_id": row.thread_id}
 
 
@@ -668,6 +689,39 @@ def _write_entities(scope: PersonScope, writer: _Writer) -> None:
         for entity in entities
     )
     _records_write(writer, "entities.jsonl", "entity", records, counted="entities")
+
+
+def _write_relations(scope: PersonScope, writer: _Writer) -> None:
+    """The edges about them (`PersonScope.relations`), each with its names and predicate, and the
+    quotes it stands on that are theirs: all of an edge of their scope, only the quotes of their
+    own entries of an edge of others."""
+    own = set(scope.relations().filter(scope.own_relations()).values_list("pk", flat=True))
+    edges = scope.relations().select_related("subject", "object").order_by("pk").iterator(ROW_FETCH)
+
+    def records() -> Iterable[dict[str, Any]]:
+        for edge in edges:
+            quotes = RelationEvidence.objects.filter(relation_id=edge.pk).order_by("pk")
+            if edge.pk not in own:
+                mine = Q()
+                for selection in scope.entry_ids():
+                    mine |= Q(entry__in=selection)
+                quotes = quotes.filter(mine)
+            yield {
+                "id": edge.pk,
+                "agent_id": edge.agent_id,
+                "scope": _scope_of(edge),
+                "subject": edge.subject.name,
+                "predicate": edge.predicate,
+                "object": edge.object.name,
+                "status": edge.status,
+                "trust": edge.trust,
+                "confidence": edge.confidence,
+                "verified": edge.verified,
+                "created_at": _iso(edge.created_at),
+                "quotes": [{"entry_id": q.entry_id, "quote": q.quote} for q in quotes],
+            }
+
+    _records_write(writer, "relations.jsonl", "relation", records(), counted="relations")
 
 
 def _write_sessions(scope: PersonScope, writer: _Writer) -> None:
@@ -881,6 +935,7 @@ def _write_archive(request: ExportRequest, scope: PersonScope, run: JobRun | Non
         _write_items(scope.items(), path="items.jsonl", kind="item", writer=writer, progress=progress)
         _write_items(scope.facts(), path="facts.jsonl", kind="fact", writer=writer, progress=progress)
         _write_entities(scope, writer)
+        _write_relations(scope, writer)
         _write_sessions(scope, writer)
         _write_files(scope, writer, progress)
         _write_messages_elsewhere(scope, writer, progress)
