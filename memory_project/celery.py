@@ -9,6 +9,7 @@ from celery import Celery
 from celery.signals import worker_init
 
 from governance.crypto.startup import encryption_startup_check
+from memoryapp.screening.recognizers import screening_warm_up
 from memoryapp.search.embedders import local_model_load_before_fork
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
@@ -26,16 +27,24 @@ def _encryption_keys_present(**kwargs: Any) -> None:
     encryption_startup_check()
 
 
+# The queues whose jobs never write screened text (screening runs on what agents and extraction write).
+UNSCREENED_QUEUES = {"embedding", "governance"}
+
+
 @worker_init.connect
 def _embedding_model_before_fork(sender: Any = None, **kwargs: Any) -> None:
     """A worker that takes embedding jobs loads the local model in its parent process, before the
     pool forks its children: they share one copy (memoryapp.search.embedders
     .local_model_load_before_fork) instead of one each, and a child that replaces one that exited
-    has it at once. A worker of other queues only (CELERY_QUEUES=governance) loads nothing."""
+    has it at once. A worker of other queues only (CELERY_QUEUES=governance) loads nothing.
+
+    Likewise a worker whose jobs write screened text (extraction's items, imports) builds
+    screening's detectors in the parent (Presidio's import: seconds and ~380 MB, once for the pool,
+    not once a child at its first screened job)."""
     queues = getattr(getattr(getattr(sender, "app", None), "amqp", None), "queues", None)
     consumed = set(getattr(queues, "consume_from", None) or queues or ())
-    if consumed and "embedding" not in consumed:
-        return
-    if reason := local_model_load_before_fork():
+    if (not consumed or "embedding" in consumed) and (reason := local_model_load_before_fork()):
         logger.warning("embedding model not loaded before fork: %s", reason)
+    if not consumed or not consumed <= UNSCREENED_QUEUES:
+        screening_warm_up()
     gc.freeze()  # see memory_project.gunicorn_config.on_starting

@@ -19,9 +19,11 @@ preload_app = True
 
 def on_starting(server: Any) -> None:
     """The master, after it imported the application and before it binds and forks: import the URL
-    configuration (every view module) and load the local embedding model (EMBEDDER=local), then
-    freeze the objects made so far (gc.freeze: a collection in a worker then does not write to,
-    and so copy, the pages it shares with the master).
+    configuration (every view module), load the local embedding model (EMBEDDER=local) and build
+    screening's detectors (memoryapp.screening.recognizers.screening_warm_up: Presidio's import,
+    18-60 s on a busy machine, which the first screened write of each worker paid after /readyz,
+    each worker a private copy), then freeze the objects made so far (gc.freeze: a collection in
+    a worker then does not write to, and so copy, the pages it shares with the master).
 
     Until this is done nothing listens, so /readyz is not answered. When the model's load fails,
     each worker tries again in the background and /readyz says why (post_worker_init)."""
@@ -29,11 +31,13 @@ def on_starting(server: Any) -> None:
 
     from django.urls import get_resolver
 
+    from memoryapp.screening.recognizers import screening_warm_up
     from memoryapp.search.embedders import local_model_load_before_fork
 
     get_resolver().url_patterns  # noqa: B018  (the import is what is wanted)
     if reason := local_model_load_before_fork():
         server.log.warning("embedding model not loaded before fork: %s", reason)
+    screening_warm_up()
     gc.freeze()
 
 

@@ -180,7 +180,6 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
     screener = screener_for(agent=access.agent)
     if screener is not None:
         # A memory file has no review path: a category to hold is refused like one to refuse.
-        screener.prefetch(p.content for p in planned if p.content)
         planned = [
             replace(p, content=screener.text(p.content, field="content", holdable=False)) if p.content else p
             for p in planned

@@ -425,7 +425,6 @@ def item_state_write(
     screener = screener_for(agent=agent)
     held: list[str] = []
     if screener is not None:
-        screener.prefetch([subject, attribute, value])
         subject = screener.text(subject, field="subject")
         attribute = screener.text(attribute, field="attribute")
         value = screener.text(value, field="value")

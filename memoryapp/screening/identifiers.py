@@ -5,7 +5,7 @@ what identifies them (`PUT /api/v1/users/{user_id}/identifiers`): e-mail address
 names and the ids other systems know them by. Each is normalised (an e-mail lower-cased, a phone
 in E.164 through `phonenumbers`, a name case- and accent-folded, an external id trimmed), sealed
 under the person's data key and found again only through its blind index (`PersonIdentifier.lookup`).
-Screening's `person` category looks for them in what the agent writes (`person_spans`); the
+Screening's `person` category looks for them in what the agent writes (memoryapp.screening.people); the
 person's erasure deletes them (`identifiers_delete`).
 """
 
@@ -17,11 +17,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import phonenumbers
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 
 from governance.audit.chain import audit_append
-from governance.crypto.fields import equality_values
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, IdentifierKind, PersonIdentifier
 from memoryapp.models.people import identifier_key
@@ -257,84 +256,8 @@ def _candidates(text: str, memo: Memo | None = None) -> dict[str, list[tuple[int
     return found
 
 
-def _candidate_keys(text: str, memo: Memo | None = None) -> set[str]:
-    """The keys of `_candidates`, without their spans: what a write looks up. Almost no text holds
-    a registered identifier, so the spans are worked out only for a text that does (`spans`)."""
-    keys: set[str] = set()
-    if "@" in text:
-        keys.update(_EMAIL_KEY + email_normalized(text[start:end]) for start, end in detected(EMAIL, text, memo))
-    if sum(map(str.isdigit, text)) >= 7:
-        for start, end in detected(PHONE, text, memo):
-            e164 = phone_e164(text[start:end], region="US") or phone_e164(text[start:end])
-            if e164:
-                keys.add(_PHONE_KEY + e164)
-    words = [name_folded(m.group()) for m in _WORD.finditer(text)]
-    for i in range(len(words)):
-        parts = [word for word in words[i : i + MAX_NAME_WORDS] if word]
-        for j in range(1, len(parts) + 1):
-            keys.add(_NAME_KEY + " ".join(parts[:j]))
-    for m in _TOKEN.finditer(text):
-        token = m.group().rstrip(_TRAILING)
-        if token:
-            keys.add(_EXTERNAL_KEY + token)
-    return keys
-
-
-class PersonFinder:
-    """Finds an agent's registered identifiers in texts; remembers what it looked up, so the texts
-    of one write cost one query (`prefetch` them first) and a repeated word costs none."""
-
-    def __init__(self, *, agent_id: int, memo: Memo | None = None) -> None:
-        self.agent_id = agent_id
-        self.memo = memo
-        self._known: dict[str, bool] = {}  # key -> registered
-        self._registered: set[str] = set()  # the keys known to be registered
-        # The candidate keys of the texts prefetched, read again by `spans` (a batch's texts are
-        # prefetched, then screened one by one: each is read once).
-        self._read: dict[str, set[str]] = {}
-
-    def _keys(self, text: str) -> set[str]:
-        found = self._read.get(text)
-        if found is None:
-            found = self._read[text] = _candidate_keys(text, self.memo)
-        return found
-
-    def prefetch(self, texts: Iterable[str]) -> None:
-        keys: set[str] = set()
-        for text in texts:
-            keys.update(self._keys(text))
-        self._lookup(keys)
-
-    def _lookup(self, keys: Iterable[str]) -> None:
-        unknown = [key for key in keys if key not in self._known]
-        if not unknown:
-            return
-        stored: dict[str, str] = {}
-        for key in unknown:
-            self._known[key] = False
-            for value in equality_values(agent_id=self.agent_id, text=key):
-                stored[value] = key
-        # One array parameter, not an IN list of thousands (a batch's words): the statement stays small.
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT lookup FROM {PersonIdentifier._meta.db_table} WHERE agent_id = %s AND lookup = ANY(%s)",
-                [self.agent_id, list(stored)],
-            )
-            for (lookup,) in cursor.fetchall():
-                self._known[stored[lookup]] = True
-                self._registered.add(stored[lookup])
-
-    def spans(self, text: str) -> list[tuple[int, int]]:
-        keys = self._keys(text)
-        self._lookup(keys)
-        if self._registered.isdisjoint(keys):
-            return []
-        found = _candidates(text, self.memo)
-        return [span for key, spans in found.items() if self._known.get(key) for span in spans]
-
-
-def identifier_candidates(text: str) -> dict[str, list[tuple[int, int]]]:
+def identifier_candidates(text: str, memo: Memo | None = None) -> dict[str, list[tuple[int, int]]]:
     """Every `kind:value` key (`identifier_key`) a text could hold an identifier under, with its
-    spans: what screening hashes to find registered people, and what the subject index compares
-    with one person's keys (memoryapp.subjects)."""
-    return _candidates(text)
+    spans: what screening and the subject index compare with the registered people's keys
+    (memoryapp.screening.people, memoryapp.subjects). `memo`: a write's detector results."""
+    return _candidates(text, memo)

@@ -16,7 +16,8 @@
   `password=...`-style assignments. Its two high-entropy detectors are left out: they flag any
   long random-looking string (ids, hashes, UUIDs), which would refuse ordinary turns.
 
-Each detector is built once per process (the first screening pays the imports, about a second).
+Each detector is built once per process, before the web server and the workers fork
+(`screening_warm_up`).
 """
 
 from __future__ import annotations
@@ -221,7 +222,9 @@ def detector(category: str) -> Detector:
 
 def screening_warm_up() -> None:
     """Build every category's detector now (Presidio's import pulls in its NLP engines' modules:
-    seconds on a busy machine), so no write pays it: called as a web process starts."""
+    18-60 s and ~380 MB on this machine), so no write pays it: called by the gunicorn master and a
+    Celery worker's parent before they fork (memory_project.gunicorn_config, memory_project.celery),
+    so their children share one copy."""
     for category in CATEGORIES:
         if category != PERSON:
             detector(category)

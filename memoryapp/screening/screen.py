@@ -10,14 +10,13 @@ rolls back, so the refusal is audited after it by the error handlers (`refusal_r
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from governance.audit.chain import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent
-from memoryapp.screening.identifiers import PersonFinder
+from memoryapp.screening.people import PeopleMatcher, people_matcher
 from memoryapp.screening.policy import ALLOW, HOLD, LABELS, REDACT, REFUSE, policy_effective
 from memoryapp.screening.recognizers import CATEGORIES, PERSON, Finding, Memo, findings
 
@@ -51,20 +50,17 @@ def placeholder(category: str) -> str:
 
 
 class Screener:
-    def __init__(self, *, agent_id: int, policy: dict[str, str]) -> None:
+    def __init__(self, *, agent_id: int, policy: dict[str, str], people: PeopleMatcher | None = None) -> None:
+        """`people`: the agent's registered people (memoryapp.screening.people), None when it has
+        none or its policy allows the `person` category."""
         self.agent_id = agent_id
         self.policy = policy
         self.categories = [c for c in CATEGORIES if c != PERSON and policy[c] != ALLOW]
         self.memo: Memo = {}  # what this write's detectors found, by (category, text)
-        self.persons = PersonFinder(agent_id=agent_id, memo=self.memo) if policy[PERSON] != ALLOW else None
+        self.persons = people if policy[PERSON] != ALLOW else None
         self.decisions: dict[Decision, None] = {}  # ordered, without repeats
         # Whether a text screened since the last `take_held` holds something to hold.
         self.held: set[str] = set()
-
-    def prefetch(self, texts: Iterable[str]) -> None:
-        """Look up the registered identifiers of all these texts in one query (a batch's texts)."""
-        if self.persons is not None:
-            self.persons.prefetch(texts)
 
     def take_held(self) -> list[str]:
         """The categories held since the last call (the row being built is to be held for them)."""
@@ -80,7 +76,7 @@ class Screener:
             return text
         found = findings(text, self.categories, self.memo)
         if self.persons is not None:
-            found.extend(Finding(PERSON, start, end) for start, end in self.persons.spans(text))
+            found.extend(Finding(PERSON, start, end) for start, end in self.persons.spans(text, self.memo))
         if not found:
             return text
         for finding in found:
@@ -156,13 +152,17 @@ def screener_for(*, agent: Agent | None = None, agent_id: int | None = None) -> 
     agent's row only when it is not given (the API's writes have it)."""
     if agent is None:
         assert agent_id is not None
-        stored = Agent.objects.filter(pk=agent_id).values_list("screening", flat=True).first()
+        stored, version = Agent.objects.filter(pk=agent_id).values_list("screening", "people_version").first() or (
+            None,
+            0,
+        )
     else:
-        stored, agent_id = agent.screening, agent.pk
+        stored, version, agent_id = agent.screening, agent.people_version, agent.pk
     policy = policy_effective(stored)
     if all(action == ALLOW for action in policy.values()):
         return None
-    return Screener(agent_id=agent_id, policy=policy)
+    people = people_matcher(agent_id=agent_id, version=version) if policy[PERSON] != ALLOW else None
+    return Screener(agent_id=agent_id, policy=policy, people=people)
 
 
 def refusal_record(exc: Exception, *, actor: str = "") -> None:

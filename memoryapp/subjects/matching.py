@@ -5,12 +5,13 @@ normalised value), so a text names a person here exactly when screening would fi
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from memoryapp.models import IdentifierKind
 from memoryapp.models.people import identifier_key
 from memoryapp.screening.identifiers import LISTS, identifier_candidates, name_folded
+from memoryapp.screening.people import strings_of
 
 # What stands where a person was named, once they are erased.
 PLACEHOLDER = "[erased person]"
@@ -110,15 +111,3 @@ class PersonMatcher:
         if isinstance(value, dict):
             return {k: self.redacted_value(v) for k, v in value.items()}
         return value
-
-
-def strings_of(value: Any) -> Iterator[str]:
-    """Every string of a JSON value (keys aside)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list):
-        for inner in value:
-            yield from strings_of(inner)
-    elif isinstance(value, dict):
-        for inner in value.values():
-            yield from strings_of(inner)

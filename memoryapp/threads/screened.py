@@ -4,9 +4,8 @@ and hash made again from what stays, and an entry holding what is to be held is 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from django.db import transaction
 
@@ -16,17 +15,6 @@ from memoryapp.screening.screen import Screener, screener_for
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.threads.hooks import after_vectors_cleared
 from memoryapp.threads.validation import entry_text
-
-
-def _strings(value: Any) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
 
 
 def thread_screener(thread: Thread) -> Screener | None:
@@ -39,9 +27,6 @@ def thread_screener(thread: Thread) -> Screener | None:
 def entries_screened(*, entries: Sequence[Entry], screener: Screener, prefixes: Sequence[str], now: datetime) -> None:
     """Screen the entries in place (see the module's docstring); raises SensitiveDataRefused for a
     refused category, naming the field (`entries[3].content`)."""
-    screener.prefetch(
-        text for e in entries for text in _strings([e.content, e.tool_calls, e.event, e.metadata, e.sender_name])
-    )
     for entry, prefix in zip(entries, prefixes, strict=True):
         content = screener.value(entry.content, field=f"{prefix}content")
         tool_calls = screener.value(entry.tool_calls, field=f"{prefix}tool_calls")

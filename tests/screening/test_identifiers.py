@@ -9,7 +9,18 @@ from django.db import connection
 from governance.models import AuditRecord
 from memoryapp.forgetting.person import person_erase
 from memoryapp.models import Entry, PersonIdentifier
-from tests.kit.api import THREADS, Caller, error_of, get_ok, patch_ok, post_ok, post_thread, put_ok
+from tests.kit.api import (
+    THREADS,
+    Caller,
+    error_of,
+    get_ok,
+    patch_ok,
+    post_entries,
+    post_entry,
+    post_ok,
+    post_thread,
+    put_ok,
+)
 from tests.kit.crypto import encrypted  # noqa: F401  (fixture)
 
 IDENTIFIERS = "/api/v1/users/ines/identifiers"
@@ -95,6 +106,30 @@ def test_a_registered_person_named_in_a_turn_is_refused_when_the_policy_says_ref
         422,
     )
     assert (error["code"], error["field"]) == ("sensitive_data", "content") and "(person)" in error["message"]
+
+
+def test_a_changed_identifier_is_screened_on_the_next_write(alice: Caller) -> None:
+    """The agent's people are matched by a matcher each process keeps by registry version
+    (memoryapp.screening.people): a PUT that changes them is seen by the very next write, single
+    and batch, and one that removes them stops the matching."""
+    patch_ok(alice.client, "/api/v1/settings/screening", {"person": "redact"})
+    post_thread(alice, "t-c")
+    text = "Ines Valdomiro (ines@example.com) met Rui Tavares (rui.t@example.org), cust-77."
+    put_ok(alice.client, IDENTIFIERS, {"names": ["Ines Valdomiro"], "emails": ["ines@example.com"]})
+    post_entry(alice, "t-c", role="user", content=text)
+    put_ok(alice.client, IDENTIFIERS, {"names": ["Rui Tavares"], "emails": ["rui.t@example.org"]})
+    post_entry(alice, "t-c", role="user", content=text)
+    post_entries(alice, "t-c", [{"role": "user", "content": text}, {"role": "assistant", "content": text}])
+    put_ok(alice.client, "/api/v1/users/rui/identifiers", {"external_ids": ["cust-77"]})
+    post_entry(alice, "t-c", role="user", content=text)
+    put_ok(alice.client, IDENTIFIERS, {})
+    put_ok(alice.client, "/api/v1/users/rui/identifiers", {})
+    post_entry(alice, "t-c", role="user", content=text)
+    ines = "[person] ([person]) met Rui Tavares (rui.t@example.org), cust-77."
+    rui = "Ines Valdomiro (ines@example.com) met [person] ([person]), cust-77."
+    both = "Ines Valdomiro (ines@example.com) met [person] ([person]), [person]."
+    texts = list(Entry.objects.filter(thread__external_id="t-c").order_by("seq").values_list("text", flat=True))
+    assert texts == [ines, rui, rui, rui, both, text]
 
 
 @pytest.mark.usefixtures("encrypted")
