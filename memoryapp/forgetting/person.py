@@ -95,7 +95,9 @@ from memoryapp.models import (
     LegalHold,
     MemoryFileVersion,
     MemoryItem,
+    RunEvent,
     Thread,
+    ThreadRun,
 )
 from memoryapp.models.choices import EntryType, ItemStatus
 from memoryapp.models.people import sent_by
@@ -605,6 +607,13 @@ def _threads_redact(*, agent_id: int, thread_pks: list[int], actor: str) -> dict
                 actor=actor,
                 because="person",
             ),
+        )
+    # What their runs published (the model's deltas, snapshots of the conversation) holds their
+    # words as the entries do: the ledger's events go, and each run's latest snapshot.
+    with transaction.atomic():
+        RunEvent.objects.filter(agent=agent, thread_id__in=thread_pks).delete()
+        ThreadRun.objects.filter(agent=agent, thread_id__in=thread_pks).exclude(snapshot=None).update(
+            snapshot=None, snapshot_seq=None
         )
     return counts
 
