@@ -61,7 +61,17 @@ _TABLES: dict[str, tuple[Callable[[int], QuerySet[Any]], Callable[[Any], list[An
     Table.THREAD: (lambda a: Thread.objects.filter(agent_id=a).only("id", "metadata"), lambda t: [t.metadata]),
     Table.ITEM: (
         lambda a: MemoryItem.objects.filter(agent_id=a).only(
-            "id", "agent_id", "user_id", "project_id", "thread_id", "subject", "attribute", "value"
+            # Every column _texts_item reads: a deferred one costs a query per row.
+            "id",
+            "agent_id",
+            "user_id",
+            "project_id",
+            "thread_id",
+            "subject",
+            "attribute",
+            "value",
+            "value_json",
+            "metadata",
         ),
         _texts_item,
     ),
