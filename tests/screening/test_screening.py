@@ -132,6 +132,10 @@ def test_secrets_of_several_kinds_are_found(alice: Caller) -> None:
         "db password=hunter2hunter2 in the config",
         "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
         "connect to https://bob:s3cr3tpw@db.example.org/app",
+        # The keyword forms in any case (the detector matches them case-insensitively).
+        'settings: API_KEY = "k3y-value-1"',
+        "she wrote: my Password: 'hunter2'",
+        "x Secret=abcdef",
     ):
         error = error_of(
             alice.client.post(f"{THREADS}/t-s/entries", {"role": "user", "content": text}, format="json"), 422
