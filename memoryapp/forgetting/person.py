@@ -84,7 +84,7 @@ from memoryapp.graph.services import entities_unused_delete, entity_relations_de
 from memoryapp.items.facts import PERSON_PREFIX
 from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.selectors import FACT_PREFIX
-from memoryapp.items.services import slot_layout
+from memoryapp.items.services import slot_layout, versions_quotes_forget
 from memoryapp.models import (
     Agent,
     ConsolidationState,
@@ -472,7 +472,9 @@ def _thread_scope_erase(*, agent: Agent, thread_id: str, actor: str) -> dict[str
     sealed under their data key (Scoped.encryption_owner), which the erasure then destroys, they
     would stay behind unopenable, failing every read that met them."""
     counts = thread_scope_forget(agent=agent, thread_id=thread_id, actor=actor)
-    MemoryFileVersion.objects.filter(agent=agent, user_id="", thread_id=thread_id).delete()
+    scoped = MemoryFileVersion.objects.filter(agent=agent, user_id="", thread_id=thread_id)
+    counts["items_purged"] += versions_quotes_forget(version_ids=list(scoped.values_list("pk", flat=True)))
+    scoped.delete()
     ConsolidationState.objects.filter(agent=agent, user_id="", thread_id=thread_id).delete()
     return counts
 
@@ -699,6 +701,9 @@ def _files_erase(*, agent_id: int, version_ids: list[str], mode: str, actor: str
     if not locked:
         return counts
     if mode == "erase":
+        # Items quoting lines of them (another scope's, the agent's) lose those quotes first, as a
+        # redacted version's do: the raw delete leaves no quote pointing at a deleted version.
+        counts["items_purged"] += versions_quotes_forget(version_ids=locked)
         MemoryFileVersion.objects.filter(previous_id__in=locked).update(previous=None)
         counts["file_versions"] = versions._raw_delete(versions.db)
     else:
