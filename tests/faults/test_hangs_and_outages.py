@@ -142,7 +142,9 @@ def test_bodies_that_stall_with_a_valid_key_are_cut_at_the_deadline_and_healthz_
         assert not Thread.objects.exists()
 
 
-def test_a_database_outage_answers_503_with_retry_after_in_the_error_shape(alice: Caller, tmp_path: Path) -> None:
+def test_a_database_outage_answers_503_with_retry_after_in_the_error_shape(
+    alice: Caller, bob: Caller, tmp_path: Path
+) -> None:
     proxy = DatabaseProxy()
     try:
         env = {"DATABASE_URL": proxy.url()}
@@ -151,13 +153,17 @@ def test_a_database_outage_answers_503_with_retry_after_in_the_error_shape(alice
             assert ask(where, "GET", "/api/v1/threads", headers=key)[0] == 200
             proxy.stop()
 
-            for method, path, body in (
-                ("GET", "/api/v1/threads", None),
-                ("POST", "/api/v1/threads", b'{"id": "t-outage"}'),
-                ("POST", "/api/v1/search", b'{"text": "anything"}'),
-                ("POST", "/mcp/", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}'),
+            # A key the processes keep (alice's) reaches the views, which need the database; a key
+            # never seen before the outage (bob's) needs it to be looked up.
+            unseen = {**key, "Authorization": f"Bearer {bob.key}"}
+            for method, path, body, sent in (
+                ("GET", "/api/v1/threads", None, key),
+                ("POST", "/api/v1/threads", b'{"id": "t-outage"}', key),
+                ("POST", "/api/v1/search", b'{"text": "anything"}', key),
+                ("GET", "/api/v1/threads", None, unseen),
+                ("POST", "/mcp/", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}', unseen),
             ):
-                status, headers, content = ask(where, method, path, body=body, headers=key)
+                status, headers, content = ask(where, method, path, body=body, headers=sent)
                 assert status == 503, (path, status, content)
                 assert content["error"]["code"] == "database_unavailable", content
                 assert int(headers["retry-after"]) >= 1

@@ -183,7 +183,8 @@ def test_the_prune_page_shows_the_dry_run_then_sends_the_real_run() -> None:
     assert run.arguments["agent"] == "alice" and run.arguments["actor"].startswith("staff:")
     retention_prune_job(run.pk)  # what the worker does with it
     page = operator.get(sent["Location"]).content.decode()
-    assert "succeeded" in page and "<code>t-old</code>" in page
+    # Pruned, the thread is named by its owner's pseudonym (as in the audit chain), never its id.
+    assert "succeeded" in page and "<code>psn_" in page and "<code>t-old</code>" not in page
     assert list(Thread.objects.values_list("agent__slug", flat=True)) == ["bob"]
 
 

@@ -137,7 +137,9 @@ def test_a_quote_is_sealed_under_the_quoted_persons_key_and_moves_with_their_thr
     )
     ana = _key(alice.agent.pk, "u-ana")
     assert _stored_keys("memoryapp_evidence", "quote") == {ana}
-    assert _stored_keys("memoryapp_memoryitem", "value") == {_key(alice.agent.pk, "")}
+    # An item whose every quote holds one person's words is sealed under that person's key too
+    # (docs/security.md, "Whose key seals a row").
+    assert _stored_keys("memoryapp_memoryitem", "value") == {ana}
 
     answered(alice.client.patch("/api/v1/threads/t-quoted", {"user_id": "u-bo"}, format="json"), 200)
 
