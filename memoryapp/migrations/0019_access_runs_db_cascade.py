@@ -6,32 +6,16 @@ to do twice."""
 
 from django.db import migrations
 
+from memoryapp.migrations._db_cascade import foreign_keys_rebuilt
+
 TABLES = ("memoryapp_accesslog", "memoryapp_threadrun")
-
-
-def _rebuild(on_delete: str) -> str:
-    tables = ", ".join(f"'{t}'::regclass" for t in TABLES)
-    return f"""
-DO $$
-DECLARE r record;
-BEGIN
-  FOR r IN
-    SELECT c.conname, c.conrelid::regclass AS tbl, a.attname AS col, c.confrelid::regclass AS ref
-      FROM pg_constraint c
-      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
-     WHERE c.contype = 'f' AND c.conrelid IN ({tables})
-  LOOP
-    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', r.tbl, r.conname);
-    EXECUTE format(
-      'ALTER TABLE %s ADD CONSTRAINT %I FOREIGN KEY (%I) REFERENCES %s (id) {on_delete} DEFERRABLE INITIALLY DEFERRED',
-      r.tbl, r.conname, r.col, r.ref
-    );
-  END LOOP;
-END $$;
-"""
 
 
 class Migration(migrations.Migration):
     dependencies = [("memoryapp", "0018_auto_compaction")]
 
-    operations = [migrations.RunSQL(_rebuild("ON DELETE CASCADE"), reverse_sql=_rebuild(""))]
+    operations = [
+        migrations.RunSQL(
+            foreign_keys_rebuilt(TABLES, "ON DELETE CASCADE"), reverse_sql=foreign_keys_rebuilt(TABLES, "")
+        )
+    ]

@@ -1,33 +1,14 @@
-"""Channel sessions (004 `SessionManager`): a channel conversation mapped onto one thread."""
+"""Channel sessions (004 `SessionManager`): a channel conversation mapped onto one thread.
+
+Their foreign keys cascade in the database itself from 0045 on: a RunSQL here would run before
+Django adds the new table's foreign keys (at the end of this migration) and find none. This one had
+such a step, which did nothing; it was dropped, so a database that ran it and one that did not
+stand the same."""
 
 import django.db.models.deletion
 from django.db import migrations, models
 
 import memoryapp.models.sessions
-
-
-def _cascade(tables: tuple[str, ...], on_delete: str) -> str:
-    """The foreign keys of these tables cascade in the database itself, as 0019 made the runs' do:
-    an erasure deletes threads with raw bulk deletes, and these rows must go with them."""
-    names = ", ".join(f"'{t}'::regclass" for t in tables)
-    return f"""
-DO $$
-DECLARE r record;
-BEGIN
-  FOR r IN
-    SELECT c.conname, c.conrelid::regclass AS tbl, a.attname AS col, c.confrelid::regclass AS ref
-      FROM pg_constraint c
-      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
-     WHERE c.contype = 'f' AND c.conrelid IN ({names})
-  LOOP
-    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', r.tbl, r.conname);
-    EXECUTE format(
-      'ALTER TABLE %s ADD CONSTRAINT %I FOREIGN KEY (%I) REFERENCES %s (id) {on_delete} DEFERRABLE INITIALLY DEFERRED',
-      r.tbl, r.conname, r.col, r.ref
-    );
-  END LOOP;
-END $$;
-"""
 
 
 class Migration(migrations.Migration):
@@ -87,9 +68,5 @@ class Migration(migrations.Migration):
                     )
                 ],
             },
-        ),
-        migrations.RunSQL(
-            _cascade(("memoryapp_channelsession",), "ON DELETE CASCADE"),
-            reverse_sql=_cascade(("memoryapp_channelsession",), ""),
         ),
     ]
