@@ -25,25 +25,99 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
 os.environ.setdefault("EMBEDDER", "fake")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The bench writes rows directly: no job may be sent to a broker a running service listens to.
 os.environ.setdefault("CELERY_TASK_ALWAYS_EAGER", "1")
 
-import django
+DATABASE = "bench_context"
+
+
+def _with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def _server_url() -> str:
+    """The maintenance database of DATABASE_URL's server, or of the embedded one under var/."""
+    given = os.environ.get("DATABASE_URL")
+    if given:
+        return _with_database(given, "postgres")
+    from memory_project import embedded
+
+    var_dir = Path(os.environ.get("VAR_DIR", ROOT / "var"))
+    return embedded.postgres_url(Path(os.environ.get("EMBEDDED_PGDATA", var_dir / "pgdata")))
+
+
+def _database_url(*, fresh: bool) -> str:
+    """The bench's own database (made anew unless `fresh` is False and it exists)."""
+    import psycopg
+
+    admin = _server_url()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE]).fetchone()
+        if fresh or not exists:
+            conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{DATABASE}"')
+    return _with_database(admin, DATABASE)
+
+
+def _database_drop() -> None:
+    import psycopg
+
+    with psycopg.connect(_server_url(), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{DATABASE}" WITH (FORCE)')
+
+
+ARGS: argparse.Namespace | None = None
+if __name__ == "__main__":
+    _parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _parser.add_argument("--thread-entries", type=int, default=10_000)
+    _parser.add_argument("--other-entries", type=int, default=50_000)
+    _parser.add_argument("--runs", type=int, default=40)
+    _parser.add_argument("--max-tokens", type=int, default=8000)
+    _parser.add_argument(
+        "--keep", action="store_true", help="keep the database (bench_context_<thread>_<other>) afterwards"
+    )
+    _parser.add_argument(
+        "--reuse", action="store_true", help="measure again the data a --keep run of the same sizes left"
+    )
+    ARGS = _parser.parse_args()
+    # One database per size, so that both sizes can be kept and measured again.
+    DATABASE = f"bench_context_{ARGS.thread_entries}_{ARGS.other_entries}"
+    os.environ["DATABASE_URL"] = _database_url(fresh=not ARGS.reuse)
+
+import django  # noqa: E402
+import numpy  # noqa: E402
+import psycopg  # noqa: E402
+from pgvector.psycopg import register_vector  # noqa: E402
+from psycopg.types.json import Jsonb  # noqa: E402
 
 django.setup()
 
+from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
 from memoryapp.agents.services import agent_get_or_create  # noqa: E402
 from memoryapp.context.builder import ContextRequest, context_build  # noqa: E402
 from memoryapp.models import Agent, Entry, Thread  # noqa: E402
-from memoryapp.search.embedders import embed_query, embed_texts, embedder, query_cache_clear  # noqa: E402
+from memoryapp.search.embedders import (  # noqa: E402
+    FakeEmbedder,
+    _word_stem,
+    embed_query,
+    embed_texts,
+    embedder,
+    query_cache_clear,
+)
+from memoryapp.search.indexing import embed_pending  # noqa: E402
 from memoryapp.search.retrieval import search  # noqa: E402
+from memoryapp.threads.services import entries_add, thread_create  # noqa: E402
+from memoryapp.threads.validation import MAX_BATCH_ENTRIES  # noqa: E402
 
 TOPICS = (
     "garden tomatoes watering soil compost seeds harvest basil roses tulips",
@@ -92,51 +166,178 @@ def sentence(rng: random.Random, topic: int) -> str:
     return "I " + " ".join(picked) + "."
 
 
-def make_entries(*, agent: Agent, thread: Thread, count: int, rng: random.Random, start: datetime) -> list[Entry]:
-    entries: list[Entry] = []
-    parent: str | None = None
-    texts = [sentence(rng, rng.randrange(len(TOPICS))) for _ in range(count)]
-    vectors = []
-    for offset in range(0, count, 512):
-        vectors.extend(embed_texts(texts[offset : offset + 512]))
-    for i, text in enumerate(texts):
-        entry = Entry(
-            agent=agent,
-            thread=thread,
-            parent_id=parent,
-            seq=i + 1,
-            type="message",
-            role="user" if i % 2 == 0 else "assistant",
-            content=text,
-            text=text,
-            token_count=len(text) // 4 + 4,
-            metadata={},
-            created_at=start + timedelta(seconds=30 * i),
-            content_hash=uuid.uuid4().hex,
-            embedding=vectors[i],
-            embedded_at=start,
-        )
-        entries.append(entry)
-        parent = entry.id
-    return entries
+def write_thread(*, agent: Agent, count: int, rng: random.Random, start: datetime) -> Thread:
+    """The measured thread, through the service's own write path: batches of `entries_add` (as an
+    import or a batch append writes them), then the embedding job's service."""
+    thread = thread_create(agent=agent, external_id="bench-main", user_id="u-bench")
+    specs = [
+        {
+            "role": "user" if i % 2 == 0 else "assistant",
+            "content": sentence(rng, rng.randrange(len(TOPICS))),
+            "created_at": start + timedelta(seconds=30 * i),
+        }
+        for i in range(count)
+    ]
+    for offset in range(0, count, MAX_BATCH_ENTRIES):
+        entries_add(thread=thread, entries=specs[offset : offset + MAX_BATCH_ENTRIES])
+    embed_pending(agent_id=agent.pk)
+    thread.refresh_from_db()
+    return thread
+
+
+class OtherVectors:
+    """Vectors of the other data's texts, made fast. With the fake embedder (the default) a text's
+    vector is the normalised sum of its words' shares of the embedder's buckets: exactly what the
+    embedder gives, computed with numpy. With another embedder, the texts come from a pool of
+    POOL distinct sentences embedded once (each row then shares its text and vector with others)."""
+
+    POOL = 4096
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        found = embedder()
+        self.fake = found if isinstance(found, FakeEmbedder) else None
+        vocabulary = sorted({w for topic in TOPICS for w in topic.split()} | set(FILLER) | {"i"})
+        self.index = {w: n for n, w in enumerate(vocabulary)}
+        if self.fake is not None:
+            shares = numpy.zeros((len(vocabulary), self.fake.dimensions), dtype=numpy.float32)
+            for word, n in self.index.items():
+                stem = _word_stem(word)
+                bucket, sign = self.fake._bucket("w:" + stem)
+                shares[n, bucket] += 2.0 * sign
+                padded = f"#{stem}#"
+                for i in range(len(padded) - 2):
+                    bucket, sign = self.fake._bucket("t:" + padded[i : i + 3])
+                    shares[n, bucket] += 0.5 * sign
+            self.shares = shares
+        else:
+            self.pool = [sentence(rng, rng.randrange(len(TOPICS))) for _ in range(self.POOL)]
+            self.pool_vectors = numpy.asarray(embed_texts(self.pool), dtype=numpy.float32)
+
+    def rows(self, count: int) -> tuple[list[str], Any]:
+        """`count` texts and their vectors (a float32 matrix, one row each)."""
+        if self.fake is None:
+            picks = [self.rng.randrange(self.POOL) for _ in range(count)]
+            return [self.pool[p] for p in picks], self.pool_vectors[picks]
+        texts = [sentence(self.rng, self.rng.randrange(len(TOPICS))) for _ in range(count)]
+        words = numpy.asarray([[self.index[w] for w in text[:-1].lower().split()] for text in texts])
+        vectors = self.shares[words].sum(axis=1)
+        vectors /= numpy.linalg.norm(vectors, axis=1, keepdims=True)
+        return texts, vectors
+
+
+BENCH_AGENT = "bench-context"
+# Indexes of entries built once after the other data's COPY rather than row by row during it (an
+# HNSW insert costs ~3 ms here; the bulk build of the same index a fraction of that per row).
+BULK_BUILT_INDEXES = ("entry_embedding_hnsw", "entry_search_thread_gin")
+
+ENTRY_COLUMNS = (
+    "id, seq, type, role, content, text, tool_call_id, tool_name, sender_name, token_count, metadata,"
+    " created_at, content_hash, embedding, embedded_at, agent_id, parent_id, thread_id"
+)
+ENTRY_TYPES = [
+    "varchar",
+    "int8",
+    "varchar",
+    "varchar",
+    "jsonb",
+    "text",
+    "varchar",
+    "varchar",
+    "varchar",
+    "int4",
+    "jsonb",
+    "timestamptz",
+    "varchar",
+    "vector",
+    "timestamptz",
+    "int8",
+    "varchar",
+    "int8",
+]
+
+
+def write_other(*, agent: Agent, count: int, rng: random.Random, start: datetime, per_thread: int = 1000) -> None:
+    """The agent's other data, straight into PostgreSQL (not the API's write path: it is the
+    background the measured thread is searched against): its threads by the ORM, their entries by
+    one binary COPY per thread, vectors made by `OtherVectors`."""
+    if count <= 0:
+        return
+    threads = Thread.objects.bulk_create(
+        [
+            Thread(agent=agent, external_id=f"bench-{n}", user_id=f"u-{n % 7}", next_seq=per_thread + 1)
+            for n in range(count // per_thread)
+        ],
+        batch_size=1000,
+    )
+    vectors = OtherVectors(rng)
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    started = time.perf_counter()
+    with psycopg.connect(**params, autocommit=True) as raw:
+        register_vector(raw)
+        # The bench's own database: its big indexes are dropped for the COPY and built again after.
+        definitions = raw.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'memoryapp_entry' AND indexname = ANY(%s)",
+            [list(BULK_BUILT_INDEXES)],
+        ).fetchall()
+        for name, _ in definitions:
+            raw.execute(f'DROP INDEX "{name}"')
+        for done, thread in enumerate(threads, start=1):
+            texts, matrix = vectors.rows(per_thread)
+            ids = [f"ent_b{uuid.uuid4().hex[:30]}" for _ in texts]
+            with (
+                raw.cursor() as cursor,
+                cursor.copy(f"COPY memoryapp_entry ({ENTRY_COLUMNS}) FROM STDIN (FORMAT BINARY)") as copy,
+            ):
+                copy.set_types(ENTRY_TYPES)
+                for i, text in enumerate(texts):
+                    copy.write_row(
+                        (
+                            ids[i],
+                            i + 1,
+                            "message",
+                            "user" if i % 2 == 0 else "assistant",
+                            Jsonb(text),
+                            text,
+                            "",
+                            "",
+                            "",
+                            len(text) // 4 + 4,
+                            Jsonb({}),
+                            start + timedelta(seconds=30 * i),
+                            uuid.uuid4().hex,
+                            matrix[i],
+                            start,
+                            agent.pk,
+                            ids[i - 1] if i else None,
+                            thread.pk,
+                        )
+                    )
+            raw.execute("UPDATE memoryapp_thread SET active_leaf_id = %s WHERE id = %s", [ids[-1], thread.pk])
+            if done % 50 == 0 or done == len(threads):
+                elapsed = time.perf_counter() - started
+                print(f"  other data: {done * per_thread} entries in {elapsed:.0f} s", flush=True)
+        raw.execute("SET maintenance_work_mem = '2GB'")
+        for name, definition in definitions:
+            begun = time.perf_counter()
+            raw.execute(definition)
+            print(f"  index {name} built in {time.perf_counter() - begun:.0f} s", flush=True)
 
 
 def populate(agent: Agent, *, thread_entries: int, other_entries: int) -> Thread:
     rng = random.Random(7)
     start = datetime(2025, 1, 1, tzinfo=UTC)
-    main = Thread.objects.create(agent=agent, external_id="bench-main", user_id="u-bench")
-    threads = [(main, thread_entries)]
-    per_thread = 1000
-    for n in range(max(0, other_entries) // per_thread):
-        threads.append((Thread.objects.create(agent=agent, external_id=f"bench-{n}", user_id=f"u-{n % 7}"), per_thread))
-    for thread, count in threads:
-        entries = make_entries(agent=agent, thread=thread, count=count, rng=rng, start=start)
-        Entry.objects.bulk_create(entries, batch_size=1000)
-        Thread.objects.filter(pk=thread.pk).update(active_leaf_id=entries[-1].id, next_seq=count + 1)
+    started = time.perf_counter()
+    write_other(agent=agent, count=other_entries, rng=rng, start=start)
+    other_s = time.perf_counter() - started
+    started = time.perf_counter()
+    main = write_thread(agent=agent, count=thread_entries, rng=rng, start=start)
+    print(f"  filled: other data {other_s:.0f} s (COPY), the thread {time.perf_counter() - started:.0f} s (service)")
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE memoryapp_entry")
         cursor.execute("ANALYZE memoryapp_thread")
-    main.refresh_from_db()
     return main
 
 
@@ -157,99 +358,104 @@ def line(label: str, times: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--thread-entries", type=int, default=10_000)
-    parser.add_argument("--other-entries", type=int, default=50_000)
-    parser.add_argument("--runs", type=int, default=40)
-    parser.add_argument("--max-tokens", type=int, default=8000)
-    args = parser.parse_args()
-
-    agent, _ = agent_get_or_create(slug=f"bench-{uuid.uuid4().hex[:10]}")
-    try:
-        started = time.perf_counter()
+    args = ARGS
+    assert args is not None
+    started = time.perf_counter()
+    if args.reuse:
+        agent = Agent.objects.get(slug=BENCH_AGENT)
+        thread = Thread.objects.get(agent=agent, external_id="bench-main")
+    else:
+        print(f"database {DATABASE}: migrating", flush=True)
+        call_command("migrate", verbosity=0)
+        agent, _ = agent_get_or_create(slug=BENCH_AGENT)
         thread = populate(agent, thread_entries=args.thread_entries, other_entries=args.other_entries)
+    try:
         total = Entry.objects.filter(agent=agent).count()
+        in_thread = Entry.objects.filter(thread=thread).count()
         print(
-            f"setup: {total} entries ({args.thread_entries} in the thread), embedder {embedder().name}, "
-            f"{time.perf_counter() - started:.0f} s"
+            f"setup: database {DATABASE}, {total} entries of one agent ({in_thread} in the thread),"
+            f" embedder {embedder().name}, {time.perf_counter() - started:.0f} s"
         )
-        print(f"context builds (max_tokens {args.max_tokens}, {args.runs} runs each):")
-        for strategy in ("recent", "relevant", "hybrid"):
-
-            def build(i: int, strategy: str = strategy) -> Any:
-                return context_build(
-                    agent=agent,
-                    thread=thread,
-                    request=ContextRequest(
-                        max_tokens=args.max_tokens,
-                        strategy=strategy,
-                        system_prompt="You are a helpful assistant.",
-                        current_input=QUERIES[i % len(QUERIES)],
-                    ),
-                )
-
-            built = build(0)
-            print(
-                line(strategy, timed(args.runs, build)) + f"   ({built.included_message_count} messages,"
-                f" {len(built.recalled_entries)} recalled)"
-            )
-
-        print(f"search in the agent's whole scope ({total} entries), limit 10:")
-        embed_times: list[float] = []
-
-        def hybrid(i: int) -> Any:
-            query_cache_clear()
-            outcome = search(agent=agent, text=QUERIES[i % len(QUERIES)], limit=10, method="hybrid")
-            embed_times.append(outcome.embed_ms)
-            return outcome
-
-        totals = timed(args.runs, hybrid)
-        embeds = embed_times[1:]
-        print(line("hybrid search, without the query embedding", [t - e for t, e in zip(totals, embeds, strict=True)]))
-        print(line(f"  query embedding ({embedder().name})", embeds))
-        print(
-            line(
-                "hybrid search, within the 10,000-entry thread",
-                timed(
-                    args.runs,
-                    lambda i: search(
-                        agent=agent, text=QUERIES[i % len(QUERIES)], thread=thread, limit=10, method="hybrid"
-                    ),
-                ),
-            )
-        )
-        print("baselines, same run:")
-        print(
-            line(
-                "keyword-only search (same selector)",
-                timed(
-                    args.runs, lambda i: search(agent=agent, text=QUERIES[i % len(QUERIES)], limit=10, method="keyword")
-                ),
-            )
-        )
-        vector = embed_query(QUERIES[0])
-        print(
-            line(
-                "vector-only search (query embedded beforehand)",
-                timed(args.runs, lambda i: search(agent=agent, text=QUERIES[0], limit=10, method="vector")),
-            )
-        )
-        del vector
-
-        def newest(i: int) -> Any:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT id, role, content, tool_calls FROM memoryapp_entry WHERE thread_id = %s "
-                    "ORDER BY seq DESC LIMIT 200",
-                    [thread.pk],
-                )
-                return cursor.fetchall()
-
-        print(line("raw SQL: the thread's newest 200 entries", timed(args.runs, newest)))
+        measure(args, agent, thread, total)
     finally:
-        started = time.perf_counter()
-        Agent.objects.filter(pk=agent.pk).delete()
-        print(f"cleanup: bench agent deleted ({time.perf_counter() - started:.0f} s)")
+        connection.close()
+        if args.keep or args.reuse:
+            print(f"kept: database {DATABASE} (measure it again with --reuse)")
+        else:
+            _database_drop()
+            print(f"cleanup: database {DATABASE} dropped")
+
+
+def measure(args: argparse.Namespace, agent: Agent, thread: Thread, total: int) -> None:
+    print(f"context builds (max_tokens {args.max_tokens}, {args.runs} runs each):")
+    for strategy in ("recent", "relevant", "hybrid"):
+
+        def build(i: int, strategy: str = strategy) -> Any:
+            return context_build(
+                agent=agent,
+                thread=thread,
+                request=ContextRequest(
+                    max_tokens=args.max_tokens,
+                    strategy=strategy,
+                    system_prompt="You are a helpful assistant.",
+                    current_input=QUERIES[i % len(QUERIES)],
+                ),
+            )
+
+        built = build(0)
+        print(
+            line(strategy, timed(args.runs, build)) + f"   ({built.included_message_count} messages,"
+            f" {len(built.recalled_entries)} recalled)"
+        )
+
+    print(f"search in the agent's whole scope ({total} entries), limit 10:")
+    embed_times: list[float] = []
+
+    def hybrid(i: int) -> Any:
+        query_cache_clear()
+        outcome = search(agent=agent, text=QUERIES[i % len(QUERIES)], limit=10, method="hybrid")
+        embed_times.append(outcome.embed_ms)
+        return outcome
+
+    totals = timed(args.runs, hybrid)
+    embeds = embed_times[1:]
+    print(line("hybrid search, without the query embedding", [t - e for t, e in zip(totals, embeds, strict=True)]))
+    print(line(f"  query embedding ({embedder().name})", embeds))
+    print(
+        line(
+            "hybrid search, within the 10,000-entry thread",
+            timed(
+                args.runs,
+                lambda i: search(agent=agent, text=QUERIES[i % len(QUERIES)], thread=thread, limit=10, method="hybrid"),
+            ),
+        )
+    )
+    print("baselines, same run:")
+    print(
+        line(
+            "keyword-only search (same selector)",
+            timed(args.runs, lambda i: search(agent=agent, text=QUERIES[i % len(QUERIES)], limit=10, method="keyword")),
+        )
+    )
+    vector = embed_query(QUERIES[0])
+    print(
+        line(
+            "vector-only search (query embedded beforehand)",
+            timed(args.runs, lambda i: search(agent=agent, text=QUERIES[0], limit=10, method="vector")),
+        )
+    )
+    del vector
+
+    def newest(i: int) -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT id, role, content, tool_calls FROM memoryapp_entry WHERE thread_id = %s "
+                "ORDER BY seq DESC LIMIT 200",
+                [thread.pk],
+            )
+            return cursor.fetchall()
+
+    print(line("raw SQL: the thread's newest 200 entries", timed(args.runs, newest)))
 
 
 if __name__ == "__main__":
