@@ -201,6 +201,9 @@ RERANKER_MODEL = env_str("RERANKER_MODEL", "")
 RERANKER_API_KEY = env_str("RERANKER_API_KEY", "")
 RERANKER_TIMEOUT = env_float("RERANKER_TIMEOUT", 5.0, minimum=0.1)
 RERANKER_TOP = env_int("RERANKER_TOP", 30, minimum=1, maximum=200)
+# The search's graph channels (memoryapp.search.graph_channels: entity items, the PPR walk, evidence
+# turns). Off by default: on LoCoMo they gave no R@10 and cost ~2.5x a search's time (issue 26).
+SEARCH_GRAPH_CHANNELS = env_bool("SEARCH_GRAPH_CHANNELS", False)
 
 LLM_PROVIDER = env_choice("LLM_PROVIDER", "none", ("none", "openai", "anthropic", "scripted"))
 LLM_BASE_URL = env_url("LLM_BASE_URL", ("http", "https"))

@@ -73,6 +73,12 @@ class Channel:
     methods: frozenset[str] = HYBRID_ONLY  # the search methods that run it
     needs_vector: bool = False  # skipped when the question has no embedding
     uses_vector: bool = False  # ranks by the question's embedding when there is one (asks for it)
+    # A boolean Django setting that switches the channel on ("": always on). A search may ask for a
+    # channel by name (`channels=`, eval_retrieval's "that channel alone") whatever the setting says.
+    setting: str = ""
+    # A test without SQL of whether the question gives the channel anything to read (the time
+    # channel: whether it names or asks for a time); False: the channel is not run (None: always run).
+    applies: Callable[[ChannelInput], bool] | None = None
 
     def weight(self, query_kind: str) -> float:
         return float(self.weights.get(query_kind, self.default_weight))

@@ -294,7 +294,15 @@ def _evidence_entries(ci: ChannelInput) -> list[ChannelHit]:
 GRAPH_WEIGHTS = {"temporal": 0.4, "aggregate": 0.8, "update": 0.5, "preference": 0.6, "general": 0.7}
 EVIDENCE_WEIGHTS = {"temporal": 0.8, "aggregate": 0.9, "update": 0.9, "preference": 0.9, "general": 0.9}
 
-register(Channel(name="entity", kind=ITEM, run=_entity_items, weights=GRAPH_WEIGHTS, default_weight=0.7))
-register(Channel(name="ppr", kind=ITEM, run=_ppr_items, weights=GRAPH_WEIGHTS, default_weight=0.7))
-register(Channel(name="ppr", kind=ENTRY, run=_ppr_entries, weights=GRAPH_WEIGHTS, default_weight=0.7))
-register(Channel(name="evidence", kind=ENTRY, run=_evidence_entries, weights=EVIDENCE_WEIGHTS, default_weight=0.9))
+# Off unless SEARCH_GRAPH_CHANNELS is on (issue 26: on LoCoMo they cost ~2.5x a search's time for no
+# R@10, the speakers becoming hubs of the walk); eval_retrieval --graph-channels measures them.
+GATE = "SEARCH_GRAPH_CHANNELS"
+
+register(Channel(name="entity", kind=ITEM, run=_entity_items, weights=GRAPH_WEIGHTS, default_weight=0.7, setting=GATE))
+register(Channel(name="ppr", kind=ITEM, run=_ppr_items, weights=GRAPH_WEIGHTS, default_weight=0.7, setting=GATE))
+register(Channel(name="ppr", kind=ENTRY, run=_ppr_entries, weights=GRAPH_WEIGHTS, default_weight=0.7, setting=GATE))
+register(
+    Channel(
+        name="evidence", kind=ENTRY, run=_evidence_entries, weights=EVIDENCE_WEIGHTS, default_weight=0.9, setting=GATE
+    )
+)

@@ -303,7 +303,7 @@ def search(
         c
         for c in search_channels()
         if ((c.kind == ENTRY and "entries" in kinds) or (c.kind == ITEM and item_rows is not None))
-        and (channels is None or c.name in channels)
+        and (c.name in channels if channels is not None else channel_switched_on(c))
     ]
     vector: list[float] | None = None
     if (
@@ -336,7 +336,7 @@ def search(
         if method not in channel.methods or (channel.needs_vector and vector is None):
             continue
         weight = channel.weight(analysis.kind)
-        if weight <= 0:
+        if weight <= 0 or (channel.applies is not None and not channel.applies(ci)):
             continue
         found = _run_channel(channel, ci)
         ci.found[(channel.kind, channel.name)] = found
@@ -353,12 +353,22 @@ def search(
 _CORE_CHANNELS = frozenset({"keyword", "vector"})
 
 
+def channel_switched_on(channel: Channel) -> bool:
+    """Whether the channel's setting (if it names one) is on: a search runs it unless asked for others."""
+    return not channel.setting or bool(getattr(settings, channel.setting, False))
+
+
 def _run_channel(channel: Channel, ci: ChannelInput) -> list[ChannelHit]:
     """One channel's list. Keyword and vector run as they are (their failure is the search's); any
-    other channel runs in a savepoint, and one that fails gives nothing, with a note in `errors`."""
+    other channel that fails gives nothing, with a note in `errors`. Channels only read: outside a
+    transaction (a served search or build) a failed read leaves nothing to undo, so a channel runs as
+    it is (a savepoint would cost two round trips per channel); inside one, in a savepoint, so that
+    its failure does not abort the caller's transaction."""
     if channel.name in _CORE_CHANNELS:
         return channel.run(ci)
     try:
+        if not connection.in_atomic_block:
+            return channel.run(ci)
         with transaction.atomic():
             return channel.run(ci)
     except Exception as exc:

@@ -23,8 +23,7 @@ import threading
 import time
 from typing import Any
 
-from django.db import connection, transaction
-from django.db.models import Q
+from django.db import connection
 
 from governance.crypto.fields import equality_values
 from governance.crypto.keyring import encryption_enabled
@@ -36,6 +35,8 @@ from memoryapp.search.query import KIND_AGGREGATE, KIND_PREFERENCE, STOP_WORDS
 from memoryapp.search.vector import vector_literal
 
 MIN_SENDERS = 3
+# Entities of the question's names read at most (before the scope's filter keeps 20 of them).
+MAX_NAMED_READ = 500
 _CAPITALISED_RUN = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")
 _WORD = re.compile(r"[a-z0-9]+")
 _SENDERS_TTL = 60.0
@@ -80,20 +81,31 @@ def scope_senders(ci: ChannelInput) -> frozenset[str]:
 
 
 def named_entities(ci: ChannelInput, names: list[str]) -> list[Entity]:
-    """Step 2's entities of memory: those the thread's scope sees, named by one of `names`."""
+    """Step 2's entities of memory: those the thread's scope sees, named by one of `names`. The
+    entities of those names are read first (one query; most questions name none), the scopes of the
+    search's items only when one of them belongs to a person, project or thread."""
     keys = [k for name in names for k in equality_values(agent_id=ci.agent_id, text=name)]
     if not keys:
         return []
-    visible = Entity.objects.filter(agent_id=ci.agent_id, normalized_name__in=keys)
-    if ci.items is not None:
-        # The scope the search's items have: the entities of those items' scopes (person, project, thread).
-        scopes = ci.items.values_list("user_id", "project_id", "thread_id").distinct()[:50]
-        condition = Q()
-        for user_id, project_id, thread_id in scopes:
-            condition |= Q(user_id__in=["", user_id], project_id__in=["", project_id], thread_id__in=["", thread_id])
-        condition |= Q(user_id="", project_id="", thread_id="")
-        visible = visible.filter(condition)
-    return list(visible.only("id", "name", "aliases", "agent_id", "user_id", "project_id", "thread_id")[:20])
+    found = list(
+        Entity.objects.filter(agent_id=ci.agent_id, normalized_name__in=keys).only(
+            "id", "name", "aliases", "agent_id", "user_id", "project_id", "thread_id"
+        )[:MAX_NAMED_READ]
+    )
+    if ci.items is not None and any(e.user_id or e.project_id or e.thread_id for e in found):
+        # The scope the search's items have: the entities of those items' scopes (person, project,
+        # thread), and those of none.
+        scopes = list(ci.items.values_list("user_id", "project_id", "thread_id").distinct()[:50])
+        found = [
+            e
+            for e in found
+            if not (e.user_id or e.project_id or e.thread_id)
+            or any(
+                e.user_id in ("", user_id) and e.project_id in ("", project_id) and e.thread_id in ("", thread_id)
+                for user_id, project_id, thread_id in scopes
+            )
+        ]
+    return found[:20]
 
 
 def _mention_words(entities: list[Entity], people: list[str]) -> list[str]:
@@ -147,7 +159,7 @@ def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
         where += " AND e.embedding IS NOT NULL"
     else:
         score, order = "0.0", "e.created_at DESC, e.seq DESC"
-    with transaction.atomic(), connection.cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT e.id, {score} FROM memoryapp_entry e WHERE {where} AND ({' OR '.join(conditions)})"
             f" ORDER BY {order} LIMIT %(n)s",

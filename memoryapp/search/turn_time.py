@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from django.db import connection, transaction
+from django.db import connection
 
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.search.channels import ENTRY, Channel, ChannelInput, register
@@ -277,7 +277,7 @@ def _ranked(ci: ChannelInput, condition: str, params: dict[str, Any]) -> list[Ch
         where += " AND e.embedding IS NOT NULL"
     else:
         score, order = "0.0", "e.created_at DESC, e.seq DESC"
-    with transaction.atomic(), connection.cursor() as cursor:
+    with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT e.id, {score} FROM memoryapp_entry e WHERE {where} AND ({condition}) ORDER BY {order} LIMIT %(n)s",
             params,
@@ -301,6 +301,12 @@ def _stated_condition(ci: ChannelInput, words: list[str]) -> tuple[str, dict[str
     return "e.search_vector @@ to_tsquery('english', %(t_words)s)", {"t_words": " | ".join(words)}
 
 
+def names_a_time(text: str) -> bool:
+    """Whether the text names a time at all (no query: "now" and the events are not read)."""
+    probe = datetime(2000, 1, 1, tzinfo=UTC)
+    return named_time(text, probe, event_date=lambda words: probe) is not None
+
+
 def question_span(ci: ChannelInput) -> TimeSpan | None:
     """The interval the question names (computed once per search, shared in `memo`)."""
     if "time_span" in ci.memo:
@@ -308,8 +314,7 @@ def question_span(ci: ChannelInput) -> TimeSpan | None:
         return span
     span = None
     # Whether the question names a time at all, before reading "now" from the scope (a query).
-    probe = datetime(2000, 1, 1, tzinfo=UTC)
-    if named_time(ci.analysis.text, probe, event_date=lambda words: probe) is None:
+    if not names_a_time(ci.analysis.text):
         ci.memo["time_span"] = None
         return None
     anchor = ci.anchor or ci.scope.as_of or scope_anchor(ci.scope)
@@ -345,5 +350,7 @@ register(
         weights={KIND_TEMPORAL: 1.0},
         default_weight=0.6,
         uses_vector=True,
+        # A question that neither names nor asks for a time gives the channel nothing: not run.
+        applies=lambda ci: names_a_time(ci.analysis.text) or asks_for_time(ci.analysis.text),
     )
 )

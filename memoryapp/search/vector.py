@@ -25,9 +25,11 @@ def vector_literal(vector: list[float]) -> str:
 
 
 def _tune_hnsw(cursor: object, limit: int) -> None:
-    # SET LOCAL lasts until the end of the surrounding transaction (the atomic block below).
-    cursor.execute(f"SET LOCAL hnsw.ef_search = {max(40, min(1000, limit * 2))}")  # type: ignore[attr-defined]
-    cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")  # type: ignore[attr-defined]
+    # SET LOCAL lasts until the end of the surrounding transaction (the atomic block below); both in
+    # one round trip (statements without parameters go as one simple query).
+    cursor.execute(  # type: ignore[attr-defined]
+        f"SET LOCAL hnsw.ef_search = {max(40, min(1000, limit * 2))}; SET LOCAL hnsw.iterative_scan = relaxed_order"
+    )
 
 
 def vector_entries(*, scope: EntryScope, vector: list[float], limit: int) -> list[ChannelHit]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from memoryapp.graph.names import graph_from_names, names_in
 from memoryapp.graph.services import entity_merge, relation_write
 from memoryapp.items.rules import Scope
@@ -17,6 +19,14 @@ from tests.kit.api import Caller
 from tests.kit.factories import EntryFactory, ThreadFactory
 
 ANA = Scope(user_id="u-ana")
+
+
+@pytest.fixture(autouse=True)
+def graph_channels_on(settings: Any) -> None:
+    # The fused search runs the graph channels only with the setting on (issue 26); these tests are theirs.
+    settings.SEARCH_GRAPH_CHANNELS = True
+
+
 FILLER = [
     "The weather was lovely on Sunday.",
     "I finally repainted the kitchen.",
@@ -119,6 +129,20 @@ def test_turns_are_reached_through_the_evidence_of_the_best_items(alice: Caller)
         before_seq=said.seq,
     )
     assert hidden.hits == []
+
+
+def test_the_fused_search_runs_the_graph_channels_only_when_switched_on(alice: Caller, settings: Any) -> None:
+    thread, linking = _thread(alice)
+    question = "How do Caroline and Melanie know each other?"
+    graph = {("entry", "ppr"), ("entry", "evidence"), ("item", "ppr"), ("item", "entity")}
+    on = search(agent=alice.agent, text=question, thread=thread, limit=5)
+    assert graph <= set(on.channel_lists) and linking.id in _ids(on)
+    settings.SEARCH_GRAPH_CHANNELS = False
+    off = search(agent=alice.agent, text=question, thread=thread, limit=5)
+    assert not graph & set(off.channel_lists)
+    # Asked for by name, a channel runs whatever the setting says (eval_retrieval scores it alone).
+    alone = search(agent=alice.agent, text=question, thread=thread, kinds=("entries",), channels=("ppr",))
+    assert set(alone.channel_lists) == {("entry", "ppr")} and _ids(alone)[:1] == [linking.id]
 
 
 def test_items_about_the_entities_the_question_names_are_found_without_a_shared_word(alice: Caller) -> None:

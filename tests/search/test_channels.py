@@ -8,6 +8,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 
 from memoryapp.models import Entity
@@ -239,6 +240,43 @@ def test_a_registered_channel_is_fused_and_one_that_fails_gives_nothing_with_a_n
     assert outcome.channel_lists[(ENTRY, "test-failing")] == []
     with pytest.raises(ValueError, match="unknown kind of question"):
         registry.register(Channel(name="x", kind=ENTRY, run=pointing, weights={"chitchat": 1.0}))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_channel_failing_outside_a_transaction_gives_nothing_and_the_search_goes_on(alice: Any) -> None:
+    # A served search runs in autocommit: a channel runs without a savepoint there, and its failed
+    # read leaves the connection usable for the channels after it and the rows' load.
+    thread = ThreadFactory(agent=alice.agent, turns=PEOPLE)
+    castle = by_text(thread, "castle").id
+
+    def failing(ci: ChannelInput) -> list[ChannelHit]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT no_such_column FROM memoryapp_entry")
+        return []
+
+    def pointing(ci: ChannelInput) -> list[ChannelHit]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT id FROM memoryapp_entry WHERE id = %s", [castle])
+            return [ChannelHit(id=cursor.fetchone()[0], score=1.0)]
+
+    registry.register(Channel(name="test-failing-sql", kind=ENTRY, run=failing))
+    registry.register(Channel(name="test-pointing-sql", kind=ENTRY, run=pointing, default_weight=3.0))
+    try:
+        assert not connection.in_atomic_block
+        outcome = search(agent=alice.agent, text="What did Melanie paint?", thread=thread, kinds=("entries",))
+    finally:
+        registry.unregister(ENTRY, "test-failing-sql")
+        registry.unregister(ENTRY, "test-pointing-sql")
+    assert [e["source"] for e in outcome.errors] == ["channel:test-failing-sql"]
+    assert outcome.hits[0].id == castle and "test-pointing-sql" in outcome.hits[0].channels
+
+
+def test_the_time_channel_reads_nothing_for_a_question_without_a_time(alice: Any) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=STAYS)
+    untimed = search(agent=alice.agent, text="Which cabin did we stay at?", thread=thread, kinds=("entries",))
+    assert (ENTRY, "time") not in untimed.channel_lists
+    timed = search(agent=alice.agent, text="Where did we stay in August?", thread=thread, kinds=("entries",))
+    assert (ENTRY, "time") in timed.channel_lists
 
 
 def test_the_share_of_the_questions_words_lifts_the_turn_holding_them(alice: Any) -> None:

@@ -1,5 +1,6 @@
 """python manage.py eval_retrieval --locomo FILE [--k 5,10,25,50] [--methods keyword,vector,hybrid]
                                    [--channels all] [--conversations conv-41,conv-42] [--json]
+                                   [--graph-channels] [--vector-cache FILE]
    python manage.py eval_retrieval --longmemeval FILE [--k ...] [--methods ...] [--channels ...]
                                    [--questions ID,ID] [--limit N] [--json]
 
@@ -34,6 +35,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import CommandError, CommandParser
 
 from memory_project.commands import ProjectCommand
@@ -127,12 +129,19 @@ class Command(ProjectCommand):
         parser.add_argument("--limit", type=int, default=0, help="LongMemEval: only the first N questions")
         parser.add_argument("--json", action="store_true", help="print one JSON object on the last line")
         parser.add_argument(
+            "--graph-channels",
+            action="store_true",
+            help="switch the search's graph channels on (SEARCH_GRAPH_CHANNELS) for the fused rows",
+        )
+        parser.add_argument(
             "--vector-cache",
             default="",
             help="a SQLite file of the turns' vectors, kept across runs (memoryapp.management.vector_cache)",
         )
 
     def execute(self, *args: Any, **options: Any) -> str | None:
+        if options.get("graph_channels"):
+            settings.SEARCH_GRAPH_CHANNELS = True
         cache_path = options.get("vector_cache") or ""
         if not cache_path:
             return super().execute(*args, **options)
