@@ -7,6 +7,10 @@ created, destroyed), which is also the marker that it holds sealed rows.
 Destroying a person's data key (`data_key_destroy`) shreds every copy of their sealed rows: a
 backup or a dump keeps the ciphertext and the register row, but the key file is gone.
 
+A row of several people (one naming others, one holding several people's words) is sealed under a
+key set (`data_key_for_people`): a key derived from each member's data key, its id their ids joined
+by `+`, which opens only while every member does, so destroying any one of them shreds it.
+
 The register is read and written with SQL of its own: the models' fields import this package.
 """
 
@@ -23,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.db import connection, transaction
 from django.utils import timezone
 from psycopg import OperationalError
@@ -91,9 +97,50 @@ def _unwrap(key_id: str, agent_id: int | None, user_id: str, master_id: str) -> 
         raise SealError(f"master key {master_id!r} is wrong: data key {key_id} does not unwrap with it") from exc
 
 
+# Joins the ids of the data keys a key set is derived from (a data key id is letters and digits).
+KEY_SET_JOIN = "+"
+
+
+def key_set_ids(key_id: str) -> list[str]:
+    """The data key ids a sealed value's key id names: one, or the members of a key set."""
+    return key_id.split(KEY_SET_JOIN)
+
+
+def _key_set_derive(key_id: str, keys: Sequence[bytes]) -> bytes:
+    """The key of a key set: HKDF-SHA256 over the concatenation of its members' data keys, in the
+    order the id names them, bound to that id. Without any one member (32 random bytes, destroyed)
+    the input keeps 256 unknown bits, so the derived key cannot be had: destroying any one person's
+    key shreds every value sealed under a set holding it (docs/security.md "Whose key seals a row")."""
+    return HKDF(algorithm=SHA256(), length=32, salt=None, info=b"memory key set v1:" + key_id.encode()).derive(
+        b"".join(keys)
+    )
+
+
+def _cached(key_id: str, now: float) -> bytes | None:
+    with _lock:
+        cached = _by_id.get(key_id)
+    if cached is not None and now - cached[0] < _CACHE_SECONDS:
+        return cached[1]
+    return None
+
+
+def _keep(key_id: str, now: float, key: bytes) -> None:
+    with _lock:
+        if len(_by_id) > 10_000:
+            _by_id.clear()
+        _by_id[key_id] = (now, key)
+
+
 def data_key_open(key_id: str) -> bytes:
-    """The key of a sealed value's id (cached); SealError when it is destroyed, unknown or wrong."""
+    """The key of a sealed value's id (cached); SealError when it is destroyed, unknown or wrong.
+    A key set's id (`dkA+dkB`) opens when every member does (`_key_set_derive`)."""
     now = time.monotonic()
+    if KEY_SET_JOIN in key_id:
+        found = _cached(key_id, now)
+        if found is None:
+            found = _key_set_derive(key_id, [data_key_open(member) for member in key_set_ids(key_id)])
+            _keep(key_id, now, found)
+        return found
     with _lock:
         cached = _by_id.get(key_id)
     if cached is not None and now - cached[0] < _CACHE_SECONDS:
@@ -107,10 +154,7 @@ def data_key_open(key_id: str) -> bytes:
     if destroyed_at is not None:
         raise SealError(f"data key {key_id} was destroyed (crypto-shredded) at {destroyed_at.isoformat()}")
     key = _unwrap(key_id, agent_id, user_id, master_id)
-    with _lock:
-        if len(_by_id) > 10_000:
-            _by_id.clear()
-        _by_id[key_id] = (now, key)
+    _keep(key_id, now, key)
     return key
 
 
@@ -178,6 +222,31 @@ def data_key_for(*, agent_id: int | None, user_id: str = "") -> DataKey:
     raise SealError(f"no data key could be made for agent {agent_id}")
 
 
+def data_key_for_people(*, agent_id: int | None, people: Sequence[str]) -> DataKey:
+    """The key a row holding the words or names of several people is sealed under: one person's
+    (`people` of one) is their data key; several people's is a key set's, derived from each one's
+    live data key (`_key_set_derive`), its id their ids joined (`dkA+dkB`, in the order of
+    `people`, which the caller sorts). Cached per process (an owner's keys are, and so is the
+    derived key, by its id): a write of a batch naming the same people derives it once."""
+    if len(people) == 1:
+        return data_key_for(agent_id=agent_id, user_id=people[0])
+    members = [data_key_for(agent_id=agent_id, user_id=person) for person in people]
+    key_id = KEY_SET_JOIN.join(member.id for member in members)
+    now = time.monotonic()
+    found = _cached(key_id, now)
+    if found is None:
+        found = _key_set_derive(key_id, [member.key for member in members])
+        _keep(key_id, now, found)
+    return DataKey(id=key_id, key=found)
+
+
+def _forget_key_sets(ids: Sequence[str]) -> None:
+    """Drop the cached key sets holding any of these keys (called under _lock)."""
+    gone = set(ids)
+    for key_id in [k for k in _by_id if KEY_SET_JOIN in k and gone.intersection(key_set_ids(k))]:
+        _by_id.pop(key_id, None)
+
+
 def data_key_destroy(*, agent_id: int, user_id: str) -> str | None:
     """Crypto-shred a person: destroy their live data key under this agent.
 
@@ -201,6 +270,7 @@ def data_key_destroy(*, agent_id: int, user_id: str) -> str | None:
     with _lock:
         for key_id in ids:
             _by_id.pop(key_id, None)
+        _forget_key_sets(ids)
         _by_owner.pop((agent_id, user_id), None)
     transaction.on_commit(lambda: [keystore_remove(key_id) for key_id in ids])
     # The live key (a key retired by a rotation still running is destroyed with it).
@@ -222,6 +292,7 @@ def data_keys_destroy_agent(*, agent_id: int) -> list[str]:
     with _lock:
         for key_id in ids:
             _by_id.pop(key_id, None)
+        _forget_key_sets(ids)
         for owner in [o for o in _by_owner if o[0] == agent_id]:
             _by_owner.pop(owner, None)
         _blind.pop(agent_id, None)

@@ -1,7 +1,10 @@
 """Model fields sealed at rest: the boundary where rows are encrypted on save and opened on load.
 
 A model with sealed fields says whose data a row is with `encryption_owner() -> (agent_id, user_id)`
-(user_id "" for rows about no one); the row is sealed under that owner's data key. Reads through
+(user_id "" for rows about no one); the row is sealed under that owner's data key. A row that also
+names or holds the words of other people lists them in a `key_people` column (KEY_PEOPLE): it is
+sealed under the key set of its owner and all of them (`data_key_for_people`), so destroying any
+one of their keys shreds every copy of it (`row_key_people` says which people a row needs). Reads through
 the ORM (querysets, values(), raw()) open values in `from_db_value`; a raw cursor opens them with
 `value_open`. With encryption off nothing is sealed, and a sealed value read still opens (with the
 keys) or fails loudly (without).
@@ -15,7 +18,7 @@ save() or bulk_create(), which call pre_save, or seal the values of an update wi
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 from django.contrib.postgres.fields import ArrayField
@@ -23,7 +26,7 @@ from django.db import models
 from django.db.models.expressions import Expression
 
 from governance.crypto.blind import EQUALITY_PREFIX, equality_hash, text_hashes
-from governance.crypto.envelope import DataKey, Owner, blind_key, data_key_for, data_key_open
+from governance.crypto.envelope import DataKey, Owner, blind_key, data_key_for_people, data_key_open
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.sealing import PREFIX, is_sealed, seal, sealed_key_id, unseal
 
@@ -33,7 +36,7 @@ def value_aad(table: str, column: str) -> bytes:
 
 
 def text_seal(text: str, *, owner: Owner, aad: bytes) -> str:
-    return text_seal_with(text, key=data_key_for(agent_id=owner[0], user_id=owner[1]), aad=aad)
+    return text_seal_with(text, key=data_key_for_people(agent_id=owner[0], people=(owner[1],)), aad=aad)
 
 
 def text_seal_with(text: str, *, key: DataKey, aad: bytes) -> str:
@@ -64,6 +67,32 @@ def _owner(instance: models.Model) -> Owner:
     return found
 
 
+# The column of a model listing the people, besides its owner, whose keys its sealed values need
+# (an array of user ids, GIN-indexed where the erasure looks a person up in it).
+KEY_PEOPLE = "key_people"
+# (agent id, the people whose keys seal the row, sorted; "" the agent's own key)
+KeyOwner = tuple[int | None, tuple[str, ...]]
+
+
+def row_key_owner(instance: models.Model) -> KeyOwner:
+    """Whose keys seal the row: its owner's (`encryption_owner`) and those of the people its
+    `key_people` names (who are named in it or whose words it holds without being its owner)."""
+    agent_id, person = _owner(instance)
+    others = getattr(instance, KEY_PEOPLE, None)
+    if not others:
+        return (agent_id, (person,))
+    return (agent_id, tuple(sorted({person, *others})))
+
+
+def key_owner_key(owner: KeyOwner) -> DataKey:
+    return data_key_for_people(agent_id=owner[0], people=owner[1])
+
+
+def key_people_of(owner_person: str, people: Iterable[str]) -> list[str] | None:
+    """What a row's `key_people` holds: the people besides its owner's person, sorted (None for none)."""
+    return sorted(set(people) - {owner_person}) or None
+
+
 class _Sealed:
     """What the two sealed fields share; `_plain` says whether a value needs sealing."""
 
@@ -77,8 +106,8 @@ class _Sealed:
     def _plain(self, value: Any) -> bool:
         return value is not None and value != "" and not is_sealed(value) and not isinstance(value, Expression)
 
-    def seal_value(self, value: Any, owner: Owner) -> Any:
-        return self.seal_with(value, data_key_for(agent_id=owner[0], user_id=owner[1]))
+    def seal_value(self, value: Any, owner: KeyOwner) -> Any:
+        return self.seal_with(value, key_owner_key(owner))
 
     def seal_with(self, value: Any, key: DataKey) -> Any:
         raise NotImplementedError
@@ -86,7 +115,7 @@ class _Sealed:
     def seal_for(self, instance: models.Model, value: Any) -> Any:
         """The value as stored for this row: sealed under its owner's key when encryption is on."""
         if encryption_enabled() and self._plain(value):
-            return self.seal_value(value, _owner(instance))
+            return self.seal_value(value, row_key_owner(instance))
         return value
 
     # The field's own steps (TextField's, JSONField's) come after this class in the fields' MRO.
@@ -96,7 +125,7 @@ class _Sealed:
     def get_db_prep_save(self, value: Any, connection: Any) -> Any:
         """A value no row's save sealed (an update's, a lookup's): sealed under the key of no agent."""
         if encryption_enabled() and self._plain(value):
-            value = self.seal_value(value, (None, ""))
+            value = self.seal_value(value, (None, ("",)))
         return super().get_db_prep_save(value, connection)  # type: ignore[misc]
 
 
@@ -146,6 +175,18 @@ def json_text_open(value: Any, *, table: str, column: str) -> Any:
     if isinstance(value, str) and value.startswith('"' + PREFIX):
         return text_open(json.loads(value), aad=value_aad(table, column))
     return value
+
+
+class KeyPeopleField(ArrayField):  # type: ignore[type-arg]
+    """The `key_people` of a row (KEY_PEOPLE): the people besides its owner whose data keys its
+    sealed values need, sorted; null for none (most rows). Kept whether encryption is on or off, so
+    a rotation that turns it on seals each row under the right keys."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("base_field", models.CharField(max_length=128))
+        kwargs.setdefault("null", True)
+        kwargs.setdefault("blank", True)
+        super().__init__(*args, **kwargs)
 
 
 class BlindIndexField(ArrayField):  # type: ignore[type-arg]
@@ -291,9 +332,9 @@ def sealed_update(queryset: models.QuerySet[M], **values: Any) -> int:
     if not encryption_enabled() or not any(isinstance(model._meta.get_field(n), _Sealed) for n in values):
         return queryset.update(**values)
     deferred = [f.name for f in model._meta.concrete_fields if isinstance(f, _Sealed)]
-    groups: dict[Owner, tuple[models.Model, list[Any]]] = {}
+    groups: dict[KeyOwner, tuple[models.Model, list[Any]]] = {}
     for found in with_owner(queryset.order_by().defer(*deferred)):
-        groups.setdefault(_owner(found), (found, []))[1].append(found.pk)
+        groups.setdefault(row_key_owner(found), (found, []))[1].append(found.pk)
     return sum(
         model._default_manager.filter(pk__in=pks).update(**update_values_sealed(first, values))
         for first, pks in groups.values()
@@ -313,13 +354,13 @@ class BatchSealer:
 
     def __init__(self, fields: list[models.Field]) -> None:  # type: ignore[type-arg]
         self.fields = fields
-        self._keys: dict[Owner, DataKey] = {}
+        self._keys: dict[KeyOwner, DataKey] = {}
         self._blind: dict[int | None, bytes] = {}
 
-    def key(self, owner: Owner) -> DataKey:
+    def key(self, owner: KeyOwner) -> DataKey:
         key = self._keys.get(owner)
         if key is None:
-            key = self._keys[owner] = data_key_for(agent_id=owner[0], user_id=owner[1])
+            key = self._keys[owner] = key_owner_key(owner)
         return key
 
     def blind_key(self, agent_id: int | None) -> bytes:
@@ -330,7 +371,7 @@ class BatchSealer:
 
     def row(self, instance: models.Model) -> list[Any]:
         """The stored values of `fields` for this row, in their order."""
-        owner = _owner(instance)
+        owner = row_key_owner(instance)
         values: list[Any] = []
         for field in self.fields:
             if isinstance(field, BlindIndexField):

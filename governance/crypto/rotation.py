@@ -34,7 +34,6 @@ from psycopg import sql
 
 from governance.crypto.envelope import (
     OWNER_CACHE_SECONDS,
-    data_key_for,
     data_key_open,
     data_keys_forget,
     data_keys_retire,
@@ -48,6 +47,8 @@ from governance.crypto.fields import (
     SealedJSONField,
     SealedTextField,
     is_equality_hash,
+    key_owner_key,
+    row_key_owner,
     with_owner,
 )
 from governance.crypto.keyring import keyring
@@ -84,9 +85,9 @@ def _stored_key(raw: str | None, *, json_value: bool) -> str | None:
 
 
 def _owner_key(row: models.Model) -> str:
-    owner = getattr(row, "encryption_owner", None)
-    agent_id, user_id = owner() if owner is not None else (None, "")
-    return data_key_for(agent_id=agent_id, user_id=user_id).id
+    """The id of the key the row's values are sealed under: its owner's, or the key set of its
+    owner and the people its `key_people` lists (governance.crypto.fields.row_key_owner)."""
+    return key_owner_key(row_key_owner(row)).id
 
 
 def _opens(key_ids: set[str]) -> bool:

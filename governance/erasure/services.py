@@ -46,7 +46,7 @@ from django.utils import timezone
 from psycopg import sql
 
 from governance.audit.chain import audit_append, audit_rehearsal, canonical_json
-from governance.crypto.envelope import data_keys_of_person
+from governance.crypto.envelope import data_keys_of_person, key_set_ids
 from governance.crypto.fields import BlindIndexField, SealedJSONField, SealedTextField, json_text_open, value_open
 from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
@@ -1299,7 +1299,7 @@ def backup_holdings(*, user_id: str, held: dict[tuple[str, str, str], int]) -> d
     keys = {
         str(pk): (agent, owner, destroyed)
         for pk, agent, owner, destroyed in DataKey.objects.filter(
-            pk__in={key for _t, _c, key in held if key}
+            pk__in={member for _t, _c, key in held if key for member in key_set_ids(key)}
         ).values_list("pk", "agent_id", "user_id", "destroyed_at")
     }
     unopenable: dict[tuple[str, str], int] = {}
@@ -1308,15 +1308,18 @@ def backup_holdings(*, user_id: str, held: dict[tuple[str, str, str], int]) -> d
         if not key:
             readable[(table, column, "plaintext")] = readable.get((table, column, "plaintext"), 0) + rows
             continue
-        agent, owner, destroyed = keys.get(key, (None, None, None))
-        if owner is None:
-            why = "sealed under a key the register does not know"
-        elif destroyed is not None:
+        # A key set (several people's keys: a row naming them) opens only while every member lives.
+        members = [keys.get(member, (None, None, None)) for member in key_set_ids(key)]
+        owners = {owner for _a, owner, _d in members}
+        if any(destroyed is not None for _a, _o, destroyed in members):
             unopenable[(table, column)] = unopenable.get((table, column), 0) + rows
             continue
-        elif owner == user_id:
+        if None in owners:
+            why = "sealed under a key the register does not know"
+        elif user_id in owners:
             why = "sealed under the person's key, still live"
-        elif owner == "":
+        elif owners == {""}:
+            agent = members[0][0]
             why = "sealed under the agent's key" if agent is not None else "sealed under the key of no agent"
         else:
             why = "sealed under another person's key"
@@ -1385,7 +1388,8 @@ def _shredding(
     else:
         statement = (
             f"Of the values the erasure deleted or redacted, {shut} no longer open{'s' if shut == 1 else ''} in a "
-            "copy made before it (a backup, a dump, a replica): sealed under the person's keys, now destroyed. "
+            "copy made before it (a backup, a dump, a replica): sealed under the person's keys, now destroyed, "
+            "alone or in a key set with the keys of the others the row names. "
             + (
                 f"Such a copy still holds {still} readable: {where}. "
                 if still

@@ -27,6 +27,7 @@ from memoryapp.llm.model import ModelUnavailable
 from memoryapp.llm.port import model_available, recording_usage
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EntryType, Role
+from memoryapp.subjects.detect import key_people_set
 from memoryapp.threads.selectors import path_ids
 from memoryapp.threads.services import entry_add
 
@@ -161,22 +162,29 @@ def compaction_run(
 
 
 def _summary_words_of(*, entry: Entry, locked: Thread, covered_ids: set[str]) -> None:
-    """A compaction that stands in for the turns of one person other than the thread's (their
-    messages in it, a fork's copies of theirs, with the assistant's replies to them) holds their words: it is sealed again under their key
-    (`Entry.words_of`), so their erasure shreds every old copy of it. One covering several people's
-    turns stays under the thread's person's (the erasure of any of them removes it from the
-    database; docs/security.md "Whose key seals a row")."""
+    """A compaction holds the words of the people whose turns it stands in for (their messages in
+    the thread, a fork's copies of theirs, with the assistant's replies to them) and names whom
+    those turns named. One covering the turns of one person other than the thread's is sealed again
+    under their key (`Entry.words_of`); one covering several people's turns, or turns naming
+    others, under the key set of its owner and each of them (`Entry.key_people`), so the erasure of
+    any of them shreds every old copy of it (docs/security.md "Whose key seals a row")."""
     covered = list(
-        Entry.objects.filter(thread_id=locked.pk, id__in=covered_ids).only("id", "role", "metadata", "words_of")
+        Entry.objects.filter(thread_id=locked.pk, id__in=covered_ids).only(
+            "id", "role", "metadata", "words_of", "key_people"
+        )
     )
     # Whose turns: user messages, tool results and earlier summaries; the assistant's replies
     # answer them (they count only when the summary covers nothing else).
     turns = [e for e in covered if e.role != Role.ASSISTANT] or covered
     people = {e.words_person(thread_person=locked.user_id) for e in turns}
-    if len(people) != 1 or (person := people.pop()) == locked.user_id:
-        return
-    entry.words_of = person
-    entry.save(update_fields=["words_of", "content", "text", "tool_calls", "event"])
+    named = {p for e in covered for p in (e.key_people or ())}
+    before = (entry.words_of, entry.key_people)
+    if len(people) == 1 and (person := next(iter(people))) != locked.user_id:
+        entry.words_of = person
+    owner = entry.words_person(thread_person=locked.user_id)
+    key_people_set(entry, {*people, *named, *(entry.key_people or ())}, owner_person=owner)
+    if (entry.words_of, entry.key_people) != before:
+        entry.save(update_fields=["words_of", "key_people", "content", "text", "tool_calls", "event"])
 
 
 @transaction.atomic

@@ -47,7 +47,7 @@ from memoryapp.items.services import versions_quotes_forget
 from memoryapp.models import Agent, MemoryFileVersion, SubjectMention
 from memoryapp.models.choices import FileAuthor
 from memoryapp.screening.screen import screener_for
-from memoryapp.subjects.detect import mentions_record
+from memoryapp.subjects.detect import Written, key_people_set, mentions_record, rows_named
 
 # A writer that loses the race for a version number makes its change again on what stands.
 MAX_TRIES = 3
@@ -214,11 +214,15 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
         )
         for p in planned
     ]
+    versions: list[Written] = [(SubjectMention.Table.FILE_VERSION, v.pk, v) for v in rows if v.content is not None]
+    # A version naming registered people besides its scope's person (a project file naming one) is
+    # sealed under their keys too (MemoryFileVersion.key_people).
+    named = rows_named(agent=access.agent, rows=versions)
+    for row in rows:
+        if row.pk in named:
+            key_people_set(row, named[row.pk], owner_person=user_id or row.scope_person())
     written = MemoryFileVersion.objects.bulk_create(rows)
-    mentions_record(
-        agent=access.agent,
-        rows=[(SubjectMention.Table.FILE_VERSION, v.pk, v) for v in written if v.content is not None],
-    )
+    mentions_record(agent=access.agent, rows=versions, named=named)
     event_record(agent_id=access.agent.pk, type="file.version", thread_id=thread_id, ids=[v.pk for v in written])
     audit_append(
         action="memory_file.written",

@@ -42,15 +42,17 @@ import json
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from django.db import transaction
+from django.apps import apps
+from django.db import connection, transaction
 from django.db.models import BooleanField, Count, F, Func, Q, QuerySet, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
+from psycopg import sql
 
 from governance.audit.chain import audit_append
 from governance.audit.pseudonyms import pseudonym_names, pseudonyms_forget
 from governance.crypto.envelope import data_key_destroy
-from governance.crypto.fields import json_text_open, sealed_update
+from governance.crypto.fields import KEY_PEOPLE, KeyPeopleField, json_text_open, sealed_update
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.rotation import rows_reseal
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
@@ -421,6 +423,7 @@ def person_erase(
         pseudonyms_forget(agent_id=agent_id, user_id=user_id)
         if mode == "erase":
             counts_add(counts, _words_of_released(agent_id=agent_id, user_id=user_id))
+            counts_add(counts, _key_people_released(agent_id=agent_id, user_id=user_id))
             with transaction.atomic():
                 if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
                     counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
@@ -452,6 +455,39 @@ def _words_of_released(*, agent_id: int, user_id: str) -> dict[str, int]:
             rows_reseal(model._default_manager.filter(pk__in=ids))  # type: ignore[attr-defined]
         resealed += len(ids)
     return {"words_resealed": resealed} if resealed else {}
+
+
+@atomic_retrying
+def _key_people_released(*, agent_id: int, user_id: str) -> dict[str, int]:
+    """Rows of others sealed under a key set holding the person's key (`key_people`: another
+    person's turn naming them, an agent-wide item or entity, a project file, a knowledge document,
+    a summary or item standing on several people's words) that the steps before kept, their
+    mentions redacted: the person leaves their `key_people` and they are sealed again under the
+    remaining people's keys before the person's goes, so the service still opens them while a copy
+    made before (sealed under the set with her key) opens no more. Counted (`key_sets_resealed`)."""
+    resealed = 0
+    for model in apps.get_models():
+        if model._meta.proxy or not any(isinstance(f, KeyPeopleField) for f in model._meta.concrete_fields):
+            continue
+        manager = model._default_manager
+        ids = list(manager.filter(agent_id=agent_id, key_people__contains=[user_id]).values_list("pk", flat=True))
+        if not ids:
+            continue
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql.SQL(
+                    "UPDATE {table} SET {column} = NULLIF(array_remove({column}, %s), '{{}}') WHERE {pk} = ANY(%s)"
+                ).format(
+                    table=sql.Identifier(model._meta.db_table),
+                    column=sql.Identifier(KEY_PEOPLE),
+                    pk=sql.Identifier(str(model._meta.pk.column)),  # type: ignore[union-attr]
+                ),
+                [user_id, ids],
+            )
+        if encryption_enabled():
+            rows_reseal(manager.filter(pk__in=ids))
+        resealed += len(ids)
+    return {"key_sets_resealed": resealed} if resealed else {}
 
 
 @atomic_retrying

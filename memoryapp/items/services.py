@@ -51,7 +51,7 @@ from memoryapp.models import (
 )
 from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
 from memoryapp.screening.screen import screener_for
-from memoryapp.subjects.detect import Written, mentions_record
+from memoryapp.subjects.detect import Written, key_people_set, mentions_record, rows_named
 
 OPINION_REPEAT_GAIN = 0.1
 OPINION_CONTRADICTION_LOSS = 0.2
@@ -145,7 +145,7 @@ def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
         return found[0]
     try:
         with transaction.atomic():
-            return Entity.objects.create(
+            entity = Entity(
                 agent=agent,
                 user_id=scope.user_id,
                 project_id=scope.project_id,
@@ -155,6 +155,12 @@ def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
                 # with new keys hashes it again).
                 normalized_name=normalized_name(subject),
             )
+            # An entity naming a registered person (an agent-wide "Inês Valdomiro") is sealed under
+            # their key too: their erasure shreds its old copies.
+            named = rows_named(agent=agent, rows=[(SubjectMention.Table.ENTITY, entity.pk, entity)])
+            key_people_set(entity, named.get(entity.pk, ()))
+            entity.save(force_insert=True)
+            return entity
     except IntegrityError:  # another writer of another attribute created it first
         return Entity.objects.get(
             agent=agent,
@@ -274,6 +280,11 @@ def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> lis
             continue
         checked.append(CheckedQuote(entry, text, verify_evidence(text, entry)))  # type: ignore[arg-type]
     return checked
+
+
+def _quoted_people(checked: list[CheckedQuote]) -> set[str]:
+    """The people whose words the quotes of entries hold (`Entry.words_person`)."""
+    return {quote.entry.words_person() for quote in checked if quote.entry is not None}
 
 
 def _quoted_person(checked: list[CheckedQuote]) -> str | None:
@@ -480,7 +491,7 @@ def item_state_write(
     quoted = _quoted_person(checked)
     scoped = MemoryItem(agent=agent, user_id=scope.user_id, thread_id=scope.thread_id)
     words_of = quoted if quoted and quoted != scoped.scope_person() else ""
-    item = MemoryItem.objects.create(
+    item = MemoryItem(
         words_of=words_of,
         agent=agent,
         user_id=scope.user_id,
@@ -506,6 +517,11 @@ def item_state_write(
         metadata=extra,
         purposes=checked_purposes or [],
     )
+    # Sealed under the keys of every person it names and whose words its quotes hold besides its
+    # owner (MemoryItem.key_people): the erasure of any of them shreds its old copies.
+    named = rows_named(agent=agent, rows=[(SubjectMention.Table.ITEM, item.pk, item)])
+    key_people_set(item, {*named.get(item.pk, ()), *_quoted_people(checked)})
+    item.save(force_insert=True)
     _add_evidence(agent=agent, item=item, checked=checked)
     # The item (a fact among them) and the entity it is about: whom of the agent's people they name.
     written: list[Written] = [(SubjectMention.Table.ITEM, item.pk, item)]
@@ -579,11 +595,15 @@ def _merge(
             ]
         )
     before = Evidence.objects.filter(item=item).count()
-    if item.words_of and _quoted_person(checked) not in (item.words_of, ""):
-        # A quote of someone else joins: the item holds several people's words now, so it goes back
-        # under its scope's person's key (an erasure of the first only trims it, and it must open).
+    quoted = _quoted_people(checked) - {item.encryption_owner()[1], *(item.key_people or ())}
+    if quoted:
+        # A quote of someone else joins: the item holds several people's words now, so it is sealed
+        # under the key set of its scope's person and each of them (an erasure of one of them trims
+        # it, and reseals it under the others' before their key goes).
+        people = {*quoted, *(item.key_people or ()), item.words_of}
         item.words_of = ""
-        item.save(update_fields=["words_of", "value", "value_json"])
+        key_people_set(item, people - {""})
+        item.save(update_fields=["words_of", "key_people", "value", "value_json"])
     _add_evidence(agent=agent, item=item, checked=checked)
     if activated:
         _item_changed(item=item, lay_out=True, refresh=True, event="item.activated")

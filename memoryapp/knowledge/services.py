@@ -20,9 +20,12 @@ from pgvector.django import CosineDistance
 
 from governance.audit.chain import audit_append
 from memoryapp.errors import Conflict, DomainError, NotFound
-from memoryapp.models import Agent, KnowledgeChunk, KnowledgeDocument
+from memoryapp.models import Agent, KnowledgeChunk, KnowledgeDocument, SubjectMention
 from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
+from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named
 from memoryapp.tokens import count_tokens
+
+Table = SubjectMention.Table
 
 MAX_DOCUMENT_CHARS = 1_048_576  # 1 MiB of text, as a memory file
 MAX_NAME_CHARS = 255
@@ -93,6 +96,14 @@ def chunks_of(content: str, *, size: int = CHUNK_TOKENS) -> list[str]:
     return chunks
 
 
+def _people_named(document: KnowledgeDocument) -> dict[str, set[str]]:
+    """The registered people the document names (memoryapp.subjects.detect): their keys seal it and
+    its chunks with the agent's (`key_people`), so the erasure of any of them shreds its old copies."""
+    named = rows_named(agent_id=document.agent_id, rows=[(Table.KNOWLEDGE_DOCUMENT, document.pk, document)])
+    key_people_set(document, named.get(document.pk, ()), owner_person="")
+    return named
+
+
 def _chunks_write(document: KnowledgeDocument) -> bool:
     """Replace the document's chunks; returns whether they were embedded (an embedder failure leaves
     them without vectors: found by their words only, and embedded again by the next write)."""
@@ -110,6 +121,7 @@ def _chunks_write(document: KnowledgeDocument) -> bool:
             project_id=document.project_id,
             seq=seq,
             text=text,
+            key_people=document.key_people,
             tokens=count_tokens(text),
             embedding=vector,
         )
@@ -141,7 +153,7 @@ def knowledge_document_add(
         raise DomainError("too_many_documents", f"An agent keeps at most {MAX_DOCUMENTS} knowledge documents.")
     try:
         with transaction.atomic():
-            document = KnowledgeDocument.objects.create(
+            document = KnowledgeDocument(
                 agent=agent,
                 project_id=project,
                 name=name,
@@ -149,8 +161,11 @@ def knowledge_document_add(
                 sha256=hashlib.sha256(content.encode()).hexdigest(),
                 added_by=added_by[:150],
             )
+            named = _people_named(document)
+            document.save(force_insert=True)
     except IntegrityError as exc:
         raise Conflict("name_taken", f"A knowledge document is already named {name!r} here.", field="name") from exc
+    mentions_record(agent_id=document.agent_id, rows=[(Table.KNOWLEDGE_DOCUMENT, document.pk, document)], named=named)
     embedded = _chunks_write(document)
     _audit("knowledge.added", document, actor or added_by, embedded=embedded)
     return document
@@ -167,11 +182,15 @@ def knowledge_document_replace(
         locked.name = _name_check(name)
     locked.content = content
     locked.sha256 = hashlib.sha256(content.encode()).hexdigest()
+    named = _people_named(locked)
     try:
         with transaction.atomic():
             locked.save()
     except IntegrityError as exc:
         raise Conflict("name_taken", "A knowledge document is already named so here.", field="name") from exc
+    mentions_record(
+        agent_id=locked.agent_id, rows=[(Table.KNOWLEDGE_DOCUMENT, locked.pk, locked)], named=named, replace=True
+    )
     embedded = _chunks_write(locked)
     _audit("knowledge.replaced", locked, actor or "agent", embedded=embedded)
     return locked

@@ -1,8 +1,9 @@
 from __future__ import annotations
 
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 
-from governance.crypto.fields import SealedTextField
+from governance.crypto.fields import KeyPeopleField, SealedTextField
 from memoryapp.ids import new_id
 from memoryapp.models.choices import FileAuthor
 from memoryapp.models.items import Scoped
@@ -38,6 +39,9 @@ class MemoryFileVersion(Scoped):
     # `metadata.redacted`): on the version, never in the audit chain, which says only that one was
     # given. Sealed like the content; "" when none was given or a cascade redacted it.
     redaction_reason = SealedTextField(blank=True, default="")
+    # The registered people its content names besides its scope's person (a project file naming
+    # one): their keys seal it too (governance.crypto.fields.KEY_PEOPLE).
+    key_people = KeyPeopleField()
 
     class Meta:
         constraints = [
@@ -52,6 +56,10 @@ class MemoryFileVersion(Scoped):
             models.Index(
                 fields=["agent", "user_id", "project_id", "thread_id", "path", "-sequence"],
                 name="file_version_head_idx",
+            ),
+            # the erasure: the versions sealed under a person's key among others.
+            GinIndex(
+                fields=["key_people"], name="file_version_key_people_gin", condition=models.Q(key_people__isnull=False)
             ),
         ]
 

@@ -18,6 +18,7 @@ from governance.crypto.fields import (
     OWNER_PERSON,
     BlindIndexField,
     EqualityHashField,
+    KeyPeopleField,
     SealedJSONField,
     SealedTextField,
 )
@@ -146,6 +147,9 @@ class Entity(Scoped):
     # with encryption off, where the column holds it in clear.
     normalized_name_kept = SealedTextField(blank=True, default="")
     aliases = SealedJSONField(default=list, blank=True)
+    # The registered people its name or aliases name besides its scope's person (an agent-wide
+    # entity about one of them): their keys seal it too (governance.crypto.fields.KEY_PEOPLE).
+    key_people = KeyPeopleField()
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -159,6 +163,8 @@ class Entity(Scoped):
         indexes = [
             # the entities of one thread's scope, whoever they are about (a thread's delete takes them).
             models.Index(fields=["agent", "thread_id"], name="entity_thread_scope_idx", condition=~Q(thread_id="")),
+            # the erasure: the entities sealed under a person's key among others.
+            GinIndex(fields=["key_people"], name="entity_key_people_gin", condition=Q(key_people__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -200,6 +206,10 @@ class MemoryItem(Scoped):
     # set when every quote it stands on holds one other person's words (their message in another's
     # thread), cleared when a quote of someone else joins. What it is sealed under (encryption_owner).
     words_of = models.CharField(max_length=128, blank=True, default="", db_default="")
+    # The people besides that one whose keys seal it too: registered people its texts name (found
+    # at write by memoryapp.subjects.detect), the people of its quotes when they are several
+    # (governance.crypto.fields.KEY_PEOPLE): destroying any of their keys shreds its old copies.
+    key_people = KeyPeopleField()
     metadata = models.JSONField(default=dict, blank=True)
     # The purposes the item was collected for (of the agent's `purposes`); empty: any. A recall that
     # names a purpose sees only items of that purpose or of none (memoryapp.items.purposes).
@@ -248,6 +258,8 @@ class MemoryItem(Scoped):
             GinIndex(fields=["search_vector"], name="item_search_gin"),
             # recall with a purpose: the items collected for it (`purposes @> {support}`).
             GinIndex(fields=["purposes"], name="item_purposes_gin"),
+            # the erasure: the items sealed under a person's key among others (`key_people @> {id}`).
+            GinIndex(fields=["key_people"], name="item_key_people_gin", condition=Q(key_people__isnull=False)),
             # keyword search with encryption on: the blind index of the values (memoryapp.search.keyword).
             GinIndex(
                 fields=["keyword_hashes"],

@@ -13,7 +13,7 @@ from django.db import models
 from django.db.models import Case, F, Value, When
 from pgvector.django import HnswIndex, VectorField
 
-from governance.crypto.fields import SealedTextField
+from governance.crypto.fields import KeyPeopleField, SealedTextField
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
@@ -31,6 +31,9 @@ class KnowledgeDocument(Scoped):
     name = models.CharField(max_length=255)
     # Sealed at rest when encryption is on, under the agent's own key (a document is about no one).
     content = SealedTextField()
+    # The registered people its text names: their keys seal it (and its chunks) with the agent's
+    # (governance.crypto.fields.KEY_PEOPLE).
+    key_people = KeyPeopleField()
     sha256 = models.CharField(max_length=64)
     chunk_count = models.IntegerField(default=0)
     # Who added it: "agent" (the API) or a staff member's username (the admin).
@@ -45,6 +48,10 @@ class KnowledgeDocument(Scoped):
         indexes = [
             # listing: an agent's documents by project, newest first.
             models.Index(fields=["agent", "project_id", "-updated_at"], name="knowledge_doc_list_idx"),
+            # the erasure: the documents sealed under a person's key among others.
+            GinIndex(
+                fields=["key_people"], name="knowledge_doc_key_people_gin", condition=models.Q(key_people__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -60,6 +67,8 @@ class KnowledgeChunk(models.Model):
     project_id = models.CharField(max_length=128, blank=True, default="")
     seq = models.IntegerField()
     text = SealedTextField()
+    # Its document's (the chunk holds its words).
+    key_people = KeyPeopleField()
     tokens = models.IntegerField(default=0)
     # Empty for a sealed text: with encryption on, the semantic channel reads vectors only.
     search_vector = models.GeneratedField(
@@ -83,6 +92,10 @@ class KnowledgeChunk(models.Model):
         indexes = [
             # the semantic channel: an agent's chunks of some projects.
             models.Index(fields=["agent", "project_id"], name="knowledge_chunk_scope_idx"),
+            # the erasure: the chunks sealed under a person's key among others.
+            GinIndex(
+                fields=["key_people"], name="knowledge_chunk_people_gin", condition=models.Q(key_people__isnull=False)
+            ),
             GinIndex(fields=["search_vector"], name="knowledge_chunk_search_gin"),
             HnswIndex(
                 name="knowledge_chunk_embedding_hnsw",

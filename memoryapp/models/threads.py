@@ -9,7 +9,7 @@ from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Now
 from pgvector.django import HnswIndex, VectorField
 
-from governance.crypto.fields import BlindIndexField, SealedJSONField, SealedTextField
+from governance.crypto.fields import BlindIndexField, KeyPeopleField, SealedJSONField, SealedTextField
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
@@ -128,6 +128,10 @@ class Entry(models.Model):
     # (other than the thread's) takes theirs. What it is sealed under (encryption_owner), so that
     # person's erasure shreds every old copy of it; docs/security.md "Whose key seals a row".
     words_of = models.CharField(max_length=128, blank=True, default="", db_default="")
+    # The people besides that one whose keys seal the entry too (registered people it names, found
+    # at write by memoryapp.subjects.detect; the people of the turns a summary covers): destroying
+    # any of their keys shreds every old copy of it (governance.crypto.fields.KEY_PEOPLE).
+    key_people = KeyPeopleField()
     # Empty for a sealed text: with encryption on, keyword search reads `keyword_hashes` instead.
     search_vector = models.GeneratedField(
         expression=SearchVector(
@@ -199,6 +203,8 @@ class Entry(models.Model):
                 name="entry_sender_idx",
                 condition=models.Q(metadata__has_key=MESSAGE_USER_KEY),
             ),
+            # the erasure: the entries sealed under a person's key among others (`key_people @> {id}`).
+            GinIndex(fields=["key_people"], name="entry_key_people_gin", condition=models.Q(key_people__isnull=False)),
             # the review queue's held entries (memoryapp.screening.review).
             models.Index(fields=["agent", "held_at"], name="entry_held_idx", condition=models.Q(held_at__isnull=False)),
             # admin overview: entries written per agent per day over 30 days (rows arrive in time

@@ -18,6 +18,11 @@ texts go through the agent's `PeopleMatcher` (memoryapp.screening.people: built 
 and registry version, shared with screening's `person` category, a cheap gate before any parsing),
 and what matched is inserted in one statement (`ON CONFLICT DO NOTHING`); nothing matched, no query.
 
+The same finding says whose keys seal the row (governance.crypto.fields.KEY_PEOPLE): the writers
+ask `rows_named` before they store the rows, set each row's `key_people` (`key_people_set`: the
+people it names besides its owner) so its sealed values need every one of their keys, and hand
+what was found to `mentions_record` (`named`), so the texts are matched once.
+
 The rest stays with the rebuild job: rows written before a person was registered or whose
 identifiers changed (`subject_index_schedule` after a PUT), identifiers given only with an erasure
 request, staff edits, job records, and rows about an entity linked to a person.
@@ -25,27 +30,64 @@ request, staff edits, job records, and rows about an entity linked to a person.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.db.models import Model
+
+from governance.crypto.fields import KEY_PEOPLE, key_people_of
 from memoryapp.models import Agent, SubjectMention
 from memoryapp.screening.people import PeopleMatcher, people_matcher
 from memoryapp.subjects.index import row_texts
 
-__all__ = ["PeopleMatcher", "Written", "mentions_record", "people_matcher"]
+__all__ = ["PeopleMatcher", "Written", "key_people_set", "mentions_record", "people_matcher", "rows_named"]
 
 # A row to look at: its table in the index (SubjectMention.Table), its primary key, and the row.
 Written = tuple[str, Any, Any]
 
 
+def rows_named(
+    *, agent: Agent | None = None, agent_id: int | None = None, rows: Iterable[Written]
+) -> dict[str, set[str]]:
+    """The registered people each of these rows (about to be written) names, by str(pk), rows
+    naming no one left out; {} when the agent registered no one (no query, no matching)."""
+    matcher = people_matcher(agent=agent, agent_id=agent_id)
+    if matcher is None:
+        return {}
+    named: dict[str, set[str]] = {}
+    for table, pk, row in rows:
+        people = matcher.people_in(row_texts(table, row))
+        if people:
+            named[str(pk)] = people
+    return named
+
+
+def key_people_set(row: Model, people: Iterable[str], *, owner_person: str | None = None) -> None:
+    """Set the row's `key_people` before it is stored: the people it names or whose words it holds
+    besides its owner's person (`encryption_owner`, or `owner_person` when the caller knows it)."""
+    people = set(people)
+    if not people:
+        setattr(row, KEY_PEOPLE, None)
+        return
+    if owner_person is None:
+        owner_person = row.encryption_owner()[1]  # type: ignore[attr-defined]
+    setattr(row, KEY_PEOPLE, key_people_of(owner_person, people))
+
+
 def mentions_record(
-    *, agent: Agent | None = None, agent_id: int | None = None, rows: Iterable[Written], replace: bool = False
+    *,
+    agent: Agent | None = None,
+    agent_id: int | None = None,
+    rows: Iterable[Written],
+    replace: bool = False,
+    named: Mapping[str, set[str]] | None = None,
 ) -> int:
     """Record in the subject index which registered people these rows (just written, in the
     caller's transaction) name; answers how many (row, person) pairs were found.
 
     `replace`: the rows were rewritten (a thread's metadata), so what the index held for them goes
-    first. Only when the agent registered someone: otherwise no query at all."""
+    first. `named`: what `rows_named` found of them before they were written (not matched again).
+    Only when the agent registered someone: otherwise no query at all."""
     matcher = people_matcher(agent=agent, agent_id=agent_id)
     if matcher is None:
         return 0
@@ -55,7 +97,8 @@ def mentions_record(
     written: dict[str, list[str]] = {}
     for table, pk, row in rows:
         written.setdefault(table, []).append(str(pk))
-        for user_id in sorted(matcher.people_in(row_texts(table, row))):
+        people = named.get(str(pk), set()) if named is not None else matcher.people_in(row_texts(table, row))
+        for user_id in sorted(people):
             mentions.append(SubjectMention(agent_id=agent_id, user_id=user_id, table=table, row_id=str(pk)))
     if replace:
         for table, ids in written.items():

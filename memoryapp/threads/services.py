@@ -27,8 +27,7 @@ from memoryapp.ids import entry_id_new, person_id_check
 from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
 from memoryapp.screening.screen import screener_for
-from memoryapp.subjects.detect import mentions_record, people_matcher
-from memoryapp.subjects.index import row_texts
+from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named
 from memoryapp.threads.columns import (
     ENTRY_FORK_COPIED,
     ENTRY_INSERT_COLUMNS,
@@ -338,7 +337,12 @@ def _insert(
         entries_screened(
             entries=[e for e, _ in unscreened], screener=screener, prefixes=[p for _, p in unscreened], now=now
         )
-    _tool_results_words_of(thread=thread, locked=locked, entries=entries)
+    named = rows_named(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries])
+    if named:
+        _tool_results_words_of(locked=locked, entries=entries, named=named)
+        for e in entries:
+            if e.id in named:
+                key_people_set(e, named[e.id], owner_person=e.words_person(thread_person=locked.user_id))
     if len(entries) == 1:
         entries[0].save(force_insert=True)
     else:
@@ -355,28 +359,25 @@ def _insert(
         agent_id=locked.agent_id, type="entry.added", thread_id=locked.external_id, ids=[e.id for e in entries]
     )
     _audit_tool_calls(locked, entries)
-    mentions_record(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries])
+    if named:
+        mentions_record(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries], named=named)
     if screener is not None:
         screener.record(thread_id=locked.external_id, subject=locked.external_id, person=locked.user_id)
     after_entries_added(thread=thread, entries=entries)
     return answered
 
 
-def _tool_results_words_of(*, thread: Thread, locked: Thread, entries: Sequence[Entry]) -> None:
+def _tool_results_words_of(*, locked: Thread, entries: Sequence[Entry], named: dict[str, set[str]]) -> None:
     """A tool result that names one registered person other than the thread's (a profile a tool
     looked up) holds their words: it is sealed under their key (`Entry.words_of`), so their erasure
-    shreds every old copy of it; one naming several such people stays under the thread's person's
-    (docs/security.md "Whose key seals a row")."""
-    results = [e for e in entries if e.type == EntryType.TOOL_RESULT]
-    if not results:
-        return
-    people = people_matcher(**_agent_of(thread))
-    if people is None:
-        return
-    for entry in results:
-        others = people.people_in(row_texts(Table.ENTRY, entry)) - {locked.user_id}
+    shreds every old copy of it. One naming several such people is sealed under the key set of the
+    thread's person and each of them (`key_people`, docs/security.md "Whose key seals a row")."""
+    for entry in entries:
+        if entry.type != EntryType.TOOL_RESULT or entry.id not in named:
+            continue
+        others = named[entry.id] - {locked.user_id}
         if len(others) == 1:
-            entry.words_of = others.pop()
+            entry.words_of = next(iter(others))
 
 
 # Set on an entry `_insert` answers that was there already (a retried write): see `entry_was_there`.

@@ -317,25 +317,20 @@ def plant_in_process(agent: Agent, label: str) -> None:
 
 
 # Columns where a dump taken before her erasure still reads her words with the live keys, and why
-# (issue 25 §6, not done yet: these rows are not sealed under her key). Each is in the receipt's
-# backup statement ("readable"), which the test checks.
+# (issue 25 §6, not done yet: these columns are plaintext). Each is in the receipt's backup
+# statement ("readable"), which the test checks. Rows of others naming her (Carl's turn, agent-wide
+# items and facts, the entity named after her, the project file and context document) are sealed
+# under key sets holding her key (`key_people`), so they are no gap any more.
 SEALING_GAPS = {
     ("memoryapp_thread", "metadata"): "plaintext (filtered and indexed in SQL)",
     ("memoryapp_entry", "metadata"): "plaintext (metadata.userId is the sender, read in SQL)",
     ("memoryapp_entry", "sender_name"): "plaintext",
-    ("memoryapp_entry", "content"): "another person's turn naming her, sealed under their key",
-    ("memoryapp_entry", "text"): "another person's turn naming her, sealed under their key",
-    ("memoryapp_entity", "name"): "an entity about her, sealed under the agent's key",
-    ("memoryapp_entity", "normalized_name_kept"): "likewise",
     ("memoryapp_memoryitem", "subject"): "plaintext",
-    ("memoryapp_memoryitem", "value"): "agent-wide items naming her, sealed under the agent's key",
     ("memoryapp_memoryitem", "value_json"): "a fact's JSON value naming her, plaintext",
-    ("memoryapp_memoryfileversion", "content"): "a project file naming her, sealed under the agent's key",
 }
 # Her canaries an old copy still reads through those gaps: the metadata of her thread, her entry's
-# metadata, an item about her (its subject names her, its value is under the agent's key), and the
-# import's thread metadata.
-OWN_WORDS_STILL_READ = {"thread-meta", "entry-meta", "item-about", "import-meta"}
+# metadata and the import's thread metadata.
+OWN_WORDS_STILL_READ = {"thread-meta", "entry-meta", "import-meta"}
 
 
 @dataclass

@@ -13,17 +13,17 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from governance.crypto.envelope import data_keys_of_person
+from governance.crypto.envelope import data_keys_of_person, key_set_ids
 from governance.crypto.fields import text_open, value_aad
 from governance.crypto.sealing import SealError, sealed_key_id
 from governance.erasure.services import erasure_request_file
 from governance.models import ErasureRequest
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
-from memoryapp.models import Entry, MemoryItem
+from memoryapp.models import Entry, MemoryFileVersion, MemoryItem
 from memoryapp.models.choices import EntryType
 from memoryapp.subjects.matching import PLACEHOLDER
-from tests.kit.api import Caller, answered, post_entry, post_item, post_ok, post_thread
+from tests.kit.api import Caller, answered, post_entry, post_item, post_ok, post_thread, use_memory_tool
 
 HER = "u-ines"
 NAME = "Inês Valdomiro"
@@ -148,3 +148,134 @@ def test_every_copy_of_her_words_is_sealed_under_her_key_and_none_opens_after_he
     assert "memoryapp_entry.keyword_hashes" in statement
     assert {r["column"] for r in backup["unsealed"]} >= {"keyword_hashes"}
     assert json.dumps(request.report).count("quokkaparade") == 0
+
+
+# --- rows naming several people -------------------------------------------------------------------
+
+CARL, DORA, EVE = "u-carl", "u-dora", "u-eve"
+PEOPLE = {DORA: "Dora Quillfeather", EVE: "Eve Marrowind"}
+
+
+def _plant_several(alice: Caller) -> dict[str, tuple[str, str, str]]:
+    """Rows naming Dora and Eve that are neither's: Carl's turn and a tool result in his thread, an
+    agent-wide item, an entity named after Dora, a project file and a knowledge document."""
+    for person, name in PEOPLE.items():
+        answered(alice.client.put(f"/api/v1/users/{person}/identifiers", {"names": [name]}, format="json"), 200)
+    post_thread(alice, "t-carl", user_id=CARL)
+    turn = post_entry(
+        alice, "t-carl", role="user", content="Dora Quillfeather and Eve Marrowind share the Zanzibarquill flat."
+    )
+    post_entry(
+        alice,
+        "t-carl",
+        role="assistant",
+        content="Looking them up.",
+        tool_calls=[{"id": "c1", "name": "crm_lookup", "arguments": {"q": "flat"}}],
+    )
+    tool = post_entry(
+        alice,
+        "t-carl",
+        type="tool_result",
+        tool_call_id="c1",
+        content="Dora Quillfeather, Eve Marrowind: tenants since 2019.",
+    )
+    item = post_item(alice, kind="fact", subject="flat", attribute="tenants", value="Dora Quillfeather, Eve Marrowind")
+    about = post_item(alice, kind="fact", subject="Dora Quillfeather", attribute="pet", value="a quokka")
+    entity_id = MemoryItem.objects.get(pk=about["id"]).entity_id
+    assert entity_id
+    create_memory_file_in(alice, "/memories/flat.md", "Tenants: Dora Quillfeather, Eve Marrowind\n")
+    version = MemoryFileVersion.objects.get(path="/memories/flat.md")
+    document = post_ok(
+        alice.client, "/api/v1/knowledge", {"name": "tenants", "content": "Dora Quillfeather and Eve Marrowind."}
+    )
+    # A thread of Carl's where Dora and Eve spoke, compacted: the summary holds both one's words.
+    post_thread(alice, "t-carl-2", user_id=CARL)
+    for n, person in enumerate([DORA, EVE, DORA, EVE]):
+        post_entry(
+            alice, "t-carl-2", role="user", content=f"Flat note {n}: boiler code 91{n}.", metadata={"userId": person}
+        )
+        post_entry(alice, "t-carl-2", role="assistant", content=f"Noted {n}.")
+    with use_model(ScriptedModel(lambda system, messages: "They gave the boiler codes.")):
+        post_ok(
+            alice.client,
+            "/api/v1/threads/t-carl-2/compact",
+            {"strategy": "summarize-old-preserve-recent", "preserve_recent_turns": 1, "async": False},
+            status=(200, 201),
+        )
+    summary = Entry.objects.get(thread__external_id="t-carl-2", type=EntryType.COMPACTION)
+    return {
+        "a summary of both one's turns": ("memoryapp_entry", "text", summary.pk),
+        "Carl's turn naming both": ("memoryapp_entry", "text", turn["id"]),
+        "a tool result naming both": ("memoryapp_entry", "text", tool["id"]),
+        "an agent-wide item naming both": ("memoryapp_memoryitem", "value", item["id"]),
+        "an entity named after Dora": ("memoryapp_entity", "name", entity_id),
+        "a project file naming both": ("memoryapp_memoryfileversion", "content", version.pk),
+        "a knowledge document naming both": ("memoryapp_knowledgedocument", "content", document["id"]),
+    }
+
+
+def create_memory_file_in(alice: Caller, path: str, text: str) -> None:
+    status, answer = use_memory_tool(
+        alice, {"command": "create", "path": path, "file_text": text}, "/api/v1/memory-tool?project_id=p-flat"
+    )
+    assert status == 201, answer
+
+
+def _keys_of(person: str) -> set[str]:
+    return {k["id"] for k in data_keys_of_person(user_id=person)}
+
+
+@pytest.mark.parametrize("erased", [DORA, EVE])
+@pytest.mark.django_db(transaction=True)
+def test_a_row_naming_several_people_needs_each_ones_key_and_erasing_either_shreds_old_copies(
+    encrypted: Any, alice: Caller, tmp_path: Path, settings: Any, erased: str
+) -> None:
+    settings.VAR_DIR = tmp_path / "var"
+    settings.RECEIPT_SIGNING_KEY = ""
+    settings.RECEIPT_SIGNING_KEY_FILE = ""
+    rows = _plant_several(alice)
+    kept = EVE if erased == DORA else DORA
+    before = {what: _raw(*where) for what, where in rows.items()}
+    for what, value in before.items():
+        needed = set(key_set_ids(sealed_key_id(value)))
+        # Sealed under a key set holding the key of everyone it names (and of its owner).
+        assert needed & _keys_of(DORA), what
+        if what != "an entity named after Dora":
+            assert needed & _keys_of(EVE), what
+        assert text_open(value, aad=value_aad(*rows[what][:2]))  # opens while every key lives
+    assert set(key_set_ids(sealed_key_id(before["Carl's turn naming both"]))) >= _keys_of(CARL)
+    turn_id = rows["Carl's turn naming both"][2]
+    assert Entry.objects.get(pk=turn_id).key_people == [DORA, EVE]
+
+    request = erasure_request_file(user_id=erased, actor="staff:pat")
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.DONE, request.error
+
+    # A copy made before: not one of the values naming the erased person opens any more, whoever of
+    # the two it was (the entity names Dora only).
+    for what, value in before.items():
+        if what == "an entity named after Dora" and erased == EVE:
+            assert text_open(value, aad=value_aad(*rows[what][:2]))
+            continue
+        with pytest.raises(SealError):
+            text_open(value, aad=value_aad(*rows[what][:2]))
+    # The service still reads the rows it keeps, the erased person redacted, sealed again under the
+    # remaining people's keys (none of the erased person's).
+    turn = Entry.objects.get(pk=turn_id)
+    assert PLACEHOLDER in turn.text and PEOPLE[kept] in turn.text and PEOPLE[erased] not in turn.text
+    assert turn.key_people == [kept]
+    # The summary standing on the erased person's turns goes with them (the lineage cascades).
+    assert not Entry.objects.filter(pk=rows["a summary of both one's turns"][2]).exists()
+    for what, (table, column, pk) in rows.items():
+        if what == "a summary of both one's turns" or (what == "an entity named after Dora" and erased == DORA):
+            continue  # an entity named as the erased person goes
+        now = _raw(table, column, pk)
+        assert not set(key_set_ids(sealed_key_id(now))) & _keys_of(erased), what
+        opened = text_open(now, aad=value_aad(table, column))
+        assert PEOPLE[erased] not in opened, what
+        assert what == "an entity named after Dora" or PEOPLE[kept] in opened, what
+    assert request.report["counts"].get("key_sets_resealed", 0) >= 4
+    # The receipt counts the old copies of those values among what no longer opens.
+    shut = {(r["table"], r["column"]) for r in request.report["crypto_shredding"]["backup"]["unopenable"]}
+    assert ("memoryapp_entry", "text") in shut
+    assert json.dumps(request.report).count(PEOPLE[erased]) == 0
