@@ -36,7 +36,7 @@ from memoryapp.errors import DomainError
 from memoryapp.forgetting.person import HOLDING_KINDS, person_holdings
 from memoryapp.items.selectors import FACT_PREFIX
 from memoryapp.models import Agent, LegalHold, PersonIdentifier
-from memoryapp.screening.identifiers import LISTS, identifiers_of, identifiers_set
+from memoryapp.screening.identifiers import LISTS, identifiers_by_agent, identifiers_set
 from memoryapp.subjects.index import subject_index_schedule
 
 # Who reads the registered identifiers' values, and who edits them (the privacy officers).
@@ -172,18 +172,37 @@ def _governance(request: HttpRequest, user_id: str) -> dict[str, Any]:
     return found
 
 
+# Lines a list's box shows before it scrolls (one value a line, never wrapped).
+IDENTIFIER_ROWS = (3, 12)
+
+
+@dataclass(frozen=True)
+class IdentifierList:
+    name: str
+    label: str
+    values: list[str]
+
+    @property
+    def rows(self) -> int:
+        least, most = IDENTIFIER_ROWS
+        return max(least, min(most, len(self.values) + 1))
+
+
 @dataclass(frozen=True)
 class IdentifiersRow:
     agent_id: int
     slug: str
     # (label, how many) of each list.
     counts: list[tuple[str, int]]
-    # (list, label, values) of each list; None: the staff member may not read them.
-    lists: list[tuple[str, str, list[str]]] | None
+    # Each list with its values; None: the staff member may not read them.
+    lists: list[IdentifierList] | None
+    # Its values shown unfolded: the only agent, or the one just saved.
+    unfolded: bool = False
 
 
 def _identifiers(request: HttpRequest, user_id: str) -> dict[str, Any]:
-    """The identifiers registered for the person, per agent (see the module's docstring)."""
+    """The identifiers registered for the person, per agent (see the module's docstring): counted
+    in one query, opened (for those who may read them) in one more, however many agents."""
     user = request.user
     may_read, may_change = user.has_perm(IDENTIFIERS_VIEW), user.has_perm(IDENTIFIERS_CHANGE)
     names = {str(kind): name for name, kind in LISTS.items()}
@@ -196,23 +215,27 @@ def _identifiers(request: HttpRequest, user_id: str) -> dict[str, Any]:
     ):
         counted.setdefault(agent_id, dict.fromkeys(LISTS, 0))[names[kind]] = n
     agents = dict(Agent.objects.filter(pk__in=counted).values_list("pk", "slug"))
+    # Opened under the person's data key: for the privacy officers only.
+    opened = identifiers_by_agent(user_id=user_id, agent_ids=list(counted)) if may_read or may_change else {}
+    saved = request.GET.get("agent", "")
     rows = []
     for agent_id, counts in sorted(counted.items(), key=lambda pair: agents.get(pair[0], "")):
         lists = None
         if may_read or may_change:
-            # Opened under the person's data key: for the privacy officers only.
-            values = identifiers_of(agent=Agent(pk=agent_id), user_id=user_id)
-            lists = [(name, IDENTIFIER_LABELS[name], values[name]) for name in LISTS]
+            values = opened.get(agent_id, {})
+            lists = [IdentifierList(name, IDENTIFIER_LABELS[name], values.get(name, [])) for name in LISTS]
         rows.append(
             IdentifiersRow(
                 agent_id=agent_id,
                 slug=agents.get(agent_id, f"#{agent_id}"),
                 counts=[(IDENTIFIER_LABELS[name], counts[name]) for name in LISTS],
                 lists=lists,
+                unfolded=len(counted) == 1 or saved == str(agent_id),
             )
         )
     found: dict[str, Any] = {
         "identifiers": rows,
+        "identifier_totals": [(IDENTIFIER_LABELS[name], sum(c[name] for c in counted.values())) for name in LISTS],
         "identifier_labels": list(IDENTIFIER_LABELS.items()),
         "identifiers_readable": may_read or may_change,
         "identifiers_editable": may_change,
@@ -250,4 +273,5 @@ def _identifiers_save(request: HttpRequest) -> HttpResponse:
         return HttpResponseRedirect(back)
     counts = ", ".join(f"{len(saved[name])} {IDENTIFIER_LABELS[name]}" for name in LISTS)
     messages.success(request, f"Identifiers saved for {agent.slug}: {counts}.")
-    return HttpResponseRedirect(back)
+    # Back with the agent just saved unfolded (the others stay folded).
+    return HttpResponseRedirect(person_url(user_id) + "&" + urlencode({"agent": agent.pk}) + "#person-identifiers")

@@ -158,12 +158,20 @@ def identifiers_classified(values: Iterable[str]) -> dict[str, list[str]]:
 
 def identifiers_of(*, agent: Agent, user_id: str) -> dict[str, list[str]]:
     """The person's identifiers as registered (normalised), by list, each in the order registered."""
-    found: dict[str, list[str]] = {name: [] for name in LISTS}
+    return identifiers_by_agent(user_id=user_id, agent_ids=[agent.pk]).get(agent.pk, {name: [] for name in LISTS})
+
+
+def identifiers_by_agent(*, user_id: str, agent_ids: Sequence[int]) -> dict[int, dict[str, list[str]]]:
+    """`identifiers_of` for several agents in one query (a staff page lists every agent's):
+    {agent id: lists}, the agents that registered nothing left out."""
+    found: dict[int, dict[str, list[str]]] = {}
     names = {str(kind): name for name, kind in LISTS.items()}
-    for kind, value in (
-        PersonIdentifier.objects.filter(agent=agent, user_id=user_id).order_by("id").values_list("kind", "value")
+    for agent_id, kind, value in (
+        PersonIdentifier.objects.filter(agent_id__in=list(agent_ids), user_id=user_id)
+        .order_by("id")
+        .values_list("agent_id", "kind", "value")
     ):
-        found[names[kind]].append(value)
+        found.setdefault(agent_id, {name: [] for name in LISTS})[names[kind]].append(value)
     return found
 
 
