@@ -49,6 +49,10 @@ REVIEW_PERMISSION = "memoryapp.change_memoryitem"
 ENTRY_WINDOW = 280  # characters of an entry shown on each side of its quotes
 TURN_CHARS = 220  # characters of the turns shown around a quoted entry
 FILE_CONTEXT_LINES = 2  # lines of a memory file shown before and after the lines a quote names
+# A quote may name hundreds of lines: a longer range shows its first and last lines, with how many
+# lie between (the whole file is one link away), so one card stays a card.
+RANGE_LINES_SHOWN = 10
+TOOL_CALL_ID_SHOWN = 40  # characters of a tool call's id (up to 200) shown; all of it on hover
 REJECT_REASONS = ("wrong", "not about this person", "too vague", "duplicate", "sensitive", "a guess, not said")
 # The session key of the last decision this reviewer made (the undo button of a page without script).
 LAST_DECISION = "review_last_decision"
@@ -138,12 +142,19 @@ class Quoted:
     after: Turn | None = None
     tool_call_id: str = ""  # the quotes are of this tool call (004 Evidence toolCallId)
 
+    @property
+    def tool_call_shown(self) -> str:
+        """The call's id, both ends of a long one (a client's ids run to 200 characters)."""
+        limit, call = TOOL_CALL_ID_SHOWN, self.tool_call_id
+        return call if len(call) <= limit else f"{call[: limit - 11]}…{call[-10:]}"
+
 
 @dataclass
 class QuotedLine:
     number: int
     text: str
     quoted: bool  # within the range a quote names
+    folded_before: int = 0  # lines left out between the line shown before this one and this one
 
 
 @dataclass
@@ -267,18 +278,29 @@ def cards_for(
 
 
 def _file_quoted(quotes: list[Evidence]) -> FileQuoted:
-    """The quoted lines of one version, numbered, with FILE_CONTEXT_LINES around each range."""
+    """The quoted lines of one version, numbered, with FILE_CONTEXT_LINES around each range; of a
+    range longer than RANGE_LINES_SHOWN, its first and last lines, the count of those between."""
     version = quotes[0].file_version
     assert version is not None
     ranges = sorted({(q.line_start or 1, q.line_end or q.line_start or 1) for q in quotes})
     text = "[redacted]" if version.redacted_at is not None else (version.content or "")
     all_lines = text.split("\n")
+    last = len(all_lines)
     shown: set[int] = set()
+    head = RANGE_LINES_SHOWN // 2
     for start, end in ranges:
-        shown.update(range(max(1, start - FILE_CONTEXT_LINES), min(len(all_lines), end + FILE_CONTEXT_LINES) + 1))
-    lines = [
-        QuotedLine(n, cut(all_lines[n - 1], TURN_CHARS), any(a <= n <= b for a, b in ranges)) for n in sorted(shown)
-    ]
+        first, final = max(1, start - FILE_CONTEXT_LINES), min(last, end + FILE_CONTEXT_LINES)
+        if end - start + 1 <= RANGE_LINES_SHOWN:
+            shown.update(range(first, final + 1))
+        else:
+            shown.update(range(first, min(final, start + head - 1) + 1))
+            shown.update(range(max(first, end - (RANGE_LINES_SHOWN - head) + 1), final + 1))
+    lines = []
+    before = 0
+    for n in sorted(shown):
+        quoted = any(a <= n <= b for a, b in ranges)
+        lines.append(QuotedLine(n, cut(all_lines[n - 1], TURN_CHARS), quoted, n - before - 1 if before else 0))
+        before = n
     return FileQuoted(
         version=version,
         lines=lines,
