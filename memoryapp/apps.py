@@ -8,12 +8,14 @@ class MemoryAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: the app registry must be ready before modules that import models load.
+        from governance.jobs.runs import job_finished_follow
         from memoryapp.agents.keycache import key_cache_connect
         from memoryapp.compaction.auto import auto_compaction_check_thread
         from memoryapp.extraction.schedule import extraction_schedule
         from memoryapp.items.facts import facts_by_meaning_provide
         from memoryapp.search.fact_meaning import facts_nearest
         from memoryapp.search.indexing import embedding_schedule
+        from memoryapp.subjects.detect import job_result_recorded
         from memoryapp.threads.hooks import entries_added_follow, entries_added_follow_thread, vectors_cleared_follow
 
         # What follows new entries, in this order: their vectors, then what extraction learns.
@@ -33,3 +35,6 @@ class MemoryAppConfig(AppConfig):
 
         # Facts found by meaning (002 Memory.semantic): search sits above items, which ask it here.
         facts_by_meaning_provide(facts_nearest)
+
+        # A job's result naming a registered person is in the subject index as the run finishes.
+        job_finished_follow(job_result_recorded)

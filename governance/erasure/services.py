@@ -316,6 +316,8 @@ GROUP_LABELS = {
     "file_version": "memory files and context documents naming the person",
     "relation_evidence": "quotes an edge of the knowledge graph stands on naming the person",
     "knowledge_document": "knowledge documents naming the person (their chunks embedded again)",
+    "run_event": "events of runs in threads of others naming the person (the run ledger)",
+    "thread_run": "latest snapshots of runs in threads of others naming the person",
     "job_run": "job runs naming the person",
     "participants": "threads listing the person among their participants",
 }

@@ -179,8 +179,22 @@ def _end(run: JobRun, status: str, **fields: Any) -> JobRun:
     return run
 
 
+# What follows a run's result once it is written, in the same transaction: memoryapp's subject index
+# records a result naming a registered person (memoryapp.apps wires it; this leaf imports none of it).
+_finished_followers: list[Callable[[JobRun], None]] = []
+
+
+def job_finished_follow(follower: Callable[[JobRun], None]) -> None:
+    """Call `follower(run)` after each run's result is written (`job_finish`), in its transaction."""
+    _finished_followers.append(follower)
+
+
 def job_finish(run: JobRun, result: dict[str, Any] | None = None) -> JobRun:
-    return _end(run, Status.SUCCEEDED, result=result or {})
+    with transaction.atomic():
+        ended = _end(run, Status.SUCCEEDED, result=result or {})
+        for follower in _finished_followers:
+            follower(ended)
+    return ended
 
 
 def job_skip(run: JobRun, reason: str) -> JobRun:

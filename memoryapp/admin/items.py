@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.http import (
     Http404,
@@ -64,10 +65,11 @@ from memoryapp.items.selectors import (
     thread_context_scope,
 )
 from memoryapp.items.services import item_forget, items_bulk_review
-from memoryapp.models import Agent, Entity, MemoryItem, Thread
+from memoryapp.models import Agent, Entity, MemoryItem, SubjectMention, Thread
 from memoryapp.models.choices import ItemStatus
 from memoryapp.search.access_log import item_accesses
 from memoryapp.storable import time_in_range
+from memoryapp.subjects.detect import mentions_record
 
 __all__ = ["MemoryItemAdmin", "highlighted", "quote_spans"]  # the last two: tests of the highlighting
 
@@ -521,6 +523,13 @@ class EntityAdmin(EntityNameSearch):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # entities come from the items written about them
+
+    def save_model(self, request: HttpRequest, obj: Entity, form: Any, change: bool) -> None:
+        """A staff edit of the name or aliases: saved, and whom of the agent's people they name now
+        is in the subject index (memoryapp.subjects.detect), in the same transaction."""
+        with transaction.atomic():
+            super().save_model(request, obj, form, change)
+            mentions_record(agent_id=obj.agent_id, rows=[(SubjectMention.Table.ENTITY, obj.pk, obj)], replace=True)
 
     @admin.display(description="items that hold now")
     def items_now(self, obj: Entity) -> SafeString:

@@ -12,7 +12,9 @@ index (memoryapp.subjects.index, rebuilt first so it says what is true now) for 
    thread's metadata (`thread`), an agent-wide or other person's item or fact (`item`), an
    entity's aliases (`entity`), a quote (`evidence`), a memory file or context document version
    (`file_version`), a quote an edge of the graph stands on (`relation_evidence`), a knowledge
-   document (`knowledge_document`: its name and text, its chunks cut and embedded again), a job run (`job_run`, scrubbed whole as the person's own are). Each span
+   document (`knowledge_document`: its name and text, its chunks cut and embedded again), an event
+   a run published or a run's latest snapshot (`run_event`, `thread_run`: the run ledger of another
+   person's thread), a job run (`job_run`, scrubbed whole as the person's own are). Each span
    naming the person is replaced by PLACEHOLDER; the row's keyword index (the generated tsvector,
    the blind index) follows on save, its vector is cleared and the embedding job sent to make it
    again from the new text.
@@ -43,8 +45,10 @@ from memoryapp.models import (
     MemoryFileVersion,
     MemoryItem,
     RelationEvidence,
+    RunEvent,
     SubjectMention,
     Thread,
+    ThreadRun,
 )
 from memoryapp.models.people import MEMORY_USERS_KEY, participant_in, thread_participants
 from memoryapp.search.indexing import embedding_schedule
@@ -228,6 +232,20 @@ def _mentions_erase(
             version.save(update_fields=["content", "sha256", "size"])
             _count(counts, "redacted", Table.FILE_VERSION)
             example(Table.FILE_VERSION, version.pk)
+    if Table.RUN_EVENT not in exclude:
+        events = RunEvent.objects.filter(agent_id=agent_id, pk__in=index[Table.RUN_EVENT]).select_related("thread")
+        for event in events.order_by("pk"):
+            event.body = matcher.redacted_value(event.body)
+            event.save(update_fields=["body"])
+            _count(counts, "redacted", Table.RUN_EVENT)
+            example(Table.RUN_EVENT, str(event.pk))
+    if Table.THREAD_RUN not in exclude:
+        thread_runs = ThreadRun.objects.filter(agent_id=agent_id, pk__in=index[Table.THREAD_RUN])
+        for run in thread_runs.select_related("thread").order_by("pk"):
+            run.snapshot = matcher.redacted_value(run.snapshot)
+            run.save(update_fields=["snapshot"])
+            _count(counts, "redacted", Table.THREAD_RUN)
+            example(Table.THREAD_RUN, run.pk)
     if Table.JOB_RUN not in exclude and index[Table.JOB_RUN]:
         runs = JobRun.objects.filter(agent_id=agent_id, pk__in=index[Table.JOB_RUN])
         for pk in runs.values_list("pk", flat=True)[:EXAMPLES]:

@@ -26,8 +26,9 @@ from django.db import transaction
 from governance.audit.chain import audit_append
 from memoryapp.items.rules import Scope, normalized_name
 from memoryapp.items.services import entity_for
-from memoryapp.models import Entry, Relation, RelationEvidence, Thread
+from memoryapp.models import Entry, Relation, RelationEvidence, SubjectMention, Thread
 from memoryapp.models.choices import EvidenceStatus, ItemStatus, Trust
+from memoryapp.subjects.detect import mentions_record
 
 RULES_VERSION = "names_v1"
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z'\-]*|[.!?]+")
@@ -183,6 +184,7 @@ def graph_from_names(*, thread: Thread, entries: Sequence[Entry] | None = None, 
         if (edges[key].pk, entry.pk) not in known
     ]
     RelationEvidence.objects.bulk_create(quotes)
+    mentions_record(agent=thread.agent, rows=[(SubjectMention.Table.RELATION_EVIDENCE, q.pk, q) for q in quotes])
     audit_append(
         action="graph.names_built",
         actor=actor,

@@ -22,8 +22,9 @@ from memoryapp.ids import person_id_check
 from memoryapp.items.evidence import verify_evidence
 from memoryapp.items.rules import Scope, better_source, collapse_spaces, normalized_name
 from memoryapp.items.services import EvidenceInput, entity_for, evidence_checked
-from memoryapp.models import Agent, Entity, Entry, MemoryItem, Relation, RelationEvidence
+from memoryapp.models import Agent, Entity, Entry, MemoryItem, Relation, RelationEvidence, SubjectMention
 from memoryapp.models.choices import EvidenceStatus, ItemStatus, Trust
+from memoryapp.subjects.detect import mentions_record
 
 MAX_PREDICATE_CHARS = 200
 MAX_NAME_CHARS = 300
@@ -167,6 +168,8 @@ def _add_evidence(*, relation: Relation, checked: list[tuple[Entry | None, str, 
             RelationEvidence(agent_id=relation.agent_id, relation=relation, entry=entry, quote=quote, status=status)
         )
     RelationEvidence.objects.bulk_create(rows)
+    # A quote naming a registered person, in the subject index from now (memoryapp.subjects.detect).
+    mentions_record(agent_id=relation.agent_id, rows=[(SubjectMention.Table.RELATION_EVIDENCE, q.pk, q) for q in rows])
 
 
 # --- lineage ------------------------------------------------------------------------------------------

@@ -820,6 +820,8 @@ def item_approve(*, item: MemoryItem, actor: str, value: str | None = None, deci
         **({"edited_by_reviewer": True} if edited else {}),
     }
     locked.save(update_fields=["value", "value_json", "keyword_hashes", "status", "activated_at", "metadata"])
+    if edited:  # a reviewer's words: whom of the agent's people the item names now
+        mentions_record(agent_id=locked.agent_id, rows=[(SubjectMention.Table.ITEM, locked.pk, locked)], replace=True)
     _review_step(
         item=locked,
         decision=decision or new_decision_id(),

@@ -31,7 +31,8 @@ A batch, in one transaction:
    is an event after a `settled` / `faulted` within the batch.
 3. The events are numbered after `ledger_seq` and inserted; the last that carries a snapshot
    (`snapshot`, `settled`, `faulted`, 000's SnapshotAccumulator rule; deltas and tool events are
-   ignored) replaces the run's snapshot; a `settled` / `faulted` ends the ledger.
+   ignored) replaces the run's snapshot; a `settled` / `faulted` ends the ledger. The events and
+   the snapshot that name a registered person are recorded in the subject index.
 4. The bounded window: deltas, tool events and snapshot events further than RUN_EVENTS_WINDOW behind
    the newest are deleted (a range of the unique index); `settled` and `faulted` are kept with the run.
 5. After the commit, the wake-up is published.
@@ -53,7 +54,8 @@ from django.utils import timezone
 from governance.audit.chain import audit_append
 from memoryapp.agents.limits import limits_redis
 from memoryapp.errors import Conflict, DomainError, NotFound
-from memoryapp.models import Agent, RunEvent, Thread, ThreadRun
+from memoryapp.models import Agent, RunEvent, SubjectMention, Thread, ThreadRun
+from memoryapp.subjects.detect import mentions_record
 
 logger = logging.getLogger(__name__)
 
@@ -239,6 +241,12 @@ def ledger_publish(
             kind__in=TERMINAL
         ).delete()
     run.save(update_fields=fields)
+    # The subject index (memoryapp.subjects.detect): events and a new snapshot naming a registered
+    # person, in this transaction; a snapshot replaces the run's last, and so does what it named.
+    kept = [row for row in rows if row.kind in TERMINAL or row.seq > run.ledger_seq - window]  # in the window
+    mentions_record(agent=agent, rows=[(SubjectMention.Table.RUN_EVENT, row.pk, row) for row in kept])
+    if carrying:
+        mentions_record(agent=agent, rows=[(SubjectMention.Table.THREAD_RUN, run.pk, run)], replace=True)
     if last.kind in TERMINAL:
         audit_append(
             action="thread.run",

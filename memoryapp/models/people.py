@@ -118,6 +118,9 @@ class SubjectMention(models.Model):
         JOB_RUN = "job_run"
         RELATION_EVIDENCE = "relation_evidence"
         KNOWLEDGE_DOCUMENT = "knowledge_document"
+        # The run ledger (memoryapp.ledger): an event's body, a run's latest snapshot.
+        RUN_EVENT = "run_event"
+        THREAD_RUN = "thread_run"
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     user_id = models.CharField(max_length=128)

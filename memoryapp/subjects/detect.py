@@ -23,9 +23,14 @@ ask `rows_named` before they store the rows, set each row's `key_people` (`key_p
 people it names besides its owner) so its sealed values need every one of their keys, and hand
 what was found to `mentions_record` (`named`), so the texts are matched once.
 
+Rows written this way: entries, threads' metadata, items and facts with their quotes, entities,
+memory file and context document versions, the graph's quotes, knowledge documents, the run
+ledger's events and snapshots, job results as a run finishes (`job_result_recorded`), and staff's
+edits (a reviewer's edited value, an entity's name and aliases, a knowledge document).
+
 The rest stays with the rebuild job: rows written before a person was registered or whose
 identifiers changed (`subject_index_schedule` after a PUT), identifiers given only with an erasure
-request, staff edits, job records, and rows about an entity linked to a person.
+request, and rows about an entity linked to a person.
 """
 
 from __future__ import annotations
@@ -36,11 +41,20 @@ from typing import Any
 from django.db.models import Model
 
 from governance.crypto.fields import KEY_PEOPLE, key_people_of
+from governance.models import JobRun
 from memoryapp.models import Agent, SubjectMention
 from memoryapp.screening.people import PeopleMatcher, people_matcher
 from memoryapp.subjects.index import row_texts
 
-__all__ = ["PeopleMatcher", "Written", "key_people_set", "mentions_record", "people_matcher", "rows_named"]
+__all__ = [
+    "PeopleMatcher",
+    "Written",
+    "job_result_recorded",
+    "key_people_set",
+    "mentions_record",
+    "people_matcher",
+    "rows_named",
+]
 
 # A row to look at: its table in the index (SubjectMention.Table), its primary key, and the row.
 Written = tuple[str, Any, Any]
@@ -106,3 +120,11 @@ def mentions_record(
     if mentions:
         SubjectMention.objects.bulk_create(mentions, ignore_conflicts=True)
     return len(mentions)
+
+
+def job_result_recorded(run: JobRun) -> None:
+    """A job run's result (and arguments) naming a registered person of its agent, in the index as
+    the run finishes (governance.jobs.runs.job_finish's follower: extraction's, compaction's,
+    consolidation's results). A run of no agent has no people to name."""
+    if run.agent_id is not None:
+        mentions_record(agent_id=run.agent_id, rows=[(SubjectMention.Table.JOB_RUN, run.pk, run)], replace=True)

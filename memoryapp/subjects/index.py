@@ -2,7 +2,8 @@
 
 `mentions_scan` reads every table that can hold personal data (entries: turns, tool results,
 summaries and their metadata; threads' metadata; items and facts; entities; quotes; memory file
-versions, context documents among them; job runs' arguments and results), opened through the
+versions, context documents among them; the graph's quotes; knowledge documents; the run ledger's
+events and snapshots; job runs' arguments and results), opened through the
 ORM (sealed columns open with the live keys), and answers the rows whose text names the person
 (`PersonMatcher`). `subject_index_rebuild` keeps that answer in `SubjectMention`, replacing what
 the index held for the person: the job after `PUT /users/{id}/identifiers` (the index follows
@@ -30,8 +31,10 @@ from memoryapp.models import (
     MemoryFileVersion,
     MemoryItem,
     RelationEvidence,
+    RunEvent,
     SubjectMention,
     Thread,
+    ThreadRun,
 )
 from memoryapp.screening.identifiers import LISTS, identifiers_of
 from memoryapp.subjects.matching import PersonMatcher
@@ -104,6 +107,18 @@ _TABLES: dict[str, tuple[Callable[[int], QuerySet[Any]], Callable[[Any], list[An
     Table.KNOWLEDGE_DOCUMENT: (
         lambda a: KnowledgeDocument.objects.filter(agent_id=a).only("id", "agent_id", "name", "content"),
         lambda d: [d.name, d.content],
+    ),
+    # The run ledger (memoryapp.ledger): what a run published (deltas, tool outcomes, snapshots of
+    # the conversation) and the run's latest snapshot, of a thread of another person naming her.
+    Table.RUN_EVENT: (
+        lambda a: RunEvent.objects.filter(agent_id=a).only("id", "agent_id", "thread_id", "run_id", "body"),
+        lambda e: [e.body],
+    ),
+    Table.THREAD_RUN: (
+        lambda a: ThreadRun.objects.filter(agent_id=a, snapshot__isnull=False).only(
+            "id", "agent_id", "thread_id", "snapshot"
+        ),
+        lambda r: [r.snapshot],
     ),
     Table.JOB_RUN: (
         lambda a: JobRun.objects.filter(agent_id=a).only("id", "arguments", "result"),
