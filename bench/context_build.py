@@ -15,6 +15,7 @@ thread's newest 200 entries. It never asserts a duration and never stops a serve
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import statistics
@@ -341,20 +342,54 @@ def populate(agent: Agent, *, thread_entries: int, other_entries: int) -> Thread
     return main
 
 
-def timed(runs: int, call: Callable[[int], Any]) -> list[float]:
-    call(0)  # warm caches and plans
-    times = []
+class Clock:
+    """Wall time and CPU time of one call: this process's and, when PostgreSQL runs on this machine,
+    that of the connection's server process (from /proc, in clock ticks: summed over many calls)."""
+
+    def __init__(self) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            self.stat = Path(f"/proc/{cursor.fetchone()[0]}/stat")
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    def server_cpu(self) -> float:
+        try:
+            fields = self.stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / self.tick
+
+    def __call__(self, call: Callable[[], Any]) -> tuple[float, float]:
+        wall, cpu, server = time.perf_counter(), time.process_time(), self.server_cpu()
+        call()
+        return (
+            (time.perf_counter() - wall) * 1000,
+            (time.process_time() - cpu + self.server_cpu() - server) * 1000,
+        )
+
+
+def rounds(runs: int, ops: dict[str, Callable[[int], Any]]) -> dict[str, tuple[list[float], list[float]]]:
+    """Each op once per round, in turn (so that every op meets the same load), after one warm-up round:
+    each op's wall times and CPU times (ms)."""
+    clock = Clock()
+    for op in ops.values():
+        op(0)  # warm caches and plans
+    found: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in ops}
     for i in range(runs):
-        started = time.perf_counter()
-        call(i)
-        times.append((time.perf_counter() - started) * 1000)
-    return times
+        for name, op in ops.items():
+            wall, cpu = clock(functools.partial(op, i))
+            found[name][0].append(wall)
+            found[name][1].append(cpu)
+    return found
 
 
-def line(label: str, times: list[float]) -> str:
+def line(label: str, times: list[float], cpu: list[float] | None = None) -> str:
     ordered = sorted(times)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return f"  {label:<44} p50 {statistics.median(times):7.1f} ms   p95 {p95:7.1f} ms"
+    text = f"  {label:<46} p50 {statistics.median(times):7.1f} ms   p95 {p95:7.1f} ms"
+    if cpu is not None:
+        text += f"   cpu {statistics.fmean(cpu):6.1f} ms"
+    return text
 
 
 def main() -> None:
@@ -387,10 +422,10 @@ def main() -> None:
 
 
 def measure(args: argparse.Namespace, agent: Agent, thread: Thread, total: int) -> None:
-    print(f"context builds (max_tokens {args.max_tokens}, {args.runs} runs each):")
-    for strategy in ("recent", "relevant", "hybrid"):
+    embed_ms: list[float] = []
 
-        def build(i: int, strategy: str = strategy) -> Any:
+    def build(strategy: str) -> Callable[[int], Any]:
+        def run(i: int) -> Any:
             return context_build(
                 agent=agent,
                 thread=thread,
@@ -402,49 +437,24 @@ def measure(args: argparse.Namespace, agent: Agent, thread: Thread, total: int) 
                 ),
             )
 
-        built = build(0)
-        print(
-            line(strategy, timed(args.runs, build)) + f"   ({built.included_message_count} messages,"
-            f" {len(built.recalled_entries)} recalled)"
-        )
+        return run
 
-    print(f"search in the agent's whole scope ({total} entries), limit 10:")
-    embed_times: list[float] = []
+    def searching(method: str, *, in_thread: bool = False, query: int | None = None) -> Callable[[int], Any]:
+        def run(i: int) -> Any:
+            if method == "hybrid" and not in_thread:
+                query_cache_clear()  # the query's embedding is paid, and told apart
+            outcome = search(
+                agent=agent,
+                text=QUERIES[(i if query is None else query) % len(QUERIES)],
+                thread=thread if in_thread else None,
+                limit=10,
+                method=method,
+            )
+            if method == "hybrid" and not in_thread:
+                embed_ms.append(outcome.embed_ms)
+            return outcome
 
-    def hybrid(i: int) -> Any:
-        query_cache_clear()
-        outcome = search(agent=agent, text=QUERIES[i % len(QUERIES)], limit=10, method="hybrid")
-        embed_times.append(outcome.embed_ms)
-        return outcome
-
-    totals = timed(args.runs, hybrid)
-    embeds = embed_times[1:]
-    print(line("hybrid search, without the query embedding", [t - e for t, e in zip(totals, embeds, strict=True)]))
-    print(line(f"  query embedding ({embedder().name})", embeds))
-    print(
-        line(
-            "hybrid search, within the 10,000-entry thread",
-            timed(
-                args.runs,
-                lambda i: search(agent=agent, text=QUERIES[i % len(QUERIES)], thread=thread, limit=10, method="hybrid"),
-            ),
-        )
-    )
-    print("baselines, same run:")
-    print(
-        line(
-            "keyword-only search (same selector)",
-            timed(args.runs, lambda i: search(agent=agent, text=QUERIES[i % len(QUERIES)], limit=10, method="keyword")),
-        )
-    )
-    vector = embed_query(QUERIES[0])
-    print(
-        line(
-            "vector-only search (query embedded beforehand)",
-            timed(args.runs, lambda i: search(agent=agent, text=QUERIES[0], limit=10, method="vector")),
-        )
-    )
-    del vector
+        return run
 
     def newest(i: int) -> Any:
         with connection.cursor() as cursor:
@@ -455,7 +465,49 @@ def measure(args: argparse.Namespace, agent: Agent, thread: Thread, total: int) 
             )
             return cursor.fetchall()
 
-    print(line("raw SQL: the thread's newest 200 entries", timed(args.runs, newest)))
+    embed_query(QUERIES[0])
+    ops: dict[str, Callable[[int], Any]] = {
+        "build recent": build("recent"),
+        "build relevant": build("relevant"),
+        "build hybrid": build("hybrid"),
+        "hybrid": searching("hybrid"),
+        "hybrid thread": searching("hybrid", in_thread=True),
+        "keyword": searching("keyword"),
+        "keyword thread": searching("keyword", in_thread=True),
+        "vector": searching("vector", query=0),
+        "raw": newest,
+    }
+    found = rounds(args.runs, ops)
+    embeds = embed_ms[1:]
+    found["hybrid"] = ([t - e for t, e in zip(found["hybrid"][0], embeds, strict=True)], found["hybrid"][1])
+    in_thread = Entry.objects.filter(thread=thread).count()
+    print(f"{args.runs} rounds, each op once a round in turn (cpu: this process + its PostgreSQL backend):")
+    print(f"context builds (max_tokens {args.max_tokens}):")
+    for strategy in ("recent", "relevant", "hybrid"):
+        built = ops[f"build {strategy}"](0)
+        print(
+            line(strategy, *found[f"build {strategy}"]) + f"   ({built.included_message_count} messages,"
+            f" {len(built.recalled_entries)} recalled)"
+        )
+    print(f"search, limit 10, in the agent's whole scope ({total} entries) and in the thread ({in_thread}):")
+    print(line("hybrid search, without the query embedding", *found["hybrid"]))
+    print(line(f"  query embedding ({embedder().name})", embeds))
+    print(line("hybrid search within the thread", *found["hybrid thread"]))
+    print("baselines, same rounds:")
+    print(line("keyword-only search (same selector)", *found["keyword"]))
+    print(line("keyword-only search within the thread", *found["keyword thread"]))
+    print(line("vector-only search (query embedded beforehand)", *found["vector"]))
+    print(line("raw SQL: the thread's newest 200 entries", *found["raw"]))
+
+    def ratio(a: str, b: str) -> str:
+        wall = statistics.median(found[a][0]) / max(statistics.median(found[b][0]), 1e-6)
+        cpu = statistics.fmean(found[a][1]) / max(statistics.fmean(found[b][1]), 1e-6)
+        return f"{wall:.2f}x (cpu {cpu:.2f}x)"
+
+    print("ratios (p50 wall; mean cpu):")
+    print(f"  hybrid / keyword-only search, whole scope     {ratio('hybrid', 'keyword')}")
+    print(f"  hybrid / keyword-only search, in the thread   {ratio('hybrid thread', 'keyword thread')}")
+    print(f"  hybrid context build / raw newest 200 rows    {ratio('build hybrid', 'raw')}")
 
 
 if __name__ == "__main__":

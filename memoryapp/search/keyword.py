@@ -95,6 +95,21 @@ def _bm25(rows: list[tuple[str, list[bool], int, float]], *, terms: int, total: 
     return hits[:limit]
 
 
+def entry_scope_size(scope: EntryScope) -> int:
+    """The number of entries of the scope's agent, thread or person (cached a minute: the keyword
+    channel's IDF reads it, and other channels choose how to read by it)."""
+
+    def count() -> int:
+        size_where, size_params = EntryScope(
+            agent_id=scope.agent_id, thread_pk=scope.thread_pk, user_id=scope.user_id
+        ).where("e")
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT count(*) FROM memoryapp_entry e WHERE {size_where}", size_params)
+            return int(cursor.fetchone()[0])
+
+    return _scope_size(("entries", *scope.cache_key), count)
+
+
 def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -> list[ChannelHit]:
     """Step 2-4 of the module doc for entries.
 
@@ -107,16 +122,7 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
     if not terms:
         return []
     where, params = scope.where("e")
-
-    def count() -> int:
-        size_where, size_params = EntryScope(
-            agent_id=scope.agent_id, thread_pk=scope.thread_pk, user_id=scope.user_id
-        ).where("e")
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM memoryapp_entry e WHERE {size_where}", size_params)
-            return int(cursor.fetchone()[0])
-
-    total = _scope_size(("entries", *scope.cache_key), count)
+    total = entry_scope_size(scope)
     if encryption_enabled():
         return _keyword_entries_blind(
             scope=scope, terms=terms, names=[t for t in terms if t in analysis.names], total=total, limit=limit

@@ -30,9 +30,9 @@ from governance.crypto.keyring import encryption_enabled
 from memoryapp.models import Entity
 from memoryapp.models.items import name_normalized
 from memoryapp.search.channels import ENTRY, Channel, ChannelInput, register
-from memoryapp.search.keyword import ChannelHit
+from memoryapp.search.keyword import ChannelHit, entry_scope_size
 from memoryapp.search.query import KIND_AGGREGATE, KIND_PREFERENCE, STOP_WORDS
-from memoryapp.search.vector import vector_literal
+from memoryapp.search.vector import WALK_FROM_SCOPE, nearest_matching
 
 MIN_SENDERS = 3
 # Entities of the question's names read at most (before the scope's filter keeps 20 of them).
@@ -154,15 +154,19 @@ def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
                 conditions.append("e.search_vector @@ to_tsquery('english', %(m_query)s)")
                 params["m_query"] = " | ".join(f"({p})" for p in phrases)
     if ci.vector is not None:
-        params["v"] = vector_literal(ci.vector)
-        score, order = "1 - (e.embedding <=> %(v)s::vector)", "(e.embedding <=> %(v)s::vector) + 0"
-        where += " AND e.embedding IS NOT NULL"
-    else:
-        score, order = "0.0", "e.created_at DESC, e.seq DESC"
+        # As the time channel reads its turns: exactly, or by the HNSW walk in a large scope.
+        return nearest_matching(
+            scope=ci.scope,
+            condition=" OR ".join(conditions),
+            params=params,
+            vector=ci.vector,
+            limit=ci.depth,
+            walk=entry_scope_size(ci.scope) >= WALK_FROM_SCOPE,
+        )
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT e.id, {score} FROM memoryapp_entry e WHERE {where} AND ({' OR '.join(conditions)})"
-            f" ORDER BY {order} LIMIT %(n)s",
+            f"SELECT e.id, 0.0 FROM memoryapp_entry e WHERE {where} AND ({' OR '.join(conditions)})"
+            " ORDER BY e.created_at DESC, e.seq DESC LIMIT %(n)s",
             params,
         )
         rows = cursor.fetchall()

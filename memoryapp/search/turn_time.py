@@ -32,10 +32,10 @@ from django.db import connection
 
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.search.channels import ENTRY, Channel, ChannelInput, register
-from memoryapp.search.keyword import ChannelHit, keyword_entries
+from memoryapp.search.keyword import ChannelHit, entry_scope_size, keyword_entries
 from memoryapp.search.query import KIND_TEMPORAL, analyze_query
 from memoryapp.search.scope import EntryScope
-from memoryapp.search.vector import vector_literal
+from memoryapp.search.vector import WALK_FROM_SCOPE, nearest_matching
 
 DAY, WEEK, MONTH, YEAR = "day", "week", "month", "year"
 MONTHS = {name.lower(): number for number, name in enumerate(calendar.month_name) if name}
@@ -269,17 +269,17 @@ def asks_for_time(text: str) -> bool:
 
 def _ranked(ci: ChannelInput, condition: str, params: dict[str, Any]) -> list[ChannelHit]:
     """The scope's rows that meet `condition`, by cosine to the question (newest first without a vector)."""
+    if ci.vector is not None:
+        walk = entry_scope_size(ci.scope) >= WALK_FROM_SCOPE
+        return nearest_matching(
+            scope=ci.scope, condition=condition, params=params, vector=ci.vector, limit=ci.depth, walk=walk
+        )
     where, scope_params = ci.scope.where("e")
     params = {**scope_params, **params, "n": ci.depth}
-    if ci.vector is not None:
-        params["v"] = vector_literal(ci.vector)
-        score, order = "1 - (e.embedding <=> %(v)s::vector)", "(e.embedding <=> %(v)s::vector) + 0"
-        where += " AND e.embedding IS NOT NULL"
-    else:
-        score, order = "0.0", "e.created_at DESC, e.seq DESC"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT e.id, {score} FROM memoryapp_entry e WHERE {where} AND ({condition}) ORDER BY {order} LIMIT %(n)s",
+            f"SELECT e.id, 0.0 FROM memoryapp_entry e WHERE {where} AND ({condition})"
+            " ORDER BY e.created_at DESC, e.seq DESC LIMIT %(n)s",
             params,
         )
         rows = cursor.fetchall()

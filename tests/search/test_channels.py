@@ -13,6 +13,7 @@ from django.test import override_settings
 
 from memoryapp.models import Entity
 from memoryapp.search import channels as registry
+from memoryapp.search import turn_time
 from memoryapp.search.channel_set import channel_names
 from memoryapp.search.channels import ENTRY, Channel, ChannelInput
 from memoryapp.search.keyword import ChannelHit
@@ -148,7 +149,14 @@ def test_a_time_relative_to_an_event_of_the_thread_is_dated_by_that_event(alice:
     assert found[0] == by_text(thread, "hiking boots").id
 
 
-def test_a_when_question_reads_the_turns_that_state_a_time(alice: Any) -> None:
+@pytest.mark.parametrize("walk", [False, True], ids=["exact", "walk"])
+def test_a_when_question_reads_the_turns_that_state_a_time(
+    alice: Any, walk: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if walk:
+        # A large scope reads the turns meeting the condition by the HNSW walk (issue 26); this one
+        # counts as large, and the walk finds what the exact read finds.
+        monkeypatch.setattr(turn_time, "WALK_FROM_SCOPE", 1)
     thread = ThreadFactory(
         agent=alice.agent,
         turns=[
