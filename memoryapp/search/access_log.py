@@ -71,14 +71,18 @@ def access_log_record(
         "items": items,
         "entries": entries,
     }
-    outermost = not connection.in_atomic_block
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
-            if outermost:
-                # Its own transaction: the commit need not wait for the WAL to reach the disk
-                # (the few rows a crash of the database server could lose are a log's, not data).
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
-            cursor.execute(statement, params)
+        if not connection.in_atomic_block:
+            # Its own transaction: the commit need not wait for the WAL to reach the disk (the few
+            # rows a crash of the database server could lose are a log's, not data). The setting and
+            # the statement go as one statement string, which PostgreSQL runs as one transaction
+            # (Django's client-side binding sends it as one simple query): one round trip, not a
+            # BEGIN, a SET, the statement and a COMMIT.
+            with connection.cursor() as cursor:
+                cursor.execute(sql.SQL("SET LOCAL synchronous_commit TO OFF; ") + statement, params)
+        else:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(statement, params)
     except DatabaseError:
         logger.exception("the access log of a %s could not be written", source)
         return False

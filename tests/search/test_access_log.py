@@ -8,13 +8,14 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
 from memoryapp.forgetting.person import person_erase
-from memoryapp.models import AccessLog, Entry, MemoryItem
+from memoryapp.models import AccessLog, Entry, MemoryItem, Thread
 from memoryapp.search.access_log import access_log_forget_person, access_log_prune, access_log_record
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller, build_context, post_ok
@@ -209,3 +210,27 @@ def test_the_erasure_of_a_person_takes_their_access_rows_and_their_ids_out_of_ot
     assert (counts["access_rows_deleted"], counts["access_rows_stripped"]) == (1, 1)
     rows = list(AccessLog.objects.values_list("user_id", "item_ids", "entry_ids"))
     assert rows == [("", [ben_item.id], [ben_entries[0]])]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_log_is_one_statement_and_a_failed_one_leaves_the_connection_usable(
+    alice: Caller,
+) -> None:
+    # A served request runs in autocommit: the log's setting and its statement go in one round trip
+    # (issue 26), as one transaction of their own.
+    thread = ThreadFactory(agent=alice.agent, turns=TURNS)
+    city = MemoryItemFactory(agent=alice.agent, attribute="city", value="lives in Porto")
+    assert not connection.in_atomic_block
+    with CaptureQueriesContext(connection) as queries:
+        assert access_log_record(agent_id=alice.agent.pk, thread=thread, source="context", item_ids=[city.id])
+    assert len(queries.captured_queries) == 1
+    assert "synchronous_commit" in queries.captured_queries[0]["sql"]
+    city.refresh_from_db()
+    assert city.times_retrieved == 1 and AccessLog.objects.count() == 1
+    # A thread that is not there: the row breaks its foreign key, nothing is written, the request goes on.
+    gone = Thread(pk=thread.pk + 1000, agent=alice.agent, external_id="gone")
+    assert not access_log_record(agent_id=alice.agent.pk, thread=gone, source="context", item_ids=[city.id])
+    city.refresh_from_db()
+    assert city.times_retrieved == 1 and AccessLog.objects.count() == 1
+    assert access_log_record(agent_id=alice.agent.pk, thread=thread, source="search", item_ids=[city.id])
+    assert AccessLog.objects.count() == 2
