@@ -204,7 +204,7 @@ def data_key_for(*, agent_id: int | None, user_id: str = "") -> DataKey:
             )
             row = cursor.fetchone()
         if row is not None:
-            found = DataKey(id=row[0], key=_unwrap(row[0], agent_id, user_id, row[1]))
+            found = DataKey(id=row[0], key=_cached(row[0], now) or _unwrap(row[0], agent_id, user_id, row[1]))
             with _lock:
                 _by_id[found.id] = (now, found.key)
                 _by_owner[owner] = (now, found)
@@ -222,6 +222,40 @@ def data_key_for(*, agent_id: int | None, user_id: str = "") -> DataKey:
     raise SealError(f"no data key could be made for agent {agent_id}")
 
 
+def data_keys_for(*, agent_id: int | None, people: Sequence[str]) -> dict[str, DataKey]:
+    """The live data keys of several owners of one agent (`data_key_for` each), those not cached
+    read in one query: a batch naming many people looks their keys up once, not one query each."""
+    now = time.monotonic()
+    found: dict[str, DataKey] = {}
+    missing: list[str] = []
+    with _lock:
+        for person in dict.fromkeys(people):
+            cached = _by_owner.get((agent_id, person))
+            if cached is not None and now - cached[0] < OWNER_CACHE_SECONDS:
+                found[person] = cached[1]
+            else:
+                missing.append(person)
+    if len(missing) > 1:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT user_id, id, master_key_id FROM {TABLE} WHERE agent_id IS NOT DISTINCT FROM %s"
+                " AND user_id = ANY(%s) AND destroyed_at IS NULL AND retired_at IS NULL",
+                [agent_id, missing],
+            )
+            rows = cursor.fetchall()
+        for person, key_id, master_id in rows:
+            # Live, the query says: the key's bytes as read within _CACHE_SECONDS are still its own.
+            key = DataKey(id=key_id, key=_cached(key_id, now) or _unwrap(key_id, agent_id, person, master_id))
+            found[person] = key
+            with _lock:
+                _by_id[key.id] = (now, key.key)
+                _by_owner[(agent_id, person)] = (now, key)
+    for person in missing:
+        if person not in found:
+            found[person] = data_key_for(agent_id=agent_id, user_id=person)
+    return found
+
+
 def data_key_for_people(*, agent_id: int | None, people: Sequence[str]) -> DataKey:
     """The key a row holding the words or names of several people is sealed under: one person's
     (`people` of one) is their data key; several people's is a key set's, derived from each one's
@@ -230,7 +264,8 @@ def data_key_for_people(*, agent_id: int | None, people: Sequence[str]) -> DataK
     derived key, by its id): a write of a batch naming the same people derives it once."""
     if len(people) == 1:
         return data_key_for(agent_id=agent_id, user_id=people[0])
-    members = [data_key_for(agent_id=agent_id, user_id=person) for person in people]
+    found_keys = data_keys_for(agent_id=agent_id, people=people)
+    members = [found_keys[person] for person in people]
     key_id = KEY_SET_JOIN.join(member.id for member in members)
     now = time.monotonic()
     found = _cached(key_id, now)

@@ -26,7 +26,7 @@ from django.db import models
 from django.db.models.expressions import Expression
 
 from governance.crypto.blind import EQUALITY_PREFIX, equality_hash, text_hashes
-from governance.crypto.envelope import DataKey, Owner, blind_key, data_key_for_people, data_key_open
+from governance.crypto.envelope import DataKey, Owner, blind_key, data_key_for_people, data_key_open, data_keys_for
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.sealing import PREFIX, is_sealed, seal, sealed_key_id, unseal
 
@@ -356,6 +356,17 @@ class BatchSealer:
         self.fields = fields
         self._keys: dict[KeyOwner, DataKey] = {}
         self._blind: dict[int | None, bytes] = {}
+
+    def prepare(self, instances: Iterable[models.Model]) -> None:
+        """Look up at once the data keys of every person whose key seals a row of the batch (one
+        query an agent, where a batch naming many people would ask for each one's key apart)."""
+        people: dict[int | None, set[str]] = {}
+        for instance in instances:
+            if getattr(instance, KEY_PEOPLE, None):
+                agent_id, members = row_key_owner(instance)
+                people.setdefault(agent_id, set()).update(members)
+        for agent_id, everyone in people.items():
+            data_keys_for(agent_id=agent_id, people=sorted(everyone))
 
     def key(self, owner: KeyOwner) -> DataKey:
         key = self._keys.get(owner)

@@ -495,6 +495,7 @@ def _seal_rows(entries: Sequence[Entry], rows: list[list[Any]]) -> None:
     this connection. The index goes as the text of a PostgreSQL array: psycopg's list dumper
     costs ten times the join, and COPY's text format parses it on the server all the same."""
     sealer = BatchSealer(_INSERT_SEALED_FIELDS)
+    sealer.prepare(entries)
     for e, row in zip(entries, rows, strict=True):
         for at, value in zip(_INSERT_SEALED_AT, sealer.row(e), strict=True):
             row[at] = value
