@@ -73,8 +73,25 @@ def key_cache_clear() -> None:
 
 def request_copies(found: CachedKey) -> tuple[Agent, AgentKey]:
     """The request's own agent and key (the key's cached agent is that copy)."""
-    agent, key = copy.deepcopy((found.agent, found.key))
+    agent, key = _row_copy(found.agent), _row_copy(found.key)
+    AgentKey.agent.field.set_cached_value(key, agent)
     return agent, key
+
+
+def _row_copy(row: Any) -> Any:
+    """A copy of a row as it was read (nothing cached on it but what is set here): its field values,
+    the mutable ones (JSON, arrays) copied deeply, and a state of its own with nothing cached.
+    copy.deepcopy of the key and its agent cost ~6% of an append's web CPU (issue 26)."""
+    fresh = row.__class__.__new__(row.__class__)
+    values = {
+        name: copy.deepcopy(value) if isinstance(value, (dict, list, set)) else value
+        for name, value in row.__dict__.items()
+    }
+    state = copy.copy(row._state)
+    state.fields_cache = {}
+    values["_state"] = state
+    fresh.__dict__ = values
+    return fresh
 
 
 def agents_changed_now() -> None:

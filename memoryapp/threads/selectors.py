@@ -23,9 +23,25 @@ from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.paging import Page, decode_cursor, encode_cursor
+from memoryapp.precompiled import Precompiled
 from memoryapp.storable import time_in_range, unstorable_text_field
 from memoryapp.threads.branch import branch_cte, branch_rows_sql, branch_sql
 from memoryapp.threads.columns import ENTRY_COLUMNS, ENTRY_LIGHT_DEFER, ENTRY_TABLE
+
+# An agent's thread by its id: (agent, external_id) is unique. Compiled once (memoryapp.precompiled):
+# every request naming a thread makes this lookup.
+_THREAD = Precompiled(
+    lambda agent_id, external_id: Thread.objects.filter(agent_id=agent_id, external_id=external_id)[:1],
+    -26,
+    "\x00thread",
+)
+_THREAD_LOCKED = Precompiled(
+    lambda agent_id, external_id: Thread.objects.select_for_update().filter(agent_id=agent_id, external_id=external_id)[
+        :1
+    ],
+    -26,
+    "\x00thread",
+)
 
 
 def thread_for_agent(*, agent: Agent, external_id: str, for_update: bool = False) -> Thread:
@@ -33,8 +49,7 @@ def thread_for_agent(*, agent: Agent, external_id: str, for_update: bool = False
 
     With `for_update` (inside a transaction) the row is locked until the transaction ends.
     """
-    threads = Thread.objects.select_for_update() if for_update else Thread.objects
-    thread = threads.filter(agent=agent, external_id=external_id).first()
+    thread = (_THREAD_LOCKED if for_update else _THREAD).first(agent.pk, external_id)
     if thread is None:
         raise NotFound("Thread")
     # The writes read the agent's settings (screening) through the thread: no query for it.

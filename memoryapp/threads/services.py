@@ -343,15 +343,12 @@ def _insert(
         for e in entries:
             if e.id in named:
                 key_people_set(e, named[e.id], owner_person=e.words_person(thread_person=locked.user_id))
-    if len(entries) == 1:
-        entries[0].save(force_insert=True)
-    else:
-        _bulk_insert(entries)
+    _entries_insert(entries)
     changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id}
     if branched:
         changes["branch_epoch"] = locked.branch_epoch = locked.branch_epoch + 1
     changes["history_tokens"] = _history_tokens_after(locked, entries, branched=branched)
-    Thread.objects.filter(pk=locked.pk).update(**changes)
+    _thread_update(locked.pk, changes)
     locked.next_seq, locked.active_leaf_id = seq, leaf_id
     locked.history_tokens = changes["history_tokens"]
     thread_sync(thread, locked)
@@ -472,36 +469,75 @@ _INSERT_SEALED_FIELDS = [ENTRY_SEALED_FIELDS[ENTRY_INSERT_COLUMNS[i]] for i in _
 _INSERT_HASHES_AT = ENTRY_INSERT_COLUMNS.index("keyword_hashes")
 
 
-def _bulk_insert(entries: Sequence[Entry]) -> None:
-    """Insert a batch with COPY: psycopg formats the rows in C, which costs a quarter of the
-    client-side parsing of one multi-row INSERT (and a tenth of bulk_create's) at 100 rows. The
-    generated search_vector and the indexes are filled by PostgreSQL as for an INSERT."""
-    statement = f"COPY {ENTRY_TABLE} ({', '.join(ENTRY_INSERT_COLUMNS)}) FROM STDIN"
+# UPDATE statements of the thread's row by the columns they set (a handful of shapes).
+_THREAD_UPDATES: dict[tuple[str, ...], str] = {}
+
+
+def _thread_update(pk: int, changes: dict[str, Any]) -> None:
+    """`Thread.objects.filter(pk=pk).update(**changes)` for plain values of concrete fields (the
+    write's counters and leaf), its SQL built once per set of fields rather than compiled per
+    append (issue 26). Like QuerySet.update, it leaves updated_at and the signals alone."""
+    names = tuple(changes)
+    sql = _THREAD_UPDATES.get(names)
+    if sql is None:
+        sets = ", ".join(f"{Thread._meta.get_field(name).column} = %s" for name in names)  # type: ignore[union-attr]
+        sql = _THREAD_UPDATES[names] = f"UPDATE {Thread._meta.db_table} SET {sets} WHERE id = %s"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*changes.values(), pk])
+
+
+# One entry: a plain INSERT of the same columns (the SQL built once; a COPY costs a round trip more).
+_INSERT_ONE_SQL = (
+    f"INSERT INTO {ENTRY_TABLE} ({', '.join(ENTRY_INSERT_COLUMNS)})"
+    f" VALUES ({', '.join(['%s'] * len(ENTRY_INSERT_COLUMNS))}) RETURNING stored_at"
+)
+
+
+def _entries_insert(entries: Sequence[Entry]) -> None:
+    """Insert the write's new entries as `Model.save` would store them (sealed by their fields when
+    encryption is on), without the ORM's per-row compilation: one entry by a plain INSERT whose SQL
+    is built once (save() compiled it anew each time: ~15% of a single append's web CPU, issue 26),
+    a batch by COPY: psycopg formats the rows in C, which costs a quarter of the client-side parsing
+    of one multi-row INSERT (and a tenth of bulk_create's) at 100 rows. The generated search_vector
+    and the indexes are filled by PostgreSQL as for an INSERT; afterwards the entries are saved rows
+    (`_state.adding` false), as after save()."""
     # Entry's columns are its attribute names (no db_column renames).
     rows = [[getattr(e, column) for column in ENTRY_INSERT_COLUMNS] for e in entries]
     if encryption_enabled():
         _seal_rows(entries, rows)
-    with connection.cursor() as cursor, cursor.copy(statement) as copy:
-        for row in rows:
-            for at in _INSERT_JSON_AT:
-                if row[at] is not None:
-                    row[at] = Jsonb(row[at])
-            copy.write_row(row)
+    for row in rows:
+        for at in _INSERT_JSON_AT:
+            if row[at] is not None:
+                row[at] = Jsonb(row[at])
+    if len(rows) == 1:
+        with connection.cursor() as cursor:
+            cursor.execute(_INSERT_ONE_SQL, rows[0])
+            (entries[0].stored_at,) = cursor.fetchone()
+    else:
+        with connection.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
+            for row in rows:
+                hashes = row[_INSERT_HASHES_AT]
+                if hashes is not None and not isinstance(hashes, str):
+                    # COPY's text format takes the array as its text (psycopg's list dumper costs ten times the join).
+                    row[_INSERT_HASHES_AT] = "{" + ",".join(map(str, hashes)) + "}"
+                copy.write_row(row)
+    for e in entries:
+        e._state.adding = False
+        e._state.db = connection.alias
+
+
+_COPY_SQL = f"COPY {ENTRY_TABLE} ({', '.join(ENTRY_INSERT_COLUMNS)}) FROM STDIN"
 
 
 def _seal_rows(entries: Sequence[Entry], rows: list[list[Any]]) -> None:
-    """Put the sealed values and the blind index into the rows of a COPY, as save() would store
-    them (each row under its own person's key). Before the COPY starts: finding a data key queries
-    this connection. The index goes as the text of a PostgreSQL array: psycopg's list dumper
-    costs ten times the join, and COPY's text format parses it on the server all the same."""
+    """Put the sealed values and the blind index into the rows to insert, as save() would store them
+    (each row under its own person's key). Before the COPY starts: finding a data key queries this
+    connection."""
     sealer = BatchSealer(_INSERT_SEALED_FIELDS)
     sealer.prepare(entries)
     for e, row in zip(entries, rows, strict=True):
         for at, value in zip(_INSERT_SEALED_AT, sealer.row(e), strict=True):
             row[at] = value
-        hashes = row[_INSERT_HASHES_AT]
-        if hashes is not None:
-            row[_INSERT_HASHES_AT] = "{" + ",".join(map(str, hashes)) + "}"
 
 
 @transaction.atomic

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from memoryapp.agents.keycache import cached_key, key_cache_clear, key_cache_put
+from memoryapp.agents.keycache import cached_key, key_cache_clear, key_cache_put, request_copies
 from memoryapp.agents.limits import KEYS_VERSION_NAME, limits_breaker_reset, limits_redis
 from memoryapp.agents.selectors import hash_key
 from memoryapp.agents.services import agent_key_create, agent_key_revoke
@@ -164,3 +164,25 @@ def test_a_redis_that_lost_its_data_does_not_bring_back_an_old_version(alice: Ca
         assert alice.client.get("/api/v1/threads").status_code == 401
     finally:
         key_cache_clear()
+
+
+def test_a_request_gets_copies_of_the_kept_agent_and_key(alice: Caller) -> None:
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    agent.screening, agent.purposes = {"secret": {"action": "block"}}, ["support"]
+    agent.save()
+    key = AgentKey.objects.select_related("agent").get(key_hash=hash_key(alice.key))
+    key_cache_put(key_hash="h", agent=key.agent, key=key, version="v")
+    kept = cached_key("h")
+    assert kept is not None
+    copy_agent, copy_key = request_copies(kept)
+    assert copy_key.agent is copy_agent and copy_agent is not kept.agent
+    copy_agent.screening["secret"]["action"] = "off"
+    copy_agent.purposes.append("billing")
+    copy_agent.name = "changed"
+    copy_agent.set_by_a_view = True  # type: ignore[attr-defined]
+    copy_key.name = "changed"
+    again_agent, again_key = request_copies(kept)
+    assert again_agent.screening == {"secret": {"action": "block"}} and again_agent.purposes == ["support"]
+    assert again_agent.name == agent.name and not hasattr(again_agent, "set_by_a_view")
+    assert again_key.name == key.name and again_key.agent is again_agent
+    assert not again_agent._state.adding and again_agent.pk == agent.pk

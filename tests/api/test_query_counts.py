@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db.models.sql import compiler
 
 from memoryapp.agents.limits import limits_breaker_reset
 from memoryapp.events import webhooks
@@ -105,3 +106,38 @@ def test_a_hybrid_context_build_is_nineteen_queries(
     with django_assert_max_num_queries(19):
         context = build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
     assert context["messages"]
+
+
+@pytest.fixture
+def compilations(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The SQL statements the ORM compiles from here on (each compiler class's as_sql, counted)."""
+    compiled: list[str] = []
+    classes = {compiler.SQLCompiler, *_subclasses(compiler.SQLCompiler)}
+    for cls in classes:
+        if "as_sql" in vars(cls):
+            original = vars(cls)["as_sql"]
+
+            def counting(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                sql, params = _original(self, *args, **kwargs)
+                compiled.append(sql)
+                return sql, params
+
+            monkeypatch.setattr(cls, "as_sql", counting)
+    return compiled
+
+
+def _subclasses(cls: type) -> set[type]:
+    found = set()
+    for sub in cls.__subclasses__():
+        found |= {sub, *_subclasses(sub)}
+    return found
+
+
+def test_a_steady_single_append_compiles_no_sql(
+    alice: Caller, thread_of_alice: Thread, compilations: list[str]
+) -> None:
+    # The thread's lookup (memoryapp.precompiled), the entry's INSERT, the thread's UPDATE and the
+    # event's INSERT are built once per process, not compiled by the ORM on every append (issue 26:
+    # ~40% of an append's web CPU). The fixture's requests compiled the lookup already.
+    post_entry(alice, "t-1", role="user", content="one more")
+    assert compilations == []
