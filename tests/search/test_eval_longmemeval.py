@@ -134,3 +134,20 @@ def test_haystack_dates_thread_ids_and_session_ranking_read_as_longmemeval_write
     assert question_thread_id("gpt4_2655b836 / x", 3) == "lme-3-gpt4_2655b836---x"
     ranked = sessions_ranked(["e1", "e2", "e3", "e4"], {"e1": "s2", "e2": "s2", "e3": "s1", "e4": "s3"})
     assert ranked == ["s2", "s1", "s3"]
+
+
+def test_a_haystack_turn_quoting_a_secret_is_indexed_as_written(tmp_path: Path, db: Any) -> None:
+    # The default screening refuses a turn holding a credential; the run's agent screens nothing, so
+    # the haystack is indexed whole and the evidence is where the file puts it.
+    secret = 'My config has api_key = "sk-9f8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c" and the beagle is Biscuit.'
+    question = {
+        **LONGMEMEVAL[0],
+        "haystack_sessions": [FILLER, _session(("user", secret, True)), FILLER],
+    }
+    path = tmp_path / "longmemeval_s.json"
+    path.write_text(json.dumps([question]))
+    out = StringIO()
+    call_command("eval_retrieval", "--longmemeval", str(path), "--methods", "keyword", "--k", "5", "--json", stdout=out)
+
+    row = json.loads(out.getvalue().strip().splitlines()[-1])["summary"]["keyword"]
+    assert row["questions_turn"] == 1 and row["turn_recall@5"] == 100.0

@@ -44,6 +44,8 @@ from memoryapp.graph.names import graph_from_names
 from memoryapp.management.longmemeval import longmemeval_run
 from memoryapp.management.vector_cache import CachedEmbedder
 from memoryapp.models import Agent, Entry, Thread
+from memoryapp.screening.policy import ALLOW
+from memoryapp.screening.recognizers import CATEGORIES as SCREENING_CATEGORIES
 from memoryapp.search.channel_set import channel_names
 from memoryapp.search.channels import ENTRY
 from memoryapp.search.embedders import embedder_wrapped, query_cache_clear
@@ -100,6 +102,16 @@ def search_runs(methods: list[str], channels: str) -> dict[str, dict[str, Any]]:
     if "hybrid" in methods:
         runs["hybrid"] = {"method": "hybrid"}
     return runs
+
+
+def eval_agent() -> Agent:
+    """An agent made for the run, screening nothing: a benchmark's turns are stored as they are (the
+    default policy refuses a turn quoting an API key, and LongMemEval's haystacks hold some), so
+    every turn is indexed and the evidence ids stay where the file puts them."""
+    agent, _ = agent_get_or_create(slug=f"eval-{uuid.uuid4().hex[:12]}")
+    Agent.objects.filter(pk=agent.pk).update(screening={category: ALLOW for category in SCREENING_CATEGORIES})
+    agent.refresh_from_db()
+    return agent
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -232,7 +244,7 @@ class Command(ProjectCommand):
             questions = questions[: options["limit"]]
         quiet = options["json"]
         log = (lambda _msg: None) if quiet else (lambda msg: self.stdout.write(msg))
-        agent, _ = agent_get_or_create(slug=f"eval-{uuid.uuid4().hex[:12]}")
+        agent = eval_agent()
         try:
             summary, per_type = longmemeval_run(agent=agent, questions=questions, runs=runs, ks=ks, log=log)
         finally:
@@ -269,7 +281,7 @@ class Command(ProjectCommand):
 
     def _index(self, conversation: dict[str, Any]) -> tuple[Agent, Thread, dict[str, str]]:
 
-        agent, _ = agent_get_or_create(slug=f"eval-{uuid.uuid4().hex[:12]}")
+        agent = eval_agent()
         thread = thread_create(agent=agent, external_id="locomo")
         speaker_a = conversation.get("speaker_a")
         sessions = sorted(
