@@ -5,10 +5,8 @@ Uses the database of the Django settings (the embedded PostgreSQL under VAR_DIR 
 is set; run `manage.py migrate` first) and the Redis of REDIS_URL. Creates agents of its own,
 `bench-screen-*`, and deletes them (threads, entries, audit rows stay in the chain) at the end.
 
-Each write is `thread_append` in this process, committed, with its after-commit hooks run as a
-web request runs them (embedding and extraction left out: a worker's, the same for every case).
-The cases take turns write by write, in a new random order each round, so drift of the machine
-hits them alike:
+Each write is `thread_append` in this process, committed, the cases taking turns write by write
+(bench/appends.py, shared with bench/subjects.py):
 
 - off: every category `allow` (no screener is made: what a write cost before screening);
 - default: the default policy (secrets refused, card numbers redacted, the rest allowed);
@@ -25,33 +23,18 @@ none holds a secret (a refused write stores nothing). Every detector is built be
 from __future__ import annotations
 
 import argparse
-import os
-import random
-import statistics
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
-os.environ["EMBEDDER"] = "fake"
-os.environ["LLM_PROVIDER"] = "none"
-os.environ["CELERY_TASK_ALWAYS_EAGER"] = "0"
 
-import django
-
-django.setup()
-
-from django.db import transaction  # noqa: E402
-
-from memoryapp.models import Agent, Thread  # noqa: E402
-from memoryapp.screening.identifiers import identifiers_set  # noqa: E402
-from memoryapp.screening.policy import ACTIONS, DEFAULTS, REDACT, screening_policy_set  # noqa: E402
-from memoryapp.screening.recognizers import screening_warm_up  # noqa: E402
-from memoryapp.threads import hooks  # noqa: E402
-from memoryapp.threads.services import thread_append, thread_create  # noqa: E402
+from bench.appends import Interleaved
+from memoryapp.models import Agent
+from memoryapp.screening.identifiers import identifiers_set
+from memoryapp.screening.policy import ACTIONS, DEFAULTS, REDACT, screening_policy_set
+from memoryapp.screening.recognizers import screening_warm_up
 
 SENTENCES = (
     "Could you plan a day in Rome for us, starting early and avoiding the big queues?",
@@ -86,13 +69,11 @@ def main() -> None:
     parser.add_argument("--singles", type=int, default=10, help="single appends per case per round")
     args = parser.parse_args()
 
-    for name in ("embedding", "extraction"):
-        hooks._followers.pop(name, None)
-    tag = uuid.uuid4().hex[:8]
+    name = uuid.uuid4().hex[:8]
     cases: dict[str, Agent] = {}
     assert set(DEFAULTS.values()) <= set(ACTIONS)
     for case in ("off", "default", "all"):
-        agent = Agent.objects.create(slug=f"bench-screen-{case}-{tag}", name=f"screening bench {case}")
+        agent = Agent.objects.create(slug=f"bench-screen-{case}-{name}", name=f"screening bench {case}")
         cases[case] = agent
     screening_policy_set(agent=cases["off"], values=dict.fromkeys(DEFAULTS, "allow"), actor="bench")
     screening_policy_set(agent=cases["all"], values=dict.fromkeys(DEFAULTS, REDACT), actor="bench")
@@ -103,23 +84,8 @@ def main() -> None:
             body={"emails": [f"person{n}@example.net"], "names": [f"Person Number{n}"], "external_ids": [f"cust-{n}"]},
             actor="bench",
         )
-    threads = {case: thread_create(agent=agent, external_id=f"bench-{tag}") for case, agent in cases.items()}
-
-    seconds: dict[tuple[str, str], float] = {}
-    entries: dict[tuple[str, str], int] = {}
-    times: dict[tuple[str, str], list[float]] = {}
+    bench = Interleaved(cases, thread_id=f"bench-{name}")
     counter = 0
-
-    def write(case: str, kind: str, specs: list[dict[str, Any]]) -> None:
-        agent = cases[case]
-        start = time.perf_counter()
-        with transaction.atomic():
-            thread_append(agent=agent, external_id=threads[case].external_id, entries=specs)
-        key = (case, kind)
-        took = time.perf_counter() - start
-        seconds[key] = seconds.get(key, 0.0) + took
-        times.setdefault(key, []).append(took)
-        entries[key] = entries.get(key, 0) + len(specs)
 
     def specs(n: int) -> list[dict[str, Any]]:
         nonlocal counter
@@ -131,35 +97,12 @@ def main() -> None:
     # seconds, once a process; a web process builds them as it starts, memoryapp.screening.warm_up).
     screening_warm_up()
     for case in cases:
-        write(case, "warmup", specs(5))
-    rng = random.Random(7)
-    for _ in range(args.rounds):
-        order = [(case, kind) for case in cases for kind in ("batch", "single")]
-        rng.shuffle(order)
-        for case, kind in order:
-            if kind == "batch":
-                write(case, kind, specs(args.batch_size))
-            else:
-                for _ in range(args.singles):
-                    write(case, kind, specs(1))
+        bench.write(case, "warmup", specs(5))
+    bench.rounds(args.rounds, batch_size=args.batch_size, singles=args.singles, specs=specs)
 
     print(f"screening bench: {args.rounds} rounds, batches of {args.batch_size}, {args.singles} singles a round")
-    print("  (ratio: entries/s against off; median ratio: off's median write time over the case's, which")
-    print("   a burst of another process's work moves less)")
-    for kind in ("batch", "single"):
-        off = entries[("off", kind)] / seconds[("off", kind)]
-        off_median = statistics.median(times[("off", kind)])
-        for case in cases:
-            rate = entries[(case, kind)] / seconds[(case, kind)]
-            median = statistics.median(times[(case, kind)])
-            print(
-                f"  {kind:<6} {case:<8} {entries[(case, kind)]:>7} entries  {rate:9.1f} entries/s"
-                f"  ratio {rate / off:5.2f}  median ratio {off_median / median:5.2f}"
-            )
-
-    for agent in cases.values():
-        Thread.objects.filter(agent=agent).delete()
-        agent.delete()
+    bench.report(base="off")
+    bench.delete()
 
 
 if __name__ == "__main__":

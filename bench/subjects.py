@@ -6,10 +6,10 @@ Uses the database of the Django settings (the embedded PostgreSQL under VAR_DIR 
 is set; run `manage.py migrate` first) and the Redis of REDIS_URL. Creates agents of its own,
 `bench-subjects-*`, and deletes them at the end.
 
-Each write is `thread_append` in this process, committed, with its after-commit hooks run as a
-web request runs them (embedding and extraction left out). Screening is off for both agents (every
+Each write is `thread_append` in this process, committed, the cases taking turns write by write
+(bench/appends.py, shared with bench/screening.py). Screening is off for both agents (every
 category `allow`), so the only difference is the write-time mention detector
-(memoryapp.subjects.detect). The cases take turns write by write, in a new random order each round:
+(memoryapp.subjects.detect):
 
 - none: nobody registered (`people_version` 0: what a write cost before the detector);
 - people: `--people` people registered, each with an e-mail, a phone, a name and an external id.
@@ -23,32 +23,17 @@ people by name and e-mail (so `people` records mentions: one index row per such 
 from __future__ import annotations
 
 import argparse
-import os
-import random
-import statistics
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
-os.environ["EMBEDDER"] = "fake"
-os.environ["LLM_PROVIDER"] = "none"
-os.environ["CELERY_TASK_ALWAYS_EAGER"] = "0"
 
-import django
-
-django.setup()
-
-from django.db import transaction  # noqa: E402
-
-from memoryapp.models import Agent, SubjectMention, Thread  # noqa: E402
-from memoryapp.screening.identifiers import identifiers_set  # noqa: E402
-from memoryapp.screening.policy import DEFAULTS, screening_policy_set  # noqa: E402
-from memoryapp.threads import hooks  # noqa: E402
-from memoryapp.threads.services import thread_append, thread_create  # noqa: E402
+from bench.appends import Interleaved
+from memoryapp.models import Agent, SubjectMention
+from memoryapp.screening.identifiers import identifiers_set
+from memoryapp.screening.policy import DEFAULTS, screening_policy_set
 
 SENTENCES = (
     "Could you plan a day in Rome for us, starting early and avoiding the big queues?",
@@ -71,12 +56,10 @@ def main() -> None:
     parser.add_argument("--people", type=int, default=500, help="people registered for the `people` agent")
     args = parser.parse_args()
 
-    for name in ("embedding", "extraction"):
-        hooks._followers.pop(name, None)
-    tag = uuid.uuid4().hex[:8]
+    name = uuid.uuid4().hex[:8]
     cases: dict[str, Agent] = {}
     for case in ("none", "people"):
-        agent = Agent.objects.create(slug=f"bench-subjects-{case}-{tag}", name=f"subjects bench {case}")
+        agent = Agent.objects.create(slug=f"bench-subjects-{case}-{name}", name=f"subjects bench {case}")
         screening_policy_set(agent=agent, values=dict.fromkeys(DEFAULTS, "allow"), actor="bench")
         cases[case] = agent
     for n in range(args.people):
@@ -91,23 +74,8 @@ def main() -> None:
             },
             actor="bench",
         )
-    threads = {case: thread_create(agent=agent, external_id=f"bench-{tag}") for case, agent in cases.items()}
-
-    seconds: dict[tuple[str, str], float] = {}
-    entries: dict[tuple[str, str], int] = {}
-    times: dict[tuple[str, str], list[float]] = {}
+    bench = Interleaved(cases, thread_id=f"bench-{name}", reread=True)
     counter = 0
-
-    def write(case: str, kind: str, specs: list[dict[str, Any]]) -> None:
-        agent = Agent.objects.get(pk=cases[case].pk)  # as a request reads it, with its registry version
-        start = time.perf_counter()
-        with transaction.atomic():
-            thread_append(agent=agent, external_id=threads[case].external_id, entries=specs)
-        key = (case, kind)
-        took = time.perf_counter() - start
-        seconds[key] = seconds.get(key, 0.0) + took
-        times.setdefault(key, []).append(took)
-        entries[key] = entries.get(key, 0) + len(specs)
 
     def specs(n: int) -> list[dict[str, Any]]:
         nonlocal counter
@@ -123,18 +91,9 @@ def main() -> None:
     # and the first turn naming someone loads the e-mail and phone recognisers (once a process).
     for case in cases:
         counter = 0
-        write(case, "warmup", specs(20))
-    built = seconds[("people", "warmup")] - seconds[("none", "warmup")]
-    rng = random.Random(7)
-    for _ in range(args.rounds):
-        order = [(case, kind) for case in cases for kind in ("batch", "single")]
-        rng.shuffle(order)
-        for case, kind in order:
-            if kind == "batch":
-                write(case, kind, specs(args.batch_size))
-            else:
-                for _ in range(args.singles):
-                    write(case, kind, specs(1))
+        bench.write(case, "warmup", specs(20))
+    built = bench.seconds[("people", "warmup")] - bench.seconds[("none", "warmup")]
+    bench.rounds(args.rounds, batch_size=args.batch_size, singles=args.singles, specs=specs)
 
     recorded = SubjectMention.objects.filter(agent=cases["people"]).count()
     print(
@@ -145,21 +104,8 @@ def main() -> None:
         f"  first write (matcher built, recognisers loaded, once a process): +{built * 1000:.0f} ms;"
         f" mentions recorded: {recorded}"
     )
-    print("  (ratio: entries/s against none; median ratio: none's median write time over the case's)")
-    for kind in ("batch", "single"):
-        base = entries[("none", kind)] / seconds[("none", kind)]
-        base_median = statistics.median(times[("none", kind)])
-        for case in cases:
-            rate = entries[(case, kind)] / seconds[(case, kind)]
-            median = statistics.median(times[(case, kind)])
-            print(
-                f"  {kind:<6} {case:<7} {entries[(case, kind)]:>7} entries  {rate:9.1f} entries/s"
-                f"  ratio {rate / base:5.2f}  median ratio {base_median / median:5.2f}"
-            )
-
-    for agent in cases.values():
-        Thread.objects.filter(agent=agent).delete()
-        agent.delete()
+    bench.report(base="none")
+    bench.delete()
 
 
 if __name__ == "__main__":

@@ -60,17 +60,134 @@ Detector = Callable[[str], list[tuple[int, int]]]
 
 
 def _presidio(recognizers: Iterable[object], *, min_score: float = MIN_SCORE) -> Detector:
-    built = list(recognizers)
+    """The spans Presidio's recognisers find scoring at least `min_score`. A plain pattern
+    recogniser (one that keeps PatternRecognizer's `analyze`) is run by `_patterns`, which gives
+    the same spans without Presidio's per-match bookkeeping; the others (IBAN's, the phone one)
+    through their own `analyze`."""
+    from presidio_analyzer import PatternRecognizer
+
+    runs: list[tuple[int, Callable[[str], Iterable[tuple[int, int]]]]] = []
+    for recognizer in recognizers:
+        run_of_digits = _DIGIT_RUNS.get(type(recognizer).__name__, 0)
+        if isinstance(recognizer, PatternRecognizer) and type(recognizer).analyze is PatternRecognizer.analyze:
+            runs.append((run_of_digits, _patterns(recognizer, min_score=min_score)))
+        else:
+            runs.append((run_of_digits, _analyzed(recognizer, min_score=min_score)))
+    gated = any(wanted for wanted, _ in runs)
 
     def detect(text: str) -> list[tuple[int, int]]:
-        spans: list[tuple[int, int]] = []
-        for recognizer in built:
-            for result in recognizer.analyze(text, recognizer.supported_entities, None):  # type: ignore[attr-defined]
-                if result.score >= min_score:
-                    spans.append((result.start, result.end))
-        return spans
+        longest = max(map(len, _DIGIT_RUN.findall(text)), default=0) if gated else 0
+        return [span for wanted, run in runs if longest >= wanted for span in run(text)]
 
     return detect
+
+
+# National id recognisers whose every pattern needs a run of this many digits in a row (NIF and NIE
+# `[0-9]{7}`, PESEL eleven, the Finnish and Swedish ids `\d{6}`): a text without one is not read by them.
+_DIGIT_RUNS = {
+    "EsNifRecognizer": 7,
+    "EsNieRecognizer": 7,
+    "PlPeselRecognizer": 11,
+    "FiPersonalIdentityCodeRecognizer": 6,
+    "SePersonnummerRecognizer": 6,
+}
+_DIGIT_RUN = re.compile(r"\d+")
+
+
+def _analyzed(recognizer: Any, *, min_score: float) -> Callable[[str], list[tuple[int, int]]]:
+    entities = recognizer.supported_entities
+
+    def run(text: str) -> list[tuple[int, int]]:
+        return [(r.start, r.end) for r in recognizer.analyze(text, entities, None) if r.score >= min_score]
+
+    return run
+
+
+def _patterns(recognizer: Any, *, min_score: float) -> Callable[[str], list[tuple[int, int]]]:
+    """A Presidio pattern recogniser's matches as its `analyze` scores them (a pattern's own score;
+    1.0 or 0 when the recogniser's `validate_result` says yes or no; 0 when `invalidate_result`
+    says yes), those scoring at least `min_score`, with its regular expressions compiled once with
+    its flags. What its `analyze` spends besides (a timestamp, an explanation object and a result
+    of each match) is left out, and so is a pattern that can never score `min_score`: a weak
+    one (`SSN1 (very weak)` 0.05, `PAN (Low)` 0.01) of a recogniser without a validation."""
+    import regex
+    from presidio_analyzer import PatternRecognizer
+
+    validates = type(recognizer).validate_result is not PatternRecognizer.validate_result
+    invalidates = type(recognizer).invalidate_result is not PatternRecognizer.invalidate_result
+    compiled = [
+        (regex.compile(pattern.regex, flags=recognizer.global_regex_flags), pattern.score)
+        for pattern in recognizer.patterns
+        if validates or pattern.score >= min_score
+    ]
+    validate, invalidate = recognizer.validate_result, recognizer.invalidate_result
+
+    def run(text: str) -> list[tuple[int, int]]:
+        spans: list[tuple[int, int, float]] = []
+        for pattern, score in compiled:
+            for match in pattern.finditer(text):
+                start, end = match.span()
+                if start == end:
+                    continue
+                found = text[start:end]
+                kept = score
+                if validates:
+                    valid = validate(found)
+                    if valid is not None:
+                        kept = 1.0 if valid else 0.0
+                if invalidates and invalidate(found):
+                    kept = 0.0
+                if kept > 0 and kept >= min_score:
+                    spans.append((start, end, kept))
+        if len(spans) < 2:
+            return [(start, end) for start, end, _ in spans]
+        # As Presidio's `remove_duplicates`: a match inside another scoring as much is not a result.
+        return [
+            (start, end)
+            for start, end, kept in set(spans)
+            if not any((s, e) != (start, end) and s <= start and end <= e and kept <= k for s, e, k in spans)
+        ]
+
+    return run
+
+
+def _phones(recognizer: Any) -> Detector:
+    """Presidio's PhoneRecognizer as its `analyze` runs it: phonenumbers' matcher over the text once
+    per region, every match kept (its score, 0.4, is MIN_SCORE); without the parse of each match
+    `analyze` makes only to name its region in an explanation. A candidate written with its `+` and
+    country code parses and verifies the same whatever the region the matcher reads the text in (the
+    region is only for numbers without one), so the second region's matcher reuses the first's
+    answer for it instead of parsing it again."""
+    import phonenumbers
+    from phonenumbers.phonenumbermatcher import PhoneNumberMatcher
+
+    regions, leniency = list(recognizer.supported_regions), recognizer.leniency
+    assert recognizer.SCORE >= MIN_SCORE
+
+    class Matcher(PhoneNumberMatcher):  # type: ignore[misc]
+        def __init__(self, text: str, region: str, memo: dict[tuple[str, int], Any]) -> None:
+            super().__init__(text, region, leniency=leniency)
+            self.memo = memo
+
+        def _parse_and_verify(self, candidate: str, offset: int) -> Any:
+            if not candidate.startswith(_PLUS_SIGNS):
+                return super()._parse_and_verify(candidate, offset)
+            key = (candidate, offset)
+            if key not in self.memo:
+                self.memo[key] = super()._parse_and_verify(candidate, offset)
+            return self.memo[key]
+
+    assert phonenumbers.PhoneNumberMatcher is PhoneNumberMatcher
+
+    def detect(text: str) -> list[tuple[int, int]]:
+        memo: dict[tuple[str, int], Any] = {}
+        return [(match.start, match.end) for region in regions for match in Matcher(text, region, memo)]
+
+    return detect
+
+
+# The plus signs phonenumbers reads as the start of a country code (phonenumberutil._PLUS_CHARS).
+_PLUS_SIGNS = ("+", "\uff0b")
 
 
 @functools.cache
@@ -157,9 +274,11 @@ def _secret_detector() -> Detector:
         # The whole match of each pattern (its groups are parts of the token: `ghp` of `ghp_...`).
         spans = [match.span() for regex in patterns for match in regex.finditer(text)]
         # `password=...` in any of the forms detect-secrets knows; an unquoted value ends at a space.
-        for secret in keyword.analyze_string(text, denylist_regex_to_group=assignments):
-            value = secret.split(maxsplit=1)[0] if secret.strip() else ""
-            spans.extend(_occurrences(text, value))
+        # Each of its regexes holds one of its keywords: without one, none of them can match.
+        if _secret_keywords().search(text.lower()):
+            for secret in keyword.analyze_string(text, denylist_regex_to_group=assignments):
+                value = secret.split(maxsplit=1)[0] if secret.strip() else ""
+                spans.extend(_occurrences(text, value))
         if "PRIVATE KEY" in text or "PuTTY-User-Key-File" in text:
             spans.extend(m.span() for m in _PRIVATE_KEY_BLOCK.finditer(text))
             at = text.find("PuTTY-User-Key-File")
@@ -206,7 +325,7 @@ def detector(category: str) -> Detector:
     if category == EMAIL:
         return _presidio([_offline_email_recognizer()])
     if category == PHONE:
-        return _presidio([PhoneRecognizer(supported_regions=PHONE_REGIONS)])
+        return _phones(PhoneRecognizer(supported_regions=PHONE_REGIONS))
     if category == PAYMENT_CARD:
         return _presidio([CreditCardRecognizer()])
     if category == IBAN:
@@ -228,12 +347,25 @@ def screening_warm_up() -> None:
     for category in CATEGORIES:
         if category != PERSON:
             detector(category)
+    # What the detectors load on their first match, loaded now too: tldextract's suffix trie (the
+    # e-mail recogniser's domain check: a third of a second) and phonenumbers' metadata of every
+    # region (read region by region as numbers of each turn up: 70 ms for all of them).
+    from phonenumbers.phonemetadata import PhoneMetadata
+    from phonenumbers.phonenumberutil import COUNTRY_CODES_FOR_NON_GEO_REGIONS, SUPPORTED_REGIONS
+
+    for region in SUPPORTED_REGIONS:
+        PhoneMetadata.metadata_for_region(region)
+    for code in COUNTRY_CODES_FOR_NON_GEO_REGIONS:
+        PhoneMetadata.metadata_for_nongeo_region(code)
+    detector(EMAIL)("warm@example.org")
+    detector(PHONE)("+1 202 555 0143, +44 20 7946 0958")
 
 
 # What a text must hold for a category's detector to find anything there, checked first with str
 # methods that run in C: the ordinary turn holds none of it and costs a few microseconds, where the
 # detectors take tens to hundreds (bench/screening.py).
 _DIGIT = re.compile(r"[0-9]")
+_DIGIT_DOT_DIGIT = re.compile(r"[0-9]\.[0-9]")
 # Around a word, what is punctuation of the sentence rather than of a token.
 _SENTENCE_PUNCTUATION = ".,;!?()[]{}\"'`"
 
@@ -308,6 +440,8 @@ _COUNTED = {PHONE: 7, PAYMENT_CARD: 12, IBAN: 8, NATIONAL_ID: 4}
 # The others' checks.
 _POSSIBLE: dict[str, Callable[[str], bool]] = {
     EMAIL: lambda text: "@" in text,
-    IP_ADDRESS: lambda text: text.count(":") >= 2 or ("." in text and _digits(text) >= 4),
+    # IPv6 forms (the IPv4-mapped and embedded ones among them) hold two colons at least; an IPv4
+    # address a digit, a dot and a digit (`[0-9]`: Presidio's patterns are ASCII digits).
+    IP_ADDRESS: lambda text: text.count(":") >= 2 or _DIGIT_DOT_DIGIT.search(text) is not None,
     SECRET: _may_hold_secret,
 }
