@@ -16,6 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from governance.audit.pseudonyms import pseudonym_names
 from governance.jobs.broker import job_enqueue
 from governance.jobs.runs import job_progress, job_skip
 from governance.models import JobRun
@@ -49,8 +50,14 @@ def job_kind(kind: str) -> str:
     return f"consolidation_{kind}"
 
 
-def _label(scope: Scope) -> dict[str, str]:
-    return {"user_id": scope.user_id, "project_id": scope.project_id, "thread_id": scope.thread_id}
+def _label(agent_id: int, scope: Scope) -> dict[str, str]:
+    """The scope as a job's result (and the log) names it: the person, and a thread of theirs, only
+    by their keyed pseudonyms (governance.audit.pseudonyms), which their erasure makes unlinkable; a
+    thread of no one by its id."""
+    if not scope.user_id:
+        return {"person": "", "project_id": scope.project_id, "thread_id": scope.thread_id}
+    names = pseudonym_names(agent_id=agent_id, user_id=scope.user_id, also=[scope.thread_id])
+    return {"person": names[scope.user_id], "project_id": scope.project_id, "thread_id": names.get(scope.thread_id, "")}
 
 
 def dedupe_pass(*, agent: Agent, run: JobRun | None = None) -> dict[str, Any]:
@@ -71,6 +78,7 @@ def dedupe_pass(*, agent: Agent, run: JobRun | None = None) -> dict[str, Any]:
         due.append((state is not None and not state.complete, -(state.updated_at.timestamp() if state else 0.0), scope))
     due.sort(key=lambda d: (not d[0], -d[1]))
     return _over_scopes(
+        agent=agent,
         run=run,
         scopes=[d[2] for d in due],
         work=lambda scope: _dedupe_scope(agent=agent, scope=scope),
@@ -103,7 +111,7 @@ def _dedupe_scope(*, agent: Agent, scope: Scope) -> dict[str, Any]:
 def fold_pass(*, agent: Agent, run: JobRun | None = None) -> dict[str, Any]:
     """One fold (up to 20 lessons) in each scope where lessons wait; more lessons wait for the next run."""
     return _over_scopes(
-        run=run, scopes=fold_scopes(agent=agent), work=lambda scope: _fold_scope(agent=agent, scope=scope)
+        agent=agent, run=run, scopes=fold_scopes(agent=agent), work=lambda scope: _fold_scope(agent=agent, scope=scope)
     )
 
 
@@ -119,6 +127,7 @@ def _fold_scope(*, agent: Agent, scope: Scope) -> dict[str, Any] | None:
 def observations_pass(*, agent: Agent, run: JobRun | None = None) -> dict[str, Any]:
     """Refresh the observations of every scope with facts (each at most OBSERVATIONS_MAX_ENTITIES)."""
     return _over_scopes(
+        agent=agent,
         run=run,
         scopes=observation_scopes(agent=agent),
         work=lambda scope: _observe_scope(agent=agent, scope=scope),
@@ -138,7 +147,7 @@ def _observe_scope(*, agent: Agent, scope: Scope) -> dict[str, Any] | None:
 
 
 def _over_scopes(
-    *, run: JobRun | None, scopes: list[Scope], work: Callable[[Scope], dict[str, Any] | None]
+    *, agent: Agent, run: JobRun | None, scopes: list[Scope], work: Callable[[Scope], dict[str, Any] | None]
 ) -> dict[str, Any]:
     """Run `work` on scopes until CONSOLIDATION_MAX_SCOPES of them had something to do.
 
@@ -158,11 +167,11 @@ def _over_scopes(
         except ModelUnavailable:
             raise
         except ModelError as exc:
-            logger.warning("consolidation of %s failed: %s", _label(scope), exc)
+            logger.warning("consolidation of %s failed: %s", _label(agent.pk, scope), exc)
             errors.append((scope, exc))
             continue
         if result is not None:
-            done.append({**_label(scope), **result})
+            done.append({**_label(agent.pk, scope), **result})
         if run is not None:
             job_progress(run, done=looked, total=len(scopes))
     if errors and not done:
@@ -172,7 +181,7 @@ def _over_scopes(
         "scopes": done,
         "scopes_looked_at": looked,
         "scopes_with_work": len(scopes),
-        "errors": [{**_label(s), "error": str(e)[:300]} for s, e in errors],
+        "errors": [{**_label(agent.pk, s), "error": str(e)[:300]} for s, e in errors],
         "complete": complete,
     }
 

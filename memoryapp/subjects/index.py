@@ -19,7 +19,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Model, QuerySet
 
-from governance.audit.pseudonyms import pseudonym_names
+from governance.audit.pseudonyms import pseudonym_names, pseudonyms_resolve
 from governance.jobs.broker import job_enqueue
 from governance.models import JobRun
 from memoryapp.models import (
@@ -198,13 +198,24 @@ def subject_index_forget(*, agent_id: int, user_id: str) -> int:
 
 def subject_index_schedule(*, agent_id: int, user_id: str) -> None:
     """Rebuild the person's mentions in a job, after commit (their identifiers changed). The run's
-    dedupe key names the person by their pseudonym (governance.audit.pseudonyms), never by id: the
-    erasure scrubs the arguments of the runs naming them, and the key would outlive that."""
+    record names the person by their pseudonym (governance.audit.pseudonyms), never by id, in its
+    arguments as in its dedupe key: the job resolves it while the person's pseudonym secret lives,
+    and once their erasure deleted it the record links to no one (the job has nothing to do)."""
     person = pseudonym_names(agent_id=agent_id, user_id=user_id)[user_id]
     job_enqueue(
         kind=JOB_KIND,
         task_name=JOB_TASK,
-        arguments={"agent_id": agent_id, "user_id": user_id},
+        arguments={"agent_id": agent_id, "person": person},
         agent_id=agent_id,
         dedupe_key=f"{JOB_KIND}:{agent_id}:{person}",
     )
+
+
+def subject_index_person(arguments: Mapping[str, Any]) -> str | None:
+    """The user id a rebuild job's arguments name (their pseudonym, resolved), or None when it
+    links to no one any more (the person was erased). A run queued before records named people by
+    pseudonym carries `user_id`."""
+    if arguments.get("user_id"):
+        return str(arguments["user_id"])
+    person = str(arguments.get("person") or "")
+    return pseudonyms_resolve(pseudonyms=[person], agent_ids=[int(arguments["agent_id"])]).get(person)

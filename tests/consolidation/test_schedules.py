@@ -3,6 +3,7 @@ the next run, skipped with a clear status when no model is configured."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -93,6 +94,8 @@ def test_a_dedupe_run_records_its_usage_and_cost_and_the_next_goes_on_where_the_
         state = ConsolidationState.objects.get(agent=alice.agent, user_id="u-ana", pass_kind="dedupe")
         assert (first.status, first.result["complete"], state.complete) == ("succeeded", False, False)
         assert first.result["scopes"][0]["stale"] == 2 and first.usage["calls"] == 1
+        # The job record names the person by pseudonym only (issue 25 §5).
+        assert first.result["scopes"][0]["person"].startswith("psn_") and "u-ana" not in json.dumps(first.result)
         assert first.usage["input_tokens"] > 0 and first.usage["cost_usd"] > 0
         second = _run(alice, "dedupe", django_capture_on_commit_callbacks)
         assert second.result["complete"] and second.result["scopes"][0]["stale"] == 1

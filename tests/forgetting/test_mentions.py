@@ -8,9 +8,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from governance.audit.pseudonyms import pseudonym_names
 from governance.models import JobRun
 from memoryapp.models import Entity, Entry, MemoryFileVersion, MemoryItem, SubjectMention, Thread
-from memoryapp.subjects.index import subject_index_rebuild
+from memoryapp.subjects.index import subject_index_person, subject_index_rebuild
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.kit.api import Caller, build_context, error_of, post_ok
 from tests.kit.crypto import encrypted  # noqa: F401  (the fixture)
@@ -109,7 +110,9 @@ def test_registering_identifiers_sends_the_index_job_and_the_rebuild_finds_each_
     plant(alice)
     assert alice.client.put(f"/api/v1/users/{PERSON}/identifiers", IDENTIFIERS, format="json").status_code == 200
     run = JobRun.objects.get(kind="subject_index", agent_id=alice.agent.pk)
-    assert run.arguments == {"agent_id": alice.agent.pk, "user_id": PERSON}
+    person = pseudonym_names(agent_id=alice.agent.pk, user_id=PERSON)[PERSON]
+    assert run.arguments == {"agent_id": alice.agent.pk, "person": person}
+    assert subject_index_person(run.arguments) == PERSON
 
     first = subject_index_rebuild(agent_id=alice.agent.pk, user_id=PERSON)
     again = subject_index_rebuild(agent_id=alice.agent.pk, user_id=PERSON)
