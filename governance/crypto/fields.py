@@ -186,7 +186,15 @@ class KeyPeopleField(ArrayField):  # type: ignore[type-arg]
         kwargs.setdefault("base_field", models.CharField(max_length=128))
         kwargs.setdefault("null", True)
         kwargs.setdefault("blank", True)
+        # Bookkeeping the writers keep: never in an admin form.
+        kwargs.setdefault("editable", False)
         super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> Any:
+        # Whether a form shows it is not schema: migrations need not know it.
+        name, path, args, kwargs = super().deconstruct()
+        kwargs.pop("editable", None)
+        return name, path, args, kwargs
 
 
 class BlindIndexField(ArrayField):  # type: ignore[type-arg]

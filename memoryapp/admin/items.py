@@ -69,7 +69,7 @@ from memoryapp.models import Agent, Entity, MemoryItem, SubjectMention, Thread
 from memoryapp.models.choices import ItemStatus
 from memoryapp.search.access_log import item_accesses
 from memoryapp.storable import time_in_range
-from memoryapp.subjects.detect import mentions_record
+from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named
 
 __all__ = ["MemoryItemAdmin", "highlighted", "quote_spans"]  # the last two: tests of the highlighting
 
@@ -528,8 +528,12 @@ class EntityAdmin(EntityNameSearch):
         """A staff edit of the name or aliases: saved, and whom of the agent's people they name now
         is in the subject index (memoryapp.subjects.detect), in the same transaction."""
         with transaction.atomic():
+            # Whom it names seals it too (Entity.key_people): the people named before stay in the set.
+            written = [(SubjectMention.Table.ENTITY, obj.pk, obj)]
+            named = rows_named(agent_id=obj.agent_id, rows=written)
+            key_people_set(obj, {*named.get(obj.pk, ()), *(obj.key_people or ())})
             super().save_model(request, obj, form, change)
-            mentions_record(agent_id=obj.agent_id, rows=[(SubjectMention.Table.ENTITY, obj.pk, obj)], replace=True)
+            mentions_record(agent_id=obj.agent_id, rows=written, replace=True, named=named)
 
     @admin.display(description="items that hold now")
     def items_now(self, obj: Entity) -> SafeString:

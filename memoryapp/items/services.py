@@ -819,9 +819,20 @@ def item_approve(*, item: MemoryItem, actor: str, value: str | None = None, deci
         "reviewed_by": actor,
         **({"edited_by_reviewer": True} if edited else {}),
     }
-    locked.save(update_fields=["value", "value_json", "keyword_hashes", "status", "activated_at", "metadata"])
-    if edited:  # a reviewer's words: whom of the agent's people the item names now
-        mentions_record(agent_id=locked.agent_id, rows=[(SubjectMention.Table.ITEM, locked.pk, locked)], replace=True)
+    named: dict[str, set[str]] = {}
+    if edited:  # a reviewer's words: whom of the agent's people the item names now seals it too
+        named = rows_named(agent_id=locked.agent_id, rows=[(SubjectMention.Table.ITEM, locked.pk, locked)])
+        key_people_set(locked, {*named.get(locked.pk, ()), *(locked.key_people or ())})
+    locked.save(
+        update_fields=["value", "value_json", "keyword_hashes", "status", "activated_at", "metadata", "key_people"]
+    )
+    if edited:
+        mentions_record(
+            agent_id=locked.agent_id,
+            rows=[(SubjectMention.Table.ITEM, locked.pk, locked)],
+            replace=True,
+            named=named,
+        )
     _review_step(
         item=locked,
         decision=decision or new_decision_id(),

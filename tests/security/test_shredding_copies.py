@@ -18,10 +18,11 @@ from governance.crypto.fields import text_open, value_aad
 from governance.crypto.sealing import SealError, sealed_key_id
 from governance.erasure.services import erasure_request_file
 from governance.models import ErasureRequest
+from memoryapp.items.services import item_approve
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, MemoryFileVersion, MemoryItem
-from memoryapp.models.choices import EntryType
+from memoryapp.models.choices import EntryType, ItemStatus
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.kit.api import Caller, answered, post_entry, post_item, post_ok, post_thread, use_memory_tool
 
@@ -276,6 +277,28 @@ def test_a_row_naming_several_people_needs_each_ones_key_and_erasing_either_shre
         assert what == "an entity named after Dora" or PEOPLE[kept] in opened, what
     assert request.report["counts"].get("key_sets_resealed", 0) >= 4
     # The receipt counts the old copies of those values among what no longer opens.
-    shut = {(r["table"], r["column"]) for r in request.report["crypto_shredding"]["backup"]["unopenable"]}
-    assert ("memoryapp_entry", "text") in shut
+    backup = request.report["crypto_shredding"]["backup"]
+    shut = {(r["table"], r["column"]) for r in backup["unopenable"]}
+    planted = {(table, column) for table, column, _ in rows.values()}
+    assert ("memoryapp_entry", "text") in shut and ("memoryapp_memoryitem", "value") in shut
+    # ... and none of them among what such a copy still reads (measured, as the statement says): of
+    # the entries the erasure touched, only the assistant's replies to her deleted turns (Carl's
+    # words, under his key) still read there.
+    readable = {(r["table"], r["column"]): r for r in backup["readable"]}
+    assert not (planted - {("memoryapp_entry", "text")}) & set(readable), backup["readable"]
+    replies = readable.get(("memoryapp_entry", "text"))
+    assert replies is None or (replies["rows"] == 2 and replies["why"] == "sealed under another person's key"), replies
     assert json.dumps(request.report).count(PEOPLE[erased]) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reviewers_edit_naming_a_registered_person_seals_the_item_under_her_key_too(
+    encrypted: Any, alice: Caller
+) -> None:
+    answered(alice.client.put(f"/api/v1/users/{DORA}/identifiers", {"names": [PEOPLE[DORA]]}, format="json"), 200)
+    written = post_item(alice, kind="fact", subject="flat", attribute="keys", value="with the porter")
+    MemoryItem.objects.filter(pk=written["id"]).update(status=ItemStatus.SUGGESTED)
+    item_approve(item=MemoryItem.objects.get(pk=written["id"]), actor="staff:pat", value="with Dora Quillfeather")
+    item = MemoryItem.objects.get(pk=written["id"])
+    assert item.key_people == [DORA] and item.value == "with Dora Quillfeather"
+    assert set(key_set_ids(sealed_key_id(_raw("memoryapp_memoryitem", "value", item.pk)))) & _keys_of(DORA)
