@@ -396,12 +396,12 @@ def main() -> None:
     args = ARGS
     assert args is not None
     started = time.perf_counter()
+    print(f"database {DATABASE}: migrating", flush=True)
+    call_command("migrate", verbosity=0)  # a kept database too: the code may have moved on since
     if args.reuse:
         agent = Agent.objects.get(slug=BENCH_AGENT)
         thread = Thread.objects.get(agent=agent, external_id="bench-main")
     else:
-        print(f"database {DATABASE}: migrating", flush=True)
-        call_command("migrate", verbosity=0)
         agent, _ = agent_get_or_create(slug=BENCH_AGENT)
         thread = populate(agent, thread_entries=args.thread_entries, other_entries=args.other_entries)
     try:
