@@ -25,7 +25,7 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.expressions import Expression
 
-from governance.crypto.blind import EQUALITY_PREFIX, equality_hash, text_hashes
+from governance.crypto.blind import EQUALITY_PREFIX, equality_hash, text_hashes, word_hasher
 from governance.crypto.envelope import DataKey, Owner, blind_key, data_key_for_people, data_key_open, data_keys_for
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.sealing import PREFIX, is_sealed, seal, sealed_key_id, unseal
@@ -150,6 +150,15 @@ class SealedJSONField(_Sealed, models.JSONField):  # type: ignore[misc]
         return value
 
 
+class SealedMetadataField(SealedJSONField):
+    """A JSON object a writer puts beside the content (a thread's or an entry's `metadata`), sealed
+    like SealedJSONField, except the empty object, which holds nothing: stored as `{}` (most rows'
+    value), so a write of many rows seals only those that say something."""
+
+    def _plain(self, value: Any) -> bool:
+        return value != {} and super()._plain(value)
+
+
 def update_values_sealed(instance: models.Model, values: dict[str, Any]) -> dict[str, Any]:
     """The values of a QuerySet.update of this row (or of rows of the same owner), its sealed
     fields' values sealed under the row's owner's key: an update bypasses pre_save, and its
@@ -217,6 +226,30 @@ class BlindIndexField(ArrayField):  # type: ignore[type-arg]
         if not encryption_enabled():
             return None
         return text_hashes_for(model_instance, str(getattr(model_instance, self.source) or ""))
+
+
+class PairIndexField(BlindIndexField):
+    """The keyed hashes of the top-level key/value pairs of the JSON object in `source` (a thread's
+    metadata), when encryption is on (null when off: the plaintext JSON is filtered then). A filter
+    "each of these keys holds exactly this value" asks for rows holding all their hashes
+    (`pair_hashes`), as JSONB containment of the plaintext does, without reading it."""
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        if not encryption_enabled():
+            return None
+        value = getattr(model_instance, self.source)
+        return pair_hashes(agent_id=_owner(model_instance)[0], pairs=value if isinstance(value, dict) else {})
+
+
+def pair_hashes(*, agent_id: int | None, pairs: dict[str, Any]) -> list[int]:
+    """The keyed hashes of key/value pairs (the agent's blind key): the key and the value's
+    canonical JSON (keys sorted, so `{"a": 1, "b": 2}` and `{"b": 2, "a": 1}` are one value; a
+    number and its text differ, as they do in JSONB)."""
+    texts = [
+        "pair\x00" + key + "\x00" + json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        for key, value in pairs.items()
+    ]
+    return word_hasher(blind_key(agent_id=agent_id)).many(texts) if texts else []
 
 
 def text_hashes_for(instance: models.Model, text: str) -> list[int] | None:

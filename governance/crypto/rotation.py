@@ -74,7 +74,7 @@ def sealed_models() -> list[tuple[type[models.Model], list[models.Field], list[B
 
 def _stored_key(raw: str | None, *, json_value: bool) -> str | None:
     """The key id a stored value is sealed under; "" for a plaintext value; None for no value."""
-    if raw is None or raw == "" or (json_value and raw == "null"):
+    if raw is None or raw == "" or (json_value and raw in ("null", "{}")):
         return None
     if json_value:
         text = json.loads(raw)

@@ -52,7 +52,7 @@ from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
 from governance.erasure.files import files_scan
-from governance.erasure.tally import rows_tallied, tally_totals
+from governance.erasure.tally import PSEUDONYMS, rows_tallied, tally_totals
 from governance.export.services import exports_forget_person
 from governance.jobs.broker import job_enqueue
 from governance.jobs.runs import job_progress
@@ -1301,14 +1301,15 @@ def backup_holdings(*, user_id: str, held: dict[tuple[str, str, str], int]) -> d
     keys = {
         str(pk): (agent, owner, destroyed)
         for pk, agent, owner, destroyed in DataKey.objects.filter(
-            pk__in={member for _t, _c, key in held if key for member in key_set_ids(key)}
+            pk__in={member for _t, _c, key in held if key and key != PSEUDONYMS for member in key_set_ids(key)}
         ).values_list("pk", "agent_id", "user_id", "destroyed_at")
     }
     unopenable: dict[tuple[str, str], int] = {}
     readable: dict[tuple[str, str, str], int] = {}
     for (table, column, key), rows in held.items():
-        if not key:
-            readable[(table, column, "plaintext")] = readable.get((table, column, "plaintext"), 0) + rows
+        if not key or key == PSEUDONYMS:
+            why = "plaintext" if not key else "keyed pseudonyms, linking to no one once the person's secret is deleted"
+            readable[(table, column, why)] = readable.get((table, column, why), 0) + rows
             continue
         # A key set (several people's keys: a row naming them) opens only while every member lives.
         members = [keys.get(member, (None, None, None)) for member in key_set_ids(key)]
@@ -1337,9 +1338,9 @@ def _unsealed_kept(tables: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
     content columns, which encryption never seals: per table, the vectors (counted as the
     statements deleted or cleared them) and the rows with a blind index (keyed hashes of words)."""
     indexed = {
-        model._meta.db_table
+        model._meta.db_table: [str(f.column) for f in model._meta.concrete_fields if isinstance(f, BlindIndexField)]
         for model in apps.get_models()
-        if any(isinstance(f, BlindIndexField) for f in model._meta.concrete_fields)
+        if not model._meta.proxy
     }
     kept: list[dict[str, Any]] = []
     for table, kinds in sorted(tables.items()):
@@ -1347,8 +1348,11 @@ def _unsealed_kept(tables: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
         if vectors:
             kept.append({"table": table, "column": "embedding", "rows": vectors, "what": "vectors"})
         rows = kinds.get("deleted", 0) + kinds.get("redacted", 0)
-        if table in indexed and rows and keyring().enabled:
-            kept.append({"table": table, "column": "keyword_hashes", "rows": rows, "what": "blind-index hashes"})
+        if rows and keyring().enabled:
+            kept.extend(
+                {"table": table, "column": column, "rows": rows, "what": "blind-index hashes"}
+                for column in indexed.get(table, [])
+            )
     return kept
 
 

@@ -31,6 +31,8 @@ from typing import Any
 from django.apps import apps
 from django.db import connection, models, transaction
 
+# What `held_before` says instead of a data key id for values that are keyed pseudonyms only.
+PSEUDONYMS = "pseudonyms"
 KINDS = ("deleted", "redacted", "re_embedded", "updated", "inserted")
 VECTOR_KINDS = ("vectors_deleted", "vectors_cleared")
 
@@ -203,13 +205,20 @@ def _held_in(
     cursor: Any, table: str, content: frozenset[str] | set[str], sql: str, params: Any, *, set_part: str
 ) -> dict[tuple[str, str], int]:
     """What the rows the statement will change hold in their columns of content, before it runs:
-    per column, the rows holding something, by the data key it is sealed under ("" for plaintext)."""
+    per column, the rows holding something, by the data key it is sealed under ("" for plaintext,
+    PSEUDONYMS for keyed pseudonyms only)."""
     if not content:
         return {}
     where, where_params = _where_of(sql, params, set_part=set_part)
     values = ", ".join(f'(\'{c}\', "{table}"."{c}"::text)' for c in sorted(content))
+    # A value that is only keyed pseudonyms (a thread's participants with encryption on) is told
+    # apart from plaintext: it names no one once the person's pseudonym secret is deleted.
+    key = (
+        f"coalesce(substring(v.val from '^\"?enc:v1:([^:\"]+):'),"
+        f" CASE WHEN v.val ~ '^[{{]?psn_[0-9a-f]{{24}}(,psn_[0-9a-f]{{24}})*[}}]?$' THEN '{PSEUDONYMS}' ELSE '' END)"
+    )
     cursor.execute(
-        f"SELECT v.col, coalesce(substring(v.val from '^\"?enc:v1:([^:\"]+):'), ''), count(*) FROM \"{table}\""
+        f'SELECT v.col, {key}, count(*) FROM "{table}"'
         f" CROSS JOIN LATERAL (VALUES {values}) AS v(col, val)"
         f" WHERE ({where}) AND v.val IS NOT NULL AND v.val NOT IN ('', '\"\"', '{{}}', '[]', 'null')"
         " GROUP BY 1, 2",

@@ -170,7 +170,7 @@ def _summary_words_of(*, entry: Entry, locked: Thread, covered_ids: set[str]) ->
     any of them shreds every old copy of it (docs/security.md "Whose key seals a row")."""
     covered = list(
         Entry.objects.filter(thread_id=locked.pk, id__in=covered_ids).only(
-            "id", "role", "metadata", "words_of", "key_people"
+            "id", "role", "sender", "words_of", "key_people"
         )
     )
     # Whose turns: user messages, tool results and earlier summaries; the assistant's replies

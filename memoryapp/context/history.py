@@ -242,6 +242,7 @@ class PathEntry:
         # values, as the model's fields do).
         self.content = _json(json_text_open(self.content, table=ENTRY_TABLE, column="content"))
         self.text = value_open(self.text, table=ENTRY_TABLE, column="text")
+        self.sender_name = value_open(self.sender_name, table=ENTRY_TABLE, column="sender_name")
         self.tool_calls = _json(json_text_open(self.tool_calls, table=ENTRY_TABLE, column="tool_calls"))
         self.event = _json(json_text_open(self.event, table=ENTRY_TABLE, column="event"))
 

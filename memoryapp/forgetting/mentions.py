@@ -181,6 +181,7 @@ def _mentions_erase(
                     "event",
                     "metadata",
                     "sender_name",
+                    "sender_name_hashes",
                     "text",
                     "content_hash",
                     "keyword_hashes",
@@ -195,7 +196,9 @@ def _mentions_erase(
     if Table.THREAD not in exclude:
         for thread in Thread.objects.filter(agent_id=agent_id, pk__in=index[Table.THREAD]).order_by("pk"):
             thread.metadata = matcher.redacted_value(thread.metadata)
-            thread.save(update_fields=["metadata"])
+            if thread.words_of == matcher.user_id:
+                thread.words_of = ""  # what stays is no longer the person's words: the thread's key
+            thread.save(update_fields=["metadata", "words_of"])
             _count(counts, "redacted", Table.THREAD)
             example(Table.THREAD, thread.external_id)
     if Table.EVIDENCE not in exclude:
@@ -255,7 +258,7 @@ def _mentions_erase(
         )
     # 3. Participants lists.
     if PARTICIPANTS not in exclude:
-        for thread in Thread.objects.filter(participant_in(matcher.user_id), agent_id=agent_id).order_by("pk"):
+        for thread in Thread.objects.filter(participant_in(matcher.user_id, agent_id=agent_id)).order_by("pk"):
             left = [p for p in thread_participants(thread.metadata) if p != matcher.user_id]
             thread.metadata = {**thread.metadata, MEMORY_USERS_KEY: left}
             thread.save(update_fields=["metadata"])

@@ -440,14 +440,15 @@ def person_erase(
 def _words_of_released(*, agent_id: int, user_id: str) -> dict[str, int]:
     """Rows sealed under the person's key for holding their words (`words_of`: a fork's copy, a
     summary, a tool result quoting them, an item drawn from their messages) that the steps before
-    left in place (a tool result redacted without its identifiers having been found, an item kept
+    left in place (a fork's copied metadata, a tool result redacted without its identifiers having been found, an item kept
     by a `keep` or an excluded group): sealed again under their other owner's key before the
     person's goes, so the service can still open what it keeps. Counted (`words_resealed`); none
     is expected (docs/security.md "Whose key seals a row")."""
     resealed = 0
-    for model in (Entry, MemoryItem):
+    models: tuple[type[Entry] | type[MemoryItem] | type[Thread], ...] = (Entry, MemoryItem, Thread)
+    for model in models:
         rows = model._default_manager.filter(agent_id=agent_id, words_of=user_id)  # type: ignore[attr-defined]
-        ids = list(rows.values_list("pk", flat=True))
+        ids: list[Any] = list(rows.values_list("pk", flat=True))
         if not ids:
             continue
         model._default_manager.filter(pk__in=ids).update(words_of="")  # type: ignore[attr-defined]
@@ -607,9 +608,12 @@ def _forks_forget_origins(origins: Sequence[Thread]) -> None:
             if not (key == "forkedFrom" and value == origin.external_id)
             and not (key in copied and copied[key] == value)
         }
-        if metadata != (fork.metadata or {}):
+        # What stays is the fork owner's: sealed under their key (`words_of` named the origin's
+        # person, whose key the erasure destroys).
+        if metadata != (fork.metadata or {}) or fork.words_of:
             fork.metadata = metadata
-            fork.save(update_fields=["metadata"])
+            fork.words_of = ""
+            fork.save(update_fields=["metadata", "words_of"])
 
 
 def _holds_forget_threads(*, agent_id: int, threads: Sequence[Thread]) -> None:

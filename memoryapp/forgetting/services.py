@@ -165,7 +165,10 @@ def origins_forget_forks(threads: Sequence[Thread]) -> None:
         forks = (origin.metadata or {}).get("memoryForks") or []
         kept = [f for f in forks if f not in names[origin.pk]]
         if kept != forks:
-            Thread.objects.filter(pk=origin.pk).update(metadata={**(origin.metadata or {}), "memoryForks": kept})
+            # Saved, not updated: the metadata is sealed under the thread's owner's key (and its
+            # columns made from it follow).
+            origin.metadata = {**(origin.metadata or {}), "memoryForks": kept}
+            origin.save(update_fields=["metadata"])
 
 
 def _runs(threads: Sequence[Thread], plain: set[int]) -> list[tuple[bool, list[Thread]]]:
@@ -393,7 +396,7 @@ def fork_copies(entries: Sequence[Entry]) -> list[Entry]:
         )
         if not forks:
             break
-        level = list(Entry.objects.select_related("thread").filter(thread_id__in=forks, metadata__forkOf__in=ids))
+        level = list(Entry.objects.select_related("thread").filter(thread_id__in=forks, fork_of__in=ids))
         found.extend(level)
         threads = {e.thread_id for e in level}
         ids = [e.id for e in level]

@@ -245,7 +245,16 @@ def _checked_evidence(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> lis
         for e in Entry.objects.filter(agent=agent, id__in=[i for i in ids if i])
         .select_related("thread")
         .only(
-            "id", "text", "redacted_at", "role", "metadata", "words_of", "tool_call_id", "tool_calls", "thread__user_id"
+            "id",
+            "text",
+            "redacted_at",
+            "role",
+            "metadata",
+            "sender",
+            "words_of",
+            "tool_call_id",
+            "tool_calls",
+            "thread__user_id",
         )
     }
     checked = []

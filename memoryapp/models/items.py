@@ -10,8 +10,7 @@ from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Case, F, OuterRef, Q, Subquery, Value, When
 from django.db.models.expressions import Expression
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast, Coalesce, NullIf
+from django.db.models.functions import Coalesce, NullIf
 from pgvector.django import HnswIndex, VectorField
 
 from governance.crypto.fields import (
@@ -26,7 +25,6 @@ from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.choices import EvidenceStatus, ItemKind, ItemStatus, Trust
-from memoryapp.models.people import MESSAGE_USER_KEY
 from memoryapp.models.threads import Entry, Thread
 
 
@@ -69,12 +67,9 @@ def item_person_sql(prefix: str = "") -> Expression:
 
 def entry_person_sql(prefix: str = "") -> Expression:
     """Entry.words_person in SQL, for the entry reached through `prefix`: a user message's sender
-    (`metadata.userId`), else `words_of`, else its thread's person."""
+    (its `sender` column, `metadata.userId`), else `words_of`, else its thread's person."""
     sender = Case(
-        When(
-            Q(**{f"{prefix}role": "user", f"{prefix}metadata__has_key": MESSAGE_USER_KEY}),
-            then=Cast(KeyTextTransform(MESSAGE_USER_KEY, f"{prefix}metadata"), models.CharField()),
-        ),
+        When(Q(**{f"{prefix}role": "user"}), then=F(f"{prefix}sender")),
         default=Value(""),
         output_field=models.CharField(),
     )

@@ -5,6 +5,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
+from governance.audit.pseudonyms import pseudonyms_of
 from governance.crypto.fields import EqualityHashField, SealedTextField
 from memoryapp.models.agents import Agent
 
@@ -69,6 +70,9 @@ class PersonIdentifier(models.Model):
 MESSAGE_USER_KEY = "userId"
 # Where a thread lists the people who took part in it (004 MEMORY_USERS_KEY): `metadata.memoryUserIds`.
 MEMORY_USERS_KEY = "memoryUserIds"
+# Where a fork's copy of an entry names the entry it copies (004 `forkOf`): `metadata.forkOf`, kept
+# in the entry's `fork_of` column too (the metadata is sealed at rest when encryption is on).
+FORK_OF_KEY = "forkOf"
 
 
 def message_sender(metadata: Any) -> str:
@@ -87,14 +91,18 @@ def thread_participants(metadata: Any) -> list[str]:
 
 
 def sent_by(user_id: str, *, prefix: str = "") -> Q:
-    """The messages this person wrote, as a filter on entries (`prefix` for a related entry)."""
-    # The has_key test is `entry_sender_idx`'s condition: with it the partial index serves the filter.
-    return Q(**{f"{prefix}metadata__has_key": MESSAGE_USER_KEY, f"{prefix}metadata__{MESSAGE_USER_KEY}": user_id})
+    """The messages this person wrote, as a filter on entries (`prefix` for a related entry): the
+    entry's `sender` column, set from `metadata.userId` when it was written (the metadata itself
+    is sealed at rest when encryption is on)."""
+    return Q(**{f"{prefix}sender": user_id}) & ~Q(**{f"{prefix}sender": ""})
 
 
-def participant_in(user_id: str, *, prefix: str = "") -> Q:
-    """The threads whose participants list names this person, as a filter on threads."""
-    return Q(**{f"{prefix}metadata__{MEMORY_USERS_KEY}__contains": [user_id]})
+def participant_in(user_id: str, *, agent_id: int, prefix: str = "") -> Q:
+    """The threads of the agent whose participants list names this person, as a filter on threads:
+    their `participants` column holds the id (encryption off) or the person's pseudonym (on; none
+    once their secret is gone, governance.audit.pseudonyms)."""
+    names = [user_id, *pseudonyms_of(agent_id=agent_id, user_id=user_id, values=[user_id])]
+    return Q(**{f"{prefix}agent_id": agent_id, f"{prefix}participants__overlap": names})
 
 
 class SubjectMention(models.Model):
@@ -102,8 +110,8 @@ class SubjectMention(models.Model):
     their identifiers (registered, or given with their erasure) without being theirs.
 
     The other two relations of the index are columns the rows already carry, indexed: the owner
-    (`user_id` of a thread, item, entity, file version) and the sender (`metadata.userId` of an
-    entry, `entry_sender_idx`). A mention has no such column, so it is recorded here, rebuilt by
+    (`user_id` of a thread, item, entity, file version) and the sender (`sender` of an
+    entry, `entry_sender_column_idx`). A mention has no such column, so it is recorded here, rebuilt by
     `subject_index_rebuild` (a job after the person's identifiers change, and by every erasure and
     export before they read it).
     """

@@ -1,24 +1,44 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.contrib.postgres.search import SearchVector, SearchVectorField
 from django.db import models
 from django.db.models import Case, F, Value, When
-from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Now
 from pgvector.django import HnswIndex, VectorField
 
-from governance.crypto.fields import BlindIndexField, KeyPeopleField, SealedJSONField, SealedTextField
+from governance.audit.pseudonyms import pseudonym_names
+from governance.crypto.fields import (
+    BlindIndexField,
+    KeyPeopleField,
+    PairIndexField,
+    SealedJSONField,
+    SealedMetadataField,
+    SealedTextField,
+)
+from governance.crypto.keyring import encryption_enabled
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.choices import EntryType, OnBusy, Role
-from memoryapp.models.people import MESSAGE_USER_KEY, message_sender
+from memoryapp.models.people import thread_participants
 
 
 def new_entry_id() -> str:
     return new_id("ent")
+
+
+def participants_stored(*, agent_id: int | None, metadata: Any) -> list[str]:
+    """What a thread's `participants` column holds for its metadata's `memoryUserIds`: each person's
+    keyed pseudonym with encryption on (their erasure deletes its secret), the ids with it off."""
+    people = list(dict.fromkeys(thread_participants(metadata)))
+    if not people or not encryption_enabled():
+        return people
+    return [pseudonym_names(agent_id=agent_id, user_id=person)[person] for person in people]
 
 
 class Thread(models.Model):
@@ -28,7 +48,22 @@ class Thread(models.Model):
     # The id the agent knows the thread by: unique per agent, so two agents never collide.
     external_id = models.CharField(max_length=128)
     user_id = models.CharField(max_length=128, blank=True, default="")
-    metadata = models.JSONField(default=dict, blank=True)
+    # What the agent put there: sealed at rest when encryption is on (under `encryption_owner`'s
+    # key), so nothing in SQL reads inside it. What SQL needs of it has columns of its own, made from
+    # it on every save (`save`): `metadata_hashes` (the list filter) and `participants`.
+    metadata = SealedMetadataField(default=dict, blank=True)
+    # With encryption on, the keyed hashes of the metadata's top-level key/value pairs (the agent's
+    # blind key): what the list's metadata filter matches (memoryapp.threads.selectors.threads_list).
+    # Null with encryption off, where the plaintext JSON is filtered.
+    metadata_hashes = PairIndexField(source="metadata")
+    # The people the metadata lists as taking part (`memoryUserIds`): with encryption on each by
+    # their keyed pseudonym (governance.audit.pseudonyms), which their erasure makes unlinkable; the
+    # ids with it off. What a person's erasure finds the threads naming them among participants by.
+    participants = ArrayField(models.CharField(max_length=128), default=list, blank=True)
+    # The person whose words the metadata holds when that is not the thread's person ("" otherwise):
+    # a fork's copy keeps its origin's (the fork may be handed to someone else). What the metadata is
+    # sealed under (encryption_owner), so that person's erasure shreds every old copy of it.
+    words_of = models.CharField(max_length=128, blank=True, default="", db_default="")
     # The services move the leaf before they delete entries, so it never points at a missing one.
     active_leaf = models.ForeignKey(
         "Entry", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
@@ -70,11 +105,34 @@ class Thread(models.Model):
             models.Index(fields=["agent", "-updated_at", "-id"], name="thread_agent_updated_idx"),
             # threads_list(user_id=...), erasure by person.
             models.Index(fields=["agent", "user_id"], name="thread_agent_user_idx"),
+            # threads_list(metadata=...) with encryption off: JSONB containment of the plaintext.
             GinIndex(fields=["metadata"], name="thread_metadata_gin", opclasses=["jsonb_path_ops"]),
+            # ... with encryption on: the pairs' keyed hashes.
+            GinIndex(
+                fields=["metadata_hashes"],
+                name="thread_metadata_hashes_gin",
+                condition=models.Q(metadata_hashes__isnull=False),
+            ),
+            # a person's erasure: the threads listing them among their participants.
+            GinIndex(fields=["participants"], name="thread_participants_gin"),
         ]
 
     def __str__(self) -> str:
         return self.external_id
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """The columns made from the metadata follow it: a save of the metadata saves them too."""
+        self.participants = participants_stored(agent_id=self.agent_id, metadata=self.metadata)
+        fields = kwargs.get("update_fields")
+        if fields is not None and "metadata" in fields:
+            kwargs["update_fields"] = {*fields, "metadata_hashes", "participants"}
+        super().save(*args, **kwargs)
+
+    def encryption_owner(self) -> tuple[int | None, str]:
+        """The metadata is sealed under the key of the person whose words it holds: `words_of` (a
+        fork's copy of another person's thread), else the thread's person; the agent's own for a
+        thread about no one."""
+        return (self.agent_id, self.words_of or self.user_id)
 
     @property
     def branched(self) -> bool:
@@ -105,12 +163,25 @@ class Entry(models.Model):
     tool_calls = SealedJSONField(null=True, blank=True)
     tool_call_id = models.CharField(max_length=200, blank=True, default="")
     tool_name = models.CharField(max_length=200, blank=True, default="")
-    sender_name = models.CharField(max_length=200, blank=True, default="")
+    # Sealed at rest when encryption is on (a name is personal); at most 200 characters (the API's
+    # check). Keyword search's name match reads `sender_name_hashes` then.
+    sender_name = SealedTextField(blank=True, default="")
     token_count = models.IntegerField(default=0)
     # A session event's payload: a compaction's summary, levels and atoms, the placeholders of the
     # tool results it cleared. Sealed at rest when encryption is on, like the content.
     event = SealedJSONField(null=True, blank=True)
-    metadata = models.JSONField(default=dict, blank=True)
+    # What the writer put there (agent-supplied JSON): sealed at rest when encryption is on, like the
+    # content, so nothing in SQL reads inside it. What SQL needs of it has columns of its own, set
+    # from it when the entry is made (memoryapp.threads.validation.entry_from_spec): `sender`
+    # (`metadata.userId`) and `fork_of` (`metadata.forkOf`).
+    metadata = SealedMetadataField(default=dict, blank=True)
+    # The person who wrote a user message (its `metadata.userId`, the one rule:
+    # memoryapp.models.people.message_sender), "" for none: who it is sealed under, and what the
+    # erasure, the export and the subject index find a person's messages by (`sent_by`). In clear,
+    # as the row's owner (`user_id`, `words_of`) is: docs/security.md "Whose key seals a row".
+    sender = models.CharField(max_length=128, blank=True, default="", db_default="")
+    # A fork's copy: the id of the entry it copies (its `metadata.forkOf`), "" for the others.
+    fork_of = models.CharField(max_length=40, blank=True, default="", db_default="")
     created_at = models.DateTimeField()
     # When this service stored the entry (the database's clock), whatever `created_at` the client
     # gave (an import of 2023's conversation is stored today). Null for entries stored before the
@@ -145,6 +216,9 @@ class Entry(models.Model):
     )
     # The blind index of `text` (keyed hashes of its words) when encryption is on; null when off.
     keyword_hashes = BlindIndexField(source="text")
+    # The blind index of `sender_name` (its words' keyed hashes) when encryption is on; null when
+    # off: keyword search's name match (a name the question says is held by what that person said).
+    sender_name_hashes = BlindIndexField(source="sender_name")
     embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedded_at = models.DateTimeField(null=True, blank=True)
 
@@ -197,12 +271,7 @@ class Entry(models.Model):
             # wrote, in the erasure, the export and a person's page.
             # Partial: only the messages that name a sender (most turns do not) pay for it on write;
             # `sent_by` states the condition, so the planner can use it.
-            models.Index(
-                models.F("agent"),
-                KeyTransform(MESSAGE_USER_KEY, "metadata"),
-                name="entry_sender_idx",
-                condition=models.Q(metadata__has_key=MESSAGE_USER_KEY),
-            ),
+            models.Index(fields=["agent", "sender"], name="entry_sender_column_idx", condition=~models.Q(sender="")),
             # the erasure: the entries sealed under a person's key among others (`key_people @> {id}`).
             GinIndex(fields=["key_people"], name="entry_key_people_gin", condition=models.Q(key_people__isnull=False)),
             # the review queue's held entries (memoryapp.screening.review).
@@ -228,7 +297,7 @@ class Entry(models.Model):
         """Whose words the entry holds: a user message's sender (`message_sender`), else `words_of`,
         else the thread's person ("" for a thread about no one; `thread_person` when the caller
         knows it, so the thread is not read)."""
-        sender = message_sender(self.metadata) if self.role == Role.USER else ""
+        sender = self.sender if self.role == Role.USER else ""
         if sender or self.words_of:
             return sender or self.words_of
         return self.thread.user_id if thread_person is None else thread_person

@@ -199,6 +199,13 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
     return _bm25(rows, terms=len(terms), total=max(total, len(rows)), limit=limit)
 
 
+def sender_name_key(name: str, *, key: bytes) -> str:
+    """What `sender_name_hashes::text` is for a sender named `name` (one word, as
+    `lower(sender_name) = name` reads with encryption off): the array of its one keyed hash."""
+    hashed = term_hash(name, key=key)
+    return "" if hashed is None else "{" + str(hashed) + "}"
+
+
 def _keyword_entries_blind(
     *, scope: EntryScope, terms: list[str], names: list[str], total: int, limit: int
 ) -> list[ChannelHit]:
@@ -216,14 +223,15 @@ def _keyword_entries_blind(
         params[f"h_{i}"] = [hashed if hashed is not None else 0]
         flag = f"coalesce(e.keyword_hashes @> %(h_{i})s::bigint[], false)"
         if term in names:
-            params[f"q_{i}"] = term
-            flag = f"({flag} OR lower(e.sender_name) = %(q_{i})s)"
+            # The sender's name is sealed: a name of one word is the one hash of its blind index.
+            flag = f"({flag} OR e.sender_name_hashes::text = %(n_{i})s)"
+            params[f"n_{i}"] = sender_name_key(term, key=key)
         flags.append(flag)
     held = [h for h in hashes if h is not None]
     name_match = ""
     if names:
-        params["names"] = names
-        name_match = " OR lower(e.sender_name) = ANY(%(names)s)"
+        params["names"] = [sender_name_key(t, key=key) for t in names]
+        name_match = " OR e.sender_name_hashes::text = ANY(%(names)s)"
     newness = "extract(epoch FROM e.created_at) + e.seq * 1e-6"
 
     def read(match: str, extra: dict[str, Any]) -> list[Any]:

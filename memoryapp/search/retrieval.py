@@ -205,7 +205,7 @@ def _load_entries(ids: list[str]) -> dict[str, Hit]:
             seq=r[2],
             created_at=r[3],
             role=r[4],
-            sender_name=r[5],
+            sender_name=value_open(r[5], table="memoryapp_entry", column="sender_name"),
             thread_id=r[6],
         )
         for r in rows

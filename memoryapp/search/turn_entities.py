@@ -25,12 +25,14 @@ from typing import Any
 
 from django.db import connection
 
+from governance.crypto.blind import term_hash
+from governance.crypto.envelope import blind_key
 from governance.crypto.fields import equality_values
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.models import Entity
 from memoryapp.models.items import name_normalized
 from memoryapp.search.channels import ENTRY, Channel, ChannelInput, register
-from memoryapp.search.keyword import ChannelHit, entry_scope_size
+from memoryapp.search.keyword import ChannelHit, entry_scope_size, sender_name_key
 from memoryapp.search.query import KIND_AGGREGATE, KIND_PREFERENCE, STOP_WORDS
 from memoryapp.search.vector import WALK_FROM_SCOPE, nearest_matching
 
@@ -58,7 +60,8 @@ def question_names(ci: ChannelInput) -> list[str]:
 
 
 def scope_senders(ci: ChannelInput) -> frozenset[str]:
-    """The lower-cased senders of the scope's turns (cached a minute per scope)."""
+    """The lower-cased senders of the scope's turns (cached a minute per scope); with encryption
+    on, their `sender_name_key`s."""
     key = ("senders", *ci.scope.cache_key)
     now = time.monotonic()
     with _senders_lock:
@@ -66,10 +69,16 @@ def scope_senders(ci: ChannelInput) -> frozenset[str]:
         if cached and now - cached[0] < _SENDERS_TTL:
             return cached[1]
     where, params = ci.scope.where("e")
+    # With encryption on the names are sealed: each sender is the text of its name's blind index
+    # (`sender_name_key`), one query still, and never a value to open.
+    sender, given = (
+        ("e.sender_name_hashes::text", "e.sender_name_hashes IS NOT NULL")
+        if encryption_enabled()
+        else ("lower(e.sender_name)", "e.sender_name <> ''")
+    )
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT DISTINCT lower(e.sender_name) FROM memoryapp_entry e WHERE {where} AND e.sender_name <> ''"
-            " LIMIT 1000",
+            f"SELECT DISTINCT {sender} FROM memoryapp_entry e WHERE {where} AND {given} LIMIT 1000",
             params,
         )
         senders = frozenset(r[0] for r in cursor.fetchall() if r[0])
@@ -127,19 +136,20 @@ def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
     # In a conversation of two, one's turns are half the thread: naming a party narrows little, and
     # the channel would only repeat the vector channel's order (measured: it lowers recall). From
     # three senders on, the people named are entities of the conversation too.
-    people = [n for n in names if n in senders] if len(senders) >= MIN_SENDERS else []
+    blind = blind_key(agent_id=ci.agent_id) if encryption_enabled() else None
+    keys = {n: n if blind is None else sender_name_key(n, key=blind) for n in names}
+    people = [n for n in names if keys[n] in senders] if len(senders) >= MIN_SENDERS else []
     entities = named_entities(ci, names)
     if not entities and not people:
         return []
     words = _mention_words(entities, people)
     where, params = ci.scope.where("e")
-    params = {**params, "n": ci.depth, "people": people}
-    conditions = ["lower(e.sender_name) = ANY(%(people)s)"]
+    params = {**params, "n": ci.depth, "people": [keys[n] for n in people]}
+    conditions = [
+        "lower(e.sender_name) = ANY(%(people)s)" if blind is None else "e.sender_name_hashes::text = ANY(%(people)s)"
+    ]
     if words:
         if encryption_enabled():
-            from governance.crypto.blind import term_hash
-            from governance.crypto.envelope import blind_key
-
             key = blind_key(agent_id=ci.agent_id)
             hashes = [h for h in (term_hash(w, key=key) for w in words) if h is not None]
             if hashes:

@@ -9,7 +9,7 @@ A row is about a person in three ways:
 - mention: a row of another scope whose text names the person by one of their identifiers
   (registered with `PUT /users/{id}/identifiers`, or given with the erasure request).
 
-Owner and sender are columns the rows carry, indexed (`entry_sender_idx`); mentions are found by
+Owner and sender are columns the rows carry, indexed (`entry_sender_column_idx`); mentions are found by
 `subject_index_rebuild` and kept in `SubjectMention`.
 
 - `matching`: one person's identifiers as a matcher over texts and JSON (spans, placeholder).

@@ -36,6 +36,7 @@ ENTRY_JSON_COLUMNS: frozenset[str] = frozenset(str(f.column) for f in _FIELDS if
 ENTRY_INSERT_COLUMNS: tuple[str, ...] = (
     *(c for c in ENTRY_COLUMNS if c not in ("redacted_at", "embedded_at", "stored_at")),
     "keyword_hashes",
+    "sender_name_hashes",
 )
 # Columns whose stored value is made from the row on save (sealed, or the blind index of the text):
 # a write that bypasses Model.save (the COPY of a batch) asks the field for it (`Field.pre_save`).
@@ -45,10 +46,10 @@ ENTRY_SEALED_FIELDS: dict[str, models.Field] = {  # type: ignore[type-arg]
     if isinstance(f, (SealedJSONField, SealedTextField, BlindIndexField))
 }
 # Fields a fork's copy takes from its original. Its own: a new id, thread, parent (the copy of
-# the original's), seq and `metadata.forkOf`; its hash is computed anew (the parent differs) and
+# the original's), seq and `metadata.forkOf` (and `fork_of`); its hash is computed anew (the parent differs) and
 # it is embedded anew.
 ENTRY_FORK_COPIED: tuple[str, ...] = tuple(
     f.attname
     for f in _FIELDS
-    if f.attname not in ("id", "thread_id", "parent_id", "seq", "metadata", "content_hash", "embedded_at")
+    if f.attname not in ("id", "thread_id", "parent_id", "seq", "metadata", "fork_of", "content_hash", "embedded_at")
 )

@@ -247,8 +247,8 @@ def _quotes(*, thread: Thread, page_ids: list[str]) -> dict[str, list[QuoteMark]
 # The entry of the origin a fork was made at: the original of the fork's newest copy (a fork copies
 # the branch up to that entry, each copy naming its original in `forkOf`; the walk down the
 # (thread, seq) index stops at the first copy it meets).
-_FORK_POINT = """(SELECT e.metadata ->> 'forkOf' FROM memoryapp_entry e
-      WHERE e.thread_id = {fork} AND e.metadata ? 'forkOf' ORDER BY e.seq DESC LIMIT 1)"""
+_FORK_POINT = """(SELECT e.fork_of FROM memoryapp_entry e
+      WHERE e.thread_id = {fork} AND e.fork_of <> '' ORDER BY e.seq DESC LIMIT 1)"""
 # A thread page lists at most this many of its forks.
 FORKS_SHOWN = 50
 

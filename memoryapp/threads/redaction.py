@@ -17,6 +17,7 @@ REDACTED_FIELDS = (
     "tool_calls",
     "text",
     "sender_name",
+    "sender_name_hashes",
     "metadata",
     "redacted_at",
     "embedding",

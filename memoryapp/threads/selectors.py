@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import JSONField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
-from governance.crypto.fields import json_text_open
+from governance.crypto.fields import json_text_open, pair_hashes
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, Entry, Thread
@@ -316,7 +316,10 @@ def threads_list(
     threads: QuerySet[Thread] = Thread.objects.filter(agent=agent).select_related("forked_from")
     if user_id is not None:
         threads = threads.filter(user_id=user_id)
-    if metadata:
+    if metadata and encryption_enabled():
+        # The metadata is sealed: the rows holding every pair's keyed hash (Thread.metadata_hashes).
+        threads = threads.filter(metadata_hashes__contains=pair_hashes(agent_id=agent.pk, pairs=metadata))
+    elif metadata:
         threads = threads.filter(metadata__contains=metadata)
         for number, (key, value) in enumerate(metadata.items()):
             name = f"_meta_{number}"

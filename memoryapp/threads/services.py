@@ -26,6 +26,7 @@ from memoryapp.events.services import event_record
 from memoryapp.ids import entry_id_new, person_id_check
 from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
+from memoryapp.models.people import FORK_OF_KEY
 from memoryapp.screening.screen import screener_for
 from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named
 from memoryapp.threads.columns import (
@@ -143,6 +144,8 @@ def _person_rows_reseal(thread: Thread) -> None:
     if not encryption_enabled():
         return
     scope = {"agent_id": thread.agent_id, "thread_id": thread.external_id, "user_id": ""}
+    # The thread's own metadata (saved already when the change came with it; a no-op then).
+    rows_reseal(Thread.objects.filter(pk=thread.pk))
     for model, _, _ in sealed_models():
         fields = {f.name: f for f in model._meta.concrete_fields}
         thread_field = fields.get("thread")
@@ -208,6 +211,8 @@ def thread_update(
                 actor=actor, thread_id=locked.external_id, subject=locked.external_id, person=locked.user_id
             )
         locked.metadata = metadata_merged({} if replace_metadata else locked.metadata, metadata)
+        if replace_metadata:
+            locked.words_of = ""  # nothing copied from a fork's origin is left: the thread's own
     changed = False
     if user_id is not None:
         user_id = person_id_check("" if user_id is None else user_id)
@@ -215,7 +220,7 @@ def thread_update(
         if changed:
             _audit_user_change(locked, old=locked.user_id, new=user_id, actor=actor)
         locked.user_id = user_id
-    locked.save(update_fields=["metadata", "user_id", "updated_at"])
+    locked.save(update_fields=["metadata", "words_of", "user_id", "updated_at"])
     if metadata is not None:
         mentions_record(**_agent_of(thread), rows=[(Table.THREAD, locked.pk, locked)], replace=True)
     if changed:
@@ -465,8 +470,8 @@ _INSERT_JSON_AT = tuple(i for i, column in enumerate(ENTRY_INSERT_COLUMNS) if co
 # The positions of the values sealed (or hashed) from the row when encryption is on, and their fields.
 _INSERT_SEALED_AT = tuple(i for i, column in enumerate(ENTRY_INSERT_COLUMNS) if column in ENTRY_SEALED_FIELDS)
 _INSERT_SEALED_FIELDS = [ENTRY_SEALED_FIELDS[ENTRY_INSERT_COLUMNS[i]] for i in _INSERT_SEALED_AT]
-# The position of the blind index (a bigint array, null with encryption off).
-_INSERT_HASHES_AT = ENTRY_INSERT_COLUMNS.index("keyword_hashes")
+# The positions of the blind indexes (bigint arrays, null with encryption off).
+_INSERT_HASHES_AT = (ENTRY_INSERT_COLUMNS.index("keyword_hashes"), ENTRY_INSERT_COLUMNS.index("sender_name_hashes"))
 
 
 # UPDATE statements of the thread's row by the columns they set (a handful of shapes).
@@ -516,10 +521,11 @@ def _entries_insert(entries: Sequence[Entry]) -> None:
     else:
         with connection.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
             for row in rows:
-                hashes = row[_INSERT_HASHES_AT]
-                if hashes is not None and not isinstance(hashes, str):
-                    # COPY's text format takes the array as its text (psycopg's list dumper costs ten times the join).
-                    row[_INSERT_HASHES_AT] = "{" + ",".join(map(str, hashes)) + "}"
+                for at in _INSERT_HASHES_AT:
+                    hashes = row[at]
+                    if hashes is not None and not isinstance(hashes, str):
+                        # COPY's text format takes the array as its text (psycopg's list dumper costs ten times the join).
+                        row[at] = "{" + ",".join(map(str, hashes)) + "}"
                 copy.write_row(row)
     for e in entries:
         e._state.adding = False
@@ -696,6 +702,8 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
         external_id=new_external,
         user_id=locked.user_id,
         metadata=metadata,
+        # The copied metadata holds the origin's person's words, whoever the fork is handed to.
+        words_of=locked.words_of or locked.user_id,
         forked_from=locked,
         memory_enabled=locked.memory_enabled,
         extraction={OFF_RANGES_KEY: off} if off else {},
@@ -711,7 +719,8 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
             thread=copy,
             parent_id=parent,
             seq=seq,
-            metadata={**(original.metadata or {}), "forkOf": original.id},
+            metadata={**(original.metadata or {}), FORK_OF_KEY: original.id},
+            fork_of=original.id,
             **{name: getattr(original, name) for name in ENTRY_FORK_COPIED},
         )
         # The copy holds the original's words: sealed under their person's key whoever the fork is

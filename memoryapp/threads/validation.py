@@ -15,7 +15,7 @@ from memoryapp.errors import DomainError
 from memoryapp.ids import entry_id_check, entry_id_new, new_id, person_id_check, thread_id_check
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import EVENT_TYPES, EntryType, Role
-from memoryapp.models.people import MEMORY_USERS_KEY, MESSAGE_USER_KEY
+from memoryapp.models.people import FORK_OF_KEY, MEMORY_USERS_KEY, MESSAGE_USER_KEY, message_sender
 from memoryapp.storable import storable_text_check
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.tokens import count_message_tokens
@@ -238,6 +238,9 @@ def entry_from_spec(
         token_count=token_count,
         event=event,
         metadata=metadata,
+        # What SQL reads of the metadata (sealed at rest when encryption is on), in columns.
+        sender=message_sender(metadata),
+        fork_of=fork_of if isinstance(fork_of := metadata.get(FORK_OF_KEY), str) else "",
         created_at=created_at,
     )
     Entry.thread.field.set_cached_value(entry, thread)

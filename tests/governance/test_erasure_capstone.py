@@ -317,20 +317,17 @@ def plant_in_process(agent: Agent, label: str) -> None:
 
 
 # Columns where a dump taken before her erasure still reads her words with the live keys, and why
-# (issue 25 §6, not done yet: these columns are plaintext). Each is in the receipt's backup
-# statement ("readable"), which the test checks. Rows of others naming her (Carl's turn, agent-wide
-# items and facts, the entity named after her, the project file and context document) are sealed
-# under key sets holding her key (`key_people`), so they are no gap any more.
+# (issue 25 §6: these columns are plaintext). Each is in the receipt's backup statement
+# ("readable"), which the test checks. Rows of others naming her (Carl's turn, agent-wide items and
+# facts, the entity named after her, the project file and context document) are sealed under key
+# sets holding her key (`key_people`), and thread and entry metadata and sender names under her key
+# (her fork's copied metadata too, handed to Carl), so they are no gap any more.
 SEALING_GAPS = {
-    ("memoryapp_thread", "metadata"): "plaintext (filtered and indexed in SQL)",
-    ("memoryapp_entry", "metadata"): "plaintext (metadata.userId is the sender, read in SQL)",
-    ("memoryapp_entry", "sender_name"): "plaintext",
     ("memoryapp_memoryitem", "subject"): "plaintext",
     ("memoryapp_memoryitem", "value_json"): "a fact's JSON value naming her, plaintext",
 }
-# Her canaries an old copy still reads through those gaps: the metadata of her thread, her entry's
-# metadata and the import's thread metadata.
-OWN_WORDS_STILL_READ = {"thread-meta", "entry-meta", "import-meta"}
+# Her canaries an old copy still reads through those gaps: none.
+OWN_WORDS_STILL_READ: set[str] = set()
 
 
 @dataclass

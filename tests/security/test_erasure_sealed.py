@@ -126,10 +126,13 @@ def test_a_message_in_another_persons_thread_is_sealed_under_the_senders_key_and
     readable = {(r["table"], r["column"], r["why"]): r["rows"] for r in backup["readable"]}
     # Her own thread's turn was sealed under her key, destroyed: no old copy opens it.
     # Her message in Bob's thread is sealed under her key too (its sender's, Entry.encryption_owner):
-    # no old copy opens it either, and the receipt says so. Its metadata (who sent it) is plaintext.
+    # no old copy opens it either, and the receipt says so. Its metadata (who sent it) is sealed with
+    # it; who sent it stays in clear in `sender`, the row's owner, as `user_id` is (issue 25 §6).
     assert unopenable[("memoryapp_entry", "text")] == 2
     assert not [r for r in readable if r[:2] == ("memoryapp_entry", "text")]
-    assert readable[("memoryapp_entry", "metadata", "plaintext")] == 1
+    assert unopenable[("memoryapp_entry", "metadata")] == 1
+    assert not [r for r in readable if r[:2] == ("memoryapp_entry", "metadata")]
+    assert readable[("memoryapp_entry", "sender", "plaintext")] == 1
     assert readable[("memoryapp_thread", "external_id", "plaintext")] == 1
     assert "memoryapp_entry.text" not in shredding["statement"]
     assert "no longer opens with any key" not in shredding["statement"]

@@ -56,8 +56,9 @@ def test_rotation_rewraps_every_data_key_and_the_old_master_key_can_go(
     assert result["data_keys_rewrapped"] == 3  # ana's, bo's, and the agent's own (its blind index)
     assert set(DataKey.objects.values_list("master_key_id", flat=True)) == {"k2"}
     run = JobRun.objects.get(kind="encryption_rotate")
-    # Every row of every sealed table checked: the six entries, and the rotation's own job run.
-    assert run.status == "succeeded" and run.progress_done == run.progress_total == 7
+    # Every row of every sealed table checked: the six entries, their two threads (metadata), and
+    # the rotation's own job run.
+    assert run.status == "succeeded" and run.progress_done == run.progress_total == 9
     keys_set(settings, K2)
     assert encryption_refusal() == ""
     assert _read(alice) == TEXTS and _read(alice, "t2") == TEXTS

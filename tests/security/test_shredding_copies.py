@@ -144,7 +144,11 @@ def test_every_copy_of_her_words_is_sealed_under_her_key_and_none_opens_after_he
     assert shut[("memoryapp_entry", "text")] >= len([w for w in rows.values() if w[0] == "memoryapp_entry"])
     assert shut[("memoryapp_memoryitem", "value")] >= 1
     statement = request.report["crypto_shredding"]["statement"]
-    assert "memoryapp_entry.metadata" in statement  # what stays readable is named by table and column
+    # Her message's metadata is sealed with it (issue 25 §6): shut too, and named as such; who sent
+    # it stays readable in clear (`sender`, the row's owner), named by table and column.
+    assert shut[("memoryapp_entry", "metadata")] >= 1
+    assert not [r for r in backup["readable"] if (r["table"], r["column"]) == ("memoryapp_entry", "metadata")]
+    assert "memoryapp_entry.sender" in statement
     # and what encryption never seals, measured too: the rows' blind-index hashes and vectors.
     assert "memoryapp_entry.keyword_hashes" in statement
     assert {r["column"] for r in backup["unsealed"]} >= {"keyword_hashes"}

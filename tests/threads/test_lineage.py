@@ -457,7 +457,7 @@ def test_a_fork_made_while_an_entry_is_deleted_never_keeps_its_copy(alice: Calle
     deleting.join(10)
     forking.join(10)
     assert errors == []
-    assert not Entry.objects.filter(metadata__forkOf=told).exists()
+    assert not Entry.objects.filter(fork_of=told).exists()
     assert _rows_holding("X12345678", alice.agent.pk)["memoryapp_entry"] == 0
 
 
@@ -496,7 +496,7 @@ def test_a_cascade_into_a_fork_and_a_redaction_in_that_fork_do_not_deadlock(alic
     deleting.join(15)
     assert errors == []
     assert Entry.objects.get(pk=own).redacted_at is not None
-    assert not Entry.objects.filter(pk=told).exists() and not Entry.objects.filter(metadata__forkOf=told).exists()
+    assert not Entry.objects.filter(pk=told).exists() and not Entry.objects.filter(fork_of=told).exists()
 
 
 # --- vectors: a short turn is embedded with the words of the turn it answers -----------------------
