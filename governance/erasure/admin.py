@@ -24,6 +24,7 @@ from governance.audit.chain import canonical_json
 from governance.erasure.services import (
     EXCLUSION_REASONS,
     RETRYABLE,
+    ErasureDryRun,
     erasure_dry_run,
     erasure_preview,
     erasure_request_file,
@@ -66,6 +67,27 @@ def count_rows(counts: dict[str, int]) -> list[tuple[str, int]]:
     order = list(COUNT_LABELS)
     keys = sorted(counts, key=lambda k: (counts[k] == 0, order.index(k) if k in order else len(order), k))
     return [(COUNT_LABELS.get(k, k.replace("_", " ")), counts[k]) for k in keys]
+
+
+# Rows of each table of shared memory the confirm step lists (the rest counted): a person quoted
+# across an agent's memory may stand under thousands of others' items, and the choice and the
+# button come after these tables.
+SHARED_ROWS_SHOWN = 25
+
+
+def shared_shown(preview: ErasureDryRun) -> dict[str, Any]:
+    """The confirm step's view of the memory shared with others that changes: the first rows of
+    each table and how many more, and the items counted by outcome."""
+    items, files = preview.shared_items, preview.shared_files
+    return {
+        "shared_items": items[:SHARED_ROWS_SHOWN],
+        "shared_items_more": max(0, len(items) - SHARED_ROWS_SHOWN),
+        "shared_items_purged": sum(1 for i in items if i.purged),
+        "shared_items_trimmed": sum(1 for i in items if not i.purged),
+        "shared_items_scopes": len({(i.agent, i.scope) for i in items}),
+        "shared_files": files[:SHARED_ROWS_SHOWN],
+        "shared_files_more": max(0, len(files) - SHARED_ROWS_SHOWN),
+    }
 
 
 # Seconds between refreshes of a request's page while it runs.
@@ -268,6 +290,8 @@ class ErasureRequestAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
                         holds=preview.holds,
                         agents=[a.slug for a in data["agents"]],
                         mentions=[(g, form[f"{EXCLUDE_PREFIX}{g.group}"]) for g in preview.mentions],
+                        is_nav_sidebar_enabled=False,
+                        **shared_shown(preview),
                     )
                     return TemplateResponse(request, "admin/governance/erasurerequest/confirm.html", context)
             elif form.is_valid():

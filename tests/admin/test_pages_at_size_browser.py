@@ -18,11 +18,13 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from playwright.sync_api import expect
 
+from governance.erasure.admin import SHARED_ROWS_SHOWN
+from governance.models import ErasureRequest
 from memoryapp.admin.review import FILE_CONTEXT_LINES, RANGE_LINES_SHOWN, TOOL_CALL_ID_SHOWN
 from memoryapp.files.access import FileAccess
 from memoryapp.files.protocol import file_create
 from memoryapp.items.services import item_write
-from memoryapp.models import Agent, KnowledgeDocument, MemoryFileVersion, MemoryItem, PersonIdentifier
+from memoryapp.models import Agent, Entry, KnowledgeDocument, MemoryFileVersion, MemoryItem, PersonIdentifier
 from memoryapp.screening.identifiers import identifiers_set
 from memoryapp.threads.services import entry_add, thread_create
 from tests.kit.browser import BROWSER_TEST, log_in, shoot, staff_user, too_wide
@@ -233,3 +235,77 @@ def test_150_knowledge_documents_list_one_line_each_paged(
         assert (name.get_attribute("title", timeout=1000) or "").startswith("Refund policy")
         wide = too_wide(page)
     assert wide == [], wide
+
+
+# --- the erasure's confirm step -------------------------------------------------------------------
+
+
+def _quoted_by_others(n: int) -> None:
+    """The person said 20 things in their thread; up to `n` items of 30 other people stand on them,
+    and the person is named in 30 other people's threads (by the name and e-mail registered)."""
+    agent, made = Agent.objects.get_or_create(slug="concierge")
+    if made:
+        identifiers_set(
+            agent=agent,
+            user_id=PERSON,
+            body={"emails": ["ines.valdomiro@example.org"], "names": ["Inês Valdomiro"]},
+            actor="test",
+        )
+        mine = thread_create(agent=agent, external_id="t-ines", user_id=PERSON)
+        for i in range(20):
+            entry_add(thread=mine, role="user", content=f"note {i}: I like quiet rooms away from the lift")
+        for t in range(30):
+            other = thread_create(agent=agent, external_id=f"t-other-{t}-" + "z" * 80, user_id=f"u-other-{t}")
+            entry_add(thread=other, role="user", content=f"Inês Valdomiro (ines.valdomiro@example.org) says hi {t}")
+    said = list(Entry.objects.filter(thread__external_id="t-ines").order_by("seq"))
+    for i in range(MemoryItem.objects.filter(agent=agent).count(), n):
+        item_write(
+            agent=agent,
+            kind="fact",
+            subject="hotel",
+            attribute=f"rooms {i}",
+            value=f"quiet rooms, floor {i}",
+            trust="model",
+            user_id=f"u-other-{i % 30}",
+            evidence=[{"entry_id": said[i % 20].id, "quote": "I like quiet rooms"}],
+        )
+
+
+def test_an_erasure_quoted_under_100_items_of_others_confirms_with_the_list_cut_and_the_groups_in_view(
+    django_db_setup: Any, live_server: Any, chromium: Any, tmp_path: Any, settings: Any
+) -> None:
+    settings.VAR_DIR = tmp_path / "var"
+    settings.RECEIPT_SIGNING_KEY = ""
+    settings.RECEIPT_SIGNING_KEY_FILE = ""
+    staff_user("pat", role="privacy")
+    _quoted_by_others(100)
+    with chromium() as browser:
+        page = log_in(browser, live_server, "pat", then=f"/admin/governance/erasurerequest/add/?user_id={PERSON}")
+        page.fill("#id_legal_basis", "GDPR Art. 17(1)(a)")
+        page.click("#file-erasure")
+        expect(page.locator("#er-plan")).to_contain_text("memory items purged")
+        expect(page.locator("#er-shared-items-count")).to_contain_text(
+            "stood on the person's words: 100 (100 purged, 0 trimmed) in 30 scopes; the first 25"
+        )
+        expect(page.locator("#er-shared-items tbody tr")).to_have_count(SHARED_ROWS_SHOWN)
+        expect(page.locator("#er-shared-items-more")).to_contain_text("… and 75 more items")
+        group = page.locator("#er-mentions-groups tbody tr")
+        expect(group).to_have_count(1)
+        expect(group.locator("td").nth(2)).to_have_text("30")  # redacted
+        assert group.locator("code").count() == 3  # examples, three at the most
+        # The choice for the group and the button are within reach, not past a hundred rows.
+        button = page.locator("#er-confirm").bounding_box()
+        assert button is not None and button["y"] < 4 * 800, button
+        # A group's name is read on a few lines, not a word a line beside the other columns.
+        label = group.locator("td").first.bounding_box()
+        assert label is not None and label["height"] < 70, label
+        wide = too_wide(page)
+        page.locator("#er-mentions").scroll_into_view_if_needed()
+        shoot(page, "erasure-confirm-at-size")
+        # Kept, for a reason: filed with the exclusion.
+        kept = (group.get_attribute("id") or "").removeprefix("er-mentions-")
+        group.locator("select").select_option("legal_obligation")
+        page.click("#er-confirm")
+        expect(page.locator(".messagelist")).to_contain_text("filed")
+    assert wide == [], wide
+    assert ErasureRequest.objects.get(user_id=PERSON).excluded == {kept: "legal_obligation"}
