@@ -19,6 +19,9 @@ What is about the person (`PersonScope`), in the agents chosen (all when none ar
 - the rows of others that name them by an identifier registered with the agent (`mentions.jsonl`,
   through the subject index, memoryapp.subjects): the table, the row and each place it names them
   with a little text around it, not the rest of the row (another person's);
+- the run ledger (`runs.jsonl`): each run of their threads with its latest snapshot and the events
+  it kept; and each run of another person's thread naming them (per the subject index), with only
+  the places its events and snapshot name them;
 - the job runs whose arguments or result name them (`job_runs.jsonl`: the erasure's selector too);
 - the access log of what the agents were sent about them (`access_log.jsonl`, ids only): the rows of
   requests about them, and the rows of requests of others that sent their items or entries, each
@@ -90,7 +93,10 @@ from memoryapp.models import (
     MemoryItem,
     Relation,
     RelationEvidence,
+    RunEvent,
+    SubjectMention,
     Thread,
+    ThreadRun,
 )
 from memoryapp.search.access_log import access_log_of_person, access_log_person_reading
 from memoryapp.subjects.index import person_matcher, row_texts, subject_index_rebuild, table_rows
@@ -128,6 +134,8 @@ COUNTED = (
     "file_versions",
     "messages_elsewhere",
     "job_runs",
+    "runs",
+    "run_events",
     "access_log",
     "audit_records",
 )
@@ -202,6 +210,23 @@ class PersonScope:
     def entry_ids(self) -> list[QuerySet[Any]]:
         """Every entry that is theirs, as selections of ids: of their threads, and their messages elsewhere."""
         return [self.entries().values("id"), self.messages_elsewhere().values("id")]
+
+    def runs(self) -> QuerySet[ThreadRun]:
+        """The runs of their threads: what each published to its ledger is theirs (000 RunLedger)."""
+        return ThreadRun.objects.filter(agent_id__in=self.agent_ids, thread__in=self.threads())
+
+    def runs_naming_them(self) -> dict[int, dict[str, list[str]]]:
+        """Runs of others' threads whose events or snapshot name them, per the subject index (rebuilt
+        by `_write_mentions` first): {agent: {"run_event": ids, "thread_run": ids}}."""
+        found: dict[int, dict[str, list[str]]] = {}
+        rows = SubjectMention.objects.filter(
+            agent_id__in=self.agent_ids,
+            user_id=self.user_id,
+            table__in=[SubjectMention.Table.RUN_EVENT, SubjectMention.Table.THREAD_RUN],
+        ).values_list("agent_id", "table", "row_id")
+        for agent_id, table, row_id in rows.order_by("agent_id", "table", "row_id"):
+            found.setdefault(agent_id, {}).setdefault(table, []).append(row_id)
+        return found
 
     def job_runs(self) -> QuerySet[JobRun]:
         """The job runs naming them (arguments or result): the erasure's own selector."""
@@ -835,6 +860,69 @@ def _write_mentions(scope: PersonScope, writer: _Writer) -> None:
     _records_write(writer, "mentions.jsonl", "mention", records(), counted="mentions")
 
 
+def _write_runs(scope: PersonScope, writer: _Writer) -> None:
+    """The run ledger (`runs.jsonl`): each run of their threads whole (status, times, how its ledger
+    ended, its latest snapshot and the events it kept, in order); and each run of another person's
+    thread that names them per the subject index, with only the places its events and snapshot name
+    them (as `mentions.jsonl` shows a row of others), not the rest of that person's run."""
+
+    def event_record(event: RunEvent) -> dict[str, Any]:
+        return {"seq": event.seq, "kind": event.kind, "at": _iso(event.at), "body": event.body}
+
+    def run_record(run: ThreadRun, thread_id: str) -> dict[str, Any]:
+        return {
+            "id": run.pk,
+            "agent_id": run.agent_id,
+            "thread_id": thread_id,
+            "status": run.status,
+            "started_at": _iso(run.started_at),
+            "ended_at": _iso(run.ended_at),
+            "ledger_outcome": run.ledger_outcome,
+        }
+
+    def records() -> Iterator[dict[str, Any]]:
+        runs = scope.runs().annotate(thread_external_id=F("thread__external_id")).order_by("agent_id", "pk")
+        for run in runs.iterator(ROW_FETCH):
+            events = [event_record(e) for e in RunEvent.objects.filter(run=run).order_by("seq")]
+            writer.count("run_events", len(events))
+            yield {
+                **run_record(run, run.thread_external_id),  # type: ignore[attr-defined]
+                "theirs": True,
+                "snapshot": run.snapshot,
+                "events": events,
+            }
+        for agent_id, tables in scope.runs_naming_them().items():
+            matcher = person_matcher(agent_id=agent_id, user_id=scope.user_id)
+            events_by_run: dict[str, list[RunEvent]] = {}
+            for event in RunEvent.objects.filter(agent_id=agent_id, pk__in=tables.get("run_event", [])).order_by(
+                "run_id", "seq"
+            ):
+                events_by_run.setdefault(event.run_id, []).append(event)
+            run_ids = {*events_by_run, *tables.get("thread_run", [])}
+            others = (
+                ThreadRun.objects.filter(agent_id=agent_id, pk__in=run_ids)
+                .exclude(thread__user_id=scope.user_id)
+                .annotate(thread_external_id=F("thread__external_id"))
+                .order_by("pk")
+            )
+            snapshots = set(tables.get("thread_run", []))
+            for run in others:
+                events = events_by_run.get(run.pk, [])
+                writer.count("run_events", len(events))
+                yield {
+                    # Another person's run: its thread is theirs, named only by its id here.
+                    **run_record(run, run.thread_external_id),  # type: ignore[attr-defined]
+                    "theirs": False,
+                    "snapshot_excerpts": matcher.excerpts(run.snapshot) if run.pk in snapshots else [],
+                    "events": [
+                        {"seq": e.seq, "kind": e.kind, "at": _iso(e.at), "excerpts": matcher.excerpts(e.body)}
+                        for e in events
+                    ],
+                }
+
+    _records_write(writer, "runs.jsonl", "run", records(), counted="runs")
+
+
 def _write_job_runs(scope: PersonScope, writer: _Writer) -> None:
     """The job runs naming them: what ran, when, with which arguments and result (not its error text
     nor its model usage, which are the service's bookkeeping)."""
@@ -940,6 +1028,7 @@ def _write_archive(request: ExportRequest, scope: PersonScope, run: JobRun | Non
         _write_files(scope, writer, progress)
         _write_messages_elsewhere(scope, writer, progress)
         _write_mentions(scope, writer)
+        _write_runs(scope, writer)
         _write_job_runs(scope, writer)
         _write_access_log(scope, writer)
         _write_audit(scope, writer)
