@@ -218,10 +218,11 @@ def main() -> None:
         print(f"  load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} CPUs")
     finally:
         thread_services.key_people_set = keep_key_people
+        agent_id = agent.pk
         Entry.objects.filter(agent=agent).delete()
         Thread.objects.filter(agent=agent).delete()
         agent.delete()
-        DataKey.objects.filter(agent_id=agent.pk).delete()
+        DataKey.objects.filter(agent_id=agent_id).delete()
         settings.MEMORY_ENCRYPTION_KEYS = ""
         data_keys_forget()
         keystore.cleanup()

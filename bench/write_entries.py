@@ -16,7 +16,10 @@ Against the running service (`make run`), as one agent (`--key`):
 Prints entries/s and p50/p95/p99 latency of each phase, the baseline rates and the ratios.
 Every thread it makes is deleted at the end (`--keep` keeps them).
 
-    python bench/write_entries.py --base http://127.0.0.1:8000 --key mk_... [--clients 8]
+    python bench/write_entries.py --base http://127.0.0.1:8000 --key mk_... [--clients 8] [--naming]
+
+`--naming` registers two people with the agent and names both in every turn: with encryption on,
+each turn is then sealed under a key set (docs/security.md "Rows of several people: key sets").
 
 The key's rate limit (API_RATE_PER_MINUTE, 600 a minute by default) would answer most of these
 requests 429: set the bench agent's `rate_limit_per_minute` to 0 on its admin page (or start the
@@ -123,10 +126,17 @@ class Phase:
         )
 
 
+# With --naming: two people the run registers with the agent, named by every turn (the mixed-person
+# case: with encryption on, each turn is sealed under the key set of the thread's owner and both).
+NAMED = {"bench-dora": "Dora Quillfeather", "bench-eve": "Eve Marrowind"}
+naming = False
+
+
 def entry_body(client: int, index: int) -> dict[str, Any]:
+    said = f"{' and '.join(NAMED.values())} join us. " if naming else ""
     return {
         "role": "user" if index % 2 == 0 else "assistant",
-        "content": f"[{client}.{index}] {SENTENCES[index % len(SENTENCES)]}",
+        "content": f"[{client}.{index}] {said}{SENTENCES[index % len(SENTENCES)]}",
     }
 
 
@@ -320,7 +330,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=100, help="entries per batch request (default 100)")
     parser.add_argument("--baseline", choices=["executemany", "copy"], default="executemany")
     parser.add_argument("--keep", action="store_true", help="keep the bench threads")
+    parser.add_argument(
+        "--naming", action="store_true", help="register two people and name both in every turn (mixed-person rows)"
+    )
     args = parser.parse_args(argv)
+    global naming
+    naming = args.naming
 
     run = uuid.uuid4().hex[:8]
     clients = [Client(args.base, args.key) for _ in range(args.clients)]
@@ -331,6 +346,11 @@ def main(argv: list[str] | None = None) -> None:
     raw_threads = [f"bench-{run}-raw-{n:02d}" for n in range(args.clients)]
     for thread_id in [alone, *own, shared, *batch_threads, *raw_threads]:
         create_thread(clients[0], thread_id)
+    if naming:
+        for person, name in NAMED.items():
+            status, _ = clients[0].call("PUT", f"/api/v1/users/{person}/identifiers", {"names": [name]})
+            if status != 200:
+                sys.exit(f"registering {person}: {status}")
 
     def singles(target: Callable[[int], str]) -> Callable[[int, Client], list[tuple[float, int, int]]]:
         def work(number: int, client: Client) -> list[tuple[float, int, int]]:
@@ -351,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
             out.append((seconds, status, args.batch_size))
         return out
 
-    print(f"{args.clients} clients against {args.base}; run {run}")
+    print(f"{args.clients} clients against {args.base}; run {run}{'; every turn names two people' if naming else ''}")
     solo = run_phase("single appends, one client alone", clients[:1], singles(lambda n: alone))
     print(solo.line())
     phases = [
