@@ -7,10 +7,12 @@ from a copy made before, while the rows the service keeps still open with the li
 from __future__ import annotations
 
 import json
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 
 from governance.crypto.envelope import data_keys_of_person, key_set_ids
@@ -25,6 +27,7 @@ from memoryapp.models import Entry, MemoryFileVersion, MemoryItem
 from memoryapp.models.choices import EntryType, ItemStatus
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.kit.api import Caller, answered, post_entry, post_item, post_ok, post_thread, use_memory_tool
+from tests.kit.crypto import K1, K2, keys_set
 
 HER = "u-ines"
 NAME = "Inês Valdomiro"
@@ -306,3 +309,28 @@ def test_a_reviewers_edit_naming_a_registered_person_seals_the_item_under_her_ke
     item = MemoryItem.objects.get(pk=written["id"])
     assert item.key_people == [DORA] and item.value == "with Dora Quillfeather"
     assert set(key_set_ids(sealed_key_id(_raw("memoryapp_memoryitem", "value", item.pk)))) & _keys_of(DORA)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rotation_with_new_keys_seals_a_row_of_several_people_under_their_new_keys(
+    encrypted: Any, alice: Caller, settings: Any
+) -> None:
+    for person, name in PEOPLE.items():
+        answered(alice.client.put(f"/api/v1/users/{person}/identifiers", {"names": [name]}, format="json"), 200)
+    post_thread(alice, "t-carl", user_id=CARL)
+    turn = post_entry(alice, "t-carl", role="user", content="Dora Quillfeather and Eve Marrowind moved in.")
+    before = set(key_set_ids(sealed_key_id(_raw("memoryapp_entry", "text", turn["id"]))))
+    assert len(before) == 3
+    keys_set(settings, f"{K2},{K1}")
+
+    call_command("encryption_rotate", "--rekey", "--settle", "0", stdout=StringIO())
+
+    after = set(key_set_ids(sealed_key_id(_raw("memoryapp_entry", "text", turn["id"]))))
+    assert len(after) == 3 and not after & before
+    assert after == {_live_key(p) for p in (CARL, DORA, EVE)}
+    keys_set(settings, K2)
+    assert Entry.objects.get(pk=turn["id"]).text == "Dora Quillfeather and Eve Marrowind moved in."
+
+
+def _live_key(person: str) -> str:
+    return next(str(k["id"]) for k in data_keys_of_person(user_id=person) if k["destroyed_at"] is None)
