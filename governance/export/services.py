@@ -883,13 +883,13 @@ def _write_runs(scope: PersonScope, writer: _Writer) -> None:
     def records() -> Iterator[dict[str, Any]]:
         runs = scope.runs().annotate(thread_external_id=F("thread__external_id")).order_by("agent_id", "pk")
         for run in runs.iterator(ROW_FETCH):
-            events = [event_record(e) for e in RunEvent.objects.filter(run=run).order_by("seq")]
-            writer.count("run_events", len(events))
+            kept = [event_record(e) for e in RunEvent.objects.filter(run=run).order_by("seq")]
+            writer.count("run_events", len(kept))
             yield {
                 **run_record(run, run.thread_external_id),  # type: ignore[attr-defined]
                 "theirs": True,
                 "snapshot": run.snapshot,
-                "events": events,
+                "events": kept,
             }
         for agent_id, tables in scope.runs_naming_them().items():
             matcher = person_matcher(agent_id=agent_id, user_id=scope.user_id)
