@@ -64,6 +64,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # The route the request matched, left for gunicorn's access log (memory_project.weblog).
+    "memory_project.weblog.RouteForAccessLogMiddleware",
     # Last, so its process_exception sees a view's error first: a database away is a 503, not a 500.
     "memoryapp.api.middleware.DatabaseOutageMiddleware",
 ]

@@ -8,12 +8,21 @@ import http.client
 import logging
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from django.test import RequestFactory
+from gunicorn.config import Config
 
-from memory_project.weblog import NO_ROUTE, RouteOnly, route_of_path
+from memory_project.weblog import (
+    NO_ROUTE,
+    ROUTE_ENVIRON_KEY,
+    RouteAccessLogger,
+    RouteOnly,
+    route_of_path,
+    route_text,
+)
 from tests.kit.api import Caller
 from tests.kit.servers import gunicorn_serving
 
@@ -76,3 +85,23 @@ def test_a_request_warning_names_the_route_in_place_of_the_path() -> None:
 
 def test_a_path_that_matches_no_pattern_is_logged_as_no_route() -> None:
     assert route_of_path(f"/nothing/{PERSON}") == NO_ROUTE
+
+
+def test_a_resolved_request_leaves_its_route_for_the_access_log(alice: Caller) -> None:
+    # The access log takes it from there instead of resolving the path again (issue 26).
+    response = alice.client.get(f"/api/v1/threads/{THREAD}/path")
+    assert response.status_code == 404
+    pattern = response.wsgi_request.META[ROUTE_ENVIRON_KEY]
+    assert route_text(pattern) == "/api/v1/threads/{thread_id}/path"
+    atoms = RouteAccessLogger(Config()).atoms(
+        type("Response", (), {"status": "404 Not Found", "sent": 0, "headers": []})(),
+        type("Request", (), {"headers": [], "method": "GET", "version": (1, 1)})(),
+        {
+            **response.wsgi_request.META,
+            "PATH_INFO": "/elsewhere",
+            "RAW_URI": "/elsewhere",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+        },
+        timedelta(milliseconds=3),
+    )
+    assert atoms["r"] == "GET /api/v1/threads/{thread_id}/path HTTP/1.1" and PERSON not in str(atoms)
