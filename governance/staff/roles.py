@@ -103,6 +103,12 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.change_retentionpolicy",
         "memoryapp.delete_retentionpolicy",
         "memoryapp.run_prune",
+        # Knowledge documents (manuals, policies an agent recalls beside its memory): reference
+        # material the operator keeps, not conversation content.
+        "memoryapp.view_knowledgedocument",
+        "memoryapp.add_knowledgedocument",
+        "memoryapp.change_knowledgedocument",
+        "memoryapp.delete_knowledgedocument",
     ),
 }
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from governance.models import AuditRecord
 from memoryapp.knowledge.services import chunks_of
 from memoryapp.models import KnowledgeChunk, KnowledgeDocument
@@ -140,3 +142,25 @@ def test_staff_add_a_document_in_the_admin_through_the_service(alice: Caller) ->
     assert AuditRecord.objects.filter(action="knowledge.added", subject=document.pk).exists()
     listing = client.get("/admin/memoryapp/knowledgedocument/")
     assert listing.status_code == 200 and b"faq.md" in listing.content
+
+
+@pytest.mark.parametrize(
+    ("group", "may_edit"), [("Operators", True), ("Reviewers", False), ("Privacy officers", False)]
+)
+def test_knowledge_documents_are_the_operators_to_keep(alice: Caller, group: str, may_edit: bool) -> None:
+    """Operators add and remove an agent's knowledge documents; the other roles do not reach them."""
+    client = staff_client(groups=[group])
+    response = client.post(
+        "/admin/memoryapp/knowledgedocument/add/",
+        {"agent": alice.agent.pk, "project_id": "", "name": "policy.md", "content": MANUAL},
+    )
+    made = KnowledgeDocument.objects.filter(agent=alice.agent, name="policy.md")
+    if not may_edit:
+        assert response.status_code == 403 and not made.exists()
+        assert client.get("/admin/memoryapp/knowledgedocument/").status_code == 403
+        return
+    assert response.status_code == 302, response.content[:2000]
+    document = made.get()
+    assert client.get("/admin/memoryapp/knowledgedocument/").status_code == 200
+    gone = client.post(f"/admin/memoryapp/knowledgedocument/{document.pk}/delete/", {"post": "yes"})
+    assert gone.status_code == 302 and not made.exists()
