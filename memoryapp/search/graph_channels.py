@@ -183,26 +183,34 @@ def personalized_pagerank(
 ) -> dict[str, float]:
     """Personalized PageRank by power iteration: each step moves (1 - restart) of every node's mass
     evenly to its neighbours and puts `restart` back on the seeds (in their given shares); a node
-    with no neighbour gives its mass back to the seeds."""
-    total = sum(seeds.values())
+    with no neighbour gives its mass back to the seeds.
+
+    Deterministic: nodes and neighbours are visited in sorted order, not in the order of the sets
+    (which changes with the process's hash seed), so every float sum is taken in the same order and
+    the ranks, and the order of equal ones, are the same in every process."""
+    total = sum(seeds[node] for node in sorted(seeds))
     if total <= 0:
         return {}
-    start = {node: weight / total for node, weight in seeds.items() if node in adjacency}
+    start = {node: seeds[node] / total for node in sorted(seeds) if node in adjacency}
     if not start:
         return {}
+    ordered = {node: sorted(neighbours) for node, neighbours in adjacency.items()}
     rank = dict(start)
     for _ in range(steps):
         moved: dict[str, float] = defaultdict(float)
         lost = 0.0
-        for node, mass in rank.items():
-            neighbours = adjacency.get(node)
+        for node in sorted(rank):
+            mass = rank[node]
+            neighbours = ordered.get(node)
             if not neighbours:
                 lost += mass
                 continue
             share = (1 - restart) * mass / len(neighbours)
             for other in neighbours:
                 moved[other] += share
-        back = restart + (1 - restart) * lost / max(sum(rank.values()), 1e-12) if lost else restart
+        back = (
+            restart + (1 - restart) * lost / max(sum(rank[node] for node in sorted(rank)), 1e-12) if lost else restart
+        )
         for node, weight in start.items():
             moved[node] += back * weight
         rank = dict(moved)
