@@ -43,6 +43,7 @@ from memoryapp.search.query import KIND_UPDATE, QueryAnalysis, analyze_query
 from memoryapp.search.rerank import configured_reranker, rerank_order
 from memoryapp.search.scope import EntryScope
 from memoryapp.search.space import vector_space_status
+from memoryapp.search.speakers import addressed_speakers
 
 METHODS = ("keyword", "vector", "hybrid")
 KINDS = ("entries", "items")
@@ -344,8 +345,16 @@ def search(
     outcome.channel_lists = {(kind, name): [h.id for h in found] for kind, name, found, _ in lists}
 
     fused_rows = _fuse(scope=scope, lists=lists, method=method, neighbours=neighbours)
+    speakers = (
+        addressed_speakers(scope, analysis) if "entries" in kinds and diversify and method == "hybrid" else frozenset()
+    )
     outcome.hits = _hits(
-        fused_rows, limit=limit, diversify=diversify and method == "hybrid", analysis=analysis, outcome=outcome
+        fused_rows,
+        limit=limit,
+        diversify=diversify and method == "hybrid",
+        analysis=analysis,
+        outcome=outcome,
+        speakers=speakers,
     )
     return outcome
 
@@ -424,6 +433,7 @@ def _hits(
     diversify: bool,
     analysis: QueryAnalysis | None = None,
     outcome: SearchOutcome | None = None,
+    speakers: frozenset[str] = frozenset(),
 ) -> list[Hit]:
     """Step 5: the page. A fused search (`diversify`) reranks its best rows by the share of the
     question's words they hold, recency and use (`rerank_by_words_and_use`), lays them out by MMR,
@@ -436,7 +446,7 @@ def _hits(
     pool = [r for r in pool if (r.kind, r.id) in loaded]
     texts = {key: hit.text for key, hit in loaded.items()}
     if diversify and analysis is not None:
-        pool = rerank_by_words_and_use(pool, loaded, analysis)
+        pool = rerank_by_words_and_use(pool, loaded, analysis, speakers=speakers)
     chosen = mmr(pool, texts, limit=max(limit, top), lambda_=MMR_LAMBDA) if diversify else pool[:limit]
     if reranker is not None and analysis is not None:
         order, error = rerank_order(reranker, analysis.text, [texts[(r.kind, r.id)] for r in chosen], top=top)
@@ -483,9 +493,14 @@ _TEXT_WORD = re.compile(r"[a-z0-9]+")
 
 
 def rerank_by_words_and_use(
-    pool: list[Fused], loaded: dict[tuple[str, str], Hit], analysis: QueryAnalysis
+    pool: list[Fused],
+    loaded: dict[tuple[str, str], Hit],
+    analysis: QueryAnalysis,
+    *,
+    speakers: frozenset[str] = frozenset(),
 ) -> list[Fused]:
-    """The pool's scores times the word share, recency and use factors above, best first."""
+    """The pool's scores times the word share, recency and use factors above, best first. The names
+    of `speakers` count for a turn only when they said it (memoryapp.search.speakers)."""
     if not pool:
         return pool
     terms = [t for piece in analysis.terms for t in _TEXT_WORD.findall(piece)]
@@ -497,7 +512,13 @@ def rerank_by_words_and_use(
     for row in pool:
         hit = loaded[(row.kind, row.id)]
         # A turn holds its sender's name too ("What does Melanie paint?" and Melanie's own turn).
-        factor = 1 + WORD_SHARE_WEIGHT * word_share(terms, f"{hit.text} {hit.sender_name}")
+        text = f"{hit.text} {hit.sender_name}"
+        if speakers and hit.kind == "entry":
+            # The other speaker's turn naming the person addresses them ("Thanks, Melanie!"):
+            # memoryapp.search.speakers.
+            own = hit.sender_name.lower()
+            text = " ".join(w for w in _TEXT_WORD.findall(text.lower()) if w not in speakers or w == own)
+        factor = 1 + WORD_SHARE_WEIGHT * word_share(terms, text)
         if span > 0 and hit.created_at is not None:
             factor *= 1 + recency * (hit.created_at.timestamp() - oldest) / span
         if most_used > 0 and hit.kind == "item":

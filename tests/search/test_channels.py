@@ -16,10 +16,13 @@ from memoryapp.search import channels as registry
 from memoryapp.search import turn_time
 from memoryapp.search.channel_set import channel_names
 from memoryapp.search.channels import ENTRY, Channel, ChannelInput
+from memoryapp.search.hybrid import Fused
 from memoryapp.search.keyword import ChannelHit
 from memoryapp.search.query import analyze_query
 from memoryapp.search.rerank import HttpReranker, RerankerError, rerank_order, scores_from
-from memoryapp.search.retrieval import search
+from memoryapp.search.retrieval import Hit, rerank_by_words_and_use, search
+from memoryapp.search.scope import EntryScope
+from memoryapp.search.speakers import addressed_speakers
 from memoryapp.search.turn_time import DAY, MONTH, WEEK, YEAR, named_time
 from tests.kit.factories import ThreadFactory
 from tests.kit.recall import by_text, embedded
@@ -346,3 +349,49 @@ def test_an_unreachable_reranker_leaves_the_order_as_it_was() -> None:
     order, error = rerank_order(reranker, "q", ["a", "b", "c"], top=30)
     assert order == [0, 1, 2] and error is not None and error["source"] == "reranker"
     assert scores_from({"scores": [0.1, 0.9]}, 2) == [0.1, 0.9]
+
+
+# --- the speakers a question names ----------------------------------------------------------------
+
+
+def test_a_speaker_named_by_the_question_is_held_by_their_own_turns_not_by_the_others_addressing_them() -> None:
+    # Two speakers: Caroline's turn says "Melanie" to address her; the question asks about Melanie.
+    question = analyze_query("What classes did Melanie start at the studio?")
+    rows = [Fused(kind="entry", id="addressing", score=1.0), Fused(kind="entry", id="hers", score=1.0)]
+    loaded = {
+        ("entry", "addressing"): Hit(
+            kind="entry",
+            id="addressing",
+            text="Melanie, classes at the studio? When did you start?",
+            score=0.0,
+            channels=[],
+            sender_name="Caroline",
+        ),
+        ("entry", "hers"): Hit(
+            kind="entry",
+            id="hers",
+            text="I started pottery classes at the studio downtown",
+            score=0.0,
+            channels=[],
+            sender_name="Melanie",
+        ),
+    }
+
+    plain = rerank_by_words_and_use([Fused(**vars(r)) for r in rows], loaded, question)
+    addressed = rerank_by_words_and_use(
+        [Fused(**vars(r)) for r in rows], loaded, question, speakers=frozenset({"melanie"})
+    )
+
+    # Both hold every word when the vocative counts; without it, Melanie's own turn holds more.
+    assert [r.id for r in plain] == ["addressing", "hers"]
+    assert [r.id for r in addressed] == ["hers", "addressing"]
+
+
+def test_only_the_two_speakers_of_a_conversation_are_addressed_by_name(alice: Any) -> None:
+    two = ThreadFactory(agent=alice.agent, turns=PEOPLE[:-1])
+    group = ThreadFactory(agent=alice.agent, external_id="t-group", turns=PEOPLE)
+    question = analyze_query("What did Melanie paint?")
+
+    assert addressed_speakers(EntryScope(agent_id=alice.agent.pk, thread_pk=two.pk), question) == {"melanie"}
+    # A group chat: a speaker's name in another's turn is as often about them, and counts as a word.
+    assert addressed_speakers(EntryScope(agent_id=alice.agent.pk, thread_pk=group.pk), question) == frozenset()
