@@ -81,29 +81,30 @@ def test_a_keyword_search_is_six_queries(
     assert answer["results"]
 
 
-def test_a_hybrid_search_is_fifteen_queries(
+def test_a_hybrid_search_is_twelve_queries(
     alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
 ) -> None:
     # whether any item is live, the keyword channel's ranked matches, the vector channel (its two
-    # SET LOCALs in one statement, the nearest rows, the embedded scope's size, in a savepoint pair),
-    # the entity turn channel (the entities the question's words name: none, so nothing more, in a
-    # savepoint pair), the neighbours, the rows, the access log (+ its savepoint pair). Not run: the
-    # time channel ("lake retriever" names and asks for no time) and the graph channels (off unless
-    # SEARCH_GRAPH_CHANNELS). The savepoint pairs are the test's transaction: a served search runs
-    # its channels in autocommit, without one (issue 26: 28 queries before)
-    with django_assert_max_num_queries(15):
+    # SET LOCALs and the nearest rows in one statement, then the embedded scope's size; a core
+    # channel, no savepoint), the entity turn channel (the entities the question's words name: none,
+    # so nothing more, in a savepoint pair), the neighbours, the rows, the access log (+ its savepoint
+    # pair). Not run: the time channel ("lake retriever" names and asks for no time) and the graph
+    # channels (off unless SEARCH_GRAPH_CHANNELS). The savepoint pairs are the test's transaction: a
+    # served search runs its channels in autocommit, without one (issue 26: 28 queries before)
+    with django_assert_max_num_queries(12):
         answer = search(alice, "hybrid")
     assert answer["results"]
 
 
-def test_a_hybrid_context_build_is_nineteen_queries(
+def test_a_hybrid_context_build_is_sixteen_queries(
     alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
 ) -> None:
     # the thread, its compaction settings, the thread's memory files, the branch, the items,
     # the user's memory files, whether any item is live, the keyword channel, the vector channel
-    # (in a savepoint pair), the entity turn channel (one query, in a savepoint pair), the access log
-    # (+ its savepoint pair); no time channel, no graph channels (as the search above; 33 before)
-    with django_assert_max_num_queries(19):
+    # (one statement, then the embedded scope's size), the entity turn channel (one query, in a
+    # savepoint pair), the access log (+ its savepoint pair); no time channel, no graph channels (as
+    # the search above; 33 before)
+    with django_assert_max_num_queries(16):
         context = build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
     assert context["messages"]
 
