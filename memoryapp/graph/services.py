@@ -24,7 +24,7 @@ from memoryapp.items.rules import Scope, better_source, collapse_spaces, normali
 from memoryapp.items.services import EvidenceInput, entity_for, evidence_checked
 from memoryapp.models import Agent, Entity, Entry, MemoryItem, Relation, RelationEvidence, SubjectMention
 from memoryapp.models.choices import EvidenceStatus, ItemStatus, Trust
-from memoryapp.subjects.detect import mentions_record
+from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named
 
 MAX_PREDICATE_CHARS = 200
 MAX_NAME_CHARS = 300
@@ -167,9 +167,20 @@ def _add_evidence(*, relation: Relation, checked: list[tuple[Entry | None, str, 
         rows.append(
             RelationEvidence(agent_id=relation.agent_id, relation=relation, entry=entry, quote=quote, status=status)
         )
+    # A quote naming registered people besides the quoted turn's person is sealed under their keys
+    # too (key_people), and is in the subject index from now (memoryapp.subjects.detect).
+    table = SubjectMention.Table.RELATION_EVIDENCE
+    named = rows_named(agent_id=relation.agent_id, rows=[(table, n, q) for n, q in enumerate(rows)])
+    for n, q in enumerate(rows):
+        if str(n) in named:
+            key_people_set(q, named[str(n)])
     RelationEvidence.objects.bulk_create(rows)
-    # A quote naming a registered person, in the subject index from now (memoryapp.subjects.detect).
-    mentions_record(agent_id=relation.agent_id, rows=[(SubjectMention.Table.RELATION_EVIDENCE, q.pk, q) for q in rows])
+    if named:
+        mentions_record(
+            agent_id=relation.agent_id,
+            rows=[(table, q.pk, q) for q in rows],
+            named={str(q.pk): named[str(n)] for n, q in enumerate(rows) if str(n) in named},
+        )
 
 
 # --- lineage ------------------------------------------------------------------------------------------

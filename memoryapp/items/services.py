@@ -329,8 +329,18 @@ def _add_evidence(*, agent: Agent, item: MemoryItem, checked: list[CheckedQuote]
                 line_end=quote.line_end,
             )
         )
+    # A quote naming registered people besides the quoted turn's person is sealed under their keys too.
+    named = rows_named(agent=agent, rows=[(SubjectMention.Table.EVIDENCE, n, row) for n, row in enumerate(rows)])
+    for n, row in enumerate(rows):
+        if str(n) in named:
+            key_people_set(row, named[str(n)])
     Evidence.objects.bulk_create(rows)
-    mentions_record(agent=agent, rows=[(SubjectMention.Table.EVIDENCE, quote.pk, quote) for quote in rows])
+    if named:
+        mentions_record(
+            agent=agent,
+            rows=[(SubjectMention.Table.EVIDENCE, row.pk, row) for row in rows],
+            named={str(row.pk): named[str(n)] for n, row in enumerate(rows) if str(n) in named},
+        )
 
 
 def item_write(

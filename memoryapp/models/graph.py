@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from django.contrib.postgres.indexes import GinIndex
 from django.db import models
 from django.db.models import F, Q, Value
 from django.db.models.expressions import Expression
 from django.db.models.functions import Coalesce, NullIf
 
-from governance.crypto.fields import OWNER_PERSON, SealedTextField
+from governance.crypto.fields import OWNER_PERSON, KeyPeopleField, SealedTextField
 from memoryapp.ids import new_id
 from memoryapp.models.agents import Agent
 from memoryapp.models.choices import EvidenceStatus, ItemStatus, Trust
@@ -73,12 +74,21 @@ class RelationEvidence(models.Model):
     entry = models.ForeignKey(Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="relation_evidence")
     # Sealed at rest when encryption is on, under the key of the person whose words it quotes.
     quote = SealedTextField()
+    # The registered people the quote names besides that person: their keys seal it too
+    # (governance.crypto.fields.KEY_PEOPLE).
+    key_people = KeyPeopleField()
     status = models.CharField(max_length=10, choices=EvidenceStatus.choices, default=EvidenceStatus.SUGGESTED)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name_plural = "relation evidence"
         indexes = [
+            # the erasure: the quotes sealed under a person's key among others.
+            GinIndex(
+                fields=["key_people"],
+                name="relation_evidence_people_gin",
+                condition=models.Q(key_people__isnull=False),
+            ),
             # cascades and the evidence-to-turn channel: what stands on an entry, the entries of edges.
             models.Index(fields=["entry"], name="relation_evidence_entry_idx"),
             models.Index(fields=["relation"], name="relation_evidence_rel_idx"),

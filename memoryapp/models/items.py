@@ -379,12 +379,17 @@ class Evidence(models.Model):
     # Sealed at rest when encryption is on (governance.crypto), under the key of the person whose
     # words it quotes (see encryption_owner).
     quote = SealedTextField()
+    # The registered people the quote names besides that person: their keys seal it too
+    # (governance.crypto.fields.KEY_PEOPLE).
+    key_people = KeyPeopleField()
     status = models.CharField(max_length=10, choices=EvidenceStatus.choices, default=EvidenceStatus.SUGGESTED)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         verbose_name_plural = "evidence"
         indexes = [
+            # the erasure: the quotes sealed under a person's key among others.
+            GinIndex(fields=["key_people"], name="evidence_key_people_gin", condition=Q(key_people__isnull=False)),
             # cascades: what stands on an entry.
             models.Index(fields=["entry"], name="evidence_entry_idx"),
             # cascades: what stands on a memory file version (redacted or deleted).

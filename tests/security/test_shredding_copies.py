@@ -23,7 +23,7 @@ from governance.models import ErasureRequest
 from memoryapp.items.services import item_approve
 from memoryapp.llm.port import use_model
 from memoryapp.llm.scripted import ScriptedModel
-from memoryapp.models import Entry, MemoryFileVersion, MemoryItem
+from memoryapp.models import Entry, Evidence, MemoryFileVersion, MemoryItem
 from memoryapp.models.choices import EntryType, ItemStatus
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.kit.api import Caller, answered, post_entry, post_item, post_ok, post_thread, use_memory_tool
@@ -187,7 +187,17 @@ def _plant_several(alice: Caller) -> dict[str, tuple[str, str, str]]:
         tool_call_id="c1",
         content="Dora Quillfeather, Eve Marrowind: tenants since 2019.",
     )
-    item = post_item(alice, kind="fact", subject="flat", attribute="tenants", value="Dora Quillfeather, Eve Marrowind")
+    item = post_item(
+        alice,
+        kind="fact",
+        subject="flat",
+        attribute="tenants",
+        value="Dora Quillfeather, Eve Marrowind",
+        evidence=[
+            {"entry_id": turn["id"], "quote": "Dora Quillfeather and Eve Marrowind share the Zanzibarquill flat."}
+        ],
+    )
+    quote = Evidence.objects.get(item_id=item["id"])
     about = post_item(alice, kind="fact", subject="Dora Quillfeather", attribute="pet", value="a quokka")
     entity_id = MemoryItem.objects.get(pk=about["id"]).entity_id
     assert entity_id
@@ -216,6 +226,7 @@ def _plant_several(alice: Caller) -> dict[str, tuple[str, str, str]]:
         "Carl's turn naming both": ("memoryapp_entry", "text", turn["id"]),
         "a tool result naming both": ("memoryapp_entry", "text", tool["id"]),
         "an agent-wide item naming both": ("memoryapp_memoryitem", "value", item["id"]),
+        "its quote of Carl's turn": ("memoryapp_evidence", "quote", str(quote.pk)),
         "an entity named after Dora": ("memoryapp_entity", "name", entity_id),
         "a project file naming both": ("memoryapp_memoryfileversion", "content", version.pk),
         "a knowledge document naming both": ("memoryapp_knowledgedocument", "content", document["id"]),
