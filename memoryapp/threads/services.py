@@ -342,12 +342,7 @@ def _insert(
         entries_screened(
             entries=[e for e, _ in unscreened], screener=screener, prefixes=[p for _, p in unscreened], now=now
         )
-    named = rows_named(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries])
-    if named:
-        _tool_results_words_of(locked=locked, entries=entries, named=named)
-        for e in entries:
-            if e.id in named:
-                key_people_set(e, named[e.id], owner_person=e.words_person(thread_person=locked.user_id))
+    named = entries_sealed_for_people(thread=thread, locked=locked, entries=entries)
     _entries_insert(entries)
     changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id}
     if branched:
@@ -367,6 +362,20 @@ def _insert(
         screener.record(thread_id=locked.external_id, subject=locked.external_id, person=locked.user_id)
     after_entries_added(thread=thread, entries=entries)
     return answered
+
+
+def entries_sealed_for_people(*, thread: Thread, locked: Thread, entries: Sequence[Entry]) -> dict[str, set[str]]:
+    """Before new entries of a thread are stored (an append, an import): the registered people each
+    names (`rows_named`, by entry id), a tool result naming one other person sealed under her key
+    (`words_of`) and each entry naming others under the key set of its person and each of them
+    (`key_people`), so the erasure of any of them shreds its old copies. Answers what was found."""
+    named = rows_named(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries])
+    if named:
+        _tool_results_words_of(locked=locked, entries=entries, named=named)
+        for e in entries:
+            if e.id in named:
+                key_people_set(e, named[e.id], owner_person=e.words_person(thread_person=locked.user_id))
+    return named
 
 
 def _tool_results_words_of(*, locked: Thread, entries: Sequence[Entry], named: dict[str, set[str]]) -> None:

@@ -48,6 +48,7 @@ from memoryapp.threads.memory_switch import OFF_RANGES_KEY, memory_off_ranges
 from memoryapp.threads.redaction import redaction_apply
 from memoryapp.threads.screened import entries_screened
 from memoryapp.threads.selectors import thread_entries_iter
+from memoryapp.threads.services import entries_sealed_for_people
 from memoryapp.threads.validation import (
     EVENT_TYPE_VALUES,
     entry_from_spec,
@@ -336,6 +337,8 @@ def thread_import(
             now=timezone.now(),
         )
     entries.sort(key=lambda e: e.seq)
+    # Sealed as an append seals them: a turn naming registered people under their keys too.
+    entries_sealed_for_people(thread=thread, locked=thread, entries=entries)
     Entry.objects.bulk_create(entries, batch_size=1000)
     _import_thread_state(
         thread=thread, entries=entries, leaf_id=leaf_id, memory_enabled=memory_enabled, memory_off=memory_off
