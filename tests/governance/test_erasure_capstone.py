@@ -323,8 +323,8 @@ def plant_in_process(agent: Agent, label: str) -> None:
 # sets holding her key (`key_people`), and thread and entry metadata and sender names under her key
 # (her fork's copied metadata too, handed to Carl), so they are no gap any more.
 SEALING_GAPS = {
-    ("memoryapp_memoryitem", "subject"): "plaintext",
-    ("memoryapp_memoryitem", "value_json"): "a fact's JSON value naming her, plaintext",
+    # An item's slot is read in SQL (supersession, history, filters, the full-text column).
+    ("memoryapp_memoryitem", "subject"): "plaintext: an item about her names her in its subject",
 }
 # Her canaries an old copy still reads through those gaps: none.
 OWN_WORDS_STILL_READ: set[str] = set()
