@@ -28,6 +28,7 @@ from memoryapp.items.services import STALE_BY_DEDUPE, StaleMark, items_mark_stal
 from memoryapp.models import Agent, Entity, MemoryItem
 from memoryapp.models.choices import TRUST_RANK, ItemStatus, Trust
 from memoryapp.prompts import prompt
+from memoryapp.subjects.detect import entity_names_merged
 from memoryapp.tokens import count_tokens
 
 DEFAULT_MAX_CHANGES = 10
@@ -446,7 +447,8 @@ def _aliases_of(groups: list[CheckedGroup], applied: list[StaleReport], *, actor
                     new.append(collapse_spaces(name))
         if new:
             kept.aliases = [*aliases, *new]
-            kept.save(update_fields=["aliases"])
+            # Its other names now name whom the others named: sealed under their keys too.
+            entity_names_merged(kept, [entities[o] for o in sorted(others) if o in entities])
             added += len(new)
             audit_append(
                 action="entity.aliases_added",

@@ -24,7 +24,7 @@ from memoryapp.items.rules import Scope, better_source, collapse_spaces, normali
 from memoryapp.items.services import EvidenceInput, entity_for, evidence_checked
 from memoryapp.models import Agent, Entity, Entry, MemoryItem, Relation, RelationEvidence, SubjectMention
 from memoryapp.models.choices import EvidenceStatus, ItemStatus, Trust
-from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named
+from memoryapp.subjects.detect import entity_names_merged, key_people_set, mentions_record, rows_named
 
 MAX_PREDICATE_CHARS = 200
 MAX_NAME_CHARS = 300
@@ -348,7 +348,8 @@ def entity_merge(*, agent: Agent, keep: Entity, merged: Entity, actor: str = "")
     merged_id = merged.pk
     merged.delete()
     keep.aliases = aliases
-    keep.save(update_fields=["aliases"])
+    # Its other names now name whom the merged one named: sealed under their keys too.
+    entity_names_merged(keep, [merged])
     audit_append(
         action="entity.merged",
         actor=actor,

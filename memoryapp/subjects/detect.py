@@ -49,6 +49,7 @@ from memoryapp.subjects.index import row_texts
 __all__ = [
     "PeopleMatcher",
     "Written",
+    "entity_names_merged",
     "job_result_recorded",
     "key_people_set",
     "mentions_record",
@@ -86,6 +87,20 @@ def key_people_set(row: Model, people: Iterable[str], *, owner_person: str | Non
     if owner_person is None:
         owner_person = row.encryption_owner()[1]  # type: ignore[attr-defined]
     setattr(row, KEY_PEOPLE, key_people_of(owner_person, people))
+
+
+def entity_names_merged(entity: Model, merged: Iterable[Model]) -> None:
+    """After an entity took the names of others (a merge): saved with its other names, sealed under
+    the keys of whom it names now and of whom the merged ones were sealed under besides (their
+    `key_people`, their scope's person), and its mentions in the subject index replaced."""
+    written: list[Written] = [(SubjectMention.Table.ENTITY, entity.pk, entity)]
+    named = rows_named(agent_id=entity.agent_id, rows=written)  # type: ignore[attr-defined]
+    people = {*named.get(str(entity.pk), ()), *(getattr(entity, KEY_PEOPLE) or ())}
+    for other in merged:
+        people |= {*(getattr(other, KEY_PEOPLE) or ()), other.encryption_owner()[1]}  # type: ignore[attr-defined]
+    key_people_set(entity, people - {""})
+    entity.save(update_fields=["aliases", KEY_PEOPLE])
+    mentions_record(agent_id=entity.agent_id, rows=written, replace=True, named=named)  # type: ignore[attr-defined]
 
 
 def mentions_record(

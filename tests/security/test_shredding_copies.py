@@ -345,3 +345,43 @@ def test_a_rotation_with_new_keys_seals_a_row_of_several_people_under_their_new_
 
 def _live_key(person: str) -> str:
     return next(str(k["id"]) for k in data_keys_of_person(user_id=person) if k["destroyed_at"] is None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_imported_turn_naming_a_registered_person_is_sealed_under_her_key_too(encrypted: Any, alice: Caller) -> None:
+    """A thread import writes its turns in one statement: a turn of Carl's naming Dora is sealed
+    under the key set of both, as the same turn appended is (her erasure shreds its old copies)."""
+    answered(alice.client.put(f"/api/v1/users/{DORA}/identifiers", {"names": [PEOPLE[DORA]]}, format="json"), 200)
+    header = {"type": "thread", "format": 2, "thread": {"id": "t-carl-imported", "user_id": CARL}}
+    turn = {"role": "user", "content": f"{PEOPLE[DORA]} keeps the Zanzibarquill keys."}
+    node = {"id": "n1", "parent": None, "seq": 1, "turn": turn}
+    body = json.dumps(header) + "\n" + json.dumps({"type": "node", "node": node})
+    answered(alice.client.post("/api/v1/threads/import", body, content_type="application/x-ndjson"), 201)
+    entry = Entry.objects.get(thread__external_id="t-carl-imported")
+    assert entry.key_people == [DORA]
+    needed = set(key_set_ids(sealed_key_id(_raw("memoryapp_entry", "text", entry.pk))))
+    assert needed & _keys_of(DORA) and needed & _keys_of(CARL)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_entity_merged_with_one_named_after_a_registered_person_is_sealed_under_her_key_too(
+    encrypted: Any, alice: Caller
+) -> None:
+    """A merge makes the merged entity's name an other name of the kept one: the kept entity names
+    Dora now, so it is sealed under her key too (her erasure shreds its old copies)."""
+    from memoryapp.graph.services import entity_merge
+    from memoryapp.models import Entity, SubjectMention
+
+    answered(alice.client.put(f"/api/v1/users/{DORA}/identifiers", {"names": [PEOPLE[DORA]]}, format="json"), 200)
+    about_her = post_item(alice, kind="fact", subject=PEOPLE[DORA], attribute="pet", value="a quokka")
+    about_flat = post_item(alice, kind="fact", subject="the tenant", attribute="rent", value="due monthly")
+    merged = Entity.objects.get(pk=MemoryItem.objects.get(pk=about_her["id"]).entity_id)
+    keep = Entity.objects.get(pk=MemoryItem.objects.get(pk=about_flat["id"]).entity_id)
+    assert merged.key_people == [DORA] and not keep.key_people
+    entity_merge(agent=alice.agent, keep=keep, merged=merged, actor="test")
+    keep.refresh_from_db()
+    assert PEOPLE[DORA] in keep.aliases
+    assert keep.key_people == [DORA]
+    needed = set(key_set_ids(sealed_key_id(json.loads(_raw("memoryapp_entity", "aliases", keep.pk)))))
+    assert needed & _keys_of(DORA)
+    assert SubjectMention.objects.filter(table=SubjectMention.Table.ENTITY, row_id=keep.pk, user_id=DORA).exists()
