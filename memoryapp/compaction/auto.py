@@ -397,7 +397,6 @@ def auto_compaction_check_thread(*, thread: Thread) -> JobRun | None:
         task_name=AUTO_JOB_TASK,
         arguments={
             "thread_pk": thread_pk,
-            "thread_id": thread.external_id,
             "source": "auto-trigger",
             "tokens": tokens,
             "trigger_tokens": config.trigger_tokens,
@@ -526,7 +525,7 @@ def compaction_pre_step(*, thread: Thread) -> JobRun | None:
         kind=JOB_KIND,
         agent_id=thread.agent_id,
         task_name=AUTO_JOB_TASK,
-        arguments={"thread_pk": thread.pk, "thread_id": thread.external_id, "source": "pre-step", "tokens": tokens},
+        arguments={"thread_pk": thread.pk, "source": "pre-step", "tokens": tokens},
     )
     try:
         job_run(run.pk, auto_compaction_job)

@@ -258,7 +258,6 @@ def compaction_write(
 def _job_arguments(thread: Thread, strategy: str, options: dict[str, Any], actor: str) -> dict[str, Any]:
     return {
         "thread_pk": thread.pk,
-        "thread_id": thread.external_id,
         "strategy": strategy,
         "options": options,
         "actor": actor,

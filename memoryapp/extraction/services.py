@@ -317,7 +317,7 @@ def extraction_job(run: JobRun, outcomes: list[ExtractionOutcome] | None = None)
 
 
 def _arguments(thread: Thread, actor: str) -> dict[str, Any]:
-    return {"thread_pk": thread.pk, "thread_id": thread.external_id, "actor": actor}
+    return {"thread_pk": thread.pk, "actor": actor}
 
 
 def extraction_debounce_key(thread_pk: int) -> str:
