@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.core.management import CommandError, call_command
 
 from memoryapp.models import Agent, Entry
@@ -96,3 +97,12 @@ def test_eval_retrieval_names_the_channels_it_knows(tmp_path: Path, db: Any) -> 
     path.write_text(json.dumps(LOCOMO))
     with pytest.raises(CommandError, match="unknown channel 'graph-walk'"):
         call_command("eval_retrieval", "--locomo", str(path), "--channels", "time,graph-walk", stdout=StringIO())
+
+
+def test_the_graph_channels_flag_holds_for_its_run_only(tmp_path: Path, db: Any) -> None:
+    # --graph-channels switches SEARCH_GRAPH_CHANNELS on for the run; the process that called the
+    # command (a test run, a shell) goes on with the setting as it was.
+    assert settings.SEARCH_GRAPH_CHANNELS is False
+    with pytest.raises(CommandError, match="no file"):
+        call_command("eval_retrieval", "--locomo", str(tmp_path / "absent.json"), "--graph-channels", stdout=StringIO())
+    assert settings.SEARCH_GRAPH_CHANNELS is False

@@ -152,8 +152,17 @@ class Command(ProjectCommand):
         )
 
     def execute(self, *args: Any, **options: Any) -> str | None:
-        if options.get("graph_channels"):
-            settings.SEARCH_GRAPH_CHANNELS = True
+        if not options.get("graph_channels"):
+            return self._execute(*args, **options)
+        # On for this run only: the process may go on (call_command in a test, a shell).
+        before = settings.SEARCH_GRAPH_CHANNELS
+        settings.SEARCH_GRAPH_CHANNELS = True
+        try:
+            return self._execute(*args, **options)
+        finally:
+            settings.SEARCH_GRAPH_CHANNELS = before
+
+    def _execute(self, *args: Any, **options: Any) -> str | None:
         cache_path = options.get("vector_cache") or ""
         if not cache_path:
             return super().execute(*args, **options)
