@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from django.db import connections, models
+from django.db.transaction import TransactionManagementError
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +35,9 @@ class _Compiled:
     end: int
     init_list: list[str]
     converters: list[tuple[int, tuple[list[Any], Any]]]
+    # select_for_update: the ORM refuses it outside a transaction when it compiles it (each time); a
+    # statement compiled once must refuse it each time too.
+    for_update: bool = False
 
 
 class Precompiled(Generic[M]):
@@ -79,6 +83,7 @@ class Precompiled(Generic[M]):
                 end=end,
                 init_list=[column[0].target.attname for column in select[start:end]],
                 converters=sorted(converters.items()),
+                for_update=bool(queryset.query.select_for_update),
             )
             return self._compiled
 
@@ -87,6 +92,9 @@ class Precompiled(Generic[M]):
         if compiled is None:
             return list(self._build(*params))
         connection = connections[compiled.db]
+        if compiled.for_update and connection.get_autocommit():
+            # As the ORM: a lock taken in autocommit would end with its statement, locking nothing.
+            raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             fetched = cursor.fetchall()

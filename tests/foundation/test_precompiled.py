@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
+from django.db.transaction import TransactionManagementError
 from django.db.models import Model
 from django.test.utils import CaptureQueriesContext
 
@@ -65,3 +66,17 @@ def test_a_queryset_whose_parameters_are_not_its_arguments_goes_through_the_orm(
     assert [t.external_id for t in containing.rows(alice.agent.pk, "rome")] == ["trip-rome"]
     assert [t.external_id for t in containing.rows(alice.agent.pk, "trip")] == ["trip-rome", "trip-lisbon"]
     assert containing.first(alice.agent.pk, "paris") is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_precompiled_lock_outside_a_transaction_is_refused_as_the_orm_refuses_it(alice: Caller) -> None:
+    # The ORM raises when it compiles a select_for_update in autocommit; a statement compiled once
+    # (inside a transaction, by the first append) must not lock nothing silently afterwards.
+    ThreadFactory(agent=alice.agent, external_id="t-a")
+    with transaction.atomic():
+        thread_for_agent(agent=alice.agent, external_id="t-a", for_update=True)
+    with pytest.raises(TransactionManagementError):
+        Thread.objects.select_for_update().filter(agent=alice.agent, external_id="t-a").first()
+    with pytest.raises(TransactionManagementError):
+        thread_for_agent(agent=alice.agent, external_id="t-a", for_update=True)
+    assert thread_for_agent(agent=alice.agent, external_id="t-a").external_id == "t-a"
