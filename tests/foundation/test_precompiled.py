@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
-from django.db.transaction import TransactionManagementError
 from django.db.models import Model
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
 from memoryapp.errors import NotFound
