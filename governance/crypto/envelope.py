@@ -131,6 +131,15 @@ def _keep(key_id: str, now: float, key: bytes) -> None:
         _by_id[key_id] = (now, key)
 
 
+def _read_at(key_ids: Sequence[str], now: float) -> float:
+    """When the oldest of these keys' cached copies was read (`now` for one not cached): a key set
+    derived from them is kept only as long as each of them is, so a member destroyed in another
+    process stops opening its sets here when it stops opening alone (_CACHE_SECONDS after it was
+    read), not a cache period after the set was derived from its cached copy."""
+    with _lock:
+        return min((_by_id.get(key_id, (now, b""))[0] for key_id in key_ids), default=now)
+
+
 def data_key_open(key_id: str) -> bytes:
     """The key of a sealed value's id (cached); SealError when it is destroyed, unknown or wrong.
     A key set's id (`dkA+dkB`) opens when every member does (`_key_set_derive`)."""
@@ -138,8 +147,9 @@ def data_key_open(key_id: str) -> bytes:
     if KEY_SET_JOIN in key_id:
         found = _cached(key_id, now)
         if found is None:
-            found = _key_set_derive(key_id, [data_key_open(member) for member in key_set_ids(key_id)])
-            _keep(key_id, now, found)
+            members = key_set_ids(key_id)
+            found = _key_set_derive(key_id, [data_key_open(member) for member in members])
+            _keep(key_id, _read_at(members, now), found)
         return found
     with _lock:
         cached = _by_id.get(key_id)
@@ -271,7 +281,7 @@ def data_key_for_people(*, agent_id: int | None, people: Sequence[str]) -> DataK
     found = _cached(key_id, now)
     if found is None:
         found = _key_set_derive(key_id, [member.key for member in members])
-        _keep(key_id, now, found)
+        _keep(key_id, _read_at([member.id for member in members], now), found)
     return DataKey(id=key_id, key=found)
 
 
