@@ -288,7 +288,8 @@ def _file_quoted(quotes: list[Evidence]) -> FileQuoted:
     last = len(all_lines)
     shown: set[int] = set()
     head = RANGE_LINES_SHOWN // 2
-    for start, end in ranges:
+    for start, named_end in ranges:
+        end = min(named_end, last)  # a range may name lines past the file's end: its last are the file's
         first, final = max(1, start - FILE_CONTEXT_LINES), min(last, end + FILE_CONTEXT_LINES)
         if end - start + 1 <= RANGE_LINES_SHOWN:
             shown.update(range(first, final + 1))
