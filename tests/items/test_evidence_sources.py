@@ -185,4 +185,4 @@ def test_the_item_page_shows_the_quoted_lines_and_the_tool_call_in_place(alice: 
     )
     assert 'data-line="1"' in page and 'data-line="5"' in page  # two lines around
     assert "/memories/ana.md" in page and "version 1" in page
-    assert "tool call <code>call_7</code>" in page and "<mark>Sunny</mark>" in page
+    assert 'tool call <code title="call_7">call_7</code>' in page and "<mark>Sunny</mark>" in page
