@@ -64,6 +64,11 @@ class Thread(models.Model):
     # a fork's copy keeps its origin's (the fork may be handed to someone else). What the metadata is
     # sealed under (encryption_owner), so that person's erasure shreds every old copy of it.
     words_of = models.CharField(max_length=128, blank=True, default="", db_default="")
+    # The registered people its metadata names besides the person it is sealed under (a landlord's
+    # name in Carl's thread): their keys seal it too (governance.crypto.fields.KEY_PEOPLE), so the
+    # erasure of any of them shreds its old copies. Set from the metadata by the writers
+    # (memoryapp.subjects.detect.thread_key_people_set); saved with the metadata (`save`).
+    key_people = KeyPeopleField()
     # The services move the leaf before they delete entries, so it never points at a missing one.
     active_leaf = models.ForeignKey(
         "Entry", null=True, blank=True, on_delete=models.SET_NULL, related_name="+", db_constraint=False
@@ -115,6 +120,8 @@ class Thread(models.Model):
             ),
             # a person's erasure: the threads listing them among their participants.
             GinIndex(fields=["participants"], name="thread_participants_gin"),
+            # the erasure: the threads sealed under a person's key among others (`key_people @> {id}`).
+            GinIndex(fields=["key_people"], name="thread_key_people_gin", condition=models.Q(key_people__isnull=False)),
         ]
 
     def __str__(self) -> str:
@@ -125,7 +132,7 @@ class Thread(models.Model):
         self.participants = participants_stored(agent_id=self.agent_id, metadata=self.metadata)
         fields = kwargs.get("update_fields")
         if fields is not None and "metadata" in fields:
-            kwargs["update_fields"] = {*fields, "metadata_hashes", "participants"}
+            kwargs["update_fields"] = {*fields, "metadata_hashes", "participants", "key_people"}
         super().save(*args, **kwargs)
 
     def encryption_owner(self) -> tuple[int | None, str]:

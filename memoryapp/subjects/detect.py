@@ -55,6 +55,7 @@ __all__ = [
     "mentions_record",
     "people_matcher",
     "rows_named",
+    "thread_key_people_set",
 ]
 
 # A row to look at: its table in the index (SubjectMention.Table), its primary key, and the row.
@@ -101,6 +102,15 @@ def entity_names_merged(entity: Model, merged: Iterable[Model]) -> None:
     key_people_set(entity, people - {""})
     entity.save(update_fields=["aliases", KEY_PEOPLE])
     mentions_record(agent_id=entity.agent_id, rows=written, replace=True, named=named)  # type: ignore[attr-defined]
+
+
+def thread_key_people_set(thread: Model) -> dict[str, set[str]]:
+    """Before a thread's metadata is saved: its `key_people`, the registered people the metadata
+    names besides the person it is sealed under (`encryption_owner`), whose keys seal it too.
+    Answers what was found (for `mentions_record`'s `named`)."""
+    named = rows_named(agent_id=thread.agent_id, rows=[(SubjectMention.Table.THREAD, thread.pk, thread)])  # type: ignore[attr-defined]
+    key_people_set(thread, named.get(str(thread.pk), ()))
+    return named
 
 
 def mentions_record(

@@ -28,7 +28,7 @@ from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
 from memoryapp.models.people import FORK_OF_KEY
 from memoryapp.screening.screen import screener_for
-from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named
+from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named, thread_key_people_set
 from memoryapp.threads.columns import (
     ENTRY_FORK_COPIED,
     ENTRY_INSERT_COLUMNS,
@@ -104,13 +104,16 @@ def thread_create(
     if existing is None:
         try:
             with transaction.atomic():
-                created = Thread.objects.create(
+                created = Thread(
                     agent=agent,
                     external_id=external_id,
                     user_id=user_id,
                     metadata=metadata_merged({}, metadata),
                     history_tokens=0,
                 )
+                # Metadata naming registered people besides the thread's: sealed under their keys too.
+                thread_key_people_set(created)
+                created.save(force_insert=True)
             mentions_record(agent=agent, rows=[(Table.THREAD, created.pk, created)])
             return created
         except IntegrityError:
@@ -121,6 +124,7 @@ def thread_create(
     if changed:
         _audit_user_change(existing, old=existing.user_id, new=user_id, actor=actor)
         existing.user_id = user_id
+    thread_key_people_set(existing)
     existing.save(update_fields=["metadata", "user_id", "updated_at"])
     if metadata:
         mentions_record(agent=agent, rows=[(Table.THREAD, existing.pk, existing)], replace=True)
@@ -220,6 +224,7 @@ def thread_update(
         if changed:
             _audit_user_change(locked, old=locked.user_id, new=user_id, actor=actor)
         locked.user_id = user_id
+    thread_key_people_set(locked)
     locked.save(update_fields=["metadata", "words_of", "user_id", "updated_at"])
     if metadata is not None:
         mentions_record(**_agent_of(thread), rows=[(Table.THREAD, locked.pk, locked)], replace=True)
@@ -706,7 +711,7 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
     # The memory switch goes with the copy: a turn said while memory was off stays out of the
     # fork's extraction too, and a fork of a thread whose memory is off starts off.
     off = off_ranges_of_copies(origin=locked, copied_seqs=[e.seq for e in branch])
-    copy = Thread.objects.create(
+    copy = Thread(
         agent_id=locked.agent_id,
         external_id=new_external,
         user_id=locked.user_id,
@@ -717,6 +722,8 @@ def thread_fork(*, thread: Thread, entry_id: str, new_thread_id: str | None = No
         memory_enabled=locked.memory_enabled,
         extraction={OFF_RANGES_KEY: off} if off else {},
     )
+    thread_key_people_set(copy)
+    copy.save(force_insert=True)
     mapping: dict[str, str] = {}
     copies: list[Entry] = []
     for seq, original in enumerate(branch, start=1):

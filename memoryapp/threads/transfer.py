@@ -41,7 +41,7 @@ from memoryapp.ids import entry_id_check, entry_id_imported, person_id_check, th
 from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.screening.screen import screener_for
 from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
-from memoryapp.subjects.detect import mentions_record
+from memoryapp.subjects.detect import mentions_record, thread_key_people_set
 from memoryapp.threads.formats import FORMAT_VERSION, records_upgraded
 from memoryapp.threads.hooks import after_entries_added
 from memoryapp.threads.memory_switch import OFF_RANGES_KEY, memory_off_ranges
@@ -382,7 +382,7 @@ def _import_thread_create(
         # A plain insert, not the upsert: an import never writes into a thread that exists,
         # even one another request created a moment ago.
         with transaction.atomic():
-            thread = Thread.objects.create(
+            thread = Thread(
                 agent=agent,
                 external_id=external_id,
                 user_id=person_id_check(user_id),
@@ -390,6 +390,8 @@ def _import_thread_create(
                 memory_enabled=memory_enabled,
                 extraction={OFF_RANGES_KEY: list(memory_off)} if memory_off else {},
             )
+            thread_key_people_set(thread)  # metadata naming others: sealed under their keys too
+            thread.save(force_insert=True)
     except IntegrityError:
         raise DomainError("thread_exists", "A thread with this id exists already.", field="id", status=409)
     if created_at is not None:  # auto_now_add set it on insert

@@ -385,3 +385,40 @@ def test_an_entity_merged_with_one_named_after_a_registered_person_is_sealed_und
     needed = set(key_set_ids(sealed_key_id(json.loads(_raw("memoryapp_entity", "aliases", keep.pk)))))
     assert needed & _keys_of(DORA)
     assert SubjectMention.objects.filter(table=SubjectMention.Table.ENTITY, row_id=keep.pk, user_id=DORA).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_thread_metadata_naming_a_registered_person_is_sealed_under_her_key_too(
+    encrypted: Any, alice: Caller, tmp_path: Path, settings: Any
+) -> None:
+    """Carl's thread whose metadata names Dora: sealed under the key set of both (as a turn of his
+    naming her is), so a copy made before her erasure no longer opens; the live row still does."""
+    from memoryapp.models import Thread
+
+    settings.VAR_DIR = tmp_path / "var"
+    settings.RECEIPT_SIGNING_KEY = ""
+    settings.RECEIPT_SIGNING_KEY_FILE = ""
+    for person, name in PEOPLE.items():
+        answered(alice.client.put(f"/api/v1/users/{person}/identifiers", {"names": [name]}, format="json"), 200)
+    post_thread(alice, "t-carl-meta", user_id=CARL, metadata={"landlord": PEOPLE[DORA], "plant": "a fern"})
+    thread = Thread.objects.get(external_id="t-carl-meta")
+    assert thread.key_people == [DORA]
+    before = json.loads(_raw("memoryapp_thread", "metadata", str(thread.pk)))
+    assert set(key_set_ids(sealed_key_id(before))) & _keys_of(DORA)
+    # A later change naming Eve too: the set holds both.
+    answered(
+        alice.client.patch("/api/v1/threads/t-carl-meta", {"metadata": {"tenant": PEOPLE[EVE]}}, format="json"), 200
+    )
+    thread.refresh_from_db()
+    assert thread.key_people == [DORA, EVE]
+
+    request = erasure_request_file(user_id=DORA, actor="staff:pat")
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.DONE, request.error
+    with pytest.raises(SealError):
+        text_open(before, aad=value_aad("memoryapp_thread", "metadata"))
+    thread = Thread.objects.get(external_id="t-carl-meta")
+    assert thread.key_people == [EVE]
+    assert thread.metadata["plant"] == "a fern" and PEOPLE[DORA] not in json.dumps(thread.metadata)
+    now = json.loads(_raw("memoryapp_thread", "metadata", str(thread.pk)))
+    assert not set(key_set_ids(sealed_key_id(now))) & _keys_of(DORA)
