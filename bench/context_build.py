@@ -10,6 +10,10 @@ p50 / p95 of:
   - hybrid search (limit 10) server-side, the query's embedding time shown apart;
 and, measured in the same run as baselines: a keyword-only search, and a raw SQL fetch of the
 thread's newest 200 entries. It never asserts a duration and never stops a server.
+
+With --inline-after (on a kept database: --reuse, or --database for a copy of one) it then moves
+the thread's vectors kept in TOAST into their rows (`vectors_inline`, migration 0052) and measures
+again in the same run.
 """
 
 from __future__ import annotations
@@ -88,9 +92,17 @@ if __name__ == "__main__":
     _parser.add_argument(
         "--reuse", action="store_true", help="measure again the data a --keep run of the same sizes left"
     )
+    _parser.add_argument(
+        "--database", help="with --reuse: measure this database (e.g. a copy of a kept one) instead of the size's own"
+    )
+    _parser.add_argument(
+        "--inline-after",
+        action="store_true",
+        help="then move the thread's vectors kept in TOAST into their rows (`vectors_inline`) and measure again",
+    )
     ARGS = _parser.parse_args()
     # One database per size, so that both sizes can be kept and measured again.
-    DATABASE = f"bench_context_{ARGS.thread_entries}_{ARGS.other_entries}"
+    DATABASE = ARGS.database or f"bench_context_{ARGS.thread_entries}_{ARGS.other_entries}"
     os.environ["DATABASE_URL"] = _database_url(fresh=not ARGS.reuse)
 
 import django  # noqa: E402
@@ -117,6 +129,7 @@ from memoryapp.search.embedders import (  # noqa: E402
 )
 from memoryapp.search.indexing import embed_pending  # noqa: E402
 from memoryapp.search.retrieval import search  # noqa: E402
+from memoryapp.search.space import vectors_inline  # noqa: E402
 from memoryapp.threads.services import entries_add, thread_create  # noqa: E402
 from memoryapp.threads.validation import MAX_BATCH_ENTRIES  # noqa: E402
 
@@ -412,6 +425,16 @@ def main() -> None:
             f" embedder {embedder().name}, {time.perf_counter() - started:.0f} s"
         )
         measure(args, agent, thread, total)
+        if args.inline_after:
+            moved_at = time.perf_counter()
+            moved = vectors_inline(thread_id=thread.pk)["memoryapp_entry"]
+            with connection.cursor() as cursor:
+                cursor.execute("VACUUM ANALYZE memoryapp_entry")
+            print(
+                f"vectors_inline: {moved} of the thread's vectors moved into their rows,"
+                f" {time.perf_counter() - moved_at:.0f} s (with VACUUM ANALYZE); measured again:"
+            )
+            measure(args, agent, thread, total)
     finally:
         connection.close()
         if args.keep or args.reuse:
@@ -481,6 +504,11 @@ def measure(args: argparse.Namespace, agent: Agent, thread: Thread, total: int) 
     embeds = embed_ms[1:]
     found["hybrid"] = ([t - e for t, e in zip(found["hybrid"][0], embeds, strict=True)], found["hybrid"][1])
     in_thread = Entry.objects.filter(thread=thread).count()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_column_toast_chunk_id(embedding)) FROM memoryapp_entry WHERE thread_id = %s", [thread.pk]
+        )
+        print(f"the thread's vectors kept in TOAST (out of their rows): {cursor.fetchone()[0]} of {in_thread}")
     print(f"{args.runs} rounds, each op once a round in turn (cpu: this process + its PostgreSQL backend):")
     print(f"context builds (max_tokens {args.max_tokens}):")
     for strategy in ("recent", "relevant", "hybrid"):

@@ -60,6 +60,60 @@ VECTOR_COLUMNS = (
     ("memoryapp_memoryitem", "item_embedding_hnsw"),
 )
 
+# The tables whose vectors are kept in the row (migration 0052): pgvector's type is STORAGE
+# EXTERNAL, which put the vector of any row over ~2 kB in TOAST (an exact scan of a thread's
+# vectors then read ~6 TOAST pages a row). MAIN moves the other columns out first; the target
+# keeps a short row (vector, text, search_vector) whole.
+INLINE_VECTOR_TABLES = ("memoryapp_entry", "memoryapp_memoryitem", "memoryapp_knowledgechunk")
+TOAST_TUPLE_TARGET = 4080
+
+
+def vector_storage_sql(table: str) -> str:
+    return (
+        f"ALTER TABLE {table} ALTER COLUMN embedding SET STORAGE MAIN, SET (toast_tuple_target = {TOAST_TUPLE_TARGET})"
+    )
+
+
+def vectors_inline(*, agent_id: int | None = None, thread_id: int | None = None, batch: int = 500) -> dict[str, int]:
+    """Rewrite the vectors still in TOAST (rows written before migration 0052) into their rows:
+    per table, the rows by primary key, `batch` at a time, each batch its own transaction. The
+    value is rebuilt (`::real[]::vector`): `SET embedding = embedding` would keep the TOAST
+    pointer. The same floats are written; each row is a new version (its indexes get an entry
+    each, the HNSW one ~1-3 ms: VACUUM afterwards). `thread_id` limits it to a thread's entries.
+    Returns the rows rewritten per table."""
+    done: dict[str, int] = {}
+    for table in INLINE_VECTOR_TABLES:
+        if thread_id is not None and table != "memoryapp_entry":
+            continue
+        scope, params = "", []
+        if agent_id is not None:
+            scope += " AND agent_id = %s"
+            params.append(agent_id)
+        if thread_id is not None:
+            scope += " AND thread_id = %s"
+            params.append(thread_id)
+        done[table], last = 0, None
+        while True:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT id, pg_column_toast_chunk_id(embedding) IS NOT NULL FROM {table}"
+                    f" WHERE embedding IS NOT NULL{scope}"
+                    + (" AND id > %s" if last is not None else "")
+                    + " ORDER BY id LIMIT %s",
+                    [*params, *([last] if last is not None else []), batch],
+                )
+                rows = cursor.fetchall()
+                if not rows:
+                    break
+                last = rows[-1][0]
+                toasted = [row[0] for row in rows if row[1]]
+                if toasted:
+                    cursor.execute(
+                        f"UPDATE {table} SET embedding = embedding::real[]::vector WHERE id = ANY(%s)", [toasted]
+                    )
+                    done[table] += cursor.rowcount
+    return done
+
 
 def vector_columns_resize(dimensions: int) -> None:
     """Give the vector columns another dimension: the stored vectors cannot be kept.
@@ -86,3 +140,5 @@ def vector_columns_resize(dimensions: int) -> None:
                 f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "
                 "WITH (m = 16, ef_construction = 64)"
             )
+            # A new type is a new storage (EXTERNAL, pgvector's): the vector is kept in the row again.
+            cursor.execute(vector_storage_sql(table))

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import override_settings
 
 from governance.models import JobRun
@@ -200,6 +201,13 @@ def test_reembed_dimensions_resizes_the_vector_columns_and_embeds_again(alice: A
         call_command("reembed", "--dimensions", stdout=StringIO())
         assert column_dimensions() == 16 and vector_space_status().ok
         assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
+        # A new type is a new storage: the vectors are kept in their rows again (migration 0052).
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT array_agg(DISTINCT attstorage) FROM pg_attribute WHERE attname = 'embedding'"
+                " AND attrelid IN ('memoryapp_entry'::regclass, 'memoryapp_memoryitem'::regclass)"
+            )
+            assert cursor.fetchone()[0] == ["m"]
     # The test's transaction rolls the columns back to their dimension.
 
 
