@@ -12,7 +12,7 @@ and, measured in the same run as baselines: a keyword-only search, and a raw SQL
 thread's newest 200 entries. It never asserts a duration and never stops a server.
 
 With --inline-after (on a kept database: --reuse, or --database for a copy of one) it then moves
-the thread's vectors kept in TOAST into their rows (`vectors_inline`, migration 0052) and measures
+the thread's vectors kept in TOAST into their rows (`vectors_inline`, migration 0053) and measures
 again in the same run.
 """
 

@@ -60,7 +60,7 @@ VECTOR_COLUMNS = (
     ("memoryapp_memoryitem", "item_embedding_hnsw"),
 )
 
-# The tables whose vectors are kept in the row (migration 0052): pgvector's type is STORAGE
+# The tables whose vectors are kept in the row (migration 0053): pgvector's type is STORAGE
 # EXTERNAL, which put the vector of any row over ~2 kB in TOAST (an exact scan of a thread's
 # vectors then read ~6 TOAST pages a row). MAIN moves the other columns out first; the target
 # keeps a short row (vector, text, search_vector) whole.
@@ -75,7 +75,7 @@ def vector_storage_sql(table: str) -> str:
 
 
 def vectors_inline(*, agent_id: int | None = None, thread_id: int | None = None, batch: int = 500) -> dict[str, int]:
-    """Rewrite the vectors still in TOAST (rows written before migration 0052) into their rows:
+    """Rewrite the vectors still in TOAST (rows written before migration 0053) into their rows:
     per table, the rows by primary key, `batch` at a time, each batch its own transaction. The
     value is rebuilt (`::real[]::vector`): `SET embedding = embedding` would keep the TOAST
     pointer. The same floats are written; each row is a new version (its indexes get an entry

@@ -201,7 +201,7 @@ def test_reembed_dimensions_resizes_the_vector_columns_and_embeds_again(alice: A
         call_command("reembed", "--dimensions", stdout=StringIO())
         assert column_dimensions() == 16 and vector_space_status().ok
         assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
-        # A new type is a new storage: the vectors are kept in their rows again (migration 0052).
+        # A new type is a new storage: the vectors are kept in their rows again (migration 0053).
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT array_agg(DISTINCT attstorage) FROM pg_attribute WHERE attname = 'embedding'"

@@ -1,4 +1,4 @@
-"""The vectors are kept in their rows (issue 26, migration 0052): pgvector's type is STORAGE
+"""The vectors are kept in their rows (issue 26, migration 0053): pgvector's type is STORAGE
 EXTERNAL, which moved the vector of any row over ~2 kB to TOAST, and an exact scan of a thread's
 vectors then read ~6 TOAST pages per row (bench/context_build.py at 600,000 entries: the in-thread
 hybrid search 2x slower). A later migration that changes the column (its type, e.g.

@@ -1,6 +1,6 @@
 """python manage.py vectors_inline [--agent SLUG] [--batch 500]
 
-Moves the vectors that rows written before migration 0052 keep in TOAST into their rows (entries,
+Moves the vectors that rows written before migration 0053 keep in TOAST into their rows (entries,
 memory items, knowledge chunks), in batches of one transaction each; safe to stop and run again.
 What it costs is in docs/operations.md ("Vectors in the row").
 """

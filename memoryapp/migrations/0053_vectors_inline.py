@@ -15,7 +15,7 @@ TABLES = ("memoryapp_entry", "memoryapp_memoryitem", "memoryapp_knowledgechunk")
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memoryapp", "0051_quote_key_people"),
+        ("memoryapp", "0052_thread_key_people"),
     ]
 
     operations = [
