@@ -150,6 +150,7 @@ def _graph_around(ci: ChannelInput, seeds: Iterable[str], item_seeds: Sequence[s
         rows = list(
             relations_visible(agent=agent, scope=scope)
             .filter(Q(subject_id__in=seed_list) | Q(object_id__in=seed_list))
+            .order_by("id")
             .values_list("id", "subject_id", "object_id")[:MAX_EDGES_READ]
         )
         ends: dict[str, tuple[str, str]] = {}
@@ -165,7 +166,7 @@ def _graph_around(ci: ChannelInput, seeds: Iterable[str], item_seeds: Sequence[s
             link(f"e:{entry_id}", f"n:{tail}")
     items = _items(ci)
     item_rows = list(
-        items.filter(entity_id__in=list(entity_ids)).values_list("id", "entity_id")[:MAX_ITEMS_READ]
+        items.filter(entity_id__in=list(entity_ids)).order_by("id").values_list("id", "entity_id")[:MAX_ITEMS_READ]
     ) + list(items.filter(pk__in=list(item_seeds)).values_list("id", "entity_id"))
     for item_id, entity_id in item_rows:
         adjacency[f"i:{item_id}"]

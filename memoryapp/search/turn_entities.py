@@ -97,9 +97,9 @@ def named_entities(ci: ChannelInput, names: list[str]) -> list[Entity]:
     if not keys:
         return []
     found = list(
-        Entity.objects.filter(agent_id=ci.agent_id, normalized_name__in=keys).only(
-            "id", "name", "aliases", "agent_id", "user_id", "project_id", "thread_id"
-        )[:MAX_NAMED_READ]
+        Entity.objects.filter(agent_id=ci.agent_id, normalized_name__in=keys)
+        .order_by("id")
+        .only("id", "name", "aliases", "agent_id", "user_id", "project_id", "thread_id")[:MAX_NAMED_READ]
     )
     if ci.items is not None and any(e.user_id or e.project_id or e.thread_id for e in found):
         # The scope the search's items have: the entities of those items' scopes (person, project,
