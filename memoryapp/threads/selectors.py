@@ -317,15 +317,20 @@ def threads_list(
     if user_id is not None:
         threads = threads.filter(user_id=user_id)
     if metadata and encryption_enabled():
-        # The metadata is sealed: the rows holding every pair's keyed hash (Thread.metadata_hashes).
-        threads = threads.filter(metadata_hashes__contains=pair_hashes(agent_id=agent.pk, pairs=metadata))
+        # The metadata is sealed: the rows holding every pair's keyed hash (Thread.metadata_hashes);
+        # and a row not sealed yet (written before migration 0050, until `encryption_rotate` seals it
+        # and makes its hashes) by its plaintext.
+        # Read first (one query through the metadata's GIN index): its RawSQL names the table.
+        unsealed = list(
+            _metadata_matching(Thread.objects.filter(agent=agent, metadata_hashes__isnull=True), metadata).values_list(
+                "pk", flat=True
+            )
+        )
+        threads = threads.filter(
+            Q(metadata_hashes__contains=pair_hashes(agent_id=agent.pk, pairs=metadata)) | Q(pk__in=unsealed)
+        )
     elif metadata:
-        threads = threads.filter(metadata__contains=metadata)
-        for number, (key, value) in enumerate(metadata.items()):
-            name = f"_meta_{number}"
-            # The key as text: a KeyTransform would read a key like "2024" as an array index.
-            value_of_key = RawSQL("memoryapp_thread.metadata -> %s", (key,), output_field=JSONField())
-            threads = threads.alias(**{name: value_of_key}).filter(**{name: value})
+        threads = _metadata_matching(threads, metadata)
     if updated_after is not None:
         threads = threads.filter(updated_at__gt=updated_after)
     if updated_before is not None:
@@ -340,6 +345,17 @@ def threads_list(
         last = rows[-1]
         next_cursor = encode_cursor({"u": last.updated_at.isoformat(), "i": last.pk, **_filters_in_cursor(filters)})
     return Page(results=rows, next_cursor=next_cursor)
+
+
+def _metadata_matching(threads: QuerySet[Thread], metadata: dict[str, Any]) -> QuerySet[Thread]:
+    """The threads whose plaintext metadata holds exactly these top-level values (by type)."""
+    threads = threads.filter(metadata__contains=metadata)
+    for number, (key, value) in enumerate(metadata.items()):
+        name = f"_meta_{number}"
+        # The key as text: a KeyTransform would read a key like "2024" as an array index.
+        value_of_key = RawSQL("memoryapp_thread.metadata -> %s", (key,), output_field=JSONField())
+        threads = threads.alias(**{name: value_of_key}).filter(**{name: value})
+    return threads
 
 
 # `limit=0` ("all", 004) answers at most this many entries, with `next` for the rest.

@@ -176,3 +176,22 @@ def test_keyword_search_finds_the_turns_of_a_sender_named_by_the_question(encryp
     assert outcome.errors == []
     assert [h.id for h in outcome.hits][:1] == [turns[0]["id"]]
     assert outcome.hits[0].sender_name == "Melanie"
+
+
+def test_the_thread_list_filter_finds_threads_written_before_their_metadata_was_sealed(
+    encrypted: Any, alice: Caller
+) -> None:
+    """A database migrated from before 0050 with encryption on holds threads whose metadata is
+    still plaintext and whose pair hashes are null until `encryption_rotate` has run: the list's
+    metadata filter finds them meanwhile (by the plaintext), as it finds the sealed ones."""
+    post_thread(alice, "new", metadata={"topic": "rome"})
+    post_thread(alice, "old", metadata={"topic": "other"})
+    with connection.cursor() as cursor:  # as the migration leaves a row written before it
+        cursor.execute(
+            "UPDATE memoryapp_thread SET metadata = %s::jsonb, metadata_hashes = NULL WHERE external_id = 'old'",
+            [json.dumps({"topic": "rome", "n": 1})],
+        )
+    found = get_ok(alice.client, "/api/v1/threads", {"metadata": json.dumps({"topic": "rome"})})["results"]
+    assert sorted(t["id"] for t in found) == ["new", "old"]
+    found = get_ok(alice.client, "/api/v1/threads", {"metadata": json.dumps({"topic": "rome", "n": "1"})})["results"]
+    assert found == []
