@@ -425,6 +425,11 @@ def person_erase(
             counts_add(counts, _words_of_released(agent_id=agent_id, user_id=user_id))
             counts_add(counts, _key_people_released(agent_id=agent_id, user_id=user_id))
             with transaction.atomic():
+                # A write that named them while the sweep above ran (its matcher not yet told that
+                # their identifiers went) is sealed again here, in the key's own transaction: the
+                # window where a live row could be left sealed under a destroyed key shrinks to
+                # this transaction's commit.
+                counts_add(counts, _key_people_released(agent_id=agent_id, user_id=user_id))
                 if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
                     counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
     if unowned:  # staff's erasure: the pseudonyms of records of no agent (a hold on every agent)
