@@ -194,9 +194,13 @@ def entry_ref(entry: Entry, tokens: int) -> dict[str, Any]:
     return {"id": entry.id, "seq": entry.seq, "type": entry.type, "role": entry.role, "tokens": tokens}
 
 
-def _newest_compaction(*, thread: Thread, window: list[Entry], complete: bool) -> Entry | None:
+def _newest_compaction(
+    *, thread: Thread, window: list[Entry], complete: bool, first_compaction_seq: int | None
+) -> Entry | None:
     """The newest compaction entry on the branch: in the window, or before it (then checked to be
-    on the branch: a compaction of another branch does not apply)."""
+    on the branch: a compaction of another branch does not apply). `first_compaction_seq`, the
+    seq of the thread's oldest compaction (read with the window), spares that query when no
+    compaction of the thread is older than the window (most threads have none at all)."""
 
     in_window = [e for e in window if e.type == EntryType.COMPACTION]
     if in_window:
@@ -204,6 +208,8 @@ def _newest_compaction(*, thread: Thread, window: list[Entry], complete: bool) -
     if complete or not window:
         return None
     oldest = window[0]
+    if first_compaction_seq is None or first_compaction_seq >= oldest.seq:
+        return None
     candidates = Entry.objects.filter(thread=thread, type=EntryType.COMPACTION, seq__lt=oldest.seq).order_by("-seq")
     for candidate in candidates.only("id", "seq", "event")[:10]:
         if entry_on_branch(thread=thread, leaf_id=oldest.id, entry_id=candidate.id):
@@ -248,22 +254,30 @@ class PathEntry:
 
 
 WINDOW_COLUMNS = tuple(f.name for f in fields(PathEntry))
-_WINDOW_SQL = branch_rows_sql(columns=WINDOW_COLUMNS, types=True, limit=True)
+# With every row, the seq of the thread's oldest compaction (one lookup in entry_compaction_idx,
+# computed once per statement): whether one may lie before the window, without another round trip.
+_FIRST_COMPACTION_SQL = (
+    f"(SELECT min(c.seq) FROM {ENTRY_TABLE} c WHERE c.thread_id = %(thread)s AND c.type = '{EntryType.COMPACTION}')"
+)
+_WINDOW_SQL = branch_rows_sql(columns=WINDOW_COLUMNS, types=True, limit=True, extra=(_FIRST_COMPACTION_SQL,))
 
 
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _path_chunk(*, thread: Thread, start: str, limit: int) -> list[PathEntry]:
+def _path_chunk(*, thread: Thread, start: str, limit: int) -> tuple[list[PathEntry], int | None]:
     """Up to `limit` history and compaction entries of the branch, from `start` up, oldest first:
-    the walk of `path_entries` (memoryapp.threads.branch), read as plain rows."""
+    the walk of `path_entries` (memoryapp.threads.branch), read as plain rows; and the seq of the
+    thread's oldest compaction (None: none, or no row read)."""
     with connection.cursor() as cursor:
         cursor.execute(
             _WINDOW_SQL,
             {"start": start, "thread": thread.pk, "types": [str(t) for t in HISTORY_AND_COMPACTION], "limit": limit},
         )
-        return [PathEntry(*row) for row in cursor.fetchall()]
+        rows = cursor.fetchall()
+    first_compaction = rows[0][-1] if rows else None
+    return [PathEntry(*row[:-1]) for row in rows], first_compaction
 
 
 def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int) -> tuple[Any, bool, list[Any]]:
@@ -284,8 +298,11 @@ def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int)
     limit = max(1, want)
     complete = False
     next_start: str | None = start
+    first_compaction: int | None = None
     while next_start is not None:
-        chunk = _path_chunk(thread=thread, start=next_start, limit=limit)
+        chunk, found = _path_chunk(thread=thread, start=next_start, limit=limit)
+        if chunk:
+            first_compaction = found
         window = chunk + window
         complete = len(chunk) < limit
         next_start = None if complete or not window[0].parent_id else window[0].parent_id
@@ -299,7 +316,9 @@ def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int)
             break
         average = max(1.0, tokens / max(1, len(window)))
         limit = min(MAX_WINDOW - len(window), int((room - tokens) / average * 1.3) + 16)
-    compaction = _newest_compaction(thread=thread, window=window, complete=complete)
+    compaction = _newest_compaction(
+        thread=thread, window=window, complete=complete, first_compaction_seq=first_compaction
+    )
     # The compaction's cut may lie before the window even when the compaction is in it.
     if compaction is not None and not complete:
         event = compaction.event if isinstance(compaction.event, dict) else {}
@@ -311,7 +330,7 @@ def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int)
         # Read on until the first kept entry (and the compaction entry itself) are in the window.
         while window and window[0].parent_id and window[0].seq > min(bound, compaction.seq):
             span = Entry.objects.filter(thread=thread, seq__gte=bound, seq__lt=window[0].seq).count() + 2
-            window = _path_chunk(thread=thread, start=window[0].parent_id, limit=span) + window
+            window = _path_chunk(thread=thread, start=window[0].parent_id, limit=span)[0] + window
     # A turn screening held (memoryapp.screening) waits for its reviewer out of every context.
     window = [e for e in window if e.held_at is None]
     history = compacted_history(window)

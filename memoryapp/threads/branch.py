@@ -45,16 +45,17 @@ def branch_sql(select: str, *, start: str = START, carry: Sequence[str] = (), ab
     return f"WITH RECURSIVE {branch_cte(start=start, carry=carry, above_seq=above_seq)}\n{select}"
 
 
-def branch_rows_sql(*, columns: Sequence[str], types: bool, limit: bool) -> str:
+def branch_rows_sql(*, columns: Sequence[str], types: bool, limit: bool, extra: Sequence[str] = ()) -> str:
     """The entries of a branch with `columns` (of Entry, as `e.<column>`), oldest first.
 
     With `types`, only entries whose type is in `%(types)s`; with `limit`, only the nearest
     `%(limit)s` of them, and the walk stops once it has found them. The walk is a chain (one
-    parent each), so depth orders the rows.
+    parent each), so depth orders the rows. `extra`: SQL expressions selected after the columns
+    on every row (uncorrelated ones are computed once, so a reader folds a lookup into its walk).
     """
     where = "WHERE b.type = ANY(%(types)s)" if types else ""
     nearest = "LIMIT %(limit)s" if limit else ""
-    selected = ", ".join(f"e.{c}" for c in columns)
+    selected = ", ".join([*(f"e.{c}" for c in columns), *extra])
     return branch_sql(
         f"""SELECT {selected} FROM (SELECT b.id, b.depth FROM branch b {where} {nearest}) w
               JOIN {ENTRY_TABLE} e ON e.id = w.id

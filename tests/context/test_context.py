@@ -7,6 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from memoryapp.context import builder
@@ -451,6 +453,43 @@ def test_a_compaction_read_in_the_first_window_keeps_all_it_kept(alice: Any) -> 
     assert kept[0] == "ok 20" and kept[-1] == "ok 109" and len(kept) == 90
     assert built["truncated"] is False and built["dropped"]["entries"] == []
     _budget_kept(built, 1000, 0)
+
+
+def test_a_compaction_older_than_the_window_still_applies(alice: Any) -> None:
+    # The first window (64 long turns, over the budget) stops far after the compaction: the builder
+    # looks before it, finds it, and reads back to its cut.
+    thread = ThreadFactory(agent=alice.agent, turns=_turns(20))
+    EntryFactory(
+        thread=thread,
+        type="compaction",
+        event={"summary": "They said turns 0 to 9.", "first_kept_entry_id": by_text(thread, "turn 10 ").id},
+    )
+    for role, text in _turns(120)[20:]:
+        EntryFactory(thread=thread, role=role, content=text)
+
+    built = build_context(alice, strategy="recent", max_tokens=1000, reserve_tokens=0)
+
+    assert "turns 0 to 9" in built["messages"][0]["content"]
+    assert built["partitions"]["summaries"] > 0
+    assert _history(built)[-1]["content"].startswith("turn 119 ")
+
+
+def test_a_thread_read_in_part_costs_no_more_queries_than_one_read_whole(
+    alice: Any, django_assert_num_queries: Any
+) -> None:
+    # Whether a compaction lies before the window is read with the window (issue 26): a long thread
+    # without one costs no lookup more than a short one.
+    short = ThreadFactory(agent=alice.agent, external_id="t-short", turns=_turns(4))
+    long = ThreadFactory(agent=alice.agent, external_id="t-long", turns=_turns(300))
+    request = builder.ContextRequest(max_tokens=1000, reserve_tokens=0, strategy="recent")
+    whole = builder.context_build(agent=alice.agent, thread=short, request=request)
+    part = builder.context_build(agent=alice.agent, thread=long, request=request)
+    assert not whole.truncated and part.truncated and part.memory_context is None
+
+    with CaptureQueriesContext(connection) as queries:
+        builder.context_build(agent=alice.agent, thread=short, request=request)
+    with django_assert_num_queries(len(queries)):
+        builder.context_build(agent=alice.agent, thread=long, request=request)
 
 
 def test_recall_takes_the_room_a_short_history_leaves(alice: Any) -> None:
