@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils.text import slugify
 
 from governance.audit.chain import audit_append
@@ -27,7 +28,7 @@ from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError
 from memoryapp.files.paths import MEMORY_RESERVED_PATHS
 from memoryapp.files.protocol import file_delete
-from memoryapp.files.selectors import file_heads, version_content
+from memoryapp.files.selectors import Snapshot, file_heads, path_under_q, version_content
 from memoryapp.files.services import file_put
 from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import items_holding
@@ -459,6 +460,16 @@ def observations_seen(*, agent: Agent, scope: Scope) -> list[Observation]:
     """The observations a run of `scope` may read: those of its scopes (the narrowest per path), each
     only when memory or a person wrote the version that stands."""
     access = FileAccess(agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id)
-    heads = file_heads(access=access, under=OBSERVATIONS_DIRECTORY, with_content=True)
+    return observations_of(file_heads(access=access, under=OBSERVATIONS_DIRECTORY, with_content=True))
+
+
+def observations_q(*, agent: Agent, scope: Scope) -> Q:
+    """The versions `observations_seen` reads the heads of (for a reader that reads them with others)."""
+    access = FileAccess(agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id)
+    return access.scopes_seen() & path_under_q(OBSERVATIONS_DIRECTORY)
+
+
+def observations_of(heads: Snapshot) -> list[Observation]:
+    """The observations of the files a run sees (`observations_seen`, from its snapshot)."""
     found = [parse_observation(v) for v in heads.files.values()]
     return [o for o in found if o is not None]

@@ -48,7 +48,13 @@ from django.utils import timezone
 
 from memoryapp.compaction.history import SUMMARY_HEADING
 from memoryapp.consolidation.brief import BriefCard, brief_block, memory_brief
-from memoryapp.consolidation.observations import Observation, observations_seen
+from memoryapp.consolidation.observations import (
+    OBSERVATIONS_DIRECTORY,
+    Observation,
+    observations_of,
+    observations_q,
+    observations_seen,
+)
 from memoryapp.consolidation.prompts import BriefSource
 from memoryapp.context.fact_recall import facts_recalled
 from memoryapp.context.history import (
@@ -88,7 +94,16 @@ from memoryapp.context.partitions import (
 from memoryapp.errors import DomainError
 from memoryapp.extraction.times import zone_check, zone_of
 from memoryapp.files.access import FileAccess
-from memoryapp.files.context_documents import FRAMING, context_documents_for
+from memoryapp.files.context_documents import (
+    CONTEXT_ROOT,
+    FRAMING,
+    ContextDocument,
+    context_document_scopes,
+    context_documents_for,
+    context_documents_of,
+    context_documents_q,
+)
+from memoryapp.files.selectors import heads_of, snapshot_of, versions_for_agent
 from memoryapp.files.services import files_index_text
 from memoryapp.graph.context import DEFAULT_HOPS, NodeBlock, graph_blocks
 from memoryapp.items.purposes import recall_purpose_check
@@ -267,6 +282,7 @@ class _Build:
     # The memory block as the facts and observations would leave it: what each line would cost.
     probe: MemoryBlock = field(default_factory=MemoryBlock)
     observations: list[Observation] = field(default_factory=list)  # of the thread's scope
+    observations_read: bool = False  # read with the context documents (`_documents_and_observations`)
     observation_lines: list[tuple[Observation, str, int]] = field(default_factory=list)  # named by the input
     kept_observation_lines: list[str] = field(default_factory=list)
     observations_sent: list[dict[str, Any]] = field(default_factory=list)
@@ -415,7 +431,11 @@ def _place_documents(build: _Build, *, room: int) -> str:
     thread, request = build.thread, build.request
     project_id = request.project_id or str((thread.metadata or {}).get("project_id") or "")[:128]
     try:
-        documents = context_documents_for(agent=build.agent, thread_id=thread.external_id, project_id=project_id)
+        documents = (
+            _documents_and_observations(build, project_id)
+            if _observations_wanted(build)
+            else context_documents_for(agent=build.agent, thread_id=thread.external_id, project_id=project_id)
+        )
     except Exception as exc:
         logger.exception("context documents failed")
         build.errors.append({"source": "documents", "message": str(exc)})
@@ -437,6 +457,42 @@ def _place_documents(build: _Build, *, room: int) -> str:
             {"name": document.name, "scope": document.scope.kind, "version_id": document.version_id}
         )
     return "\n\n".join([FRAMING, *sections]) if sections else ""
+
+
+def _observations_wanted(build: _Build) -> bool:
+    """Whether the build reads the observations of the thread's scope (`_load_observations`)."""
+    request = build.request
+    # A context for one purpose leaves them out: an observation summarises an entity's facts whatever
+    # they were collected for, and would pass on another purpose's facts in a summary.
+    return bool(
+        request.include_observations and request.current_input.strip() and build.memory_on and not request.purpose
+    )
+
+
+def _documents_and_observations(build: _Build, project_id: str) -> list[ContextDocument]:
+    """The context documents, and the observations `_load_observations` takes (`build.observations`),
+    in one read of the memory files' heads: what `context_documents_for` and `observations_seen`
+    each read, in one statement (their paths never meet). A failure of it leaves both to their own
+    reads (each reporting its own error)."""
+    agent, thread = build.agent, build.thread
+    scopes = context_document_scopes(thread_id=thread.external_id, project_id=project_id)
+    try:
+        heads = list(
+            heads_of(
+                versions_for_agent(agent=agent).filter(
+                    context_documents_q(scopes) | observations_q(agent=agent, scope=thread_context_scope(thread))
+                )
+            )
+        )
+        observed = [
+            h for h in heads if h.path == OBSERVATIONS_DIRECTORY or h.path.startswith(OBSERVATIONS_DIRECTORY + "/")
+        ]
+        observations = observations_of(snapshot_of(observed))
+    except Exception:
+        logger.exception("context memory files failed")
+        return context_documents_for(agent=agent, thread_id=thread.external_id, project_id=project_id)
+    build.observations, build.observations_read = observations, True
+    return context_documents_of([h for h in heads if h.path.startswith(CONTEXT_ROOT + "/") and not h.user_id], scopes)
 
 
 def _read_history(build: _Build) -> None:
@@ -539,14 +595,11 @@ def _load_observations(build: _Build) -> None:
     """Step 3a, continued: the observations of the entities the input names, next to the facts (more
     come with recall's items, `_recall_observations`)."""
     request = build.request
-    if not (request.include_observations and request.current_input.strip() and build.memory_on):
-        return
-    if request.purpose:
-        # An observation summarises an entity's facts whatever they were collected for: a context for
-        # one purpose leaves them out rather than pass on another purpose's facts in a summary.
+    if not _observations_wanted(build):
         return
     try:
-        build.observations = observations_seen(agent=build.agent, scope=thread_context_scope(build.thread))
+        if not build.observations_read:  # else read with the context documents
+            build.observations = observations_seen(agent=build.agent, scope=thread_context_scope(build.thread))
     except Exception as exc:
         logger.exception("context observations failed")
         build.errors.append({"source": "observations", "message": str(exc)})

@@ -14,6 +14,7 @@ project, agent), each under its own heading, framed as standing instructions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import Q
@@ -177,19 +178,36 @@ def context_documents_for(*, agent: Agent, thread_id: str, project_id: str = "")
     """The documents a thread's context takes: its own, its project's, the agent's, in that order
     (by name within a scope), read in one query (every context build asks). A redacted one is left
     out (nothing of it is left to follow)."""
+    scopes = context_document_scopes(thread_id=thread_id, project_id=project_id)
+    heads = (
+        versions_for_agent(agent=agent)
+        .filter(context_documents_q(scopes))
+        .order_by("project_id", "thread_id", "path", "-sequence")
+        .distinct("project_id", "thread_id", "path")
+    )
+    return context_documents_of(heads, scopes)
+
+
+def context_document_scopes(*, thread_id: str, project_id: str = "") -> list[DocumentScope]:
+    """The scopes whose documents a thread's context takes, nearest first."""
     scopes = [DocumentScope(thread_id=thread_id)]
     if project_id:
         scopes.append(DocumentScope(project_id=project_id))
     scopes.append(DocumentScope())
+    return scopes
+
+
+def context_documents_q(scopes: list[DocumentScope]) -> Q:
+    """The versions of the documents of these scopes."""
     wanted = Q()
     for scope in scopes:
         wanted |= Q(project_id=scope.project_id, thread_id=scope.thread_id)
-    heads = (
-        versions_for_agent(agent=agent)
-        .filter(wanted, user_id="", path__startswith=CONTEXT_ROOT + "/")
-        .order_by("project_id", "thread_id", "path", "-sequence")
-        .distinct("project_id", "thread_id", "path")
-    )
+    return wanted & Q(user_id="", path__startswith=CONTEXT_ROOT + "/")
+
+
+def context_documents_of(heads: Iterable[MemoryFileVersion], scopes: list[DocumentScope]) -> list[ContextDocument]:
+    """The documents of these head versions (one per scope and path, in (project, thread, path)
+    order), scope by scope as `context_documents_for` gives them."""
     found: dict[DocumentScope, list[ContextDocument]] = {scope: [] for scope in scopes}
     for version in heads:
         if version.content in (None, REDACTED_TEXT) or version.redacted_at is not None:

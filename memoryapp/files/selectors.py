@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.db import connection
@@ -107,14 +108,30 @@ def file_heads(*, access: FileAccess, under: str = MEMORY_ROOT, with_content: bo
     """
     versions = versions_seen(access=access)
     if under != MEMORY_ROOT:
-        versions = versions.filter(Q(path=under) | Q(path__startswith=under + "/"))
-    heads = (
+        versions = versions.filter(path_under_q(under))
+    heads = heads_of(versions)
+    if not with_content:
+        heads = heads.defer("content")
+    return snapshot_of(heads)
+
+
+def path_under_q(under: str) -> Q:
+    """The versions of `under` and of every path under it."""
+    return Q(path=under) | Q(path__startswith=under + "/")
+
+
+def heads_of(versions: QuerySet[MemoryFileVersion]) -> QuerySet[MemoryFileVersion]:
+    """The newest version of every (scope, path) among `versions` (DISTINCT ON over the head
+    index), scope by scope and path by path, each marked `is_deletion`."""
+    return (
         versions.annotate(is_deletion=ExpressionWrapper(Q(content__isnull=True), output_field=BooleanField()))
         .order_by("user_id", "project_id", "thread_id", "path", "-sequence")
         .distinct("user_id", "project_id", "thread_id", "path")
     )
-    if not with_content:
-        heads = heads.defer("content")
+
+
+def snapshot_of(heads: Iterable[MemoryFileVersion]) -> Snapshot:
+    """Steps 2 and 3 of `file_heads` over its heads (in `heads_of`'s order)."""
     narrowest: dict[str, MemoryFileVersion] = {}
     for head in heads:
         standing = narrowest.get(head.path)

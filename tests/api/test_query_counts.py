@@ -96,15 +96,15 @@ def test_a_hybrid_search_is_twelve_queries(
     assert answer["results"]
 
 
-def test_a_hybrid_context_build_is_sixteen_queries(
+def test_a_hybrid_context_build_is_fifteen_queries(
     alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
 ) -> None:
-    # the thread, its compaction settings, the thread's memory files, the branch, the items,
-    # the user's memory files, whether any item is live, the keyword channel, the vector channel
-    # (one statement, then the embedded scope's size), the entity turn channel (one query, in a
-    # savepoint pair), the access log (+ its savepoint pair); no time channel, no graph channels (as
-    # the search above; 33 before)
-    with django_assert_max_num_queries(16):
+    # the thread, its compaction settings, the memory files (context documents and observations in
+    # one statement), the branch, the items, whether any item is live, the keyword channel, the
+    # vector channel (one statement, then the embedded scope's size), the entity turn channel (one
+    # query, in a savepoint pair), the access log (+ its savepoint pair); no time channel, no graph
+    # channels (as the search above; 33 before, 16 before the memory files were read at once)
+    with django_assert_max_num_queries(15):
         context = build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
     assert context["messages"]
 

@@ -7,10 +7,13 @@ import json
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from memoryapp.consolidation.brief import brief_block, memory_brief, parse_brief
 from memoryapp.consolidation.observations import observations_refresh
 from memoryapp.consolidation.prompts import BriefSource
+from memoryapp.context.builder import ContextRequest, context_build
 from memoryapp.items.rules import Scope
 from memoryapp.llm.model import Completion
 from memoryapp.llm.port import use_model
@@ -130,6 +133,28 @@ def test_a_turn_naming_an_entity_gets_its_observation_next_to_the_facts(alice: C
     assert other["observations"] == []  # a name counts as words of its own
     off = build_context(alice, max_tokens=3000, current_input="What should Ana eat?", include_observations=False)
     assert off["observations"] == []
+
+
+def test_a_turns_observations_and_standing_instructions_are_read_in_one_query(alice: Caller) -> None:
+    thread = _ana_thread(alice)
+    items = [
+        active_item(agent=alice.agent, attribute=a, value=v)
+        for a, v in (("diet", "vegetarian"), ("allergy", "peanuts"), ("city", "Porto"))
+    ]
+    statement = "Ana eats no meat. " + " ".join(f"[item:{i.pk}]" for i in items)
+    with use_model(scripted(answers({"text": statement}))):
+        observations_refresh(agent=alice.agent, scope=Scope(user_id="u-ana"))
+    put = alice.client.put("/api/v1/context-documents/AGENTS.md", {"content": "Answer briefly."}, format="json")
+    assert put.status_code == 201
+    request = ContextRequest(max_tokens=3000, strategy="recent", current_input="What should Ana eat?")
+
+    with CaptureQueriesContext(connection) as queries:
+        built = context_build(agent=alice.agent, thread=thread, request=request)
+
+    assert [o["name"] for o in built.observations] == ["Ana"]
+    assert [d["name"] for d in built.documents] == ["AGENTS.md"] and "Answer briefly." in built.messages[0]["content"]
+    # Both are heads of memory files: one statement reads them (issue 26: one each before).
+    assert sum("memoryapp_memoryfileversion" in q["sql"] for q in queries.captured_queries) == 1
 
 
 def test_the_memory_file_index_lists_what_the_scope_sees_when_asked(alice: Caller) -> None:
