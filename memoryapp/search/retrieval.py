@@ -56,8 +56,16 @@ logger = logging.getLogger(__name__)
 # channels' weights: memoryapp.search.channel_set), and the best NEIGHBOUR_TOP hits pull the
 # turns next to them with 30% of their score.
 RRF_FUSION_K = 10
+# Step 4's neighbours: each of the best NEIGHBOUR_TOP entry hits (the rows a page of ten is laid
+# out from) gives the turns up to NEIGHBOUR_REACH away in its thread NEIGHBOUR_SHARE of its score,
+# halved (NEIGHBOUR_DECAY) for each further turn: an answer is often one or two turns after the
+# question that matched ("Which one?" - "The Hobbit"). Only turns of the same sitting (at most
+# NEIGHBOUR_GAP_SECONDS apart): the next session's first turn is not the answer to this one's last.
 NEIGHBOUR_SHARE = 0.3
-NEIGHBOUR_TOP = 10
+NEIGHBOUR_TOP = 20
+NEIGHBOUR_REACH = 2
+NEIGHBOUR_DECAY = 0.5
+NEIGHBOUR_GAP_SECONDS = 6 * 3600
 MMR_LAMBDA = 0.95
 # Each channel reads more rows than the page: fusion needs the rows one channel ranks low.
 CHANNEL_DEPTH = 3
@@ -159,25 +167,27 @@ def items_searchable(
 
 
 def _entry_neighbours(*, scope: EntryScope, fused: dict[tuple[str, str], Fused], top: int, share: float) -> None:
-    """Step 4's neighbours: the turns next to the best `top` entry hits, in one query."""
+    """Step 4's neighbours: the turns up to NEIGHBOUR_REACH from the best `top` entry hits, in their
+    sitting, in one query."""
     best = sorted((f for f in fused.values() if f.kind == "entry"), key=lambda f: -f.score)[:top]
     if not best or share <= 0:
         return
     where, params = scope.where("n")
-    params = {**params, "hit_ids": [f.id for f in best]}
+    params = {**params, "hit_ids": [f.id for f in best], "reach": NEIGHBOUR_REACH, "gap": NEIGHBOUR_GAP_SECONDS}
     sql = f"""
-        SELECT h.id, n.id FROM memoryapp_entry h
-         CROSS JOIN (VALUES (-1), (1)) AS step(offset_)
+        SELECT h.id, n.id, abs(n.seq - h.seq) FROM memoryapp_entry h
+         CROSS JOIN (SELECT generate_series(-%(reach)s, %(reach)s) AS offset_) AS step
           JOIN memoryapp_entry n ON n.thread_id = h.thread_id AND n.seq = h.seq + step.offset_
-         WHERE h.id = ANY(%(hit_ids)s) AND h.agent_id = %(s_agent)s AND {where}
+         WHERE h.id = ANY(%(hit_ids)s) AND h.agent_id = %(s_agent)s AND step.offset_ <> 0
+           AND abs(extract(epoch FROM n.created_at - h.created_at)) <= %(gap)s AND {where}
     """
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         pairs = cursor.fetchall()
     score_of = {f.id: f.score for f in best}
-    for hit_id, neighbour_id in pairs:
+    for hit_id, neighbour_id, distance in pairs:
         row = fused.setdefault(("entry", neighbour_id), Fused(kind="entry", id=neighbour_id))
-        row.score += share * score_of[hit_id]
+        row.score += share * NEIGHBOUR_DECAY ** (distance - 1) * score_of[hit_id]
         if "neighbour" not in row.channels:
             row.channels.append("neighbour")
 

@@ -20,7 +20,7 @@ from memoryapp.search.hybrid import Fused
 from memoryapp.search.keyword import ChannelHit
 from memoryapp.search.query import analyze_query
 from memoryapp.search.rerank import HttpReranker, RerankerError, rerank_order, scores_from
-from memoryapp.search.retrieval import Hit, rerank_by_words_and_use, search
+from memoryapp.search.retrieval import Hit, _entry_neighbours, rerank_by_words_and_use, search
 from memoryapp.search.scope import EntryScope
 from memoryapp.search.speakers import addressed_speakers
 from memoryapp.search.turn_time import DAY, MONTH, WEEK, YEAR, named_time
@@ -395,3 +395,29 @@ def test_only_the_two_speakers_of_a_conversation_are_addressed_by_name(alice: An
     assert addressed_speakers(EntryScope(agent_id=alice.agent.pk, thread_pk=two.pk), question) == {"melanie"}
     # A group chat: a speaker's name in another's turn is as often about them, and counts as a word.
     assert addressed_speakers(EntryScope(agent_id=alice.agent.pk, thread_pk=group.pk), question) == frozenset()
+
+
+# --- neighbours (step 4) -------------------------------------------------------------------------
+
+SITTING = [
+    _turn("user", "Which fantasy book did you finish?", _at(2026, 5, 1, 20, 0)),
+    _turn("assistant", "Guess!", _at(2026, 5, 1, 20, 1)),
+    _turn("user", "The Hobbit, and I loved it", _at(2026, 5, 1, 20, 2)),
+    _turn("user", "Morning! The weather is grey again", _at(2026, 5, 9, 8, 0)),
+]
+
+
+def test_a_hit_pulls_the_turns_up_to_two_away_in_its_sitting_not_the_next_session(alice: Any) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=SITTING)
+    ids = list(thread.entries.order_by("seq").values_list("id", flat=True))
+    fused = {("entry", ids[0]): Fused(kind="entry", id=ids[0], score=1.0)}
+
+    _entry_neighbours(scope=EntryScope(agent_id=alice.agent.pk, thread_pk=thread.pk), fused=fused, top=10, share=0.3)
+
+    scores = {key[1]: round(row.score, 6) for key, row in fused.items()}
+    # The answer two turns after the question that matched gets a (halved) share too.
+    assert scores == {ids[0]: 1.0, ids[1]: 0.3, ids[2]: 0.15}
+    fused = {("entry", ids[2]): Fused(kind="entry", id=ids[2], score=1.0)}
+    _entry_neighbours(scope=EntryScope(agent_id=alice.agent.pk, thread_pk=thread.pk), fused=fused, top=10, share=0.3)
+    # The next session's first turn, a week later, is next in the thread but not an answer.
+    assert ids[3] not in {key[1] for key in fused}
