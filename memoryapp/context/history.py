@@ -239,8 +239,8 @@ class PathEntry:
     sender_name: str
     token_count: int
     event: Any
-    created_at: datetime
-    redacted_at: datetime | None
+    # (Not created_at nor redacted_at: no step of the build reads them, and a timestamp per row
+    # costs its parsing.)
     held_at: datetime | None
 
     def __post_init__(self) -> None:
@@ -299,6 +299,7 @@ def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int)
     complete = False
     next_start: str | None = start
     first_compaction: int | None = None
+    tokens = 0
     while next_start is not None:
         chunk, found = _path_chunk(thread=thread, start=next_start, limit=limit)
         if chunk:
@@ -311,7 +312,8 @@ def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int)
             break
         if any(e.type == EntryType.COMPACTION for e in chunk):
             break
-        tokens = sum(entry_tokens(e) for e in window if e.type != EntryType.COMPACTION)
+        # What the window holds, counted once per row (each chunk is added to the sum as it comes).
+        tokens += sum(entry_tokens(e) for e in window[: len(chunk)] if e.type != EntryType.COMPACTION)
         if tokens >= room or len(window) >= MAX_WINDOW:
             break
         average = max(1.0, tokens / max(1, len(window)))
