@@ -508,7 +508,7 @@ def test_compaction_request_dedupes_queued_runs_per_thread_and_strategy(alice: C
     second = compaction_request(thread=thread, strategy="hierarchical", actor="admin:ops")
     other = compaction_request(thread=thread, strategy="clear-old-tool-results")
     assert first.pk == second.pk != other.pk
-    assert first.status == "queued" and first.arguments["thread_id"] == "t-tools"
+    assert first.status == "queued" and first.arguments["thread_pk"] == thread.pk
 
 
 def test_compaction_job_of_a_deleted_thread_is_skipped(alice: Caller) -> None:
