@@ -376,7 +376,10 @@ def readable(values: Any, run: JobRun, links: ObjectLinks) -> SafeString:
         if kind == "thread" and isinstance(value, str) and run.agent_id is not None:
             return links.link("thread", (run.agent_id, value), value)
         if kind in ("thread_pk", "agent") and isinstance(value, int):
-            return links.link(kind, value, f"#{value}" if kind == "thread_pk" else None)
+            # A job names its thread by row id only (issue 25 §5): shown by the thread's name while
+            # it lives, by its number once it is gone.
+            gone = kind == "thread_pk" and (kind, value) not in links.resolved
+            return links.link(kind, value, f"#{value}" if gone else None)
         if kind in ("entry", "item") and isinstance(value, str):
             return links.link(kind, value, value)
         if isinstance(value, dict):

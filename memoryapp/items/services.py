@@ -731,12 +731,12 @@ def slots_lock(*, items: Iterable[MemoryItem]) -> None:
     slots = sorted(
         {(i.agent_id, i.user_id, i.project_id, i.thread_id, normalized_name(i.subject), i.attribute) for i in items}
     )
-    keys = [locks.item_slot(str(agent_id), *rest) for agent_id, *rest in slots]
-    if not keys:
+    if not slots:
         return
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) WITH ORDINALITY AS t(k, n) ORDER BY n", [keys]
+            "SELECT pg_advisory_xact_lock(k) FROM unnest(%s::bigint[]) WITH ORDINALITY AS t(k, n) ORDER BY n",
+            [[locks.item_slot(str(agent_id), *rest) for agent_id, *rest in slots]],
         )
 
 

@@ -95,7 +95,7 @@ def test_a_job_run_page_reads_its_arguments_and_result_with_links_and_offers_no_
     run, outcome = compaction_now(thread=thread, strategy="clear-old-tool-results", actor="staff:admin")
     assert run.status == "succeeded" and outcome is not None and outcome.entry is not None
     page = admin_client.get(f"/admin/governance/jobrun/{run.pk}/change/").content.decode()
-    assert f'<a href="/admin/memoryapp/thread/{thread.pk}/change/" title="tools">' in page  # thread_pk and thread_id
+    assert f'<a href="/admin/memoryapp/thread/{thread.pk}/change/" title="tools">' in page  # thread_pk, by its name
     compaction = outcome.entry.id
     assert f'href="/admin/memoryapp/thread/{thread.pk}/change/?entry={compaction}#entry-{compaction}"' in page
     assert '<th title="strategy">strategy</th><td>clear-old-tool-results</td>' in page
