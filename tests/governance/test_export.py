@@ -594,6 +594,7 @@ def test_a_large_export_streams_in_memory_far_below_its_size(alice: Caller, expo
             role="user",
             content=secrets.token_hex(2048),
             metadata={"userId": "u-big"},
+            sender="u-big",  # as entry_from_spec sets it from metadata.userId
             created_at=now,
             content_hash="0" * 32,
         )
