@@ -22,6 +22,10 @@ def _show(name: str) -> str:
 @pytest.mark.django_db(transaction=True)
 def test_the_hnsw_settings_apply_to_the_read_and_end_with_it() -> None:
     assert not connection.in_atomic_block
+    with connection.cursor() as cursor:
+        # pgvector's settings exist in a session once its library is loaded (by any use of the
+        # type); on a new connection SHOW would not know them yet.
+        cursor.execute("SELECT '[1]'::vector")
     before = (_show("hnsw.ef_search"), _show("hnsw.iterative_scan"))
     with connection.cursor() as cursor:
         rows = _tuned_rows(
