@@ -73,7 +73,7 @@ def details_text(details: Any) -> str:
 def moment(at: datetime | None) -> SafeString:
     """A moment to the minute, the exact one on hover."""
     if at is None:
-        return format_html("")
+        return SafeString("")
     local = timezone.localtime(at)
     return format_html('<span title="{}">{}</span>', local.isoformat(), local.strftime("%Y-%m-%d %H:%M"))
 

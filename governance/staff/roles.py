@@ -23,6 +23,8 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_thread",
         "memoryapp.view_entry",
         "memoryapp.view_agent",
+        # Which thread a person's chat on a channel goes to (channel sessions: read only).
+        "memoryapp.view_channelsession",
         # Between runs: promote or discard playbook drafts, take back a dedupe pass's stale marks.
         "memoryapp.view_playbookdraft",
         "memoryapp.promote_playbook",
@@ -38,6 +40,7 @@ ROLES: dict[str, tuple[str, ...]] = {
         "memoryapp.view_agent",
         "memoryapp.view_thread",
         "memoryapp.delete_thread",
+        "memoryapp.view_channelsession",
         "memoryapp.view_entry",
         "memoryapp.delete_entry",
         # A turn screening held: deleted rather than released.

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from memoryapp.admin import agents, consolidation, events, files, items, knowledge, screening, threads  # noqa: F401
+from memoryapp.admin import agents, consolidation, events, files, items, knowledge, screening, sessions, threads  # noqa: F401
 from memoryapp.admin.login_guard import LockoutAuthenticationForm
 
 # The login page says when a sign-in is locked out after repeated failures, and for how long.
