@@ -29,7 +29,17 @@ class ChannelSessionAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
     search_fields = ("=user_id", "=channel_id", "=id", "=thread__external_id")
     show_full_result_count = False
     ordering = ("-created_at", "-id")
-    fields = ("id", "agent", "user_id", "channel_type", "channel_id", "status", "thread_link", "created_at", "closed_at")
+    fields = (
+        "id",
+        "agent",
+        "user_id",
+        "channel_type",
+        "channel_id",
+        "status",
+        "thread_link",
+        "created_at",
+        "closed_at",
+    )
     readonly_fields = fields
 
     def has_add_permission(self, request: HttpRequest) -> bool:
