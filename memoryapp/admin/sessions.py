@@ -14,7 +14,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from governance.staff.adminlog import NamelessAdminLog
-from governance.staff.lists import FullWidthList, cell_text, id_cell, moment
+from governance.staff.lists import FullWidthList, cell_text, id_cell, moment, short_id
 from memoryapp.admin.conversation import thread_url
 from memoryapp.models import ChannelSession, Thread
 
@@ -53,7 +53,7 @@ class ChannelSessionAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
 
     @admin.display(description="session", ordering="id")
     def session_id(self, obj: ChannelSession) -> SafeString:
-        return id_cell(obj.id, 24)
+        return format_html('<span title="{}">{}</span>', obj.id, short_id(obj.id))
 
     @admin.display(description="agent", ordering="agent__slug")
     def agent_shown(self, obj: ChannelSession) -> SafeString:
@@ -65,12 +65,12 @@ class ChannelSessionAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
 
     @admin.display(description="channel", ordering="channel_type")
     def channel(self, obj: ChannelSession) -> SafeString:
-        return format_html("{} · {}", obj.channel_type, id_cell(obj.channel_id, 28))
+        return format_html("{} · {}", obj.channel_type, id_cell(obj.channel_id, 24))
 
     @admin.display(description="thread")
     def thread_link(self, obj: ChannelSession) -> SafeString:
         thread: Thread = obj.thread
-        return format_html('<a href="{}">{}</a>', thread_url(thread.pk), id_cell(thread.external_id, 32))
+        return format_html('<a href="{}">{}</a>', thread_url(thread.pk), id_cell(thread.external_id, 24))
 
     @admin.display(description="opened", ordering="created_at")
     def opened(self, obj: ChannelSession) -> SafeString:
