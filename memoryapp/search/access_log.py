@@ -3,7 +3,12 @@
 
 Writing it costs one statement per request: the row is inserted and the items' `times_retrieved`
 / `last_retrieved_at` (004 `noteRetrieved`) moved on in the same statement (a data-modifying
-CTE), so the count and the log never disagree. Retention (`access_log_prune`), erasure
+CTE). That statement never waits for an item while it holds another lock, so it is never one end
+of a deadlock (which would roll its log row back with it): it first takes the key locks its row's
+foreign keys need (the agent's, the thread's; an extraction holds its thread FOR UPDATE while it
+writes items), then counts the items no other transaction holds (FOR UPDATE SKIP LOCKED, in id
+order); an item another transaction held is counted after, one row per statement, each waiting
+for that one lock only. Retention (`access_log_prune`), erasure
 (`access_log_forget_person`) and the export of a person (`access_log_of_person`) are here too; their
 SQL is built in this module only (psycopg.sql for statements, RawSQL for a queryset's expressions).
 """
@@ -23,7 +28,7 @@ from django.db.models.expressions import RawSQL
 from django.utils import timezone
 from psycopg import sql
 
-from memoryapp.models import AccessLog, MemoryItem, Thread
+from memoryapp.models import AccessLog, Agent, MemoryItem, Thread
 
 logger = logging.getLogger(__name__)
 
@@ -33,11 +38,37 @@ _RECORD = sql.SQL(
         INSERT INTO {log} (agent_id, thread_id, user_id, source, at, item_ids, entry_ids)
         VALUES (%(agent)s, %(thread)s, %(user)s, %(source)s, %(at)s, %(items)s::varchar[], %(entries)s::varchar[])
         RETURNING id
+    ),
+    agent_key AS (SELECT id FROM {agents} WHERE id = %(agent)s FOR KEY SHARE),
+    thread_key AS (SELECT id FROM {threads} WHERE id = %(thread)s FOR KEY SHARE),
+    free AS (
+        SELECT id FROM {items}
+         WHERE agent_id = %(agent)s AND id = ANY(%(items)s::varchar[])
+           AND (SELECT count(*) FROM agent_key) + (SELECT count(*) FROM thread_key) >= 0
+         ORDER BY id
+           FOR UPDATE SKIP LOCKED
     )
-    UPDATE {items} SET times_retrieved = times_retrieved + 1, last_retrieved_at = %(at)s
-     WHERE agent_id = %(agent)s AND id = ANY(%(items)s::varchar[])
+    UPDATE {items} AS item SET times_retrieved = item.times_retrieved + 1, last_retrieved_at = %(at)s
+      FROM free WHERE item.id = free.id
+    RETURNING item.id
     """
 )
+# The key locks come first (the `free` CTE's one-time filter reads them before it locks an item):
+# waiting for a thread an extraction holds, the statement holds no item that extraction may want.
+
+# An item the statement skipped (another transaction held it): counted alone, waiting for that lock.
+_COUNT_ONE = sql.SQL(
+    """
+    UPDATE {items} SET times_retrieved = times_retrieved + 1, last_retrieved_at = %(at)s
+     WHERE agent_id = %(agent)s AND id = %(item)s
+    """
+)
+# Outside a caller's transaction a statement runs as its own, committed without waiting for the WAL
+# to reach the disk: the few rows a crash of the database server could lose are a log's, not data.
+# The setting and the statement go as one string, which PostgreSQL runs as one transaction (Django's
+# client-side binding sends it as one simple query): one round trip, not a BEGIN, a SET, the
+# statement and a COMMIT.
+_ASYNC_COMMIT = sql.SQL("SET LOCAL synchronous_commit TO OFF; ")
 
 
 def _unique(ids: Sequence[str]) -> list[str]:
@@ -59,9 +90,12 @@ def access_log_record(
     Best effort: a failure is logged and answers False, never fails the request that sent the
     memory (its own savepoint, so a caller's transaction goes on)."""
     items, entries = _unique(item_ids), _unique(entry_ids)
-    statement = _RECORD.format(
-        log=sql.Identifier(AccessLog._meta.db_table), items=sql.Identifier(MemoryItem._meta.db_table)
-    )
+    tables = {
+        "log": sql.Identifier(AccessLog._meta.db_table),
+        "items": sql.Identifier(MemoryItem._meta.db_table),
+        "agents": sql.Identifier(Agent._meta.db_table),
+        "threads": sql.Identifier(Thread._meta.db_table),
+    }
     params = {
         "agent": agent_id,
         "thread": thread.pk if thread is not None else None,
@@ -72,21 +106,30 @@ def access_log_record(
         "entries": entries,
     }
     try:
-        if not connection.in_atomic_block:
-            # Its own transaction: the commit need not wait for the WAL to reach the disk (the few
-            # rows a crash of the database server could lose are a log's, not data). The setting and
-            # the statement go as one statement string, which PostgreSQL runs as one transaction
-            # (Django's client-side binding sends it as one simple query): one round trip, not a
-            # BEGIN, a SET, the statement and a COMMIT.
-            with connection.cursor() as cursor:
-                cursor.execute(sql.SQL("SET LOCAL synchronous_commit TO OFF; ") + statement, params)
-        else:
-            with transaction.atomic(), connection.cursor() as cursor:
-                cursor.execute(statement, params)
+        counted = _run(_RECORD.format(**tables), params, returns=True)
+        # Rarely any: an item another request was counting, or one a writer holds (then this waits
+        # for that writer, holding nothing it could want). An item gone since answers no row.
+        for item in sorted(set(items) - counted):
+            _run(_COUNT_ONE.format(**tables), {"agent": agent_id, "item": item, "at": params["at"]})
     except DatabaseError:
         logger.exception("the access log of a %s could not be written", source)
         return False
     return True
+
+
+def _run(statement: sql.Composable, params: dict[str, Any], *, returns: bool = False) -> set[str]:
+    """Run one statement: as its own transaction committed asynchronously, or in a savepoint of the
+    caller's transaction (a failure leaves the caller's transaction usable). Answers the ids it
+    returned."""
+    if not connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            cursor.execute(_ASYNC_COMMIT + statement, params)
+            if returns and cursor.nextset():
+                return {row[0] for row in cursor.fetchall()}
+            return set()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement, params)
+        return {row[0] for row in cursor.fetchall()} if returns else set()
 
 
 def item_accesses(*, item: MemoryItem, limit: int = 50, before: int | None = None) -> QuerySet[AccessLog]:
