@@ -42,11 +42,15 @@ def on_starting(server: Any) -> None:
 
 
 def pre_fork(server: Any, worker: Any) -> None:
-    """No database connection the master opened while loading (the encryption check) is inherited:
-    a worker sharing the master's socket would mix its queries with another's."""
+    """No database connection the master opened while loading (the encryption check) is inherited,
+    nor its connection pool: a worker sharing the master's socket would mix its queries with
+    another's. Each worker opens its own pool on its first query."""
     from django.db import connections
 
     connections.close_all()
+    # A pool the master opened (DB_POOL_SIZE) holds connections and threads a worker must not inherit.
+    for connection in connections.all(initialized_only=True):
+        connection.close_pool()  # type: ignore[attr-defined]
 
 
 def post_worker_init(worker: object) -> None:

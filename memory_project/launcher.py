@@ -222,6 +222,13 @@ def main() -> int:
     for name, command in commands.items():
         if name != "web" and worker_nice:
             commands[name] = ["nice", "-n", str(worker_nice), *command]
+    # DB_POOL_SIZE is the web server's connection pool: the worker and beat keep a session each (a
+    # job run's advisory lock lives in its worker's session).
+    if env_int("DB_POOL_SIZE", 0, minimum=0, maximum=100):
+        commands = {
+            name: command if name == "web" else ["env", "DB_POOL_SIZE=0", *command]
+            for name, command in commands.items()
+        }
 
     stop = stop_on_signals()
     base = f"http://{host}:{port}"

@@ -98,10 +98,24 @@ if USES_EMBEDDED_POSTGRES:
     DATABASE_URL = embedded.postgres_url(EMBEDDED_PGDATA, database="memory")
 
 
-def database_from_url(url: str) -> dict[str, object]:
+# Django's psycopg connection pool (psycopg-pool) in each process: DB_POOL_SIZE connections
+# (0: none; each thread keeps a connection of its own for DB_CONN_MAX_AGE seconds instead). A
+# request takes one from the pool (checked with an empty query, so a restarted database costs no
+# failed request) and gives it back when it ends; one waiting longer than DB_POOL_TIMEOUT seconds
+# for a free one fails (a 503 from DatabaseOutageMiddleware). `make run` gives it to the web server
+# only: a Celery worker keeps one session of its own (its job runs' advisory locks, docs/operations.md).
+DB_POOL_SIZE = env_int("DB_POOL_SIZE", 0, minimum=0, maximum=100)
+DB_POOL_TIMEOUT = env_float("DB_POOL_TIMEOUT", 10.0, minimum=0.1, maximum=600)
+
+
+def database_from_url(
+    url: str, *, pool_size: int = DB_POOL_SIZE, pool_timeout: float = DB_POOL_TIMEOUT
+) -> dict[str, object]:
     parts = urlsplit(url)
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    host = query.pop("host", None) or parts.hostname or ""
+    query: dict[str, object] = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    host = str(query.pop("host", None) or parts.hostname or "")
+    if pool_size:
+        query["pool"] = {"min_size": pool_size, "max_size": pool_size, "timeout": pool_timeout}
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "postgres",
@@ -109,7 +123,8 @@ def database_from_url(url: str) -> dict[str, object]:
         "PASSWORD": unquote(parts.password or ""),
         "HOST": host,
         "PORT": str(parts.port or ""),
-        "CONN_MAX_AGE": env_int("DB_CONN_MAX_AGE", 60, minimum=0),
+        # A pooled connection goes back to the pool at the end of each request (Django refuses both).
+        "CONN_MAX_AGE": 0 if pool_size else env_int("DB_CONN_MAX_AGE", 60, minimum=0),
         "CONN_HEALTH_CHECKS": True,
         "OPTIONS": query,
         "TEST": {"NAME": "test_memory"},
