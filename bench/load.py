@@ -12,7 +12,9 @@
 3. A `/healthz` phase: the web processes' CPU per request of the cheapest answer, the baseline.
 4. One phase per kind (`--kind-clients` clients, `--kind-seconds` each): the web CPU per request
    of that kind alone, read from /proc/<pid>/stat of the gunicorn master and its workers before and
-   after (web processes only: the embedding worker and PostgreSQL are not counted).
+   after; next to it the CPU per request of the service's other processes in the same phase: its
+   Celery worker and beat (the launcher's other children: the embedding of every appended turn)
+   and its PostgreSQL (the postmaster of `--pgdata` and its backends), where they run here.
 5. The mixed phase: `--clients` clients for `--duration` seconds, each picking its next request by
    the mix: a single append to its own thread, a hybrid search, a hybrid context build of 4,000
    tokens on its thread, or a path read of its thread's newest 50 turns. Prints req/s,
@@ -115,6 +117,49 @@ def web_processes(port: int) -> list[int]:
         if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None and int(stat[1]) in masters:
             pids.add(int(entry.name))
     return sorted(pids)
+
+
+def _children(pids: set[int]) -> set[int]:
+    """These processes and all their descendants."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None:
+            parents[int(entry.name)] = int(stat[1])
+    found, grew = set(pids), True
+    while grew:
+        more = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= more
+        grew = bool(more)
+    return found
+
+
+def worker_processes(web: list[int]) -> list[int]:
+    """The launcher's other children (Celery worker, beat) and theirs: the launcher is the parent of
+    the gunicorn master (the web process whose parent is not one of them)."""
+    parents = {pid: int(stat[1]) for pid in web if (stat := _stat(pid)) is not None}
+    masters = [parent for pid, parent in parents.items() if parent not in parents]
+    if len(set(masters)) != 1:
+        return []
+    launcher = masters[0]
+    if launcher <= 1 or not any("memory_project.launcher" in part for part in _cmdline(launcher)):
+        return []
+    return sorted(_children({launcher}) - {launcher} - _children(set(web)))
+
+
+def postgres_postmaster(pgdata: Path) -> int | None:
+    try:
+        return int((pgdata / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def postgres_cpu_seconds(postmaster: int | None) -> float:
+    """The postmaster's CPU with that of its children it reaped (fields 16 and 17: backends that
+    ended), and that of its live children: a backend that ends within a phase is still counted."""
+    if postmaster is None or (stat := _stat(postmaster)) is None:
+        return 0.0
+    total = sum(int(v) for v in stat[11:15])
+    return total / CLOCK_TICKS + cpu_seconds(sorted(_children({postmaster}) - {postmaster}))
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -311,6 +356,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-requests", type=int, default=200_000, help="at most this many requests a phase")
     parser.add_argument("--cold", action="store_true", help="start the service here and time its first requests")
     parser.add_argument("--keep", action="store_true", help="keep the bench threads")
+    parser.add_argument(
+        "--pgdata",
+        type=Path,
+        default=Path(os.environ.get("EMBEDDED_PGDATA", ROOT / "var" / "pgdata")),
+        help="data directory of the service's embedded PostgreSQL, for its CPU per request (default var/pgdata)",
+    )
     args = parser.parse_args(argv)
     _, port = loopback_only(args.base)
     mix = parse_mix(args.mix)
@@ -400,11 +451,26 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
                 print(kind_line(kind, tally.latencies.get(kind, []), wall) + f"  first {(first or 0) * 1000:.0f} ms")
             return
 
+        postmaster = postgres_postmaster(args.pgdata)
+        workers = worker_processes(pids)
+
+        def side_cpu() -> tuple[float, float]:
+            return cpu_seconds(workers), postgres_cpu_seconds(postmaster)
+
+        def side_line(before: tuple[float, float], count: int) -> str:
+            after = side_cpu()
+            if not count:
+                return ""
+            worker, postgres = ((a - b) * 1000 / count for a, b in zip(after, before, strict=True))
+            return f"  worker {worker:6.2f}  PostgreSQL {postgres:6.2f} ms/req"
+
+        print(f"worker and beat {workers or 'not found'}; PostgreSQL {postmaster or 'not found'} ({args.pgdata})")
         per_request: dict[str, float] = {}
         small = seats[: args.kind_clients]
         if args.kind_seconds > 0:
             print(f"one kind at a time, {len(small)} clients, {args.kind_seconds:g} s each: web CPU per request")
             for kind in ("healthz", *kinds):
+                sides = side_cpu()
                 tally, wall, cpu = run_phase(
                     small, _always(kind), seconds=args.kind_seconds, max_requests=args.max_requests, pids=pids
                 )
@@ -413,13 +479,17 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
                 errors = f"  errors {dict(tally.errors)}" if tally.errors else ""
                 print(
                     kind_line(kind, tally.latencies.get(kind, []), wall)
-                    + f"  web CPU {per_request[kind] * 1000:6.2f} ms/req = {ratio:5.1f}x healthz{errors}"
+                    + f"  web CPU {per_request[kind] * 1000:6.2f} ms/req = {ratio:5.1f}x healthz"
+                    + side_line(sides, tally.count)
+                    + errors
                 )
 
+        sides = side_cpu()
         tally, wall, cpu = run_phase(
             seats[: args.clients], pick, seconds=args.duration, max_requests=args.max_requests, pids=pids
         )
         mixed = tally.count
+        mixed_sides = side_line(sides, mixed)
         print(
             f"mixed load, {args.clients} clients, {len(keys)} agents, {wall:.1f} s, mix {args.mix}: "
             f"{mixed} requests = {mixed / wall:.1f} req/s, errors {sum(tally.errors.values())}"
@@ -433,6 +503,7 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
             expected = sum(per_request.get(k, 0.0) * len(tally.latencies.get(k, [])) for k in kinds)
             share = f"; the one-kind phases' CPU predicts {expected * 1000 / mixed:.2f} ms" if expected else ""
             print(f"mixed web CPU {cpu * 1000 / mixed:.2f} ms/req ({cpu / wall:.2f} cores){share}")
+            print(f"mixed, the service's other processes:{mixed_sides}")
         print(f"load average after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     finally:
         if not args.keep:
