@@ -24,7 +24,7 @@ from governance.audit.chain import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, IdentifierKind, PersonIdentifier
 from memoryapp.models.people import identifier_key
-from memoryapp.screening.recognizers import EMAIL, PHONE, Memo, detected
+from memoryapp.screening.recognizers import EMAIL, PHONE, Memo, detected, phone_possible
 
 # The request's lists, in the order the answer gives them, and the kind each holds.
 LISTS = {"emails": IdentifierKind.EMAIL, "phones": IdentifierKind.PHONE, "names": IdentifierKind.NAME}
@@ -243,7 +243,7 @@ def _candidates(text: str, memo: Memo | None = None) -> dict[str, list[tuple[int
     if "@" in text:
         for start, end in detected(EMAIL, text, memo):
             found.setdefault(_EMAIL_KEY + email_normalized(text[start:end]), []).append((start, end))
-    if sum(c.isdigit() for c in text) >= 7:
+    if phone_possible(text):
         for start, end in detected(PHONE, text, memo):
             e164 = phone_e164(text[start:end], region="US") or phone_e164(text[start:end])
             if e164:

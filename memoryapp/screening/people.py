@@ -57,12 +57,17 @@ class PeopleMatcher:
             else:
                 self._bare.add(_folded(value))
 
+        # The gate's words as one pattern (a trie: `number(?:1|2)`), compiled once per registry
+        # version: one search in C, where splitting every text into its words cost twice as much.
+        self._gate = re.compile(rf"\b{_trie(self._words)}\b") if self._words else None
+
     def __bool__(self) -> bool:
         return bool(self.people)
 
     def _may_hold(self, text: str) -> bool:
         folded = _folded(text)
-        if not self._words.isdisjoint(_WORD.findall(folded)):
+        # A word of the text that is one of the gate's words (each is a run of word characters).
+        if self._gate is not None and self._gate.search(folded) is not None:
             return True
         if self._bare and any(bare in folded for bare in self._bare):
             return True
@@ -92,6 +97,26 @@ class PeopleMatcher:
                 if named:
                     found |= named
         return found
+
+
+def _trie(words: Iterable[str]) -> str:
+    """An alternation matching exactly these words (none empty), their common prefixes factored out,
+    so the regex engine reads a text once rather than trying each word at each place."""
+    root: dict[str, Any] = {}
+    for word in words:
+        node = root
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def pattern(node: dict[str, Any]) -> str:
+        branches = [re.escape(char) + pattern(child) for char, child in sorted(node.items()) if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 and "" not in node else f"(?:{'|'.join(branches)})"
+        return f"{body}?" if "" in node else body
+
+    return pattern(root)
 
 
 def strings_of(value: Any) -> Iterator[str]:

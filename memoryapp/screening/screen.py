@@ -94,6 +94,8 @@ class Screener:
 
     def value(self, value: Any, *, field: str, holdable: bool = True) -> Any:
         """A JSON value with each string in it (keys aside) screened as `text`, under one field name."""
+        if value is None:  # most entries' tool calls, event and metadata
+            return None
         if isinstance(value, str):
             return self.text(value, field=field, holdable=holdable)
         if isinstance(value, list):
