@@ -47,7 +47,14 @@ from psycopg import sql
 
 from governance.audit.chain import audit_append, audit_rehearsal, canonical_json
 from governance.crypto.envelope import data_keys_of_person, key_set_ids
-from governance.crypto.fields import BlindIndexField, SealedJSONField, SealedTextField, json_text_open, value_open
+from governance.crypto.fields import (
+    KEY_PEOPLE,
+    BlindIndexField,
+    SealedJSONField,
+    SealedTextField,
+    json_text_open,
+    value_open,
+)
 from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
@@ -1308,7 +1315,10 @@ def backup_holdings(*, user_id: str, held: dict[tuple[str, str, str], int]) -> d
     readable: dict[tuple[str, str, str], int] = {}
     for (table, column, key), rows in held.items():
         if not key or key == PSEUDONYMS:
-            why = "plaintext" if not key else "keyed pseudonyms, linking to no one once the person's secret is deleted"
+            if key:
+                why = "keyed pseudonyms, linking to no one once the person's secret is deleted"
+            else:
+                why = _plain_ids_why(table, column) or "plaintext"
             readable[(table, column, why)] = readable.get((table, column, why), 0) + rows
             continue
         # A key set (several people's keys: a row naming them) opens only while every member lives.
@@ -1331,6 +1341,26 @@ def backup_holdings(*, user_id: str, held: dict[tuple[str, str, str], int]) -> d
         "unopenable": [{"table": t, "column": c, "rows": n} for (t, c), n in sorted(unopenable.items())],
         "readable": [{"table": t, "column": c, "rows": n, "why": w} for (t, c, w), n in sorted(readable.items())],
     }
+
+
+# Columns that hold ids, never words, read in SQL and so never sealed: what a copy made before an
+# erasure still reads of each row it deleted or changed (`backup_holdings` says which, measured).
+_PLAIN_ID_COLUMNS = {
+    "user_id": "person ids in plaintext: whose row it is",
+    "sender": "person ids in plaintext: who sent the message",
+    "words_of": "person ids in plaintext: whose words the row holds",
+    KEY_PEOPLE: "person ids in plaintext: the people the row names",
+}
+_PLAIN_THREAD_IDS = "thread ids in plaintext: the client's, which may name the person"
+
+
+def _plain_ids_why(table: str, column: str) -> str | None:
+    """Why a plaintext column an old copy keeps is no words but ids (None: it holds words)."""
+    if column in _PLAIN_ID_COLUMNS:
+        return _PLAIN_ID_COLUMNS[column]
+    if column == "thread_id" or (table, column) == (Thread._meta.db_table, "external_id"):
+        return _PLAIN_THREAD_IDS
+    return None
 
 
 def _unsealed_kept(tables: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
@@ -1378,8 +1408,12 @@ def _shredding(
     backup["unsealed"] = _unsealed_kept(tables)
     unsealed = "; ".join(f"{r['table']}.{r['column']}: {r['rows']} ({r['what']})" for r in backup["unsealed"])
     shut = sum(r["rows"] for r in backup["unopenable"])
-    still = sum(r["rows"] for r in backup["readable"])
+    words = [r for r in backup["readable"] if not r["why"].startswith(("person ids", "thread ids"))]
+    ids = [r for r in backup["readable"] if r not in words]
+    still = sum(r["rows"] for r in words)
     where = "; ".join(f"{r['table']}.{r['column']}: {r['rows']} ({r['why']})" for r in backup["readable"])
+    words_where = "; ".join(f"{r['table']}.{r['column']}: {r['rows']} ({r['why']})" for r in words)
+    ids_where = "; ".join(f"{r['table']}.{r['column']}: {r['rows']}" for r in ids)
     if not keyring().enabled and not keys:
         statement = (
             "Encryption at rest is off: there was no data key to destroy. A copy made before the erasure "
@@ -1397,9 +1431,15 @@ def _shredding(
             "copy made before it (a backup, a dump, a replica): sealed under the person's keys, now destroyed, "
             "alone or in a key set with the keys of the others the row names. "
             + (
-                f"Such a copy still holds {still} readable: {where}. "
+                f"Such a copy still holds {still} readable: {words_where}. "
                 if still
                 else "Such a copy holds none of them readable. "
+            )
+            + (
+                "It still reads, in plaintext, the person and thread ids of those rows (ids, not words: whose "
+                f"row, who sent it, whose words, whom it names, which thread): {ids_where}. "
+                if ids
+                else ""
             )
             + (f"It also holds, never sealed: {unsealed}; " if unsealed else "It also holds ")
             + "each row's ids, sizes and times (docs/security.md, Encryption at rest)."

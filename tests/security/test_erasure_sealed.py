@@ -132,7 +132,19 @@ def test_a_message_in_another_persons_thread_is_sealed_under_the_senders_key_and
     assert not [r for r in readable if r[:2] == ("memoryapp_entry", "text")]
     assert unopenable[("memoryapp_entry", "metadata")] == 1
     assert not [r for r in readable if r[:2] == ("memoryapp_entry", "metadata")]
-    assert readable[("memoryapp_entry", "sender", "plaintext")] == 1
-    assert readable[("memoryapp_thread", "external_id", "plaintext")] == 1
+    # Ids, not words: the receipt says which plaintext columns an old copy reads only ids in.
+    assert readable[("memoryapp_entry", "sender", "person ids in plaintext: who sent the message")] == 1
+    assert readable[("memoryapp_thread", "user_id", "person ids in plaintext: whose row it is")] == 1
+    assert (
+        readable[
+            ("memoryapp_thread", "external_id", "thread ids in plaintext: the client's, which may name the person")
+        ]
+        == 1
+    )
+    assert "in plaintext, the person and thread ids of those rows" in shredding["statement"]
+    assert "memoryapp_entry.sender: 1" in shredding["statement"]
+    # Left as "plaintext": her turns' content hashes (sha256 digests of turn, place and time), said apart.
+    assert {r[:2] for r in readable if r[2] == "plaintext"} == {("memoryapp_entry", "content_hash")}
+    assert "still holds 2 readable: memoryapp_entry.content_hash: 2 (plaintext)." in shredding["statement"]
     assert "memoryapp_entry.text" not in shredding["statement"]
     assert "no longer opens with any key" not in shredding["statement"]
