@@ -13,7 +13,10 @@ Against the running service (`make run`), as one agent (`--key`):
    (executemany, or COPY with `--baseline copy`), and as many single-row transactions as
    phase 1 for the single-append comparison.
 
-Prints entries/s and p50/p95/p99 latency of each phase, the baseline rates and the ratios.
+Prints entries/s and p50/p95/p99 latency of each phase, the baseline rates and the ratios, and
+the web processes' CPU per request of each HTTP phase (read from /proc of the gunicorn master bound
+to the port of --base and its workers, when they run on this machine) next to that of a `/healthz`
+phase of as many requests by the same clients, measured in the same run.
 Every thread it makes is deleted at the end (`--keep` keeps them).
 
     python bench/write_entries.py --base http://127.0.0.1:8000 --key mk_... [--clients 8] [--naming]
@@ -103,6 +106,8 @@ class Phase:
     name: str
     entries: int = 0
     seconds: float = 0.0
+    requests: int = 0
+    web_cpu: float | None = None  # the web processes' CPU seconds during the phase
     latencies: list[float] = field(default_factory=list)
     errors: dict[int, int] = field(default_factory=dict)
 
@@ -117,8 +122,16 @@ class Phase:
             return self.latencies[0]
         return statistics.quantiles(self.latencies, n=100, method="inclusive")[int(p) - 1]
 
-    def line(self) -> str:
+    def cpu_per_request(self) -> float | None:
+        return self.web_cpu / self.requests if self.web_cpu is not None and self.requests else None
+
+    def line(self, healthz: Phase | None = None) -> str:
         errors = f"  errors {self.errors}" if self.errors else ""
+        cpu = self.cpu_per_request()
+        if cpu is not None:
+            base = healthz.cpu_per_request() if healthz is not None else None
+            versus = f" = {cpu / base:4.1f}x healthz" if base else ""
+            errors = f"  web CPU {cpu * 1000:5.2f} ms/req{versus}{errors}"
         return (
             f"{self.name:<34} {self.entries:>7} entries in {self.seconds:6.2f}s = {self.rate:9.1f} entries/s"
             f"   latency p50 {self.percentile(50) * 1000:7.2f} ms  p95 {self.percentile(95) * 1000:7.2f} ms"
@@ -140,8 +153,14 @@ def entry_body(client: int, index: int) -> dict[str, Any]:
     }
 
 
-def run_phase(name: str, clients: list[Client], work: Callable[[int, Client], list[tuple[float, int, int]]]) -> Phase:
-    """Run `work(number, client)` on every client at once; each returns (seconds, status, entries)."""
+def run_phase(
+    name: str,
+    clients: list[Client],
+    work: Callable[[int, Client], list[tuple[float, int, int]]],
+    web: list[int] | None = None,
+) -> Phase:
+    """Run `work(number, client)` on every client at once; each returns (seconds, status, entries).
+    `web`: the web processes' pids, whose CPU time the phase reads before and after."""
     phase = Phase(name)
     start = threading.Barrier(len(clients) + 1)
 
@@ -151,12 +170,16 @@ def run_phase(name: str, clients: list[Client], work: Callable[[int, Client], li
 
     with ThreadPoolExecutor(len(clients)) as pool:
         futures = [pool.submit(worker, n) for n in range(len(clients))]
+        cpu_before = cpu_seconds(web) if web else None
         start.wait()
         began = time.perf_counter()
         results = [f.result() for f in futures]
         phase.seconds = time.perf_counter() - began
+        if cpu_before is not None and web:
+            phase.web_cpu = cpu_seconds(web) - cpu_before
     for rows in results:
         for seconds, status, entries in rows:
+            phase.requests += 1
             phase.latencies.append(seconds)
             if status in (200, 201):
                 phase.entries += entries
@@ -175,6 +198,50 @@ def create_thread(client: Client, thread_id: str) -> None:
     status, payload = client.call("POST", "/api/v1/threads", {"id": thread_id, "metadata": {"bench": True}})
     if status not in (200, 201):
         sys.exit(f"cannot create thread {thread_id}: {status} {payload}")
+
+
+# --- the web processes' CPU --------------------------------------------------------------------
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces: split after its closing parenthesis.
+    return text[text.rindex(")") + 2 :].split()
+
+
+def web_processes(port: int) -> list[int]:
+    """The gunicorn master bound to `port` on this machine and its workers (pids; none elsewhere)."""
+    masters = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            line = Path(f"/proc/{entry.name}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if any("gunicorn" in part for part in line) and any(part.endswith(f":{port}") for part in line):
+            masters.append(int(entry.name))
+    pids = set(masters)
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _proc_stat(int(entry.name))) is not None and int(stat[1]) in masters:
+            pids.add(int(entry.name))
+    return sorted(pids)
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time of these processes (fields 14 and 15 of /proc/<pid>/stat)."""
+    total = 0
+    for pid in pids:
+        stat = _proc_stat(pid)
+        if stat is not None:
+            total += int(stat[11]) + int(stat[12])
+    return total / CLOCK_TICKS
 
 
 # --- raw baseline ------------------------------------------------------------------------------
@@ -371,16 +438,26 @@ def main(argv: list[str] | None = None) -> None:
             out.append((seconds, status, args.batch_size))
         return out
 
+    def healthz(number: int, client: Client) -> list[tuple[float, int, int]]:
+        return [(*timed(client, "GET", "/healthz", None)[:2], 0) for _ in range(args.entries)]
+
+    web = web_processes(urlsplit(args.base).port or 80)
     print(f"{args.clients} clients against {args.base}; run {run}{'; every turn names two people' if naming else ''}")
-    solo = run_phase("single appends, one client alone", clients[:1], singles(lambda n: alone))
-    print(solo.line())
+    if not web:
+        print("(no gunicorn bound to that port on this machine: no web CPU figures)")
+    solo = run_phase("single appends, one client alone", clients[:1], singles(lambda n: alone), web)
+    base = run_phase("/healthz (baseline of web CPU)", clients, healthz, web)
+    print(solo.line(base))
+    print(base.line(base))
     phases = [
-        run_phase("single appends, own threads", clients, singles(lambda n: own[n])),
-        run_phase("single appends, one shared thread", clients, singles(lambda n: shared)),
-        run_phase(f"batch appends ({args.batch_size}/request)", clients, batches),
+        run_phase("single appends, own threads", clients, singles(lambda n: own[n]), web),
+        run_phase("single appends, one shared thread", clients, singles(lambda n: shared), web),
+        run_phase(f"batch appends ({args.batch_size}/request)", clients, batches, web),
     ]
     for phase in phases:
-        print(phase.line())
+        print(phase.line(base))
+    if phases[2].web_cpu is not None and phases[2].entries:
+        print(f"batch appends: web CPU {phases[2].web_cpu / phases[2].entries * 1000:.3f} ms an entry")
 
     url = args.database_url or default_database_url()
     agent_id, raw_pks = thread_keys(url, raw_threads)
