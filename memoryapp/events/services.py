@@ -108,6 +108,26 @@ _INSERT_ONE_SQL = (
 )
 
 
+def event_insert_one(
+    *, agent_id: int, type: str, ids: Sequence[str] = (), thread_id: str = ""
+) -> tuple[str, list[Any]] | None:
+    """What `event_record` would send, as one INSERT statement and its parameters, for a service that
+    sends it in the same statement as its own change (an append: its entry, its thread's counters and
+    its event in one round trip, issue 26); None when the ids make more than one event (then call
+    `event_record`). The caller runs it in its transaction, after the change, and then calls
+    `event_inserted(agent_id=...)`, as `event_record` does both."""
+    if type not in EVENT_TYPES:
+        raise ValueError(f"unknown event type {type!r}")
+    if len(ids) > MAX_EVENT_IDS:
+        return None
+    return _INSERT_ONE_SQL, [agent_id, type, thread_id or "", Jsonb([str(i) for i in ids])]
+
+
+def event_inserted(*, agent_id: int) -> None:
+    """After the statement of `event_insert_one` ran: the agent's webhooks are woken once it commits."""
+    webhooks_wake_after_commit(agent_id=agent_id)
+
+
 def events_forget_threads(*, agent_id: int, thread_ids: Sequence[str]) -> int:
     """The agent's events stop naming these threads (their client-chosen ids, which may name a
     person: `trip:p-ines`): for a person's erasure, in its transaction. The events stay, numbered

@@ -22,7 +22,7 @@ from governance.crypto.fields import BatchSealer
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.rotation import rows_reseal, sealed_models
 from memoryapp.errors import DomainError, NotFound
-from memoryapp.events.services import event_record
+from memoryapp.events.services import event_insert_one, event_inserted, event_record
 from memoryapp.ids import entry_id_new, person_id_check
 from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
@@ -348,18 +348,14 @@ def _insert(
             entries=[e for e, _ in unscreened], screener=screener, prefixes=[p for _, p in unscreened], now=now
         )
     named = entries_sealed_for_people(thread=thread, locked=locked, entries=entries)
-    _entries_insert(entries)
     changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id}
     if branched:
         changes["branch_epoch"] = locked.branch_epoch = locked.branch_epoch + 1
     changes["history_tokens"] = _history_tokens_after(locked, entries, branched=branched)
-    _thread_update(locked.pk, changes)
+    _entries_write(entries, locked=locked, changes=changes)
     locked.next_seq, locked.active_leaf_id = seq, leaf_id
     locked.history_tokens = changes["history_tokens"]
     thread_sync(thread, locked)
-    event_record(
-        agent_id=locked.agent_id, type="entry.added", thread_id=locked.external_id, ids=[e.id for e in entries]
-    )
     _audit_tool_calls(locked, entries)
     if named:
         mentions_record(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries], named=named)
@@ -492,17 +488,58 @@ _INSERT_HASHES_AT = (ENTRY_INSERT_COLUMNS.index("keyword_hashes"), ENTRY_INSERT_
 _THREAD_UPDATES: dict[tuple[str, ...], str] = {}
 
 
-def _thread_update(pk: int, changes: dict[str, Any]) -> None:
+def _thread_update(pk: int, changes: dict[str, Any]) -> tuple[str, list[Any]]:
     """`Thread.objects.filter(pk=pk).update(**changes)` for plain values of concrete fields (the
-    write's counters and leaf), its SQL built once per set of fields rather than compiled per
-    append (issue 26). Like QuerySet.update, it leaves updated_at and the signals alone."""
+    write's counters and leaf), as SQL and parameters, its SQL built once per set of fields rather
+    than compiled per append (issue 26). Like QuerySet.update, it leaves updated_at and the signals
+    alone."""
     names = tuple(changes)
     sql = _THREAD_UPDATES.get(names)
     if sql is None:
         sets = ", ".join(f"{Thread._meta.get_field(name).column} = %s" for name in names)  # type: ignore[union-attr]
         sql = _THREAD_UPDATES[names] = f"UPDATE {Thread._meta.db_table} SET {sets} WHERE id = %s"
+    return sql, [*changes.values(), pk]
+
+
+def _entries_write(entries: Sequence[Entry], *, locked: Thread, changes: dict[str, Any]) -> None:
+    """Store a write's new entries (`_entries_insert`), move the thread's counters and leaf
+    (`changes`, `_thread_update`) and record the `entry.added` event naming them, in the fewest
+    statements: each was a round trip of its own, and the thread's row lock is held across them.
+
+    - One entry: one statement, the three as a WITH query (`WITH entry AS (INSERT ... RETURNING
+      stored_at), thread AS (UPDATE ...), event AS (INSERT ...) SELECT stored_at FROM entry`).
+    - A batch: its COPY, then the UPDATE and the event's INSERT as one statement.
+
+    The parts touch different rows (the entries' foreign keys are checked at commit), so running
+    them in one statement stores what running them one after another stored. An event too large
+    for one row (more than MAX_EVENT_IDS ids) is recorded by `event_record` as before.
+    """
+    rows = _entry_rows(entries)
+    thread_sql, thread_params = _thread_update(locked.pk, changes)
+    event = event_insert_one(
+        agent_id=locked.agent_id, type="entry.added", thread_id=locked.external_id, ids=[e.id for e in entries]
+    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*changes.values(), pk])
+        if len(rows) == 1 and event is not None:
+            cursor.execute(
+                f"WITH entry AS ({_INSERT_ONE_SQL}), thread AS ({thread_sql}), event AS ({event[0]})"
+                " SELECT stored_at FROM entry",
+                [*rows[0], *thread_params, *event[1]],
+            )
+            (entries[0].stored_at,) = cursor.fetchone()
+        else:
+            _entries_insert(entries, rows, cursor)
+            if event is not None:
+                cursor.execute(f"WITH thread AS ({thread_sql}) {event[0]}", [*thread_params, *event[1]])
+            else:
+                cursor.execute(thread_sql, thread_params)
+    _entries_stored(entries)
+    if event is not None:
+        event_inserted(agent_id=locked.agent_id)
+    else:
+        event_record(
+            agent_id=locked.agent_id, type="entry.added", thread_id=locked.external_id, ids=[e.id for e in entries]
+        )
 
 
 # One entry: a plain INSERT of the same columns (the SQL built once; a COPY costs a round trip more).
@@ -512,14 +549,9 @@ _INSERT_ONE_SQL = (
 )
 
 
-def _entries_insert(entries: Sequence[Entry]) -> None:
-    """Insert the write's new entries as `Model.save` would store them (sealed by their fields when
-    encryption is on), without the ORM's per-row compilation: one entry by a plain INSERT whose SQL
-    is built once (save() compiled it anew each time: ~15% of a single append's web CPU, issue 26),
-    a batch by COPY: psycopg formats the rows in C, which costs a quarter of the client-side parsing
-    of one multi-row INSERT (and a tenth of bulk_create's) at 100 rows. The generated search_vector
-    and the indexes are filled by PostgreSQL as for an INSERT; afterwards the entries are saved rows
-    (`_state.adding` false), as after save()."""
+def _entry_rows(entries: Sequence[Entry]) -> list[list[Any]]:
+    """The rows to insert of the write's new entries, as `Model.save` would store them (sealed by
+    their fields when encryption is on; JSON values as Jsonb)."""
     # Entry's columns are its attribute names (no db_column renames).
     rows = [[getattr(e, column) for column in ENTRY_INSERT_COLUMNS] for e in entries]
     if encryption_enabled():
@@ -528,19 +560,31 @@ def _entries_insert(entries: Sequence[Entry]) -> None:
         for at in _INSERT_JSON_AT:
             if row[at] is not None:
                 row[at] = Jsonb(row[at])
+    return rows
+
+
+def _entries_insert(entries: Sequence[Entry], rows: list[list[Any]], cursor: Any) -> None:
+    """Insert the rows of `_entry_rows` without the ORM's per-row compilation: one entry by a plain
+    INSERT whose SQL is built once (save() compiled it anew each time: ~15% of a single append's web
+    CPU, issue 26), a batch by COPY: psycopg formats the rows in C, which costs a quarter of the
+    client-side parsing of one multi-row INSERT (and a tenth of bulk_create's) at 100 rows. The
+    generated search_vector and the indexes are filled by PostgreSQL as for an INSERT."""
     if len(rows) == 1:
-        with connection.cursor() as cursor:
-            cursor.execute(_INSERT_ONE_SQL, rows[0])
-            (entries[0].stored_at,) = cursor.fetchone()
-    else:
-        with connection.cursor() as cursor, cursor.copy(_COPY_SQL) as copy:
-            for row in rows:
-                for at in _INSERT_HASHES_AT:
-                    hashes = row[at]
-                    if hashes is not None and not isinstance(hashes, str):
-                        # COPY's text format takes the array as its text (psycopg's list dumper costs ten times the join).
-                        row[at] = "{" + ",".join(map(str, hashes)) + "}"
-                copy.write_row(row)
+        cursor.execute(_INSERT_ONE_SQL, rows[0])
+        (entries[0].stored_at,) = cursor.fetchone()
+        return
+    with cursor.copy(_COPY_SQL) as copy:
+        for row in rows:
+            for at in _INSERT_HASHES_AT:
+                hashes = row[at]
+                if hashes is not None and not isinstance(hashes, str):
+                    # COPY's text format takes the array as its text (psycopg's list dumper costs ten times the join).
+                    row[at] = "{" + ",".join(map(str, hashes)) + "}"
+            copy.write_row(row)
+
+
+def _entries_stored(entries: Sequence[Entry]) -> None:
+    """The inserted entries are saved rows from now on (`_state.adding` false), as after save()."""
     for e in entries:
         e._state.adding = False
         e._state.db = connection.alias

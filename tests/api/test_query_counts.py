@@ -55,12 +55,12 @@ def search(caller: Caller, method: str) -> Any:
     )
 
 
-def test_a_single_append_is_six_queries(
+def test_a_single_append_is_four_queries(
     alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
 ) -> None:
-    # the thread locked, the entry, the thread's leaf and counters, the change event
-    # (+ the atomic block's savepoint pair)
-    with django_assert_max_num_queries(6):
+    # the thread locked; the entry, the thread's leaf and counters and the change event in one
+    # statement (+ the atomic block's savepoint pair)
+    with django_assert_max_num_queries(4):
         post_entry(alice, "t-1", role="user", content="one more")
 
 
