@@ -48,6 +48,9 @@ class ChannelInput:
     items: QuerySet[MemoryItem] | None = None  # the items the search may see (None: no item kinds asked)
     no_items: bool = False  # the item scope is empty: item channels return [] without reading
     vector: list[float] | None = None  # the question's embedding (None: vectors are off or failed)
+    # The embedding the vector channel ranks turns by: the question without the names that only
+    # address a speaker of the conversation (memoryapp.search.speakers); `vector` when it names none.
+    turn_vector: list[float] | None = None
     min_similarity: float | None = None  # recall's cosine floor for vector channels
     anchor: datetime | None = None  # "now" for the question: relative times resolve against it
     time_zone: str = ""  # the thread's metadata.time_zone ("" = UTC)

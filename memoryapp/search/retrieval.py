@@ -11,7 +11,8 @@ figures the evaluation prints are those of the product.
    items, and the others a hybrid search runs, each weighted by the kind of question. The vector
    channels are skipped, with a note in `errors`, when the stored vectors do not match the
    configured model or the embedder fails: the search still answers by keyword. Any channel but
-   keyword and vector that fails gives nothing, with a note in `errors`.
+   keyword and vector that fails gives nothing, with a note in `errors`. The vector channel ranks
+   turns by the question without the names of the speakers it addresses (memoryapp.search.speakers).
 4. Hybrid: weighted RRF of the channels' lists, neighbouring turns, MMR (memoryapp.search.hybrid).
 5. Load the rows of the final page in one query per kind.
 """
@@ -43,7 +44,7 @@ from memoryapp.search.query import KIND_UPDATE, QueryAnalysis, analyze_query
 from memoryapp.search.rerank import configured_reranker, rerank_order
 from memoryapp.search.scope import EntryScope
 from memoryapp.search.space import vector_space_status
-from memoryapp.search.speakers import addressed_speakers
+from memoryapp.search.speakers import addressed_speakers, without_addressed_names
 
 METHODS = ("keyword", "vector", "hybrid")
 KINDS = ("entries", "items")
@@ -316,19 +317,19 @@ def search(
         if ((c.kind == ENTRY and "entries" in kinds) or (c.kind == ITEM and item_rows is not None))
         and (c.name in channels if channels is not None else channel_switched_on(c))
     ]
-    vector: list[float] | None = None
-    if (
-        method in ("vector", "hybrid")
-        and text.strip()
-        and any((c.needs_vector or c.uses_vector) and method in c.methods for c in wanted)
-    ):
-        vector = _query_vector(text, outcome)
-        if vector is None and method == "vector":
-            # The vector channel is down: answer by keyword rather than with nothing.
-            method = "keyword"
     # A scope without items (common: a context build of a thread with no memory yet) skips the item
     # channels: one cheap EXISTS instead of searches that would find nothing.
     no_items = item_rows is not None and any(c.kind == ITEM for c in wanted) and not item_rows.exists()
+    # The speakers the question names whose name in the other's turns only addresses them
+    # (memoryapp.search.speakers): left out of the vector the vector channel ranks turns by, and
+    # counted only in their own turns by the rerank.
+    speakers = (
+        addressed_speakers(scope, analysis) if "entries" in kinds and method in ("vector", "hybrid") else frozenset()
+    )
+    vector, turn_vector = _query_vectors(text, speakers, wanted, method, outcome)
+    if vector is None and method == "vector":
+        # The vector channel is down: answer by keyword rather than with nothing.
+        method = "keyword"
     ci = ChannelInput(
         agent_id=agent.pk,
         scope=scope,
@@ -337,6 +338,7 @@ def search(
         items=item_rows,
         no_items=no_items,
         vector=vector,
+        turn_vector=turn_vector,
         min_similarity=min_similarity,
         anchor=anchor or as_of,
         time_zone=time_zone or (str((thread.metadata or {}).get("time_zone") or "") if thread is not None else ""),
@@ -355,16 +357,13 @@ def search(
     outcome.channel_lists = {(kind, name): [h.id for h in found] for kind, name, found, _ in lists}
 
     fused_rows = _fuse(scope=scope, lists=lists, method=method, neighbours=neighbours)
-    speakers = (
-        addressed_speakers(scope, analysis) if "entries" in kinds and diversify and method == "hybrid" else frozenset()
-    )
     outcome.hits = _hits(
         fused_rows,
         limit=limit,
         diversify=diversify and method == "hybrid",
         analysis=analysis,
         outcome=outcome,
-        speakers=speakers,
+        speakers=speakers if diversify and method == "hybrid" else frozenset(),
     )
     return outcome
 
@@ -394,6 +393,26 @@ def _run_channel(channel: Channel, ci: ChannelInput) -> list[ChannelHit]:
         logger.exception("search channel %s/%s failed", channel.kind, channel.name)
         ci.errors.append({"source": f"channel:{channel.name}", "message": str(exc)})
         return []
+
+
+def _query_vectors(
+    text: str, speakers: frozenset[str], wanted: list[Channel], method: str, outcome: SearchOutcome
+) -> tuple[list[float] | None, list[float] | None]:
+    """The question's vector (for every channel that ranks by one) and the vector channel's for turns:
+    the question without the names of `speakers` (memoryapp.search.speakers), embedded apart only
+    when it differs. (None, None) when vectors are off or the embedder failed (said once in `errors`)."""
+    if method not in ("vector", "hybrid") or not text.strip():
+        return None, None
+    if not any((c.needs_vector or c.uses_vector) and method in c.methods for c in wanted):
+        return None, None
+    vector = _query_vector(text, outcome)
+    if vector is None:
+        return None, None
+    turn_text = without_addressed_names(text, speakers)
+    if turn_text == text or not any(c.kind == ENTRY and c.name == "vector" and method in c.methods for c in wanted):
+        return vector, vector
+    # Should that second embedding fail, the turns are ranked by the whole question's vector.
+    return vector, _query_vector(turn_text, outcome) or vector
 
 
 def _query_vector(text: str, outcome: SearchOutcome) -> list[float] | None:

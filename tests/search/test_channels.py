@@ -13,7 +13,7 @@ from django.test import override_settings
 
 from memoryapp.models import Entity
 from memoryapp.search import channels as registry
-from memoryapp.search import turn_time
+from memoryapp.search import retrieval, turn_time
 from memoryapp.search.channel_set import channel_names
 from memoryapp.search.channels import ENTRY, Channel, ChannelInput
 from memoryapp.search.hybrid import Fused
@@ -22,9 +22,9 @@ from memoryapp.search.query import analyze_query
 from memoryapp.search.rerank import HttpReranker, RerankerError, rerank_order, scores_from
 from memoryapp.search.retrieval import Hit, _entry_neighbours, rerank_by_words_and_use, search
 from memoryapp.search.scope import EntryScope
-from memoryapp.search.speakers import addressed_speakers
+from memoryapp.search.speakers import addressed_speakers, without_addressed_names
 from memoryapp.search.turn_time import DAY, MONTH, WEEK, YEAR, named_time
-from tests.kit.factories import ThreadFactory
+from tests.kit.factories import MemoryItemFactory, ThreadFactory
 from tests.kit.recall import by_text, embedded
 from tests.kit.servers import ModelServer, Reply, free_port
 
@@ -421,3 +421,89 @@ def test_a_hit_pulls_the_turns_up_to_two_away_in_its_sitting_not_the_next_sessio
     _entry_neighbours(scope=EntryScope(agent_id=alice.agent.pk, thread_pk=thread.pk), fused=fused, top=10, share=0.3)
     # The next session's first turn, a week later, is next in the thread but not an answer.
     assert ids[3] not in {key[1] for key in fused}
+
+
+# --- the question's vector without the names that only address a speaker ---------------------------
+
+
+def test_the_names_of_addressed_speakers_are_left_out_of_the_text_to_embed() -> None:
+    speakers = frozenset({"melanie", "caroline"})
+    assert without_addressed_names("What are Melanie's hobbies?", speakers) == "What are hobbies?"
+    assert without_addressed_names("Did Caroline and MELANIE both paint?", speakers) == "Did and both paint?"
+    # Whole words only, and a question of nothing but the name stays as it is.
+    assert without_addressed_names("Is Melanieville far?", speakers) == "Is Melanieville far?"
+    assert without_addressed_names("Melanie?", speakers) == "Melanie?"
+    assert without_addressed_names("What are Melanie's hobbies?", frozenset()) == "What are Melanie's hobbies?"
+
+
+# Turns of 200 characters or more, embedded alone (a shorter one is embedded with the turn before).
+VOCATIVES = [
+    _turn(
+        "user",
+        "Melanie! Good morning, Melanie. It has been such a long week here, Melanie, with the move and the boxes"
+        " and the new neighbours, and I kept thinking of you, Melanie. Tell me everything soon, Melanie! Truly.",
+        _at(2026, 5, 1),
+        "Caroline",
+    ),
+    _turn(
+        "assistant",
+        "These days I paint birds along the river every weekend: herons, kingfishers, the odd swan, in watercolour"
+        " on thick paper, and I paint them from sketches I make at dawn when the light is soft and low. Truly.",
+        _at(2026, 5, 1, 12, 1),
+        "Melanie",
+    ),
+    _turn(
+        "user",
+        "Hey Melanie, so glad to hear from you, Melanie. Melanie, you always know how to cheer me up after a long"
+        " day at the office, and the kids here say hello to you too, Melanie. Talk soon, Melanie! Truly, truly.",
+        _at(2026, 5, 1, 12, 2),
+        "Caroline",
+    ),
+]
+
+
+def test_a_question_naming_one_of_two_speakers_finds_their_turn_not_the_turns_addressing_them(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=VOCATIVES)
+    embedded(alice.agent)
+    hers = by_text(thread, "paint birds").id
+    scope = EntryScope(agent_id=alice.agent.pk, thread_pk=thread.pk)
+    assert addressed_speakers(scope, analyze_query("What does Melanie paint?")) == {"melanie"}
+
+    def first() -> str:
+        outcome = search(
+            agent=alice.agent, text="What does Melanie paint?", thread=thread, kinds=("entries",), method="vector"
+        )
+        assert outcome.errors == []
+        return outcome.hits[0].id
+
+    # With her name in the question's vector, the turns saying "Melanie" to her come first.
+    monkeypatch.setattr(retrieval, "without_addressed_names", lambda text, speakers: text)
+    assert first() != hers
+    monkeypatch.undo()
+    assert first() == hers
+
+
+def test_items_are_ranked_by_the_whole_questions_vector_and_turns_without_the_name(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=VOCATIVES)
+    embedded(alice.agent)
+    asked: list[str] = []
+    real = retrieval._query_vector
+
+    def spy(text: str, outcome: Any) -> Any:
+        asked.append(text)
+        return real(text, outcome)
+
+    monkeypatch.setattr(retrieval, "_query_vector", spy)
+    MemoryItemFactory(
+        agent=alice.agent, user_id=thread.user_id, subject="Melanie", attribute="hobby", value="Melanie took up pottery"
+    )
+    search(agent=alice.agent, text="What does Melanie paint?", thread=thread)
+    assert sorted(asked) == ["What does Melanie paint?", "What does paint?"]
+    asked.clear()
+    # A question naming no speaker is embedded once for both.
+    search(agent=alice.agent, text="Who paints birds?", thread=thread)
+    assert asked == ["Who paints birds?"]
