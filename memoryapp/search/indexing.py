@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from governance import locks
 from governance.jobs.broker import job_enqueue, job_enqueue_debounced
-from memoryapp.models import Entry, MemoryItem
+from memoryapp.models import Entry, KnowledgeChunk, MemoryItem
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.search.embedders import embed_texts
 from memoryapp.search.space import vector_space_status
@@ -309,8 +309,34 @@ def embed_pending(
     return {**done, "batches": batches, "passed_over": left_over}
 
 
+def embed_chunks_batch(chunks: list[KnowledgeChunk]) -> set[int]:
+    """Embed knowledge chunks again (their text as it was embedded when written); answers the ids
+    written. As `_store`: the rows are claimed with SKIP LOCKED, so a document being replaced or
+    deleted (its chunks deleted) is passed over, never waited for; a chunk deleted meanwhile is
+    simply not there to update (a document's new text comes with new chunks)."""
+    if not chunks:
+        return set()
+    vectors = embed_texts([c.text for c in chunks])
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            WITH claimed AS (
+                SELECT id FROM {KnowledgeChunk._meta.db_table}
+                 WHERE id = ANY(%s::bigint[]) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
+            )
+            UPDATE {KnowledgeChunk._meta.db_table} AS t SET embedding = v.vec::vector
+              FROM unnest(%s::bigint[], %s::text[]) AS v(id, vec)
+             WHERE t.id = v.id AND t.id IN (SELECT id FROM claimed)
+            RETURNING t.id
+            """,
+            [[c.pk for c in chunks], [c.pk for c in chunks], [vector_literal(v) for v in vectors]],
+        )
+        return {row[0] for row in cursor.fetchall()}
+
+
 def reembed_all(*, agent_id: int | None, progress: Callable[[int], None] | None = None) -> dict[str, Any]:
-    """Re-embed every entry and item (of one agent, or all), overwriting vectors, in batches.
+    """Re-embed every entry, item and knowledge-document chunk (of one agent, or all), overwriting
+    vectors, in batches.
 
     Walks by primary key so a crash resumes anywhere without re-reading what is done twice in
     one run; rows written after the walk passed them are embedded by the normal job. Rows a
@@ -323,15 +349,17 @@ def reembed_all(*, agent_id: int | None, progress: Callable[[int], None] | None 
         text=""
     )
     items_q = MemoryItem.objects.exclude(value="")
+    chunks_q = KnowledgeChunk.objects.all()
     if agent_id is not None:
         entries_q = entries_q.filter(agent_id=agent_id)
         items_q = items_q.filter(agent_id=agent_id)
+        chunks_q = chunks_q.filter(agent_id=agent_id)
     entry_fields = ("id", "parent_id", "type", "role", "text", "sender_name", "tool_name")
-    held: dict[str, set[str]] = {"entries": set(), "items": set()}
+    held: dict[str, set[Any]] = {"entries": set(), "items": set(), "chunks": set()}
 
-    def walk(kind: str, rows_after: Callable[[str], list[Any]], embed: Callable[[list[Any]], set[str]]) -> None:
+    def walk(kind: str, rows_after: Callable[[Any], list[Any]], embed: Callable[[list[Any]], set[Any]]) -> None:
         nonlocal done
-        after = ""
+        after: Any = 0 if kind == "chunks" else ""
         while rows := rows_after(after):
             written = embed(rows)
             done += len(written)
@@ -350,9 +378,14 @@ def reembed_all(*, agent_id: int | None, progress: Callable[[int], None] | None 
         lambda after: list(items_q.filter(id__gt=after).order_by("id")[:batch]),
         lambda rows: embed_items_batch(rows, overwrite=True),
     )
+    walk(
+        "chunks",
+        lambda after: list(chunks_q.filter(id__gt=after).order_by("id").only("id", "text")[:batch]),
+        embed_chunks_batch,
+    )
     # A second look at the held rows (a deleted one is gone by now, a spliced one is there).
     again = {kind: sorted(ids) for kind, ids in held.items()}
-    held = {"entries": set(), "items": set()}
+    held = {"entries": set(), "items": set(), "chunks": set()}
     walk(
         "entries",
         lambda after: list(
@@ -365,8 +398,15 @@ def reembed_all(*, agent_id: int | None, progress: Callable[[int], None] | None 
         lambda after: list(items_q.filter(id__in=again["items"], id__gt=after).order_by("id")[:batch]),
         lambda rows: embed_items_batch(rows, overwrite=True),
     )
+    walk(
+        "chunks",
+        lambda after: list(
+            chunks_q.filter(id__in=again["chunks"], id__gt=after).order_by("id").only("id", "text")[:batch]
+        ),
+        embed_chunks_batch,
+    )
     # Redacted entries keep no vector (derived memory goes with its source).
     Entry.objects.filter(Q(redacted_at__isnull=False) & Q(embedding__isnull=False)).update(
         embedding=None, embedded_at=None
     )
-    return {"embedded": done, "passed_over": len(held["entries"]) + len(held["items"])}
+    return {"embedded": done, "passed_over": sum(len(ids) for ids in held.values())}

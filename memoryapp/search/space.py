@@ -54,10 +54,13 @@ def vector_space_status() -> VectorSpaceStatus:
     )
 
 
-# The vector columns and their HNSW indexes (names as declared in the models' Meta.indexes).
+# The vector columns and their HNSW indexes (names as declared in the models' Meta.indexes), and
+# whether the table says when its row was embedded (`embedded_at`; a knowledge chunk is embedded
+# as it is written, and again by `reembed`).
 VECTOR_COLUMNS = (
-    ("memoryapp_entry", "entry_embedding_hnsw"),
-    ("memoryapp_memoryitem", "item_embedding_hnsw"),
+    ("memoryapp_entry", "entry_embedding_hnsw", True),
+    ("memoryapp_memoryitem", "item_embedding_hnsw", True),
+    ("memoryapp_knowledgechunk", "knowledge_chunk_embedding_hnsw", False),
 )
 
 # The tables whose vectors are kept in the row (migration 0053): pgvector's type is STORAGE
@@ -120,7 +123,8 @@ def vector_columns_resize(dimensions: int) -> None:
 
     1. Drop each HNSW index (an index is built for one dimension).
     2. ALTER the column to vector(dimensions), every vector set to NULL (and embedded_at too),
-       so the embedding job sees every row as still to embed.
+       so the embedding job sees every row as still to embed (knowledge chunks, which the job
+       does not read, are embedded again by `reembed`, which the command runs next).
     3. Build the index again (on an empty column that is quick; the job fills it).
     Runs in one transaction: a failure leaves the old columns as they were.
     """
@@ -130,12 +134,13 @@ def vector_columns_resize(dimensions: int) -> None:
     with transaction.atomic(), connection.cursor() as cursor:
         # Deferred constraint checks of this transaction would block ALTER TABLE: run them now.
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
-        for table, index in VECTOR_COLUMNS:
+        for table, index, dated in VECTOR_COLUMNS:
             cursor.execute(f"DROP INDEX IF EXISTS {index}")
             cursor.execute(
                 f"ALTER TABLE {table} ALTER COLUMN embedding TYPE vector({int(dimensions)}) USING NULL::vector({int(dimensions)})"
             )
-            cursor.execute(f"UPDATE {table} SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
+            if dated:
+                cursor.execute(f"UPDATE {table} SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
             cursor.execute(
                 f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "
                 "WITH (m = 16, ef_construction = 64)"

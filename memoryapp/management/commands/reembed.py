@@ -1,7 +1,7 @@
 """python manage.py reembed [--agent SLUG] [--dimensions] [--background]
 
-Re-embeds every entry and memory item (of one agent, or all) with the configured embedder, in
-batches, recorded as a JobRun of kind "reembed". With --dimensions, first gives the vector
+Re-embeds every entry, memory item and knowledge-document chunk (of one agent, or all) with the
+configured embedder (after a change of EMBEDDING_MODEL, say), in batches, recorded as a JobRun of kind "reembed". With --dimensions, first gives the vector
 columns the configured EMBEDDING_DIMENSIONS (dropping the stored vectors and rebuilding the
 HNSW indexes), which is what /readyz asks for when the model's dimension changed.
 """
@@ -22,7 +22,7 @@ from memoryapp.tasks.embedding import embed_all_again
 
 
 class Command(ProjectCommand):
-    help = "Re-embed entries and memory items with the configured embedder (as a job, in batches)."
+    help = "Re-embed entries, memory items and knowledge chunks with the configured embedder (a job, in batches)."
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--agent", help="only this agent (slug)")
