@@ -4,8 +4,8 @@
 
 Creates its own agent (deleted afterwards) with one thread of `--entries` turns without vectors
 (long and short turns mixed, as conversations go), then, `--rounds` times in turn:
-  - raw: the local model's `encode` of exactly the texts the job embeds (its contextual texts,
-    memoryapp.search.indexing.entry_embedding_text), batch size 64, as one call;
+  - raw: the local model's encoding of exactly the texts the job embeds (its contextual texts,
+    memoryapp.search.indexing.entry_embedding_text) as one call (all-MiniLM-L6-v2: batches of 64);
   - job: `embed_pending` for the agent, what the `embedding` queue's task runs (it reads the
     pending turns a batch at a time, embeds them and writes their vectors), after the vectors of
     the round before were cleared.
@@ -113,7 +113,7 @@ def main() -> None:
         populate(agent, args.entries)
         texts = job_texts(agent)
         model = embedders._load_local_model()
-        model.encode(texts[:64], batch_size=64)  # warm
+        model.documents(texts[:64])  # warm
         print(
             f"{args.entries} turns, embedder {settings.EMBEDDER}, EMBEDDING_THREADS {settings.EMBEDDING_THREADS},"
             f" EMBEDDING_BATCH_SIZE {settings.EMBEDDING_BATCH_SIZE}"
@@ -121,9 +121,7 @@ def main() -> None:
         raw_rates, job_rates, raw_cpu_rates, job_cpu_rates = [], [], [], []
         for round_ in range(args.rounds):
             began, cpu = time.perf_counter(), time.process_time()
-            model.encode(
-                texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-            )
+            model.documents(texts)
             raw_rates.append(len(texts) / (time.perf_counter() - began))
             raw_cpu_rates.append(len(texts) / (time.process_time() - cpu))
 

@@ -96,6 +96,16 @@ def env_choice(name: str, default: str, choices: tuple[str, ...], *, environ: Ma
     return value
 
 
+def env_named(name: str, value: str, choices: tuple[str, ...], *, when: str) -> str:
+    """`value` (the variable's, or its default) as one of `choices` is spelled, matched without
+    regard to case; any other is refused with the names that are allowed `when` (the setting that
+    makes them the only ones)."""
+    for choice in choices:
+        if choice.lower() == value.strip().lower():
+            return choice
+    raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)} with {when}, not {value!r}")
+
+
 def env_url(name: str, schemes: tuple[str, ...], *, environ: Mapping[str, str] | None = None) -> str:
     """A URL whose scheme is one of `schemes`, or "" when the variable is unset."""
     raw = (environ if environ is not None else os.environ).get(name, "").strip()

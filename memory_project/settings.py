@@ -8,7 +8,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from django.core.exceptions import ImproperlyConfigured
 
 from memory_project import embedded
-from memory_project.env import env_bool, env_choice, env_float, env_int, env_list, env_str, env_url
+from memory_project.env import env_bool, env_choice, env_float, env_int, env_list, env_named, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
@@ -194,7 +194,12 @@ _EMBEDDER_DEFAULTS = {
     "openai": ("text-embedding-3-small", "https://api.openai.com/v1"),
     "gemini": ("gemini-embedding-001", "https://generativelanguage.googleapis.com/v1beta"),
 }
-EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", _EMBEDDER_DEFAULTS.get(EMBEDDER, ("all-MiniLM-L6-v2", ""))[0])
+# The models EMBEDDER=local has in its packages (memoryapp.search.embedders.LOCAL_MODELS): their
+# weights are installed with requirements.txt and never downloaded. The first is the default.
+LOCAL_EMBEDDING_MODELS = ("all-MiniLM-L6-v2", "multilingual-e5-small-q4")
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", _EMBEDDER_DEFAULTS.get(EMBEDDER, (LOCAL_EMBEDDING_MODELS[0], ""))[0])
+if EMBEDDER == "local":
+    EMBEDDING_MODEL = env_named("EMBEDDING_MODEL", EMBEDDING_MODEL, LOCAL_EMBEDDING_MODELS, when="EMBEDDER=local")
 EMBEDDING_DIMENSIONS = env_int("EMBEDDING_DIMENSIONS", 384, minimum=1, maximum=16000)
 EMBEDDING_URL = (
     env_url("EMBEDDING_URL", ("http", "https")) or _EMBEDDER_DEFAULTS.get(EMBEDDER, _EMBEDDER_DEFAULTS["openai"])[1]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from memoryapp.search.embedders import Embedder
+from memoryapp.search.embedders import Embedder, queries_embedder
 
 
 class CachedEmbedder:
@@ -36,7 +36,14 @@ class CachedEmbedder:
         return hashlib.sha256(text.encode()).hexdigest()
 
     def embed(self, texts: list[str]) -> list[list[float]]:
-        digests = [self._digest(t) for t in texts]
+        return self._cached(texts, queries=False)
+
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        """A query is cached apart from the same text stored (a model may embed them differently)."""
+        return self._cached(texts, queries=True)
+
+    def _cached(self, texts: list[str], *, queries: bool) -> list[list[float]]:
+        digests = [("q:" if queries else "") + self._digest(t) for t in texts]
         found: dict[str, list[float]] = {}
         for offset in range(0, len(digests), 500):
             chunk = digests[offset : offset + 500]
@@ -50,7 +57,8 @@ class CachedEmbedder:
         self.hits += len(texts) - len(missing)
         self.misses += len(missing)
         if missing:
-            vectors = self.inner.embed([texts[i] for i in missing])
+            missing_texts = [texts[i] for i in missing]
+            vectors = queries_embedder(self.inner)(missing_texts) if queries else self.inner.embed(missing_texts)
             with self.db:
                 for i, vector in zip(missing, vectors, strict=True):
                     found[digests[i]] = vector

