@@ -308,6 +308,35 @@ _PREFERENCE = re.compile(
 )
 
 
+# Whose turns a question asks about in a conversation of a person with an assistant (turn roles
+# `user` and `assistant`): asking what the assistant said ("what did you recommend", "you told me",
+# "our previous chat") asks for the assistant's turns; speaking of oneself in the first person ("what
+# did I buy", "my sister's birthday") for the person's own. A question about a third party ("What
+# did Melanie paint?") asks for neither.
+VOICE_USER, VOICE_ASSISTANT = "user", "assistant"
+_SAID_PAST = (
+    "told|said|mentioned|recommended|suggested|gave|provided|shared|listed|explained|described|wrote|offered"
+    "|named|showed|proposed|advised"
+)
+_SAID_BASE = "tell|say|mention|recommend|suggest|give|provide|share|list|explain|describe|write|offer|name|show"
+_ASSISTANT_VOICE = re.compile(
+    rf"\byou ({_SAID_PAST})\b|\b(did you|have you|had you|you've|you have|you had) ({_SAID_BASE}|{_SAID_PAST}|given|written|shown)\b"
+    r"|\b(our|the|that) (previous|last|earlier|past|other) (conversation|chat|discussion|exchange|session)s?\b"
+)
+_FIRST_PERSON = re.compile(r"\b(i|i'm|i've|i'd|i'll|im|ive|my|me|mine|myself)\b")
+
+
+def question_voice(text: str) -> str:
+    """Whose turns the question asks about (`VOICE_ASSISTANT`, `VOICE_USER` or ""), by the rules above:
+    what the assistant said first, then the first person."""
+    lowered = " ".join((text or "").lower().replace("\u2019", "'").split())
+    if _ASSISTANT_VOICE.search(lowered):
+        return VOICE_ASSISTANT
+    if _FIRST_PERSON.search(lowered):
+        return VOICE_USER
+    return ""
+
+
 def question_kind(text: str) -> str:
     """The kind of question, by rules over its wording (004): a question naming or asking for a time
     is temporal; one asking how things stand now is an update; one asking for a count or a list is
@@ -332,6 +361,7 @@ class QueryAnalysis:
     names: list[str] = field(default_factory=list)  # capitalised names, lower-cased
     kind: str = KIND_GENERAL  # temporal | aggregate | update | preference | general
     small_talk: bool = False  # greetings, thanks, acknowledgements: nothing to search for
+    voice: str = ""  # whose turns it asks about: "user" (the asker's own), "assistant" (what it said), ""
 
     @property
     def searchable(self) -> bool:
@@ -372,7 +402,12 @@ def analyze_query(text: str) -> QueryAnalysis:
         if raw[:1].isupper() and (position > 0 or word not in QUESTION_WORDS) and word not in names:
             names.append(word)
     return QueryAnalysis(
-        text=text or "", terms=terms, names=names, kind=question_kind(text), small_talk=is_small_talk(text)
+        text=text or "",
+        terms=terms,
+        names=names,
+        kind=question_kind(text),
+        small_talk=is_small_talk(text),
+        voice=question_voice(text),
     )
 
 

@@ -497,6 +497,9 @@ def _hits(
 # use against the most used item of the pool). An update question ("where do I live now?") leans
 # harder toward what was said last.
 WORD_SHARE_WEIGHT = 0.3
+# A turn of the side the question asks about (memoryapp.search.query.question_voice: the person's own
+# turns for "what did I buy?", the assistant's for "what did you recommend?") counts 1 + VOICE_BIAS.
+VOICE_BIAS = 0.3
 RECENCY_BIAS = 0.05
 UPDATE_RECENCY_BIAS = 0.2
 USE_BIAS = 0.05
@@ -548,6 +551,8 @@ def rerank_by_words_and_use(
             own = hit.sender_name.lower()
             text = " ".join(w for w in _TEXT_WORD.findall(text.lower()) if w not in speakers or w == own)
         factor = 1 + WORD_SHARE_WEIGHT * word_share(terms, text)
+        if analysis.voice and hit.kind == "entry" and hit.role == analysis.voice:
+            factor *= 1 + VOICE_BIAS
         if span > 0 and hit.created_at is not None:
             factor *= 1 + recency * (hit.created_at.timestamp() - oldest) / span
         if most_used > 0 and hit.kind == "item":

@@ -88,6 +88,68 @@ def test_the_kind_of_question_is_read_by_rules(text: str, kind: str) -> None:
     assert analyze_query(text).kind == kind
 
 
+@pytest.mark.parametrize(
+    ("text", "voice"),
+    [
+        ("What did I buy for my sister's birthday?", "user"),
+        ("I'm planning a trip to Denver soon. Any suggestions?", "user"),
+        ("What was the hotel you recommended in Porto?", "assistant"),
+        ("I remember you told me to soak the beans. For how long?", "assistant"),
+        ("Going back to our previous chat about tomatoes: which variety was it?", "assistant"),
+        ("What did Melanie paint?", ""),
+    ],
+)
+def test_whose_turns_a_question_asks_about_is_read_by_rules(text: str, voice: str) -> None:
+    assert analyze_query(text).voice == voice
+
+
+def test_a_question_lifts_the_turns_of_the_side_it_asks_about() -> None:
+    def rows() -> list[Fused]:
+        return [Fused(kind="entry", id="assistant", score=1.0), Fused(kind="entry", id="user", score=1.0)]
+
+    loaded = {
+        ("entry", role): Hit(
+            kind="entry", id=role, text="tomato seedlings need a sunny window", score=0.0, channels=[], role=role
+        )
+        for role in ("assistant", "user")
+    }
+
+    mine = rerank_by_words_and_use(rows(), loaded, analyze_query("Where do I keep my tomato seedlings?"))
+    said = rerank_by_words_and_use(rows(), loaded, analyze_query("Where did you tell me to keep tomato seedlings?"))
+    neither = rerank_by_words_and_use(rows(), loaded, analyze_query("Where does Ana keep tomato seedlings?"))
+
+    assert [r.id for r in mine] == ["user", "assistant"] and mine[0].score > mine[1].score
+    assert [r.id for r in said] == ["assistant", "user"] and said[0].score > said[1].score
+    assert neither[0].score == neither[1].score
+
+
+def test_a_first_person_question_finds_the_persons_own_turn_before_the_assistants_echo(alice: Any) -> None:
+    # The assistant repeats the person's words, later (recency favours it) and at more length.
+    thread = ThreadFactory(
+        agent=alice.agent,
+        turns=[
+            _turn("user", "I repainted my bedroom walls sage green", _at(2026, 5, 1)),
+            _turn(
+                "assistant",
+                "Sage green bedroom walls! Repainted walls in sage green calm a bedroom",
+                _at(2026, 5, 1, 12, 1),
+            ),
+            _turn("user", "Now I need new curtains", _at(2026, 5, 1, 12, 2)),
+        ],
+    )
+    embedded(alice.agent)
+
+    mine = search(
+        agent=alice.agent, text="What color did I repaint my bedroom walls?", thread=thread, kinds=("entries",)
+    )
+    said = search(
+        agent=alice.agent, text="Which color did you say suits bedroom walls?", thread=thread, kinds=("entries",)
+    )
+
+    assert mine.hits[0].id == by_text(thread, "I repainted").id
+    assert said.hits[0].id == by_text(thread, "Sage green bedroom").id
+
+
 def test_small_talk_is_not_searched_by_recall(alice: Any) -> None:
     thread = ThreadFactory(agent=alice.agent, turns=[("user", "thanks, you are great"), ("user", "thanks for the map")])
     assert analyze_query("Thanks!").small_talk and analyze_query("how are you?").small_talk
