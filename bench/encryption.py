@@ -8,7 +8,12 @@ In one run, against the database of DATABASE_URL (default: the embedded one unde
    (`thread_append`, the API's path: validation, the COPY, the leaf; with `--metadata` each turn
    carries metadata and a user turn its sender's id and name, which encryption seals too); the two
    take turns batch by batch, in random order, so the load of a shared machine weighs on both alike;
-2. searches: `--runs` keyword and `--runs` hybrid searches in each agent's scope, taking turns.
+2. searches: `--runs` keyword and `--runs` hybrid searches in each agent's scope, taking turns;
+3. with `--items N`: N rounds of `--item-batch` memory items written on each side through the item
+   write service (`item_write`, the API's `POST /items` path: the slot lock, the slot's lookup by
+   its subject, the entity, the subject index, the audit record), each item about one of 50
+   people with metadata (`--items-only`: this alone). With encryption on the value, the subject
+   and the metadata are sealed, the subject hashed for its slot's lookups (`subject_hash`).
 
 Prints entries/s and p50/p95 per batch, the client's CPU per entry (this process only: what the
 sealing and hashing cost, whatever the machine's load), search p50/p95, and the ratios on / off:
@@ -20,6 +25,7 @@ or without encryption. Everything it writes (agents, threads, data keys, key fil
 the end.
 
     python bench/encryption.py [--threads 20 --batches 20 --batch-size 50 --runs 60] [--metadata]
+    python bench/encryption.py --items 20 [--item-batch 25] --items-only
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ from django.conf import settings  # noqa: E402
 from governance.crypto.envelope import data_keys_forget  # noqa: E402
 from governance.models import DataKey  # noqa: E402
 from memoryapp.agents.services import agent_get_or_create  # noqa: E402
+from memoryapp.items.services import item_write  # noqa: E402
 from memoryapp.models import Agent  # noqa: E402
 from memoryapp.search.retrieval import search  # noqa: E402
 from memoryapp.threads.hooks import entries_added_follow  # noqa: E402
@@ -163,6 +170,8 @@ class Side:
         self.keyword_ms: list[float] = []
         self.hybrid_ms: list[float] = []
         self.written = 0
+        self.item_ms: list[float] = []
+        self.item_cpu_ms = 0.0
 
     def use(self) -> None:
         settings.MEMORY_ENCRYPTION_KEYS = self.keys
@@ -174,6 +183,35 @@ class Side:
         self.batch_ms.append((time.perf_counter() - started) * 1000)
         self.cpu_ms += (time.process_time() - cpu) * 1000
         self.written += len(batch)
+
+    def item(self, n: int, rng: random.Random) -> None:
+        """One item about one of 50 people, with metadata, in a person's scope."""
+        self.use()
+        person = rng.randrange(50)
+        cpu, started = time.process_time(), time.perf_counter()
+        item_write(
+            agent=self.agent,
+            kind="fact",
+            subject=f"Person {person} Example",
+            attribute=f"attribute {n % 40}",
+            value=sentence(rng),
+            trust="system",
+            user_id=f"person-{person % 4}",
+            metadata={"source": "bench", "ticket": f"T-{rng.randrange(9999)}"},
+        )
+        self.item_ms.append((time.perf_counter() - started) * 1000)
+        self.item_cpu_ms += (time.process_time() - cpu) * 1000
+
+    def item_report(self) -> None:
+        print(
+            f"{self.label}: {len(self.item_ms)} items: {self.item_rate:,.0f} items/s (p50 "
+            f"{statistics.median(self.item_ms):.2f} ms, p95 {pct(self.item_ms, 0.95):.2f} ms); client CPU "
+            f"{self.item_cpu_ms * 1000 / len(self.item_ms):.0f} us/item"
+        )
+
+    @property
+    def item_rate(self) -> float:
+        return len(self.item_ms) / (sum(self.item_ms) / 1000)
 
     def search(self, query: str, method: str) -> int:
         self.use()
@@ -240,6 +278,34 @@ def write_round(off: Side, on: Side, thread_id: str, args: argparse.Namespace, r
     return off_ms / on_ms
 
 
+def item_round(off: Side, on: Side, args: argparse.Namespace, rng: random.Random, start: int) -> float:
+    """One round of `--item-batch` items on each side, taking turns item by item in random order.
+    Returns the round's ratio on / off of the items written per second."""
+    done = {side: len(side.item_ms) for side in (off, on)}
+    for n in range(start, start + args.item_batch):
+        seed = rng.randrange(1 << 30)
+        for side in (off, on) if rng.random() < 0.5 else (on, off):
+            side.item(n, random.Random(seed))
+    off_ms, on_ms = (sum(side.item_ms[done[side] :]) for side in (off, on))
+    return off_ms / on_ms
+
+
+def items_run(off: Side, on: Side, args: argparse.Namespace, rng: random.Random) -> None:
+    item_round(off, on, argparse.Namespace(**{**vars(args), "item_batch": 5}), rng, 0)  # warm-up, untimed
+    for side in (off, on):
+        side.item_ms.clear()
+        side.item_cpu_ms = 0.0
+    ratios = [item_round(off, on, args, rng, r * args.item_batch) for r in range(args.items)]
+    off.item_report()
+    on.item_report()
+    off_cpu, on_cpu = (side.item_cpu_ms * 1000 / len(side.item_ms) for side in (off, on))
+    print(
+        f"ratio on/off: item writes {on.item_rate / off.item_rate:.0%} of the plaintext rate, median of "
+        f"{len(ratios)} rounds {statistics.median(ratios):.0%} (min {min(ratios):.0%}, max {max(ratios):.0%}); "
+        f"client CPU +{on_cpu - off_cpu:.0f} us/item"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=20, help="rounds: one thread on each side per round")
@@ -251,6 +317,9 @@ def main() -> None:
         action="store_true",
         help="every turn carries metadata (and a user turn its sender's id and name), sealed with encryption on",
     )
+    parser.add_argument("--items", type=int, default=0, help="rounds of memory item writes on each side")
+    parser.add_argument("--item-batch", type=int, default=25, help="items a side writes in a round")
+    parser.add_argument("--items-only", action="store_true", help="only the item writes")
     args = parser.parse_args()
     # The jobs new entries start cost the same with and without encryption: left out of the timing.
     entries_added_follow("embedding", lambda agent_id, thread_pk: None)
@@ -264,6 +333,10 @@ def main() -> None:
         on = Side("encryption on ", f"bench:{secrets.token_hex(32)}")
         try:
             rng = random.Random(7)
+            if args.items_only:
+                items_run(off, on, args, rng)
+                print(f"after: {load()}")
+                return
             # One untimed round first: what the first write of a process pays once (imports, the
             # person matcher, the recognisers the write-time detector loads) is not the write's cost.
             for side in (off, on):
@@ -299,6 +372,8 @@ def main() -> None:
                 f"{statistics.median(on.keyword_ms) / statistics.median(off.keyword_ms):.2f}x (target <= 1.5x); "
                 f"hybrid search p50 {statistics.median(on.hybrid_ms) / statistics.median(off.hybrid_ms):.2f}x"
             )
+            if args.items:
+                items_run(off, on, args, rng)
             print(f"after: {load()}")
         finally:
             settings.MEMORY_ENCRYPTION_KEYS = ""
