@@ -89,11 +89,12 @@ UPDATE memoryapp_thread SET active_leaf_id = 'ent_b' || id || 'x' || %(per)s WHE
 """
 
 ITEMS_SQL = """
-INSERT INTO memoryapp_memoryitem (agent_id, user_id, project_id, thread_id, id, kind, entity_id, subject, attribute,
-                                  value, value_json, namespace, trust, status, confidence, verified, valid_from,
-                                  recorded_at, activated_at, times_retrieved, prompt_version, metadata, purposes)
+INSERT INTO memoryapp_memoryitem (agent_id, user_id, project_id, thread_id, id, kind, entity_id, subject,
+                                  subject_hash, attribute, value, value_json, namespace, trust, status, confidence,
+                                  verified, valid_from, recorded_at, activated_at, times_retrieved, prompt_version,
+                                  metadata, purposes)
 SELECT (%(agents)s::bigint[])[1 + n %% 2], %(person)s, '', '', 'itm_b' || md5(%(person)s || n), 'fact', NULL,
-       %(person)s, 'attribute ' || n, 'the value ' || md5(n || %(person)s) || ' of ' || %(person)s, NULL, '',
+       %(person)s, %(person)s, 'attribute ' || n, 'the value ' || md5(n || %(person)s) || ' of ' || %(person)s, NULL, '',
        'user', 'active', 1.0, false, now(), now(), now(), 0, '', '{}', '{}'
 FROM generate_series(1, %(items)s) AS n
 """
@@ -141,12 +142,12 @@ WHERE t.user_id = %(host)s
 """
 
 MENTION_ITEMS_SQL = """
-INSERT INTO memoryapp_memoryitem (agent_id, user_id, project_id, thread_id, id, kind, entity_id, subject, attribute,
-                                  value, value_json, namespace, trust, status, confidence, verified, valid_from,
-                                  recorded_at, activated_at, times_retrieved, prompt_version, metadata, purposes, embedding,
-                                  embedded_at)
+INSERT INTO memoryapp_memoryitem (agent_id, user_id, project_id, thread_id, id, kind, entity_id, subject,
+                                  subject_hash, attribute, value, value_json, namespace, trust, status, confidence,
+                                  verified, valid_from, recorded_at, activated_at, times_retrieved, prompt_version,
+                                  metadata, purposes, embedding, embedded_at)
 SELECT (%(agents)s::bigint[])[1 + n %% 2], '', '', '', 'itm_m' || md5(%(host)s || n), 'fact', NULL,
-       'escalations', 'contact ' || n, 'escalate case ' || n || ' to ' || %(name)s || ' at ' || %(email)s, NULL, '',
+       'escalations', 'escalations', 'contact ' || n, 'escalate case ' || n || ' to ' || %(name)s || ' at ' || %(email)s, NULL, '',
        'user', 'active', 1.0, false, now(), now(), now(), 0, '', '{}', '{}', %(vector)s::vector, now()
 FROM generate_series(1, %(items)s) AS n
 """

@@ -18,6 +18,7 @@ from django.utils import timezone
 from memoryapp.errors import DomainError
 from memoryapp.models import Entry, Evidence, ItemReview, MemoryItem
 from memoryapp.models.choices import ItemStatus
+from memoryapp.models.items import subject_lookup
 from memoryapp.paging import decode_cursor, encode_cursor
 
 QUEUE_PAGE = 50
@@ -143,11 +144,11 @@ def _slot_q(items: list[MemoryItem]) -> Q:
     wanted = Q(pk__in=[])
     for i in items:
         wanted |= Q(
+            subject_lookup(agent_id=i.agent_id, subject=i.subject),
             agent_id=i.agent_id,
             user_id=i.user_id,
             project_id=i.project_id,
             thread_id=i.thread_id,
-            subject=i.subject,
             attribute=i.attribute,
         )
     return wanted

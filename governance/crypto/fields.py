@@ -207,11 +207,13 @@ class KeyPeopleField(ArrayField):  # type: ignore[type-arg]
 
 
 class BlindIndexField(ArrayField):  # type: ignore[type-arg]
-    """The keyed hashes of the words of the field `source` (governance.crypto.blind), computed on
-    save when encryption is on (null when it is off: the plaintext full-text index serves then)."""
+    """The keyed hashes of the words of the field `source` (governance.crypto.blind), and of the
+    fields `also` names (an item's subject beside its value), computed on save when encryption is on
+    (null when it is off: the plaintext full-text index serves then)."""
 
-    def __init__(self, *args: Any, source: str = "", **kwargs: Any) -> None:
+    def __init__(self, *args: Any, source: str = "", also: tuple[str, ...] = (), **kwargs: Any) -> None:
         self.source = source
+        self.also = tuple(also)
         kwargs.setdefault("base_field", models.BigIntegerField())
         kwargs.setdefault("null", True)
         kwargs.setdefault("blank", True)
@@ -220,12 +222,19 @@ class BlindIndexField(ArrayField):  # type: ignore[type-arg]
     def deconstruct(self) -> Any:
         name, path, args, kwargs = super().deconstruct()
         kwargs["source"] = self.source
+        if self.also:
+            kwargs["also"] = self.also
         return name, path, args, kwargs
+
+    def text_of(self, instance: models.Model) -> str:
+        """The text whose words the index holds: `source`'s, then those of `also`."""
+        texts = [str(getattr(instance, name) or "") for name in (self.source, *self.also)]
+        return " ".join(t for t in texts if t)
 
     def pre_save(self, model_instance: models.Model, add: bool) -> Any:
         if not encryption_enabled():
             return None
-        return text_hashes_for(model_instance, str(getattr(model_instance, self.source) or ""))
+        return text_hashes_for(model_instance, self.text_of(model_instance))
 
 
 class PairIndexField(BlindIndexField):
@@ -342,6 +351,22 @@ class EqualityHashField(models.CharField):  # type: ignore[type-arg]
         return None
 
 
+class ValueHashField(EqualityHashField):
+    """The keyed hash of a sealed field's whole value, for what SQL compares it by (an item's subject:
+    the lookups of its slot, the admin's search): `bh:<hex>` under the row's agent's blind key when
+    encryption is on, the value itself when it is off (one column for SQL to compare either way).
+
+    Unlike EqualityHashField, the writers never set it: it is made from `source` (exactly, no
+    normalisation) on every save, the rotation's included. Lookups compare with
+    `equality_values(agent_id=..., text=value)` (`__in`: a row written before encryption was
+    turned on holds the value itself until the rotation hashes it)."""
+
+    def pre_save(self, model_instance: models.Model, add: bool) -> Any:
+        value = equality_value(agent_id=_owner(model_instance)[0], text=str(getattr(model_instance, self.source) or ""))
+        setattr(model_instance, self.attname, value)
+        return value
+
+
 # Set on a row by the rotation before it saves it: its equality columns are hashed again from their
 # source (new keys change the blind key).
 REHASH = "_equality_rehash"
@@ -427,7 +452,7 @@ class BatchSealer:
         values: list[Any] = []
         for field in self.fields:
             if isinstance(field, BlindIndexField):
-                text = str(getattr(instance, field.source) or "")
+                text = field.text_of(instance)
                 values.append(text_hashes(text, key=self.blind_key(owner[0])) if text else None)
                 continue
             value = getattr(instance, field.attname)

@@ -59,7 +59,7 @@ from governance.crypto.keyring import keyring
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
 from governance.erasure.files import files_scan
-from governance.erasure.tally import PSEUDONYMS, rows_tallied, tally_totals
+from governance.erasure.tally import HASHES, PSEUDONYMS, rows_tallied, tally_totals
 from governance.export.services import exports_forget_person
 from governance.jobs.broker import job_enqueue
 from governance.jobs.runs import job_progress
@@ -1304,16 +1304,24 @@ def backup_holdings(*, user_id: str, held: dict[tuple[str, str, str], int]) -> d
     them, the data key each value was sealed under): per table and column, the rows whose value no
     key opens now (sealed under a destroyed key), and the rows still readable in such a copy, with
     why (plaintext, or sealed under a key that lives: the agent's, another person's, the person's
-    own while it lives)."""
+    own while it lives), and apart (`hashed`) the rows holding only an equality column's keyed hash
+    (an item's subject, an entity's normalised name: no key opens it, and it tells whether a value
+    guessed is it only to the holder of the agent's blind key)."""
     keys = {
         str(pk): (agent, owner, destroyed)
         for pk, agent, owner, destroyed in DataKey.objects.filter(
-            pk__in={member for _t, _c, key in held if key and key != PSEUDONYMS for member in key_set_ids(key)}
+            pk__in={
+                member for _t, _c, key in held if key and key not in (PSEUDONYMS, HASHES) for member in key_set_ids(key)
+            }
         ).values_list("pk", "agent_id", "user_id", "destroyed_at")
     }
     unopenable: dict[tuple[str, str], int] = {}
     readable: dict[tuple[str, str, str], int] = {}
+    hashed: dict[tuple[str, str], int] = {}
     for (table, column, key), rows in held.items():
+        if key == HASHES:
+            hashed[(table, column)] = hashed.get((table, column), 0) + rows
+            continue
         if not key or key == PSEUDONYMS:
             if key:
                 why = "keyed pseudonyms, linking to no one once the person's secret is deleted"
@@ -1340,6 +1348,7 @@ def backup_holdings(*, user_id: str, held: dict[tuple[str, str, str], int]) -> d
     return {
         "unopenable": [{"table": t, "column": c, "rows": n} for (t, c), n in sorted(unopenable.items())],
         "readable": [{"table": t, "column": c, "rows": n, "why": w} for (t, c, w), n in sorted(readable.items())],
+        "hashed": [{"table": t, "column": c, "rows": n} for (t, c), n in sorted(hashed.items())],
     }
 
 
@@ -1405,7 +1414,9 @@ def _shredding(
     destroyed = [listed(k) for k in keys if k["destroyed_at"] is not None]
     live = [listed(k) for k in keys if k["destroyed_at"] is None]
     backup = backup_holdings(user_id=request.user_id, held=held)
-    backup["unsealed"] = _unsealed_kept(tables)
+    backup["unsealed"] = _unsealed_kept(tables) + [
+        {**r, "what": "keyed hashes of whole values (equality)"} for r in backup.pop("hashed")
+    ]
     unsealed = "; ".join(f"{r['table']}.{r['column']}: {r['rows']} ({r['what']})" for r in backup["unsealed"])
     shut = sum(r["rows"] for r in backup["unopenable"])
     words = [r for r in backup["readable"] if not r["why"].startswith(("person ids", "thread ids"))]

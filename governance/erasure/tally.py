@@ -31,8 +31,11 @@ from typing import Any
 from django.apps import apps
 from django.db import connection, models, transaction
 
-# What `held_before` says instead of a data key id for values that are keyed pseudonyms only.
+# What `held_before` says instead of a data key id for values that are keyed pseudonyms only, and
+# for values that are an equality column's keyed hash (`bh:<hex>`: an item's subject, an entity's
+# normalised name, with encryption on): neither is plaintext, neither opens with a key.
 PSEUDONYMS = "pseudonyms"
+HASHES = "keyed hashes"
 KINDS = ("deleted", "redacted", "re_embedded", "updated", "inserted")
 VECTOR_KINDS = ("vectors_deleted", "vectors_cleared")
 
@@ -206,16 +209,18 @@ def _held_in(
 ) -> dict[tuple[str, str], int]:
     """What the rows the statement will change hold in their columns of content, before it runs:
     per column, the rows holding something, by the data key it is sealed under ("" for plaintext,
-    PSEUDONYMS for keyed pseudonyms only)."""
+    PSEUDONYMS for keyed pseudonyms only, HASHES for an equality column's keyed hash)."""
     if not content:
         return {}
     where, where_params = _where_of(sql, params, set_part=set_part)
     values = ", ".join(f'(\'{c}\', "{table}"."{c}"::text)' for c in sorted(content))
     # A value that is only keyed pseudonyms (a thread's participants with encryption on) is told
-    # apart from plaintext: it names no one once the person's pseudonym secret is deleted.
+    # apart from plaintext: it names no one once the person's pseudonym secret is deleted. So is an
+    # equality column's keyed hash: it confirms a guessed value only to the holder of the agent's key.
     key = (
         f"coalesce(substring(v.val from '^\"?enc:v1:([^:\"]+):'),"
-        f" CASE WHEN v.val ~ '^[{{]?psn_[0-9a-f]{{24}}(,psn_[0-9a-f]{{24}})*[}}]?$' THEN '{PSEUDONYMS}' ELSE '' END)"
+        f" CASE WHEN v.val ~ '^[{{]?psn_[0-9a-f]{{24}}(,psn_[0-9a-f]{{24}})*[}}]?$' THEN '{PSEUDONYMS}'"
+        f" WHEN v.val ~ '^bh:[0-9a-f]{{64}}$' THEN '{HASHES}' ELSE '' END)"
     )
     cursor.execute(
         f'SELECT v.col, {key}, count(*) FROM "{table}"'

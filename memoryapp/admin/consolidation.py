@@ -28,7 +28,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from governance.staff.adminlog import NamelessAdminLog
 from governance.staff.lists import FullWidthList, cell_text
-from memoryapp.admin.items import EntityNameSearch
+from memoryapp.admin.items import EntityNameSearch, ItemSubjectSearch
 from memoryapp.admin.review import cut
 from memoryapp.consolidation.fold import PLAYBOOK_DRAFT_PATH, draft_refusal, playbook_discard, playbook_promote
 from memoryapp.consolidation.observations import statement_items, statement_text
@@ -301,7 +301,7 @@ class PlaybookDraftAdmin(NamelessAdminLog, admin.ModelAdmin):
 
 
 @admin.register(StaleItem)
-class StaleItemAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
+class StaleItemAdmin(FullWidthList, NamelessAdminLog, ItemSubjectSearch):
     # At 1,280 px beside the filters: the value marked stale beside the value of the item kept (what a
     # reviewer compares before undoing the mark), both wrapping and leading to their items (the ids on
     # hover); the agent and the scope in one column.

@@ -58,6 +58,7 @@ from memoryapp.errors import DomainError
 from memoryapp.items.selectors import (
     context_facts,
     entities_named,
+    items_about,
     items_known,
     known_changes,
     known_reach,
@@ -144,8 +145,30 @@ class ForgottenFilter(admin.SimpleListFilter):
         return queryset
 
 
+class ItemSubjectSearch(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Search and sort of items by subject while subjects are sealed (encryption on): the search box
+    finds an item by its id, person, namespace, a part of its attribute (plaintext) or its whole
+    subject in any case (through the subject's keyed hash, `items_about`), and the subject column
+    does not sort (it would sort ciphertext). With encryption off, the search fields and sorting as
+    declared."""
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any], search_term: str) -> Any:
+        term = search_term.strip()
+        if not encryption_enabled() or not term:
+            return super().get_search_results(request, queryset, search_term)
+        about = items_about(queryset, subject=term)
+        plain = Q(pk=term) | Q(user_id=term) | Q(namespace=term) | Q(attribute__icontains=term)
+        return queryset.filter(plain | Q(pk__in=about.values("pk"))), False
+
+    def get_sortable_by(self, request: HttpRequest) -> Any:
+        sortable = super().get_sortable_by(request)
+        if encryption_enabled():
+            return [name for name in sortable if name != "slot"]
+        return sortable
+
+
 @admin.register(MemoryItem)
-class MemoryItemAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
+class MemoryItemAdmin(FullWidthList, NamelessAdminLog, ItemSubjectSearch):
     # What tells items apart in a list, at 1,280 px beside the filters: the shared list cells
     # (governance.staff.lists, lists.css): ids shortened, text cut with the whole on hover, the value
     # wrapping and leading to the item (its id on hover). Confidence, verification and the end of

@@ -18,7 +18,7 @@ from memoryapp.consolidation.state import scope_of
 from memoryapp.files.selectors import version_content, versions_for_agent
 from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import holding_q, items_for_agent
-from memoryapp.items.services import STALE_BECAUSE_KEY, STALE_BY_DEDUPE
+from memoryapp.items.services import STALE_BY_DEDUPE
 from memoryapp.models import Agent, Entity, Evidence, MemoryFileVersion, MemoryItem
 from memoryapp.models.choices import ItemKind, ItemStatus
 
@@ -200,9 +200,8 @@ def _cited_lessons(*, agent: Agent, ids: set[str]) -> dict[str, CitedLesson]:
 
 def stale_by_dedupe(*, agent_id: int | None = None) -> QuerySet[MemoryItem]:
     """Items a dedupe pass marked stale (a reviewer may take the mark back), newest marks first."""
-    items = MemoryItem.objects.filter(
-        status=ItemStatus.STALE, **{f"metadata__{STALE_BECAUSE_KEY}__by": STALE_BY_DEDUPE}
-    )
+    # Who set the mark (metadata.stale_because.by) has a column of its own: the metadata is sealed.
+    items = MemoryItem.objects.filter(status=ItemStatus.STALE, stale_by=STALE_BY_DEDUPE)
     if agent_id is not None:
         items = items.filter(agent_id=agent_id)
     return items.defer("embedding", "search_vector").order_by("-recorded_at")

@@ -52,7 +52,7 @@ from psycopg import sql
 from governance.audit.chain import audit_append
 from governance.audit.pseudonyms import pseudonym_names, pseudonyms_forget
 from governance.crypto.envelope import data_key_destroy
-from governance.crypto.fields import KEY_PEOPLE, KeyPeopleField, json_text_open, sealed_update
+from governance.crypto.fields import KEY_PEOPLE, KeyPeopleField, equality_values, json_text_open, sealed_update
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.rotation import rows_reseal
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
@@ -701,6 +701,7 @@ def _items_erase(*, agent_id: int, item_ids: list[str], actor: str) -> dict[str,
             agent=agent,
             user_id__in={s[0] for s in slots},
             attribute__in={s[4] for s in slots},
+            subject_hash__in={h for s in slots for h in equality_values(agent_id=agent.pk, text=s[3])},
             status__in=(ItemStatus.ACTIVE, ItemStatus.SUPERSEDED),
         ).values_list("user_id", "project_id", "thread_id", "subject", "attribute")
     )

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from memoryapp.models.choices import TRUST_RANK, ItemStatus, Trust
+from memoryapp.models.items import VALID_UNTIL_KEY as VALID_UNTIL_KEY  # kept in metadata; `end_given` for SQL
 from memoryapp.models.items import name_normalized
 
 # An item from `user` becomes active on its own only at this confidence or above (004 activationConfidence).
@@ -18,8 +19,6 @@ ACTIVATION_CONFIDENCE: float = float(getattr(settings, "ITEM_ACTIVATION_CONFIDEN
 
 # The states that take part in a slot's timeline; suggested, rejected and stale ones never do.
 TIMELINE_STATUSES = (ItemStatus.ACTIVE, ItemStatus.SUPERSEDED)
-# The key in `metadata` that keeps an end the writer gave, so a later layout never reopens it.
-VALID_UNTIL_KEY = "valid_until"
 
 
 _SPACE = re.compile(r"\s+")

@@ -31,9 +31,10 @@ from governance.crypto.fields import equality_values
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.items.purposes import purpose_q
-from memoryapp.items.rules import TIMELINE_STATUSES, VALID_UNTIL_KEY, Scope, normalized_name, visible_q
+from memoryapp.items.rules import TIMELINE_STATUSES, Scope, collapse_spaces, normalized_name, visible_q
 from memoryapp.models import Agent, Entity, ItemReview, MemoryItem, Thread
 from memoryapp.models.choices import ItemKind, ItemStatus
+from memoryapp.models.items import subject_lookup
 from memoryapp.paging import Page, decode_cursor, encode_cursor
 
 # The attribute prefix of facts (002) kept as items: `core:<key>`.
@@ -105,7 +106,7 @@ def holding_q(*, as_of: datetime | None = None, known_at: datetime | None = None
             .filter(activated_by(known))
         )
         # An end the writer gave (metadata valid_until) was known from the start.
-        interval |= ~Q(metadata__has_key=VALID_UNTIL_KEY) & Q(~closed_then)
+        interval |= Q(end_given=False) & Q(~closed_then)
         successor_undone_since = Exists(
             _same_slot()
             .filter(valid_from__gt=OuterRef("valid_from"), valid_from__lte=at)
@@ -141,7 +142,7 @@ def _same_slot() -> QuerySet[MemoryItem]:
         user_id=OuterRef("user_id"),
         project_id=OuterRef("project_id"),
         thread_id=OuterRef("thread_id"),
-        subject=OuterRef("subject"),
+        subject_hash=OuterRef("subject_hash"),
         attribute=OuterRef("attribute"),
     )
 
@@ -263,10 +264,10 @@ def _previous_values(*, agent: Agent, items: list[MemoryItem], known_at: datetim
     wanted = Q()
     for item in items:
         wanted |= Q(
+            subject_lookup(agent_id=agent.pk, subject=item.subject),
             user_id=item.user_id,
             project_id=item.project_id,
             thread_id=item.thread_id,
-            subject=item.subject,
             attribute=item.attribute,
             valid_to=item.valid_from,
         )
@@ -293,16 +294,28 @@ def slot_history(*, item: MemoryItem) -> list[MemoryItem]:
     """Every value the item's slot took in its exact scope, closed and let-go ones included, oldest first."""
     return list(
         MemoryItem.objects.filter(
+            subject_lookup(agent_id=item.agent_id, subject=item.subject),
             agent_id=item.agent_id,
             user_id=item.user_id,
             project_id=item.project_id,
             thread_id=item.thread_id,
-            subject=item.subject,
             attribute=item.attribute,
         )
         .defer("embedding", "search_vector")
         .order_by("valid_from", "recorded_at", "id")
     )
+
+
+def subject_q(*, agent_id: int, subject: str) -> Q:
+    """The items list's `subject` filter: the items whose subject is the text given in any case. With
+    encryption on the subject is sealed and SQL compares its keyed hash only: the items whose subject
+    is exactly the text (spacing collapsed, as it was written), or whose entity's name is it in any
+    case (the entity's normalised name is hashed too: an item about an entity takes its name)."""
+    text = collapse_spaces(subject.strip())
+    if not encryption_enabled():
+        return Q(subject__iexact=text)
+    named = equality_values(agent_id=agent_id, text=normalized_name(text))
+    return subject_lookup(agent_id=agent_id, subject=text) | Q(entity__normalized_name__in=named)
 
 
 def items_list(
@@ -342,7 +355,7 @@ def items_list(
     if attribute:
         items = items.filter(attribute=attribute)
     if subject:
-        items = items.filter(subject__iexact=subject.strip())
+        items = items.filter(subject_q(agent_id=agent.pk, subject=subject))
     if cursor:
         values = decode_cursor(cursor, keys=("r", "i"))
         try:
@@ -404,13 +417,15 @@ def items_known(
     if user_id and not thread_id:
         threads = Thread.objects.filter(agent=agent, user_id=user_id).values("external_id")
         seen |= Q(user_id__in=["", user_id], project_id__in=["", project_id or ""]) & Q(thread_id__in=Subquery(threads))
-    return list(
+    found = list(
         items_for_agent(agent=agent)
         .filter(seen)
         .filter(holding_q(as_of=at, known_at=None if world else at))
         .defer("embedding", "search_vector")
-        .order_by("subject", "attribute", "thread_id", "-valid_from", "id")[:limit]
+        .order_by("subject_hash", "attribute", "thread_id", "-valid_from", "id")[:limit]
     )
+    # A slot's states come together (its subject's hash); the subjects sort once opened.
+    return sorted(found, key=lambda i: (i.subject, i.attribute, i.thread_id, -i.valid_from.timestamp(), i.pk))
 
 
 @dataclass
@@ -447,6 +462,20 @@ def known_changes(*, earlier: list[MemoryItem], later: list[MemoryItem]) -> Know
             changes.unchanged += 1
     changes.removed = [item for slot, item in before.items() if slot not in after]
     return changes
+
+
+def items_about(items: QuerySet[MemoryItem], *, subject: str) -> QuerySet[MemoryItem]:
+    """The items among these whose subject is `subject` in any case (`subject_q`), over several agents
+    (the admin's lists): with encryption on the text is hashed once per agent among the items, each
+    agent's subjects being hashed under its own blind key (a whole subject is found, not a part)."""
+    if not subject.strip():
+        return items.none()
+    if not encryption_enabled():
+        return items.filter(subject_q(agent_id=0, subject=subject))
+    match = Q(pk__in=[])
+    for agent_id in items.order_by().values_list("agent_id", flat=True).distinct():
+        match |= Q(agent_id=agent_id) & subject_q(agent_id=agent_id, subject=subject)
+    return items.filter(match)
 
 
 def entities_named(entities: QuerySet[Entity], *, name: str) -> QuerySet[Entity]:

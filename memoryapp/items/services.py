@@ -50,6 +50,7 @@ from memoryapp.models import (
     SubjectMention,
 )
 from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemStatus, Trust
+from memoryapp.models.items import STALE_BECAUSE_KEY, subject_lookup
 from memoryapp.screening.screen import screener_for
 from memoryapp.subjects.detect import Written, key_people_set, mentions_record, rows_named
 
@@ -105,15 +106,14 @@ def slot_lock(*, agent_id: int, scope: Scope, subject_key: str, attribute: str) 
 
 
 def slot_items(*, agent: Agent, scope: Scope, subject: str, attribute: str) -> Any:
-    """Every item of a slot in exactly one scope (the `item_slot_idx` query)."""
+    """Every item of a slot in exactly one scope (the `item_slot_hash_idx` query: the subject by its hash)."""
     return MemoryItem.objects.filter(
         agent=agent,
         user_id=scope.user_id,
         project_id=scope.project_id,
         thread_id=scope.thread_id,
         attribute=attribute,
-        subject=subject,
-    )
+    ).filter(subject_lookup(agent_id=agent.pk, subject=subject))
 
 
 def _check_text(value: Any, field: str, *, max_length: int, required: bool = True) -> str:
@@ -1134,7 +1134,6 @@ def items_review_undo(*, decision: str, actor: str) -> list[MemoryItem]:
 
 # Who set a stale mark (metadata.stale_because.by): a dedupe pass; only those a reviewer may undo.
 STALE_BY_DEDUPE = "dedupe"
-STALE_BECAUSE_KEY = "stale_because"
 
 
 @dataclass(frozen=True)

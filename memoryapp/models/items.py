@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
@@ -19,7 +19,10 @@ from governance.crypto.fields import (
     EqualityHashField,
     KeyPeopleField,
     SealedJSONField,
+    SealedMetadataField,
     SealedTextField,
+    ValueHashField,
+    equality_values,
 )
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from memoryapp.ids import new_id
@@ -42,6 +45,19 @@ _SPACE = re.compile(r"\s+")
 def name_normalized(name: str) -> str:
     """The name an entity is matched on: lower-cased, spacing collapsed (memoryapp.items.rules)."""
     return _SPACE.sub(" ", name or "").strip().lower()
+
+
+# The metadata keys the service reads itself (memoryapp.items.rules, memoryapp.items.services):
+# an end the writer gave, and a stale mark with who set it.
+VALID_UNTIL_KEY = "valid_until"
+STALE_BECAUSE_KEY = "stale_because"
+
+
+def subject_lookup(*, agent_id: int | None, subject: str) -> Q:
+    """The items of the agent whose subject is exactly `subject`, by its hash (`subject_hash`): the
+    hash under the agent's blind key, or the subject itself for a row written before encryption
+    was turned on and not yet hashed by the rotation (encryption_rotate)."""
+    return Q(subject_hash__in=equality_values(agent_id=agent_id, text=subject))
 
 
 def scope_person_sql(prefix: str = "") -> Expression:
@@ -172,10 +188,17 @@ class MemoryItem(Scoped):
     id = models.CharField(max_length=40, primary_key=True, default=new_item_id, editable=False)
     kind = models.CharField(max_length=20, choices=ItemKind.choices, default=ItemKind.FACT)
     entity = models.ForeignKey(Entity, null=True, blank=True, on_delete=models.SET_NULL, related_name="items")
-    subject = models.CharField(max_length=300, blank=True, default="")
+    # Who or what the item is about (an entity's name, a fact's namespace): sealed at rest when
+    # encryption is on, as the value is (under the item's key: its person's, or its key set), so
+    # nothing in SQL reads it; what SQL compares it by is `subject_hash`.
+    subject = SealedTextField(blank=True, default="")
+    # The subject's keyed hash under the agent's blind key with encryption on, the subject itself
+    # with it off, made on every save (governance.crypto.fields.ValueHashField): the slot's lookups
+    # (`item_slot_idx`) compare it, with `subject_lookup(agent_id=..., subject=...)`.
+    subject_hash = ValueHashField(max_length=300, blank=True, default="", db_default="", source="subject")
     attribute = models.CharField(max_length=300, blank=True, default="")
     # The value and a fact's JSON value are sealed at rest when encryption is on (governance.crypto),
-    # under the data key of the item's person; subject and attribute (the slot) stay plaintext.
+    # under the data key of the item's person; the attribute stays plaintext.
     value = SealedTextField()
     # Facts (002) keep any JSON value; `value` holds its text for search and display.
     value_json = SealedJSONField(null=True, blank=True)
@@ -205,15 +228,28 @@ class MemoryItem(Scoped):
     # at write by memoryapp.subjects.detect), the people of its quotes when they are several
     # (governance.crypto.fields.KEY_PEOPLE): destroying any of their keys shreds its old copies.
     key_people = KeyPeopleField()
-    metadata = models.JSONField(default=dict, blank=True)
+    # What the writer put there and the service's marks (an end given, a stale mark): sealed at rest
+    # when encryption is on, under the item's key (`{}` stays as it is). What SQL reads of the marks
+    # has columns of its own, made from it on every save (`save`): `end_given`, `stale_by`.
+    metadata = SealedMetadataField(default=dict, blank=True)
+    # Whether the writer gave the state an end (`metadata.valid_until`): what memory knew from the
+    # start when it replays a past moment (memoryapp.items.selectors.holding_q).
+    end_given = models.BooleanField(default=False, db_default=False, editable=False)
+    # Who set the item's stale mark (`metadata.stale_because.by`: "dedupe", ...; "" for none): the
+    # marks a reviewer may take back are a dedupe pass's (memoryapp.consolidation.selectors).
+    stale_by = models.CharField(max_length=20, blank=True, default="", db_default="", editable=False)
     # The purposes the item was collected for (of the agent's `purposes`); empty: any. A recall that
     # names a purpose sees only items of that purpose or of none (memoryapp.items.purposes).
     purposes = ArrayField(models.CharField(max_length=32), default=list, blank=True)
-    # The value's part is empty for a sealed value: with encryption on, keyword search reads the
-    # value's words from `keyword_hashes` (subject and attribute stay in here, plaintext).
+    # The parts of sealed values are empty: with encryption on, keyword search reads the words of the
+    # value and the subject from `keyword_hashes` (the attribute stays in here, plaintext).
     search_vector = models.GeneratedField(
         expression=SearchVector(
-            "subject",
+            Case(
+                When(subject__startswith=SEALED_PREFIX, then=Value("")),
+                default=F("subject"),
+                output_field=models.TextField(),
+            ),
             "attribute",
             Case(
                 When(value__startswith=SEALED_PREFIX, then=Value("")),
@@ -225,17 +261,19 @@ class MemoryItem(Scoped):
         output_field=SearchVectorField(),
         db_persist=True,
     )
-    # The blind index of `value` (keyed hashes of its words) when encryption is on; null when off.
-    keyword_hashes = BlindIndexField(source="value")
+    # The blind index of `value` and `subject` (keyed hashes of their words) when encryption is on;
+    # null when off.
+    keyword_hashes = BlindIndexField(source="value", also=("subject",))
     embedding = VectorField(dimensions=settings.EMBEDDING_DIMENSIONS, null=True, blank=True)
     embedded_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
-            # items of a slot in one exact scope, laid out by time (supersession, history).
+            # items of a slot in one exact scope, laid out by time (supersession, history): the
+            # subject by its hash (memoryapp.items.services.slot_items).
             models.Index(
-                fields=["agent", "user_id", "project_id", "thread_id", "attribute", "subject", "valid_from"],
-                name="item_slot_idx",
+                fields=["agent", "user_id", "project_id", "thread_id", "attribute", "subject_hash", "valid_from"],
+                name="item_slot_hash_idx",
             ),
             # review queue and listing: by status within an agent, newest first.
             models.Index(fields=["agent", "status", "-recorded_at"], name="item_agent_status_idx"),
@@ -277,6 +315,22 @@ class MemoryItem(Scoped):
 
     def __str__(self) -> str:
         return f"{self.subject}.{self.attribute} = {self.value[:40]}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        """The columns made from the metadata and the subject follow them: a save of one saves those."""
+        marks = self.metadata if isinstance(self.metadata, dict) else {}
+        self.end_given = bool(marks.get(VALID_UNTIL_KEY))
+        stale = marks.get(STALE_BECAUSE_KEY)
+        self.stale_by = str(stale.get("by") or "")[:20] if isinstance(stale, dict) else ""
+        fields = kwargs.get("update_fields")
+        if fields is not None:
+            fields = set(fields)
+            if "metadata" in fields:
+                fields |= {"end_given", "stale_by"}
+            if "subject" in fields:
+                fields |= {"subject_hash", "keyword_hashes"}
+            kwargs["update_fields"] = fields
+        super().save(*args, **kwargs)
 
     def encryption_owner(self) -> tuple[int | None, str]:
         """Sealed under the key of the person whose words it was drawn from (`words_of`) when set,

@@ -305,11 +305,11 @@ def keyword_items(
 def _keyword_items_blind(
     *, items: QuerySet[MemoryItem], agent_id: int, terms: list[str], limit: int
 ) -> list[ChannelHit]:
-    """keyword_items with encryption on. A word is held by an item when its subject or attribute
-    holds it (the plaintext `search_vector`, which also still holds the value of a row written
-    before encryption was turned on) or when its value's blind index holds the word's keyed hash.
-    Ranked as the plaintext channel ranks (BM25 with binary term frequency; the row's length is its
-    lexemes plus its value's distinct words); without positions for cover density, the candidates
+    """keyword_items with encryption on. A word is held by an item when its attribute holds it (the
+    plaintext `search_vector`, which also still holds the subject and value of a row written before
+    encryption was turned on) or when the blind index of its value and subject holds the word's
+    keyed hash. Ranked as the plaintext channel ranks (BM25 with binary term frequency; the row's
+    length is its lexemes plus its value's and subject's distinct words); without positions for cover density, the candidates
     are the items holding most words, newest first. The words are hashed with the agent's key: the
     items are the agent's (the caller's filter), whose values were hashed with it."""
     key = blind_key(agent_id=agent_id)

@@ -317,15 +317,13 @@ def plant_in_process(agent: Agent, label: str) -> None:
 
 
 # Columns where a dump taken before her erasure still reads her words with the live keys, and why
-# (issue 25 §6: these columns are plaintext). Each is in the receipt's backup statement
+# (issue 25 §6: these columns are plaintext). Each would be in the receipt's backup statement
 # ("readable"), which the test checks. Rows of others naming her (Carl's turn, agent-wide items and
 # facts, the entity named after her, the project file and context document) are sealed under key
-# sets holding her key (`key_people`), and thread and entry metadata and sender names under her key
-# (her fork's copied metadata too, handed to Carl), so they are no gap any more.
-SEALING_GAPS = {
-    # An item's slot is read in SQL (supersession, history, filters, the full-text column).
-    ("memoryapp_memoryitem", "subject"): "plaintext: an item about her names her in its subject",
-}
+# sets holding her key (`key_people`), thread and entry metadata and sender names under her key
+# (her fork's copied metadata too, handed to Carl), and items' subjects and metadata under the
+# item's key as its value (SQL compares the subject's keyed hash, `subject_hash`): none is left.
+SEALING_GAPS: dict[tuple[str, str], str] = {}
 # Her canaries an old copy still reads through those gaps: none.
 OWN_WORDS_STILL_READ: set[str] = set()
 

@@ -87,7 +87,7 @@ def test_items_facts_and_review_history_are_sealed_in_a_dump_and_whole_through_t
     )
     steps = _stored("SELECT value_before, value_after, value_json_before::text FROM memoryapp_itemreview")
     assert all(v is None or v.startswith(("enc:v1:", '"enc:v1:')) for step in steps for v in step)
-    # The value's words are not in the full-text column; the subject's and attribute's still are.
+    # The value's words are not in the full-text column (nor the subject's); the attribute's still are.
     assert _stored("SELECT count(*) FROM memoryapp_memoryitem WHERE search_vector @@ 'zanzibarquill'") == [0]
     assert _stored("SELECT count(*) FROM memoryapp_memoryitem WHERE search_vector @@ 'notebook'") == [1]
     assert _stored("SELECT count(*) FROM memoryapp_memoryitem WHERE keyword_hashes IS NULL") == [0]
@@ -267,7 +267,7 @@ def test_the_leftover_scan_opens_sealed_values_and_never_calls_ciphertext_a_left
         ("memoryapp_memoryitem", kept["id"]): ["identifier 1"],
     }
     items = next(t for t in scan["tables"] if t["table"] == "memoryapp_memoryitem")
-    assert items["sealed_columns"] == ["value", "value_json"]
+    assert items["sealed_columns"] == ["subject", "value", "value_json", "metadata"]
     # Cy's item is sealed under a destroyed key: unreadable, so no leftover of anyone's.
     assert (items["found"], items["unreadable"]) == (1, 1) and shredded["id"] not in str(scan["findings"])
 
