@@ -31,7 +31,7 @@ from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
 from memoryapp.search.indexing import entry_embedding_text
 from memoryapp.search.retrieval import vector_space_ok
 from memoryapp.search.vector import vector_literal
-from memoryapp.threads.branch import branch_rows_sql
+from memoryapp.threads.branch import branch_rows_sql, chain_rows_sql
 from memoryapp.threads.columns import ENTRY_TABLE
 from memoryapp.threads.selectors import entry_on_branch, off_branch_ids, off_branch_now
 from memoryapp.tokens import count_message_tokens
@@ -195,7 +195,7 @@ def entry_ref(entry: Entry, tokens: int) -> dict[str, Any]:
 
 
 def _newest_compaction(
-    *, thread: Thread, window: list[Entry], complete: bool, first_compaction_seq: int | None
+    *, thread: Thread, window: list[Entry], complete: bool, first_compaction_seq: int | None, chain: bool = False
 ) -> Entry | None:
     """The newest compaction entry on the branch: in the window, or before it (then checked to be
     on the branch: a compaction of another branch does not apply). `first_compaction_seq`, the
@@ -212,7 +212,7 @@ def _newest_compaction(
         return None
     candidates = Entry.objects.filter(thread=thread, type=EntryType.COMPACTION, seq__lt=oldest.seq).order_by("-seq")
     for candidate in candidates.only("id", "seq", "event")[:10]:
-        if entry_on_branch(thread=thread, leaf_id=oldest.id, entry_id=candidate.id):
+        if chain or entry_on_branch(thread=thread, leaf_id=oldest.id, entry_id=candidate.id):
             return candidate
     return None
 
@@ -260,22 +260,44 @@ _FIRST_COMPACTION_SQL = (
     f"(SELECT min(c.seq) FROM {ENTRY_TABLE} c WHERE c.thread_id = %(thread)s AND c.type = '{EntryType.COMPACTION}')"
 )
 _WINDOW_SQL = branch_rows_sql(columns=WINDOW_COLUMNS, types=True, limit=True, extra=(_FIRST_COMPACTION_SQL,))
+# The same rows of a thread that is one chain, by a range of (thread, seq), newest first.
+_CHAIN_WINDOW_SQL = chain_rows_sql(columns=WINDOW_COLUMNS, extra=(_FIRST_COMPACTION_SQL,))
 
 
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _path_chunk(*, thread: Thread, start: str, limit: int) -> tuple[list[PathEntry], int | None]:
+def _chain_below(thread: Thread) -> int | None:
+    """The thread's next seq when it is one chain (branch_epoch 0), else None: its branches are then
+    read by seq range (`chain_rows_sql`) rather than walked."""
+    return int(thread.next_seq) if thread.branch_epoch == 0 else None
+
+
+def _path_chunk(
+    *, thread: Thread, start: str, limit: int, chain_below: int | None = None
+) -> tuple[list[PathEntry], int | None]:
     """Up to `limit` history and compaction entries of the branch, from `start` up, oldest first:
     the walk of `path_entries` (memoryapp.threads.branch), read as plain rows; and the seq of the
-    thread's oldest compaction (None: none, or no row read)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _WINDOW_SQL,
-            {"start": start, "thread": thread.pk, "types": [str(t) for t in HISTORY_AND_COMPACTION], "limit": limit},
-        )
-        rows = cursor.fetchall()
+    thread's oldest compaction (None: none, or no row read). With `chain_below` (the thread is one
+    chain, `_chain_below`), the rows are read by seq range instead; a start that range does not know
+    (written after the thread was read) is walked."""
+    params: dict[str, Any] = {
+        "start": start,
+        "thread": thread.pk,
+        "types": [str(t) for t in HISTORY_AND_COMPACTION],
+        "limit": limit,
+    }
+    rows: list[Any] = []
+    if chain_below is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(_CHAIN_WINDOW_SQL, {**params, "below": chain_below})
+            rows = cursor.fetchall()
+        rows.reverse()
+    if not rows:
+        with connection.cursor() as cursor:
+            cursor.execute(_WINDOW_SQL, params)
+            rows = cursor.fetchall()
     first_compaction = rows[0][-1] if rows else None
     return [PathEntry(*row[:-1]) for row in rows], first_compaction
 
@@ -300,8 +322,9 @@ def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int)
     next_start: str | None = start
     first_compaction: int | None = None
     tokens = 0
+    chain_below = _chain_below(thread)
     while next_start is not None:
-        chunk, found = _path_chunk(thread=thread, start=next_start, limit=limit)
+        chunk, found = _path_chunk(thread=thread, start=next_start, limit=limit, chain_below=chain_below)
         if chunk:
             first_compaction = found
         window = chunk + window
@@ -319,7 +342,11 @@ def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int)
         average = max(1.0, tokens / max(1, len(window)))
         limit = min(MAX_WINDOW - len(window), int((room - tokens) / average * 1.3) + 16)
     compaction = _newest_compaction(
-        thread=thread, window=window, complete=complete, first_compaction_seq=first_compaction
+        thread=thread,
+        window=window,
+        complete=complete,
+        first_compaction_seq=first_compaction,
+        chain=chain_below is not None,
     )
     # The compaction's cut may lie before the window even when the compaction is in it.
     if compaction is not None and not complete:
@@ -332,7 +359,9 @@ def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int)
         # Read on until the first kept entry (and the compaction entry itself) are in the window.
         while window and window[0].parent_id and window[0].seq > min(bound, compaction.seq):
             span = Entry.objects.filter(thread=thread, seq__gte=bound, seq__lt=window[0].seq).count() + 2
-            window = _path_chunk(thread=thread, start=window[0].parent_id, limit=span)[0] + window
+            window = (
+                _path_chunk(thread=thread, start=window[0].parent_id, limit=span, chain_below=chain_below)[0] + window
+            )
     # A turn screening held (memoryapp.screening) waits for its reviewer out of every context.
     window = [e for e in window if e.held_at is None]
     history = compacted_history(window)

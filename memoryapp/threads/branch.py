@@ -9,6 +9,13 @@ seen from a place) walks it with the same recursive CTE, built here:
 starting at one entry of the thread `%(thread)s` (depth 0) and following `parent_id` within that
 thread, nearest first. PostgreSQL evaluates a recursive CTE lazily, so a reader that stops early
 (`LIMIT`, `EXISTS`) never reads the rest of the branch.
+
+A thread that is one chain (`branch_epoch` 0: no write, rewind, checkout, import or prune ever made
+a second branch) needs no walk: the branch up to one of its entries is the thread's entries up to
+that entry's seq (seq grows from parent to child, and an entry written later takes a larger seq
+than every entry there, so a branch made after the thread was read never lands below its leaf).
+`chain_rows_sql` reads it as a range of `entry_thread_seq_uniq`, newest first: the rows a window
+needs and no others, where the walk pays two index lookups a row (the parent's, then the row's).
 """
 
 from __future__ import annotations
@@ -62,3 +69,18 @@ def branch_rows_sql(*, columns: Sequence[str], types: bool, limit: bool, extra: 
              ORDER BY w.depth DESC""",
         carry=("type",) if types else (),
     )
+
+
+def chain_rows_sql(*, columns: Sequence[str], extra: Sequence[str] = ()) -> str:
+    """`branch_rows_sql(types=True, limit=True)` for a thread that is one chain (see above): the
+    nearest `%(limit)s` entries of `%(types)s` up to the entry `%(start)s` (included), **newest
+    first**, read by a backward range of (thread, seq) that stops once it has them.
+
+    `%(below)s`: the thread's next seq when it was seen to be one chain. A start written after that
+    (the thread may have branched since) gives no row, and the caller walks instead."""
+    selected = ", ".join([*(f"e.{c}" for c in columns), *extra])
+    return f"""SELECT {selected} FROM {ENTRY_TABLE} e
+             WHERE e.thread_id = %(thread)s AND e.type = ANY(%(types)s)
+               AND e.seq <= (SELECT s.seq FROM {ENTRY_TABLE} s WHERE s.id = %(start)s AND s.thread_id = %(thread)s
+                                AND s.seq < %(below)s)
+             ORDER BY e.seq DESC LIMIT %(limit)s"""
