@@ -259,7 +259,9 @@ WINDOW_COLUMNS = tuple(f.name for f in fields(PathEntry))
 _FIRST_COMPACTION_SQL = (
     f"(SELECT min(c.seq) FROM {ENTRY_TABLE} c WHERE c.thread_id = %(thread)s AND c.type = '{EntryType.COMPACTION}')"
 )
-_WINDOW_SQL = branch_rows_sql(columns=WINDOW_COLUMNS, types=True, limit=True, extra=(_FIRST_COMPACTION_SQL,))
+_WINDOW_SQL = branch_rows_sql(
+    columns=WINDOW_COLUMNS, types=True, limit=True, extra=(_FIRST_COMPACTION_SQL,), carried=True
+)
 # The same rows of a thread that is one chain, by a range of (thread, seq), newest first.
 _CHAIN_WINDOW_SQL = chain_rows_sql(columns=WINDOW_COLUMNS, extra=(_FIRST_COMPACTION_SQL,))
 

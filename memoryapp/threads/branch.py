@@ -52,16 +52,27 @@ def branch_sql(select: str, *, start: str = START, carry: Sequence[str] = (), ab
     return f"WITH RECURSIVE {branch_cte(start=start, carry=carry, above_seq=above_seq)}\n{select}"
 
 
-def branch_rows_sql(*, columns: Sequence[str], types: bool, limit: bool, extra: Sequence[str] = ()) -> str:
+def branch_rows_sql(
+    *, columns: Sequence[str], types: bool, limit: bool, extra: Sequence[str] = (), carried: bool = False
+) -> str:
     """The entries of a branch with `columns` (of Entry, as `e.<column>`), oldest first.
 
     With `types`, only entries whose type is in `%(types)s`; with `limit`, only the nearest
     `%(limit)s` of them, and the walk stops once it has found them. The walk is a chain (one
     parent each), so depth orders the rows. `extra`: SQL expressions selected after the columns
     on every row (uncorrelated ones are computed once, so a reader folds a lookup into its walk).
+    With `carried`, the walk carries the columns itself instead of looking each row up again after
+    it (half the index lookups; for few, small columns: the walk holds them in memory).
     """
     where = "WHERE b.type = ANY(%(types)s)" if types else ""
     nearest = "LIMIT %(limit)s" if limit else ""
+    if carried:
+        carry = [c for c in columns if c not in ("id", "parent_id")]
+        carry += ["type"] if types and "type" not in carry else []
+        selected = ", ".join([*(f"w.{c}" for c in columns), *extra])
+        return branch_sql(
+            f"SELECT {selected} FROM (SELECT * FROM branch b {where} {nearest}) w ORDER BY w.depth DESC", carry=carry
+        )
     selected = ", ".join([*(f"e.{c}" for c in columns), *extra])
     return branch_sql(
         f"""SELECT {selected} FROM (SELECT b.id, b.depth FROM branch b {where} {nearest}) w
