@@ -70,10 +70,13 @@ def _types_list(types: Iterable[str] | None) -> list[str] | None:
 
 
 def _on_branch(*, thread: Thread, leaf_id: str, entry_id: str) -> bool:
-    """Whether `entry_id` is the leaf or one of its ancestors (the walk stops where it finds it)."""
+    """Whether `entry_id` is the leaf or one of its ancestors (the walk stops where it finds it, or
+    below the entry's seq: an ancestor's seq is smaller than its child's, so what lies beyond cannot
+    be it; an entry of another branch never has the walk read down to the root)."""
+    target_seq = f"(SELECT t.seq - 1 FROM {ENTRY_TABLE} t WHERE t.id = %(target)s AND t.thread_id = %(thread)s)"
     with connection.cursor() as cursor:
         cursor.execute(
-            branch_sql("SELECT 1 FROM branch WHERE id = %(target)s LIMIT 1"),
+            branch_sql("SELECT 1 FROM branch WHERE id = %(target)s LIMIT 1", above_seq=target_seq),
             {"start": leaf_id, "thread": thread.pk, "target": entry_id},
         )
         return cursor.fetchone() is not None

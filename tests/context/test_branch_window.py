@@ -20,6 +20,7 @@ from memoryapp.compaction.history import HISTORY_AND_COMPACTION
 from memoryapp.context import builder, history
 from memoryapp.forgetting.services import entry_delete, entry_redact
 from memoryapp.models import Entry, Thread
+from memoryapp.threads.branch import branch_rows_sql
 from memoryapp.threads.services import entries_add, entry_add, thread_checkout, thread_fork
 from tests.kit.factories import ThreadFactory
 
@@ -67,15 +68,22 @@ def _compact(thread: Thread, first_kept: Entry, summary: str) -> Entry:
     return entry
 
 
+# The window's walk as it was before issue 26: the walk, then each row looked up again.
+WALKED_SQL = branch_rows_sql(
+    columns=history.WINDOW_COLUMNS, types=True, limit=True, extra=(history._FIRST_COMPACTION_SQL,)
+)
+
+
 @contextmanager
 def _walked() -> Iterator[None]:
-    """The window read as before issue 26: every thread walked from the leaf (the reference)."""
-    chain_below = history._chain_below
+    """The window read as before issue 26 (the reference): every thread walked from the leaf."""
+    chain_below, window_sql = history._chain_below, history._WINDOW_SQL
     history._chain_below = lambda thread: None  # type: ignore[assignment]
+    history._WINDOW_SQL = WALKED_SQL
     try:
         yield
     finally:
-        history._chain_below = chain_below  # type: ignore[assignment]
+        history._chain_below, history._WINDOW_SQL = chain_below, window_sql  # type: ignore[assignment]
 
 
 def _window(thread: Thread, *, leaf_id: str | None, want: int, room: int) -> tuple[Any, ...]:
@@ -208,14 +216,16 @@ def test_the_window_read_of_a_long_chain_costs_what_a_short_ones_does(alice: Any
     # the short one's does (the index is a level deeper at most), far from its 2,000 rows.
     assert long_buffers <= short_buffers * 2 + 8, (short_buffers, long_buffers)
     assert long_buffers < 2000 // 8
-    # The walk (the read before) pays two index lookups a row it returns.
+    # The walk (the read before) pays two index lookups a row it returns; carrying the columns, one.
     walk_params = {
         "start": long.active_leaf_id,
         "thread": long.pk,
         "types": [str(t) for t in HISTORY_AND_COMPACTION],
         "limit": 64,
     }
-    walk_buffers, walk_rows = _buffers(history._WINDOW_SQL, walk_params)
+    walk_buffers, walk_rows = _buffers(WALKED_SQL, walk_params)
+    carried_buffers, carried_rows = _buffers(history._WINDOW_SQL, walk_params)
+    assert carried_rows == 64 and carried_buffers < walk_buffers
     assert walk_rows == 64 and long_buffers < walk_buffers
 
 
@@ -235,3 +245,26 @@ def test_a_build_of_a_long_chain_sends_the_queries_of_a_short_one(alice: Any, dj
     with django_assert_num_queries(len(queries)) as long_queries:
         builder.context_build(agent=alice.agent, thread=long, request=request)
     assert not any("WITH RECURSIVE" in q["sql"] for q in long_queries.captured_queries)
+
+
+def _on_branch_buffers(thread: Thread, entry: Entry) -> tuple[bool, int]:
+    from django.test.utils import CaptureQueriesContext
+
+    from memoryapp.threads.selectors import entry_on_branch
+
+    with CaptureQueriesContext(connection) as queries:
+        found = entry_on_branch(thread=thread, leaf_id=thread.active_leaf_id, entry_id=entry.id)
+    (query,) = queries.captured_queries
+    return found, _buffers(query["sql"], {})[0]
+
+
+def test_an_entry_of_another_branch_is_not_looked_for_down_to_the_root(long_threads: tuple[Thread, Thread]) -> None:
+    # The compaction of `t-1` (written after turn 799) is off the branch the checkout of turn 600
+    # made. The walk looking for it stops below its seq, at turn 600, not at the root.
+    thread, _ = long_threads
+    compaction = Entry.objects.get(thread=thread, type="compaction")
+    off, off_buffers = _on_branch_buffers(thread, compaction)
+    root, root_buffers = _on_branch_buffers(thread, _turn(thread, 0))
+    near, _ = _on_branch_buffers(thread, _turn(thread, 600))
+    assert not off and root and near
+    assert off_buffers * 2 < root_buffers, (off_buffers, root_buffers)
