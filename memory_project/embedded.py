@@ -54,6 +54,8 @@ POSTGRES_SETTINGS: dict[str, str] = {
     "max_wal_size": "2GB",
 }
 SETTINGS_FILE = "memory-settings.conf"
+# How long a reload of the settings is waited for (see _apply_settings).
+RELOAD_WAIT_SECONDS = 30.0
 
 
 def postgres_settings(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -102,8 +104,14 @@ def _apply_settings(pgdata: Path, admin_url: str) -> None:
         ).fetchone()
         if (others and others[0]) or not _write_settings(pgdata, postgres_settings()):
             return
+        loaded = conn.execute("SELECT pg_conf_load_time()").fetchone()
         conn.execute("SELECT pg_reload_conf()")
-        time.sleep(0.2)  # the postmaster rereads the files on the signal
+        # The call only signals the postmaster, which rereads the files and signals each session in
+        # its turn: this session's pending_restart tells only once it has reread them too (its load
+        # time moves), which on a loaded machine may take longer than any fixed pause.
+        deadline = time.monotonic() + RELOAD_WAIT_SECONDS
+        while conn.execute("SELECT pg_conf_load_time()").fetchone() == loaded and time.monotonic() < deadline:
+            time.sleep(0.05)
         pending = conn.execute("SELECT count(*) FROM pg_settings WHERE pending_restart").fetchone()
     if pending and pending[0]:
         # Only where the embedded server was used (see postgres_url).

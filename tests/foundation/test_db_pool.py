@@ -5,10 +5,16 @@ machine (memory_project.embedded.POSTGRES_SETTINGS)."""
 from __future__ import annotations
 
 import http.client
+import shutil
+import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -96,3 +102,56 @@ def test_the_embedded_server_runs_with_the_small_machine_settings() -> None:
         for name in ("jit", "random_page_cost", "shared_buffers", "work_mem", "max_wal_size"):
             cursor.execute("SELECT current_setting(%s)", [name])
             assert cursor.fetchone()[0] == embedded.POSTGRES_SETTINGS[name], name
+
+
+class _LateReload:
+    """A connection whose `pg_reload_conf()` reaches the server a second late (a loaded machine:
+    the postmaster, then each session, rereads the files when the scheduler lets it)."""
+
+    def __init__(self, conn: psycopg.Connection[Any], url: str) -> None:
+        self._conn, self._url = conn, url
+
+    def __enter__(self) -> _LateReload:
+        self._conn.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._conn.__exit__(*exc)
+
+    def execute(self, query: str, *args: Any) -> Any:
+        if "pg_reload_conf" in query:
+
+            def signal() -> None:
+                with psycopg.connect(self._url, autocommit=True) as other:
+                    other.execute("SELECT pg_reload_conf()")
+
+            threading.Timer(1.0, signal).start()
+            return self._conn.execute("SELECT true")
+        return self._conn.execute(query, *args)
+
+
+@pytest.mark.slow
+def test_a_setting_that_needs_a_restart_is_applied_however_late_the_reload_arrives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pg_reload_conf() only signals the postmaster, which signals each session in its turn: the
+    restart a setting needs (shared_buffers) must not be skipped because the session that asked
+    read pending_restart before it had reread the files."""
+    if not settings.USES_EMBEDDED_POSTGRES:
+        pytest.skip("the tests run on a PostgreSQL of DATABASE_URL")
+    connect = psycopg.connect
+    monkeypatch.setattr(
+        embedded,
+        "psycopg",
+        SimpleNamespace(connect=lambda url, **kw: _LateReload(connect(url, **kw), url)),
+    )
+    place = Path(tempfile.mkdtemp(prefix="test-pg-settings-", dir=settings.BASE_DIR / "var"))
+    pgdata = place / "pgdata"
+    try:
+        url = embedded.postgres_url(pgdata)
+        with connect(url, autocommit=True) as conn:
+            row = conn.execute("SHOW shared_buffers").fetchone()
+        assert row is not None and row[0] == embedded.POSTGRES_SETTINGS["shared_buffers"]
+    finally:
+        embedded.postgres_stop(pgdata)
+        shutil.rmtree(place, ignore_errors=True)
