@@ -327,6 +327,10 @@ class MemoryItem(Scoped):
             fields = set(fields)
             if "metadata" in fields:
                 fields |= {"end_given", "stale_by"}
+            if fields & {"words_of", "key_people"}:
+                # Whose key seals the row changed: every sealed value moves to the new key, or one
+                # left out stays under the old one (a person's, destroyed by her erasure).
+                fields |= {"subject", "value", "value_json", "metadata"}
             if "subject" in fields:
                 fields |= {"subject_hash", "keyword_hashes"}
             kwargs["update_fields"] = fields

@@ -422,3 +422,51 @@ def test_thread_metadata_naming_a_registered_person_is_sealed_under_her_key_too(
     assert thread.metadata["plant"] == "a fern" and PEOPLE[DORA] not in json.dumps(thread.metadata)
     now = json.loads(_raw("memoryapp_thread", "metadata", str(thread.pk)))
     assert not set(key_set_ids(sealed_key_id(now))) & _keys_of(DORA)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_item_drawn_from_a_tool_result_quoting_her_keeps_a_readable_subject_after_her_erasure(
+    encrypted: Any, alice: Caller, tmp_path: Path, settings: Any
+) -> None:
+    """An item in Carl's scope drawn from a tool result quoting her (sealed under her key, words_of)
+    and naming her is redacted, not erased: what stays (its subject, its metadata) is sealed again
+    under Carl's key before hers goes, so the service still opens it."""
+    settings.VAR_DIR = tmp_path / "var"
+    settings.RECEIPT_SIGNING_KEY = ""
+    settings.RECEIPT_SIGNING_KEY_FILE = ""
+    answered(
+        alice.client.put(f"/api/v1/users/{HER}/identifiers", {"names": [NAME], "emails": [EMAIL]}, format="json"), 200
+    )
+    post_thread(alice, "t-carl", user_id="u-carl")
+    post_entry(
+        alice,
+        "t-carl",
+        role="assistant",
+        content="Looking her up.",
+        tool_calls=[{"id": "c1", "name": "crm_lookup", "arguments": {"q": "ines"}}],
+    )
+    tool = post_entry(
+        alice, "t-carl", type="tool_result", tool_call_id="c1", content=f"{NAME} <{EMAIL}>, lives in Ribadouro."
+    )
+    item = post_item(
+        alice,
+        kind="fact",
+        subject="crm contact",
+        attribute="town",
+        value=f"{NAME} lives in Ribadouro",
+        user_id="u-carl",
+        metadata={"source": "crm"},
+        evidence=[{"entry_id": tool["id"], "quote": "lives in Ribadouro"}],
+    )
+    her_keys = {k["id"] for k in data_keys_of_person(user_id=HER)}
+    assert sealed_key_id(_raw("memoryapp_memoryitem", "subject", item["id"])) in her_keys
+
+    request = erasure_request_file(user_id=HER, actor="staff:pat")
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.DONE, request.error
+
+    kept = MemoryItem.objects.get(pk=item["id"])
+    assert kept.subject == "crm contact" and kept.metadata.get("source") == "crm"
+    for column in ("subject", "value", "metadata"):
+        raw = _raw("memoryapp_memoryitem", column, item["id"]).strip('"')
+        assert sealed_key_id(raw) not in her_keys, column
