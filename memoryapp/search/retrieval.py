@@ -412,11 +412,14 @@ def _query_vectors(
     turn_text = without_addressed_names(text, speakers)
     if turn_text == text or not any(c.kind == ENTRY and c.name == "vector" and method in c.methods for c in wanted):
         return vector, vector
-    # Should that second embedding fail, the turns are ranked by the whole question's vector.
-    return vector, _query_vector(turn_text, outcome) or vector
+    # Should that second embedding fail, the turns are ranked by the whole question's vector (the
+    # vector channels still run: the failure is noted, not told as vector search being off).
+    return vector, _query_vector(turn_text, outcome, fallback=True) or vector
 
 
-def _query_vector(text: str, outcome: SearchOutcome) -> list[float] | None:
+def _query_vector(text: str, outcome: SearchOutcome, *, fallback: bool = False) -> list[float] | None:
+    """The text's embedding, or None with a note in `errors` (and, unless the caller has a `fallback`
+    vector to rank by, in `warnings`: vector search is off for this search)."""
     ok, message = vector_space_ok()
     if not ok:
         outcome.vector_ok = False
@@ -427,6 +430,9 @@ def _query_vector(text: str, outcome: SearchOutcome) -> list[float] | None:
     try:
         vector = embed_query(text)
     except EmbedderError as exc:
+        if fallback:
+            outcome.errors.append({"source": "embedder", "message": f"{exc} (turns ranked by the whole question)"})
+            return None
         outcome.vector_ok = False
         outcome.errors.append({"source": "embedder", "message": str(exc)})
         outcome.warnings.append("the embedder failed: keyword results only")

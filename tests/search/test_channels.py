@@ -576,9 +576,9 @@ def test_items_are_ranked_by_the_whole_questions_vector_and_turns_without_the_na
     asked: list[str] = []
     real = retrieval._query_vector
 
-    def spy(text: str, outcome: Any) -> Any:
+    def spy(text: str, outcome: Any, **kwargs: Any) -> Any:
         asked.append(text)
-        return real(text, outcome)
+        return real(text, outcome, **kwargs)
 
     monkeypatch.setattr(retrieval, "_query_vector", spy)
     MemoryItemFactory(
@@ -590,3 +590,27 @@ def test_items_are_ranked_by_the_whole_questions_vector_and_turns_without_the_na
     # A question naming no speaker is embedded once for both.
     search(agent=alice.agent, text="Who paints birds?", thread=thread)
     assert asked == ["Who paints birds?"]
+
+
+def test_a_failed_second_embedding_ranks_turns_by_the_whole_question_and_says_no_outage(
+    alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The question without the addressed name is embedded apart; should that second call fail, the
+    turns are ranked by the whole question's vector: the vector channels ran, so the answer must not
+    say that vector search was off or the results keyword only."""
+    thread = ThreadFactory(agent=alice.agent, turns=VOCATIVES)
+    embedded(alice.agent)
+    real = retrieval.embed_query
+
+    def flaky(text: str) -> Any:
+        if text == "What does paint?":
+            raise retrieval.EmbedderError("timed out")
+        return real(text)
+
+    monkeypatch.setattr(retrieval, "embed_query", flaky)
+    outcome = search(
+        agent=alice.agent, text="What does Melanie paint?", thread=thread, kinds=("entries",), method="hybrid"
+    )
+    assert outcome.channel_lists[(ENTRY, "vector")]
+    assert not any("keyword results only" in w for w in outcome.warnings), outcome.warnings
+    assert outcome.vector_ok
