@@ -8,7 +8,11 @@ of a deadlock (which would roll its log row back with it): it first takes the ke
 foreign keys need (the agent's, the thread's; an extraction holds its thread FOR UPDATE while it
 writes items), then counts the items no other transaction holds (FOR UPDATE SKIP LOCKED, in id
 order); an item another transaction held is counted after, one row per statement, each waiting
-for that one lock only. Retention (`access_log_prune`), erasure
+for that one lock only. That holds when it runs outside a transaction, as the search and context
+views call it: each statement commits before the next. Inside a caller's transaction the rows it
+counted stay locked while it waits for a skipped one, and a writer holding that one and wanting a
+counted one deadlocks with it (the log's savepoint usually loses: that item's count is lost).
+Retention (`access_log_prune`), erasure
 (`access_log_forget_person`) and the export of a person (`access_log_of_person`) are here too; their
 SQL is built in this module only (psycopg.sql for statements, RawSQL for a queryset's expressions).
 """
