@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from governance import locks
 from governance.audit.chain import audit_append
-from governance.crypto.fields import equality_values
+from governance.crypto.fields import equality_value, equality_values
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import new_id, person_id_check
@@ -114,6 +114,16 @@ def slot_items(*, agent: Agent, scope: Scope, subject: str, attribute: str) -> A
         thread_id=scope.thread_id,
         attribute=attribute,
     ).filter(subject_lookup(agent_id=agent.pk, subject=subject))
+
+
+def _slot_hashes_settle(*, slot: Any, agent: Agent, subject: str) -> None:
+    """Give the slot's states written before subjects were sealed (their `subject_hash` still the
+    subject itself, until encryption_rotate) the keyed hash a new state gets, under the slot's lock:
+    the replays of what memory knew (`holding_q`) match a state with its successor by that column
+    alone, so an old state closed by a new one would otherwise still hold in them."""
+    hashed = equality_value(agent_id=agent.pk, text=subject)
+    if hashed != subject:
+        slot.filter(subject_hash=subject).update(subject_hash=hashed)
 
 
 def _check_text(value: Any, field: str, *, max_length: int, required: bool = True) -> str:
@@ -475,6 +485,7 @@ def item_state_write(
     entity = _entity_for(agent=agent, scope=scope, subject=subject) if use_entity else None
     slot_subject = entity.name if entity is not None else subject
     slot = slot_items(agent=agent, scope=scope, subject=slot_subject, attribute=attribute)
+    _slot_hashes_settle(slot=slot, agent=agent, subject=slot_subject)
 
     newest = (
         slot.filter(status__in=[ItemStatus.SUGGESTED, *TIMELINE_STATUSES], expired_at__isnull=True)

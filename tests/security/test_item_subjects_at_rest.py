@@ -193,3 +193,29 @@ def test_the_receipt_counts_an_old_copys_item_subjects_as_unopenable_and_their_h
         "memoryapp_memoryitem.subject_hash: 1 (keyed hashes of whole values (equality))"
         in (request.report["crypto_shredding"]["statement"])
     )
+
+
+def test_what_the_agent_knew_after_a_new_state_closed_one_written_before_the_subject_was_sealed(
+    encrypted: Any, transactional_db: None, alice: Caller
+) -> None:
+    """A database migrated with encryption on: an old state (its subject_hash still plaintext) closed
+    by a new one (hashed) is closed in a replay of a moment after both, before the rotation runs."""
+    old = item_write(
+        agent=alice.agent, kind="fact", subject="Bo Quokkaparade", attribute="city", value="Porto", trust="system"
+    )
+    with connection.cursor() as cursor:  # as the migration leaves a row written before it
+        cursor.execute(
+            "UPDATE memoryapp_memoryitem SET subject = %s, subject_hash = %s WHERE id = %s",
+            ["Bo Quokkaparade", "Bo Quokkaparade", old.pk],
+        )
+    new = item_write(
+        agent=alice.agent, kind="fact", subject="Bo Quokkaparade", attribute="city", value="Lisbon", trust="system"
+    )
+    old.refresh_from_db()
+    assert old.status == "superseded"
+    later = timezone.now() + timedelta(milliseconds=1)
+    MemoryItem.objects.filter(pk__in=[old.pk, new.pk]).update(recorded_at=later - timedelta(seconds=5))
+    MemoryItem.objects.filter(pk=old.pk).update(activated_at=later - timedelta(seconds=5))
+    MemoryItem.objects.filter(pk=new.pk).update(activated_at=later - timedelta(seconds=4))
+    known = items_known(agent=alice.agent, at=later)
+    assert [i.value for i in known] == ["Lisbon"]
