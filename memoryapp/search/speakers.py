@@ -30,6 +30,8 @@ from typing import Any
 
 from django.db import connection
 
+from governance.crypto.blind import text_hashes
+from governance.crypto.envelope import blind_key
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.search.query import QueryAnalysis
 from memoryapp.search.scope import EntryScope
@@ -41,7 +43,7 @@ _senders_lock = threading.Lock()
 
 def senders_of(scope: EntryScope) -> frozenset[str]:
     """The lower-cased senders of the scope's turns (cached a minute per scope); none with encryption
-    on, where the names are sealed (the rule is then off)."""
+    on, where the names are sealed (`sender_hashes_of` tells them apart then)."""
     if encryption_enabled():
         return frozenset()
     key = ("senders", *scope.cache_key)
@@ -65,11 +67,48 @@ def senders_of(scope: EntryScope) -> frozenset[str]:
     return senders
 
 
+def sender_hashes_of(scope: EntryScope) -> frozenset[tuple[int, ...]]:
+    """With encryption on, the senders of the scope's turns as the blind index of their names (its
+    keyed word hashes, `Entry.sender_name_hashes`): the names are sealed. Cached as `senders_of`."""
+    key = ("sender hashes", *scope.cache_key)
+    now = time.monotonic()
+    with _senders_lock:
+        cached = _senders_cache.get(key)
+        if cached and now - cached[0] < _SENDERS_TTL:
+            return cached[1]  # type: ignore[return-value]
+    where, params = scope.where("e")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT e.sender_name_hashes FROM memoryapp_entry e WHERE {where}"
+            " AND e.sender_name_hashes IS NOT NULL LIMIT 1000",
+            params,
+        )
+        senders = frozenset(tuple(r[0]) for r in cursor.fetchall() if r[0])
+    with _senders_lock:
+        if len(_senders_cache) > 10_000:
+            _senders_cache.clear()
+        _senders_cache[key] = (now, senders)  # type: ignore[assignment]
+    return senders
+
+
+def _addressed_blind(scope: EntryScope, analysis: QueryAnalysis) -> frozenset[str]:
+    """addressed_speakers with encryption on: a name of the question is a sender's when its keyed
+    hash is the whole blind index of that sender's name (a one-word name, as `senders_of` compares
+    the whole lower-cased name)."""
+    senders = sender_hashes_of(scope)
+    if len(senders) != 2:
+        return frozenset()
+    key = blind_key(agent_id=scope.agent_id)
+    return frozenset(name for name in analysis.names if tuple(text_hashes(name, key=key)) in senders)
+
+
 def addressed_speakers(scope: EntryScope, analysis: QueryAnalysis) -> frozenset[str]:
     """The speakers the question names whose name, in the other speaker's turns, only addresses
     them: those of a conversation of exactly two senders (see the module's doc)."""
     if not analysis.names:
         return frozenset()
+    if encryption_enabled():
+        return _addressed_blind(scope, analysis)
     senders = senders_of(scope)
     if len(senders) != 2:
         return frozenset()

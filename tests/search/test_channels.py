@@ -24,6 +24,7 @@ from memoryapp.search.retrieval import Hit, _entry_neighbours, rerank_by_words_a
 from memoryapp.search.scope import EntryScope
 from memoryapp.search.speakers import addressed_speakers, without_addressed, without_addressed_names
 from memoryapp.search.turn_time import DAY, MONTH, WEEK, YEAR, named_time
+from tests.kit.crypto import encrypted  # noqa: F401  (the fixture)
 from tests.kit.factories import MemoryItemFactory, ThreadFactory
 from tests.kit.recall import by_text, embedded
 from tests.kit.servers import ModelServer, Reply, free_port
@@ -614,3 +615,21 @@ def test_a_failed_second_embedding_ranks_turns_by_the_whole_question_and_says_no
     assert outcome.channel_lists[(ENTRY, "vector")]
     assert not any("keyword results only" in w for w in outcome.warnings), outcome.warnings
     assert outcome.vector_ok
+
+
+def test_with_encryption_on_the_addressed_speaker_is_still_found_by_the_senders_keyed_hashes(
+    encrypted: Any,  # noqa: F811
+    alice: Any,
+) -> None:
+    """Sender names are sealed with encryption on: the two senders are told by the blind index of
+    their names, and a question naming one of them still leaves her name out of the turns' ranking."""
+    thread = ThreadFactory(agent=alice.agent, turns=VOCATIVES)
+    embedded(alice.agent)
+    scope = EntryScope(agent_id=alice.agent.pk, thread_pk=thread.pk)
+    assert addressed_speakers(scope, analyze_query("What does Melanie paint?")) == {"melanie"}
+    assert addressed_speakers(scope, analyze_query("What does Ben paint?")) == frozenset()
+    outcome = search(
+        agent=alice.agent, text="What does Melanie paint?", thread=thread, kinds=("entries",), method="vector"
+    )
+    hers = next(e.pk for e in thread.entries.all() if "paint birds" in e.text)  # sealed: opened here
+    assert outcome.hits[0].id == hers
