@@ -633,3 +633,6 @@ def test_with_encryption_on_the_addressed_speaker_is_still_found_by_the_senders_
     )
     hers = next(e.pk for e in thread.entries.all() if "paint birds" in e.text)  # sealed: opened here
     assert outcome.hits[0].id == hers
+    # The hybrid search's keyword channel and word-share rerank read the sealed turns opened.
+    outcome = search(agent=alice.agent, text="What does Melanie paint?", thread=thread, kinds=("entries",))
+    assert outcome.errors == [] and hers in [h.id for h in outcome.hits[:3]]
