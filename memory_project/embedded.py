@@ -66,6 +66,12 @@ def postgres_settings(environ: dict[str, str] | None = None) -> dict[str, str]:
         name, sep, value = part.partition("=")
         if not sep or not name.strip().replace("_", "").isalnum() or not value.strip():
             raise SystemExit(f"EMBEDDED_PG_SETTINGS: {part!r} is not name=value")
+        if any(c in value for c in "'\\\n\r#"):
+            # Written between quotes into the settings file: such a value would stop the server at its
+            # next start rather than be refused here.
+            raise SystemExit(
+                f"EMBEDDED_PG_SETTINGS: the value of {name.strip()!r} holds a quote, backslash, # or line break"
+            )
         wanted[name.strip()] = value.strip()
     return wanted
 

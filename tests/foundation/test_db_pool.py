@@ -91,6 +91,9 @@ def test_the_embedded_settings_read_overrides_and_refuse_a_malformed_one() -> No
     assert wanted["jit"] == embedded.POSTGRES_SETTINGS["jit"]
     with pytest.raises(SystemExit, match="EMBEDDED_PG_SETTINGS: 'work_mem' is not name=value"):
         embedded.postgres_settings({"EMBEDDED_PG_SETTINGS": "work_mem"})
+    for value in ("it's", "a\\b", "x # y", "a\nfsync=off"):
+        with pytest.raises(SystemExit, match="holds a quote, backslash, # or line break"):
+            embedded.postgres_settings({"EMBEDDED_PG_SETTINGS": f"application_name={value}"})
 
 
 @pytest.mark.django_db
