@@ -55,7 +55,8 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.write_entries import SENTENCES, Client  # noqa: E402
+from bench.write_entries import CLOCK_TICKS, SENTENCES, Client, cpu_seconds, web_processes  # noqa: E402
+from bench.write_entries import proc_stat as _stat  # noqa: E402
 
 QUERIES = (
     "Which museum did we plan for the morning?",
@@ -66,7 +67,6 @@ QUERIES = (
 )
 KINDS = ("append", "search", "context", "path")
 DEFAULT_MIX = "append=50,search=20,context=15,path=15"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 # --- where the service may be -------------------------------------------------------------------
@@ -92,31 +92,6 @@ def _cmdline(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return []
-
-
-def _stat(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces: split after its closing parenthesis.
-    return text[text.rindex(")") + 2 :].split()
-
-
-def web_processes(port: int) -> list[int]:
-    """The gunicorn master bound to `port` and its workers (pids)."""
-    masters = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        line = _cmdline(int(entry.name))
-        if any("gunicorn" in part for part in line) and any(part.endswith(f":{port}") for part in line):
-            masters.append(int(entry.name))
-    pids = set(masters)
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (stat := _stat(int(entry.name))) is not None and int(stat[1]) in masters:
-            pids.add(int(entry.name))
-    return sorted(pids)
 
 
 def _children(pids: set[int]) -> set[int]:
@@ -160,16 +135,6 @@ def postgres_cpu_seconds(postmaster: int | None) -> float:
         return 0.0
     total = sum(int(v) for v in stat[11:15])
     return total / CLOCK_TICKS + cpu_seconds(sorted(_children({postmaster}) - {postmaster}))
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU time of these processes (fields 14 and 15 of /proc/<pid>/stat)."""
-    total = 0
-    for pid in pids:
-        stat = _stat(pid)
-        if stat is not None:
-            total += int(stat[11]) + int(stat[12])
-    return total / CLOCK_TICKS
 
 
 # --- requests ----------------------------------------------------------------------------------------

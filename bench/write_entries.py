@@ -206,7 +206,7 @@ def create_thread(client: Client, thread_id: str) -> None:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def _proc_stat(pid: int) -> list[str] | None:
+def proc_stat(pid: int) -> list[str] | None:
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -229,7 +229,7 @@ def web_processes(port: int) -> list[int]:
             masters.append(int(entry.name))
     pids = set(masters)
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and (stat := _proc_stat(int(entry.name))) is not None and int(stat[1]) in masters:
+        if entry.name.isdigit() and (stat := proc_stat(int(entry.name))) is not None and int(stat[1]) in masters:
             pids.add(int(entry.name))
     return sorted(pids)
 
@@ -238,7 +238,7 @@ def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU time of these processes (fields 14 and 15 of /proc/<pid>/stat)."""
     total = 0
     for pid in pids:
-        stat = _proc_stat(pid)
+        stat = proc_stat(pid)
         if stat is not None:
             total += int(stat[11]) + int(stat[12])
     return total / CLOCK_TICKS
