@@ -11,7 +11,6 @@ from importlib import import_module
 
 from memoryapp.search.channels import ENTRY, ITEM, Channel, ChannelInput, register, registered
 from memoryapp.search.keyword import ChannelHit, keyword_entries, keyword_items
-from memoryapp.search.speakers import without_addressed
 from memoryapp.search.vector import vector_entries, vector_items
 
 # The relative floor of a vector channel: with a floor asked for (recall's), a hit also needs this
@@ -31,7 +30,7 @@ def floored(hits: list[ChannelHit], min_similarity: float | None) -> list[Channe
 
 
 def _keyword_entries(ci: ChannelInput) -> list[ChannelHit]:
-    return keyword_entries(scope=ci.scope, analysis=without_addressed(ci.analysis, ci.addressed), limit=ci.depth)
+    return keyword_entries(scope=ci.scope, analysis=ci.analysis, limit=ci.depth)
 
 
 def _vector_entries(ci: ChannelInput) -> list[ChannelHit]:

@@ -339,7 +339,6 @@ def search(
         no_items=no_items,
         vector=vector,
         turn_vector=turn_vector,
-        addressed=speakers,
         min_similarity=min_similarity,
         anchor=anchor or as_of,
         time_zone=time_zone or (str((thread.metadata or {}).get("time_zone") or "") if thread is not None else ""),

@@ -16,8 +16,7 @@ ranks turns by the vector of the question without the names of its addressed spe
 (`without_addressed_names`: "What activities does do?"), which keeps what the question asks about;
 the other channels keep the whole question's vector (an item names its subject, not whom it talks
 to; the time and entity channels read a narrow set of turns already, where the name helps).
-The keyword channel ranks turns without those names too (`without_addressed`). Measured on LoCoMo's
-dev file (see docs/recall-and-context.md).
+Measured on LoCoMo's dev file (see docs/recall-and-context.md).
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import replace
 from typing import Any
 
 from django.db import connection
@@ -124,16 +122,3 @@ def without_addressed_names(text: str, speakers: frozenset[str]) -> str:
     stripped = re.sub(rf"\b(?:{names})(?:['\u2019]s)?\b", " ", text, flags=re.IGNORECASE)
     stripped = " ".join(stripped.split())
     return stripped if re.search(r"\w", stripped) else text
-
-
-def without_addressed(analysis: QueryAnalysis, speakers: frozenset[str]) -> QueryAnalysis:
-    """The question's analysis without the words naming `speakers`, for the keyword channel's turns:
-    in a conversation of two, a speaker's name is in nearly every turn of the other (addressing her),
-    so it matches everywhere and ranks turns that only say her name. The analysis as it is when no
-    other word would be left."""
-    if not speakers:
-        return analysis
-    terms = [t for t in analysis.terms if t not in speakers]
-    if not terms:
-        return analysis
-    return replace(analysis, terms=terms, names=[n for n in analysis.names if n not in speakers])

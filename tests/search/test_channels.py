@@ -22,7 +22,7 @@ from memoryapp.search.query import analyze_query
 from memoryapp.search.rerank import HttpReranker, RerankerError, rerank_order, scores_from
 from memoryapp.search.retrieval import Hit, _entry_neighbours, rerank_by_words_and_use, search
 from memoryapp.search.scope import EntryScope
-from memoryapp.search.speakers import addressed_speakers, without_addressed, without_addressed_names
+from memoryapp.search.speakers import addressed_speakers, without_addressed_names
 from memoryapp.search.turn_time import DAY, MONTH, WEEK, YEAR, named_time
 from tests.kit.crypto import encrypted  # noqa: F401  (the fixture)
 from tests.kit.factories import MemoryItemFactory, ThreadFactory
@@ -546,27 +546,6 @@ def test_a_question_naming_one_of_two_speakers_finds_their_turn_not_the_turns_ad
     assert first() != hers
     monkeypatch.undo()
     assert first() == hers
-
-
-def test_the_keyword_channel_ranks_turns_without_the_addressed_speakers_name(alice: Any) -> None:
-    thread = ThreadFactory(agent=alice.agent, turns=VOCATIVES)
-    hers = by_text(thread, "paint birds").id
-    scope = EntryScope(agent_id=alice.agent.pk, thread_pk=thread.pk)
-    question = analyze_query("When does Melanie paint herons?")
-    assert without_addressed(question, frozenset({"melanie"})).terms == ["paint", "herons"]
-    # Nothing but the name: the question stays whole.
-    assert without_addressed(analyze_query("Melanie?"), frozenset({"melanie"})).names == ["melanie"]
-
-    def keyword_first(addressed: frozenset[str]) -> list[str]:
-        ci = ChannelInput(agent_id=alice.agent.pk, scope=scope, analysis=question, depth=10, addressed=addressed)
-        keyword = next(c for c in registry.registered(ENTRY) if c.name == "keyword")
-        return [h.id for h in keyword.run(ci)]
-
-    # With her name a term, every turn saying "Melanie" to her matches; without it, only hers.
-    assert len(keyword_first(frozenset())) == 3
-    assert keyword_first(frozenset({"melanie"})) == [hers]
-    outcome = search(agent=alice.agent, text="When does Melanie paint herons?", thread=thread, kinds=("entries",))
-    assert outcome.hits[0].id == hers
 
 
 def test_items_are_ranked_by_the_whole_questions_vector_and_turns_without_the_name(
