@@ -35,7 +35,7 @@ from memoryapp.search.query import QueryAnalysis
 from memoryapp.search.scope import EntryScope
 
 _SENDERS_TTL = 60.0
-_senders_cache: dict[tuple[Any, ...], tuple[float, frozenset[str]]] = {}
+_senders_cache: dict[tuple[Any, ...], tuple[float, frozenset[Any]]] = {}
 _senders_lock = threading.Lock()
 
 
@@ -44,7 +44,19 @@ def senders_of(scope: EntryScope) -> frozenset[str]:
     on, where the names are sealed (`sender_hashes_of` tells them apart then)."""
     if encryption_enabled():
         return frozenset()
-    key = ("senders", *scope.cache_key)
+    return _distinct_cached(scope, "senders", "lower(e.sender_name)", "e.sender_name <> ''", str)
+
+
+def sender_hashes_of(scope: EntryScope) -> frozenset[Any]:
+    """With encryption on, the senders of the scope's turns as the blind index of their names (its
+    keyed word hashes, `Entry.sender_name_hashes`): the names are sealed. Cached as `senders_of`."""
+    return _distinct_cached(scope, "sender hashes", "e.sender_name_hashes", "e.sender_name_hashes IS NOT NULL", tuple)
+
+
+def _distinct_cached(scope: EntryScope, kind: str, column: str, present: str, convert: Any) -> frozenset[Any]:
+    """The distinct non-empty values of `column` over the scope's turns (at most 1,000), cached a
+    minute per scope and kind."""
+    key = (kind, *scope.cache_key)
     now = time.monotonic()
     with _senders_lock:
         cached = _senders_cache.get(key)
@@ -53,40 +65,14 @@ def senders_of(scope: EntryScope) -> frozenset[str]:
     where, params = scope.where("e")
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT DISTINCT lower(e.sender_name) FROM memoryapp_entry e WHERE {where} AND e.sender_name <> ''"
-            " LIMIT 1000",
-            params,
+            f"SELECT DISTINCT {column} FROM memoryapp_entry e WHERE {where} AND {present} LIMIT 1000", params
         )
-        senders = frozenset(r[0] for r in cursor.fetchall() if r[0])
+        values = frozenset(convert(r[0]) for r in cursor.fetchall() if r[0])
     with _senders_lock:
         if len(_senders_cache) > 10_000:
             _senders_cache.clear()
-        _senders_cache[key] = (now, senders)
-    return senders
-
-
-def sender_hashes_of(scope: EntryScope) -> frozenset[tuple[int, ...]]:
-    """With encryption on, the senders of the scope's turns as the blind index of their names (its
-    keyed word hashes, `Entry.sender_name_hashes`): the names are sealed. Cached as `senders_of`."""
-    key = ("sender hashes", *scope.cache_key)
-    now = time.monotonic()
-    with _senders_lock:
-        cached = _senders_cache.get(key)
-        if cached and now - cached[0] < _SENDERS_TTL:
-            return cached[1]  # type: ignore[return-value]
-    where, params = scope.where("e")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT DISTINCT e.sender_name_hashes FROM memoryapp_entry e WHERE {where}"
-            " AND e.sender_name_hashes IS NOT NULL LIMIT 1000",
-            params,
-        )
-        senders = frozenset(tuple(r[0]) for r in cursor.fetchall() if r[0])
-    with _senders_lock:
-        if len(_senders_cache) > 10_000:
-            _senders_cache.clear()
-        _senders_cache[key] = (now, senders)  # type: ignore[assignment]
-    return senders
+        _senders_cache[key] = (now, values)
+    return values
 
 
 def _addressed_blind(scope: EntryScope, analysis: QueryAnalysis) -> frozenset[str]:
