@@ -30,7 +30,7 @@ def floored(hits: list[ChannelHit], min_similarity: float | None) -> list[Channe
 
 
 def _keyword_entries(ci: ChannelInput) -> list[ChannelHit]:
-    return keyword_entries(scope=ci.scope, analysis=ci.analysis, limit=ci.depth)
+    return keyword_entries(scope=ci.scope, analysis=ci.analysis, limit=ci.depth, addressed=ci.addressed)
 
 
 def _vector_entries(ci: ChannelInput) -> list[ChannelHit]:

@@ -51,6 +51,9 @@ class ChannelInput:
     # The embedding the vector channel ranks turns by: the question without the names that only
     # address a speaker of the conversation (memoryapp.search.speakers); `vector` when it names none.
     turn_vector: list[float] | None = None
+    # Those speakers' names (lower-cased): the keyword channel counts them for a turn only as its
+    # sender, not as words of its text (memoryapp.search.keyword.sender_only_terms).
+    addressed: frozenset[str] = frozenset()
     min_similarity: float | None = None  # recall's cosine floor for vector channels
     anchor: datetime | None = None  # "now" for the question: relative times resolve against it
     time_zone: str = ""  # the thread's metadata.time_zone ("" = UTC)

@@ -110,8 +110,23 @@ def entry_scope_size(scope: EntryScope) -> int:
     return _scope_size(("entries", *scope.cache_key), count)
 
 
-def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -> list[ChannelHit]:
+def sender_only_terms(terms: list[str], names: list[str], addressed: frozenset[str]) -> frozenset[str]:
+    """The terms that count for a turn only as its sender: the names of the speakers the question
+    addresses (memoryapp.search.speakers), whose name in the other speaker's turns only says whom
+    they talk to. None when no other word would be left ("Melanie?"): the name is then all there is
+    to search, and counts as a word of the text too."""
+    only = frozenset(t for t in terms if t in addressed and t in names)
+    return only if only and len(only) < len(terms) else frozenset()
+
+
+def keyword_entries(
+    *, scope: EntryScope, analysis: QueryAnalysis, limit: int, addressed: frozenset[str] = frozenset()
+) -> list[ChannelHit]:
     """Step 2-4 of the module doc for entries.
+
+    A name the question says is also held by what that person said (the turn's sender). The names
+    of `addressed` speakers (memoryapp.search.speakers) are held by their own turns only, not by
+    the words of the other's turns that say them ("Thanks, Melanie!"): `sender_only_terms`.
 
     In a large scope (LARGE_SCOPE rows or more) a query of several words first reads only the
     rows that hold all of them, then all but one, then two of them: a common word alone would
@@ -123,19 +138,25 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
         return []
     where, params = scope.where("e")
     total = entry_scope_size(scope)
+    names = [t for t in terms if t in analysis.names]
+    sender_only = sender_only_terms(terms, names, addressed)
     if encryption_enabled():
         return _keyword_entries_blind(
-            scope=scope, terms=terms, names=[t for t in terms if t in analysis.names], total=total, limit=limit
+            scope=scope, terms=terms, names=names, sender_only=sender_only, total=total, limit=limit
         )
-    params = {**params, "q_or": " | ".join(terms), "cap": KEYWORD_CANDIDATES}
+    # The words searched in the text (the tsquery's operands): every term but the sender-only names.
+    words = [t for t in terms if t not in sender_only]
+    params = {**params, "q_or": " | ".join(words), "cap": KEYWORD_CANDIDATES}
     flags = []
-    names = [t for t in terms if t in analysis.names]
     for i, term in enumerate(terms):
         params[f"q_{i}"] = term
-        flag = f"e.search_vector @@ to_tsquery('english', %(q_{i})s)"
-        if term in names:
-            # A name the question says is also held by what that person said (sender_name).
-            flag = f"({flag} OR lower(e.sender_name) = %(q_{i})s)"
+        if term in sender_only:
+            flag = f"lower(e.sender_name) = %(q_{i})s"
+        else:
+            flag = f"e.search_vector @@ to_tsquery('english', %(q_{i})s)"
+            if term in names:
+                # A name the question says is also held by what that person said (sender_name).
+                flag = f"({flag} OR lower(e.sender_name) = %(q_{i})s)"
         flags.append(flag)
     if names:
         params["names"] = names
@@ -168,15 +189,15 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
         return [(r[0], r[1], r[2], r[3]) for r in found]
 
     rows: list[tuple[str, list[bool], int, float]] = []
-    if total >= LARGE_SCOPE and len(terms) >= 2:
+    if total >= LARGE_SCOPE and len(words) >= 2:
         # Most selective first: every word, then any two words; each tier is read only when the
         # one before found fewer rows than asked for.
-        tiers = [" & ".join(terms)]
-        if len(terms) >= 4:
+        tiers = [" & ".join(words)]
+        if len(words) >= 4:
             # One word of the question is often not in memory at all ("... in 2019?").
-            tiers.append(" | ".join("(" + " & ".join(c) + ")" for c in combinations(terms, len(terms) - 1)))
-        if len(terms) >= 3:
-            tiers.append(" | ".join(f"({a} & {b})" for a, b in combinations(terms, 2)))
+            tiers.append(" | ".join("(" + " & ".join(c) + ")" for c in combinations(words, len(words) - 1)))
+        if len(words) >= 3:
+            tiers.append(" | ".join(f"({a} & {b})" for a, b in combinations(words, 2)))
         if len(tiers) >= 2 and total <= MERGED_TIERS_MAX_SCOPE:
             # The first two tiers in one read (each GIN scan has a fixed cost, the pending list's):
             # the second tier's rows, each flagged whether it matches the first. Its matches are a
@@ -193,7 +214,7 @@ def keyword_entries(*, scope: EntryScope, analysis: QueryAnalysis, limit: int) -
             if len(rows) >= limit:
                 break
     if len(rows) < limit:
-        rows = plain(read(" | ".join(terms)))
+        rows = plain(read(" | ".join(words)))
     if len(rows) >= KEYWORD_CANDIDATES:
         total = max(total, len(rows) * 4)
     return _bm25(rows, terms=len(terms), total=max(total, len(rows)), limit=limit)
@@ -207,27 +228,35 @@ def sender_name_key(name: str, *, key: bytes) -> str:
 
 
 def _keyword_entries_blind(
-    *, scope: EntryScope, terms: list[str], names: list[str], total: int, limit: int
+    *,
+    scope: EntryScope,
+    terms: list[str],
+    names: list[str],
+    sender_only: frozenset[str] = frozenset(),
+    total: int,
+    limit: int,
 ) -> list[ChannelHit]:
     """keyword_entries with encryption on: the rows whose blind index holds any of the words' keyed
     hashes (GIN over `keyword_hashes`), ranked as the plaintext channel ranks them (BM25 with binary
     term frequency over the words held; the row's length is its number of distinct words). Postgres'
     cover density cannot be had without positions: the candidates are the rows holding most words,
-    newest first."""
+    newest first. A name of `sender_only` is held by its sender's turns only, as in plaintext."""
     key = blind_key(agent_id=scope.agent_id)
     hashes = [term_hash(t, key=key) for t in terms]
     where, params = scope.where("e")
-    params = {**params, "any": [h for h in hashes if h is not None], "cap": KEYWORD_CANDIDATES}
+    text_hashes = [h for t, h in zip(terms, hashes, strict=True) if h is not None and t not in sender_only]
+    params = {**params, "any": text_hashes, "cap": KEYWORD_CANDIDATES}
     flags = []
     for i, (term, hashed) in enumerate(zip(terms, hashes, strict=True)):
         params[f"h_{i}"] = [hashed if hashed is not None else 0]
         flag = f"coalesce(e.keyword_hashes @> %(h_{i})s::bigint[], false)"
         if term in names:
             # The sender's name is sealed: a name of one word is the one hash of its blind index.
-            flag = f"({flag} OR e.sender_name_hashes::text = %(n_{i})s)"
             params[f"n_{i}"] = sender_name_key(term, key=key)
+            sender = f"e.sender_name_hashes::text = %(n_{i})s"
+            flag = sender if term in sender_only else f"({flag} OR {sender})"
         flags.append(flag)
-    held = [h for h in hashes if h is not None]
+    held = text_hashes
     name_match = ""
     if names:
         params["names"] = [sender_name_key(t, key=key) for t in names]

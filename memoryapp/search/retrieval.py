@@ -322,10 +322,8 @@ def search(
     no_items = item_rows is not None and any(c.kind == ITEM for c in wanted) and not item_rows.exists()
     # The speakers the question names whose name in the other's turns only addresses them
     # (memoryapp.search.speakers): left out of the vector the vector channel ranks turns by, and
-    # counted only in their own turns by the rerank.
-    speakers = (
-        addressed_speakers(scope, analysis) if "entries" in kinds and method in ("vector", "hybrid") else frozenset()
-    )
+    # counted only in their own turns by the keyword channel and the rerank.
+    speakers = addressed_speakers(scope, analysis) if "entries" in kinds else frozenset()
     vector, turn_vector = _query_vectors(text, speakers, wanted, method, outcome)
     if vector is None and method == "vector":
         # The vector channel is down: answer by keyword rather than with nothing.
@@ -339,6 +337,7 @@ def search(
         no_items=no_items,
         vector=vector,
         turn_vector=turn_vector,
+        addressed=speakers,
         min_similarity=min_similarity,
         anchor=anchor or as_of,
         time_zone=time_zone or (str((thread.metadata or {}).get("time_zone") or "") if thread is not None else ""),

@@ -5,8 +5,9 @@ addressed ("Thanks, Melanie!", "Hey Caroline, guess what"), not what the turn is
 naming one of them ("What does Melanie paint?") should not find the other's talk through those
 vocatives: in the rerank by the share of the question's words (memoryapp.search.retrieval) the
 name counts for a turn only when its sender is that person. Measured on LoCoMo's dev file: hybrid
-R@10 75.0 -> 76.1, every category up (the same rule in the keyword channel's ranking lifted the
-adversarial questions but lowered open-domain and temporal ones, so it is not applied there). In a
+R@10 75.0 -> 76.1, every category up. The keyword channel holds the same rule
+(memoryapp.search.keyword.sender_only_terms): the name matches the turns its speaker sent, not the
+words of the other's turns (hybrid R@10 80.9 -> 81.6, no category lower). In a
 group chat a speaker's name in another's turn is as often about them ("Ben said he'd come"): there
 it counts as any other word.
 
