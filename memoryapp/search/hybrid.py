@@ -41,7 +41,7 @@ def rrf(ranked: Iterable[tuple[str, str, list[ChannelHit], float]], *, k: int = 
     return fused
 
 
-_WORD = re.compile(r"[a-z0-9]+")
+_WORD = re.compile(r"[^\W_]+")  # letters and digits of any script
 
 
 def _words(text: str) -> frozenset[str]:

@@ -15,6 +15,7 @@ and nothing a memory could answer: `small_talk` says so, and recall does not sea
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass, field
 
 # Words that say what kind of question it is, or that every turn of a chat says.
@@ -210,7 +211,11 @@ STOP_WORDS = frozenset(
         "well",
     ]
 )
-_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9'\-]*")
+# A word: a letter or digit of any script, then letters, digits, apostrophes and hyphens ("Inês",
+# "café", "O'Brien", "well-known"). The text is read in Unicode's composed form (NFC), as typed
+# accents may come as a letter and a combining mark; Postgres' parser and the blind index
+# (governance.crypto.blind) take the same letters as one word.
+_WORD = re.compile(r"[^\W_](?:[^\W_]|['\u2019\-])*")
 
 
 # Words of greetings, thanks and acknowledgements: a turn of these (and stop words) alone is small talk.
@@ -371,15 +376,19 @@ class QueryAnalysis:
 def is_small_talk(text: str) -> bool:
     """Whether the text is small talk: it has words, and every one is a greeting, thanks, an
     acknowledgement, a question or a stop word (no word names anything memory could hold)."""
-    words = [_clean(w) for w in _WORD.findall(text or "")]
+    words = [_clean(w) for w in _words(text or "")]
     words = [w for w in words if w]
     if not words or len(words) > 8:
         return False
     return all(w in SMALL_TALK_WORDS or w in STOP_WORDS or w in QUESTION_WORDS for w in words)
 
 
+def _words(text: str) -> list[str]:
+    return _WORD.findall(unicodedata.normalize("NFC", text) if not text.isascii() else text)
+
+
 def _clean(word: str) -> str:
-    word = word.strip("'-").lower()
+    word = word.replace("\u2019", "'").strip("'-").lower()
     if word.endswith("'s"):
         word = word[:-2]
     return word
@@ -388,7 +397,7 @@ def _clean(word: str) -> str:
 def analyze_query(text: str) -> QueryAnalysis:
     """1. Split into words; 2. drop question and stop words; 3. keep names. Terms keep their
     order and appear once."""
-    words = _WORD.findall(text or "")
+    words = _words(text or "")
     terms: list[str] = []
     names: list[str] = []
     for position, raw in enumerate(words):
@@ -411,11 +420,15 @@ def analyze_query(text: str) -> QueryAnalysis:
     )
 
 
+_NOT_WORD = re.compile(r"[\W_]+")
+
+
 def tsquery_terms(analysis: QueryAnalysis) -> list[str]:
-    """The terms as safe operands of to_tsquery (letters, digits; hyphenated words split)."""
+    """The terms as safe operands of to_tsquery (letters and digits of any script; hyphenated words
+    and apostrophes split, as Postgres' parser splits them)."""
     operands: list[str] = []
     for term in analysis.terms:
-        for piece in re.split(r"[^a-z0-9]+", term):
+        for piece in _NOT_WORD.split(term):
             if piece and piece not in STOP_WORDS and piece not in operands:
                 operands.append(piece)
     return operands

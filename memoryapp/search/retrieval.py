@@ -526,7 +526,7 @@ def word_share(terms: list[str], text: str) -> float:
     return sum(1 for t in terms if _stem(t) in held) / len(terms)
 
 
-_TEXT_WORD = re.compile(r"[a-z0-9]+")
+_TEXT_WORD = re.compile(r"[^\W_]+")  # letters and digits of any script, as memoryapp.search.query reads them
 
 
 def rerank_by_words_and_use(

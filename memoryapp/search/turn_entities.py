@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+import unicodedata
 from typing import Any
 
 from django.db import connection
@@ -39,17 +40,39 @@ from memoryapp.search.vector import WALK_FROM_SCOPE, nearest_matching
 MIN_SENDERS = 3
 # Entities of the question's names read at most (before the scope's filter keeps 20 of them).
 MAX_NAMED_READ = 500
-_CAPITALISED_RUN = re.compile(r"\b[A-Z][\w'-]*(?:\s+[A-Z][\w'-]*)*")
-_WORD = re.compile(r"[a-z0-9]+")
+# Words of any script ("Inês", "São Paulo"), as memoryapp.search.query reads them.
+_NAME_WORD = re.compile(r"[^\W_][\w'\-]*")
+_WORD = re.compile(r"[^\W_]+")
 _SENDERS_TTL = 60.0
 _senders_cache: dict[tuple[Any, ...], tuple[float, frozenset[str]]] = {}
 _senders_lock = threading.Lock()
 
 
+def capitalised_runs(text: str) -> list[str]:
+    """The capitalised words of the text and the runs of them apart only by spaces ("Ana", "New
+    York", "São Paulo"), in order: an upper-case first letter of any script."""
+    text = unicodedata.normalize("NFC", text) if not text.isascii() else text
+    runs: list[str] = []
+    run: list[str] = []
+    end = 0
+    for match in _NAME_WORD.finditer(text):
+        word = match.group()
+        if not word[0].isupper():
+            run = []
+        elif run and text[end : match.start()].isspace():
+            run.append(word)
+            runs[-1] = " ".join(run)
+        else:
+            run = [word]
+            runs.append(word)
+        end = match.end()
+    return runs
+
+
 def question_names(ci: ChannelInput) -> list[str]:
     """Step 1: normalised candidate names, each once (runs of capitalised words first)."""
     found: list[str] = []
-    for run in _CAPITALISED_RUN.findall(ci.analysis.text or ""):
+    for run in capitalised_runs(ci.analysis.text or ""):
         name = name_normalized(run.removesuffix("'s"))
         if name and name not in found:
             found.append(name)
