@@ -57,7 +57,11 @@ class DataKey:
 
 _by_id: dict[str, tuple[float, bytes]] = {}
 _by_owner: dict[Owner, tuple[float, DataKey]] = {}
-_blind: dict[int | None, bytes] = {}
+# Blind-index keys by the id of the data key they are derived from (an agent's changes with a
+# rotation's new keys), and the agent's own keys a rotation retired and has not destroyed yet (read
+# with its live key, as fresh): rows its walk has not reached still hold hashes under them.
+_blind: dict[str, bytes] = {}
+_retired: dict[Owner, list[tuple[str, str]]] = {}
 _lock = threading.Lock()
 
 
@@ -67,6 +71,7 @@ def data_keys_forget() -> None:
         _by_id.clear()
         _by_owner.clear()
         _blind.clear()
+        _retired.clear()
     cipher_cache_clear()
     word_hasher.cache_clear()
 
@@ -207,12 +212,20 @@ def data_key_for(*, agent_id: int | None, user_id: str = "") -> DataKey:
         return cached[1]
     for _ in range(2):
         with connection.cursor() as cursor:
+            # The live key, and those a rotation retired and has not destroyed yet (most owners have none).
             cursor.execute(
-                f"SELECT id, master_key_id FROM {TABLE} WHERE agent_id IS NOT DISTINCT FROM %s AND user_id = %s"
-                " AND destroyed_at IS NULL AND retired_at IS NULL",
+                f"SELECT id, master_key_id, retired_at IS NOT NULL FROM {TABLE}"
+                " WHERE agent_id IS NOT DISTINCT FROM %s AND user_id = %s AND destroyed_at IS NULL",
                 [agent_id, user_id],
             )
-            row = cursor.fetchone()
+            rows = cursor.fetchall()
+        retired = [(str(r[0]), str(r[1])) for r in rows if r[2]]
+        with _lock:
+            if retired:
+                _retired[owner] = retired
+            else:
+                _retired.pop(owner, None)
+        row = next((r for r in rows if not r[2]), None)
         if row is not None:
             found = DataKey(id=row[0], key=_cached(row[0], now) or _unwrap(row[0], agent_id, user_id, row[1]))
             with _lock:
@@ -340,22 +353,54 @@ def data_keys_destroy_agent(*, agent_id: int) -> list[str]:
         _forget_key_sets(ids)
         for owner in [o for o in _by_owner if o[0] == agent_id]:
             _by_owner.pop(owner, None)
-        _blind.pop(agent_id, None)
+        for key_id in ids:
+            _blind.pop(key_id, None)
+        _retired.pop((agent_id, ""), None)
     transaction.on_commit(lambda: [keystore_remove(key_id) for key_id in ids])
     return ids
 
 
 def blind_key(*, agent_id: int | None) -> bytes:
-    """The agent's blind-index key: derived from its own data key (one HMAC step), so it is as safe
-    as that key and a rewrap leaves it the same (no row's index needs computing again)."""
+    """The agent's blind-index key, what its rows are hashed under from now on: derived from its own
+    live data key (one HMAC step), so it is as safe as that key, a rewrap leaves it the same (no
+    row's index needs computing again), and a rotation with new keys changes it in every process
+    within OWNER_CACHE_SECONDS (the rotation's settle), as it changes the key rows are sealed under."""
+    key = data_key_for(agent_id=agent_id, user_id="")
+    return _blind_of(key.id, key.key)
+
+
+def blind_keys(*, agent_id: int | None) -> list[bytes]:
+    """Every blind-index key the agent's rows may be hashed under, what a lookup hashes its values
+    with: the live one (`blind_key`) first, then, while a rotation with new keys walks the rows,
+    those of the agent's retired keys (rows the walk has not reached yet hold hashes under them).
+    Outside a rotation, the live one alone: read with it, no further query."""
+    live = blind_key(agent_id=agent_id)
     with _lock:
-        cached = _blind.get(agent_id)
-    if cached is not None:
-        return cached
-    derived = _blind_derive(data_key_for(agent_id=agent_id, user_id="").key)
+        retired = list(_retired.get((agent_id, ""), ()))
+    keys = [live]
+    now = time.monotonic()
+    for key_id, master_id in retired:
+        with _lock:
+            known = _blind.get(key_id)
+        if known is None:
+            try:
+                known = _blind_of(key_id, _cached(key_id, now) or _unwrap(key_id, agent_id, "", master_id))
+            except SealError:
+                continue  # destroyed meanwhile: the walk is over, no row holds its hashes any more
+        keys.append(known)
+    return keys
+
+
+def _blind_of(key_id: str, data_key: bytes) -> bytes:
     with _lock:
-        _blind[agent_id] = derived
-    return derived
+        known = _blind.get(key_id)
+    if known is None:
+        known = _blind_derive(data_key)
+        with _lock:
+            if len(_blind) > 10_000:
+                _blind.clear()
+            _blind[key_id] = known
+    return known
 
 
 def _blind_derive(data_key: bytes) -> bytes:
@@ -376,11 +421,9 @@ def blind_keys_live() -> dict[int, bytes]:
     keys: dict[int, bytes] = {}
     for key_id, agent_id, master_id in rows:
         with _lock:
-            known = _blind.get(agent_id)
+            known = _blind.get(key_id)
         if known is None:
-            known = _blind_derive(_unwrap(key_id, agent_id, "", master_id))
-            with _lock:
-                _blind[agent_id] = known
+            known = _blind_of(key_id, _unwrap(key_id, agent_id, "", master_id))
         keys[int(agent_id)] = known
     return keys
 

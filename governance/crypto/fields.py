@@ -25,8 +25,16 @@ from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models.expressions import Expression
 
-from governance.crypto.blind import EQUALITY_PREFIX, equality_hash, text_hashes, word_hasher
-from governance.crypto.envelope import DataKey, Owner, blind_key, data_key_for_people, data_key_open, data_keys_for
+from governance.crypto.blind import EQUALITY_PREFIX, equality_hash, term_hash, text_hashes, word_hasher
+from governance.crypto.envelope import (
+    DataKey,
+    Owner,
+    blind_key,
+    blind_keys,
+    data_key_for_people,
+    data_key_open,
+    data_keys_for,
+)
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.sealing import PREFIX, is_sealed, seal, sealed_key_id, unseal
 
@@ -278,11 +286,23 @@ def equality_value(*, agent_id: int | None, text: str) -> str:
 
 
 def equality_values(*, agent_id: int | None, text: str) -> list[str]:
-    """What an equality column may hold for a normalised value: with encryption on, its keyed hash,
-    and the value itself for a row written before encryption was turned on and not yet hashed by
-    the rotation (which finds it by it meanwhile, instead of writing a second row beside it)."""
-    hashed = equality_value(agent_id=agent_id, text=text)
-    return [hashed] if hashed == text else [hashed, text]
+    """What an equality column may hold for a normalised value: with encryption on, its keyed hash
+    under the agent's live blind key, and those the rotation has not reached yet may hold: its
+    hash under a blind key a rotation with new keys retired (`blind_keys`), and the value itself for
+    a row written before encryption was turned on. A lookup finds such a row by them meanwhile,
+    instead of writing a second row beside it."""
+    if not encryption_enabled() or not text:
+        return [text]
+    return [*(equality_hash(text, key=key) for key in blind_keys(agent_id=agent_id)), text]
+
+
+def words_hashes(*, agent_id: int | None, words: Iterable[str]) -> list[int]:
+    """The keyed hashes of query words under every blind key the agent's rows may be hashed under
+    (`blind_keys`: the live one, and a retired one while a rotation with new keys walks the rows),
+    what a lookup asks a blind index for with `&&` (any of them); words that normalise to nothing
+    are left out."""
+    keys = blind_keys(agent_id=agent_id)
+    return [h for word in words for key in keys if (h := term_hash(word, key=key)) is not None]
 
 
 class EqualityHashField(models.CharField):  # type: ignore[type-arg]

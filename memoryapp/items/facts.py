@@ -23,8 +23,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from governance.audit.chain import audit_append
-from governance.crypto.blind import term_hash
-from governance.crypto.envelope import blind_key
+from governance.crypto.fields import words_hashes
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.events.services import event_record
@@ -368,8 +367,7 @@ def _rough_match(*, agent: Agent, words: list[str]) -> Q:
     for word in words:
         rough |= Q(attribute__icontains=word) | Q(value__icontains=word)
     if encryption_enabled():
-        key = blind_key(agent_id=agent.pk)
-        hashes = [h for h in (term_hash(word, key=key) for word in words) if h is not None]
+        hashes = words_hashes(agent_id=agent.pk, words=words)
         if hashes:
             rough |= Q(keyword_hashes__overlap=hashes)
     return rough

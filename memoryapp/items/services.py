@@ -120,10 +120,11 @@ def _slot_hashes_settle(*, slot: Any, agent: Agent, subject: str) -> None:
     """Give the slot's states written before subjects were sealed (their `subject_hash` still the
     subject itself, until encryption_rotate) the keyed hash a new state gets, under the slot's lock:
     the replays of what memory knew (`holding_q`) match a state with its successor by that column
-    alone, so an old state closed by a new one would otherwise still hold in them."""
+    alone, so an old state closed by a new one would otherwise still hold in them. So do the states a
+    rotation with new keys has not reached yet (their hash under the retired blind key)."""
     hashed = equality_value(agent_id=agent.pk, text=subject)
     if hashed != subject:
-        slot.filter(subject_hash=subject).update(subject_hash=hashed)
+        slot.exclude(subject_hash=hashed).update(subject_hash=hashed)
 
 
 def _check_text(value: Any, field: str, *, max_length: int, required: bool = True) -> str:

@@ -29,7 +29,7 @@ from django.db.models import BooleanField, IntegerField, QuerySet
 from django.db.models.expressions import RawSQL
 
 from governance.crypto.blind import term_hash
-from governance.crypto.envelope import blind_key
+from governance.crypto.envelope import blind_keys
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.models import MemoryItem
 from memoryapp.search.query import QueryAnalysis, tsquery_terms
@@ -241,25 +241,32 @@ def _keyword_entries_blind(
     term frequency over the words held; the row's length is its number of distinct words). Postgres'
     cover density cannot be had without positions: the candidates are the rows holding most words,
     newest first. A name of `sender_only` is held by its sender's turns only, as in plaintext."""
-    key = blind_key(agent_id=scope.agent_id)
-    hashes = [term_hash(t, key=key) for t in terms]
+    # The words hashed under each key the agent's rows may be hashed under (one, but while a rotation
+    # with new keys walks the rows): a row holds a word when it holds its hash under any of them.
+    keys = blind_keys(agent_id=scope.agent_id)
+    by_key = [[term_hash(t, key=key) for t in terms] for key in keys]
     where, params = scope.where("e")
-    text_hashes = [h for t, h in zip(terms, hashes, strict=True) if h is not None and t not in sender_only]
-    params = {**params, "any": text_hashes, "cap": KEYWORD_CANDIDATES}
+    # The words a turn's text may hold (a name of `sender_only` is not one of them).
+    held_at = [
+        i
+        for i, (t, hashed) in enumerate(zip(terms, by_key[0], strict=True))
+        if hashed is not None and t not in sender_only
+    ]
+    held = [[h for i in held_at if (h := hashes[i]) is not None] for hashes in by_key]
+    params = {**params, "any": [h for hashes in held for h in hashes], "cap": KEYWORD_CANDIDATES}
     flags = []
-    for i, (term, hashed) in enumerate(zip(terms, hashes, strict=True)):
-        params[f"h_{i}"] = [hashed if hashed is not None else 0]
-        flag = f"coalesce(e.keyword_hashes @> %(h_{i})s::bigint[], false)"
+    for i, term in enumerate(terms):
+        params[f"h_{i}"] = [hashes[i] if hashes[i] is not None else 0 for hashes in by_key]
+        flag = f"coalesce(e.keyword_hashes && %(h_{i})s::bigint[], false)"
         if term in names:
             # The sender's name is sealed: a name of one word is the one hash of its blind index.
-            params[f"n_{i}"] = sender_name_key(term, key=key)
-            sender = f"e.sender_name_hashes::text = %(n_{i})s"
+            params[f"n_{i}"] = [sender_name_key(term, key=key) for key in keys]
+            sender = f"e.sender_name_hashes::text = ANY(%(n_{i})s)"
             flag = sender if term in sender_only else f"({flag} OR {sender})"
         flags.append(flag)
-    held = text_hashes
     name_match = ""
     if names:
-        params["names"] = [sender_name_key(t, key=key) for t in names]
+        params["names"] = [sender_name_key(t, key=key) for t in names for key in keys]
         name_match = " OR e.sender_name_hashes::text = ANY(%(names)s)"
     newness = "extract(epoch FROM e.created_at) + e.seq * 1e-6"
 
@@ -276,14 +283,19 @@ def _keyword_entries_blind(
             return cursor.fetchall()
 
     raw: list[Any] = []
-    if total >= LARGE_SCOPE and len(held) >= 2:
+    n_held = len(held_at)
+    if total >= LARGE_SCOPE and n_held >= 2:
         # As the plaintext channel does in a large scope: the rows holding every word first, then
-        # all but one, then any two, each tier read only when the one before found too few rows.
-        tiers = [[held]]
-        if len(held) >= 4:
-            tiers.append([list(c) for c in combinations(held, len(held) - 1)])
-        if 3 <= len(held) <= 8:
-            tiers.append([list(c) for c in combinations(held, 2)])
+        # all but one, then any two, each tier read only when the one before found too few rows
+        # (a row's words are all hashed under one key: a group of words is asked under each).
+        def groups(size: int) -> list[list[int]]:
+            return [[hashes[i] for i in c] for c in combinations(range(n_held), size) for hashes in held]
+
+        tiers = [groups(n_held)]
+        if n_held >= 4:
+            tiers.append(groups(n_held - 1))
+        if 3 <= n_held <= 8:
+            tiers.append(groups(2))
         for tier in tiers:
             match = " OR ".join(f"e.keyword_hashes @> %(t_{i})s::bigint[]" for i in range(len(tier)))
             raw = read(match, {f"t_{i}": group for i, group in enumerate(tier)})
@@ -341,17 +353,17 @@ def _keyword_items_blind(
     length is its lexemes plus its value's and subject's distinct words); without positions for cover density, the candidates
     are the items holding most words, newest first. The words are hashed with the agent's key: the
     items are the agent's (the caller's filter), whose values were hashed with it."""
-    key = blind_key(agent_id=agent_id)
+    keys = blind_keys(agent_id=agent_id)  # one, but while a rotation with new keys walks the rows
     table = MemoryItem._meta.db_table
     vector = f'"{table}"."search_vector"'
     hashes = f'"{table}"."keyword_hashes"'
-    hashes_of_terms = [term_hash(t, key=key) for t in terms]
+    hashes_of_terms = [[h for h in (term_hash(t, key=key) for key in keys) if h is not None] for t in terms]
     flags: list[tuple[str, tuple[Any, ...]]] = []
     for term, hashed in zip(terms, hashes_of_terms, strict=True):
         flags.append(
             (
-                f"({vector} @@ to_tsquery('english', %s) OR coalesce({hashes} @> %s::bigint[], false))",
-                (term, [hashed if hashed is not None else 0]),
+                f"({vector} @@ to_tsquery('english', %s) OR coalesce({hashes} && %s::bigint[], false))",
+                (term, hashed or [0]),
             )
         )
     annotations: dict[str, Any] = {
@@ -360,7 +372,7 @@ def _keyword_items_blind(
     annotations["lexemes"] = RawSQL(
         f"length({vector}) + coalesce(cardinality({hashes}), 0)", (), output_field=IntegerField()
     )
-    held = [h for h in hashes_of_terms if h is not None]
+    held = [h for hashed in hashes_of_terms for h in hashed]
     match = RawSQL(
         f"({vector} @@ to_tsquery('english', %s) OR {hashes} && %s::bigint[])",
         (" | ".join(terms), held),

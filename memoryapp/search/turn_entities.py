@@ -26,9 +26,8 @@ from typing import Any
 
 from django.db import connection
 
-from governance.crypto.blind import term_hash
-from governance.crypto.envelope import blind_key
-from governance.crypto.fields import equality_values
+from governance.crypto.envelope import blind_keys
+from governance.crypto.fields import equality_values, words_hashes
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.models import Entity
 from memoryapp.models.items import name_normalized
@@ -159,22 +158,22 @@ def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
     # In a conversation of two, one's turns are half the thread: naming a party narrows little, and
     # the channel would only repeat the vector channel's order (measured: it lowers recall). From
     # three senders on, the people named are entities of the conversation too.
-    blind = blind_key(agent_id=ci.agent_id) if encryption_enabled() else None
-    keys = {n: n if blind is None else sender_name_key(n, key=blind) for n in names}
-    people = [n for n in names if keys[n] in senders] if len(senders) >= MIN_SENDERS else []
+    # With encryption on, a name's key under each blind key (one, but while a rotation walks the rows).
+    blind = blind_keys(agent_id=ci.agent_id) if encryption_enabled() else None
+    keys = {n: [n] if blind is None else [sender_name_key(n, key=key) for key in blind] for n in names}
+    people = [n for n in names if any(k in senders for k in keys[n])] if len(senders) >= MIN_SENDERS else []
     entities = named_entities(ci, names)
     if not entities and not people:
         return []
     words = _mention_words(entities, people)
     where, params = ci.scope.where("e")
-    params = {**params, "n": ci.depth, "people": [keys[n] for n in people]}
+    params = {**params, "n": ci.depth, "people": [k for n in people for k in keys[n]]}
     conditions = [
         "lower(e.sender_name) = ANY(%(people)s)" if blind is None else "e.sender_name_hashes::text = ANY(%(people)s)"
     ]
     if words:
         if encryption_enabled():
-            key = blind_key(agent_id=ci.agent_id)
-            hashes = [h for h in (term_hash(w, key=key) for w in words) if h is not None]
+            hashes = words_hashes(agent_id=ci.agent_id, words=words)
             if hashes:
                 conditions.append("e.keyword_hashes && %(m_hashes)s::bigint[]")
                 params["m_hashes"] = hashes

@@ -290,11 +290,9 @@ def _stated_condition(ci: ChannelInput, words: list[str]) -> tuple[str, dict[str
     if not words:
         return "false", {}
     if encryption_enabled():
-        from governance.crypto.blind import term_hash
-        from governance.crypto.envelope import blind_key
+        from governance.crypto.fields import words_hashes
 
-        key = blind_key(agent_id=ci.agent_id)
-        hashes = [h for h in (term_hash(w, key=key) for w in words) if h is not None]
+        hashes = words_hashes(agent_id=ci.agent_id, words=words)
         if not hashes:
             return "false", {}
         return "e.keyword_hashes && %(t_hashes)s::bigint[]", {"t_hashes": hashes}

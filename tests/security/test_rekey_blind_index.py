@@ -1,0 +1,101 @@
+"""The blind index across a rotation with new keys (`encryption_rotate --rekey`), as the service's
+processes live through it: the rotation runs in one process while web processes go on writing and
+searching with what they have cached.
+
+Each process caches an agent's blind-index key (derived from its own data key). A web process must
+stop hashing under the old one once its cache of the agent's data key expires (the rotation's
+settle), or the rows it writes after that keep hashes no other process can match once the old key is
+destroyed. And while the rotation walks, rows it has not reached yet still hold hashes under the
+retired key: keyword search and equality lookups (an item's slot, an entity's name) must still find
+them, or a search misses them and a repeated statement writes a second item beside the first.
+
+A process is played here by the module caches it would hold (`governance.crypto.envelope`): saved
+before the rotation's first step and put back after it, as the rotation's own process does not
+clear another's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from governance.crypto import envelope
+from governance.crypto.envelope import data_keys_forget, data_keys_retire, data_keys_retired_destroy
+from governance.crypto.rotation import encryption_rotate
+from memoryapp.items.services import item_write
+from memoryapp.models import Agent, Entity, MemoryItem
+from tests.kit.api import Caller, answered
+
+TEXTS = ["the Zanzibarquill pot is blue", "call me about quokkaparade"]
+
+
+def _post(caller: Caller, texts: list[str], thread_id: str = "t1") -> None:
+    answered(caller.client.post("/api/v1/threads", {"id": thread_id, "user_id": "u-ana"}, format="json"), (200, 201))
+    entries = [{"role": "user", "content": text} for text in texts]
+    answered(caller.client.post(f"/api/v1/threads/{thread_id}/entries", {"entries": entries}, format="json"), 201)
+
+
+def _found(caller: Caller, text: str) -> list[str]:
+    answer = caller.client.post("/api/v1/search", {"text": text, "method": "keyword"}, format="json")
+    return [hit["text"] for hit in answered(answer, 200)["results"]]
+
+
+def _boat_is_blue(agent: Agent) -> MemoryItem:
+    return item_write(
+        agent=agent, kind="fact", subject="Ana's boat", attribute="colour", value="blue", trust="user", user_id="u-ana"
+    )
+
+
+def _web_process_caches() -> dict[str, Any]:
+    return {name: dict(getattr(envelope, name)) for name in ("_by_id", "_by_owner", "_blind")}
+
+
+def _web_process_back(caches: dict[str, Any], *, owner_cache_expired: bool) -> None:
+    """Another process's caches, as the rotation left them (it clears only its own); after the
+    settle its cache of each owner's data key has expired, the rest is as it was."""
+    for name, values in caches.items():
+        getattr(envelope, name).clear()
+        getattr(envelope, name).update(values)
+    if owner_cache_expired:
+        envelope._by_owner.clear()
+
+
+def test_a_web_process_writing_after_the_settle_hashes_under_the_new_key(
+    encrypted: Any, db: None, alice: Caller
+) -> None:
+    _post(alice, TEXTS)
+    assert _found(alice, "quokkaparade") == ["call me about quokkaparade"]
+    web = _web_process_caches()
+
+    data_keys_retire()  # the rotation's step 0, in its own process
+    _web_process_back(web, owner_cache_expired=True)  # the web process, after the settle
+    _post(alice, ["harbourlantern at dawn"], thread_id="t2")
+    encryption_rotate(settle=0)  # the walk: every row sealed under its owner's live key
+    data_keys_retired_destroy()  # the rotation's last step
+
+    data_keys_forget()  # any process started after the rotation
+    assert _found(alice, "harbourlantern") == ["harbourlantern at dawn"]
+    assert _found(alice, "Zanzibarquill") == ["the Zanzibarquill pot is blue"]
+
+
+def test_rows_the_walk_has_not_reached_are_still_found_and_their_slots_matched(
+    encrypted: Any, db: None, alice: Caller
+) -> None:
+    _post(alice, TEXTS)
+    agent = Agent.objects.get(slug=alice.agent.slug)
+    first = _boat_is_blue(agent)
+    entities = Entity.objects.filter(agent=agent).count()
+
+    data_keys_retire()
+    data_keys_forget()  # a process once its caches expired: the agent has a new data key and blind key
+
+    # Searched while the walk has not reached them: every row still holds hashes under the old key.
+    assert _found(alice, "Zanzibarquill") == ["the Zanzibarquill pot is blue"]
+    again = _boat_is_blue(agent)
+    assert again.pk == first.pk, "the repeated statement wrote a second item beside the first"
+    assert MemoryItem.objects.filter(agent=agent).count() == 1
+    assert Entity.objects.filter(agent=agent).count() == entities
+
+    encryption_rotate(settle=0)
+    data_keys_retired_destroy()
+    data_keys_forget()
+    assert _found(alice, "Zanzibarquill") == ["the Zanzibarquill pot is blue"]
+    assert _boat_is_blue(agent).pk == first.pk
