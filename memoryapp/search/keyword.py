@@ -95,19 +95,45 @@ def _bm25(rows: list[tuple[str, list[bool], int, float]], *, terms: int, total: 
     return hits[:limit]
 
 
+# The planner's estimate of the rows of the whole entry table (all agents), read with a scope's size
+# (same statement, same minute's cache): what an HNSW walk of the table passes through. -1: unknown.
+_table_rows: dict[tuple[Any, ...], int] = {}
+
+
 def entry_scope_size(scope: EntryScope) -> int:
     """The number of entries of the scope's agent, thread or person (cached a minute: the keyword
     channel's IDF reads it, and other channels choose how to read by it)."""
+    return entry_scope_sizes(scope)[0]
+
+
+def entry_scope_sizes(scope: EntryScope) -> tuple[int, int]:
+    """`entry_scope_size` and the planner's estimate of the rows of the whole entry table, read in
+    the one statement and cached together (-1 for the table: never analysed). The vector channel
+    chooses by their ratio whether a scope is read by the HNSW walk or exactly
+    (memoryapp.search.vector)."""
+    key = ("entries", *scope.cache_key)
 
     def count() -> int:
         size_where, size_params = EntryScope(
             agent_id=scope.agent_id, thread_pk=scope.thread_pk, user_id=scope.user_id
         ).where("e")
         with connection.cursor() as cursor:
-            cursor.execute(f"SELECT count(*) FROM memoryapp_entry e WHERE {size_where}", size_params)
-            return int(cursor.fetchone()[0])
+            cursor.execute(
+                f"SELECT count(*), (SELECT c.reltuples::bigint FROM pg_class c WHERE c.oid = 'memoryapp_entry'::regclass)"
+                f" FROM memoryapp_entry e WHERE {size_where}",
+                size_params,
+            )
+            size, table = cursor.fetchone()
+        with _size_lock:
+            if len(_table_rows) > 10_000:
+                _table_rows.clear()
+            _table_rows[key] = int(table if table is not None else -1)
+        return int(size)
 
-    return _scope_size(("entries", *scope.cache_key), count)
+    size = _scope_size(key, count)
+    with _size_lock:
+        table = _table_rows.get(key, -1)
+    return size, table
 
 
 def sender_only_terms(terms: list[str], names: list[str], addressed: frozenset[str]) -> frozenset[str]:

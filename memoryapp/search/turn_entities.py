@@ -25,16 +25,19 @@ import unicodedata
 from typing import Any
 
 from django.db import connection
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
 
 from governance.crypto.envelope import blind_keys
 from governance.crypto.fields import equality_values, words_hashes
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.models import Entity
 from memoryapp.models.items import name_normalized
+from memoryapp.precompiled import Precompiled
 from memoryapp.search.channels import ENTRY, Channel, ChannelInput, register
 from memoryapp.search.keyword import ChannelHit, entry_scope_size, sender_name_key
 from memoryapp.search.query import KIND_AGGREGATE, KIND_PREFERENCE, STOP_WORDS
-from memoryapp.search.vector import WALK_FROM_SCOPE, nearest_matching
+from memoryapp.search.vector import WALK_FROM_SCOPE, nearest_matching, read_exactly
 
 MIN_SENDERS = 3
 # Entities of the question's names read at most (before the scope's filter keeps 20 of them).
@@ -42,6 +45,19 @@ MAX_NAMED_READ = 500
 # Words of any script ("Inês", "São Paulo"), as memoryapp.search.query reads them.
 _NAME_WORD = re.compile(r"[^\W_][\w'\-]*")
 _WORD = re.compile(r"[^\W_]+")
+# The agent's entities of any of these normalised names (or their keyed hashes), compiled once per
+# process (memoryapp.precompiled): every hybrid search that names a word reads it. The names go as one
+# array parameter (`= ANY`), so that the statement is the same whatever their number.
+_NAMED = Precompiled(
+    lambda agent_id, keys: (
+        Entity.objects.filter(agent_id=agent_id)
+        .filter(RawSQL(f'"{Entity._meta.db_table}"."normalized_name" = ANY(%s)', (keys,), output_field=BooleanField()))
+        .order_by("id")
+        .only("id", "name", "aliases", "agent_id", "user_id", "project_id", "thread_id")[:MAX_NAMED_READ]
+    ),
+    -26,
+    ["\x00entity"],
+)
 _SENDERS_TTL = 60.0
 _senders_cache: dict[tuple[Any, ...], tuple[float, frozenset[str]]] = {}
 _senders_lock = threading.Lock()
@@ -118,11 +134,7 @@ def named_entities(ci: ChannelInput, names: list[str]) -> list[Entity]:
     keys = [k for name in names for k in equality_values(agent_id=ci.agent_id, text=name)]
     if not keys:
         return []
-    found = list(
-        Entity.objects.filter(agent_id=ci.agent_id, normalized_name__in=keys)
-        .order_by("id")
-        .only("id", "name", "aliases", "agent_id", "user_id", "project_id", "thread_id")[:MAX_NAMED_READ]
-    )
+    found = _NAMED.rows(ci.agent_id, keys)
     if ci.items is not None and any(e.user_id or e.project_id or e.thread_id for e in found):
         # The scope the search's items have: the entities of those items' scopes (person, project,
         # thread), and those of none.
@@ -193,7 +205,7 @@ def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
             params=params,
             vector=ci.vector,
             limit=ci.depth,
-            walk=entry_scope_size(ci.scope) >= WALK_FROM_SCOPE,
+            walk=entry_scope_size(ci.scope) >= WALK_FROM_SCOPE and not read_exactly(ci.scope, ci.depth),
         )
     with connection.cursor() as cursor:
         cursor.execute(

@@ -35,7 +35,7 @@ from memoryapp.search.channels import ENTRY, Channel, ChannelInput, register
 from memoryapp.search.keyword import ChannelHit, entry_scope_size, keyword_entries
 from memoryapp.search.query import KIND_TEMPORAL, analyze_query
 from memoryapp.search.scope import EntryScope
-from memoryapp.search.vector import WALK_FROM_SCOPE, nearest_matching
+from memoryapp.search.vector import WALK_FROM_SCOPE, nearest_matching, read_exactly
 
 DAY, WEEK, MONTH, YEAR = "day", "week", "month", "year"
 MONTHS = {name.lower(): number for number, name in enumerate(calendar.month_name) if name}
@@ -270,7 +270,9 @@ def asks_for_time(text: str) -> bool:
 def _ranked(ci: ChannelInput, condition: str, params: dict[str, Any]) -> list[ChannelHit]:
     """The scope's rows that meet `condition`, by cosine to the question (newest first without a vector)."""
     if ci.vector is not None:
-        walk = entry_scope_size(ci.scope) >= WALK_FROM_SCOPE
+        # A scope the vector channel reads exactly is read exactly here too: the rows meeting the
+        # condition are fewer still (memoryapp.search.vector.read_exactly).
+        walk = entry_scope_size(ci.scope) >= WALK_FROM_SCOPE and not read_exactly(ci.scope, ci.depth)
         return nearest_matching(
             scope=ci.scope, condition=condition, params=params, vector=ci.vector, limit=ci.depth, walk=walk
         )

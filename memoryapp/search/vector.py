@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from pgvector.django import CosineDistance
 
 from memoryapp.models import MemoryItem
-from memoryapp.search.keyword import ChannelHit
+from memoryapp.search.keyword import ChannelHit, entry_scope_sizes
 from memoryapp.search.scope import EntryScope
 
 # A scope of at most this many embedded entries is read exactly when the HNSW walk came back short.
@@ -26,6 +26,15 @@ EXACT_SCAN_MAX = 50_000
 # a heap read of its vector (issue 26: ~500 ms in a 70,000-entry scope). A smaller scope (a LoCoMo
 # conversation's ~600 turns) is read exactly, as before.
 WALK_FROM_SCOPE = 5_000
+# The HNSW index holds the whole table (every agent's entries): a walk filtered to a scope of S rows
+# among T passes some limit x T / S rows before `limit` of them are the scope's, each a visit of the
+# graph (a node and its neighbours' vectors), while an exact read compares the scope's S rows once
+# each. A scope of at most EXACT_SCAN_MAX rows is read exactly when S x S <= WALK_EXACT_RATIO x limit
+# x T: a thread's search then costs what its own rows cost, however large the rest of the table grows.
+# Measured (issue 26, bench/context_build.py, a 10,000-entry thread, 30 nearest): the walk 16 ms in
+# 60,000 entries and 320 ms in 600,000 (~90 and ~180 us per row of limit x T / S), the exact read
+# 25 ms in both (2.5 us a row of the thread): the ratio of the two costs, 36 to 71.
+WALK_EXACT_RATIO = 40
 
 
 def vector_literal(vector: list[float]) -> str:
@@ -66,6 +75,11 @@ def vector_entries(*, scope: EntryScope, vector: list[float], limit: int) -> lis
          ORDER BY {{order}}
          LIMIT %(n)s
     """
+    if read_exactly(scope, limit):
+        with connection.cursor() as cursor:
+            cursor.execute(nearest.format(order="(e.embedding <=> %(v)s::vector) + 0"), params)
+            rows = cursor.fetchall()
+        return sorted((ChannelHit(id=r[0], score=1.0 - float(r[1])) for r in rows), key=lambda h: -h.score)
     with connection.cursor() as cursor:
         rows = _tuned_rows(cursor, nearest.format(order="distance"), params, limit)
         if len(rows) < limit:
@@ -82,6 +96,16 @@ def vector_entries(*, scope: EntryScope, vector: list[float], limit: int) -> lis
     hits = [ChannelHit(id=r[0], score=1.0 - float(r[1])) for r in rows]
     hits.sort(key=lambda h: -h.score)
     return hits
+
+
+def read_exactly(scope: EntryScope, limit: int) -> bool:
+    """Whether the scope's nearest rows are read exactly rather than by the HNSW walk (see
+    WALK_EXACT_RATIO): a small scope in a large table. The sizes are the keyword channel's (cached a
+    minute); a table never analysed is walked."""
+    if scope.thread_pk is None and scope.user_id is None:
+        return False  # the agent's whole scope: the walk (the agent is most of what it passes)
+    size, table = entry_scope_sizes(scope)
+    return 0 < size <= EXACT_SCAN_MAX and table > 0 and size * size <= WALK_EXACT_RATIO * limit * table
 
 
 def nearest_matching(
