@@ -279,6 +279,9 @@ class _Build:
     available: int = 0  # what the required partitions leave for facts, recall and recent
     lasting: list[str] = field(default_factory=list)  # words of the kept texts a later block may repeat
     fact_lines: list[tuple[str, str, int]] = field(default_factory=list)  # (item id, line, tokens)
+    # Whether the items recall searches (`_recall_items`: the same scope, time and purpose as the
+    # facts) hold any, as the facts' read found: recall then asks no more. None: the facts were not read.
+    items_live: bool | None = None
     # The memory block as the facts and observations would leave it: what each line would cost.
     probe: MemoryBlock = field(default_factory=MemoryBlock)
     observations: list[Observation] = field(default_factory=list)  # of the thread's scope
@@ -563,6 +566,7 @@ def _load_facts(build: _Build) -> None:
             as_of=build.request.as_of,
             purpose=build.request.purpose,
         )
+        build.items_live = bool(facts)
     except Exception as exc:
         logger.exception("context facts failed")
         build.errors.append({"source": "facts", "message": str(exc)})
@@ -835,6 +839,7 @@ def _recall(build: _Build) -> None:
         exclude_ids=off_branch(thread, request.leaf_id, before_seq) if thread.branched else (),
         items=_recall_items(agent, thread, as_of=request.as_of, purpose=request.purpose),
         as_of=request.as_of,
+        items_live=build.items_live,
     )
     build.errors.extend(search_errors)
     fact_ids = {f["id"] for f in build.facts_sent}
@@ -1032,6 +1037,7 @@ def _recall_search(
     exclude_ids: Sequence[str],
     items: Any,
     as_of: datetime | None,
+    items_live: bool | None = None,
 ) -> tuple[list[Any], list[dict[str, str]]]:
 
     try:
@@ -1048,6 +1054,7 @@ def _recall_search(
             exclude_ids=exclude_ids,
             min_similarity=RECALL_MIN_SIMILARITY,
             skip_small_talk=True,
+            items_live=items_live,
         )
     except Exception as exc:
         logger.exception("recall search failed")

@@ -278,6 +278,7 @@ def search(
     anchor: datetime | None = None,
     time_zone: str = "",
     skip_small_talk: bool = False,
+    items_live: bool | None = None,
 ) -> SearchOutcome:
     """Search the agent's memory (see the module's steps). Never raises for a failed channel.
 
@@ -287,7 +288,9 @@ def search(
     `anchor` is "now" for the question (relative times such as "last May" resolve against it;
     default `as_of`, else the newest turn of the scope), in `time_zone` (default the thread's
     `metadata.time_zone`, else UTC). With `skip_small_talk` (recall), small talk ("thanks!") is
-    not searched: no hits, and a warning says why.
+    not searched: no hits, and a warning says why. `items_live` is what the caller already read of
+    whether the item scope holds any item (the context builder: its facts are that scope's items);
+    None: the search asks.
     """
     outcome = SearchOutcome()
     scope = EntryScope(
@@ -319,7 +322,11 @@ def search(
     ]
     # A scope without items (common: a context build of a thread with no memory yet) skips the item
     # channels: one cheap EXISTS instead of searches that would find nothing.
-    no_items = item_rows is not None and any(c.kind == ITEM for c in wanted) and not item_rows.exists()
+    no_items = (
+        item_rows is not None
+        and any(c.kind == ITEM for c in wanted)
+        and not (items_live if items_live is not None else item_rows.exists())
+    )
     # The speakers the question names whose name in the other's turns only addresses them
     # (memoryapp.search.speakers): left out of the vector the vector channel ranks turns by, and
     # counted only in their own turns by the keyword channel and the rerank.

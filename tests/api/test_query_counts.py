@@ -96,15 +96,17 @@ def test_a_hybrid_search_is_twelve_queries(
     assert answer["results"]
 
 
-def test_a_hybrid_context_build_is_fifteen_queries(
+def test_a_hybrid_context_build_is_fourteen_queries(
     alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
 ) -> None:
     # the thread, its compaction settings, the memory files (context documents and observations in
-    # one statement), the branch, the items, whether any item is live, the keyword channel, the
-    # vector channel (one statement, then the embedded scope's size), the entity turn channel (one
-    # query, in a savepoint pair), the access log (+ its savepoint pair); no time channel, no graph
-    # channels (as the search above; 33 before, 16 before the memory files were read at once)
-    with django_assert_max_num_queries(15):
+    # one statement), the branch, the items (whether any item is live for recall is what they
+    # found), the keyword channel, the vector channel (one statement, then the embedded scope's
+    # size; in a table many times the thread's size, the thread's rows read exactly in one), the
+    # entity turn channel (one query, in a savepoint pair), the access log (+ its savepoint pair);
+    # no time channel, no graph channels (as the search above; 33 before, 16 before the memory
+    # files were read at once, 15 before recall took the items' liveness from the facts' read)
+    with django_assert_max_num_queries(14):
         context = build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
     assert context["messages"]
 
@@ -142,3 +144,12 @@ def test_a_steady_single_append_compiles_no_sql(
     # ~40% of an append's web CPU). The fixture's requests compiled the lookup already.
     post_entry(alice, "t-1", role="user", content="one more")
     assert compilations == []
+
+
+def test_a_steady_hybrid_search_compiles_no_entity_lookup(
+    alice: Caller, thread_of_alice: Thread, compilations: list[str]
+) -> None:
+    # The entity turn channel's lookup of the entities the question's words name is built once per
+    # process (memoryapp.precompiled, the names as one array parameter), not compiled per search.
+    search(alice, "hybrid")
+    assert compilations and not [sql for sql in compilations if "memoryapp_entity" in sql]

@@ -745,3 +745,35 @@ def test_relevant_falls_back_to_recent_when_the_stored_vectors_do_not_match_the_
 
     assert _history(built) == _history(recent)
     assert built["errors"][0]["source"] == "relevance" and "768" in built["errors"][0]["message"]
+
+
+def test_recall_searches_items_when_the_facts_found_some_and_asks_no_more_when_none(alice: Any) -> None:
+    # Recall's items are the facts' items (the thread's scope, time and purpose): the facts' read tells
+    # whether any is live (issue 26: one query less a build), so a scope without items runs no item
+    # channel and asks nothing more, and one with items still finds them by recall.
+    thread = ThreadFactory(agent=alice.agent, turns=[("user", "hi"), ("assistant", "hello")])
+    embedded(alice.agent)
+    request = builder.ContextRequest(
+        max_tokens=4000, strategy="hybrid", current_input="Where does my sister Marta live in Lisbon?"
+    )
+
+    def item_reads(queries: CaptureQueriesContext) -> list[str]:
+        return [
+            q["sql"]
+            for q in queries.captured_queries
+            if q["sql"].startswith("SELECT") and 'FROM "memoryapp_memoryitem"' in q["sql"]
+        ]
+
+    with CaptureQueriesContext(connection) as none:
+        builder.context_build(agent=alice.agent, thread=thread, request=request)
+    assert len(item_reads(none)) == 1  # the facts' read alone
+
+    for i in range(30):
+        MemoryItemFactory(
+            agent=alice.agent, subject="Marta", attribute=f"detail{i}", value=f"Marta sister Lisbon {i}", user_id=""
+        )
+    embedded(alice.agent)
+    with CaptureQueriesContext(connection) as some:
+        built = builder.context_build(agent=alice.agent, thread=thread, request=request)
+    assert len(item_reads(some)) >= 3  # the facts, then the item channels (keyword, vector)
+    assert built.facts
