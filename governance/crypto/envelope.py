@@ -472,6 +472,14 @@ def data_keys_retire() -> int:
     return int(count)
 
 
+def data_keys_retired_left() -> bool:
+    """Whether the register holds keys a rotation with new keys retired and has not destroyed yet
+    (one is under way, or was stopped part way)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT EXISTS (SELECT 1 FROM {TABLE} WHERE destroyed_at IS NULL AND retired_at IS NOT NULL)")
+        return bool(cursor.fetchone()[0])
+
+
 def data_keys_retired_destroy() -> list[str]:
     """Destroy the retired keys (no row is sealed under them any more): their files removed."""
     with transaction.atomic(), connection.cursor() as cursor:

@@ -38,6 +38,7 @@ from governance.crypto.envelope import (
     data_keys_forget,
     data_keys_retire,
     data_keys_retired_destroy,
+    data_keys_retired_left,
     data_keys_rewrap,
 )
 from governance.crypto.fields import (
@@ -173,11 +174,18 @@ def _rows_write(model: type[models.Model], written: list[models.Field], rows: li
 
 
 def rows_reseal(
-    queryset: QuerySet[Any], *, batch: int = 500, step: Callable[[int], None] | None = None
+    queryset: QuerySet[Any], *, batch: int = 500, step: Callable[[int], None] | None = None, rekey: bool = False
 ) -> tuple[int, int]:
     """Seal again, under their owner's live data key, the rows of `queryset` that need it (see
     `_is_stale`), a batch per transaction (a savepoint inside the caller's): (rows sealed again,
     rows left as they are because their key was destroyed). `step(n)` after each batch read.
+
+    `rekey` (a rotation with new keys): every row holding a sealed value, also one already sealed
+    under its owner's new key. A row written while the other processes' caches expired (the
+    settle) may be sealed under a person's new key and hashed under the agent's retired blind key:
+    the two keys come from two entries of a process's cache, which expire apart. Nothing stored
+    tells which blind key a row's hashes are under, so such a row is hashed again with the rest
+    (those written during the rotation are the only rows this adds).
 
     The rotation walks every row of every sealed model with it; a thread whose person changed
     moves its rows to the new person's key with it (memoryapp.threads.services).
@@ -201,7 +209,7 @@ def rows_reseal(
             rows = list(page[:batch])
             stale = []
             for row in rows:
-                if not _is_stale(row, fields, blind, equal):
+                if not (rekey and _stored_keys(row, fields)) and not _is_stale(row, fields, blind, equal):
                     continue
                 if not _opens({key for key in _stored_keys(row, fields) if key}):
                     shredded += 1
@@ -234,6 +242,9 @@ def encryption_rotate(
     retired = data_keys_retire() if rekey else 0
     if retired and settle > 0:
         time.sleep(settle)
+    # Rows may be hashed under a retired blind key while the register holds one (this run retired
+    # them, or a run stopped part way did): the walk hashes every row again (`rows_reseal`).
+    rehash_all = bool(retired) or data_keys_retired_left()
     found = sealed_models()
     total = sum(model._default_manager.count() for model, _, _ in found)
     done = 0
@@ -248,7 +259,9 @@ def encryption_rotate(
     shredded: dict[str, int] = {}
     for model, _, _ in found:
         table = model._meta.db_table
-        rows[table], shredded[table] = rows_reseal(model._default_manager.all(), batch=batch, step=step)
+        rows[table], shredded[table] = rows_reseal(
+            model._default_manager.all(), batch=batch, step=step, rekey=rehash_all
+        )
     destroyed = data_keys_retired_destroy() if rekey else []
     return {
         "data_keys_retired_and_destroyed": len(destroyed),

@@ -15,6 +15,7 @@ clear another's."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from governance.crypto import envelope
@@ -99,3 +100,32 @@ def test_rows_the_walk_has_not_reached_are_still_found_and_their_slots_matched(
     data_keys_forget()
     assert _found(alice, "Zanzibarquill") == ["the Zanzibarquill pot is blue"]
     assert _boat_is_blue(agent).pk == first.pk
+
+
+def test_a_persons_turns_written_in_the_settle_with_the_agents_own_key_still_cached_are_found_after(
+    encrypted: Any, db: None, alice: Caller
+) -> None:
+    """The two keys a turn of a person takes come from two entries of a process's cache, which
+    expire apart: a web process that read the agent's own key (its blind key, a search) just before
+    the rotation retired the keys, and Ana's key just after it (her key's entry had expired), seals
+    her turn under her new key and hashes its words under the agent's old blind key. The walk must
+    hash it again, or its words are lost with the old key."""
+    _post(alice, TEXTS)
+    assert _found(alice, "quokkaparade") == ["call me about quokkaparade"]  # reads the agent's own key
+    agent = Agent.objects.get(slug=alice.agent.slug)
+    web = _web_process_caches()
+
+    data_keys_retire()
+    _web_process_back(web, owner_cache_expired=False)
+    now = time.monotonic()
+    for owner, (_, key) in list(envelope._by_owner.items()):
+        if owner == (agent.pk, ""):
+            envelope._by_owner[owner] = (now, key)  # read a moment before the retire: fresh
+        else:
+            del envelope._by_owner[owner]  # read long before: expired, read again (her new key)
+    _post(alice, ["harbourlantern at dawn"])
+    encryption_rotate(settle=0)
+    data_keys_retired_destroy()
+
+    data_keys_forget()
+    assert _found(alice, "harbourlantern") == ["harbourlantern at dawn"]
