@@ -258,15 +258,28 @@ class PairIndexField(BlindIndexField):
         return pair_hashes(agent_id=_owner(model_instance)[0], pairs=value if isinstance(value, dict) else {})
 
 
+def _pair_texts(pairs: dict[str, Any]) -> list[str]:
+    return [
+        "pair\x00" + key + "\x00" + json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        for key, value in pairs.items()
+    ]
+
+
 def pair_hashes(*, agent_id: int | None, pairs: dict[str, Any]) -> list[int]:
     """The keyed hashes of key/value pairs (the agent's blind key): the key and the value's
     canonical JSON (keys sorted, so `{"a": 1, "b": 2}` and `{"b": 2, "a": 1}` are one value; a
     number and its text differ, as they do in JSONB)."""
-    texts = [
-        "pair\x00" + key + "\x00" + json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-        for key, value in pairs.items()
-    ]
+    texts = _pair_texts(pairs)
     return word_hasher(blind_key(agent_id=agent_id)).many(texts) if texts else []
+
+
+def pair_hashes_each_key(*, agent_id: int | None, pairs: dict[str, Any]) -> list[list[int]]:
+    """The pairs' hashes (`pair_hashes`) under each blind key the agent's rows may be hashed under
+    (`blind_keys`: the live one, and a retired one while a rotation with new keys walks the rows):
+    a row holding every pair holds every hash of one of these lists (its pairs are hashed under one
+    key)."""
+    texts = _pair_texts(pairs)
+    return [word_hasher(key).many(texts) if texts else [] for key in blind_keys(agent_id=agent_id)]
 
 
 def text_hashes_for(instance: models.Model, text: str) -> list[int] | None:

@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import JSONField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
-from governance.crypto.fields import json_text_open, pair_hashes
+from governance.crypto.fields import json_text_open, pair_hashes_each_key
 from governance.crypto.keyring import encryption_enabled
 from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, Entry, Thread
@@ -329,9 +329,12 @@ def threads_list(
                 "pk", flat=True
             )
         )
-        threads = threads.filter(
-            Q(metadata_hashes__contains=pair_hashes(agent_id=agent.pk, pairs=metadata)) | Q(pk__in=unsealed)
-        )
+        # The pairs' hashes under each of the agent's blind keys (one, but while a rotation with new
+        # keys walks the rows: a thread not reached yet holds them under the retired one).
+        matching = Q(pk__in=unsealed)
+        for hashes in pair_hashes_each_key(agent_id=agent.pk, pairs=metadata):
+            matching |= Q(metadata_hashes__contains=hashes)
+        threads = threads.filter(matching)
     elif metadata:
         threads = _metadata_matching(threads, metadata)
     if updated_after is not None:

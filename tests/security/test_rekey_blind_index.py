@@ -15,6 +15,7 @@ clear another's."""
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -23,7 +24,7 @@ from governance.crypto.envelope import data_keys_forget, data_keys_retire, data_
 from governance.crypto.rotation import encryption_rotate
 from memoryapp.items.services import item_write
 from memoryapp.models import Agent, Entity, MemoryItem
-from tests.kit.api import Caller, answered
+from tests.kit.api import Caller, answered, get_ok, post_thread
 
 TEXTS = ["the Zanzibarquill pot is blue", "call me about quokkaparade"]
 
@@ -129,3 +130,20 @@ def test_a_persons_turns_written_in_the_settle_with_the_agents_own_key_still_cac
 
     data_keys_forget()
     assert _found(alice, "harbourlantern") == ["harbourlantern at dawn"]
+
+
+def test_the_thread_list_filters_metadata_of_threads_the_walk_has_not_reached(
+    encrypted: Any, db: None, alice: Caller
+) -> None:
+    post_thread(alice, "m1", user_id="u-ana", metadata={"topic": "rome"})
+    post_thread(alice, "m2", metadata={"topic": "oslo"})
+
+    data_keys_retire()
+    data_keys_forget()  # a process once its caches expired
+
+    found = get_ok(alice.client, "/api/v1/threads", {"metadata": json.dumps({"topic": "rome"})})["results"]
+    assert [t["id"] for t in found] == ["m1"]
+    encryption_rotate(settle=0)
+    data_keys_retired_destroy()
+    found = get_ok(alice.client, "/api/v1/threads", {"metadata": json.dumps({"topic": "rome"})})["results"]
+    assert [t["id"] for t in found] == ["m1"]
