@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db.models import Q
 
 from governance.crypto.blind import text_words, word_hash
-from governance.crypto.envelope import blind_keys_live
+from governance.crypto.envelope import blind_keys_of_agents
 
 # A quoted phrase (the closing quote may be missing), or a run of anything but spaces and quotes;
 # either may be negated by a leading minus.
@@ -55,12 +55,16 @@ def typed_groups(text: str) -> list[list[Term]]:
     return [group for group in groups if group]
 
 
-def _group_q(group: list[Term], *, key: bytes) -> Q:
+def _group_q(group: list[Term], *, key: bytes, keys: list[bytes]) -> Q:
+    """The rows hashed under `key` that hold what `group` asks for. A word it must not hold is
+    asked under each of `keys` (a row hashed under another key holds none of `key`'s hashes: a
+    group of negated words alone would match it otherwise)."""
     held = sorted({word_hash(w, key=key) for term in group if not term.negated for w in term.words})
     q = Q(keyword_hashes__contains=held) if held else Q(keyword_hashes__isnull=False)
     for term in group:
         if term.negated:
-            q &= ~Q(keyword_hashes__contains=[word_hash(w, key=key) for w in term.words])
+            for other in keys:
+                q &= ~Q(keyword_hashes__contains=[word_hash(w, key=other) for w in term.words])
     return q
 
 
@@ -71,9 +75,12 @@ def entries_typed_match(text: str) -> Q:
     found = Q(pk__in=[])
     if not groups:
         return found
-    for agent_id, key in blind_keys_live().items():
+    # An agent's words under each of its blind keys (one, but while a rotation with new keys walks
+    # the rows: a row not reached yet holds hashes under the retired one).
+    for agent_id, keys in blind_keys_of_agents().items():
         either = Q(pk__in=[])
         for group in groups:
-            either |= _group_q(group, key=key)
+            for key in keys:
+                either |= _group_q(group, key=key, keys=keys)
         found |= Q(agent_id=agent_id) & either
     return found

@@ -16,14 +16,17 @@ clear another's."""
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
+
+from django.test import Client
 
 from governance.crypto import envelope
 from governance.crypto.envelope import data_keys_forget, data_keys_retire, data_keys_retired_destroy
 from governance.crypto.rotation import encryption_rotate
 from memoryapp.items.services import item_write
-from memoryapp.models import Agent, Entity, MemoryItem
+from memoryapp.models import Agent, Entity, Entry, MemoryItem
 from tests.kit.api import Caller, answered, get_ok, post_thread
 
 TEXTS = ["the Zanzibarquill pot is blue", "call me about quokkaparade"]
@@ -147,3 +150,38 @@ def test_the_thread_list_filters_metadata_of_threads_the_walk_has_not_reached(
     data_keys_retired_destroy()
     found = get_ok(alice.client, "/api/v1/threads", {"metadata": json.dumps({"topic": "rome"})})["results"]
     assert [t["id"] for t in found] == ["m1"]
+
+
+def test_the_admin_entry_search_finds_turns_the_walk_has_not_reached(
+    encrypted: Any, db: None, admin_client: Client, alice: Caller, bob: Caller
+) -> None:
+    _post(alice, TEXTS)
+    _post(bob, ["the Zanzibarquill ferry", "quokkaparade at noon"])
+
+    data_keys_retire()
+    data_keys_forget()
+    _post(bob, ["harbourlantern"], thread_id="t2")  # bob has a new key, alice none yet
+
+    assert _admin_listed(admin_client, "Zanzibarquill") == {"the Zanzibarquill pot is blue", "the Zanzibarquill ferry"}
+    assert _admin_listed(admin_client, "-Zanzibarquill") == {
+        "call me about quokkaparade",
+        "quokkaparade at noon",
+        "harbourlantern",
+    }
+    encryption_rotate(settle=0)
+    data_keys_retired_destroy()
+    assert _admin_listed(admin_client, "Zanzibarquill") == {"the Zanzibarquill pot is blue", "the Zanzibarquill ferry"}
+    assert _admin_listed(admin_client, "-Zanzibarquill") == {
+        "call me about quokkaparade",
+        "quokkaparade at noon",
+        "harbourlantern",
+    }
+
+
+def _admin_listed(admin_client: Client, query: str) -> set[str]:
+    response = admin_client.get("/admin/memoryapp/entry/", {"q": query})
+    assert response.status_code == 200
+    found = re.findall(
+        r'<th class="field-entry_link"><a href="/admin/memoryapp/entry/([^/]+)/change/', response.content.decode()
+    )
+    return {Entry.objects.get(pk=pk.replace("_5F", "_")).content for pk in found}
