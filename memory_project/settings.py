@@ -117,7 +117,7 @@ def database_from_url(
     if pool_size:
         query["pool"] = {"min_size": pool_size, "max_size": pool_size, "timeout": pool_timeout}
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        "ENGINE": "memory_project.postgres",
         "NAME": unquote(parts.path.lstrip("/")) or "postgres",
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
