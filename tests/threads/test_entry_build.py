@@ -1,10 +1,11 @@
-"""A new entry is built by position (memoryapp.threads.validation._entry_new): the same row as
-Entry(**fields) gives, defaults included."""
+"""A new entry is built with its values put in place (memoryapp.threads.validation._entry_new): the
+same row as Entry(**fields) gives, defaults included, without Model.__init__."""
 
 from __future__ import annotations
 
 import pytest
 from django.db.models.expressions import DatabaseDefault
+from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
 from memoryapp.models import Entry
@@ -32,6 +33,14 @@ def test_an_entry_built_by_position_is_the_entry_built_by_keywords(alice: Caller
             assert isinstance(built.__dict__[name], DatabaseDefault)
         else:
             assert built.__dict__[name] == by_keywords.__dict__[name], name
-    assert built._state.adding and built.metadata == {"k": [1]}
+    assert built.__dict__.keys() == by_keywords.__dict__.keys()
+    assert built._state.adding and built._state.db is None
+    assert built.metadata == {"k": [1]}
     # A mutable default is the entry's own.
     pass
+
+
+def test_nothing_listens_to_an_entrys_init_signals() -> None:
+    """Model.__init__ sends pre_init and post_init, which `_entry_new` does not: a receiver for Entry
+    (a field that tracks its first value, say) would need it to build entries through __init__."""
+    assert not pre_init.has_listeners(Entry) and not post_init.has_listeners(Entry)
