@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from memoryapp.screening.literals import literal_gate
+
 # The categories of the policy (memoryapp.screening.policy), in the order they are looked for.
 EMAIL = "email"
 PHONE = "phone"
@@ -63,21 +65,29 @@ def _presidio(recognizers: Iterable[object], *, min_score: float = MIN_SCORE) ->
     """The spans Presidio's recognisers find scoring at least `min_score`. A plain pattern
     recogniser (one that keeps PatternRecognizer's `analyze`) is run by `_patterns`, which gives
     the same spans without Presidio's per-match bookkeeping; the others (IBAN's, the phone one)
-    through their own `analyze`."""
+    through their own `analyze`. A recogniser is skipped for a text without the run of digits it
+    needs (`_DIGIT_RUNS`) or without a match of its gate (`_pattern_gate`)."""
     from presidio_analyzer import PatternRecognizer
 
-    runs: list[tuple[int, Callable[[str], Iterable[tuple[int, int]]]]] = []
+    runs: list[tuple[int, Any, Callable[[str], Iterable[tuple[int, int]]]]] = []
     for recognizer in recognizers:
         run_of_digits = _DIGIT_RUNS.get(type(recognizer).__name__, 0)
-        if isinstance(recognizer, PatternRecognizer) and type(recognizer).analyze is PatternRecognizer.analyze:
-            runs.append((run_of_digits, _patterns(recognizer, min_score=min_score)))
+        plain = isinstance(recognizer, PatternRecognizer) and type(recognizer).analyze is PatternRecognizer.analyze
+        gate = _pattern_gate(recognizer, min_score=min_score)
+        if plain:
+            runs.append((run_of_digits, gate, _patterns(recognizer, min_score=min_score)))
         else:
-            runs.append((run_of_digits, _analyzed(recognizer, min_score=min_score)))
-    gated = any(wanted for wanted, _ in runs)
+            runs.append((run_of_digits, gate, _analyzed(recognizer, min_score=min_score)))
+    gated = any(wanted for wanted, _, _ in runs)
 
     def detect(text: str) -> list[tuple[int, int]]:
         longest = max(map(len, _DIGIT_RUN.findall(text)), default=0) if gated else 0
-        return [span for wanted, run in runs if longest >= wanted for span in run(text)]
+        return [
+            span
+            for wanted, gate, run in runs
+            if longest >= wanted and (gate is None or gate.search(text) is not None)
+            for span in run(text)
+        ]
 
     return detect
 
@@ -92,6 +102,60 @@ _DIGIT_RUNS = {
     "SePersonnummerRecognizer": 6,
 }
 _DIGIT_RUN = re.compile(r"\d+")
+
+# A part every match of a recogniser's patterns holds, as a pattern of its own: searched first with
+# the recogniser's own engine and flags (`regex`, case-insensitive for most), a text without a
+# match of it holds no match of theirs. Read from the patterns of presidio-analyzer 2.2, pinned to
+# them (`_patterns_pin`: a digest of the patterns that run and their flags): a recogniser whose
+# patterns differ from these runs ungated (tests/screening/test_gates.py says which).
+#
+# - UK NINO `\b(?!..)LL ?DD ?DD ?DD ?L\b`: its digit pairs and last letter, `DD ?DD ?DD ?L`.
+# - Italian fiscal code: 16 characters in a row, each of a class within `[A-Z\d]` (case-insensitive).
+# - Indian PAN (the patterns that can score MIN_SCORE: `...[0-9]{4}[A-Za-z]`): four digits and a letter.
+# - Aadhaar `[0-9]{12}` or `[0-9]{4}[- :][0-9]{4}[- :][0-9]{4}`: eight digits, maybe split once.
+# - Card `(4\d{3}|5[0-5]\d{2}|6\d{3}|1\d{3}|3\d{3})[- ]?(\d{3,4})...`: four digits, maybe a
+#   dash or a space, three digits.
+# - IBAN `(?<![A-Z0-9])([A-Z]{2}[0-9]{2}(?:[ -]?[A-Z0-9]{4}){2,6})...` (case-sensitive): two capitals, two digits.
+_PATTERN_GATES: dict[str, tuple[str, str]] = {
+    "UkNinoRecognizer": ("d5bafd06f66afb5a", r"[0-9]{2} ?[0-9]{2} ?[0-9]{2} ?[a-dA-D]"),
+    "ItFiscalCodeRecognizer": ("233e023f91e73422", r"[A-Z\d]{16}"),
+    "InPanRecognizer": ("a219713037ceea8b", r"[0-9]{4}[A-Za-z]"),
+    "InAadhaarRecognizer": ("105de7dbe845a8d0", r"[0-9]{4}[- :]?[0-9]{4}"),
+    "CreditCardRecognizer": ("cf379d198a8cbbfb", r"\d{4}[- ]?\d{3}"),
+    "IbanRecognizer": ("1fdb0622b8bc5622", r"[A-Z]{2}[0-9]{2}"),
+}
+
+
+def _kept_patterns(recognizer: Any, *, min_score: float) -> list[Any]:
+    """The patterns of a recogniser that can give a result scoring `min_score`: all of them for
+    one that validates its matches or has its own `analyze`; else those whose own score reaches it
+    (a weak one, `SSN1 (very weak)` 0.05 or `PAN (Low)` 0.01, never does)."""
+    from presidio_analyzer import PatternRecognizer
+
+    plain = isinstance(recognizer, PatternRecognizer) and type(recognizer).analyze is PatternRecognizer.analyze
+    validates = type(recognizer).validate_result is not PatternRecognizer.validate_result
+    if not plain or validates:
+        return list(recognizer.patterns)
+    return [pattern for pattern in recognizer.patterns if pattern.score >= min_score]
+
+
+def _patterns_pin(recognizer: Any, *, min_score: float) -> str:
+    import hashlib
+
+    kept = _kept_patterns(recognizer, min_score=min_score)
+    described = "\n".join([str(int(recognizer.global_regex_flags)), *(pattern.regex for pattern in kept)])
+    return hashlib.sha256(described.encode()).hexdigest()[:16]
+
+
+def _pattern_gate(recognizer: Any, *, min_score: float) -> Any:
+    """The recogniser's gate (`_PATTERN_GATES`), compiled with its flags; None when it has none or
+    its patterns are not the ones the gate was read from."""
+    import regex
+
+    pinned = _PATTERN_GATES.get(type(recognizer).__name__)
+    if pinned is None or pinned[0] != _patterns_pin(recognizer, min_score=min_score):
+        return None
+    return regex.compile(pinned[1], flags=recognizer.global_regex_flags)
 
 
 def _analyzed(recognizer: Any, *, min_score: float) -> Callable[[str], list[tuple[int, int]]]:
@@ -117,8 +181,7 @@ def _patterns(recognizer: Any, *, min_score: float) -> Callable[[str], list[tupl
     invalidates = type(recognizer).invalidate_result is not PatternRecognizer.invalidate_result
     compiled = [
         (regex.compile(pattern.regex, flags=recognizer.global_regex_flags), pattern.score)
-        for pattern in recognizer.patterns
-        if validates or pattern.score >= min_score
+        for pattern in _kept_patterns(recognizer, min_score=min_score)
     ]
     validate, invalidate = recognizer.validate_result, recognizer.invalidate_result
 
@@ -309,14 +372,24 @@ def _secret_detector() -> Detector:
     # (`password: "..."`, `token = '...'`); not `password: ...` unquoted, which prose is full of.
     assignments = {FOLLOWED_BY_EQUAL_SIGNS_REGEX: 5, **QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP}
 
-    patterns = [regex for plugin in regex_plugins for regex in plugin.denylist]
+    # Each pattern with the literal strings it cannot match without (memoryapp.screening.literals):
+    # a text holding none of them is not searched by it. Most are a token's prefix (`ghp_`,
+    # `AKIA`, `xoxb-`, `eyJ`), so an ordinary turn that passed `_may_hold_secret` (an e-mail
+    # address or a URL is a long word that is not all letters) runs a few of the 46 patterns.
+    patterns = [(regex, literal_gate(regex)) for plugin in regex_plugins for regex in plugin.denylist]
 
     def detect(text: str) -> list[tuple[int, int]]:
+        lowered = text.lower() if text.isascii() else None
         # The whole match of each pattern (its groups are parts of the token: `ghp` of `ghp_...`).
-        spans = [match.span() for regex in patterns for match in regex.finditer(text)]
+        spans = [
+            match.span()
+            for regex, gate in patterns
+            if gate is None or gate.may_match(text, lowered)
+            for match in regex.finditer(text)
+        ]
         # `password=...` in any of the forms detect-secrets knows; an unquoted value ends at a space.
         # Each of its regexes holds one of its keywords: without one, none of them can match.
-        if _secret_keywords().search(text.lower()):
+        if _secret_keywords().search(lowered if lowered is not None else text.lower()):
             for secret in keyword.analyze_string(text, denylist_regex_to_group=assignments):
                 value = secret.split(maxsplit=1)[0] if secret.strip() else ""
                 spans.extend(_occurrences(text, value))
@@ -491,7 +564,14 @@ def findings(text: str, categories: Iterable[str], memo: Memo | None = None) -> 
     """The spans of `text` in each of `categories` (person aside), in no particular order."""
     found: list[Finding] = []
     digits = -1
+    bare: bool | None = None
     for category in categories:
+        if category in _BARE_SKIPPED:
+            # One test for six categories' checks: the ordinary turn has no digit, `@` or `::`.
+            if bare is None:
+                bare = "@" not in text and text.count(":") < 2 and _ANY_DIGIT.search(text) is None
+            if bare:
+                continue
         if category in _COUNTED:
             if digits < 0:
                 digits = _digits(text)
@@ -521,6 +601,11 @@ def detected(category: str, text: str, memo: Memo | None = None) -> list[tuple[i
     return spans
 
 
+# The categories none of which a text without a digit (of any script), an `@` and two colons can
+# hold, as their own checks below say: cards, IBANs and national ids need ASCII digits (`_COUNTED`),
+# a phone a run of digits (`phone_possible`), an e-mail its `@`, an IP address a digit or two colons.
+_BARE_SKIPPED = frozenset({PAYMENT_CARD, IBAN, NATIONAL_ID, EMAIL, PHONE, IP_ADDRESS})
+_ANY_DIGIT = re.compile(r"\d")
 # The categories whose every match holds at least this many digits.
 _COUNTED = {PAYMENT_CARD: 12, IBAN: 8, NATIONAL_ID: 4}
 # The others' checks.
