@@ -164,7 +164,10 @@ def audit_append_many(entries: Sequence[AuditEntry]) -> list[AuditRecord]:
         return [_unwritten(entry) for entry in entries]
     # Pseudonyms before the chain's lock: the first record about a person makes their secret.
     entries = [e.named() for e in entries]
-    with transaction.atomic():
+    # No savepoint of its own (two statements a write): the records are the caller's, kept or
+    # rolled back with its transaction; a failure here dooms it, as the change it audits must not
+    # commit without them. A caller that goes on after a failure wraps the append in its own atomic.
+    with transaction.atomic(savepoint=False):
         seq, prev_hash, first_hash = _chain_end_locked()
         records: list[AuditRecord] = []
         for entry in entries:
