@@ -9,7 +9,7 @@ from django.db.models.signals import post_init, pre_init
 from django.utils import timezone
 
 from memoryapp.models import Entry
-from memoryapp.threads.validation import entry_from_spec
+from memoryapp.threads.validation import _entry_new, entry_from_spec
 from tests.kit.api import Caller
 from tests.kit.factories import ThreadFactory
 
@@ -36,8 +36,10 @@ def test_an_entry_built_by_position_is_the_entry_built_by_keywords(alice: Caller
     assert built.__dict__.keys() == by_keywords.__dict__.keys()
     assert built._state.adding and built._state.db is None
     assert built.metadata == {"k": [1]}
-    # A mutable default is the entry's own.
-    pass
+    # A mutable default is the entry's own: two entries given no metadata do not share one dict.
+    first, second = _entry_new(content="a"), _entry_new(content="b")
+    assert first.metadata == {} and first.metadata is not second.metadata
+    assert first.pk != second.pk  # the id's default is made per entry too
 
 
 def test_nothing_listens_to_an_entrys_init_signals() -> None:
