@@ -35,6 +35,10 @@ class _Compiled:
     end: int
     init_list: list[str]
     converters: list[tuple[int, tuple[list[Any], Any]]]
+    # For each parameter of the statement: the index of the caller's argument it is, or None for a
+    # constant of the queryset (`constants[i]`). None: the parameters are the arguments, in order.
+    slots: tuple[int | None, ...] | None = None
+    constants: tuple[Any, ...] = ()
     # select_for_update: the ORM refuses it outside a transaction when it compiles it (each time); a
     # statement compiled once must refuse it each time too.
     for_update: bool = False
@@ -46,9 +50,14 @@ class Precompiled(Generic[M]):
     whose SQL parameters are exactly its arguments, in order; each stand-in is a value of the kind the
     caller passes that no caller passes (it is compiled, never sent)."""
 
-    def __init__(self, build: Callable[..., models.QuerySet[M]], *stand_ins: Any) -> None:
+    def __init__(self, build: Callable[..., models.QuerySet[M]], *stand_ins: Any, twins: tuple[Any, ...] = ()) -> None:
         self._build = build
         self._stand_ins = stand_ins
+        # A second set of stand-ins (as many, each different from its first): the queryset is
+        # compiled with both, and a parameter equal in both compilations (and no stand-in) is a
+        # constant of the queryset ('' of a scope's IN list, a status): a parameter that is neither
+        # an argument nor the same both times (a clock read inside `build`) refuses it.
+        self._twins = twins
         self._compiled: _Compiled | None = None
         self._refused = False
         self._lock = threading.Lock()
@@ -61,8 +70,9 @@ class Precompiled(Generic[M]):
             compiler = queryset.query.get_compiler(using=queryset.db)
             sql, params = compiler.as_sql()
             klass_info = compiler.klass_info
+            slots, constants = self._slots(sql, tuple(params))
             if (
-                tuple(params) != self._stand_ins
+                slots is None
                 or not klass_info
                 or klass_info.get("related_klass_infos")
                 or compiler.annotation_col_map
@@ -84,8 +94,36 @@ class Precompiled(Generic[M]):
                 init_list=[column[0].target.attname for column in select[start:end]],
                 converters=sorted(converters.items()),
                 for_update=bool(queryset.query.select_for_update),
+                slots=None if slots == tuple(range(len(self._stand_ins))) and not constants else slots,
+                constants=constants,
             )
             return self._compiled
+
+    def _slots(self, sql: str, params: tuple[Any, ...]) -> tuple[tuple[int | None, ...] | None, tuple[Any, ...]]:
+        """Where each parameter comes from (see `_Compiled.slots`); (None, ()) when it cannot be told."""
+        if not self._twins:
+            return (tuple(range(len(params))), ()) if params == self._stand_ins else (None, ())
+        if len(self._twins) != len(self._stand_ins) or any(
+            a == b for a, b in zip(self._stand_ins, self._twins, strict=True)
+        ):
+            return None, ()
+        twin = self._build(*self._twins)
+        twin_sql, twin_params = twin.query.get_compiler(using=twin.db).as_sql()
+        if twin_sql != sql or len(twin_params) != len(params):
+            return None, ()
+        slots: list[int | None] = []
+        constants: list[Any] = []
+        for first, second in zip(params, twin_params, strict=True):
+            at = [i for i, v in enumerate(self._stand_ins) if _same(v, first)]
+            if at and len(at) == 1 and _same(self._twins[at[0]], second):
+                slots.append(at[0])
+                constants.append(None)
+            elif not at and _same(first, second) and not any(_same(v, second) for v in self._twins):
+                slots.append(None)
+                constants.append(first)
+            else:
+                return None, ()
+        return tuple(slots), tuple(constants)
 
     def rows(self, *params: Any) -> list[M]:
         compiled = self._compiled or self._compile()
@@ -95,6 +133,11 @@ class Precompiled(Generic[M]):
         if compiled.for_update and connection.get_autocommit():
             # As the ORM: a lock taken in autocommit would end with its statement, locking nothing.
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
+        if compiled.slots is not None:
+            params = tuple(
+                params[slot] if slot is not None else constant
+                for slot, constant in zip(compiled.slots, compiled.constants, strict=True)
+            )
         with connection.cursor() as cursor:
             cursor.execute(compiled.sql, params)
             fetched = cursor.fetchall()
@@ -115,3 +158,8 @@ class Precompiled(Generic[M]):
         """The first row of `rows` (the queryset's own order; slice it [:1] in `build`), or None."""
         found = self.rows(*params)
         return found[0] if found else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of the same type (a stand-in 1 is not the constant True)."""
+    return type(a) is type(b) and a == b

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
@@ -36,6 +36,7 @@ from memoryapp.models import Agent, Entity, ItemReview, MemoryItem, Thread
 from memoryapp.models.choices import ItemKind, ItemStatus
 from memoryapp.models.items import subject_lookup
 from memoryapp.paging import Page, decode_cursor, encode_cursor
+from memoryapp.precompiled import Precompiled
 
 # The attribute prefix of facts (002) kept as items: `core:<key>`.
 FACT_PREFIX = "core:"
@@ -79,7 +80,7 @@ def items_visible(
     )
 
 
-def holding_q(*, as_of: datetime | None = None, known_at: datetime | None = None) -> Q:
+def holding_q(*, as_of: datetime | None = None, known_at: datetime | None = None, now: datetime | None = None) -> Q:
     """The states that hold at `as_of` (world time) as memory knew them at `known_at` (memory time).
 
     Defaults as 004: known_at now, as_of known_at. Facts past their time to live never hold.
@@ -93,7 +94,7 @@ def holding_q(*, as_of: datetime | None = None, known_at: datetime | None = None
     3. a state reopened by the undo of its successor's approval was closed while that approval
        stood.
     """
-    now = timezone.now()
+    now = now or timezone.now()
     known = known_at or now
     at = as_of or known
     in_memory = Q(status__in=TIMELINE_STATUSES)
@@ -156,11 +157,12 @@ def items_holding(
     as_of: datetime | None = None,
     known_at: datetime | None = None,
     purpose: str = "",
+    now: datetime | None = None,
 ) -> QuerySet[MemoryItem]:
     """What held at `as_of` as known at `known_at` (both now by default), for the scope (and purpose)."""
     return items_visible(
         agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, purpose=purpose
-    ).filter(holding_q(as_of=as_of, known_at=known_at))
+    ).filter(holding_q(as_of=as_of, known_at=known_at, now=now))
 
 
 def items_for_recall(
@@ -239,7 +241,29 @@ def context_facts(
     4. Instructions and preferences first, then the newest first.
     """
     at = as_of or timezone.now()
-    held = one_state_per_slot(
+    if known_at is None and not purpose:
+        # A context's facts (every build reads them): the statement compiled once per process.
+        held = one_state_per_slot(_FACTS.rows(agent.pk, user_id, project_id, thread_id, at, timezone.now()))
+    else:
+        held = one_state_per_slot(_facts_read(agent, user_id, project_id, thread_id, at, known_at, purpose))
+    held.sort(key=lambda i: (0 if i.kind in _FIRST_KINDS else 1, -i.valid_from.timestamp(), i.pk))
+    held = held[:MAX_CONTEXT_FACTS]
+    previous = _previous_values(agent=agent, items=held, known_at=known_at or (at if as_of else None))
+    return [ContextFact(item_id=i.pk, kind=i.kind, text=fact_line(i, previous.get(i.pk))) for i in held]
+
+
+def _facts_read(
+    agent: Agent,
+    user_id: str,
+    project_id: str,
+    thread_id: str,
+    at: datetime,
+    known_at: datetime | None,
+    purpose: str,
+    now: datetime | None = None,
+) -> QuerySet[MemoryItem]:
+    """The states `context_facts` chooses from: those the scope sees holding at `at`, newest first."""
+    return (
         items_holding(
             agent=agent,
             user_id=user_id,
@@ -248,14 +272,34 @@ def context_facts(
             as_of=at,
             known_at=known_at,
             purpose=purpose,
+            now=now,
         )
         .defer("embedding", "search_vector")
         .order_by("-valid_from")[: MAX_CONTEXT_FACTS * 5]
     )
-    held.sort(key=lambda i: (0 if i.kind in _FIRST_KINDS else 1, -i.valid_from.timestamp(), i.pk))
-    held = held[:MAX_CONTEXT_FACTS]
-    previous = _previous_values(agent=agent, items=held, known_at=known_at or (at if as_of else None))
-    return [ContextFact(item_id=i.pk, kind=i.kind, text=fact_line(i, previous.get(i.pk))) for i in held]
+
+
+# `_facts_read` of the present (no known_at, no purpose), compiled once per process with two sets of
+# stand-ins (memoryapp.precompiled: the scope's '' and the statuses are the statement's constants).
+_FACTS = Precompiled(
+    lambda agent_id, user_id, project_id, thread_id, at, now: _facts_read(
+        Agent(pk=agent_id), user_id, project_id, thread_id, at, None, "", now
+    ),
+    -26,
+    "\x00user",
+    "\x00project",
+    "\x00thread",
+    datetime(1901, 1, 1, tzinfo=UTC),
+    datetime(1902, 1, 1, tzinfo=UTC),
+    twins=(
+        -27,
+        "\x00user2",
+        "\x00project2",
+        "\x00thread2",
+        datetime(1903, 1, 1, tzinfo=UTC),
+        datetime(1904, 1, 1, tzinfo=UTC),
+    ),
+)
 
 
 def _previous_values(*, agent: Agent, items: list[MemoryItem], known_at: datetime | None) -> dict[str, str]:

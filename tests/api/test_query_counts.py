@@ -153,3 +153,14 @@ def test_a_steady_hybrid_search_compiles_no_entity_lookup(
     # process (memoryapp.precompiled, the names as one array parameter), not compiled per search.
     search(alice, "hybrid")
     assert compilations and not [sql for sql in compilations if "memoryapp_entity" in sql]
+
+
+def test_a_steady_context_build_compiles_no_facts_read(
+    alice: Caller, thread_of_alice: Thread, compilations: list[str]
+) -> None:
+    # A context's facts (the items its scope sees holding now) are read by a statement built once per
+    # process (memoryapp.precompiled, the scope's '' and the statuses its constants).
+    build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
+    assert compilations and not [
+        sql for sql in compilations if 'ORDER BY "memoryapp_memoryitem"."valid_from" DESC' in sql
+    ]

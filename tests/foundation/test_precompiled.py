@@ -9,13 +9,16 @@ from django.db import connection, transaction
 from django.db.models import Model
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from memoryapp.errors import NotFound
+from memoryapp.items import selectors
+from memoryapp.items.selectors import context_facts, thread_context_scope
 from memoryapp.models import Thread
 from memoryapp.precompiled import Precompiled
 from memoryapp.threads.selectors import thread_for_agent
 from tests.kit.api import Caller
-from tests.kit.factories import ThreadFactory
+from tests.kit.factories import MemoryItemFactory, ThreadFactory
 
 
 def values(row: Model) -> dict[str, Any]:
@@ -80,3 +83,49 @@ def test_a_precompiled_lock_outside_a_transaction_is_refused_as_the_orm_refuses_
     with pytest.raises(TransactionManagementError):
         thread_for_agent(agent=alice.agent, external_id="t-a", for_update=True)
     assert thread_for_agent(agent=alice.agent, external_id="t-a").external_id == "t-a"
+
+
+@pytest.mark.django_db
+def test_a_queryset_with_constants_is_precompiled_with_twin_stand_ins(alice: Caller) -> None:
+    # The scope's '' of an IN list is the statement's constant, told apart from the arguments by a
+    # second compilation with other stand-ins (issue 26: a context's facts).
+    ThreadFactory(agent=alice.agent, external_id="t-x", user_id="")
+    ThreadFactory(agent=alice.agent, external_id="t-y", user_id="u-ana")
+    ThreadFactory(agent=alice.agent, external_id="t-z", user_id="u-bo")
+    of_user = Precompiled(
+        lambda agent_id, user_id: Thread.objects.filter(agent_id=agent_id, user_id__in=["", user_id]).order_by("pk"),
+        -1,
+        "\x00user",
+        twins=(-2, "\x00user2"),
+    )
+    assert [t.external_id for t in of_user.rows(alice.agent.pk, "u-ana")] == ["t-x", "t-y"]
+    assert [t.external_id for t in of_user.rows(alice.agent.pk, "")] == ["t-x"]
+    assert of_user._compiled is not None and of_user._compiled.constants.count("") == 1
+
+
+@pytest.mark.django_db
+def test_a_clock_read_inside_the_queryset_is_no_constant(alice: Caller) -> None:
+    # A value the queryset computes itself differs between the two compilations: not precompiled, so
+    # every call reads the clock anew through the ORM.
+    ThreadFactory(agent=alice.agent, external_id="t-now")
+    since = Precompiled(
+        lambda agent_id: Thread.objects.filter(agent_id=agent_id, created_at__lte=timezone.now()),
+        -1,
+        twins=(-2,),
+    )
+    assert [t.external_id for t in since.rows(alice.agent.pk)] == ["t-now"]
+    assert since._compiled is None and since._refused
+
+
+@pytest.mark.django_db
+def test_a_contexts_facts_read_precompiled_are_the_orms(alice: Caller) -> None:
+    thread = ThreadFactory(agent=alice.agent, external_id="t-f", user_id="u-ana")
+    MemoryItemFactory(agent=alice.agent, subject="Ana", attribute="city", value="Lisbon", user_id="u-ana")
+    MemoryItemFactory(agent=alice.agent, subject="Ana", attribute="pet", value="a cat", user_id="")
+    MemoryItemFactory(agent=alice.agent, subject="Bo", attribute="city", value="Porto", user_id="u-bo")
+    scope = thread_context_scope(thread)
+    args = (scope.user_id, scope.project_id, scope.thread_id)
+    found = context_facts(agent=alice.agent, user_id=args[0], project_id=args[1], thread_id=args[2])
+    assert selectors._FACTS._compiled is not None  # precompiled, not refused
+    orm = context_facts(agent=alice.agent, user_id=args[0], project_id=args[1], thread_id=args[2], purpose="none")
+    assert sorted(f.text for f in found) == sorted(f.text for f in orm) == ["Ana city: Lisbon", "Ana pet: a cat"]
