@@ -20,11 +20,14 @@ import re
 import time
 from typing import Any
 
+from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
 from governance.crypto import envelope
 from governance.crypto.envelope import data_keys_forget, data_keys_retire, data_keys_retired_destroy
 from governance.crypto.rotation import encryption_rotate
+from memoryapp.items.selectors import items_holding
 from memoryapp.items.services import item_write
 from memoryapp.models import Agent, Entity, Entry, MemoryItem
 from tests.kit.api import Caller, answered, get_ok, post_thread
@@ -185,3 +188,72 @@ def _admin_listed(admin_client: Client, query: str) -> set[str]:
         r'<th class="field-entry_link"><a href="/admin/memoryapp/entry/([^/]+)/change/', response.content.decode()
     )
     return {Entry.objects.get(pk=pk.replace("_5F", "_")).content for pk in found}
+
+
+def test_a_state_closed_during_the_walk_no_longer_holds_in_a_replay(encrypted: Any, db: None, alice: Caller) -> None:
+    """A state the walk has not reached (its subject hashed under the retired blind key), closed by
+    a new state (hashed under the new key): the replays of what memory knew match a state with its
+    successor by `subject_hash`, so the write gives the slot's old states the new hash."""
+    agent = Agent.objects.get(slug=alice.agent.slug)
+    blue = _boat_is(agent, "blue")
+
+    data_keys_retire()
+    data_keys_forget()
+    red = _boat_is(agent, "red")
+    assert red.pk != blue.pk
+    known = timezone.now()
+
+    def replayed() -> list[str]:
+        held = items_holding(agent=agent, user_id="u-ana", known_at=known)
+        return sorted(i.value for i in held.filter(pk__in=[blue.pk, red.pk]))
+
+    assert replayed() == ["red"]
+    encryption_rotate(settle=0)
+    data_keys_retired_destroy()
+    data_keys_forget()
+    assert replayed() == ["red"]
+    assert len(set(MemoryItem.objects.filter(pk__in=[blue.pk, red.pk]).values_list("subject_hash", flat=True))) == 1
+
+
+def _boat_is(agent: Agent, colour: str) -> MemoryItem:
+    return item_write(
+        agent=agent,
+        kind="fact",
+        subject="Ana's boat",
+        attribute="colour",
+        value=colour,
+        trust="system",
+        user_id="u-ana",
+    )
+
+
+def test_rows_under_two_retired_keys_are_found_and_the_owner_gets_one_new_live_key(
+    encrypted: Any, db: None, alice: Caller
+) -> None:
+    """A rekey run stopped part way and run again: the agent then has two retired keys (rows under
+    each) and, at its next use, one new live key."""
+    _post(alice, TEXTS)
+    data_keys_retire()
+    data_keys_forget()
+    _post(alice, ["harbourlantern at dawn"], thread_id="t2")  # under the second key
+    data_keys_retire()
+    data_keys_forget()
+
+    assert _found(alice, "Zanzibarquill") == ["the Zanzibarquill pot is blue"]
+    assert _found(alice, "harbourlantern") == ["harbourlantern at dawn"]
+    agent = Agent.objects.get(slug=alice.agent.slug)
+    assert len(envelope.blind_keys(agent_id=agent.pk)) == 3
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FILTER (WHERE retired_at IS NULL), count(*) FROM governance_datakey"
+            " WHERE agent_id = %s AND user_id = '' AND destroyed_at IS NULL",
+            [agent.pk],
+        )
+        assert cursor.fetchone() == (1, 3)
+
+    encryption_rotate(settle=0)
+    data_keys_retired_destroy()
+    data_keys_forget()
+    assert _found(alice, "Zanzibarquill") == ["the Zanzibarquill pot is blue"]
+    assert _found(alice, "harbourlantern") == ["harbourlantern at dawn"]
+    assert len(envelope.blind_keys(agent_id=agent.pk)) == 1
