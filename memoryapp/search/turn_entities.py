@@ -24,6 +24,7 @@ import time
 import unicodedata
 from typing import Any
 
+from django.conf import settings
 from django.db import connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
@@ -162,7 +163,11 @@ def _mention_words(entities: list[Entity], people: list[str]) -> list[str]:
 
 def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
     """The channel (see the module's doc)."""
-    names = question_names(ci)
+    # With the speaker channel on, the name of a speaker the question addresses
+    # (memoryapp.search.speakers) is no entity's here: her own turns come through that channel, and
+    # the turns saying her name are the other speaker's talk to her ("Thanks, Melanie!").
+    addressed = ci.addressed if settings.SEARCH_SPEAKER_CHANNEL else frozenset()
+    names = [n for n in question_names(ci) if n not in addressed]
     if not names:
         return []
     # The senders are read only when the question names someone (a capitalised name).
@@ -225,5 +230,50 @@ register(
         weights={KIND_AGGREGATE: 1.0, KIND_PREFERENCE: 1.0},
         default_weight=0.8,
         uses_vector=True,
+    )
+)
+
+
+# --- the speaker channel -------------------------------------------------------------------------
+# In a conversation of two, a question naming one of them ("How many games has John won?", "Which
+# cities has John been to?") asks about what that person said: her own turns. The vector channel
+# ranks every turn, and half the thread is the other speaker's, so turns of hers that answer only in
+# part (one of the several a count or a list needs) sink under the other's. This channel ranks her
+# own turns alone by the question without her name (ChannelInput.turn_vector), so the fusion gives
+# them a second list. The speaker is the one `addressed` speaker (memoryapp.search.speakers): the
+# sender is matched as the keyword channel matches it (`sender_name`, or `sender_name_hashes` with
+# encryption on). Weighed as the entity channel, which then leaves her name out (entity_turns).
+# Off unless SEARCH_SPEAKER_CHANNEL: on LoCoMo's dev file it lifts multi-hop and open-domain
+# questions and lowers adversarial ones (which name the other speaker on purpose) and temporal ones
+# a little (docs/recall-and-context.md).
+
+
+def speaker_turns(ci: ChannelInput) -> list[ChannelHit]:
+    """The addressed speaker's own turns, nearest the question without her name first."""
+    if len(ci.addressed) != 1 or ci.turn_vector is None:
+        return []
+    blind = blind_keys(agent_id=ci.agent_id) if encryption_enabled() else None
+    people = list(ci.addressed) if blind is None else [sender_name_key(n, key=k) for n in ci.addressed for k in blind]
+    sender = "lower(e.sender_name)" if blind is None else "e.sender_name_hashes::text"
+    return nearest_matching(
+        scope=ci.scope,
+        condition=f"{sender} = ANY(%(people)s)",
+        params={"people": people},
+        vector=ci.turn_vector,
+        limit=ci.depth,
+        walk=entry_scope_size(ci.scope) >= WALK_FROM_SCOPE,
+    )
+
+
+register(
+    Channel(
+        name="speaker",
+        kind=ENTRY,
+        run=speaker_turns,
+        weights={KIND_AGGREGATE: 1.0, KIND_PREFERENCE: 1.0},
+        default_weight=0.8,
+        needs_vector=True,
+        setting="SEARCH_SPEAKER_CHANNEL",
+        applies=lambda ci: len(ci.addressed) == 1,
     )
 )
