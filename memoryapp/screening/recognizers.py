@@ -576,6 +576,8 @@ def findings(text: str, categories: Iterable[str], memo: Memo | None = None) -> 
             if digits < 0:
                 digits = _digits(text)
             possible = digits >= _COUNTED[category]
+            if not possible and category == NATIONAL_ID:
+                possible = _LONG_ALNUM_RUN.search(text) is not None
         else:
             possible = _POSSIBLE[category](text)
         if not possible:
@@ -602,12 +604,17 @@ def detected(category: str, text: str, memo: Memo | None = None) -> list[tuple[i
 
 
 # The categories none of which a text without a digit (of any script), an `@` and two colons can
-# hold, as their own checks below say: cards, IBANs and national ids need ASCII digits (`_COUNTED`),
-# a phone a run of digits (`phone_possible`), an e-mail its `@`, an IP address a digit or two colons.
-_BARE_SKIPPED = frozenset({PAYMENT_CARD, IBAN, NATIONAL_ID, EMAIL, PHONE, IP_ADDRESS})
+# hold, as their own checks below say: cards and IBANs need ASCII digits (`_COUNTED`), a phone a run
+# of digits (`phone_possible`), an e-mail its `@`, an IP address a digit or two colons.
+_BARE_SKIPPED = frozenset({PAYMENT_CARD, IBAN, EMAIL, PHONE, IP_ADDRESS})
 _ANY_DIGIT = re.compile(r"\d")
-# The categories whose every match holds at least this many digits.
+# The categories whose every match holds at least this many digits. National ids: every one of
+# them holds four, but for an Italian fiscal code, whose seven digits may each be written as a
+# letter (omocodia: `RSSMRAURTMLARSNL` validates): 16 letters and digits in a row, which a text
+# with fewer digits is searched for (`_LONG_ALNUM_RUN`; a letter `[A-Z]` matches case-insensitively
+# is a letter of some case, so alphanumeric).
 _COUNTED = {PAYMENT_CARD: 12, IBAN: 8, NATIONAL_ID: 4}
+_LONG_ALNUM_RUN = re.compile(r"[^\W_]{16}")
 # The others' checks.
 _POSSIBLE: dict[str, Callable[[str], bool]] = {
     PHONE: phone_possible,

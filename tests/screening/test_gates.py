@@ -54,6 +54,8 @@ SAMPLES = [
     "codice fiscale RSSMRA85T10A562S, omocode RSSMRA85T10A56NH; PAN ABCPE1234F",
     "Aadhaar 2345 6789 0124, 234567890124, 2345-6789-0124; NIF 12345678Z, NIE X1234567L",
     "PESEL 44051401359; henkilötunnus 131052-308T; personnummer 19121212-1212",
+    # An Italian fiscal code whose every digit is written as a letter (omocodia), in a text without digits.
+    "codice fiscale RSSMRAURTMLARSNL, grazie",
     # Secrets: tokens, assignments, URLs with credentials, PEM and PuTTY keys.
     f"aws key {AWS_KEY} and github {GITHUB_TOKEN}",
     f"slack {SLACK_TOKEN}, stripe {STRIPE_KEY}",
