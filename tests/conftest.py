@@ -10,6 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+
+# pydantic's v1 types (Presidio -> spaCy import them when screening builds a detector, lazily, on
+# the first text that may hold a category) subclass datetime.date as they are imported: imported
+# first inside a test's freeze_time they would subclass freezegun's fake date, and fail (metaclass
+# conflict). Imported here, before any test freezes the clock; 0.1 s.
+import pydantic.v1  # noqa: F401
 import pytest
 from rest_framework.test import APIClient
 
