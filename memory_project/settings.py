@@ -228,7 +228,7 @@ RERANKER_TOP = env_int("RERANKER_TOP", 30, minimum=1, maximum=200)
 SEARCH_GRAPH_CHANNELS = env_bool("SEARCH_GRAPH_CHANNELS", False)
 # The speaker turn channel (memoryapp.search.turn_entities.speaker_turns): off by default, see
 # docs/recall-and-context.md for what it lifts and lowers on LoCoMo.
-SEARCH_SPEAKER_CHANNEL = env_bool("SEARCH_SPEAKER_CHANNEL", False)
+SEARCH_SPEAKER_CHANNEL = env_bool("SEARCH_SPEAKER_CHANNEL", True)
 
 LLM_PROVIDER = env_choice("LLM_PROVIDER", "none", ("none", "openai", "anthropic", "scripted"))
 LLM_BASE_URL = env_url("LLM_BASE_URL", ("http", "https"))

@@ -243,7 +243,7 @@ register(
 # them a second list. The speaker is the one `addressed` speaker (memoryapp.search.speakers): the
 # sender is matched as the keyword channel matches it (`sender_name`, or `sender_name_hashes` with
 # encryption on). Weighed as the entity channel, which then leaves her name out (entity_turns).
-# Off unless SEARCH_SPEAKER_CHANNEL: on LoCoMo's dev file it lifts multi-hop and open-domain
+# On unless SEARCH_SPEAKER_CHANNEL=false: on LoCoMo's dev file it lifts multi-hop and open-domain
 # questions and lowers adversarial ones (which name the other speaker on purpose) and temporal ones
 # a little (docs/recall-and-context.md).
 
