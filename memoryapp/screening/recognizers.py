@@ -560,8 +560,33 @@ def _may_hold_secret(text: str) -> bool:
     return False
 
 
+# The format characters of Unicode (category Cf: zero-width space and joiners, the soft hyphen, the
+# byte order mark, bidirectional marks, tags), which a reader does not see: typed into a value
+# (`jane@exa\u200bmple.com`, a card's digits) they hide it from every pattern while it reads and
+# copies as the value. Listed as ranges so the check is one search.
+_INVISIBLE = re.compile(
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]"
+)
+
+
 def findings(text: str, categories: Iterable[str], memo: Memo | None = None) -> list[Finding]:
-    """The spans of `text` in each of `categories` (person aside), in no particular order."""
+    """The spans of `text` in each of `categories` (person aside), in no particular order. A text
+    holding invisible characters (`_INVISIBLE`) is searched without them, and each span found is
+    given back over the text as it is (the invisible characters inside it with it)."""
+    if text.isascii() or _INVISIBLE.search(text) is None:
+        return _findings(text, categories, memo)
+    kept = [i for i, char in enumerate(text) if not _INVISIBLE.match(char)]
+    visible = "".join(text[i] for i in kept)
+    return [
+        Finding(f.category, kept[f.start], kept[f.end - 1] + 1)
+        for f in _findings(visible, categories, memo)
+        if f.end > f.start
+    ]
+
+
+def _findings(text: str, categories: Iterable[str], memo: Memo | None) -> list[Finding]:
     found: list[Finding] = []
     digits = -1
     bare: bool | None = None

@@ -1,0 +1,54 @@
+"""A sensitive value with an invisible character typed into it (a zero-width space, a joiner, a soft
+hyphen, a byte order mark, a bidirectional mark) is still the value to a reader and to anyone who
+copies it: the screen finds it as it finds the plain one, and its redaction covers the whole of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from memoryapp.models import Entry
+from memoryapp.screening.recognizers import CATEGORIES, PERSON, findings
+from tests.kit.api import Caller
+from tests.screening.test_screening import SAMPLES, append, screening_set
+
+# Format characters (Unicode category Cf) a reader does not see, and the soft hyphen.
+INVISIBLE = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u200e", "\u202c"]
+# Where in each sample's value an invisible character goes (the value's own middle).
+VALUES = {
+    "email": "Ines.Valdo|miro@example.com",
+    "phone": "+351 912 3|45 678",
+    "payment_card": "4111 11|11 1111 1111",
+    "iban": "GB82 WEST 12|34 5698 7654 32",
+    "national_id": "536-22|-8173",
+    "ip_address": "192.168|.14.27",
+    "secret": "ghp_a1B2c3D4e5F6g7H8i|9J0k1L2m3N4o5P6q7R8",
+}
+
+
+def _split(category: str, char: str) -> tuple[str, str]:
+    """(the sample as typed with `char` inside its value, the value as typed)."""
+    plain = VALUES[category].replace("|", "")
+    typed = VALUES[category].replace("|", char)
+    assert plain in SAMPLES[category]
+    return SAMPLES[category].replace(plain, typed), typed
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+@pytest.mark.parametrize("category", sorted(VALUES))
+def test_a_value_with_an_invisible_character_inside_is_found_whole(category: str, char: str) -> None:
+    text, typed = _split(category, char)
+    found = [f for f in findings(text, [c for c in CATEGORIES if c != PERSON]) if f.category == category]
+    assert found, f"{category} with {char!r} inside was not found"
+    start = text.index(typed)
+    # The span covers the typed value, invisible character included (what a redaction replaces).
+    assert any(f.start <= start and f.end >= start + len(typed) for f in found), found
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("category", sorted(VALUES))
+def test_a_value_with_a_zero_width_space_is_redacted_at_write(alice: Caller, category: str) -> None:
+    screening_set(alice, **{category: "redact"})
+    text, typed = _split(category, "\u200b")
+    append(alice, "t-zw", text)
+    stored = Entry.objects.get(thread__external_id="t-zw").text
+    assert f"[{category}]" in stored and typed not in stored and "\u200b" not in stored, stored
