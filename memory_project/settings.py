@@ -226,8 +226,8 @@ RERANKER_TOP = env_int("RERANKER_TOP", 30, minimum=1, maximum=200)
 # The search's graph channels (memoryapp.search.graph_channels: entity items, the PPR walk, evidence
 # turns). Off by default: on LoCoMo they gave no R@10 and cost ~2.5x a search's time (issue 26).
 SEARCH_GRAPH_CHANNELS = env_bool("SEARCH_GRAPH_CHANNELS", False)
-# The speaker turn channel (memoryapp.search.turn_entities.speaker_turns): off by default, see
-# docs/recall-and-context.md for what it lifts and lowers on LoCoMo.
+# The speaker turn channel (memoryapp.search.turn_entities.speaker_turns): on by default (false turns
+# it off), see docs/recall-and-context.md for what it lifts and lowers on LoCoMo.
 SEARCH_SPEAKER_CHANNEL = env_bool("SEARCH_SPEAKER_CHANNEL", True)
 
 LLM_PROVIDER = env_choice("LLM_PROVIDER", "none", ("none", "openai", "anthropic", "scripted"))
