@@ -391,6 +391,19 @@ def blind_keys(*, agent_id: int | None) -> list[bytes]:
     return keys
 
 
+def blind_keys_reread(*, agent_id: int | None) -> bool:
+    """Read the agent's own data key from the register again, not from this process's cache, and
+    answer whether its blind keys (`blind_keys`) changed: what a write calls before it makes a row
+    its lookup did not find (an entity, a slot's first state). A process that read the key a moment
+    before a rotation with new keys retired it knows the old blind key alone until its cache expires
+    (OWNER_CACHE_SECONDS, the rotation's settle), so it misses a row another process hashed under the
+    new one meanwhile, and would make a second. One query (the key's bytes are cached by its id)."""
+    before = blind_keys(agent_id=agent_id)
+    with _lock:
+        _by_owner.pop((agent_id, ""), None)
+    return blind_keys(agent_id=agent_id) != before
+
+
 def _blind_of(key_id: str, data_key: bytes) -> bytes:
     with _lock:
         known = _blind.get(key_id)

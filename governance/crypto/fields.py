@@ -31,6 +31,7 @@ from governance.crypto.envelope import (
     Owner,
     blind_key,
     blind_keys,
+    blind_keys_reread,
     data_key_for_people,
     data_key_open,
     data_keys_for,
@@ -307,6 +308,16 @@ def equality_values(*, agent_id: int | None, text: str) -> list[str]:
     if not encryption_enabled() or not text:
         return [text]
     return [*(equality_hash(text, key=key) for key in blind_keys(agent_id=agent_id)), text]
+
+
+def lookup_keys_reread(*, agent_id: int | None) -> bool:
+    """Before a write makes a row because a lookup by `equality_values` found none: read the agent's
+    blind keys from the register again (`blind_keys_reread`) and answer whether they changed, so
+    the lookup is made again with them. In a rotation's settle a process whose cached key predates
+    the retire hashes under the old blind key alone, and would miss the row another process just
+    made under the new one (a second entity of one name, a second open state of one slot). False,
+    and no query, with encryption off."""
+    return encryption_enabled() and blind_keys_reread(agent_id=agent_id)
 
 
 def words_hashes(*, agent_id: int | None, words: Iterable[str]) -> list[int]:

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from governance import locks
 from governance.audit.chain import audit_append
-from governance.crypto.fields import equality_value, equality_values
+from governance.crypto.fields import equality_value, equality_values, lookup_keys_reread
 from memoryapp.errors import Conflict, DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import new_id, person_id_check
@@ -140,8 +140,9 @@ def _check_text(value: Any, field: str, *, max_length: int, required: bool = Tru
     return value
 
 
-def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
-    """The entity a subject names: the narrowest one the scope sees with that name, else a new one in the scope."""
+def _entities_visible(*, agent: Agent, scope: Scope, subject: str) -> tuple[list[Entity], list[str]]:
+    """The entities of that name the scope sees, narrowest first, and the values their names were
+    looked up by."""
     # Also its plaintext with encryption on: an entity written before it was on, not hashed yet.
     keys = equality_values(agent_id=agent.pk, text=normalized_name(subject))
     visible = Entity.objects.filter(
@@ -151,9 +152,27 @@ def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
         project_id__in=["", scope.project_id],
         thread_id__in=["", scope.thread_id],
     )
-    found = sorted(visible, key=lambda e: (-_narrowness(e), e.created_at))
+    return sorted(visible, key=lambda e: (-_narrowness(e), e.created_at)), keys
+
+
+def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> tuple[Entity, bool]:
+    """The entity a subject names: the narrowest one the scope sees with that name, else a new one
+    in the scope; and whether the agent's blind keys were read from the register in the call."""
+    found, keys = _entities_visible(agent=agent, scope=scope, subject=subject)
+    reread = False
+    if not found:
+        # In a rotation's settle this process may know the retired blind key alone while another
+        # made the entity under the new one: read the keys again before making a second.
+        reread = True
+        if lookup_keys_reread(agent_id=agent.pk):
+            found, keys = _entities_visible(agent=agent, scope=scope, subject=subject)
     if found:
-        return found[0]
+        return found[0], reread
+    return _entity_make(agent=agent, scope=scope, subject=subject, keys=keys), reread
+
+
+def _entity_make(*, agent: Agent, scope: Scope, subject: str, keys: list[str]) -> Entity:
+    """A new entity of that name in the scope; the one another writer made first, found by `keys`."""
     try:
         with transaction.atomic():
             entity = Entity(
@@ -185,7 +204,7 @@ def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
 def entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:
     """The entity a name stands for in a scope (the narrowest visible, else a new one): items' and
     the graph's edges' (memoryapp.graph.services) one way to an entity."""
-    return _entity_for(agent=agent, scope=scope, subject=subject)
+    return _entity_for(agent=agent, scope=scope, subject=subject)[0]
 
 
 def evidence_checked(*, agent: Agent, evidence: Sequence[EvidenceInput]) -> list[tuple[Entry | None, str, str]]:
@@ -483,16 +502,18 @@ def item_state_write(
 
     subject_key = normalized_name(subject)
     slot_lock(agent_id=agent.pk, scope=scope, subject_key=subject_key, attribute=attribute)
-    entity = _entity_for(agent=agent, scope=scope, subject=subject) if use_entity else None
+    entity, reread = _entity_for(agent=agent, scope=scope, subject=subject) if use_entity else (None, False)
     slot_subject = entity.name if entity is not None else subject
     slot = slot_items(agent=agent, scope=scope, subject=slot_subject, attribute=attribute)
     _slot_hashes_settle(slot=slot, agent=agent, subject=slot_subject)
-
-    newest = (
-        slot.filter(status__in=[ItemStatus.SUGGESTED, *TIMELINE_STATUSES], expired_at__isnull=True)
-        .order_by("-recorded_at", "-id")
-        .first()
-    )
+    newest = _slot_newest(slot)
+    if newest is None and not reread and lookup_keys_reread(agent_id=agent.pk):
+        # A first state, as this process's keys see the slot: in a rotation's settle they may be the
+        # retired ones alone while another process wrote the slot's state under the new ones (the
+        # slot's lock keeps that one committed by now). With the keys read again it is found.
+        slot = slot_items(agent=agent, scope=scope, subject=slot_subject, attribute=attribute)
+        _slot_hashes_settle(slot=slot, agent=agent, subject=slot_subject)
+        newest = _slot_newest(slot)
     if (
         newest is not None
         and not held
@@ -571,6 +592,15 @@ def item_state_write(
         details={"kind": kind, "trust": trust, "verified": verified, "quotes": len(checked)},
     )
     return item
+
+
+def _slot_newest(slot: QuerySet[MemoryItem]) -> MemoryItem | None:
+    """The newest state of the slot still open and not let go: what a repeat merges into."""
+    return (
+        slot.filter(status__in=[ItemStatus.SUGGESTED, *TIMELINE_STATUSES], expired_at__isnull=True)
+        .order_by("-recorded_at", "-id")
+        .first()
+    )
 
 
 def _merge(

@@ -257,3 +257,87 @@ def test_rows_under_two_retired_keys_are_found_and_the_owner_gets_one_new_live_k
     assert _found(alice, "Zanzibarquill") == ["the Zanzibarquill pot is blue"]
     assert _found(alice, "harbourlantern") == ["harbourlantern at dawn"]
     assert len(envelope.blind_keys(agent_id=agent.pk)) == 1
+
+
+def _process_b(web: dict[str, Any]) -> None:
+    """Process B: its caches as they were before the retire, its agent's key read a moment before
+    it (still fresh: it knows the old blind key alone)."""
+    _web_process_back(web, owner_cache_expired=False)
+    now = time.monotonic()
+    for owner, (_, key) in list(envelope._by_owner.items()):
+        envelope._by_owner[owner] = (now, key)
+
+
+def _boat_owner(agent: Agent, **kwargs: Any) -> MemoryItem:
+    return item_write(
+        agent=agent,
+        kind="fact",
+        subject="Ana's boat",
+        attribute="owner",
+        value="Ana",
+        trust="system",
+        user_id="u-ana",
+        **kwargs,
+    )
+
+
+def test_two_processes_in_the_settle_leave_one_entity_the_walk_can_hash(
+    encrypted: Any, db: None, alice: Caller
+) -> None:
+    """In the settle, a process that read its keys after the retire (A) and one that read them a
+    moment before (B, its cache still fresh) each write a new subject's first fact. B looks the
+    entity up under the old blind key only (it knows no other) and misses A's: before it makes a
+    second one it reads its keys again (`lookup_keys_reread`), finds A's under the new key, and the
+    walk has one entity to hash."""
+    agent = Agent.objects.get(slug=alice.agent.slug)
+    _boat_is(agent, "blue")  # the process holds the agent's and Ana's keys
+    Entity.objects.filter(agent=agent).delete()
+    MemoryItem.objects.filter(agent=agent).delete()
+    web = _web_process_caches()
+
+    data_keys_retire()
+    data_keys_forget()  # A
+    red = _boat_is(agent, "red")
+    _process_b(web)
+    owner = _boat_owner(agent)
+    assert owner.entity_id == red.entity_id
+
+    encryption_rotate(settle=0)
+    data_keys_retired_destroy()
+    assert Entity.objects.filter(agent=agent).count() == 1
+    data_keys_forget()
+    assert _boat_is(agent, "red").pk == red.pk
+    assert _boat_owner(agent).pk == owner.pk
+
+
+def test_two_processes_in_the_settle_leave_one_open_state_in_a_slot(encrypted: Any, db: None, alice: Caller) -> None:
+    """The same race on one slot: A writes its first state under the new key, then B (the old key
+    alone) finds the slot empty. The slot's lock has A's state committed by then: B reads its keys
+    again before it adds a state with no predecessor, finds A's, and closes it; without that both
+    stay open, in memory now and in every replay after the walk hashed them alike."""
+    agent = Agent.objects.get(slug=alice.agent.slug)
+    _boat_is(agent, "blue")  # the entity, under the old key: A finds it by the retired one, B by its own
+    MemoryItem.objects.filter(agent=agent).delete()
+    web = _web_process_caches()
+
+    data_keys_retire()
+    data_keys_forget()  # A
+    red = _boat_is(agent, "red")
+    _process_b(web)
+    green = _boat_is(agent, "green")
+    assert green.pk != red.pk
+    known = timezone.now()
+
+    def replayed() -> list[str]:
+        held = items_holding(agent=agent, user_id="u-ana", known_at=known)
+        return sorted(i.value for i in held.filter(attribute="colour"))
+
+    assert replayed() == ["green"]
+    encryption_rotate(settle=0)
+    data_keys_retired_destroy()
+    data_keys_forget()
+    assert replayed() == ["green"]
+    assert list(MemoryItem.objects.filter(agent=agent, valid_to__isnull=True).values_list("value", flat=True)) == [
+        "green"
+    ]
+    assert _boat_is(agent, "green").pk == green.pk
