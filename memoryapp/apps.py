@@ -8,11 +8,15 @@ class MemoryAppConfig(AppConfig):
 
     def ready(self) -> None:
         # Imported here: the app registry must be ready before modules that import models load.
+        from governance.crypto.rotation import collisions_merge_with
         from governance.jobs.runs import job_finished_follow
         from memoryapp.agents.keycache import key_cache_connect
         from memoryapp.compaction.auto import auto_compaction_check_thread
         from memoryapp.extraction.schedule import extraction_schedule
+        from memoryapp.graph.services import entity_collision_merge
         from memoryapp.items.facts import facts_by_meaning_provide
+        from memoryapp.models import Entity, PersonIdentifier
+        from memoryapp.screening.identifiers import identifier_collision_drop
         from memoryapp.search.fact_meaning import facts_nearest
         from memoryapp.search.indexing import embedding_schedule
         from memoryapp.subjects.detect import job_result_recorded
@@ -38,3 +42,7 @@ class MemoryAppConfig(AppConfig):
 
         # A job's result naming a registered person is in the subject index as the run finishes.
         job_finished_follow(job_result_recorded)
+
+        # What a rotation with new keys folds when its new hashes give two rows one unique name.
+        collisions_merge_with(Entity, entity_collision_merge)
+        collisions_merge_with(PersonIdentifier, identifier_collision_drop)

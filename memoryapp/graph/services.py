@@ -359,3 +359,12 @@ def entity_merge(*, agent: Agent, keep: Entity, merged: Entity, actor: str = "")
         details={"merged_entity": merged_id, "items": items_moved, "edges_moved": moved, "edges_folded": folded},
     )
     return keep
+
+
+def entity_collision_merge(keep_id: str, merged_id: str) -> None:
+    """Fold an entity into another of its name in its scope that a rotation with new keys found
+    (governance.crypto.rotation.collisions_merge_with: two processes made it under two blind keys
+    in the rotation's settle), as a staff merge does (`entity_merge`): its items, its edges with
+    their quotes and its other names go to the one kept; audited as the rotation's."""
+    keep = Entity.objects.select_related("agent").get(pk=keep_id)
+    entity_merge(agent=keep.agent, keep=keep, merged=Entity.objects.get(pk=merged_id), actor="rotation")

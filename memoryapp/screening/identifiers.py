@@ -204,6 +204,13 @@ def identifiers_set(*, agent: Agent, user_id: str, body: Any, actor: str) -> dic
     return checked
 
 
+def identifier_collision_drop(keep_id: int, merged_id: int) -> None:
+    """Drop a person's identifier that a rotation with new keys found registered twice (two
+    registrations in its settle hashed it under two blind keys; governance.crypto.rotation
+    .collisions_merge_with): the same person, kind and value, so the other one says it all."""
+    PersonIdentifier.objects.filter(pk=merged_id).delete()
+
+
 def identifiers_delete(*, agent_ids: Sequence[int] | None, user_id: str) -> int:
     """Delete the person's identifiers (of these agents; None: of every agent). The erasure calls it."""
     rows = PersonIdentifier.objects.filter(user_id=user_id)

@@ -20,16 +20,31 @@ import re
 import time
 from typing import Any
 
+import pytest
 from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
 from governance.crypto import envelope
 from governance.crypto.envelope import data_keys_forget, data_keys_retire, data_keys_retired_destroy
-from governance.crypto.rotation import encryption_rotate
+from governance.crypto.rotation import collisions_unmerged, encryption_rotate, hashed_unique, rows_reseal
+from memoryapp.graph.services import relation_write
+from memoryapp.items import services as item_services
+from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import items_holding
 from memoryapp.items.services import item_write
-from memoryapp.models import Agent, Entity, Entry, MemoryItem
+from memoryapp.models import (
+    Agent,
+    Entity,
+    Entry,
+    IdentifierKind,
+    MemoryItem,
+    PersonIdentifier,
+    Relation,
+    RelationEvidence,
+)
+from memoryapp.models.people import identifier_key
+from memoryapp.screening.identifiers import identifiers_of
 from tests.kit.api import Caller, answered, get_ok, post_thread
 
 TEXTS = ["the Zanzibarquill pot is blue", "call me about quokkaparade"]
@@ -302,9 +317,10 @@ def test_two_processes_in_the_settle_leave_one_entity_the_walk_can_hash(
     owner = _boat_owner(agent)
     assert owner.entity_id == red.entity_id
 
-    encryption_rotate(settle=0)
+    result = encryption_rotate(settle=0)
     data_keys_retired_destroy()
     assert Entity.objects.filter(agent=agent).count() == 1
+    assert result["rows_merged"] == {}
     data_keys_forget()
     assert _boat_is(agent, "red").pk == red.pk
     assert _boat_owner(agent).pk == owner.pk
@@ -341,3 +357,128 @@ def test_two_processes_in_the_settle_leave_one_open_state_in_a_slot(encrypted: A
         "green"
     ]
     assert _boat_is(agent, "green").pk == green.pk
+
+
+def _said(caller: Caller) -> Entry:
+    _post(caller, ["Ana's boat is moored at Harbour North"])
+    return Entry.objects.get(agent__slug=caller.agent.slug, thread__external_id="t1")
+
+
+def _moored(agent: Agent, entry: Entry) -> Relation:
+    return relation_write(
+        agent=agent,
+        subject="Ana's boat",
+        predicate="moored at",
+        object="Harbour North",
+        trust="system",
+        scope=Scope(user_id="u-ana"),
+        evidence=[{"entry_id": entry.pk, "quote": "moored at Harbour North"}],
+    )
+
+
+def _second_entities_made(alice: Caller, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """Two processes in the settle, each writing a fact and an edge about new names: B reads its keys
+    again before making an entity, but its read comes a moment before the retire commits (played
+    by the read finding nothing new), which no lookup can close: it makes a second entity of each
+    name under the old hash, with its fact, its edge and an other name."""
+    agent = Agent.objects.get(slug=alice.agent.slug)
+    entry = _said(alice)
+    _boat_is(agent, "blue")
+    Entity.objects.filter(agent=agent).delete()
+    MemoryItem.objects.filter(agent=agent).delete()
+    web = _web_process_caches()
+
+    data_keys_retire()
+    data_keys_forget()  # A
+    red = _boat_is(agent, "red")
+    edge_a = _moored(agent, entry)
+    _process_b(web)
+    with monkeypatch.context() as patched:
+        patched.setattr(item_services, "lookup_keys_reread", lambda **kwargs: False)
+        owner = _boat_owner(agent)
+        edge_b = _moored(agent, entry)
+    second = Entity.objects.get(pk=owner.entity_id)
+    second.aliases = ["the dinghy"]
+    second.save(update_fields=["aliases"])
+    data_keys_forget()  # the rotation's process
+    assert owner.entity_id != red.entity_id and edge_b.pk != edge_a.pk
+    assert Entity.objects.filter(agent=agent).count() == 4
+    return {"agent": agent, "red": red, "owner": owner}
+
+
+def _one_of_each_name_after(agent: Agent, red: MemoryItem, owner: MemoryItem) -> None:
+    """One entity of each name, every item on it and found by its slot, one edge with both quotes,
+    the other name kept, and the replays of what memory knew as they were."""
+    data_keys_forget()
+    entities = {e.name: e for e in Entity.objects.filter(agent=agent)}  # names are sealed: read, not filtered
+    assert sorted(entities) == ["Ana's boat", "Harbour North"]
+    boat = entities["Ana's boat"]
+    assert boat.aliases == ["the dinghy"]
+    assert set(MemoryItem.objects.filter(agent=agent).values_list("entity_id", flat=True)) == {boat.pk}
+    edge = Relation.objects.get(agent=agent)
+    assert (edge.subject_id, edge.object_id) == (boat.pk, entities["Harbour North"].pk)
+    assert RelationEvidence.objects.filter(relation=edge).count() == 2
+    held = items_holding(agent=agent, user_id="u-ana", known_at=timezone.now())
+    assert sorted((i.attribute, i.value) for i in held) == [("colour", "red"), ("owner", "Ana")]
+    assert _boat_is(agent, "red").pk == red.pk
+    assert _boat_owner(agent).pk == owner.pk
+    assert Entity.objects.filter(agent=agent).count() == 2
+
+
+@pytest.mark.parametrize("batch", [500, 1])
+def test_the_walk_folds_entities_of_one_name_into_one(
+    encrypted: Any, db: None, alice: Caller, monkeypatch: pytest.MonkeyPatch, batch: int
+) -> None:
+    """The walk hashes both entities of a name alike: it folds the second into the first (in one
+    batch, or into one walked before or written under the new key) instead of breaking on the
+    unique name, and the rotation finishes."""
+    made = _second_entities_made(alice, monkeypatch)
+    result = encryption_rotate(settle=0, batch=batch)
+    assert result["rows_merged"] == {"memoryapp_entity": 2}
+    data_keys_retired_destroy()
+    _one_of_each_name_after(made["agent"], made["red"], made["owner"])
+
+
+def test_a_rekey_stopped_part_way_over_entities_of_one_name_runs_again(
+    encrypted: Any, db: None, alice: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rotation stopped part way runs again, with new keys once more (the entities are then under
+    two retired blind keys, the first run's and the second's): it folds them and finishes."""
+    made = _second_entities_made(alice, monkeypatch)
+    # The walk, stopped after A's entity (hashed under the new key already: nothing to fold yet).
+    rows_reseal(Entity.objects.filter(pk=made["red"].entity_id), rekey=True)
+
+    result = encryption_rotate(settle=0, rekey=True)
+    assert result["rows_merged"] == {"memoryapp_entity": 2}
+    _one_of_each_name_after(made["agent"], made["red"], made["owner"])
+
+
+def test_an_identifier_registered_twice_in_the_settle_is_kept_once(encrypted: Any, db: None, alice: Caller) -> None:
+    """Two registrations of a person's identifiers in the settle, one per process, each under its
+    blind key: the walk keeps one row of the identifier, and screening still finds her by it."""
+    agent = Agent.objects.get(slug=alice.agent.slug)
+    answered(alice.client.put("/api/v1/users/u-ana/identifiers", {"emails": ["ana@example.org"]}, format="json"), 200)
+    web = _web_process_caches()
+    data_keys_retire()
+    data_keys_forget()  # A: its registration replaces hers (her rows deleted, one made)
+    answered(alice.client.put("/api/v1/users/u-ana/identifiers", {"emails": ["ana@example.org"]}, format="json"), 200)
+    _process_b(web)
+    kind = IdentifierKind.EMAIL
+    PersonIdentifier(
+        agent=agent, user_id="u-ana", kind=kind, value="ana@example.org", lookup=identifier_key(kind, "ana@example.org")
+    ).save(force_insert=True)
+    assert PersonIdentifier.objects.filter(agent=agent).count() == 2
+
+    result = encryption_rotate(settle=0)
+    data_keys_retired_destroy()
+    data_keys_forget()
+    assert result["rows_merged"] == {"memoryapp_personidentifier": 1}
+    assert PersonIdentifier.objects.filter(agent=agent).count() == 1
+    assert identifiers_of(agent=agent, user_id="u-ana")["emails"] == ["ana@example.org"]
+
+
+def test_every_unique_name_the_walk_hashes_has_a_merge() -> None:
+    """A rotation refuses to start on a model whose unique constraint holds an equality column and
+    that says nothing of how to fold two rows hashed alike: there is none, and entities are folded."""
+    assert collisions_unmerged() == []
+    assert hashed_unique(Entity) is not None and hashed_unique(MemoryItem) is None
