@@ -52,3 +52,11 @@ def test_a_value_with_a_zero_width_space_is_redacted_at_write(alice: Caller, cat
     append(alice, "t-zw", text)
     stored = Entry.objects.get(thread__external_id="t-zw").text
     assert f"[{category}]" in stored and typed not in stored and "\u200b" not in stored, stored
+
+
+def test_an_invisible_character_between_two_values_still_parts_them() -> None:
+    """Taken out, a zero-width space between two values would join them into one word that neither
+    pattern matches (`\\b`): the text as typed is searched too."""
+    text = "AB123456C\u200b4111111111111111"
+    found = {(f.category, f.start, f.end) for f in findings(text, [c for c in CATEGORIES if c != PERSON])}
+    assert ("national_id", 0, 9) in found and ("payment_card", 10, 26) in found, found
