@@ -54,6 +54,40 @@ def test_a_value_with_a_zero_width_space_is_redacted_at_write(alice: Caller, cat
     assert f"[{category}]" in stored and typed not in stored and "\u200b" not in stored, stored
 
 
+# Zero of each script's digits: full-width, Arabic-Indic, extended Arabic-Indic (Persian),
+# Devanagari, mathematical bold.
+DIGIT_ZEROS = [0xFF10, 0x0660, 0x06F0, 0x0966, 0x1D7CE]
+# Values whose every digit a writer of another script types in that script's digits.
+IN_DIGITS = {
+    "payment_card": "my card is 4111 1111 1111 1111 thanks",
+    "iban": "pay into GB82 WEST 1234 5698 7654 32 today",
+    "national_id": "my SSN is 536-22-8173 for the form",
+    "phone": "call me on +351 912 345 678 tonight",
+    "ip_address": "the server is at 192.168.14.27 now",
+}
+
+
+def _in_script(text: str, zero: int) -> str:
+    return "".join(chr(zero + int(c)) if c.isdigit() else c for c in text)
+
+
+@pytest.mark.parametrize("zero", DIGIT_ZEROS)
+@pytest.mark.parametrize("category", sorted(IN_DIGITS))
+def test_a_number_in_the_digits_of_another_script_is_found(category: str, zero: int) -> None:
+    text = _in_script(IN_DIGITS[category], zero)
+    found = [f for f in findings(text, [c for c in CATEGORIES if c != PERSON]) if f.category == category]
+    assert found, f"{category} in digits from {zero:#x} was not found"
+    digits = [i for i, c in enumerate(text) if c.isdigit()]
+    assert any(f.start <= digits[0] and f.end > digits[-1] for f in found), found
+
+
+@pytest.mark.django_db
+def test_a_card_in_full_width_digits_is_redacted_by_the_default_policy(alice: Caller) -> None:
+    text = _in_script(IN_DIGITS["payment_card"], 0xFF10)
+    append(alice, "t-fw", text)
+    assert Entry.objects.get(thread__external_id="t-fw").text == "my card is [payment_card] thanks"
+
+
 def test_an_invisible_character_between_two_values_still_parts_them() -> None:
     """Taken out, a zero-width space between two values would join them into one word that neither
     pattern matches (`\\b`): the text as typed is searched too."""
