@@ -163,10 +163,10 @@ def _mention_words(entities: list[Entity], people: list[str]) -> list[str]:
 
 def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
     """The channel (see the module's doc)."""
-    # With the speaker channel on, the name of a speaker the question addresses
-    # (memoryapp.search.speakers) is no entity's here: her own turns come through that channel, and
-    # the turns saying her name are the other speaker's talk to her ("Thanks, Melanie!").
-    addressed = ci.addressed if settings.SEARCH_SPEAKER_CHANNEL else frozenset()
+    # When the speaker channel runs (on, and one speaker addressed: `speaker_runs`), her name is no
+    # entity's here: her own turns come through that channel, and the turns saying her name are the
+    # other speaker's talk to her ("Thanks, Melanie!"). Otherwise the names stay.
+    addressed = ci.addressed if speaker_runs(ci) else frozenset()
     names = [n for n in question_names(ci) if n not in addressed]
     if not names:
         return []
@@ -246,6 +246,12 @@ register(
 # On unless SEARCH_SPEAKER_CHANNEL=false: on LoCoMo's dev file it lifts multi-hop and open-domain
 # questions and lowers adversarial ones (which name the other speaker on purpose) and temporal ones
 # a little (docs/recall-and-context.md).
+
+
+def speaker_runs(ci: ChannelInput) -> bool:
+    """Whether the speaker channel reads anything for this question in a hybrid search: it is on,
+    the question addresses one speaker, and there is a vector of the question without her name."""
+    return bool(settings.SEARCH_SPEAKER_CHANNEL) and len(ci.addressed) == 1 and ci.turn_vector is not None
 
 
 def speaker_turns(ci: ChannelInput) -> list[ChannelHit]:

@@ -12,7 +12,7 @@ import pytest
 
 from memoryapp.search.retrieval import search
 from tests.kit.crypto import encrypted  # noqa: F401  (the fixture)
-from tests.kit.factories import ThreadFactory
+from tests.kit.factories import EntityFactory, ThreadFactory
 from tests.kit.recall import embedded
 
 
@@ -99,3 +99,35 @@ def test_with_encryption_on_the_speaker_is_told_by_her_names_hashes(
     embedded(alice.agent)
     johns = set(_ids(thread, "basketball game", "buzzer-beater", "running shoes"))
     assert set(_speaker_alone(alice.agent, thread, "How many games has John won?")) == johns
+
+
+def _entity_alone(agent: Any, thread: Any, text: str) -> list[str]:
+    outcome = search(
+        agent=agent,
+        text=text,
+        thread=thread,
+        kinds=("entries",),
+        limit=10,
+        channels=("entity",),
+        neighbours=False,
+        diversify=False,
+    )
+    assert outcome.errors == []
+    return [h.id for h in outcome.hits]
+
+
+def test_the_entity_channel_drops_a_speakers_name_only_when_the_speaker_channel_reads_her_turns(
+    alice: Any, settings: Any
+) -> None:
+    thread = ThreadFactory(agent=alice.agent, turns=TURNS)
+    EntityFactory(agent=alice.agent, name="John")
+    EntityFactory(agent=alice.agent, name="Tim")
+    embedded(alice.agent)
+    # One speaker named: her turns come through the speaker channel; "John" is no entity here.
+    assert _entity_alone(alice.agent, thread, "How many games has John won?") == []
+    # Both named: the speaker channel reads nothing, so the entity channel keeps both names, as off.
+    both = "How many games have John and Tim won?"
+    on = _entity_alone(alice.agent, thread, both)
+    settings.SEARCH_SPEAKER_CHANNEL = False
+    assert on and on == _entity_alone(alice.agent, thread, both)
+    assert _entity_alone(alice.agent, thread, "How many games has John won?")
