@@ -26,7 +26,7 @@ from typing import Any
 from memoryapp.models import Agent, IdentifierKind, PersonIdentifier
 from memoryapp.models.people import identifier_key
 from memoryapp.screening.identifiers import identifier_candidates, name_folded
-from memoryapp.screening.recognizers import Memo
+from memoryapp.screening.recognizers import Memo, span_back, text_readings
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PHONE_TAIL = 7
@@ -78,24 +78,36 @@ class PeopleMatcher:
         return False
 
     def spans(self, text: str, memo: Memo | None = None) -> list[tuple[int, int]]:
-        """Where the text names a registered person (start, end), in no particular order. `memo`:
+        """Where the text names a registered person (start, end), in no particular order, over each of
+        its readings (digits of any script, invisible characters left out: `text_readings`). `memo`:
         the write's detector results (screening ran its e-mail and phone detectors on the text)."""
-        if not text or not self._may_hold(text):
+        if not text:
             return []
-        return [
-            span for key, spans in identifier_candidates(text, memo).items() if key in self.people for span in spans
+        found = [
+            span_back(start, end, kept)
+            for read, kept in text_readings(text)
+            if self._may_hold(read)
+            for key, spans in identifier_candidates(read, memo).items()
+            if key in self.people
+            for start, end in spans
+            if end > start
         ]
+        return list(dict.fromkeys(found))
 
     def people_in(self, texts: Sequence[Any]) -> set[str]:
-        """The people any string of these texts (strings and JSON values, keys aside) names."""
+        """The people any string of these texts (strings and JSON values, keys aside) names, over each
+        string's readings (`text_readings`)."""
         found: set[str] = set()
         for text in strings_of(list(texts)):
-            if not text or not self._may_hold(text):
+            if not text:
                 continue
-            for key in identifier_candidates(text):
-                named = self.people.get(key)
-                if named:
-                    found |= named
+            for read, _kept in text_readings(text):
+                if not self._may_hold(read):
+                    continue
+                for key in identifier_candidates(read):
+                    named = self.people.get(key)
+                    if named:
+                        found |= named
         return found
 
 

@@ -607,30 +607,38 @@ def _digit_fold() -> dict[int, int]:
     }
 
 
-def findings(text: str, categories: Iterable[str], memo: Memo | None = None) -> list[Finding]:
-    """The spans of `text` in each of `categories` (person aside), in no particular order. Digits of
-    any script are read as ASCII digits, and a text holding invisible characters (`_has_invisible`) is
-    also searched without them: each span found is given back over the text as it is (the invisible
-    characters inside it with it)."""
+def text_readings(text: str) -> list[tuple[str, list[int] | None]]:
+    """How a text is read for values: digits of any script as ASCII digits (full-width, Arabic-Indic,
+    Devanagari...: the number every pattern and count reads; one character for one, so spans stay
+    the text's), and, when it holds invisible characters (`_has_invisible`), also without them, with
+    where each of its characters stands in the text (`kept`: a span (s, e) of it is (kept[s],
+    kept[e - 1] + 1) of the text). Both are searched: an invisible character inside a value hides it,
+    one between two values ("AB123456C\u200b4111...") is the only thing that keeps them apart (a
+    pattern's `\b`). An ASCII text is read as it is, once."""
     if text.isascii():
-        return _findings(text, categories, memo)
-    # Digits of another script (full-width, Arabic-Indic, Devanagari...) read as the ASCII digits
-    # every pattern and check counts: one character for one, so the spans stay the text's.
+        return [(text, None)]
     text_read = text.translate(_digit_fold()) if _FOREIGN_DIGIT.search(text) is not None else text
-    categories = list(categories)
-    found = _findings(text_read, categories, memo)
     if not _has_invisible(text_read):
-        return found
-    # Searched again without the invisible characters, the spans of both searches kept: one inside a
-    # value hides it, while one between two values ("AB123456C\u200b4111...") is the only thing that
-    # keeps them apart (a pattern's `\b`), so the text as typed is searched too.
+        return [(text_read, None)]
     kept = [i for i, char in enumerate(text_read) if not _invisible(char)]
-    visible = "".join(text_read[i] for i in kept)
-    found.extend(
-        Finding(f.category, kept[f.start], kept[f.end - 1] + 1)
-        for f in _findings(visible, categories, memo)
+    return [(text_read, None), ("".join(text_read[i] for i in kept), kept)]
+
+
+def span_back(start: int, end: int, kept: list[int] | None) -> tuple[int, int]:
+    """A span of a reading (`text_readings`) over the text as it is (the invisible characters inside it with it)."""
+    return (start, end) if kept is None else (kept[start], kept[end - 1] + 1)
+
+
+def findings(text: str, categories: Iterable[str], memo: Memo | None = None) -> list[Finding]:
+    """The spans of `text` in each of `categories` (person aside), in no particular order, over each
+    of its readings (`text_readings`), given back over the text as it is."""
+    categories = list(categories)
+    found = [
+        Finding(f.category, *span_back(f.start, f.end, kept))
+        for read, kept in text_readings(text)
+        for f in _findings(read, categories, memo)
         if f.end > f.start
-    )
+    ]
     return list(dict.fromkeys(found))
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from memoryapp.models import Entry
+from memoryapp.screening.identifiers import identifiers_set
+from memoryapp.screening.people import people_matcher
 from memoryapp.screening.recognizers import CATEGORIES, PERSON, findings
 from tests.kit.api import Caller
 from tests.screening.test_screening import SAMPLES, append, screening_set
@@ -94,3 +96,25 @@ def test_an_invisible_character_between_two_values_still_parts_them() -> None:
     text = "AB123456C\u200b4111111111111111"
     found = {(f.category, f.start, f.end) for f in findings(text, [c for c in CATEGORIES if c != PERSON])}
     assert ("national_id", 0, 9) in found and ("payment_card", 10, 26) in found, found
+
+
+@pytest.mark.django_db
+def test_a_registered_persons_e_mail_and_phone_hidden_by_invisible_or_foreign_digits_are_still_hers(
+    alice: Caller,
+) -> None:
+    identifiers_set(
+        agent=alice.agent,
+        user_id="u-ines",
+        body={"emails": ["ines.valdomiro@example.com"], "phones": ["+351 912 345 678"]},
+        actor="test",
+    )
+    # Only `person`: the e-mail and phone categories allow, so what is redacted is her identifiers.
+    screening_set(alice, person="redact")
+    full_width = "".join(chr(0xFF10 + int(c)) if c.isdigit() else c for c in "+351 912 345 678")
+    typed = f"write to ines.valdo\u200bmiro@example.com or call {full_width} after six"
+    append(alice, "t-person-hidden", typed)
+    stored = Entry.objects.get(thread__external_id="t-person-hidden").text
+    assert "valdo" not in stored and full_width not in stored and "\u200b" not in stored, stored
+    assert stored.count("[person]") == 2, stored
+    matcher = people_matcher(agent_id=alice.agent.pk)
+    assert matcher is not None and matcher.people_in([typed]) == {"u-ines"}
