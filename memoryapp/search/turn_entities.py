@@ -22,6 +22,7 @@ import re
 import threading
 import time
 import unicodedata
+from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
@@ -161,6 +162,16 @@ def _mention_words(entities: list[Entity], people: list[str]) -> list[str]:
     return words[:32]
 
 
+def _sender_keys(ci: ChannelInput, names: Iterable[str]) -> tuple[str, dict[str, list[str]]]:
+    """How a turn's sender is matched to names (as the keyword channel matches it): the column, and
+    each name's values of it: the name itself (`lower(sender_name)`), or with encryption on its key
+    under each blind key (`sender_name_hashes`; one key, but while a rotation walks the rows)."""
+    if not encryption_enabled():
+        return "lower(e.sender_name)", {n: [n] for n in names}
+    blind = blind_keys(agent_id=ci.agent_id)
+    return "e.sender_name_hashes::text", {n: [sender_name_key(n, key=key) for key in blind] for n in names}
+
+
 def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
     """The channel (see the module's doc)."""
     # When the speaker channel runs (on, and one speaker addressed: `speaker_runs`), her name is no
@@ -175,9 +186,7 @@ def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
     # In a conversation of two, one's turns are half the thread: naming a party narrows little, and
     # the channel would only repeat the vector channel's order (measured: it lowers recall). From
     # three senders on, the people named are entities of the conversation too.
-    # With encryption on, a name's key under each blind key (one, but while a rotation walks the rows).
-    blind = blind_keys(agent_id=ci.agent_id) if encryption_enabled() else None
-    keys = {n: [n] if blind is None else [sender_name_key(n, key=key) for key in blind] for n in names}
+    sender, keys = _sender_keys(ci, names)
     people = [n for n in names if any(k in senders for k in keys[n])] if len(senders) >= MIN_SENDERS else []
     entities = named_entities(ci, names)
     if not entities and not people:
@@ -185,9 +194,7 @@ def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
     words = _mention_words(entities, people)
     where, params = ci.scope.where("e")
     params = {**params, "n": ci.depth, "people": [k for n in people for k in keys[n]]}
-    conditions = [
-        "lower(e.sender_name) = ANY(%(people)s)" if blind is None else "e.sender_name_hashes::text = ANY(%(people)s)"
-    ]
+    conditions = [f"{sender} = ANY(%(people)s)"]
     if words:
         if encryption_enabled():
             hashes = words_hashes(agent_id=ci.agent_id, words=words)
@@ -258,9 +265,8 @@ def speaker_turns(ci: ChannelInput) -> list[ChannelHit]:
     """The addressed speaker's own turns, nearest the question without her name first."""
     if len(ci.addressed) != 1 or ci.turn_vector is None:
         return []
-    blind = blind_keys(agent_id=ci.agent_id) if encryption_enabled() else None
-    people = list(ci.addressed) if blind is None else [sender_name_key(n, key=k) for n in ci.addressed for k in blind]
-    sender = "lower(e.sender_name)" if blind is None else "e.sender_name_hashes::text"
+    sender, keys = _sender_keys(ci, ci.addressed)
+    people = [k for values in keys.values() for k in values]
     return nearest_matching(
         scope=ci.scope,
         condition=f"{sender} = ANY(%(people)s)",
