@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.auth.models import User
 from django.db import connection
-from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from playwright.sync_api import expect
 
 from memoryapp.items.services import item_write
 from memoryapp.models import Agent, MemoryItem
-from tests.kit.browser import BROWSER_TEST, log_in, shoot, staff_user, too_wide
+from tests.kit.browser import BROWSER_TEST, log_in, page_queries, shoot, staff_user, too_wide
 from tests.kit.crypto import encrypted  # noqa: F401 (a fixture)
 
 pytestmark = BROWSER_TEST
@@ -40,16 +37,6 @@ def _items(agents: list[Agent], start: int, stop: int) -> None:
         )
 
 
-def _queries(username: str, url: str) -> int:
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    client.get(url)
-    with CaptureQueriesContext(connection) as asked:
-        answer = client.get(url)
-    assert answer.status_code == 200, (url, answer.status_code)
-    return len(asked)
-
-
 def _stored_subject(pk: Any) -> str:
     with connection.cursor() as cursor:
         cursor.execute("SELECT subject FROM memoryapp_memoryitem WHERE id = %s", [pk])
@@ -65,9 +52,9 @@ def test_a_reviewer_reads_120_sealed_items_in_clear_and_finds_one_by_its_subject
     agents = [Agent.objects.create(slug="concierge-encrypted"), Agent.objects.create(slug="support-encrypted")]
     staff_user("rita", role="reviewer")
     _items(agents, 0, 6)
-    at_few = _queries("rita", LIST)
+    at_few = page_queries("rita", LIST)
     _items(agents, 6, 120)
-    at_many = _queries("rita", LIST)
+    at_many = page_queries("rita", LIST)
     assert at_many == at_few, f"the list asks {at_few} questions at 6 items and {at_many} at 120"
 
     sealed = MemoryItem.objects.filter(attribute="detail 0").values_list("pk", flat=True).first()

@@ -12,10 +12,6 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from django.contrib.auth.models import User
-from django.db import connection
-from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from playwright.sync_api import expect
 
 from governance.erasure.admin import SHARED_ROWS_SHOWN
@@ -27,22 +23,11 @@ from memoryapp.items.services import item_write
 from memoryapp.models import Agent, Entry, KnowledgeDocument, MemoryFileVersion, MemoryItem, PersonIdentifier
 from memoryapp.screening.identifiers import identifiers_set
 from memoryapp.threads.services import entry_add, thread_create
-from tests.kit.browser import BROWSER_TEST, log_in, shoot, staff_user, too_wide
+from tests.kit.browser import BROWSER_TEST, log_in, page_queries, shoot, staff_user, too_wide
 
 pytestmark = BROWSER_TEST
 
 PERSON = "u-ines"
-
-
-def _queries(username: str, url: str) -> int:
-    """The queries of one load of `url` by `username` (after a first load: the session, content types)."""
-    client = Client()
-    client.force_login(User.objects.get(username=username))
-    client.get(url)
-    with CaptureQueriesContext(connection) as asked:
-        answer = client.get(url)
-    assert answer.status_code == 200, (url, answer.status_code)
-    return len(asked)
 
 
 def _wider_than_boxes(page: Any) -> list[Any]:
@@ -54,9 +39,9 @@ def _wider_than_boxes(page: Any) -> list[Any]:
 def _grown(seed: Callable[[int], None], few: int, many: int, username: str, url: str) -> tuple[int, int]:
     """The page's queries with `few` rows seeded, then with `many` (seeded on top)."""
     seed(few)
-    at_few = _queries(username, url)
+    at_few = page_queries(username, url)
     seed(many)
-    return at_few, _queries(username, url)
+    return at_few, page_queries(username, url)
 
 
 # --- a person's page ------------------------------------------------------------------------------
@@ -90,7 +75,7 @@ def test_a_person_known_to_five_agents_by_200_identifiers_reads_folded_per_agent
     assert PersonIdentifier.objects.filter(user_id=PERSON).count() == 200
     # The values of every agent are opened in one query, not one an agent.
     assert officer_many == officer_few, (officer_few, officer_many)
-    assert _queries("rita", url) < officer_many
+    assert page_queries("rita", url) < officer_many
     wide: dict[str, Any] = {}
     with chromium() as browser:
         page = log_in(browser, live_server, "olga", then=quote(url, safe=""), wait_for="#person-identifiers")

@@ -36,6 +36,8 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group, User
 from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.kit import PROJECT_ROOT
@@ -176,3 +178,15 @@ def in_another_thread(work: Callable[[], None]) -> None:
     worker = threading.Thread(target=run)
     worker.start()
     worker.join()
+
+
+def page_queries(username: str, url: str) -> int:
+    """The queries of one load of `url` by `username` (after a first load: the session, content
+    types), for a page that must ask as many at size as with a few rows."""
+    client = Client()
+    client.force_login(User.objects.get(username=username))
+    client.get(url)
+    with CaptureQueriesContext(connection) as asked:
+        answer = client.get(url)
+    assert answer.status_code == 200, (url, answer.status_code)
+    return len(asked)
