@@ -295,6 +295,9 @@ def entity_merge(*, agent: Agent, keep: Entity, merged: Entity, actor: str = "")
        the quotes move to it and the duplicate goes; an edge that would join `keep` to itself goes
        with its quotes moved nowhere (it said nothing about two entities any more).
     4. `merged`'s name and other names become other names of `keep`; `merged` is deleted.
+    5. The subject index follows, in this transaction: `merged`'s mentions go with its row (the
+       trigger of migration 0055), `keep`'s are found again in its names (`entity_names_merged`), so
+       a person either named is indexed on `keep` once, as the rebuild would find her.
     """
     if keep.agent_id != agent.pk or merged.agent_id != agent.pk:
         raise NotFound("The entity", field="entity_id")

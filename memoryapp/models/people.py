@@ -114,6 +114,10 @@ class SubjectMention(models.Model):
     entry, `entry_sender_column_idx`). A mention has no such column, so it is recorded here, rebuilt by
     `subject_index_rebuild` (a job after the person's identifiers change, and by every erasure and
     export before they read it).
+
+    `row_id` points into one of several tables, so no foreign key can take a mention with its row:
+    a trigger on each table of the index does (migration 0055), after every DELETE statement, in its
+    transaction, whatever deleted it (a service, the admin, a raw bulk delete, a database cascade).
     """
 
     class Table(models.TextChoices):
@@ -143,6 +147,9 @@ class SubjectMention(models.Model):
         indexes = [
             # erasure and export: the rows that mention one person (agent, user_id, table).
             models.Index(fields=["agent", "user_id", "table"], name="subject_mention_person_idx"),
+            # a row deleted (the trigger of migration 0055) or written again (`mentions_record`'s
+            # replace): its mentions, whoever they name (table, row_id).
+            models.Index(fields=["table", "row_id"], name="subject_mention_row_idx"),
         ]
 
     def __str__(self) -> str:
