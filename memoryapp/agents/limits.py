@@ -21,11 +21,14 @@ not wait out a connection timeout.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 import secrets
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -88,6 +91,22 @@ def limits_redis() -> redis.Redis:
         return client
 
 
+def _script_run(source: str, numkeys: int, *keys_and_arguments: Any) -> Any:
+    """Run a Lua script by its SHA1 (EVALSHA): EVAL sends the text (the gate's is ~1.5 kB) and Redis
+    hashes it on every request. A Redis that does not hold it (restarted, flushed) gets it by EVAL,
+    which also keeps it for the next call."""
+    client = limits_redis()
+    try:
+        return client.evalsha(_script_sha(source), numkeys, *keys_and_arguments)  # type: ignore[no-untyped-call]
+    except redis.exceptions.NoScriptError:
+        return client.eval(source, numkeys, *keys_and_arguments)  # type: ignore[no-untyped-call]
+
+
+@functools.cache
+def _script_sha(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()  # Redis names a script by its SHA1
+
+
 def _available() -> bool:
     return time.monotonic() >= _broken_until
 
@@ -132,9 +151,7 @@ def rate_take(*, key: AgentKey, agent: Agent) -> float | None:
         return None
     capacity = max(1, limit.burst)
     try:
-        allowed, wait = limits_redis().eval(
-            _TOKEN_BUCKET, 1, f"{PREFIX}rate:{key.pk}", capacity, limit.per_minute / 60.0
-        )  # type: ignore[misc]
+        allowed, wait = _script_run(_TOKEN_BUCKET, 1, f"{PREFIX}rate:{key.pk}", capacity, limit.per_minute / 60.0)
     except redis.RedisError as error:
         _failed("the request rate limit", error)
         return None
@@ -157,9 +174,7 @@ def heavy_slot_take(*, key: AgentKey, agent: Agent) -> str | bool | None:
         return None
     token = secrets.token_hex(8)
     try:
-        taken = limits_redis().eval(
-            _SLOT_TAKE, 1, f"{PREFIX}heavy:{key.pk}", cap, settings.API_HEAVY_SLOT_SECONDS, token
-        )  # type: ignore[misc]
+        taken = _script_run(_SLOT_TAKE, 1, f"{PREFIX}heavy:{key.pk}", cap, settings.API_HEAVY_SLOT_SECONDS, token)
     except redis.RedisError as error:
         _failed("the heavy request cap", error)
         return None
@@ -235,7 +250,7 @@ def failures_wait(*, names: list[str], limit: int, what: str) -> float | None:
     if limit <= 0 or not names or not _available():
         return None
     try:
-        wait_ms = int(limits_redis().eval(_FAILURES_WAIT, len(names), *names, limit))  # type: ignore[arg-type]
+        wait_ms = int(_script_run(_FAILURES_WAIT, len(names), *names, limit))
     except redis.RedisError as error:
         _failed(what, error)
         return None
@@ -248,7 +263,7 @@ def failures_count(*, names: list[str], window_seconds: int, what: str) -> list[
     if not names or not _available():
         return None
     try:
-        counts = limits_redis().eval(_FAILURES_COUNT, len(names), *names, window_seconds * 1000)  # type: ignore[arg-type]
+        counts = _script_run(_FAILURES_COUNT, len(names), *names, window_seconds * 1000)
     except redis.RedisError as error:
         _failed(what, error)
         return None
@@ -384,7 +399,7 @@ def request_gate(
         version,
     ]
     try:
-        wait_ms, found, allowed, wait = limits_redis().eval(_GATE, len(keys), *keys, *arguments)  # type: ignore[misc]
+        wait_ms, found, allowed, wait = _script_run(_GATE, len(keys), *keys, *arguments)
     except redis.RedisError as error:
         _failed("the request limits", error)
         return Gate(None, None, None)
@@ -418,7 +433,7 @@ def keys_version_bump() -> None:
     version, so a lookup cached before the change is not trusted again once Redis is back."""
     global _bump_owed
     try:
-        limits_redis().eval(_BUMP, 1, KEYS_VERSION_NAME)  # type: ignore[misc]
+        _script_run(_BUMP, 1, KEYS_VERSION_NAME)
     except redis.RedisError as error:
         _bump_owed = True
         _failed("the keys' version", error)

@@ -10,6 +10,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from memoryapp.agents.limits import limits_breaker_reset
+from memoryapp.agents.limits import _script_run, _script_sha, limits_breaker_reset, limits_redis
 from memoryapp.agents.services import agent_key_create
 from memoryapp.models import Agent, Thread
 from tests.kit.api import Caller, answered, error_of
@@ -235,3 +236,17 @@ def test_mcp_get_context_holds_a_heavy_slot_however_its_name_is_escaped(alice: C
         heavy_slot_give(key=key, token=held)  # the slots outlive the test's database
     built = alice.client.post("/mcp/", call, content_type="application/json", HTTP_ACCEPT=accept)
     assert built.status_code == 200 and b"result" in built.content
+
+
+def test_a_limit_script_redis_does_not_hold_is_sent_whole_once_then_named_by_its_hash() -> None:
+    """The limits run their Lua by EVALSHA; a Redis that lost its script cache (a restart, SCRIPT
+    FLUSH) is sent the text once and answers by hash from then on."""
+    source = f"-- {uuid.uuid4().hex}\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])"
+    name = f"memory:test:script:{uuid.uuid4().hex}"
+    try:
+        assert limits_redis().script_exists(_script_sha(source)) == [False]
+        assert _script_run(source, 1, name, 2) == 2
+        assert limits_redis().script_exists(_script_sha(source)) == [True]
+        assert _script_run(source, 1, name, 3) == 5
+    finally:
+        limits_redis().delete(name)
