@@ -234,3 +234,29 @@ def test_outside_a_transaction_the_log_is_one_statement_and_a_failed_one_leaves_
     assert city.times_retrieved == 1 and AccessLog.objects.count() == 1
     assert access_log_record(agent_id=alice.agent.pk, thread=thread, source="search", item_ids=[city.id])
     assert AccessLog.objects.count() == 2
+
+
+def test_ids_sent_as_one_array_literal_are_logged_exactly_and_count_only_the_agents_items(
+    alice: Caller, mallory: Caller
+) -> None:
+    # The ids go to PostgreSQL as one array literal (issue 26: adapted in one go, not element by
+    # element): any character an id may hold comes back as it was, and an item id of another agent
+    # in the list counts nothing of hers.
+    thread = ThreadFactory(agent=alice.agent, turns=TURNS)
+    city = MemoryItemFactory(agent=alice.agent, attribute="city", value="lives in Porto")
+    hers = MemoryItemFactory(agent=mallory.agent, attribute="city", value="lives in Faro")
+    odd = ['a"b', "c\\d", "e,f", "{g}", "h i", "NULL", "j'k", "ünï"]
+    assert access_log_record(
+        agent_id=alice.agent.pk,
+        thread=thread,
+        source="context",
+        item_ids=[city.id, hers.id, city.id],
+        entry_ids=[*odd, "", odd[0]],
+    )
+    row = AccessLog.objects.get()
+    assert row.entry_ids == odd and row.item_ids == [city.id, hers.id]
+    city.refresh_from_db()
+    hers.refresh_from_db()
+    assert (city.times_retrieved, hers.times_retrieved) == (1, 0)
+    assert access_log_record(agent_id=alice.agent.pk, thread=thread, source="search")
+    assert AccessLog.objects.order_by("-pk").values_list("item_ids", "entry_ids")[0] == ([], [])
