@@ -167,61 +167,99 @@ def items_searchable(
     return items_agent_wide(agent=agent, as_of=as_of, purpose=purpose)
 
 
-def _entry_neighbours(*, scope: EntryScope, fused: dict[tuple[str, str], Fused], top: int, share: float) -> None:
+# The columns of an entry a page shows (`_entry_hit`), over `memoryapp_entry e JOIN memoryapp_thread t`.
+_ENTRY_HIT_COLUMNS = "e.id, e.text, e.seq, e.created_at, e.role, e.sender_name, t.external_id"
+
+
+def _entry_neighbours(
+    *, scope: EntryScope, fused: dict[tuple[str, str], Fused], top: int, share: float, preload: int = 0
+) -> dict[str, tuple[Any, ...]]:
     """Step 4's neighbours: the turns up to NEIGHBOUR_REACH from the best `top` entry hits, in their
-    sitting, in one query."""
+    sitting, in one query. The same statement reads the page's columns (`_entry_hit`) of the neighbours
+    and of the entries among the best `preload` fused rows (the only rows the page can be chosen from,
+    with the neighbours: a neighbour's share only raises a score), so that step 5 need not read them
+    again (issue 26: one round trip less per search and context build). Answers those rows by id."""
     best = sorted((f for f in fused.values() if f.kind == "entry"), key=lambda f: -f.score)[:top]
     if not best or share <= 0:
-        return
+        return {}
+    candidates = [f.id for f in sorted(fused.values(), key=lambda f: -f.score)[:preload] if f.kind == "entry"]
     where, params = scope.where("n")
-    params = {**params, "hit_ids": [f.id for f in best], "reach": NEIGHBOUR_REACH, "gap": NEIGHBOUR_GAP_SECONDS}
+    params = {
+        **params,
+        "hit_ids": [f.id for f in best],
+        "reach": NEIGHBOUR_REACH,
+        "gap": NEIGHBOUR_GAP_SECONDS,
+        "candidates": candidates,
+    }
+    # Each row: (hit id, neighbour id, distance) for a pair, or (NULL, NULL, NULL, the page's columns)
+    # for a neighbour or candidate; the candidates are the channels' hits, of the scope already. The
+    # ids as one array (an init plan), not `= ANY(...) OR IN (...)`: that OR is a scan of the table.
     sql = f"""
-        SELECT h.id, n.id, abs(n.seq - h.seq) FROM memoryapp_entry h
-         CROSS JOIN (SELECT generate_series(-%(reach)s, %(reach)s) AS offset_) AS step
-          JOIN memoryapp_entry n ON n.thread_id = h.thread_id AND n.seq = h.seq + step.offset_
-         WHERE h.id = ANY(%(hit_ids)s) AND h.agent_id = %(s_agent)s AND step.offset_ <> 0
-           AND abs(extract(epoch FROM n.created_at - h.created_at)) <= %(gap)s AND {where}
+        WITH pairs AS (
+            SELECT h.id AS hit_id, n.id AS near_id, abs(n.seq - h.seq) AS distance FROM memoryapp_entry h
+             CROSS JOIN (SELECT generate_series(-%(reach)s, %(reach)s) AS offset_) AS step
+              JOIN memoryapp_entry n ON n.thread_id = h.thread_id AND n.seq = h.seq + step.offset_
+             WHERE h.id = ANY(%(hit_ids)s) AND h.agent_id = %(s_agent)s AND step.offset_ <> 0
+               AND abs(extract(epoch FROM n.created_at - h.created_at)) <= %(gap)s AND {where}
+        )
+        SELECT hit_id, near_id, distance, NULL::varchar, NULL::text, NULL::bigint, NULL::timestamptz,
+               NULL::varchar, NULL::varchar, NULL::varchar FROM pairs
+        UNION ALL
+        SELECT NULL, NULL, NULL, {_ENTRY_HIT_COLUMNS}
+          FROM memoryapp_entry e JOIN memoryapp_thread t ON t.id = e.thread_id
+         WHERE e.agent_id = %(s_agent)s
+           AND e.id = ANY(%(candidates)s::varchar[] || ARRAY(SELECT near_id FROM pairs))
     """
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        pairs = cursor.fetchall()
+        found = cursor.fetchall()
     score_of = {f.id: f.score for f in best}
-    for hit_id, neighbour_id, distance in pairs:
+    rows: dict[str, tuple[Any, ...]] = {}
+    for hit_id, neighbour_id, distance, *columns in found:
+        if hit_id is None:
+            rows[columns[0]] = tuple(columns)
+            continue
         row = fused.setdefault(("entry", neighbour_id), Fused(kind="entry", id=neighbour_id))
         row.score += share * NEIGHBOUR_DECAY ** (distance - 1) * score_of[hit_id]
         if "neighbour" not in row.channels:
             row.channels.append("neighbour")
+    return rows
 
 
-def _load_entries(ids: list[str]) -> dict[str, Hit]:
-    """The rows of the page, as hits without score (one query, no model instances: it is hot)."""
-    if not ids:
-        return {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """
-            SELECT e.id, e.text, e.seq, e.created_at, e.role, e.sender_name, t.external_id
-              FROM memoryapp_entry e JOIN memoryapp_thread t ON t.id = e.thread_id
-             WHERE e.id = ANY(%s)
-            """,
-            [ids],
-        )
-        rows = cursor.fetchall()
-    return {
-        r[0]: Hit(
-            kind="entry",
-            id=r[0],
-            text=value_open(r[1], table="memoryapp_entry", column="text"),
-            score=0.0,
-            channels=[],
-            seq=r[2],
-            created_at=r[3],
-            role=r[4],
-            sender_name=value_open(r[5], table="memoryapp_entry", column="sender_name"),
-            thread_id=r[6],
-        )
-        for r in rows
-    }
+def _entry_hit(row: tuple[Any, ...]) -> Hit:
+    """A page's hit of an entry's `_ENTRY_HIT_COLUMNS`, without score (no model instance: it is hot)."""
+    return Hit(
+        kind="entry",
+        id=row[0],
+        text=value_open(row[1], table="memoryapp_entry", column="text"),
+        score=0.0,
+        channels=[],
+        seq=row[2],
+        created_at=row[3],
+        role=row[4],
+        sender_name=value_open(row[5], table="memoryapp_entry", column="sender_name"),
+        thread_id=row[6],
+    )
+
+
+def _load_entries(ids: list[str], read: dict[str, tuple[Any, ...]] | None = None) -> dict[str, Hit]:
+    """The rows of the page, as hits without score: those of `read` (the neighbours' statement read
+    them), the others in one query."""
+    read = read or {}
+    missing = [i for i in ids if i not in read]
+    rows = [read[i] for i in ids if i in read]
+    if missing:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"""
+                SELECT {_ENTRY_HIT_COLUMNS}
+                  FROM memoryapp_entry e JOIN memoryapp_thread t ON t.id = e.thread_id
+                 WHERE e.id = ANY(%s)
+                """,
+                [missing],
+            )
+            rows += cursor.fetchall()
+    return {r[0]: _entry_hit(r) for r in rows}
 
 
 def _load_items(ids: list[str]) -> dict[str, Hit]:
@@ -362,16 +400,27 @@ def search(
         lists.append((channel.kind, channel.name, found, weight))
     outcome.channel_lists = {(kind, name): [h.id for h in found] for kind, name, found, _ in lists}
 
-    fused_rows = _fuse(scope=scope, lists=lists, method=method, neighbours=neighbours)
+    diversified = diversify and method == "hybrid"
+    fused_rows, read = _fuse(
+        scope=scope, lists=lists, method=method, neighbours=neighbours, preload=_pool_count(limit, diversified)
+    )
     outcome.hits = _hits(
         fused_rows,
         limit=limit,
-        diversify=diversify and method == "hybrid",
+        diversify=diversified,
         analysis=analysis,
         outcome=outcome,
-        speakers=speakers if diversify and method == "hybrid" else frozenset(),
+        speakers=speakers if diversified else frozenset(),
+        read=read,
     )
     return outcome
+
+
+def _pool_count(limit: int, diversify: bool) -> int:
+    """How many of the best fused rows step 5 lays its page out from (`_hits`' pool)."""
+    if not diversify:
+        return limit
+    return max(pool_size(limit), settings.RERANKER_TOP if settings.RERANKER != "none" else 0)
 
 
 _CORE_CHANNELS = frozenset({"keyword", "vector"})
@@ -453,18 +502,22 @@ def _fuse(
     lists: list[tuple[str, str, list[ChannelHit], float]],
     method: str,
     neighbours: bool,
-) -> list[Fused]:
+    preload: int = 0,
+) -> tuple[list[Fused], dict[str, tuple[Any, ...]]]:
+    """The fused rows, best first, and the page's columns of the entries the neighbours' statement
+    read (the neighbours and the entries among the best `preload` rows; see `_entry_neighbours`)."""
     if method != "hybrid":
         # One method's channels: their own scores and order, no fusion needed.
         rows: list[Fused] = []
         for kind, channel, hits, _ in lists:
             rows.extend(Fused(kind=kind, id=h.id, score=h.score, channels=[channel]) for h in hits)
         rows.sort(key=lambda f: -f.score)
-        return rows
+        return rows, {}
     fused = rrf(lists, k=RRF_FUSION_K)
+    read: dict[str, tuple[Any, ...]] = {}
     if neighbours:
-        _entry_neighbours(scope=scope, fused=fused, top=NEIGHBOUR_TOP, share=NEIGHBOUR_SHARE)
-    return sorted(fused.values(), key=lambda f: -f.score)
+        read = _entry_neighbours(scope=scope, fused=fused, top=NEIGHBOUR_TOP, share=NEIGHBOUR_SHARE, preload=preload)
+    return sorted(fused.values(), key=lambda f: -f.score), read
 
 
 def _hits(
@@ -475,14 +528,15 @@ def _hits(
     analysis: QueryAnalysis | None = None,
     outcome: SearchOutcome | None = None,
     speakers: frozenset[str] = frozenset(),
+    read: dict[str, tuple[Any, ...]] | None = None,
 ) -> list[Hit]:
-    """Step 5: the page. A fused search (`diversify`) reranks its best rows by the share of the
+    """Step 5: the page (its entries' rows taken from `read` when the neighbours' statement read them). A fused search (`diversify`) reranks its best rows by the share of the
     question's words they hold, recency and use (`rerank_by_words_and_use`), lays them out by MMR,
     and lets the configured reranker reorder the best RERANKER_TOP (memoryapp.search.rerank)."""
     reranker = configured_reranker() if diversify and analysis is not None else None
     top = settings.RERANKER_TOP if reranker is not None else 0
     pool = rows[: max(pool_size(limit), top)] if diversify else rows[:limit]
-    loaded = {("entry", k): v for k, v in _load_entries([r.id for r in pool if r.kind == "entry"]).items()}
+    loaded = {("entry", k): v for k, v in _load_entries([r.id for r in pool if r.kind == "entry"], read).items()}
     loaded.update({("item", k): v for k, v in _load_items([r.id for r in pool if r.kind == "item"]).items()})
     pool = [r for r in pool if (r.kind, r.id) in loaded]
     texts = {key: hit.text for key, hit in loaded.items()}

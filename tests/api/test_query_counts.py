@@ -81,17 +81,18 @@ def test_a_keyword_search_is_six_queries(
     assert answer["results"]
 
 
-def test_a_hybrid_search_is_twelve_queries(
+def test_a_hybrid_search_is_eleven_queries(
     alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
 ) -> None:
     # whether any item is live, the keyword channel's ranked matches, the vector channel (its two
     # SET LOCALs and the nearest rows in one statement, then the embedded scope's size; a core
     # channel, no savepoint), the entity turn channel (the entities the question's words name: none,
-    # so nothing more, in a savepoint pair), the neighbours, the rows, the access log (+ its savepoint
-    # pair). Not run: the time channel ("lake retriever" names and asks for no time) and the graph
-    # channels (off unless SEARCH_GRAPH_CHANNELS). The savepoint pairs are the test's transaction: a
-    # served search runs its channels in autocommit, without one (issue 26: 28 queries before)
-    with django_assert_max_num_queries(12):
+    # so nothing more, in a savepoint pair), the neighbours and the page's rows (one statement), the
+    # access log (+ its savepoint pair). Not run: the time channel ("lake retriever" names and asks for
+    # no time) and the graph channels (off unless SEARCH_GRAPH_CHANNELS). The savepoint pairs are the
+    # test's transaction: a served search runs its channels in autocommit, without one (issue 26: 28
+    # queries before, 12 before the page's rows came with the neighbours)
+    with django_assert_max_num_queries(11):
         answer = search(alice, "hybrid")
     assert answer["results"]
 
