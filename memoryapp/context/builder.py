@@ -44,6 +44,7 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from memoryapp.compaction.history import SUMMARY_HEADING
@@ -103,14 +104,16 @@ from memoryapp.files.context_documents import (
     context_documents_of,
     context_documents_q,
 )
-from memoryapp.files.selectors import heads_of, snapshot_of, versions_for_agent
+from memoryapp.files.selectors import snapshot_of, versions_for_agent
 from memoryapp.files.services import files_index_text
 from memoryapp.graph.context import DEFAULT_HOPS, NodeBlock, graph_blocks
 from memoryapp.items.purposes import recall_purpose_check
+from memoryapp.items.rules import Scope
 from memoryapp.items.selectors import context_facts, items_for_recall, thread_context_scope
 from memoryapp.knowledge.services import KnowledgeHit, knowledge_search
 from memoryapp.llm.model import ModelError
-from memoryapp.models import AccessLog, Agent, Entry, Thread
+from memoryapp.models import AccessLog, Agent, Entry, MemoryFileVersion, Thread
+from memoryapp.precompiled import Precompiled
 from memoryapp.search.access_log import access_log_record
 from memoryapp.search.retrieval import search
 from memoryapp.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
@@ -480,13 +483,7 @@ def _documents_and_observations(build: _Build, project_id: str) -> list[ContextD
     agent, thread = build.agent, build.thread
     scopes = context_document_scopes(thread_id=thread.external_id, project_id=project_id)
     try:
-        heads = list(
-            heads_of(
-                versions_for_agent(agent=agent).filter(
-                    context_documents_q(scopes) | observations_q(agent=agent, scope=thread_context_scope(thread))
-                )
-            )
-        )
+        heads = context_memory_heads(agent=agent, thread=thread, project_id=project_id)
         observed = [
             h for h in heads if h.path == OBSERVATIONS_DIRECTORY or h.path.startswith(OBSERVATIONS_DIRECTORY + "/")
         ]
@@ -1061,6 +1058,62 @@ def _recall_search(
         return [], [{"source": "semantic", "message": str(exc)}]
     errors = [{"source": "semantic", "message": e["message"]} for e in outcome.errors]
     return outcome.hits, errors
+
+
+def _memory_heads_read(agent_id: int, values: dict[str, str]) -> QuerySet[MemoryFileVersion]:
+    """The heads `_documents_and_observations` reads (`heads_of` less its `is_deletion` annotation):
+    the context documents of the thread's scopes and the observations its scope sees. `values`: the
+    thread's person, project and id (its context scope) and the documents' project."""
+    agent = Agent(pk=agent_id)
+    scopes = context_document_scopes(thread_id=values["thread"], project_id=values["documents_project"])
+    scope = Scope(user_id=values["user"], project_id=values["project"], thread_id=values["thread"])
+    return (
+        versions_for_agent(agent=agent)
+        .filter(context_documents_q(scopes) | observations_q(agent=agent, scope=scope))
+        .order_by("user_id", "project_id", "thread_id", "path", "-sequence")
+        .distinct("user_id", "project_id", "thread_id", "path")
+    )
+
+
+_MEMORY_HEAD_VALUES = ("user", "project", "thread", "documents_project")
+# `_memory_heads_read` compiled once per process for each shape of its scopes (which of the values
+# are '': an empty limit is one value fewer in an IN list, a scope fewer), the others its parameters
+# (memoryapp.precompiled; issue 26: the ORM built it anew on every context build).
+_MEMORY_HEADS: dict[tuple[bool, ...], Precompiled[MemoryFileVersion]] = {}
+
+
+def _memory_heads_statement(shape: tuple[bool, ...]) -> Precompiled[MemoryFileVersion]:
+    found = _MEMORY_HEADS.get(shape)
+    if found is None:
+        given = [name for name, present in zip(_MEMORY_HEAD_VALUES, shape, strict=True) if present]
+
+        def read(agent_id: int, *args: str) -> QuerySet[MemoryFileVersion]:
+            values = dict.fromkeys(_MEMORY_HEAD_VALUES, "") | dict(zip(given, args, strict=True))
+            return _memory_heads_read(agent_id, values)
+
+        found = _MEMORY_HEADS.setdefault(
+            shape,
+            Precompiled(
+                read,
+                -26,
+                *(f"\x00{name}" for name in given),
+                twins=(-27, *(f"\x00{name}2" for name in given)),
+            ),
+        )
+    return found
+
+
+def context_memory_heads(*, agent: Agent, thread: Thread, project_id: str) -> list[MemoryFileVersion]:
+    """The head versions of the thread's context documents (of the documents' `project_id`) and of the
+    observations its scope (`thread_context_scope`) sees, in `heads_of`'s order, each marked
+    `is_deletion` as `heads_of` marks it."""
+    scope = thread_context_scope(thread)
+    values = (scope.user_id, scope.project_id, thread.external_id, project_id)
+    shape = tuple(bool(v) for v in values)
+    heads = _memory_heads_statement(shape).rows(agent.pk, *(v for v in values if v))
+    for head in heads:
+        head.is_deletion = head.content is None  # type: ignore[attr-defined]
+    return heads
 
 
 # --- between runs: the memory-file index, the brief, observations -----------------------------------

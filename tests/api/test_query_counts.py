@@ -165,3 +165,13 @@ def test_a_steady_context_build_compiles_no_facts_read(
     assert compilations and not [
         sql for sql in compilations if 'ORDER BY "memoryapp_memoryitem"."valid_from" DESC' in sql
     ]
+
+
+def test_a_steady_context_build_compiles_no_memory_files_read(
+    alice: Caller, thread_of_alice: Thread, compilations: list[str]
+) -> None:
+    # The heads of its context documents and observations are read by a statement built once per
+    # process for each shape of the thread's scope (memoryapp.precompiled; issue 26: ~10% of a build's
+    # CPU went to building it).
+    build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
+    assert compilations and not [sql for sql in compilations if "memoryapp_memoryfileversion" in sql]
