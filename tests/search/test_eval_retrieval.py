@@ -106,3 +106,61 @@ def test_the_graph_channels_flag_holds_for_its_run_only(tmp_path: Path, db: Any)
     with pytest.raises(CommandError, match="no file"):
         call_command("eval_retrieval", "--locomo", str(tmp_path / "absent.json"), "--graph-channels", stdout=StringIO())
     assert settings.SEARCH_GRAPH_CHANNELS is False
+
+
+def test_eval_retrieval_writes_each_questions_turns_and_channel_lists(tmp_path: Path, db: Any) -> None:
+    # --questions-out: one JSON line per question and method, the page's dia_ids in order and each
+    # channel's own list, so that a missed evidence turn can be looked for in the channels.
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(LOCOMO))
+    rows_path = tmp_path / "questions.jsonl"
+    out = StringIO()
+
+    call_command(
+        "eval_retrieval",
+        "--locomo",
+        str(path),
+        "--methods",
+        "keyword,hybrid",
+        "--channels",
+        "none",
+        "--k",
+        "1,5",
+        "--json",
+        "--questions-out",
+        str(rows_path),
+        stdout=out,
+    )
+
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines()]
+    summary = json.loads(out.getvalue().strip().splitlines()[-1])
+    # Three questions with evidence, each asked by both methods.
+    assert len(rows) == 6 and {r["method"] for r in rows} == {"keyword", "hybrid"}
+    turns = {"D1:1", "D1:2", "D1:3", "D2:1", "D2:2"}
+    for row in rows:
+        assert row["conversation"] == "tiny-1"
+        assert set(row["ranked"]) <= turns and len(row["ranked"]) == len(set(row["ranked"]))
+        assert all(set(ids) <= turns for ids in row["channels"].values())
+    cello = next(r for r in rows if r["method"] == "hybrid" and r["question"].startswith("Which instrument"))
+    assert cello["category"] == "multi-hop" and cello["evidence"] == ["D1:2", "D2:1"]
+    assert {"entry:keyword", "entry:vector"} <= set(cello["channels"])
+    # The rows give back the printed recall: the share of evidence in each page's first k.
+    for method in ("keyword", "hybrid"):
+        mine = [r for r in rows if r["method"] == method]
+        recall = sum(len(set(r["evidence"]) & set(r["ranked"][:5])) / len(r["evidence"]) for r in mine) / len(mine)
+        assert round(100 * recall, 1) == summary[method]["recall@5"]
+
+
+def test_questions_out_reads_a_locomo_file_only(tmp_path: Path, db: Any) -> None:
+    path = tmp_path / "longmemeval.json"
+    path.write_text("[]")
+    with pytest.raises(CommandError, match="--questions-out reads a LoCoMo file"):
+        call_command(
+            "eval_retrieval",
+            "--longmemeval",
+            str(path),
+            "--questions-out",
+            str(tmp_path / "q.jsonl"),
+            stdout=StringIO(),
+        )
+    assert not (tmp_path / "q.jsonl").exists()

@@ -1,6 +1,6 @@
 """python manage.py eval_retrieval --locomo FILE [--k 5,10,25,50] [--methods keyword,vector,hybrid]
                                    [--channels all] [--conversations conv-41,conv-42] [--json]
-                                   [--graph-channels] [--vector-cache FILE]
+                                   [--graph-channels] [--vector-cache FILE] [--questions-out FILE]
    python manage.py eval_retrieval --longmemeval FILE [--k ...] [--methods ...] [--channels ...]
                                    [--questions ID,ID] [--limit N] [--json]
 
@@ -19,7 +19,11 @@ turn recall@k and session recall_all@k per question type (memoryapp.management.l
    to the fusion (`keyword` and `vector` are their channels alone; `hybrid` fuses them all).
 3. Score: recall@k = |evidence ∩ dia_ids of the top k| / |evidence|, averaged over the
    questions (malformed evidence ids such as "D8:6; D9:17" are split on ';'), overall and per
-   category; search latency p50 / p95 (the query's embedding time is shown apart).
+   category; search latency p50 / p95 (the query's embedding time is shown apart). With
+   `--questions-out FILE` (LoCoMo), each question's row of each method as one JSON line: the
+   conversation, question, category, kind of question, evidence, the dia_ids of the page in order,
+   and each channel's own list before the fusion (dia_ids, best first): which channel finds a missed
+   evidence turn, and how deep, picks the next method by evidence.
 4. Clean up: the agents made for the run are deleted, with their threads and entries.
 """
 
@@ -146,6 +150,11 @@ class Command(ProjectCommand):
             help="switch the search's graph channels on (SEARCH_GRAPH_CHANNELS) for the fused rows",
         )
         parser.add_argument(
+            "--questions-out",
+            default="",
+            help="LoCoMo: write each question's ranked turns and channel lists to this file (JSON lines)",
+        )
+        parser.add_argument(
             "--vector-cache",
             default="",
             help="a SQLite file of the turns' vectors, kept across runs (memoryapp.management.vector_cache)",
@@ -187,6 +196,8 @@ class Command(ProjectCommand):
         runs = search_runs(methods, str(options["channels"]))
         methods = list(runs)
         if options["longmemeval"]:
+            if options.get("questions_out"):
+                raise CommandError("--questions-out reads a LoCoMo file (--locomo)")
             self._longmemeval(path, ks, runs, options)
             return
         wanted = {c.strip() for c in str(options["conversations"]).split(",") if c.strip()}
@@ -205,6 +216,8 @@ class Command(ProjectCommand):
         latency: dict[str, list[float]] = {m: [] for m in methods}
         embed_ms: dict[str, list[float]] = {m: [] for m in methods}
         agents: list[Agent] = []
+        out_path = str(options.get("questions_out") or "")
+        rows_out: list[dict[str, Any]] | None = [] if out_path else None
         try:
             for number, sample in enumerate(samples, start=1):
                 started = time.perf_counter()
@@ -215,11 +228,24 @@ class Command(ProjectCommand):
                     f"in {time.perf_counter() - started:.1f}s"
                 )
                 self._ask(
-                    sample.get("qa") or [], agent, thread, dia_of, runs, ks, recalls, by_category, latency, embed_ms
+                    sample.get("qa") or [],
+                    agent,
+                    thread,
+                    dia_of,
+                    runs,
+                    ks,
+                    recalls,
+                    by_category,
+                    latency,
+                    embed_ms,
+                    rows_out=rows_out,
+                    sample_id=str(sample.get("sample_id") or ""),
                 )
         finally:
             for agent in agents:
                 Agent.objects.filter(pk=agent.pk).delete()
+        if rows_out is not None:
+            Path(out_path).write_text("".join(json.dumps(row) + "\n" for row in rows_out))
 
         summary: dict[str, dict[str, float]] = {}
         for method in methods:
@@ -345,6 +371,9 @@ class Command(ProjectCommand):
         by_category: dict[str, dict[str, dict[int, list[float]]]],
         latency: dict[str, list[float]],
         embed_ms: dict[str, list[float]],
+        *,
+        rows_out: list[dict[str, Any]] | None = None,
+        sample_id: str = "",
     ) -> None:
 
         for qa in questions:
@@ -371,6 +400,23 @@ class Command(ProjectCommand):
                     found = len(evidence & set(ranked[:k])) / len(evidence)
                     recalls[method][k].append(found)
                     by_category[method][category][k].append(found)
+                if rows_out is not None:
+                    rows_out.append(
+                        {
+                            "conversation": sample_id,
+                            "question": str(qa.get("question") or ""),
+                            "category": category,
+                            "kind": outcome.analysis.kind if outcome.analysis is not None else "",
+                            "method": method,
+                            "evidence": sorted(evidence),
+                            "ranked": ranked,
+                            "channels": {
+                                f"{kind}:{name}": [dia_of.get(i, "") for i in ids]
+                                for (kind, name), ids in outcome.channel_lists.items()
+                                if kind == ENTRY
+                            },
+                        }
+                    )
 
     def _table(
         self,
