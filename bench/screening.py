@@ -19,7 +19,13 @@ alike), one in twenty with an e-mail address and a phone number in it (so `all` 
 none holds a secret (a refused write stores nothing). Every detector is built before the timing
 (`screening_warm_up`, as a web process does when it starts).
 
-    python bench/screening.py [--rounds 40] [--batch-size 100]
+The contact is the same in every such turn unless `--distinct-contacts` is given: then each has an
+address and a number of its own. A write parses and validates a phone number or checks an address
+once however many of its turns hold it (memoryapp.screening.recognizers `Memo.parsed`), so the same
+contact repeated in a batch costs it once; `--distinct-contacts` measures the batch that gains
+nothing from that.
+
+    python bench/screening.py [--rounds 40] [--batch-size 100] [--distinct-contacts]
 """
 
 from __future__ import annotations
@@ -59,9 +65,16 @@ def tag(n: int) -> str:
             return letters.capitalize()
 
 
-def turn(n: int) -> str:
-    text = WITH_CONTACT if n % 20 == 19 else SENTENCES[n % len(SENTENCES)]
-    return f"{tag(n)}: {text}"
+def contact(n: int) -> str:
+    """A contact sentence of its own for each n (a valid Italian mobile number, an address)."""
+    phone = f"+39 3{20 + n % 60:02d} {n // 60 % 900 + 100:03d} {n % 10000:04d}"
+    return f"Send the tickets to {tag(n).lower()}.rossi@example.org or call {phone} if the train is late."
+
+
+def turn(n: int, *, distinct_contacts: bool = False) -> str:
+    if n % 20 != 19:
+        return f"{tag(n)}: {SENTENCES[n % len(SENTENCES)]}"
+    return f"{tag(n)}: {contact(n) if distinct_contacts else WITH_CONTACT}"
 
 
 def main() -> None:
@@ -69,6 +82,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=40, help="rounds; each makes one write of each kind per case")
     parser.add_argument("--batch-size", type=int, default=100, help="entries of a batch append")
     parser.add_argument("--singles", type=int, default=10, help="single appends per case per round")
+    parser.add_argument(
+        "--distinct-contacts",
+        action="store_true",
+        help="give each turn with a contact an e-mail address and a phone number of its own",
+    )
     args = parser.parse_args()
 
     name = uuid.uuid4().hex[:8]
@@ -97,7 +115,13 @@ def main() -> None:
 
     def specs(n: int) -> list[dict[str, Any]]:
         nonlocal counter
-        made = [{"role": "user" if (counter + i) % 2 else "assistant", "content": turn(counter + i)} for i in range(n)]
+        made = [
+            {
+                "role": "user" if (counter + i) % 2 else "assistant",
+                "content": turn(counter + i, distinct_contacts=args.distinct_contacts),
+            }
+            for i in range(n)
+        ]
         counter += n
         return made
 
@@ -108,7 +132,11 @@ def main() -> None:
         bench.write(case, "warmup", specs(5))
     bench.rounds(args.rounds, batch_size=args.batch_size, singles=args.singles, specs=specs)
 
-    print(f"screening bench: {args.rounds} rounds, batches of {args.batch_size}, {args.singles} singles a round")
+    contacts = "each its own" if args.distinct_contacts else "the same in each"
+    print(
+        f"screening bench: {args.rounds} rounds, batches of {args.batch_size}, {args.singles} singles a round,"
+        f" contacts {contacts}"
+    )
     bench.report(base="off")
     # Registering people costs every write of the agent its subject index (which rows mention whom,
     # issue 25 §2), screening or not (bench/subjects.py measures that apart): against the same agent
