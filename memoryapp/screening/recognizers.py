@@ -28,7 +28,7 @@ import sys
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from memoryapp.screening.literals import literal_gate
 
@@ -60,7 +60,18 @@ class Finding:
     end: int
 
 
-Detector = Callable[[str], list[tuple[int, int]]]
+# What one write has worked out about spans (`Memo.parsed`): a detector's verdict on a piece of text
+# that depends on that piece alone (a phone candidate's parse and validation, a pattern match's
+# checksum), keyed by the detector's own key. Spans repeated within a write (the same e-mail address
+# or phone number in several turns of a batch) are parsed and checked once.
+Parsed = dict[tuple[Any, ...], Any]
+
+
+class Detector(Protocol):
+    def __call__(self, text: str, parsed: Parsed | None = None) -> list[tuple[int, int]]: ...
+
+
+Run = Callable[[str, "Parsed | None"], Iterable[tuple[int, int]]]
 
 
 def _presidio(recognizers: Iterable[object], *, min_score: float = MIN_SCORE) -> Detector:
@@ -71,7 +82,7 @@ def _presidio(recognizers: Iterable[object], *, min_score: float = MIN_SCORE) ->
     needs (`_DIGIT_RUNS`) or without a match of its gate (`_pattern_gate`)."""
     from presidio_analyzer import PatternRecognizer
 
-    runs: list[tuple[int, Any, Callable[[str], Iterable[tuple[int, int]]]]] = []
+    runs: list[tuple[int, Any, Run]] = []
     for recognizer in recognizers:
         run_of_digits = _DIGIT_RUNS.get(type(recognizer).__name__, 0)
         plain = isinstance(recognizer, PatternRecognizer) and type(recognizer).analyze is PatternRecognizer.analyze
@@ -82,13 +93,13 @@ def _presidio(recognizers: Iterable[object], *, min_score: float = MIN_SCORE) ->
             runs.append((run_of_digits, gate, _analyzed(recognizer, min_score=min_score)))
     gated = any(wanted for wanted, _, _ in runs)
 
-    def detect(text: str) -> list[tuple[int, int]]:
+    def detect(text: str, parsed: Parsed | None = None) -> list[tuple[int, int]]:
         longest = max(map(len, _DIGIT_RUN.findall(text)), default=0) if gated else 0
         return [
             span
             for wanted, gate, run in runs
             if longest >= wanted and (gate is None or gate.search(text) is not None)
-            for span in run(text)
+            for span in run(text, parsed)
         ]
 
     return detect
@@ -160,22 +171,26 @@ def _pattern_gate(recognizer: Any, *, min_score: float) -> Any:
     return regex.compile(pinned[1], flags=recognizer.global_regex_flags)
 
 
-def _analyzed(recognizer: Any, *, min_score: float) -> Callable[[str], list[tuple[int, int]]]:
+def _analyzed(recognizer: Any, *, min_score: float) -> Run:
     entities = recognizer.supported_entities
 
-    def run(text: str) -> list[tuple[int, int]]:
+    def run(text: str, parsed: Parsed | None = None) -> list[tuple[int, int]]:
         return [(r.start, r.end) for r in recognizer.analyze(text, entities, None) if r.score >= min_score]
 
     return run
 
 
-def _patterns(recognizer: Any, *, min_score: float) -> Callable[[str], list[tuple[int, int]]]:
+def _patterns(recognizer: Any, *, min_score: float) -> Run:
     """A Presidio pattern recogniser's matches as its `analyze` scores them (a pattern's own score;
     1.0 or 0 when the recogniser's `validate_result` says yes or no; 0 when `invalidate_result`
     says yes), those scoring at least `min_score`, with its regular expressions compiled once with
     its flags. What its `analyze` spends besides (a timestamp, an explanation object and a result
     of each match) is left out, and so is a pattern that can never score `min_score`: a weak
-    one (`SSN1 (very weak)` 0.05, `PAN (Low)` 0.01) of a recogniser without a validation."""
+    one (`SSN1 (very weak)` 0.05, `PAN (Low)` 0.01) of a recogniser without a validation.
+
+    `validate_result` and `invalidate_result` read the matched string alone (a checksum, a domain
+    looked up in the suffix list), so their verdict on a string is kept in the write's `parsed`
+    and not worked out again for the same string in another turn or another pattern."""
     import regex
     from presidio_analyzer import PatternRecognizer
 
@@ -186,8 +201,13 @@ def _patterns(recognizer: Any, *, min_score: float) -> Callable[[str], list[tupl
         for pattern in _kept_patterns(recognizer, min_score=min_score)
     ]
     validate, invalidate = recognizer.validate_result, recognizer.invalidate_result
+    own = ("pattern", type(recognizer).__qualname__, id(recognizer))
 
-    def run(text: str) -> list[tuple[int, int]]:
+    def verdict(found: str) -> tuple[bool | None, bool]:
+        """(`validate_result`, `invalidate_result`) of a matched string, each None when not asked."""
+        return (validate(found) if validates else None, bool(invalidate(found)) if invalidates else False)
+
+    def run(text: str, parsed: Parsed | None = None) -> list[tuple[int, int]]:
         spans: list[tuple[int, int, float]] = []
         for pattern, score in compiled:
             for match in pattern.finditer(text):
@@ -196,12 +216,19 @@ def _patterns(recognizer: Any, *, min_score: float) -> Callable[[str], list[tupl
                     continue
                 found = text[start:end]
                 kept = score
-                if validates:
-                    valid = validate(found)
+                if validates or invalidates:
+                    if parsed is None:
+                        valid, invalid = verdict(found)
+                    else:
+                        key = (own, found)
+                        known = parsed.get(key)
+                        if known is None:
+                            known = parsed[key] = verdict(found)
+                        valid, invalid = known
                     if valid is not None:
                         kept = 1.0 if valid else 0.0
-                if invalidates and invalidate(found):
-                    kept = 0.0
+                    if invalid:
+                        kept = 0.0
                 if kept > 0 and kept >= min_score:
                     spans.append((start, end, kept))
         if len(spans) < 2:
@@ -222,31 +249,69 @@ def _phones(recognizer: Any) -> Detector:
     `analyze` makes only to name its region in an explanation. A candidate written with its `+` and
     country code parses and verifies the same whatever the region the matcher reads the text in (the
     region is only for numbers without one), so the second region's matcher reuses the first's
-    answer for it instead of parsing it again."""
+    answer for it instead of parsing it again.
+
+    What the matcher's `_parse_and_verify(candidate, offset)` answers depends on the text only
+    through the candidate and the two characters around it (a Latin letter or a currency sign
+    next to the digits rules them out): the parse and the validation read the candidate, the
+    region and the leniency, and the grouping checks of the stricter leniencies the parsed number
+    and the candidate. So its answer (the number, or none) is kept by that key in the write's
+    `parsed`: a number repeated in the turns of a batch is parsed and validated once."""
     import phonenumbers
-    from phonenumbers.phonenumbermatcher import PhoneNumberMatcher
+    from phonenumbers.phonenumbermatcher import PhoneNumberMatch, PhoneNumberMatcher
 
     regions, leniency = list(recognizer.supported_regions), recognizer.leniency
     assert recognizer.SCORE >= MIN_SCORE
+    # phonenumbers compiles its metadata's patterns with `re.compile` as it uses them, and they fell
+    # out of the re module's cache (512 patterns, shared with everything else the process runs): a
+    # write's phone numbers had theirs compiled again and again (`_match_national_number`, some 5%
+    # of screening's time in bench/screening.py). Kept once compiled, from now on (its own switch).
+    phonenumbers.enable_pattern_cache()
 
     class Matcher(PhoneNumberMatcher):  # type: ignore[misc]
-        def __init__(self, text: str, region: str, memo: dict[tuple[str, int], Any]) -> None:
+        def __init__(self, text: str, region: str, parsed: Parsed) -> None:
             super().__init__(text, region, leniency=leniency)
-            self.memo = memo
+            self.parsed = parsed
+            self.read_in_region = False  # whether a candidate without its country code was parsed
 
         def _parse_and_verify(self, candidate: str, offset: int) -> Any:
-            if not candidate.startswith(_PLUS_SIGNS):
-                return super()._parse_and_verify(candidate, offset)
-            key = (candidate, offset)
-            if key not in self.memo:
-                self.memo[key] = super()._parse_and_verify(candidate, offset)
-            return self.memo[key]
+            text, end = self.text, offset + len(candidate)
+            # Any region reads a number written with its country code alike (see above).
+            plus = candidate.startswith(_PLUS_SIGNS)
+            self.read_in_region = self.read_in_region or not plus
+            key = (
+                "phone",
+                leniency,
+                "+" if plus else self.preferred_region,
+                candidate,
+                text[offset - 1] if offset > 0 else "",
+                text[end] if end < len(text) else "",
+            )
+            if key in self.parsed:
+                number = self.parsed[key]
+                return None if number is None else PhoneNumberMatch(offset, candidate, number)
+            match = super()._parse_and_verify(candidate, offset)
+            self.parsed[key] = None if match is None else match.number
+            return match
 
     assert phonenumbers.PhoneNumberMatcher is PhoneNumberMatcher
 
-    def detect(text: str) -> list[tuple[int, int]]:
-        memo: dict[tuple[str, int], Any] = {}
-        return [(match.start, match.end) for region in regions for match in Matcher(text, region, memo)]
+    def detect(text: str, parsed: Parsed | None = None) -> list[tuple[int, int]]:
+        """Every region's matches, in the regions' order. The matcher's way through a text (its
+        candidates, what it tries inside one it rejects, when it gives up) turns only on what
+        `_parse_and_verify` answers: when the first region's matcher parsed no candidate but ones
+        written with their country code, another region's would parse the same candidates with the
+        same answers and find the same numbers, so it is not run."""
+        known: Parsed = {} if parsed is None else parsed
+        first = Matcher(text, regions[0], known)
+        found = [(match.start, match.end) for match in first]
+        spans = list(found)
+        for region in regions[1:]:
+            if first.read_in_region:
+                spans.extend((match.start, match.end) for match in Matcher(text, region, known))
+            else:
+                spans.extend(found)
+        return spans
 
     return detect
 
@@ -380,7 +445,7 @@ def _secret_detector() -> Detector:
     # address or a URL is a long word that is not all letters) runs a few of the 46 patterns.
     patterns = [(regex, literal_gate(regex)) for plugin in regex_plugins for regex in plugin.denylist]
 
-    def detect(text: str) -> list[tuple[int, int]]:
+    def detect(text: str, parsed: Parsed | None = None) -> list[tuple[int, int]]:
         lowered = text.lower() if text.isascii() else None
         # The whole match of each pattern (its groups are parts of the token: `ghp` of `ghp_...`).
         spans = [
@@ -537,11 +602,18 @@ def _spellings(pattern: str) -> list[str] | None:
     return spellings
 
 
-def _may_hold_secret(text: str) -> bool:
+def _longest_word(text: str) -> int:
+    """The length of the text's longest run of non-whitespace (`str.split`'s words)."""
+    return max(map(len, text.split()), default=0)
+
+
+def _may_hold_secret(text: str, longest: int | None = None) -> bool:
     """Every token detect-secrets' regex plugins look for is a word of 11 or more characters (the
     shortest, Artifactory's, has 11) that is not all letters; the assignment forms
     (`password=...`, `token: '...'`) need one of the keyword detector's keywords, and private keys
-    their header. (A colon and a quote alone, as in most prose, used to run the keyword detector.)"""
+    their header. (A colon and a quote alone, as in most prose, used to run the keyword detector.)
+    `longest`: the text's `_longest_word` when the caller has it (then a text whose every word is
+    shorter than 11 is not split again)."""
     if "PRIVATE KEY" in text or "PuTTY" in text:
         return True
     lowered = text.lower()
@@ -555,6 +627,8 @@ def _may_hold_secret(text: str) -> bool:
             break
     if keyword and _secret_keywords().search(lowered):
         return True
+    if longest is not None and longest < 11:
+        return False
     for word in text.split():
         if len(word) >= 11:
             word = word.strip(_SENTENCE_PUNCTUATION)
@@ -646,6 +720,7 @@ def _findings(text: str, categories: Iterable[str], memo: Memo | None) -> list[F
     found: list[Finding] = []
     digits = -1
     bare: bool | None = None
+    longest = -1  # `_longest_word`, once asked
     for category in categories:
         if category in _BARE_SKIPPED:
             # One test for six categories' checks: the ordinary turn has no digit, `@` or `::`.
@@ -655,10 +730,19 @@ def _findings(text: str, categories: Iterable[str], memo: Memo | None) -> list[F
                 continue
         if category in _COUNTED:
             if digits < 0:
-                digits = _digits(text)
+                # A bare text has no digit of any script (`\d`), so none of `[0-9]`.
+                digits = 0 if bare else _digits(text)
             possible = digits >= _COUNTED[category]
             if not possible and category == NATIONAL_ID:
-                possible = _LONG_ALNUM_RUN.search(text) is not None
+                # A run of 16 letters and digits is within one word (no whitespace is a letter or a
+                # digit): a text whose words are all shorter is not searched (0.6 against 5 us).
+                if longest < 0:
+                    longest = _longest_word(text)
+                possible = longest >= 16 and _LONG_ALNUM_RUN.search(text) is not None
+        elif category == SECRET:
+            if longest < 0:
+                longest = _longest_word(text)
+            possible = _may_hold_secret(text, longest)
         else:
             possible = _POSSIBLE[category](text)
         if not possible:
@@ -667,20 +751,35 @@ def _findings(text: str, categories: Iterable[str], memo: Memo | None) -> list[F
     return found
 
 
-# What one write's detectors found, by (category, text): a write screens each text for its
-# categories and again for registered people's e-mails and phones (memoryapp.screening.identifiers),
-# which ran the same detector over the same text twice. Kept by the write's screener only, so no
-# text outlives its write in memory.
-Memo = dict[tuple[str, str], list[tuple[int, int]]]
+class Memo:
+    """What one write's detectors found and worked out. Kept by the write's screener only, so no
+    text outlives its write in memory.
+
+    - `found`: the spans of each (category, text): a write screens each text for its categories and
+      again for registered people's e-mails and phones (memoryapp.screening.identifiers), which ran
+      the same detector over the same text twice.
+    - `parsed`: the detectors' verdicts on pieces of text (`Parsed`): a phone number or an e-mail
+      address in several turns of a batch is parsed and validated once.
+    - `gated`: whether a text may name one of the agent's registered people, by the matcher that
+      asked (memoryapp.screening.people): screening's `person` category and the subject index
+      (memoryapp.subjects.detect `rows_named`) ask it of the same texts in one write.
+    """
+
+    __slots__ = ("found", "gated", "parsed")
+
+    def __init__(self) -> None:
+        self.found: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        self.parsed: Parsed = {}
+        self.gated: dict[tuple[int, str], bool] = {}
 
 
 def detected(category: str, text: str, memo: Memo | None = None) -> list[tuple[int, int]]:
     """`detector(category)(text)`, read from `memo` when this write ran it on that text already."""
     if memo is None:
         return detector(category)(text)
-    spans = memo.get((category, text))
+    spans = memo.found.get((category, text))
     if spans is None:
-        spans = memo[(category, text)] = detector(category)(text)
+        spans = memo.found[(category, text)] = detector(category)(text, memo.parsed)
     return spans
 
 

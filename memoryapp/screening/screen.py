@@ -56,7 +56,7 @@ class Screener:
         self.agent_id = agent_id
         self.policy = policy
         self.categories = [c for c in CATEGORIES if c != PERSON and policy[c] != ALLOW]
-        self.memo: Memo = {}  # what this write's detectors found, by (category, text)
+        self.memo = Memo()  # what this write's detectors found and worked out
         self.persons = people if policy[PERSON] != ALLOW else None
         self.decisions: dict[Decision, None] = {}  # ordered, without repeats
         # Whether a text screened since the last `take_held` holds something to hold.

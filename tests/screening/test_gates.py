@@ -118,7 +118,7 @@ def test_a_write_screening_every_category_finds_what_each_ungated_detector_does(
     ungated = {category: _ungated(monkeypatch, category) for category in categories}
     for text in SAMPLES:
         expected = {(category, span) for category in categories for span in ungated[category](text)}
-        found = {(f.category, (f.start, f.end)) for f in recognizers.findings(text, categories, {})}
+        found = {(f.category, (f.start, f.end)) for f in recognizers.findings(text, categories, recognizers.Memo())}
         assert found == expected, text
 
 
