@@ -19,6 +19,7 @@ Cost:
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -32,6 +33,8 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 _PHONE_TAIL = 7
 # The agents whose matchers a process keeps (a worker serving more agents builds the rest again).
 MAX_AGENTS_KEPT = 512
+# A number of each matcher built, naming its answers in a write's memo (`Memo.gated`).
+_MATCHERS = itertools.count()
 
 
 class PeopleMatcher:
@@ -43,6 +46,7 @@ class PeopleMatcher:
         self._words: set[str] = set()  # one folded word of each identifier but phones
         self._bare: set[str] = set()  # an identifier without a word (punctuation only), folded
         self._tails: set[str] = set()  # the last digits of each phone
+        self._number = next(_MATCHERS)
         for user_id, kind, value in identifiers:
             self.people.setdefault(identifier_key(kind, value), set()).add(user_id)
             if kind == IdentifierKind.PHONE:
@@ -77,6 +81,17 @@ class PeopleMatcher:
             return any(digits[i : i + _PHONE_TAIL] in tails for i in range(len(digits) - _PHONE_TAIL + 1))
         return False
 
+    def _may_hold_known(self, text: str, memo: Memo | None) -> bool:
+        """`_may_hold`, kept in the write's `memo`: screening asks it of a text, and the subject index
+        of the same text again once it is screened (unchanged unless something was redacted)."""
+        if memo is None:
+            return self._may_hold(text)
+        key = (self._number, text)
+        known = memo.gated.get(key)
+        if known is None:
+            known = memo.gated[key] = self._may_hold(text)
+        return known
+
     def spans(self, text: str, memo: Memo | None = None) -> list[tuple[int, int]]:
         """Where the text names a registered person (start, end), in no particular order, over each of
         its readings (digits of any script, invisible characters left out: `text_readings`). `memo`:
@@ -86,7 +101,7 @@ class PeopleMatcher:
         found = [
             span_back(start, end, kept)
             for read, kept in text_readings(text)
-            if self._may_hold(read)
+            if self._may_hold_known(read, memo)
             for key, spans in identifier_candidates(read, memo).items()
             if key in self.people
             for start, end in spans
@@ -94,17 +109,17 @@ class PeopleMatcher:
         ]
         return list(dict.fromkeys(found))
 
-    def people_in(self, texts: Sequence[Any]) -> set[str]:
+    def people_in(self, texts: Sequence[Any], memo: Memo | None = None) -> set[str]:
         """The people any string of these texts (strings and JSON values, keys aside) names, over each
-        string's readings (`text_readings`)."""
+        string's readings (`text_readings`). `memo`: the write's screener's, when it screened them."""
         found: set[str] = set()
         for text in strings_of(list(texts)):
             if not text:
                 continue
             for read, _kept in text_readings(text):
-                if not self._may_hold(read):
+                if not self._may_hold_known(read, memo):
                     continue
-                for key in identifier_candidates(read):
+                for key in identifier_candidates(read, memo):
                     named = self.people.get(key)
                     if named:
                         found |= named

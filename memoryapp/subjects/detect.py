@@ -44,6 +44,7 @@ from governance.crypto.fields import KEY_PEOPLE, key_people_of
 from governance.models import JobRun
 from memoryapp.models import Agent, SubjectMention
 from memoryapp.screening.people import PeopleMatcher, people_matcher
+from memoryapp.screening.recognizers import Memo
 from memoryapp.subjects.index import row_texts
 
 __all__ = [
@@ -63,16 +64,17 @@ Written = tuple[str, Any, Any]
 
 
 def rows_named(
-    *, agent: Agent | None = None, agent_id: int | None = None, rows: Iterable[Written]
+    *, agent: Agent | None = None, agent_id: int | None = None, rows: Iterable[Written], memo: Memo | None = None
 ) -> dict[str, set[str]]:
     """The registered people each of these rows (about to be written) names, by str(pk), rows
-    naming no one left out; {} when the agent registered no one (no query, no matching)."""
+    naming no one left out; {} when the agent registered no one (no query, no matching). `memo`:
+    the write's screener's (memoryapp.screening.screen), which looked through the same texts."""
     matcher = people_matcher(agent=agent, agent_id=agent_id)
     if matcher is None:
         return {}
     named: dict[str, set[str]] = {}
     for table, pk, row in rows:
-        people = matcher.people_in(row_texts(table, row))
+        people = matcher.people_in(row_texts(table, row), memo)
         if people:
             named[str(pk)] = people
     return named

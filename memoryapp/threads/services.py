@@ -27,6 +27,7 @@ from memoryapp.ids import entry_id_new, person_id_check
 from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
 from memoryapp.models.people import FORK_OF_KEY
+from memoryapp.screening.recognizers import Memo
 from memoryapp.screening.screen import screener_for
 from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named, thread_key_people_set
 from memoryapp.threads.columns import (
@@ -347,7 +348,10 @@ def _insert(
         entries_screened(
             entries=[e for e, _ in unscreened], screener=screener, prefixes=[p for _, p in unscreened], now=now
         )
-    named = entries_sealed_for_people(thread=thread, locked=locked, entries=entries)
+    # The screener's memo: what it found of registered people in these texts is not looked for again.
+    named = entries_sealed_for_people(
+        thread=thread, locked=locked, entries=entries, memo=screener.memo if screener is not None else None
+    )
     changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id}
     if branched:
         changes["branch_epoch"] = locked.branch_epoch = locked.branch_epoch + 1
@@ -365,12 +369,14 @@ def _insert(
     return answered
 
 
-def entries_sealed_for_people(*, thread: Thread, locked: Thread, entries: Sequence[Entry]) -> dict[str, set[str]]:
+def entries_sealed_for_people(
+    *, thread: Thread, locked: Thread, entries: Sequence[Entry], memo: Memo | None = None
+) -> dict[str, set[str]]:
     """Before new entries of a thread are stored (an append, an import): the registered people each
     names (`rows_named`, by entry id), a tool result naming one other person sealed under her key
     (`words_of`) and each entry naming others under the key set of its person and each of them
     (`key_people`), so the erasure of any of them shreds its old copies. Answers what was found."""
-    named = rows_named(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries])
+    named = rows_named(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries], memo=memo)
     if named:
         _tool_results_words_of(locked=locked, entries=entries, named=named)
         for e in entries:
