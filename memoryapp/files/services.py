@@ -413,8 +413,12 @@ def versions_redact(versions: QuerySet[MemoryFileVersion], *, reason: str = "") 
     """Replace the content of these versions with [redacted] (its sha256 and size with it), and keep
     the `reason` given on them, sealed under each version's person's key when encryption is on; the
     number of versions changed. The quotes items took of their lines go as a redacted entry's do
-    (memoryapp.items.services.quotes_forget): an item left with no quote is purged."""
-    versions_quotes_forget(version_ids=list(versions.values_list("pk", flat=True)))
+    (memoryapp.items.services.quotes_forget): an item left with no quote is purged, and so do the
+    versions' rows of the subject index ([redacted] names no one; the trigger of migration 0055
+    sees deletes only)."""
+    ids = [str(pk) for pk in versions.values_list("pk", flat=True)]
+    versions_quotes_forget(version_ids=ids)
+    SubjectMention.objects.filter(table=SubjectMention.Table.FILE_VERSION, row_id__in=ids).delete()
     return sealed_update(
         versions,
         content=REDACTED_TEXT,

@@ -98,6 +98,7 @@ from memoryapp.models import (
     MemoryFileVersion,
     MemoryItem,
     RunEvent,
+    SubjectMention,
     Thread,
     ThreadRun,
 )
@@ -659,9 +660,13 @@ def _threads_redact(*, agent_id: int, thread_pks: list[int], actor: str) -> dict
     # words as the entries do: the ledger's events go, and each run's latest snapshot.
     with transaction.atomic():
         RunEvent.objects.filter(agent=agent, thread_id__in=thread_pks).delete()
-        ThreadRun.objects.filter(agent=agent, thread_id__in=thread_pks).exclude(snapshot=None).update(
-            snapshot=None, snapshot_seq=None
-        )
+        cleared = ThreadRun.objects.filter(agent=agent, thread_id__in=thread_pks).exclude(snapshot=None)
+        SubjectMention.objects.filter(
+            agent=agent,
+            table=SubjectMention.Table.THREAD_RUN,
+            row_id__in=[str(pk) for pk in cleared.values_list("pk", flat=True)],
+        ).delete()  # a run without its snapshot names no one (the trigger of migration 0055 sees deletes only)
+        cleared.update(snapshot=None, snapshot_seq=None)
     return counts
 
 

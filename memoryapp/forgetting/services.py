@@ -40,10 +40,12 @@ from memoryapp.models import (
     MemoryItem,
     Relation,
     RelationEvidence,
+    SubjectMention,
     Thread,
 )
 from memoryapp.models.choices import EntryType, ItemStatus, Role
 from memoryapp.retry import atomic_retrying
+from memoryapp.subjects.detect import mentions_record
 from memoryapp.threads.columns import ENTRY_TABLE
 from memoryapp.threads.hashing import reparent
 from memoryapp.threads.redaction import REDACTED_FIELDS, redaction_apply
@@ -567,6 +569,10 @@ def entries_forget(
         for row in rows:
             redaction_apply(row, at=now, record={"at": now.isoformat(), "reason": reason})
             row.save(update_fields=REDACTED_FIELDS)
+        if rows:
+            # The index says what a redacted entry names now (its words went; the trigger of
+            # migration 0055 sees deletes only).
+            mentions_record(agent=agent, rows=[(SubjectMention.Table.ENTRY, r.pk, r) for r in rows], replace=True)
         counts["entries_redacted"] += len(rows)
         if rows:
             event_record(

@@ -9,10 +9,11 @@ import pytest
 from django.db import connection
 
 from memoryapp.graph.services import entity_merge
-from memoryapp.models import Agent, Entity, MemoryItem, SubjectMention
+from memoryapp.models import Agent, Entity, Entry, MemoryItem, SubjectMention, ThreadRun
 from memoryapp.subjects.index import mentions_of, mentions_scan, person_matcher, table_rows
-from tests.kit.api import Caller, post_entry, post_item, post_ok, post_thread
+from tests.kit.api import Caller, create_memory_file, post_entry, post_item, post_ok, post_thread
 from tests.kit.mentions import EMAIL, IDENTIFIERS, NAME, PERSON
+from tests.threads.test_run_ledger import SNAP_1, publish, started
 
 DORA = "u-dora"
 DORA_NAME = "Dora Lima"
@@ -165,3 +166,38 @@ def test_every_table_of_the_index_takes_its_mentions_with_a_deleted_row(db: None
         triggers = {relname: bytes(args).rstrip(b"\x00").decode() for relname, args in cursor.fetchall()}
     tables = SubjectMention.Table.values
     assert triggers == {table_rows(t, agent_id=0, row_ids=[]).model._meta.db_table: t for t in tables}
+
+
+# A row that stays but no longer says what it said (a redaction) is not a DELETE: no trigger sees it,
+# so the code that rewrites it says what the index holds of it now.
+
+
+def test_a_redacted_turn_naming_her_leaves_no_index_row(alice: Caller) -> None:
+    _register(alice)
+    post_thread(alice, "t-carl", user_id="u-carl")
+    turn = post_entry(alice, "t-carl", role="user", content=f"Please call {NAME} or {DORA_NAME} about the trip.")
+    assert (SubjectMention.Table.ENTRY, turn["id"]) in _indexed(alice.agent, PERSON) & _indexed(alice.agent, DORA)
+
+    post_ok(alice.client, f"/api/v1/entries/{turn['id']}/redact", {"reason": "pasted by mistake"}, status=200)
+
+    assert Entry.objects.get(pk=turn["id"]).redacted_at is not None
+    _assert_index_true(alice.agent)
+
+
+def test_a_redact_erasure_of_ana_leaves_no_index_row_of_what_it_redacted_naming_dora(alice: Caller) -> None:
+    """Ana's turn, memory file and run snapshot name Dora; Ana's erasure in `redact` mode keeps her
+    thread, file history and run, and empties them: Dora's rows of the index of them go."""
+    _register(alice)
+    run_id = started(alice)  # Ana's thread t-run
+    turn = post_entry(alice, "t-run", role="user", content=f"{DORA_NAME} books the hotels.")
+    create_memory_file(alice, "/memories/trip.md", f"Ask {DORA_NAME} about the hotels.")
+    said = {**SNAP_1, "messages": [{"role": "user", "content": f"{DORA_NAME} books the hotels."}]}
+    publish(alice, run_id, {"kind": "snapshot", "snapshot": said})
+    tables = {table for table, _ in _indexed(alice.agent, DORA)}
+    assert {SubjectMention.Table.ENTRY, SubjectMention.Table.FILE_VERSION, SubjectMention.Table.THREAD_RUN} <= tables
+
+    post_ok(alice.client, "/api/v1/users/u-ana/forget", {"mode": "redact", "mentions": "keep"}, status=200)
+
+    assert Entry.objects.get(pk=turn["id"]).redacted_at is not None
+    assert ThreadRun.objects.get(pk=run_id).snapshot is None
+    _assert_index_true(alice.agent)
