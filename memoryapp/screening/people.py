@@ -81,6 +81,10 @@ class PeopleMatcher:
             return any(digits[i : i + _PHONE_TAIL] in tails for i in range(len(digits) - _PHONE_TAIL + 1))
         return False
 
+    def may_hold_ascii(self, text: str, memo: Memo | None) -> bool:
+        """Whether `spans` may find anything in an ASCII text (read as it is, once): its gate."""
+        return self._may_hold_known(text, memo)
+
     def _may_hold_known(self, text: str, memo: Memo | None) -> bool:
         """`_may_hold`, kept in the write's `memo`: screening asks it of a text, and the subject index
         of the same text again once it is screened (unchanged unless something was redacted)."""

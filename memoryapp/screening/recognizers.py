@@ -716,6 +716,32 @@ def findings(text: str, categories: Iterable[str], memo: Memo | None = None) -> 
     return list(dict.fromkeys(found))
 
 
+def nothing_possible(text: str, categories: Iterable[str]) -> bool:
+    """Whether `findings` answers nothing for an ASCII text (read as it is, once: `text_readings`)
+    because no category's check in `_findings` lets it through to a detector: the ordinary turn
+    (no digit, `@` or two colons, no word of 11 characters, no secret keyword), told without
+    building the readings, findings and lists a screened text costs. False for a category it does
+    not know (then `findings` decides)."""
+    if "@" in text or text.count(":") >= 2 or _ANY_DIGIT.search(text) is not None:
+        return False
+    # A bare text, as `_findings` calls it: its five categories are skipped, and it has no digit.
+    longest = -1
+    for category in categories:
+        if category in _BARE_SKIPPED:
+            continue
+        if longest < 0:
+            longest = _longest_word(text)
+        if category == NATIONAL_ID:
+            if longest >= 16 and _LONG_ALNUM_RUN.search(text) is not None:
+                return False
+        elif category == SECRET:
+            if _may_hold_secret(text, longest):
+                return False
+        else:
+            return False
+    return True
+
+
 def _findings(text: str, categories: Iterable[str], memo: Memo | None) -> list[Finding]:
     found: list[Finding] = []
     digits = -1

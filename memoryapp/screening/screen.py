@@ -18,7 +18,7 @@ from memoryapp.errors import DomainError
 from memoryapp.models import Agent
 from memoryapp.screening.people import PeopleMatcher, people_matcher
 from memoryapp.screening.policy import ALLOW, HOLD, LABELS, REDACT, REFUSE, policy_effective
-from memoryapp.screening.recognizers import CATEGORIES, PERSON, Finding, Memo, findings
+from memoryapp.screening.recognizers import CATEGORIES, PERSON, Finding, Memo, findings, nothing_possible
 
 # A record names at most this many decisions (a batch of 1,000 entries may make many).
 AUDIT_DECISIONS = 50
@@ -73,6 +73,13 @@ class Screener:
         """The text as it may be stored: spans to redact replaced by their placeholders. Raises
         SensitiveDataRefused for a category refused (or held where `holdable` is False)."""
         if not text:
+            return text
+        # The ordinary turn: no category's check and no registered person's gate lets it through.
+        if (
+            text.isascii()
+            and nothing_possible(text, self.categories)
+            and (self.persons is None or not self.persons.may_hold_ascii(text, self.memo))
+        ):
             return text
         found = findings(text, self.categories, self.memo)
         if self.persons is not None:

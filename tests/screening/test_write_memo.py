@@ -14,7 +14,16 @@ from phonenumbers import Leniency, PhoneNumberMatcher
 
 from memoryapp.screening.people import PeopleMatcher
 from memoryapp.screening.policy import DEFAULTS, HOLD, REDACT
-from memoryapp.screening.recognizers import CATEGORIES, PERSON, PHONE, PHONE_REGIONS, Memo, detector, findings
+from memoryapp.screening.recognizers import (
+    CATEGORIES,
+    PERSON,
+    PHONE,
+    PHONE_REGIONS,
+    Memo,
+    detector,
+    findings,
+    nothing_possible,
+)
 from memoryapp.screening.screen import Screener, SensitiveDataRefused
 
 
@@ -162,3 +171,27 @@ def test_the_phone_detector_answers_what_the_matcher_of_each_region_does() -> No
             ]
             assert detect(text) == expected, text
             assert detect(text, memo.parsed) == expected, text
+
+
+@pytest.mark.parametrize("seed", [6, 7])
+def test_the_ordinary_turns_shortcut_decides_as_the_full_screening(seed: int) -> None:
+    """An ASCII turn that `nothing_possible` and the people gate let go (the screener returns it
+    unread) is one that `findings` and the people's `spans` find nothing in."""
+    people = _people()
+    rng = random.Random(seed)
+    words = ["plan", "a", "day", "in", "Rome", "password", "key:", "verylongwordhere", "cust-3", "Person", "Number3"]
+    words += ["RSSMRAURTMLARSNL", "passwd", "ghp_", "PRIVATE", "KEY", "x@y", "a:b:c", "vegetarian,", "abcdefghijk1"]
+    words += ["password=hunterhunter", "ghp_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ", "db_pass=secretvalue"]
+    kinds: set[tuple[bool, bool]] = set()
+    for _ in range(400):
+        text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 8)))
+        quiet = nothing_possible(text, SCREENED) and not people.may_hold_ascii(text, None)
+        found = set(findings(text, SCREENED)) | set(people.spans(text))
+        if quiet:
+            assert not found, text
+        kinds.add((quiet, bool(found)))
+    assert {(True, False), (False, True)} <= kinds
+    # Each of the shortcut's checks turns a text away that holds what it looks for.
+    for text in ["plan password=hunterhunter day", "codice RSSMRAURTMLARSNL", "ask Person Number3", "id cust-3"]:
+        assert not nothing_possible(text, SCREENED) or people.may_hold_ascii(text, None)
+        assert set(findings(text, SCREENED)) | set(people.spans(text)), text
