@@ -249,7 +249,10 @@ def _phones(recognizer: Any) -> Detector:
     `analyze` makes only to name its region in an explanation. A candidate written with its `+` and
     country code parses and verifies the same whatever the region the matcher reads the text in (the
     region is only for numbers without one), so the second region's matcher reuses the first's
-    answer for it instead of parsing it again.
+    answer for it instead of parsing it again. Not one whose digits after the `+` begin with no
+    country code (`+011 44 ...`, `+0044 ...`: an international prefix): phonenumbers reads those
+    again without the `+` in the region, whose prefix it strips (the US's `011`, the UK's `00`), so
+    each region has its own answer (`_country_code_written`).
 
     What the matcher's `_parse_and_verify(candidate, offset)` answers depends on the text only
     through the candidate and the two characters around it (a Latin letter or a currency sign
@@ -277,7 +280,7 @@ def _phones(recognizer: Any) -> Detector:
         def _parse_and_verify(self, candidate: str, offset: int) -> Any:
             text, end = self.text, offset + len(candidate)
             # Any region reads a number written with its country code alike (see above).
-            plus = candidate.startswith(_PLUS_SIGNS)
+            plus = candidate.startswith(_PLUS_SIGNS) and _country_code_written(candidate)
             self.read_in_region = self.read_in_region or not plus
             key = (
                 "phone",
@@ -318,6 +321,25 @@ def _phones(recognizer: Any) -> Detector:
 
 # The plus signs phonenumbers reads as the start of a country code (phonenumberutil._PLUS_CHARS).
 _PLUS_SIGNS = ("+", "\uff0b")
+
+
+def _country_code_written(candidate: str) -> bool:
+    """Whether phonenumbers' parse of a candidate starting with `+` takes its country code from the
+    digits after it whatever the region (then only the number's own region's metadata is read).
+    Its parse strips the plus signs and reads the digits (letters turned into digits when it holds
+    three); their first one to three are the country code unless they begin with `0` or with no
+    code it knows, and then it reads them again without the `+` in the default region, stripping
+    that region's international prefix (`+011 44 20 7946 0958` is a UK number in the US and none in
+    the UK). A candidate with a letter (an extension, a vanity number) is read in each region."""
+    from phonenumbers import normalize_digits_only
+    from phonenumbers.phonenumberutil import COUNTRY_CODE_TO_REGION_CODE
+
+    if any(char.isalpha() for char in candidate):
+        return False
+    digits = normalize_digits_only(candidate)
+    return digits[:1] not in ("", "0") and any(
+        int(digits[:n]) in COUNTRY_CODE_TO_REGION_CODE for n in (1, 2, 3) if len(digits) >= n
+    )
 
 
 @functools.cache

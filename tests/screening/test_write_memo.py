@@ -195,3 +195,42 @@ def test_the_ordinary_turns_shortcut_decides_as_the_full_screening(seed: int) ->
     for text in ["plan password=hunterhunter day", "codice RSSMRAURTMLARSNL", "ask Person Number3", "id cust-3"]:
         assert not nothing_possible(text, SCREENED) or people.may_hold_ascii(text, None)
         assert set(findings(text, SCREENED)) | set(people.spans(text)), text
+
+
+# A number written with its `+` and then an international prefix rather than a country code: the
+# US's (`011`) or the UK's (`00`). phonenumbers reads the digits after the `+` again in the region
+# when they begin with no country code, so the US finds the first and the UK the second.
+PREFIXED = ["+011 44 20 7946 0958", "+0044 20 7946 0958", "+00 44 20 7946 0958", "+011 39 312 345 6789"]
+# The UK's matcher meets `+011 44 20 7946 0958` alone (before ` - `) where the US's never does:
+# the US's takes `202 555 0143` after the slash first (not a UK number) and goes on past the run.
+PREFIXED_RUN = "call +011 44 20 7946 0958 - 1/202 555 0143"
+
+
+@pytest.mark.parametrize("phone", PREFIXED)
+def test_a_number_after_its_plus_and_an_international_prefix_is_read_in_each_region(phone: str) -> None:
+    detect = detector(PHONE)
+    text = f"call {phone} tonight"
+    expected = [(m.start, m.end) for region in PHONE_REGIONS for m in PhoneNumberMatcher(text, region, Leniency.VALID)]
+    assert expected, phone
+    assert detect(text) == expected
+    assert detect(text, Memo().parsed) == expected
+
+
+def test_one_regions_answer_for_a_prefixed_number_is_not_anothers_in_the_next_turn() -> None:
+    """The UK's `no` to `+011 44 ...`, worked out in one turn, kept in the write's memo, was read as
+    the US's in the next turn: the number stored unredacted."""
+    policy = dict.fromkeys(DEFAULTS, "allow") | {PHONE: REDACT}
+    screener = Screener(agent_id=1, policy=policy)
+    screener.text(PREFIXED_RUN, field="entries[0].content")
+    assert screener.text("call +011 44 20 7946 0958 now", field="entries[1].content") == "call [phone] now"
+
+
+def test_the_subject_index_reading_the_screeners_memo_finds_who_a_prefixed_number_names() -> None:
+    """`rows_named` reads the stored text with the screener's memo: a registered person's number in
+    the US's `+011` form, left in the text by screening, is found as it is without the memo."""
+    people = _people()
+    policy = dict.fromkeys(DEFAULTS, "allow") | {PHONE: REDACT, PERSON: REDACT}
+    screener = Screener(agent_id=1, policy=policy, people=people)
+    stored = [screener.text(PREFIXED_RUN, field="entries[0].content")]
+    assert "p-uk" in people.people_in(stored)
+    assert people.people_in(stored, screener.memo) == people.people_in(stored)
