@@ -187,7 +187,9 @@ def job_enqueue_debounced(
        `pending_ttl` seconds in case a run is lost before it starts.
     3. A run this call created with a `countdown` starts no earlier than `before + countdown` (the
        broker's ETA, and the job sweep's `eta`, are both taken later): that instant is written into
-       the mark and kept here, and any process that finds the mark keeps it too (step 1).
+       the mark and kept here, and any process that finds the mark keeps it too (step 1). Never a
+       run found queued that was sent with no countdown (no `eta`: the embedding sweep's), which
+       may have started and read its rows before this call found it.
 
     Returns the new run, or None when one was pending.
     """
@@ -207,7 +209,11 @@ def job_enqueue_debounced(
         dedupe_key=debounce_key,
         countdown=countdown,
     )
-    if countdown and run.created_at.timestamp() >= before and not _runs_at_once(task_name):
+    # A run created since `before` may be another's, found queued: the embedding sweep's, created
+    # meanwhile and sent at once, has no `eta` and may have read its rows already (announcing it
+    # would skip the writes of the next second, which no run then reads).
+    created_here = run.created_at.timestamp() >= before and run.eta is not None
+    if countdown and created_here and not _runs_at_once(task_name):
         _pending_announce(mark, before + countdown)
     return run
 
@@ -282,7 +288,9 @@ def _debounce_mark_take(mark: str, *, ttl: int) -> tuple[bool, bytes | None]:
     if broker_resting():
         return True, None
     try:
-        found = _mark_script()(keys=[mark], args=["1", ttl])
+        # The client asked now (`broker_redis` is forgotten when the broker's URL changes, as in
+        # the fault tests), not the one the cached script was first registered with.
+        found = _mark_script()(keys=[mark], args=["1", ttl], client=broker_redis())
     except redis.RedisError:
         _broker_failed()
         return True, None

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
+import time
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
+from freezegun import freeze_time
 
 from governance.models import JobRun
 from governance.tasks import jobs_sweep
@@ -20,6 +24,7 @@ from memoryapp.compaction.plan import SUMMARIZE
 from memoryapp.compaction.services import compaction_request
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
+from memoryapp.search.indexing import embedding_debounce_key, embedding_schedule, embedding_sweep
 from memoryapp.tasks.embedding import embed_sweep
 from tests.kit.api import Caller
 from tests.kit.factories import EntryFactory, ThreadFactory
@@ -208,3 +213,82 @@ def test_a_job_killed_by_its_hard_time_limit_fails_at_once_and_is_not_run_again(
     assert f"time limit of {TINY_TIME_LIMIT} s exceeded" in run.error
     assert run.attempts == 1
     assert "Hard time limit" in log
+
+
+def test_a_write_is_not_skipped_on_the_strength_of_a_run_the_embedding_sweep_sent_at_once(
+    alice: Caller, settings: Any
+) -> None:
+    """A write's debounce finds no mark and takes its `before`; the embedding sweep (beat) commits
+    the agent's run, with no countdown, before the write's `job_enqueue` looks for a queued run.
+    The write reuses that run, which a worker starts at once: announcing `before + countdown` for
+    it would let this process skip the writes of the next second, whose entries no run then reads
+    (they wait for the next sweep). The interleaving, a matter of milliseconds in production, is
+    forced here by the sweep's session holding the runs' table until the write waits for it."""
+    key = embedding_debounce_key(alice.agent.pk)
+    with private_redis() as redis_server, broker_at(redis_server.url, settings):
+        worker = Worker(redis_url=redis_server.url, queues="embedding")
+        try:
+            thread = ThreadFactory(agent=alice.agent, external_id="t-sweep-race")
+            waiting = threading.Event()
+            errors: list[BaseException] = []
+            swept: list[Any] = []
+
+            def sweep() -> None:
+                try:
+                    with transaction.atomic(), connection.cursor() as cursor:
+                        cursor.execute(f"LOCK TABLE {JobRun._meta.db_table} IN EXCLUSIVE MODE")
+                        waiting.set()
+
+                        def write_waits() -> bool:
+                            # SELECT ... FOR UPDATE (job_enqueue's look for a queued run) asks RowShareLock.
+                            cursor.execute(
+                                "SELECT count(*) FROM pg_locks WHERE NOT granted AND mode = 'RowShareLock'"
+                                " AND relation = %s::regclass",
+                                [JobRun._meta.db_table],
+                            )
+                            return bool(cursor.fetchone()[0])
+
+                        wait_for("the write's debounce to look for a queued run", write_waits, every=0.05)
+                        swept.append(embedding_sweep())  # sends the agent's run as it commits, with no countdown
+                except BaseException as error:
+                    errors.append(error)
+                finally:
+                    connection.close()
+
+            sweeping = threading.Thread(target=sweep)
+            sweeping.start()
+            assert waiting.wait(30), "the sweep did not take the lock"
+            # The first write: its entry committed, then its after-commit hook (as `entry_add`'s).
+            first = Entry.objects.create(
+                agent=alice.agent,
+                thread=thread,
+                seq=10_000,  # clear of the seqs `entry_add` hands out
+                role="user",
+                content="first, embedded by the sweep's run",
+                text="first, embedded by the sweep's run",
+                created_at=thread.created_at,
+                content_hash="f" * 32,
+            )
+            started = time.time()
+            embedding_schedule(agent_id=alice.agent.pk)
+            sweeping.join()
+            assert not errors, errors
+            # One run: the sweep's (it committed first, the write waiting for its lock), which the
+            # write found and reused.
+            assert swept == [[alice.agent.pk]]
+            assert JobRun.objects.filter(dedupe_key=key).count() == 1
+            wait_for("the sweep's run to embed the first entry", lambda: _without_vector(thread) == 0)
+            assert Entry.objects.get(pk=first.pk).embedding is not None
+
+            # Half a second after the first write by this process's clock (the sweep's run, sent at
+            # once, started and read its rows before: an idle worker takes it within milliseconds).
+            with freeze_time(datetime.fromtimestamp(started + 0.5, tz=UTC)):
+                second = EntryFactory(thread=thread, role="user", content="second, written after that run read")
+            open_run = JobRun.objects.filter(dedupe_key=key, status__in=OPEN).exists()
+            assert open_run or _without_vector(thread) == 0, "no run will read the second entry: it waits for the sweep"
+            wait_for("the second entry's vector", lambda: _without_vector(thread) == 0)
+            assert Entry.objects.get(pk=second.pk).embedding is not None
+        except AssertionError as failed:
+            raise AssertionError(f"{failed}\n{worker.log_tail()}") from None
+        finally:
+            worker.stop()
