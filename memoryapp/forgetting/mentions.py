@@ -51,6 +51,7 @@ from memoryapp.models import (
     ThreadRun,
 )
 from memoryapp.models.people import MEMORY_USERS_KEY, participant_in, thread_participants
+from memoryapp.retry import atomic_retrying
 from memoryapp.search.indexing import embedding_schedule
 from memoryapp.subjects.index import subject_index_forget, subject_index_rebuild, table_rows
 from memoryapp.subjects.matching import PersonMatcher
@@ -88,9 +89,26 @@ def mentions_erase(
     examples: dict[str, list[str]] | None = None,
 ) -> MentionsFound:
     """Steps 1 to 4 of the module's docstring, for one agent, in one transaction (a batch per
-    table would be kinder to a very large agent; the scan itself reads in chunks)."""
-    with transaction.atomic():
-        return _mentions_erase(agent_id=agent_id, matcher=matcher, exclude=set(exclude), examples=examples)
+    table would be kinder to a very large agent; the scan itself reads in chunks).
+
+    Against writers on other connections (tests/forgetting/test_index_races.py): each row it
+    changes is read locked (FOR UPDATE, per table in id order), so a merge or a delete holding it
+    is waited for and its outcome read (a row gone is skipped, other names added are kept), never
+    overwritten from an older read; the rebuild locks only the index rows it changes. A deadlock
+    still left (rows locked in another order by another writer) runs the whole again
+    (`atomic_retrying`, `examples` as the last try found them)."""
+    groups = set(exclude)
+
+    @atomic_retrying
+    def attempt() -> MentionsFound:
+        tried: dict[str, list[str]] | None = None if examples is None else {}
+        found = _mentions_erase(agent_id=agent_id, matcher=matcher, exclude=groups, examples=tried)
+        if examples is not None and tried is not None:
+            examples.clear()
+            examples.update(tried)
+        return found
+
+    return attempt()
 
 
 def _mentions_erase(
@@ -109,7 +127,8 @@ def _mentions_erase(
     # 1. Subjects: entities named as the person, and the items about them or whose subject names them.
     entity_ids: list[str] = []
     if Table.ENTITY not in exclude:
-        for entity in table_rows(Table.ENTITY, agent_id=agent_id, row_ids=index[Table.ENTITY]):
+        entities = table_rows(Table.ENTITY, agent_id=agent_id, row_ids=index[Table.ENTITY])
+        for entity in entities.select_for_update().order_by("pk"):
             if matcher.spans(entity.name):
                 entity_ids.append(entity.pk)
                 example(Table.ENTITY, entity.pk)
@@ -120,7 +139,7 @@ def _mentions_erase(
                 example(Table.ENTITY, entity.pk)
     if Table.ITEM not in exclude:
         about = Q(pk__in=index[Table.ITEM]) | Q(entity_id__in=entity_ids)
-        for item in MemoryItem.objects.filter(about, agent_id=agent_id).order_by("pk"):
+        for item in MemoryItem.objects.filter(about, agent_id=agent_id).select_for_update().order_by("pk"):
             example(Table.ITEM, item.pk)
             if item.entity_id in entity_ids or matcher.spans(item.subject):
                 found.item_ids.append(item.pk)
@@ -158,7 +177,8 @@ def _mentions_erase(
         found.entity_ids = entity_ids
     # 2. Mentions in rows that stay.
     if Table.ENTRY not in exclude:
-        for entry in Entry.objects.filter(agent_id=agent_id, pk__in=index[Table.ENTRY]).order_by("pk"):
+        entries = Entry.objects.filter(agent_id=agent_id, pk__in=index[Table.ENTRY])
+        for entry in entries.select_for_update().order_by("pk"):
             content = matcher.redacted_value(entry.content)
             tool_calls = matcher.redacted_value(entry.tool_calls)
             event = matcher.redacted_value(entry.event)
@@ -194,7 +214,8 @@ def _mentions_erase(
             example(Table.ENTRY, entry.pk)
             reembed = True
     if Table.THREAD not in exclude:
-        for thread in Thread.objects.filter(agent_id=agent_id, pk__in=index[Table.THREAD]).order_by("pk"):
+        threads = Thread.objects.filter(agent_id=agent_id, pk__in=index[Table.THREAD])
+        for thread in threads.select_for_update().order_by("pk"):
             thread.metadata = matcher.redacted_value(thread.metadata)
             if thread.words_of == matcher.user_id:
                 thread.words_of = ""  # what stays is no longer the person's words: the thread's key
@@ -202,14 +223,15 @@ def _mentions_erase(
             _count(counts, "redacted", Table.THREAD)
             example(Table.THREAD, thread.external_id)
     if Table.EVIDENCE not in exclude:
-        for quote in Evidence.objects.filter(agent_id=agent_id, pk__in=index[Table.EVIDENCE]).order_by("pk"):
+        evidence = Evidence.objects.filter(agent_id=agent_id, pk__in=index[Table.EVIDENCE])
+        for quote in evidence.select_for_update(of=("self",)).order_by("pk"):
             quote.quote = matcher.redacted(quote.quote)
             quote.save(update_fields=["quote"])
             _count(counts, "redacted", Table.EVIDENCE)
             example(Table.EVIDENCE, str(quote.pk))
     if Table.RELATION_EVIDENCE not in exclude:
         quotes = RelationEvidence.objects.filter(agent_id=agent_id, pk__in=index[Table.RELATION_EVIDENCE])
-        for edge_quote in quotes.order_by("pk"):
+        for edge_quote in quotes.select_for_update(of=("self",)).order_by("pk"):
             edge_quote.quote = matcher.redacted(edge_quote.quote)
             edge_quote.save(update_fields=["quote"])
             _count(counts, "redacted", Table.RELATION_EVIDENCE)
@@ -229,7 +251,7 @@ def _mentions_erase(
             example(Table.KNOWLEDGE_DOCUMENT, document.pk)
     if Table.FILE_VERSION not in exclude:
         versions = MemoryFileVersion.objects.filter(agent_id=agent_id, pk__in=index[Table.FILE_VERSION])
-        for version in versions.order_by("pk"):
+        for version in versions.select_for_update(of=("self",)).order_by("pk"):
             content = matcher.redacted(version.content or "")
             version.content, version.sha256, version.size = content, sha256_of(content), size_of(content)
             version.save(update_fields=["content", "sha256", "size"])
@@ -237,14 +259,14 @@ def _mentions_erase(
             example(Table.FILE_VERSION, version.pk)
     if Table.RUN_EVENT not in exclude:
         events = RunEvent.objects.filter(agent_id=agent_id, pk__in=index[Table.RUN_EVENT]).select_related("thread")
-        for event in events.order_by("pk"):
+        for event in events.select_for_update(of=("self",)).order_by("pk"):
             event.body = matcher.redacted_value(event.body)
             event.save(update_fields=["body"])
             _count(counts, "redacted", Table.RUN_EVENT)
             example(Table.RUN_EVENT, str(event.pk))
     if Table.THREAD_RUN not in exclude:
         thread_runs = ThreadRun.objects.filter(agent_id=agent_id, pk__in=index[Table.THREAD_RUN])
-        for run in thread_runs.select_related("thread").order_by("pk"):
+        for run in thread_runs.select_related("thread").select_for_update(of=("self",)).order_by("pk"):
             run.snapshot = matcher.redacted_value(run.snapshot)
             run.save(update_fields=["snapshot"])
             _count(counts, "redacted", Table.THREAD_RUN)
@@ -258,7 +280,8 @@ def _mentions_erase(
         )
     # 3. Participants lists.
     if PARTICIPANTS not in exclude:
-        for thread in Thread.objects.filter(participant_in(matcher.user_id, agent_id=agent_id)).order_by("pk"):
+        taking_part = Thread.objects.filter(participant_in(matcher.user_id, agent_id=agent_id))
+        for thread in taking_part.select_for_update().order_by("pk"):
             left = [p for p in thread_participants(thread.metadata) if p != matcher.user_id]
             thread.metadata = {**thread.metadata, MEMORY_USERS_KEY: left}
             thread.save(update_fields=["metadata"])

@@ -24,6 +24,7 @@ from memoryapp.items.rules import Scope, better_source, collapse_spaces, normali
 from memoryapp.items.services import EvidenceInput, entity_for, evidence_checked
 from memoryapp.models import Agent, Entity, Entry, MemoryItem, Relation, RelationEvidence, SubjectMention
 from memoryapp.models.choices import EvidenceStatus, ItemStatus, Trust
+from memoryapp.retry import atomic_retrying
 from memoryapp.subjects.detect import entity_names_merged, key_people_set, mentions_record, rows_named
 
 MAX_PREDICATE_CHARS = 200
@@ -285,7 +286,7 @@ def entity_relations_delete(*, agent_id: int, entities: Any) -> int:
 # --- merging entities -------------------------------------------------------------------------------
 
 
-@transaction.atomic
+@atomic_retrying
 def entity_merge(*, agent: Agent, keep: Entity, merged: Entity, actor: str = "") -> Entity:
     """Fold `merged` into `keep` (004 mergeNodes keeps the evidence of the merged nodes).
 
@@ -298,6 +299,11 @@ def entity_merge(*, agent: Agent, keep: Entity, merged: Entity, actor: str = "")
     5. The subject index follows, in this transaction: `merged`'s mentions go with its row (the
        trigger of migration 0055), `keep`'s are found again in its names (`entity_names_merged`), so
        a person either named is indexed on `keep` once, as the rebuild would find her.
+
+    Its locks go entities, then index rows (the trigger's, then `keep`'s); a writer taking them
+    the other way round (an erasure of someone either names) may still meet it in a deadlock, so
+    it runs again when it was the one aborted (`atomic_retrying`; inside a caller's transaction,
+    such as the rotation's walk, once).
     """
     if keep.agent_id != agent.pk or merged.agent_id != agent.pk:
         raise NotFound("The entity", field="entity_id")

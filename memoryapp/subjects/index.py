@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from django.db import transaction
 from django.db.models import Model, QuerySet
 
 from governance.audit.pseudonyms import pseudonym_names, pseudonyms_resolve
@@ -36,6 +35,7 @@ from memoryapp.models import (
     Thread,
     ThreadRun,
 )
+from memoryapp.retry import atomic_retrying
 from memoryapp.screening.identifiers import LISTS, identifiers_of
 from memoryapp.subjects.matching import PersonMatcher
 
@@ -161,20 +161,42 @@ def person_matcher(*, agent_id: int, user_id: str, given: Mapping[str, Sequence[
     return PersonMatcher(user_id=user_id, identifiers=merged)
 
 
-@transaction.atomic
+@atomic_retrying
 def subject_index_rebuild(
     *, agent_id: int, user_id: str, given: Mapping[str, Sequence[str]] | None = None
 ) -> dict[str, list[str]]:
     """Find the rows of the agent that mention the person (registered identifiers and `given`) and
-    make the index say exactly that; answers them by table."""
+    make the index say exactly that; answers them by table.
+
+    Against writers on other connections (tests/forgetting/test_index_races.py): only what
+    changes is touched. A mention the index already holds stays as it is (its row not locked, so a
+    merge or a delete whose trigger drops it never waits on this transaction, nor this one on
+    them); the mentions the scan no longer finds are locked in id order and deleted; the missing
+    ones are inserted with ON CONFLICT DO NOTHING, so a writer that recorded the same mention
+    (rewriting a row the scan read) keeps its row instead of failing this one with a unique
+    violation. A deadlock left (writers lock their rows in no one order) runs it again
+    (`atomic_retrying`); inside a caller's transaction, the caller's to handle."""
     found = mentions_scan(agent_id=agent_id, matcher=person_matcher(agent_id=agent_id, user_id=user_id, given=given))
-    SubjectMention.objects.filter(agent_id=agent_id, user_id=user_id).delete()
+    wanted = {(table, row_id) for table, ids in found.items() for row_id in ids}
+    held: dict[tuple[str, str], int] = {
+        (table, row_id): pk
+        for pk, table, row_id in SubjectMention.objects.filter(agent_id=agent_id, user_id=user_id).values_list(
+            "pk", "table", "row_id"
+        )
+    }
+    stale = sorted(pk for key, pk in held.items() if key not in wanted)
+    if stale:
+        locked = list(SubjectMention.objects.select_for_update().filter(pk__in=stale).order_by("pk").values_list("pk"))
+        if locked:
+            SubjectMention.objects.filter(pk__in=[pk for (pk,) in locked]).delete()
     SubjectMention.objects.bulk_create(
         [
             SubjectMention(agent_id=agent_id, user_id=user_id, table=table, row_id=row_id)
             for table, ids in found.items()
             for row_id in ids
-        ]
+            if (table, row_id) not in held
+        ],
+        ignore_conflicts=True,
     )
     return found
 

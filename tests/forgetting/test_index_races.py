@@ -1,0 +1,192 @@
+"""The subject index against writers on other connections (issue 25 §2), interleaved by who waits
+on whom (`pg_blocking_pids`), never by sleeps; every wait bounded.
+
+1. A rebuild inserting a mention that a writer's open transaction inserts too (the writer rewrote a
+   row the rebuild's scan had read): the rebuild waits on the writer's row, the writer commits,
+   and the rebuild's insert meets it. It must keep the writer's row (ON CONFLICT DO NOTHING) and
+   end with the rows its scan found, not fail with the unique violation (and the erasure or the
+   export calling it with it).
+2. A merge of two entities named in a person's index against that person's erasure: the merge
+   holds both entities and deletes the merged one (its index rows go, in its transaction, by the
+   trigger of migration 0055) while the erasure rebuilt the person's index (deleting and
+   inserting her rows) and waits on an entity it redacts. Each waited on the other: PostgreSQL
+   aborted one (a deadlock), the erasure or the staff merge. Both must finish.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from memoryapp.forgetting.mentions import mentions_erase
+from memoryapp.graph.services import entity_merge
+from memoryapp.models import Agent, Entity, MemoryItem, SubjectMention, Thread
+from memoryapp.subjects.index import mentions_scan, person_matcher, subject_index_rebuild
+from memoryapp.threads.services import thread_update
+from tests.kit.api import Caller, post_item, post_thread
+from tests.kit.concurrency import started
+from tests.kit.mentions import EMAIL, IDENTIFIERS, NAME, PERSON
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+WAIT = 30.0  # seconds any side waits for another before the test fails (never reached when it works)
+Table = SubjectMention.Table
+
+
+def _pid() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        return int(cursor.fetchone()[0])
+
+
+def _blocked_by(waiter: int, holder: int) -> bool:
+    """Whether the backend `waiter` waits on a lock `holder` holds (read on this thread's connection)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s = ANY(pg_blocking_pids(%s))", [holder, waiter])
+        return bool(cursor.fetchone()[0])
+
+
+def _until(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if done():
+            return
+        time.sleep(0.01)  # polling a condition, not waiting for a race
+    raise AssertionError(f"never: {what}")
+
+
+class Side:
+    """Work on a thread of its own with its own connection: its backend pid once known, whether it
+    finished, what it answered."""
+
+    def __init__(self, work: Callable[[], Any], name: str) -> None:
+        self.pid: int | None = None
+        self.answer: Any = None
+        self.errors: list[BaseException] = []
+        self.ready = threading.Event()
+
+        def run() -> None:
+            self.pid = _pid()
+            self.ready.set()
+            self.answer = work()
+
+        self.thread = started(run, self.errors, name=name)
+        assert self.ready.wait(WAIT), name
+
+    def waits_on(self, other: Side) -> bool:
+        assert self.pid is not None and other.pid is not None
+        return _blocked_by(self.pid, other.pid)
+
+    def join(self) -> None:
+        self.thread.join(WAIT)
+        assert not self.thread.is_alive(), f"{self.thread.name} still runs"
+
+
+def _register(caller: Caller) -> None:
+    answer = caller.client.put(f"/api/v1/users/{PERSON}/identifiers", IDENTIFIERS, format="json")
+    assert answer.status_code == 200, answer.content
+
+
+def _indexed(agent: Agent) -> set[tuple[str, str]]:
+    return set(SubjectMention.objects.filter(agent=agent, user_id=PERSON).values_list("table", "row_id"))
+
+
+def _scanned(agent: Agent) -> set[tuple[str, str]]:
+    found = mentions_scan(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON))
+    return {(table, row_id) for table, ids in found.items() for row_id in ids}
+
+
+def test_a_rebuild_meeting_a_writers_mention_of_the_same_row_keeps_it(alice: Caller) -> None:
+    _register(alice)
+    post_thread(alice, "t-carl", user_id="u-carl", metadata={"contact": EMAIL})
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    thread = Thread.objects.get(agent=agent, external_id="t-carl")
+    # The thread was written before the index knew her (a rebuild job's case: identifiers changed).
+    SubjectMention.objects.filter(agent=agent, user_id=PERSON).delete()
+
+    commit = threading.Event()
+    written = threading.Event()
+
+    def writer() -> None:
+        # Another request edits the thread's metadata (still naming her): its mention is inserted,
+        # in a transaction held open until the rebuild waits on it.
+        with transaction.atomic():
+            thread_update(thread=thread, metadata={"note": f"write to {EMAIL}"}, actor="test")
+            written.set()
+            assert commit.wait(WAIT)
+
+    write = Side(writer, "writer")
+    assert written.wait(WAIT)
+    rebuild = Side(lambda: subject_index_rebuild(agent_id=agent.pk, user_id=PERSON), "rebuild")
+    _until(lambda: rebuild.waits_on(write), "the rebuild waited on the writer's mention")
+    commit.set()
+    write.join()
+    rebuild.join()
+
+    assert not write.errors, write.errors
+    assert not rebuild.errors, rebuild.errors  # before: IntegrityError (subject_mention_uniq)
+    assert rebuild.answer[Table.THREAD] == [str(thread.pk)]
+    assert _indexed(agent) == _scanned(agent) == {(Table.THREAD, str(thread.pk))}
+
+
+def _entity_named(caller: Caller, name: str, aliases: list[str]) -> Entity:
+    item = post_item(caller, kind="fact", subject=name, attribute="meets", value="on Fridays")
+    entity = Entity.objects.get(pk=MemoryItem.objects.get(pk=item["id"]).entity_id)
+    Entity.objects.filter(pk=entity.pk).update(aliases=aliases)
+    return entity
+
+
+def test_a_merge_and_her_erasure_both_finish_when_each_holds_what_the_other_needs(alice: Caller) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    keep = _entity_named(alice, "Boat club", [f"{NAME}'s club"])
+    merged = _entity_named(alice, "Sailing club", [NAME])
+    subject_index_rebuild(agent_id=agent.pk, user_id=PERSON)
+    assert {(Table.ENTITY, keep.pk), (Table.ENTITY, merged.pk)} <= _indexed(agent)
+    merged_item = MemoryItem.objects.get(agent=agent, entity_id=merged.pk)
+
+    release = threading.Event()
+    held = threading.Event()
+
+    def holder() -> None:
+        # A third transaction holds an item about the merged entity: the merge, having locked both
+        # entities, waits here until the erasure is under way.
+        with transaction.atomic():
+            list(MemoryItem.objects.select_for_update().filter(pk=merged_item.pk))
+            held.set()
+            assert release.wait(WAIT)
+
+    hold = Side(holder, "holder")
+    assert held.wait(WAIT)
+    merge = Side(
+        lambda: entity_merge(
+            agent=agent, keep=Entity.objects.get(pk=keep.pk), merged=Entity.objects.get(pk=merged.pk), actor="test"
+        ),
+        "merge",
+    )
+    _until(lambda: merge.waits_on(hold), "the merge waited on the held item")
+    erasure = Side(
+        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
+        "erasure",
+    )
+    _until(lambda: erasure.waits_on(merge), "the erasure waited on the merge's entities")
+    release.set()
+    hold.join()
+    merge.join()
+    erasure.join()
+
+    assert not merge.errors, merge.errors  # before: one of the two aborted, DeadlockDetected
+    assert not erasure.errors, erasure.errors
+    # The merge went through, then the erasure redacted her from the entity kept, whose other names
+    # are the merge's (not the erasure's first read of them), and the index forgot her.
+    assert not Entity.objects.filter(pk=merged.pk).exists()
+    kept = Entity.objects.get(pk=keep.pk)
+    assert "Sailing club" in kept.aliases
+    assert not person_matcher(agent_id=agent.pk, user_id=PERSON).holds([kept.name, kept.aliases])
+    assert _indexed(agent) == set()
+    assert set(MemoryItem.objects.filter(agent=agent).values_list("entity_id", flat=True)) == {keep.pk}
