@@ -11,6 +11,9 @@ on whom (`pg_blocking_pids`), never by sleeps; every wait bounded.
    trigger of migration 0055) while the erasure rebuilt the person's index (deleting and
    inserting her rows) and waits on an entity it redacts. Each waited on the other: PostgreSQL
    aborted one (a deadlock), the erasure or the staff merge. Both must finish.
+3. A thread's delete against the erasure of a person its entries name: the delete's trigger
+   waited on the index rows the erasure's rebuild had deleted, while the erasure went on to
+   redact the entries the delete held: a deadlock again. Both must finish, neither run again.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ import pytest
 from django.db import connection, transaction
 
 from memoryapp.forgetting.mentions import mentions_erase
+from memoryapp.forgetting.services import thread_delete
 from memoryapp.graph.services import entity_merge
-from memoryapp.models import Agent, Entity, MemoryItem, SubjectMention, Thread
+from memoryapp.models import Agent, Entity, Entry, MemoryItem, SubjectMention, Thread
 from memoryapp.subjects.index import mentions_scan, person_matcher, subject_index_rebuild
 from memoryapp.threads.services import thread_update
-from tests.kit.api import Caller, post_item, post_thread
+from tests.kit.api import Caller, post_entry, post_item, post_thread
 from tests.kit.concurrency import started
 from tests.kit.mentions import EMAIL, IDENTIFIERS, NAME, PERSON
 
@@ -141,7 +145,9 @@ def _entity_named(caller: Caller, name: str, aliases: list[str]) -> Entity:
     return entity
 
 
-def test_a_merge_and_her_erasure_both_finish_when_each_holds_what_the_other_needs(alice: Caller) -> None:
+def test_a_merge_and_her_erasure_both_finish_when_each_holds_what_the_other_needs(
+    alice: Caller, caplog: pytest.LogCaptureFixture
+) -> None:
     _register(alice)
     agent = Agent.objects.get(pk=alice.agent.pk)
     keep = _entity_named(alice, "Boat club", [f"{NAME}'s club"])
@@ -182,6 +188,7 @@ def test_a_merge_and_her_erasure_both_finish_when_each_holds_what_the_other_need
 
     assert not merge.errors, merge.errors  # before: one of the two aborted, DeadlockDetected
     assert not erasure.errors, erasure.errors
+    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]  # no deadlock at all
     # The merge went through, then the erasure redacted her from the entity kept, whose other names
     # are the merge's (not the erasure's first read of them), and the index forgot her.
     assert not Entity.objects.filter(pk=merged.pk).exists()
@@ -190,3 +197,53 @@ def test_a_merge_and_her_erasure_both_finish_when_each_holds_what_the_other_need
     assert not person_matcher(agent_id=agent.pk, user_id=PERSON).holds([kept.name, kept.aliases])
     assert _indexed(agent) == set()
     assert set(MemoryItem.objects.filter(agent=agent).values_list("entity_id", flat=True)) == {keep.pk}
+
+
+def test_a_thread_delete_and_her_erasure_both_finish_without_a_deadlock(
+    alice: Caller, caplog: pytest.LogCaptureFixture
+) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    post_thread(alice, "t-carl", user_id="u-carl")
+    for content in (f"Please call {NAME} about the trip.", f"I will write to {EMAIL} today."):
+        post_entry(alice, "t-carl", role="user", content=content)
+    item = post_item(alice, kind="fact", subject="Lisbon trip", attribute="organiser", value=f"{NAME} organises it")
+    thread = Thread.objects.get(agent=agent, external_id="t-carl")
+    entries = {(Table.ENTRY, str(pk)) for pk in Entry.objects.filter(thread=thread).values_list("pk", flat=True)}
+    assert entries <= _indexed(agent)
+
+    release = threading.Event()
+    held = threading.Event()
+
+    def holder() -> None:
+        # A third transaction holds the agent-wide item naming her: the erasure, its index rebuilt,
+        # waits here before it reaches the thread's entries.
+        with transaction.atomic():
+            list(MemoryItem.objects.select_for_update().filter(pk=item["id"]))
+            held.set()
+            assert release.wait(WAIT)
+
+    hold = Side(holder, "holder")
+    assert held.wait(WAIT)
+    erasure = Side(
+        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
+        "erasure",
+    )
+    _until(lambda: erasure.waits_on(hold), "the erasure waited on the held item")
+    delete = Side(lambda: thread_delete(thread=thread, actor="test"), "delete")
+    # Before: the delete's trigger waited on the index rows the erasure's rebuild held. Now it
+    # waits on nothing of the erasure's and is done.
+    _until(lambda: not delete.thread.is_alive() or delete.waits_on(erasure), "the delete finished or waited")
+    release.set()
+    hold.join()
+    delete.join()
+    erasure.join()
+
+    assert not delete.errors, delete.errors
+    assert not erasure.errors, erasure.errors
+    # Neither was a deadlock's victim run again (atomic_retrying logs each conflict it lost).
+    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]
+    assert not Thread.objects.filter(pk=thread.pk).exists()
+    assert not Entry.objects.filter(pk__in=[row_id for _, row_id in entries]).exists()
+    assert NAME not in MemoryItem.objects.get(pk=item["id"]).value
+    assert _indexed(agent) == set()
