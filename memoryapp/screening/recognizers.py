@@ -429,6 +429,17 @@ def _national_id_recognizers() -> list[object]:
 # A private key's whole block, not only the header line detect-secrets matches.
 _PRIVATE_KEY_BLOCK = re.compile(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----.*?(?:-----END[A-Z0-9 ]*-----|\Z)", re.S)
 
+# Credentials detect-secrets has no plugin for. Each is found whole (group 1 is the secret when the
+# pattern has a group: `Bearer` stays, the token goes).
+_OWN_SECRET_PATTERNS = (
+    # An HTTP bearer credential (`Authorization: Bearer ...`, a curl line): a token of 8 or more
+    # characters of RFC 6750's token68 holding a digit or a sign, so "the bearer bonds" is prose.
+    re.compile(r"\bbearer[ \t]+((?=[A-Za-z0-9._~+/-]*[0-9._~+/-])[A-Za-z0-9._~+/-]{8,}=*)", re.I),
+    re.compile(r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"),  # Google API key
+    re.compile(r"\bsk-ant-[a-z0-9]+-[A-Za-z0-9_-]{20,}"),  # Anthropic API key
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}(?![A-Za-z0-9])"),  # Hugging Face access token
+)
+
 
 def _secret_detector() -> Detector:
     from detect_secrets.plugins.base import RegexBasedDetector
@@ -464,15 +475,17 @@ def _secret_detector() -> Detector:
     # Each pattern with the literal strings it cannot match without (memoryapp.screening.literals):
     # a text holding none of them is not searched by it. Most are a token's prefix (`ghp_`,
     # `AKIA`, `xoxb-`, `eyJ`), so an ordinary turn that passed `_may_hold_secret` (an e-mail
-    # address or a URL is a long word that is not all letters) runs a few of the 46 patterns.
-    patterns = [(regex, literal_gate(regex)) for plugin in regex_plugins for regex in plugin.denylist]
+    # address or a URL is a long word that is not all letters) runs a few of the 50 patterns.
+    # The whole match of detect-secrets' patterns (their groups are parts of the token: `ghp` of
+    # `ghp_...`); group 1 of ours where it has one.
+    patterns = [(regex, literal_gate(regex), 0) for plugin in regex_plugins for regex in plugin.denylist]
+    patterns += [(regex, literal_gate(regex), min(regex.groups, 1)) for regex in _OWN_SECRET_PATTERNS]
 
     def detect(text: str, parsed: Parsed | None = None) -> list[tuple[int, int]]:
         lowered = text.lower() if text.isascii() else None
-        # The whole match of each pattern (its groups are parts of the token: `ghp` of `ghp_...`).
         spans = [
-            match.span()
-            for regex, gate in patterns
+            match.span(group)
+            for regex, gate, group in patterns
             if gate is None or gate.may_match(text, lowered)
             for match in regex.finditer(text)
         ]
@@ -639,6 +652,8 @@ def _may_hold_secret(text: str, longest: int | None = None) -> bool:
     if "PRIVATE KEY" in text or "PuTTY" in text:
         return True
     lowered = text.lower()
+    if "bearer" in lowered:  # a bearer token may be shorter than 11 characters
+        return True
     parts = _keyword_parts()
     # A few substring tests (a plain loop: a generator costs more than they do) before the keywords'
     # regex: 0.4 against 1.4 us a turn.
@@ -741,7 +756,7 @@ def findings(text: str, categories: Iterable[str], memo: Memo | None = None) -> 
 def nothing_possible(text: str, categories: Iterable[str]) -> bool:
     """Whether `findings` answers nothing for an ASCII text (read as it is, once: `text_readings`)
     because no category's check in `_findings` lets it through to a detector: the ordinary turn
-    (no digit, `@` or two colons, no word of 11 characters, no secret keyword), told without
+    (no digit, `@` or two colons, no word of 11 characters, no secret keyword or `bearer`), told without
     building the readings, findings and lists a screened text costs. False for a category it does
     not know (then `findings` decides)."""
     if "@" in text or text.count(":") >= 2 or _ANY_DIGIT.search(text) is not None:

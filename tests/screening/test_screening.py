@@ -136,6 +136,11 @@ def test_secrets_of_several_kinds_are_found(alice: Caller) -> None:
         'settings: API_KEY = "k3y-value-1"',
         "she wrote: my Password: 'hunter2'",
         "x Secret=abcdef",
+        # Credentials detect-secrets has no plugin for (memoryapp.screening.recognizers).
+        "curl -H 'Authorization: Bearer abc.def.ghi' https://api.example.org",
+        "the key AIzaSyA-1234567890abcdefghijklmnopqrstu in the app",
+        "ANTHROPIC_KEY sk-ant-api03-abcdefghijklmnopqrstuvwxyz012345",
+        "login with hf_abcdefghijklmnopqrstuvwxyz0123456789",
     ):
         error = error_of(
             alice.client.post(f"{THREADS}/t-s/entries", {"role": "user", "content": text}, format="json"), 422
@@ -151,6 +156,17 @@ def test_secrets_of_several_kinds_are_found(alice: Caller) -> None:
         },
     )
     assert Entry.objects.get(thread__external_id="t-s").text == "key: [secret] end"
+
+
+def test_a_bearer_token_is_redacted_and_the_bearer_of_news_is_prose(alice: Caller) -> None:
+    screening_set(alice, secret="redact")
+    append(alice, "t-b", "send Authorization: Bearer 9f8e7d6c1b2a with it")
+    append(alice, "t-b", "He was the bearer of bad news, and bearer bonds are gone.")
+    texts = list(Entry.objects.filter(thread__external_id="t-b").order_by("seq").values_list("text", flat=True))
+    assert texts == [
+        "send Authorization: Bearer [secret] with it",
+        "He was the bearer of bad news, and bearer bonds are gone.",
+    ]
 
 
 def test_a_card_number_failing_luhn_and_ordinary_prose_are_left_alone(alice: Caller) -> None:
