@@ -53,10 +53,8 @@ def _broker_answered() -> None:
 
 
 def broker_breaker_reset() -> None:
-    """Ask the broker again from the next send on, and forget the pending runs this process learned
-    (tests: each starts with the breaker closed and nothing known pending)."""
+    """Ask the broker again from the next send on (tests: each starts with the breaker closed)."""
     _broker_answered()
-    _pending_until.clear()
 
 
 def job_send(
@@ -179,29 +177,14 @@ def job_enqueue_debounced(
 ) -> JobRun | None:
     """Send at most one run per key while one is pending, for jobs asked for on every write.
 
-    1. A run this process knows to be pending and not startable yet (`_known_pending`) is enough:
-       no round trip at all (the single append's after-commit Redis call, issue 26).
-    2. Else one round trip marks the key pending if it was not (`_MARK`, a `SET NX` that also
-       returns the mark found). The job clears the mark when it starts (`job_debounce_clear`), so a
-       write that lands after the job read its rows sends the next run. The mark expires after
-       `pending_ttl` seconds in case a run is lost before it starts.
-    3. A run this call created with a `countdown` starts no earlier than `before + countdown` (the
-       broker's ETA, and the job sweep's `eta`, are both taken later): that instant is written into
-       the mark and kept here, and any process that finds the mark keeps it too (step 1). Never a
-       run found queued that was sent with no countdown (no `eta`: the embedding sweep's), which
-       may have started and read its rows before this call found it.
-
-    Returns the new run, or None when one was pending.
+    A Redis `SET NX` marks the key pending (one round trip, no database row on the hot path);
+    the job clears the mark when it starts (`job_debounce_clear`), so a write that lands after
+    the job read its rows sends the next run. The mark expires after `pending_ttl` seconds in
+    case a run is lost before it starts. Returns the new run, or None when one was pending.
     """
-    mark = debounce_mark(debounce_key)
-    if _known_pending(mark):
+    if not debounce_mark_set(debounce_mark(debounce_key), ttl=pending_ttl):
         return None
-    fresh, found = _debounce_mark_take(mark, ttl=pending_ttl)
-    if not fresh:
-        _pending_keep(mark, found)
-        return None
-    before = time.time()
-    run = job_enqueue(
+    return job_enqueue(
         kind=kind,
         task_name=task_name,
         arguments=arguments,
@@ -209,93 +192,6 @@ def job_enqueue_debounced(
         dedupe_key=debounce_key,
         countdown=countdown,
     )
-    # A run created since `before` may be another's, found queued: the embedding sweep's, created
-    # meanwhile and sent at once, has no `eta` and may have read its rows already (announcing it
-    # would skip the writes of the next second, which no run then reads).
-    created_here = run.created_at.timestamp() >= before and run.eta is not None
-    if countdown and created_here and not _runs_at_once(task_name):
-        _pending_announce(mark, before + countdown)
-    return run
-
-
-# Per process: debounce mark -> the time.time() before which the run it marks cannot start (what
-# the mark's value says, learned when this process wrote or found it).
-_pending_until: dict[str, float] = {}
-# A write this close to that instant asks Redis anyway: the web processes' clock and the workers'
-# may differ by this much (one machine, or hosts kept in time by NTP, within milliseconds).
-PENDING_CLOCK_MARGIN = 0.1
-
-# Mark KEYS[1] pending (value ARGV[1], for ARGV[2] seconds) unless it is; return the mark found.
-_MARK = """
-local found = redis.call('GET', KEYS[1])
-if found then return found end
-redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-return false
-"""
-
-
-@functools.cache
-def _mark_script() -> Any:
-    return broker_redis().register_script(_MARK)
-
-
-def _known_pending(mark: str) -> bool:
-    until = _pending_until.get(mark)
-    if until is None:
-        return False
-    if time.time() < until - PENDING_CLOCK_MARGIN:
-        return True
-    _pending_until.pop(mark, None)
-    return False
-
-
-def _pending_keep(mark: str, found: bytes | str | None) -> None:
-    """Keep the start a found mark announces (a bare mark, "1", announces none)."""
-    try:
-        until = float(found or 0)
-    except ValueError:
-        return
-    if until > time.time() + PENDING_CLOCK_MARGIN:
-        if len(_pending_until) >= 10_000:
-            _pending_until.clear()  # bounded: a forgotten run only costs its next write a round trip
-        _pending_until[mark] = until
-
-
-def _pending_announce(mark: str, until: float) -> None:
-    """Write the run's earliest start into its mark (which this call set) and keep it here."""
-    if broker_resting():
-        return
-    try:
-        broker_redis().set(mark, repr(until), xx=True, keepttl=True)
-    except redis.RedisError:
-        _broker_failed()
-        return
-    _pending_keep(mark, repr(until))
-
-
-def _runs_at_once(task_name: str) -> bool:
-    """Whether the broker is bypassed (eager tasks run as they are sent, whatever their countdown)."""
-    task = job_task(task_name)
-    return task is None or bool(task.app.conf.task_always_eager)
-
-
-def _debounce_mark_take(mark: str, *, ttl: int) -> tuple[bool, bytes | None]:
-    """(True, None) when this call marked `mark` pending, (False, the mark's value) when it was.
-
-    (True, None) too when the broker is unwell (or resting after a failure): the caller then goes
-    on to the JobRun dedupe of `job_enqueue`, which needs no broker.
-    """
-    if broker_resting():
-        return True, None
-    try:
-        # The client asked now (`broker_redis` is forgotten when the broker's URL changes, as in
-        # the fault tests), not the one the cached script was first registered with.
-        found = _mark_script()(keys=[mark], args=["1", ttl], client=broker_redis())
-    except redis.RedisError:
-        _broker_failed()
-        return True, None
-    _broker_answered()
-    return found is None, found
 
 
 def debounce_mark_set(key: str, *, ttl: int) -> bool:
@@ -317,10 +213,8 @@ def debounce_mark_set(key: str, *, ttl: int) -> bool:
 
 def job_debounce_clear(debounce_key: str) -> None:
     """Called by a debounced job as it starts: later writes send another run."""
-    mark = debounce_mark(debounce_key)
-    _pending_until.pop(mark, None)
     with contextlib.suppress(redis.RedisError):
-        broker_redis().delete(mark)
+        broker_redis().delete(debounce_mark(debounce_key))
 
 
 def broker_epoch_mark() -> str:

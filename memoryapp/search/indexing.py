@@ -43,9 +43,8 @@ def embedding_debounce_key(agent_id: int | None) -> str:
 def embedding_schedule(*, agent_id: int, debounced: bool = True) -> None:
     """Send the embedding job for the agent's entries and items not embedded yet.
 
-    Contract: called after commit by memoryapp.threads.hooks on every write, so it costs at most one
-    Redis round trip while a run is pending, none while this process knows that run cannot have
-    started (governance.jobs.broker.job_enqueue_debounced). The sweep
+    Contract: called after commit by memoryapp.threads.hooks on every write, so it costs one
+    Redis round trip while a run is pending (governance.jobs.broker.job_enqueue_debounced). The sweep
     asks with `debounced=False`: Redis marks (lost, or left by a run that never started) are not
     consulted, the agent's queued run is reused (and sent if the broker never took it) or a new
     one is sent.

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -16,13 +16,11 @@ from django.core.management import call_command
 from django.db import connection, transaction
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
-from freezegun import freeze_time
 
 from governance import locks
 from governance.audit.chain import audit_append
 from governance.jobs import runs, sweep
 from governance.jobs.broker import (
-    PENDING_CLOCK_MARGIN,
     broker_breaker_reset,
     broker_epoch_mark,
     broker_redis,
@@ -196,91 +194,6 @@ def test_debounced_enqueue_sends_one_run_while_one_is_pending() -> None:
         app.conf.task_always_eager = True
         job_debounce_clear("verify-debounce")
         broker_redis().delete("governance")  # the queue's list: leave no message for a later worker
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_run_known_pending_costs_later_enqueues_no_round_trip() -> None:
-    key = "verify-known-pending"
-    mark = debounce_mark(key)
-    job_debounce_clear(key)
-    app.conf.task_always_eager = False  # keep the run pending: nothing consumes queue `governance` here
-    try:
-        first = job_enqueue_debounced(
-            kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key=key, countdown=30
-        )
-        assert first is not None
-        # The mark says when the run may start at the earliest: not before its countdown.
-        announced = float(broker_redis().get(mark) or 0)
-        assert time.time() + 25 < announced <= time.time() + 30
-        # This process knows it: a second write asks nothing of Redis (its mark, gone behind its
-        # back, is not set again) and sends nothing.
-        broker_redis().delete(mark)
-        assert job_enqueue_debounced(kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key=key) is None
-        assert broker_redis().get(mark) is None
-        # Another process (nothing known) learns it from the mark it finds, in the same round trip.
-        broker_redis().set(mark, repr(announced), ex=300)
-        broker_breaker_reset()
-        assert job_enqueue_debounced(kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key=key) is None
-        broker_redis().delete(mark)
-        assert job_enqueue_debounced(kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key=key) is None
-        assert JobRun.objects.filter(dedupe_key=key).count() == 1
-        # The run starts (not before its countdown): the next write sends the next run.
-        with freeze_time(datetime.fromtimestamp(announced, tz=UTC)):
-            JobRun.objects.filter(dedupe_key=key).update(status=JobRun.Status.RUNNING)
-            job_debounce_clear(key)
-            second = job_enqueue_debounced(
-                kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key=key, countdown=30
-            )
-        assert second is not None and second.pk != first.pk
-    finally:
-        app.conf.task_always_eager = True
-        job_debounce_clear(key)
-        broker_redis().delete("governance")
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_pending_run_past_its_start_is_asked_for_again() -> None:
-    """Close to (or past) the announced start, the run may have begun and read its rows: a write
-    then asks Redis, and sends the next run when the job has cleared the mark."""
-    key = "verify-past-start"
-    job_debounce_clear(key)
-    app.conf.task_always_eager = False
-    try:
-        first = job_enqueue_debounced(
-            kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key=key, countdown=30
-        )
-        assert first is not None
-        announced = float(broker_redis().get(debounce_mark(key)) or 0)
-        # Another process's job started (its clock a little ahead): the mark is gone, and a write
-        # within the margin of the announced start asks Redis and sends the next run.
-        JobRun.objects.filter(pk=first.pk).update(status=JobRun.Status.RUNNING)
-        broker_redis().delete(debounce_mark(key))
-        with freeze_time(datetime.fromtimestamp(announced - PENDING_CLOCK_MARGIN / 2, tz=UTC)):
-            second = job_enqueue_debounced(kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key=key)
-        assert second is not None and second.pk != first.pk
-    finally:
-        app.conf.task_always_eager = True
-        job_debounce_clear(key)
-        broker_redis().delete("governance")
-
-
-@pytest.mark.django_db(transaction=True)
-def test_an_eager_run_announces_no_start() -> None:
-    """Eager tasks run as they are sent, whatever their countdown: nothing may be skipped on it."""
-    key = "verify-eager"
-    job_debounce_clear(key)
-    try:
-        job_enqueue_debounced(kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key=key, countdown=30)
-        assert broker_redis().get(debounce_mark(key)) in (None, b"1")
-        job_debounce_clear(key)
-        assert (
-            job_enqueue_debounced(
-                kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key=key, countdown=30
-            )
-            is not None
-        )
-    finally:
-        job_debounce_clear(key)
 
 
 @pytest.mark.django_db(transaction=True)
