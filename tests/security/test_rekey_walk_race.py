@@ -79,6 +79,7 @@ def _writer(agent: Agent, walk_pid: int, inserted: threading.Event, seen: list[s
             if query is not None:
                 seen.append(query)
                 return  # the commit: the walk's UPDATE now meets the writer's hash
+            time.sleep(0.01)  # a lock wait lasts until the commit: a poll a hundredth apart sees it
         raise AssertionError("the walk never waited on the writer's entity")
 
 
@@ -99,7 +100,7 @@ def test_a_row_committed_under_the_live_key_while_the_walk_writes_is_folded_on_t
     seen: list[str] = []
     errors: list[BaseException] = []
     writer = started(lambda: _writer(agent, walk_pid, inserted, seen), errors, name="writer")
-    assert inserted.wait(WAIT)
+    assert inserted.wait(WAIT), errors  # a writer that failed before inserting says why
     assert Entity.objects.filter(agent=agent).count() == 1  # the writer's is not committed yet
     result = encryption_rotate(settle=0, batch=500)
     writer.join(WAIT)
