@@ -10,7 +10,14 @@ import pytest
 from phonenumbers import Leniency, PhoneNumberFormat, PhoneNumberMatcher
 from phonenumbers.phonenumberutil import SUPPORTED_REGIONS
 
-from memoryapp.screening.recognizers import PHONE, PHONE_REGIONS, findings, phone_possible
+from memoryapp.screening.recognizers import (
+    PHONE,
+    PHONE_REGIONS,
+    _country_code_written,
+    _digits_only,
+    findings,
+    phone_possible,
+)
 
 
 def _matcher_spans(text: str) -> set[tuple[int, int]]:
@@ -92,3 +99,51 @@ def test_no_valid_number_of_any_region_is_lost_to_the_gate() -> None:
                         found += 1
                         assert phone_possible(text), text
     assert checked > 1000 and found > 500
+
+
+DIGIT_TEXTS = [
+    "+39 312 345 6789",
+    "(415) 555-2671 ext. 12",
+    "+1-800-FLOWERS",
+    "",
+    "no digits at all",
+    _fullwidth("+44 20 7946 0958"),
+    "+\u0664\u0664 \u0662\u0660 7946 0958",  # Arabic-Indic digits
+    "+44 \u00b2\u00b3 7946",  # superscripts: a digit value, not category Nd
+    "\u0967\u0968\u0969 \u096a\u096b\u096c",  # Devanagari
+]
+
+
+@pytest.mark.parametrize("text", DIGIT_TEXTS)
+def test_the_digits_of_a_candidate_are_read_as_phonenumbers_reads_them(text: str) -> None:
+    """`_digits_only` (a substitution for an ASCII text) answers what phonenumbers'
+    `normalize_digits_only` does, ASCII or not."""
+    assert _digits_only(text) == phonenumbers.normalize_digits_only(text)
+
+
+def _country_code_written_as_before(candidate: str) -> bool:
+    """The check as it read before its ASCII shortcut: the library's digits, any letter ruling out."""
+    from phonenumbers.phonenumberutil import COUNTRY_CODE_TO_REGION_CODE
+
+    if any(char.isalpha() for char in candidate):
+        return False
+    digits = phonenumbers.normalize_digits_only(candidate)
+    return digits[:1] not in ("", "0") and any(
+        int(digits[:n]) in COUNTRY_CODE_TO_REGION_CODE for n in (1, 2, 3) if len(digits) >= n
+    )
+
+
+@pytest.mark.parametrize(
+    "candidate",
+    [
+        *DIGIT_TEXTS,
+        "+011 44 20 7946 0958",
+        "+0044 20 7946 0958",
+        "+999 123 4567",  # no country code 999
+        "+1 202 555 0143 x12",
+        "+\u00e9 33 1 23 45 67 89",  # a letter beyond ASCII
+        "+33 1 23 45 67 89",
+    ],
+)
+def test_whether_a_country_code_is_written_is_read_as_before(candidate: str) -> None:
+    assert _country_code_written(candidate) == _country_code_written_as_before(candidate)
