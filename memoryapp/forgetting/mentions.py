@@ -27,7 +27,7 @@ re_embedded); `examples` (when given) gets up to EXAMPLES row ids per group for 
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 
 from django.db import transaction
 from django.db.models import Q
@@ -53,7 +53,14 @@ from memoryapp.models import (
 from memoryapp.models.people import MEMORY_USERS_KEY, participant_in, thread_participants
 from memoryapp.retry import atomic_retrying
 from memoryapp.search.indexing import embedding_schedule
-from memoryapp.subjects.index import subject_index_forget, subject_index_rebuild, table_rows
+from memoryapp.subjects.index import (
+    mentions_of,
+    mentions_scan,
+    person_matcher,
+    subject_index_apply,
+    subject_index_forget,
+    table_rows,
+)
 from memoryapp.subjects.matching import PersonMatcher
 from memoryapp.threads.hashing import content_hash, hashed_turn
 from memoryapp.threads.validation import entry_text
@@ -91,12 +98,17 @@ def mentions_erase(
     """Steps 1 to 4 of the module's docstring, for one agent, in one transaction (a batch per
     table would be kinder to a very large agent; the scan itself reads in chunks).
 
-    Against writers on other connections (tests/forgetting/test_index_races.py): each row it
-    changes is read locked (FOR UPDATE, per table in id order), so a merge or a delete holding it
-    is waited for and its outcome read (a row gone is skipped, other names added are kept), never
-    overwritten from an older read; the rebuild locks only the index rows it changes. A deadlock
-    still left (rows locked in another order by another writer) runs the whole again
-    (`atomic_retrying`, `examples` as the last try found them)."""
+    Against writers on other connections (tests/forgetting/test_index_races.py):
+
+    1. The index is scanned, then the threads its rows stand in are locked in pk order
+       (`_threads_lock`), before the index's writes and any row: the order of every cascade (the
+       threads, then their rows), so a thread's or an entry's delete waits for the erasure or the
+       erasure for it, never each for the other.
+    2. Each row it changes is read locked (FOR UPDATE, per table in id order), so a merge or a
+       delete holding it is waited for and its outcome read (a row gone is skipped, other names
+       added are kept), never overwritten from an older read.
+    3. A deadlock still left (a writer not thought of, locking in another order) runs the whole
+       again (`atomic_retrying`, `examples` as the last try found them)."""
     groups = set(exclude)
 
     @atomic_retrying
@@ -117,7 +129,13 @@ def _mentions_erase(
     user_id = matcher.user_id
     found = MentionsFound()
     counts = found.counts
-    index = subject_index_rebuild(agent_id=agent_id, user_id=user_id, given=matcher.identifiers)
+    # The index rebuilt (as `subject_index_rebuild`), its writes after the threads' locks.
+    index = mentions_scan(
+        agent_id=agent_id, matcher=person_matcher(agent_id=agent_id, user_id=user_id, given=matcher.identifiers)
+    )
+    held = mentions_of(agent_ids=[agent_id], user_id=user_id).get(agent_id, {})
+    _threads_lock(agent_id=agent_id, user_id=user_id, rows={t: [*index[t], *held.get(t, [])] for t in index})
+    subject_index_apply(agent_id=agent_id, user_id=user_id, found=index)
     reembed = False
 
     def example(group: str, row_id: str) -> None:
@@ -292,6 +310,43 @@ def _mentions_erase(
     if reembed:
         transaction.on_commit(lambda: embedding_schedule(agent_id=agent_id))
     return found
+
+
+def _threads_lock(*, agent_id: int, user_id: str, rows: Mapping[str, Sequence[str]]) -> None:
+    """Lock, in pk order, the threads that the rows the erasure may change (by table, its scan's
+    and the index's) stand in or on, before any of those rows: the lock order of every cascade
+    (memoryapp.forgetting.services: the threads, then their rows). A thread's delete takes, after
+    its thread, the thread's entries (`ON DELETE` and its run ledger with them), the quotes of its
+    entries and the items standing on them, the file versions placed at them, the items and
+    entities of the thread's scope; a writer holding the thread waits here for the erasure, never
+    the erasure on a row such a writer holds while it waits on the erasure
+    (tests/forgetting/test_index_races.py). The participants lists' threads are among them."""
+
+    def ids(table: str) -> list[str]:
+        return list(rows.get(table, ()))
+
+    items = MemoryItem.objects.filter(agent_id=agent_id, pk__in=ids(Table.ITEM))
+    entities = Entity.objects.filter(agent_id=agent_id, pk__in=ids(Table.ENTITY))
+    quotes = Q(pk__in=ids(Table.EVIDENCE)) | Q(item_id__in=ids(Table.ITEM))
+    scopes = {*items.values_list("thread_id", flat=True), *entities.values_list("thread_id", flat=True)} - {""}
+    parts = [
+        Thread.objects.filter(agent_id=agent_id, pk__in=ids(Table.THREAD)).values_list("pk"),
+        Thread.objects.filter(participant_in(user_id, agent_id=agent_id)).values_list("pk"),
+        Thread.objects.filter(agent_id=agent_id, external_id__in=scopes).values_list("pk"),
+        Entry.objects.filter(agent_id=agent_id, pk__in=ids(Table.ENTRY)).values_list("thread_id"),
+        Evidence.objects.filter(quotes, agent_id=agent_id).values_list("entry__thread_id"),
+        RelationEvidence.objects.filter(agent_id=agent_id, pk__in=ids(Table.RELATION_EVIDENCE)).values_list(
+            "entry__thread_id"
+        ),
+        MemoryFileVersion.objects.filter(agent_id=agent_id, pk__in=ids(Table.FILE_VERSION)).values_list(
+            "place__thread_id"
+        ),
+        RunEvent.objects.filter(agent_id=agent_id, pk__in=ids(Table.RUN_EVENT)).values_list("thread_id"),
+        ThreadRun.objects.filter(agent_id=agent_id, pk__in=ids(Table.THREAD_RUN)).values_list("thread_id"),
+    ]
+    pks = sorted({pk for part in parts for (pk,) in part if pk is not None})
+    if pks:
+        list(Thread.objects.select_for_update().filter(pk__in=pks).order_by("pk").values_list("pk", flat=True))
 
 
 def mentions_delete_entities(*, agent_id: int, entity_ids: list[str]) -> int:

@@ -177,6 +177,13 @@ def subject_index_rebuild(
     violation. A deadlock left (writers lock their rows in no one order) runs it again
     (`atomic_retrying`); inside a caller's transaction, the caller's to handle."""
     found = mentions_scan(agent_id=agent_id, matcher=person_matcher(agent_id=agent_id, user_id=user_id, given=given))
+    subject_index_apply(agent_id=agent_id, user_id=user_id, found=found)
+    return found
+
+
+def subject_index_apply(*, agent_id: int, user_id: str, found: Mapping[str, Sequence[str]]) -> None:
+    """Make the index hold exactly the person's rows `found` by a scan (`subject_index_rebuild`'s
+    writes; the erasure calls it between its scan and its writes, once it holds the threads)."""
     wanted = {(table, row_id) for table, ids in found.items() for row_id in ids}
     held: dict[tuple[str, str], int] = {
         (table, row_id): pk
@@ -198,7 +205,6 @@ def subject_index_rebuild(
         ],
         ignore_conflicts=True,
     )
-    return found
 
 
 def mentions_of(*, agent_ids: Sequence[int], user_id: str) -> dict[int, dict[str, list[str]]]:

@@ -14,6 +14,10 @@ on whom (`pg_blocking_pids`), never by sleeps; every wait bounded.
 3. A thread's delete against the erasure of a person its entries name: the delete's trigger
    waited on the index rows the erasure's rebuild had deleted, while the erasure went on to
    redact the entries the delete held: a deadlock again. Both must finish, neither run again.
+4. The same delete against an erasure that holds one of the thread's turns (entries in id order)
+   and then wants the thread itself (its metadata names her): the delete, holding the thread,
+   waited on the turn. The erasure locks the threads first now, as every cascade does: the delete
+   waits for it, and nothing is run again.
 """
 
 from __future__ import annotations
@@ -246,4 +250,58 @@ def test_a_thread_delete_and_her_erasure_both_finish_without_a_deadlock(
     assert not Thread.objects.filter(pk=thread.pk).exists()
     assert not Entry.objects.filter(pk__in=[row_id for _, row_id in entries]).exists()
     assert NAME not in MemoryItem.objects.get(pk=item["id"]).value
+    assert _indexed(agent) == set()
+
+
+def test_a_thread_delete_and_her_erasure_of_its_entries_and_metadata_lock_in_one_order(
+    alice: Caller, caplog: pytest.LogCaptureFixture
+) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    # One thread names her in its metadata and in a turn; another thread's later turn names her too.
+    post_thread(alice, "t-carl", user_id="u-carl", metadata={"contact": EMAIL})
+    first = post_entry(alice, "t-carl", role="user", content=f"Please call {NAME} about the trip.")
+    post_thread(alice, "t-dora", user_id="u-dora")
+    later = post_entry(alice, "t-dora", role="user", content=f"I will write to {EMAIL} today.")
+    assert first["id"] < later["id"]
+    thread = Thread.objects.get(agent=agent, external_id="t-carl")
+    assert {(Table.THREAD, str(thread.pk)), (Table.ENTRY, first["id"]), (Table.ENTRY, later["id"])} <= _indexed(agent)
+
+    release = threading.Event()
+    held = threading.Event()
+
+    def holder() -> None:
+        # A third transaction holds the later turn: the erasure, going through her entries in id
+        # order, waits here holding the first.
+        with transaction.atomic():
+            list(Entry.objects.select_for_update().filter(pk=later["id"]))
+            held.set()
+            assert release.wait(WAIT)
+
+    hold = Side(holder, "holder")
+    assert held.wait(WAIT)
+    erasure = Side(
+        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
+        "erasure",
+    )
+    _until(lambda: erasure.waits_on(hold), "the erasure waited on the held turn")
+    delete = Side(lambda: thread_delete(thread=thread, actor="test"), "delete")
+    # Before: the delete locked the thread, then waited on the first turn the erasure held; the
+    # erasure, given the later turn, went on to the thread's metadata and waited on the delete.
+    # Now the erasure locked the thread before any entry: the delete waits for it.
+    _until(lambda: delete.waits_on(erasure), "the delete waited on the erasure")
+    release.set()
+    hold.join()
+    erasure.join()
+    delete.join()
+
+    assert not delete.errors, delete.errors
+    assert not erasure.errors, erasure.errors
+    # Neither was a deadlock's victim run again (atomic_retrying logs each conflict it lost).
+    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]
+    assert erasure.answer.counts["mentions_redacted_entry"] == 2
+    assert erasure.answer.counts["mentions_redacted_thread"] == 1
+    assert not Thread.objects.filter(pk=thread.pk).exists()
+    assert NAME not in Entry.objects.get(pk=later["id"]).text
+    assert EMAIL not in Entry.objects.get(pk=later["id"]).text
     assert _indexed(agent) == set()
