@@ -28,6 +28,7 @@ re_embedded); `examples` (when given) gets up to EXAMPLES row ids per group for 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -57,6 +58,7 @@ from memoryapp.subjects.index import (
     mentions_of,
     mentions_scan,
     person_matcher,
+    row_texts,
     subject_index_apply,
     subject_index_forget,
     table_rows,
@@ -106,7 +108,9 @@ def mentions_erase(
        erasure for it, never each for the other.
     2. Each row it changes is read locked (FOR UPDATE, per table in id order), so a merge or a
        delete holding it is waited for and its outcome read (a row gone is skipped, other names
-       added are kept), never overwritten from an older read.
+       added are kept), never overwritten from an older read; one that names the person no more
+       (a writer took them out after the scan) is left as it is and counted nowhere, so every
+       count is a row that changed.
     3. A deadlock still left (a writer not thought of, locking in another order) runs the whole
        again (`atomic_retrying`, `examples` as the last try found them)."""
     groups = set(exclude)
@@ -138,6 +142,11 @@ def _mentions_erase(
     subject_index_apply(agent_id=agent_id, user_id=user_id, found=index)
     reembed = False
 
+    def names(table: str, row: Any) -> bool:
+        # Read under its lock: a writer that took her out after the scan (and before this lock)
+        # left nothing to redact, and the receipt counts no redaction that changed nothing.
+        return matcher.holds(row_texts(table, row))
+
     def example(group: str, row_id: str) -> None:
         if examples is not None and len(examples.setdefault(group, [])) < EXAMPLES:
             examples[group].append(row_id)
@@ -158,11 +167,14 @@ def _mentions_erase(
     if Table.ITEM not in exclude:
         about = Q(pk__in=index[Table.ITEM]) | Q(entity_id__in=entity_ids)
         for item in MemoryItem.objects.filter(about, agent_id=agent_id).select_for_update().order_by("pk"):
-            example(Table.ITEM, item.pk)
             if item.entity_id in entity_ids or matcher.spans(item.subject):
                 found.item_ids.append(item.pk)
                 _count(counts, "deleted", Table.ITEM)
+                example(Table.ITEM, item.pk)
                 continue
+            if not names(Table.ITEM, item):
+                continue
+            example(Table.ITEM, item.pk)
             item.attribute = matcher.redacted(item.attribute)
             item.value = matcher.redacted(item.value)
             item.value_json = matcher.redacted_value(item.value_json)
@@ -197,6 +209,8 @@ def _mentions_erase(
     if Table.ENTRY not in exclude:
         entries = Entry.objects.filter(agent_id=agent_id, pk__in=index[Table.ENTRY])
         for entry in entries.select_for_update().order_by("pk"):
+            if not names(Table.ENTRY, entry):
+                continue
             content = matcher.redacted_value(entry.content)
             tool_calls = matcher.redacted_value(entry.tool_calls)
             event = matcher.redacted_value(entry.event)
@@ -234,6 +248,8 @@ def _mentions_erase(
     if Table.THREAD not in exclude:
         threads = Thread.objects.filter(agent_id=agent_id, pk__in=index[Table.THREAD])
         for thread in threads.select_for_update().order_by("pk"):
+            if not names(Table.THREAD, thread):
+                continue
             thread.metadata = matcher.redacted_value(thread.metadata)
             if thread.words_of == matcher.user_id:
                 thread.words_of = ""  # what stays is no longer the person's words: the thread's key
@@ -243,6 +259,8 @@ def _mentions_erase(
     if Table.EVIDENCE not in exclude:
         evidence = Evidence.objects.filter(agent_id=agent_id, pk__in=index[Table.EVIDENCE])
         for quote in evidence.select_for_update(of=("self",)).order_by("pk"):
+            if not names(Table.EVIDENCE, quote):
+                continue
             quote.quote = matcher.redacted(quote.quote)
             quote.save(update_fields=["quote"])
             _count(counts, "redacted", Table.EVIDENCE)
@@ -250,13 +268,17 @@ def _mentions_erase(
     if Table.RELATION_EVIDENCE not in exclude:
         quotes = RelationEvidence.objects.filter(agent_id=agent_id, pk__in=index[Table.RELATION_EVIDENCE])
         for edge_quote in quotes.select_for_update(of=("self",)).order_by("pk"):
+            if not names(Table.RELATION_EVIDENCE, edge_quote):
+                continue
             edge_quote.quote = matcher.redacted(edge_quote.quote)
             edge_quote.save(update_fields=["quote"])
             _count(counts, "redacted", Table.RELATION_EVIDENCE)
             example(Table.RELATION_EVIDENCE, str(edge_quote.pk))
     if Table.KNOWLEDGE_DOCUMENT not in exclude:
         documents = KnowledgeDocument.objects.filter(agent_id=agent_id, pk__in=index[Table.KNOWLEDGE_DOCUMENT])
-        for document in documents.order_by("pk"):
+        for document in documents.select_for_update().order_by("pk"):
+            if not names(Table.KNOWLEDGE_DOCUMENT, document):
+                continue
             # Its chunks are cut and embedded again from the redacted text.
             knowledge_document_replace(
                 document=document,
@@ -270,6 +292,8 @@ def _mentions_erase(
     if Table.FILE_VERSION not in exclude:
         versions = MemoryFileVersion.objects.filter(agent_id=agent_id, pk__in=index[Table.FILE_VERSION])
         for version in versions.select_for_update(of=("self",)).order_by("pk"):
+            if not names(Table.FILE_VERSION, version):
+                continue
             content = matcher.redacted(version.content or "")
             version.content, version.sha256, version.size = content, sha256_of(content), size_of(content)
             version.save(update_fields=["content", "sha256", "size"])
@@ -278,6 +302,8 @@ def _mentions_erase(
     if Table.RUN_EVENT not in exclude:
         events = RunEvent.objects.filter(agent_id=agent_id, pk__in=index[Table.RUN_EVENT]).select_related("thread")
         for event in events.select_for_update(of=("self",)).order_by("pk"):
+            if not names(Table.RUN_EVENT, event):
+                continue
             event.body = matcher.redacted_value(event.body)
             event.save(update_fields=["body"])
             _count(counts, "redacted", Table.RUN_EVENT)
@@ -285,22 +311,28 @@ def _mentions_erase(
     if Table.THREAD_RUN not in exclude:
         thread_runs = ThreadRun.objects.filter(agent_id=agent_id, pk__in=index[Table.THREAD_RUN])
         for run in thread_runs.select_related("thread").select_for_update(of=("self",)).order_by("pk"):
+            if not names(Table.THREAD_RUN, run):
+                continue
             run.snapshot = matcher.redacted_value(run.snapshot)
             run.save(update_fields=["snapshot"])
             _count(counts, "redacted", Table.THREAD_RUN)
             example(Table.THREAD_RUN, run.pk)
     if Table.JOB_RUN not in exclude and index[Table.JOB_RUN]:
         runs = JobRun.objects.filter(agent_id=agent_id, pk__in=index[Table.JOB_RUN])
-        for pk in runs.values_list("pk", flat=True)[:EXAMPLES]:
+        naming = [run.pk for run in runs.select_for_update().order_by("pk") if names(Table.JOB_RUN, run)]
+        for pk in naming[:EXAMPLES]:
             example(Table.JOB_RUN, str(pk))
-        _count(
-            counts, "redacted", Table.JOB_RUN, sealed_update(runs, arguments={"erased": True}, result={"erased": True})
-        )
+        if naming:
+            scrubbed = sealed_update(runs.filter(pk__in=naming), arguments={"erased": True}, result={"erased": True})
+            _count(counts, "redacted", Table.JOB_RUN, scrubbed)
     # 3. Participants lists.
     if PARTICIPANTS not in exclude:
         taking_part = Thread.objects.filter(participant_in(matcher.user_id, agent_id=agent_id))
         for thread in taking_part.select_for_update().order_by("pk"):
-            left = [p for p in thread_participants(thread.metadata) if p != matcher.user_id]
+            taking = thread_participants(thread.metadata)
+            left = [p for p in taking if p != matcher.user_id]
+            if len(left) == len(taking):
+                continue
             thread.metadata = {**thread.metadata, MEMORY_USERS_KEY: left}
             thread.save(update_fields=["metadata"])
             _count(counts, "redacted", PARTICIPANTS)

@@ -175,7 +175,12 @@ def subject_index_rebuild(
     ones are inserted with ON CONFLICT DO NOTHING, so a writer that recorded the same mention
     (rewriting a row the scan read) keeps its row instead of failing this one with a unique
     violation. A deadlock left (writers lock their rows in no one order) runs it again
-    (`atomic_retrying`); inside a caller's transaction, the caller's to handle."""
+    (`atomic_retrying`); inside a caller's transaction, the caller's to handle.
+
+    The scan reads without locks: a row a writer stops naming the person between the scan and the
+    commit may stay indexed until the next rebuild (its rows are not locked here: that would put
+    the rebuild job in every cascade's lock order). What acts on the index reads the row again
+    under its lock: the erasure redacts and counts only rows that name the person then."""
     found = mentions_scan(agent_id=agent_id, matcher=person_matcher(agent_id=agent_id, user_id=user_id, given=given))
     subject_index_apply(agent_id=agent_id, user_id=user_id, found=found)
     return found

@@ -18,6 +18,8 @@ on whom (`pg_blocking_pids`), never by sleeps; every wait bounded.
    and then wants the thread itself (its metadata names her): the delete, holding the thread,
    waited on the turn. The erasure locks the threads first now, as every cascade does: the delete
    waits for it, and nothing is run again.
+5. A writer that takes her out of a row after the erasure's scan read it: the erasure, waiting on
+   the row's lock, reads it again and counts no redaction that changed nothing.
 """
 
 from __future__ import annotations
@@ -304,4 +306,42 @@ def test_a_thread_delete_and_her_erasure_of_its_entries_and_metadata_lock_in_one
     assert not Thread.objects.filter(pk=thread.pk).exists()
     assert NAME not in Entry.objects.get(pk=later["id"]).text
     assert EMAIL not in Entry.objects.get(pk=later["id"]).text
+    assert _indexed(agent) == set()
+
+
+def test_her_erasure_counts_no_redaction_of_a_row_a_writer_stopped_naming_her(alice: Caller) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    post_thread(alice, "t-carl", user_id="u-carl", metadata={"contact": EMAIL})
+    thread = Thread.objects.get(agent=agent, external_id="t-carl")
+    assert _indexed(agent) == {(Table.THREAD, str(thread.pk))}
+
+    commit = threading.Event()
+    written = threading.Event()
+
+    def writer() -> None:
+        # Another request rewrites the thread's metadata, naming her no more, in a transaction held
+        # open until the erasure (which read the metadata before) waits on the thread.
+        with transaction.atomic():
+            thread_update(thread=thread, metadata={"contact": "the front desk"}, actor="test")
+            written.set()
+            assert commit.wait(WAIT)
+
+    write = Side(writer, "writer")
+    assert written.wait(WAIT)
+    erasure = Side(
+        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
+        "erasure",
+    )
+    _until(lambda: erasure.waits_on(write), "the erasure waited on the writer's thread")
+    commit.set()
+    write.join()
+    erasure.join()
+
+    assert not write.errors, write.errors
+    assert not erasure.errors, erasure.errors
+    # Before: the erasure's scan found the metadata naming her, the writer's commit took her out,
+    # and the erasure counted a redaction that changed nothing.
+    assert erasure.answer.counts.get("mentions_redacted_thread", 0) == 0
+    assert Thread.objects.get(pk=thread.pk).metadata == {"contact": "the front desk"}
     assert _indexed(agent) == set()
