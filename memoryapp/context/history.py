@@ -248,9 +248,13 @@ class PathEntry:
         # values, as the model's fields do).
         self.content = _json(json_text_open(self.content, table=ENTRY_TABLE, column="content"))
         self.text = value_open(self.text, table=ENTRY_TABLE, column="text")
-        self.sender_name = value_open(self.sender_name, table=ENTRY_TABLE, column="sender_name")
-        self.tool_calls = _json(json_text_open(self.tool_calls, table=ENTRY_TABLE, column="tool_calls"))
-        self.event = _json(json_text_open(self.event, table=ENTRY_TABLE, column="event"))
+        if self.sender_name:
+            self.sender_name = value_open(self.sender_name, table=ENTRY_TABLE, column="sender_name")
+        # Most turns have neither (null): nothing to open or decode.
+        if self.tool_calls is not None:
+            self.tool_calls = _json(json_text_open(self.tool_calls, table=ENTRY_TABLE, column="tool_calls"))
+        if self.event is not None:
+            self.event = _json(json_text_open(self.event, table=ENTRY_TABLE, column="event"))
 
 
 WINDOW_COLUMNS = tuple(f.name for f in fields(PathEntry))
@@ -267,7 +271,15 @@ _CHAIN_WINDOW_SQL = chain_rows_sql(columns=WINDOW_COLUMNS, extra=(_FIRST_COMPACT
 
 
 def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+    """A jsonb value read as text, decoded. PostgreSQL writes a JSON string with every quote,
+    backslash and control character in it escaped, so one without a backslash is the text between
+    its quotes: taken as it is, without the decoder (a turn's content is mostly such a string, and
+    decoding it was half the cost of turning a build's window into rows: issue 26)."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith('"') and "\\" not in value:
+        return value[1:-1]
+    return json.loads(value)
 
 
 def _chain_below(thread: Thread) -> int | None:
