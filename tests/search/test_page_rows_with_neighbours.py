@@ -156,3 +156,24 @@ def test_the_rows_read_with_the_neighbours_are_the_agents_and_open_as_the_page_q
     assert _load_entries(sorted(read), read) == apart
     assert {h.text for h in apart.values()} >= {SAID[0], "In the fork we took the kayak to the river"}
     assert apart[world["redacted"]].text == "[redacted]"
+
+
+def test_a_page_holds_each_entrys_time_to_the_microsecond_before_1970_too(alice: Any) -> None:
+    """The page's times are read as microseconds since the epoch (issue 26): each is the entry's own."""
+    thread = ThreadFactory(agent=alice.agent)
+    times = [
+        datetime(1969, 12, 31, 23, 59, 59, 500_000, tzinfo=UTC),
+        datetime(2024, 2, 29, 23, 59, 59, 999_999, tzinfo=UTC),
+        datetime(2026, 3, 1, 9, 0, 0, 1, tzinfo=UTC),
+    ]
+    written = entries_add(
+        thread=thread,
+        entries=[{"role": "user", "content": f"kayak trip {n}", "created_at": t} for n, t in enumerate(times)],
+    )
+    embedded(alice.agent)
+    stored = {e.id: e.created_at for e in Entry.objects.filter(thread=thread)}
+    assert sorted(stored.values()) == times
+    for method in ("hybrid", "keyword"):
+        hits = search(agent=alice.agent, text="kayak trip", thread=thread, limit=5, method=method).hits
+        assert {h.id: h.as_json()["created_at"] for h in hits} == {i: t.isoformat() for i, t in stored.items()}
+    assert {i: h.created_at for i, h in _load_entries([e.id for e in written]).items()} == stored
