@@ -247,7 +247,7 @@ def _mentions_erase(
             reembed = True
     if Table.THREAD not in exclude:
         threads = Thread.objects.filter(agent_id=agent_id, pk__in=index[Table.THREAD])
-        for thread in threads.select_for_update().order_by("pk"):
+        for thread in threads.select_for_update(no_key=True).order_by("pk"):
             if not names(Table.THREAD, thread):
                 continue
             thread.metadata = matcher.redacted_value(thread.metadata)
@@ -328,7 +328,7 @@ def _mentions_erase(
     # 3. Participants lists.
     if PARTICIPANTS not in exclude:
         taking_part = Thread.objects.filter(participant_in(matcher.user_id, agent_id=agent_id))
-        for thread in taking_part.select_for_update().order_by("pk"):
+        for thread in taking_part.select_for_update(no_key=True).order_by("pk"):
             taking = thread_participants(thread.metadata)
             left = [p for p in taking if p != matcher.user_id]
             if len(left) == len(taking):
@@ -352,7 +352,11 @@ def _threads_lock(*, agent_id: int, user_id: str, rows: Mapping[str, Sequence[st
     entries and the items standing on them, the file versions placed at them, the items and
     entities of the thread's scope; a writer holding the thread waits here for the erasure, never
     the erasure on a row such a writer holds while it waits on the erasure
-    (tests/forgetting/test_index_races.py). The participants lists' threads are among them."""
+    (tests/forgetting/test_index_races.py). The participants lists' threads are among them.
+
+    FOR NO KEY UPDATE, as the erasure changes no thread's key: a delete or a thread's writers
+    (`thread_lock`) still wait for it, but not the key share of a row inserted in the thread (a
+    run's events, published holding the run the erasure redacts next: each would wait on the other)."""
 
     def ids(table: str) -> list[str]:
         return list(rows.get(table, ()))
@@ -378,7 +382,8 @@ def _threads_lock(*, agent_id: int, user_id: str, rows: Mapping[str, Sequence[st
     ]
     pks = sorted({pk for part in parts for (pk,) in part if pk is not None})
     if pks:
-        list(Thread.objects.select_for_update().filter(pk__in=pks).order_by("pk").values_list("pk", flat=True))
+        locking = Thread.objects.select_for_update(no_key=True).filter(pk__in=pks).order_by("pk")
+        list(locking.values_list("pk", flat=True))
 
 
 def mentions_delete_entities(*, agent_id: int, entity_ids: list[str]) -> int:

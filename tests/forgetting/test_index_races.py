@@ -20,6 +20,9 @@ on whom (`pg_blocking_pids`), never by sleeps; every wait bounded.
    waits for it, and nothing is run again.
 5. A writer that takes her out of a row after the erasure's scan read it: the erasure, waiting on
    the row's lock, reads it again and counts no redaction that changed nothing.
+6. A run's publish against an erasure holding the run's thread (a turn of it names her) that then
+   redacts the run's snapshot: the publish holds the run while its events' key share on the thread
+   waited on the erasure's lock. The erasure's thread locks are FOR NO KEY UPDATE: both finish.
 """
 
 from __future__ import annotations
@@ -35,12 +38,14 @@ from django.db import connection, transaction
 from memoryapp.forgetting.mentions import mentions_erase
 from memoryapp.forgetting.services import thread_delete
 from memoryapp.graph.services import entity_merge
-from memoryapp.models import Agent, Entity, Entry, MemoryItem, SubjectMention, Thread
+from memoryapp.ledger.services import events_check, ledger_publish
+from memoryapp.models import Agent, Entity, Entry, MemoryItem, SubjectMention, Thread, ThreadRun
 from memoryapp.subjects.index import mentions_scan, person_matcher, subject_index_rebuild
 from memoryapp.threads.services import thread_update
-from tests.kit.api import Caller, post_entry, post_item, post_thread
+from tests.kit.api import Caller, post_entry, post_item, post_ok, post_thread
 from tests.kit.concurrency import started
 from tests.kit.mentions import EMAIL, IDENTIFIERS, NAME, PERSON
+from tests.threads.test_run_ledger import SNAP_1
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -345,3 +350,63 @@ def test_her_erasure_counts_no_redaction_of_a_row_a_writer_stopped_naming_her(al
     assert erasure.answer.counts.get("mentions_redacted_thread", 0) == 0
     assert Thread.objects.get(pk=thread.pk).metadata == {"contact": "the front desk"}
     assert _indexed(agent) == set()
+
+
+def test_a_runs_publish_and_her_erasure_of_its_snapshot_both_finish_without_a_deadlock(
+    alice: Caller, caplog: pytest.LogCaptureFixture
+) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    # Carl's run published a snapshot naming her; a turn of Carl's thread names her too.
+    post_thread(alice, "t-carl", user_id="u-carl")
+    run_id = post_ok(alice.client, "/api/v1/threads/t-carl/runs", {})["id"]
+    said = {**SNAP_1, "messages": [{"role": "user", "content": f"Book a seat for {EMAIL}."}]}
+    post_ok(
+        alice.client,
+        f"/api/v1/threads/t-carl/runs/{run_id}/events",
+        {"events": [{"kind": "snapshot", "snapshot": said}]},
+    )
+    turn = post_entry(alice, "t-carl", role="user", content=f"Please call {NAME} about the trip.")
+    thread = Thread.objects.get(agent=agent, external_id="t-carl")
+    assert {(Table.THREAD_RUN, run_id), (Table.ENTRY, turn["id"])} <= _indexed(agent)
+
+    release = threading.Event()
+    held = threading.Event()
+
+    def holder() -> None:
+        # A third transaction holds the turn: the erasure waits here, holding the thread.
+        with transaction.atomic():
+            list(Entry.objects.select_for_update().filter(pk=turn["id"]))
+            held.set()
+            assert release.wait(WAIT)
+
+    hold = Side(holder, "holder")
+    assert held.wait(WAIT)
+    erasure = Side(
+        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
+        "erasure",
+    )
+    _until(lambda: erasure.waits_on(hold), "the erasure waited on the held turn")
+    # The run goes on streaming: its publish locks the run, then inserts its events (their key
+    # share on the thread, which the erasure holds).
+    publish = Side(
+        lambda: ledger_publish(
+            agent=agent, thread=thread, run_id=run_id, events=events_check({"kind": "text_delta", "delta": "ok"})
+        ),
+        "publish",
+    )
+    # Before, the erasure held the thread FOR UPDATE: the publish waited on it, holding the run the
+    # erasure went on to lock once the turn was released (a deadlock, the publish its victim). Now
+    # its lock is FOR NO KEY UPDATE, and the publish goes through.
+    _until(lambda: not publish.thread.is_alive() or publish.waits_on(erasure), "the publish ran or waited")
+    release.set()
+    hold.join()
+    erasure.join()
+    publish.join()
+
+    assert not publish.errors, publish.errors
+    assert not erasure.errors, erasure.errors
+    # Neither was a deadlock's victim run again (atomic_retrying logs each conflict it lost).
+    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]
+    assert erasure.answer.counts["mentions_redacted_thread_run"] == 1
+    assert EMAIL not in str(ThreadRun.objects.get(pk=run_id).snapshot)
