@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import QuerySet
 
 from memoryapp.forgetting.mentions import mentions_erase
 from memoryapp.forgetting.services import thread_delete
@@ -102,6 +103,31 @@ class Side:
         assert not self.thread.is_alive(), f"{self.thread.name} still runs"
 
 
+def _holding(rows: QuerySet[Any]) -> tuple[Side, threading.Event]:
+    """A third transaction holding `rows` locked (FOR UPDATE) until the event answered is set: what
+    makes one side wait, holding what it locked before, while the other goes on."""
+    release = threading.Event()
+    held = threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic():
+            list(rows.select_for_update())
+            held.set()
+            assert release.wait(WAIT)
+
+    hold = Side(holder, "holder")
+    assert held.wait(WAIT)
+    return hold, release
+
+
+def _erasing(agent: Agent) -> Side:
+    """The erasure of her mentions (registered identifiers), on a connection of its own."""
+    return Side(
+        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
+        "erasure",
+    )
+
+
 def _register(caller: Caller) -> None:
     answer = caller.client.put(f"/api/v1/users/{PERSON}/identifiers", IDENTIFIERS, format="json")
     assert answer.status_code == 200, answer.content
@@ -167,19 +193,9 @@ def test_a_merge_and_her_erasure_both_finish_when_each_holds_what_the_other_need
     assert {(Table.ENTITY, keep.pk), (Table.ENTITY, merged.pk)} <= _indexed(agent)
     merged_item = MemoryItem.objects.get(agent=agent, entity_id=merged.pk)
 
-    release = threading.Event()
-    held = threading.Event()
-
-    def holder() -> None:
-        # A third transaction holds an item about the merged entity: the merge, having locked both
-        # entities, waits here until the erasure is under way.
-        with transaction.atomic():
-            list(MemoryItem.objects.select_for_update().filter(pk=merged_item.pk))
-            held.set()
-            assert release.wait(WAIT)
-
-    hold = Side(holder, "holder")
-    assert held.wait(WAIT)
+    # A third transaction holds an item about the merged entity: the merge, having locked both
+    # entities, waits here until the erasure is under way.
+    hold, release = _holding(MemoryItem.objects.filter(pk=merged_item.pk))
     merge = Side(
         lambda: entity_merge(
             agent=agent, keep=Entity.objects.get(pk=keep.pk), merged=Entity.objects.get(pk=merged.pk), actor="test"
@@ -187,10 +203,7 @@ def test_a_merge_and_her_erasure_both_finish_when_each_holds_what_the_other_need
         "merge",
     )
     _until(lambda: merge.waits_on(hold), "the merge waited on the held item")
-    erasure = Side(
-        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
-        "erasure",
-    )
+    erasure = _erasing(agent)
     _until(lambda: erasure.waits_on(merge), "the erasure waited on the merge's entities")
     release.set()
     hold.join()
@@ -223,23 +236,10 @@ def test_a_thread_delete_and_her_erasure_both_finish_without_a_deadlock(
     entries = {(Table.ENTRY, str(pk)) for pk in Entry.objects.filter(thread=thread).values_list("pk", flat=True)}
     assert entries <= _indexed(agent)
 
-    release = threading.Event()
-    held = threading.Event()
-
-    def holder() -> None:
-        # A third transaction holds the agent-wide item naming her: the erasure, its index rebuilt,
-        # waits here before it reaches the thread's entries.
-        with transaction.atomic():
-            list(MemoryItem.objects.select_for_update().filter(pk=item["id"]))
-            held.set()
-            assert release.wait(WAIT)
-
-    hold = Side(holder, "holder")
-    assert held.wait(WAIT)
-    erasure = Side(
-        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
-        "erasure",
-    )
+    # A third transaction holds the agent-wide item naming her: the erasure, its index rebuilt,
+    # waits here before it reaches the thread's entries.
+    hold, release = _holding(MemoryItem.objects.filter(pk=item["id"]))
+    erasure = _erasing(agent)
     _until(lambda: erasure.waits_on(hold), "the erasure waited on the held item")
     delete = Side(lambda: thread_delete(thread=thread, actor="test"), "delete")
     # Before: the delete's trigger waited on the index rows the erasure's rebuild held. Now it
@@ -274,23 +274,10 @@ def test_a_thread_delete_and_her_erasure_of_its_entries_and_metadata_lock_in_one
     thread = Thread.objects.get(agent=agent, external_id="t-carl")
     assert {(Table.THREAD, str(thread.pk)), (Table.ENTRY, first["id"]), (Table.ENTRY, later["id"])} <= _indexed(agent)
 
-    release = threading.Event()
-    held = threading.Event()
-
-    def holder() -> None:
-        # A third transaction holds the later turn: the erasure, going through her entries in id
-        # order, waits here holding the first.
-        with transaction.atomic():
-            list(Entry.objects.select_for_update().filter(pk=later["id"]))
-            held.set()
-            assert release.wait(WAIT)
-
-    hold = Side(holder, "holder")
-    assert held.wait(WAIT)
-    erasure = Side(
-        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
-        "erasure",
-    )
+    # A third transaction holds the later turn: the erasure, going through her entries in id
+    # order, waits here holding the first.
+    hold, release = _holding(Entry.objects.filter(pk=later["id"]))
+    erasure = _erasing(agent)
     _until(lambda: erasure.waits_on(hold), "the erasure waited on the held turn")
     delete = Side(lambda: thread_delete(thread=thread, actor="test"), "delete")
     # Before: the delete locked the thread, then waited on the first turn the erasure held; the
@@ -334,10 +321,7 @@ def test_her_erasure_counts_no_redaction_of_a_row_a_writer_stopped_naming_her(al
 
     write = Side(writer, "writer")
     assert written.wait(WAIT)
-    erasure = Side(
-        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
-        "erasure",
-    )
+    erasure = _erasing(agent)
     _until(lambda: erasure.waits_on(write), "the erasure waited on the writer's thread")
     commit.set()
     write.join()
@@ -370,22 +354,9 @@ def test_a_runs_publish_and_her_erasure_of_its_snapshot_both_finish_without_a_de
     thread = Thread.objects.get(agent=agent, external_id="t-carl")
     assert {(Table.THREAD_RUN, run_id), (Table.ENTRY, turn["id"])} <= _indexed(agent)
 
-    release = threading.Event()
-    held = threading.Event()
-
-    def holder() -> None:
-        # A third transaction holds the turn: the erasure waits here, holding the thread.
-        with transaction.atomic():
-            list(Entry.objects.select_for_update().filter(pk=turn["id"]))
-            held.set()
-            assert release.wait(WAIT)
-
-    hold = Side(holder, "holder")
-    assert held.wait(WAIT)
-    erasure = Side(
-        lambda: mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON)),
-        "erasure",
-    )
+    # A third transaction holds the turn: the erasure waits here, holding the thread.
+    hold, release = _holding(Entry.objects.filter(pk=turn["id"]))
+    erasure = _erasing(agent)
     _until(lambda: erasure.waits_on(hold), "the erasure waited on the held turn")
     # The run goes on streaming: its publish locks the run, then inserts its events (their key
     # share on the thread, which the erasure holds).
