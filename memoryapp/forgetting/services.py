@@ -111,7 +111,8 @@ def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, C
     """Delete these threads (`thread_delete` each, in pk order) in one transaction: the counts of
     each by pk, the same audit records and change events as one at a time.
 
-    1. Lock the threads in pk order (NotFound when one was deleted meanwhile).
+    1. Lock the threads, and the origins of the forks among them, in pk order (NotFound when one
+       was deleted meanwhile).
     2. The origins of the forks among them forget their names (`origins_forget_forks`).
     3. Find those with memory derived outside their own rows (`_threads_plain`): forks, items
        quoting their entries, file versions placed at them, children elsewhere, items, entities
@@ -129,7 +130,7 @@ def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, C
     deadlock that makes is run again (`atomic_retrying`, here or the prune's batch).
     """
     order = sorted({t.pk for t in threads})
-    locked = list(Thread.objects.select_for_update().filter(pk__in=order).order_by("pk"))
+    locked = _threads_with_origins_lock(threads)
     if len(locked) != len(order):
         raise NotFound("Thread")
     counts: dict[int, Counts] = {}
@@ -151,11 +152,26 @@ def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, C
     return counts
 
 
+def _threads_with_origins_lock(threads: Sequence[Thread]) -> list[Thread]:
+    """Lock these threads and the origins of the forks among them (`origins_forget_forks` rewrites
+    an origin's metadata) in one pk order, the order every other locker of threads keeps (a
+    cascade, a person's mentions' erasure): an origin locked after its fork let a fork's delete hold
+    the fork and wait on the origin while an erasure held the origin and waited on the fork (each
+    on the other: tests/forgetting/test_index_races.py). A fork's origin is read before the lock: it
+    is set when the fork is made and only ever cleared. Answers the threads themselves, locked."""
+    pks = {t.pk for t in threads}
+    origins = {t.forked_from_id for t in threads if t.forked_from_id is not None} - pks
+    locking = Thread.objects.select_for_update().filter(pk__in=sorted(pks | origins)).order_by("pk")
+    return [t for t in locking if t.pk in pks]
+
+
 def origins_forget_forks(threads: Sequence[Thread]) -> None:
     """The origins of these forks, deleted with them, forget their names (`metadata.memoryForks`,
     which `thread_fork` appends to): an origin deleted in the same batch is left as it is. The
-    origins are locked in pk order, after the forks (a deadlock with a cascade locking the other
-    way is run again by `atomic_retrying`)."""
+    origins are locked here in pk order: `threads_delete` locked them already, with the forks
+    (`_threads_with_origins_lock`); a caller that did not (`_threads_erase`, a person's threads)
+    locks them after the forks, and a deadlock with a locker the other way is run again
+    (`atomic_retrying`)."""
     gone = {t.pk for t in threads}
     names: dict[int, set[str]] = {}
     for thread in threads:

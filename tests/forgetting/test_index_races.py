@@ -23,6 +23,9 @@ on whom (`pg_blocking_pids`), never by sleeps; every wait bounded.
 6. A run's publish against an erasure holding the run's thread (a turn of it names her) that then
    redacts the run's snapshot: the publish holds the run while its events' key share on the thread
    waited on the erasure's lock. The erasure's thread locks are FOR NO KEY UPDATE: both finish.
+7. A fork's delete against the erasure of a turn it copied: the delete locked the fork, then its
+   origin (to forget the fork's name); the erasure locks the origin, then the fork. The delete now
+   locks the origin with the fork, in pk order: nothing is run again.
 """
 
 from __future__ import annotations
@@ -381,3 +384,53 @@ def test_a_runs_publish_and_her_erasure_of_its_snapshot_both_finish_without_a_de
     assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]
     assert erasure.answer.counts["mentions_redacted_thread_run"] == 1
     assert EMAIL not in str(ThreadRun.objects.get(pk=run_id).snapshot)
+
+
+def test_a_forks_delete_and_her_erasure_of_it_and_its_origin_lock_in_one_order(
+    alice: Caller, caplog: pytest.LogCaptureFixture
+) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    post_thread(alice, "t-carl", user_id="u-carl")
+    turn = post_entry(alice, "t-carl", role="user", content=f"Please call {NAME} about the trip.")
+    post_ok(alice.client, "/api/v1/threads/t-carl/fork", {"entry_id": turn["id"], "new_thread_id": "t-carl-b"})
+    origin = Thread.objects.get(agent=agent, external_id="t-carl")
+    fork = Thread.objects.get(agent=agent, external_id="t-carl-b")
+    assert origin.pk < fork.pk and fork.forked_from_id == origin.pk
+    copy = Entry.objects.get(thread=fork)
+    assert {(Table.ENTRY, turn["id"]), (Table.ENTRY, copy.pk)} <= _indexed(agent)
+
+    # A third transaction holds a key share of the origin (a row being inserted in it): the fork's
+    # delete, holding the fork, waits there to make the origin forget the fork's name.
+    release = threading.Event()
+    held = threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1 FROM memoryapp_thread WHERE id = %s FOR KEY SHARE", [origin.pk])
+            held.set()
+            assert release.wait(WAIT)
+
+    hold = Side(holder, "holder")
+    assert held.wait(WAIT)
+    delete = Side(lambda: thread_delete(thread=fork, actor="test"), "delete")
+    _until(lambda: delete.waits_on(hold), "the delete waited on the origin")
+    # Before, the delete held the fork and waited on the origin, its origin locked after it; the
+    # erasure locked the origin, then waited on the fork; the holder gone, the delete waited on the
+    # origin the erasure held: a deadlock. Now the delete locks the origin first: it holds nothing
+    # of the erasure's while it waits.
+    erasure = _erasing(agent)
+    _until(lambda: not erasure.thread.is_alive() or erasure.waits_on(delete), "the erasure finished or waited")
+    release.set()
+    hold.join()
+    delete.join()
+    erasure.join()
+
+    assert not delete.errors, delete.errors
+    assert not erasure.errors, erasure.errors
+    # Neither was a deadlock's victim run again (atomic_retrying logs each conflict it lost).
+    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]
+    assert not Thread.objects.filter(pk=fork.pk).exists()
+    assert NAME not in Entry.objects.get(pk=turn["id"]).text
+    assert _indexed(agent) == set()
