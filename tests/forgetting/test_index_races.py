@@ -131,6 +131,16 @@ def _erasing(agent: Agent) -> Side:
     )
 
 
+def _finished_once(caplog: pytest.LogCaptureFixture, *sides: Side) -> None:
+    """Every side finished without an error, and none was a deadlock's victim run again
+    (`atomic_retrying` logs each lock conflict it lost)."""
+    for side in sides:
+        side.join()
+    for side in sides:
+        assert not side.errors, (side.thread.name, side.errors)
+    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]
+
+
 def _register(caller: Caller) -> None:
     answer = caller.client.put(f"/api/v1/users/{PERSON}/identifiers", IDENTIFIERS, format="json")
     assert answer.status_code == 200, answer.content
@@ -209,13 +219,7 @@ def test_a_merge_and_her_erasure_both_finish_when_each_holds_what_the_other_need
     erasure = _erasing(agent)
     _until(lambda: erasure.waits_on(merge), "the erasure waited on the merge's entities")
     release.set()
-    hold.join()
-    merge.join()
-    erasure.join()
-
-    assert not merge.errors, merge.errors  # before: one of the two aborted, DeadlockDetected
-    assert not erasure.errors, erasure.errors
-    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]  # no deadlock at all
+    _finished_once(caplog, hold, merge, erasure)  # before: one of the two aborted, DeadlockDetected
     # The merge went through, then the erasure redacted her from the entity kept, whose other names
     # are the merge's (not the erasure's first read of them), and the index forgot her.
     assert not Entity.objects.filter(pk=merged.pk).exists()
@@ -249,14 +253,7 @@ def test_a_thread_delete_and_her_erasure_both_finish_without_a_deadlock(
     # waits on nothing of the erasure's and is done.
     _until(lambda: not delete.thread.is_alive() or delete.waits_on(erasure), "the delete finished or waited")
     release.set()
-    hold.join()
-    delete.join()
-    erasure.join()
-
-    assert not delete.errors, delete.errors
-    assert not erasure.errors, erasure.errors
-    # Neither was a deadlock's victim run again (atomic_retrying logs each conflict it lost).
-    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]
+    _finished_once(caplog, hold, delete, erasure)
     assert not Thread.objects.filter(pk=thread.pk).exists()
     assert not Entry.objects.filter(pk__in=[row_id for _, row_id in entries]).exists()
     assert NAME not in MemoryItem.objects.get(pk=item["id"]).value
@@ -288,14 +285,7 @@ def test_a_thread_delete_and_her_erasure_of_its_entries_and_metadata_lock_in_one
     # Now the erasure locked the thread before any entry: the delete waits for it.
     _until(lambda: delete.waits_on(erasure), "the delete waited on the erasure")
     release.set()
-    hold.join()
-    erasure.join()
-    delete.join()
-
-    assert not delete.errors, delete.errors
-    assert not erasure.errors, erasure.errors
-    # Neither was a deadlock's victim run again (atomic_retrying logs each conflict it lost).
-    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]
+    _finished_once(caplog, hold, erasure, delete)
     assert erasure.answer.counts["mentions_redacted_entry"] == 2
     assert erasure.answer.counts["mentions_redacted_thread"] == 1
     assert not Thread.objects.filter(pk=thread.pk).exists()
@@ -374,14 +364,7 @@ def test_a_runs_publish_and_her_erasure_of_its_snapshot_both_finish_without_a_de
     # its lock is FOR NO KEY UPDATE, and the publish goes through.
     _until(lambda: not publish.thread.is_alive() or publish.waits_on(erasure), "the publish ran or waited")
     release.set()
-    hold.join()
-    erasure.join()
-    publish.join()
-
-    assert not publish.errors, publish.errors
-    assert not erasure.errors, erasure.errors
-    # Neither was a deadlock's victim run again (atomic_retrying logs each conflict it lost).
-    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]
+    _finished_once(caplog, hold, erasure, publish)
     assert erasure.answer.counts["mentions_redacted_thread_run"] == 1
     assert EMAIL not in str(ThreadRun.objects.get(pk=run_id).snapshot)
 
@@ -423,14 +406,7 @@ def test_a_forks_delete_and_her_erasure_of_it_and_its_origin_lock_in_one_order(
     erasure = _erasing(agent)
     _until(lambda: not erasure.thread.is_alive() or erasure.waits_on(delete), "the erasure finished or waited")
     release.set()
-    hold.join()
-    delete.join()
-    erasure.join()
-
-    assert not delete.errors, delete.errors
-    assert not erasure.errors, erasure.errors
-    # Neither was a deadlock's victim run again (atomic_retrying logs each conflict it lost).
-    assert not [r for r in caplog.records if "lost a lock conflict" in r.getMessage()]
+    _finished_once(caplog, hold, delete, erasure)
     assert not Thread.objects.filter(pk=fork.pk).exists()
     assert NAME not in Entry.objects.get(pk=turn["id"]).text
     assert _indexed(agent) == set()
