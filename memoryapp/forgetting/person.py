@@ -81,6 +81,7 @@ from memoryapp.forgetting.services import (
     fork_copies,
     origins_forget_forks,
     thread_scope_forget,
+    threads_with_origins_lock,
 )
 from memoryapp.graph.services import entities_unused_delete, entity_relations_delete, scope_relations_delete
 from memoryapp.items.facts import PERSON_PREFIX
@@ -526,7 +527,7 @@ def _thread_scope_erase(*, agent: Agent, thread_id: str, actor: str) -> dict[str
 def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[str, int]:
     """Delete a batch of one agent's threads whole, what stood on their entries first.
 
-    1. Lock the threads (pk order), then their forks level by level (`fork_copies`).
+    1. Lock the threads and their origins (pk order), then their forks level by level (`fork_copies`).
     2. `derived_forget_threads`: items quoting their entries (or their fork copies), file versions
        written at them, the playbook rules of purged lessons; then what each thread held alone
        (`_thread_scope_erase`).
@@ -535,7 +536,8 @@ def _threads_erase(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[
     """
     agent = Agent.objects.get(pk=agent_id)
     counts = counts_zero()
-    locked = list(Thread.objects.select_for_update().filter(agent=agent, pk__in=thread_pks).order_by("pk"))
+    # With the origins of the forks among them (`origins_forget_forks` below), in pk order.
+    locked = threads_with_origins_lock(list(Thread.objects.filter(agent=agent, pk__in=thread_pks)))
     if not locked:
         return counts
     pks = [t.pk for t in locked]

@@ -130,7 +130,7 @@ def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, C
     deadlock that makes is run again (`atomic_retrying`, here or the prune's batch).
     """
     order = sorted({t.pk for t in threads})
-    locked = _threads_with_origins_lock(threads)
+    locked = threads_with_origins_lock(threads)
     if len(locked) != len(order):
         raise NotFound("Thread")
     counts: dict[int, Counts] = {}
@@ -152,7 +152,7 @@ def threads_delete(*, threads: Sequence[Thread], actor: str = "") -> dict[int, C
     return counts
 
 
-def _threads_with_origins_lock(threads: Sequence[Thread]) -> list[Thread]:
+def threads_with_origins_lock(threads: Sequence[Thread]) -> list[Thread]:
     """Lock these threads and the origins of the forks among them (`origins_forget_forks` rewrites
     an origin's metadata) in one pk order, the order every other locker of threads keeps (a
     cascade, a person's mentions' erasure): an origin locked after its fork let a fork's delete hold
@@ -169,9 +169,8 @@ def origins_forget_forks(threads: Sequence[Thread]) -> None:
     """The origins of these forks, deleted with them, forget their names (`metadata.memoryForks`,
     which `thread_fork` appends to): an origin deleted in the same batch is left as it is. The
     origins are locked here in pk order: `threads_delete` locked them already, with the forks
-    (`_threads_with_origins_lock`); a caller that did not (`_threads_erase`, a person's threads)
-    locks them after the forks, and a deadlock with a locker the other way is run again
-    (`atomic_retrying`)."""
+    (`threads_with_origins_lock`), as a person's erasure of her threads does: locking them again is
+    nothing."""
     gone = {t.pk for t in threads}
     names: dict[int, set[str]] = {}
     for thread in threads:

@@ -25,7 +25,8 @@ on whom (`pg_blocking_pids`), never by sleeps; every wait bounded.
    waited on the erasure's lock. The erasure's thread locks are FOR NO KEY UPDATE: both finish.
 7. A fork's delete against the erasure of a turn it copied: the delete locked the fork, then its
    origin (to forget the fork's name); the erasure locks the origin, then the fork. The delete now
-   locks the origin with the fork, in pk order: nothing is run again.
+   locks the origin with the fork, in pk order: nothing is run again. The same for another person's
+   erasure of her threads (a fork among them).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from memoryapp.forgetting.mentions import mentions_erase
+from memoryapp.forgetting.person import _threads_erase
 from memoryapp.forgetting.services import thread_delete
 from memoryapp.graph.services import entity_merge
 from memoryapp.ledger.services import events_check, ledger_publish
@@ -115,6 +117,23 @@ def _holding(rows: QuerySet[Any]) -> tuple[Side, threading.Event]:
     def holder() -> None:
         with transaction.atomic():
             list(rows.select_for_update())
+            held.set()
+            assert release.wait(WAIT)
+
+    hold = Side(holder, "holder")
+    assert held.wait(WAIT)
+    return hold, release
+
+
+def _key_sharing(thread: Thread) -> tuple[Side, threading.Event]:
+    """`_holding` with the key share a row inserted in the thread takes (the ORM has no such lock):
+    a delete or a `thread_lock` waits on it, the erasure's FOR NO KEY UPDATE does not."""
+    release = threading.Event()
+    held = threading.Event()
+
+    def holder() -> None:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM memoryapp_thread WHERE id = %s FOR KEY SHARE", [thread.pk])
             held.set()
             assert release.wait(WAIT)
 
@@ -385,18 +404,7 @@ def test_a_forks_delete_and_her_erasure_of_it_and_its_origin_lock_in_one_order(
 
     # A third transaction holds a key share of the origin (a row being inserted in it): the fork's
     # delete, holding the fork, waits there to make the origin forget the fork's name.
-    release = threading.Event()
-    held = threading.Event()
-
-    def holder() -> None:
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT 1 FROM memoryapp_thread WHERE id = %s FOR KEY SHARE", [origin.pk])
-            held.set()
-            assert release.wait(WAIT)
-
-    hold = Side(holder, "holder")
-    assert held.wait(WAIT)
+    hold, release = _key_sharing(origin)
     delete = Side(lambda: thread_delete(thread=fork, actor="test"), "delete")
     _until(lambda: delete.waits_on(hold), "the delete waited on the origin")
     # Before, the delete held the fork and waited on the origin, its origin locked after it; the
@@ -410,3 +418,33 @@ def test_a_forks_delete_and_her_erasure_of_it_and_its_origin_lock_in_one_order(
     assert not Thread.objects.filter(pk=fork.pk).exists()
     assert NAME not in Entry.objects.get(pk=turn["id"]).text
     assert _indexed(agent) == set()
+
+
+def test_anothers_erasure_of_a_fork_and_her_erasure_of_its_origin_lock_in_one_order(
+    alice: Caller, caplog: pytest.LogCaptureFixture
+) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    # Carl's thread names her; Dora's fork of it copied the turn.
+    post_thread(alice, "t-carl", user_id="u-carl")
+    turn = post_entry(alice, "t-carl", role="user", content=f"Please call {NAME} about the trip.")
+    post_ok(alice.client, "/api/v1/threads/t-carl/fork", {"entry_id": turn["id"], "new_thread_id": "t-dora"})
+    post_thread(alice, "t-dora", user_id="u-dora", status=200)
+    origin = Thread.objects.get(agent=agent, external_id="t-carl")
+    fork = Thread.objects.get(agent=agent, external_id="t-dora")
+    assert origin.pk < fork.pk and fork.forked_from_id == origin.pk
+    assert (Table.ENTRY, Entry.objects.get(thread=fork).pk) in _indexed(agent)
+
+    # A key share of the origin held (a row being inserted in it): Dora's erasure of her threads,
+    # holding the fork, waits there to make the origin forget the fork's name.
+    hold, release = _key_sharing(origin)
+    dora = Side(lambda: _threads_erase(agent_id=agent.pk, thread_pks=[fork.pk], actor="test"), "dora")
+    _until(lambda: dora.waits_on(hold), "Dora's erasure waited on the origin")
+    # Before, Dora's erasure locked the origin after the fork, and hers locks the origin, then the
+    # fork: each waited on the other. Now Dora's locks the origin with the fork, in pk order.
+    erasure = _erasing(agent)
+    _until(lambda: not erasure.thread.is_alive() or erasure.waits_on(dora), "her erasure finished or waited")
+    release.set()
+    _finished_once(caplog, hold, dora, erasure)
+    assert not Thread.objects.filter(pk=fork.pk).exists()
+    assert NAME not in Entry.objects.get(pk=turn["id"]).text
