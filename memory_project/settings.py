@@ -58,11 +58,13 @@ MIDDLEWARE = [
     "memoryapp.api.middleware.ChunkedBodyMiddleware",
     "memoryapp.api.middleware.RefuseNulInUrlMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    # Django's session, CSRF, user and messages middlewares, which agent requests go past (they
+    # have none of these; memoryapp.api.middleware._BrowserPagesOnly).
+    "memoryapp.api.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "memoryapp.api.middleware.CsrfViewMiddleware",
+    "memoryapp.api.middleware.AuthenticationMiddleware",
+    "memoryapp.api.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # The route the request matched, left for gunicorn's access log (memory_project.weblog).
     "memory_project.weblog.RouteForAccessLogMiddleware",

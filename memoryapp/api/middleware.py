@@ -19,6 +19,9 @@ from contextlib import suppress
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import middleware as auth_middleware
+from django.contrib.messages import middleware as messages_middleware
+from django.contrib.sessions import middleware as sessions_middleware
 from django.core.handlers.wsgi import LimitedStream
 from django.db import InterfaceError, OperationalError
 from django.http import (
@@ -31,6 +34,7 @@ from django.http import (
     StreamingHttpResponse,
 )
 from django.http.response import HttpResponseBase
+from django.middleware import csrf as csrf_middleware
 from rest_framework import exceptions
 
 from memoryapp.api.auth import AgentKeyAuthentication
@@ -177,6 +181,47 @@ _AGENT_PREFIXES = ("/api/v1/", "/mcp/", "/mcp")
 _STAFF_PREFIX = "/api/v1/staff/"
 
 
+def agent_request(request: HttpRequest) -> bool:
+    """A request to the agent API or the MCP endpoint: authenticated by its key alone, never by a
+    session or a cookie (the staff's export API, under the same prefix, takes an admin session)."""
+    path = request.path_info
+    return path.startswith(_AGENT_PREFIXES) and not path.startswith(_STAFF_PREFIX)
+
+
+class _BrowserPagesOnly:
+    """A middleware of the browser pages (the admin, the console, the docs) that an agent request
+    goes past untouched: it has no session, no CSRF cookie, no logged-in user and no messages, so
+    each of these four only made and dropped objects for it (a session store, a cookie parse, the
+    messages' cookie and session storages and their signer): 2-9% of a single append's CPU in
+    Django's handler (issue 26, bench/handler_cpu.py). Its answer is the same: none of the four
+    adds a header or a cookie to a response whose request did not use them. The CSRF check of a
+    view (`process_view`) still runs for every request; the agent API's views are exempt from it,
+    as before."""
+
+    get_response: Callable[[HttpRequest], Any]
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if agent_request(request):
+            return self.get_response(request)
+        return super().__call__(request)  # type: ignore[misc]
+
+
+class SessionMiddleware(_BrowserPagesOnly, sessions_middleware.SessionMiddleware):
+    pass
+
+
+class CsrfViewMiddleware(_BrowserPagesOnly, csrf_middleware.CsrfViewMiddleware):
+    pass
+
+
+class AuthenticationMiddleware(_BrowserPagesOnly, auth_middleware.AuthenticationMiddleware):
+    pass
+
+
+class MessageMiddleware(_BrowserPagesOnly, messages_middleware.MessageMiddleware):
+    pass
+
+
 def _has_body(request: HttpRequest) -> bool:
     return _chunked_without_length(request) or request.META.get("CONTENT_LENGTH", "") not in ("", "0")
 
@@ -244,8 +289,7 @@ class KeyBeforeBodyMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        path = request.path_info
-        if not path.startswith(_AGENT_PREFIXES) or path.startswith(_STAFF_PREFIX) or not _has_body(request):
+        if not agent_request(request) or not _has_body(request):
             return self.get_response(request)
         try:
             if AgentKeyAuthentication().authenticate(request) is None:
