@@ -1,7 +1,9 @@
 """The CPU of one request through Django's WSGI handler, in a process of its own: single appends and
-`/healthz`, and with `--against` the same for another checkout, in blocks taking turns.
+`/healthz` (and with `--kinds`, reads of a thread's entries), and with `--against` the same for
+another checkout, in blocks taking turns.
 
     python bench/handler_cpu.py --key mk_... [--against /path/to/other/checkout] [--blocks 20] [--per-block 40]
+        [--kinds healthz,append,entries]
 
 On a machine shared with other work, the web processes' CPU per request moves by 20% between runs
 of bench/write_entries.py minutes apart (issue 26): a change worth a few percent is lost in it. This
@@ -13,12 +15,13 @@ included) and measures the rest where that noise is smallest:
    reach the running service's database and Redis as `--key`'s agent.
 2. Each creates a thread of its own and warms up (the first requests load what a web process loads).
 3. Blocks take turns: each process in turn answers `--per-block` /healthz requests, then as many
-   single appends to its thread (the request of bench/write_entries.py), through
+   single appends to its thread (the request of bench/write_entries.py) and, with `--kinds`, as many
+   reads of its thread's newest 50 entries (`GET /api/v1/threads/{id}/entries`), through
    `memory_project.wsgi.application` with the environ gunicorn would give it; the process's CPU
    time (`time.process_time`) of each block is read by the process itself. Which process goes
    first alternates, so a burst of other load falls on both.
-4. Prints, per checkout, the median CPU per request of each kind, the append's ratio to /healthz,
-   and with `--against` the median over blocks of this checkout's CPU per append over the other's.
+4. Prints, per checkout, the median CPU per request of each kind, each kind's ratio to /healthz,
+   and with `--against` the median over blocks of this checkout's CPU per request over the other's.
 
 The threads are left (their ids start with `handler-cpu-`). It never asserts a duration.
 """
@@ -38,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-KINDS = ("healthz", "append")
+KINDS = ("healthz", "append", "entries")
 TURN = "Start at the Colosseum at eight, then walk over the Palatine Hill to the Forum."
 
 
@@ -52,12 +55,12 @@ def serve(root: Path, key: str) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
     from memory_project.wsgi import application
 
-    def call(method: str, path: str, body: Any = None) -> str:
+    def call(method: str, path: str, body: Any = None, query: str = "") -> str:
         data = json.dumps(body).encode() if body is not None else b""
         environ = {
             "REQUEST_METHOD": method,
             "PATH_INFO": path,
-            "QUERY_STRING": "",
+            "QUERY_STRING": query,
             "SERVER_NAME": "127.0.0.1",
             "SERVER_PORT": "8000",
             "SERVER_PROTOCOL": "HTTP/1.1",
@@ -95,6 +98,8 @@ def serve(root: Path, key: str) -> None:
         nonlocal sent
         if kind == "healthz":
             status = call("GET", "/healthz")
+        elif kind == "entries":
+            status = call("GET", f"/api/v1/threads/{thread_id}/entries", query="limit=50")
         else:
             body = {"role": "user" if sent % 2 == 0 else "assistant", "content": f"[{sent}] {TURN}"}
             status = call("POST", f"/api/v1/threads/{thread_id}/entries", body)
@@ -102,9 +107,10 @@ def serve(root: Path, key: str) -> None:
         if not status.startswith(("200", "201")):
             sys.exit(f"{kind} answered {status}")
 
-    for _ in range(30):
+    for _ in range(60):  # the thread holds at least the 50 entries a read answers
         one("healthz")
         one("append")
+        one("entries")
     print("ready", flush=True)
     for line in sys.stdin:
         kind, count = line.split()
@@ -120,7 +126,7 @@ def serve(root: Path, key: str) -> None:
 class Measured:
     """One checkout's measuring process, and the CPU per request of each of its blocks."""
 
-    def __init__(self, root: Path, key: str):
+    def __init__(self, root: Path, key: str, kinds: tuple[str, ...]):
         self.root = root
         self.process = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--serve", str(root), "--key", key],
@@ -128,7 +134,7 @@ class Measured:
             stdout=subprocess.PIPE,
             text=True,
         )
-        self.blocks: dict[str, list[float]] = {kind: [] for kind in KINDS}
+        self.blocks: dict[str, list[float]] = {kind: [] for kind in kinds}
 
     def ready(self) -> None:
         assert self.process.stdout is not None
@@ -159,34 +165,44 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--against", type=Path, help="another checkout, measured in turns with this one")
     parser.add_argument("--blocks", type=int, default=20, help="blocks of each kind per checkout (default 20)")
     parser.add_argument("--per-block", type=int, default=40, help="requests per block (default 40)")
+    parser.add_argument(
+        "--kinds",
+        default="healthz,append",
+        help=f"the kinds of request measured, of {','.join(KINDS)} (default healthz,append; /healthz always)",
+    )
     parser.add_argument("--serve", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:
         serve(args.serve, args.key)
         return
+    kinds = tuple(k for k in KINDS if k == "healthz" or k in args.kinds.split(","))
+    if unknown := set(args.kinds.split(",")) - set(KINDS):
+        parser.error(f"--kinds: unknown {', '.join(sorted(unknown))}")
 
     checkouts = [ROOT] + ([args.against.resolve()] if args.against else [])
-    measured = [Measured(root, args.key) for root in checkouts]
+    measured = [Measured(root, args.key, kinds) for root in checkouts]
     try:
         for m in measured:
             m.ready()
         for number in range(args.blocks):
             for m in measured if number % 2 == 0 else reversed(measured):
-                for kind in KINDS:
+                for kind in kinds:
                     m.block(kind, args.per_block)
     finally:
         for m in measured:
             m.close()
     print(f"{args.blocks} blocks of {args.per_block} requests of each kind per checkout, taking turns")
+    names = {"append": "single append", "entries": "entries read (50)"}
     for m in measured:
-        healthz, append = m.median("healthz"), m.median("append")
-        print(
-            f"{m.root!s:<40} /healthz {healthz * 1000:6.3f} ms   single append {append * 1000:6.3f} ms"
-            f"   = {append / healthz:5.2f}x /healthz"
-        )
+        healthz = m.median("healthz")
+        line = f"{m.root!s:<40} /healthz {healthz * 1000:6.3f} ms"
+        for kind in kinds[1:]:
+            cpu = m.median(kind)
+            line += f"   {names[kind]} {cpu * 1000:6.3f} ms = {cpu / healthz:5.2f}x /healthz"
+        print(line)
     if len(measured) == 2:
         this, other = measured
-        for kind in KINDS:
+        for kind in kinds:
             pairs = [a / b for a, b in zip(this.blocks[kind], other.blocks[kind], strict=True)]
             print(f"{kind}: this checkout / the other, median over blocks {statistics.median(pairs):.3f}")
 
