@@ -6,8 +6,9 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_process_shutdown
 
+from governance.audit.anchor_file import anchors_sync
 from governance.crypto.startup import encryption_startup_check
 from memoryapp.screening.recognizers import screening_warm_up
 from memoryapp.search.embedders import local_model_load_before_fork
@@ -48,3 +49,10 @@ def _embedding_model_before_fork(sender: Any = None, **kwargs: Any) -> None:
     if not consumed or not consumed <= UNSCREENED_QUEUES:
         screening_warm_up()
     gc.freeze()  # see memory_project.gunicorn_config.on_starting
+
+
+@worker_process_shutdown.connect
+def _audit_anchors_synced(**kwargs: Any) -> None:
+    """A pool process ends without Python's exit handlers (billiard leaves by os._exit): the audit
+    anchor lines it wrote and has not yet fsynced are synced here (governance.audit.anchor_file)."""
+    anchors_sync()

@@ -299,6 +299,10 @@ ACCESS_LOG_RETENTION_DAYS = env_int("ACCESS_LOG_RETENTION_DAYS", 365, minimum=0,
 # database: keep it (and back it up) with the database, on storage every web and worker process
 # of the deployment writes to.
 AUDIT_ANCHOR_FILE = Path(env_str("AUDIT_ANCHOR_FILE", str(VAR_DIR / "audit-anchors.log")))
+# Each line is written at once, after its commit, and made durable (fsync) within this many seconds,
+# one fsync for every line of that interval (governance.audit.anchor_file): what the machine going
+# down may lose. 0: an fsync after every line, on the committing request's thread.
+AUDIT_ANCHOR_SYNC_SECONDS = env_float("AUDIT_ANCHOR_SYNC_SECONDS", 1.0, minimum=0, maximum=60)
 
 # --- Signed receipts ------------------------------------------------------------------------------
 

@@ -11,10 +11,17 @@ the table. So each record is also *anchored*: once its transaction has committed
 
 - A line is written only after the commit (`transaction.on_commit`, dropped with a rolled-back
   savepoint), so an anchor never names a seq that was rolled back.
-- A crash between the commit and the line leaves that record unanchored: it verifies as a plain
-  chain link does, and the next anchored record covers it (its hash chains through it).
-- Each line is one `write` with O_APPEND (appends of concurrent processes do not interleave),
-  then fsync; a line torn by a crash mid-write is skipped when read.
+- Each line is one `write` with O_APPEND (appends of concurrent processes do not interleave), made
+  on the committing thread before it goes on; a line torn by a crash mid-write is skipped when read.
+- The line is made durable (fsync) within `AUDIT_ANCHOR_SYNC_SECONDS` (1 s by default) by a thread
+  of the process, one fsync for every line of that interval, and when the process ends
+  (governance.audit.anchor_file; 0: an fsync after each line, on the committing thread).
+- So a crash may lose: a record committed but whose line was not yet written (the process died
+  between the commit and the line); and when the machine itself goes down (power, kernel), the lines
+  of the last `AUDIT_ANCHOR_SYNC_SECONDS`, written but not yet fsynced. A process killed (SIGKILL,
+  out of memory) loses no line it wrote: the kernel holds it. A record whose line was lost verifies
+  as a plain chain link does, and the next anchored record covers it (its hash chains through it):
+  what the anchors no longer show is a cut or a rewrite of the records after the newest line kept.
 
 Each line also names its chain and its database, so one file can hold the anchors of several
 databases (DATABASE_URL pointed elsewhere, the database made anew, a backup restored, while
@@ -55,6 +62,7 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 from governance import locks
+from governance.audit.anchor_file import anchor_line_append
 from governance.audit.pseudonyms import pseudonym_names, pseudonymize
 from governance.models import AuditRecord, JobRun
 
@@ -333,8 +341,9 @@ def anchor_path() -> Path:
 
 
 def anchor_append(*, chain: str, seq: int, hash_: str, at: datetime) -> None:
-    """Append one anchor line (after the record's commit). A failure is logged, never raised: the
-    change it records is committed, and an unanchored record still verifies as a chain link."""
+    """Append one anchor line (after the record's commit): written now, fsynced within
+    AUDIT_ANCHOR_SYNC_SECONDS (governance.audit.anchor_file). A failure is logged, never raised:
+    the change it records is committed, and an unanchored record still verifies as a chain link."""
     anchor = {
         "chain": chain,
         "db": _database_identity_of_connection(),
@@ -342,28 +351,9 @@ def anchor_append(*, chain: str, seq: int, hash_: str, at: datetime) -> None:
         "hash": hash_,
         "at": at.isoformat(timespec="microseconds"),
     }
-    line = json.dumps(anchor) + "\n"
     path = anchor_path()
     try:
-        fresh = not path.exists()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
-        try:
-            data = line.encode()
-            size = os.fstat(fd).st_size
-            if size and os.pread(fd, 1, size - 1) != b"\n":
-                data = b"\n" + data  # end a line torn by a crash, so this one reads whole
-            if os.write(fd, data) != len(data):
-                raise OSError(f"short write of the anchor of seq {seq}")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if fresh:  # the new file's name must survive a crash too
-            directory = os.open(path.parent, os.O_RDONLY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+        anchor_line_append(path, (json.dumps(anchor) + "\n").encode(), sync_seconds=settings.AUDIT_ANCHOR_SYNC_SECONDS)
     except OSError:
         logger.exception("could not anchor audit record %s in %s", seq, path)
 
