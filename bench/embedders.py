@@ -1,7 +1,7 @@
 """Bench: the bundled local embedding models side by side, on the same texts, same run.
 
     python bench/embedders.py [--texts 1024] [--rounds 2] [--locomo FILE]
-                              [--models all-MiniLM-L6-v2,multilingual-e5-small-q4]
+                              [--models all-MiniLM-L6-v2,all-MiniLM-L6-v2-int8,multilingual-e5-small-q4]
 
 Each round runs every model in a fresh process of its own (EMBEDDER=local, EMBEDDING_MODEL=the
 model, EMBEDDING_THREADS as configured, 1 by default as in a worker), one after the other, so the
@@ -13,7 +13,9 @@ models share the machine's load; in that process:
   - queries: `embed_query` of 100 short questions one at a time (a search's call), ms each by CPU;
   - the peak resident memory (VmHWM) after all of it.
 The texts are turns of a LoCoMo file (`--locomo`) or made-up turns, long and short mixed. Prints the
-medians of the rounds and the second model's ratios to the first. It never asserts a duration.
+medians of the rounds and each model's ratios to the first; for a variant of the first (its name
+begins with the first's: all-MiniLM-L6-v2-int8), the cosine of each text's two vectors (min, 1st
+percentile, median), which says whether it is the same model. It never asserts a duration.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def memory_kb(field: str) -> int:
     return 0
 
 
-def child(texts_file: str) -> None:
+def child(texts_file: str, vectors_file: str) -> None:
     """One model, one round, in this process: prints one JSON line."""
     import django
 
@@ -80,9 +82,12 @@ def child(texts_file: str) -> None:
     embedders.local_model_warm()
 
     began, cpu = time.perf_counter(), time.process_time()
+    vectors: list[list[float]] = []
     for start in range(0, len(texts), settings.EMBEDDING_BATCH_SIZE):
-        embedders.embed_texts(texts[start : start + settings.EMBEDDING_BATCH_SIZE])
+        vectors.extend(embedders.embed_texts(texts[start : start + settings.EMBEDDING_BATCH_SIZE]))
     wall, spent = time.perf_counter() - began, time.process_time() - cpu
+    if vectors_file:
+        Path(vectors_file).write_text(json.dumps(vectors))
 
     questions = [f"{QUESTIONS[i % len(QUESTIONS)]} ({i})" for i in range(100)]
     cpu = time.process_time()
@@ -111,11 +116,12 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--locomo", default="")
-    parser.add_argument("--models", default="all-MiniLM-L6-v2,multilingual-e5-small-q4")
+    parser.add_argument("--models", default="all-MiniLM-L6-v2,all-MiniLM-L6-v2-int8,multilingual-e5-small-q4")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--vectors", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child)
+        child(args.child, args.vectors)
         return
 
     texts = bench_texts(args.texts, args.locomo)
@@ -125,8 +131,9 @@ def main() -> None:
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     print(f"{len(texts)} texts ({sum(map(len, texts)) / len(texts):.0f} characters on average), {args.rounds} rounds")
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in models}
+    vectors_files = {m: texts_file.with_suffix(f".{m}.vectors.json") for m in models}
     try:
-        for _ in range(args.rounds):
+        for round_number in range(args.rounds):
             for model in models:
                 env = {
                     **os.environ,
@@ -136,7 +143,8 @@ def main() -> None:
                     "HF_HUB_OFFLINE": "1",
                 }
                 done = subprocess.run(
-                    [sys.executable, __file__, "--child", str(texts_file)],
+                    [sys.executable, __file__, "--child", str(texts_file)]
+                    + (["--vectors", str(vectors_files[model])] if round_number == 0 else []),
                     env=env,
                     cwd=ROOT,
                     capture_output=True,
@@ -144,8 +152,19 @@ def main() -> None:
                     check=True,
                 )
                 runs[model].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        first = json.loads(vectors_files[models[0]].read_text())
+        cosines = {
+            model: sorted(
+                sum(x * y for x, y in zip(a, b, strict=True))
+                for a, b in zip(first, json.loads(vectors_files[model].read_text()), strict=True)
+            )
+            for model in models[1:]
+            if model.startswith(models[0])
+        }
     finally:
         texts_file.unlink(missing_ok=True)
+        for path in vectors_files.values():
+            path.unlink(missing_ok=True)
 
     medians = {m: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for m, rows in runs.items()}
     for model, row in medians.items():
@@ -154,12 +173,18 @@ def main() -> None:
             f"  query {row['query_cpu_ms']:5.1f} CPU ms  load {row['load_s']:5.1f} s ({row['load_cpu']:4.1f} CPU s)"
             f"  RSS +{row['rss_loaded_mb'] - row['rss_before_mb']:5.0f} MB loaded, peak {row['rss_peak_mb']:5.0f} MB"
         )
-    if len(models) > 1:
-        base, other = medians[models[0]], medians[models[1]]
+    base = medians[models[0]]
+    for model in models[1:]:
+        other = medians[model]
         print(
-            f"  {models[1]} / {models[0]}: documents per CPU s x{other['texts_per_cpu_s'] / base['texts_per_cpu_s']:.2f},"
+            f"  {model} / {models[0]}: documents per CPU s x{other['texts_per_cpu_s'] / base['texts_per_cpu_s']:.2f},"
             f" query CPU x{other['query_cpu_ms'] / base['query_cpu_ms']:.2f},"
             f" peak RSS x{other['rss_peak_mb'] / base['rss_peak_mb']:.2f}"
+        )
+    for model, values in cosines.items():
+        print(
+            f"  cosine of each text's {model} and {models[0]} vectors: min {values[0]:.4f},"
+            f" 1st percentile {values[len(values) // 100]:.4f}, median {statistics.median(values):.4f}"
         )
 
 

