@@ -13,11 +13,15 @@ category `allow`), so the only difference is the write-time mention detector
 
 - none: nobody registered (`people_version` 0: what a write cost before the detector);
 - people: `--people` people registered, each with an e-mail, a phone, a name and an external id.
+- people-nolock (with `--erasure-lock`): the same people, the writes run without what a write
+  naming a registered person does against an erasure of them (memoryapp.subjects.erasing: the
+  person's erasure lock taken shared and their mark read, two statements): its cost is `people`
+  against `people-nolock`.
 
 The texts are turns of a conversation about a trip, one in twenty naming one of the registered
 people by name and e-mail (so `people` records mentions: one index row per such turn).
 
-    python bench/subjects.py [--rounds 30] [--batch-size 100] [--people 500]
+    python bench/subjects.py [--rounds 30] [--batch-size 100] [--people 500] [--erasure-lock]
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from bench.appends import Interleaved
 from memoryapp.models import Agent, SubjectMention
 from memoryapp.screening.identifiers import identifiers_set
 from memoryapp.screening.policy import DEFAULTS, screening_policy_set
+from memoryapp.subjects import detect
 
 SENTENCES = (
     "Could you plan a day in Rome for us, starting early and avoiding the big queues?",
@@ -54,17 +59,21 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=100, help="entries of a batch append")
     parser.add_argument("--singles", type=int, default=10, help="single appends per case per round")
     parser.add_argument("--people", type=int, default=500, help="people registered for the `people` agent")
+    parser.add_argument(
+        "--erasure-lock", action="store_true", help="add the case people-nolock: the writes without the erasure's lock"
+    )
     args = parser.parse_args()
 
     name = uuid.uuid4().hex[:8]
     cases: dict[str, Agent] = {}
-    for case in ("none", "people"):
+    names = ("none", "people", "people-nolock") if args.erasure_lock else ("none", "people")
+    for case in names:
         agent = Agent.objects.create(slug=f"bench-subjects-{case}-{name}", name=f"subjects bench {case}")
         screening_policy_set(agent=agent, values=dict.fromkeys(DEFAULTS, "allow"), actor="bench")
         cases[case] = agent
-    for n in range(args.people):
+    for n, case in ((n, case) for case in names if case != "none" for n in range(args.people)):
         identifiers_set(
-            agent=cases["people"],
+            agent=cases[case],
             user_id=f"p-{n}",
             body={
                 "emails": [f"marta.rossi{n}@example.org"],
@@ -75,6 +84,21 @@ def main() -> None:
             actor="bench",
         )
     bench = Interleaved(cases, thread_id=f"bench-{name}", reread=True)
+    if args.erasure_lock:
+        write = bench.write
+
+        def write_without_lock(case: str, kind: str, specs: list[dict[str, Any]]) -> None:
+            if case != "people-nolock":
+                write(case, kind, specs)
+                return
+            with_lock = detect._erasing_redact
+            detect._erasing_redact = lambda **_: None  # type: ignore[assignment]
+            try:
+                write(case, kind, specs)
+            finally:
+                detect._erasing_redact = with_lock
+
+        bench.write = write_without_lock  # type: ignore[method-assign]
     counter = 0
 
     def specs(n: int) -> list[dict[str, Any]]:

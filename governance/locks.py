@@ -23,6 +23,9 @@ EMBEDDING = 0x454D  # "EM", an agent's id: one embedding batch of the agent at a
 MEMORY_FILES = 0x4D46  # "MF", an agent's id: the agent's file writes go one after another
 WEBHOOK = 0x5748  # "WH", a webhook's id: held (session lock) by the one process delivering to it
 COMPACTION = 0x434D  # "CM", a thread's pk: held (session lock) by the one automatic compaction of it
+# "ER", a person of an agent (`person`): their erasure of mentions takes it exclusive to mark them
+# as being erased, each write naming them shared (memoryapp.subjects.erasing)
+ERASING = 0x4552
 
 
 def pair(lock_class: int, number: int) -> tuple[int, int]:
@@ -41,3 +44,10 @@ def channel_session(*parts: str) -> int:
     openers queue on it. Salted apart from `item_slot`, so the two hashes name different keys."""
     raw = "\x1f".join(("channel-session", *parts))
     return int.from_bytes(hashlib.blake2b(raw.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+def person(agent_id: int, user_id: str) -> int:
+    """The int4 number of a person of an agent, for a two-key lock (`ERASING`): a hash of both (two
+    people sharing a number only wait on each other's erasure, never miss it)."""
+    raw = f"{agent_id}\x1f{user_id}"
+    return int.from_bytes(hashlib.blake2b(raw.encode(), digest_size=4).digest(), "big") % 2**31

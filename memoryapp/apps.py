@@ -15,12 +15,14 @@ class MemoryAppConfig(AppConfig):
         from memoryapp.extraction.schedule import extraction_schedule
         from memoryapp.graph.services import entity_collision_merge
         from memoryapp.items.facts import facts_by_meaning_provide
-        from memoryapp.models import Entity, PersonIdentifier
+        from memoryapp.models import Entity, PersonIdentifier, SubjectMention
         from memoryapp.screening.identifiers import identifier_collision_drop
         from memoryapp.search.fact_meaning import facts_nearest
         from memoryapp.search.indexing import embedding_schedule
         from memoryapp.subjects.detect import job_result_recorded
+        from memoryapp.subjects.erasing import redaction_refresh_register
         from memoryapp.threads.hooks import entries_added_follow, entries_added_follow_thread, vectors_cleared_follow
+        from memoryapp.threads.screened import entry_texts_refresh
 
         # What follows new entries, in this order: their vectors, then what extraction learns.
         # Threads name neither (they sit below both); this is where they are wired.
@@ -42,6 +44,9 @@ class MemoryAppConfig(AppConfig):
 
         # A job's result naming a registered person is in the subject index as the run finishes.
         job_finished_follow(job_result_recorded)
+
+        # A write naming a person being erased stores the placeholder: an entry's text and hash follow.
+        redaction_refresh_register(SubjectMention.Table.ENTRY, entry_texts_refresh)
 
         # What a rotation with new keys folds when its new hashes give two rows one unique name.
         collisions_merge_with(Entity, entity_collision_merge)

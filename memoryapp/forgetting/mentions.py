@@ -54,6 +54,7 @@ from memoryapp.models import (
 from memoryapp.models.people import MEMORY_USERS_KEY, participant_in, thread_participants
 from memoryapp.retry import atomic_retrying
 from memoryapp.search.indexing import embedding_schedule
+from memoryapp.subjects.erasing import erasing_mark
 from memoryapp.subjects.index import (
     mentions_of,
     mentions_scan,
@@ -102,6 +103,15 @@ def mentions_erase(
 
     Against writers on other connections (tests/forgetting/test_index_races.py):
 
+    0. Before its scan, the person is marked as being erased, in a transaction of its own
+       (`erasing_mark`, memoryapp.subjects.erasing; not with `mentions` "keep", nor when every
+       table's group is excluded): it waits for the writes in flight that found her registered
+       identifiers in their rows (each holds her erasure lock shared), so the scan sees them; every
+       write after it stores the placeholder instead of her identifiers (in the groups not
+       excluded) and records no mention of her. A write committing between the scan and the end
+       therefore leaves no row naming her, indexed or not. Identifiers given only with the request
+       are not known to writers: a write naming her by those alone after the scan is not seen.
+       Inside a caller's transaction (a dry run) nothing is marked.
     1. The index is scanned, then the threads its rows stand in are locked in pk order
        (`_threads_lock`), before the index's writes and any row: the order of every cascade (the
        threads, then their rows), so a thread's or an entry's delete waits for the erasure or the
@@ -114,6 +124,11 @@ def mentions_erase(
     3. A deadlock still left (a writer not thought of, locking in another order) runs the whole
        again (`atomic_retrying`, `examples` as the last try found them)."""
     groups = set(exclude)
+    kept = sorted(groups & set(Table.values))
+    if len(kept) < len(Table.values):
+        # Writes naming her from now on store the placeholder; those in flight commit first, and
+        # the scan below sees them (memoryapp.subjects.erasing).
+        erasing_mark(agent_id=agent_id, user_id=matcher.user_id, keeps=kept)
 
     @atomic_retrying
     def attempt() -> MentionsFound:

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
@@ -42,6 +43,11 @@ class PersonIdentifier(models.Model):
     # again (governance.crypto.fields.EqualityHashField); "" with encryption off.
     lookup_kept = SealedTextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
+    # The person's erasure of mentions is under way (memoryapp.subjects.erasing): a write naming
+    # them stores the placeholder instead, except in the index's tables kept (`erasing_keeps`: the
+    # groups the officer excluded). Set on each of the person's rows; goes with them.
+    erasing_since = models.DateTimeField(null=True, blank=True)
+    erasing_keeps = ArrayField(models.CharField(max_length=32), null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -17,9 +17,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import phonenumbers
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
+from governance import locks
 from governance.audit.chain import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, IdentifierKind, PersonIdentifier
@@ -180,10 +181,25 @@ def identifiers_set(*, agent: Agent, user_id: str, body: Any, actor: str) -> dic
     """Replace the person's identifiers by these (an empty body removes them all); audited with the
     counts by kind, never the values."""
     checked = identifiers_check(body)
+    # Her erasure's mark (memoryapp.subjects.erasing) stays with her new identifiers: taken after
+    # the mark's lock, so a mark being written is committed and read here.
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", [locks.ERASING, locks.person(agent.pk, user_id)])
+    since, keeps = (
+        PersonIdentifier.objects.filter(agent=agent, user_id=user_id, erasing_since__isnull=False)
+        .values_list("erasing_since", "erasing_keeps")
+        .first()
+    ) or (None, None)
     PersonIdentifier.objects.filter(agent=agent, user_id=user_id).delete()
     rows = [
         PersonIdentifier(
-            agent=agent, user_id=user_id, kind=LISTS[name], value=value, lookup=identifier_key(LISTS[name], value)
+            agent=agent,
+            user_id=user_id,
+            kind=LISTS[name],
+            value=value,
+            lookup=identifier_key(LISTS[name], value),
+            erasing_since=since,
+            erasing_keeps=keeps,
         )
         for name, values in checked.items()
         for value in values

@@ -15,4 +15,7 @@ Owner and sender are columns the rows carry, indexed (`entry_sender_column_idx`)
 - `matching`: one person's identifiers as a matcher over texts and JSON (spans, placeholder).
 - `index`: the scan over every table that can hold personal data, the index's rebuild and reads.
 - `mentions`: the erasure of mentions (placeholders, re-indexed, re-embedded; subjects deleted).
+- `detect`: the mentions found at write, in the writer's transaction.
+- `erasing`: writes against a person's erasure (its mark, the lock writers naming her take
+  shared, the placeholder they store while she is being erased).
 """

@@ -45,7 +45,9 @@ from governance.models import JobRun
 from memoryapp.models import Agent, SubjectMention
 from memoryapp.screening.people import PeopleMatcher, people_matcher
 from memoryapp.screening.recognizers import Memo
-from memoryapp.subjects.index import row_texts
+from memoryapp.subjects.erasing import people_erasing, row_redact
+from memoryapp.subjects.index import person_matcher, row_texts
+from memoryapp.subjects.matching import PersonMatcher
 
 __all__ = [
     "PeopleMatcher",
@@ -73,11 +75,51 @@ def rows_named(
     if matcher is None:
         return {}
     named: dict[str, set[str]] = {}
+    found: list[Written] = []
     for table, pk, row in rows:
         people = matcher.people_in(row_texts(table, row), memo)
         if people:
             named[str(pk)] = people
+            found.append((table, pk, row))
+    if named:
+        _erasing_redact(
+            agent_id=agent.pk if agent is not None else agent_id, matcher=matcher, rows=found, named=named, saved=False
+        )
     return named
+
+
+def _erasing_redact(
+    *, agent_id: int | None, matcher: PeopleMatcher, rows: list[Written], named: dict[str, set[str]], saved: bool
+) -> None:
+    """The rows naming a person being erased (memoryapp.subjects.erasing) say the placeholder
+    instead, and `named` no more names them; `saved`: the rows are stored already (saved again
+    here, their key set without her). Takes the named people's erasure lock shared (a query or two,
+    only for a write that names someone)."""
+    assert agent_id is not None
+    erasing = people_erasing(agent_id=agent_id, people={p for people in named.values() for p in people})
+    if not erasing:
+        return
+    matchers: dict[str, PersonMatcher] = {}
+    for table, pk, row in rows:
+        people = named.get(str(pk), set())
+        gone = sorted(p for p in people if p in erasing and table not in erasing[p])
+        if not gone:
+            continue
+        fields: set[str] = set()
+        for user_id in gone:
+            if user_id not in matchers:
+                matchers[user_id] = person_matcher(agent_id=agent_id, user_id=user_id)
+            fields.update(row_redact(table, row, matchers[user_id]))
+        left = matcher.people_in(row_texts(table, row)) - set(gone)
+        if left:
+            named[str(pk)] = left
+        else:
+            del named[str(pk)]
+        if saved:
+            if hasattr(row, KEY_PEOPLE) and getattr(row, KEY_PEOPLE):
+                setattr(row, KEY_PEOPLE, [p for p in getattr(row, KEY_PEOPLE) if p not in gone] or None)
+                fields.add(KEY_PEOPLE)
+            row.save(update_fields=sorted(fields))
 
 
 def key_people_set(row: Model, people: Iterable[str], *, owner_person: str | None = None) -> None:
@@ -136,9 +178,20 @@ def mentions_record(
     assert agent_id is not None
     mentions: list[SubjectMention] = []
     written: dict[str, list[str]] = {}
-    for table, pk, row in rows:
+    rows = list(rows)
+    if named is None:
+        # Found here (the writer did not ask `rows_named` before storing them): a row naming a
+        # person being erased is saved again saying the placeholder.
+        named = {}
+        for table, pk, row in rows:
+            people = matcher.people_in(row_texts(table, row))
+            if people:
+                named[str(pk)] = people
+        if named:
+            _erasing_redact(agent_id=agent_id, matcher=matcher, rows=rows, named=named, saved=True)
+    for table, pk, _row in rows:
         written.setdefault(table, []).append(str(pk))
-        people = named.get(str(pk), set()) if named is not None else matcher.people_in(row_texts(table, row))
+        people = named.get(str(pk), set())
         for user_id in sorted(people):
             mentions.append(SubjectMention(agent_id=agent_id, user_id=user_id, table=table, row_id=str(pk)))
     if replace:

@@ -24,6 +24,14 @@ def thread_screener(thread: Thread) -> Screener | None:
     return screener_for(agent_id=thread.agent_id)
 
 
+def entry_texts_refresh(entry: Entry) -> list[str]:
+    """An entry's text and hash made again from its content and tool calls (after a redaction:
+    memoryapp.subjects.erasing); answers the fields they are."""
+    entry.text = entry_text(content=entry.content, tool_calls=entry.tool_calls)
+    entry.content_hash = content_hash(parent_id=entry.parent_id, turn=hashed_turn(entry), created_at=entry.created_at)
+    return ["text", "content_hash"]
+
+
 def entries_screened(*, entries: Sequence[Entry], screener: Screener, prefixes: Sequence[str], now: datetime) -> None:
     """Screen the entries in place (see the module's docstring); raises SensitiveDataRefused for a
     refused category, naming the field (`entries[3].content`)."""

@@ -27,6 +27,12 @@ on whom (`pg_blocking_pids`), never by sleeps; every wait bounded.
    origin (to forget the fork's name); the erasure locks the origin, then the fork. The delete now
    locks the origin with the fork, in pk order: nothing is run again. The same for another person's
    erasure of her threads (a fork among them).
+8. A write naming her in flight as her erasure starts, committing after its scan: its row was not
+   redacted and its mention dropped from the index. The erasure's mark (memoryapp.subjects.erasing)
+   now waits for it, and the scan sees it.
+9. Writes naming her between her erasure's scan and its end (a turn, found before it is stored; a
+   run's events, found once stored): stored naming her, their mentions dropped. They read the mark
+   now, and store the placeholder.
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ from memoryapp.forgetting.person import _threads_erase
 from memoryapp.forgetting.services import thread_delete
 from memoryapp.graph.services import entity_merge
 from memoryapp.ledger.services import events_check, ledger_publish
-from memoryapp.models import Agent, Entity, Entry, MemoryItem, SubjectMention, Thread, ThreadRun
+from memoryapp.models import Agent, Entity, Entry, MemoryItem, RunEvent, SubjectMention, Thread, ThreadRun
 from memoryapp.subjects.index import mentions_scan, person_matcher, subject_index_rebuild
 from memoryapp.threads.services import thread_update
 from tests.kit.api import Caller, post_entry, post_item, post_ok, post_thread
@@ -448,3 +454,94 @@ def test_anothers_erasure_of_a_fork_and_her_erasure_of_its_origin_lock_in_one_or
     _finished_once(caplog, hold, dora, erasure)
     assert not Thread.objects.filter(pk=fork.pk).exists()
     assert NAME not in Entry.objects.get(pk=turn["id"]).text
+
+
+def _agent_wide_item_held(caller: Caller) -> tuple[Side, threading.Event]:
+    """An agent-wide item naming her (no thread: the erasure locks none for it), held by a third
+    transaction: the erasure, marked and scanned, waits there before it redacts anything."""
+    item = post_item(caller, kind="fact", subject="Lisbon trip", attribute="organiser", value=f"{NAME} organises it")
+    return _holding(MemoryItem.objects.filter(pk=item["id"]))
+
+
+def test_a_write_naming_her_in_flight_as_her_erasure_starts_is_redacted(alice: Caller) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    post_thread(alice, "t-carl", user_id="u-carl", metadata={"contact": "the front desk"})
+    thread = Thread.objects.get(agent=agent, external_id="t-carl")
+    assert _indexed(agent) == set()
+
+    commit = threading.Event()
+    written = threading.Event()
+
+    def writer() -> None:
+        # Another request writes the thread's metadata naming her (its mention recorded), in a
+        # transaction held open until the erasure is under way.
+        with transaction.atomic():
+            thread_update(thread=thread, metadata={"contact": f"write to {EMAIL}"}, actor="test")
+            written.set()
+            assert commit.wait(WAIT)
+
+    write = Side(writer, "writer")
+    assert written.wait(WAIT)
+    hold, release = _agent_wide_item_held(alice)
+    erasure = _erasing(agent)
+    # Before: the erasure scanned (the metadata named no one then) and waited on the held item.
+    # Now: it waits for the writer before its scan.
+    _until(lambda: erasure.waits_on(hold) or erasure.waits_on(write), "the erasure waited")
+    commit.set()  # the writer commits: after the scan before, before it now
+    write.join()
+    release.set()
+    hold.join()
+    erasure.join()
+    assert not write.errors, write.errors
+    assert not erasure.errors, erasure.errors
+
+    # Before: the metadata kept her e-mail, and the erasure dropped its mention from the index.
+    assert EMAIL not in str(Thread.objects.get(pk=thread.pk).metadata)
+    assert Thread.objects.get(pk=thread.pk).metadata == {"contact": "write to [erased person]"}
+    assert erasure.answer.counts["mentions_redacted_thread"] == 1
+    assert erasure.answer.counts["mentions_redacted_item"] == 1
+    assert _indexed(agent) == set()
+
+
+def test_writes_naming_her_between_her_erasures_scan_and_its_end_store_the_placeholder(alice: Caller) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    post_thread(alice, "t-dora", user_id="u-dora")
+    run_id = post_ok(alice.client, "/api/v1/threads/t-dora/runs", {})["id"]
+    hold, release = _agent_wide_item_held(alice)
+    erasure = _erasing(agent)
+    _until(lambda: erasure.waits_on(hold), "the erasure, its scan done, waited on the held item")
+
+    def writer() -> None:
+        # Requests of another client while the erasure runs: a turn (its people found before it
+        # is stored) and a run's events (found once stored), both naming her.
+        post_entry(alice, "t-dora", role="user", content=f"Please call {NAME} or write to {EMAIL}.")
+        post_ok(
+            alice.client,
+            f"/api/v1/threads/t-dora/runs/{run_id}/events",
+            {"events": [{"kind": "text_delta", "delta": f"I will write to {EMAIL}."}]},
+        )
+
+    write = Side(writer, "writer")
+    write.join()  # committed while the erasure waits
+    assert not write.errors, write.errors
+    release.set()
+    hold.join()
+    erasure.join()
+    assert not erasure.errors, erasure.errors
+
+    # Before: both rows kept her name and e-mail, and the erasure dropped their mentions.
+    turn = Entry.objects.get(thread__external_id="t-dora", agent=agent)
+    assert turn.text == "Please call [erased person] or write to [erased person]."
+    events = RunEvent.objects.filter(agent=agent, thread__external_id="t-dora")
+    assert events.exists()
+    assert all(EMAIL not in str(e.body) for e in events)
+    assert "I will write to [erased person]." in str([e.body for e in events])
+    assert not turn.key_people
+    # The erasure counts the rows it changed: the held item, not what the writes stored redacted.
+    counts = erasure.answer.counts
+    assert counts["mentions_redacted_item"] == 1
+    assert "mentions_redacted_entry" not in counts and "mentions_redacted_run_event" not in counts
+    assert _indexed(agent) == set()
+    assert _scanned(agent) == set()

@@ -1,0 +1,159 @@
+"""Writes against a person's erasure of mentions (issue 25 §4): a row naming them that a write
+commits while their erasure runs is never left naming them.
+
+The erasure scans the agent's rows for the person, then redacts what it found: a write committing
+after its scan, naming her, was neither seen nor, once the index forgot her, marked. So:
+
+1. The erasure first marks the person as being erased (`erasing_mark`: `erasing_since` on each of
+   her registry rows, the groups the officer excluded in `erasing_keeps`) in a transaction of its
+   own, holding the lock `locks.ERASING` of the person exclusive, and commits before its scan.
+2. A write that found a registered person in its rows (the write-time detector,
+   memoryapp.subjects.detect) takes the same lock shared, in its transaction, then reads whether
+   they are being erased (`people_erasing`: a statement after the lock, so it sees a mark that
+   committed while it waited). The mark waits for every write that took the lock before it: those
+   commit first, and the erasure's scan, which starts after the mark, sees their rows. Every write
+   that takes it after reads the mark, and stores the placeholder of the erasure (`row_redact`)
+   instead of the person's identifiers, records no mention of her and seals nothing under her key.
+3. The mark goes with the registry rows, which the erasure deletes once the mentions are done.
+
+A replacement of her identifiers (`PUT /users/{id}/identifiers`) takes the lock shared too and
+keeps the mark on the rows it writes.
+
+Cost: a write naming no registered person takes no lock and sends no query; one naming someone
+sends two (the shared lock, the read), and waits only on the mark of a person it names: a
+transaction that takes that lock first, holding nothing, then only her registry rows, which no
+write locks (a replacement of her identifiers waits for the lock before touching them). No cycle
+goes through it, whatever the writes hold (threads, rows, the audit chain).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Collection, Iterable
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from governance import locks
+from memoryapp.models import PersonIdentifier, SubjectMention
+from memoryapp.models.items import name_normalized
+from memoryapp.subjects.matching import PersonMatcher
+
+Table = SubjectMention.Table
+
+# What a table's rows need made again from their redacted texts, where the package writing them
+# owns how (an entry's text and hash: memoryapp.threads), registered at start (memoryapp.apps).
+_REFRESH: dict[str, Callable[[Any], list[str]]] = {}
+
+
+def redaction_refresh_register(table: str, refresh: Callable[[Any], list[str]]) -> None:
+    """`refresh(row)` makes again what a row of `table` derives from its texts (answers the fields)."""
+    _REFRESH[table] = refresh
+
+
+def _lock_numbers(agent_id: int, people: Iterable[str]) -> list[int]:
+    return sorted({locks.person(agent_id, user_id) for user_id in people})
+
+
+def erasing_mark(*, agent_id: int, user_id: str, keeps: Collection[str]) -> int:
+    """Mark the person as being erased (step 1 of the module's docstring), in a transaction of its
+    own that waits for the writes naming her in flight; answers how many registry rows it marked
+    (0: she registered nothing here, and no write can find her).
+
+    Inside a caller's transaction (a dry run, rolled back) nothing is marked: writers read a mark
+    only once committed, and holding its lock to the caller's end, over the rows the erasure then
+    locks, would put it in a cycle with a write holding one of them."""
+    if connection.in_atomic_block:
+        return 0
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [locks.ERASING, locks.person(agent_id, user_id)])
+        # After the lock: a replacement of her identifiers (`identifiers_set`, which takes it
+        # shared) committed, its rows are those marked; one after keeps the mark.
+        return PersonIdentifier.objects.filter(agent_id=agent_id, user_id=user_id).update(
+            erasing_since=timezone.now(), erasing_keeps=sorted(keeps)
+        )
+
+
+def people_erasing(*, agent_id: int, people: Iterable[str]) -> dict[str, frozenset[str]]:
+    """Of these registered people a write found in its rows: those being erased, each with the
+    tables the erasure keeps (step 2 of the module's docstring). Holds the people's lock shared
+    until the write's transaction ends; call it inside that transaction."""
+    people = sorted(set(people))
+    if not people:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_advisory_xact_lock_shared(%s, n)) FROM unnest(%s::int[]) AS n",
+            [locks.ERASING, _lock_numbers(agent_id, people)],
+        )
+        # A statement of its own: its snapshot holds a mark committed while the lock was waited for.
+        cursor.execute(
+            "SELECT DISTINCT user_id, erasing_keeps FROM memoryapp_personidentifier"
+            " WHERE agent_id = %s AND user_id = ANY(%s) AND erasing_since IS NOT NULL",
+            [agent_id, people],
+        )
+        return {user_id: frozenset(keeps or ()) for user_id, keeps in cursor.fetchall()}
+
+
+def row_redact(table: str, row: Any, matcher: PersonMatcher) -> list[str]:
+    """Replace in place every span of the row's texts naming the person by the placeholder, with
+    what the row derives from them; answers the fields to save (a row already stored). The same
+    replacement as the erasure's (memoryapp.forgetting.mentions), for a row it would redact."""
+    fields: list[str]
+    if table == Table.ENTRY:
+        row.content = matcher.redacted_value(row.content)
+        row.tool_calls = matcher.redacted_value(row.tool_calls)
+        row.event = matcher.redacted_value(row.event)
+        row.metadata = matcher.redacted_value(row.metadata)
+        row.sender_name = matcher.redacted(row.sender_name)
+        fields = ["content", "tool_calls", "event", "metadata", "sender_name", "sender_name_hashes", "keyword_hashes"]
+    elif table == Table.THREAD:
+        row.metadata = matcher.redacted_value(row.metadata)
+        fields = ["metadata"]
+    elif table == Table.ITEM:
+        row.subject = matcher.redacted(row.subject)
+        row.attribute = matcher.redacted(row.attribute)
+        row.value = matcher.redacted(row.value)
+        row.value_json = matcher.redacted_value(row.value_json)
+        row.metadata = matcher.redacted_value(row.metadata)
+        fields = ["subject", "subject_hash", "attribute", "value", "value_json", "metadata", "keyword_hashes"]
+    elif table == Table.ENTITY:
+        row.name = matcher.redacted(row.name)
+        row.normalized_name = name_normalized(row.name)
+        row.aliases = matcher.redacted_value(row.aliases)
+        fields = ["name", "normalized_name", "aliases"]
+    elif table in (Table.EVIDENCE, Table.RELATION_EVIDENCE):
+        row.quote = matcher.redacted(row.quote)
+        fields = ["quote"]
+    elif table == Table.FILE_VERSION:
+        content = matcher.redacted(row.content or "")
+        row.content = content
+        row.sha256 = hashlib.sha256(content.encode("utf-8")).hexdigest()  # memoryapp.files.text
+        row.size = len(content.encode("utf-8"))
+        fields = ["content", "sha256", "size"]
+    elif table == Table.KNOWLEDGE_DOCUMENT:
+        row.name = matcher.redacted(row.name)
+        row.content = matcher.redacted(row.content)
+        row.sha256 = hashlib.sha256(row.content.encode()).hexdigest()
+        fields = ["name", "content", "sha256"]
+    elif table == Table.RUN_EVENT:
+        row.body = matcher.redacted_value(row.body)
+        fields = ["body"]
+    elif table == Table.THREAD_RUN:
+        row.snapshot = matcher.redacted_value(row.snapshot)
+        fields = ["snapshot"]
+    elif table == Table.JOB_RUN:
+        row.arguments = matcher.redacted_value(row.arguments)
+        row.result = matcher.redacted_value(row.result)
+        fields = ["arguments", "result"]
+    else:  # pragma: no cover - every table of the index is above
+        raise ValueError(table)
+    refresh = _REFRESH.get(table)
+    if refresh is not None:
+        fields += refresh(row)
+    if getattr(row, "words_of", None) == matcher.user_id:
+        row.words_of = ""  # what stays is not her words: sealed under its owner's key
+        fields.append("words_of")
+    return fields

@@ -1,0 +1,92 @@
+"""Writes while a person is being erased (memoryapp.subjects.erasing): once her erasure's mark is
+committed, every write path naming her stores the erasure's placeholder instead of her
+identifiers, records no mention of her and seals nothing under her key; the groups the officer
+excluded keep what was written. The interleavings with the erasure itself are in
+test_index_races.py."""
+
+from __future__ import annotations
+
+import pytest
+from django.apps import apps
+
+from governance.crypto.fields import KeyPeopleField
+from memoryapp.forgetting.mentions import GROUPS, mentions_erase
+from memoryapp.models import Agent, MemoryFileVersion, PersonIdentifier, SubjectMention
+from memoryapp.subjects.erasing import erasing_mark
+from memoryapp.subjects.index import mentions_scan, person_matcher
+from memoryapp.subjects.matching import PLACEHOLDER
+from tests.forgetting.test_mentions_at_write import _plant_the_rest
+from tests.kit.api import Caller, create_memory_file, post_entry, post_thread
+from tests.kit.mentions import IDENTIFIERS, NAME, PERSON, plant
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the mark is committed, as writers read it
+Table = SubjectMention.Table
+
+
+def _register(caller: Caller, identifiers: dict[str, list[str]] = IDENTIFIERS) -> None:
+    answer = caller.client.put(f"/api/v1/users/{PERSON}/identifiers", identifiers, format="json")
+    assert answer.status_code == 200, answer.content
+
+
+def _naming_her(agent_id: int) -> set[tuple[str, str]]:
+    found = mentions_scan(agent_id=agent_id, matcher=person_matcher(agent_id=agent_id, user_id=PERSON))
+    return {(table, row_id) for table, ids in found.items() for row_id in ids}
+
+
+def _key_sealed_by_her() -> int:
+    total = 0
+    for model in apps.get_models():
+        if any(isinstance(f, KeyPeopleField) for f in model._meta.concrete_fields):
+            total += model._default_manager.filter(key_people__contains=[PERSON]).count()
+    return total
+
+
+def test_every_write_path_naming_her_while_she_is_marked_stores_the_placeholder(alice: Caller) -> None:
+    _register(alice)
+    assert erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=()) == 3
+
+    planted = plant(alice)
+    _plant_the_rest(alice, planted["turn"]["id"])
+
+    # Before: every table of the index named her (test_mentions_at_write plants the same).
+    assert _naming_her(alice.agent.pk) == set()
+    assert not SubjectMention.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    assert _key_sealed_by_her() == 0
+    assert planted["turn"]["content"].count(PLACEHOLDER) == 3
+
+
+def test_a_group_the_erasure_keeps_keeps_what_is_written_and_its_mention(alice: Caller) -> None:
+    _register(alice)
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=[Table.FILE_VERSION])
+    post_thread(alice, "t-carl", user_id="u-carl")
+    turn = post_entry(alice, "t-carl", role="user", content=f"Please call {NAME}.")
+    create_memory_file(alice, "/memories/contacts.md", f"Organiser: {NAME}\n")
+
+    assert turn["content"] == f"Please call {PLACEHOLDER}."
+    version = MemoryFileVersion.objects.get(agent=alice.agent, path="/memories/contacts.md")
+    assert NAME in (version.content or "")
+    assert set(SubjectMention.objects.filter(agent=alice.agent, user_id=PERSON).values_list("table", "row_id")) == {
+        (Table.FILE_VERSION, str(version.pk))
+    }
+
+
+def test_a_replacement_of_her_identifiers_while_she_is_marked_keeps_the_mark(alice: Caller) -> None:
+    _register(alice, {"names": [NAME]})
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())
+    _register(alice)  # e-mail and phone added: rows written anew
+
+    assert not PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON, erasing_since=None).exists()
+    post_thread(alice, "t-carl", user_id="u-carl")
+    # Before: the new rows had no mark, and the turn kept her name.
+    assert post_entry(alice, "t-carl", role="user", content=f"Please call {NAME}.")["content"] == (
+        f"Please call {PLACEHOLDER}."
+    )
+
+
+def test_an_erasure_that_keeps_every_mention_marks_no_one(alice: Caller) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON), exclude=set(GROUPS))
+    assert not PersonIdentifier.objects.filter(agent=agent, user_id=PERSON, erasing_since__isnull=False).exists()
+    post_thread(alice, "t-carl", user_id="u-carl")
+    assert NAME in post_entry(alice, "t-carl", role="user", content=f"Please call {NAME}.")["content"]
