@@ -365,7 +365,9 @@ def _threads_lock(*, agent_id: int, user_id: str, rows: Mapping[str, Sequence[st
     (memoryapp.forgetting.services: the threads, then their rows). A thread's delete takes, after
     its thread, the thread's entries (`ON DELETE` and its run ledger with them), the quotes of its
     entries and the items standing on them, the file versions placed at them, the items and
-    entities of the thread's scope; a writer holding the thread waits here for the erasure, never
+    entities of the thread's scope (the items about an entity naming her among them, which the
+    erasure reads locked too), the file versions of the thread's scope (`thread_id`) and those placed
+    at it (`place`); a writer holding the thread waits here for the erasure, never
     the erasure on a row such a writer holds while it waits on the erasure
     (tests/forgetting/test_index_races.py). The participants lists' threads are among them.
 
@@ -376,10 +378,18 @@ def _threads_lock(*, agent_id: int, user_id: str, rows: Mapping[str, Sequence[st
     def ids(table: str) -> list[str]:
         return list(rows.get(table, ()))
 
-    items = MemoryItem.objects.filter(agent_id=agent_id, pk__in=ids(Table.ITEM))
+    # The items it reads locked: those naming her, and those about an entity naming her (their
+    # entity goes; `found.item_ids`), whatever scope they are in.
+    items = MemoryItem.objects.filter(Q(pk__in=ids(Table.ITEM)) | Q(entity_id__in=ids(Table.ENTITY)), agent_id=agent_id)
     entities = Entity.objects.filter(agent_id=agent_id, pk__in=ids(Table.ENTITY))
+    versions = MemoryFileVersion.objects.filter(agent_id=agent_id, pk__in=ids(Table.FILE_VERSION))
     quotes = Q(pk__in=ids(Table.EVIDENCE)) | Q(item_id__in=ids(Table.ITEM))
-    scopes = {*items.values_list("thread_id", flat=True), *entities.values_list("thread_id", flat=True)} - {""}
+    # Thread scopes (a thread's delete takes its scope's items, entities and file versions).
+    scopes = {
+        *items.values_list("thread_id", flat=True),
+        *entities.values_list("thread_id", flat=True),
+        *versions.values_list("thread_id", flat=True),
+    } - {""}
     parts = [
         Thread.objects.filter(agent_id=agent_id, pk__in=ids(Table.THREAD)).values_list("pk"),
         Thread.objects.filter(participant_in(user_id, agent_id=agent_id)).values_list("pk"),
@@ -389,9 +399,7 @@ def _threads_lock(*, agent_id: int, user_id: str, rows: Mapping[str, Sequence[st
         RelationEvidence.objects.filter(agent_id=agent_id, pk__in=ids(Table.RELATION_EVIDENCE)).values_list(
             "entry__thread_id"
         ),
-        MemoryFileVersion.objects.filter(agent_id=agent_id, pk__in=ids(Table.FILE_VERSION)).values_list(
-            "place__thread_id"
-        ),
+        versions.values_list("place__thread_id"),
         RunEvent.objects.filter(agent_id=agent_id, pk__in=ids(Table.RUN_EVENT)).values_list("thread_id"),
         ThreadRun.objects.filter(agent_id=agent_id, pk__in=ids(Table.THREAD_RUN)).values_list("thread_id"),
     ]

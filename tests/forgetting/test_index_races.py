@@ -33,6 +33,10 @@ on whom (`pg_blocking_pids`), never by sleeps; every wait bounded.
 9. Writes naming her between her erasure's scan and its end (a turn, found before it is stored; a
    run's events, found once stored): stored naming her, their mentions dropped. They read the mark
    now, and store the placeholder.
+10. A thread's delete against the erasure of a file version of the thread's scope (`thread_id`,
+    not placed at it): the erasure did not hold the thread, and the delete took the version from
+    under it. The erasure locks the threads of the scopes of its file versions (and of the items
+    about an entity naming her) now: the delete waits for it.
 """
 
 from __future__ import annotations
@@ -51,10 +55,20 @@ from memoryapp.forgetting.person import _threads_erase
 from memoryapp.forgetting.services import thread_delete
 from memoryapp.graph.services import entity_merge
 from memoryapp.ledger.services import events_check, ledger_publish
-from memoryapp.models import Agent, Entity, Entry, MemoryItem, RunEvent, SubjectMention, Thread, ThreadRun
+from memoryapp.models import (
+    Agent,
+    Entity,
+    Entry,
+    MemoryFileVersion,
+    MemoryItem,
+    RunEvent,
+    SubjectMention,
+    Thread,
+    ThreadRun,
+)
 from memoryapp.subjects.index import mentions_scan, person_matcher, subject_index_rebuild
 from memoryapp.threads.services import thread_update
-from tests.kit.api import Caller, post_entry, post_item, post_ok, post_thread
+from tests.kit.api import MEMORY_TOOL, Caller, create_memory_file, post_entry, post_item, post_ok, post_thread
 from tests.kit.concurrency import started
 from tests.kit.mentions import EMAIL, IDENTIFIERS, NAME, PERSON
 from tests.threads.test_run_ledger import SNAP_1
@@ -545,3 +559,32 @@ def test_writes_naming_her_between_her_erasures_scan_and_its_end_store_the_place
     assert "mentions_redacted_entry" not in counts and "mentions_redacted_run_event" not in counts
     assert _indexed(agent) == set()
     assert _scanned(agent) == set()
+
+
+def test_a_thread_delete_waits_for_her_erasure_of_a_file_of_the_threads_scope(
+    alice: Caller, caplog: pytest.LogCaptureFixture
+) -> None:
+    _register(alice)
+    agent = Agent.objects.get(pk=alice.agent.pk)
+    post_thread(alice, "t-carl", user_id="u-carl")
+    create_memory_file(alice, "/memories/contacts.md", f"Organiser: {NAME}\n", url=f"{MEMORY_TOOL}&thread_id=t-carl")
+    thread = Thread.objects.get(agent=agent, external_id="t-carl")
+    version = MemoryFileVersion.objects.get(agent=agent, path="/memories/contacts.md")
+    assert version.thread_id == "t-carl" and version.place_id is None
+    assert (Table.FILE_VERSION, str(version.pk)) in _indexed(agent)
+
+    hold, release = _agent_wide_item_held(alice)
+    erasure = _erasing(agent)
+    _until(lambda: erasure.waits_on(hold), "the erasure waited on the held item")
+    # The delete takes the thread, then the file versions of its scope. Before, the erasure had not
+    # locked the thread of the version's scope (only the thread it was placed at): the delete went
+    # through under it, and the erasure found the version it was to redact taken from it. Now the
+    # erasure holds the thread, as for every row it changes, and the delete waits for it.
+    delete = Side(lambda: thread_delete(thread=thread, actor="test"), "delete")
+    _until(lambda: not delete.thread.is_alive() or delete.waits_on(erasure), "the delete finished or waited")
+    assert delete.thread.is_alive(), "the delete went through while the erasure held the version's scope"
+    release.set()
+    _finished_once(caplog, hold, erasure, delete)
+    assert erasure.answer.counts["mentions_redacted_file_version"] == 1
+    assert not Thread.objects.filter(pk=thread.pk).exists()
+    assert NAME not in str(list(MemoryFileVersion.objects.filter(agent=agent).values_list("content", flat=True)))
