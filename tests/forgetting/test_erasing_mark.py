@@ -6,15 +6,21 @@ test_index_races.py."""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.apps import apps
+from django.db import connection, transaction
+from django.utils import timezone
 
+from governance import locks
 from governance.crypto.fields import KeyPeopleField
 from memoryapp.forgetting.mentions import GROUPS, mentions_erase
 from memoryapp.models import Agent, MemoryFileVersion, PersonIdentifier, SubjectMention
 from memoryapp.subjects.erasing import erasing_mark
 from memoryapp.subjects.index import mentions_scan, person_matcher
 from memoryapp.subjects.matching import PLACEHOLDER
+from tests.forgetting.test_index_races import WAIT, Side, _until
 from tests.forgetting.test_mentions_at_write import _plant_the_rest
 from tests.kit.api import Caller, create_memory_file, post_entry, post_thread
 from tests.kit.mentions import IDENTIFIERS, NAME, PERSON, plant
@@ -23,8 +29,8 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the mark is committed, a
 Table = SubjectMention.Table
 
 
-def _register(caller: Caller, identifiers: dict[str, list[str]] = IDENTIFIERS) -> None:
-    answer = caller.client.put(f"/api/v1/users/{PERSON}/identifiers", identifiers, format="json")
+def _register(caller: Caller, identifiers: dict[str, list[str]] = IDENTIFIERS, user_id: str = PERSON) -> None:
+    answer = caller.client.put(f"/api/v1/users/{user_id}/identifiers", identifiers, format="json")
     assert answer.status_code == 200, answer.content
 
 
@@ -90,3 +96,45 @@ def test_an_erasure_that_keeps_every_mention_marks_no_one(alice: Caller) -> None
     assert not PersonIdentifier.objects.filter(agent=agent, user_id=PERSON, erasing_since__isnull=False).exists()
     post_thread(alice, "t-carl", user_id="u-carl")
     assert NAME in post_entry(alice, "t-carl", role="user", content=f"Please call {NAME}.")["content"]
+
+
+def test_only_writes_naming_her_wait_for_her_mark(alice: Caller) -> None:
+    _register(alice)
+    _register(alice, {"names": ["Dora Lima"]}, user_id="u-dora")
+    post_thread(alice, "t-carl", user_id="u-carl")
+    post_thread(alice, "t-eve", user_id="u-eve")
+    post_thread(alice, "t-fay", user_id="u-fay")
+    commit = threading.Event()
+    marked = threading.Event()
+
+    def marking() -> None:
+        # Her erasure's mark, as `erasing_mark` writes it, its transaction held open.
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_xact_lock(%s, %s)", [locks.ERASING, locks.person(alice.agent.pk, PERSON)]
+                )
+            PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON).update(
+                erasing_since=timezone.now(), erasing_keeps=[]
+            )
+            marked.set()
+            assert commit.wait(WAIT)
+
+    mark = Side(marking, "mark")
+    assert marked.wait(WAIT)
+    # Writes naming no one, or another registered person, go through while the mark is being written.
+    quiet = post_entry(alice, "t-eve", role="user", content="Book the train for Friday.")
+    dora = post_entry(alice, "t-fay", role="user", content="Ask Dora Lima about Friday.")
+    assert dora["content"] == "Ask Dora Lima about Friday."
+    # One naming her waits for it (before: it took no lock), then reads it.
+    writer = Side(lambda: post_entry(alice, "t-carl", role="user", content=f"Please call {NAME}."), "writer")
+    _until(lambda: writer.waits_on(mark), "the write naming her waited on the mark")
+    commit.set()
+    mark.join()
+    writer.join()
+    assert not mark.errors and not writer.errors, (mark.errors, writer.errors)
+    assert writer.answer["content"] == f"Please call {PLACEHOLDER}."
+    assert quiet["content"] == "Book the train for Friday."
+    assert set(SubjectMention.objects.filter(agent=alice.agent).values_list("user_id", "row_id")) == {
+        ("u-dora", dora["id"])
+    }
