@@ -777,8 +777,16 @@ def nothing_possible(text: str, categories: Iterable[str]) -> bool:
     because no category's check in `_findings` lets it through to a detector: the ordinary turn
     (no digit, `@` or two colons, no word of 11 characters, no secret keyword or `bearer`), told without
     building the readings, findings and lists a screened text costs. False for a category it does
-    not know (then `findings` decides)."""
-    if "@" in text or text.count(":") >= 2 or _ANY_DIGIT.search(text) is not None:
+    not know (then `findings` decides), and for a text that is not ASCII.
+
+    The digit test is on the text's bytes: an ASCII text's only digits (`\\d`) are 0-9, and deleting
+    them with `bytes.translate` is some five times faster than searching for one with `\\d` (0.25
+    against 1.3 us a turn of bench/screening.py; its ordinary turns hold none, so the search read
+    them whole)."""
+    if not text.isascii():
+        return False
+    raw = text.encode("ascii")
+    if b"@" in raw or raw.count(b":") >= 2 or len(raw.translate(None, _ASCII_DIGITS)) != len(raw):
         return False
     # A bare text, as `_findings` calls it: its five categories are skipped, and it has no digit.
     longest = -1
@@ -870,6 +878,7 @@ def detected(category: str, text: str, memo: Memo | None = None) -> list[tuple[i
 # of digits (`phone_possible`), an e-mail its `@`, an IP address a digit or two colons.
 _BARE_SKIPPED = frozenset({PAYMENT_CARD, IBAN, EMAIL, PHONE, IP_ADDRESS})
 _ANY_DIGIT = re.compile(r"\d")
+_ASCII_DIGITS = b"0123456789"
 # The categories whose every match holds at least this many digits. National ids: every one of
 # them holds four, but for an Italian fiscal code, whose seven digits may each be written as a
 # letter (omocodia: `RSSMRAURTMLARSNL` validates): 16 letters and digits in a row, which a text

@@ -37,10 +37,16 @@ def entries_screened(*, entries: Sequence[Entry], screener: Screener, prefixes: 
     refused category, naming the field (`entries[3].content`)."""
     for entry, prefix in zip(entries, prefixes, strict=True):
         content = screener.value(entry.content, field=f"{prefix}content")
-        tool_calls = screener.value(entry.tool_calls, field=f"{prefix}tool_calls")
-        event = screener.value(entry.event, field=f"{prefix}event")
-        entry.metadata = screener.value(entry.metadata, field=f"{prefix}metadata")
-        entry.sender_name = screener.text(entry.sender_name, field=f"{prefix}sender_name")
+        # Most turns have no tool calls, event, metadata or sender name: nothing to screen, and no
+        # field name to make for it.
+        tool_calls = (
+            screener.value(entry.tool_calls, field=f"{prefix}tool_calls") if entry.tool_calls else entry.tool_calls
+        )
+        event = screener.value(entry.event, field=f"{prefix}event") if entry.event else entry.event
+        if entry.metadata:
+            entry.metadata = screener.value(entry.metadata, field=f"{prefix}metadata")
+        if entry.sender_name:
+            entry.sender_name = screener.text(entry.sender_name, field=f"{prefix}sender_name")
         if content != entry.content or tool_calls != entry.tool_calls or event != entry.event:
             entry.content, entry.tool_calls, entry.event = content, tool_calls, event
             entry.text = entry_text(content=content, tool_calls=tool_calls)

@@ -298,3 +298,25 @@ def test_an_import_is_screened_a_secret_refused_naming_its_node_and_an_email_red
     assert response.status_code == 201, response.content
     assert Entry.objects.get(thread__external_id="t-imp").text == "write to [email] please"
     assert Thread.objects.get(external_id="t-imp").metadata == {"owner": "[email]"}
+
+
+def test_a_turns_sender_name_and_an_events_payload_are_screened_and_empty_fields_stay_as_sent(alice: Caller) -> None:
+    screening_set(alice, email="redact", secret="refuse")
+    post_thread(alice, "t-fields")
+    post_ok(
+        alice.client,
+        f"{THREADS}/t-fields/entries",
+        {
+            "entries": [
+                {"role": "user", "content": "Hello there.", "sender_name": f"Ines <{EMAIL}>"},
+                {"type": "custom", "event": {"note": f"forwarded to {EMAIL}", "n": 3}},
+                {"role": "user", "content": "Plain.", "metadata": {}, "tool_calls": [], "sender_name": ""},
+            ]
+        },
+    )
+    named, event, plain = Entry.objects.filter(thread__external_id="t-fields").order_by("seq")
+    assert named.sender_name == "Ines <[email]>" and named.content == "Hello there."
+    assert event.event == {"note": "forwarded to [email]", "n": 3}
+    assert (plain.content, plain.metadata, plain.tool_calls, plain.sender_name) == ("Plain.", {}, None, "")
+    refused = append(alice, "t-fields", "Hi.", status=422, sender_name=f"bot {GITHUB_TOKEN}")
+    assert refused["error"]["code"] == "sensitive_data" and refused["error"]["field"] == "sender_name"

@@ -197,6 +197,23 @@ def test_the_ordinary_turns_shortcut_decides_as_the_full_screening(seed: int) ->
         assert set(findings(text, SCREENED)) | set(people.spans(text)), text
 
 
+def test_the_ordinary_turns_shortcut_lets_no_digit_at_sign_or_two_colons_go() -> None:
+    """The shortcut's first test (on the text's bytes) turns away every ASCII text holding a digit
+    anywhere, an `@` or two colons, as the `\\d` search it replaced did; a text that is not ASCII
+    is never let go by it (the screener reads it whole)."""
+    plain = "plan a day in Rome for us"
+    assert nothing_possible(plain, SCREENED)
+    for at in (0, 5, len(plain)):
+        for mark in [*"0123456789", "@"]:
+            text = plain[:at] + mark + plain[at:]
+            assert not nothing_possible(text, SCREENED), text
+            assert not nothing_possible(text, ["secret", "payment_card"]), text
+    assert not nothing_possible("plan: a day: in Rome", SCREENED)
+    assert nothing_possible("plan: a day in Rome", SCREENED)
+    assert not nothing_possible("plan a day in Rom\u00e9", SCREENED)
+    assert not nothing_possible("plan a day in Rome \u0663", SCREENED)  # an Arabic-Indic digit
+
+
 # A number written with its `+` and then an international prefix rather than a country code: the
 # US's (`011`) or the UK's (`00`). phonenumbers reads the digits after the `+` again in the region
 # when they begin with no country code, so the US finds the first and the UK the second.
