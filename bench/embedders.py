@@ -1,7 +1,7 @@
 """Bench: the bundled local embedding models side by side, on the same texts, same run.
 
     python bench/embedders.py [--texts 1024] [--rounds 2] [--locomo FILE]
-                              [--models all-MiniLM-L6-v2,all-MiniLM-L6-v2-int8,multilingual-e5-small-q4]
+                              [--models all-MiniLM-L6-v2,all-MiniLM-L6-v2-int8,all-MiniLM-L6-v2-q8,multilingual-e5-small-q4]
 
 Each round runs every model in a fresh process of its own (EMBEDDER=local, EMBEDDING_MODEL=the
 model, EMBEDDING_THREADS as configured, 1 by default as in a worker), one after the other, so the
@@ -14,7 +14,7 @@ models share the machine's load; in that process:
   - the peak resident memory (VmHWM) after all of it.
 The texts are turns of a LoCoMo file (`--locomo`) or made-up turns, long and short mixed. Prints the
 medians of the rounds and each model's ratios to the first; for a variant of the first (its name
-begins with the first's: all-MiniLM-L6-v2-int8), the cosine of each text's two vectors (min, 1st
+begins with the first's: all-MiniLM-L6-v2-int8, -q8), the cosine of each text's two vectors (min, 1st
 percentile, median), which says whether it is the same model. It never asserts a duration.
 """
 
@@ -116,7 +116,9 @@ def main() -> None:
     parser.add_argument("--texts", type=int, default=1024)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--locomo", default="")
-    parser.add_argument("--models", default="all-MiniLM-L6-v2,all-MiniLM-L6-v2-int8,multilingual-e5-small-q4")
+    parser.add_argument(
+        "--models", default="all-MiniLM-L6-v2,all-MiniLM-L6-v2-int8,all-MiniLM-L6-v2-q8,multilingual-e5-small-q4"
+    )
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--vectors", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()

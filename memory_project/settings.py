@@ -198,7 +198,12 @@ _EMBEDDER_DEFAULTS = {
 }
 # The models EMBEDDER=local has in its packages (memoryapp.search.embedders.LOCAL_MODELS): their
 # weights are installed with requirements.txt and never downloaded. The first is the default.
-LOCAL_EMBEDDING_MODELS = ("all-MiniLM-L6-v2", "all-MiniLM-L6-v2-int8", "multilingual-e5-small-q4")
+LOCAL_EMBEDDING_MODELS = (
+    "all-MiniLM-L6-v2",
+    "all-MiniLM-L6-v2-int8",
+    "all-MiniLM-L6-v2-q8",
+    "multilingual-e5-small-q4",
+)
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", _EMBEDDER_DEFAULTS.get(EMBEDDER, (LOCAL_EMBEDDING_MODELS[0], ""))[0])
 if EMBEDDER == "local":
     EMBEDDING_MODEL = env_named("EMBEDDING_MODEL", EMBEDDING_MODEL, LOCAL_EMBEDDING_MODELS, when="EMBEDDER=local")

