@@ -8,7 +8,7 @@ of them wrote. Writers of different threads never wait for each other.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -283,6 +283,7 @@ def _insert(
     screened_ids: set[str] = set()
     branched = False  # does this write make the tree more than one chain ending at the leaf?
     fresh: set[str] = set()  # ids of the entries this write makes
+    asked: dict[str, set[str]] = {}  # whom the entries compared with the nodes there name (`rows_named`)
     for index, spec in enumerate(specs):
         prefix = f"{field_prefix}[{index}]." if field_prefix else ""
         if not isinstance(spec, dict):
@@ -309,6 +310,14 @@ def _insert(
                 # What is stored (and hashed) is the screened turn: compare that.
                 entries_screened(entries=[entry], screener=screener, prefixes=[prefix], now=now)
                 screened_ids.add(entry.id)
+            # And the turn as a person's erasure leaves it (memoryapp.subjects.erasing: naming her
+            # while she is being erased, it is stored saying the placeholder, hashed so).
+            found = rows_named(
+                **_agent_of(thread),
+                rows=[(Table.ENTRY, entry.id, entry)],
+                memo=screener.memo if screener is not None else None,
+            )
+            asked[entry.id] = found.get(entry.id, set())
             # Only the write's first entry can be a retry of the leaf itself (see `_node_there`): a
             # later one of a batch goes after an entry of this batch or one it named.
             at_leaf = index == 0 and not spec.get("parent_id") and parent_id == locked.active_leaf_id
@@ -350,7 +359,11 @@ def _insert(
         )
     # The screener's memo: what it found of registered people in these texts is not looked for again.
     named = entries_sealed_for_people(
-        thread=thread, locked=locked, entries=entries, memo=screener.memo if screener is not None else None
+        thread=thread,
+        locked=locked,
+        entries=entries,
+        memo=screener.memo if screener is not None else None,
+        asked=asked,
     )
     changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id}
     if branched:
@@ -370,13 +383,22 @@ def _insert(
 
 
 def entries_sealed_for_people(
-    *, thread: Thread, locked: Thread, entries: Sequence[Entry], memo: Memo | None = None
+    *,
+    thread: Thread,
+    locked: Thread,
+    entries: Sequence[Entry],
+    memo: Memo | None = None,
+    asked: Mapping[str, set[str]] | None = None,
 ) -> dict[str, set[str]]:
     """Before new entries of a thread are stored (an append, an import): the registered people each
     names (`rows_named`, by entry id), a tool result naming one other person sealed under her key
     (`words_of`) and each entry naming others under the key set of its person and each of them
-    (`key_people`), so the erasure of any of them shreds its old copies. Answers what was found."""
-    named = rows_named(**_agent_of(thread), rows=[(Table.ENTRY, e.id, e) for e in entries], memo=memo)
+    (`key_people`), so the erasure of any of them shreds its old copies. Answers what was found.
+    `asked`: what `rows_named` answered already of some of them, by id (not matched again)."""
+    asked = asked or {}
+    rest = [(Table.ENTRY, e.id, e) for e in entries if e.id not in asked]
+    named = rows_named(**_agent_of(thread), rows=rest, memo=memo) if rest else {}
+    named.update({e.id: asked[e.id] for e in entries if asked.get(e.id)})
     if named:
         _tool_results_words_of(locked=locked, entries=entries, named=named)
         for e in entries:

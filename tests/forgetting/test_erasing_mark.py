@@ -16,13 +16,13 @@ from django.utils import timezone
 from governance import locks
 from governance.crypto.fields import KeyPeopleField
 from memoryapp.forgetting.mentions import GROUPS, mentions_erase
-from memoryapp.models import Agent, MemoryFileVersion, PersonIdentifier, SubjectMention
+from memoryapp.models import Agent, Entry, MemoryFileVersion, PersonIdentifier, SubjectMention
 from memoryapp.subjects.erasing import erasing_mark
 from memoryapp.subjects.index import mentions_scan, person_matcher
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.forgetting.test_index_races import WAIT, Side, _until
 from tests.forgetting.test_mentions_at_write import _plant_the_rest
-from tests.kit.api import Caller, create_memory_file, post_entry, post_thread
+from tests.kit.api import Caller, create_memory_file, post_entry, post_ok, post_thread
 from tests.kit.mentions import IDENTIFIERS, NAME, PERSON, plant
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the mark is committed, as writers read it
@@ -138,3 +138,19 @@ def test_only_writes_naming_her_wait_for_her_mark(alice: Caller) -> None:
     assert set(SubjectMention.objects.filter(agent=alice.agent).values_list("user_id", "row_id")) == {
         ("u-dora", dora["id"])
     }
+
+
+def test_a_retried_append_naming_her_while_she_is_marked_answers_the_entry_already_there(alice: Caller) -> None:
+    _register(alice)
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())
+    post_thread(alice, "t-carl", user_id="u-carl")
+    url = "/api/v1/threads/t-carl/entries"
+    body = {"role": "user", "content": f"Please call {NAME}.", "created_at": "2026-03-01T10:00:00.123Z"}
+    made = post_ok(alice.client, url, body, status=201)
+    assert made["content"] == f"Please call {PLACEHOLDER}."
+    # The response lost, the client sends the same turn again (000 `SessionDag.append`): the node
+    # stored is that turn as the erasure left it. Before: its hash was of the turn naming her, the
+    # retry's of the turn as sent; a second node was written.
+    again = post_ok(alice.client, url, body, status=200)
+    assert again["id"] == made["id"]
+    assert Entry.objects.filter(agent=alice.agent, thread__external_id="t-carl").count() == 1
