@@ -173,13 +173,11 @@ def _entity_for(*, agent: Agent, scope: Scope, subject: str) -> tuple[Entity, bo
 
 def _entity_make(*, agent: Agent, scope: Scope, subject: str, keys: list[str]) -> Entity:
     """A new entity of that name in the scope; the one another writer made first, found by `keys`."""
+    in_scope = {"agent": agent, "user_id": scope.user_id, "project_id": scope.project_id, "thread_id": scope.thread_id}
     try:
         with transaction.atomic():
             entity = Entity(
-                agent=agent,
-                user_id=scope.user_id,
-                project_id=scope.project_id,
-                thread_id=scope.thread_id,
+                **in_scope,
                 name=collapse_spaces(subject),
                 # In clear: its save hashes it with encryption on, and keeps it sealed (a rotation
                 # with new keys hashes it again).
@@ -188,17 +186,18 @@ def _entity_make(*, agent: Agent, scope: Scope, subject: str, keys: list[str]) -
             # An entity naming a registered person (an agent-wide "Inês Valdomiro") is sealed under
             # their key too: their erasure shreds its old copies.
             named = rows_named(agent=agent, rows=[(SubjectMention.Table.ENTITY, entity.pk, entity)])
+            if entity.name != collapse_spaces(subject):
+                # Naming a person being erased, it is stored saying the placeholder
+                # (memoryapp.subjects.erasing): the scope's entity of that name, when there is one.
+                keys = equality_values(agent_id=agent.pk, text=normalized_name(entity.name))
+                there = Entity.objects.filter(**in_scope, normalized_name__in=keys).first()
+                if there is not None:
+                    return there
             key_people_set(entity, named.get(entity.pk, ()))
             entity.save(force_insert=True)
             return entity
     except IntegrityError:  # another writer of another attribute created it first
-        return Entity.objects.get(
-            agent=agent,
-            user_id=scope.user_id,
-            project_id=scope.project_id,
-            thread_id=scope.thread_id,
-            normalized_name__in=keys,
-        )
+        return Entity.objects.get(**in_scope, normalized_name__in=keys)
 
 
 def entity_for(*, agent: Agent, scope: Scope, subject: str) -> Entity:

@@ -16,13 +16,13 @@ from django.utils import timezone
 from governance import locks
 from governance.crypto.fields import KeyPeopleField
 from memoryapp.forgetting.mentions import GROUPS, mentions_erase
-from memoryapp.models import Agent, Entry, MemoryFileVersion, PersonIdentifier, SubjectMention
+from memoryapp.models import Agent, Entity, Entry, MemoryFileVersion, MemoryItem, PersonIdentifier, SubjectMention
 from memoryapp.subjects.erasing import erasing_mark
 from memoryapp.subjects.index import mentions_scan, person_matcher
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.forgetting.test_index_races import WAIT, Side, _until
 from tests.forgetting.test_mentions_at_write import _plant_the_rest
-from tests.kit.api import Caller, create_memory_file, post_entry, post_ok, post_thread
+from tests.kit.api import Caller, create_memory_file, post_entry, post_item, post_ok, post_thread
 from tests.kit.mentions import IDENTIFIERS, NAME, PERSON, plant
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the mark is committed, as writers read it
@@ -154,3 +154,18 @@ def test_a_retried_append_naming_her_while_she_is_marked_answers_the_entry_alrea
     again = post_ok(alice.client, url, body, status=200)
     assert again["id"] == made["id"]
     assert Entry.objects.filter(agent=alice.agent, thread__external_id="t-carl").count() == 1
+
+
+def test_two_items_about_her_while_she_is_marked_are_both_written(alice: Caller) -> None:
+    _register(alice)
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())
+    first = post_item(alice, kind="fact", subject=NAME, attribute="city", value="Lisbon")
+    # The second finds no entity of her name (the first's says the placeholder) and makes one.
+    # Before: its placeholder name was the first's, the insert broke the scope's unique name and
+    # the entity looked for after it, by her name, did not exist: a 500.
+    second = post_item(alice, kind="fact", subject=NAME, attribute="employer", value="the harbour office")
+    assert first["subject"] == second["subject"] == PLACEHOLDER
+    # One entity of the scope says the placeholder, both items are about it; none names her.
+    [entity] = Entity.objects.filter(agent=alice.agent)
+    assert entity.name == PLACEHOLDER
+    assert set(MemoryItem.objects.filter(agent=alice.agent).values_list("entity_id", flat=True)) == {entity.pk}
