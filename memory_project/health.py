@@ -56,8 +56,23 @@ def broker_probe() -> tuple[bool, str]:
 
 def _embeddings() -> tuple[bool, str]:
 
+    # Ready when the query vectors fit the columns. Vectors of another model (`stale`) leave the
+    # process ready: the message says so, the vector channel is kept for a close variant or off
+    # for another model (search answers by keyword), and taking web processes out would not move
+    # a vector (`reembed` does).
     status = vector_space_status()
-    return status.ok, status.message
+    return status.ready, status.message
+
+
+def _vector_space() -> dict[str, Any]:
+    status = vector_space_status()
+    return {
+        "recorded": status.recorded,
+        "configured": status.configured,
+        "stale": status.stale,
+        "vector_channel": status.ok,
+        "moving_to": status.moving_to,
+    }
 
 
 def _encryption() -> tuple[bool, str]:
@@ -96,6 +111,10 @@ def readyz(request: HttpRequest) -> JsonResponse:
             if detail:
                 details[name] = detail
         if checks["migrations"]:
+            try:
+                details["vector_space"] = _vector_space()
+            except Exception as exc:
+                details["vector_space"] = f"{type(exc).__name__}: {exc}"
             try:
                 if waiting := _jobs_waiting():
                     details["jobs_waiting"] = waiting

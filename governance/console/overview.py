@@ -37,6 +37,7 @@ from governance.console.review import Backlog, review_backlog
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.retention.services import RetentionState, retention_state
 from memory_project.health import broker_probe, database_probe
+from memoryapp.search.space import vector_space_status
 
 # The permission only that role's group holds among the three (governance/staff/roles.py).
 ROLE_MARKERS = {
@@ -172,6 +173,9 @@ class OperatorSection:
     queued: int
     charts: list[Any] = field(default_factory=list)
     charts_at: datetime | None = None
+    # Set when the stored vectors are not the configured model's (memoryapp.search.space).
+    vector_space: str = ""
+    vector_channel: bool = True
 
 
 def _timed(name: str, probe: Any) -> Health:
@@ -222,6 +226,9 @@ def operator_section() -> OperatorSection:
         queued=open_runs.get(JobRun.Status.QUEUED, 0),
     )
     section.charts, section.charts_at = operator_charts()
+    space = vector_space_status()
+    if space.stale or not space.ready:
+        section.vector_space, section.vector_channel = space.message, space.ok
     return section
 
 

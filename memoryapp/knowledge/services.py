@@ -22,6 +22,7 @@ from governance.audit.chain import audit_append
 from memoryapp.errors import Conflict, DomainError, NotFound
 from memoryapp.models import Agent, KnowledgeChunk, KnowledgeDocument, SubjectMention
 from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
+from memoryapp.search.space import space_claim
 from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named
 from memoryapp.tokens import count_tokens
 
@@ -127,6 +128,8 @@ def _chunks_write(document: KnowledgeDocument) -> bool:
         )
         for seq, (text, vector) in enumerate(zip(texts, vectors, strict=True))
     )
+    if embedded and texts:
+        space_claim()
     KnowledgeDocument.objects.filter(pk=document.pk).update(chunk_count=len(texts))
     document.chunk_count = len(texts)
     return embedded

@@ -17,6 +17,7 @@ from memoryapp.models.people import IdentifierKind, PersonIdentifier, SubjectMen
 from memoryapp.models.retention import LegalHold, RetentionPolicy
 from memoryapp.models.runs import AccessLog, RunEvent, ThreadRun
 from memoryapp.models.sessions import ChannelSession
+from memoryapp.models.space import VectorSpace
 from memoryapp.models.threads import Entry, HeldEntry, Thread
 
 __all__ = [
@@ -53,6 +54,7 @@ __all__ = [
     "SubjectMention",
     "Thread",
     "ThreadRun",
+    "VectorSpace",
     "Webhook",
     "WebhookDelivery",
 ]

@@ -24,7 +24,7 @@ from governance.jobs.broker import job_enqueue, job_enqueue_debounced
 from memoryapp.models import Entry, KnowledgeChunk, MemoryItem
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.search.embedders import embed_texts
-from memoryapp.search.space import vector_space_status
+from memoryapp.search.space import configured_space, space_claim, space_record, vector_space_status
 from memoryapp.search.vector import vector_literal
 
 JOB_KIND = "embedding"
@@ -198,6 +198,7 @@ def _store(
         claimed = {row[0] for row in cursor.fetchall()}
         if not claimed:
             return set()
+        space_claim()
         chosen = [i for i, p in enumerate(pairs) if p[0] in claimed]
         columns: list[list[Any]] = [[pairs[i][0] for i in chosen], [vector_literal(pairs[i][1]) for i in chosen]]
         source, guard = "unnest(%s::text[], %s::text[]) AS v(id, vec)", ""
@@ -261,7 +262,7 @@ def embed_pending(
     retry policy.
     """
     status = vector_space_status()
-    if not status.ok:
+    if not status.ready:
         return {"skipped": status.message, "entries": 0, "items": 0}
     batch = settings.EMBEDDING_BATCH_SIZE
     done = {"entries": 0, "items": 0}
@@ -345,6 +346,8 @@ def reembed_all(*, agent_id: int | None, progress: Callable[[int], None] | None 
     """
     batch = settings.EMBEDDING_BATCH_SIZE
     done = 0
+    if agent_id is None:  # the record names the old model until every vector is moved (below)
+        space_record(moving_to=configured_space())
     entries_q = Entry.objects.filter(type__in=HISTORY_TYPES, redacted_at__isnull=True, held_at__isnull=True).exclude(
         text=""
     )
@@ -409,4 +412,6 @@ def reembed_all(*, agent_id: int | None, progress: Callable[[int], None] | None 
     Entry.objects.filter(Q(redacted_at__isnull=False) & Q(embedding__isnull=False)).update(
         embedding=None, embedded_at=None
     )
+    if agent_id is None:
+        space_record()
     return {"embedded": done, "passed_over": sum(len(ids) for ids in held.values())}

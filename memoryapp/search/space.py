@@ -11,14 +11,48 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 
 @dataclass(frozen=True)
 class VectorSpaceStatus:
+    """`ok`: the vector channel may run (the dimensions match and the recorded model is the
+    configured one or a close variant of it). `ready`: the dimensions match (what /readyz and the
+    embedding job ask). `recorded` / `configured`: "embedder:model" (recorded None: nothing
+    embedded yet). `stale`: the stored vectors are another model's (`reembed` moves them)."""
+
     ok: bool
     message: str
     column_dimensions: int | None
     configured_dimensions: int
+    ready: bool = True
+    recorded: str | None = None
+    configured: str = ""
+    stale: bool = False
+    moving_to: str = ""
+
+
+def space_name(embedder: str, model: str) -> str:
+    return f"{embedder}:{model}"
+
+
+def configured_space() -> str:
+    return space_name(settings.EMBEDDER, settings.EMBEDDING_MODEL)
+
+
+# Models whose vectors are close enough to be searched with one another's queries: all-MiniLM-L6-v2
+# and its int8 variants (cosine of a turn's two vectors >= 0.95, median 0.99; LoCoMo recall within
+# a point: docs/benchmarks.md). Any other pair of models (e5 and MiniLM, a remote model and a local
+# one) makes unrelated vectors, even at the same dimension.
+FAMILIES = {
+    space_name("local", "all-MiniLM-L6-v2"): "all-MiniLM-L6-v2",
+    space_name("local", "all-MiniLM-L6-v2-int8"): "all-MiniLM-L6-v2",
+    space_name("local", "all-MiniLM-L6-v2-q8"): "all-MiniLM-L6-v2",
+}
+
+
+def same_family(a: str, b: str) -> bool:
+    return a == b or (a in FAMILIES and FAMILIES.get(a) == FAMILIES.get(b))
 
 
 def column_dimensions() -> int | None:
@@ -35,22 +69,106 @@ def column_dimensions() -> int | None:
     return int(row[0]) if row and row[0] and row[0] > 0 else None
 
 
+def recorded_space() -> tuple[str, str] | None:
+    """(embedder:model, moving_to) of the stored vectors, None before anything was embedded."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT embedder, model, moving_to FROM memoryapp_vectorspace WHERE id = 1")
+        row = cursor.fetchone()
+    return (space_name(row[0], row[1]), row[2]) if row else None
+
+
+def space_claim() -> None:
+    """Record the configured model as the vectors' if nothing is recorded yet: called where a
+    vector is written (the first one of a fresh database records its model). One statement,
+    nothing written when a row exists."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO memoryapp_vectorspace (id, embedder, model, dimensions, recorded_at, moving_to)"
+            " VALUES (1, %s, %s, %s, now(), '') ON CONFLICT (id) DO NOTHING",
+            [settings.EMBEDDER, settings.EMBEDDING_MODEL, settings.EMBEDDING_DIMENSIONS],
+        )
+
+
+def space_record(*, embedder: str | None = None, model: str | None = None, moving_to: str = "") -> None:
+    """Record what made the stored vectors (the configured model unless named), or, with
+    `moving_to`, only that a reembed is moving them there (the recorded model stays)."""
+    from memoryapp.models import VectorSpace
+
+    with transaction.atomic():
+        row = VectorSpace.objects.select_for_update().filter(pk=1).first()
+        if moving_to:
+            if row is None:  # nothing embedded yet: what the reembed writes is the configured model's
+                space_record()
+            else:
+                row.moving_to, row.moving_since = moving_to, timezone.now()
+                row.save(update_fields=["moving_to", "moving_since"])
+            return
+        VectorSpace.objects.update_or_create(
+            pk=1,
+            defaults={
+                "embedder": embedder if embedder is not None else settings.EMBEDDER,
+                "model": model if model is not None else settings.EMBEDDING_MODEL,
+                "dimensions": column_dimensions() or settings.EMBEDDING_DIMENSIONS,
+                "recorded_at": timezone.now(),
+                "moving_to": "",
+                "moving_since": None,
+            },
+        )
+
+
 def vector_space_status() -> VectorSpaceStatus:
-    configured = settings.EMBEDDING_DIMENSIONS
+    configured_dimensions = settings.EMBEDDING_DIMENSIONS
+    configured = configured_space()
     stored = column_dimensions()
     if stored is None:
-        return VectorSpaceStatus(False, "the vector columns do not exist yet: run migrations", None, configured)
-    if stored != configured:
+        return VectorSpaceStatus(
+            False, "the vector columns do not exist yet: run migrations", None, configured_dimensions, ready=False
+        )
+    if stored != configured_dimensions:
         return VectorSpaceStatus(
             False,
             f"stored vectors have {stored} dimensions but the configured embedder "
-            f"({settings.EMBEDDER}:{settings.EMBEDDING_MODEL}) makes {configured}: "
+            f"({configured}) makes {configured_dimensions}: "
             "run `python manage.py reembed --dimensions` to rebuild the vectors",
             stored,
-            configured,
+            configured_dimensions,
+            ready=False,
+            configured=configured,
+        )
+    found = recorded_space()
+    recorded, moving_to = found if found else (None, "")
+    here = f"{configured} ({configured_dimensions} dimensions)"
+    if recorded is None or recorded == configured:
+        return VectorSpaceStatus(
+            True, here, stored, configured_dimensions, recorded=recorded, configured=configured, moving_to=moving_to
+        )
+    moving = (
+        f"; a `reembed` to {moving_to} has not finished yet"
+        if moving_to == configured
+        else ": run `python manage.py reembed` to embed them again"
+    )
+    if same_family(recorded, configured):
+        return VectorSpaceStatus(
+            True,
+            f"{here}; the stored vectors were made by {recorded}, a close variant: the vector channel"
+            f" keeps searching them{moving}",
+            stored,
+            configured_dimensions,
+            stale=True,
+            recorded=recorded,
+            configured=configured,
+            moving_to=moving_to,
         )
     return VectorSpaceStatus(
-        True, f"{settings.EMBEDDER}:{settings.EMBEDDING_MODEL} ({configured} dimensions)", stored, configured
+        False,
+        f"{here}; the stored vectors were made by {recorded}, another model: the vector channel is off"
+        f" (search answers by keyword){moving}",
+        stored,
+        configured_dimensions,
+        stale=True,
+        recorded=recorded,
+        configured=configured,
+        moving_to=moving_to,
     )
 
 
@@ -147,3 +265,5 @@ def vector_columns_resize(dimensions: int) -> None:
             )
             # A new type is a new storage (EXTERNAL, pgvector's): the vector is kept in the row again.
             cursor.execute(vector_storage_sql(table))
+        # No vector is left: every one written from now on is the configured model's.
+        space_record()

@@ -4,6 +4,8 @@ Re-embeds every entry, memory item and knowledge-document chunk (of one agent, o
 configured embedder (after a change of EMBEDDING_MODEL, say), in batches, recorded as a JobRun of kind "reembed". With --dimensions, first gives the vector
 columns the configured EMBEDDING_DIMENSIONS (dropping the stored vectors and rebuilding the
 HNSW indexes), which is what /readyz asks for when the model's dimension changed.
+Without --agent, it records the configured model as the vectors' (memoryapp.models.VectorSpace)
+when it finishes; while it runs the record names the old model, `moving_to` the new one.
 """
 
 from __future__ import annotations
