@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -163,3 +163,55 @@ class Precompiled(Generic[M]):
 def _same(a: Any, b: Any) -> bool:
     """Equal and of the same type (a stand-in 1 is not the constant True)."""
     return type(a) is type(b) and a == b
+
+
+@dataclass(frozen=True)
+class _Returned:
+    db: str
+    columns: tuple[str, ...]
+    init_list: list[str]
+    converters: list[tuple[int, tuple[list[Any], Any]]]
+
+
+class ReturnedRows(Generic[M]):
+    """Rows of a model that a hand-written statement returns (`RETURNING` every concrete column,
+    `columns(alias)`), built as the ORM builds the rows of a query (its converters, `from_db`):
+    for a statement that writes a row and hands it back in the same round trip (the single append's
+    thread, memoryapp.threads.services). What to build is worked out once per process."""
+
+    def __init__(self, model: type[M]) -> None:
+        self._model = model
+        self._compiled: _Returned | None = None
+        self._lock = threading.Lock()
+
+    def _compile(self) -> _Returned:
+        with self._lock:
+            if self._compiled is None:
+                queryset = self._model._default_manager.all()
+                compiler = queryset.query.get_compiler(using=queryset.db)
+                compiler.as_sql()
+                select = [column[0] for column in compiler.select]
+                self._compiled = _Returned(
+                    db=queryset.db,
+                    columns=tuple(str(column.target.column) for column in select),
+                    init_list=[column.target.attname for column in select],
+                    converters=sorted(compiler.get_converters(select).items()),
+                )
+            return self._compiled
+
+    def columns(self, alias: str) -> str:
+        """Every concrete column of the model, of the table named `alias`, in the order `build` takes."""
+        compiled = self._compiled or self._compile()
+        return ", ".join(f'{alias}."{column}"' for column in compiled.columns)
+
+    def build(self, values: Sequence[Any]) -> M:
+        """The model instance of one returned row's first values (those of `columns`, in order)."""
+        compiled = self._compiled or self._compile()
+        connection = connections[compiled.db]
+        found = list(values[: len(compiled.columns)])
+        for at, (functions, expression) in compiled.converters:
+            value = found[at]
+            for function in functions:
+                value = function(value, expression, connection)
+            found[at] = value
+        return self._model.from_db(compiled.db, compiled.init_list, found)

@@ -55,6 +55,7 @@ from memoryapp.threads.selectors import (
 from memoryapp.threads.services import (
     entry_was_there,
     thread_append,
+    thread_append_one,
     thread_checkout,
     thread_create,
     thread_fork,
@@ -536,8 +537,12 @@ class ThreadEntriesView(APIView):
                 status=_added_status(created),
             )
         spec = entry_input(body)
-        with run_holding(agent=agent, thread_external_id=thread_id, run_id=run_id):
-            thread, created = thread_append(agent=agent, external_id=thread_id, entries=[spec])
+        if run_id:
+            with run_holding(agent=agent, thread_external_id=thread_id, run_id=run_id):
+                thread, created = thread_append(agent=agent, external_id=thread_id, entries=[spec])
+        else:
+            # A plain append is one statement (memoryapp.threads.services._append_one_fast).
+            thread, created = thread_append_one(agent=agent, external_id=thread_id, spec=spec)
         return Response(entry_json(created[0], thread.external_id), status=_added_status(created))
 
     @extend_schema(parameters=[EntriesQuery], responses={200: EntryPageOut})

@@ -101,26 +101,29 @@ def event_record_many(*, agent_id: int, type: str, by_thread: Sequence[tuple[str
     webhooks_wake_after_commit(agent_id=agent_id)
 
 
-_INSERT_ONE_SQL = (
+_INSERT_HEAD = (
     f"INSERT INTO {Event._meta.db_table} "
     f"({', '.join(str(Event._meta.get_field(name).column) for name in ('agent', 'type', 'thread_id', 'ids'))})"  # type: ignore[union-attr]
-    " VALUES (%s, %s, %s, %s)"
 )
+_INSERT_ONE_SQL = f"{_INSERT_HEAD} VALUES (%s, %s, %s, %s)"
 
 
 def event_insert_one(
-    *, agent_id: int, type: str, ids: Sequence[str] = (), thread_id: str = ""
+    *, agent_id: int, type: str, ids: Sequence[str] = (), thread_id: str = "", source: str = ""
 ) -> tuple[str, list[Any]] | None:
     """What `event_record` would send, as one INSERT statement and its parameters, for a service that
     sends it in the same statement as its own change (an append: its entry, its thread's counters and
     its event in one round trip, issue 26); None when the ids make more than one event (then call
     `event_record`). The caller runs it in its transaction, after the change, and then calls
-    `event_inserted(agent_id=...)`, as `event_record` does both."""
+    `event_inserted(agent_id=...)`, as `event_record` does both. With `source` (a relation of the
+    caller's statement, a WITH query's name), the event is inserted once for each of its rows:
+    none when the change it follows wrote nothing."""
     if type not in EVENT_TYPES:
         raise ValueError(f"unknown event type {type!r}")
     if len(ids) > MAX_EVENT_IDS:
         return None
-    return _INSERT_ONE_SQL, [agent_id, type, thread_id or "", Jsonb([str(i) for i in ids])]
+    sql = f"{_INSERT_HEAD} SELECT %s, %s, %s, %s FROM {source}" if source else _INSERT_ONE_SQL
+    return sql, [agent_id, type, thread_id or "", Jsonb([str(i) for i in ids])]
 
 
 def event_inserted(*, agent_id: int) -> None:

@@ -88,6 +88,15 @@ def rows_named(
     return named
 
 
+def rows_name_anyone(*, agent: Agent, rows: Iterable[Written], memo: Memo | None = None) -> bool:
+    """Whether any of these rows (about to be written) names a registered person of the agent: what
+    `rows_named` would find, without acting on it (no erasure lock taken, nothing redacted), for a
+    writer that leaves such a write to its transaction (the single append's statement,
+    memoryapp.threads.services)."""
+    matcher = people_matcher(agent=agent)
+    return matcher is not None and any(matcher.people_in(row_texts(table, row), memo) for table, _, row in rows)
+
+
 def _erasing_redact(
     *, agent_id: int | None, matcher: PeopleMatcher, rows: list[Written], named: dict[str, set[str]], saved: bool
 ) -> None:

@@ -22,14 +22,21 @@ def content_hash(*, parent_id: str | None, turn: dict[str, Any], created_at: dat
     JSONB stores objects in its own key order, and the hash must come out the same when it is
     computed again from the stored entry (an import, a check).
     """
-    raw = json.dumps(
-        {"parent": parent_id, "turn": turn, "createdAt": _millis(created_at)},
-        ensure_ascii=False,
-        separators=(",", ":"),
-        sort_keys=True,
-        default=str,
-    )
+    before, after = content_hash_around_parent(turn=turn, created_at=created_at)
+    raw = before + _json(parent_id) + after
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=str)
+
+
+def content_hash_around_parent(*, turn: dict[str, Any], created_at: datetime) -> tuple[str, str]:
+    """The text `content_hash` hashes, without the parent: what comes before the parent's JSON (its
+    id as a JSON string, or `null`) and what comes after it. The keys sorted, the object is
+    `{"createdAt":...,"parent":...,"turn":...}`; a statement that learns the parent only as it runs
+    (the single append's, memoryapp.threads.services) hashes the same text."""
+    return f'{{"createdAt":{_json(_millis(created_at))},"parent":', f',"turn":{_json(turn)}}}'
 
 
 def hashed_turn(entry: Entry) -> dict[str, Any]:

@@ -3,16 +3,19 @@
 Concurrency: every write that hands out a `seq` or moves the leaf first locks the thread row
 (`SELECT ... FOR UPDATE`). Writers of one thread queue on that lock, so seq comes from
 `thread.next_seq` strictly increasing and gap-free, and the leaf always ends on an entry one
-of them wrote. Writers of different threads never wait for each other.
+of them wrote. Writers of different threads never wait for each other. A plain single append
+takes the same lock inside the one statement that writes it (`_append_one_fast`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, connection, models, transaction
+from django.db.models.base import ModelState
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -27,9 +30,16 @@ from memoryapp.ids import entry_id_new, person_id_check
 from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
 from memoryapp.models.people import FORK_OF_KEY
+from memoryapp.precompiled import ReturnedRows
 from memoryapp.screening.recognizers import Memo
 from memoryapp.screening.screen import screener_for
-from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named, thread_key_people_set
+from memoryapp.subjects.detect import (
+    key_people_set,
+    mentions_record,
+    rows_name_anyone,
+    rows_named,
+    thread_key_people_set,
+)
 from memoryapp.threads.columns import (
     ENTRY_FORK_COPIED,
     ENTRY_INSERT_COLUMNS,
@@ -37,7 +47,7 @@ from memoryapp.threads.columns import (
     ENTRY_SEALED_FIELDS,
     ENTRY_TABLE,
 )
-from memoryapp.threads.hashing import content_hash, hashed_turn
+from memoryapp.threads.hashing import content_hash, content_hash_around_parent, hashed_turn
 from memoryapp.threads.hooks import after_entries_added
 from memoryapp.threads.off_ranges import OFF_RANGES_KEY, off_ranges_of_copies
 from memoryapp.threads.screened import entries_screened, thread_screener
@@ -699,6 +709,175 @@ def thread_append(
     write path: one round trip less than a lookup and then a lock). Entries as `entries_add`."""
     thread = thread_for_agent(agent=agent, external_id=external_id, for_update=True)
     return thread, _insert(thread=thread, specs=entries, field_prefix=field_prefix, locked=thread)
+
+
+def thread_append_one(*, agent: Agent, external_id: str, spec: dict[str, Any]) -> tuple[Thread, list[Entry]]:
+    """Add one entry to the agent's thread of that id (the API's single append without a run):
+    in one statement when it is a plain append (`_append_one_fast`), else as `thread_append`."""
+    done = _append_one_fast(agent=agent, external_id=external_id, spec=spec)
+    if done is not None:
+        return done
+    return thread_append(agent=agent, external_id=external_id, entries=[spec])
+
+
+def _append_one_plain(spec: dict[str, Any]) -> bool:
+    """Whether the spec asks for nothing beyond a plain message after the leaf: no parent named, the
+    leaf moved to it, no client time (a retry's node to look for), no id (an import's), no tool
+    calls (audited) and no other type (tool results, compactions, events)."""
+    return (
+        not spec.get("parent_id")
+        and spec.get("activate", True) is True
+        and spec.get("created_at") is None
+        and spec.get("id") is None
+        and not spec.get("tool_calls")
+        and spec.get("event") is None
+        and (spec.get("type") or EntryType.MESSAGE) == EntryType.MESSAGE
+    )
+
+
+def _append_one_fast(*, agent: Agent, external_id: str, spec: dict[str, Any]) -> tuple[Thread, list[Entry]] | None:
+    """A plain single append in ONE statement, without BEGIN, a separate lock and COMMIT (issue 26);
+    None, having written nothing, when the write is not a plain one: the caller then runs
+    `thread_append`, which answers it as always (its 404 and 4xx answers included).
+
+    1. Plain (`_append_one_plain`), encryption off (a row is sealed under its thread's person, known
+       only once the thread is read): else None.
+    2. Build and screen the entry as `_insert` does, before the thread is read: its parent, seq and
+       hash are left to the statement. A refusal or a rule broken: None (the other path answers it,
+       the thread first, as it always did); a finding to audit or hold, or a registered person
+       named (a mention to record, a person being erased: her lock and placeholder): None.
+    3. One statement (`_append_one_sql`): lock the agent's thread of that id (FOR UPDATE, as
+       `thread_for_agent`: under READ COMMITTED, a writer that waited for it reads the version the
+       writer before it committed), move its counters and leaf as `_insert` does, insert the entry
+       with the seq and parent read under the lock and its content hash over that parent
+       (`content_hash_around_parent`), and the `entry.added` event. All or nothing, one round trip;
+       in autocommit its own transaction. No thread (missing, another agent's, deleted meanwhile):
+       nothing is written, None.
+    4. The thread as the statement left it (RETURNING); the hooks, which send their jobs once the
+       write committed: at once in autocommit, where the row is durable when the statement returns.
+    """
+    if not _append_one_plain(spec) or encryption_enabled():
+        return None
+    now = timezone.now()
+    screener = screener_for(agent=agent)
+    try:
+        # Its parent, seq and hash are the statement's (the thread is read there).
+        entry = entry_from_spec(
+            thread=_thread_stand_in(agent.pk), spec=spec, parent_id=None, seq=0, now=now, hashed=False
+        )
+        if screener is not None:
+            entries_screened(entries=[entry], screener=screener, prefixes=[""], now=now)
+    except DomainError:
+        return None
+    if screener is not None and (screener.decisions or entry.held_at is not None):
+        return None
+    if rows_name_anyone(agent=agent, rows=[(Table.ENTRY, entry.id, entry)], memo=screener.memo if screener else None):
+        return None
+    (row,) = _entry_rows([entry])
+    before, after = content_hash_around_parent(turn=hashed_turn(entry), created_at=entry.created_at)
+    tokens = (
+        entry.token_count if spec.get("token_count") is None else count_message_tokens(entry.content, entry.tool_calls)
+    )
+    event = event_insert_one(
+        agent_id=agent.pk, type="entry.added", thread_id=external_id, ids=[entry.id], source="thread"
+    )
+    assert event is not None  # one id
+    # The entry's null and empty values are written in the statement, not sent (most of a plain
+    # turn's columns: binding each parameter costs some 5 us).
+    shape = tuple(_INLINE.get(value) if type(value) in (str, type(None)) else None for value in row)
+    params = [
+        agent.pk,
+        external_id,
+        entry.id,
+        tokens,
+        before,
+        after,
+        *(
+            value
+            for column, value, inline in zip(ENTRY_INSERT_COLUMNS, row, shape, strict=True)
+            if column not in _FROM_THREAD and inline is None
+        ),
+        *event[1],
+    ]
+    # Inside a caller's transaction (a test's), a failed statement leaves it usable, as the
+    # savepoint of `thread_append` does; a served request runs it in autocommit.
+    savepoint = transaction.atomic() if connection.in_atomic_block else nullcontext()
+    with savepoint, connection.cursor() as cursor:
+        cursor.execute(_append_one_sql(event[0], shape), params)
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    thread = _RETURNED_THREAD.build(found)
+    Thread.agent.field.set_cached_value(thread, agent)
+    entry.thread_id = thread.pk
+    Entry.thread.field.set_cached_value(entry, thread)
+    entry.seq, entry.parent_id, entry.content_hash, entry.stored_at = found[-4:]
+    _entries_stored([entry])
+    event_inserted(agent_id=agent.pk)
+    after_entries_added(thread=thread, entries=[entry])
+    return thread, [entry]
+
+
+# The thread a single append's statement returns (every column), built as the ORM builds it.
+_RETURNED_THREAD = ReturnedRows(Thread)
+# The entry's columns the statement fills from the thread it locked (`thread`, its WITH query).
+_FROM_THREAD = {
+    "thread_id": "thread.id",
+    "parent_id": "thread.entry_parent_id",
+    "seq": "thread.entry_seq",
+    "content_hash": "thread.entry_hash",
+}
+# Values written in the statement rather than sent (`_append_one_fast`).
+_INLINE: dict[Any, str] = {None: "NULL", "": "''"}
+_APPEND_ONE_SQL: dict[tuple[str, tuple[str | None, ...]], str] = {}
+
+
+def _thread_stand_in(agent_id: int) -> Thread:
+    """The thread of an entry built before its thread is read (`entry_from_spec` takes its agent and
+    id from it): no Model.__init__, which asks each of Thread's fields for its default (~60 us)."""
+    stand_in = Thread.__new__(Thread)
+    stand_in.__dict__.update({"_state": ModelState(), "id": None, "agent_id": agent_id})
+    return stand_in
+
+
+def _append_one_sql(event_sql: str, shape: tuple[str | None, ...]) -> str:
+    """The single append's statement (`_append_one_fast`), built once per process. Its parameters:
+    the agent, the thread's id, the entry's id (the new leaf), the tokens its history grows by (an
+    unknown count, null, stays null), the hash's text before and after the parent, the entry's
+    other columns in ENTRY_INSERT_COLUMNS' order but those `shape` writes in the statement (a null
+    or an empty string, `_INLINE`), the event's. It answers the thread's columns
+    (`_RETURNED_THREAD`), then the entry's seq, parent, hash and stored_at; no row without the
+    thread."""
+    sql = _APPEND_ONE_SQL.get((event_sql, shape))
+    if sql is not None:
+        return sql
+    table = Thread._meta.db_table
+    values = ", ".join(
+        _FROM_THREAD.get(column) or inline or "%s" for column, inline in zip(ENTRY_INSERT_COLUMNS, shape, strict=True)
+    )
+    sql = f"""
+        WITH locked AS (
+            SELECT id, next_seq, active_leaf_id FROM {table}
+             WHERE agent_id = %s AND external_id = %s
+               FOR UPDATE
+        ), thread AS (
+            UPDATE {table} t
+               SET next_seq = locked.next_seq + 1, active_leaf_id = %s, history_tokens = t.history_tokens + %s
+              FROM locked
+             WHERE t.id = locked.id
+         RETURNING {_RETURNED_THREAD.columns("t")},
+                   locked.next_seq AS entry_seq, locked.active_leaf_id AS entry_parent_id,
+                   left(encode(sha256(convert_to(
+                       %s || COALESCE(to_json(locked.active_leaf_id)::text, 'null') || %s, 'UTF8'
+                   )), 'hex'), 32) AS entry_hash
+        ), entry AS (
+            INSERT INTO {ENTRY_TABLE} ({", ".join(ENTRY_INSERT_COLUMNS)}) SELECT {values} FROM thread
+            RETURNING stored_at
+        ), event AS ({event_sql})
+        SELECT thread.*, entry.stored_at FROM thread, entry"""
+    if len(_APPEND_ONE_SQL) < 256:  # a few shapes in practice; never a growing cache
+        _APPEND_ONE_SQL[(event_sql, shape)] = sql
+    return sql
 
 
 @transaction.atomic

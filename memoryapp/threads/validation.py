@@ -193,9 +193,11 @@ def entry_from_spec(
     now: datetime,
     field_prefix: str = "",
     require_event: bool = True,
+    hashed: bool = True,
 ) -> Entry:
     """A validated, unsaved Entry from one entry's fields (no queries). An import takes event
-    entries stored before their payload was required (`require_event=False`)."""
+    entries stored before their payload was required (`require_event=False`). `hashed=False`
+    leaves `content_hash` empty, for a writer that hashes the entry once it knows its parent."""
 
     def f(name: str) -> str:
         return f"{field_prefix}{name}"
@@ -286,7 +288,8 @@ def entry_from_spec(
         created_at=created_at,
     )
     Entry.thread.field.set_cached_value(entry, thread)
-    entry.content_hash = content_hash(parent_id=parent_id, turn=hashed_turn(entry), created_at=created_at)
+    if hashed:
+        entry.content_hash = content_hash(parent_id=parent_id, turn=hashed_turn(entry), created_at=created_at)
     return entry
 
 

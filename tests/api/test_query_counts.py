@@ -55,13 +55,15 @@ def search(caller: Caller, method: str) -> Any:
     )
 
 
-def test_a_single_append_is_four_queries(
+def test_a_single_append_is_one_statement(
     alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
 ) -> None:
-    # the thread locked; the entry, the thread's leaf and counters and the change event in one
-    # statement (+ the atomic block's savepoint pair)
-    with django_assert_max_num_queries(4):
+    # the thread locked, its leaf and counters moved, the entry and the change event inserted, in
+    # one statement (+ its savepoint pair, here in the test's transaction only: a served append is
+    # that statement in autocommit; 4 before, the lock a statement of its own)
+    with django_assert_max_num_queries(3) as captured:
         post_entry(alice, "t-1", role="user", content="one more")
+    assert [q["sql"].split()[0] for q in captured.captured_queries] == ["SAVEPOINT", "WITH", "RELEASE"]
 
 
 def test_a_path_read_is_two_queries(alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any) -> None:
