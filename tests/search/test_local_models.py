@@ -124,7 +124,7 @@ def test_reembed_dimensions_rebuilds_the_knowledge_chunks_column_too(alice: Any)
     [
         (
             {"EMBEDDER": "local", "EMBEDDING_MODEL": "bge-small-en-v1.5"},
-            "EMBEDDING_MODEL must be one of all-MiniLM-L6-v2, all-MiniLM-L6-v2-int8, all-MiniLM-L6-v2-q8,"
+            "EMBEDDING_MODEL must be one of all-MiniLM-L6-v2-q8, all-MiniLM-L6-v2, all-MiniLM-L6-v2-int8,"
             " multilingual-e5-small-q4 with EMBEDDER=local,"
             " not 'bge-small-en-v1.5'",
         ),

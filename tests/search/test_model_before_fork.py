@@ -33,8 +33,12 @@ def children_of(pid: int) -> list[int]:
     return sorted(found)
 
 
-def maps_torch(pid: int) -> bool:
-    return "libtorch_cpu" in Path(f"/proc/{pid}/maps").read_text()
+# The default model runs on onnxruntime (issue 26), the torch one on torch: each maps its library.
+MODELS = {"all-MiniLM-L6-v2-q8": "onnxruntime_pybind11_state", "all-MiniLM-L6-v2": "libtorch_cpu"}
+
+
+def maps_model(pid: int, model: str) -> bool:
+    return MODELS[model] in Path(f"/proc/{pid}/maps").read_text()
 
 
 def memory_kb(pid: int) -> dict[str, int]:
@@ -61,10 +65,14 @@ def readyz(where: str) -> tuple[int, Any]:
         conn.close()
 
 
+@pytest.mark.parametrize("model", MODELS)
 def test_gunicorn_workers_share_the_model_the_master_loaded_and_are_ready_at_their_first_request(
-    tmp_path: Path,
+    tmp_path: Path, model: str
 ) -> None:
-    with gunicorn_serving(var_dir=tmp_path, workers=2, env={"EMBEDDER": "local"}) as where:
+    # A fresh VAR_DIR: the q8 graph is made by the master before it forks; each worker encodes once
+    # (post_worker_init) before its first request, so a ready worker is one that embedded.
+    env = {"EMBEDDER": "local", "EMBEDDING_MODEL": model}
+    with gunicorn_serving(var_dir=tmp_path, workers=2, env=env) as where:
         # Nothing listens before the model is loaded: the first /readyz answered is ready, whichever
         # worker answers it (each warmed the model before it took a request).
         for _ in range(4):
@@ -74,24 +82,26 @@ def test_gunicorn_workers_share_the_model_the_master_loaded_and_are_ready_at_the
         (master,) = [pid for pid in children_of(os.getpid()) if "gunicorn" in Path(f"/proc/{pid}/cmdline").read_text()]
         workers = children_of(master)
         assert len(workers) == 2
-        assert maps_torch(master)
+        assert maps_model(master, model)
         master_rss = memory_kb(master)["Rss"]
         for worker in workers:
             # A worker that loaded its own copy would hold most of the master's size privately.
-            assert maps_torch(worker)
+            assert maps_model(worker, model)
             assert private_kb(worker) < master_rss // 2, (private_kb(worker), master_rss)
 
 
-def test_a_celery_worker_of_the_embedding_queue_loads_the_model_before_its_pool_forks() -> None:
+@pytest.mark.parametrize("model", MODELS)
+def test_a_celery_worker_of_the_embedding_queue_loads_the_model_before_its_pool_forks(model: str) -> None:
     with private_redis() as redis_server:
-        worker = Worker(redis_url=redis_server.url, queues="embedding", env={"EMBEDDER": "local"}, concurrency=2)
+        env = {"EMBEDDER": "local", "EMBEDDING_MODEL": model}
+        worker = Worker(redis_url=redis_server.url, queues="embedding", env=env, concurrency=2)
         try:
             pool = worker.pool_processes()
             assert len(pool) == 2
-            assert maps_torch(worker.pid)
+            assert maps_model(worker.pid, model)
             parent_rss = memory_kb(worker.pid)["Rss"]
             for child in pool:
-                assert maps_torch(child)
+                assert maps_model(child, model)
                 assert private_kb(child) < parent_rss // 2, (private_kb(child), parent_rss)
         finally:
             worker.stop()
@@ -101,7 +111,8 @@ def test_a_celery_worker_of_other_queues_only_loads_no_model() -> None:
     with private_redis() as redis_server:
         worker = Worker(redis_url=redis_server.url, queues="governance", env={"EMBEDDER": "local"})
         try:
-            assert not maps_torch(worker.pid)
-            assert not any(maps_torch(child) for child in worker.pool_processes())
+            for model in MODELS:
+                assert not maps_model(worker.pid, model)
+                assert not any(maps_model(child, model) for child in worker.pool_processes())
         finally:
             worker.stop()
