@@ -1,7 +1,7 @@
 """Mixed load against a running service, with the web processes' CPU per request of each kind.
 
     python bench/load.py --base http://127.0.0.1:8000 [--clients 50] [--duration 60]
-        [--mix append=50,search=20,context=15,path=15] [--agents 10]
+        [--mix append=50,search=20,context=15,path=15] [--agents 10] [--fresh-queries]
 
 1. Agents: `--agents` agents are created through the service's own command
    (`manage.py agent_create`, one run of it, in this checkout with this environment, so against the service's
@@ -19,6 +19,9 @@
    the mix: a single append to its own thread, a hybrid search, a hybrid context build of 4,000
    tokens on its thread, or a path read of its thread's newest 50 turns. Prints req/s,
    p50/p95/p99 per kind, errors by status, and the web CPU per request of the whole mix.
+   The questions are five fixed ones, whose vectors each web process caches after their first
+   embedding; `--fresh-queries` makes every search's and context build's question a new one
+   (a place and a number added), so each embeds its query in the web process as a user's would.
 6. The bench threads are deleted (`--keep` keeps them); the agents stay (slugs `load-<run>-N`).
 
 `--cold` instead starts the service itself (`python -m memory_project.launcher` in this checkout,
@@ -65,7 +68,20 @@ QUERIES = (
     "When should we see the Pantheon?",
     "Did anyone mention queues at the Colosseum?",
 )
+# Places a query can be about, so that `--fresh-queries` asks texts no process has embedded yet.
+PLACES = ("the Forum", "Trastevere", "the Vatican", "the station", "the hotel", "the river", "the market")
 KINDS = ("append", "search", "context", "path")
+# --fresh-queries: each search and context build asks a question of its own (a query's vector is
+# cached per web process, so the five QUERIES are embedded once each and then never again).
+FRESH_QUERIES = False
+
+
+def query_text(rng: random.Random) -> str:
+    if not FRESH_QUERIES:
+        return rng.choice(QUERIES)
+    return f"{rng.choice(QUERIES)[:-1]} near {rng.choice(PLACES)}, day {rng.randrange(1_000_000)}?"
+
+
 DEFAULT_MIX = "append=50,search=20,context=15,path=15"
 
 
@@ -181,9 +197,9 @@ def do_request(kind: str, seat: Seat, rng: random.Random) -> int:
         body: dict[str, object] = {"role": "user" if seat.turn % 2 else "assistant", "content": rng.choice(SENTENCES)}
         status, _ = client.call("POST", f"/api/v1/threads/{seat.thread_id}/entries", body)
     elif kind == "search":
-        status, _ = client.call("POST", "/api/v1/search", {"text": rng.choice(QUERIES), "method": "hybrid"})
+        status, _ = client.call("POST", "/api/v1/search", {"text": query_text(rng), "method": "hybrid"})
     elif kind == "context":
-        body = {"strategy": "hybrid", "max_tokens": 4000, "current_input": rng.choice(QUERIES)}
+        body = {"strategy": "hybrid", "max_tokens": 4000, "current_input": query_text(rng)}
         status, _ = client.call("POST", f"/api/v1/threads/{seat.thread_id}/context", body)
     elif kind == "path":
         status, _ = client.call("GET", f"/api/v1/threads/{seat.thread_id}/path?limit=50")
@@ -322,6 +338,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--cold", action="store_true", help="start the service here and time its first requests")
     parser.add_argument("--keep", action="store_true", help="keep the bench threads")
     parser.add_argument(
+        "--fresh-queries",
+        action="store_true",
+        help="every search and context build asks a new question (no cached vector)",
+    )
+    parser.add_argument(
         "--pgdata",
         type=Path,
         default=Path(os.environ.get("EMBEDDED_PGDATA", ROOT / "var" / "pgdata")),
@@ -329,6 +350,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     _, port = loopback_only(args.base)
+    global FRESH_QUERIES
+    FRESH_QUERIES = args.fresh_queries
     mix = parse_mix(args.mix)
     run = uuid.uuid4().hex[:8]
 
