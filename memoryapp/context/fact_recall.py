@@ -21,6 +21,7 @@ from memoryapp.items.facts import FACT_MIN_SIMILARITY, significant_words
 from memoryapp.items.selectors import ContextFact
 from memoryapp.models import Agent, MemoryItem
 from memoryapp.search.embedders import EmbedderError, embed_query
+from memoryapp.search.retrieval import vector_space_ok
 
 
 def facts_recalled(
@@ -33,7 +34,10 @@ def facts_recalled(
     rows = MemoryItem.objects.filter(agent=agent, pk__in=ids)
     error = ""
     cosine: dict[str, float] = {}
-    if text.strip():
+    space_ok, space_message = vector_space_ok()
+    if text.strip() and not space_ok:
+        error = f"facts recalled by their words only: {space_message}"[:300]
+    elif text.strip():
         try:
             vector = embed_query(text)
         except EmbedderError as exc:

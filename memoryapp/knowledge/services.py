@@ -22,6 +22,7 @@ from governance.audit.chain import audit_append
 from memoryapp.errors import Conflict, DomainError, NotFound
 from memoryapp.models import Agent, KnowledgeChunk, KnowledgeDocument, SubjectMention
 from memoryapp.search.embedders import EmbedderError, embed_query, embed_texts
+from memoryapp.search.retrieval import vector_space_ok
 from memoryapp.search.space import space_claim
 from memoryapp.subjects.detect import key_people_set, mentions_record, rows_named
 from memoryapp.tokens import count_tokens
@@ -253,10 +254,14 @@ def knowledge_search(
     chunks = KnowledgeChunk.objects.filter(Q(project_id="") | Q(project_id=project_id), agent=agent)
     depth = max(limit * 3, 15)
     lists: list[tuple[str, list[int]]] = []
-    try:
-        vector = embed_query(text)
-    except EmbedderError:
-        vector = None
+    vector = None
+    # Vectors another model made answer nothing meaningful to this one's query (the vector space's
+    # record, memoryapp.search.space): then only the words search.
+    if vector_space_ok()[0]:
+        try:
+            vector = embed_query(text)
+        except EmbedderError:
+            vector = None
     if vector is not None:
         rows = list(
             chunks.filter(embedding__isnull=False)

@@ -10,12 +10,17 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from memoryapp.models import MemoryItem
-from memoryapp.search.embedders import embed_query
+from memoryapp.search.embedders import EmbedderError, embed_query
+from memoryapp.search.retrieval import vector_space_ok
 from memoryapp.search.vector import vector_items
 
 
 def facts_nearest(facts: QuerySet[MemoryItem], text: str, limit: int) -> list[tuple[str, float]]:
     """The `limit` facts whose vector is nearest the text's: (item id, cosine), best first. Raises
-    EmbedderError when the query cannot be embedded."""
+    EmbedderError when the query cannot be embedded
+    or the stored vectors are another model's."""
+    ok, message = vector_space_ok()
+    if not ok:  # the stored vectors are another model's: the words answer alone
+        raise EmbedderError(message)
     vector = embed_query(text)
     return [(hit.id, hit.score) for hit in vector_items(items=facts, vector=vector, limit=limit)]

@@ -161,3 +161,30 @@ def test_reembed_dimensions_records_the_configured_model(alice: Any, settings: A
         call_command("reembed", "--dimensions", stdout=StringIO())
         assert recorded_space() == (f"{settings.EMBEDDER}:{settings.EMBEDDING_MODEL}", "")
         assert VectorSpace.objects.get().dimensions == 16
+
+
+def test_another_model_turns_off_the_vector_channel_of_knowledge_and_fact_recall_too(alice: Any) -> None:
+    # Knowledge search (and the context build's passages) compared the configured model's query
+    # vector with vectors another model made: the channel the record says is off still answered.
+    added = alice.client.post(
+        "/api/v1/knowledge", {"name": "dogs.md", "content": "Biscuit is a golden retriever puppy."}, format="json"
+    )
+    assert added.status_code == 201
+    _recorded(E5)
+    assert not vector_space_status().ok
+
+    body = alice.client.post(
+        "/api/v1/knowledge/search", {"text": "Which puppy breed is Biscuit?"}, format="json"
+    ).json()
+    assert body["results"], body
+    assert all("vector" not in hit["channels"] for hit in body["results"]), body
+
+
+def test_another_model_turns_off_the_facts_meaning_channel(alice: Any) -> None:
+    from memoryapp.models import MemoryItem
+    from memoryapp.search.embedders import EmbedderError
+    from memoryapp.search.fact_meaning import facts_nearest
+
+    _recorded(E5)
+    with pytest.raises(EmbedderError, match="another model"):
+        facts_nearest(MemoryItem.objects.filter(agent=alice.agent), "golden retriever", 3)
