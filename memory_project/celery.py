@@ -11,7 +11,7 @@ from celery.signals import worker_init, worker_process_shutdown
 from governance.audit.anchor_file import anchors_sync
 from governance.crypto.startup import encryption_startup_check
 from memoryapp.screening.recognizers import screening_warm_up
-from memoryapp.search.embedders import local_model_load_before_fork
+from memoryapp.search.embedders import local_model_load_before_fork, torch_kept_out
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
 
@@ -42,6 +42,7 @@ def _embedding_model_before_fork(sender: Any = None, **kwargs: Any) -> None:
     Likewise a worker whose jobs write screened text (extraction's items, imports) builds
     screening's detectors in the parent (Presidio's import: seconds and ~380 MB, once for the pool,
     not once a child at its first screened job)."""
+    torch_kept_out()  # before anything imports it where nothing configured uses it
     queues = getattr(getattr(getattr(sender, "app", None), "amqp", None), "queues", None)
     consumed = set(getattr(queues, "consume_from", None) or queues or ())
     if (not consumed or "embedding" in consumed) and (reason := local_model_load_before_fork()):

@@ -32,8 +32,9 @@ def on_starting(server: Any) -> None:
     from django.urls import get_resolver
 
     from memoryapp.screening.recognizers import screening_warm_up
-    from memoryapp.search.embedders import local_model_load_before_fork
+    from memoryapp.search.embedders import local_model_load_before_fork, torch_kept_out
 
+    torch_kept_out()  # before anything imports it where nothing configured uses it
     get_resolver().url_patterns  # noqa: B018  (the import is what is wanted)
     if reason := local_model_load_before_fork():
         server.log.warning("embedding model not loaded before fork: %s", reason)

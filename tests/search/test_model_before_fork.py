@@ -41,6 +41,15 @@ def maps_model(pid: int, model: str) -> bool:
     return MODELS[model] in Path(f"/proc/{pid}/maps").read_text()
 
 
+def maps_torch(pid: int) -> bool:
+    return "libtorch_cpu" in Path(f"/proc/{pid}/maps").read_text()
+
+
+def maps_screening(pid: int) -> bool:
+    """Whether screening's detectors were built here: Presidio's import brings spaCy's compiled modules."""
+    return "/spacy/" in Path(f"/proc/{pid}/maps").read_text()
+
+
 def memory_kb(pid: int) -> dict[str, int]:
     values = {}
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
@@ -83,6 +92,10 @@ def test_gunicorn_workers_share_the_model_the_master_loaded_and_are_ready_at_the
         workers = children_of(master)
         assert len(workers) == 2
         assert maps_model(master, model)
+        # Screening's warm-up ran in the master; torch is loaded only where the model runs on it
+        # (Presidio would import it otherwise: embedders.torch_kept_out).
+        assert maps_screening(master)
+        assert all(maps_torch(pid) == (model == "all-MiniLM-L6-v2") for pid in (master, *workers))
         master_rss = memory_kb(master)["Rss"]
         for worker in workers:
             # A worker that loaded its own copy would hold most of the master's size privately.
@@ -114,5 +127,21 @@ def test_a_celery_worker_of_other_queues_only_loads_no_model() -> None:
             for model in MODELS:
                 assert not maps_model(worker.pid, model)
                 assert not any(maps_model(child, model) for child in worker.pool_processes())
+        finally:
+            worker.stop()
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_celery_worker_that_screens_loads_torch_only_for_a_model_on_torch(model: str) -> None:
+    # The extraction queue's jobs write screened text: its parent builds screening's detectors
+    # before the pool forks, and Presidio's import would bring torch in with it.
+    with private_redis() as redis_server:
+        env = {"EMBEDDER": "local", "EMBEDDING_MODEL": model}
+        worker = Worker(redis_url=redis_server.url, queues="embedding,extraction", env=env, concurrency=1)
+        try:
+            (child,) = worker.pool_processes()
+            assert maps_screening(worker.pid)
+            assert maps_torch(worker.pid) == (model == "all-MiniLM-L6-v2")
+            assert maps_torch(child) == (model == "all-MiniLM-L6-v2")
         finally:
             worker.stop()
