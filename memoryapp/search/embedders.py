@@ -10,6 +10,7 @@ which callers turn into a keyword-only fallback and a note in `errors`.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 import re
@@ -18,7 +19,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Protocol
 
 import requests
@@ -192,6 +193,12 @@ class MiniLMInt8Model:
     queries = documents
 
 
+def _quantizer_quiet(record: logging.LogRecord) -> bool:
+    """Drop what onnxruntime's quantizer logs below ERROR (a filter of the root logger: it sees only
+    what is logged on the root logger itself, as the quantizer does)."""
+    return record.levelno >= logging.ERROR or f"onnxruntime{os.sep}quantization" not in record.pathname
+
+
 class MiniLMQ8Model(MiniLMInt8Model):
     """all-MiniLM-L6-v2 in int8 arithmetic: MiniLMInt8Model's checked file with its weights
     quantized again per output channel by onnxruntime's dynamic quantization (its MatMuls become
@@ -204,6 +211,12 @@ class MiniLMQ8Model(MiniLMInt8Model):
     onnxruntime and onnx, and a graph made otherwise (another version) is refused, not run."""
 
     Q8_SHA256 = "9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454"
+    # What made the pinned graph (requirements.txt pins them).
+    Q8_MADE_WITH = "onnx 1.23.1 and onnxruntime 1.32.0"
+    # Why this process's quantizer was refused, by pinned hash: its versions do not change while it
+    # runs, so a load that follows (every search retries a failed load) answers at once instead of
+    # quantizing again (~2.5 CPU s and ~100 MB each, under the load's lock).
+    _refused: dict[str, str] = {}
 
     def _graph(self, checked: bytes) -> bytes:
         import tempfile
@@ -214,6 +227,9 @@ class MiniLMQ8Model(MiniLMInt8Model):
             graph = cached.read_bytes()
             if hashlib.sha256(graph).hexdigest() == self.Q8_SHA256:
                 return graph
+        if refused := self._refused.get(self.Q8_SHA256):
+            raise EmbedderError(refused)
+        import onnx
         import onnxruntime
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -223,18 +239,33 @@ class MiniLMQ8Model(MiniLMInt8Model):
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
             options.optimized_model_filepath = str(folded)
             onnxruntime.InferenceSession(checked, options, providers=["CPUExecutionProvider"])
-            quantize_dynamic(folded, quantized, weight_type=QuantType.QInt8, per_channel=True)
+            # The quantizer logs on the root logger: ~36 lines of its tensors at INFO and a WARNING
+            # that asks to pre-process the model, in the service's log at its first start.
+            root = logging.getLogger()
+            root.addFilter(_quantizer_quiet)
+            try:
+                quantize_dynamic(folded, quantized, weight_type=QuantType.QInt8, per_channel=True)
+            finally:
+                root.removeFilter(_quantizer_quiet)
             graph = quantized.read_bytes()
             digest = hashlib.sha256(graph).hexdigest()
             if digest != self.Q8_SHA256:
-                raise EmbedderError(f"the quantized graph's SHA-256 is {digest}, not the pinned {self.Q8_SHA256}")
-            try:  # kept for the next load; a read-only VAR_DIR only costs the next load the making
+                self._refused[self.Q8_SHA256] = (
+                    f"the quantized graph's SHA-256 is {digest}, not the pinned {self.Q8_SHA256}: made with"
+                    f" onnx {onnx.__version__} and onnxruntime {onnxruntime.__version__}, the pinned one with"
+                    f" {self.Q8_MADE_WITH} (requirements.txt); EMBEDDING_MODEL=all-MiniLM-L6-v2-int8 makes none"
+                )
+                raise EmbedderError(self._refused[self.Q8_SHA256])
+            partial = cached.with_suffix(f".{os.getpid()}.partial")
+            try:  # kept for the next load; a read-only or full VAR_DIR only costs the next load the making
                 cached.parent.mkdir(parents=True, exist_ok=True)
-                partial = cached.with_suffix(f".{os.getpid()}.partial")
                 partial.write_bytes(graph)
                 partial.replace(cached)
             except OSError:
                 pass
+            finally:  # what a failed write left (a full disk)
+                with suppress(OSError):
+                    partial.unlink(missing_ok=True)
         return graph
 
 

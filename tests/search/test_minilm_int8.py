@@ -7,6 +7,7 @@ And all-MiniLM-L6-v2-q8: that file quantized for int8 arithmetic, made once into
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import select
@@ -181,3 +182,54 @@ def test_q8_refuses_a_graph_the_quantizer_made_otherwise(var_dir: Path, monkeypa
     with pytest.raises(EmbedderError, match="quantized graph's SHA-256"):
         MiniLMQ8Model()
     assert not (var_dir / "models").exists()
+
+
+def test_q8_refused_once_is_not_made_again_by_every_search(var_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another onnx or onnxruntime makes another graph: the refusal names the versions, and the loads
+    that follow (each search retries the load) answer it at once instead of quantizing again
+    (~2.5 CPU s and ~100 MB each, under the load's lock)."""
+    from onnxruntime import quantization
+
+    made: list[object] = []
+    real = quantization.quantize_dynamic
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(quantization, "quantize_dynamic", counted)
+    monkeypatch.setattr(MiniLMQ8Model, "Q8_SHA256", "0" * 64)
+    monkeypatch.setattr(MiniLMQ8Model, "_refused", {}, raising=False)
+    with pytest.raises(
+        EmbedderError, match=r"quantized graph's SHA-256 .* onnx 1\.\d+\.\d+ and onnxruntime 1\."
+    ) as first:
+        MiniLMQ8Model()
+    assert "requirements.txt" in str(first.value)
+    with pytest.raises(EmbedderError) as second:
+        MiniLMQ8Model()
+    assert str(second.value) == str(first.value)
+    assert len(made) == 1
+
+
+def test_q8_a_full_disk_leaves_no_partial_file(var_dir: Path) -> None:
+    """A write of the made graph that fails (the disk full: /dev/full answers ENOSPC to every write)
+    leaves nothing behind in VAR_DIR/models; the graph is still used."""
+    models = var_dir / "models"
+    models.mkdir()
+    cached = models / f"all-MiniLM-L6-v2-q8-{MiniLMQ8Model.Q8_SHA256[:16]}.onnx"
+    partial = cached.with_suffix(f".{os.getpid()}.partial")
+    partial.symlink_to("/dev/full")
+    model = MiniLMQ8Model()
+    assert len(model.documents(TEXTS[:1])[0]) == 384
+    assert list(models.iterdir()) == []
+
+
+def test_q8_making_logs_nothing_of_the_quantizers(var_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The quantizer logs on the root logger (its tensors at INFO, a WARNING asking to pre-process
+    the model): none of it reaches the service's log at the first start."""
+    caplog.set_level(logging.DEBUG)
+    MiniLMQ8Model()
+    assert (var_dir / "models").exists()
+    assert [r.getMessage()[:80] for r in caplog.records if "onnxruntime" in r.pathname] == []
+    logging.getLogger().info("after the making")  # the root logger's own records still pass
+    assert caplog.records[-1].getMessage() == "after the making"
