@@ -26,6 +26,7 @@ from governance.models import AuditRecord, JobRun
 from memoryapp.agents.services import agent_get_or_create
 from memoryapp.items.services import item_write
 from memoryapp.models import Entry, ItemReview, MemoryItem
+from memoryapp.search.space import space_record
 from memoryapp.threads.services import entries_add, thread_create
 from tests.kit.browser import BROWSER_TEST, has_class, log_in, shoot, staff_user
 from tests.kit.locomo_review import locomo_suggestions, locomo_thread, quote_of
@@ -266,8 +267,12 @@ def test_the_index_shows_each_role_its_overview_in_a_browser(
         expect(officer.locator("#ov-removals")).to_contain_text("entries redacted")
         shoot(officer, "index-privacy-officer")
 
+        # Vectors recorded as another model's than the configured one: the operator is told.
+        space_record(embedder="local", model="multilingual-e5-small-q4")
         operator = log_in(browser, live_server, "otto")
         expect(operator.locator("#ov-operator")).to_be_visible()
+        expect(operator.locator("#ov-vector-space")).to_contain_text("run `python manage.py reembed`")
+        expect(operator.locator("#ov-vector-space")).to_have_class(has_class("ov-bad"))
         expect(operator.locator("#ov-privacy")).to_have_count(0)
         expect(operator.locator("svg.ch-svg")).to_have_count(4)
         expect(operator.locator("#ov-health")).to_contain_text("answers")
