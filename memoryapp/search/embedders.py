@@ -20,6 +20,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
+from pathlib import Path
 from typing import Any, Protocol
 
 import requests
@@ -199,6 +200,11 @@ def _quantizer_quiet(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR or f"onnxruntime{os.sep}quantization" not in record.pathname
 
 
+def _writable(folder: Path) -> Path | None:
+    """folder when this process can write in it, else None (tempfile's own choice)."""
+    return folder if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK) else None
+
+
 class MiniLMQ8Model(MiniLMInt8Model):
     """all-MiniLM-L6-v2 in int8 arithmetic: MiniLMInt8Model's checked file with its weights
     quantized again per output channel by onnxruntime's dynamic quantization (its MatMuls become
@@ -220,7 +226,6 @@ class MiniLMQ8Model(MiniLMInt8Model):
 
     def _graph(self, checked: bytes) -> bytes:
         import tempfile
-        from pathlib import Path
 
         cached = Path(settings.VAR_DIR) / "models" / f"all-MiniLM-L6-v2-q8-{self.Q8_SHA256[:16]}.onnx"
         if cached.is_file():
@@ -233,7 +238,9 @@ class MiniLMQ8Model(MiniLMInt8Model):
         import onnxruntime
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        with tempfile.TemporaryDirectory() as work:
+        # The making writes ~113 MB (the folded float graph, then the quantized one): under VAR_DIR,
+        # where the operator gave the service room, not the system's temp, often a small tmpfs.
+        with tempfile.TemporaryDirectory(dir=_writable(Path(settings.VAR_DIR)), prefix=".q8-making-") as work:
             folded, quantized = Path(work) / "folded.onnx", Path(work) / "quantized.onnx"
             options = onnxruntime.SessionOptions()  # the int8 weights folded into float ones
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC

@@ -176,6 +176,31 @@ def test_q8_is_made_once_checked_and_close_to_the_torch_model(var_dir: Path, tor
     assert made.read_bytes() != bytes(altered)
 
 
+def test_q8_is_made_under_var_dir_not_the_systems_temp(
+    var_dir: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The making's ~113 MB of work files go under VAR_DIR (the system's temp is often a small tmpfs)
+    and are gone afterwards: VAR_DIR holds the made graph only."""
+    import tempfile
+
+    from onnxruntime import quantization
+
+    system_temp = tmp_path_factory.mktemp("system-temp")
+    monkeypatch.setattr(tempfile, "tempdir", str(system_temp))
+    worked_in: list[Path] = []
+    real = quantization.quantize_dynamic
+
+    def watched(folded: Any, quantized: Any, **kwargs: Any) -> Any:
+        worked_in.append(Path(quantized).parent.parent)
+        return real(folded, quantized, **kwargs)
+
+    monkeypatch.setattr(quantization, "quantize_dynamic", watched)
+    MiniLMQ8Model()
+    assert worked_in == [var_dir]
+    assert list(system_temp.iterdir()) == []
+    assert [p.relative_to(var_dir).parts[0] for p in var_dir.rglob("*")] == ["models", "models"]
+
+
 def test_q8_refuses_a_graph_the_quantizer_made_otherwise(var_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # As another onnxruntime or onnx version would make it: the pinned hash no longer matches.
     monkeypatch.setattr(MiniLMQ8Model, "Q8_SHA256", "0" * 64)
