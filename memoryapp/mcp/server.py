@@ -66,7 +66,7 @@ from memoryapp.items.fact_tools import fact_tool_run, tool_result_text
 from memoryapp.items.tool_scope import ToolScope
 from memoryapp.models import Agent, Thread
 from memoryapp.sessions.services import session_open
-from memoryapp.threads.services import thread_append, thread_create
+from memoryapp.threads.services import thread_append, thread_append_one, thread_create
 from memoryapp.threads.validation import MAX_BATCH_ENTRIES
 
 logger = logging.getLogger(__name__)
@@ -401,9 +401,14 @@ async def thread_append_tool(
                 scope.person_check(metadata.get("userId"), field=f"entries[{index}].metadata.userId")
         specs = [entry_input(raw, f"entries[{index}].") for index, raw in enumerate(entries)]
         external_id = _thread_ensure(caller, scope, thread_id).external_id
-        thread, created = thread_append(
-            agent=caller.agent, external_id=external_id, entries=specs, field_prefix="entries"
-        )
+        if len(specs) == 1:  # a plain single turn is one statement, as over REST
+            thread, created = thread_append_one(
+                agent=caller.agent, external_id=external_id, spec=specs[0], field_prefix="entries"
+            )
+        else:
+            thread, created = thread_append(
+                agent=caller.agent, external_id=external_id, entries=specs, field_prefix="entries"
+            )
         answer = {
             "entries": [entry_json(e, thread.external_id) for e in created],
             "active_leaf_id": thread.active_leaf_id,

@@ -711,13 +711,16 @@ def thread_append(
     return thread, _insert(thread=thread, specs=entries, field_prefix=field_prefix, locked=thread)
 
 
-def thread_append_one(*, agent: Agent, external_id: str, spec: dict[str, Any]) -> tuple[Thread, list[Entry]]:
-    """Add one entry to the agent's thread of that id (the API's single append without a run):
-    in one statement when it is a plain append (`_append_one_fast`), else as `thread_append`."""
+def thread_append_one(
+    *, agent: Agent, external_id: str, spec: dict[str, Any], field_prefix: str = ""
+) -> tuple[Thread, list[Entry]]:
+    """Add one entry to the agent's thread of that id (a single append without a run, over REST or
+    MCP): in one statement when it is a plain append (`_append_one_fast`), else as `thread_append`,
+    whose errors name `{field_prefix}[0].<field>` when a prefix is given (MCP's `entries`)."""
     done = _append_one_fast(agent=agent, external_id=external_id, spec=spec)
     if done is not None:
         return done
-    return thread_append(agent=agent, external_id=external_id, entries=[spec])
+    return thread_append(agent=agent, external_id=external_id, entries=[spec], field_prefix=field_prefix)
 
 
 def _append_one_plain(spec: dict[str, Any]) -> bool:

@@ -140,3 +140,45 @@ def test_get_memory_tools_answers_the_mcp_tools_list_and_needs_a_key(
     # The same list for every agent; none without a key.
     assert client.get("/api/v1/memory-tools", HTTP_AUTHORIZATION=f"Bearer {mallory.key}").json() == answer.json()
     assert client.get("/api/v1/memory-tools").status_code == 401
+
+
+def test_mcp_single_turn_is_one_statement_and_a_batch_one_transaction(
+    alice: Caller, client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """thread_append with one plain turn is the REST single append's one statement
+    (threads.services._append_one_fast), not the batch's transaction; a batch and a turn that is not
+    plain go the transaction's way, whose errors still name `entries[0].<field>`."""
+    from memoryapp.models import Entry
+    from memoryapp.threads import services
+
+    batched: list[int] = []
+    original = services.thread_append
+
+    def counted(**kwargs: Any) -> Any:
+        batched.append(len(kwargs["entries"]))
+        return original(**kwargs)
+
+    monkeypatch.setattr(services, "thread_append", counted)
+    monkeypatch.setattr(server, "thread_append", counted)
+    post_thread(alice, "t-one")
+    one = _tool(
+        client, alice.key, "thread_append", {"entries": [{"role": "user", "content": "hello"}], "thread_id": "t-one"}
+    )
+    assert not one["isError"], one
+    assert batched == []
+    two = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    assert not _tool(client, alice.key, "thread_append", {"entries": two, "thread_id": "t-one"})["isError"]
+    assert batched == [2]
+    stored = list(Entry.objects.filter(thread__external_id="t-one", thread__agent=alice.agent).order_by("seq"))
+    assert [(e.seq, e.content) for e in stored] == [(1, "hello"), (2, "a"), (3, "b")]
+    assert [e.parent_id for e in stored] == [None, stored[0].id, stored[1].id]
+
+    wrong = _tool(
+        client,
+        alice.key,
+        "thread_append",
+        {"entries": [{"role": "user", "content": "c", "parent_id": "e_missing"}], "thread_id": "t-one"},
+    )
+    assert wrong["isError"]
+    assert wrong["structuredContent"]["error"]["field"] == "entries[0].parent_id"
+    assert batched == [2, 1]
