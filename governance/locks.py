@@ -26,6 +26,9 @@ COMPACTION = 0x434D  # "CM", a thread's pk: held (session lock) by the one autom
 # "ER", a person of an agent (`person`): their erasure of mentions takes it exclusive to mark them
 # as being erased, each write naming them shared (memoryapp.subjects.erasing)
 ERASING = 0x4552
+# "EU", a person of an agent (`person`): held (session lock) by the process running their erasure,
+# so a mark left with no holder is an erasure interrupted (memoryapp.subjects.erasing)
+ERASURE_RUN = 0x4555
 
 
 def pair(lock_class: int, number: int) -> tuple[int, int]:

@@ -8,6 +8,7 @@ from typing import Any
 from governance.audit.chain import AUDIT_VERIFY_KIND, audit_verify
 from governance.crypto.envelope import OWNER_CACHE_SECONDS
 from governance.crypto.rotation import encryption_rotate
+from governance.erasure.resume import erasure_resume, erasures_resume
 from governance.erasure.services import erasure_run
 from governance.export.services import export_run
 from governance.jobs import runs, sweep
@@ -30,6 +31,22 @@ def erasure_job(run: JobRun) -> dict[str, Any]:
     """Run an erasure request: holds, probes, person_erase, the leftover scan, the report
     (governance.erasure). Idempotent: a rerun takes what is left, a done request is left alone."""
     return erasure_run(request_id=int(run.arguments["request_id"]), run=run)
+
+
+@job(name="governance.tasks.erasure_resume_job", queue="governance")
+def erasure_resume_job(run: JobRun) -> dict[str, Any]:
+    """Finish an erasure interrupted with no request behind it (governance.erasure.resume): the
+    run names one of the person's marked registry rows, never the person."""
+    return erasure_resume(identifier_id=int(run.arguments["identifier"]), run=run)
+
+
+@tick(name="governance.tasks.erasures_resume_tick", queue="governance")
+def erasures_resume_tick() -> None:
+    """Beat, every 5 minutes: a resume job for each person left marked as being erased by an
+    erasure no process runs and no request stands behind (governance.erasure.resume)."""
+    counts = erasures_resume()
+    if counts["resumed"]:
+        logger.info("erasures resumed: %s", counts)
 
 
 # Hours: a person with many threads is written at tens of MB/s (bench/export.py), never held in memory.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -21,6 +22,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from governance.audit.chain import canonical_json
+from governance.erasure.resume import request_behind
 from governance.erasure.services import (
     EXCLUSION_REASONS,
     RETRYABLE,
@@ -38,6 +40,7 @@ from governance.staff.lists import FullWidthList, cell_text, moment
 from memoryapp.errors import DomainError
 from memoryapp.forgetting.mentions import GROUPS
 from memoryapp.models import Agent
+from memoryapp.subjects.erasing import erasures_marked
 
 OPEN = (ErasureRequest.Status.QUEUED, ErasureRequest.Status.RUNNING)
 # How the preview and the report name the erasure's counts (memoryapp.forgetting.person, in order).
@@ -67,6 +70,27 @@ def count_rows(counts: dict[str, int]) -> list[tuple[str, int]]:
     order = list(COUNT_LABELS)
     keys = sorted(counts, key=lambda k: (counts[k] == 0, order.index(k) if k in order else len(order), k))
     return [(COUNT_LABELS.get(k, k.replace("_", " ")), counts[k]) for k in keys]
+
+
+def marks_shown(*, user_id: str | None = None, agent_ids: list[int] | None = None) -> list[dict[str, Any]]:
+    """The people marked as being erased (memoryapp.subjects.erasing), as the person's page, the
+    people page and a request's page list them: in progress, or interrupted with what finishes it
+    (its request's page, else the resume sweep: governance.erasure.resume)."""
+    marks = erasures_marked(user_id=user_id, agent_ids=agent_ids)
+    slugs = dict(Agent.objects.filter(pk__in={m.agent_id for m in marks}).values_list("pk", "slug"))
+    shown = []
+    for mark in marks:
+        behind = None if mark.running else request_behind(agent_id=mark.agent_id, user_id=mark.user_id)
+        shown.append(
+            {
+                "mark": mark,
+                "slug": slugs.get(mark.agent_id, f"#{mark.agent_id}"),
+                "request": behind,
+                "request_url": reverse("admin:governance_erasurerequest_change", args=[behind.pk]) if behind else "",
+                "person_url": reverse("admin-person") + "?" + urlencode({"id": mark.user_id}),
+            }
+        )
+    return shown
 
 
 # Rows of each table of shared memory the confirm step lists (the rest counted): a person quoted
@@ -346,6 +370,9 @@ class ErasureRequestAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
             stalled=erasure_request_stalled(obj),
             may_retry=self.may_retry(request) and (obj.status in RETRYABLE or erasure_request_stalled(obj)),
             run_url=reverse("admin:governance_jobrun_change", args=[obj.job_run_id]) if obj.job_run_id else "",
+            marks=[]
+            if obj.status == ErasureRequest.Status.DONE
+            else marks_shown(user_id=obj.user_id, agent_ids=obj.agent_ids or None),
         )
         return TemplateResponse(request, "admin/governance/erasurerequest/request.html", context)
 

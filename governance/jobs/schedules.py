@@ -41,6 +41,14 @@ SCHEDULES: tuple[Schedule, ...] = (
         description="Sends queued job runs the broker never took or lost; requeues runs whose worker died.",
     ),
     Schedule(
+        name="Erasure: finish erasures interrupted",
+        task="governance.tasks.erasures_resume_tick",
+        every=5,
+        period="minutes",
+        description="Runs again each erasure a killed process left a person marked by, when no request stands behind it.",
+        job_kind="erasure_resume",
+    ),
+    Schedule(
         name="Retention: prune by every policy",
         task="governance.tasks.retention_prune_tick",
         every=1,

@@ -29,6 +29,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
+from governance.erasure.admin import marks_shown
 from governance.models import ErasureRequest, ExportRequest
 from memoryapp.admin.person_links import export_person_url
 from memoryapp.admin.threads import erase_person_url
@@ -132,6 +133,11 @@ def person_view(request: HttpRequest) -> HttpResponse:
             rows.append(AgentRow(slug=agents.get(agent_id, f"#{agent_id}"), url=url, cells=cells))
         context["rows"] = rows
         context["totals"] = [sum(row.cells[n].count for row in rows) for n in range(len(shown))]
+    if user.has_perm("governance.view_erasurerequest"):
+        # Who is being erased: this person, or (the people page) everyone, the interrupted ones
+        # among them (a mark no process works on keeps redacting writes naming them).
+        context["marks"] = marks_shown(user_id=user_id or None)
+        context["marks_with_person"] = not user_id
     if user_id and not context.get("error"):
         context.update(_identifiers(request, user_id))
     if user_id:

@@ -97,6 +97,7 @@ def mentions_erase(
     matcher: PersonMatcher,
     exclude: Collection[str] = (),
     examples: dict[str, list[str]] | None = None,
+    mode: str = "erase",
 ) -> MentionsFound:
     """Steps 1 to 4 of the module's docstring, for one agent, in one transaction (a batch per
     table would be kinder to a very large agent; the scan itself reads in chunks).
@@ -128,7 +129,7 @@ def mentions_erase(
     if len(kept) < len(Table.values):
         # Writes naming her from now on store the placeholder; those in flight commit first, and
         # the scan below sees them (memoryapp.subjects.erasing).
-        erasing_mark(agent_id=agent_id, user_id=matcher.user_id, keeps=kept)
+        erasing_mark(agent_id=agent_id, user_id=matcher.user_id, keeps=kept, mode=mode)
 
     @atomic_retrying
     def attempt() -> MentionsFound:

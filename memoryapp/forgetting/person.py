@@ -109,6 +109,7 @@ from memoryapp.retry import atomic_retrying
 from memoryapp.screening.identifiers import identifiers_delete
 from memoryapp.search.access_log import access_log_forget_person
 from memoryapp.sessions.services import sessions_of_person_delete
+from memoryapp.subjects.erasing import erasure_running
 from memoryapp.subjects.index import person_matcher
 
 MODES = ("erase", "redact")
@@ -348,92 +349,97 @@ def person_erase(
         cascade_step("batch")
 
     for agent_id in agents:
-        # 0. The access log: the rows of requests about the person go, and the ids of their items and
-        # entries leave the rows of other people's requests (first, while those ids can be read).
-        counts_add(counts, _access_log_forget(user_id=user_id, agent_id=agent_id, mode=mode))
-        # 1. Items and facts of the person's scope (derived memory goes first; most of what quotes
-        # the person's entries is theirs, so the thread step below finds little left to trim).
-        while True:
-            ids = list(_items(user_id, [agent_id]).order_by("pk").values_list("pk", flat=True)[: batch_size * 10])
-            if not ids:
-                break
-            counts_add(counts, _items_erase(agent_id=agent_id, item_ids=ids, actor=actor))
-            step(len(ids))
-        # 1b. Their channel sessions (the threads follow in 2, or are redacted).
-        with transaction.atomic():
-            sessions = sessions_of_person_delete(agent_id=agent_id, user_id=user_id)
-        if sessions:
-            counts["sessions"] = counts.get("sessions", 0) + sessions
-        # 2. Threads about the person.
-        after = 0
-        while True:
-            batch = list(
-                _threads(user_id, [agent_id])
-                .filter(pk__gt=after)
-                .order_by("pk")
-                .values_list("pk", flat=True)[:batch_size]
-            )
-            if not batch:
-                break
-            after = batch[-1]
-            if mode == "erase":
-                counts_add(counts, _threads_erase(agent_id=agent_id, thread_pks=batch, actor=actor))
-            else:
-                counts_add(counts, _threads_redact(agent_id=agent_id, thread_pks=batch, actor=actor))
-            step(len(batch))
-        # 3. The person's messages in threads of others.
-        while True:
-            ids = list(_messages(user_id, [agent_id], mode).order_by("pk").values_list("pk", flat=True)[:batch_size])
-            if not ids:
-                break
-            agent = Agent.objects.get(pk=agent_id)
-            counts_add(
-                counts,
-                entries_forget(agent=agent, entry_ids=ids, redact=mode == "redact", actor=actor, because="person"),
-            )
-            step(len(ids))
-        # 4. The entities of the person's scope.
-        counts_add(counts, _entities_erase(user_id=user_id, agent_id=agent_id))
-        # 5. Memory files of the person's scope.
-        while True:
-            ids = list(_files(user_id, [agent_id], mode).order_by("pk").values_list("pk", flat=True)[:batch_size])
-            if not ids:
-                break
-            counts_add(counts, _files_erase(agent_id=agent_id, version_ids=ids, mode=mode, actor=actor))
-            step(len(ids))
-        # 5b. What names the person without being theirs, through the subject index (the person's
-        # identifiers registered with this agent and those given), and the participants lists.
-        matcher = person_matcher(agent_id=agent_id, user_id=user_id, given=identifiers)
-        found = mentions_erase(agent_id=agent_id, matcher=matcher, exclude=exclude, examples=examples)
-        counts_add(counts, found.counts)
-        for start in range(0, len(found.item_ids), batch_size * 10):
-            ids = found.item_ids[start : start + batch_size * 10]
-            counts_add(counts, _items_erase(agent_id=agent_id, item_ids=ids, actor=actor))
-        with transaction.atomic():
-            mentions_delete_entities(agent_id=agent_id, entity_ids=found.entity_ids)
-        # 6. Consolidation records of the scope, and the identifiers registered for the person
-        # (memoryapp.screening.identifiers), before their key goes (sealed under it).
-        ConsolidationState.objects.filter(agent_id=agent_id, user_id=user_id).delete()
-        registered = identifiers_delete(agent_ids=[agent_id], user_id=user_id)
-        if registered:
-            counts["identifiers"] = counts.get("identifiers", 0) + registered
-        # 7. Crypto-shredding (encryption on): the person's data key goes, so a copy of their rows
-        # that outlives this (a backup, a dump, a replica) no longer opens. Erase only: a redaction
-        # keeps rows sealed under it.
-        # The audit trail's pseudonyms of the person and their threads link to no one now (a
-        # redaction too: the leftover scan would find the secret's row naming them).
-        pseudonyms_forget(agent_id=agent_id, user_id=user_id)
-        if mode == "erase":
-            counts_add(counts, _words_of_released(agent_id=agent_id, user_id=user_id))
-            counts_add(counts, _key_people_released(agent_id=agent_id, user_id=user_id))
+        # Held while this agent's part runs: a second erasure of the person waits, and a mark a
+        # killed run leaves shows as interrupted (memoryapp.subjects.erasing).
+        with erasure_running(agent_id=agent_id, user_id=user_id):
+            # 0. The access log: the rows of requests about the person go, and the ids of their items and
+            # entries leave the rows of other people's requests (first, while those ids can be read).
+            counts_add(counts, _access_log_forget(user_id=user_id, agent_id=agent_id, mode=mode))
+            # 1. Items and facts of the person's scope (derived memory goes first; most of what quotes
+            # the person's entries is theirs, so the thread step below finds little left to trim).
+            while True:
+                ids = list(_items(user_id, [agent_id]).order_by("pk").values_list("pk", flat=True)[: batch_size * 10])
+                if not ids:
+                    break
+                counts_add(counts, _items_erase(agent_id=agent_id, item_ids=ids, actor=actor))
+                step(len(ids))
+            # 1b. Their channel sessions (the threads follow in 2, or are redacted).
             with transaction.atomic():
-                # A write that named them while the sweep above ran (its matcher not yet told that
-                # their identifiers went) is sealed again here, in the key's own transaction: the
-                # window where a live row could be left sealed under a destroyed key shrinks to
-                # this transaction's commit.
+                sessions = sessions_of_person_delete(agent_id=agent_id, user_id=user_id)
+            if sessions:
+                counts["sessions"] = counts.get("sessions", 0) + sessions
+            # 2. Threads about the person.
+            after = 0
+            while True:
+                batch = list(
+                    _threads(user_id, [agent_id])
+                    .filter(pk__gt=after)
+                    .order_by("pk")
+                    .values_list("pk", flat=True)[:batch_size]
+                )
+                if not batch:
+                    break
+                after = batch[-1]
+                if mode == "erase":
+                    counts_add(counts, _threads_erase(agent_id=agent_id, thread_pks=batch, actor=actor))
+                else:
+                    counts_add(counts, _threads_redact(agent_id=agent_id, thread_pks=batch, actor=actor))
+                step(len(batch))
+            # 3. The person's messages in threads of others.
+            while True:
+                ids = list(
+                    _messages(user_id, [agent_id], mode).order_by("pk").values_list("pk", flat=True)[:batch_size]
+                )
+                if not ids:
+                    break
+                agent = Agent.objects.get(pk=agent_id)
+                counts_add(
+                    counts,
+                    entries_forget(agent=agent, entry_ids=ids, redact=mode == "redact", actor=actor, because="person"),
+                )
+                step(len(ids))
+            # 4. The entities of the person's scope.
+            counts_add(counts, _entities_erase(user_id=user_id, agent_id=agent_id))
+            # 5. Memory files of the person's scope.
+            while True:
+                ids = list(_files(user_id, [agent_id], mode).order_by("pk").values_list("pk", flat=True)[:batch_size])
+                if not ids:
+                    break
+                counts_add(counts, _files_erase(agent_id=agent_id, version_ids=ids, mode=mode, actor=actor))
+                step(len(ids))
+            # 5b. What names the person without being theirs, through the subject index (the person's
+            # identifiers registered with this agent and those given), and the participants lists.
+            matcher = person_matcher(agent_id=agent_id, user_id=user_id, given=identifiers)
+            found = mentions_erase(agent_id=agent_id, matcher=matcher, exclude=exclude, examples=examples, mode=mode)
+            counts_add(counts, found.counts)
+            for start in range(0, len(found.item_ids), batch_size * 10):
+                ids = found.item_ids[start : start + batch_size * 10]
+                counts_add(counts, _items_erase(agent_id=agent_id, item_ids=ids, actor=actor))
+            with transaction.atomic():
+                mentions_delete_entities(agent_id=agent_id, entity_ids=found.entity_ids)
+            # 6. Consolidation records of the scope, and the identifiers registered for the person
+            # (memoryapp.screening.identifiers), before their key goes (sealed under it).
+            ConsolidationState.objects.filter(agent_id=agent_id, user_id=user_id).delete()
+            registered = identifiers_delete(agent_ids=[agent_id], user_id=user_id)
+            if registered:
+                counts["identifiers"] = counts.get("identifiers", 0) + registered
+            # 7. Crypto-shredding (encryption on): the person's data key goes, so a copy of their rows
+            # that outlives this (a backup, a dump, a replica) no longer opens. Erase only: a redaction
+            # keeps rows sealed under it.
+            # The audit trail's pseudonyms of the person and their threads link to no one now (a
+            # redaction too: the leftover scan would find the secret's row naming them).
+            pseudonyms_forget(agent_id=agent_id, user_id=user_id)
+            if mode == "erase":
+                counts_add(counts, _words_of_released(agent_id=agent_id, user_id=user_id))
                 counts_add(counts, _key_people_released(agent_id=agent_id, user_id=user_id))
-                if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
-                    counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
+                with transaction.atomic():
+                    # A write that named them while the sweep above ran (its matcher not yet told that
+                    # their identifiers went) is sealed again here, in the key's own transaction: the
+                    # window where a live row could be left sealed under a destroyed key shrinks to
+                    # this transaction's commit.
+                    counts_add(counts, _key_people_released(agent_id=agent_id, user_id=user_id))
+                    if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
+                        counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
     if unowned:  # staff's erasure: the pseudonyms of records of no agent (a hold on every agent)
         pseudonyms_forget(agent_id=None, user_id=user_id)
     counts["job_runs"] += _jobs_scrub(_jobs(user_id, agents, keep_job_ids, unowned=unowned))

@@ -48,6 +48,9 @@ class PersonIdentifier(models.Model):
     # groups the officer excluded). Set on each of the person's rows; goes with them.
     erasing_since = models.DateTimeField(null=True, blank=True)
     erasing_keeps = ArrayField(models.CharField(max_length=32), null=True, blank=True)
+    # The erasure's mode ("erase" or "redact"): an erasure interrupted with no request to run it
+    # again (an agent's `forget`) is finished in it (governance.erasure.resume).
+    erasing_mode = models.CharField(max_length=8, blank=True, default="")
 
     class Meta:
         constraints = [

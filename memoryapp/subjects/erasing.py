@@ -15,6 +15,11 @@ after its scan, naming her, was neither seen nor, once the index forgot her, mar
    that takes it after reads the mark, and stores the placeholder of the erasure (`row_redact`)
    instead of the person's identifiers, records no mention of her and seals nothing under her key.
 3. The mark goes with the registry rows, which the erasure deletes once the mentions are done.
+4. The process running the erasure holds the session lock `locks.ERASURE_RUN` of the person
+   (`erasure_running`) from before the mark until past its end: a mark no process holds that lock
+   for is an erasure interrupted (its worker killed, its request failed), shown to staff
+   (`erasures_marked`) and finished by running it again (its request's retry, or
+   governance.erasure.resume for an agent's `forget`, which has no request).
 
 A replacement of her identifiers (`PUT /users/{id}/identifiers`) takes the lock shared too and
 keeps the mark on the rows it writes.
@@ -29,7 +34,10 @@ goes through it, whatever the writes hold (threads, rows, the audit chain).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
@@ -56,7 +64,7 @@ def _lock_numbers(agent_id: int, people: Iterable[str]) -> list[int]:
     return sorted({locks.person(agent_id, user_id) for user_id in people})
 
 
-def erasing_mark(*, agent_id: int, user_id: str, keeps: Collection[str]) -> int:
+def erasing_mark(*, agent_id: int, user_id: str, keeps: Collection[str], mode: str = "erase") -> int:
     """Mark the person as being erased (step 1 of the module's docstring), in a transaction of its
     own that waits for the writes naming her in flight; answers how many registry rows it marked
     (0: she registered nothing here, and no write can find her).
@@ -72,8 +80,76 @@ def erasing_mark(*, agent_id: int, user_id: str, keeps: Collection[str]) -> int:
         # After the lock: a replacement of her identifiers (`identifiers_set`, which takes it
         # shared) committed, its rows are those marked; one after keeps the mark.
         return PersonIdentifier.objects.filter(agent_id=agent_id, user_id=user_id).update(
-            erasing_since=timezone.now(), erasing_keeps=sorted(keeps)
+            erasing_since=timezone.now(), erasing_keeps=sorted(keeps), erasing_mode=mode
         )
+
+
+@contextmanager
+def erasure_running(*, agent_id: int, user_id: str) -> Iterator[None]:
+    """Hold the person's `locks.ERASURE_RUN` (a session lock) while their erasure runs here (step 4
+    of the module's docstring): a second erasure of the same person waits for this one, and a mark
+    left behind by a process that died is told from one being worked on (`erasures_marked`).
+
+    Inside a caller's transaction (a dry run) nothing is held: it marks nothing either."""
+    if connection.in_atomic_block:
+        yield
+        return
+    number = locks.person(agent_id, user_id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [locks.ERASURE_RUN, number])
+    try:
+        yield
+    finally:
+        # A killed process releases it with its connection; an error here does so now.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [locks.ERASURE_RUN, number])
+
+
+@dataclass(frozen=True)
+class ErasureMarked:
+    """A person marked as being erased in one agent (what staff pages show): since when, in which
+    mode, and whether a process is running the erasure now (else it was interrupted)."""
+
+    agent_id: int
+    user_id: str
+    since: datetime
+    mode: str
+    running: bool
+    identifier_id: int  # one of the marked registry rows (a job names the mark by it, not by the person)
+
+
+def erasures_marked(*, user_id: str | None = None, agent_ids: Sequence[int] | None = None) -> list[ErasureMarked]:
+    """The people marked as being erased (of these agents, or this person), oldest mark first, each
+    told running or interrupted by the lock its eraser holds (step 4 of the module's docstring)."""
+    marked = PersonIdentifier.objects.filter(erasing_since__isnull=False)
+    if user_id is not None:
+        marked = marked.filter(user_id=user_id)
+    if agent_ids is not None:
+        marked = marked.filter(agent_id__in=list(agent_ids))
+    people: dict[tuple[int, str], ErasureMarked] = {}
+    rows = marked.order_by("erasing_since", "pk").values_list(
+        "pk", "agent_id", "user_id", "erasing_since", "erasing_mode"
+    )
+    for pk, agent_id, person, since, mode in rows:
+        assert since is not None  # the filter's
+        if (agent_id, person) not in people:
+            people[(agent_id, person)] = ErasureMarked(agent_id, person, since, mode or "erase", False, pk)
+    if not people:
+        return []
+    with connection.cursor() as cursor:
+        # Two-key advisory locks show in pg_locks as classid, objid with objsubid 2.
+        cursor.execute(
+            "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted"
+            " AND classid = %s::oid",
+            [locks.ERASURE_RUN],
+        )
+        held = {number for (number,) in cursor.fetchall()}
+    return [
+        ErasureMarked(
+            m.agent_id, m.user_id, m.since, m.mode, locks.person(m.agent_id, m.user_id) in held, m.identifier_id
+        )
+        for m in people.values()
+    ]
 
 
 def people_erasing(*, agent_id: int, people: Iterable[str]) -> dict[str, frozenset[str]]:

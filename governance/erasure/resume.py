@@ -1,0 +1,106 @@
+"""Erasures interrupted, finished (issue 25 §4): a person left marked as being erased.
+
+An erasure marks the person (memoryapp.subjects.erasing) before it goes through the rows naming
+them, and the mark goes with their registry rows at its end. Killed in between (a worker past its
+time limit, a web process of an agent's `forget` killed by its server's timeout), it leaves the
+mark: every write naming the person keeps storing the placeholder, and nothing else finishes it.
+
+1. `erasures_marked` lists the marks, each told running (its eraser holds the person's
+   `locks.ERASURE_RUN`) or interrupted. Staff see both on the person's page and the request's.
+2. A mark a staff request stands behind (one of the person's requests queued, running or failed,
+   covering that agent) is the request's to finish: the job sweep requeues a run whose worker
+   died, the officer runs a failed one again (its page says the person is still marked). The
+   sweep here leaves it alone: a request failing on an error would fail again every tick.
+3. Any other mark (an agent's `forget`, which has no request) gets one resume job
+   (`erasures_resume`, beat): named by one of the marked registry rows, never by the person, it
+   runs `person_erase` again for that agent in the mark's mode (idempotent: it takes what is
+   left), with the identifiers the agent registered (those given only with the interrupted call
+   were kept nowhere), and forgets the agent's export archives of the person as the `forget`
+   does. One automatic try per mark: a failed run stays in the job runs, the mark on the pages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from governance.export.services import exports_forget_person
+from governance.jobs.broker import job_enqueue
+from governance.models import ErasureRequest, JobRun
+from memoryapp.forgetting.person import person_erase
+from memoryapp.models import PersonIdentifier
+from memoryapp.subjects.erasing import ErasureMarked, erasures_marked
+
+RESUME_KIND = "erasure_resume"
+RESUME_TASK = "governance.tasks.erasure_resume_job"
+ACTOR = "erasure:resume"
+# The requests that stand behind a mark (step 2): the job sweep or the officer finishes them.
+REQUEST_OPEN = (ErasureRequest.Status.QUEUED, ErasureRequest.Status.RUNNING, ErasureRequest.Status.FAILED)
+
+
+def request_behind(*, agent_id: int, user_id: str) -> ErasureRequest | None:
+    """The person's staff request that covers the agent and is not finished, if any (step 2)."""
+    covering = Q(agent_ids=[]) | Q(agent_ids__contains=[agent_id])
+    return ErasureRequest.objects.filter(covering, user_id=user_id, status__in=REQUEST_OPEN).order_by("-pk").first()
+
+
+def _tried(mark: ErasureMarked) -> bool:
+    """A resume run of this mark already failed (one automatic try per mark, step 3)."""
+    return JobRun.objects.filter(
+        kind=RESUME_KIND,
+        agent_id=mark.agent_id,
+        arguments__identifier=mark.identifier_id,
+        status=JobRun.Status.FAILED,
+        created_at__gte=mark.since,
+    ).exists()
+
+
+def erasures_resume() -> dict[str, int]:
+    """The beat's look at the marks (steps 1 to 3): counts of marks running, left to their request,
+    already tried, and sent a resume job."""
+    counts = {"running": 0, "requests": 0, "tried": 0, "resumed": 0}
+    for mark in erasures_marked():
+        if mark.running:
+            counts["running"] += 1
+        elif request_behind(agent_id=mark.agent_id, user_id=mark.user_id) is not None:
+            counts["requests"] += 1
+        elif _tried(mark):
+            counts["tried"] += 1
+        else:
+            job_enqueue(
+                kind=RESUME_KIND,
+                task_name=RESUME_TASK,
+                arguments={"identifier": mark.identifier_id},
+                agent_id=mark.agent_id,
+                dedupe_key=f"{RESUME_KIND}:{mark.identifier_id}",
+            )
+            counts["resumed"] += 1
+    return counts
+
+
+def erasure_resume(*, identifier_id: int, run: JobRun | None = None) -> dict[str, Any]:
+    """The resume job's body (step 3); guarded on the mark: gone (the erasure finished, or its
+    request is running it now) is a skip, so a run sent twice or late changes nothing."""
+    marked = (
+        PersonIdentifier.objects.filter(pk=identifier_id, erasing_since__isnull=False)
+        .values_list("agent_id", "user_id", "erasing_mode", "erasing_keeps")
+        .first()
+    )
+    if marked is None:
+        return {"skipped": "no such mark"}
+    agent_id, user_id, mode, keeps = marked
+    if request_behind(agent_id=agent_id, user_id=user_id) is not None:
+        return {"skipped": "a request stands behind it"}
+    counts = person_erase(
+        user_id=user_id,
+        agent_ids=[agent_id],
+        mode=mode or "erase",
+        actor=ACTOR,
+        exclude=keeps or (),
+        keep_job_ids=[run.pk] if run is not None else (),
+    )
+    with transaction.atomic():
+        exports_forget_person(user_id=user_id, actor=ACTOR, agent_id=agent_id)
+    return {"counts": {kind: n for kind, n in counts.items() if n}}

@@ -1,0 +1,153 @@
+"""An erasure interrupted between marking the person and finishing (governance.erasure.resume):
+staff see the person marked, interrupted or in progress, on the people page, the person's page
+and the request's page; an agent's `forget` left so is finished by the resume sweep, a staff
+request by running it again; either way the mark goes and writes naming her are stored as written
+(she is no longer registered) instead of being redacted for ever."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from governance.erasure import resume
+from governance.erasure.resume import RESUME_KIND, erasures_resume
+from governance.erasure.services import erasure_request_file, erasure_request_retry
+from governance.models import ErasureRequest, JobRun
+from memoryapp.forgetting import person
+from memoryapp.forgetting.person import person_erase
+from memoryapp.models import PersonIdentifier, Thread
+from memoryapp.subjects.erasing import erasure_running, erasures_marked
+from memoryapp.subjects.matching import PLACEHOLDER
+from tests.kit.admin import staff_client
+from tests.kit.api import Caller, post_entry, post_thread
+from tests.kit.mentions import EMAIL, IDENTIFIERS, NAME, PERSON, plant
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the mark and the eraser's lock are committed
+
+
+class Killed(Exception):
+    """The process running the erasure dies here (its session lock goes with its connection)."""
+
+
+def _register(caller: Caller) -> None:
+    answer = caller.client.put(f"/api/v1/users/{PERSON}/identifiers", IDENTIFIERS, format="json")
+    assert answer.status_code == 200, answer.content
+
+
+def _killed_after_the_mentions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The erasure stops after the mentions were done, before the registry rows (and the mark) go."""
+
+    def killed(**_: Any) -> int:
+        raise Killed
+
+    monkeypatch.setattr(person, "identifiers_delete", killed)
+
+
+def _marked(agent_id: int) -> bool:
+    return PersonIdentifier.objects.filter(agent_id=agent_id, user_id=PERSON, erasing_since__isnull=False).exists()
+
+
+def _officer() -> Any:
+    return staff_client(permissions=["view_erasurerequest", "view_thread"])
+
+
+def test_an_agents_forget_interrupted_is_shown_and_finished_by_the_resume_sweep(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    _register(alice)
+    plant(alice)
+    _killed_after_the_mentions(monkeypatch)
+    with pytest.raises(Killed):
+        person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice")
+    monkeypatch.undo()
+    assert _marked(alice.agent.pk)
+    # Meanwhile, a write naming her is redacted: the reason must be visible to staff.
+    post_thread(alice, "t-eve", user_id="u-eve")
+    assert post_entry(alice, "t-eve", role="user", content=f"Ask {NAME}.")["content"] == f"Ask {PLACEHOLDER}."
+
+    # Before: no page named her as being erased.
+    page = _officer().get("/admin/person/").content.decode()
+    assert "erasing-interrupted" in page and PERSON in page and "finish erasures interrupted" in page
+    own = _officer().get(f"/admin/person/?id={PERSON}").content.decode()
+    assert 'class="erasing-interrupted" data-agent="alice"' in own and "(redact)" in own
+
+    # Before: nothing ran it again; the mark stayed for ever.
+    with django_capture_on_commit_callbacks(execute=True):
+        counts = erasures_resume()
+    assert counts["resumed"] == 1
+    run = JobRun.objects.get(kind=RESUME_KIND)
+    assert run.status == JobRun.Status.SUCCEEDED, run.error
+    assert PERSON not in str(run.arguments) and PERSON not in str(run.result)
+    assert not _marked(alice.agent.pk) and erasures_marked() == []
+    # In the mode it was asked in: her thread stays, redacted.
+    assert Thread.objects.filter(agent=alice.agent, external_id="t-ines").exists()
+    # She is registered no more: a write naming her is stored as written, and the sweep has nothing to do.
+    assert post_entry(alice, "t-eve", role="user", content=f"Ask {NAME}.")["content"] == f"Ask {NAME}."
+    assert erasures_resume() == {"running": 0, "requests": 0, "tried": 0, "resumed": 0}
+    assert "erasing-list" not in _officer().get("/admin/person/").content.decode()
+
+
+def test_an_erasure_running_is_shown_in_progress_and_left_alone_by_the_sweep(alice: Caller) -> None:
+    _register(alice)
+    from memoryapp.subjects.erasing import erasing_mark
+
+    holding, release = threading.Event(), threading.Event()
+
+    def eraser() -> None:
+        # Another process's erasure: it holds the person's eraser lock and has marked her.
+        try:
+            with erasure_running(agent_id=alice.agent.pk, user_id=PERSON):
+                erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())
+                holding.set()
+                assert release.wait(30)
+        finally:
+            connection.close()
+
+    side = threading.Thread(target=eraser)
+    side.start()
+    try:
+        assert holding.wait(30)
+        [mark] = erasures_marked(user_id=PERSON)
+        assert mark.running
+        assert erasures_resume()["running"] == 1
+        assert not JobRun.objects.filter(kind=RESUME_KIND).exists()
+        page = _officer().get(f"/admin/person/?id={PERSON}").content.decode()
+        assert "erasing-running" in page and "in progress since" in page
+    finally:
+        release.set()
+        side.join()
+    # Its process gone with the mark left: interrupted.
+    [mark] = erasures_marked(user_id=PERSON)
+    assert not mark.running
+
+
+def test_a_staff_request_interrupted_is_shown_on_its_page_and_finished_by_running_it_again(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    _register(alice)
+    plant(alice)
+    _killed_after_the_mentions(monkeypatch)
+    with django_capture_on_commit_callbacks(execute=True):  # its job fails: the request says so
+        erasure_request_file(user_id=PERSON, identifiers=[EMAIL], actor="staff:pat")
+    monkeypatch.undo()
+    request = ErasureRequest.objects.get(user_id=PERSON)
+    assert request.status == ErasureRequest.Status.FAILED and _marked(alice.agent.pk)
+
+    page = _officer().get(f"/admin/governance/erasurerequest/{request.pk}/change/").content.decode()
+    assert "erasing-interrupted" in page and f"erasure request #{request.pk}</a> again" in page
+    # The request's to finish: the sweep sends no job of its own (a second erasure racing it).
+    assert erasures_resume()["requests"] == 1
+    assert not JobRun.objects.filter(kind=RESUME_KIND).exists()
+    assert resume.erasure_resume(identifier_id=erasures_marked()[0].identifier_id)["skipped"]
+
+    with django_capture_on_commit_callbacks(execute=True):
+        erasure_request_retry(request=request, actor="staff:pat")
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.DONE, request.error
+    assert not _marked(alice.agent.pk)
+    assert (
+        "erasing-list" not in _officer().get(f"/admin/governance/erasurerequest/{request.pk}/change/").content.decode()
+    )
