@@ -20,6 +20,13 @@ after its scan, naming her, was neither seen nor, once the index forgot her, mar
    for is an erasure interrupted (its worker killed, its request failed), shown to staff
    (`erasures_marked`) and finished by running it again (its request's retry, or
    governance.erasure.resume for an agent's `forget`, which has no request).
+5. A message sent by the person (its sender, `metadata.userId`) is refused while their erasure
+   runs (`senders_erasing_refuse`: 409 `person_being_erased`, naming the field, nothing stored):
+   the erasure takes her messages in others' threads at one step, and one sent after that step
+   would outlive it (sealed again under the thread's key as its key goes). Refused rather than
+   stored with a placeholder: the text is her words, not a mention of her that a placeholder
+   could stand for. The write takes her `locks.ERASURE_RUN` shared to its end (try, never wait):
+   an erasure starting after it waits for it to commit, and its step takes the message with the rest.
 
 A replacement of her identifiers (`PUT /users/{id}/identifiers`) takes the lock shared too and
 keeps the mark on the rows it writes.
@@ -34,7 +41,7 @@ goes through it, whatever the writes hold (threads, rows, the audit chain).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +51,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from governance import locks
+from memoryapp.errors import Conflict
 from memoryapp.models import PersonIdentifier, SubjectMention
 from memoryapp.models.items import name_normalized
 from memoryapp.subjects.matching import PersonMatcher
@@ -103,6 +111,26 @@ def erasure_running(*, agent_id: int, user_id: str) -> Iterator[None]:
         # A killed process releases it with its connection; an error here does so now.
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [locks.ERASURE_RUN, number])
+
+
+def senders_erasing_refuse(*, agent_id: int, senders: Mapping[str, str]) -> None:
+    """Refuse a write of messages sent by a person being erased (step 5 of the module's
+    docstring): `senders` maps each sender to the field naming them. Otherwise holds each sender's
+    eraser lock shared until the write's transaction ends; call it inside that transaction."""
+    numbers = {user_id: locks.person(agent_id, user_id) for user_id in senders}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT n FROM unnest(%s::int[]) AS n WHERE NOT pg_try_advisory_xact_lock_shared(%s, n)",
+            [sorted(set(numbers.values())), locks.ERASURE_RUN],
+        )
+        refused = {n for (n,) in cursor.fetchall()}
+    for user_id, number in sorted(numbers.items()):
+        if number in refused:
+            raise Conflict(
+                "person_being_erased",
+                "The sender of this message is being erased: it is not stored (send it again once the erasure ended).",
+                field=senders[user_id],
+            )
 
 
 @dataclass(frozen=True)

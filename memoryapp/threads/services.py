@@ -29,7 +29,7 @@ from memoryapp.events.services import event_insert_one, event_inserted, event_re
 from memoryapp.ids import entry_id_new, person_id_check
 from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
-from memoryapp.models.people import FORK_OF_KEY
+from memoryapp.models.people import FORK_OF_KEY, MESSAGE_USER_KEY
 from memoryapp.precompiled import ReturnedRows
 from memoryapp.screening.recognizers import Memo
 from memoryapp.screening.screen import screener_for
@@ -40,6 +40,7 @@ from memoryapp.subjects.detect import (
     rows_named,
     thread_key_people_set,
 )
+from memoryapp.subjects.erasing import senders_erasing_refuse
 from memoryapp.threads.columns import (
     ENTRY_FORK_COPIED,
     ENTRY_INSERT_COLUMNS,
@@ -375,6 +376,12 @@ def _insert(
         memo=screener.memo if screener is not None else None,
         asked=asked,
     )
+    # A message sent by a person being erased is refused (409), never stored after her erasure
+    # took her messages (memoryapp.subjects.erasing, step 5).
+    senders = {e.sender: f"{p}metadata.{MESSAGE_USER_KEY}" for e, p in zip(entries, entry_prefixes, strict=True)}
+    senders.pop("", None)
+    if senders:
+        senders_erasing_refuse(agent_id=locked.agent_id, senders=senders)
     changes: dict[str, Any] = {"next_seq": seq, "active_leaf_id": leaf_id}
     if branched:
         changes["branch_epoch"] = locked.branch_epoch = locked.branch_epoch + 1
@@ -775,6 +782,10 @@ def _append_one_fast(*, agent: Agent, external_id: str, spec: dict[str, Any]) ->
     if screener is not None and (screener.decisions or entry.held_at is not None):
         return None
     if rows_name_anyone(agent=agent, rows=[(Table.ENTRY, entry.id, entry)], memo=screener.memo if screener else None):
+        return None
+    if entry.sender:
+        # A message naming its sender waits on no one but is refused while they are being erased
+        # (`senders_erasing_refuse`): a query the one statement has no place for.
         return None
     (row,) = _entry_rows([entry])
     before, after = content_hash_around_parent(turn=hashed_turn(entry), created_at=entry.created_at)

@@ -1,0 +1,140 @@
+"""Messages a person sends while their erasure runs (memoryapp.subjects.erasing, step 5): refused
+with 409 `person_being_erased` naming the field, nothing stored, so none sent after the erasure
+took her messages in others' threads outlives it; a write in flight when the erasure starts is
+waited for and taken with the rest; other senders are not held up."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from memoryapp.forgetting.person import person_erase
+from memoryapp.forgetting.services import cascade_step_hook
+from memoryapp.models import Entry
+from memoryapp.subjects.erasing import erasure_running
+from tests.forgetting.test_index_races import WAIT, Side, _until
+from tests.kit.api import Caller, post_entry, post_thread
+from tests.kit.mentions import PERSON
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the erasure and the writer on two connections
+
+URL = "/api/v1/threads/t-carl/entries"
+
+
+@pytest.fixture(autouse=True)
+def _no_hook() -> Any:
+    yield
+    cascade_step_hook(None)
+
+
+def _hers(caller: Caller) -> int:
+    return Entry.objects.filter(agent=caller.agent, sender=PERSON).count()
+
+
+def _carls_thread_with_her_message(caller: Caller) -> None:
+    post_thread(caller, "t-carl", user_id="u-carl", metadata={"memoryUserIds": ["u-carl", PERSON]})
+    post_entry(caller, "t-carl", role="user", content="Carl asks about the trip.")
+    post_entry(caller, "t-carl", role="user", content="I fly on Monday.", metadata={"userId": PERSON})
+
+
+def test_her_message_sent_after_the_erasure_took_hers_is_refused_and_none_outlives_it(alice: Caller) -> None:
+    _carls_thread_with_her_message(alice)
+    sent: list[Any] = []
+
+    def between_steps(step: str) -> None:
+        # The first point between the erasure's batches (no transaction open) where her messages
+        # are gone: the sender step is done.
+        if step != "batch" or sent or _hers(alice):
+            return
+        writer = Side(
+            lambda: alice.client.post(
+                URL, {"role": "user", "content": "And back on Friday.", "metadata": {"userId": PERSON}}, format="json"
+            ),
+            "her message",
+        )
+        writer.join()
+        assert not writer.errors, writer.errors
+        sent.append(writer.answer)
+
+    cascade_step_hook(between_steps)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
+
+    [answer] = sent
+    # Before: 201, and her message stayed in Carl's thread after her erasure.
+    assert answer.status_code == 409, answer.content
+    assert answer.json()["error"]["code"] == "person_being_erased"
+    assert answer.json()["error"]["field"] == "metadata.userId"
+    assert _hers(alice) == 0
+    assert not Entry.objects.filter(agent=alice.agent, content__icontains="Friday").exists()
+    # Once it ended, a message of hers is a new one, stored as any other.
+    post_entry(alice, "t-carl", role="user", content="Hello again.", metadata={"userId": PERSON})
+    assert _hers(alice) == 1
+
+
+def test_while_she_is_being_erased_only_her_messages_are_refused_on_every_append_path(alice: Caller) -> None:
+    _carls_thread_with_her_message(alice)
+    holding, release = threading.Event(), threading.Event()
+
+    def eraser() -> None:
+        try:
+            with erasure_running(agent_id=alice.agent.pk, user_id=PERSON):
+                holding.set()
+                assert release.wait(WAIT)
+        finally:
+            connection.close()
+
+    side = threading.Thread(target=eraser)
+    side.start()
+    try:
+        assert holding.wait(WAIT)
+        single = alice.client.post(
+            URL, {"role": "user", "content": "Single.", "metadata": {"userId": PERSON}}, format="json"
+        )
+        batch = alice.client.post(
+            URL,
+            {
+                "entries": [
+                    {"role": "user", "content": "Carl again."},
+                    {"role": "user", "content": "Batch.", "metadata": {"userId": PERSON}},
+                ]
+            },
+            format="json",
+        )
+        others = post_entry(alice, "t-carl", role="user", content="Dora here.", metadata={"userId": "u-dora"})
+    finally:
+        release.set()
+        side.join()
+    assert single.status_code == 409 and single.json()["error"]["field"] == "metadata.userId", single.content
+    assert batch.status_code == 409 and batch.json()["error"]["field"] == "entries[1].metadata.userId", batch.content
+    assert others["content"] == "Dora here."
+    assert _hers(alice) == 1  # the one written before
+    assert not Entry.objects.filter(agent=alice.agent, content__in=["Single.", "Batch.", "Carl again."]).exists()
+
+
+def test_a_message_of_hers_in_flight_when_her_erasure_starts_is_waited_for_and_erased(alice: Caller) -> None:
+    _carls_thread_with_her_message(alice)
+    inside, commit = threading.Event(), threading.Event()
+
+    def writing() -> None:
+        # Her message's write, its transaction held open after it took her lock shared.
+        with transaction.atomic():
+            answer = alice.client.post(
+                URL, {"role": "user", "content": "In flight.", "metadata": {"userId": PERSON}}, format="json"
+            )
+            assert answer.status_code == 201, answer.content
+            inside.set()
+            assert commit.wait(WAIT)
+
+    writer = Side(writing, "writer")
+    assert inside.wait(WAIT)
+    erasure = Side(lambda: person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice"), "erasure")
+    _until(lambda: erasure.waits_on(writer), "the erasure waited for the write in flight")
+    commit.set()
+    writer.join()
+    erasure.join()
+    assert not writer.errors and not erasure.errors, (writer.errors, erasure.errors)
+    assert _hers(alice) == 0
+    assert erasure.answer["entries_deleted"] >= 2
