@@ -40,9 +40,11 @@ from typing import Any
 
 from django.db.models import Model
 
-from governance.crypto.fields import KEY_PEOPLE, key_people_of
+from governance.crypto.fields import KEY_PEOPLE, equality_values, key_people_of
 from governance.models import JobRun
-from memoryapp.models import Agent, SubjectMention
+from memoryapp.errors import Conflict
+from memoryapp.models import Agent, Entity, SubjectMention
+from memoryapp.models.items import name_normalized
 from memoryapp.screening.people import PeopleMatcher, people_matcher
 from memoryapp.screening.recognizers import Memo
 from memoryapp.subjects.erasing import people_erasing, row_redact
@@ -148,13 +150,33 @@ def entity_names_merged(entity: Model, merged: Iterable[Model]) -> None:
     the keys of whom it names now and of whom the merged ones were sealed under besides (their
     `key_people`, their scope's person), and its mentions in the subject index replaced."""
     written: list[Written] = [(SubjectMention.Table.ENTITY, entity.pk, entity)]
+    name = entity.name  # type: ignore[attr-defined]
     named = rows_named(agent_id=entity.agent_id, rows=written)  # type: ignore[attr-defined]
     people = {*named.get(str(entity.pk), ()), *(getattr(entity, KEY_PEOPLE) or ())}
     for other in merged:
         people |= {*(getattr(other, KEY_PEOPLE) or ()), other.encryption_owner()[1]}  # type: ignore[attr-defined]
     key_people_set(entity, people - {""})
-    entity.save(update_fields=["aliases", KEY_PEOPLE])
+    fields = ["aliases", KEY_PEOPLE]
+    if entity.name != name:  # type: ignore[attr-defined]
+        # Its name named a person being erased: stored saying the placeholder, as its aliases.
+        _placeholder_name_free(entity)
+        fields += ["name", "normalized_name"]
+    entity.save(update_fields=fields)
     mentions_record(agent_id=entity.agent_id, rows=written, replace=True, named=named)  # type: ignore[attr-defined]
+
+
+def _placeholder_name_free(entity: Model) -> None:
+    """Refuse (409) to name an entity by the placeholder where its scope has an entity of that name
+    already (one name a scope): the merge is for after the person's erasure, which leaves one."""
+    scope = {f: getattr(entity, f) for f in ("agent_id", "user_id", "project_id", "thread_id")}
+    keys = equality_values(agent_id=scope["agent_id"], text=name_normalized(entity.name))  # type: ignore[attr-defined]
+    if Entity.objects.filter(**scope, normalized_name__in=keys).exclude(pk=entity.pk).exists():
+        raise Conflict(
+            "person_being_erased",
+            "An entity merged names a person being erased, and its scope holds her placeholder already: "
+            "merge them once the erasure ended.",
+            field="entity_id",
+        )
 
 
 def thread_key_people_set(thread: Model) -> dict[str, set[str]]:

@@ -16,7 +16,9 @@ from django.utils import timezone
 from governance import locks
 from governance.crypto.fields import KeyPeopleField
 from memoryapp.forgetting.mentions import GROUPS, mentions_erase
+from memoryapp.graph.services import entity_merge
 from memoryapp.models import Agent, Entity, Entry, MemoryFileVersion, MemoryItem, PersonIdentifier, SubjectMention
+from memoryapp.models.items import name_normalized
 from memoryapp.subjects.erasing import erasing_mark
 from memoryapp.subjects.index import mentions_scan, person_matcher
 from memoryapp.subjects.matching import PLACEHOLDER
@@ -169,3 +171,25 @@ def test_two_items_about_her_while_she_is_marked_are_both_written(alice: Caller)
     [entity] = Entity.objects.filter(agent=alice.agent)
     assert entity.name == PLACEHOLDER
     assert set(MemoryItem.objects.filter(agent=alice.agent).values_list("entity_id", flat=True)) == {entity.pk}
+
+
+@pytest.mark.parametrize("keep_name", [NAME, "the organiser"])
+def test_a_merge_while_she_is_marked_stores_the_placeholder_in_the_name_and_aliases(
+    alice: Caller, keep_name: str
+) -> None:
+    _register(alice)
+    post_item(alice, kind="fact", subject=keep_name, attribute="role", value="books the hotels")
+    other = "the organiser" if keep_name == NAME else NAME
+    post_item(alice, kind="fact", subject=other, attribute="phone", value="ask at the desk")
+    keep = Entity.objects.get(agent=alice.agent, name=keep_name)
+    merged = Entity.objects.get(agent=alice.agent, name=other)
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())
+
+    entity_merge(agent=alice.agent, keep=keep, merged=merged, actor="test")
+
+    keep.refresh_from_db()
+    # Before: an entity kept under her name kept it (only its aliases were saved redacted).
+    assert NAME not in keep.name and NAME not in (keep.aliases or [])
+    assert PLACEHOLDER in [keep.name, *(keep.aliases or [])]
+    assert keep.normalized_name == name_normalized(keep.name)
+    assert not SubjectMention.objects.filter(agent=alice.agent, user_id=PERSON, table=Table.ENTITY).exists()
