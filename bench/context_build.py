@@ -243,7 +243,7 @@ class OtherVectors:
 BENCH_AGENT = "bench-context"
 # Indexes of entries built once after the other data's COPY rather than row by row during it (an
 # HNSW insert costs ~3 ms here; the bulk build of the same index a fraction of that per row).
-BULK_BUILT_INDEXES = ("entry_embedding_hnsw", "entry_search_thread_gin")
+BULK_BUILT_INDEXES = ("entry_embedding_hnsw", "entry_search_thread_gin", "entry_thread_vectors_idx")
 
 ENTRY_COLUMNS = (
     "id, seq, type, role, content, text, tool_call_id, tool_name, sender_name, token_count, metadata,"

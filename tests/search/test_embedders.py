@@ -19,7 +19,7 @@ from governance.models import JobRun
 from memoryapp.models import Entry
 from memoryapp.search.embedders import EmbedderError, FakeEmbedder, LocalEmbedder, OpenAIEmbedder, embedder
 from memoryapp.search.indexing import entry_embedding_text
-from memoryapp.search.space import column_dimensions, vector_space_status
+from memoryapp.search.space import THREAD_VECTORS_INDEX, column_dimensions, vector_space_status
 from tests.kit.factories import ThreadFactory
 from tests.kit.recall import embedded
 
@@ -201,13 +201,16 @@ def test_reembed_dimensions_resizes_the_vector_columns_and_embeds_again(alice: A
         call_command("reembed", "--dimensions", stdout=StringIO())
         assert column_dimensions() == 16 and vector_space_status().ok
         assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
-        # A new type is a new storage: the vectors are kept in their rows again (migration 0053).
+        # A new type is a new storage: the vectors are kept in their rows again (migration 0053),
+        # the entries' PLAIN with their thread index made again for 16 dimensions (migration 0058).
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT array_agg(DISTINCT attstorage) FROM pg_attribute WHERE attname = 'embedding'"
+                "SELECT attrelid::regclass::text, attstorage FROM pg_attribute WHERE attname = 'embedding'"
                 " AND attrelid IN ('memoryapp_entry'::regclass, 'memoryapp_memoryitem'::regclass)"
             )
-            assert cursor.fetchone()[0] == ["m"]
+            assert dict(cursor.fetchall()) == {"memoryapp_entry": "p", "memoryapp_memoryitem": "m"}
+            cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", [THREAD_VECTORS_INDEX])
+            assert "INCLUDE (agent_id, id, created_at, embedding)" in cursor.fetchone()[0]
     # The test's transaction rolls the columns back to their dimension.
 
 

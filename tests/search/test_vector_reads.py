@@ -5,12 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from memoryapp.search import keyword, vector
 from memoryapp.search.embedders import embed_query
 from memoryapp.search.scope import EntryScope
+from memoryapp.search.space import THREAD_VECTORS_INDEX, vector_columns_resize
 from memoryapp.search.vector import read_exactly, vector_entries
 from tests.kit.factories import ThreadFactory
 from tests.kit.recall import embedded
@@ -55,8 +56,10 @@ def test_a_thread_in_a_large_table_is_read_exactly_and_the_agent_by_the_walk(
     monkeypatch.setattr(keyword, "_table_rows", {("entries", *thread_scope.cache_key): 1_000_000})
     assert read_exactly(thread_scope, 10)
     assert not read_exactly(agent_scope, 10)  # the agent's whole scope: always the walk
-    monkeypatch.setattr(keyword, "_table_rows", {("entries", *thread_scope.cache_key): 5})
-    assert not read_exactly(thread_scope, 1)  # 400 > 40 x 1 x 5: the walk
+    monkeypatch.setattr(keyword, "_table_rows", {("entries", *thread_scope.cache_key): 8})
+    assert read_exactly(thread_scope, 1)  # 400 <= 80 x 1 x 8: the thread index reads a row for ~1/80 of a walk's
+    monkeypatch.setattr(keyword, "_table_rows", {("entries", *thread_scope.cache_key): 4})
+    assert not read_exactly(thread_scope, 1)  # 400 > 80 x 1 x 4: the walk
     monkeypatch.setattr(keyword, "_table_rows", {("entries", *thread_scope.cache_key): -1})
     assert not read_exactly(thread_scope, 10)  # a table never analysed: the walk, as before
 
@@ -77,3 +80,57 @@ def test_an_exact_read_is_the_scopes_nearest_rows_in_one_statement(
     assert [round(h.score, 6) for h in hits] == [round(s, 6) for s in _exact_scores(scope, text)[:6]]
     other_ids = set(other.entries.values_list("id", flat=True))
     assert not other_ids & {h.id for h in hits}  # the scope holds: no row of the other thread
+
+
+def _plan_with_the_thread_index_alone(sql: str, params: dict[str, Any]) -> str:
+    """The plan of `sql` once the table's other indexes are dropped (rolled back with the test; the
+    primary key's kept) and scans of the whole table are off: whether the thread index serves it by
+    itself, whatever a tiny table never vacuumed makes the planner prefer."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # the writes' deferred checks would block ALTER TABLE
+        cursor.execute("ALTER TABLE memoryapp_entry DROP CONSTRAINT entry_thread_seq_uniq")
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'memoryapp_entry' AND indexname <> ALL(%s)",
+            [["memoryapp_entry_pkey", THREAD_VECTORS_INDEX]],
+        )
+        for (name,) in cursor.fetchall():
+            cursor.execute(f'DROP INDEX "{name}"')
+        cursor.execute("SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off")
+        cursor.execute(f"EXPLAIN {sql}", params)
+        return "\n".join(r[0] for r in cursor.fetchall())
+
+
+@pytest.mark.django_db
+def test_a_threads_exact_read_is_an_index_only_scan_of_its_vectors(alice: Any, two_threads: tuple[Any, Any]) -> None:
+    # The thread's vectors come from an index of their own, not a heap visit per turn (issue 26,
+    # migration 0058): its predicate is the scope's, and it holds every column the read uses.
+    mine, _ = two_threads
+    for scope in (
+        EntryScope(agent_id=alice.agent.pk, thread_pk=mine.pk),
+        EntryScope(agent_id=alice.agent.pk, thread_pk=mine.pk, before_seq=10),  # recall's
+    ):
+        where, params = scope.where("e")
+        sql = (
+            f"SELECT e.id, e.embedding <=> %(v)s::vector FROM memoryapp_entry e WHERE {where}"
+            " AND e.embedding IS NOT NULL ORDER BY (e.embedding <=> %(v)s::vector) + 0 LIMIT 6"
+        )
+        with transaction.atomic():
+            plan = _plan_with_the_thread_index_alone(
+                sql, {**params, "v": vector.vector_literal(embed_query("marathon"))}
+            )
+            transaction.set_rollback(True)
+        assert f"Index Only Scan using {THREAD_VECTORS_INDEX}" in plan, plan
+
+
+@pytest.mark.django_db
+def test_a_dimension_too_large_for_the_thread_index_reads_the_table(alice: Any) -> None:
+    # A B-tree row holds ~2.7 kB: 1,000 dimensions (4 kB) have no thread index, and the column
+    # keeps MAIN; the thread's exact read is then the table's, as before (rolled back with the test).
+    vector_columns_resize(1000)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_indexes WHERE indexname = %s", [THREAD_VECTORS_INDEX])
+        assert cursor.fetchone()[0] == 0
+        cursor.execute(
+            "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memoryapp_entry'::regclass AND attname = 'embedding'"
+        )
+        assert cursor.fetchone()[0] == "m"
