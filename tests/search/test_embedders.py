@@ -202,7 +202,7 @@ def test_reembed_dimensions_resizes_the_vector_columns_and_embeds_again(alice: A
         assert column_dimensions() == 16 and vector_space_status().ok
         assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
         # A new type is a new storage: the vectors are kept in their rows again (migration 0053),
-        # the entries' PLAIN with their thread index made again for 16 dimensions (migration 0058).
+        # the entries' PLAIN with their thread index made again for 16 dimensions (migration 0059).
         with connection.cursor() as cursor:
             cursor.execute(
                 "SELECT attrelid::regclass::text, attstorage FROM pg_attribute WHERE attname = 'embedding'"

@@ -103,7 +103,7 @@ def _plan_with_the_thread_index_alone(sql: str, params: dict[str, Any]) -> str:
 @pytest.mark.django_db
 def test_a_threads_exact_read_is_an_index_only_scan_of_its_vectors(alice: Any, two_threads: tuple[Any, Any]) -> None:
     # The thread's vectors come from an index of their own, not a heap visit per turn (issue 26,
-    # migration 0058): its predicate is the scope's, and it holds every column the read uses.
+    # migration 0059): its predicate is the scope's, and it holds every column the read uses.
     mine, _ = two_threads
     for scope in (
         EntryScope(agent_id=alice.agent.pk, thread_pk=mine.pk),

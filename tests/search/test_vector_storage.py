@@ -88,7 +88,7 @@ def test_the_vector_columns_are_stored_main_with_a_half_page_toast_target(db: No
         )
         found = {name: (storage, options) for name, storage, options in cursor.fetchall()}
     # The entries' column is PLAIN at 384 dimensions: its copies in the thread index are never
-    # compressed (migration 0058, memoryapp.search.space.vector_storage_sql).
+    # compressed (migration 0059, memoryapp.search.space.vector_storage_sql).
     assert found == {
         table: ("p" if table == "memoryapp_entry" else "m", [f"toast_tuple_target={TOAST_TUPLE_TARGET}"])
         for table in INLINE_VECTOR_TABLES

@@ -43,7 +43,7 @@ def unindex_threads(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("memoryapp", "0057_vector_space"),
+        ("memoryapp", "0058_person_erasing_mode"),
     ]
 
     operations = [
