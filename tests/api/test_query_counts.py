@@ -17,7 +17,7 @@ from django.db.models.sql import compiler
 from memoryapp.agents.limits import limits_breaker_reset
 from memoryapp.events import webhooks
 from memoryapp.models import Thread
-from tests.kit.api import Caller, answered, build_context, post_entry
+from tests.kit.api import Caller, answered, build_context, post_entries, post_entry
 from tests.kit.factories import ThreadFactory
 from tests.kit.recall import embedded
 
@@ -177,3 +177,22 @@ def test_a_steady_context_build_compiles_no_memory_files_read(
     # CPU went to building it).
     build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
     assert compilations and not [sql for sql in compilations if "memoryapp_memoryfileversion" in sql]
+
+
+@pytest.mark.parametrize("size", [2, 40])
+def test_a_batch_append_is_the_same_five_queries_at_any_size(
+    alice: Caller, thread_of_alice: Thread, size: int, django_assert_max_num_queries: Any
+) -> None:
+    # the thread found and locked, the entries' COPY, the thread's counters and leaf moved with the
+    # change event inserted (one statement), + the savepoint pair of the request's atomic block (here
+    # in the test's transaction only): no statement a row, so 40 entries cost what 2 do
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} by the lake"} for i in range(size)]
+    with django_assert_max_num_queries(5) as captured:
+        assert len(post_entries(alice, "t-1", turns)) == size
+    assert [q["sql"].split()[0] for q in captured.captured_queries] == [
+        "SAVEPOINT",
+        "SELECT",
+        "COPY",
+        "WITH",
+        "RELEASE",
+    ]
