@@ -1,9 +1,9 @@
 """The CPU of one request through Django's WSGI handler, in a process of its own: single appends and
-`/healthz` (and with `--kinds`, reads of a thread's entries), and with `--against` the same for
-another checkout, in blocks taking turns.
+`/healthz` (and with `--kinds`, reads of a thread's entries and batch appends of 100), and with
+`--against` the same for another checkout, in blocks taking turns.
 
     python bench/handler_cpu.py --key mk_... [--against /path/to/other/checkout] [--blocks 20] [--per-block 40]
-        [--kinds healthz,append,entries]
+        [--kinds healthz,append,entries,batch]
 
 On a machine shared with other work, the web processes' CPU per request moves by 20% between runs
 of bench/write_entries.py minutes apart (issue 26): a change worth a few percent is lost in it. This
@@ -16,7 +16,8 @@ included) and measures the rest where that noise is smallest:
 2. Each creates a thread of its own and warms up (the first requests load what a web process loads).
 3. Blocks take turns: each process in turn answers `--per-block` /healthz requests, then as many
    single appends to its thread (the request of bench/write_entries.py) and, with `--kinds`, as many
-   reads of its thread's newest 50 entries (`GET /api/v1/threads/{id}/entries`), through
+   reads of its thread's newest 50 entries (`GET /api/v1/threads/{id}/entries`) and batch appends of
+   `BATCH` entries (the batch phase's request of bench/write_entries.py), through
    `memory_project.wsgi.application` with the environ gunicorn would give it; the process's CPU
    time (`time.process_time`) of each block is read by the process itself. Which process goes
    first alternates, so a burst of other load falls on both.
@@ -41,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-KINDS = ("healthz", "append", "entries")
+KINDS = ("healthz", "append", "entries", "batch")
 TURN = "Start at the Colosseum at eight, then walk over the Palatine Hill to the Forum."
+BATCH = 100  # entries of a batch append, as bench/write_entries.py sends them by default
 
 
 # --- the measuring process (`--serve`) ----------------------------------------------------------
@@ -100,6 +102,10 @@ def serve(root: Path, key: str) -> None:
             status = call("GET", "/healthz")
         elif kind == "entries":
             status = call("GET", f"/api/v1/threads/{thread_id}/entries", query="limit=50")
+        elif kind == "batch":
+            turns = [{"role": ("user", "assistant")[i % 2], "content": f"[{sent}.{i}] {TURN}"} for i in range(BATCH)]
+            status = call("POST", f"/api/v1/threads/{thread_id}/entries", {"entries": turns})
+            sent += 1
         else:
             body = {"role": "user" if sent % 2 == 0 else "assistant", "content": f"[{sent}] {TURN}"}
             status = call("POST", f"/api/v1/threads/{thread_id}/entries", body)
@@ -192,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         for m in measured:
             m.close()
     print(f"{args.blocks} blocks of {args.per_block} requests of each kind per checkout, taking turns")
-    names = {"append": "single append", "entries": "entries read (50)"}
+    names = {"append": "single append", "entries": "entries read (50)", "batch": f"batch append ({BATCH})"}
     for m in measured:
         healthz = m.median("healthz")
         line = f"{m.root!s:<40} /healthz {healthz * 1000:6.3f} ms"
