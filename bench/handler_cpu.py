@@ -1,9 +1,10 @@
 """The CPU of one request through Django's WSGI handler, in a process of its own: single appends and
-`/healthz` (and with `--kinds`, reads of a thread's entries and batch appends of 100), and with
-`--against` the same for another checkout, in blocks taking turns.
+`/healthz` (and with `--kinds`, reads of a thread's entries or its path, batch appends of 100,
+hybrid context builds and searches), and with `--against` the same for another checkout, in blocks
+taking turns.
 
     python bench/handler_cpu.py --key mk_... [--against /path/to/other/checkout] [--blocks 20] [--per-block 40]
-        [--kinds healthz,append,entries,batch]
+        [--kinds healthz,append,entries,batch,path,context,search]
 
 On a machine shared with other work, the web processes' CPU per request moves by 20% between runs
 of bench/write_entries.py minutes apart (issue 26): a change worth a few percent is lost in it. This
@@ -16,8 +17,11 @@ included) and measures the rest where that noise is smallest:
 2. Each creates a thread of its own and warms up (the first requests load what a web process loads).
 3. Blocks take turns: each process in turn answers `--per-block` /healthz requests, then as many
    single appends to its thread (the request of bench/write_entries.py) and, with `--kinds`, as many
-   reads of its thread's newest 50 entries (`GET /api/v1/threads/{id}/entries`) and batch appends of
-   `BATCH` entries (the batch phase's request of bench/write_entries.py), through
+   reads of its thread's newest 50 entries (`GET /api/v1/threads/{id}/entries`), batch appends of
+   `BATCH` entries (the batch phase's request of bench/write_entries.py), reads of its path's
+   newest 50 (`path`), hybrid context builds of 4,000 tokens on it (`context`) and hybrid searches
+   (`search`) of one fixed question (its vector cached after the first: the model's encode is
+   left out, bench/load.py --fresh-queries has it), through
    `memory_project.wsgi.application` with the environ gunicorn would give it; the process's CPU
    time (`time.process_time`) of each block is read by the process itself. Which process goes
    first alternates, so a burst of other load falls on both.
@@ -42,7 +46,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-KINDS = ("healthz", "append", "entries", "batch")
+KINDS = ("healthz", "append", "entries", "batch", "path", "context", "search")
+QUESTION = "Which museum did we plan for the morning?"
 TURN = "Start at the Colosseum at eight, then walk over the Palatine Hill to the Forum."
 BATCH = 100  # entries of a batch append, as bench/write_entries.py sends them by default
 
@@ -106,6 +111,13 @@ def serve(root: Path, key: str) -> None:
             turns = [{"role": ("user", "assistant")[i % 2], "content": f"[{sent}.{i}] {TURN}"} for i in range(BATCH)]
             status = call("POST", f"/api/v1/threads/{thread_id}/entries", {"entries": turns})
             sent += 1
+        elif kind == "path":
+            status = call("GET", f"/api/v1/threads/{thread_id}/path", query="limit=50")
+        elif kind == "context":
+            body = {"strategy": "hybrid", "max_tokens": 4000, "current_input": QUESTION}
+            status = call("POST", f"/api/v1/threads/{thread_id}/context", body)
+        elif kind == "search":
+            status = call("POST", "/api/v1/search", {"text": QUESTION, "method": "hybrid"})
         else:
             body = {"role": "user" if sent % 2 == 0 else "assistant", "content": f"[{sent}] {TURN}"}
             status = call("POST", f"/api/v1/threads/{thread_id}/entries", body)
@@ -117,6 +129,8 @@ def serve(root: Path, key: str) -> None:
         one("healthz")
         one("append")
         one("entries")
+    for kind in ("path", "context", "search"):  # the question's vector is cached after its first use
+        one(kind)
     print("ready", flush=True)
     for line in sys.stdin:
         kind, count = line.split()
@@ -198,13 +212,19 @@ def main(argv: list[str] | None = None) -> None:
         for m in measured:
             m.close()
     print(f"{args.blocks} blocks of {args.per_block} requests of each kind per checkout, taking turns")
-    names = {"append": "single append", "entries": "entries read (50)", "batch": f"batch append ({BATCH})"}
+    names = {
+        "append": "single append",
+        "entries": "entries read (50)",
+        "batch": f"batch append ({BATCH})",
+        "path": "path read (50)",
+        "context": "context build",
+    }
     for m in measured:
         healthz = m.median("healthz")
         line = f"{m.root!s:<40} /healthz {healthz * 1000:6.3f} ms"
         for kind in kinds[1:]:
             cpu = m.median(kind)
-            line += f"   {names[kind]} {cpu * 1000:6.3f} ms = {cpu / healthz:5.2f}x /healthz"
+            line += f"   {names.get(kind, kind)} {cpu * 1000:6.3f} ms = {cpu / healthz:5.2f}x /healthz"
         print(line)
     if len(measured) == 2:
         this, other = measured
