@@ -8,13 +8,17 @@
    database), each with a heavy-request cap of its share of the clients, so the bench meets no
    limit it did not ask for. `--keys FILE` (one key a line) uses existing agents instead.
 2. Threads: one per client, under agent `client % agents`, seeded with `--seed-entries` turns
-   by batch appends (so path reads and context builds have a history).
+   by batch appends (so path reads and context builds have a history); then, at most
+   `--settle-seconds`, the bench waits for the worker to embed them (its CPU flat for two seconds),
+   so that the phases' worker CPU is the requests' own.
 3. A `/healthz` phase: the web processes' CPU per request of the cheapest answer, the baseline.
 4. One phase per kind (`--kind-clients` clients, `--kind-seconds` each): the web CPU per request
    of that kind alone, read from /proc/<pid>/stat of the gunicorn master and its workers before and
    after; next to it the CPU per request of the service's other processes in the same phase: its
-   Celery worker and beat (the launcher's other children: the embedding of every appended turn)
-   and its PostgreSQL (the postmaster of `--pgdata` and its backends), where they run here.
+   Celery worker and beat (the launcher's other children: the embedding of every appended turn,
+   counted until the worker is done with the phase's turns, not only while the phase runs: a
+   worker at nice 10 embeds a burst's turns after it) and its PostgreSQL (the postmaster of
+   `--pgdata` and its backends), where they run here.
 5. The mixed phase: `--clients` clients for `--duration` seconds, each picking its next request by
    the mix: a single append to its own thread, a hybrid search, a hybrid context build of 4,000
    tokens on its thread, or a path read of its thread's newest 50 turns. Prints req/s,
@@ -335,6 +339,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--kind-clients", type=int, default=8, help="clients of each one-kind CPU phase")
     parser.add_argument("--kind-seconds", type=float, default=10.0, help="seconds of each one-kind phase (0: none)")
     parser.add_argument("--max-requests", type=int, default=200_000, help="at most this many requests a phase")
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=180.0,
+        help="at most this long, wait for the worker to embed the turns written before and in each phase (0: no wait)",
+    )
     parser.add_argument("--cold", action="store_true", help="start the service here and time its first requests")
     parser.add_argument("--keep", action="store_true", help="keep the bench threads")
     parser.add_argument(
@@ -398,6 +408,25 @@ def cold_start(base: str, port: int) -> tuple[subprocess.Popen[bytes], str]:
     )
 
 
+def settle(workers: list[int], longest: float) -> float | None:
+    """Wait until the worker's CPU stays flat for two seconds (the turns written so far embedded),
+    at most `longest` seconds: the seed's embeddings are no request's, and one phase's turns
+    embedded during the next were counted as that one's (the worker runs at nice 10, behind the
+    requests); both made the worker's CPU per request of a kind read up to twice what it cost.
+    The seconds waited, or None without a worker here to watch."""
+    if not workers or longest <= 0:
+        return None
+    began = time.monotonic()
+    used = cpu_seconds(workers)
+    while time.monotonic() - began < longest:
+        time.sleep(2.0)
+        now = cpu_seconds(workers)
+        if now - used < 0.1:
+            break
+        used = now
+    return time.monotonic() - began
+
+
 def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int], *, cold: bool) -> None:
     per_agent = max(1, -(-args.clients // args.agents))
     if args.keys:
@@ -413,6 +442,8 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
     began = time.perf_counter()
     seed_threads(seats, args.seed_entries)
     print(f"{len(seats)} threads of {args.seed_entries} turns seeded in {time.perf_counter() - began:.1f} s")
+    if not cold and (settled := settle(worker_processes(pids), args.settle_seconds)) is not None:
+        print(f"the worker embedded the seeded turns in {settled:.1f} s (its CPU then stayed flat)")
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     print(f"web processes {pids}; load average {' '.join(load_before)} (2 cores shared with other work)")
 
@@ -462,6 +493,7 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
                 tally, wall, cpu = run_phase(
                     small, _always(kind), seconds=args.kind_seconds, max_requests=args.max_requests, pids=pids
                 )
+                settle(workers, args.settle_seconds)
                 per_request[kind] = cpu / tally.count if tally.count else float("nan")
                 ratio = per_request[kind] / per_request["healthz"] if per_request.get("healthz") else float("nan")
                 errors = f"  errors {dict(tally.errors)}" if tally.errors else ""
@@ -477,6 +509,7 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
             seats[: args.clients], pick, seconds=args.duration, max_requests=args.max_requests, pids=pids
         )
         mixed = tally.count
+        settle(workers, args.settle_seconds)
         mixed_sides = side_line(sides, mixed)
         print(
             f"mixed load, {args.clients} clients, {len(keys)} agents, {wall:.1f} s, mix {args.mix}: "
