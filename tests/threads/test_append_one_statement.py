@@ -6,6 +6,7 @@ goes the other way (`thread_append`), as before."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from collections.abc import Iterator
@@ -302,3 +303,42 @@ def test_a_thread_delete_waiting_on_an_append_takes_the_appended_entry_with_it(a
     assert not Entry.objects.filter(thread_id=thread.pk).exists()
     types = list(Event.objects.filter(agent_id=alice.agent.pk).order_by("seq").values_list("type", flat=True))
     assert types[-2:] == ["entry.added", "thread.deleted"]
+
+
+# JSON values with what a COPY's text format escapes (tab, newline, backslash) and non-ASCII.
+AWKWARD = {
+    "role": "assistant",
+    "content": [{"type": "text", "text": 'Plan "Roma" \\ day\n\tcafé ☕ \u2028'}],
+    "tool_calls": [{"id": "c-1", "name": "look\tup", "arguments": {"q": "a\\b\nc", "n": [1, 2.5, None, True]}}],
+    "metadata": {"note": "tab\there", "nested": {"é": ["\\", "\n"]}},
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("sealed", [False, True])
+def test_a_batch_stores_its_json_values_as_a_single_append_stores_them(
+    request: pytest.FixtureRequest, alice: Caller, sealed: bool
+) -> None:
+    # A batch's COPY writes JSON values as text, one entry's INSERT through psycopg's Jsonb (issue 26):
+    # the jsonb PostgreSQL keeps, read back by SQL and by the model, is the same.
+    if sealed:
+        request.getfixturevalue("encrypted")
+    post_thread(alice, "t-1", user_id="u-ana")
+    single = post_entry(alice, "t-1", **AWKWARD)
+    batch = post_ok(alice.client, f"{THREADS}/t-1/entries", {"entries": [AWKWARD, AWKWARD]})["entries"]
+    ids = [single["id"], *(e["id"] for e in batch)]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT content, tool_calls, metadata FROM memoryapp_entry WHERE id = ANY(%s) ORDER BY seq", [ids]
+        )
+        stored = cursor.fetchall()
+    if not sealed:  # jsonb as PostgreSQL prints it (raw cursors read JSON as text)
+        assert stored[0] == stored[1] == stored[2]
+        assert json.loads(stored[0][0]) == AWKWARD["content"] and json.loads(stored[0][2]) == AWKWARD["metadata"]
+    for entry_id in ids:
+        row = Entry.objects.get(pk=entry_id)
+        assert (row.content, row.tool_calls, row.metadata) == (
+            AWKWARD["content"],
+            AWKWARD["tool_calls"],
+            AWKWARD["metadata"],
+        )
