@@ -20,7 +20,7 @@ class MemoryAppConfig(AppConfig):
         from memoryapp.search.fact_meaning import facts_nearest
         from memoryapp.search.indexing import embedding_schedule
         from memoryapp.subjects.detect import job_result_recorded
-        from memoryapp.subjects.erasing import redaction_refresh_register
+        from memoryapp.subjects.texts import redaction_refresh_register
         from memoryapp.threads.hooks import entries_added_follow, entries_added_follow_thread, vectors_cleared_follow
         from memoryapp.threads.screened import entry_texts_refresh
 

@@ -15,9 +15,10 @@ index (memoryapp.subjects.index, rebuilt first so it says what is true now) for 
    document (`knowledge_document`: its name and text, its chunks cut and embedded again), an event
    a run published or a run's latest snapshot (`run_event`, `thread_run`: the run ledger of another
    person's thread), a job run (`job_run`, scrubbed whole as the person's own are). Each span
-   naming the person is replaced by PLACEHOLDER; the row's keyword index (the generated tsvector,
-   the blind index) follows on save, its vector is cleared and the embedding job sent to make it
-   again from the new text.
+   naming the person, in the columns memoryapp.subjects.texts says hold text, is replaced by
+   PLACEHOLDER (`row_redact`: the same replacement a write stores while she is being erased);
+   the row's keyword index (the generated tsvector, the blind index) follows on save, its vector
+   is cleared and the embedding job sent to make it again from the new text.
 3. Participants: the person leaves every thread's `memoryUserIds` (`participants`).
 4. The person's rows leave the index.
 
@@ -35,7 +36,6 @@ from django.db.models import Q
 
 from governance.crypto.fields import sealed_update
 from governance.models import JobRun
-from memoryapp.files.text import sha256_of, size_of
 from memoryapp.graph.services import entity_relations_delete
 from memoryapp.knowledge.services import knowledge_document_replace
 from memoryapp.models import (
@@ -59,14 +59,12 @@ from memoryapp.subjects.index import (
     mentions_of,
     mentions_scan,
     person_matcher,
-    row_texts,
     subject_index_apply,
     subject_index_forget,
     table_rows,
 )
 from memoryapp.subjects.matching import PersonMatcher
-from memoryapp.threads.hashing import content_hash, hashed_turn
-from memoryapp.threads.validation import entry_text
+from memoryapp.subjects.texts import row_redact, row_texts, texts_redacted
 
 Table = SubjectMention.Table
 # The groups an officer may leave out of an erasure (the index's tables, and participants lists).
@@ -176,8 +174,7 @@ def _mentions_erase(
                 entity_ids.append(entity.pk)
                 example(Table.ENTITY, entity.pk)
             elif entity.aliases and matcher.holds(entity.aliases):
-                entity.aliases = matcher.redacted_value(entity.aliases)
-                entity.save(update_fields=["aliases"])
+                entity.save(update_fields=row_redact(Table.ENTITY, entity, matcher))
                 _count(counts, "redacted", Table.ENTITY)
                 example(Table.ENTITY, entity.pk)
     if Table.ITEM not in exclude:
@@ -191,26 +188,10 @@ def _mentions_erase(
             if not names(Table.ITEM, item):
                 continue
             example(Table.ITEM, item.pk)
-            item.attribute = matcher.redacted(item.attribute)
-            item.value = matcher.redacted(item.value)
-            item.value_json = matcher.redacted_value(item.value_json)
-            item.metadata = matcher.redacted_value(item.metadata)
+            fields = row_redact(Table.ITEM, item, matcher)
             had_vector = item.embedding is not None
             item.embedding, item.embedded_at = None, None
-            if item.words_of == matcher.user_id:
-                item.words_of = ""  # what stays is no longer the person's words: sealed under the scope's key
-            item.save(
-                update_fields=[
-                    "words_of",
-                    "attribute",
-                    "value",
-                    "value_json",
-                    "metadata",
-                    "keyword_hashes",
-                    "embedding",
-                    "embedded_at",
-                ]
-            )
+            item.save(update_fields=[*fields, "embedding", "embedded_at"])
             _count(counts, "redacted", Table.ITEM)
             _count(counts, "re_embedded", Table.ITEM, int(had_vector))
             reembed = True
@@ -227,36 +208,11 @@ def _mentions_erase(
         for entry in entries.select_for_update().order_by("pk"):
             if not names(Table.ENTRY, entry):
                 continue
-            content = matcher.redacted_value(entry.content)
-            tool_calls = matcher.redacted_value(entry.tool_calls)
-            event = matcher.redacted_value(entry.event)
-            entry.metadata = matcher.redacted_value(entry.metadata)
-            entry.sender_name = matcher.redacted(entry.sender_name)
-            entry.content, entry.tool_calls, entry.event = content, tool_calls, event
-            entry.text = entry_text(content=content, tool_calls=tool_calls)
-            entry.content_hash = content_hash(
-                parent_id=entry.parent_id, turn=hashed_turn(entry), created_at=entry.created_at
-            )
+            # Its text and hash made again with it (memoryapp.threads, registered at start).
+            fields = row_redact(Table.ENTRY, entry, matcher)
             had_vector = entry.embedding is not None
             entry.embedding, entry.embedded_at = None, None
-            if entry.words_of == matcher.user_id:
-                entry.words_of = ""  # what stays is no longer the person's words (a tool result quoting them)
-            entry.save(
-                update_fields=[
-                    "words_of",
-                    "content",
-                    "tool_calls",
-                    "event",
-                    "metadata",
-                    "sender_name",
-                    "sender_name_hashes",
-                    "text",
-                    "content_hash",
-                    "keyword_hashes",
-                    "embedding",
-                    "embedded_at",
-                ]
-            )
+            entry.save(update_fields=[*fields, "embedding", "embedded_at"])
             _count(counts, "redacted", Table.ENTRY)
             _count(counts, "re_embedded", Table.ENTRY, int(had_vector))
             example(Table.ENTRY, entry.pk)
@@ -266,10 +222,7 @@ def _mentions_erase(
         for thread in threads.select_for_update(no_key=True).order_by("pk"):
             if not names(Table.THREAD, thread):
                 continue
-            thread.metadata = matcher.redacted_value(thread.metadata)
-            if thread.words_of == matcher.user_id:
-                thread.words_of = ""  # what stays is no longer the person's words: the thread's key
-            thread.save(update_fields=["metadata", "words_of"])
+            thread.save(update_fields=row_redact(Table.THREAD, thread, matcher))
             _count(counts, "redacted", Table.THREAD)
             example(Table.THREAD, thread.external_id)
     if Table.EVIDENCE not in exclude:
@@ -277,8 +230,7 @@ def _mentions_erase(
         for quote in evidence.select_for_update(of=("self",)).order_by("pk"):
             if not names(Table.EVIDENCE, quote):
                 continue
-            quote.quote = matcher.redacted(quote.quote)
-            quote.save(update_fields=["quote"])
+            quote.save(update_fields=row_redact(Table.EVIDENCE, quote, matcher))
             _count(counts, "redacted", Table.EVIDENCE)
             example(Table.EVIDENCE, str(quote.pk))
     if Table.RELATION_EVIDENCE not in exclude:
@@ -286,8 +238,7 @@ def _mentions_erase(
         for edge_quote in quotes.select_for_update(of=("self",)).order_by("pk"):
             if not names(Table.RELATION_EVIDENCE, edge_quote):
                 continue
-            edge_quote.quote = matcher.redacted(edge_quote.quote)
-            edge_quote.save(update_fields=["quote"])
+            edge_quote.save(update_fields=row_redact(Table.RELATION_EVIDENCE, edge_quote, matcher))
             _count(counts, "redacted", Table.RELATION_EVIDENCE)
             example(Table.RELATION_EVIDENCE, str(edge_quote.pk))
     if Table.KNOWLEDGE_DOCUMENT not in exclude:
@@ -296,12 +247,8 @@ def _mentions_erase(
             if not names(Table.KNOWLEDGE_DOCUMENT, document):
                 continue
             # Its chunks are cut and embedded again from the redacted text.
-            knowledge_document_replace(
-                document=document,
-                content=matcher.redacted(document.content),
-                name=matcher.redacted(document.name),
-                actor="erasure",
-            )
+            texts = texts_redacted(Table.KNOWLEDGE_DOCUMENT, document, matcher)
+            knowledge_document_replace(document=document, content=texts["content"], name=texts["name"], actor="erasure")
             _count(counts, "redacted", Table.KNOWLEDGE_DOCUMENT)
             _count(counts, "re_embedded", Table.KNOWLEDGE_DOCUMENT)
             example(Table.KNOWLEDGE_DOCUMENT, document.pk)
@@ -310,9 +257,7 @@ def _mentions_erase(
         for version in versions.select_for_update(of=("self",)).order_by("pk"):
             if not names(Table.FILE_VERSION, version):
                 continue
-            content = matcher.redacted(version.content or "")
-            version.content, version.sha256, version.size = content, sha256_of(content), size_of(content)
-            version.save(update_fields=["content", "sha256", "size"])
+            version.save(update_fields=row_redact(Table.FILE_VERSION, version, matcher))
             _count(counts, "redacted", Table.FILE_VERSION)
             example(Table.FILE_VERSION, version.pk)
     if Table.RUN_EVENT not in exclude:
@@ -320,8 +265,7 @@ def _mentions_erase(
         for event in events.select_for_update(of=("self",)).order_by("pk"):
             if not names(Table.RUN_EVENT, event):
                 continue
-            event.body = matcher.redacted_value(event.body)
-            event.save(update_fields=["body"])
+            event.save(update_fields=row_redact(Table.RUN_EVENT, event, matcher))
             _count(counts, "redacted", Table.RUN_EVENT)
             example(Table.RUN_EVENT, str(event.pk))
     if Table.THREAD_RUN not in exclude:
@@ -329,8 +273,7 @@ def _mentions_erase(
         for run in thread_runs.select_related("thread").select_for_update(of=("self",)).order_by("pk"):
             if not names(Table.THREAD_RUN, run):
                 continue
-            run.snapshot = matcher.redacted_value(run.snapshot)
-            run.save(update_fields=["snapshot"])
+            run.save(update_fields=row_redact(Table.THREAD_RUN, run, matcher))
             _count(counts, "redacted", Table.THREAD_RUN)
             example(Table.THREAD_RUN, run.pk)
     if Table.JOB_RUN not in exclude and index[Table.JOB_RUN]:

@@ -47,9 +47,10 @@ from memoryapp.models import Agent, Entity, SubjectMention
 from memoryapp.models.items import name_normalized
 from memoryapp.screening.people import PeopleMatcher, people_matcher
 from memoryapp.screening.recognizers import Memo
-from memoryapp.subjects.erasing import people_erasing, row_redact
-from memoryapp.subjects.index import person_matcher, row_texts
+from memoryapp.subjects.erasing import people_erasing
+from memoryapp.subjects.index import person_matcher
 from memoryapp.subjects.matching import PersonMatcher
+from memoryapp.subjects.texts import redacted_columns, row_redact, row_texts
 
 __all__ = [
     "PeopleMatcher",
@@ -158,9 +159,10 @@ def entity_names_merged(entity: Model, merged: Iterable[Model]) -> None:
     key_people_set(entity, people - {""})
     fields = ["aliases", KEY_PEOPLE]
     if entity.name != name:  # type: ignore[attr-defined]
-        # Its name named a person being erased: stored saying the placeholder, as its aliases.
+        # Its name named a person being erased: stored saying the placeholder, as its aliases, with
+        # what derives from it.
         _placeholder_name_free(entity)
-        fields += ["name", "normalized_name"]
+        fields = [*redacted_columns(SubjectMention.Table.ENTITY), KEY_PEOPLE]
     entity.save(update_fields=fields)
     mentions_record(agent_id=entity.agent_id, rows=written, replace=True, named=named)  # type: ignore[attr-defined]
 

@@ -12,8 +12,9 @@ after its scan, naming her, was neither seen nor, once the index forgot her, mar
    they are being erased (`people_erasing`: a statement after the lock, so it sees a mark that
    committed while it waited). The mark waits for every write that took the lock before it: those
    commit first, and the erasure's scan, which starts after the mark, sees their rows. Every write
-   that takes it after reads the mark, and stores the placeholder of the erasure (`row_redact`)
-   instead of the person's identifiers, records no mention of her and seals nothing under her key.
+   that takes it after reads the mark, and stores the placeholder of the erasure instead of the
+   person's identifiers (`row_redact`, memoryapp.subjects.texts: the erasure's own replacement),
+   records no mention of her and seals nothing under her key.
 3. The mark goes with the registry rows, which the erasure deletes once the mentions are done.
 4. The process running the erasure holds the session lock `locks.ERASURE_RUN` of the person
    (`erasure_running`) from before the mark until past its end: a mark no process holds that lock
@@ -40,32 +41,17 @@ goes through it, whatever the writes hold (threads, rows, the audit chain).
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
 from governance import locks
 from memoryapp.errors import Conflict
-from memoryapp.models import PersonIdentifier, SubjectMention
-from memoryapp.models.items import name_normalized
-from memoryapp.subjects.matching import PersonMatcher
-
-Table = SubjectMention.Table
-
-# What a table's rows need made again from their redacted texts, where the package writing them
-# owns how (an entry's text and hash: memoryapp.threads), registered at start (memoryapp.apps).
-_REFRESH: dict[str, Callable[[Any], list[str]]] = {}
-
-
-def redaction_refresh_register(table: str, refresh: Callable[[Any], list[str]]) -> None:
-    """`refresh(row)` makes again what a row of `table` derives from its texts (answers the fields)."""
-    _REFRESH[table] = refresh
+from memoryapp.models import PersonIdentifier
 
 
 def _lock_numbers(agent_id: int, people: Iterable[str]) -> list[int]:
@@ -199,65 +185,3 @@ def people_erasing(*, agent_id: int, people: Iterable[str]) -> dict[str, frozens
             [agent_id, people],
         )
         return {user_id: frozenset(keeps or ()) for user_id, keeps in cursor.fetchall()}
-
-
-def row_redact(table: str, row: Any, matcher: PersonMatcher) -> list[str]:
-    """Replace in place every span of the row's texts naming the person by the placeholder, with
-    what the row derives from them; answers the fields to save (a row already stored). The same
-    replacement as the erasure's (memoryapp.forgetting.mentions), for a row it would redact."""
-    fields: list[str]
-    if table == Table.ENTRY:
-        row.content = matcher.redacted_value(row.content)
-        row.tool_calls = matcher.redacted_value(row.tool_calls)
-        row.event = matcher.redacted_value(row.event)
-        row.metadata = matcher.redacted_value(row.metadata)
-        row.sender_name = matcher.redacted(row.sender_name)
-        fields = ["content", "tool_calls", "event", "metadata", "sender_name", "sender_name_hashes", "keyword_hashes"]
-    elif table == Table.THREAD:
-        row.metadata = matcher.redacted_value(row.metadata)
-        fields = ["metadata"]
-    elif table == Table.ITEM:
-        row.subject = matcher.redacted(row.subject)
-        row.attribute = matcher.redacted(row.attribute)
-        row.value = matcher.redacted(row.value)
-        row.value_json = matcher.redacted_value(row.value_json)
-        row.metadata = matcher.redacted_value(row.metadata)
-        fields = ["subject", "subject_hash", "attribute", "value", "value_json", "metadata", "keyword_hashes"]
-    elif table == Table.ENTITY:
-        row.name = matcher.redacted(row.name)
-        row.normalized_name = name_normalized(row.name)
-        row.aliases = matcher.redacted_value(row.aliases)
-        fields = ["name", "normalized_name", "aliases"]
-    elif table in (Table.EVIDENCE, Table.RELATION_EVIDENCE):
-        row.quote = matcher.redacted(row.quote)
-        fields = ["quote"]
-    elif table == Table.FILE_VERSION:
-        content = matcher.redacted(row.content or "")
-        row.content = content
-        row.sha256 = hashlib.sha256(content.encode("utf-8")).hexdigest()  # memoryapp.files.text
-        row.size = len(content.encode("utf-8"))
-        fields = ["content", "sha256", "size"]
-    elif table == Table.KNOWLEDGE_DOCUMENT:
-        row.name = matcher.redacted(row.name)
-        row.content = matcher.redacted(row.content)
-        row.sha256 = hashlib.sha256(row.content.encode()).hexdigest()
-        fields = ["name", "content", "sha256"]
-    elif table == Table.RUN_EVENT:
-        row.body = matcher.redacted_value(row.body)
-        fields = ["body"]
-    elif table == Table.THREAD_RUN:
-        row.snapshot = matcher.redacted_value(row.snapshot)
-        fields = ["snapshot"]
-    elif table == Table.JOB_RUN:
-        row.arguments = matcher.redacted_value(row.arguments)
-        row.result = matcher.redacted_value(row.result)
-        fields = ["arguments", "result"]
-    else:  # pragma: no cover - every table of the index is above
-        raise ValueError(table)
-    refresh = _REFRESH.get(table)
-    if refresh is not None:
-        fields += refresh(row)
-    if getattr(row, "words_of", None) == matcher.user_id:
-        row.words_of = ""  # what stays is not her words: sealed under its owner's key
-        fields.append("words_of")
-    return fields

@@ -38,6 +38,7 @@ from memoryapp.models import (
 from memoryapp.retry import atomic_retrying
 from memoryapp.screening.identifiers import LISTS, identifiers_of
 from memoryapp.subjects.matching import PersonMatcher
+from memoryapp.subjects.texts import TEXT_COLUMNS, row_texts
 
 Table = SubjectMention.Table
 JOB_KIND = "subject_index"
@@ -45,100 +46,55 @@ JOB_TASK = "memoryapp.tasks.subject_index_rebuild"
 CHUNK = 1000
 
 
-def _texts_entry(e: Entry) -> list[Any]:
-    return [e.content, e.tool_calls, e.event, e.metadata, e.sender_name]
+def _read(table: str, *columns: str) -> tuple[str, ...]:
+    """The columns the scan loads of a table's rows: those named (ids, scope) and its texts
+    (memoryapp.subjects.texts), every one of them: a deferred column costs a query per row."""
+    return (*columns, *(column for column, _ in TEXT_COLUMNS[table]))
 
 
-def _texts_item(i: MemoryItem) -> list[Any]:
-    return [i.subject, i.attribute, i.value, i.value_json, i.metadata]
-
-
-# Each table: its rows of one agent, the columns read, and the texts of a row.
-_TABLES: dict[str, tuple[Callable[[int], QuerySet[Any]], Callable[[Any], list[Any]]]] = {
-    Table.ENTRY: (
-        lambda a: Entry.objects.filter(agent_id=a).only(
-            "id", "agent_id", "thread_id", "content", "tool_calls", "event", "metadata", "sender_name"
-        ),
-        _texts_entry,
+# Each table: its rows of one agent, with the columns read.
+_TABLES: dict[str, Callable[[int], QuerySet[Any]]] = {
+    Table.ENTRY: lambda a: Entry.objects.filter(agent_id=a).only(*_read(Table.ENTRY, "id", "agent_id", "thread_id")),
+    Table.THREAD: lambda a: Thread.objects.filter(agent_id=a).only(*_read(Table.THREAD, "id")),
+    Table.ITEM: lambda a: MemoryItem.objects.filter(agent_id=a).only(
+        *_read(Table.ITEM, "id", "agent_id", "user_id", "project_id", "thread_id")
     ),
-    Table.THREAD: (lambda a: Thread.objects.filter(agent_id=a).only("id", "metadata"), lambda t: [t.metadata]),
-    Table.ITEM: (
-        lambda a: MemoryItem.objects.filter(agent_id=a).only(
-            # Every column _texts_item reads: a deferred one costs a query per row.
-            "id",
-            "agent_id",
-            "user_id",
-            "project_id",
-            "thread_id",
-            "subject",
-            "attribute",
-            "value",
-            "value_json",
-            "metadata",
-        ),
-        _texts_item,
+    Table.ENTITY: lambda a: Entity.objects.filter(agent_id=a).only(
+        *_read(Table.ENTITY, "id", "agent_id", "user_id", "project_id", "thread_id")
     ),
-    Table.ENTITY: (
-        lambda a: Entity.objects.filter(agent_id=a).only(
-            "id", "agent_id", "user_id", "project_id", "thread_id", "name", "aliases"
-        ),
-        lambda e: [e.name, e.aliases],
+    Table.EVIDENCE: lambda a: (
+        Evidence.objects.filter(agent_id=a)
+        .select_related(None)
+        .only(*_read(Table.EVIDENCE, "id", "agent_id", "item_id"))
     ),
-    Table.EVIDENCE: (
-        lambda a: Evidence.objects.filter(agent_id=a).select_related(None).only("id", "agent_id", "item_id", "quote"),
-        lambda q: [q.quote],
-    ),
-    Table.FILE_VERSION: (
-        lambda a: MemoryFileVersion.objects.filter(agent_id=a, content__isnull=False).only(
-            "id", "agent_id", "user_id", "project_id", "thread_id", "content"
-        ),
-        lambda v: [v.content],
+    Table.FILE_VERSION: lambda a: MemoryFileVersion.objects.filter(agent_id=a, content__isnull=False).only(
+        *_read(Table.FILE_VERSION, "id", "agent_id", "user_id", "project_id", "thread_id")
     ),
     # The graph's quotes (memoryapp.graph): an edge standing on another person's turn that names her.
-    Table.RELATION_EVIDENCE: (
-        lambda a: (
-            RelationEvidence.objects.filter(agent_id=a)
-            .select_related(None)
-            .only("id", "agent_id", "entry_id", "relation_id", "quote")
-        ),
-        lambda q: [q.quote],
+    Table.RELATION_EVIDENCE: lambda a: (
+        RelationEvidence.objects.filter(agent_id=a)
+        .select_related(None)
+        .only(*_read(Table.RELATION_EVIDENCE, "id", "agent_id", "entry_id", "relation_id"))
     ),
     # Knowledge documents (memoryapp.knowledge): their name and text (the chunks are cut from it).
-    Table.KNOWLEDGE_DOCUMENT: (
-        lambda a: KnowledgeDocument.objects.filter(agent_id=a).only("id", "agent_id", "name", "content"),
-        lambda d: [d.name, d.content],
+    Table.KNOWLEDGE_DOCUMENT: lambda a: KnowledgeDocument.objects.filter(agent_id=a).only(
+        *_read(Table.KNOWLEDGE_DOCUMENT, "id", "agent_id")
     ),
     # The run ledger (memoryapp.ledger): what a run published (deltas, tool outcomes, snapshots of
     # the conversation) and the run's latest snapshot, of a thread of another person naming her.
-    Table.RUN_EVENT: (
-        lambda a: RunEvent.objects.filter(agent_id=a).only("id", "agent_id", "thread_id", "run_id", "body"),
-        lambda e: [e.body],
+    Table.RUN_EVENT: lambda a: RunEvent.objects.filter(agent_id=a).only(
+        *_read(Table.RUN_EVENT, "id", "agent_id", "thread_id", "run_id")
     ),
-    Table.THREAD_RUN: (
-        lambda a: ThreadRun.objects.filter(agent_id=a, snapshot__isnull=False).only(
-            "id", "agent_id", "thread_id", "snapshot"
-        ),
-        lambda r: [r.snapshot],
+    Table.THREAD_RUN: lambda a: ThreadRun.objects.filter(agent_id=a, snapshot__isnull=False).only(
+        *_read(Table.THREAD_RUN, "id", "agent_id", "thread_id")
     ),
-    Table.JOB_RUN: (
-        lambda a: JobRun.objects.filter(agent_id=a).only("id", "arguments", "result"),
-        lambda r: [
-            r.arguments,
-            r.result,
-        ],
-    ),
+    Table.JOB_RUN: lambda a: JobRun.objects.filter(agent_id=a).only(*_read(Table.JOB_RUN, "id")),
 }
 
 
 def table_rows(table: str, *, agent_id: int, row_ids: Iterable[str]) -> QuerySet[Any]:
     """The rows of one table of the index, by the ids it records (of this agent only)."""
-    rows, _ = _TABLES[table]
-    return rows(agent_id).filter(pk__in=list(row_ids))
-
-
-def row_texts(table: str, row: Any) -> list[Any]:
-    """The texts (strings and JSON values) of a row the index read, as the scan reads them."""
-    return _TABLES[table][1](row)
+    return _TABLES[table](agent_id).filter(pk__in=list(row_ids))
 
 
 def mentions_scan(*, agent_id: int, matcher: PersonMatcher) -> dict[str, list[str]]:
@@ -146,10 +102,10 @@ def mentions_scan(*, agent_id: int, matcher: PersonMatcher) -> dict[str, list[st
     found: dict[str, list[str]] = {table: [] for table in _TABLES}
     if not matcher:
         return found
-    for table, (rows, texts) in _TABLES.items():
+    for table, rows in _TABLES.items():
         row: Model
         for row in rows(agent_id).order_by("pk").iterator(chunk_size=CHUNK):
-            if matcher.holds(texts(row)):
+            if matcher.holds(row_texts(table, row)):
                 found[table].append(str(row.pk))
     return found
 

@@ -25,6 +25,7 @@ from memoryapp.subjects.matching import PLACEHOLDER
 from tests.forgetting.test_index_races import WAIT, Side, _until
 from tests.forgetting.test_mentions_at_write import _plant_the_rest
 from tests.kit.api import Caller, create_memory_file, post_entry, post_item, post_ok, post_thread
+from tests.kit.crypto import encrypted  # noqa: F401  (a fixture)
 from tests.kit.mentions import IDENTIFIERS, NAME, PERSON, plant
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the mark is committed, as writers read it
@@ -193,3 +194,23 @@ def test_a_merge_while_she_is_marked_stores_the_placeholder_in_the_name_and_alia
     assert PLACEHOLDER in [keep.name, *(keep.aliases or [])]
     assert keep.normalized_name == name_normalized(keep.name)
     assert not SubjectMention.objects.filter(agent=alice.agent, user_id=PERSON, table=Table.ENTITY).exists()
+
+
+@pytest.mark.usefixtures("encrypted")
+def test_with_encryption_on_an_entity_renamed_by_the_placeholder_keeps_no_copy_of_her_name(alice: Caller) -> None:
+    _register(alice)
+    hers = post_item(alice, kind="fact", subject=NAME, attribute="role", value="books the hotels")
+    other = post_item(alice, kind="fact", subject="the organiser", attribute="phone", value="ask at the desk")
+    # Found by their items: with encryption on an entity's name is sealed, no filter reads it.
+    keep = MemoryItem.objects.get(pk=hers["id"]).entity
+    merged = MemoryItem.objects.get(pk=other["id"]).entity
+    assert keep is not None and merged is not None
+    assert keep.normalized_name_kept == name_normalized(NAME)  # opened: sealed at rest
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())
+
+    entity_merge(agent=alice.agent, keep=keep, merged=merged, actor="test")
+
+    keep = Entity.objects.get(pk=keep.pk)
+    assert keep.name == PLACEHOLDER
+    # Before: the normalised name a key rotation hashes again was left saying hers.
+    assert keep.normalized_name_kept == name_normalized(PLACEHOLDER)
