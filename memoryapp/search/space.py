@@ -205,14 +205,20 @@ def thread_vectors_indexed(dimensions: int) -> bool:
     return dimensions <= THREAD_VECTORS_MAX_DIMENSIONS
 
 
-def thread_vectors_index_sql(dimensions: int) -> list[str]:
+def thread_vectors_index_sql(dimensions: int, *, concurrently: bool = False) -> list[str]:
     """The statements that give the entries' vector column of `dimensions` its thread index (or
-    drop it, above THREAD_VECTORS_MAX_DIMENSIONS), and its storage (`vector_storage_sql`)."""
+    drop it, above THREAD_VECTORS_MAX_DIMENSIONS), and its storage (`vector_storage_sql`), in this
+    order: the index takes the column's storage as it is made.
+
+    `concurrently`: each statement on its own, outside a transaction (a migration on a table in
+    use): the storage's ACCESS EXCLUSIVE lock is a catalog change's moment, and the build reads
+    every embedded entry while the service reads and writes them."""
+    how = "CONCURRENTLY " if concurrently else ""
     if not thread_vectors_indexed(dimensions):
-        return [f"DROP INDEX IF EXISTS {THREAD_VECTORS_INDEX}", vector_storage_sql("memoryapp_entry", dimensions)]
+        return [f"DROP INDEX {how}IF EXISTS {THREAD_VECTORS_INDEX}", vector_storage_sql("memoryapp_entry", dimensions)]
     return [
         vector_storage_sql("memoryapp_entry", dimensions),
-        f"CREATE INDEX IF NOT EXISTS {THREAD_VECTORS_INDEX} ON memoryapp_entry (thread_id, seq)"
+        f"CREATE INDEX {how}IF NOT EXISTS {THREAD_VECTORS_INDEX} ON memoryapp_entry (thread_id, seq)"
         " INCLUDE (agent_id, id, created_at, embedding)"
         " WHERE type IN ('message', 'tool_result') AND redacted_at IS NULL AND held_at IS NULL"
         " AND embedding IS NOT NULL",
