@@ -39,9 +39,11 @@ from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record
 from memoryapp.ids import entry_id_check, entry_id_imported, person_id_check, thread_id_check
 from memoryapp.models import Agent, Entry, SubjectMention, Thread
+from memoryapp.models.people import MESSAGE_USER_KEY
 from memoryapp.screening.screen import screener_for
 from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
 from memoryapp.subjects.detect import mentions_record, thread_key_people_set
+from memoryapp.subjects.erasing import senders_erasing_refuse
 from memoryapp.threads.formats import FORMAT_VERSION, records_upgraded
 from memoryapp.threads.hooks import after_entries_added
 from memoryapp.threads.memory_switch import OFF_RANGES_KEY, memory_off_ranges
@@ -326,6 +328,12 @@ def thread_import(
     )
     seqs, stored = _import_ids(agent=agent, nodes=nodes)
     entries = _import_entries(thread=thread, nodes=nodes, seqs=seqs, stored=stored)
+    # A message sent by a person being erased is refused (409), as an append refuses it: stored
+    # after her erasure took her messages, it would outlive it (memoryapp.subjects.erasing, step 5).
+    senders = {e.sender: f"nodes[{i}].metadata.{MESSAGE_USER_KEY}" for i, e in reversed(list(enumerate(entries)))}
+    senders.pop("", None)
+    if senders:
+        senders_erasing_refuse(agent_id=agent.pk, senders=senders)
     if leaf_id is not None and leaf_id not in seqs:
         raise DomainError("unknown_leaf", "The head names no node of the file.", field="leaf")
     leaf_id = stored[leaf_id] if leaf_id is not None else None

@@ -5,6 +5,7 @@ waited for and taken with the rest; other senders are not held up."""
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -13,10 +14,10 @@ from django.db import connection, transaction
 
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
-from memoryapp.models import Entry
+from memoryapp.models import Entry, Thread
 from memoryapp.subjects.erasing import erasure_running
 from tests.forgetting.test_index_races import WAIT, Side, _until
-from tests.kit.api import Caller, post_entry, post_thread
+from tests.kit.api import Caller, import_jsonl, post_entry, post_thread
 from tests.kit.mentions import PERSON
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the erasure and the writer on two connections
@@ -138,3 +139,43 @@ def test_a_message_of_hers_in_flight_when_her_erasure_starts_is_waited_for_and_e
     assert not writer.errors and not erasure.errors, (writer.errors, erasure.errors)
     assert _hers(alice) == 0
     assert erasure.answer["entries_deleted"] >= 2
+
+
+def _import_with_her_message(caller: Caller, thread_id: str) -> Any:
+    """A JSONL import of Carl's thread holding a message of hers (a node whose sender she is)."""
+    header = {"type": "thread", "format": 2, "thread": {"id": thread_id, "user_id": "u-carl"}}
+    nodes = [
+        {"id": "n1", "parent": None, "seq": 1, "turn": {"role": "user", "content": "Carl plans the trip."}},
+        {"id": "n2", "parent": "n1", "seq": 2, "turn": {"role": "user", "content": "Imported: I land at noon."}},
+    ]
+    nodes[1]["metadata"] = {"userId": PERSON}
+    lines = [json.dumps(header), *(json.dumps({"type": "node", "node": n}) for n in nodes)]
+    return import_jsonl(caller, lines)
+
+
+def test_her_message_imported_after_the_erasure_took_hers_is_refused_and_none_outlives_it(alice: Caller) -> None:
+    # The import stores messages as an append does: one of hers is refused while her erasure runs.
+    _carls_thread_with_her_message(alice)
+    sent: list[Any] = []
+
+    def between_steps(step: str) -> None:
+        if step != "batch" or sent or _hers(alice):
+            return
+        writer = Side(lambda: _import_with_her_message(alice, "t-carl-imported"), "her message imported")
+        writer.join()
+        assert not writer.errors, writer.errors
+        sent.append(writer.answer)
+
+    cascade_step_hook(between_steps)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
+
+    [answer] = sent
+    # Before: 201, and her imported message stayed after her erasure.
+    assert answer.status_code == 409, answer.content
+    assert answer.json()["error"]["code"] == "person_being_erased"
+    assert answer.json()["error"]["field"] == "nodes[1].metadata.userId"
+    assert _hers(alice) == 0
+    assert not Thread.objects.filter(agent=alice.agent, external_id="t-carl-imported").exists()
+    # Once it ended, the same file is imported as any other.
+    assert _import_with_her_message(alice, "t-carl-imported").status_code == 201
+    assert _hers(alice) == 1
