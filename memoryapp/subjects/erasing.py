@@ -151,10 +151,11 @@ def erasures_marked(*, user_id: str | None = None, agent_ids: Sequence[int] | No
     if not people:
         return []
     with connection.cursor() as cursor:
-        # Two-key advisory locks show in pg_locks as classid, objid with objsubid 2.
+        # Two-key advisory locks show in pg_locks as classid, objid with objsubid 2. The eraser's
+        # is exclusive: a write of her message holds the same lock shared (`senders_erasing_refuse`).
         cursor.execute(
             "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted"
-            " AND classid = %s::oid",
+            " AND mode = 'ExclusiveLock' AND classid = %s::oid",
             [locks.ERASURE_RUN],
         )
         held = {number for (number,) in cursor.fetchall()}

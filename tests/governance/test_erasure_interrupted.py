@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from governance.erasure import resume
 from governance.erasure.resume import RESUME_KIND, erasures_resume
@@ -151,3 +151,34 @@ def test_a_staff_request_interrupted_is_shown_on_its_page_and_finished_by_runnin
     assert (
         "erasing-list" not in _officer().get(f"/admin/governance/erasurerequest/{request.pk}/change/").content.decode()
     )
+
+
+def test_her_message_written_while_her_erasure_is_interrupted_does_not_show_it_running(alice: Caller) -> None:
+    # A write of a message she sent holds her eraser lock shared for its transaction
+    # (senders_erasing_refuse): that is no eraser, and the mark stays interrupted for the sweep.
+    from memoryapp.subjects.erasing import erasing_mark, senders_erasing_refuse
+
+    _register(alice)
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())  # no process runs it: interrupted
+    holding, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        try:
+            with transaction.atomic():
+                senders_erasing_refuse(agent_id=alice.agent.pk, senders={PERSON: "metadata.userId"})
+                holding.set()
+                assert release.wait(30)
+        finally:
+            connection.close()
+
+    side = threading.Thread(target=writer)
+    side.start()
+    try:
+        assert holding.wait(30)
+        [mark] = erasures_marked(user_id=PERSON)
+        # Before: running (any lock of the class counted, a writer's shared one too); the sweep left it.
+        assert not mark.running
+        assert erasures_resume()["resumed"] == 1
+    finally:
+        release.set()
+        side.join()
