@@ -164,9 +164,7 @@ def test_a_steady_context_build_compiles_no_facts_read(
     # A context's facts (the items its scope sees holding now) are read by a statement built once per
     # process (memoryapp.precompiled, the scope's '' and the statuses its constants).
     build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
-    assert compilations and not [
-        sql for sql in compilations if 'ORDER BY "memoryapp_memoryitem"."valid_from" DESC' in sql
-    ]
+    assert not [sql for sql in compilations if 'ORDER BY "memoryapp_memoryitem"."valid_from" DESC' in sql]
 
 
 def test_a_steady_context_build_compiles_no_memory_files_read(
@@ -176,7 +174,17 @@ def test_a_steady_context_build_compiles_no_memory_files_read(
     # process for each shape of the thread's scope (memoryapp.precompiled; issue 26: ~10% of a build's
     # CPU went to building it).
     build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
-    assert compilations and not [sql for sql in compilations if "memoryapp_memoryfileversion" in sql]
+    assert not [sql for sql in compilations if "memoryapp_memoryfileversion" in sql]
+
+
+def test_a_steady_context_build_compiles_no_compaction_settings_read(
+    alice: Caller, thread_of_alice: Thread, compilations: list[str]
+) -> None:
+    # Its pre-step reads the agent's compaction settings by a statement built once per process
+    # (memoryapp.compaction.auto, issue 26). (A steady build of this thread compiles no SQL at all:
+    # the search test above shows the counting sees what is compiled.)
+    build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
+    assert not [sql for sql in compilations if "memoryapp_compactionsettings" in sql]
 
 
 @pytest.mark.parametrize("size", [2, 40])
