@@ -21,10 +21,11 @@ after its scan, naming her, was neither seen nor, once the index forgot her, mar
    for is an erasure interrupted (its worker killed, its request failed), shown to staff
    (`erasures_marked`) and finished by running it again (its request's retry, or
    governance.erasure.resume for an agent's `forget`, which has no request).
-5. A message sent by the person (its sender, `metadata.userId`) is refused while their erasure
-   runs (`senders_erasing_refuse`: 409 `person_being_erased`, naming the field, nothing stored):
-   the erasure takes her messages in others' threads at one step, and one sent after that step
-   would outlive it (sealed again under the thread's key as its key goes). Refused rather than
+5. A message sent by the person (its sender, `metadata.userId`), or a thread made about them (or
+   given to them), is refused while their erasure runs (`senders_erasing_refuse`: 409
+   `person_being_erased`, naming the field, nothing stored): the erasure takes her threads and her
+   messages in others' threads at one step each, and one written after that step would outlive it
+   (a message sealed again under the thread's key as hers goes). Refused rather than
    stored with a placeholder: the text is her words, not a mention of her that a placeholder
    could stand for. The write takes her `locks.ERASURE_RUN` shared to its end (try, never wait):
    an erasure starting after it waits for it to commit, and its step takes the message with the rest.
@@ -99,10 +100,11 @@ def erasure_running(*, agent_id: int, user_id: str) -> Iterator[None]:
             cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [locks.ERASURE_RUN, number])
 
 
-def senders_erasing_refuse(*, agent_id: int, senders: Mapping[str, str]) -> None:
-    """Refuse a write of messages sent by a person being erased (step 5 of the module's
-    docstring): `senders` maps each sender to the field naming them. Otherwise holds each sender's
-    eraser lock shared until the write's transaction ends; call it inside that transaction."""
+def senders_erasing_refuse(*, agent_id: int, senders: Mapping[str, str], what: str = "message") -> None:
+    """Refuse a write of rows that are people's (the sender of a message; with `what` "thread",
+    the person a thread is about) while one of them is being erased (step 5 of the module's
+    docstring): `senders` maps each to the field naming them. Otherwise holds each one's eraser lock
+    shared until the write's transaction ends; call it inside that transaction."""
     numbers = {user_id: locks.person(agent_id, user_id) for user_id in senders}
     with connection.cursor() as cursor:
         cursor.execute(
@@ -114,7 +116,8 @@ def senders_erasing_refuse(*, agent_id: int, senders: Mapping[str, str]) -> None
         if number in refused:
             raise Conflict(
                 "person_being_erased",
-                "The sender of this message is being erased: it is not stored (send it again once the erasure ended).",
+                f"The person this {what} belongs to is being erased: nothing was stored (send it again once the "
+                "erasure ended).",
                 field=senders[user_id],
             )
 

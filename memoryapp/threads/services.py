@@ -115,6 +115,10 @@ def thread_create(
         metadata = screener.value(metadata, field="metadata", holdable=False)
         screener.record(actor=actor, thread_id=external_id, subject=external_id, person=user_id)
     existing = Thread.objects.select_for_update().filter(agent=agent, external_id=external_id).first()
+    if user_id and (existing is None or existing.user_id != user_id):
+        # A thread made about (or given to) a person being erased is refused: her erasure's step
+        # for her threads may be past (memoryapp.subjects.erasing, step 5).
+        senders_erasing_refuse(agent_id=agent.pk, senders={user_id: "user_id"}, what="thread")
     if existing is None:
         try:
             with transaction.atomic():
@@ -235,6 +239,8 @@ def thread_update(
     if user_id is not None:
         user_id = person_id_check("" if user_id is None else user_id)
         changed = user_id != locked.user_id
+        if changed and user_id:
+            senders_erasing_refuse(agent_id=locked.agent_id, senders={user_id: "user_id"}, what="thread")
         if changed:
             _audit_user_change(locked, old=locked.user_id, new=user_id, actor=actor)
         locked.user_id = user_id

@@ -179,3 +179,38 @@ def test_her_message_imported_after_the_erasure_took_hers_is_refused_and_none_ou
     # Once it ended, the same file is imported as any other.
     assert _import_with_her_message(alice, "t-carl-imported").status_code == 201
     assert _hers(alice) == 1
+
+
+def test_a_thread_about_her_made_after_her_threads_went_is_refused_and_none_outlives_it(alice: Caller) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    post_thread(alice, "t-carl", user_id="u-carl")
+    sent: list[Any] = []
+
+    def between_steps(step: str) -> None:
+        # The first point between the erasure's batches where her threads are gone.
+        if step != "batch" or sent or Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists():
+            return
+        for work in (
+            lambda: alice.client.post("/api/v1/threads", {"id": "t-ines-2", "user_id": PERSON}, format="json"),
+            lambda: alice.client.patch("/api/v1/threads/t-carl", {"user_id": PERSON}, format="json"),
+        ):
+            writer = Side(work, "her thread")
+            writer.join()
+            assert not writer.errors, writer.errors
+            sent.append(writer.answer)
+
+    cascade_step_hook(between_steps)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
+
+    made, given = sent
+    # Before: 201 and 200, and both threads were hers after her erasure.
+    for answer in (made, given):
+        assert answer.status_code == 409, answer.content
+        assert answer.json()["error"] == {
+            "code": "person_being_erased",
+            "message": answer.json()["error"]["message"],
+            "field": "user_id",
+        }
+    assert not Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    assert Thread.objects.get(agent=alice.agent, external_id="t-carl").user_id == "u-carl"
