@@ -156,9 +156,12 @@ def erasures_marked(*, user_id: str | None = None, agent_ids: Sequence[int] | No
     with connection.cursor() as cursor:
         # Two-key advisory locks show in pg_locks as classid, objid with objsubid 2. The eraser's
         # is exclusive: a write of her message holds the same lock shared (`senders_erasing_refuse`).
+        # pg_locks lists every database of the server: this one's only (a copy on the same server
+        # erasing the same person holds the same numbers).
         cursor.execute(
             "SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted"
-            " AND mode = 'ExclusiveLock' AND classid = %s::oid",
+            " AND mode = 'ExclusiveLock' AND classid = %s::oid"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             [locks.ERASURE_RUN],
         )
         held = {number for (number,) in cursor.fetchall()}

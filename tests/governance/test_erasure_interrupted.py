@@ -182,3 +182,21 @@ def test_her_message_written_while_her_erasure_is_interrupted_does_not_show_it_r
     finally:
         release.set()
         side.join()
+
+
+def test_an_eraser_of_the_same_person_in_another_database_does_not_show_it_running(alice: Caller) -> None:
+    # pg_locks lists the locks of every database of the server: a staging copy on the same server
+    # erasing the same agent's person holds the same lock numbers in its own database.
+    import psycopg
+
+    from governance import locks
+    from memoryapp.subjects.erasing import erasing_mark
+
+    _register(alice)
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())  # no process runs it: interrupted
+    elsewhere = {**connection.get_connection_params(), "dbname": "postgres", "autocommit": True}
+    with psycopg.connect(**elsewhere) as other:
+        other.execute("SELECT pg_advisory_lock(%s, %s)", [locks.ERASURE_RUN, locks.person(alice.agent.pk, PERSON)])
+        [mark] = erasures_marked(user_id=PERSON)
+    # Before: running (another database's lock counted); the sweep left it.
+    assert not mark.running
