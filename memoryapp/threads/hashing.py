@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from datetime import datetime
+from json.encoder import encode_basestring
 from typing import Any
 
 from memoryapp.models import Entry
@@ -23,7 +24,7 @@ def content_hash(*, parent_id: str | None, turn: dict[str, Any], created_at: dat
     computed again from the stored entry (an import, a check).
     """
     before, after = content_hash_around_parent(turn=turn, created_at=created_at)
-    raw = before + _json(parent_id) + after
+    raw = before + _json_id(parent_id) + after
     return hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
@@ -35,12 +36,18 @@ def _json(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+def _json_id(value: str | None) -> str:
+    """`_json` of an id or None, without the encoder's call (a string has no keys to sort)."""
+    return "null" if value is None else encode_basestring(value)
+
+
 def content_hash_around_parent(*, turn: dict[str, Any], created_at: datetime) -> tuple[str, str]:
     """The text `content_hash` hashes, without the parent: what comes before the parent's JSON (its
     id as a JSON string, or `null`) and what comes after it. The keys sorted, the object is
     `{"createdAt":...,"parent":...,"turn":...}`; a statement that learns the parent only as it runs
     (the single append's, memoryapp.threads.services) hashes the same text."""
-    return f'{{"createdAt":{_json(_millis(created_at))},"parent":', f',"turn":{_json(turn)}}}'
+    # The milliseconds are an int: its JSON is its decimal digits.
+    return f'{{"createdAt":{_millis(created_at)},"parent":', f',"turn":{_json(turn)}}}'
 
 
 def hashed_turn(entry: Entry) -> dict[str, Any]:

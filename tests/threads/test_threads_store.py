@@ -84,6 +84,15 @@ def test_content_hash_is_000_hash_node_over_parent_turn_and_created_at_with_sort
     ).hexdigest()[:32]
     assert content_hash(parent_id=None, turn=turn, created_at=at) == expected
     assert content_hash(parent_id="ent_x", turn=turn, created_at=at) != expected
+    # With a parent, and a time before 1970 (the parent and the milliseconds are written without the
+    # encoder: the same text as JSON.stringify).
+    for parent, when in (("ent_x:1@a+b~c.d-e", at), ("ent_y", datetime(1969, 7, 20, 20, 17, 40, 5000, tzinfo=UTC))):
+        millis = int(when.timestamp() * 1000)
+        chained = {"parent": parent, "turn": turn, "createdAt": millis}
+        text = json.dumps(chained, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+        assert (
+            content_hash(parent_id=parent, turn=turn, created_at=when) == hashlib.sha256(text.encode()).hexdigest()[:32]
+        )
 
 
 @pytest.mark.django_db
