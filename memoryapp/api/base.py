@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -11,8 +12,38 @@ from memoryapp.errors import DomainError
 from memoryapp.ids import person_id_check
 
 
+def _fresh_field(field: serializers.Field) -> serializers.Field:
+    """A copy of a declared field for one serializer instance to bind: a shallow copy (bind sets
+    attributes of the copy only; the arguments, validators and messages stay shared, read-only),
+    its child a fresh copy whose parent it is. A nested serializer is deep-copied, as DRF does."""
+    if isinstance(field, serializers.BaseSerializer):
+        return copy.deepcopy(field)
+    fresh = copy.copy(field)
+    child = getattr(field, "child", None)
+    if isinstance(child, serializers.Field):
+        copied = _fresh_field(child)
+        # bound (field_name "") when the field was made; now to its copy (a field, not a serializer)
+        copied.parent = fresh  # type: ignore[assignment]
+        fresh.child = copied  # type: ignore[attr-defined]  (a ListField's or DictField's)
+    return fresh
+
+
+# serializer class -> its declared fields, deep-copied once: what each instance copies from.
+_DECLARED: dict[type[serializers.Serializer], dict[str, serializers.Field]] = {}
+
+
 class StrictSerializer(serializers.Serializer):
-    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored)."""
+    """An input serializer that refuses fields it does not know (a typo is a 400, not ignored).
+
+    Its fields are copied from a per-class set made once instead of deep-copied from the declared
+    ones on every request, as DRF does: a deep copy builds each field anew (its validators, its
+    messages), ~10% of a search's web CPU and ~8% of a context build's (issue 26)."""
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        declared = _DECLARED.get(type(self))
+        if declared is None:
+            declared = _DECLARED.setdefault(type(self), copy.deepcopy(self._declared_fields))
+        return {name: _fresh_field(field) for name, field in declared.items()}
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, dict):

@@ -1,0 +1,28 @@
+"""Input serializers copy their fields from a set made once per class (memoryapp.api.base): each
+instance still binds fields of its own, and a child field answers to its own parent."""
+
+from __future__ import annotations
+
+from memoryapp.api.search import ContextInput
+
+
+def test_each_instance_binds_fields_of_its_own() -> None:
+    first = ContextInput(data={"max_tokens": 10}, context={"who": "first"})
+    second = ContextInput(data={"max_tokens": 20}, context={"who": "second"})
+
+    for name in ("max_tokens", "pinned", "partitions"):
+        assert first.fields[name] is not second.fields[name]
+        assert first.fields[name].parent is first and second.fields[name].parent is second
+    # a list's child reaches its own serializer's context, not another instance's
+    assert first.fields["pinned"].child.parent is first.fields["pinned"]
+    assert first.fields["pinned"].child.context == {"who": "first"}
+    assert second.fields["partitions"].child.context == {"who": "second"}
+
+
+def test_a_change_to_one_instance_field_leaves_the_next_instance_alone() -> None:
+    changed = ContextInput(data={})
+    changed.fields["max_tokens"].allow_null = True
+
+    fresh = ContextInput(data={"max_tokens": None})
+    assert not fresh.is_valid()
+    assert "max_tokens" in fresh.errors
