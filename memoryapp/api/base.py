@@ -24,7 +24,7 @@ def _fresh_field(field: serializers.Field) -> serializers.Field:
         copied = _fresh_field(child)
         # bound (field_name "") when the field was made; now to its copy (a field, not a serializer)
         copied.parent = fresh  # type: ignore[assignment]
-        fresh.child = copied  # type: ignore[attr-defined]  (a ListField's or DictField's)
+        fresh.child = copied  # type: ignore[attr-defined]
     return fresh
 
 
