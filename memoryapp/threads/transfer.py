@@ -326,6 +326,10 @@ def thread_import(
         memory_enabled=memory_enabled,
         memory_off=memory_off,
     )
+    if thread.user_id:
+        # A thread made about a person being erased is refused, as `thread_create` refuses it (her
+        # erasure's step for her threads may be past: memoryapp.subjects.erasing, step 5).
+        senders_erasing_refuse(agent_id=agent.pk, senders={thread.user_id: "user_id"}, what="thread")
     seqs, stored = _import_ids(agent=agent, nodes=nodes)
     entries = _import_entries(thread=thread, nodes=nodes, seqs=seqs, stored=stored)
     # A message sent by a person being erased is refused (409), as an append refuses it: stored

@@ -214,3 +214,31 @@ def test_a_thread_about_her_made_after_her_threads_went_is_refused_and_none_outl
         }
     assert not Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     assert Thread.objects.get(agent=alice.agent, external_id="t-carl").user_id == "u-carl"
+
+
+def test_a_thread_of_hers_imported_after_the_erasure_took_her_threads_is_refused(alice: Caller) -> None:
+    # An import whose header names her makes a thread about her, as POST /threads does.
+    post_thread(alice, "t-hers", user_id=PERSON)
+    post_entry(alice, "t-hers", role="user", content="Hello.")
+    sent: list[Any] = []
+    header = {"type": "thread", "format": 2, "thread": {"id": "t-hers-imported", "user_id": PERSON}}
+    node = {"id": "n1", "parent": None, "seq": 1, "turn": {"role": "user", "content": "An imported turn."}}
+    lines = [json.dumps(header), json.dumps({"type": "node", "node": node})]
+
+    def between_steps(step: str) -> None:
+        if step != "batch" or sent or Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists():
+            return
+        writer = Side(lambda: import_jsonl(alice, lines), "a thread of hers imported")
+        writer.join()
+        assert not writer.errors, writer.errors
+        sent.append(writer.answer)
+
+    cascade_step_hook(between_steps)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
+
+    [answer] = sent
+    # Before: 201, and the imported thread of hers outlived her erasure.
+    assert answer.status_code == 409, answer.content
+    assert answer.json()["error"]["code"] == "person_being_erased"
+    assert answer.json()["error"]["field"] == "user_id"
+    assert not Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists()
