@@ -26,6 +26,7 @@ from typing import Any
 
 from memoryapp.models import Agent, IdentifierKind, PersonIdentifier
 from memoryapp.models.people import identifier_key
+from memoryapp.screening.batch import JoinedTexts
 from memoryapp.screening.identifiers import identifier_candidates, name_folded
 from memoryapp.screening.recognizers import Memo, span_back, text_readings
 
@@ -95,6 +96,48 @@ class PeopleMatcher:
         if known is None:
             known = memo.gated[key] = self._may_hold(text)
         return known
+
+    def lets_go(self, joined: JoinedTexts) -> list[bool]:
+        """Of each text of a write, whether the gate (`_may_hold`) lets it go, worked out at once over
+        the texts joined (memoryapp.screening.batch): True only where it does; False for one to be
+        read alone (not ASCII, or where a gate's word or bare identifier is, or any digit where a
+        phone's last seven might be)."""
+        flagged = joined.matching(self._gate) if self._gate is not None else []
+        for bare in self._bare:
+            flagged += joined.holding(bare)
+        if self._tails:
+            flagged += joined.holding(b"#", joined.classes())
+        return joined.let_go(flagged)
+
+    @property
+    def number(self) -> int:
+        """This matcher's number, naming its answers in a write's memo."""
+        return self._number
+
+    def rows_may_name(self, rows: Sequence[Sequence[Any]], memo: Memo | None = None) -> list[bool]:
+        """Of each row's texts (strings and JSON values, as `people_in` takes them), whether one of
+        their strings passes the gate (`lets_go`, over every string of the rows at once): a row
+        that answers False names no one (`people_in` would find nobody). `memo`: the write's
+        screener's, whose batch let some of the strings go already (`Memo.let_go`)."""
+        known = memo.let_go.get(self._number, set()) if memo is not None else set()
+        strings: list[str] = []
+        owners: list[int] = []
+        for n, texts in enumerate(rows):
+            for value in texts:
+                if isinstance(value, str):
+                    if value in known:
+                        continue
+                    strings.append(value)
+                    owners.append(n)
+                elif value:
+                    for string in strings_of(value):
+                        strings.append(string)
+                        owners.append(n)
+        maybe = [False] * len(rows)
+        for owner, gone in zip(owners, self.lets_go(JoinedTexts(strings)), strict=True):
+            if not gone:
+                maybe[owner] = True
+        return maybe
 
     def spans(self, text: str, memo: Memo | None = None) -> list[tuple[int, int]]:
         """Where the text names a registered person (start, end), in no particular order, over each of

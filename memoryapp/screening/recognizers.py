@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from memoryapp.screening.batch import JoinedTexts
 from memoryapp.screening.literals import literal_gate
 
 # The categories of the policy (memoryapp.screening.policy), in the order they are looked for.
@@ -806,6 +807,40 @@ def nothing_possible(text: str, categories: Iterable[str]) -> bool:
     return True
 
 
+def nothing_possible_many(joined: JoinedTexts, categories: Iterable[str]) -> list[bool]:
+    """`nothing_possible` of each text of a write, worked out at once over its texts joined
+    (memoryapp.screening.batch): True only where `nothing_possible` says True; False for a text it is
+    to read alone (not ASCII, or one where a test below finds what one of its checks looks for):
+
+    1. A digit or an `@` (its first test): a `#` of the joined text's classes.
+    2. For secrets, the strings `_may_hold_secret` looks for, lower-cased: the keywords' parts
+       (the keywords' regex when they have none), `bearer`, a private key's header, PuTTY's.
+    3. Two colons (its first test), counted per text.
+    4. A word of 11 characters or more (a run of 11 `x`), where its national id check (16 letters
+       and digits in a row) and its secret check (a word of 11, punctuation around it aside, that
+       is not all letters) look: such a text, if nothing above flagged it, is asked of
+       `nothing_possible` itself (`vegetarian,` is such a word, and no secret's).
+    """
+    categories = list(categories)
+    looked_for = set(categories) - _BARE_SKIPPED
+    if looked_for - {NATIONAL_ID, SECRET}:
+        return [False] * joined.count  # a category it does not know: `nothing_possible` says False
+    flagged = joined.holding(b"#", joined.classes())
+    if SECRET in looked_for:
+        parts = _keyword_parts()
+        if parts is None:
+            flagged += joined.matching(_secret_keywords())
+        for needle in (*(parts or ()), "bearer", "private key", "putty"):
+            flagged += joined.holding(needle)
+    answer = joined.let_go(flagged, colons=True)
+    if looked_for:
+        for k in joined.holding(b"x" * 11, joined.classes()):
+            at = joined.joined[k]
+            if answer[at]:
+                answer[at] = nothing_possible(joined.texts[k], categories)
+    return answer
+
+
 def _findings(text: str, categories: Iterable[str], memo: Memo | None) -> list[Finding]:
     found: list[Finding] = []
     digits = -1
@@ -853,14 +888,17 @@ class Memo:
     - `gated`: whether a text may name one of the agent's registered people, by the matcher that
       asked (memoryapp.screening.people): screening's `person` category and the subject index
       (memoryapp.subjects.detect `rows_named`) ask it of the same texts in one write.
+    - `let_go`: the texts a matcher's gate let go, told of a whole batch at once (`lets_go`), by
+      the matcher's number: the subject index reads the batch's turns after screening did.
     """
 
-    __slots__ = ("found", "gated", "parsed")
+    __slots__ = ("found", "gated", "let_go", "parsed")
 
     def __init__(self) -> None:
         self.found: dict[tuple[str, str], list[tuple[int, int]]] = {}
         self.parsed: Parsed = {}
         self.gated: dict[tuple[int, str], bool] = {}
+        self.let_go: dict[int, set[str]] = {}
 
 
 def detected(category: str, text: str, memo: Memo | None = None) -> list[tuple[int, int]]:

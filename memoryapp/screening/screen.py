@@ -10,15 +10,25 @@ rolls back, so the refusal is audited after it by the error handlers (`refusal_r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from governance.audit.chain import audit_append
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent
+from memoryapp.screening.batch import JoinedTexts
 from memoryapp.screening.people import PeopleMatcher, people_matcher
 from memoryapp.screening.policy import ALLOW, HOLD, LABELS, REDACT, REFUSE, policy_effective
-from memoryapp.screening.recognizers import CATEGORIES, PERSON, Finding, Memo, findings, nothing_possible
+from memoryapp.screening.recognizers import (
+    CATEGORIES,
+    PERSON,
+    Finding,
+    Memo,
+    findings,
+    nothing_possible,
+    nothing_possible_many,
+)
 
 # A record names at most this many decisions (a batch of 1,000 entries may make many).
 AUDIT_DECISIONS = 50
@@ -98,6 +108,20 @@ class Screener:
             if action == HOLD:
                 self.held.add(finding.category)
         return _redacted(text, [f for f in found if self.policy[f.category] == REDACT])
+
+    def texts_clear(self, texts: Sequence[Any]) -> list[bool]:
+        """Of each of a write's texts, whether `text` would give it back as it is and decide nothing
+        (the ordinary turn: no category's check and no registered person's gate lets it through),
+        told for all of them at once (memoryapp.screening.batch); False for one `text` is to read."""
+        joined = JoinedTexts(texts)
+        clear = nothing_possible_many(joined, self.categories)
+        if self.persons is not None and any(clear):
+            let_go = self.persons.lets_go(joined)
+            self.memo.let_go.setdefault(self.persons.number, set()).update(
+                text for text, gone in zip(texts, let_go, strict=True) if gone
+            )
+            clear = [quiet and gone for quiet, gone in zip(clear, let_go, strict=True)]
+        return clear
 
     def value(self, value: Any, *, field: str, holdable: bool = True) -> Any:
         """A JSON value with each string in it (keys aside) screened as `text`, under one field name."""

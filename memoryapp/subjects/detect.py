@@ -79,8 +79,14 @@ def rows_named(
         return {}
     named: dict[str, set[str]] = {}
     found: list[Written] = []
-    for table, pk, row in rows:
-        people = matcher.people_in(row_texts(table, row), memo)
+    rows = list(rows)
+    texts = [row_texts(table, row) for table, _, row in rows]
+    # The rows none of whose strings passes the matcher's gate, told apart at once (a batch's
+    # ordinary turns): the rest are matched one by one.
+    for (table, pk, row), row_strings, maybe in zip(rows, texts, matcher.rows_may_name(texts, memo), strict=True):
+        if not maybe:
+            continue
+        people = matcher.people_in(row_strings, memo)
         if people:
             named[str(pk)] = people
             found.append((table, pk, row))

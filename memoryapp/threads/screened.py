@@ -35,7 +35,12 @@ def entry_texts_refresh(entry: Entry) -> list[str]:
 def entries_screened(*, entries: Sequence[Entry], screener: Screener, prefixes: Sequence[str], now: datetime) -> None:
     """Screen the entries in place (see the module's docstring); raises SensitiveDataRefused for a
     refused category, naming the field (`entries[3].content`)."""
-    for entry, prefix in zip(entries, prefixes, strict=True):
+    # The batch's ordinary turns told apart at once: a turn whose content the screener would give
+    # back unread and that has no other text to screen is left as it is, unvisited.
+    clear = screener.texts_clear([entry.content for entry in entries])
+    for entry, prefix, quiet in zip(entries, prefixes, clear, strict=True):
+        if quiet and not (entry.tool_calls or entry.event or entry.metadata or entry.sender_name):
+            continue
         content = screener.value(entry.content, field=f"{prefix}content")
         # Most turns have no tool calls, event, metadata or sender name: nothing to screen, and no
         # field name to make for it.

@@ -1,0 +1,149 @@
+"""The ordinary turns of a batch told apart at once (memoryapp.screening.batch): a text the batch's
+tests let go is one the per-text shortcut (`nothing_possible`, the people gate) lets go too, so one
+`findings` and the people's `spans` find nothing in; whatever its neighbours in the batch, the
+separator between them, its script or its type. And the write path: a batch's turns holding
+something are still redacted among ordinary ones."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from memoryapp.models import Entry
+from memoryapp.screening.batch import JoinedTexts
+from memoryapp.screening.people import PeopleMatcher
+from memoryapp.screening.policy import DEFAULTS, REDACT
+from memoryapp.screening.recognizers import (
+    CATEGORIES,
+    NATIONAL_ID,
+    PERSON,
+    SECRET,
+    findings,
+    nothing_possible,
+    nothing_possible_many,
+)
+from memoryapp.screening.screen import Screener
+from memoryapp.threads.screened import entries_screened
+
+SCREENED = [c for c in CATEGORIES if c != PERSON]
+
+WORDS = [
+    *["plan", "a", "day", "in", "Rome", "for", "us"],
+    "vegetarian,",
+    "(afternoon)",
+    "abcde:fghij",
+    "abc,defghijkl",
+    "informations",
+    "RSSMRAURTMLARSNL",
+    "password",
+    "db_pass=secretvalue",
+    "key:",
+    "a:b",
+    "Bearer",
+    "PRIVATE",
+    "KEY",
+    "PuTTY",
+    "x@y",
+    "cust-3",
+    "Person",
+    "Number3",
+    "number31",
+    "+-+",
+    "12",
+    "3123456789",
+    "Rom\u00e9",
+    "\u0663",
+    "\u0130stanbul",
+    "jane@exa\u200bmple.com",
+    "\t",
+    "\n",
+    "",
+]
+
+
+def _people() -> PeopleMatcher:
+    return PeopleMatcher(
+        [(f"p-{n}", "email", f"person{n}@example.net") for n in range(5)]
+        + [(f"p-{n}", "name", f"person number{n}") for n in range(5)]
+        + [("p-1", "external_id", "cust-3"), ("p-2", "phone", "+393123456789"), ("p-3", "name", "+-+")]
+    )
+
+
+def _batch(rng: random.Random) -> list[Any]:
+    texts: list[Any] = [
+        " ".join(rng.choice(WORDS) for _ in range(rng.randint(0, 6))) for _ in range(rng.randint(0, 12))
+    ]
+    for odd in (None, {"note": "Person Number3"}, ["x@y"]):
+        if rng.random() < 0.2:
+            texts.insert(rng.randint(0, len(texts)), odd)
+    return texts
+
+
+@pytest.mark.parametrize("categories", [SCREENED, [SECRET], [NATIONAL_ID], [], ["email", "phone"]])
+def test_a_text_the_batch_lets_go_is_one_the_shortcut_lets_go(categories: list[str]) -> None:
+    rng = random.Random(11)
+    kinds: set[tuple[bool, bool]] = set()
+    for _ in range(600):
+        texts = _batch(rng)
+        for text, let_go in zip(texts, nothing_possible_many(JoinedTexts(texts), categories), strict=True):
+            alone = isinstance(text, str) and nothing_possible(text, categories)
+            assert alone or not let_go, text
+            if let_go:
+                assert not findings(text, categories), text
+            kinds.add((alone, let_go))
+    # Both answers are given, and the batch lets go most of what the shortcut lets go.
+    assert {(True, True), (False, False)} <= kinds
+
+
+def test_a_text_the_batch_lets_past_the_people_gate_names_no_one() -> None:
+    people = _people()
+    rng = random.Random(12)
+    for _ in range(600):
+        texts = _batch(rng)
+        for text, let_go in zip(texts, people.lets_go(JoinedTexts(texts)), strict=True):
+            if let_go:
+                assert isinstance(text, str) and not people.may_hold_ascii(text, None), text
+                assert not people.spans(text), text
+        rows = [texts[at : at + 3] for at in range(0, len(texts), 3)]
+        for row, maybe in zip(rows, people.rows_may_name(rows), strict=True):
+            assert maybe or not people.people_in(row), row
+
+
+def test_each_of_the_batch_tests_turns_its_text_away() -> None:
+    """A word one check looks for, among ordinary turns, keeps its own turn from being let go and
+    no other."""
+    people = _people()
+    plain = "plan a day in Rome for us"
+    for odd in ["a 7 here", "x@y", "a:b:c", "my password is", "Bearer abc", "ab:cdefghijkl1", "RSSMRAURTMLARSNL"]:
+        texts = [plain, odd, plain]
+        assert nothing_possible_many(JoinedTexts(texts), SCREENED) == [True, False, True], odd
+    assert nothing_possible_many(JoinedTexts([plain, "vegetarian, please"]), SCREENED) == [True, True]
+    for odd in ["ask Person Number3", "id cust-3", "call 3123456789", "+-+ here", "Rom\u00e9"]:
+        assert people.lets_go(JoinedTexts([plain, odd, plain])) == [True, False, True], odd
+
+
+def test_a_batch_redacts_its_odd_turns_among_ordinary_ones() -> None:
+    policy = dict.fromkeys(DEFAULTS, REDACT)
+    screener = Screener(agent_id=1, policy=policy, people=_people())
+    contents = ["plan a day in Rome", "write to marta.rossi@example.org", "ask Person Number3 first", "for us"]
+    now = timezone.now()
+    entries = [Entry(content=content, role="user", type="message", created_at=now) for content in contents]
+    entries_screened(entries=entries, screener=screener, prefixes=[""] * len(entries), now=now)
+    assert [e.content for e in entries] == ["plan a day in Rome", "write to [email]", "ask [person] first", "for us"]
+
+
+def test_the_subject_index_reads_a_screened_batch_as_the_gate_does() -> None:
+    """The strings screening's batch let past the people gate (kept in the write's memo) are not
+    looked at again by the subject index, which answers for each row what it answers without them."""
+    people = _people()
+    screener = Screener(agent_id=1, policy=dict.fromkeys(DEFAULTS, REDACT), people=people)
+    rng = random.Random(13)
+    for _ in range(200):
+        texts = _batch(rng)
+        screener.texts_clear(texts)
+        rows = [[text, None, {}, None, ""] for text in texts]
+        assert people.rows_may_name(rows, screener.memo) == people.rows_may_name(rows)
+    assert screener.memo.let_go[people.number]
