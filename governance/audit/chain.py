@@ -55,6 +55,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import Error, connection, transaction
 from django.utils import timezone
@@ -215,6 +216,8 @@ _CHAIN_END = (
     .format(table=_TABLE)
     .as_string(None)
 )
+_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+_LOCK_THEN_CHAIN_END = f"{_LOCK}; {_CHAIN_END}"
 _RECORD_COLUMNS = ("seq", "at", "action", "actor", "agent_id", "thread_id", "subject", "outcome", "details")
 _RECORD_INSERT = (
     sql.SQL("INSERT INTO {table} ({columns}, prev_hash, hash) VALUES ({values}) RETURNING id")
@@ -231,10 +234,19 @@ def _chain_end_locked() -> tuple[int, str, str | None]:
     """Take the chain's lock (held to the end of the transaction) and read its end: the last seq,
     its hash (0 and GENESIS_HASH for an empty chain) and the hash of the first record. Two
     statements through the cursor: the ORM's compiling of the two reads it replaced cost more than
-    the reads (a write's one audit record took some 2.5 ms of CPU, bench/screening.py)."""
+    the reads (a write's one audit record took some 2.5 ms of CPU, bench/screening.py); sent in one
+    query string where the cursor binds on the client (Django's default)."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s)", [locks.AUDIT_CHAIN])
-        cursor.execute(_CHAIN_END)
+        if isinstance(cursor.cursor, psycopg.ClientCursor):
+            # Both in one query string, one round trip (a third of an audited write's, costing it
+            # CPU in waits and wake-ups: bench/screening.py): the simple query protocol runs each
+            # statement of a string with a snapshot of its own, the read's taken once it runs, after
+            # the lock is held. (A cursor binding on the server takes one statement at a time.)
+            cursor.execute(_LOCK_THEN_CHAIN_END, [locks.AUDIT_CHAIN])
+            cursor.nextset()
+        else:
+            cursor.execute(_LOCK, [locks.AUDIT_CHAIN])
+            cursor.execute(_CHAIN_END)
         row = cursor.fetchone()
     if row is None:
         return 0, GENESIS_HASH, None

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from governance.audit.chain import (
     GENESIS_HASH,
@@ -70,6 +71,18 @@ def test_rolled_back_transaction_takes_its_record_with_it() -> None:
     audit_append(action="kept-too")
     assert list(AuditRecord.objects.values_list("action", "seq")) == [("kept", 1), ("kept-too", 2)]
     assert audit_verify().ok
+
+
+@pytest.mark.django_db
+def test_an_append_takes_the_lock_and_reads_the_chains_end_in_one_round_trip() -> None:
+    """Two statements in one query string (each its own snapshot: the read after the lock is
+    held, as the concurrent appends below show), then the INSERT."""
+    audit_append(action="first")
+    with CaptureQueriesContext(connection) as queries:
+        second = audit_append(action="second")
+    assert len(queries) == 2
+    assert "pg_advisory_xact_lock" in queries[0]["sql"] and "ORDER BY seq DESC" in queries[0]["sql"]
+    assert second.seq == 2 and audit_verify().ok
 
 
 @pytest.mark.django_db(transaction=True)
