@@ -43,11 +43,11 @@ goes through it, whatever the writes hold (threads, rows, the audit chain).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from governance import locks
@@ -95,8 +95,10 @@ def erasure_running(*, agent_id: int, user_id: str) -> Iterator[None]:
     try:
         yield
     finally:
-        # A killed process releases it with its connection; an error here does so now.
-        with connection.cursor() as cursor:
+        # A killed process releases it with its connection; an error here does so now. A connection
+        # that broke (the error being unwound, perhaps) freed it already: its unlock's own error
+        # must not stand in for the erasure's in the job's report.
+        with suppress(DatabaseError), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [locks.ERASURE_RUN, number])
 
 
