@@ -206,14 +206,13 @@ def test_an_erasure_whose_connection_broke_reports_its_own_error_not_the_unlocks
     """The connection running the erasure is cut (PostgreSQL restarted, the backend terminated):
     the eraser's lock went with it, and the error the erasure raised is the one reported, not the
     unlock's on a dead connection."""
-    with pytest.raises(Killed):
-        with erasure_running(agent_id=alice.agent.pk, user_id=PERSON):
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                (pid,) = cursor.fetchone()
-            with psycopg_other() as other:
-                other.execute("SELECT pg_terminate_backend(%s)", [pid])
-            raise Killed
+    with pytest.raises(Killed), erasure_running(agent_id=alice.agent.pk, user_id=PERSON):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (pid,) = cursor.fetchone()
+        with psycopg_other() as other:
+            other.execute("SELECT pg_terminate_backend(%s)", [pid])
+        raise Killed
     connection.close()
     assert [mark.running for mark in erasures_marked(user_id=PERSON)] == []
 
