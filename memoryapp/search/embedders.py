@@ -200,6 +200,31 @@ def _quantizer_quiet(record: logging.LogRecord) -> bool:
     return record.levelno >= logging.ERROR or f"onnxruntime{os.sep}quantization" not in record.pathname
 
 
+_MAKING = ".q8-making-"  # then the making process's pid, "-" and tempfile's letters
+
+
+def _makings_of_the_dead_remove(folder: Path) -> None:
+    """Remove what a making killed midway left in folder (~113 MB each): its process is gone. A
+    making of a live process (another web process starting beside this one) is left to it."""
+    import shutil
+
+    for left in folder.glob(f"{_MAKING}*"):
+        pid = left.name.removeprefix(_MAKING).partition("-")[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(left, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
 def _writable(folder: Path) -> Path | None:
     """folder when this process can write in it, else None (tempfile's own choice)."""
     return folder if folder.is_dir() and os.access(folder, os.W_OK | os.X_OK) else None
@@ -240,7 +265,10 @@ class MiniLMQ8Model(MiniLMInt8Model):
 
         # The making writes ~113 MB (the folded float graph, then the quantized one): under VAR_DIR,
         # where the operator gave the service room, not the system's temp, often a small tmpfs.
-        with tempfile.TemporaryDirectory(dir=_writable(Path(settings.VAR_DIR)), prefix=".q8-making-") as work:
+        where = _writable(Path(settings.VAR_DIR))
+        if where is not None:
+            _makings_of_the_dead_remove(where)
+        with tempfile.TemporaryDirectory(dir=where, prefix=f"{_MAKING}{os.getpid()}-") as work:
             folded, quantized = Path(work) / "folded.onnx", Path(work) / "quantized.onnx"
             options = onnxruntime.SessionOptions()  # the int8 weights folded into float ones
             options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC

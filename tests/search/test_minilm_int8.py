@@ -13,6 +13,7 @@ import os
 import select
 import signal
 import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -199,6 +200,21 @@ def test_q8_is_made_under_var_dir_not_the_systems_temp(
     assert worked_in == [var_dir]
     assert list(system_temp.iterdir()) == []
     assert [p.relative_to(var_dir).parts[0] for p in var_dir.rglob("*")] == ["models", "models"]
+
+
+def test_q8_making_removes_what_a_killed_making_left(var_dir: Path) -> None:
+    """A process killed while it made the graph leaves its work folder (~113 MB) under VAR_DIR: the
+    next making removes it; a making of a live process is left to that process."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = var_dir / f".q8-making-{dead.pid}-abc123"
+    (left / "sub").mkdir(parents=True)
+    (left / "folded.onnx").write_bytes(b"x" * 1024)
+    live = var_dir / f".q8-making-{os.getppid()}-def456"
+    live.mkdir()
+    MiniLMQ8Model()
+    assert not left.exists()
+    assert live.is_dir()
 
 
 def test_q8_refuses_a_graph_the_quantizer_made_otherwise(var_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
