@@ -147,3 +147,30 @@ def test_the_subject_index_reads_a_screened_batch_as_the_gate_does() -> None:
         rows = [[text, None, {}, None, ""] for text in texts]
         assert people.rows_may_name(rows, screener.memo) == people.rows_may_name(rows)
     assert screener.memo.let_go[people.number]
+
+
+# A value of each category, written as people write them (other scripts' digits, an IPv6 address, a
+# private key's header, a keyword's assignment), and registered names with and without accents.
+AWKWARD = [
+    "card \u0664\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661 \u0661\u0661\u0661\u0661",
+    "card \uff14\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11\uff11",
+    "iban DE89 3704 0044 0532 0130 00",
+    "ip fe80::1ff:fe23:4567:890a",
+    "-----BEGIN RSA PRIVATE KEY-----",
+    "PASSWORD = 'hunter2'",
+    "token ghp_abcdefghijklmnopqrstuvwxyzABCDEFGHIJ",
+    "rssmraurtmlarsnl",
+    *["Jose Garcia said hi", "Jos\u00e9 Garc\u00eda", "ZO\u00cb", "Muller met us", "Stra\u00dfe", "\ufb01ona"],
+]
+
+
+def test_a_turn_the_batch_lets_go_is_one_screening_alone_gives_back_unread() -> None:
+    policy = dict.fromkeys(DEFAULTS, REDACT)
+    names = ["jose garcia", "zoe", "muller", "strasse", "fiona"]
+    people = PeopleMatcher([*((name, "name", name) for name in names), ("jane", "email", "jane@example.com")])
+    texts = [text for odd in AWKWARD for text in ("plan a day in Rome", odd)]
+    clear = Screener(agent_id=1, policy=policy, people=people).texts_clear(texts)
+    assert clear == [text == "plan a day in Rome" for text in texts]
+    for odd in AWKWARD:
+        alone = Screener(agent_id=1, policy=policy, people=people)
+        assert alone.text(odd, field="content") != odd, odd
