@@ -725,23 +725,29 @@ def _has_invisible(text: str) -> bool:
 
 # A decimal digit that is not ASCII: a card, an IBAN, an id or a phone number typed in full-width or
 # Arabic-Indic digits is the same number, which the patterns (`[0-9]`) and the digit counts missed.
-_FOREIGN_DIGIT = re.compile(r"[^\D0-9]")
+# And a full-width form of an ASCII character (U+FF01-FF5E, as an East Asian keyboard's full-width
+# mode types them): an e-mail address or an IP address typed so is the same address, which folding
+# its digits alone left unread (its full-width `@`, U+FF20, and `.`, U+FF0E).
+_FOREIGN_DIGIT = re.compile(r"[^\D0-9]|[\uff01-\uff5e]")
 
 
 @functools.cache
 def _digit_fold() -> dict[int, int]:
-    """Each decimal digit of Unicode (category Nd) beyond ASCII, to its ASCII digit (built once, ~0.2 s)."""
-    return {
-        code: 0x30 + unicodedata.digit(chr(code))
+    """Each decimal digit of Unicode (category Nd) beyond ASCII, to its ASCII digit, and each full-width
+    form of an ASCII character to it (one character for one: spans stay the text's; built once, ~0.2 s)."""
+    fold = {code: code - 0xFEE0 for code in range(0xFF01, 0xFF5F)}
+    fold.update(
+        (code, 0x30 + unicodedata.digit(chr(code)))
         for code in range(0x80, sys.maxunicode + 1)
         if unicodedata.category(chr(code)) == "Nd"
-    }
+    )
+    return fold
 
 
 def text_readings(text: str) -> list[tuple[str, list[int] | None]]:
     """How a text is read for values: digits of any script as ASCII digits (full-width, Arabic-Indic,
-    Devanagari...: the number every pattern and count reads; one character for one, so spans stay
-    the text's), and, when it holds invisible characters (`_has_invisible`), also without them, with
+    Devanagari...: the number every pattern and count reads) and full-width forms as their ASCII
+    characters (`_digit_fold`), one character for one, so spans stay the text's; and, when it holds invisible characters (`_has_invisible`), also without them, with
     where each of its characters stands in the text (`kept`: a span (s, e) of it is (kept[s],
     kept[e - 1] + 1) of the text). Both are searched: an invisible character inside a value hides it,
     one between two values ("AB123456C\u200b4111...") is the only thing that keeps them apart (a

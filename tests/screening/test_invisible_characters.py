@@ -90,6 +90,25 @@ def test_a_card_in_full_width_digits_is_redacted_by_the_default_policy(alice: Ca
     assert Entry.objects.get(thread__external_id="t-fw").text == "my card is [payment_card] thanks"
 
 
+# Values typed in the full-width forms of ASCII (an East Asian keyboard's full-width mode): not only
+# their digits, their `@`, `.`, `:` and letters too.
+FULL_WIDTH = {
+    "email": "write to ines.valdomiro@example.com today",
+    "ip_address": "the server is at 192.168.14.27 now",
+    "payment_card": "my card is 4111-1111-1111-1111 thanks",
+}
+
+
+@pytest.mark.parametrize("category", sorted(FULL_WIDTH))
+def test_a_value_in_full_width_forms_is_found_whole(category: str) -> None:
+    plain = FULL_WIDTH[category]
+    value = plain.split()[-2]
+    text = "".join(chr(ord(c) + 0xFEE0) if "!" <= c <= "~" else c for c in plain)
+    found = [f for f in findings(text, [c for c in CATEGORIES if c != PERSON]) if f.category == category]
+    start = plain.index(value)
+    assert any(f.start <= start and f.end >= start + len(value) for f in found), (text, found)
+
+
 def test_an_invisible_character_between_two_values_still_parts_them() -> None:
     """Taken out, a zero-width space between two values would join them into one word that neither
     pattern matches (`\\b`): the text as typed is searched too."""
