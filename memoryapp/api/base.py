@@ -19,6 +19,8 @@ def _fresh_field(field: serializers.Field) -> serializers.Field:
     if isinstance(field, serializers.BaseSerializer):
         return copy.deepcopy(field)
     fresh = copy.copy(field)
+    if isinstance(field.default, list | dict | set):  # DRF hands the default itself to validated data
+        fresh.default = copy.deepcopy(field.default)
     child = getattr(field, "child", None)
     if isinstance(child, serializers.Field):
         copied = _fresh_field(child)

@@ -26,3 +26,17 @@ def test_a_change_to_one_instance_field_leaves_the_next_instance_alone() -> None
     fresh = ContextInput(data={"max_tokens": None})
     assert not fresh.is_valid()
     assert "max_tokens" in fresh.errors
+
+
+def test_a_mutable_default_is_each_requests_own() -> None:
+    """DRF puts a field's default itself into the validated data: a list default shared by every
+    request would carry one request's change of it into the next."""
+    from memoryapp.api.base import validated
+    from memoryapp.api.threads import EntriesQuery
+
+    first = validated(EntriesQuery, {})["types"]
+    default = list(first)
+    first.append("changed by a caller")
+    second = validated(EntriesQuery, {})["types"]
+    assert second == default
+    assert second is not first
