@@ -225,3 +225,17 @@ def psycopg_other() -> Any:
     params.pop("cursor_factory", None)
     params.pop("context", None)
     return psycopg.connect(**params, autocommit=True)
+
+
+def test_the_job_runs_link_is_shown_only_to_who_may_open_them(alice: Caller) -> None:
+    """No dead end: who follows erasure requests without the right to read job runs gets the list of
+    people being erased without the link to the resume job runs."""
+    from memoryapp.subjects.erasing import erasing_mark
+
+    _register(alice)
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())
+    link = "kind__exact=erasure_resume"
+    may = staff_client(permissions=["view_erasurerequest", "view_jobrun"]).get("/admin/person/").content.decode()
+    may_not = staff_client(permissions=["view_erasurerequest"]).get("/admin/person/").content.decode()
+    assert "erasing-list" in may and link in may
+    assert "erasing-list" in may_not and link not in may_not
