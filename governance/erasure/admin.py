@@ -22,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from governance.audit.chain import canonical_json
-from governance.erasure.resume import request_behind
+from governance.erasure.resume import requests_behind
 from governance.erasure.services import (
     EXCLUSION_REASONS,
     RETRYABLE,
@@ -78,9 +78,10 @@ def marks_shown(*, user_id: str | None = None, agent_ids: list[int] | None = Non
     (its request's page, else the resume sweep: governance.erasure.resume)."""
     marks = erasures_marked(user_id=user_id, agent_ids=agent_ids)
     slugs = dict(Agent.objects.filter(pk__in={m.agent_id for m in marks}).values_list("pk", "slug"))
+    behinds = requests_behind(mark for mark in marks if not mark.running)
     shown = []
     for mark in marks:
-        behind = None if mark.running else request_behind(agent_id=mark.agent_id, user_id=mark.user_id)
+        behind = behinds.get((mark.agent_id, mark.user_id))
         shown.append(
             {
                 "mark": mark,

@@ -21,6 +21,7 @@ mark: every write naming the person keeps storing the placeholder, and nothing e
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
@@ -44,6 +45,23 @@ def request_behind(*, agent_id: int, user_id: str) -> ErasureRequest | None:
     """The person's staff request that covers the agent and is not finished, if any (step 2)."""
     covering = Q(agent_ids=[]) | Q(agent_ids__contains=[agent_id])
     return ErasureRequest.objects.filter(covering, user_id=user_id, status__in=REQUEST_OPEN).order_by("-pk").first()
+
+
+def requests_behind(marks: Iterable[ErasureMarked]) -> dict[tuple[int, str], ErasureRequest]:
+    """`request_behind` of each mark, by (agent, person), in one query (a page lists many marks)."""
+    marks = list(marks)
+    behind: dict[tuple[int, str], ErasureRequest] = {}
+    if not marks:
+        return behind
+    people = {mark.user_id for mark in marks}
+    open_requests = ErasureRequest.objects.filter(user_id__in=people, status__in=REQUEST_OPEN).order_by("-pk")
+    for request in open_requests:
+        for mark in marks:
+            key = (mark.agent_id, mark.user_id)
+            covers = not request.agent_ids or mark.agent_id in request.agent_ids
+            if key not in behind and mark.user_id == request.user_id and covers:
+                behind[key] = request
+    return behind
 
 
 def _tried(mark: ErasureMarked) -> bool:

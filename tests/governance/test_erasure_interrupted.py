@@ -239,3 +239,33 @@ def test_the_job_runs_link_is_shown_only_to_who_may_open_them(alice: Caller) -> 
     may_not = staff_client(permissions=["view_erasurerequest"]).get("/admin/person/").content.decode()
     assert "erasing-list" in may and link in may
     assert "erasing-list" in may_not and link not in may_not
+
+
+def test_the_people_page_asks_as_many_queries_for_forty_marks_as_for_two(alice: Caller, bob: Caller) -> None:
+    """Each interrupted mark's request was looked up by a query of its own; one request stands
+    behind one mark of each count, and its row says to run it again."""
+    from django.test.utils import CaptureQueriesContext
+
+    from memoryapp.screening.identifiers import identifiers_set
+    from memoryapp.subjects.erasing import erasing_mark
+
+    officer = staff_client(permissions=["view_erasurerequest", "view_jobrun"])
+
+    def marked(count: int) -> tuple[int, str]:
+        for n in range(count):
+            caller = (alice, bob)[n % 2]
+            person = f"p-{count}-{n}"
+            identifiers_set(agent=caller.agent, user_id=person, body={"emails": [f"{person}@x.example"]}, actor="t")
+            erasing_mark(agent_id=caller.agent.pk, user_id=person, keeps=())
+        request = ErasureRequest.objects.create(
+            user_id=f"p-{count}-1", agent_ids=[bob.agent.pk], status=ErasureRequest.Status.FAILED
+        )
+        with CaptureQueriesContext(connection) as queries:
+            page = officer.get("/admin/person/").content.decode()
+        assert f"erasure request #{request.pk}</a> again" in page
+        return len(queries), page
+
+    few, _ = marked(2)
+    many, page = marked(40)
+    assert page.count('class="erasing-interrupted"') == 42
+    assert many == few
