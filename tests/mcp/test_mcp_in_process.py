@@ -12,6 +12,7 @@ from django.test import Client
 from memoryapp.mcp import server
 from memoryapp.models import MemoryItem
 from tests.kit.api import Caller, answered, post_thread
+from tests.threads.test_append_one_statement import slow_path  # noqa: F401  (fixture)
 
 
 def mcp_post(client: Client, key: str, message: dict[str, Any], query: str = "") -> Any:
@@ -143,7 +144,10 @@ def test_get_memory_tools_answers_the_mcp_tools_list_and_needs_a_key(
 
 
 def test_mcp_single_turn_is_one_statement_and_a_batch_one_transaction(
-    alice: Caller, client: Client, monkeypatch: pytest.MonkeyPatch
+    alice: Caller,
+    client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+    slow_path: list[int],  # noqa: F811  (the fixture imported above: the appends that took the transaction)
 ) -> None:
     """thread_append with one plain turn is the REST single append's one statement
     (threads.services._append_one_fast), not the batch's transaction; a batch and a turn that is not
@@ -151,15 +155,8 @@ def test_mcp_single_turn_is_one_statement_and_a_batch_one_transaction(
     from memoryapp.models import Entry
     from memoryapp.threads import services
 
-    batched: list[int] = []
-    original = services.thread_append
-
-    def counted(**kwargs: Any) -> Any:
-        batched.append(len(kwargs["entries"]))
-        return original(**kwargs)
-
-    monkeypatch.setattr(services, "thread_append", counted)
-    monkeypatch.setattr(server, "thread_append", counted)
+    batched = slow_path
+    monkeypatch.setattr(server, "thread_append", services.thread_append)  # the counted one
     post_thread(alice, "t-one")
     one = _tool(
         client, alice.key, "thread_append", {"entries": [{"role": "user", "content": "hello"}], "thread_id": "t-one"}
