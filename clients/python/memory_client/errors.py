@@ -39,7 +39,9 @@ class NotFoundError(ApiError):
 
 
 class ConflictError(ApiError):
-    """409: the data changed meanwhile (a file's sha256, a race); read again and retry."""
+    """409: the data changed meanwhile (a file's sha256, a race): read again and retry; or, with
+    `code` "person_being_erased", a write of a person's own words (a message they sent, a thread
+    about them) while their erasure runs: not to retry until it ended (`field` names them)."""
 
 
 class PayloadTooLargeError(ApiError):
