@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.db.models import Model
 
 from governance.crypto.fields import KEY_PEOPLE, equality_values, key_people_of
@@ -169,7 +170,13 @@ def entity_names_merged(entity: Model, merged: Iterable[Model]) -> None:
         # what derives from it.
         _placeholder_name_free(entity)
         fields = [*redacted_columns(SubjectMention.Table.ENTITY), KEY_PEOPLE]
-    entity.save(update_fields=fields)
+        try:
+            with transaction.atomic():  # an entity of that name made since the look: the same 409
+                entity.save(update_fields=fields)
+        except IntegrityError as exc:
+            raise _placeholder_taken() from exc
+    else:
+        entity.save(update_fields=fields)
     mentions_record(agent_id=entity.agent_id, rows=written, replace=True, named=named)  # type: ignore[attr-defined]
 
 
@@ -179,12 +186,16 @@ def _placeholder_name_free(entity: Model) -> None:
     scope = {f: getattr(entity, f) for f in ("agent_id", "user_id", "project_id", "thread_id")}
     keys = equality_values(agent_id=scope["agent_id"], text=name_normalized(entity.name))  # type: ignore[attr-defined]
     if Entity.objects.filter(**scope, normalized_name__in=keys).exclude(pk=entity.pk).exists():
-        raise Conflict(
-            "person_being_erased",
-            "An entity merged names a person being erased, and its scope holds her placeholder already: "
-            "merge them once the erasure ended.",
-            field="entity_id",
-        )
+        raise _placeholder_taken()
+
+
+def _placeholder_taken() -> Conflict:
+    return Conflict(
+        "person_being_erased",
+        "An entity merged names a person being erased, and its scope holds her placeholder already: "
+        "merge them once the erasure ended.",
+        field="entity_id",
+    )
 
 
 def thread_key_people_set(thread: Model) -> dict[str, set[str]]:

@@ -214,3 +214,35 @@ def test_with_encryption_on_an_entity_renamed_by_the_placeholder_keeps_no_copy_o
     assert keep.name == PLACEHOLDER
     # Before: the normalised name a key rotation hashes again was left saying hers.
     assert keep.normalized_name_kept == name_normalized(PLACEHOLDER)
+
+
+def test_a_merge_racing_an_entity_of_the_placeholders_name_is_a_409_not_a_500(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The look for an entity of the placeholder's name came first, and one was made after it (the
+    look passed, as it would before a concurrent write committed): the unique name answers the same
+    409 as the look, not an IntegrityError's 500."""
+    from memoryapp.errors import Conflict
+    from memoryapp.subjects import detect
+
+    _register(alice)
+    post_item(alice, kind="fact", subject=NAME, attribute="role", value="books the hotels")
+    post_item(alice, kind="fact", subject="the organiser", attribute="phone", value="ask at the desk")
+    keep = Entity.objects.get(agent=alice.agent, name=NAME)
+    merged = Entity.objects.get(agent=alice.agent, name="the organiser")
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())
+
+    def made_meanwhile(entity: Entity) -> None:
+        Entity.objects.create(
+            agent=alice.agent,
+            user_id=entity.user_id,
+            project_id=entity.project_id,
+            thread_id=entity.thread_id,
+            name=PLACEHOLDER,
+            normalized_name=name_normalized(PLACEHOLDER),
+        )
+
+    monkeypatch.setattr(detect, "_placeholder_name_free", made_meanwhile)
+    with pytest.raises(Conflict) as refused:
+        entity_merge(agent=alice.agent, keep=keep, merged=merged, actor="test")
+    assert (refused.value.code, refused.value.field) == ("person_being_erased", "entity_id")
