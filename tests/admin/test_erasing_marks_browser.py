@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from governance.models import ErasureRequest
 from memoryapp.agents.services import agent_get_or_create
 from memoryapp.screening.identifiers import identifiers_set
 from memoryapp.subjects.erasing import erasing_mark
@@ -54,3 +55,12 @@ def test_forty_interrupted_erasures_are_listed_readably_for_the_privacy_officer(
         assert page.locator("#erasing-list tbody tr").count() == 1
         assert too_wide(page) == []
         shoot(page, "erasing-marks-person")
+
+        # The request's page: its one person, the row saying to run it again.
+        request = ErasureRequest.objects.create(user_id=people[7], status=ErasureRequest.Status.FAILED)
+        mine = quote(f"/admin/governance/erasurerequest/{request.pk}/change/", safe="")
+        page = log_in(browser, live_server, "olga", then=mine, wait_for="#erasing-list")
+        assert page.locator("#erasing-list tbody tr").count() == 1
+        assert f"erasure request #{request.pk} again" in page.locator("#erasing-list").inner_text()
+        assert too_wide(page) == []
+        shoot(page, "erasing-marks-request")
