@@ -83,6 +83,8 @@ class UserForgetView(APIView):
             actor=f"agent:{agent.slug}",
             identifiers=given,
             mentions=data["mentions"],
+            # A web worker never waits on a running erasure of the person: 409 `erasure_running`.
+            wait=False,
         )
         counts.setdefault("sessions", 0)
         # A staff export of the person holding this agent's memory of them is a copy of what went.

@@ -309,6 +309,7 @@ def person_erase(
     mentions: str = "redact",
     exclude: Collection[str] = (),
     examples: dict[str, list[str]] | None = None,
+    wait: bool = True,
 ) -> dict[str, int]:
     """Erase (or redact) everything held about a person, batch by batch; returns the counts.
 
@@ -320,7 +321,8 @@ def person_erase(
     `identifiers` (normalised, `identifiers_check`) are the person's besides those each agent
     registered; with `mentions` "redact" the rows naming the person by them are erased or
     redacted (memoryapp.forgetting.mentions), except the groups in `exclude`; "keep" leaves them.
-    See the module's docstring for the steps. Idempotent: a second run returns zero counts.
+    `wait` False (a web request): an erasure of the person already running in an agent is a 409
+    `erasure_running` at once, not waited for (`erasure_running`). See the module's docstring for the steps. Idempotent: a second run returns zero counts.
     """
     user_id = _user_check(user_id)
     if mode not in MODES:
@@ -351,7 +353,7 @@ def person_erase(
     for agent_id in agents:
         # Held while this agent's part runs: a second erasure of the person waits, and a mark a
         # killed run leaves shows as interrupted (memoryapp.subjects.erasing).
-        with erasure_running(agent_id=agent_id, user_id=user_id):
+        with erasure_running(agent_id=agent_id, user_id=user_id, wait=wait):
             # 0. The access log: the rows of requests about the person go, and the ids of their items and
             # entries leave the rows of other people's requests (first, while those ids can be read).
             counts_add(counts, _access_log_forget(user_id=user_id, agent_id=agent_id, mode=mode))

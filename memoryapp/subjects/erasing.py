@@ -80,10 +80,13 @@ def erasing_mark(*, agent_id: int, user_id: str, keeps: Collection[str], mode: s
 
 
 @contextmanager
-def erasure_running(*, agent_id: int, user_id: str) -> Iterator[None]:
+def erasure_running(*, agent_id: int, user_id: str, wait: bool = True) -> Iterator[None]:
     """Hold the person's `locks.ERASURE_RUN` (a session lock) while their erasure runs here (step 4
-    of the module's docstring): a second erasure of the same person waits for this one, and a mark
-    left behind by a process that died is told from one being worked on (`erasures_marked`).
+    of the module's docstring), and a mark left behind by a process that died is told from one
+    being worked on (`erasures_marked`). A second erasure of the same person waits for this one
+    (a worker's job: a staff request, a resume); with `wait` False (a web request, the agent's
+    `forget`) it is refused at once instead, 409 `erasure_running`: a web worker never waits on an
+    erasure that may take minutes.
 
     Inside a caller's transaction (a dry run) nothing is held: it marks nothing either."""
     if connection.in_atomic_block:
@@ -91,7 +94,12 @@ def erasure_running(*, agent_id: int, user_id: str) -> Iterator[None]:
         return
     number = locks.person(agent_id, user_id)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s, %s)", [locks.ERASURE_RUN, number])
+        if wait:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [locks.ERASURE_RUN, number])
+        else:
+            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [locks.ERASURE_RUN, number])
+            if not cursor.fetchone()[0]:
+                raise _erasure_running_conflict(agent_id=agent_id, user_id=user_id)
     try:
         yield
     finally:
@@ -100,6 +108,23 @@ def erasure_running(*, agent_id: int, user_id: str) -> Iterator[None]:
         # must not stand in for the erasure's in the job's report.
         with suppress(DatabaseError), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [locks.ERASURE_RUN, number])
+
+
+def _erasure_running_conflict(*, agent_id: int, user_id: str) -> Conflict:
+    """409 for a second erasure of a person whose erasure runs: names the running one (since when,
+    its mode) when it marked her, and says nothing was erased by this call."""
+    running = [m for m in erasures_marked(user_id=user_id, agent_ids=[agent_id]) if m.running]
+    which = (
+        f" (an erasure in {running[0].mode} mode, running since {running[0].since.isoformat(timespec='seconds')})"
+        if running
+        else ""
+    )
+    return Conflict(
+        "erasure_running",
+        f"This person is already being erased{which}: nothing was erased by this call. It ends by itself; send "
+        "it again once it ended to check (a second run finds what is left).",
+        field="user_id",
+    )
 
 
 def senders_erasing_refuse(*, agent_id: int, senders: Mapping[str, str], what: str = "message") -> None:
