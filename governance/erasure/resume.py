@@ -14,8 +14,8 @@ mark: every write naming the person keeps storing the placeholder, and nothing e
 3. Any other mark (an agent's `forget`, which has no request) gets one resume job
    (`erasures_resume`, beat): named by one of the marked registry rows, never by the person, it
    runs `person_erase` again for that agent in the mark's mode (idempotent: it takes what is
-   left), with the identifiers the agent registered (those given only with the interrupted call
-   were kept nowhere), and forgets the agent's export archives of the person as the `forget`
+   left), with the identifiers the agent registered and those given with the interrupted call
+   (kept, sealed, with the mark: memoryapp.subjects.erasing), and forgets the agent's export archives of the person as the `forget`
    does. One automatic try per mark: a failed run stays in the job runs, the mark on the pages.
 """
 

@@ -214,7 +214,7 @@ def _identifiers(request: HttpRequest, user_id: str) -> dict[str, Any]:
     names = {str(kind): name for name, kind in LISTS.items()}
     counted: dict[int, dict[str, int]] = {}
     for agent_id, kind, n in (
-        PersonIdentifier.objects.filter(user_id=user_id)
+        PersonIdentifier.objects.filter(user_id=user_id, given=False)
         .values("agent_id", "kind")
         .annotate(n=Count("id"))
         .values_list("agent_id", "kind", "n")

@@ -109,7 +109,7 @@ def mentions_erase(
        write after it stores the placeholder instead of her identifiers (in the groups not
        excluded) and records no mention of her. A write committing between the scan and the end
        therefore leaves no row naming her, indexed or not. Identifiers given only with the request
-       are not known to writers: a write naming her by those alone after the scan is not seen.
+       are kept with the mark (`given` registry rows, sealed), so writers know them too.
        Inside a caller's transaction (a dry run) nothing is marked.
     1. The index is scanned, then the threads its rows stand in are locked in pk order
        (`_threads_lock`), before the index's writes and any row: the order of every cascade (the
@@ -127,7 +127,7 @@ def mentions_erase(
     if len(kept) < len(Table.values):
         # Writes naming her from now on store the placeholder; those in flight commit first, and
         # the scan below sees them (memoryapp.subjects.erasing).
-        erasing_mark(agent_id=agent_id, user_id=matcher.user_id, keeps=kept, mode=mode)
+        erasing_mark(agent_id=agent_id, user_id=matcher.user_id, keeps=kept, mode=mode, given=matcher.identifiers)
 
     @atomic_retrying
     def attempt() -> MentionsFound:

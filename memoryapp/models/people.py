@@ -51,6 +51,11 @@ class PersonIdentifier(models.Model):
     # The erasure's mode ("erase" or "redact"): an erasure interrupted with no request to run it
     # again (an agent's `forget`) is finished in it (governance.erasure.resume).
     erasing_mode = models.CharField(max_length=8, blank=True, default="")
+    # Given only with the person's erasure (`POST /users/{id}/forget` `identifiers`, a staff
+    # request's other identifiers), not registered: kept, sealed as the rest, for the erasure's
+    # span only, so writers find her by it and a resume of the erasure interrupted uses it
+    # (memoryapp.subjects.erasing); not listed as registered; goes with the mark.
+    given = models.BooleanField(default=False)
 
     class Meta:
         constraints = [

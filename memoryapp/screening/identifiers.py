@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import phonenumbers
@@ -157,21 +157,25 @@ def identifiers_classified(values: Iterable[str]) -> dict[str, list[str]]:
     return {name: list(dict.fromkeys(values)) for name, values in found.items()}
 
 
-def identifiers_of(*, agent: Agent, user_id: str) -> dict[str, list[str]]:
-    """The person's identifiers as registered (normalised), by list, each in the order registered."""
-    return identifiers_by_agent(user_id=user_id, agent_ids=[agent.pk]).get(agent.pk, {name: [] for name in LISTS})
+def identifiers_of(*, agent: Agent, user_id: str, with_given: bool = False) -> dict[str, list[str]]:
+    """The person's identifiers as registered (normalised), by list, each in the order registered;
+    `with_given`: with those kept for her erasure's span (`PersonIdentifier.given`) too."""
+    return identifiers_by_agent(user_id=user_id, agent_ids=[agent.pk], with_given=with_given).get(
+        agent.pk, {name: [] for name in LISTS}
+    )
 
 
-def identifiers_by_agent(*, user_id: str, agent_ids: Sequence[int]) -> dict[int, dict[str, list[str]]]:
+def identifiers_by_agent(
+    *, user_id: str, agent_ids: Sequence[int], with_given: bool = False
+) -> dict[int, dict[str, list[str]]]:
     """`identifiers_of` for several agents in one query (a staff page lists every agent's):
     {agent id: lists}, the agents that registered nothing left out."""
     found: dict[int, dict[str, list[str]]] = {}
     names = {str(kind): name for name, kind in LISTS.items()}
-    for agent_id, kind, value in (
-        PersonIdentifier.objects.filter(agent_id__in=list(agent_ids), user_id=user_id)
-        .order_by("id")
-        .values_list("agent_id", "kind", "value")
-    ):
+    rows = PersonIdentifier.objects.filter(agent_id__in=list(agent_ids), user_id=user_id)
+    if not with_given:
+        rows = rows.filter(given=False)
+    for agent_id, kind, value in rows.order_by("id").values_list("agent_id", "kind", "value"):
         found.setdefault(agent_id, {name: [] for name in LISTS})[names[kind]].append(value)
     return found
 
@@ -185,12 +189,23 @@ def identifiers_set(*, agent: Agent, user_id: str, body: Any, actor: str) -> dic
     # the mark's lock, so a mark being written is committed and read here.
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", [locks.ERASING, locks.person(agent.pk, user_id)])
-    since, keeps = (
+    since, keeps, mode = (
         PersonIdentifier.objects.filter(agent=agent, user_id=user_id, erasing_since__isnull=False)
-        .values_list("erasing_since", "erasing_keeps")
+        .values_list("erasing_since", "erasing_keeps", "erasing_mode")
         .first()
-    ) or (None, None)
+    ) or (None, None, "")
+    # Those given only with her erasure stay for its span (memoryapp.subjects.erasing), unless
+    # registered now.
+    names = {str(kind): name for name, kind in LISTS.items()}
+    given = [
+        (names[kind], value)
+        for kind, value in PersonIdentifier.objects.filter(agent=agent, user_id=user_id, given=True)
+        .order_by("id")
+        .values_list("kind", "value")
+        if value not in checked[names[kind]]
+    ]
     PersonIdentifier.objects.filter(agent=agent, user_id=user_id).delete()
+    listed = [(name, value, False) for name, values in checked.items() for value in values]
     rows = [
         PersonIdentifier(
             agent=agent,
@@ -200,9 +215,10 @@ def identifiers_set(*, agent: Agent, user_id: str, body: Any, actor: str) -> dic
             lookup=identifier_key(LISTS[name], value),
             erasing_since=since,
             erasing_keeps=keeps,
+            erasing_mode=mode,
+            given=is_given,
         )
-        for name, values in checked.items()
-        for value in values
+        for name, value, is_given in [*listed, *((name, value, True) for name, value in given)]
     ]
     for row in rows:
         # One by one: pre_save seals the value and hashes the lookup under the person's keys.
@@ -225,6 +241,30 @@ def identifier_collision_drop(keep_id: int, merged_id: int) -> None:
     registrations in its settle hashed it under two blind keys; governance.crypto.rotation
     .collisions_merge_with): the same person, kind and value, so the other one says it all."""
     PersonIdentifier.objects.filter(pk=merged_id).delete()
+
+
+def identifiers_given_keep(*, agent_id: int, user_id: str, given: Mapping[str, Sequence[str]] | None) -> int:
+    """Keep the identifiers given with the person's erasure that she has no row for (sealed under
+    her key as registered ones are, `given`), for the erasure's span: writers find her by them,
+    and a resume of the erasure interrupted uses them (memoryapp.subjects.erasing). Answers how
+    many rows it added; the caller marks them with the rest."""
+    wanted = [(name, value) for name in LISTS for value in (given or {}).get(name) or []]
+    if not wanted:
+        return 0
+    held = identifiers_of(agent=Agent(pk=agent_id), user_id=user_id, with_given=True)
+    added = 0
+    for name, value in dict.fromkeys(wanted):
+        if value in held[name]:
+            continue
+        kind = LISTS[name]
+        # One by one: pre_save seals the value and hashes the lookup under the person's keys.
+        PersonIdentifier(
+            agent_id=agent_id, user_id=user_id, kind=kind, value=value, lookup=identifier_key(kind, value), given=True
+        ).save(force_insert=True)
+        added += 1
+    if added:
+        _registry_changed(agent_ids=[agent_id])
+    return added
 
 
 def identifiers_delete(*, agent_ids: Sequence[int] | None, user_id: str) -> int:

@@ -53,16 +53,26 @@ from django.utils import timezone
 from governance import locks
 from memoryapp.errors import Conflict
 from memoryapp.models import PersonIdentifier
+from memoryapp.screening.identifiers import identifiers_given_keep
 
 
 def _lock_numbers(agent_id: int, people: Iterable[str]) -> list[int]:
     return sorted({locks.person(agent_id, user_id) for user_id in people})
 
 
-def erasing_mark(*, agent_id: int, user_id: str, keeps: Collection[str], mode: str = "erase") -> int:
+def erasing_mark(
+    *,
+    agent_id: int,
+    user_id: str,
+    keeps: Collection[str],
+    mode: str = "erase",
+    given: Mapping[str, Sequence[str]] | None = None,
+) -> int:
     """Mark the person as being erased (step 1 of the module's docstring), in a transaction of its
     own that waits for the writes naming her in flight; answers how many registry rows it marked
-    (0: she registered nothing here, and no write can find her).
+    (0: she has no identifier here, registered or given, and no write can find her). The
+    identifiers `given` with the erasure are kept with the mark (`identifiers_given_keep`): sealed
+    as registered ones, for the erasure's span, so writers find her by them and a resume uses them.
 
     Inside a caller's transaction (a dry run, rolled back) nothing is marked: writers read a mark
     only once committed, and holding its lock to the caller's end, over the rows the erasure then
@@ -74,6 +84,7 @@ def erasing_mark(*, agent_id: int, user_id: str, keeps: Collection[str], mode: s
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [locks.ERASING, locks.person(agent_id, user_id)])
         # After the lock: a replacement of her identifiers (`identifiers_set`, which takes it
         # shared) committed, its rows are those marked; one after keeps the mark.
+        identifiers_given_keep(agent_id=agent_id, user_id=user_id, given=given)
         return PersonIdentifier.objects.filter(agent_id=agent_id, user_id=user_id).update(
             erasing_since=timezone.now(), erasing_keeps=sorted(keeps), erasing_mode=mode
         )

@@ -111,8 +111,9 @@ def mentions_scan(*, agent_id: int, matcher: PersonMatcher) -> dict[str, list[st
 
 
 def person_matcher(*, agent_id: int, user_id: str, given: Mapping[str, Sequence[str]] | None = None) -> PersonMatcher:
-    """The person's identifiers as this agent registered them, with those `given` (normalised)."""
-    registered = identifiers_of(agent=Agent(pk=agent_id), user_id=user_id)
+    """The person's identifiers as this agent registered them (with those kept from an erasure's
+    request, memoryapp.subjects.erasing), and those `given` (normalised)."""
+    registered = identifiers_of(agent=Agent(pk=agent_id), user_id=user_id, with_given=True)
     merged = {name: list(dict.fromkeys([*registered[name], *((given or {}).get(name) or [])])) for name in LISTS}
     return PersonMatcher(user_id=user_id, identifiers=merged)
 

@@ -9,11 +9,19 @@ from typing import Any
 import pytest
 from django.db import connection
 
+from governance.erasure.resume import RESUME_KIND, erasures_resume
+from governance.models import JobRun
+from memoryapp.forgetting import mentions
+from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
-from memoryapp.subjects.erasing import erasing_mark, erasure_running
+from memoryapp.models import Entry, PersonIdentifier
+from memoryapp.screening.identifiers import identifiers_given
+from memoryapp.subjects.erasing import erasing_mark, erasure_running, erasures_marked
+from memoryapp.subjects.matching import PLACEHOLDER
 from tests.forgetting.test_index_races import WAIT
 from tests.kit.api import Caller, post_entry, post_thread
-from tests.kit.mentions import PERSON
+from tests.kit.crypto import encrypted  # noqa: F401  (a fixture)
+from tests.kit.mentions import EMAIL, NAME, PERSON
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the erasure and the writer on two connections
 
@@ -68,3 +76,55 @@ def test_a_second_forget_while_one_runs_answers_409_at_once_and_erases_nothing(a
     done = alice.client.post(f"/api/v1/users/{PERSON}/forget", {}, format="json")
     assert done.status_code == 200, done.content
     assert done.json()["counts"]["threads"] == 1
+
+
+class Killed(Exception):
+    """The process running the erasure dies here (its session lock goes with its connection)."""
+
+
+def _raw_values(agent_id: int) -> list[str]:
+    """The registry's stored values as the database holds them (sealed or not)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT value || ' ' || lookup FROM memoryapp_personidentifier WHERE agent_id = %s", [agent_id])
+        return [row[0] for row in cursor.fetchall()]
+
+
+@pytest.mark.usefixtures("encrypted")
+def test_identifiers_given_only_with_an_interrupted_forget_are_used_by_its_resume(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    # Registered: her name only. Her e-mail is given with the forget alone.
+    answer = alice.client.put(f"/api/v1/users/{PERSON}/identifiers", {"names": [NAME]}, format="json")
+    assert answer.status_code == 200, answer.content
+    post_thread(alice, "t-carl", user_id="u-carl")
+    turn = post_entry(alice, "t-carl", role="user", content=f"Write to {EMAIL} about the trip.")
+
+    def killed(**_: Any) -> Any:
+        raise Killed
+
+    monkeypatch.setattr(mentions, "_mentions_erase", killed)
+    given = identifiers_given({"emails": [EMAIL]}, field="identifiers")
+    with pytest.raises(Killed):
+        person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice", identifiers=given)
+    monkeypatch.undo()
+    [mark] = erasures_marked(user_id=PERSON)
+    assert not mark.running
+    # Kept for the erasure's span, sealed: neither the value nor its lookup in clear; not listed as
+    # registered by the agent's GET.
+    assert not any(EMAIL in raw for raw in _raw_values(alice.agent.pk))
+    listed = alice.client.get(f"/api/v1/users/{PERSON}/identifiers").json()
+    assert listed["emails"] == [] and listed["names"] == ["ines valdomiro"]
+    # Meanwhile a write naming her by the given e-mail stores the placeholder (writers know it now).
+    later = post_entry(alice, "t-carl", role="user", content=f"Or to {EMAIL} tomorrow.")
+    assert later["content"] == f"Or to {PLACEHOLDER} tomorrow."
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert erasures_resume()["resumed"] == 1
+    run = JobRun.objects.get(kind=RESUME_KIND)
+    assert run.status == JobRun.Status.SUCCEEDED, run.error
+    assert EMAIL not in str(run.arguments)
+    # Before: the resume knew her name only, and the turn naming her by the e-mail kept it.
+    assert EMAIL not in Entry.objects.get(pk=turn["id"]).content
+    assert Entry.objects.get(pk=turn["id"]).content == f"Write to {PLACEHOLDER} about the trip."
+    # Dropped with the erasure.
+    assert not PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON).exists()
