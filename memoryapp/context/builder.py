@@ -109,7 +109,7 @@ from memoryapp.files.services import files_index_text
 from memoryapp.graph.context import DEFAULT_HOPS, NodeBlock, graph_blocks
 from memoryapp.items.purposes import recall_purpose_check
 from memoryapp.items.rules import Scope
-from memoryapp.items.selectors import context_facts, items_for_recall, thread_context_scope
+from memoryapp.items.selectors import context_facts, thread_context_scope
 from memoryapp.knowledge.services import KnowledgeHit, knowledge_search
 from memoryapp.llm.model import ModelError
 from memoryapp.models import AccessLog, Agent, Entry, MemoryFileVersion, Thread
@@ -801,20 +801,6 @@ def _select_history(build: _Build) -> None:
         build.selected, build.notes, build.history_cost = run.units, run.notes, run.cost
 
 
-def _recall_items(agent: Agent, thread: Thread, *, as_of: datetime | None, purpose: str) -> Any:
-    """The items recall and the brief search: those holding in the thread's scope (`thread_context_scope`),
-    of the request's purpose or none."""
-    scope = thread_context_scope(thread)
-    return items_for_recall(
-        agent=agent,
-        user_id=scope.user_id,
-        project_id=scope.project_id,
-        thread_id=scope.thread_id,
-        as_of=as_of,
-        purpose=purpose,
-    )
-
-
 def _recall(build: _Build) -> None:
     """Step 3c (hybrid): older turns of the branch and memory items found by the search selector,
     as memory block lines; a duplicate of a kept block or one past the room is left out."""
@@ -834,7 +820,7 @@ def _recall(build: _Build) -> None:
         before_seq=before_seq,
         # Turns of other branches (left by a rewind or a checkout) are not this conversation's past.
         exclude_ids=off_branch(thread, request.leaf_id, before_seq) if thread.branched else (),
-        items=_recall_items(agent, thread, as_of=request.as_of, purpose=request.purpose),
+        purpose=request.purpose,
         as_of=request.as_of,
         items_live=build.items_live,
     )
@@ -1032,11 +1018,13 @@ def _recall_search(
     text: str,
     before_seq: int | None,
     exclude_ids: Sequence[str],
-    items: Any,
+    purpose: str,
     as_of: datetime | None,
     items_live: bool | None = None,
 ) -> tuple[list[Any], list[dict[str, str]]]:
-
+    """Recall's and the brief's search of the thread: its turns, and the items holding in its scope
+    (`thread_context_scope`, the search's own items of a thread) of the request's purpose or none,
+    read only when `items_live` (what the facts' read found) or the search's own check says any hold."""
     try:
         outcome = search(
             agent=agent,
@@ -1046,7 +1034,7 @@ def _recall_search(
             limit=RECALL_LIMIT,
             method="hybrid",
             as_of=as_of,
-            items=items,
+            purpose=purpose,
             before_seq=before_seq,
             exclude_ids=exclude_ids,
             min_similarity=RECALL_MIN_SIMILARITY,
@@ -1148,7 +1136,7 @@ def _brief(build: _Build) -> list[BriefCard]:
         text=request.current_input,
         before_seq=None,
         exclude_ids=off_branch(thread, request.leaf_id, None) if thread.branched else (),
-        items=_recall_items(agent, thread, as_of=request.as_of, purpose=request.purpose),
+        purpose=request.purpose,
         as_of=request.as_of,
     )
     build.errors.extend({**e, "source": "brief"} for e in search_errors)

@@ -173,16 +173,25 @@ def items_for_recall(
     thread_id: str = "",
     as_of: datetime | None = None,
     purpose: str = "",
+    now: datetime | None = None,
 ) -> QuerySet[MemoryItem]:
     return items_holding(
-        agent=agent, user_id=user_id, project_id=project_id, thread_id=thread_id, as_of=as_of, purpose=purpose
+        agent=agent,
+        user_id=user_id,
+        project_id=project_id,
+        thread_id=thread_id,
+        as_of=as_of,
+        purpose=purpose,
+        now=now,
     )
 
 
-def items_agent_wide(*, agent: Agent, as_of: datetime | None = None, purpose: str = "") -> QuerySet[MemoryItem]:
+def items_agent_wide(
+    *, agent: Agent, as_of: datetime | None = None, purpose: str = "", now: datetime | None = None
+) -> QuerySet[MemoryItem]:
     """Every item of the agent that holds at `as_of`, whatever its scope (a search of the whole agent),
-    with a `purpose` only those collected for it or for none."""
-    return items_for_agent(agent=agent).filter(holding_q(as_of=as_of), purpose_q(purpose))
+    with a `purpose` only those collected for it or for none. (`now`: the clock, read by the caller.)"""
+    return items_for_agent(agent=agent).filter(holding_q(as_of=as_of, now=now), purpose_q(purpose))
 
 
 def _narrowness(item: MemoryItem) -> int:

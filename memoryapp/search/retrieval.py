@@ -22,8 +22,9 @@ from __future__ import annotations
 import logging
 import math
 import re
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -31,10 +32,12 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from governance.crypto.fields import value_open
 from memoryapp.items.selectors import items_agent_wide, items_for_recall
 from memoryapp.models import Agent, MemoryItem, Thread
+from memoryapp.precompiled import Precompiled
 from memoryapp.search.channel_set import search_channels
 from memoryapp.search.channels import ENTRY, ITEM, Channel, ChannelInput
 from memoryapp.search.embedders import EmbedderError, embed_query
@@ -165,6 +168,89 @@ def items_searchable(
     if user_id is not None:
         return items_for_recall(agent=agent, user_id=user_id, as_of=as_of, purpose=purpose)
     return items_agent_wide(agent=agent, as_of=as_of, purpose=purpose)
+
+
+def _items_scope_read(shape: str, purposed: bool) -> Callable[..., QuerySet[MemoryItem]]:
+    """`items_searchable` of a scope of this shape ("thread", "user" or "agent"; with a purpose or
+    without) as a queryset of the first row's id, its every value an argument (`at`: `as_of`, else
+    `now`, the clock)."""
+
+    def read(
+        agent_id: int, user_id: str, project_id: str, thread_id: str, at: datetime, now: datetime, purpose: str
+    ) -> QuerySet[MemoryItem]:
+        agent, purpose = Agent(pk=agent_id), purpose if purposed else ""
+        if shape == "agent":
+            rows = items_agent_wide(agent=agent, as_of=at, purpose=purpose, now=now)
+        elif shape == "user":
+            rows = items_for_recall(agent=agent, user_id=user_id, as_of=at, purpose=purpose, now=now)
+        else:
+            rows = items_for_recall(
+                agent=agent,
+                user_id=user_id,
+                project_id=project_id,
+                thread_id=thread_id,
+                as_of=at,
+                purpose=purpose,
+                now=now,
+            )
+        return rows.only("id")[:1]
+
+    return read
+
+
+# Whether a search's item scope holds any item (asked before the item channels run: most scopes
+# hold none), compiled once per process for each shape of scope (memoryapp.precompiled; issue 26:
+# the ORM built and compiled that EXISTS on every search, ~26% of a search's CPU). Two sets of
+# stand-ins: the scope's '' and the statuses are the statement's constants.
+_ITEMS_LIVE: dict[tuple[str, bool], Precompiled[MemoryItem]] = {}
+_ITEMS_LIVE_LOCK = threading.Lock()
+
+
+def _items_live_statement(shape: str, purposed: bool) -> Precompiled[MemoryItem]:
+    with _ITEMS_LIVE_LOCK:
+        statement = _ITEMS_LIVE.get((shape, purposed))
+        if statement is None:
+            statement = _ITEMS_LIVE[(shape, purposed)] = Precompiled(
+                _items_scope_read(shape, purposed),
+                -26,
+                "\x00user",
+                "\x00project",
+                "\x00thread",
+                datetime(1901, 1, 1, tzinfo=UTC),
+                datetime(1902, 1, 1, tzinfo=UTC),
+                "\x00purpose",
+                twins=(
+                    -27,
+                    "\x00user2",
+                    "\x00project2",
+                    "\x00thread2",
+                    datetime(1903, 1, 1, tzinfo=UTC),
+                    datetime(1904, 1, 1, tzinfo=UTC),
+                    "\x00purpose2",
+                ),
+            )
+        return statement
+
+
+def items_searchable_live(
+    *,
+    agent: Agent,
+    thread: Thread | None = None,
+    user_id: str | None = None,
+    as_of: datetime | None = None,
+    purpose: str = "",
+) -> bool:
+    """Whether `items_searchable` of these arguments holds any item, in one statement built once per
+    process for the scope's shape."""
+    now = timezone.now()
+    if thread is not None:
+        shape, scope = "thread", (thread.user_id, thread.project_scope, thread.external_id)
+    elif user_id is not None:
+        shape, scope = "user", (user_id, "", "")
+    else:
+        shape, scope = "agent", ("", "", "")
+    statement = _items_live_statement(shape, bool(purpose))
+    return statement.first(agent.pk, *scope, as_of or now, now, purpose) is not None
 
 
 # The columns of an entry a page shows (`_entry_hit`), over `memoryapp_entry e JOIN memoryapp_thread t`.
@@ -345,14 +431,6 @@ def search(
         before_seq=before_seq,
         exclude_ids=tuple(exclude_ids),
     )
-    item_rows: QuerySet[MemoryItem] | None = None
-    if "items" in kinds:
-        item_rows = (
-            items
-            if items is not None
-            else items_searchable(agent=agent, thread=thread, user_id=user_id, as_of=as_of, purpose=purpose)
-        )
-        item_rows = item_rows.filter(agent=agent)  # a caller's queryset never widens the agent
     analysis = analyze_query(text)
     outcome.analysis = analysis
     if skip_small_talk and analysis.small_talk:
@@ -361,16 +439,34 @@ def search(
     wanted = [
         c
         for c in search_channels()
-        if ((c.kind == ENTRY and "entries" in kinds) or (c.kind == ITEM and item_rows is not None))
+        if ((c.kind == ENTRY and "entries" in kinds) or (c.kind == ITEM and "items" in kinds))
         and (c.name in channels if channels is not None else channel_switched_on(c))
     ]
     # A scope without items (common: a context build of a thread with no memory yet) skips the item
-    # channels: one cheap EXISTS instead of searches that would find nothing.
-    no_items = (
-        item_rows is not None
-        and any(c.kind == ITEM for c in wanted)
-        and not (items_live if items_live is not None else item_rows.exists())
-    )
+    # channels: one cheap EXISTS instead of searches that would find nothing. The scope's own
+    # queryset is built only when it holds items (building it is a good part of a search's CPU):
+    # else the empty one stands for it (a channel reading it finds what the scope holds, nothing).
+    item_rows: QuerySet[MemoryItem] | None = None
+    no_items = False
+    if "items" in kinds:
+        if items is not None:
+            item_rows = items.filter(agent=agent)  # a caller's queryset never widens the agent
+            if any(c.kind == ITEM for c in wanted):
+                no_items = not (items_live if items_live is not None else item_rows.exists())
+        else:
+            if any(c.kind == ITEM for c in wanted):
+                no_items = not (
+                    items_live
+                    if items_live is not None
+                    else items_searchable_live(
+                        agent=agent, thread=thread, user_id=user_id, as_of=as_of, purpose=purpose
+                    )
+                )
+            item_rows = (
+                MemoryItem.objects.none()
+                if no_items
+                else items_searchable(agent=agent, thread=thread, user_id=user_id, as_of=as_of, purpose=purpose)
+            )
     # The speakers the question names whose name in the other's turns only addresses them
     # (memoryapp.search.speakers): left out of the vector the vector channel ranks turns by, and
     # counted only in their own turns by the keyword channel and the rerank.
