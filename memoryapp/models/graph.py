@@ -70,8 +70,11 @@ class RelationEvidence(models.Model):
     """A quote of an entry an edge stands on (as `Evidence` is for an item)."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
-    relation = models.ForeignKey(Relation, on_delete=models.CASCADE, related_name="evidence")
-    entry = models.ForeignKey(Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="relation_evidence")
+    # Both indexed by the Meta's relation_evidence_rel_idx and relation_evidence_entry_idx.
+    relation = models.ForeignKey(Relation, on_delete=models.CASCADE, related_name="evidence", db_index=False)
+    entry = models.ForeignKey(
+        Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="relation_evidence", db_index=False
+    )
     # Sealed at rest when encryption is on, under the key of the person whose words it quotes.
     quote = SealedTextField()
     # The registered people the quote names besides that person: their keys seal it too

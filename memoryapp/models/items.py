@@ -103,7 +103,9 @@ class Scoped(models.Model):
     "" means "not limited to one" (NULL would make uniqueness and equality awkward).
     """
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: every scoped table has a composite index or unique constraint that leads
+    # with the agent (a one-column copy was one more index to write on every insert, issue 26).
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     user_id = models.CharField(max_length=128, blank=True, default="")
     project_id = models.CharField(max_length=128, blank=True, default="")
     thread_id = models.CharField(max_length=128, blank=True, default="")  # the thread's external id
@@ -365,7 +367,8 @@ class ItemReview(models.Model):
         FORGOTTEN = "forgotten"
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
-    item = models.ForeignKey(MemoryItem, on_delete=models.CASCADE, related_name="reviews")
+    # Indexed by itemreview_item_idx, which leads with it.
+    item = models.ForeignKey(MemoryItem, on_delete=models.CASCADE, related_name="reviews", db_index=False)
     # One decision may cover several items (a slot's choice, a near-duplicate group, a selection): an
     # undo takes it back whole.
     decision = models.CharField(max_length=40)
@@ -425,7 +428,10 @@ class Evidence(models.Model):
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
     item = models.ForeignKey(MemoryItem, on_delete=models.CASCADE, related_name="evidence")
-    entry = models.ForeignKey(Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="evidence")
+    # Indexed by evidence_entry_idx.
+    entry = models.ForeignKey(
+        Entry, null=True, blank=True, on_delete=models.SET_NULL, related_name="evidence", db_index=False
+    )
     # A quote of a tool call: its id, the call made or answered by `entry` ("" for none).
     tool_call_id = models.CharField(max_length=200, blank=True, default="")
     # A quote of lines `line_start`..`line_end` (1-based, inclusive) of a memory file version.

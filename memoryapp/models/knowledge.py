@@ -61,8 +61,9 @@ class KnowledgeDocument(Scoped):
 class KnowledgeChunk(models.Model):
     """A passage of a document, embedded and indexed for search (the semantic channel)."""
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
-    document = models.ForeignKey(KnowledgeDocument, on_delete=models.CASCADE, related_name="chunks")
+    # Indexed by knowledge_chunk_scope_idx and knowledge_chunk_seq_uniq, which lead with them.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    document = models.ForeignKey(KnowledgeDocument, on_delete=models.CASCADE, related_name="chunks", db_index=False)
     # The document's project, copied so a search filters chunks without a join.
     project_id = models.CharField(max_length=128, blank=True, default="")
     seq = models.IntegerField()

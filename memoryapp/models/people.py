@@ -34,7 +34,8 @@ class PersonIdentifier(models.Model):
     there, never by reading identifiers back.
     """
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    # Indexed by person_identifier_uniq and person_identifier_lookup_idx, which lead with it.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     user_id = models.CharField(max_length=128)
     kind = models.CharField(max_length=12, choices=IdentifierKind.choices)
     value = SealedTextField()
@@ -64,8 +65,8 @@ class PersonIdentifier(models.Model):
         indexes = [
             # screening: which registered identifiers of the agent a text holds (lookup IN hashes).
             models.Index(fields=["agent", "lookup"], name="person_identifier_lookup_idx"),
-            # the identifiers of one person (GET, PUT, erasure).
-            models.Index(fields=["agent", "user_id"], name="person_identifier_user_idx"),
+            # (the identifiers of one person, for GET, PUT and the erasure, are read by the unique
+            # constraint, which leads with agent and user_id.)
         ]
 
     def __str__(self) -> str:
@@ -148,7 +149,8 @@ class SubjectMention(models.Model):
         RUN_EVENT = "run_event"
         THREAD_RUN = "thread_run"
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    # Indexed by subject_mention_uniq, which leads with it.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     user_id = models.CharField(max_length=128)
     table = models.CharField(max_length=20, choices=Table.choices)
     row_id = models.CharField(max_length=40)
@@ -159,8 +161,8 @@ class SubjectMention(models.Model):
             models.UniqueConstraint(fields=["agent", "user_id", "table", "row_id"], name="subject_mention_uniq"),
         ]
         indexes = [
-            # erasure and export: the rows that mention one person (agent, user_id, table).
-            models.Index(fields=["agent", "user_id", "table"], name="subject_mention_person_idx"),
+            # (erasure and export read the rows that mention one person, agent + user_id + table, by
+            # the unique constraint, which leads with those three columns.)
             # a row deleted (the trigger of migration 0055) or written again (`mentions_record`'s
             # replace): its mentions, whoever they name (table, row_id).
             models.Index(fields=["table", "row_id"], name="subject_mention_row_idx"),

@@ -30,7 +30,8 @@ class ThreadRun(models.Model):
 
     id = models.CharField(max_length=40, primary_key=True, default=new_run_id, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
-    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="runs")
+    # Indexed by thread_run_thread_idx, which leads with it.
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="runs", db_index=False)
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.RUNNING)
     started_at = models.DateTimeField()
     expires_at = models.DateTimeField()
@@ -111,7 +112,8 @@ class AccessLog(models.Model):
         SEARCH = "search"
 
     id = models.BigAutoField(primary_key=True)
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    # Indexed by access_log_agent_user_idx, which leads with it.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     # A thread's rows go with it (the thread's delete cascades to them in one statement).
     thread = models.ForeignKey(Thread, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
     # The person the request was about (the thread's user_id, or a search's user_id): erasure finds

@@ -26,7 +26,8 @@ class ChannelSession(models.Model):
         CLOSED = "closed"
 
     id = models.CharField(max_length=40, primary_key=True, default=new_session_id, editable=False)
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
+    # Indexed by channel_session_agent_idx, which leads with it.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
     # The thread goes, the session goes with it (a thread's delete, a person's erasure).
     thread = models.OneToOneField(Thread, on_delete=models.CASCADE, related_name="channel_session")
     user_id = models.CharField(max_length=128)

@@ -44,7 +44,8 @@ def participants_stored(*, agent_id: int | None, metadata: Any) -> list[str]:
 class Thread(models.Model):
     """A conversation of one agent about one person, stored as a tree of entries."""
 
-    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="threads")
+    # Indexed by thread_agent_external_id_uniq, which leads with it.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="threads", db_index=False)
     # The id the agent knows the thread by: unique per agent, so two agents never collide.
     external_id = models.CharField(max_length=128)
     user_id = models.CharField(max_length=128, blank=True, default="")
@@ -157,8 +158,12 @@ class Entry(models.Model):
 
     id = models.CharField(max_length=40, primary_key=True, default=new_entry_id, editable=False)
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+")
-    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="entries")
-    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="children")
+    # Both indexed by the Meta's indexes (entry_thread_seq_uniq leads with the thread, entry_parent_idx):
+    # not twice, each index is written on every append and every embedding (issue 26).
+    thread = models.ForeignKey(Thread, on_delete=models.CASCADE, related_name="entries", db_index=False)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.DO_NOTHING, related_name="children", db_index=False
+    )
     seq = models.BigIntegerField()
     type = models.CharField(max_length=20, choices=EntryType.choices, default=EntryType.MESSAGE)
     role = models.CharField(max_length=20, choices=Role.choices, blank=True, default="")
