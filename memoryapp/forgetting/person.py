@@ -31,6 +31,8 @@ Steps, in this order (derived memory before the entries it stands on):
    leaves every participants list (`memoryUserIds`).
 6. The consolidation records of the person's scope, and the job runs whose arguments or results
    name the person.
+7. (`erase`) The person's data key is destroyed. 8. (`redact`) Her threads, which stay, are held
+   and what was appended to them since step 2 is redacted: the erasure's last look at them.
 
 Every batch writes one audit record: counts only, never the person's id (the audit chain cannot
 be edited; the caller's request record says whom it was for).
@@ -439,6 +441,12 @@ def person_erase(
             # The audit trail's pseudonyms of the person and their threads link to no one now (a
             # redaction too: the leftover scan would find the secret's row naming them).
             pseudonyms_forget(agent_id=agent_id, user_id=user_id)
+            if mode == "redact":
+                # 8. Her threads stay in `redact` mode, and a turn appended to one after step 2 would
+                # outlive the erasure as written: the last step redacts what they gained meanwhile,
+                # her threads held (FOR UPDATE, as an append holds its thread) in one transaction, so
+                # an append after it is after the erasure.
+                counts_add(counts, _threads_redact_last(agent_id=agent_id, user_id=user_id, actor=actor))
             if mode == "erase":
                 counts_add(counts, _words_of_released(agent_id=agent_id, user_id=user_id))
                 counts_add(counts, _key_people_released(agent_id=agent_id, user_id=user_id))
@@ -650,6 +658,18 @@ def _holds_forget_threads(*, agent_id: int, threads: Sequence[Thread]) -> None:
             continue
         names = pseudonym_names(agent_id=agent_id, user_id=thread.user_id, also=[thread.external_id])
         holds.update(thread_external_id=names[thread.external_id])
+
+
+def _threads_redact_last(*, agent_id: int, user_id: str, actor: str) -> dict[str, int]:
+    """The last step of a redaction (`person_erase` step 8): her threads locked in pk order (the
+    cascades' order; an append waits), then whatever they hold unredacted (turns appended since
+    step 2) redacted as step 2 does, in one transaction."""
+    with transaction.atomic():
+        pks = list(_threads(user_id, [agent_id]).select_for_update().order_by("pk").values_list("pk", flat=True))
+        fresh = Entry.objects.filter(agent_id=agent_id, thread_id__in=pks, redacted_at__isnull=True)
+        if not pks or not fresh.exists():
+            return counts_zero()
+        return _threads_redact(agent_id=agent_id, thread_pks=pks, actor=actor)
 
 
 def _threads_redact(*, agent_id: int, thread_pks: list[int], actor: str) -> dict[str, int]:

@@ -46,6 +46,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
@@ -53,6 +54,7 @@ from django.utils import timezone
 from governance import locks
 from memoryapp.errors import Conflict
 from memoryapp.models import PersonIdentifier
+from memoryapp.models.people import thread_participants
 from memoryapp.screening.identifiers import identifiers_given_keep
 
 
@@ -138,7 +140,9 @@ def _erasure_running_conflict(*, agent_id: int, user_id: str) -> Conflict:
     )
 
 
-def senders_erasing_refuse(*, agent_id: int, senders: Mapping[str, str], what: str = "message") -> None:
+def senders_erasing_refuse(
+    *, agent_id: int, senders: Mapping[str, str], what: str = "message", message: str = ""
+) -> None:
     """Refuse a write of rows that are people's (the sender of a message; with `what` "thread",
     the person a thread is about) while one of them is being erased (step 5 of the module's
     docstring): `senders` maps each to the field naming them. Otherwise holds each one's eraser lock
@@ -154,10 +158,28 @@ def senders_erasing_refuse(*, agent_id: int, senders: Mapping[str, str], what: s
         if number in refused:
             raise Conflict(
                 "person_being_erased",
-                f"The person this {what} belongs to is being erased: nothing was stored (send it again once the "
+                message
+                or f"The person this {what} belongs to is being erased: nothing was stored (send it again once the "
                 "erasure ended).",
                 field=senders[user_id],
             )
+
+
+def participants_erasing_refuse(*, agent_id: int, before: Any, after: Any, field: str) -> None:
+    """Refuse a thread's metadata that adds to its participants list (`memoryUserIds`) a person
+    being erased (step 5 of the module's docstring): her erasure takes her out of every list at one
+    step, and a list written after that step would name her once it ended. The people the list held
+    before are not asked (the erasure takes them out, or has). Holds their lock shared as
+    `senders_erasing_refuse`; a write adding no one sends no query."""
+    held = set(thread_participants(before))
+    added = {person: field for person in thread_participants(after) if person and person not in held}
+    if added:
+        senders_erasing_refuse(
+            agent_id=agent_id,
+            senders=added,
+            message="A person this participants list names is being erased: nothing was stored (send it again "
+            "once the erasure ended, or without them).",
+        )
 
 
 @dataclass(frozen=True)

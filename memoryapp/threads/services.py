@@ -31,7 +31,7 @@ from memoryapp.events.services import event_insert_one, event_inserted, event_re
 from memoryapp.ids import entry_id_new, person_id_check
 from memoryapp.models import Agent, Entry, SubjectMention, Thread
 from memoryapp.models.choices import HISTORY_TYPES, EntryType
-from memoryapp.models.people import FORK_OF_KEY, MESSAGE_USER_KEY
+from memoryapp.models.people import FORK_OF_KEY, MEMORY_USERS_KEY, MESSAGE_USER_KEY
 from memoryapp.precompiled import ReturnedRows
 from memoryapp.screening.recognizers import Memo
 from memoryapp.screening.screen import screener_for
@@ -42,7 +42,7 @@ from memoryapp.subjects.detect import (
     rows_named,
     thread_key_people_set,
 )
-from memoryapp.subjects.erasing import senders_erasing_refuse
+from memoryapp.subjects.erasing import participants_erasing_refuse, senders_erasing_refuse
 from memoryapp.threads.columns import (
     ENTRY_FORK_COPIED,
     ENTRY_INSERT_COLUMNS,
@@ -67,6 +67,9 @@ from memoryapp.tokens import count_message_tokens
 Table = SubjectMention.Table
 
 # --- threads -------------------------------------------------------------------------------
+
+# Where a thread write names the people taking part in it, for a refusal (memoryapp.subjects.erasing).
+PARTICIPANTS_FIELD = f"metadata.{MEMORY_USERS_KEY}"
 
 
 def thread_lock(thread: Thread) -> Thread:
@@ -119,6 +122,10 @@ def thread_create(
         # A thread made about (or given to) a person being erased is refused: her erasure's step
         # for her threads may be past (memoryapp.subjects.erasing, step 5).
         senders_erasing_refuse(agent_id=agent.pk, senders={user_id: "user_id"}, what="thread")
+    # Nor may it list her as taking part (her erasure took her out of every list at one step).
+    participants_erasing_refuse(
+        agent_id=agent.pk, before=existing.metadata if existing else {}, after=metadata, field=PARTICIPANTS_FIELD
+    )
     if existing is None:
         try:
             with transaction.atomic():
@@ -232,6 +239,10 @@ def thread_update(
             screener.record(
                 actor=actor, thread_id=locked.external_id, subject=locked.external_id, person=locked.user_id
             )
+        # A person being erased added to its participants is refused (memoryapp.subjects.erasing).
+        participants_erasing_refuse(
+            agent_id=locked.agent_id, before=locked.metadata, after=metadata, field=PARTICIPANTS_FIELD
+        )
         locked.metadata = metadata_merged({} if replace_metadata else locked.metadata, metadata)
         if replace_metadata:
             locked.words_of = ""  # nothing copied from a fork's origin is left: the thread's own

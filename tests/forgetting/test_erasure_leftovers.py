@@ -11,14 +11,14 @@ from django.db import connection
 
 from governance.erasure.resume import RESUME_KIND, erasures_resume
 from governance.models import JobRun
-from memoryapp.forgetting import mentions
+from memoryapp.forgetting import mentions, person
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
-from memoryapp.models import Entry, PersonIdentifier
+from memoryapp.models import Entry, PersonIdentifier, Thread
 from memoryapp.screening.identifiers import identifiers_given
 from memoryapp.subjects.erasing import erasing_mark, erasure_running, erasures_marked
 from memoryapp.subjects.matching import PLACEHOLDER
-from tests.forgetting.test_index_races import WAIT
+from tests.forgetting.test_index_races import WAIT, Side
 from tests.kit.api import Caller, post_entry, post_thread
 from tests.kit.crypto import encrypted  # noqa: F401  (a fixture)
 from tests.kit.mentions import EMAIL, NAME, PERSON
@@ -128,3 +128,86 @@ def test_identifiers_given_only_with_an_interrupted_forget_are_used_by_its_resum
     assert Entry.objects.get(pk=turn["id"]).content == f"Write to {PLACEHOLDER} about the trip."
     # Dropped with the erasure.
     assert not PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+
+
+def _her_thread_redacted(caller: Caller) -> bool:
+    return not Entry.objects.filter(
+        agent=caller.agent, thread__external_id="t-ines", redacted_at__isnull=True, type="message"
+    ).exists()
+
+
+def test_in_redact_mode_a_turn_appended_to_her_thread_after_it_was_redacted_is_redacted_too(alice: Caller) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    post_thread(alice, "t-carl", user_id="u-carl")
+    post_entry(alice, "t-carl", role="user", content="Carl asks about the trip.")
+    sent: list[Any] = []
+
+    def between_steps(step: str) -> None:
+        # The first point between the erasure's batches where her thread is redacted.
+        if step != "batch" or sent or not _her_thread_redacted(alice):
+            return
+        writer = Side(
+            lambda: [
+                post_entry(alice, "t-ines", role="user", content="My passport number is PX4471."),
+                post_entry(alice, "t-ines", role="assistant", content="Noted: the passport."),
+            ],
+            "appends to her thread",
+        )
+        writer.join()
+        assert not writer.errors, writer.errors
+        sent.append(writer.answer)
+
+    cascade_step_hook(between_steps)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice")
+
+    assert sent, "the hook never ran"
+    # Before: both turns stayed in her thread as written.
+    assert not Entry.objects.filter(agent=alice.agent, content__icontains="passport").exists()
+    assert _her_thread_redacted(alice)
+    assert Entry.objects.get(agent=alice.agent, thread__external_id="t-carl").content == "Carl asks about the trip."
+    # Once it ended, a turn of her thread is a new one, stored as any other.
+    assert post_entry(alice, "t-ines", role="user", content="Hello again.")["content"] == "Hello again."
+
+
+def test_a_thread_listing_her_as_a_participant_made_after_the_participants_step_is_refused(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = alice.client.put(f"/api/v1/users/{PERSON}/identifiers", {"names": [NAME]}, format="json")
+    assert answer.status_code == 200, answer.content
+    post_thread(alice, "t-carl", user_id="u-carl", metadata={"memoryUserIds": ["u-carl", PERSON]})
+    post_thread(alice, "t-dora", user_id="u-dora")
+    sent: list[Any] = []
+    delete_entities = person.mentions_delete_entities
+
+    def past_the_participants_step(**kwargs: Any) -> int:
+        # Right after the mentions step (its transaction committed): Carl's thread lists her no more.
+        assert PERSON not in Thread.objects.get(agent=alice.agent, external_id="t-carl").metadata["memoryUserIds"]
+        for work in (
+            lambda: alice.client.post(
+                "/api/v1/threads",
+                {"id": "t-group", "user_id": "u-carl", "metadata": {"memoryUserIds": ["u-carl", PERSON]}},
+                format="json",
+            ),
+            lambda: alice.client.patch(
+                "/api/v1/threads/t-dora", {"metadata": {"memoryUserIds": ["u-dora", PERSON]}}, format="json"
+            ),
+        ):
+            writer = Side(work, "a thread listing her")
+            writer.join()
+            assert not writer.errors, writer.errors
+            sent.append(writer.answer)
+        return delete_entities(**kwargs)
+
+    monkeypatch.setattr(person, "mentions_delete_entities", past_the_participants_step)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice")
+
+    assert len(sent) == 2
+    for answer in sent:
+        # Before: 201 and 200, and both threads listed her after her erasure.
+        assert answer.status_code == 409, answer.content
+        assert answer.json()["error"]["code"] == "person_being_erased"
+        assert answer.json()["error"]["field"] == "metadata.memoryUserIds"
+    assert not Thread.objects.filter(agent=alice.agent, external_id="t-group").exists()
+    for thread in Thread.objects.filter(agent=alice.agent):
+        assert PERSON not in (thread.metadata or {}).get("memoryUserIds", []), thread.external_id
