@@ -53,7 +53,7 @@ def test_no_index_is_a_copy_or_a_prefix_of_another() -> None:
 def test_no_index_is_kept_for_like_prefix_matches_on_ids() -> None:
     """Django adds a `varchar_pattern_ops` copy (`<index>_like`) of every indexed character column,
     which serves only `LIKE 'prefix%'`: no query matches ids, slugs or keys by prefix (migration
-    0061). An index made for prefix matches is named for its use (`item_namespace_idx`)."""
+    0060). An index made for prefix matches is named for its use (`item_namespace_idx`)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT ic.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid"

@@ -83,7 +83,7 @@ class Migration(migrations.Migration):
     atomic = False  # DROP INDEX CONCURRENTLY runs outside a transaction (the module's docstring)
 
     dependencies = [
-        ("memoryapp", "0060_personidentifier_given"),
+        ("memoryapp", "0059_entry_thread_vectors"),
     ]
 
     operations = [
