@@ -35,7 +35,9 @@ def _keyword_entries(ci: ChannelInput) -> list[ChannelHit]:
 
 def _vector_entries(ci: ChannelInput) -> list[ChannelHit]:
     assert ci.turn_vector is not None
-    return floored(vector_entries(scope=ci.scope, vector=ci.turn_vector, limit=ci.depth), ci.min_similarity)
+    return floored(
+        vector_entries(scope=ci.scope, vector=ci.turn_vector, limit=ci.depth, memo=ci.memo), ci.min_similarity
+    )
 
 
 def _keyword_items(ci: ChannelInput) -> list[ChannelHit]:

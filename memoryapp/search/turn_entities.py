@@ -218,6 +218,7 @@ def entity_turns(ci: ChannelInput) -> list[ChannelHit]:
             vector=ci.vector,
             limit=ci.depth,
             walk=entry_scope_size(ci.scope) >= WALK_FROM_SCOPE and not read_exactly(ci.scope, ci.depth),
+            memo=ci.memo,
         )
     with connection.cursor() as cursor:
         cursor.execute(
@@ -274,6 +275,7 @@ def speaker_turns(ci: ChannelInput) -> list[ChannelHit]:
         vector=ci.turn_vector,
         limit=ci.depth,
         walk=entry_scope_size(ci.scope) >= WALK_FROM_SCOPE,
+        memo=ci.memo,
     )
 
 

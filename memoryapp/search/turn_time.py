@@ -274,7 +274,13 @@ def _ranked(ci: ChannelInput, condition: str, params: dict[str, Any]) -> list[Ch
         # condition are fewer still (memoryapp.search.vector.read_exactly).
         walk = entry_scope_size(ci.scope) >= WALK_FROM_SCOPE and not read_exactly(ci.scope, ci.depth)
         return nearest_matching(
-            scope=ci.scope, condition=condition, params=params, vector=ci.vector, limit=ci.depth, walk=walk
+            scope=ci.scope,
+            condition=condition,
+            params=params,
+            vector=ci.vector,
+            limit=ci.depth,
+            walk=walk,
+            memo=ci.memo,
         )
     where, scope_params = ci.scope.where("e")
     params = {**scope_params, **params, "n": ci.depth}

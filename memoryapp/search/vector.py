@@ -41,6 +41,17 @@ WALK_EXACT_RATIO = 40
 # the exact read of a thread is an index-only scan: in PostgreSQL CPU, 0.8 us a row against the
 # heap's 1.4 us, the walk 53 to 65 us a row of limit x T / S (10,000-entry thread, 60,000 entries).
 WALK_INDEXED_EXACT_RATIO = 80
+# A scope read exactly gives up to this many of its nearest rows (the vector channel's own `limit`
+# first) to the channels of the same search that rank the scope's rows meeting a condition by the
+# same vector (time, entity, speaker: `nearest_matching`): when `limit` of them meet it, those are
+# that channel's rows, and the scope is not compared again (issue 26: a "when" question's condition
+# holds for most of a thread, and its exact read compared them all, each a heap read of its vector).
+NEAREST_KEPT = 120
+_NEAREST_MEMO = "vector.nearest"
+# An entry's cosine distance to the question, as the HNSW index orders by it (the walk) and as no
+# index does (`+ 0`: the exact read, every row of the scope compared).
+_WALKED = "e.embedding <=> %(v)s::vector"
+_EXACT = "(e.embedding <=> %(v)s::vector) + 0"
 
 
 def vector_literal(vector: list[float]) -> str:
@@ -68,26 +79,35 @@ def _tuned_rows(cursor: Any, sql: str, params: dict[str, Any], limit: int) -> li
     return list(cursor.fetchall())
 
 
-def vector_entries(*, scope: EntryScope, vector: list[float], limit: int) -> list[ChannelHit]:
+def vector_entries(
+    *, scope: EntryScope, vector: list[float], limit: int, memo: dict[str, Any] | None = None
+) -> list[ChannelHit]:
     """The scope's `limit` nearest entries. The HNSW walk gives up after hnsw.max_scan_tuples rows:
     for a small scope in a large table (a thread among millions of entries) it may stop with fewer
-    rows than the scope holds; then a scope of at most EXACT_SCAN_MAX rows is read exactly."""
+    rows than the scope holds; then a scope of at most EXACT_SCAN_MAX rows is read exactly. A scope
+    read exactly leaves its NEAREST_KEPT nearest rows in the search's `memo` (`nearest_matching`)."""
     where, params = scope.where("e")
     params = {**params, "v": vector_literal(vector), "n": limit, "cap": EXACT_SCAN_MAX + 1}
+    # The distance is computed once a row: the order is that of the column (`_EXACT` is no order the
+    # index gives, so every row of the scope is compared; `_WALKED` is the HNSW index's).
     nearest = f"""
-        SELECT e.id, e.embedding <=> %(v)s::vector AS distance
+        SELECT e.id, {{distance}} AS distance
           FROM memoryapp_entry e
          WHERE {where} AND e.embedding IS NOT NULL
-         ORDER BY {{order}}
+         ORDER BY distance
          LIMIT %(n)s
     """
     if read_exactly(scope, limit):
+        reach = max(limit, NEAREST_KEPT) if memo is not None else limit
         with connection.cursor() as cursor:
-            cursor.execute(nearest.format(order="(e.embedding <=> %(v)s::vector) + 0"), params)
+            cursor.execute(nearest.format(distance=_EXACT), {**params, "n": reach})
             rows = cursor.fetchall()
-        return sorted((ChannelHit(id=r[0], score=1.0 - float(r[1])) for r in rows), key=lambda h: -h.score)
+        exact = sorted((ChannelHit(id=r[0], score=1.0 - float(r[1])) for r in rows), key=lambda h: -h.score)
+        if memo is not None:
+            memo[_NEAREST_MEMO] = (scope, params["v"], reach, exact)
+        return exact[:limit]
     with connection.cursor() as cursor:
-        rows = _tuned_rows(cursor, nearest.format(order="distance"), params, limit)
+        rows = _tuned_rows(cursor, nearest.format(distance=_WALKED), params, limit)
         if len(rows) < limit:
             cursor.execute(
                 f"SELECT count(*) FROM (SELECT 1 FROM memoryapp_entry e WHERE {where} AND e.embedding IS NOT NULL"
@@ -96,8 +116,7 @@ def vector_entries(*, scope: EntryScope, vector: list[float], limit: int) -> lis
             )
             held = cursor.fetchone()[0]
             if len(rows) < held <= EXACT_SCAN_MAX:
-                # `(distance) + 0` is no order the index gives: every row of the scope is compared.
-                cursor.execute(nearest.format(order="(e.embedding <=> %(v)s::vector) + 0"), params)
+                cursor.execute(nearest.format(distance=_EXACT), params)
                 rows = cursor.fetchall()
     hits = [ChannelHit(id=r[0], score=1.0 - float(r[1])) for r in rows]
     hits.sort(key=lambda h: -h.score)
@@ -118,29 +137,63 @@ def read_exactly(scope: EntryScope, limit: int) -> bool:
 
 
 def nearest_matching(
-    *, scope: EntryScope, condition: str, params: dict[str, Any], vector: list[float], limit: int, walk: bool
+    *,
+    scope: EntryScope,
+    condition: str,
+    params: dict[str, Any],
+    vector: list[float],
+    limit: int,
+    walk: bool,
+    memo: dict[str, Any] | None = None,
 ) -> list[ChannelHit]:
     """The scope's entries meeting `condition` (SQL over `memoryapp_entry e`), nearest the vector
     first (the time and entity turn channels). Read exactly (every matching row compared), unless
     `walk`: then by the HNSW walk with the condition as its filter, and exactly when the walk comes
     back with fewer than `limit` rows. The callers walk only in a large scope, where comparing
-    every matching row (each a heap read of its vector) costs far more than the walk."""
+    every matching row (each a heap read of its vector) costs far more than the walk.
+
+    When the search's vector channel read this scope exactly by the same vector (its nearest rows in
+    `memo`), the rows of those meeting the condition are the answer if there are `limit` of them (a
+    row meeting it nearer than the last of them would be among the nearest) or if the nearest rows
+    are the whole scope: one look-up of those rows by id instead of the scope's read."""
+    literal = vector_literal(vector)
+    kept = (memo or {}).get(_NEAREST_MEMO)
+    if not walk and kept is not None and kept[0] == scope and kept[1] == literal:
+        found = _kept_matching(scope=scope, condition=condition, params=params, reach=kept[2], kept=kept[3])
+        if found is not None and (len(found) >= limit or len(kept[3]) < kept[2]):
+            return found[:limit]
     where, scope_params = scope.where("e")
-    params = {**scope_params, **params, "v": vector_literal(vector), "n": limit}
+    params = {**scope_params, **params, "v": literal, "n": limit}
     sql = (
-        f"SELECT e.id, 1 - (e.embedding <=> %(v)s::vector) FROM memoryapp_entry e"
-        f" WHERE {where} AND e.embedding IS NOT NULL AND ({condition}) ORDER BY {{order}} LIMIT %(n)s"
+        f"SELECT e.id, {{distance}} AS distance FROM memoryapp_entry e"
+        f" WHERE {where} AND e.embedding IS NOT NULL AND ({condition}) ORDER BY distance LIMIT %(n)s"
     )
     rows: list[Any] = []
     with connection.cursor() as cursor:
         if walk:
-            rows = _tuned_rows(cursor, sql.format(order="e.embedding <=> %(v)s::vector"), params, limit)
+            rows = _tuned_rows(cursor, sql.format(distance=_WALKED), params, limit)
         if len(rows) < limit:
-            cursor.execute(sql.format(order="(e.embedding <=> %(v)s::vector) + 0"), params)
+            cursor.execute(sql.format(distance=_EXACT), params)
             rows = cursor.fetchall()
-    hits = [ChannelHit(id=r[0], score=float(r[1])) for r in rows]
+    hits = [ChannelHit(id=r[0], score=1.0 - float(r[1])) for r in rows]
     hits.sort(key=lambda h: -h.score)
     return hits
+
+
+def _kept_matching(
+    *, scope: EntryScope, condition: str, params: dict[str, Any], reach: int, kept: list[ChannelHit]
+) -> list[ChannelHit] | None:
+    """Of the scope's nearest rows `kept` (best first), those meeting `condition`, in that order."""
+    if not kept:
+        return []
+    where, scope_params = scope.where("e")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT e.id FROM memoryapp_entry e WHERE e.id = ANY(%(kept_ids)s) AND {where} AND ({condition})",
+            {**scope_params, **params, "kept_ids": [h.id for h in kept]},
+        )
+        meeting = {r[0] for r in cursor.fetchall()}
+    return [ChannelHit(id=h.id, score=h.score) for h in kept if h.id in meeting]
 
 
 def vector_items(*, items: QuerySet[MemoryItem], vector: list[float], limit: int) -> list[ChannelHit]:

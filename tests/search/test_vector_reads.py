@@ -134,3 +134,50 @@ def test_a_dimension_too_large_for_the_thread_index_reads_the_table(alice: Any) 
             "SELECT attstorage FROM pg_attribute WHERE attrelid = 'memoryapp_entry'::regclass AND attname = 'embedding'"
         )
         assert cursor.fetchone()[0] == "m"
+
+
+@pytest.mark.django_db
+def test_a_condition_over_the_nearest_rows_kept_answers_what_its_own_exact_read_answers(
+    alice: Any, two_threads: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The time, entity and speaker channels rank the scope's rows meeting a condition by the vector:
+    # from the vector channel's nearest rows when `limit` of them meet it (one look-up by id), else
+    # by their own exact read, with the same rows and scores either way (issue 26).
+    mine, other = two_threads
+    scope = EntryScope(agent_id=alice.agent.pk, thread_pk=mine.pk)
+    keyword.entry_scope_sizes(scope)
+    monkeypatch.setattr(keyword, "_table_rows", {("entries", *scope.cache_key): 1_000_000})
+    monkeypatch.setattr(vector, "NEAREST_KEPT", 8)  # fewer than the thread's 20 rows
+    question = embed_query("How is the marathon training going?")
+    other_question = embed_query("What about the puppy walk?")
+
+    def ranked(condition: str, params: dict[str, Any], memo: dict[str, Any] | None, limit: int = 3) -> Any:
+        with CaptureQueriesContext(connection) as queries:
+            hits = vector.nearest_matching(
+                scope=scope, condition=condition, params=params, vector=question, limit=limit, walk=False, memo=memo
+            )
+        return [(h.id, round(h.score, 9)) for h in hits], [q["sql"] for q in queries.captured_queries]
+
+    memo: dict[str, Any] = {}
+    assert len(vector_entries(scope=scope, vector=question, limit=3, memo=memo)) == 3
+    for condition, params, from_kept in (
+        ("e.seq >= %(low)s", {"low": 1}, True),  # every row meets it: the nearest rows answer
+        ("e.seq <= %(top)s", {"top": 2}, False),  # two rows meet it: fewer than 3, read again
+    ):
+        alone, _ = ranked(condition, params, None)
+        kept, sql = ranked(condition, params, memo)
+        assert kept == alone and kept
+        assert len(sql) == (1 if from_kept else 2) and "e.id = ANY(" in sql[0]
+    assert not {i for i, _ in kept} & set(other.entries.values_list("id", flat=True))
+    # The nearest rows of another vector, or of another scope, are not read.
+    for stale in (
+        {"vector.nearest": (scope, vector.vector_literal(other_question), *memo["vector.nearest"][2:])},
+        {"vector.nearest": (EntryScope(agent_id=alice.agent.pk), *memo["vector.nearest"][1:])},
+    ):
+        assert ranked("e.seq >= %(low)s", {"low": 1}, stale) == ranked("e.seq >= %(low)s", {"low": 1}, None)
+    # Nearest rows that are the whole scope answer even when fewer than `limit` meet the condition.
+    monkeypatch.setattr(vector, "NEAREST_KEPT", 50)
+    whole: dict[str, Any] = {}
+    vector_entries(scope=scope, vector=question, limit=3, memo=whole)
+    kept, sql = ranked("e.seq <= %(top)s", {"top": 2}, whole)
+    assert kept == ranked("e.seq <= %(top)s", {"top": 2}, None)[0] and len(kept) == 2 and len(sql) == 1
