@@ -137,3 +137,39 @@ def test_a_registered_persons_e_mail_and_phone_hidden_by_invisible_or_foreign_di
     assert stored.count("[person]") == 2, stored
     matcher = people_matcher(agent_id=alice.agent.pk)
     assert matcher is not None and matcher.people_in([typed]) == {"u-ines"}
+
+
+# Characters whose compatibility form (NFKC) is one ASCII character, which a reader takes for it:
+# the small forms (`﹫` U+FE6B, `﹒` U+FE52, `﹢` U+FE62), full-width letters, mathematical and circled
+# letters, the ideographic space. Each value as typed, and its category.
+COMPATIBLE = [
+    ("email", "ines.valdomiro\ufe6bexample.com"),
+    ("email", "ines.valdomiro\ufe6bexample\ufe52com"),
+    ("email", "\U0001d422\U0001d427\U0001d41e\U0001d42c.valdomiro@example.com"),
+    ("email", "\u24d8\u24dd\u24d4\u24e2.valdomiro\uff20example.com"),
+    ("phone", "\ufe62351 912 345 678"),
+    ("phone", "\uff0b\uff13\uff15\uff11\u3000\uff19\uff11\uff12\u3000\uff13\uff14\uff15\u3000\uff16\uff17\uff18"),
+    ("ip_address", "192\ufe52168\u202414.27"),
+]
+
+
+@pytest.mark.parametrize(("category", "typed"), COMPATIBLE)
+def test_a_value_in_compatibility_forms_is_found_whole(category: str, typed: str) -> None:
+    text = f"note: {typed} for later"
+    found = [f for f in findings(text, [c for c in CATEGORIES if c != PERSON]) if f.category == category]
+    start = text.index(typed)
+    assert any(f.start <= start and f.end >= start + len(typed) for f in found), (text, found)
+
+
+def test_a_character_folding_to_several_is_left_as_it_is() -> None:
+    """`ﬁ` (NFKC `fi`) is not folded: one character for one, or every span after it would move."""
+    text = "the \ufb01le of card 4111 1111 1111 1111"
+    found = [f for f in findings(text, [c for c in CATEGORIES if c != PERSON]) if f.category == "payment_card"]
+    assert [text[f.start : f.end] for f in found] == ["4111 1111 1111 1111"]
+
+
+@pytest.mark.django_db
+def test_an_e_mail_with_a_small_commercial_at_is_redacted_at_write(alice: Caller) -> None:
+    screening_set(alice, email="redact")
+    append(alice, "t-small", "write to ines.valdomiro\ufe6bexample\ufe52com today")
+    assert Entry.objects.get(thread__external_id="t-small").text == "write to [email] today"
