@@ -12,6 +12,7 @@ from memoryapp.models import IdentifierKind
 from memoryapp.models.people import identifier_key
 from memoryapp.screening.identifiers import LISTS, identifier_candidates, name_folded
 from memoryapp.screening.people import strings_of
+from memoryapp.screening.recognizers import span_back, text_readings
 
 # What stands where a person was named, once they are erased.
 PLACEHOLDER = "[erased person]"
@@ -64,10 +65,22 @@ class PersonMatcher:
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Where the text names the person (start, end), in text order."""
-        if not self.keys or not text or not self._may_hold(text):
+        if not self.keys or not text:
             return []
-        found = identifier_candidates(text)
-        return sorted(span for key, spans in found.items() if key in self.keys for span in spans)
+        # Over each of the text's readings, as screening reads it (digits of any script and
+        # compatibility forms as ASCII, invisible characters left out: `text_readings`): her e-mail
+        # typed `ines﹫example.com` or with a zero-width space inside is hers to the index at write,
+        # and must be here too, or the erasure finds the row and leaves the mention in it.
+        found = {
+            span_back(start, end, kept)
+            for read, kept in text_readings(text)
+            if self._may_hold(read)
+            for key, spans in identifier_candidates(read).items()
+            if key in self.keys
+            for start, end in spans
+            if end > start
+        }
+        return sorted(found)
 
     def holds(self, value: Any) -> bool:
         """Whether any string of this JSON value (keys aside) names the person."""
