@@ -37,6 +37,10 @@ MAX_NAME_WORDS = 4
 
 _EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 _WORD = re.compile(r"\w+", re.UNICODE)
+# A word as it stands in a text: its combining marks with it (`Ine\u0302s`, a name typed or copied
+# decomposed, NFD, as macOS files names): `\w` is no mark, so `_WORD` cut it in two (`Ine`, `s`),
+# and the name it folds to (`name_folded`: marks off) was never the registered one.
+_WORD_MARKED = re.compile(r"\w[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]*")
 # An external id as it stands in a text: a run without spaces or quotes, its trailing punctuation off.
 _TOKEN = re.compile(r"[^\s\"'`<>()\[\]{},;]+")
 _TRAILING = ".:!?"
@@ -311,7 +315,7 @@ def _candidates(text: str, memo: Memo | None = None) -> dict[str, list[tuple[int
             e164 = phone_e164(text[start:end], region="US") or phone_e164(text[start:end])
             if e164:
                 found.setdefault(_PHONE_KEY + e164, []).append((start, end))
-    words = [(m.start(), m.end(), name_folded(m.group())) for m in _WORD.finditer(text)]
+    words = [(m.start(), m.end(), name_folded(m.group())) for m in _WORD_MARKED.finditer(text)]
     for i in range(len(words)):
         name = _NAME_KEY
         first = words[i][0]

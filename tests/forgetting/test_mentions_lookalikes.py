@@ -11,7 +11,8 @@ from __future__ import annotations
 import pytest
 
 from memoryapp.models import Entry
-from memoryapp.screening.identifiers import identifiers_check
+from memoryapp.screening.identifiers import identifiers_check, identifiers_set
+from memoryapp.screening.people import people_matcher
 from memoryapp.subjects.matching import PLACEHOLDER, PersonMatcher
 from tests.kit.api import Caller, post_entry, post_ok, post_thread
 from tests.kit.mentions import IDENTIFIERS, PERSON
@@ -50,3 +51,19 @@ def test_forget_redacts_her_identifiers_typed_in_lookalike_forms(alice: Caller) 
     post_ok(alice.client, f"/api/v1/users/{PERSON}/forget", {"identifiers": IDENTIFIERS}, status=200)
     texts = list(Entry.objects.filter(pk__in=ids).order_by("pk").values_list("text", flat=True))
     assert texts == [f"please contact {PLACEHOLDER} tomorrow"] * len(TYPED), texts
+
+
+# Her name with its accent as a combining mark after the letter (decomposed, NFD: as macOS files
+# and some keyboards write it), in mixed case, and with accents she does not write.
+NAMED = ["Ine\u0302s Valdomiro", "INE\u0302S VALDOMIRO", "ine\u0302s valdomi\u0301ro", "In\u00c9s VALD\u00d3MIRO"]
+
+
+@pytest.mark.parametrize("named", NAMED)
+def test_her_name_with_decomposed_or_other_accents_is_hers_to_screening_and_erasure(alice: Caller, named: str) -> None:
+    """`\\w` is no combining mark: the word `Ine\\u0302s` was read as `Ine` and `s`, so neither
+    screening's `person` category nor the erasure knew the name."""
+    identifiers_set(agent=alice.agent, user_id=PERSON, body=IDENTIFIERS, actor="test")
+    text = f"met {named} today"
+    matcher = people_matcher(agent_id=alice.agent.pk)
+    assert matcher is not None and matcher.people_in([text]) == {PERSON}
+    assert _matcher().redacted(text) == f"met {PLACEHOLDER} today"
