@@ -110,11 +110,59 @@ DB_POOL_SIZE = env_int("DB_POOL_SIZE", 0, minimum=0, maximum=100)
 DB_POOL_TIMEOUT = env_float("DB_POOL_TIMEOUT", 10.0, minimum=0.1, maximum=600)
 
 
+# What DATABASE_URL's query string may hold: libpq's connection parameters (`sslmode`,
+# `connect_timeout`, `options`, `target_session_attrs`...: those of the libpq psycopg runs on),
+# passed on as they are, and Django's `assume_role` (a role name). Anything else is refused here, at
+# start, naming it. Before, a name libpq does not know stopped the service only at its first
+# connection (`invalid connection option`), and Django's typed options were read wrong without a
+# word: `server_side_binding=true` was the string "true", which Django (asking `is True`) took for
+# off. The service cannot run with server-side binding anyway: several of its queries are more
+# than one statement in one string (`SET LOCAL ...; SELECT ...`), which a prepared statement
+# refuses; `server_side_binding=false` is what it does. Its transactions are written for READ
+# COMMITTED, and its pool is DB_POOL_SIZE.
+_DJANGO_OPTIONS = {"assume_role"}
+_REFUSED_OPTIONS = {
+    "isolation_level": "the service's transactions are written for READ COMMITTED",
+    "pool": "set DB_POOL_SIZE (and DB_POOL_TIMEOUT) instead",
+}
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
+
+
+def _database_options(query: str) -> dict[str, object]:
+    """DATABASE_URL's query string as Django's OPTIONS, each checked (see `_DJANGO_OPTIONS`)."""
+    from psycopg import pq
+
+    libpq = {d.keyword.decode() for d in pq.Conninfo.get_defaults()}
+    options: dict[str, object] = {}
+    for name, values in parse_qs(query).items():
+        if len(values) > 1:
+            raise ImproperlyConfigured(f"DATABASE_URL gives {name} {len(values)} times; give it once.")
+        value = values[0]
+        if name in _REFUSED_OPTIONS:
+            raise ImproperlyConfigured(f"DATABASE_URL's {name} is not supported: {_REFUSED_OPTIONS[name]}.")
+        if name == "server_side_binding":
+            if value.lower() in _TRUE:
+                raise ImproperlyConfigured(
+                    "DATABASE_URL's server_side_binding=true is not supported: some of the service's queries are "
+                    "several statements in one string, which server-side binding refuses. Leave it out."
+                )
+            if value.lower() not in _FALSE:
+                raise ImproperlyConfigured(f"DATABASE_URL's server_side_binding must be false, not {value!r}.")
+        elif name in libpq or name in _DJANGO_OPTIONS:
+            options[name] = value
+        else:
+            raise ImproperlyConfigured(
+                f"DATABASE_URL's {name} is neither a libpq connection parameter nor an option this service "
+                f"reads ({', '.join(sorted(_DJANGO_OPTIONS))})."
+            )
+    return options
+
+
 def database_from_url(
     url: str, *, pool_size: int = DB_POOL_SIZE, pool_timeout: float = DB_POOL_TIMEOUT
 ) -> dict[str, object]:
     parts = urlsplit(url)
-    query: dict[str, object] = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    query = _database_options(parts.query)
     host = str(query.pop("host", None) or parts.hostname or "")
     if pool_size:
         query["pool"] = {"min_size": pool_size, "max_size": pool_size, "timeout": pool_timeout}
