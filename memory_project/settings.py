@@ -119,10 +119,10 @@ DB_POOL_TIMEOUT = env_float("DB_POOL_TIMEOUT", 10.0, minimum=0.1, maximum=600)
 # off. The service cannot run with server-side binding anyway: several of its queries are more
 # than one statement in one string (`SET LOCAL ...; SELECT ...`), which a prepared statement
 # refuses; `server_side_binding=false` is what it does. Its transactions are written for READ
-# COMMITTED, and its pool is DB_POOL_SIZE.
+# COMMITTED (each connection is set to it: `database_from_url`), and its pool is DB_POOL_SIZE.
 _DJANGO_OPTIONS = {"assume_role"}
 _REFUSED_OPTIONS = {
-    "isolation_level": "the service's transactions are written for READ COMMITTED",
+    "isolation_level": "the service's transactions are written for READ COMMITTED, which every connection uses",
     "pool": "set DB_POOL_SIZE (and DB_POOL_TIMEOUT) instead",
 }
 _TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off"}
@@ -166,6 +166,12 @@ def database_from_url(
     host = str(query.pop("host", None) or parts.hostname or "")
     if pool_size:
         query["pool"] = {"min_size": pool_size, "max_size": pool_size, "timeout": pool_timeout}
+    # READ COMMITTED set on each connection, whatever the server's or the database's
+    # `default_transaction_isolation` says: without it Django leaves the server's default, and under
+    # REPEATABLE READ an audit append racing another read a stale end of the chain (governance.audit.chain).
+    from psycopg import IsolationLevel
+
+    query["isolation_level"] = IsolationLevel.READ_COMMITTED
     return {
         "ENGINE": "memory_project.postgres",
         "NAME": unquote(parts.path.lstrip("/")) or "postgres",

@@ -56,8 +56,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg.errors
 from django.conf import settings
-from django.db import Error, connection, transaction
+from django.db import Error, IntegrityError, OperationalError, connection, transaction
 from django.utils import timezone
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -195,10 +196,16 @@ def audit_append_many(entries: Sequence[AuditEntry]) -> list[AuditRecord]:
             )
             record.hash = prev_hash = record_hash(record.prev_hash, _hashed_fields(record))
             records.append(record)
-        if len(records) == 1:
-            _record_insert(records[0])
-        else:
-            AuditRecord.objects.bulk_create(records)
+        try:
+            if len(records) == 1:
+                _record_insert(records[0])
+            else:
+                AuditRecord.objects.bulk_create(records)
+        except IntegrityError as error:
+            if not _stale_end(error):
+                raise
+            message = "the audit chain moved on after this transaction's snapshot was taken; run it again"
+            raise OperationalError(message) from psycopg.errors.SerializationFailure(message)
         head = records[-1]
         seq, hash_, at = head.seq, head.hash, head.at
         chain = records[0].hash if records[0].seq == 1 else (first_hash or "")
@@ -251,6 +258,18 @@ def _chain_end_locked() -> tuple[int, str, str | None]:
     if row is None:
         return 0, GENESIS_HASH, None
     return int(row[0]), str(row[1]), row[2]
+
+
+def _stale_end(error: IntegrityError) -> bool:
+    """Whether an INSERT's integrity error is its meeting a record of its `seq`: the chain's end
+    this transaction read was stale. Under READ COMMITTED it cannot be (the read after the lock has
+    a snapshot of its own); under REPEATABLE READ or SERIALIZABLE (a caller's `SET TRANSACTION`) the
+    transaction reads with the snapshot of its first statement, which an append committed after it
+    is not in. The seq is unique, so the chain never forks: the transaction fails, and is answered
+    as what it is, a serialization failure (memoryapp.retry runs such a transaction again from the
+    start; elsewhere it is a 503), not a unique violation (a 500)."""
+    cause = error.__cause__
+    return isinstance(cause, psycopg.errors.UniqueViolation) and cause.diag.table_name == AuditRecord._meta.db_table
 
 
 def _record_insert(record: AuditRecord) -> None:

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
+from psycopg import IsolationLevel
 
 from memory_project import embedded
 from memory_project.settings import database_from_url
@@ -29,7 +30,11 @@ APP = "memory-pool-test"
 
 def test_a_pool_size_gives_djangos_pool_and_no_connection_kept_past_a_request() -> None:
     pooled = database_from_url("postgres://u:p@db.example:5432/memory?sslmode=require", pool_size=6, pool_timeout=4)
-    assert pooled["OPTIONS"] == {"sslmode": "require", "pool": {"min_size": 6, "max_size": 6, "timeout": 4}}
+    assert pooled["OPTIONS"] == {
+        "sslmode": "require",
+        "pool": {"min_size": 6, "max_size": 6, "timeout": 4},
+        "isolation_level": IsolationLevel.READ_COMMITTED,
+    }
     assert pooled["CONN_MAX_AGE"] == 0 and pooled["CONN_HEALTH_CHECKS"] is True
     plain = database_from_url("postgres://u:p@db.example:5432/memory", pool_size=0)
     assert "pool" not in plain["OPTIONS"]

@@ -4,6 +4,7 @@ import re
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from psycopg import IsolationLevel
 from rest_framework.test import APIClient
 
 from governance.models import AuditRecord
@@ -62,9 +63,13 @@ def test_database_url_reads_tcp_and_socket_forms() -> None:
         "u",
         "p@ss",
     )
-    assert tcp["OPTIONS"] == {"sslmode": "require"}
+    assert tcp["OPTIONS"] == {"sslmode": "require", "isolation_level": IsolationLevel.READ_COMMITTED}
     sock = database_from_url("postgresql://postgres:@/memory?host=/tmp/pg")
-    assert (sock["HOST"], sock["NAME"], sock["OPTIONS"]) == ("/tmp/pg", "memory", {})
+    assert (sock["HOST"], sock["NAME"], sock["OPTIONS"]) == (
+        "/tmp/pg",
+        "memory",
+        {"isolation_level": IsolationLevel.READ_COMMITTED},
+    )
 
 
 # --- key authentication -------------------------------------------------------------------------
