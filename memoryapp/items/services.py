@@ -53,6 +53,7 @@ from memoryapp.models.choices import TRUST_RANK, EvidenceStatus, ItemKind, ItemS
 from memoryapp.models.items import STALE_BECAUSE_KEY, subject_lookup
 from memoryapp.screening.screen import screener_for
 from memoryapp.subjects.detect import Written, key_people_set, mentions_record, rows_named
+from memoryapp.subjects.erasing import senders_erasing_refuse
 
 OPINION_REPEAT_GAIN = 0.1
 OPINION_CONTRADICTION_LOSS = 0.2
@@ -481,6 +482,13 @@ def item_state_write(
     if metadata is not None and not isinstance(metadata, dict):
         raise DomainError("invalid_value", "metadata must be an object.", field="metadata")
     checked_purposes = None if purposes is None else item_purposes_check(agent=agent, values=list(purposes))
+    if scope.user_id:
+        # Memory of a person being erased is refused (409): her erasure took the items and facts of
+        # her scope at its first step, and one written after it would outlive it, sealed under her
+        # key (memoryapp.subjects.erasing, step 5). Her eraser lock held shared to the end.
+        senders_erasing_refuse(
+            agent_id=agent.pk, senders={scope.user_id: "namespace" if namespace else "user_id"}, what="memory"
+        )
     screener = screener_for(agent=agent)
     held: list[str] = []
     if screener is not None:

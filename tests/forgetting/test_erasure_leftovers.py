@@ -14,12 +14,12 @@ from governance.models import JobRun
 from memoryapp.forgetting import mentions, person
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
-from memoryapp.models import Entry, PersonIdentifier, Thread
+from memoryapp.models import Entry, MemoryItem, PersonIdentifier, Thread
 from memoryapp.screening.identifiers import identifiers_given
 from memoryapp.subjects.erasing import erasing_mark, erasure_running, erasures_marked
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.forgetting.test_index_races import WAIT, Side
-from tests.kit.api import Caller, post_entry, post_thread
+from tests.kit.api import Caller, post_entry, post_item, post_thread
 from tests.kit.crypto import encrypted  # noqa: F401  (a fixture)
 from tests.kit.mentions import EMAIL, NAME, PERSON
 
@@ -211,3 +211,46 @@ def test_a_thread_listing_her_as_a_participant_made_after_the_participants_step_
     assert not Thread.objects.filter(agent=alice.agent, external_id="t-group").exists()
     for thread in Thread.objects.filter(agent=alice.agent):
         assert PERSON not in (thread.metadata or {}).get("memoryUserIds", []), thread.external_id
+
+
+def test_items_and_facts_of_her_scope_written_after_the_items_step_are_refused(alice: Caller) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    post_item(alice, kind="fact", subject="Ines", attribute="city", value="Lisbon", user_id=PERSON)
+    sent: list[Any] = []
+
+    def between_steps(step: str) -> None:
+        # The first point between the erasure's batches past its items step.
+        if step != "batch" or sent or MemoryItem.objects.filter(agent=alice.agent, user_id=PERSON).exists():
+            return
+        for work in (
+            lambda: alice.client.post(
+                "/api/v1/items",
+                {
+                    "kind": "fact",
+                    "subject": "Ines",
+                    "attribute": "employer",
+                    "value": "the harbour office",
+                    "user_id": PERSON,
+                },
+                format="json",
+            ),
+            lambda: alice.client.put(f"/api/v1/facts/users/{PERSON}/diet", {"value": "vegetarian"}, format="json"),
+        ):
+            writer = Side(work, "memory of her scope")
+            writer.join()
+            assert not writer.errors, writer.errors
+            sent.append(writer.answer)
+
+    cascade_step_hook(between_steps)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
+
+    item, fact = sent
+    # Before: 201 and 200, and both outlived her erasure (sealed under her destroyed key).
+    assert item.status_code == 409 and item.json()["error"]["field"] == "user_id", item.content
+    assert fact.status_code == 409 and fact.json()["error"]["field"] == "namespace", fact.content
+    assert {item.json()["error"]["code"], fact.json()["error"]["code"]} == {"person_being_erased"}
+    assert not MemoryItem.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    assert not MemoryItem.objects.filter(agent=alice.agent, namespace__startswith=f"users/{PERSON}").exists()
+    # Once it ended, memory of her is new, stored as any other.
+    assert post_item(alice, kind="fact", subject="Ines", attribute="city", value="Porto", user_id=PERSON)["id"]
