@@ -43,14 +43,14 @@ from memoryapp.models.people import MESSAGE_USER_KEY
 from memoryapp.screening.screen import screener_for
 from memoryapp.storable import json_text_may_hold_unstorable, storable_text_check, time_in_range
 from memoryapp.subjects.detect import mentions_record, thread_key_people_set
-from memoryapp.subjects.erasing import senders_erasing_refuse
+from memoryapp.subjects.erasing import participants_erasing_refuse, senders_erasing_refuse
 from memoryapp.threads.formats import FORMAT_VERSION, records_upgraded
 from memoryapp.threads.hooks import after_entries_added
 from memoryapp.threads.memory_switch import OFF_RANGES_KEY, memory_off_ranges
 from memoryapp.threads.redaction import redaction_apply
 from memoryapp.threads.screened import entries_screened
 from memoryapp.threads.selectors import thread_entries_iter
-from memoryapp.threads.services import entries_sealed_for_people
+from memoryapp.threads.services import PARTICIPANTS_FIELD, entries_sealed_for_people
 from memoryapp.threads.validation import (
     EVENT_TYPE_VALUES,
     entry_from_spec,
@@ -330,6 +330,9 @@ def thread_import(
         # A thread made about a person being erased is refused, as `thread_create` refuses it (her
         # erasure's step for her threads may be past: memoryapp.subjects.erasing, step 5).
         senders_erasing_refuse(agent_id=agent.pk, senders={thread.user_id: "user_id"}, what="thread")
+    # Nor may it list her as taking part, as `thread_create` refuses it (her erasure took her out
+    # of every participants list at one step).
+    participants_erasing_refuse(agent_id=agent.pk, before={}, after=metadata, field=PARTICIPANTS_FIELD)
     seqs, stored = _import_ids(agent=agent, nodes=nodes)
     entries = _import_entries(thread=thread, nodes=nodes, seqs=seqs, stored=stored)
     # A message sent by a person being erased is refused (409), as an append refuses it: stored

@@ -254,3 +254,23 @@ def test_items_and_facts_of_her_scope_written_after_the_items_step_are_refused(a
     assert not MemoryItem.objects.filter(agent=alice.agent, namespace__startswith=f"users/{PERSON}").exists()
     # Once it ended, memory of her is new, stored as any other.
     assert post_item(alice, kind="fact", subject="Ines", attribute="city", value="Porto", user_id=PERSON)["id"]
+
+
+def test_an_imported_thread_listing_her_as_a_participant_while_her_erasure_runs_is_refused(alice: Caller) -> None:
+    header = {
+        "type": "thread",
+        "thread": {"id": "t-group", "user_id": "u-carl", "metadata": {"memoryUserIds": ["u-carl", PERSON]}},
+    }
+    side, release = _eraser_holding(alice.agent.pk)
+    try:
+        answer = alice.client.post("/api/v1/threads/import", {"records": [header]}, format="json")
+    finally:
+        release.set()
+        side.join(WAIT)
+    # Before: 201, a thread listing her made after her erasure took her out of every list.
+    assert answer.status_code == 409, answer.content
+    error = answer.json()["error"]
+    assert error["code"] == "person_being_erased" and error["field"] == "metadata.memoryUserIds"
+    assert not Thread.objects.filter(agent=alice.agent, external_id="t-group").exists()
+    # Once it ended, the same file imports.
+    assert alice.client.post("/api/v1/threads/import", {"records": [header]}, format="json").status_code == 201
