@@ -1,6 +1,6 @@
 """Bench: the embedding job's throughput against the model's own, on the same texts, same run.
 
-    python bench/embedding_job.py [--entries 2000] [--rounds 2]
+    python bench/embedding_job.py [--entries 2000] [--rounds 2] [--chunks 64,8]
 
 Creates its own agent (deleted afterwards) with one thread of `--entries` turns without vectors
 (long and short turns mixed, as conversations go), then, `--rounds` times in turn:
@@ -9,6 +9,8 @@ Creates its own agent (deleted afterwards) with one thread of `--entries` turns 
   - job: `embed_pending` for the agent, what the `embedding` queue's task runs (it reads the
     pending turns a batch at a time, embeds them and writes their vectors), after the vectors of
     the round before were cleared.
+`--chunks 64,8` also times the raw encode with each number of texts per run of the model (its
+`BATCH`), taking turns each round: the model's own chunking, with nothing else changed.
 Prints entries/s of each and the job's share of the raw rate (medians of the rounds), by the
 clock and by CPU time: the CPU seconds of this process (the model, the job's Python) plus, for the
 job, those of its PostgreSQL backend (its queries, the vector index's inserts), read from /proc.
@@ -106,7 +108,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entries", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--chunks",
+        default="",
+        help="texts per run of the local model to compare on the raw encode, e.g. 64,8 (taking turns each round)",
+    )
     args = parser.parse_args()
+    chunks = [int(c) for c in args.chunks.split(",") if c.strip()]
 
     agent, _ = agent_get_or_create(slug=f"bench-{uuid.uuid4().hex[:10]}")
     try:
@@ -135,6 +143,28 @@ def main() -> None:
                 f"   embedding job {job_rates[-1]:6.1f} entries/s ({job_cpu_rates[-1]:6.1f} per CPU s;"
                 f" {done['entries']} embedded in {done['batches']} batches)"
             )
+        runs = model if isinstance(model, embedders.MiniLMInt8Model) else None
+        if chunks and runs is None:
+            print(f"  --chunks: {settings.EMBEDDING_MODEL} has no run size of its own to compare")
+        elif chunks and runs is not None:
+            chunk_cpu_rates: dict[int, list[float]] = {c: [] for c in chunks}
+            kept = runs.BATCH
+            try:
+                for _ in range(args.rounds):
+                    for chunk in chunks:
+                        runs.BATCH = chunk
+                        cpu = time.process_time()
+                        runs.documents(texts)
+                        chunk_cpu_rates[chunk].append(len(texts) / (time.process_time() - cpu))
+            finally:
+                runs.BATCH = kept
+            first = statistics.median(chunk_cpu_rates[chunks[0]])
+            for chunk in chunks:
+                rate = statistics.median(chunk_cpu_rates[chunk])
+                print(
+                    f"  raw encode {chunk:3d} texts a run: {rate:6.1f} entries per CPU s"
+                    f" = {rate / first:.2f}x {chunks[0]} a run{' (the model default)' if chunk == kept else ''}"
+                )
         raw, job = statistics.median(raw_rates), statistics.median(job_rates)
         raw_cpu, job_cpu = statistics.median(raw_cpu_rates), statistics.median(job_cpu_rates)
         print(f"embedding job {job:.1f} entries/s = {100 * job / raw:.0f}% of raw model encode ({raw:.1f} entries/s)")

