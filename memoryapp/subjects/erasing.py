@@ -48,7 +48,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connection, transaction
+import psycopg.errors
+from django.db import DatabaseError, OperationalError, connection, transaction
 from django.utils import timezone
 
 from governance import locks
@@ -99,7 +100,8 @@ def erasure_running(*, agent_id: int, user_id: str, wait: bool = True) -> Iterat
     being worked on (`erasures_marked`). A second erasure of the same person waits for this one
     (a worker's job: a staff request, a resume); with `wait` False (a web request, the agent's
     `forget`) it is refused at once instead, 409 `erasure_running`: a web worker never waits on an
-    erasure that may take minutes.
+    erasure that may take minutes (the writes of her memory committing, which hold the lock shared,
+    it waits for, briefly: `_lock_after_writers`).
 
     Inside a caller's transaction (a dry run) nothing is held: it marks nothing either."""
     if connection.in_atomic_block:
@@ -112,7 +114,7 @@ def erasure_running(*, agent_id: int, user_id: str, wait: bool = True) -> Iterat
         else:
             cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [locks.ERASURE_RUN, number])
             if not cursor.fetchone()[0]:
-                raise _erasure_running_conflict(agent_id=agent_id, user_id=user_id)
+                _lock_after_writers(agent_id=agent_id, user_id=user_id, number=number)
     try:
         yield
     finally:
@@ -121,6 +123,43 @@ def erasure_running(*, agent_id: int, user_id: str, wait: bool = True) -> Iterat
         # must not stand in for the erasure's in the job's report.
         with suppress(DatabaseError), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [locks.ERASURE_RUN, number])
+
+
+# How long a web request's erasure waits for the writes of the person's memory in flight, each of
+# which holds her eraser lock shared until it commits (`senders_erasing_refuse`): short transactions.
+WRITERS_WAIT = "5s"
+
+
+def _lock_after_writers(*, agent_id: int, user_id: str, number: int) -> None:
+    """The person's eraser lock, which the try did not get (`erasure_running` with `wait` False):
+    held by an eraser, a 409 `erasure_running` at once; held only shared, by writes of her memory
+    committing (no erasure runs), taken once they did, waiting at most WRITERS_WAIT (then 503: the
+    lock timeout is an outage to the middleware), a 409 again if an eraser took it meanwhile. The
+    wait is queued: a write naming her that asks after it is refused as during her erasure."""
+    if _eraser_holds(number):
+        raise _erasure_running_conflict(agent_id=agent_id, user_id=user_id)
+    try:
+        # A session lock taken inside a transaction outlives it: the transaction only bounds the wait.
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"SET LOCAL lock_timeout = '{WRITERS_WAIT}'")
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [locks.ERASURE_RUN, number])
+    except OperationalError as error:
+        if isinstance(error.__cause__, psycopg.errors.LockNotAvailable) and _eraser_holds(number):
+            raise _erasure_running_conflict(agent_id=agent_id, user_id=user_id) from error
+        raise
+
+
+def _eraser_holds(number: int) -> bool:
+    """Whether a process holds the person's eraser lock exclusive (an erasure runs), as
+    `erasures_marked` tells it."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted"
+            " AND mode = 'ExclusiveLock' AND classid = %s::oid AND objid = %s::oid"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+            [locks.ERASURE_RUN, number],
+        )
+        return bool(cursor.fetchone()[0])
 
 
 def _erasure_running_conflict(*, agent_id: int, user_id: str) -> Conflict:

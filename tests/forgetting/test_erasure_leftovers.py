@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 
 from governance.erasure.resume import RESUME_KIND, erasures_resume
 from governance.models import JobRun
@@ -16,7 +16,7 @@ from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
 from memoryapp.models import Entry, MemoryItem, PersonIdentifier, Thread
 from memoryapp.screening.identifiers import identifiers_given
-from memoryapp.subjects.erasing import erasing_mark, erasure_running, erasures_marked
+from memoryapp.subjects.erasing import erasing_mark, erasure_running, erasures_marked, senders_erasing_refuse
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.forgetting.test_index_races import WAIT, Side
 from tests.kit.api import Caller, post_entry, post_item, post_thread
@@ -274,3 +274,37 @@ def test_an_imported_thread_listing_her_as_a_participant_while_her_erasure_runs_
     assert not Thread.objects.filter(agent=alice.agent, external_id="t-group").exists()
     # Once it ended, the same file imports.
     assert alice.client.post("/api/v1/threads/import", {"records": [header]}, format="json").status_code == 201
+
+
+def test_a_forget_while_a_write_of_her_memory_commits_erases_and_is_no_409(alice: Caller) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    holding, release = threading.Event(), threading.Event()
+
+    def writer() -> None:
+        # A write of her memory (an item of her scope, a message of hers) holds her eraser lock
+        # shared until it commits (`senders_erasing_refuse`): no erasure runs.
+        try:
+            with transaction.atomic():
+                senders_erasing_refuse(agent_id=alice.agent.pk, senders={PERSON: "user_id"}, what="memory")
+                holding.set()
+                assert release.wait(WAIT)
+        finally:
+            connection.close()
+
+    side = threading.Thread(target=writer)
+    side.start()
+    assert holding.wait(WAIT)
+    # The write commits a moment after the forget asked.
+    timer = threading.Timer(0.5, release.set)
+    timer.start()
+    try:
+        answer = alice.client.post(f"/api/v1/users/{PERSON}/forget", {}, format="json")
+    finally:
+        release.set()
+        side.join(WAIT)
+        timer.cancel()
+    # Before: 409 erasure_running, "already being erased" while no erasure ran, and nothing erased.
+    assert answer.status_code == 200, answer.content
+    assert answer.json()["counts"]["threads"] == 1
+    assert not Thread.objects.filter(agent=alice.agent, external_id="t-ines").exists()
