@@ -40,12 +40,10 @@ def audit_anchor_file(tmp_path: Path, settings: Any) -> Path:
 @pytest.fixture(autouse=True)
 def broker_breaker_closed() -> None:
     """The broker breaker is per process: a test that took the broker away must not leave the
-    next test's sends skipped; nor may the debounce marks a test's writes saw pending (a run of
-    another test's database)."""
-    from governance.jobs.broker import broker_breaker_reset, debounce_seen_forget
+    next test's sends skipped."""
+    from governance.jobs.broker import broker_breaker_reset
 
     broker_breaker_reset()
-    debounce_seen_forget()
 
 
 @pytest.fixture

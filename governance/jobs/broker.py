@@ -13,7 +13,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import redis
-from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
@@ -175,7 +174,6 @@ def job_enqueue_debounced(
     agent_id: int | None = None,
     countdown: float | None = None,
     pending_ttl: int = 300,
-    settle: float = 0.0,
 ) -> JobRun | None:
     """Send at most one run per key while one is pending, for jobs asked for on every write.
 
@@ -183,24 +181,8 @@ def job_enqueue_debounced(
     the job clears the mark when it starts (`job_debounce_clear`), so a write that lands after
     the job read its rows sends the next run. The mark expires after `pending_ttl` seconds in
     case a run is lost before it starts. Returns the new run, or None when one was pending.
-
-    With `settle` (seconds; the embedding job's, asked for on every append), a process that saw
-    the mark pending (or set it) does not ask again for `settle` seconds (issue 26: that SET was
-    ~10% of a single append's web CPU). The job declares the same `debounce_settle`: it waits that
-    long after clearing the mark before it reads anything (`governance.jobs.declare.job`), so a
-    write that committed within `settle` of the mark being seen pending committed before the read
-    of the run that cleared it, or of a later one. Jobs run in the calling process
-    (CELERY_TASK_ALWAYS_EAGER) do not wait, so nothing is kept then.
     """
-    mark = debounce_mark(debounce_key)
-    keeping = settle > 0 and not current_app.conf.task_always_eager
-    if keeping and _pending_seen.get(mark, 0.0) > time.monotonic():
-        return None
-    asked_at = time.monotonic()
-    fresh = _debounce_mark_ask(mark, ttl=pending_ttl)
-    if keeping and fresh is not None:  # Redis answered: the mark is pending from asked_at on
-        _pending_seen_keep(mark, asked_at + settle)
-    if fresh is False:
+    if not debounce_mark_set(debounce_mark(debounce_key), ttl=pending_ttl):
         return None
     return job_enqueue(
         kind=kind,
@@ -212,45 +194,19 @@ def job_enqueue_debounced(
     )
 
 
-# Per process: debounce mark -> the time.monotonic() until which it is taken as pending unasked.
-_pending_seen: dict[str, float] = {}
-_PENDING_SEEN_MAX = 10_000
-
-
-def _pending_seen_keep(mark: str, until: float) -> None:
-    if len(_pending_seen) >= _PENDING_SEEN_MAX:
-        now = time.monotonic()
-        for name, kept in list(_pending_seen.items()):
-            if kept <= now:
-                _pending_seen.pop(name, None)
-        if len(_pending_seen) >= _PENDING_SEEN_MAX:
-            _pending_seen.clear()
-    _pending_seen[mark] = until
-
-
-def debounce_seen_forget() -> None:
-    """Ask Redis about every mark again (tests; `job_enqueue_debounced`'s `settle`)."""
-    _pending_seen.clear()
-
-
 def debounce_mark_set(key: str, *, ttl: int) -> bool:
     """Mark `key` (a `debounce_mark`) pending for `ttl` seconds; False when it was pending already.
 
     True when the broker is unwell (or resting after a failure): the caller then goes on to the
     JobRun dedupe of `job_enqueue`, which needs no broker.
     """
-    return _debounce_mark_ask(key, ttl=ttl) is not False
-
-
-def _debounce_mark_ask(key: str, *, ttl: int) -> bool | None:
-    """`debounce_mark_set`, None when the broker was not asked or did not answer."""
     if broker_resting():
-        return None
+        return True
     try:
         fresh = bool(broker_redis().set(key, "1", nx=True, ex=ttl))
     except redis.RedisError:
         _broker_failed()
-        return None
+        return True
     _broker_answered()
     return fresh
 

@@ -4,12 +4,11 @@ limits) and `@tick` (a beat task that finds work and enqueues jobs)."""
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
 from billiard.exceptions import TimeLimitExceeded
-from celery import Task, current_app, shared_task
+from celery import Task, shared_task
 from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
@@ -67,7 +66,6 @@ def job(
     time_limit: int | None = None,
     soft_time_limit: int | None = None,
     debounce: Callable[[JobRun], str] | None = None,
-    debounce_settle: float = 0.0,
 ) -> Callable[[Work], Any]:
     """Declare a job: `work(run)` becomes the Celery task `name`, whose one argument is a JobRun id.
 
@@ -84,10 +82,6 @@ def job(
       the run fails at once (`JobTask`).
     - debounce: the run's debounce key (`job_enqueue_debounced`), cleared as the run starts: a
       write after that point sends the next run.
-    - debounce_settle: seconds the run waits after clearing its debounce mark, before `work`
-      reads anything: the `settle` its writers pass to `job_enqueue_debounced`, for which they
-      take a mark they saw pending as pending without asking Redis (not when jobs run in the
-      calling process, CELERY_TASK_ALWAYS_EAGER, where no writer keeps one).
 
     The task acks late and rejects on worker loss: the message of a worker that died mid-run comes
     back and claims the run again (`job_start`). `work` ends the run with what it returns
@@ -101,8 +95,6 @@ def job(
         def body(run: JobRun) -> dict[str, Any] | None:
             if debounce is not None and (key := debounce(run)):
                 job_debounce_clear(key)
-                if debounce_settle > 0 and not current_app.conf.task_always_eager:
-                    time.sleep(debounce_settle)
             return work(run)
 
         def run_task(task: Any, run_id: int) -> None:

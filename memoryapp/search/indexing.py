@@ -36,12 +36,6 @@ CONTEXT_CHARS = 300
 MAX_EMBED_CHARS = 2000
 
 
-# A web process that saw an agent's embedding run pending does not ask again for this long; the
-# run waits as long after it clears its mark before it reads (issue 26: the mark's SET was ~10% of
-# a single append's web CPU; governance.jobs.broker.job_enqueue_debounced).
-EMBEDDING_SETTLE_SECONDS = 0.5
-
-
 def embedding_debounce_key(agent_id: int | None) -> str:
     return f"embed:{agent_id}"
 
@@ -49,9 +43,8 @@ def embedding_debounce_key(agent_id: int | None) -> str:
 def embedding_schedule(*, agent_id: int, debounced: bool = True) -> None:
     """Send the embedding job for the agent's entries and items not embedded yet.
 
-    Contract: called after commit by memoryapp.threads.hooks on every write, so it costs at most
-    one Redis round trip while a run is pending, and none for EMBEDDING_SETTLE_SECONDS after this
-    process saw one pending (governance.jobs.broker.job_enqueue_debounced). The sweep
+    Contract: called after commit by memoryapp.threads.hooks on every write, so it costs one
+    Redis round trip while a run is pending (governance.jobs.broker.job_enqueue_debounced). The sweep
     asks with `debounced=False`: Redis marks (lost, or left by a run that never started) are not
     consulted, the agent's queued run is reused (and sent if the broker never took it) or a new
     one is sent.
@@ -69,7 +62,6 @@ def embedding_schedule(*, agent_id: int, debounced: bool = True) -> None:
         agent_id=agent_id,
         debounce_key=key,
         countdown=1.0,
-        settle=EMBEDDING_SETTLE_SECONDS,
     )
 
 

@@ -21,7 +21,6 @@ from memoryapp.search.embedders import EmbedderError
     soft_time_limit=1500,
     time_limit=1800,
     debounce=lambda run: indexing.embedding_debounce_key(run.arguments.get("agent_id")),
-    debounce_settle=indexing.EMBEDDING_SETTLE_SECONDS,
 )
 def embed_pending(run: JobRun) -> dict[str, Any] | None:
     """Embed the agent's entries and items that have no vector yet (memoryapp.search.indexing)."""

@@ -19,13 +19,12 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from governance import locks
 from governance.audit.chain import audit_append
-from governance.jobs import declare, runs, sweep
+from governance.jobs import runs, sweep
 from governance.jobs.broker import (
     broker_breaker_reset,
     broker_epoch_mark,
     broker_redis,
     debounce_mark,
-    debounce_seen_forget,
     job_debounce_clear,
     job_enqueue,
     job_enqueue_debounced,
@@ -76,16 +75,6 @@ def always_busy(run: JobRun) -> None:
 @job(name="tests.jobs.broken", queue="governance", transient=(Busy,), retries=2, backoff=1, backoff_max=1)
 def broken(run: JobRun) -> None:
     raise ValueError("not a transient error")
-
-
-SETTLED_KEY = "tests-settled"
-settled_saw: list[tuple[str, Any]] = []
-
-
-@job(name="tests.jobs.settled", queue="governance", debounce=lambda run: SETTLED_KEY, debounce_settle=0.5)
-def settled(run: JobRun) -> dict[str, Any]:
-    settled_saw.append(("work", broker_redis().exists(debounce_mark(SETTLED_KEY))))
-    return {"done": True}
 
 
 @job(name="tests.jobs.time_limited", queue="governance", time_limit=60)
@@ -205,63 +194,6 @@ def test_debounced_enqueue_sends_one_run_while_one_is_pending() -> None:
         app.conf.task_always_eager = True
         job_debounce_clear("verify-debounce")
         broker_redis().delete("governance")  # the queue's list: leave no message for a later worker
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_process_that_saw_a_run_pending_asks_redis_again_only_after_its_settle() -> None:
-    key = "verify-settle"
-    mark = debounce_mark(key)
-    job_debounce_clear(key)
-    debounce_seen_forget()
-    app.conf.task_always_eager = False  # keep the run pending: nothing consumes queue `governance` here
-
-    def enqueue(settle: float) -> JobRun | None:
-        return job_enqueue_debounced(
-            kind="k", task_name=audit_verify_job.name, arguments={}, debounce_key=key, settle=settle
-        )
-
-    try:
-        first = enqueue(60)
-        assert first is not None and broker_redis().exists(mark)
-        # The run started and cleared its mark: it reads nothing for `settle` seconds, so this
-        # process, which saw its mark just now, takes it as pending without asking.
-        job_debounce_clear(key)
-        assert enqueue(60) is None
-        assert not broker_redis().exists(mark)  # not asked: no mark set
-        debounce_seen_forget()  # the settle went by
-        again = enqueue(60)
-        assert again is not None and again.pk == first.pk and broker_redis().exists(mark)  # still queued: reused
-        job_debounce_clear(key)
-        assert enqueue(0) is not None  # without a settle, every write asks
-        assert enqueue(0) is None
-    finally:
-        app.conf.task_always_eager = True
-        job_debounce_clear(key)
-        debounce_seen_forget()
-        broker_redis().delete("governance")  # the queue's list: leave no message for a later worker
-
-
-@pytest.mark.django_db
-def test_a_debounced_job_waits_its_settle_after_clearing_its_mark_and_before_its_work(monkeypatch) -> None:
-    monkeypatch.setattr(declare.time, "sleep", lambda seconds: settled_saw.append(("sleep", seconds)))
-    broker_redis().set(debounce_mark(SETTLED_KEY), "1", ex=60)
-    settled_saw.clear()
-    run = JobRun.objects.create(kind="k", task_name=settled.name)
-    app.conf.task_always_eager = False
-    try:
-        settled(run.pk)
-    finally:
-        app.conf.task_always_eager = True
-        job_debounce_clear(SETTLED_KEY)
-    assert settled_saw == [("sleep", 0.5), ("work", 0)]
-    run.refresh_from_db()
-    assert run.status == "succeeded"
-
-    # Jobs run in the calling process: no writer keeps a mark it saw, so nothing is waited for.
-    settled_saw.clear()
-    run = JobRun.objects.create(kind="k", task_name=settled.name)
-    settled(run.pk)
-    assert settled_saw == [("work", 0)]
 
 
 @pytest.mark.django_db(transaction=True)
