@@ -9,7 +9,7 @@ from governance.audit.chain import AUDIT_VERIFY_KIND, audit_verify
 from governance.crypto.envelope import OWNER_CACHE_SECONDS
 from governance.crypto.rotation import encryption_rotate
 from governance.erasure.resume import erasure_resume, erasures_resume
-from governance.erasure.services import erasure_run
+from governance.erasure.services import erasure_requests_retry_due, erasure_run
 from governance.export.services import export_run
 from governance.jobs import runs, sweep
 from governance.jobs.broker import job_enqueue
@@ -43,10 +43,15 @@ def erasure_resume_job(run: JobRun) -> dict[str, Any]:
 @tick(name="governance.tasks.erasures_resume_tick", queue="governance")
 def erasures_resume_tick() -> None:
     """Beat, every 5 minutes: a resume job for each person left marked as being erased by an
-    erasure no process runs and no request stands behind (governance.erasure.resume)."""
+    erasure no process runs and no request stands behind (governance.erasure.resume), and the
+    automatic retries due of failed erasure requests (`erasure_requests_retry_due`: an error that
+    passes by itself, bounded, with backoff)."""
     counts = erasures_resume()
     if counts["resumed"]:
         logger.info("erasures resumed: %s", counts)
+    retried = erasure_requests_retry_due()
+    if retried:
+        logger.info("erasure requests run again automatically: %s", retried)
 
 
 # Hours: a person with many threads is written at tens of MB/s (bench/export.py), never held in memory.

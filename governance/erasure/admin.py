@@ -24,9 +24,11 @@ from django.utils.safestring import SafeString
 from governance.audit.chain import canonical_json
 from governance.erasure.resume import requests_behind
 from governance.erasure.services import (
+    AUTO_RETRY_WAITS,
     EXCLUSION_REASONS,
     RETRYABLE,
     ErasureDryRun,
+    erasure_auto_retry,
     erasure_dry_run,
     erasure_preview,
     erasure_request_file,
@@ -369,6 +371,8 @@ class ErasureRequestAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
             running=obj.status in OPEN,
             refresh=REFRESH_SECONDS,
             stalled=erasure_request_stalled(obj),
+            auto_retry=erasure_auto_retry(obj),
+            auto_retries=len(AUTO_RETRY_WAITS),
             may_retry=self.may_retry(request) and (obj.status in RETRYABLE or erasure_request_stalled(obj)),
             run_url=reverse("admin:governance_jobrun_change", args=[obj.job_run_id]) if obj.job_run_id else "",
             marks=[]

@@ -9,8 +9,10 @@ mark: every write naming the person keeps storing the placeholder, and nothing e
    `locks.ERASURE_RUN`) or interrupted. Staff see both on the person's page and the request's.
 2. A mark a staff request stands behind (one of the person's requests queued, running or failed,
    covering that agent) is the request's to finish: the job sweep requeues a run whose worker
-   died, the officer runs a failed one again (its page says the person is still marked). The
-   sweep here leaves it alone: a request failing on an error would fail again every tick.
+   died, the beat runs a failed one again when its error passes by itself (bounded, with backoff:
+   governance.erasure.services.erasure_requests_retry_due), the officer any other once its cause
+   is fixed (its page says which, and that the person is still marked). The sweep here sends no
+   resume of its own: it would race the request.
 3. Any other mark (an agent's `forget`, which has no request) gets one resume job
    (`erasures_resume`, beat): named by one of the marked registry rows, never by the person, it
    runs `person_erase` again for that agent in the mark's mode (idempotent: it takes what is

@@ -35,6 +35,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.apps import apps
@@ -86,6 +87,26 @@ JOB_KIND = "erasure"
 Status = ErasureRequest.Status
 # Requests that may be run again from the admin.
 RETRYABLE = (Status.FAILED, Status.BLOCKED)
+# A request failed on an error that passes by itself is run again automatically (`erasure_auto_retry`),
+# at most this many times, each after its wait (counted from the failure); the page says when.
+AUTO_RETRY_WAITS = (timedelta(minutes=5), timedelta(minutes=30), timedelta(hours=2))
+AUTO_RETRY_ACTOR = "erasure:auto-retry"
+# The errors that pass by themselves (their type's name, as the request's `error` starts): the
+# database or the broker unreachable or restarted, a connection cut, the job's time limit. Any
+# other (a defect, a key that cannot open a row, a check refusing) fails the same way again.
+TRANSIENT_ERRORS = frozenset(
+    {
+        "OperationalError",
+        "InterfaceError",
+        "ConnectionError",
+        "ConnectionRefusedError",
+        "ConnectionResetError",
+        "TimeoutError",
+        "SoftTimeLimitExceeded",
+        "TimeLimitExceeded",
+        "WorkerLostError",
+    }
+)
 
 # Sample strings cut from the person's entries before erasure (kept in memory only).
 SAMPLES_MAX = 20
@@ -606,6 +627,69 @@ def erasure_request_retry(*, request: ErasureRequest, actor: str) -> ErasureRequ
     locked.refresh_from_db()
     _job_send(locked)
     return locked
+
+
+@dataclass(frozen=True)
+class AutoRetry:
+    """Whether a failed request is run again automatically, and when (`erasure_auto_retry`): `due`
+    the time of the next try (None: none), `attempt` its number among AUTO_RETRY_WAITS, `why_not`
+    what the request's page says when there is none."""
+
+    due: datetime | None
+    attempt: int
+    why_not: str
+
+
+def _attempts_failed(request: ErasureRequest) -> int:
+    """The request's job runs that failed (its first run, and each run again, automatic or not)."""
+    return JobRun.objects.filter(kind=JOB_KIND, arguments__request_id=request.pk, status=JobRun.Status.FAILED).count()
+
+
+def erasure_auto_retry(request: ErasureRequest) -> AutoRetry | None:
+    """A failed request's automatic retry (None for a request not failed). An error that passes by
+    itself (TRANSIENT_ERRORS: the database restarted, a connection cut, the time limit) is run again
+    after AUTO_RETRY_WAITS[n] from its failure, at most len(AUTO_RETRY_WAITS) times, counted by its
+    failed job runs: the erasure is idempotent and takes what is left. Any other error would fail
+    the same way again at every try (a defect, a row its key cannot open, a check refusing): the
+    officer runs it again once its cause is fixed, and the page says so."""
+    if request.status != Status.FAILED:
+        return None
+    kind = (request.error or "").split(":", 1)[0].strip()
+    if kind not in TRANSIENT_ERRORS:
+        return AutoRetry(
+            None,
+            0,
+            f"Not run again automatically: {kind or 'its error'} is not an error that passes by itself (the "
+            "database or a connection down, the time limit), so it would fail the same way again. Run it again "
+            "once its cause is fixed.",
+        )
+    failed = max(_attempts_failed(request), 1)
+    if failed > len(AUTO_RETRY_WAITS):
+        return AutoRetry(
+            None,
+            failed,
+            f"Not run again automatically any more: it failed {failed} times ({len(AUTO_RETRY_WAITS)} automatic "
+            "retries). Run it again once the cause is fixed.",
+        )
+    since = request.finished_at or request.created_at
+    return AutoRetry(since + AUTO_RETRY_WAITS[failed - 1], failed, "")
+
+
+def erasure_requests_retry_due(*, now: datetime | None = None) -> int:
+    """The beat's automatic retries (`erasure_auto_retry`): each failed request whose retry is due
+    is run again (`erasure_request_retry`, audited `erasure.retry` by AUTO_RETRY_ACTOR). Answers how many."""
+    now = now or timezone.now()
+    sent = 0
+    for request in ErasureRequest.objects.filter(status=Status.FAILED).order_by("pk"):
+        retry = erasure_auto_retry(request)
+        if retry is None or retry.due is None or retry.due > now:
+            continue
+        try:
+            erasure_request_retry(request=request, actor=AUTO_RETRY_ACTOR)
+        except DomainError:
+            continue  # run again meanwhile by an officer
+        sent += 1
+    return sent
 
 
 # --- probes -------------------------------------------------------------------------------------

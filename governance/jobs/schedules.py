@@ -45,7 +45,10 @@ SCHEDULES: tuple[Schedule, ...] = (
         task="governance.tasks.erasures_resume_tick",
         every=5,
         period="minutes",
-        description="Runs again each erasure a killed process left a person marked by, when no request stands behind it.",
+        description=(
+            "Runs again each erasure a killed process left a person marked by, when no request stands behind it,"
+            " and each failed erasure request whose error passes by itself (at most 3 times, with backoff)."
+        ),
         job_kind="erasure_resume",
     ),
     Schedule(

@@ -1,0 +1,114 @@
+"""A failed erasure request is run again automatically when its error passes by itself (the
+database down, a connection cut): bounded (governance.erasure.services.AUTO_RETRY_WAITS), each try
+after its wait, shown on the request's page; any other error is not, and the page says why."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import OperationalError
+
+from governance.erasure import services
+from governance.erasure.services import erasure_request_file
+from governance.models import AuditRecord, ErasureRequest
+from governance.tasks import erasures_resume_tick
+from memoryapp.models import Thread
+from tests.kit.admin import staff_client
+from tests.kit.api import Caller, post_entry, post_thread
+from tests.kit.mentions import PERSON
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# The policy docs/governance.md states (AUTO_RETRY_WAITS, AUTO_RETRY_ACTOR of the service).
+AUTO_RETRY_WAITS = (timedelta(minutes=5), timedelta(minutes=30), timedelta(hours=2))
+AUTO_RETRY_ACTOR = "erasure:auto-retry"
+
+
+def _page(request: ErasureRequest) -> str:
+    officer = staff_client(permissions=["view_erasurerequest", "change_erasurerequest"])
+    return officer.get(f"/admin/governance/erasurerequest/{request.pk}/change/").content.decode()
+
+
+def _failing(monkeypatch: pytest.MonkeyPatch, error: Exception) -> None:
+    def fails(**_: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(services, "person_erase", fails)
+
+
+def _waited(request: ErasureRequest, wait: timedelta) -> None:
+    """As if `wait` (and a minute) had passed since it failed."""
+    request.refresh_from_db()
+    assert request.finished_at is not None
+    ErasureRequest.objects.filter(pk=request.pk).update(finished_at=request.finished_at - wait - timedelta(minutes=1))
+
+
+def test_a_request_failed_on_the_database_is_run_again_after_its_wait(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    _failing(monkeypatch, OperationalError("the database system is shutting down"))
+    with django_capture_on_commit_callbacks(execute=True):
+        erasure_request_file(user_id=PERSON, actor="staff:pat")
+    monkeypatch.undo()
+    request = ErasureRequest.objects.get(user_id=PERSON)
+    assert request.status == ErasureRequest.Status.FAILED
+    # Before: nothing ran it again, and the page said nothing of it.
+    page = _page(request)
+    assert 'id="er-auto-retry"' in page and f"automatic retry 1 of {len(AUTO_RETRY_WAITS)}" in page
+    # Not before its wait.
+    with django_capture_on_commit_callbacks(execute=True):
+        erasures_resume_tick()
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.FAILED
+
+    _waited(request, AUTO_RETRY_WAITS[0])
+    with django_capture_on_commit_callbacks(execute=True):
+        erasures_resume_tick()
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.DONE, request.error
+    assert not Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    assert AuditRecord.objects.filter(action="erasure.retry", actor=AUTO_RETRY_ACTOR).count() == 1
+
+
+def test_automatic_retries_are_bounded_and_the_page_says_when_they_stopped(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    _failing(monkeypatch, OperationalError("could not connect to server"))
+    with django_capture_on_commit_callbacks(execute=True):
+        erasure_request_file(user_id=PERSON, actor="staff:pat")
+    request = ErasureRequest.objects.get(user_id=PERSON)
+    for wait in AUTO_RETRY_WAITS:
+        _waited(request, wait)
+        with django_capture_on_commit_callbacks(execute=True):
+            erasures_resume_tick()
+        request.refresh_from_db()
+        assert request.status == ErasureRequest.Status.FAILED
+    assert AuditRecord.objects.filter(action="erasure.retry", actor=AUTO_RETRY_ACTOR).count() == len(AUTO_RETRY_WAITS)
+    _waited(request, timedelta(days=30))
+    with django_capture_on_commit_callbacks(execute=True):
+        erasures_resume_tick()
+    assert AuditRecord.objects.filter(action="erasure.retry", actor=AUTO_RETRY_ACTOR).count() == len(AUTO_RETRY_WAITS)
+    page = _page(request)
+    assert "Not run again automatically any more" in page and 'id="er-retry"' in page
+
+
+def test_a_request_failed_on_another_error_is_not_run_again_and_the_page_says_why(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    _failing(monkeypatch, ValueError("a defect"))
+    with django_capture_on_commit_callbacks(execute=True):
+        erasure_request_file(user_id=PERSON, actor="staff:pat")
+    request = ErasureRequest.objects.get(user_id=PERSON)
+    _waited(request, timedelta(days=30))
+    with django_capture_on_commit_callbacks(execute=True):
+        erasures_resume_tick()
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.FAILED
+    page = _page(request)
+    assert "Not run again automatically: ValueError is not an error that passes by itself" in page
