@@ -48,6 +48,7 @@ from memoryapp.models import Agent, MemoryFileVersion, SubjectMention
 from memoryapp.models.choices import FileAuthor
 from memoryapp.screening.screen import screener_for
 from memoryapp.subjects.detect import Written, key_people_set, mentions_record, rows_named
+from memoryapp.subjects.erasing import senders_erasing_refuse
 
 # A writer that loses the race for a version number makes its change again on what stands.
 MAX_TRIES = 3
@@ -189,6 +190,11 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
             file_text_check(version.content, field="content")
             file_size_check(version.path, version.content)
     user_id, project_id, thread_id = access.scope
+    if user_id and any(p.content is not None for p in planned):
+        # A file of a person being erased is refused (409), as an item of her scope is: her erasure
+        # took the files of her scope at one step, and a version written after it would outlive it,
+        # sealed under her destroyed key (memoryapp.subjects.erasing, step 5). A deletion says nothing.
+        senders_erasing_refuse(agent_id=access.agent.pk, senders={user_id: "user_id"}, what="memory")
     last = dict(
         versions_for_agent(agent=access.agent)
         .filter(user_id=user_id, project_id=project_id, thread_id=thread_id, path__in=[p.path for p in planned])

@@ -14,12 +14,12 @@ from governance.models import JobRun
 from memoryapp.forgetting import mentions, person
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
-from memoryapp.models import Entry, MemoryItem, PersonIdentifier, Thread
+from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, PersonIdentifier, Thread
 from memoryapp.screening.identifiers import identifiers_given
 from memoryapp.subjects.erasing import erasing_mark, erasure_running, erasures_marked, senders_erasing_refuse
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.forgetting.test_index_races import WAIT, Side
-from tests.kit.api import Caller, post_entry, post_item, post_thread
+from tests.kit.api import Caller, create_memory_file, post_entry, post_item, post_thread, use_memory_tool
 from tests.kit.crypto import encrypted  # noqa: F401  (a fixture)
 from tests.kit.mentions import EMAIL, NAME, PERSON
 
@@ -308,3 +308,31 @@ def test_a_forget_while_a_write_of_her_memory_commits_erases_and_is_no_409(alice
     assert answer.status_code == 200, answer.content
     assert answer.json()["counts"]["threads"] == 1
     assert not Thread.objects.filter(agent=alice.agent, external_id="t-ines").exists()
+
+
+def test_a_memory_file_of_her_scope_written_after_the_files_step_is_refused(alice: Caller) -> None:
+    url = f"/api/v1/memory-tool?user_id={PERSON}"
+    create_memory_file(alice, "/memories/ines.md", "Ines flies on Friday.\n", url=url)
+    sent: list[Any] = []
+
+    def between_steps(step: str) -> None:
+        # The first point between the erasure's batches past its files step.
+        if step != "batch" or sent or MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON).exists():
+            return
+        command = {"command": "create", "path": "/memories/ines-passport.md", "file_text": "Passport PX4471.\n"}
+        writer = Side(lambda: use_memory_tool(alice, command, url), "a file of her scope")
+        writer.join()
+        assert not writer.errors, writer.errors
+        sent.append(writer.answer)
+
+    cascade_step_hook(between_steps)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
+
+    assert sent, "the hook never ran"
+    status, answer = sent[0]
+    # Before: 201, and the file outlived her erasure, sealed under her destroyed key.
+    assert status == 409, answer
+    assert answer["error"]["code"] == "person_being_erased", answer
+    assert not MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    # Once it ended, a file of her scope is a new one, stored as any other.
+    create_memory_file(alice, "/memories/ines.md", "Ines, again.\n", url=url)
