@@ -247,6 +247,13 @@ class MiniLMQ8Model(MiniLMInt8Model):
     onnxruntime and onnx, and a graph made otherwise (another version) is refused, not run."""
 
     Q8_SHA256 = "9e80251537633bab7d98c9a4f07070371d83f1d28e6994a1f5d93c53de3c5454"
+    # One text a run of the network: the activations are quantized with one scale for the whole
+    # run (DynamicQuantizeLinear), so a text encoded beside others got another vector than alone
+    # (cosine 0.96 to 0.99: a query, encoded alone, never met the turn it repeats exactly, and a
+    # `reembed` moved vectors with the company their texts kept). A text is its own run, padded
+    # with nothing: its vector is a function of the text. On LoCoMo turns with their previous turn
+    # (~290 characters) it costs ~5% more CPU a text than 8 at a time; on short texts up to ~1.5x.
+    BATCH = 1
     # What made the pinned graph (requirements.txt pins them).
     Q8_MADE_WITH = "onnx 1.23.1 and onnxruntime 1.32.0"
     # Why this process's quantizer was refused, by pinned hash: its versions do not change while it

@@ -186,6 +186,16 @@ def test_q8_is_made_once_checked_and_close_to_the_torch_model(var_dir: Path, tor
     assert made.read_bytes() != bytes(altered)
 
 
+def test_q8_gives_a_text_the_same_vector_whatever_it_is_encoded_with(var_dir: Path) -> None:
+    # Its activations are quantized with one scale a run: texts sharing a run would move each
+    # other's vectors ("ok" beside longer turns: cosine 0.96 to what it is alone).
+    model = MiniLMQ8Model()
+    texts = ["ok", *TEXTS, LONG, *(f"filler turn {i} about nothing much at all" for i in range(10))]
+    alone = [model.documents([text])[0] for text in texts]
+    assert model.documents(texts) == alone
+    assert model.queries(list(reversed(texts))) == list(reversed(alone))
+
+
 def test_q8_is_made_under_var_dir_not_the_systems_temp(
     var_dir: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
