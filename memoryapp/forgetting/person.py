@@ -32,7 +32,8 @@ Steps, in this order (derived memory before the entries it stands on):
 6. The consolidation records of the person's scope, and the job runs whose arguments or results
    name the person.
 7. (`erase`) The person's data key is destroyed. 8. (`redact`) Her threads, which stay, are held
-   and what was appended to them since step 2 is redacted: the erasure's last look at them.
+   and what was appended to them since step 2 is redacted: the erasure's last look at them (run
+   before her audit pseudonyms are forgotten: its records would make her secret again).
 
 Every batch writes one audit record: counts only, never the person's id (the audit chain cannot
 be edited; the caller's request record says whom it was for).
@@ -435,18 +436,19 @@ def person_erase(
             registered = identifiers_delete(agent_ids=[agent_id], user_id=user_id)
             if registered:
                 counts["identifiers"] = counts.get("identifiers", 0) + registered
+            if mode == "redact":
+                # 8. Her threads stay in `redact` mode, and a turn appended to one after step 2 would
+                # outlive the erasure as written: the last step redacts what they gained meanwhile,
+                # her threads held (FOR UPDATE, as an append holds its thread) in one transaction, so
+                # an append after it is after the erasure. Before her pseudonyms go: its audit
+                # records name her thread, and would make her secret again.
+                counts_add(counts, _threads_redact_last(agent_id=agent_id, user_id=user_id, actor=actor))
             # 7. Crypto-shredding (encryption on): the person's data key goes, so a copy of their rows
             # that outlives this (a backup, a dump, a replica) no longer opens. Erase only: a redaction
             # keeps rows sealed under it.
             # The audit trail's pseudonyms of the person and their threads link to no one now (a
             # redaction too: the leftover scan would find the secret's row naming them).
             pseudonyms_forget(agent_id=agent_id, user_id=user_id)
-            if mode == "redact":
-                # 8. Her threads stay in `redact` mode, and a turn appended to one after step 2 would
-                # outlive the erasure as written: the last step redacts what they gained meanwhile,
-                # her threads held (FOR UPDATE, as an append holds its thread) in one transaction, so
-                # an append after it is after the erasure.
-                counts_add(counts, _threads_redact_last(agent_id=agent_id, user_id=user_id, actor=actor))
             if mode == "erase":
                 counts_add(counts, _words_of_released(agent_id=agent_id, user_id=user_id))
                 counts_add(counts, _key_people_released(agent_id=agent_id, user_id=user_id))

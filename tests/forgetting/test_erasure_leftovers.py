@@ -10,7 +10,7 @@ import pytest
 from django.db import connection, transaction
 
 from governance.erasure.resume import RESUME_KIND, erasures_resume
-from governance.models import JobRun
+from governance.models import JobRun, PseudonymKey
 from memoryapp.forgetting import mentions, person
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
@@ -336,3 +336,29 @@ def test_a_memory_file_of_her_scope_written_after_the_files_step_is_refused(alic
     assert not MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     # Once it ended, a file of her scope is a new one, stored as any other.
     create_memory_file(alice, "/memories/ines.md", "Ines, again.\n", url=url)
+
+
+def test_in_redact_mode_the_last_sweep_leaves_her_no_pseudonym_secret(alice: Caller) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    sent: list[Any] = []
+
+    def between_steps(step: str) -> None:
+        if step != "batch" or sent or not _her_thread_redacted(alice):
+            return
+        writer = Side(
+            lambda: post_entry(alice, "t-ines", role="user", content="My passport number is PX4471."),
+            "appends to her thread",
+        )
+        writer.join()
+        assert not writer.errors, writer.errors
+        sent.append(writer.answer)
+
+    cascade_step_hook(between_steps)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice")
+
+    assert sent, "the hook never ran"
+    assert not Entry.objects.filter(agent=alice.agent, content__icontains="passport").exists()
+    # Before: the last sweep's audit record of the turn it redacted made her secret again, after
+    # the erasure had deleted it: her pseudonyms in the audit trail linked to her once more.
+    assert not PseudonymKey.objects.filter(agent_id=alice.agent.pk, user_id=PERSON).exists()
