@@ -178,6 +178,14 @@ def audit_append_many(entries: Sequence[AuditEntry]) -> list[AuditRecord]:
     # rolled back with its transaction; a failure here dooms it, as the change it audits must not
     # commit without them. A caller that goes on after a failure wraps the append in its own atomic.
     with transaction.atomic(savepoint=False):
+        if len(entries) == 1:
+            one = _one_record_appended(entries[0])
+            if one is not None:
+                head, chain = one
+                transaction.on_commit(
+                    lambda: anchor_append(chain=chain, seq=head.seq, hash_=head.hash, at=head.at), robust=True
+                )
+                return [head]
         seq, prev_hash, first_hash = _chain_end_locked()
         records: list[AuditRecord] = []
         for entry in entries:
@@ -282,6 +290,73 @@ def _record_insert(record: AuditRecord) -> None:
         record.pk = cursor.fetchone()[0]
     record._state.adding = False
     record._state.db = connection.alias
+
+
+# One record in one round trip (the usual append: one a write): the chain's lock, then an INSERT that
+# reads the chain's end and computes the record's hash in the database, as `record_hash` does: the
+# SHA-256 of the previous hash and the canonical JSON of the hashed fields, whose only part the
+# client does not know beforehand is the seq (`_hashed_parts`). It answers the chain's name too.
+_ONE_RECORD_INSERT = (
+    sql.SQL(
+        "WITH chain_end AS (SELECT seq, hash FROM {table} ORDER BY seq DESC LIMIT 1),"
+        " prev AS (SELECT COALESCE((SELECT seq FROM chain_end), 0) + 1 AS seq,"
+        " COALESCE((SELECT hash FROM chain_end), %s) AS hash)"
+        " INSERT INTO {table} ({columns}, prev_hash, hash)"
+        " SELECT prev.seq, {values}, prev.hash,"
+        " encode(sha256(convert_to(prev.hash || %s || prev.seq::text || %s, 'UTF8')), 'hex') FROM prev"
+        " RETURNING id, seq, prev_hash, hash, (SELECT hash FROM {table} WHERE seq = 1)"
+    )
+    .format(
+        table=_TABLE,
+        columns=sql.SQL(", ").join(map(sql.Identifier, _RECORD_COLUMNS)),
+        values=sql.SQL(", ").join(sql.Placeholder() for _ in range(len(_RECORD_COLUMNS) - 1)),
+    )
+    .as_string(None)
+)
+_LOCK_THEN_ONE_RECORD = f"{_LOCK}; {_ONE_RECORD_INSERT}"
+
+
+def _hashed_parts(record: AuditRecord) -> tuple[str, str]:
+    """`canonical_json(_hashed_fields(record))` as the text before its seq's digits and the text
+    after them: its keys are sorted and `seq` is a top-level one, so the record's JSON is the
+    object of the keys before `seq`, then `"seq":<digits>`, then the object of those after."""
+    fields = _hashed_fields(record)
+    del fields["seq"]
+    before = {key: value for key, value in fields.items() if key < "seq"}
+    after = {key: value for key, value in fields.items() if key > "seq"}
+    assert before and after
+    return canonical_json(before)[:-1] + ',"seq":', "," + canonical_json(after)[1:]
+
+
+def _one_record_appended(entry: AuditEntry) -> tuple[AuditRecord, str] | None:
+    """Append one record in one round trip (`_ONE_RECORD_INSERT`), under the chain's lock taken in
+    the same query string (the simple query protocol runs each statement with a snapshot of its own:
+    the INSERT's chain end is read once the lock is held). Answers the record and the chain's name;
+    None where the cursor binds on the server (one statement at a time: the caller appends as usual)."""
+    record = AuditRecord(
+        seq=0,
+        at=timezone.now(),
+        action=entry.action,
+        actor=entry.actor[:200],
+        agent_id=entry.agent_id,
+        thread_id=entry.thread_id,
+        subject=entry.subject[:300],
+        outcome=entry.outcome[:100],
+        details=json.loads(canonical_json(entry.details)),
+    )
+    with connection.cursor() as cursor:
+        if not isinstance(cursor.cursor, psycopg.ClientCursor):
+            return None
+        before, after = _hashed_parts(record)
+        values = [getattr(record, name) for name in _RECORD_COLUMNS[1:]]
+        values[_RECORD_COLUMNS.index("details") - 1] = Jsonb(record.details)
+        cursor.execute(_LOCK_THEN_ONE_RECORD, [locks.AUDIT_CHAIN, GENESIS_HASH, *values, before, after])
+        cursor.nextset()
+        pk, seq, prev_hash, hash_, first_hash = cursor.fetchone()
+    record.pk, record.seq, record.prev_hash, record.hash = pk, int(seq), str(prev_hash), str(hash_)
+    record._state.adding = False
+    record._state.db = connection.alias
+    return record, (record.hash if record.seq == 1 else (first_hash or ""))
 
 
 # The appends of the rehearsal under way in this thread (None: appends are written).

@@ -74,15 +74,37 @@ def test_rolled_back_transaction_takes_its_record_with_it() -> None:
 
 
 @pytest.mark.django_db
-def test_an_append_takes_the_lock_and_reads_the_chains_end_in_one_round_trip() -> None:
-    """Two statements in one query string (each its own snapshot: the read after the lock is
-    held, as the concurrent appends below show), then the INSERT."""
+def test_an_append_takes_the_lock_reads_the_chains_end_and_inserts_in_one_round_trip() -> None:
+    """Two statements in one query string (each its own snapshot: the INSERT's read of the chain's
+    end after the lock is held, as the concurrent appends below show), the hash made in the
+    database as `record_hash` makes it."""
     audit_append(action="first")
     with CaptureQueriesContext(connection) as queries:
         second = audit_append(action="second")
-    assert len(queries) == 2
+    assert len(queries) == 1
     assert "pg_advisory_xact_lock" in queries[0]["sql"] and "ORDER BY seq DESC" in queries[0]["sql"]
-    assert second.seq == 2 and audit_verify().ok
+    assert "INSERT INTO" in queries[0]["sql"]
+    stored = AuditRecord.objects.get(seq=2)
+    assert second.seq == 2 and second.hash == stored.hash and second.prev_hash == stored.prev_hash
+    assert stored.prev_hash == AuditRecord.objects.get(seq=1).hash
+    assert audit_verify().ok
+
+
+@pytest.mark.django_db
+def test_the_databases_hash_of_a_record_is_the_clients() -> None:
+    """Text beyond ASCII, quotes, a nested `seq` key, numbers and nulls in the details: the hash the
+    INSERT computes is `record_hash` of the record as read back (what `audit_verify` checks)."""
+    for n, details in enumerate(
+        [
+            {},
+            {"seq": 0, "nested": {"seq": "1", "z": [1, 2.5, None, True]}, 'a"b': "caf\u00e9 \u2603 \U0001f600"},
+            {"text": "line\nbreak \\ back\tslash"},
+        ]
+    ):
+        record = audit_append(action=f"r{n}", actor="Zo\u00eb", subject='\u00e1"x"', agent_id=None, details=details)
+        stored = AuditRecord.objects.get(pk=record.pk)
+        assert stored.hash == record_hash(stored.prev_hash, _hashed_fields(stored)) == record.hash
+    assert audit_verify().ok
 
 
 @pytest.mark.django_db(transaction=True)
