@@ -281,7 +281,14 @@ def _phones(recognizer: Any) -> Detector:
         def _parse_and_verify(self, candidate: str, offset: int) -> Any:
             text, end = self.text, offset + len(candidate)
             # Any region reads a number written with its country code alike (see above).
-            plus = candidate.startswith(_PLUS_SIGNS) and _country_code_written(candidate)
+            plus = False
+            if candidate.startswith(_PLUS_SIGNS):
+                # A verdict on the candidate alone: kept with the write's, once a candidate.
+                written = ("phone-country-code", candidate)
+                known = self.parsed.get(written)
+                if known is None:
+                    known = self.parsed[written] = _country_code_written(candidate)
+                plus = bool(known)
             self.read_in_region = self.read_in_region or not plus
             key = (
                 "phone",
@@ -858,8 +865,28 @@ def nothing_possible_many(joined: JoinedTexts, categories: Iterable[str]) -> lis
         for k in joined.holding(b"x" * 11, joined.classes()):
             at = joined.joined[k]
             if answer[at]:
-                answer[at] = nothing_possible(joined.texts[k], categories)
+                answer[at] = _long_words_quiet(joined.texts[k], looked_for)
     return answer
+
+
+def _long_words_quiet(text: str, looked_for: set[str]) -> bool:
+    """`nothing_possible` of a text that passed every other test above (an ASCII text with no digit,
+    `@`, two colons, secret keyword, `bearer` or key header): what is left of its checks reads only
+    its words of 11 characters or more, which are read alone. National ids: a run of 16 letters and
+    digits (within one word); secrets: a word of 11, sentence punctuation around it aside, that is
+    not all letters (`_may_hold_secret`). Some 1 against 6 us a turn for `nothing_possible` itself,
+    which encoded, split and lowered the whole text again."""
+    national, secret = NATIONAL_ID in looked_for, SECRET in looked_for
+    for word in text.split():
+        if len(word) < 11:
+            continue
+        if national and len(word) >= 16 and _LONG_ALNUM_RUN.search(word) is not None:
+            return False
+        if secret:
+            stripped = word.strip(_SENTENCE_PUNCTUATION)
+            if len(stripped) >= 11 and not stripped.isalpha():
+                return False
+    return True
 
 
 def _findings(text: str, categories: Iterable[str], memo: Memo | None) -> list[Finding]:
