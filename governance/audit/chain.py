@@ -333,30 +333,68 @@ def _one_record_appended(entry: AuditEntry) -> tuple[AuditRecord, str] | None:
     the same query string (the simple query protocol runs each statement with a snapshot of its own:
     the INSERT's chain end is read once the lock is held). Answers the record and the chain's name;
     None where the cursor binds on the server (one statement at a time: the caller appends as usual)."""
-    record = AuditRecord(
-        seq=0,
-        at=timezone.now(),
-        action=entry.action,
-        actor=entry.actor[:200],
-        agent_id=entry.agent_id,
-        thread_id=entry.thread_id,
-        subject=entry.subject[:300],
-        outcome=entry.outcome[:100],
-        details=json.loads(canonical_json(entry.details)),
-    )
     with connection.cursor() as cursor:
         if not isinstance(cursor.cursor, psycopg.ClientCursor):
             return None
-        before, after = _hashed_parts(record)
-        values = [getattr(record, name) for name in _RECORD_COLUMNS[1:]]
-        values[_RECORD_COLUMNS.index("details") - 1] = Jsonb(record.details)
-        cursor.execute(_LOCK_THEN_ONE_RECORD, [locks.AUDIT_CHAIN, GENESIS_HASH, *values, before, after])
+        folded = AuditFolded(entry, named=True)
+        cursor.execute(folded.sql, folded.params)
+        return folded.read(cursor, anchored=False), folded.chain
+
+
+class AuditFolded:
+    """One record appended by statements the caller sends after its own in one query string (a write
+    whose statement is a round trip anyway: the screening decisions of an append,
+    memoryapp.threads.services `_entries_write`): `sql` (the chain's lock, then the INSERT of
+    `_ONE_RECORD_INSERT`) and `params` to append to the caller's; once it ran, `read(cursor)` with
+    the cursor moved past the caller's results (`nextset`). The record is anchored after the commit as
+    `audit_append` anchors it. Only for a cursor that binds on the client (`audit_folded`)."""
+
+    sql = _LOCK_THEN_ONE_RECORD
+
+    def __init__(self, entry: AuditEntry, *, named: bool = False) -> None:
+        """`named`: the entry's person already written as pseudonyms (`AuditEntry.named`)."""
+        entry = entry if named else entry.named()
+        self.record = AuditRecord(
+            seq=0,
+            at=timezone.now(),
+            action=entry.action,
+            actor=entry.actor[:200],
+            agent_id=entry.agent_id,
+            thread_id=entry.thread_id,
+            subject=entry.subject[:300],
+            outcome=entry.outcome[:100],
+            details=json.loads(canonical_json(entry.details)),
+        )
+        before, after = _hashed_parts(self.record)
+        values = [getattr(self.record, name) for name in _RECORD_COLUMNS[1:]]
+        values[_RECORD_COLUMNS.index("details") - 1] = Jsonb(self.record.details)
+        self.params = [locks.AUDIT_CHAIN, GENESIS_HASH, *values, before, after]
+        self.chain = ""
+
+    def read(self, cursor: Any, *, anchored: bool = True) -> AuditRecord:
+        """The record as the INSERT stored it, read with the cursor on the lock's result (the caller
+        moved past its own statements' results). `anchored`: its anchor line is appended after the
+        commit here."""
         cursor.nextset()
         pk, seq, prev_hash, hash_, first_hash = cursor.fetchone()
-    record.pk, record.seq, record.prev_hash, record.hash = pk, int(seq), str(prev_hash), str(hash_)
-    record._state.adding = False
-    record._state.db = connection.alias
-    return record, (record.hash if record.seq == 1 else (first_hash or ""))
+        record = self.record
+        record.pk, record.seq, record.prev_hash, record.hash = pk, int(seq), str(prev_hash), str(hash_)
+        record._state.adding = False
+        record._state.db = connection.alias
+        self.chain = chain = record.hash if record.seq == 1 else (first_hash or "")
+        if anchored:
+            seq, hash_, at = record.seq, record.hash, record.at
+            transaction.on_commit(lambda: anchor_append(chain=chain, seq=seq, hash_=hash_, at=at), robust=True)
+        return record
+
+
+def audit_folded(cursor: Any, entry: AuditEntry) -> AuditFolded | None:
+    """The record to append by the caller's statement on `cursor` (`AuditFolded`); None where it
+    cannot be: in a rehearsal (nothing is written), or on a cursor that binds on the server (one
+    statement a query): the caller then appends it with `audit_append`."""
+    if _rehearsal.get() is not None or not isinstance(getattr(cursor, "cursor", cursor), psycopg.ClientCursor):
+        return None
+    return AuditFolded(entry)
 
 
 # The appends of the rehearsal under way in this thread (None: appends are written).

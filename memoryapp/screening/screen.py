@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from governance.audit.chain import audit_append
+from governance.audit.chain import AuditEntry, audit_append, audit_append_many
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent
 from memoryapp.screening.batch import JoinedTexts
@@ -138,10 +138,21 @@ class Screener:
     def record(self, *, actor: str = "", thread_id: str = "", subject: str = "", person: str = "") -> None:
         """Audit this write's decisions (nothing when there were none), in the caller's transaction;
         `person` owns the thread (its id is written as their pseudonym)."""
+        entry = self.audit_entry(actor=actor, thread_id=thread_id, subject=subject, person=person)
+        if entry is not None:
+            audit_append_many([entry])
+
+    def audit_entry(
+        self, *, actor: str = "", thread_id: str = "", subject: str = "", person: str = ""
+    ) -> AuditEntry | None:
+        """The audit record of this write's decisions as `record` appends it (None when there were
+        none), for the caller to append (with its write's statement: memoryapp.threads.services
+        `_entries_write`); the decisions are taken, so `record` then appends nothing."""
         if not self.decisions:
-            return
+            return None
         decisions = list(self.decisions)
-        audit_append(
+        self.decisions.clear()
+        return AuditEntry(
             action="screening.screened",
             actor=actor,
             agent_id=self.agent_id,
@@ -156,7 +167,6 @@ class Screener:
                 "count": len(decisions),
             },
         )
-        self.decisions.clear()
 
 
 def _redacted(text: str, found: list[Finding]) -> str:

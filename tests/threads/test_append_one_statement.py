@@ -342,3 +342,26 @@ def test_a_batch_stores_its_json_values_as_a_single_append_stores_them(
             AWKWARD["tool_calls"],
             AWKWARD["metadata"],
         )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("count", [1, 3])
+def test_screenings_audit_record_goes_with_the_writes_statement(alice: Caller, count: int) -> None:
+    """A write whose screening decided something appends its `screening.screened` record by the
+    query string of the write's own statement (the chain's lock and the INSERT after it): no round
+    trip of its own, the record whole and the chain unbroken."""
+    from governance.audit.chain import audit_verify
+
+    post_thread(alice, "t-1")
+    specs = [{"role": "user", "content": f"turn {n}: my card is 4111 1111 1111 1111"} for n in range(count)]
+    with CaptureQueriesContext(connection) as captured, transaction.atomic():
+        services.thread_append(agent=alice.agent, external_id="t-1", entries=specs)
+    audited = [q["sql"] for q in captured.captured_queries if "governance_auditrecord" in q["sql"]]
+    assert len(audited) == 1 and "memoryapp_thread" in audited[0] and "pg_advisory_xact_lock" in audited[0]
+    stored = list(Entry.objects.filter(thread__external_id="t-1").values_list("content", flat=True))
+    assert stored == [f"turn {n}: my card is [payment_card]" for n in range(count)]
+    record = AuditRecord.objects.get(action="screening.screened", agent_id=alice.agent.pk)
+    assert record.outcome == "redact" and record.details["count"] >= 1
+    assert {(d["category"], d["action"]) for d in record.details["decisions"]} == {("payment_card", "redact")}
+    assert "4111" not in json.dumps(record.details)
+    assert audit_verify().ok
