@@ -204,16 +204,11 @@ def audit_append_many(entries: Sequence[AuditEntry]) -> list[AuditRecord]:
             )
             record.hash = prev_hash = record_hash(record.prev_hash, _hashed_fields(record))
             records.append(record)
-        try:
+        with audit_stale_end_refused():
             if len(records) == 1:
                 _record_insert(records[0])
             else:
                 AuditRecord.objects.bulk_create(records)
-        except IntegrityError as error:
-            if not _stale_end(error):
-                raise
-            message = "the audit chain moved on after this transaction's snapshot was taken; run it again"
-            raise OperationalError(message) from psycopg.errors.SerializationFailure(message)
         head = records[-1]
         seq, hash_, at = head.seq, head.hash, head.at
         chain = records[0].hash if records[0].seq == 1 else (first_hash or "")
@@ -266,6 +261,20 @@ def _chain_end_locked() -> tuple[int, str, str | None]:
     if row is None:
         return 0, GENESIS_HASH, None
     return int(row[0]), str(row[1]), row[2]
+
+
+@contextmanager
+def audit_stale_end_refused() -> Iterator[None]:
+    """A record's INSERT that met a record of its `seq` (`_stale_end`) raised as the serialization
+    failure it is; any other error as it is. Around every statement that appends records (those
+    that append one in the caller's statement too: `AuditFolded`)."""
+    try:
+        yield
+    except IntegrityError as error:
+        if not _stale_end(error):
+            raise
+        message = "the audit chain moved on after this transaction's snapshot was taken; run it again"
+        raise OperationalError(message) from psycopg.errors.SerializationFailure(message)
 
 
 def _stale_end(error: IntegrityError) -> bool:
@@ -337,7 +346,8 @@ def _one_record_appended(entry: AuditEntry) -> tuple[AuditRecord, str] | None:
         if not isinstance(cursor.cursor, psycopg.ClientCursor):
             return None
         folded = AuditFolded(entry, named=True)
-        cursor.execute(folded.sql, folded.params)
+        with audit_stale_end_refused():
+            cursor.execute(folded.sql, folded.params)
         return folded.read(cursor, anchored=False), folded.chain
 
 
@@ -345,8 +355,9 @@ class AuditFolded:
     """One record appended by statements the caller sends after its own in one query string (a write
     whose statement is a round trip anyway: the screening decisions of an append,
     memoryapp.threads.services `_entries_write`): `sql` (the chain's lock, then the INSERT of
-    `_ONE_RECORD_INSERT`) and `params` to append to the caller's; once it ran, `read(cursor)` with
-    the cursor moved past the caller's results (`nextset`). The record is anchored after the commit as
+    `_ONE_RECORD_INSERT`) and `params` to append to the caller's (its execute within
+    `audit_stale_end_refused`); once it ran, `read(cursor)` with the cursor moved past the caller's
+    results (`nextset`). The record is anchored after the commit as
     `audit_append` anchors it. Only for a cursor that binds on the client (`audit_folded`)."""
 
     sql = _LOCK_THEN_ONE_RECORD

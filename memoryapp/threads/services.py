@@ -21,7 +21,13 @@ from django.db.models.base import ModelState
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from governance.audit.chain import AuditEntry, audit_append, audit_append_many, audit_folded
+from governance.audit.chain import (
+    AuditEntry,
+    audit_append,
+    audit_append_many,
+    audit_folded,
+    audit_stale_end_refused,
+)
 from governance.audit.pseudonyms import pseudonym_names
 from governance.crypto.fields import BatchSealer
 from governance.crypto.keyring import encryption_enabled
@@ -602,7 +608,7 @@ def _entries_write(
     event = event_insert_one(
         agent_id=locked.agent_id, type="entry.added", thread_id=locked.external_id, ids=[e.id for e in entries]
     )
-    with connection.cursor() as cursor:
+    with connection.cursor() as cursor, audit_stale_end_refused():
         folded = audit_folded(cursor, audit) if audit is not None else None
         tail, tail_params = (f"; {folded.sql}", folded.params) if folded is not None else ("", [])
         if len(rows) == 1 and event is not None:
