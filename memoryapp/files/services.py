@@ -20,6 +20,7 @@ from governance import locks
 from governance.audit.chain import audit_append
 from governance.crypto.fields import sealed_update
 from memoryapp.content import REDACTED_TEXT
+from memoryapp.errors import Conflict
 from memoryapp.events.services import event_record
 from memoryapp.files.access import FileAccess
 from memoryapp.files.errors import MemoryFileError, changed_since_read, concurrent_change
@@ -194,7 +195,7 @@ def _write_versions(access: FileAccess, planned: list[PlannedVersion]) -> list[M
         # A file of a person being erased is refused (409), as an item of her scope is: her erasure
         # took the files of her scope at one step, and a version written after it would outlive it,
         # sealed under her destroyed key (memoryapp.subjects.erasing, step 5). A deletion says nothing.
-        senders_erasing_refuse(agent_id=access.agent.pk, senders={user_id: "user_id"}, what="memory")
+        _scope_erasing_refuse(access)
     last = dict(
         versions_for_agent(agent=access.agent)
         .filter(user_id=user_id, project_id=project_id, thread_id=thread_id, path__in=[p.path for p in planned])
@@ -258,6 +259,17 @@ def _change_kind(planned: list[PlannedVersion]) -> str:
     if any(p.follows is None for p in planned):
         return "created"
     return "changed"
+
+
+def _scope_erasing_refuse(access: FileAccess) -> None:
+    """The refusal of a version in the scope of a person being erased (`_write_versions`), as the
+    memory tool refuses a command: 409 `person_being_erased`, field `user_id`, its text `Error: ...`
+    (the `result` of the REST answer, the MCP tool's error text) rather than a JSON body the model
+    reads as an unknown error. Else her eraser lock is held shared to the change's end."""
+    try:
+        senders_erasing_refuse(agent_id=access.agent.pk, senders={access.user_id: "user_id"}, what="memory file")
+    except Conflict as refused:
+        raise MemoryFileError(refused.code, f"Error: {refused.message}", field=refused.field, status=409) from refused
 
 
 def files_change(

@@ -333,6 +333,9 @@ def test_a_memory_file_of_her_scope_written_after_the_files_step_is_refused(alic
     # Before: 201, and the file outlived her erasure, sealed under her destroyed key.
     assert status == 409, answer
     assert answer["error"]["code"] == "person_being_erased", answer
+    # The memory tool's own refusal: the field, and the text a model reads as the tool's result
+    # (before: no `result`, the model got a JSON error body it was never told about).
+    assert answer["error"]["field"] == "user_id" and answer["result"].startswith("Error: "), answer
     assert not MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     # Once it ended, a file of her scope is a new one, stored as any other.
     create_memory_file(alice, "/memories/ines.md", "Ines, again.\n", url=url)

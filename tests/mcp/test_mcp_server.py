@@ -21,8 +21,11 @@ from governance.models import AuditRecord
 from memoryapp.compaction.services import compaction_now
 from memoryapp.items.facts import fact_recall, fact_remember
 from memoryapp.models import ChannelSession, Entry, MemoryFileVersion, MemoryItem, Thread
+from tests.forgetting.test_erasure_leftovers import _eraser_holding
+from tests.forgetting.test_index_races import WAIT
 from tests.kit.api import Caller
 from tests.kit.factories import tool_thread
+from tests.kit.mentions import PERSON
 from tests.kit.servers import gunicorn_serving
 
 pytestmark = pytest.mark.slow
@@ -504,6 +507,31 @@ def test_an_mcp_client_that_writes_a_secret_is_refused_naming_the_field_and_noth
     refused = AuditRecord.objects.filter(agent_id=alice.agent.pk, action="screening.refused")
     assert sorted(r.details["field"] for r in refused) == ["entries[0].content", "value"]
     assert all(token not in json.dumps(r.details) for r in refused)
+
+
+def test_an_mcp_memory_command_in_the_scope_of_a_person_being_erased_is_refused_as_the_tool_errs(
+    transactional_db: None, service: str, alice: Caller
+) -> None:
+    seen: dict[str, Any] = {}
+
+    async def write(client: Client) -> None:
+        seen["create"] = await client.call_tool(
+            "memory", {"command": "create", "path": "/memories/passport.md", "file_text": "Passport PX4471.\n"}
+        )
+
+    side, release = _eraser_holding(alice.agent.pk)
+    try:
+        over_mcp(f"{service}/mcp/?user_id={PERSON}", alice.key, write)
+    finally:
+        release.set()
+        side.join(WAIT)
+    refused = seen["create"]
+    # Before: created, a file of her scope made while her erasure ran (after its files step, it outlives it).
+    assert refused.is_error, text_of(refused)
+    assert text_of(refused).startswith("Error: ") and "being erased" in text_of(refused)
+    error = refused.structured_content["error"]
+    assert (error["code"], error["field"]) == ("person_being_erased", "user_id"), error
+    assert not MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON).exists()
 
 
 def test_the_rest_list_of_memory_tools_is_the_mcp_servers_tools_list(
