@@ -22,7 +22,7 @@ after its scan, naming her, was neither seen nor, once the index forgot her, mar
    (`erasures_marked`) and finished by running it again (its request's retry, or
    governance.erasure.resume for an agent's `forget`, which has no request).
 5. A message sent by the person (its sender, `metadata.userId`), or a thread made about them (or
-   given to them), is refused while their erasure runs (`senders_erasing_refuse`: 409
+   given to them, or taken from them), is refused while their erasure runs (`senders_erasing_refuse`: 409
    `person_being_erased`, naming the field, nothing stored): the erasure takes her threads and her
    messages in others' threads at one step each, and one written after that step would outlive it
    (a message sealed again under the thread's key as hers goes). Refused rather than

@@ -256,8 +256,11 @@ def thread_update(
     if user_id is not None:
         user_id = person_id_check("" if user_id is None else user_id)
         changed = user_id != locked.user_id
-        if changed and user_id:
-            senders_erasing_refuse(agent_id=locked.agent_id, senders={user_id: "user_id"}, what="thread")
+        # Given to a person being erased, or taken from one (her erasure's step takes the threads
+        # about her: one given away before it would outlive it), refused (memoryapp.subjects.erasing).
+        people = {person: "user_id" for person in (user_id, locked.user_id) if person}
+        if changed and people:
+            senders_erasing_refuse(agent_id=locked.agent_id, senders=people, what="thread")
         if changed:
             _audit_user_change(locked, old=locked.user_id, new=user_id, actor=actor)
         locked.user_id = user_id

@@ -365,3 +365,24 @@ def test_in_redact_mode_the_last_sweep_leaves_her_no_pseudonym_secret(alice: Cal
     # Before: the last sweep's audit record of the turn it redacted made her secret again, after
     # the erasure had deleted it: her pseudonyms in the audit trail linked to her once more.
     assert not PseudonymKey.objects.filter(agent_id=alice.agent.pk, user_id=PERSON).exists()
+
+
+def test_her_thread_given_to_another_person_while_her_erasure_runs_is_refused(alice: Caller) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    side, release = _eraser_holding(alice.agent.pk)
+    try:
+        answer = alice.client.patch("/api/v1/threads/t-ines", {"user_id": "u-carl"}, format="json")
+    finally:
+        release.set()
+        side.join(WAIT)
+    # Before: 200, and her thread, now Carl's, was out of her erasure's reach (its step takes the
+    # threads about her): her words outlived it.
+    assert answer.status_code == 409, answer.content
+    error = answer.json()["error"]
+    assert error["code"] == "person_being_erased" and error["field"] == "user_id"
+    assert Thread.objects.get(agent=alice.agent, external_id="t-ines").user_id == PERSON
+    # Once it ended, a thread may change hands as before.
+    post_thread(alice, "t-dora", user_id="u-dora")
+    moved = alice.client.patch("/api/v1/threads/t-dora", {"user_id": "u-carl"}, format="json")
+    assert moved.status_code == 200, moved.content
