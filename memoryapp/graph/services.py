@@ -26,6 +26,7 @@ from memoryapp.models import Agent, Entity, Entry, MemoryItem, Relation, Relatio
 from memoryapp.models.choices import EvidenceStatus, ItemStatus, Trust
 from memoryapp.retry import atomic_retrying
 from memoryapp.subjects.detect import entity_names_merged, key_people_set, mentions_record, rows_named
+from memoryapp.subjects.erasing import senders_erasing_refuse
 
 MAX_PREDICATE_CHARS = 200
 MAX_NAME_CHARS = 300
@@ -71,6 +72,8 @@ def relation_write(
     3. The same edge in the same scope merges: the quotes added, the better source's trust and
        verified, the higher confidence, a suggested one activated when it now qualifies.
     4. Else a new edge: `active` when its quotes hold and it is not shadow mode, else `suggested`.
+
+    In the scope of a person being erased: 409 `person_being_erased`, field `user_id`, nothing written.
     """
     subject = _text(subject, "subject", MAX_NAME_CHARS)
     object_name = _text(object, "object", MAX_NAME_CHARS)
@@ -85,6 +88,12 @@ def relation_write(
     if isinstance(confidence, bool) or not isinstance(confidence, int | float) or not 0 <= confidence <= 1:
         raise DomainError("invalid_value", "confidence must be a number from 0 to 1.", field="confidence")
     checked = evidence_checked(agent=agent, evidence=evidence)
+    if scope.user_id:
+        # An edge of a person being erased is refused (409), as an item of her scope is: her
+        # erasure took her entities and edges at one step, and the edge and the entities it makes
+        # after it would outlive it (memoryapp.subjects.erasing, step 5). Her eraser lock held
+        # shared to the end, so an erasure starting meanwhile waits and takes the edge.
+        senders_erasing_refuse(agent_id=agent.pk, senders={scope.user_id: "user_id"}, what="memory")
     verified = bool(checked) and all(status == EvidenceStatus.VERIFIED for _, _, status in checked)
     head = entity_for(agent=agent, scope=scope, subject=subject)
     tail = entity_for(agent=agent, scope=scope, subject=object_name)

@@ -11,10 +11,13 @@ from django.db import connection, transaction
 
 from governance.erasure.resume import RESUME_KIND, erasures_resume
 from governance.models import JobRun, PseudonymKey
+from memoryapp.errors import Conflict
 from memoryapp.forgetting import mentions, person
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
-from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, PersonIdentifier, Thread
+from memoryapp.graph.services import relation_write
+from memoryapp.items.rules import Scope
+from memoryapp.models import Entity, Entry, MemoryFileVersion, MemoryItem, PersonIdentifier, Relation, Thread
 from memoryapp.screening.identifiers import identifiers_given
 from memoryapp.subjects.erasing import erasing_mark, erasure_running, erasures_marked, senders_erasing_refuse
 from memoryapp.subjects.matching import PLACEHOLDER
@@ -386,3 +389,46 @@ def test_her_thread_given_to_another_person_while_her_erasure_runs_is_refused(al
     post_thread(alice, "t-dora", user_id="u-dora")
     moved = alice.client.patch("/api/v1/threads/t-dora", {"user_id": "u-carl"}, format="json")
     assert moved.status_code == 200, moved.content
+
+
+def _edge_of_her_scope(caller: Caller) -> str:
+    """An edge of the graph in her scope, as extraction writes one (in its window's transaction):
+    what became of it, or the refusal's code and field."""
+    try:
+        with transaction.atomic():
+            relation_write(
+                agent=caller.agent, subject="Ines", predicate="works at", object="Harbour Office", scope=Scope(PERSON)
+            )
+    except Conflict as refused:
+        return f"{refused.code}:{refused.field}"
+    return "written"
+
+
+def test_a_graph_edge_of_her_scope_written_after_the_entities_step_is_refused(alice: Caller) -> None:
+    create_memory_file(
+        alice, "/memories/ines.md", "Ines flies on Friday.\n", url=f"/api/v1/memory-tool?user_id={PERSON}"
+    )
+    with transaction.atomic():
+        relation_write(agent=alice.agent, subject="Ines", predicate="lives in", object="Lisbon", scope=Scope(PERSON))
+    sent: list[Any] = []
+
+    def past_the_entities_step(step: str) -> None:
+        # Her files went at the step after her entities: the first batch past it.
+        if step != "batch" or sent or MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON).exists():
+            return
+        assert not Entity.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+        writer = Side(lambda: _edge_of_her_scope(alice), "an edge of her scope")
+        writer.join()
+        assert not writer.errors, writer.errors
+        sent.append(writer.answer)
+
+    cascade_step_hook(past_the_entities_step)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
+
+    # Before: written, and the edge and its two entities ("Ines", "Harbour Office") outlived her
+    # erasure in her scope, the names sealed under her destroyed key.
+    assert sent == ["person_being_erased:user_id"]
+    assert not Entity.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    assert not Relation.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    # Once it ended, an edge of her scope is a new one.
+    assert _edge_of_her_scope(alice) == "written"
