@@ -272,15 +272,21 @@ def identifiers_given_keep(*, agent_id: int, user_id: str, given: Mapping[str, S
 
 
 def identifiers_delete(*, agent_ids: Sequence[int] | None, user_id: str) -> int:
-    """Delete the person's identifiers (of these agents; None: of every agent). The erasure calls it."""
+    """Delete the person's identifiers (of these agents; None: of every agent), those kept for her
+    erasure's span (`given`) too. The erasure calls it. Answers how many of hers were registered:
+    the erasure's own `given` rows are no identifiers of hers it erased."""
     rows = PersonIdentifier.objects.filter(user_id=user_id)
     if agent_ids is not None:
         rows = rows.filter(agent_id__in=list(agent_ids))
-    touched = sorted(set(rows.values_list("agent_id", flat=True)))
-    deleted, _ = rows.delete()
+    touched: set[int] = set()
+    registered = 0
+    for agent_id, given in rows.values_list("agent_id", "given"):
+        touched.add(agent_id)
+        registered += not given
+    rows.delete()
     if touched:
-        _registry_changed(agent_ids=touched)
-    return deleted
+        _registry_changed(agent_ids=sorted(touched))
+    return registered
 
 
 def _registry_changed(*, agent_ids: Sequence[int]) -> dict[int, int]:

@@ -432,3 +432,14 @@ def test_a_graph_edge_of_her_scope_written_after_the_entities_step_is_refused(al
     assert not Relation.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     # Once it ended, an edge of her scope is a new one.
     assert _edge_of_her_scope(alice) == "written"
+
+
+def test_the_identifiers_counted_are_those_she_registered_not_those_given_with_the_erasure(alice: Caller) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    answer = alice.client.put(f"/api/v1/users/{PERSON}/identifiers", {"names": [NAME]}, format="json")
+    assert answer.status_code == 200, answer.content
+    given = identifiers_given({"emails": [EMAIL]}, field="identifiers")
+    counts = person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], identifiers=given, actor="agent:alice")
+    # Before: 2, the e-mail kept for the erasure's span counted as an identifier of hers it erased.
+    assert counts["identifiers"] == 1, counts
+    assert not PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON).exists()
