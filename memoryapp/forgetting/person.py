@@ -340,7 +340,7 @@ def person_erase(
     if mentions == "keep":
         exclude = {*exclude, *(group for group in GROUPS if group != PARTICIPANTS)}
     agents = _agents(agent_ids)
-    # The index's tables whose mentions stay (the groups excluded): with all of them, no mark.
+    # The index's tables whose mentions stay (the groups excluded): writers name her there as written.
     kept = sorted(set(exclude) & set(SubjectMention.Table.values))
     counts = counts_zero()
     plan = person_erase_plan(user_id=user_id, agent_ids=agents, unowned=unowned)
@@ -359,12 +359,13 @@ def person_erase(
         # Held while this agent's part runs: a second erasure of the person waits, and a mark a
         # killed run leaves shows as interrupted (memoryapp.subjects.erasing).
         with erasure_running(agent_id=agent_id, user_id=user_id, wait=wait):
-            if len(kept) < len(SubjectMention.Table.values):
-                # Marked first (memoryapp.subjects.erasing): from here every write naming her by an
-                # identifier, registered or given (kept with the mark, sealed), stores the
-                # placeholder, and a run stopped at any step below leaves the mark, so the resume
-                # finishes it with the same identifiers (governance.erasure.resume).
-                erasing_mark(agent_id=agent_id, user_id=user_id, keeps=kept, mode=mode, given=identifiers)
+            # Marked first (memoryapp.subjects.erasing): from here every write naming her by an
+            # identifier, registered or given (kept with the mark, sealed), stores the placeholder
+            # (in the tables not kept), and a run stopped at any step below leaves the mark, so the
+            # resume finishes it with the same identifiers (governance.erasure.resume). Marked too
+            # when every table's mentions are kept (`mentions` "keep"): writers change nothing
+            # then, and the mark is what shows the run interrupted and has it resumed.
+            erasing_mark(agent_id=agent_id, user_id=user_id, keeps=kept, mode=mode, given=identifiers)
             # 0. The access log: the rows of requests about the person go, and the ids of their items and
             # entries leave the rows of other people's requests (first, while those ids can be read).
             counts_add(counts, _access_log_forget(user_id=user_id, agent_id=agent_id, mode=mode))

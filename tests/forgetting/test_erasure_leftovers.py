@@ -443,3 +443,39 @@ def test_the_identifiers_counted_are_those_she_registered_not_those_given_with_t
     # Before: 2, the e-mail kept for the erasure's span counted as an identifier of hers it erased.
     assert counts["identifiers"] == 1, counts
     assert not PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+
+
+def test_a_forget_keeping_mentions_interrupted_is_marked_and_resumed(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    answer = alice.client.put(f"/api/v1/users/{PERSON}/identifiers", {"names": [NAME]}, format="json")
+    assert answer.status_code == 200, answer.content
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    post_thread(alice, "t-carl", user_id="u-carl")
+    turn = post_entry(alice, "t-carl", role="user", content="Ines Valdomiro booked the flights.")
+
+    def killed(**_: Any) -> Any:
+        raise Killed
+
+    monkeypatch.setattr(person, "_threads_erase", killed)
+    with pytest.raises(Killed):
+        person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice", mentions="keep")
+    monkeypatch.undo()
+    # Before: no mark (every table's mentions kept), so nothing showed it interrupted and the beat
+    # never finished it: her thread stayed.
+    [mark] = erasures_marked(user_id=PERSON)
+    assert not mark.running and mark.mode == "erase"
+    # Writers keep naming her as written meanwhile (her mentions are kept).
+    later = post_entry(alice, "t-carl", role="user", content="Ines Valdomiro again.")
+    assert later["content"] == "Ines Valdomiro again."
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert erasures_resume()["resumed"] == 1
+    run = JobRun.objects.get(kind=RESUME_KIND)
+    assert run.status == JobRun.Status.SUCCEEDED, run.error
+    assert not Thread.objects.filter(agent=alice.agent, external_id="t-ines").exists()
+    # Resumed as asked: mentions kept.
+    assert Entry.objects.get(pk=turn["id"]).content == "Ines Valdomiro booked the flights."
+    assert not PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    assert erasures_marked(user_id=PERSON) == []
