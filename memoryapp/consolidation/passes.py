@@ -25,11 +25,13 @@ from memoryapp.consolidation.fold import playbook_fold
 from memoryapp.consolidation.observations import observations_refresh
 from memoryapp.consolidation.selectors import dedupe_scopes, fold_scopes, observation_scopes
 from memoryapp.consolidation.state import state_of
+from memoryapp.errors import DomainError
 from memoryapp.items.rules import Scope
 from memoryapp.llm.model import ModelError, ModelUnavailable
 from memoryapp.llm.port import model_available, recording_usage
 from memoryapp.models import Agent, ConsolidationPass, ConsolidationState, MemoryItem
 from memoryapp.models.choices import ItemKind, ItemStatus
+from memoryapp.subjects.erasing import PERSON_BEING_ERASED, person_being_erased
 
 logger = logging.getLogger(__name__)
 
@@ -153,15 +155,21 @@ def _over_scopes(
 
     A scope whose model call failed is reported and left for the next run; when every scope
     tried failed, the first error is raised, so the run fails (or is retried, when transient).
+    A scope of a person being erased is skipped, before its model call (or at the refusal of its
+    write, when the erasure began meanwhile): her memory goes with the erasure. Counted, never
+    named (her pseudonym is not asked for).
     """
     limit = settings.CONSOLIDATION_MAX_SCOPES
     done: list[dict[str, Any]] = []
     errors: list[tuple[Scope, ModelError]] = []
-    looked = 0
+    looked = skipped = 0
     for scope in scopes:
         if len(done) + len(errors) >= limit:
             break
         looked += 1
+        if scope.user_id and person_being_erased(agent_id=agent.pk, user_id=scope.user_id):
+            skipped += 1
+            continue
         try:
             result = work(scope)
         except ModelUnavailable:
@@ -170,16 +178,22 @@ def _over_scopes(
             logger.warning("consolidation of %s failed: %s", _label(agent.pk, scope), exc)
             errors.append((scope, exc))
             continue
+        except DomainError as exc:
+            if exc.code != PERSON_BEING_ERASED:
+                raise
+            skipped += 1
+            continue
         if result is not None:
             done.append({**_label(agent.pk, scope), **result})
         if run is not None:
             job_progress(run, done=looked, total=len(scopes))
     if errors and not done:
         raise errors[0][1]
-    complete = looked == len(scopes) and not errors and all(r.get("complete", True) for r in done)
+    complete = looked == len(scopes) and not errors and not skipped and all(r.get("complete", True) for r in done)
     return {
         "scopes": done,
         "scopes_looked_at": looked,
+        "scopes_skipped": skipped,
         "scopes_with_work": len(scopes),
         "errors": [{**_label(agent.pk, s), "error": str(e)[:300]} for s, e in errors],
         "complete": complete,

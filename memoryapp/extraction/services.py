@@ -17,6 +17,7 @@ from governance.audit.chain import audit_append
 from governance.jobs.broker import job_enqueue
 from governance.jobs.runs import job_progress, job_run, job_skip
 from governance.models import JobRun
+from memoryapp.errors import DomainError
 from memoryapp.extraction.extractor import (
     WINDOW_TOKENS,
     ExtractedItem,
@@ -36,6 +37,7 @@ from memoryapp.llm.port import model_available, recording_usage
 from memoryapp.models import Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.prompts import EXTRACTION
+from memoryapp.subjects.erasing import PERSON_BEING_ERASED, person_being_erased
 from memoryapp.threads.memory_switch import memory_off_ranges, seq_was_off
 from memoryapp.threads.selectors import path_entries
 
@@ -293,6 +295,10 @@ def extraction_run(
 # --- jobs ----------------------------------------------------------------------------------------------
 
 
+# Why an extraction of a thread whose person is being erased is skipped (never naming her).
+ERASING_SKIP = "the thread's person is being erased: the thread goes with the erasure, nothing is extracted"
+
+
 def extraction_job(run: JobRun, outcomes: list[ExtractionOutcome] | None = None) -> dict[str, Any] | None:
     """The body of an extraction job run: skipped with its reason when it cannot run."""
     arguments = run.arguments or {}
@@ -306,10 +312,20 @@ def extraction_job(run: JobRun, outcomes: list[ExtractionOutcome] | None = None)
     if not model_available():
         job_skip(run, "no language model is configured (LLM_PROVIDER=none): extraction needs one")
         return None
+    if thread.user_id and person_being_erased(agent_id=thread.agent_id, user_id=thread.user_id):
+        job_skip(run, ERASING_SKIP)
+        return None
     try:
         outcome = extraction_run(thread=thread, run=run, actor=str(arguments.get("actor") or "extraction"))
     except ModelUnavailable as exc:
         job_skip(run, f"no language model is configured: {exc}")
+        return None
+    except DomainError as exc:
+        # Her erasure began while the model answered: the window's items were refused (409) and
+        # rolled back with the mark; her thread goes with the erasure, nothing is left to do.
+        if exc.code != PERSON_BEING_ERASED:
+            raise
+        job_skip(run, ERASING_SKIP)
         return None
     if outcomes is not None:
         outcomes.append(outcome)

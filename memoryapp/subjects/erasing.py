@@ -179,6 +179,23 @@ def _erasure_running_conflict(*, agent_id: int, user_id: str) -> Conflict:
     )
 
 
+# The code of a write refused because a person it is of is being erased (a 409): a job that meets it
+# skips (her memory goes with her erasure) rather than failing.
+PERSON_BEING_ERASED = "person_being_erased"
+
+
+def person_being_erased(*, agent_id: int, user_id: str) -> bool:
+    """Whether the person's erasure runs in the agent (or is about to: its lock asked for), as a
+    write of her memory would find it (`senders_erasing_refuse`): for a job about to work on her
+    memory, which skips it instead of asking a model for what would be refused. One statement; the
+    shared lock, when had, is let go with the transaction (a caller's, held to its end)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_try_advisory_xact_lock_shared(%s, %s)", [locks.ERASURE_RUN, locks.person(agent_id, user_id)]
+        )
+        return not cursor.fetchone()[0]
+
+
 def senders_erasing_refuse(
     *, agent_id: int, senders: Mapping[str, str], what: str = "message", message: str = ""
 ) -> None:
@@ -196,7 +213,7 @@ def senders_erasing_refuse(
     for user_id, number in sorted(numbers.items()):
         if number in refused:
             raise Conflict(
-                "person_being_erased",
+                PERSON_BEING_ERASED,
                 message
                 or f"The person this {what} belongs to is being erased: nothing was stored (send it again once the "
                 "erasure ended).",

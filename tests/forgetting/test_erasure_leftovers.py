@@ -3,6 +3,8 @@ each test fails without the fix it names. The interleavings reuse test_index_rac
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from typing import Any
 
@@ -10,19 +12,35 @@ import pytest
 from django.db import connection, transaction
 
 from governance.erasure.resume import RESUME_KIND, erasures_resume
+from governance.jobs.runs import job_run
 from governance.models import JobRun, PseudonymKey
+from memoryapp.consolidation.passes import consolidation_job
 from memoryapp.errors import Conflict
+from memoryapp.extraction.services import extraction_now
 from memoryapp.forgetting import mentions, person
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
 from memoryapp.graph.services import relation_write
 from memoryapp.items.rules import Scope
-from memoryapp.models import Entity, Entry, MemoryFileVersion, MemoryItem, PersonIdentifier, Relation, Thread
+from memoryapp.llm.port import use_model
+from memoryapp.llm.scripted import ScriptedModel
+from memoryapp.models import (
+    ConsolidationPass,
+    ConsolidationState,
+    Entity,
+    Entry,
+    MemoryFileVersion,
+    MemoryItem,
+    PersonIdentifier,
+    Relation,
+    Thread,
+)
 from memoryapp.screening.identifiers import identifiers_given
 from memoryapp.subjects.erasing import erasing_mark, erasure_running, erasures_marked, senders_erasing_refuse
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.forgetting.test_index_races import WAIT, Side
 from tests.kit.api import Caller, create_memory_file, post_entry, post_item, post_thread, use_memory_tool
+from tests.kit.consolidation import active_item, answering
 from tests.kit.crypto import encrypted  # noqa: F401  (a fixture)
 from tests.kit.mentions import EMAIL, NAME, PERSON
 
@@ -479,3 +497,81 @@ def test_a_forget_keeping_mentions_interrupted_is_marked_and_resumed(
     assert Entry.objects.get(pk=turn["id"]).content == "Ines Valdomiro booked the flights."
     assert not PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     assert erasures_marked(user_id=PERSON) == []
+
+
+@pytest.mark.parametrize("begins", ["before the job", "while the model answers"])
+def test_an_extraction_of_her_thread_while_her_erasure_runs_is_skipped_and_writes_nothing(
+    alice: Caller, begins: str
+) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I work at the Harbour Office now.")
+    thread = Thread.objects.get(agent=alice.agent, external_id="t-ines")
+    quote = [{"message": 1, "quote": "I work at the Harbour Office"}]
+    answer = json.dumps(
+        [
+            {"kind": "fact", "subject": "user", "attribute": "employer", "value": "Harbour Office", "evidence": quote},
+            {
+                "kind": "relation",
+                "subject": "user",
+                "predicate": "works at",
+                "object": "Harbour Office",
+                "evidence": quote,
+                "confidence": 0.9,
+            },
+        ]
+    )
+    erasers: list[tuple[threading.Thread, threading.Event]] = []
+
+    def answering_as_she_goes(system: str, messages: list[Any]) -> str:
+        erasers.append(_eraser_holding(alice.agent.pk))
+        return answer
+
+    if begins == "before the job":
+        erasers.append(_eraser_holding(alice.agent.pk))
+    model = ScriptedModel([answer] if erasers else answering_as_she_goes)
+    try:
+        with use_model(model):
+            # Before: the item's refusal (409) failed the run, and raised here.
+            run, outcome = extraction_now(thread=thread)
+    finally:
+        for side, release in erasers:
+            release.set()
+            side.join(WAIT)
+    assert len(erasers) == 1
+    assert run.status == JobRun.Status.SKIPPED and outcome is None, (run.status, run.error)
+    assert "being erased" in run.result["skipped"] and PERSON not in json.dumps(run.result)
+    # Her thread goes with her erasure: nothing asked of the model when it ran already.
+    assert len(model.calls) == (0 if begins == "before the job" else 1)
+    for rows in (MemoryItem.objects, Entity.objects, Relation.objects):
+        assert not rows.filter(agent=alice.agent, user_id=PERSON).exists()
+    thread.refresh_from_db()
+    assert not (thread.extraction or {}).get("through_seq")  # the mark did not move
+
+
+def test_a_consolidation_pass_skips_her_scope_while_her_erasure_runs_and_does_the_others(alice: Caller) -> None:
+    for user_id, name in ((PERSON, "Ines"), ("u-carl", "Carl")):
+        for attribute, value in (("diet", "vegetarian"), ("city", "Porto"), ("job", "nurse")):
+            active_item(agent=alice.agent, subject=name, attribute=attribute, value=value, user_id=user_id)
+
+    def cite_all(shown: str) -> Any:
+        ids = re.findall(r"\[item:([a-z0-9_]+)\]", shown)
+        return [{"text": "Eats no meat, lives in Porto. " + " ".join(f"[item:{i}]" for i in ids)}]
+
+    model = answering(cite_all)
+    run = JobRun.objects.create(kind="consolidation", agent_id=alice.agent.pk, arguments={"agent_id": alice.agent.pk})
+    side, release = _eraser_holding(alice.agent.pk)
+    try:
+        with use_model(model):
+            job_run(run.pk, lambda r: consolidation_job(r, ConsolidationPass.OBSERVATIONS))
+    finally:
+        release.set()
+        side.join(WAIT)
+    run.refresh_from_db()
+    assert run.status == JobRun.Status.SUCCEEDED, run.error
+    # Before: her scope was worked on too (a model call about her facts, its file refused, her
+    # scope's consolidation record written while her erasure ran, the run naming her pseudonym).
+    assert len(model.calls) == 1 and "Carl" in str(model.calls[0])
+    assert run.result["scopes_skipped"] == 1 and [s["person"] != "" for s in run.result["scopes"]] == [True]
+    assert not MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    assert MemoryFileVersion.objects.filter(agent=alice.agent, user_id="u-carl").exists()
+    assert not ConsolidationState.objects.filter(agent=alice.agent, user_id=PERSON).exists()
