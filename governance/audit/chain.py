@@ -190,18 +190,8 @@ def audit_append_many(entries: Sequence[AuditEntry]) -> list[AuditRecord]:
         records: list[AuditRecord] = []
         for entry in entries:
             seq += 1
-            record = AuditRecord(
-                seq=seq,
-                at=timezone.now(),
-                action=entry.action,
-                actor=entry.actor[:200],
-                agent_id=entry.agent_id,
-                thread_id=entry.thread_id,
-                subject=entry.subject[:300],
-                outcome=entry.outcome[:100],
-                details=json.loads(canonical_json(entry.details)),
-                prev_hash=prev_hash,
-            )
+            record = _unwritten(entry)
+            record.seq, record.prev_hash = seq, prev_hash
             record.hash = prev_hash = record_hash(record.prev_hash, _hashed_fields(record))
             records.append(record)
         with audit_stale_end_refused():
@@ -365,17 +355,8 @@ class AuditFolded:
     def __init__(self, entry: AuditEntry, *, named: bool = False) -> None:
         """`named`: the entry's person already written as pseudonyms (`AuditEntry.named`)."""
         entry = entry if named else entry.named()
-        self.record = AuditRecord(
-            seq=0,
-            at=timezone.now(),
-            action=entry.action,
-            actor=entry.actor[:200],
-            agent_id=entry.agent_id,
-            thread_id=entry.thread_id,
-            subject=entry.subject[:300],
-            outcome=entry.outcome[:100],
-            details=json.loads(canonical_json(entry.details)),
-        )
+        self.record = _unwritten(entry)
+        self.record.seq = 0
         before, after = _hashed_parts(self.record)
         values = [getattr(self.record, name) for name in _RECORD_COLUMNS[1:]]
         values[_RECORD_COLUMNS.index("details") - 1] = Jsonb(self.record.details)
@@ -432,7 +413,9 @@ def audit_rehearsal() -> Iterator[list[AuditEntry]]:
 
 
 def _unwritten(entry: AuditEntry) -> AuditRecord:
-    """What a rehearsal's append returns: the record as it would read, never saved (no seq, no hash)."""
+    """The record an entry becomes before its place in the chain (no seq, no hash): its texts cut to
+    their columns, its details as the canonical JSON hashed reads them. What a rehearsal's append
+    returns, and what the appends number and hash."""
     return AuditRecord(
         at=timezone.now(),
         action=entry.action,
