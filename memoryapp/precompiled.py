@@ -16,6 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from django.db import connections, models
@@ -24,6 +25,26 @@ from django.db.transaction import TransactionManagementError
 logger = logging.getLogger(__name__)
 
 M = TypeVar("M", bound=models.Model)
+
+# Stand-ins for a scope's arguments (agent id, user id, project id, thread id, and two times), and
+# their twins: values no caller passes, for statements read over a memory scope (the items' facts,
+# the search's items check).
+SCOPE_STAND_INS = (
+    -26,
+    "\x00user",
+    "\x00project",
+    "\x00thread",
+    datetime(1901, 1, 1, tzinfo=UTC),
+    datetime(1902, 1, 1, tzinfo=UTC),
+)
+SCOPE_TWINS = (
+    -27,
+    "\x00user2",
+    "\x00project2",
+    "\x00thread2",
+    datetime(1903, 1, 1, tzinfo=UTC),
+    datetime(1904, 1, 1, tzinfo=UTC),
+)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
@@ -36,7 +36,7 @@ from memoryapp.models import Agent, Entity, ItemReview, MemoryItem, Thread
 from memoryapp.models.choices import ItemKind, ItemStatus
 from memoryapp.models.items import subject_lookup
 from memoryapp.paging import Page, decode_cursor, encode_cursor
-from memoryapp.precompiled import Precompiled
+from memoryapp.precompiled import SCOPE_STAND_INS, SCOPE_TWINS, Precompiled
 
 # The attribute prefix of facts (002) kept as items: `core:<key>`.
 FACT_PREFIX = "core:"
@@ -294,20 +294,8 @@ _FACTS = Precompiled(
     lambda agent_id, user_id, project_id, thread_id, at, now: _facts_read(
         Agent(pk=agent_id), user_id, project_id, thread_id, at, None, "", now
     ),
-    -26,
-    "\x00user",
-    "\x00project",
-    "\x00thread",
-    datetime(1901, 1, 1, tzinfo=UTC),
-    datetime(1902, 1, 1, tzinfo=UTC),
-    twins=(
-        -27,
-        "\x00user2",
-        "\x00project2",
-        "\x00thread2",
-        datetime(1903, 1, 1, tzinfo=UTC),
-        datetime(1904, 1, 1, tzinfo=UTC),
-    ),
+    *SCOPE_STAND_INS,
+    twins=SCOPE_TWINS,
 )
 
 

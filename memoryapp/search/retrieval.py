@@ -37,7 +37,7 @@ from django.utils import timezone
 from governance.crypto.fields import value_open
 from memoryapp.items.selectors import items_agent_wide, items_for_recall
 from memoryapp.models import Agent, MemoryItem, Thread
-from memoryapp.precompiled import Precompiled
+from memoryapp.precompiled import SCOPE_STAND_INS, SCOPE_TWINS, Precompiled
 from memoryapp.search.channel_set import search_channels
 from memoryapp.search.channels import ENTRY, ITEM, Channel, ChannelInput
 from memoryapp.search.embedders import EmbedderError, embed_query
@@ -212,22 +212,9 @@ def _items_live_statement(shape: str, purposed: bool) -> Precompiled[MemoryItem]
         if statement is None:
             statement = _ITEMS_LIVE[(shape, purposed)] = Precompiled(
                 _items_scope_read(shape, purposed),
-                -26,
-                "\x00user",
-                "\x00project",
-                "\x00thread",
-                datetime(1901, 1, 1, tzinfo=UTC),
-                datetime(1902, 1, 1, tzinfo=UTC),
+                *SCOPE_STAND_INS,
                 "\x00purpose",
-                twins=(
-                    -27,
-                    "\x00user2",
-                    "\x00project2",
-                    "\x00thread2",
-                    datetime(1903, 1, 1, tzinfo=UTC),
-                    datetime(1904, 1, 1, tzinfo=UTC),
-                    "\x00purpose2",
-                ),
+                twins=(*SCOPE_TWINS, "\x00purpose2"),
             )
         return statement
 
