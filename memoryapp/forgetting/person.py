@@ -666,11 +666,16 @@ def _holds_forget_threads(*, agent_id: int, threads: Sequence[Thread]) -> None:
 def _threads_redact_last(*, agent_id: int, user_id: str, actor: str) -> dict[str, int]:
     """The last step of a redaction (`person_erase` step 8): her threads locked in pk order (the
     cascades' order; an append waits), then whatever they hold unredacted (turns appended since
-    step 2) redacted as step 2 does, in one transaction."""
+    step 2, and what their runs published since: events, a snapshot) redacted as step 2 does, in
+    one transaction."""
     with transaction.atomic():
         pks = list(_threads(user_id, [agent_id]).select_for_update().order_by("pk").values_list("pk", flat=True))
+        if not pks:
+            return counts_zero()
         fresh = Entry.objects.filter(agent_id=agent_id, thread_id__in=pks, redacted_at__isnull=True)
-        if not pks or not fresh.exists():
+        published = RunEvent.objects.filter(agent_id=agent_id, thread_id__in=pks)
+        snapshots = ThreadRun.objects.filter(agent_id=agent_id, thread_id__in=pks).exclude(snapshot=None)
+        if not (fresh.exists() or published.exists() or snapshots.exists()):
             return counts_zero()
         return _threads_redact(agent_id=agent_id, thread_pks=pks, actor=actor)
 

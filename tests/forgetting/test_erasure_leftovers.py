@@ -33,16 +33,19 @@ from memoryapp.models import (
     MemoryItem,
     PersonIdentifier,
     Relation,
+    RunEvent,
     Thread,
+    ThreadRun,
 )
 from memoryapp.screening.identifiers import identifiers_given
 from memoryapp.subjects.erasing import erasing_mark, erasure_running, erasures_marked, senders_erasing_refuse
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.forgetting.test_index_races import WAIT, Side
-from tests.kit.api import Caller, create_memory_file, post_entry, post_item, post_thread, use_memory_tool
+from tests.kit.api import Caller, create_memory_file, post_entry, post_item, post_ok, post_thread, use_memory_tool
 from tests.kit.consolidation import active_item, answering
 from tests.kit.crypto import encrypted  # noqa: F401  (a fixture)
 from tests.kit.mentions import EMAIL, NAME, PERSON
+from tests.threads.test_run_ledger import SNAP_1
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the erasure and the writer on two connections
 
@@ -189,6 +192,35 @@ def test_in_redact_mode_a_turn_appended_to_her_thread_after_it_was_redacted_is_r
     assert Entry.objects.get(agent=alice.agent, thread__external_id="t-carl").content == "Carl asks about the trip."
     # Once it ended, a turn of her thread is a new one, stored as any other.
     assert post_entry(alice, "t-ines", role="user", content="Hello again.")["content"] == "Hello again."
+
+
+def test_in_redact_mode_what_a_run_published_to_her_thread_after_it_was_redacted_goes_too(alice: Caller) -> None:
+    """Her thread gained no turn, only run events (a delta, a snapshot of the conversation): the
+    last sweep took them too. Before, it looked for turns alone and left them as published."""
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    run_id = str(post_ok(alice.client, "/api/v1/threads/t-ines/runs", {})["id"])
+    said = {**SNAP_1, "messages": [{"role": "user", "content": "My passport number is PX4471."}]}
+    events = [{"kind": "text_delta", "delta": "PX4471 renewed"}, {"kind": "snapshot", "snapshot": said}]
+    sent: list[Any] = []
+
+    def between_steps(step: str) -> None:
+        if step != "batch" or sent or not _her_thread_redacted(alice):
+            return
+        writer = Side(
+            lambda: post_ok(alice.client, f"/api/v1/threads/t-ines/runs/{run_id}/events", {"events": events}),
+            "publishes to her thread's run",
+        )
+        writer.join()
+        assert not writer.errors, writer.errors
+        sent.append(writer.answer)
+
+    cascade_step_hook(between_steps)
+    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice")
+
+    assert sent, "the hook never ran"
+    assert ThreadRun.objects.get(pk=run_id).snapshot is None
+    assert not RunEvent.objects.filter(run_id=run_id).exists()
 
 
 def test_a_thread_listing_her_as_a_participant_made_after_the_participants_step_is_refused(
