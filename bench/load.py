@@ -408,12 +408,16 @@ def cold_start(base: str, port: int) -> tuple[subprocess.Popen[bytes], str]:
     )
 
 
-def settle(workers: list[int], longest: float) -> float | None:
-    """Wait until the worker's CPU stays flat for two seconds (the turns written so far embedded),
-    at most `longest` seconds: the seed's embeddings are no request's, and one phase's turns
-    embedded during the next were counted as that one's (the worker runs at nice 10, behind the
-    requests); both made the worker's CPU per request of a kind read up to twice what it cost.
-    The seconds waited, or None without a worker here to watch."""
+def settle(workers: list[int], longest: float, pending: Callable[[], int | None] | None = None) -> float | None:
+    """Wait until the turns written so far are embedded, at most `longest` seconds: the seed's
+    embeddings are no request's, and one phase's turns embedded during the next were counted as
+    that one's (the worker runs at nice 10, behind the requests); both made the worker's CPU per
+    request of a kind read up to twice what it cost (and 2.5x, measured, when the seed's were
+    counted in the mixed phase). Done when the bench's threads hold no turn without a vector
+    (`pending`, read from the service's database where the bench can reach it) and the worker's
+    CPU stayed flat for two seconds: a flat CPU alone also ended the wait while a worker at nice 10
+    on a busy machine was only waiting for a core. The seconds waited, or None without a worker
+    here to watch."""
     if not workers or longest <= 0:
         return None
     began = time.monotonic()
@@ -421,10 +425,44 @@ def settle(workers: list[int], longest: float) -> float | None:
     while time.monotonic() - began < longest:
         time.sleep(2.0)
         now = cpu_seconds(workers)
-        if now - used < 0.1:
+        if now - used < 0.1 and not (pending() if pending is not None else 0):
             break
         used = now
     return time.monotonic() - began
+
+
+def pending_vectors(pgdata: Path, run: str) -> Callable[[], int | None] | None:
+    """A count of the bench's turns (threads `load-<run>-*`) still without a vector, read from the
+    service's database (DATABASE_URL, else the embedded server of `pgdata` through its socket);
+    None when the bench cannot reach it (the wait is then on the worker's CPU alone). A read
+    that fails answers None too."""
+    import psycopg
+
+    url = os.environ.get("DATABASE_URL", "")
+    if not url:
+        try:
+            lines = (pgdata / "postmaster.pid").read_text().splitlines()
+            url = f"postgresql://postgres@/memory?host={lines[4]}&port={lines[3]}"
+        except (OSError, IndexError):
+            return None
+    try:
+        connection = psycopg.connect(url, autocommit=True, connect_timeout=5)
+    except psycopg.Error:
+        return None
+    statement = """
+        SELECT count(*) FROM memoryapp_entry e JOIN memoryapp_thread t ON t.id = e.thread_id
+         WHERE t.external_id LIKE %s AND e.type = 'message' AND e.embedding IS NULL
+           AND e.redacted_at IS NULL AND e.held_at IS NULL AND e.text <> ''
+    """
+
+    def count() -> int | None:
+        try:
+            row = connection.execute(statement, [f"load-{run}-%"]).fetchone()
+        except psycopg.Error:
+            return None
+        return int(row[0]) if row else None
+
+    return count
 
 
 def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int], *, cold: bool) -> None:
@@ -442,7 +480,8 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
     began = time.perf_counter()
     seed_threads(seats, args.seed_entries)
     print(f"{len(seats)} threads of {args.seed_entries} turns seeded in {time.perf_counter() - began:.1f} s")
-    if not cold and (settled := settle(worker_processes(pids), args.settle_seconds)) is not None:
+    pending = None if cold else pending_vectors(args.pgdata, run)
+    if not cold and (settled := settle(worker_processes(pids), args.settle_seconds, pending)) is not None:
         print(f"the worker embedded the seeded turns in {settled:.1f} s (its CPU then stayed flat)")
     load_before = Path("/proc/loadavg").read_text().split()[:3]
     print(f"web processes {pids}; load average {' '.join(load_before)} (2 cores shared with other work)")
@@ -476,11 +515,15 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
         def side_cpu() -> tuple[float, float]:
             return cpu_seconds(workers), postgres_cpu_seconds(postmaster)
 
-        def side_line(before: tuple[float, float], count: int) -> str:
+        def side_ms(before: tuple[float, float], count: int) -> tuple[float, float]:
             after = side_cpu()
+            worker, postgres = ((a - b) * 1000 / max(count, 1) for a, b in zip(after, before, strict=True))
+            return worker, postgres
+
+        def side_line(before: tuple[float, float], count: int) -> str:
             if not count:
                 return ""
-            worker, postgres = ((a - b) * 1000 / count for a, b in zip(after, before, strict=True))
+            worker, postgres = side_ms(before, count)
             return f"  worker {worker:6.2f}  PostgreSQL {postgres:6.2f} ms/req"
 
         print(f"worker and beat {workers or 'not found'}; PostgreSQL {postmaster or 'not found'} ({args.pgdata})")
@@ -493,7 +536,7 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
                 tally, wall, cpu = run_phase(
                     small, _always(kind), seconds=args.kind_seconds, max_requests=args.max_requests, pids=pids
                 )
-                settle(workers, args.settle_seconds)
+                settle(workers, args.settle_seconds, pending)
                 per_request[kind] = cpu / tally.count if tally.count else float("nan")
                 ratio = per_request[kind] / per_request["healthz"] if per_request.get("healthz") else float("nan")
                 errors = f"  errors {dict(tally.errors)}" if tally.errors else ""
@@ -505,12 +548,14 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
                 )
 
         sides = side_cpu()
+        clients_before = time.process_time()
         tally, wall, cpu = run_phase(
             seats[: args.clients], pick, seconds=args.duration, max_requests=args.max_requests, pids=pids
         )
+        clients_cpu = time.process_time() - clients_before
         mixed = tally.count
-        settle(workers, args.settle_seconds)
-        mixed_sides = side_line(sides, mixed)
+        settle(workers, args.settle_seconds, pending)
+        mixed_worker, mixed_postgres = side_ms(sides, mixed)
         print(
             f"mixed load, {args.clients} clients, {len(keys)} agents, {wall:.1f} s, mix {args.mix}: "
             f"{mixed} requests = {mixed / wall:.1f} req/s, errors {sum(tally.errors.values())}"
@@ -524,7 +569,13 @@ def load(args: argparse.Namespace, mix: dict[str, int], run: str, pids: list[int
             expected = sum(per_request.get(k, 0.0) * len(tally.latencies.get(k, [])) for k in kinds)
             share = f"; the one-kind phases' CPU predicts {expected * 1000 / mixed:.2f} ms" if expected else ""
             print(f"mixed web CPU {cpu * 1000 / mixed:.2f} ms/req ({cpu / wall:.2f} cores){share}")
-            print(f"mixed, the service's other processes:{mixed_sides}")
+            web_ms = cpu * 1000 / mixed
+            in_all = web_ms + mixed_worker + mixed_postgres
+            print(
+                f"mixed, the service's other processes:  worker {mixed_worker:6.2f}  PostgreSQL {mixed_postgres:6.2f}"
+                f" ms/req; in all {in_all:.2f} ms/req (two idle cores: at most {2000 / in_all:.0f} req/s of this mix);"
+                f" the bench's own clients {clients_cpu * 1000 / mixed:.2f} ms/req on the same cores"
+            )
         print(f"load average after: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
     finally:
         if not args.keep:
