@@ -97,6 +97,12 @@ def _normalized(kind: str, value: Any, field: str) -> str:
             raise DomainError("invalid_value", f"{field} holds no letters.", field=field)
         if len(folded.split()) > MAX_NAME_WORDS:
             raise DomainError("invalid_value", f"{field} is longer than {MAX_NAME_WORDS} words.", field=field)
+        if len(folded) > MAX_IDENTIFIER_CHARS:
+            # Folding may lengthen a name (`ß` is `ss`, `㍿` four letters): its lookup is stored
+            # as it is with encryption off, in a column of 300 characters with its kind.
+            raise DomainError(
+                "invalid_value", f"{field} is longer than {MAX_IDENTIFIER_CHARS} characters once folded.", field=field
+            )
         return folded
     return value.strip()
 
@@ -154,7 +160,7 @@ def identifiers_classified(values: Iterable[str]) -> dict[str, list[str]]:
             found["phones"].append(e164)
             continue
         folded = name_folded(text)
-        if folded and len(folded.split()) <= MAX_NAME_WORDS:
+        if folded and len(folded.split()) <= MAX_NAME_WORDS and len(folded) <= MAX_IDENTIFIER_CHARS:
             found["names"].append(folded)
         if not any(c.isspace() for c in text):
             found["external_ids"].append(text)

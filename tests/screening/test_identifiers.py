@@ -58,6 +58,8 @@ def test_bad_identifiers_are_a_400_naming_the_field_and_change_nothing(alice: Ca
         ({"names": "Ines"}, "names"),
         ({"nicknames": []}, "nicknames"),
         ({"external_ids": [7]}, "external_ids[0]"),
+        # 254 characters that fold to 508 (`ss` each): once a 400 naming no field.
+        ({"names": ["Ines", "\u00df" * 254]}, "names[1]"),
     ):
         error = error_of(alice.client.put(IDENTIFIERS, body, format="json"), 400)
         assert error["field"] == field, body
