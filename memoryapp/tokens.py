@@ -76,6 +76,10 @@ def count_tool_calls_tokens(tool_calls: Any) -> int:
 
 def count_message_tokens(content: Any, tool_calls: Any = None) -> int:
     """Tokens of one message: its content, its tool calls, and the framing."""
+    if not tool_calls and type(content) is str:
+        # Most messages: a plain text and no tool call (a context build counts each row of its
+        # window; issue 26). The same figure as below, without its calls.
+        return -(-len(content) // CHARS_PER_TOKEN) + MESSAGE_OVERHEAD
     return (
         math.ceil(count_content_chars(content) / CHARS_PER_TOKEN)
         + count_tool_calls_tokens(tool_calls)

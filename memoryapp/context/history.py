@@ -154,6 +154,11 @@ def recent_run(units: list[Unit], room: int, *, complete: bool) -> Run:
     cost = 0
     stopped = False
     for unit in reversed(units):
+        whole = unit.cost
+        if whole <= room - cost:  # fits as it is (most units): `_fit_unit` would give no note
+            cost += whole
+            kept.append(unit)
+            continue
         unit_notes = _fit_unit(unit, room - cost)
         if unit_notes is None:
             stopped = True
