@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
@@ -73,26 +74,40 @@ def _scope_size(key: tuple[Any, ...], count: Any) -> int:
     return size
 
 
-def _bm25(rows: list[tuple[str, list[bool], int, float]], *, terms: int, total: int, limit: int) -> list[ChannelHit]:
-    """Rows are (id, holds-word flags, lexeme count, newness); see the module's steps 3 and 4."""
+def _bm25(rows: list[tuple[str, int, int, float]], *, terms: int, total: int, limit: int) -> list[ChannelHit]:
+    """Rows are (id, the words it holds as bits: word i is bit i, lexeme count, newness); see the
+    module's steps 3 and 4. Rows of the same words and length score the same: each such score is
+    computed once (a read finds hundreds of rows and few kinds of them; issue 26)."""
     if not rows:
         return []
     df = [0] * terms
-    for _, flags, _, _ in rows:
-        for i, held in enumerate(flags):
-            if held:
-                df[i] += 1
+    for mask, count in Counter(r[1] for r in rows).items():
+        for i in range(terms):
+            if mask >> i & 1:
+                df[i] += count
     total = max(total, len(rows))
     idf = [math.log(1 + (total - d + 0.5) / (d + 0.5)) if d else 0.0 for d in df]
     idf_sum = sum(idf) or 1.0
     avg_len = sum(max(1, r[2]) for r in rows) / len(rows)
-    hits: list[ChannelHit] = []
-    for row_id, flags, length, newness in rows:
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * max(1, length) / avg_len)
-        score = sum(idf[i] * (BM25_K1 + 1) / (1 + norm) for i, held in enumerate(flags) if held)
-        hits.append(ChannelHit(id=row_id, score=score / idf_sum, created_order=newness))
-    hits.sort(key=lambda h: (-h.score, -h.created_order))
-    return hits[:limit]
+    scores: dict[tuple[int, int], float] = {}
+    ranked: list[tuple[float, float, int]] = []
+    for at, (_, mask, length, newness) in enumerate(rows):
+        score = scores.get((mask, length))
+        if score is None:
+            norm = BM25_K1 * (1 - BM25_B + BM25_B * max(1, length) / avg_len)
+            score = scores[(mask, length)] = (
+                sum(idf[i] * (BM25_K1 + 1) / (1 + norm) for i in range(terms) if mask >> i & 1) / idf_sum
+            )
+        ranked.append((-score, -newness, at))
+    # Best first, ties newest first, then in the order read (as a stable sort of the rows).
+    ranked.sort()
+    return [ChannelHit(id=rows[at][0], score=-score, created_order=-newness) for score, newness, at in ranked[:limit]]
+
+
+def flags_mask(flags: list[str]) -> str:
+    """SQL of the bits of the words a row holds (`_bm25`'s mask) from each word's condition (a
+    condition that is NULL holds nothing)."""
+    return " + ".join(f"(CASE WHEN {flag} THEN {1 << i} ELSE 0 END)" for i, flag in enumerate(flags)) or "0"
 
 
 # The planner's estimate of the rows of the whole entry table (all agents), read with a scope's size
@@ -187,8 +202,9 @@ def keyword_entries(
     if names:
         params["names"] = names
 
-    def read(query: str, also: str | None = None) -> list[tuple[str, list[bool], int, float, bool]]:
-        """The matches of `query`, best first; the last field: whether the row also matches `also`."""
+    def read(query: str, also: str | None = None) -> list[tuple[str, int, int, float, bool]]:
+        """The matches of `query`, best first: (id, the words it holds as bits, lexemes, newness,
+        whether the row also matches `also`)."""
         match = "e.search_vector @@ to_tsquery('english', %(q_match)s)"
         also_sql = "e.search_vector @@ to_tsquery('english', %(q_also)s)" if also is not None else "false"
         if names:
@@ -196,8 +212,8 @@ def keyword_entries(
             if also is not None:
                 also_sql = f"({also_sql} OR lower(e.sender_name) = ANY(%(names)s))"
         sql = f"""
-            SELECT e.id, {", ".join(flags)}, length(e.search_vector),
-                   extract(epoch FROM e.created_at) + e.seq * 1e-6, {also_sql}
+            SELECT e.id, {flags_mask(flags)}, coalesce(length(e.search_vector), 0),
+                   (extract(epoch FROM e.created_at) + e.seq * 1e-6)::float8, coalesce({also_sql}, false)
               FROM memoryapp_entry e
              WHERE {where} AND {match}
              ORDER BY ts_rank_cd(e.search_vector, to_tsquery('english', %(q_or)s)) DESC
@@ -205,16 +221,14 @@ def keyword_entries(
         """
         with connection.cursor() as cursor:
             cursor.execute(sql, {**params, "q_match": query, "q_also": also})
-            raw = cursor.fetchall()
-        n = len(terms)
-        return [
-            (r[0], [bool(x) for x in r[1 : 1 + n]], int(r[1 + n] or 0), float(r[2 + n]), bool(r[3 + n])) for r in raw
-        ]
+            # The newness a float8 (exactly what float() of the numeric gives: both round it to
+            # the nearest double), so that no row needs a Decimal.
+            return cursor.fetchall()
 
-    def plain(found: list[tuple[str, list[bool], int, float, bool]]) -> list[tuple[str, list[bool], int, float]]:
-        return [(r[0], r[1], r[2], r[3]) for r in found]
+    def plain(found: list[tuple[str, int, int, float, bool]]) -> list[tuple[str, int, int, float]]:
+        return [r[:4] for r in found]
 
-    rows: list[tuple[str, list[bool], int, float]] = []
+    rows: list[tuple[str, int, int, float]] = []
     if total >= LARGE_SCOPE and len(words) >= 2:
         # Most selective first: every word, then any two words; each tier is read only when the
         # one before found fewer rows than asked for.
@@ -330,10 +344,15 @@ def _keyword_entries_blind(
     if len(raw) < limit:
         raw = read("e.keyword_hashes && %(any)s::bigint[]", {})
     n = len(terms)
-    rows = [(r[0], [bool(x) for x in r[1 : 1 + n]], int(r[1 + n] or 0), float(r[2 + n])) for r in raw]
+    rows = [(r[0], _mask(r[1 : 1 + n]), int(r[1 + n] or 0), float(r[2 + n])) for r in raw]
     if len(rows) >= KEYWORD_CANDIDATES:
         total = max(total, len(rows) * 4)
     return _bm25(rows, terms=n, total=max(total, len(rows)), limit=limit)
+
+
+def _mask(flags: Any) -> int:
+    """The bits of the words held (`_bm25`) of a row's flags (word i held: flag i true)."""
+    return sum(1 << i for i, held in enumerate(flags) if held)
 
 
 def keyword_items(
@@ -362,7 +381,7 @@ def keyword_items(
         .order_by(RawSQL(f"ts_rank_cd({column}, to_tsquery('english', %s))", (" | ".join(terms),)).desc())
         .values_list("id", "recorded_at", "lexemes", *[f"holds_{i}" for i in range(len(terms))])[:KEYWORD_CANDIDATES]
     )
-    rows = [(str(r[0]), [bool(x) for x in r[3:]], int(r[2] or 0), r[1].timestamp() if r[1] else 0.0) for r in matched]
+    rows = [(str(r[0]), _mask(r[3:]), int(r[2] or 0), r[1].timestamp() if r[1] else 0.0) for r in matched]
     if not rows:
         return []
     total = _scope_size(("items", str(items.query)), items.count) if len(rows) < KEYWORD_CANDIDATES else len(rows) * 4
@@ -416,7 +435,7 @@ def _keyword_items_blind(
         .order_by("-kw_held", "-recorded_at")
         .values_list("id", "recorded_at", "lexemes", *[f"holds_{i}" for i in range(len(terms))])[:KEYWORD_CANDIDATES]
     )
-    rows = [(str(r[0]), [bool(x) for x in r[3:]], int(r[2] or 0), r[1].timestamp() if r[1] else 0.0) for r in matched]
+    rows = [(str(r[0]), _mask(r[3:]), int(r[2] or 0), r[1].timestamp() if r[1] else 0.0) for r in matched]
     if not rows:
         return []
     total = _scope_size(("items", str(items.query)), items.count) if len(rows) < KEYWORD_CANDIDATES else len(rows) * 4
