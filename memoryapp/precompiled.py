@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from django.db import connections, models
 from django.db.transaction import TransactionManagementError
+from psycopg import ClientCursor
 
 logger = logging.getLogger(__name__)
 
@@ -147,11 +148,22 @@ class Precompiled(Generic[M]):
         return tuple(slots), tuple(constants)
 
     def rows(self, *params: Any) -> list[M]:
+        statement = self.statement(*params)
+        if statement is None:
+            return list(self._build(*params))
+        with connections[statement[0]].cursor() as cursor:
+            cursor.execute(statement[1], statement[2])
+            fetched = cursor.fetchall()
+        return self.built(fetched)
+
+    def statement(self, *params: Any) -> tuple[str, str, tuple[Any, ...]] | None:
+        """The database, SQL and parameters `rows(*params)` sends (for a caller that sends it with
+        others, `read_together`, and builds its rows with `built`); None when the queryset is not
+        precompiled (then only `rows` reads it, through the ORM)."""
         compiled = self._compiled or self._compile()
         if compiled is None:
-            return list(self._build(*params))
-        connection = connections[compiled.db]
-        if compiled.for_update and connection.get_autocommit():
+            return None
+        if compiled.for_update and connections[compiled.db].get_autocommit():
             # As the ORM: a lock taken in autocommit would end with its statement, locking nothing.
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
         if compiled.slots is not None:
@@ -159,9 +171,13 @@ class Precompiled(Generic[M]):
                 params[slot] if slot is not None else constant
                 for slot, constant in zip(compiled.slots, compiled.constants, strict=True)
             )
-        with connection.cursor() as cursor:
-            cursor.execute(compiled.sql, params)
-            fetched = cursor.fetchall()
+        return compiled.db, compiled.sql, params
+
+    def built(self, fetched: Sequence[Sequence[Any]]) -> list[M]:
+        """The model rows of the rows `statement`'s SQL fetched, as the ORM builds them."""
+        compiled = self._compiled or self._compile()
+        assert compiled is not None, "built() of a statement() that was None"
+        connection = connections[compiled.db]
         found: list[M] = []
         for raw in fetched:
             values = list(raw)
@@ -179,6 +195,33 @@ class Precompiled(Generic[M]):
         """The first row of `rows` (the queryset's own order; slice it [:1] in `build`), or None."""
         found = self.rows(*params)
         return found[0] if found else None
+
+
+def read_together(
+    using: str, statements: Sequence[tuple[str, Sequence[Any] | Mapping[str, Any]]]
+) -> list[list[tuple[Any, ...]]]:
+    """The rows each of these reads fetches, all sent in one round trip (issue 26: a context build's
+    reads that return nothing most of the time were a round trip each). The service's connections bind
+    parameters on the client (settings refuse the server-side binding), so the statements, their
+    parameters bound as the cursor binds them, go as one string: PostgreSQL runs them in turn, in
+    one transaction when no caller's is open (a failure of one fails them all, as one raises here).
+    Reads only: a statement's result is the rows it returns."""
+    connection = connections[using]
+    connection.ensure_connection()
+    binder = ClientCursor(connection.connection)
+    try:
+        text = "; ".join(binder.mogrify(sql, params) for sql, params in statements)
+    finally:
+        binder.close()
+    found: list[list[tuple[Any, ...]]] = []
+    with connection.cursor() as cursor:
+        cursor.execute(text)
+        found.append(list(cursor.fetchall()))
+        while cursor.nextset():
+            found.append(list(cursor.fetchall()))
+    if len(found) != len(statements):
+        raise RuntimeError(f"read_together: {len(statements)} statements sent, {len(found)} results")
+    return found
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -38,12 +38,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from django.db import DEFAULT_DB_ALIAS
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -73,6 +74,7 @@ from memoryapp.context.history import (
     recent_run,
     relevant_turns,
     unit_cost,
+    window_first_read,
 )
 from memoryapp.context.memory_block import (
     MemoryBlock,
@@ -109,11 +111,16 @@ from memoryapp.files.services import files_index_text
 from memoryapp.graph.context import DEFAULT_HOPS, NodeBlock, graph_blocks
 from memoryapp.items.purposes import recall_purpose_check
 from memoryapp.items.rules import Scope
-from memoryapp.items.selectors import context_facts, thread_context_scope
+from memoryapp.items.selectors import (
+    context_facts,
+    context_facts_read,
+    context_facts_states,
+    thread_context_scope,
+)
 from memoryapp.knowledge.services import KnowledgeHit, knowledge_search
 from memoryapp.llm.model import ModelError
-from memoryapp.models import AccessLog, Agent, Entry, MemoryFileVersion, Thread
-from memoryapp.precompiled import Precompiled
+from memoryapp.models import AccessLog, Agent, Entry, MemoryFileVersion, MemoryItem, Thread
+from memoryapp.precompiled import Precompiled, read_together
 from memoryapp.search.access_log import access_log_record
 from memoryapp.search.retrieval import search
 from memoryapp.tokens import MESSAGE_OVERHEAD, count_message_tokens, count_tokens
@@ -282,6 +289,10 @@ class _Build:
     available: int = 0  # what the required partitions leave for facts, recall and recent
     lasting: list[str] = field(default_factory=list)  # words of the kept texts a later block may repeat
     fact_lines: list[tuple[str, str, int]] = field(default_factory=list)  # (item id, line, tokens)
+    # The facts' rows, when read with the memory files (`_memory_heads_and_facts`); None: not read yet.
+    fact_states: list[MemoryItem] | None = None
+    # The history's first read, when read with the memory files: (the entries it asked for, its rows).
+    window_first: tuple[int, list[Any]] | None = None
     # Whether the items recall searches (`_recall_items`: the same scope, time and purpose as the
     # facts) hold any, as the facts' read found: recall then asks no more. None: the facts were not read.
     items_live: bool | None = None
@@ -438,7 +449,7 @@ def _place_documents(build: _Build, *, room: int) -> str:
     project_id = request.project_id or str((thread.metadata or {}).get("project_id") or "")[:128]
     try:
         documents = (
-            _documents_and_observations(build, project_id)
+            _documents_and_observations(build, project_id, room)
             if _observations_wanted(build)
             else context_documents_for(agent=build.agent, thread_id=thread.external_id, project_id=project_id)
         )
@@ -475,7 +486,7 @@ def _observations_wanted(build: _Build) -> bool:
     )
 
 
-def _documents_and_observations(build: _Build, project_id: str) -> list[ContextDocument]:
+def _documents_and_observations(build: _Build, project_id: str, room: int) -> list[ContextDocument]:
     """The context documents, and the observations `_load_observations` takes (`build.observations`),
     in one read of the memory files' heads: what `context_documents_for` and `observations_seen`
     each read, in one statement (their paths never meet). A failure of it leaves both to their own
@@ -483,7 +494,7 @@ def _documents_and_observations(build: _Build, project_id: str) -> list[ContextD
     agent, thread = build.agent, build.thread
     scopes = context_document_scopes(thread_id=thread.external_id, project_id=project_id)
     try:
-        heads = context_memory_heads(agent=agent, thread=thread, project_id=project_id)
+        heads = _memory_heads_and_facts(build, project_id, room)
         observed = [
             h for h in heads if h.path == OBSERVATIONS_DIRECTORY or h.path.startswith(OBSERVATIONS_DIRECTORY + "/")
         ]
@@ -495,17 +506,78 @@ def _documents_and_observations(build: _Build, project_id: str) -> list[ContextD
     return context_documents_of([h for h in heads if h.path.startswith(CONTEXT_ROOT + "/") and not h.user_id], scopes)
 
 
+def _memory_heads_and_facts(build: _Build, project_id: str, room: int) -> list[MemoryFileVersion]:
+    """`context_memory_heads`, in one round trip with (issue 26: a round trip each; the first two
+    return nothing in most threads):
+    - when the build reads the facts as they hold now (`_load_facts`: no `as_of`, no purpose), their
+      rows (`build.fact_states`);
+    - when the history's first read is a range of the active branch (`window_first_read`), its rows
+      for the window the history's room would ask for were the documents to take none of `room` (what
+      the budget leaves after the other required parts): `build.window_first`, used by
+      `_read_history` when the room it finds asks for that window (no document placed, most threads).
+    """
+    agent, thread, request = build.agent, build.thread, build.request
+    scope = thread_context_scope(thread)
+    values = (scope.user_id, scope.project_id, thread.external_id, project_id)
+    heads_read = _memory_heads_statement(tuple(bool(v) for v in values))
+    heads_statement = heads_read.statement(agent.pk, *(v for v in values if v))
+    if heads_statement is None or heads_statement[0] != DEFAULT_DB_ALIAS:
+        return context_memory_heads(agent=agent, thread=thread, project_id=project_id)
+    statements: list[tuple[str, Sequence[Any] | Mapping[str, Any]]] = [heads_statement[1:]]
+    facts_statement = (
+        context_facts_read(agent=agent, user_id=scope.user_id, project_id=scope.project_id, thread_id=scope.thread_id)
+        if request.include_facts and build.memory_on and request.as_of is None and not request.purpose
+        else None
+    )
+    if facts_statement is not None and facts_statement[0] == DEFAULT_DB_ALIAS:
+        statements.append(facts_statement[1:])
+    else:
+        facts_statement = None
+    want = 0
+    window_statement = None
+    if request.leaf_id is None and not (request.brief_cards and request.current_input.strip() and build.memory_on):
+        # The room `_read_history` finds when no document is placed: `room` less the brief given.
+        brief = MemoryBlock().line_cost(None, request.brief) if request.brief else 0
+        want = _window_want(build, max(0, room - brief))
+        window_statement = window_first_read(thread=thread, want=want)
+        if window_statement is not None:
+            statements.append(window_statement)
+    if len(statements) == 1:
+        return context_memory_heads(agent=agent, thread=thread, project_id=project_id)
+    found = read_together(DEFAULT_DB_ALIAS, statements)
+    heads = heads_read.built(found[0])
+    for head in heads:
+        head.is_deletion = head.content is None  # type: ignore[attr-defined]
+    if facts_statement is not None:
+        build.fact_states = context_facts_states(found[1])
+    if window_statement is not None:
+        build.window_first = (want, found[-1])
+    return heads
+
+
+def _window_want(build: _Build, room: int) -> int:
+    """How many entries the history's first read asks for, in this room: a first guess of how many
+    the budget can take (about 16 tokens a short message); the reader grows the window from what it
+    finds."""
+    want = FIRST_WINDOW if build.request.strategy != "relevant" else RELEVANT_CANDIDATES
+    return max(want, min(MAX_WINDOW, room // 16))
+
+
 def _read_history(build: _Build) -> None:
     """Step 2: the newest part of the branch, compacted; it holds the summary, a required partition
     the rest is split after. A store failure leaves the history out, reported."""
     room = max(0, build.budget - sum(build.partitions.values()))
-    # A first guess of how many entries the budget can take (about 16 tokens a short message);
-    # the reader grows the window from what it finds.
-    want = FIRST_WINDOW if build.request.strategy != "relevant" else RELEVANT_CANDIDATES
-    want = max(want, min(MAX_WINDOW, room // 16))
+    want = _window_want(build, room)
+    # The first read's rows, when they came with the memory files' (`_memory_heads_and_facts`) for
+    # the window this room asks for.
+    first = build.window_first
     try:
         compacted, complete, _ = history_window(
-            thread=build.thread, leaf_id=build.request.leaf_id, want=want, room=room
+            thread=build.thread,
+            leaf_id=build.request.leaf_id,
+            want=want,
+            room=room,
+            first_rows=first[1] if first is not None and first[0] == want else None,
         )
     except DomainError:
         raise
@@ -562,6 +634,7 @@ def _load_facts(build: _Build) -> None:
             thread_id=scope.thread_id,
             as_of=build.request.as_of,
             purpose=build.request.purpose,
+            states=build.fact_states,
         )
         build.items_live = bool(facts)
     except Exception as exc:

@@ -294,21 +294,20 @@ def _chain_below(thread: Thread) -> int | None:
 
 
 def _path_chunk(
-    *, thread: Thread, start: str, limit: int, chain_below: int | None = None
+    *, thread: Thread, start: str, limit: int, chain_below: int | None = None, read: list[Any] | None = None
 ) -> tuple[list[PathEntry], int | None]:
     """Up to `limit` history and compaction entries of the branch, from `start` up, oldest first:
     the walk of `path_entries` (memoryapp.threads.branch), read as plain rows; and the seq of the
     thread's oldest compaction (None: none, or no row read). With `chain_below` (the thread is one
     chain, `_chain_below`), the rows are read by seq range instead; a start that range does not know
-    (written after the thread was read) is walked."""
-    params: dict[str, Any] = {
-        "start": start,
-        "thread": thread.pk,
-        "types": [str(t) for t in HISTORY_AND_COMPACTION],
-        "limit": limit,
-    }
+    (written after the thread was read) is walked. `read`: the rows of that range's statement
+    (`window_first_read`), when the caller sent it with its own reads."""
+    params = _chunk_params(thread=thread, start=start, limit=limit)
     rows: list[Any] = []
-    if chain_below is not None:
+    if read is not None:
+        rows = list(read)
+        rows.reverse()
+    elif chain_below is not None:
         with connection.cursor() as cursor:
             cursor.execute(_CHAIN_WINDOW_SQL, {**params, "below": chain_below})
             rows = cursor.fetchall()
@@ -321,10 +320,28 @@ def _path_chunk(
     return [PathEntry(*row[:-1]) for row in rows], first_compaction
 
 
-def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int) -> tuple[Any, bool, list[Any]]:
+def _chunk_params(*, thread: Thread, start: str, limit: int) -> dict[str, Any]:
+    return {"start": start, "thread": thread.pk, "types": [str(t) for t in HISTORY_AND_COMPACTION], "limit": limit}
+
+
+def window_first_read(*, thread: Thread, want: int) -> tuple[str, dict[str, Any]] | None:
+    """The statement of `history_window`'s first read of the thread's active branch for `want`
+    entries, for a caller that sends it with its own reads and hands its rows back as `first_rows`;
+    None when that read is none of a range (no leaf, or a thread that is no longer one chain)."""
+    chain_below = _chain_below(thread)
+    if chain_below is None or not thread.active_leaf_id:
+        return None
+    params = _chunk_params(thread=thread, start=thread.active_leaf_id, limit=max(1, want))
+    return _CHAIN_WINDOW_SQL, {**params, "below": chain_below}
+
+
+def history_window(
+    *, thread: Thread, leaf_id: str | None, want: int, room: int, first_rows: list[Any] | None = None
+) -> tuple[Any, bool, list[Any]]:
     """The kept history (compacted), whether it starts at the branch's start, and the raw window.
 
-    1. Read the newest `want` entries of the branch.
+    1. Read the newest `want` entries of the branch (the rows of `window_first_read(want=want)` when
+       the caller read them: `first_rows`, for the active leaf).
     2. While the budget could take everything read and the branch goes on, read the next older
        chunk (sized by the tokens a message took so far), up to MAX_WINDOW entries.
     3. When the newest compaction's first kept entry lies before the window (the compaction in the
@@ -342,8 +359,13 @@ def history_window(*, thread: Thread, leaf_id: str | None, want: int, room: int)
     first_compaction: int | None = None
     tokens = 0
     chain_below = _chain_below(thread)
+    if leaf_id or chain_below is None:
+        first_rows = None
     while next_start is not None:
-        chunk, found = _path_chunk(thread=thread, start=next_start, limit=limit, chain_below=chain_below)
+        chunk, found = _path_chunk(
+            thread=thread, start=next_start, limit=limit, chain_below=chain_below, read=first_rows
+        )
+        first_rows = None
         if chunk:
             first_compaction = found
         window = chunk + window

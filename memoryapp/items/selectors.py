@@ -238,10 +238,13 @@ def context_facts(
     as_of: datetime | None = None,
     known_at: datetime | None = None,
     purpose: str = "",
+    states: list[MemoryItem] | None = None,
 ) -> list[ContextFact]:
     """The `facts` partition of a context (see the module docstring for the order and the text).
 
     `known_at` (memory time, now by default) replays what memory knew then ("what did the agent know").
+    `states`: the rows of step 1 when the caller read them (`context_facts_read`, sent with its own
+    reads), for a present read (no `as_of`, `known_at` or `purpose`).
 
     1. Read the states the scope sees that hold at `as_of`.
     2. Keep one per slot (the one that started last, the narrowest scope on a tie).
@@ -250,7 +253,9 @@ def context_facts(
     4. Instructions and preferences first, then the newest first.
     """
     at = as_of or timezone.now()
-    if known_at is None and not purpose:
+    if states is not None and as_of is None and known_at is None and not purpose:
+        held = one_state_per_slot(states)
+    elif known_at is None and not purpose:
         # A context's facts (every build reads them): the statement compiled once per process.
         held = one_state_per_slot(_FACTS.rows(agent.pk, user_id, project_id, thread_id, at, timezone.now()))
     else:
@@ -297,6 +302,21 @@ _FACTS = Precompiled(
     *SCOPE_STAND_INS,
     twins=SCOPE_TWINS,
 )
+
+
+def context_facts_read(
+    *, agent: Agent, user_id: str = "", project_id: str = "", thread_id: str = ""
+) -> tuple[str, str, tuple[Any, ...]] | None:
+    """The statement (database, SQL, parameters) that reads step 1 of `context_facts` of this scope as
+    it holds now, for a caller that sends it with its own reads (memoryapp.precompiled.read_together)
+    and hands the rows, built by `context_facts_states`, back as `states`. None: not precompiled."""
+    now = timezone.now()
+    return _FACTS.statement(agent.pk, user_id, project_id, thread_id, now, now)
+
+
+def context_facts_states(fetched: list[tuple[Any, ...]]) -> list[MemoryItem]:
+    """The rows of `context_facts_read`'s statement, built as the ORM builds them."""
+    return _FACTS.built(fetched)
 
 
 def _previous_values(*, agent: Agent, items: list[MemoryItem], known_at: datetime | None) -> dict[str, str]:

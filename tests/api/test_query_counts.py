@@ -99,17 +99,18 @@ def test_a_hybrid_search_is_eleven_queries(
     assert answer["results"]
 
 
-def test_a_hybrid_context_build_is_fourteen_queries(
+def test_a_hybrid_context_build_is_thirteen_queries(
     alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
 ) -> None:
     # the thread, its compaction settings, the memory files (context documents and observations in
-    # one statement), the branch, the items (whether any item is live for recall is what they
-    # found), the keyword channel, the vector channel (one statement, then the embedded scope's
+    # one statement) and the items (whether any item is live for recall is what they found) in one
+    # round trip, the branch, the keyword channel, the vector channel (one statement, then the embedded scope's
     # size; in a table many times the thread's size, the thread's rows read exactly in one), the
     # entity turn channel (one query, in a savepoint pair), the access log (+ its savepoint pair);
     # no time channel, no graph channels (as the search above; 33 before, 16 before the memory
-    # files were read at once, 15 before recall took the items' liveness from the facts' read)
-    with django_assert_max_num_queries(14):
+    # files were read at once, 15 before recall took the items' liveness from the facts' read, 14
+    # before the items were read with the memory files)
+    with django_assert_max_num_queries(13):
         context = build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
     assert context["messages"]
 

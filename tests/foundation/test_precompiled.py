@@ -15,7 +15,7 @@ from memoryapp.errors import NotFound
 from memoryapp.items import selectors
 from memoryapp.items.selectors import context_facts, thread_context_scope
 from memoryapp.models import Thread
-from memoryapp.precompiled import Precompiled
+from memoryapp.precompiled import Precompiled, read_together
 from memoryapp.threads.selectors import thread_for_agent
 from tests.kit.api import Caller
 from tests.kit.factories import MemoryItemFactory, ThreadFactory
@@ -129,3 +129,29 @@ def test_a_contexts_facts_read_precompiled_are_the_orms(alice: Caller) -> None:
     assert selectors._FACTS._compiled is not None  # precompiled, not refused
     orm = context_facts(agent=alice.agent, user_id=args[0], project_id=args[1], thread_id=args[2], purpose="none")
     assert sorted(f.text for f in found) == sorted(f.text for f in orm) == ["Ana city: Lisbon", "Ana pet: a cat"]
+
+
+def test_reads_sent_together_give_each_its_own_rows_in_one_round_trip(alice: Caller) -> None:
+    # A context build sends its memory files', facts' and window's reads as one (issue 26): each
+    # statement's rows are those it reads alone, built as the ORM builds them.
+    thread = ThreadFactory(agent=alice.agent, external_id="t-t", user_id="u-ana")
+    MemoryItemFactory(agent=alice.agent, subject="Ana", attribute="city", value="Lisbon 100%", user_id="u-ana")
+    scope = thread_context_scope(thread)
+    alone = context_facts(agent=alice.agent, user_id=scope.user_id, project_id="", thread_id=scope.thread_id)
+    facts = selectors.context_facts_read(agent=alice.agent, user_id=scope.user_id, thread_id=scope.thread_id)
+    assert facts is not None
+    with CaptureQueriesContext(connection) as queries:
+        found = read_together(
+            facts[0],
+            [("SELECT %(a)s::int, '50%%'", {"a": 7}), facts[1:], ("SELECT 1 WHERE false", ())],
+        )
+    assert len(queries.captured_queries) == 1
+    assert found[0] == [(7, "50%")] and found[2] == []
+    together = context_facts(
+        agent=alice.agent,
+        user_id=scope.user_id,
+        thread_id=scope.thread_id,
+        states=selectors.context_facts_states(found[1]),
+    )
+    assert [(f.item_id, f.text) for f in together] == [(f.item_id, f.text) for f in alone]
+    assert [f.text for f in together] == ["Ana city: Lisbon 100%"]
