@@ -36,8 +36,10 @@ def erasure_job(run: JobRun) -> dict[str, Any]:
 @job(name="governance.tasks.erasure_resume_job", queue="governance")
 def erasure_resume_job(run: JobRun) -> dict[str, Any]:
     """Finish an erasure interrupted with no request behind it (governance.erasure.resume): the
-    run names one of the person's marked registry rows, never the person."""
-    return erasure_resume(identifier_id=int(run.arguments["identifier"]), run=run)
+    run names the person's mark (`ErasureMark`), never the person; a run sent before the marks
+    were rows of their own (migration memoryapp 0062) names none and is skipped."""
+    mark = run.arguments.get("mark")
+    return erasure_resume(mark_id=int(mark) if mark is not None else None, run=run)
 
 
 @tick(name="governance.tasks.erasures_resume_tick", queue="governance")

@@ -1,7 +1,7 @@
 """Erasures interrupted, finished (issue 25 §4): a person left marked as being erased.
 
 An erasure marks the person (memoryapp.subjects.erasing) before it goes through the rows naming
-them, and the mark goes with their registry rows at its end. Killed in between (a worker past its
+them, and the mark goes at its end (a person with no identifier is marked too). Killed in between (a worker past its
 time limit, a web process of an agent's `forget` killed by its server's timeout), it leaves the
 mark: every write naming the person keeps storing the placeholder, and nothing else finishes it.
 
@@ -14,7 +14,7 @@ mark: every write naming the person keeps storing the placeholder, and nothing e
    is fixed (its page says which, and that the person is still marked). The sweep here sends no
    resume of its own: it would race the request.
 3. Any other mark (an agent's `forget`, which has no request) gets one resume job
-   (`erasures_resume`, beat): named by one of the marked registry rows, never by the person, it
+   (`erasures_resume`, beat): named by the mark's row (`ErasureMark`), never by the person, it
    runs `person_erase` again for that agent in the mark's mode (idempotent: it takes what is
    left), with the identifiers the agent registered and those given with the interrupted call
    (kept, sealed, with the mark: memoryapp.subjects.erasing), and forgets the agent's export archives of the person as the `forget`
@@ -33,7 +33,7 @@ from governance.export.services import exports_forget_person
 from governance.jobs.broker import job_enqueue
 from governance.models import ErasureRequest, JobRun
 from memoryapp.forgetting.person import person_erase
-from memoryapp.models import PersonIdentifier
+from memoryapp.models import ErasureMark
 from memoryapp.subjects.erasing import ErasureMarked, erasures_marked
 
 RESUME_KIND = "erasure_resume"
@@ -71,7 +71,7 @@ def _tried(mark: ErasureMarked) -> bool:
     return JobRun.objects.filter(
         kind=RESUME_KIND,
         agent_id=mark.agent_id,
-        arguments__identifier=mark.identifier_id,
+        arguments__mark=mark.mark_id,
         status=JobRun.Status.FAILED,
         created_at__gte=mark.since,
     ).exists()
@@ -92,21 +92,21 @@ def erasures_resume() -> dict[str, int]:
             job_enqueue(
                 kind=RESUME_KIND,
                 task_name=RESUME_TASK,
-                arguments={"identifier": mark.identifier_id},
+                arguments={"mark": mark.mark_id},
                 agent_id=mark.agent_id,
-                dedupe_key=f"{RESUME_KIND}:{mark.identifier_id}",
+                dedupe_key=f"{RESUME_KIND}:{mark.mark_id}",
             )
             counts["resumed"] += 1
     return counts
 
 
-def erasure_resume(*, identifier_id: int, run: JobRun | None = None) -> dict[str, Any]:
+def erasure_resume(*, mark_id: int | None, run: JobRun | None = None) -> dict[str, Any]:
     """The resume job's body (step 3); guarded on the mark: gone (the erasure finished, or its
     request is running it now) is a skip, so a run sent twice or late changes nothing."""
     marked = (
-        PersonIdentifier.objects.filter(pk=identifier_id, erasing_since__isnull=False)
-        .values_list("agent_id", "user_id", "erasing_mode", "erasing_keeps")
-        .first()
+        ErasureMark.objects.filter(pk=mark_id).values_list("agent_id", "user_id", "mode", "keeps").first()
+        if mark_id is not None
+        else None
     )
     if marked is None:
         return {"skipped": "no such mark"}

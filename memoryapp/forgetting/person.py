@@ -112,7 +112,7 @@ from memoryapp.retry import atomic_retrying
 from memoryapp.screening.identifiers import identifiers_delete
 from memoryapp.search.access_log import access_log_forget_person
 from memoryapp.sessions.services import sessions_of_person_delete
-from memoryapp.subjects.erasing import erasing_mark, erasure_running
+from memoryapp.subjects.erasing import erasing_mark, erasing_unmark, erasure_running
 from memoryapp.subjects.index import person_matcher
 
 MODES = ("erase", "redact")
@@ -363,8 +363,9 @@ def person_erase(
             # identifier, registered or given (kept with the mark, sealed), stores the placeholder
             # (in the tables not kept), and a run stopped at any step below leaves the mark, so the
             # resume finishes it with the same identifiers (governance.erasure.resume). Marked too
-            # when every table's mentions are kept (`mentions` "keep"): writers change nothing
-            # then, and the mark is what shows the run interrupted and has it resumed.
+            # when every table's mentions are kept (`mentions` "keep"), and when she has no
+            # identifier at all: writers change nothing then, and the mark is what shows the run
+            # interrupted and has it resumed.
             erasing_mark(agent_id=agent_id, user_id=user_id, keeps=kept, mode=mode, given=identifiers)
             # 0. The access log: the rows of requests about the person go, and the ids of their items and
             # entries leave the rows of other people's requests (first, while those ids can be read).
@@ -461,6 +462,9 @@ def person_erase(
                     counts_add(counts, _key_people_released(agent_id=agent_id, user_id=user_id))
                     if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
                         counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
+            # Her erasure here ended: the mark goes last, so a run stopped at any step above
+            # (the key's destruction too) is resumed (memoryapp.subjects.erasing).
+            erasing_unmark(agent_id=agent_id, user_id=user_id)
     if unowned:  # staff's erasure: the pseudonyms of records of no agent (a hold on every agent)
         pseudonyms_forget(agent_id=None, user_id=user_id)
     counts["job_runs"] += _jobs_scrub(_jobs(user_id, agents, keep_job_ids, unowned=unowned))

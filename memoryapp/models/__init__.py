@@ -13,7 +13,7 @@ from memoryapp.models.files import MemoryFileVersion
 from memoryapp.models.graph import Relation, RelationEvidence
 from memoryapp.models.items import Entity, Evidence, ItemReview, MemoryItem
 from memoryapp.models.knowledge import KnowledgeChunk, KnowledgeDocument
-from memoryapp.models.people import IdentifierKind, PersonIdentifier, SubjectMention
+from memoryapp.models.people import ErasureMark, IdentifierKind, PersonIdentifier, SubjectMention
 from memoryapp.models.retention import LegalHold, RetentionPolicy
 from memoryapp.models.runs import AccessLog, RunEvent, ThreadRun
 from memoryapp.models.sessions import ChannelSession
@@ -31,6 +31,7 @@ __all__ = [
     "Entity",
     "EntityOverview",
     "Entry",
+    "ErasureMark",
     "Event",
     "EventCounter",
     "Evidence",

@@ -44,18 +44,10 @@ class PersonIdentifier(models.Model):
     # again (governance.crypto.fields.EqualityHashField); "" with encryption off.
     lookup_kept = SealedTextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
-    # The person's erasure of mentions is under way (memoryapp.subjects.erasing): a write naming
-    # them stores the placeholder instead, except in the index's tables kept (`erasing_keeps`: the
-    # groups the officer excluded). Set on each of the person's rows; goes with them.
-    erasing_since = models.DateTimeField(null=True, blank=True)
-    erasing_keeps = ArrayField(models.CharField(max_length=32), null=True, blank=True)
-    # The erasure's mode ("erase" or "redact"): an erasure interrupted with no request to run it
-    # again (an agent's `forget`) is finished in it (governance.erasure.resume).
-    erasing_mode = models.CharField(max_length=8, blank=True, default="")
     # Given only with the person's erasure (`POST /users/{id}/forget` `identifiers`, a staff
     # request's other identifiers), not registered: kept, sealed as the rest, for the erasure's
     # span only, so writers find her by it and a resume of the erasure interrupted uses it
-    # (memoryapp.subjects.erasing); not listed as registered; goes with the mark.
+    # (memoryapp.subjects.erasing); not listed as registered; goes with her erasure.
     given = models.BooleanField(default=False)
 
     class Meta:
@@ -75,6 +67,33 @@ class PersonIdentifier(models.Model):
     def encryption_owner(self) -> tuple[int | None, str]:
         """Sealed under the data key of the person it identifies (governance.crypto.envelope)."""
         return (self.agent_id, self.user_id)
+
+
+class ErasureMark(models.Model):
+    """A person being erased in an agent (memoryapp.subjects.erasing): set before the erasure's
+    first step, deleted past its last, so one left behind is an erasure interrupted, which the
+    resume sweep or the staff request finishes (governance.erasure.resume). A row of its own, not a
+    column of her identifiers: a person with no identifier, registered or given, is marked too.
+
+    A write naming her (by an identifier) stores the placeholder instead, except in the index's
+    tables kept (`keeps`: the groups the officer excluded). `mode` ("erase" or "redact") is the
+    erasure's: an erasure interrupted with no request to run it again (an agent's `forget`) is
+    finished in it. `since`: when she was first marked (a run again keeps it)."""
+
+    # Indexed by erasure_mark_uniq, which leads with it.
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="+", db_index=False)
+    user_id = models.CharField(max_length=128)
+    since = models.DateTimeField()
+    keeps = ArrayField(models.CharField(max_length=32), default=list, blank=True)
+    mode = models.CharField(max_length=8, default="erase")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "user_id"], name="erasure_mark_uniq"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} being erased ({self.mode})"
 
 
 # --- who wrote a message, who took part in a thread (one rule, docs/governance.md "Who a row is about")

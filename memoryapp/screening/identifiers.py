@@ -195,15 +195,10 @@ def identifiers_set(*, agent: Agent, user_id: str, body: Any, actor: str) -> dic
     """Replace the person's identifiers by these (an empty body removes them all); audited with the
     counts by kind, never the values."""
     checked = identifiers_check(body)
-    # Her erasure's mark (memoryapp.subjects.erasing) stays with her new identifiers: taken after
-    # the mark's lock, so a mark being written is committed and read here.
+    # After her erasure's mark's lock (memoryapp.subjects.erasing): the identifiers given with an
+    # erasure being marked are committed and read here (the mark itself is a row of its own).
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock_shared(%s, %s)", [locks.ERASING, locks.person(agent.pk, user_id)])
-    since, keeps, mode = (
-        PersonIdentifier.objects.filter(agent=agent, user_id=user_id, erasing_since__isnull=False)
-        .values_list("erasing_since", "erasing_keeps", "erasing_mode")
-        .first()
-    ) or (None, None, "")
     # Those given only with her erasure stay for its span (memoryapp.subjects.erasing), unless
     # registered now.
     names = {str(kind): name for name, kind in LISTS.items()}
@@ -223,9 +218,6 @@ def identifiers_set(*, agent: Agent, user_id: str, body: Any, actor: str) -> dic
             kind=LISTS[name],
             value=value,
             lookup=identifier_key(LISTS[name], value),
-            erasing_since=since,
-            erasing_keeps=keeps,
-            erasing_mode=mode,
             given=is_given,
         )
         for name, value, is_given in [*listed, *((name, value, True) for name, value in given)]

@@ -4,9 +4,10 @@ commits while their erasure runs is never left naming them.
 The erasure scans the agent's rows for the person, then redacts what it found: a write committing
 after its scan, naming her, was neither seen nor, once the index forgot her, marked. So:
 
-1. The erasure first marks the person as being erased (`erasing_mark`: `erasing_since` on each of
-   her registry rows, the groups the officer excluded in `erasing_keeps`) in a transaction of its
-   own, holding the lock `locks.ERASING` of the person exclusive, and commits before its scan.
+1. The erasure first marks the person as being erased (`erasing_mark`: a row of `ErasureMark`,
+   the groups the officer excluded in its `keeps`; a person with no identifier is marked too) in a
+   transaction of its own, holding the lock `locks.ERASING` of the person exclusive, and commits
+   before its scan.
 2. A write that found a registered person in its rows (the write-time detector,
    memoryapp.subjects.detect) takes the same lock shared, in its transaction, then reads whether
    they are being erased (`people_erasing`: a statement after the lock, so it sees a mark that
@@ -15,7 +16,8 @@ after its scan, naming her, was neither seen nor, once the index forgot her, mar
    that takes it after reads the mark, and stores the placeholder of the erasure instead of the
    person's identifiers (`row_redact`, memoryapp.subjects.texts: the erasure's own replacement),
    records no mention of her and seals nothing under her key.
-3. The mark goes with the registry rows, which the erasure deletes once the mentions are done.
+3. The mark goes at the erasure's end in the agent (`erasing_unmark`), after her registry rows
+   and, in `erase` mode, her data key.
 4. The process running the erasure holds the session lock `locks.ERASURE_RUN` of the person
    (`erasure_running`) from before the mark until past its end: a mark no process holds that lock
    for is an erasure interrupted (its worker killed, its request failed), shown to staff
@@ -30,13 +32,13 @@ after its scan, naming her, was neither seen nor, once the index forgot her, mar
    could stand for. The write takes her `locks.ERASURE_RUN` shared to its end (try, never wait):
    an erasure starting after it waits for it to commit, and its step takes the message with the rest.
 
-A replacement of her identifiers (`PUT /users/{id}/identifiers`) takes the lock shared too and
-keeps the mark on the rows it writes.
+A replacement of her identifiers (`PUT /users/{id}/identifiers`) takes the lock shared too (it
+keeps the identifiers given with the erasure); the mark, a row of its own, stays.
 
 Cost: a write naming no registered person takes no lock and sends no query; one naming someone
 sends two (the shared lock, the read), and waits only on the mark of a person it names: a
-transaction that takes that lock first, holding nothing, then only her registry rows, which no
-write locks (a replacement of her identifiers waits for the lock before touching them). No cycle
+transaction that takes that lock first, holding nothing, then only her mark and registry rows,
+which no write locks (a replacement of her identifiers waits for the lock before touching them). No cycle
 goes through it, whatever the writes hold (threads, rows, the audit chain).
 """
 
@@ -54,7 +56,7 @@ from django.utils import timezone
 
 from governance import locks
 from memoryapp.errors import Conflict
-from memoryapp.models import PersonIdentifier
+from memoryapp.models import ErasureMark
 from memoryapp.models.people import thread_participants
 from memoryapp.screening.identifiers import identifiers_given_keep
 
@@ -70,27 +72,38 @@ def erasing_mark(
     keeps: Collection[str],
     mode: str = "erase",
     given: Mapping[str, Sequence[str]] | None = None,
-) -> int:
+) -> None:
     """Mark the person as being erased (step 1 of the module's docstring), in a transaction of its
-    own that waits for the writes naming her in flight; answers how many registry rows it marked
-    (0: she has no identifier here, registered or given, and no write can find her). The
-    identifiers `given` with the erasure are kept with the mark (`identifiers_given_keep`): sealed
-    as registered ones, for the erasure's span, so writers find her by them and a resume uses them.
+    own that waits for the writes naming her in flight: her `ErasureMark` (a run again keeps its
+    `since`), whether or not she has identifiers (with none, no write names her, but the mark is
+    what shows the erasure interrupted and has it resumed). The identifiers `given` with the
+    erasure are kept with the mark (`identifiers_given_keep`): sealed as registered ones, for the
+    erasure's span, so writers find her by them and a resume uses them.
 
     Inside a caller's transaction (a dry run, rolled back) nothing is marked: writers read a mark
     only once committed, and holding its lock to the caller's end, over the rows the erasure then
     locks, would put it in a cycle with a write holding one of them."""
     if connection.in_atomic_block:
-        return 0
+        return
     with transaction.atomic():
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [locks.ERASING, locks.person(agent_id, user_id)])
+        # Before what it seals: a key of hers made for the identifiers given is made since the mark.
+        now = timezone.now()
         # After the lock: a replacement of her identifiers (`identifiers_set`, which takes it
-        # shared) committed, its rows are those marked; one after keeps the mark.
+        # shared) committed; one after keeps the rows given here.
         identifiers_given_keep(agent_id=agent_id, user_id=user_id, given=given)
-        return PersonIdentifier.objects.filter(agent_id=agent_id, user_id=user_id).update(
-            erasing_since=timezone.now(), erasing_keeps=sorted(keeps), erasing_mode=mode
+        ErasureMark.objects.update_or_create(
+            agent_id=agent_id,
+            user_id=user_id,
+            defaults={"keeps": sorted(keeps), "mode": mode},
+            create_defaults={"keeps": sorted(keeps), "mode": mode, "since": now},
         )
+
+
+def erasing_unmark(*, agent_id: int, user_id: str) -> None:
+    """The person's erasure in the agent ended: her mark goes (step 3 of the module's docstring)."""
+    ErasureMark.objects.filter(agent_id=agent_id, user_id=user_id).delete()
 
 
 @contextmanager
@@ -248,26 +261,19 @@ class ErasureMarked:
     since: datetime
     mode: str
     running: bool
-    identifier_id: int  # one of the marked registry rows (a job names the mark by it, not by the person)
+    mark_id: int  # its `ErasureMark` (a job names the mark by it, not by the person)
 
 
 def erasures_marked(*, user_id: str | None = None, agent_ids: Sequence[int] | None = None) -> list[ErasureMarked]:
     """The people marked as being erased (of these agents, or this person), oldest mark first, each
     told running or interrupted by the lock its eraser holds (step 4 of the module's docstring)."""
-    marked = PersonIdentifier.objects.filter(erasing_since__isnull=False)
+    marked = ErasureMark.objects.all()
     if user_id is not None:
         marked = marked.filter(user_id=user_id)
     if agent_ids is not None:
         marked = marked.filter(agent_id__in=list(agent_ids))
-    people: dict[tuple[int, str], ErasureMarked] = {}
-    rows = marked.order_by("erasing_since", "pk").values_list(
-        "pk", "agent_id", "user_id", "erasing_since", "erasing_mode"
-    )
-    for pk, agent_id, person, since, mode in rows:
-        assert since is not None  # the filter's
-        if (agent_id, person) not in people:
-            people[(agent_id, person)] = ErasureMarked(agent_id, person, since, mode or "erase", False, pk)
-    if not people:
+    rows = list(marked.order_by("since", "pk").values_list("pk", "agent_id", "user_id", "since", "mode"))
+    if not rows:
         return []
     with connection.cursor() as cursor:
         # Two-key advisory locks show in pg_locks as classid, objid with objsubid 2. The eraser's
@@ -282,10 +288,8 @@ def erasures_marked(*, user_id: str | None = None, agent_ids: Sequence[int] | No
         )
         held = {number for (number,) in cursor.fetchall()}
     return [
-        ErasureMarked(
-            m.agent_id, m.user_id, m.since, m.mode, locks.person(m.agent_id, m.user_id) in held, m.identifier_id
-        )
-        for m in people.values()
+        ErasureMarked(agent_id, person, since, mode or "erase", locks.person(agent_id, person) in held, pk)
+        for pk, agent_id, person, since, mode in rows
     ]
 
 
@@ -303,8 +307,7 @@ def people_erasing(*, agent_id: int, people: Iterable[str]) -> dict[str, frozens
         )
         # A statement of its own: its snapshot holds a mark committed while the lock was waited for.
         cursor.execute(
-            "SELECT DISTINCT user_id, erasing_keeps FROM memoryapp_personidentifier"
-            " WHERE agent_id = %s AND user_id = ANY(%s) AND erasing_since IS NOT NULL",
+            "SELECT user_id, keeps FROM memoryapp_erasuremark WHERE agent_id = %s AND user_id = ANY(%s)",
             [agent_id, people],
         )
         return {user_id: frozenset(keeps or ()) for user_id, keeps in cursor.fetchall()}

@@ -17,7 +17,7 @@ from governance import locks
 from governance.crypto.fields import KeyPeopleField
 from memoryapp.forgetting.mentions import GROUPS, mentions_erase
 from memoryapp.graph.services import entity_merge
-from memoryapp.models import Agent, Entity, Entry, MemoryFileVersion, MemoryItem, PersonIdentifier, SubjectMention
+from memoryapp.models import Agent, Entity, Entry, ErasureMark, MemoryFileVersion, MemoryItem, SubjectMention
 from memoryapp.models.items import name_normalized
 from memoryapp.subjects.erasing import erasing_mark
 from memoryapp.subjects.index import mentions_scan, person_matcher
@@ -52,7 +52,7 @@ def _key_sealed_by_her() -> int:
 
 def test_every_write_path_naming_her_while_she_is_marked_stores_the_placeholder(alice: Caller) -> None:
     _register(alice)
-    assert erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=()) == 3
+    erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())
 
     planted = plant(alice)
     _plant_the_rest(alice, planted["turn"]["id"])
@@ -84,7 +84,7 @@ def test_a_replacement_of_her_identifiers_while_she_is_marked_keeps_the_mark(ali
     erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=())
     _register(alice)  # e-mail and phone added: rows written anew
 
-    assert not PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON, erasing_since=None).exists()
+    assert ErasureMark.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     post_thread(alice, "t-carl", user_id="u-carl")
     # Before: the new rows had no mark, and the turn kept her name.
     assert post_entry(alice, "t-carl", role="user", content=f"Please call {NAME}.")["content"] == (
@@ -96,7 +96,7 @@ def test_an_erasure_that_keeps_every_mention_marks_no_one(alice: Caller) -> None
     _register(alice)
     agent = Agent.objects.get(pk=alice.agent.pk)
     mentions_erase(agent_id=agent.pk, matcher=person_matcher(agent_id=agent.pk, user_id=PERSON), exclude=set(GROUPS))
-    assert not PersonIdentifier.objects.filter(agent=agent, user_id=PERSON, erasing_since__isnull=False).exists()
+    assert not ErasureMark.objects.filter(agent=agent, user_id=PERSON).exists()
     post_thread(alice, "t-carl", user_id="u-carl")
     assert NAME in post_entry(alice, "t-carl", role="user", content=f"Please call {NAME}.")["content"]
 
@@ -117,9 +117,7 @@ def test_only_writes_naming_her_wait_for_her_mark(alice: Caller) -> None:
                 cursor.execute(
                     "SELECT pg_advisory_xact_lock(%s, %s)", [locks.ERASING, locks.person(alice.agent.pk, PERSON)]
                 )
-            PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON).update(
-                erasing_since=timezone.now(), erasing_keeps=[]
-            )
+            ErasureMark.objects.create(agent=alice.agent, user_id=PERSON, since=timezone.now(), keeps=[])
             marked.set()
             assert commit.wait(WAIT)
 

@@ -18,7 +18,7 @@ from governance.erasure.services import erasure_request_file, erasure_request_re
 from governance.models import ErasureRequest, JobRun
 from memoryapp.forgetting import person
 from memoryapp.forgetting.person import person_erase
-from memoryapp.models import PersonIdentifier, Thread
+from memoryapp.models import Entry, ErasureMark, PersonIdentifier, Thread
 from memoryapp.subjects.erasing import erasure_running, erasures_marked
 from memoryapp.subjects.matching import PLACEHOLDER
 from tests.kit.admin import staff_client
@@ -47,7 +47,7 @@ def _killed_after_the_mentions(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _marked(agent_id: int) -> bool:
-    return PersonIdentifier.objects.filter(agent_id=agent_id, user_id=PERSON, erasing_since__isnull=False).exists()
+    return ErasureMark.objects.filter(agent_id=agent_id, user_id=PERSON).exists()
 
 
 def _officer() -> Any:
@@ -141,7 +141,7 @@ def test_a_staff_request_interrupted_is_shown_on_its_page_and_finished_by_runnin
     # The request's to finish: the sweep sends no job of its own (a second erasure racing it).
     assert erasures_resume()["requests"] == 1
     assert not JobRun.objects.filter(kind=RESUME_KIND).exists()
-    assert resume.erasure_resume(identifier_id=erasures_marked()[0].identifier_id)["skipped"]
+    assert resume.erasure_resume(mark_id=erasures_marked()[0].mark_id)["skipped"]
 
     with django_capture_on_commit_callbacks(execute=True):
         erasure_request_retry(request=request, actor="staff:pat")
@@ -269,3 +269,61 @@ def test_the_people_page_asks_as_many_queries_for_forty_marks_as_for_two(alice: 
     many, page = marked(40)
     assert page.count('class="erasing-interrupted"') == 42
     assert many == few
+
+
+def test_a_forget_of_a_person_with_no_identifiers_interrupted_is_marked_and_resumed(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    """She has no identifier, registered or given: her mark was a column of her registry rows, so
+    she was never marked, and her `forget` killed between two steps was left half done for ever
+    (no resume, and none of her messages refused again)."""
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    post_thread(alice, "t-carl", user_id="u-carl")
+    post_entry(alice, "t-carl", role="user", content="I fly on Monday.", metadata={"userId": PERSON})
+
+    def killed(**_: Any) -> int:
+        raise Killed
+
+    # Killed after her items went, before her threads and messages do.
+    monkeypatch.setattr(person, "sessions_of_person_delete", killed)
+    with pytest.raises(Killed):
+        person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
+    monkeypatch.undo()
+    assert not PersonIdentifier.objects.filter(user_id=PERSON).exists()
+    # Before: no mark (none of her registry rows to hold it).
+    [mark] = erasures_marked(user_id=PERSON)
+    assert not mark.running and mark.mode == "erase"
+
+    # While the resume runs, a message of hers is refused (a process of its own: the eraser's
+    # lock is its connection's).
+    refused: list[int] = []
+    threads_erase = person._threads_erase
+
+    def her_message_meanwhile(**kwargs: Any) -> dict[str, int]:
+        def write() -> None:
+            try:
+                answer = alice.client.post(
+                    "/api/v1/threads/t-carl/entries",
+                    {"role": "user", "content": "And back on Friday.", "metadata": {"userId": PERSON}},
+                    format="json",
+                )
+                refused.append(answer.status_code)
+            finally:
+                connection.close()
+
+        side = threading.Thread(target=write)
+        side.start()
+        side.join()
+        return threads_erase(**kwargs)
+
+    monkeypatch.setattr(person, "_threads_erase", her_message_meanwhile)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert erasures_resume()["resumed"] == 1
+    run = JobRun.objects.get(kind=RESUME_KIND)
+    assert run.status == JobRun.Status.SUCCEEDED, run.error
+    assert refused == [409]
+    assert erasures_marked() == [] and not _marked(alice.agent.pk)
+    assert not Thread.objects.filter(agent=alice.agent, external_id="t-ines").exists()
+    assert not Entry.objects.filter(thread__agent=alice.agent, sender=PERSON).exists()
+    assert Entry.objects.filter(thread__external_id="t-carl").count() == 0
