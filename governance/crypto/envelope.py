@@ -335,6 +335,32 @@ def data_key_destroy(*, agent_id: int, user_id: str) -> str | None:
     return next((str(r[0]) for r in rows if r[1]), ids[0])
 
 
+def data_keys_made_since_delete(*, agent_id: int, user_id: str, since: Any) -> list[str]:
+    """Delete a person's data keys under this agent made at or after `since`, register rows and
+    files (on commit): for an erasure in an agent that held nothing of her, whose only key is the
+    one the erasure itself made to seal the identifiers given with it (deleted by then), so the
+    agent ends with no row of her (`data_key_destroy` keeps a destroyed key's row, to say what
+    became of the values sealed under it: here none are left). Answers the ids deleted."""
+    if not user_id:
+        raise ValueError("data_keys_made_since_delete deletes a person's keys: user_id must be given")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"DELETE FROM {TABLE} WHERE agent_id = %s AND user_id = %s AND created_at >= %s RETURNING id",
+            [agent_id, user_id, since],
+        )
+        ids = [str(r[0]) for r in cursor.fetchall()]
+    if not ids:
+        return ids
+    with _lock:
+        for key_id in ids:
+            _by_id.pop(key_id, None)
+        _forget_key_sets(ids)
+        _by_owner.pop((agent_id, user_id), None)
+        _retired.pop((agent_id, user_id), None)
+    transaction.on_commit(lambda: [keystore_remove(key_id) for key_id in ids])
+    return ids
+
+
 def data_keys_destroy_agent(*, agent_id: int) -> list[str]:
     """Crypto-shred an agent being deleted: every data key of it (its own, each person's) destroyed
     as `data_key_destroy` does, so no copy of its sealed rows opens any more. Returns their ids."""

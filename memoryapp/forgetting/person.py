@@ -54,13 +54,13 @@ from psycopg import sql
 
 from governance.audit.chain import audit_append
 from governance.audit.pseudonyms import pseudonym_names, pseudonyms_forget
-from governance.crypto.envelope import data_key_destroy
+from governance.crypto.envelope import data_key_destroy, data_keys_made_since_delete
 from governance.crypto.fields import KEY_PEOPLE, KeyPeopleField, equality_values, json_text_open, sealed_update
 from governance.crypto.keyring import encryption_enabled
 from governance.crypto.rotation import rows_reseal
 from governance.crypto.sealing import PREFIX as SEALED_PREFIX
 from governance.crypto.sealing import SealError
-from governance.models import JobRun
+from governance.models import DataKey, JobRun
 from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.errors import DomainError
 from memoryapp.events.services import event_record_many, events_forget_threads
@@ -96,11 +96,13 @@ from memoryapp.models import (
     ConsolidationState,
     Entity,
     Entry,
+    ErasureMark,
     Evidence,
     ItemReview,
     LegalHold,
     MemoryFileVersion,
     MemoryItem,
+    PersonIdentifier,
     RunEvent,
     SubjectMention,
     Thread,
@@ -359,6 +361,9 @@ def person_erase(
         # Held while this agent's part runs: a second erasure of the person waits, and a mark a
         # killed run leaves shows as interrupted (memoryapp.subjects.erasing).
         with erasure_running(agent_id=agent_id, user_id=user_id, wait=wait):
+            # Before the mark seals the identifiers given under her key here (a key made for them):
+            # an agent that held nothing of her ends with nothing of her, that key's row too.
+            held = not encryption_enabled() or _held_before(agent_id=agent_id, user_id=user_id)
             # Marked first (memoryapp.subjects.erasing): from here every write naming her by an
             # identifier, registered or given (kept with the mark, sealed), stores the placeholder
             # (in the tables not kept), and a run stopped at any step below leaves the mark, so the
@@ -460,8 +465,18 @@ def person_erase(
                     # window where a live row could be left sealed under a destroyed key shrinks to
                     # this transaction's commit.
                     counts_add(counts, _key_people_released(agent_id=agent_id, user_id=user_id))
-                    if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None:
+                    # (One this erasure made, in an agent that held nothing of her, is no key of hers
+                    # it shredded: not counted, and deleted below.)
+                    if data_key_destroy(agent_id=agent_id, user_id=user_id) is not None and held:
                         counts["data_keys_destroyed"] = counts.get("data_keys_destroyed", 0) + 1
+            if not held:
+                # The agent held nothing of her: the only key of hers here is the one this erasure
+                # made for the identifiers given (deleted at step 6), sealing nothing left; its row
+                # goes too, not kept destroyed (governance.crypto.envelope).
+                since = ErasureMark.objects.filter(agent_id=agent_id, user_id=user_id).values_list("since", flat=True)
+                if since:
+                    with transaction.atomic():
+                        data_keys_made_since_delete(agent_id=agent_id, user_id=user_id, since=since[0])
             # Her erasure here ended: the mark goes last, so a run stopped at any step above
             # (the key's destruction too) is resumed (memoryapp.subjects.erasing).
             erasing_unmark(agent_id=agent_id, user_id=user_id)
@@ -472,6 +487,22 @@ def person_erase(
         # Rows the plan counted may have gone with an earlier step (items quoting erased threads).
         progress(max(total, done), max(total, done))
     return counts
+
+
+def _held_before(*, agent_id: int, user_id: str) -> bool:
+    """Whether the agent held anything of the person before her erasure began: an identifier she
+    registered, a data key of hers made before her mark (a run again keeps the mark's start: the
+    key an interrupted run made is not hers), or a row that is hers."""
+    if PersonIdentifier.objects.filter(agent_id=agent_id, user_id=user_id, given=False).exists():
+        return True
+    since = ErasureMark.objects.filter(agent_id=agent_id, user_id=user_id).values_list("since", flat=True).first()
+    keys = DataKey.objects.filter(agent_id=agent_id, user_id=user_id)
+    if since is not None:
+        keys = keys.filter(created_at__lt=since)
+    if keys.exists():
+        return True
+    plan = person_erase_plan(user_id=user_id, agent_ids=[agent_id])
+    return any(plan[kind] for kind in ("threads", "messages_elsewhere", "items", "entities", "file_versions"))
 
 
 @atomic_retrying
