@@ -23,6 +23,7 @@ from memoryapp.consolidation.state import scope_of
 from memoryapp.files.protocol import file_delete
 from memoryapp.files.services import file_put, versions_redact
 from memoryapp.models import Agent, ConsolidationPass, ConsolidationState, MemoryFileVersion
+from memoryapp.subjects.erasing import person_being_erased
 
 # Ids looked for per query (each one a LIKE of its marks).
 CHUNK = 200
@@ -86,9 +87,13 @@ def derived_files_forget(*, agent: Agent, item_ids: Sequence[str]) -> DerivedFil
     1. The versions of those files that name a purged item, found a chunk of ids at a time.
     2. Each playbook or draft in front among them is written again without the rules naming a
        purged lesson (a new version by memory); a waiting draft's record follows it, so it can
-       still be promoted over the playbook rewritten the same way.
+       still be promoted over the playbook rewritten the same way. In the scope of a person being
+       erased it is deleted instead (a deletion version): a version with content there is refused
+       (memoryapp.subjects.erasing, step 5), and her erasure deletes her files anyway.
     3. Each observation in front among them is deleted (a deletion version).
     4. Every version found is redacted, as a redacted entry's file versions are.
+
+    Only removals, so nothing of it is refused while a person of a scope it touches is erased.
     """
     report = DerivedFilesReport()
     gone = sorted(set(item_ids))
@@ -103,6 +108,7 @@ def derived_files_forget(*, agent: Agent, item_ids: Sequence[str]) -> DerivedFil
     found = list(MemoryFileVersion.objects.filter(pk__in=naming).order_by("agent_id", "sequence"))
     gone_set = set(gone)
     rewritten: dict[tuple[str, str, str], dict[str, str]] = {}
+    erasing: dict[str, bool] = {}
     for version in found:
         head = (
             MemoryFileVersion.objects.filter(
@@ -120,7 +126,12 @@ def derived_files_forget(*, agent: Agent, item_ids: Sequence[str]) -> DerivedFil
             continue
         scope = scope_of(version)
         access = fold_access(agent=agent, scope=scope, actor=ACTOR)
-        if version.path in (PLAYBOOK_PATH, PLAYBOOK_DRAFT_PATH):
+        if version.path in (PLAYBOOK_PATH, PLAYBOOK_DRAFT_PATH) and _being_erased(agent, scope.user_id, erasing):
+            # The rules left would be a new version of hers: the whole file goes, as her erasure's
+            # files step takes it (a deletion adds nothing of her).
+            file_delete(access=access, path=version.path)
+            report.playbook_rules_removed += _without_rules(version.content or "", gone_set)[1]
+        elif version.path in (PLAYBOOK_PATH, PLAYBOOK_DRAFT_PATH):
             text, removed = _without_rules(version.content or "", gone_set)
             written = file_put(access=access, path=version.path, text=text)
             report.playbook_rules_removed += removed
@@ -138,6 +149,16 @@ def derived_files_forget(*, agent: Agent, item_ids: Sequence[str]) -> DerivedFil
     report.redacted_version_ids = sorted(redacting.values_list("pk", flat=True))
     report.versions_redacted = versions_redact(MemoryFileVersion.objects.filter(pk__in=report.redacted_version_ids))
     return report
+
+
+def _being_erased(agent: Agent, user_id: str, asked: dict[str, bool]) -> bool:
+    """Whether the person of a scope (none: a project's or the agent's) is being erased, asked once
+    per person (memoryapp.subjects.erasing.person_being_erased)."""
+    if not user_id:
+        return False
+    if user_id not in asked:
+        asked[user_id] = person_being_erased(agent_id=agent.pk, user_id=user_id)
+    return asked[user_id]
 
 
 def _follow_rewrites(*, agent: Agent, user_id: str, project_id: str, thread_id: str, paths: dict[str, str]) -> None:

@@ -14,9 +14,13 @@ from django.db import connection, transaction
 from governance.erasure.resume import RESUME_KIND, erasures_resume
 from governance.jobs.runs import job_run
 from governance.models import JobRun, PseudonymKey
+from memoryapp.consolidation.fold import PLAYBOOK_PATH, fold_access, playbook_file
+from memoryapp.consolidation.lineage import derived_files_forget
 from memoryapp.consolidation.passes import consolidation_job
+from memoryapp.content import REDACTED_TEXT
 from memoryapp.errors import Conflict
 from memoryapp.extraction.services import extraction_now
+from memoryapp.files.services import file_put
 from memoryapp.forgetting import mentions, person
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
@@ -482,6 +486,36 @@ def test_a_graph_edge_of_her_scope_written_after_the_entities_step_is_refused(al
     assert not Relation.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     # Once it ended, an edge of her scope is a new one.
     assert _edge_of_her_scope(alice) == "written"
+
+
+def test_her_playbook_losing_a_purged_lesson_while_her_erasure_runs_is_deleted_not_refused(alice: Caller) -> None:
+    """A cascade purging a lesson her playbook names (retention, another thread's forget) while her
+    erasure runs: the playbook was written again without the rule, a version with content in her
+    scope, refused (409), and the cascade failed with it. It only removes: the playbook goes."""
+    scope = Scope(user_id=PERSON)
+    access = fold_access(agent=alice.agent, scope=scope)
+    file_put(access=access, path=PLAYBOOK_PATH, text=playbook_file(["Be brief. [lesson:l-1]", "Be kind. [lesson:l-2]"]))
+    carl = fold_access(agent=alice.agent, scope=Scope(user_id="u-carl"))
+    file_put(access=carl, path=PLAYBOOK_PATH, text=playbook_file(["Be brief. [lesson:l-1]", "Be kind. [lesson:l-3]"]))
+    side, release = _eraser_holding(alice.agent.pk)
+    try:
+        with transaction.atomic():  # the cascade's
+            report = derived_files_forget(agent=alice.agent, item_ids=["l-1"])
+    finally:
+        release.set()
+        side.join(WAIT)
+    assert report.playbook_rules_removed == 2 and report.versions_redacted == 2
+    hers = MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON, path=PLAYBOOK_PATH)
+    # Nothing of hers written: her playbook's one version redacted, then deleted.
+    assert [(v.content, v.redacted_at is not None) for v in hers.order_by("sequence")] == [
+        (REDACTED_TEXT, True),
+        (None, False),
+    ]
+    # Another person's playbook is written again without the rule, as before.
+    carls = MemoryFileVersion.objects.filter(agent=alice.agent, user_id="u-carl", path=PLAYBOOK_PATH)
+    assert [v.redacted_at is not None for v in carls.order_by("sequence")] == [True, False]
+    text = carls.order_by("-sequence").first().content
+    assert "Be kind. [lesson:l-3]" in text and "l-1" not in text
 
 
 def test_the_identifiers_counted_are_those_she_registered_not_those_given_with_the_erasure(alice: Caller) -> None:
