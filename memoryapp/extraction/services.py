@@ -296,7 +296,10 @@ def extraction_run(
 
 
 # Why an extraction of a thread whose person is being erased is skipped (never naming her).
-ERASING_SKIP = "the thread's person is being erased: the thread goes with the erasure, nothing is extracted"
+# True in both of the erasure's modes: `erase` deletes her thread, `redact` keeps it, its turns redacted.
+ERASING_SKIP = (
+    "the thread's person is being erased: her erasure deletes the thread or redacts its turns, nothing is extracted"
+)
 
 
 def extraction_job(run: JobRun, outcomes: list[ExtractionOutcome] | None = None) -> dict[str, Any] | None:
@@ -322,7 +325,7 @@ def extraction_job(run: JobRun, outcomes: list[ExtractionOutcome] | None = None)
         return None
     except DomainError as exc:
         # Her erasure began while the model answered: the window's items were refused (409) and
-        # rolled back with the mark; her thread goes with the erasure, nothing is left to do.
+        # rolled back with the mark; the erasure deletes or redacts her thread, nothing is left to do.
         if exc.code != PERSON_BEING_ERASED:
             raise
         job_skip(run, ERASING_SKIP)

@@ -614,6 +614,35 @@ def test_an_extraction_of_her_thread_while_her_erasure_runs_is_skipped_and_write
     assert not (thread.extraction or {}).get("through_seq")  # the mark did not move
 
 
+def test_an_extraction_skipped_during_a_redaction_says_what_becomes_of_her_thread(alice: Caller) -> None:
+    """In `redact` mode her thread stays, its turns redacted: the skip's reason said the thread
+    goes with the erasure, true of `erase` only."""
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I work at the Harbour Office now.")
+    thread = Thread.objects.get(agent=alice.agent, external_id="t-ines")
+    skipped: list[Any] = []
+
+    def between_steps(step: str) -> None:
+        if step != "batch" or skipped:
+            return
+        extraction = Side(lambda: extraction_now(thread=thread), "extracts her thread")
+        extraction.join()
+        assert not extraction.errors, extraction.errors
+        skipped.append(extraction.answer)
+
+    model = ScriptedModel(["[]"])
+    cascade_step_hook(between_steps)
+    with use_model(model):
+        person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice")
+    [(run, outcome)] = skipped
+    assert run.status == JobRun.Status.SKIPPED and outcome is None and model.calls == []
+    assert Thread.objects.filter(pk=thread.pk).exists() and _her_thread_redacted(alice)
+    reason = run.result["skipped"]
+    # Before: "the thread goes with the erasure", false of a redaction.
+    assert "being erased" in reason and "redacts" in reason and "goes with" not in reason
+    assert PERSON not in json.dumps(run.result)
+
+
 def test_a_consolidation_pass_skips_her_scope_while_her_erasure_runs_and_does_the_others(alice: Caller) -> None:
     for user_id, name in ((PERSON, "Ines"), ("u-carl", "Carl")):
         for attribute, value in (("diet", "vegetarian"), ("city", "Porto"), ("job", "nurse")):
