@@ -29,6 +29,7 @@ from memoryapp.items.services import entity_for
 from memoryapp.models import Entry, Relation, RelationEvidence, SubjectMention, Thread
 from memoryapp.models.choices import EvidenceStatus, ItemStatus, Trust
 from memoryapp.subjects.detect import mentions_record
+from memoryapp.subjects.erasing import senders_erasing_refuse
 
 RULES_VERSION = "names_v1"
 _TOKEN = re.compile(r"[A-Za-z][A-Za-z'\-]*|[.!?]+")
@@ -121,9 +122,17 @@ def names_in(text: str) -> list[str]:
 def graph_from_names(*, thread: Thread, entries: Sequence[Entry] | None = None, actor: str = "") -> int:
     """Write the rule-based graph of a thread's messages (in the thread's person's scope); returns
     how many edges it wrote or found. Bulk writes: one entity lookup per name, edges and quotes in
-    one statement each, one audit record."""
+    one statement each, one audit record.
+
+    In the scope of a person being erased: 409 `person_being_erased`, field `user_id`, nothing
+    written, as every graph write (`relation_write`)."""
     rows = list(entries) if entries is not None else list(thread.entries.filter(type="message").order_by("seq"))
     scope = Scope(user_id=thread.user_id)
+    if scope.user_id:
+        # Her erasure took her entities and edges at one step: those made after it would outlive
+        # it (memoryapp.subjects.erasing, step 5). Her eraser lock held shared to the end, so an
+        # erasure starting meanwhile waits and takes them.
+        senders_erasing_refuse(agent_id=thread.agent_id, senders={scope.user_id: "user_id"}, what="memory")
     entities: dict[str, str] = {}
 
     def entity_id(name: str) -> str:

@@ -24,6 +24,7 @@ from memoryapp.files.services import file_put
 from memoryapp.forgetting import mentions, person
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
+from memoryapp.graph.names import graph_from_names
 from memoryapp.graph.services import relation_write
 from memoryapp.items.rules import Scope
 from memoryapp.llm.port import use_model
@@ -486,6 +487,25 @@ def test_a_graph_edge_of_her_scope_written_after_the_entities_step_is_refused(al
     assert not Relation.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     # Once it ended, an edge of her scope is a new one.
     assert _edge_of_her_scope(alice) == "written"
+
+
+def test_the_rule_based_graph_of_her_thread_while_her_erasure_runs_is_refused(alice: Caller) -> None:
+    post_thread(alice, "t-ines", user_id=PERSON)
+    post_entry(alice, "t-ines", role="user", content="I met Carla and Bruno at the Harbour Office.")
+    thread = Thread.objects.get(agent=alice.agent, external_id="t-ines")
+    side, release = _eraser_holding(alice.agent.pk)
+    try:
+        # Before: written (the entities and edges of her scope outliving her erasure's entities step).
+        with pytest.raises(Conflict) as refused:
+            graph_from_names(thread=thread)
+    finally:
+        release.set()
+        side.join(WAIT)
+    assert refused.value.code == "person_being_erased" and refused.value.field == "user_id"
+    assert not Entity.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    assert not Relation.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    # Once it ended, it is written as any other.
+    assert graph_from_names(thread=thread) > 0
 
 
 def test_her_playbook_losing_a_purged_lesson_while_her_erasure_runs_is_deleted_not_refused(alice: Caller) -> None:
