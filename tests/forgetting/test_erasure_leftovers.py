@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -23,7 +25,6 @@ from memoryapp.extraction.services import extraction_now
 from memoryapp.files.services import file_put
 from memoryapp.forgetting import mentions, person
 from memoryapp.forgetting.person import person_erase
-from memoryapp.forgetting.services import cascade_step_hook
 from memoryapp.graph.names import graph_from_names
 from memoryapp.graph.services import relation_write
 from memoryapp.items.rules import Scope
@@ -43,58 +44,37 @@ from memoryapp.models import (
     ThreadRun,
 )
 from memoryapp.screening.identifiers import identifiers_given
-from memoryapp.subjects.erasing import erasing_mark, erasure_running, erasures_marked, senders_erasing_refuse
+from memoryapp.subjects.erasing import erasures_marked, senders_erasing_refuse
 from memoryapp.subjects.matching import PLACEHOLDER
-from tests.forgetting.test_index_races import WAIT, Side
+from tests.forgetting.test_index_races import WAIT
 from tests.kit.api import Caller, create_memory_file, post_entry, post_item, post_ok, post_thread, use_memory_tool
 from tests.kit.consolidation import active_item, answering
 from tests.kit.crypto import encrypted  # noqa: F401  (a fixture)
-from tests.kit.mentions import EMAIL, NAME, PERSON
+from tests.kit.erasing import (
+    erase_with_writes_between,
+    eraser_holding,
+    erasure_held,
+    held_by_another_process,
+    writes_run,
+)
+from tests.kit.mentions import EMAIL, NAME, PERSON, her_thread
 from tests.threads.test_run_ledger import SNAP_1
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the erasure and the writer on two connections
 
 
-@pytest.fixture(autouse=True)
-def _no_hook() -> Any:
-    yield
-    cascade_step_hook(None)
-
-
-def _eraser_holding(agent_id: int) -> tuple[threading.Thread, threading.Event]:
-    """Another process's erasure of her, marked and running until the event answered is set."""
-    holding, release = threading.Event(), threading.Event()
-
-    def eraser() -> None:
-        try:
-            with erasure_running(agent_id=agent_id, user_id=PERSON):
-                erasing_mark(agent_id=agent_id, user_id=PERSON, keeps=())
-                holding.set()
-                assert release.wait(WAIT)
-        finally:
-            connection.close()
-
-    side = threading.Thread(target=eraser)
-    side.start()
-    assert holding.wait(WAIT)
-    return side, release
-
-
 def test_a_second_forget_while_one_runs_answers_409_at_once_and_erases_nothing(alice: Caller) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
-    side, release = _eraser_holding(alice.agent.pk)
-    try:
+    her_thread(alice)
+    with erasure_held(alice.agent.pk):
         with connection.cursor() as cursor:
             # A bound on any wait of this connection: the forget waiting on the first erasure's lock
             # fails here instead of hanging the test (and, in the service, a web worker).
             cursor.execute("SET lock_timeout = '10s'")
-        answer = alice.client.post(f"/api/v1/users/{PERSON}/forget", {}, format="json")
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SET lock_timeout = 0")
-        release.set()
-        side.join(WAIT)
+        try:
+            answer = alice.client.post(f"/api/v1/users/{PERSON}/forget", {}, format="json")
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SET lock_timeout = 0")
     # Before: the request waited on the running erasure's lock with no bound.
     assert answer.status_code == 409, answer.content
     error = answer.json()["error"]
@@ -159,6 +139,10 @@ def test_identifiers_given_only_with_an_interrupted_forget_are_used_by_its_resum
     assert not PersonIdentifier.objects.filter(agent=alice.agent, user_id=PERSON).exists()
 
 
+def _her_files(caller: Caller) -> bool:
+    return MemoryFileVersion.objects.filter(agent=caller.agent, user_id=PERSON).exists()
+
+
 def _her_thread_redacted(caller: Caller) -> bool:
     return not Entry.objects.filter(
         agent=caller.agent, thread__external_id="t-ines", redacted_at__isnull=True, type="message"
@@ -166,31 +150,18 @@ def _her_thread_redacted(caller: Caller) -> bool:
 
 
 def test_in_redact_mode_a_turn_appended_to_her_thread_after_it_was_redacted_is_redacted_too(alice: Caller) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    her_thread(alice)
     post_thread(alice, "t-carl", user_id="u-carl")
     post_entry(alice, "t-carl", role="user", content="Carl asks about the trip.")
-    sent: list[Any] = []
-
-    def between_steps(step: str) -> None:
-        # The first point between the erasure's batches where her thread is redacted.
-        if step != "batch" or sent or not _her_thread_redacted(alice):
-            return
-        writer = Side(
-            lambda: [
-                post_entry(alice, "t-ines", role="user", content="My passport number is PX4471."),
-                post_entry(alice, "t-ines", role="assistant", content="Noted: the passport."),
-            ],
-            "appends to her thread",
-        )
-        writer.join()
-        assert not writer.errors, writer.errors
-        sent.append(writer.answer)
-
-    cascade_step_hook(between_steps)
-    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice")
-
-    assert sent, "the hook never ran"
+    # Where her thread is redacted.
+    erase_with_writes_between(
+        alice,
+        lambda: post_entry(alice, "t-ines", role="user", content="My passport number is PX4471."),
+        lambda: post_entry(alice, "t-ines", role="assistant", content="Noted: the passport."),
+        when=lambda: _her_thread_redacted(alice),
+        what="appends to her thread",
+        mode="redact",
+    )
     # Before: both turns stayed in her thread as written.
     assert not Entry.objects.filter(agent=alice.agent, content__icontains="passport").exists()
     assert _her_thread_redacted(alice)
@@ -202,28 +173,17 @@ def test_in_redact_mode_a_turn_appended_to_her_thread_after_it_was_redacted_is_r
 def test_in_redact_mode_what_a_run_published_to_her_thread_after_it_was_redacted_goes_too(alice: Caller) -> None:
     """Her thread gained no turn, only run events (a delta, a snapshot of the conversation): the
     last sweep took them too. Before, it looked for turns alone and left them as published."""
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    her_thread(alice)
     run_id = str(post_ok(alice.client, "/api/v1/threads/t-ines/runs", {})["id"])
     said = {**SNAP_1, "messages": [{"role": "user", "content": "My passport number is PX4471."}]}
     events = [{"kind": "text_delta", "delta": "PX4471 renewed"}, {"kind": "snapshot", "snapshot": said}]
-    sent: list[Any] = []
-
-    def between_steps(step: str) -> None:
-        if step != "batch" or sent or not _her_thread_redacted(alice):
-            return
-        writer = Side(
-            lambda: post_ok(alice.client, f"/api/v1/threads/t-ines/runs/{run_id}/events", {"events": events}),
-            "publishes to her thread's run",
-        )
-        writer.join()
-        assert not writer.errors, writer.errors
-        sent.append(writer.answer)
-
-    cascade_step_hook(between_steps)
-    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice")
-
-    assert sent, "the hook never ran"
+    erase_with_writes_between(
+        alice,
+        lambda: post_ok(alice.client, f"/api/v1/threads/t-ines/runs/{run_id}/events", {"events": events}),
+        when=lambda: _her_thread_redacted(alice),
+        what="publishes to her thread's run",
+        mode="redact",
+    )
     assert ThreadRun.objects.get(pk=run_id).snapshot is None
     assert not RunEvent.objects.filter(run_id=run_id).exists()
 
@@ -241,20 +201,19 @@ def test_a_thread_listing_her_as_a_participant_made_after_the_participants_step_
     def past_the_participants_step(**kwargs: Any) -> int:
         # Right after the mentions step (its transaction committed): Carl's thread lists her no more.
         assert PERSON not in Thread.objects.get(agent=alice.agent, external_id="t-carl").metadata["memoryUserIds"]
-        for work in (
-            lambda: alice.client.post(
-                "/api/v1/threads",
-                {"id": "t-group", "user_id": "u-carl", "metadata": {"memoryUserIds": ["u-carl", PERSON]}},
-                format="json",
-            ),
-            lambda: alice.client.patch(
-                "/api/v1/threads/t-dora", {"metadata": {"memoryUserIds": ["u-dora", PERSON]}}, format="json"
-            ),
-        ):
-            writer = Side(work, "a thread listing her")
-            writer.join()
-            assert not writer.errors, writer.errors
-            sent.append(writer.answer)
+        sent.extend(
+            writes_run(
+                lambda: alice.client.post(
+                    "/api/v1/threads",
+                    {"id": "t-group", "user_id": "u-carl", "metadata": {"memoryUserIds": ["u-carl", PERSON]}},
+                    format="json",
+                ),
+                lambda: alice.client.patch(
+                    "/api/v1/threads/t-dora", {"metadata": {"memoryUserIds": ["u-dora", PERSON]}}, format="json"
+                ),
+                what="a thread listing her",
+            )
+        )
         return delete_entities(**kwargs)
 
     monkeypatch.setattr(person, "mentions_delete_entities", past_the_participants_step)
@@ -272,38 +231,26 @@ def test_a_thread_listing_her_as_a_participant_made_after_the_participants_step_
 
 
 def test_items_and_facts_of_her_scope_written_after_the_items_step_are_refused(alice: Caller) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    her_thread(alice)
     post_item(alice, kind="fact", subject="Ines", attribute="city", value="Lisbon", user_id=PERSON)
-    sent: list[Any] = []
-
-    def between_steps(step: str) -> None:
-        # The first point between the erasure's batches past its items step.
-        if step != "batch" or sent or MemoryItem.objects.filter(agent=alice.agent, user_id=PERSON).exists():
-            return
-        for work in (
-            lambda: alice.client.post(
-                "/api/v1/items",
-                {
-                    "kind": "fact",
-                    "subject": "Ines",
-                    "attribute": "employer",
-                    "value": "the harbour office",
-                    "user_id": PERSON,
-                },
-                format="json",
-            ),
-            lambda: alice.client.put(f"/api/v1/facts/users/{PERSON}/diet", {"value": "vegetarian"}, format="json"),
-        ):
-            writer = Side(work, "memory of her scope")
-            writer.join()
-            assert not writer.errors, writer.errors
-            sent.append(writer.answer)
-
-    cascade_step_hook(between_steps)
-    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
-
-    item, fact = sent
+    # Past its items step.
+    item, fact = erase_with_writes_between(
+        alice,
+        lambda: alice.client.post(
+            "/api/v1/items",
+            {
+                "kind": "fact",
+                "subject": "Ines",
+                "attribute": "employer",
+                "value": "the harbour office",
+                "user_id": PERSON,
+            },
+            format="json",
+        ),
+        lambda: alice.client.put(f"/api/v1/facts/users/{PERSON}/diet", {"value": "vegetarian"}, format="json"),
+        when=lambda: not MemoryItem.objects.filter(agent=alice.agent, user_id=PERSON).exists(),
+        what="memory of her scope",
+    )
     # Before: 201 and 200, and both outlived her erasure (sealed under her destroyed key).
     assert item.status_code == 409 and item.json()["error"]["field"] == "user_id", item.content
     assert fact.status_code == 409 and fact.json()["error"]["field"] == "namespace", fact.content
@@ -319,12 +266,8 @@ def test_an_imported_thread_listing_her_as_a_participant_while_her_erasure_runs_
         "type": "thread",
         "thread": {"id": "t-group", "user_id": "u-carl", "metadata": {"memoryUserIds": ["u-carl", PERSON]}},
     }
-    side, release = _eraser_holding(alice.agent.pk)
-    try:
+    with erasure_held(alice.agent.pk):
         answer = alice.client.post("/api/v1/threads/import", {"records": [header]}, format="json")
-    finally:
-        release.set()
-        side.join(WAIT)
     # Before: 201, a thread listing her made after her erasure took her out of every list.
     assert answer.status_code == 409, answer.content
     error = answer.json()["error"]
@@ -335,24 +278,17 @@ def test_an_imported_thread_listing_her_as_a_participant_while_her_erasure_runs_
 
 
 def test_a_forget_while_a_write_of_her_memory_commits_erases_and_is_no_409(alice: Caller) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
-    holding, release = threading.Event(), threading.Event()
+    her_thread(alice)
 
-    def writer() -> None:
+    @contextmanager
+    def writing_her_memory() -> Iterator[None]:
         # A write of her memory (an item of her scope, a message of hers) holds her eraser lock
         # shared until it commits (`senders_erasing_refuse`): no erasure runs.
-        try:
-            with transaction.atomic():
-                senders_erasing_refuse(agent_id=alice.agent.pk, senders={PERSON: "user_id"}, what="memory")
-                holding.set()
-                assert release.wait(WAIT)
-        finally:
-            connection.close()
+        with transaction.atomic():
+            senders_erasing_refuse(agent_id=alice.agent.pk, senders={PERSON: "user_id"}, what="memory")
+            yield
 
-    side = threading.Thread(target=writer)
-    side.start()
-    assert holding.wait(WAIT)
+    side, release = held_by_another_process(writing_her_memory)
     # The write commits a moment after the forget asked.
     timer = threading.Timer(0.5, release.set)
     timer.start()
@@ -371,23 +307,14 @@ def test_a_forget_while_a_write_of_her_memory_commits_erases_and_is_no_409(alice
 def test_a_memory_file_of_her_scope_written_after_the_files_step_is_refused(alice: Caller) -> None:
     url = f"/api/v1/memory-tool?user_id={PERSON}"
     create_memory_file(alice, "/memories/ines.md", "Ines flies on Friday.\n", url=url)
-    sent: list[Any] = []
-
-    def between_steps(step: str) -> None:
-        # The first point between the erasure's batches past its files step.
-        if step != "batch" or sent or MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON).exists():
-            return
-        command = {"command": "create", "path": "/memories/ines-passport.md", "file_text": "Passport PX4471.\n"}
-        writer = Side(lambda: use_memory_tool(alice, command, url), "a file of her scope")
-        writer.join()
-        assert not writer.errors, writer.errors
-        sent.append(writer.answer)
-
-    cascade_step_hook(between_steps)
-    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
-
-    assert sent, "the hook never ran"
-    status, answer = sent[0]
+    command = {"command": "create", "path": "/memories/ines-passport.md", "file_text": "Passport PX4471.\n"}
+    # Past its files step.
+    [(status, answer)] = erase_with_writes_between(
+        alice,
+        lambda: use_memory_tool(alice, command, url),
+        when=lambda: not _her_files(alice),
+        what="a file of her scope",
+    )
     # Before: 201, and the file outlived her erasure, sealed under her destroyed key.
     assert status == 409, answer
     assert answer["error"]["code"] == "person_being_erased", answer
@@ -400,25 +327,14 @@ def test_a_memory_file_of_her_scope_written_after_the_files_step_is_refused(alic
 
 
 def test_in_redact_mode_the_last_sweep_leaves_her_no_pseudonym_secret(alice: Caller) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
-    sent: list[Any] = []
-
-    def between_steps(step: str) -> None:
-        if step != "batch" or sent or not _her_thread_redacted(alice):
-            return
-        writer = Side(
-            lambda: post_entry(alice, "t-ines", role="user", content="My passport number is PX4471."),
-            "appends to her thread",
-        )
-        writer.join()
-        assert not writer.errors, writer.errors
-        sent.append(writer.answer)
-
-    cascade_step_hook(between_steps)
-    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice")
-
-    assert sent, "the hook never ran"
+    her_thread(alice)
+    erase_with_writes_between(
+        alice,
+        lambda: post_entry(alice, "t-ines", role="user", content="My passport number is PX4471."),
+        when=lambda: _her_thread_redacted(alice),
+        what="appends to her thread",
+        mode="redact",
+    )
     assert not Entry.objects.filter(agent=alice.agent, content__icontains="passport").exists()
     # Before: the last sweep's audit record of the turn it redacted made her secret again, after
     # the erasure had deleted it: her pseudonyms in the audit trail linked to her once more.
@@ -426,14 +342,9 @@ def test_in_redact_mode_the_last_sweep_leaves_her_no_pseudonym_secret(alice: Cal
 
 
 def test_her_thread_given_to_another_person_while_her_erasure_runs_is_refused(alice: Caller) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
-    side, release = _eraser_holding(alice.agent.pk)
-    try:
+    her_thread(alice)
+    with erasure_held(alice.agent.pk):
         answer = alice.client.patch("/api/v1/threads/t-ines", {"user_id": "u-carl"}, format="json")
-    finally:
-        release.set()
-        side.join(WAIT)
     # Before: 200, and her thread, now Carl's, was out of her erasure's reach (its step takes the
     # threads about her): her words outlived it.
     assert answer.status_code == 409, answer.content
@@ -465,21 +376,15 @@ def test_a_graph_edge_of_her_scope_written_after_the_entities_step_is_refused(al
     )
     with transaction.atomic():
         relation_write(agent=alice.agent, subject="Ines", predicate="lives in", object="Lisbon", scope=Scope(PERSON))
-    sent: list[Any] = []
 
-    def past_the_entities_step(step: str) -> None:
-        # Her files went at the step after her entities: the first batch past it.
-        if step != "batch" or sent or MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON).exists():
-            return
+    def edge_past_the_entities_step() -> str:
         assert not Entity.objects.filter(agent=alice.agent, user_id=PERSON).exists()
-        writer = Side(lambda: _edge_of_her_scope(alice), "an edge of her scope")
-        writer.join()
-        assert not writer.errors, writer.errors
-        sent.append(writer.answer)
+        return _edge_of_her_scope(alice)
 
-    cascade_step_hook(past_the_entities_step)
-    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
-
+    # Her files went at the step after her entities: the first batch past it.
+    sent = erase_with_writes_between(
+        alice, edge_past_the_entities_step, when=lambda: not _her_files(alice), what="an edge of her scope"
+    )
     # Before: written, and the edge and its two entities ("Ines", "Harbour Office") outlived her
     # erasure in her scope, the names sealed under her destroyed key.
     assert sent == ["person_being_erased:user_id"]
@@ -490,17 +395,11 @@ def test_a_graph_edge_of_her_scope_written_after_the_entities_step_is_refused(al
 
 
 def test_the_rule_based_graph_of_her_thread_while_her_erasure_runs_is_refused(alice: Caller) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I met Carla and Bruno at the Harbour Office.")
+    her_thread(alice, "I met Carla and Bruno at the Harbour Office.")
     thread = Thread.objects.get(agent=alice.agent, external_id="t-ines")
-    side, release = _eraser_holding(alice.agent.pk)
-    try:
-        # Before: written (the entities and edges of her scope outliving her erasure's entities step).
-        with pytest.raises(Conflict) as refused:
-            graph_from_names(thread=thread)
-    finally:
-        release.set()
-        side.join(WAIT)
+    # Before: written (the entities and edges of her scope outliving her erasure's entities step).
+    with erasure_held(alice.agent.pk), pytest.raises(Conflict) as refused:
+        graph_from_names(thread=thread)
     assert refused.value.code == "person_being_erased" and refused.value.field == "user_id"
     assert not Entity.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     assert not Relation.objects.filter(agent=alice.agent, user_id=PERSON).exists()
@@ -517,13 +416,8 @@ def test_her_playbook_losing_a_purged_lesson_while_her_erasure_runs_is_deleted_n
     file_put(access=access, path=PLAYBOOK_PATH, text=playbook_file(["Be brief. [lesson:l-1]", "Be kind. [lesson:l-2]"]))
     carl = fold_access(agent=alice.agent, scope=Scope(user_id="u-carl"))
     file_put(access=carl, path=PLAYBOOK_PATH, text=playbook_file(["Be brief. [lesson:l-1]", "Be kind. [lesson:l-3]"]))
-    side, release = _eraser_holding(alice.agent.pk)
-    try:
-        with transaction.atomic():  # the cascade's
-            report = derived_files_forget(agent=alice.agent, item_ids=["l-1"])
-    finally:
-        release.set()
-        side.join(WAIT)
+    with erasure_held(alice.agent.pk), transaction.atomic():  # the cascade's
+        report = derived_files_forget(agent=alice.agent, item_ids=["l-1"])
     assert report.playbook_rules_removed == 2 and report.versions_redacted == 2
     hers = MemoryFileVersion.objects.filter(agent=alice.agent, user_id=PERSON, path=PLAYBOOK_PATH)
     # Nothing of hers written: her playbook's one version redacted, then deleted.
@@ -554,8 +448,7 @@ def test_a_forget_keeping_mentions_interrupted_is_marked_and_resumed(
 ) -> None:
     answer = alice.client.put(f"/api/v1/users/{PERSON}/identifiers", {"names": [NAME]}, format="json")
     assert answer.status_code == 200, answer.content
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    her_thread(alice)
     post_thread(alice, "t-carl", user_id="u-carl")
     turn = post_entry(alice, "t-carl", role="user", content="Ines Valdomiro booked the flights.")
 
@@ -589,8 +482,7 @@ def test_a_forget_keeping_mentions_interrupted_is_marked_and_resumed(
 def test_an_extraction_of_her_thread_while_her_erasure_runs_is_skipped_and_writes_nothing(
     alice: Caller, begins: str
 ) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I work at the Harbour Office now.")
+    her_thread(alice, "I work at the Harbour Office now.")
     thread = Thread.objects.get(agent=alice.agent, external_id="t-ines")
     quote = [{"message": 1, "quote": "I work at the Harbour Office"}]
     answer = json.dumps(
@@ -609,11 +501,11 @@ def test_an_extraction_of_her_thread_while_her_erasure_runs_is_skipped_and_write
     erasers: list[tuple[threading.Thread, threading.Event]] = []
 
     def answering_as_she_goes(system: str, messages: list[Any]) -> str:
-        erasers.append(_eraser_holding(alice.agent.pk))
+        erasers.append(eraser_holding(alice.agent.pk))
         return answer
 
     if begins == "before the job":
-        erasers.append(_eraser_holding(alice.agent.pk))
+        erasers.append(eraser_holding(alice.agent.pk))
     model = ScriptedModel([answer] if erasers else answering_as_she_goes)
     try:
         with use_model(model):
@@ -637,24 +529,13 @@ def test_an_extraction_of_her_thread_while_her_erasure_runs_is_skipped_and_write
 def test_an_extraction_skipped_during_a_redaction_says_what_becomes_of_her_thread(alice: Caller) -> None:
     """In `redact` mode her thread stays, its turns redacted: the skip's reason said the thread
     goes with the erasure, true of `erase` only."""
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I work at the Harbour Office now.")
+    her_thread(alice, "I work at the Harbour Office now.")
     thread = Thread.objects.get(agent=alice.agent, external_id="t-ines")
-    skipped: list[Any] = []
-
-    def between_steps(step: str) -> None:
-        if step != "batch" or skipped:
-            return
-        extraction = Side(lambda: extraction_now(thread=thread), "extracts her thread")
-        extraction.join()
-        assert not extraction.errors, extraction.errors
-        skipped.append(extraction.answer)
-
     model = ScriptedModel(["[]"])
-    cascade_step_hook(between_steps)
     with use_model(model):
-        person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="redact", actor="agent:alice")
-    [(run, outcome)] = skipped
+        [(run, outcome)] = erase_with_writes_between(
+            alice, lambda: extraction_now(thread=thread), when=lambda: True, what="extracts her thread", mode="redact"
+        )
     assert run.status == JobRun.Status.SKIPPED and outcome is None and model.calls == []
     assert Thread.objects.filter(pk=thread.pk).exists() and _her_thread_redacted(alice)
     reason = run.result["skipped"]
@@ -674,13 +555,8 @@ def test_a_consolidation_pass_skips_her_scope_while_her_erasure_runs_and_does_th
 
     model = answering(cite_all)
     run = JobRun.objects.create(kind="consolidation", agent_id=alice.agent.pk, arguments={"agent_id": alice.agent.pk})
-    side, release = _eraser_holding(alice.agent.pk)
-    try:
-        with use_model(model):
-            job_run(run.pk, lambda r: consolidation_job(r, ConsolidationPass.OBSERVATIONS))
-    finally:
-        release.set()
-        side.join(WAIT)
+    with erasure_held(alice.agent.pk), use_model(model):
+        job_run(run.pk, lambda r: consolidation_job(r, ConsolidationPass.OBSERVATIONS))
     run.refresh_from_db()
     assert run.status == JobRun.Status.SUCCEEDED, run.error
     # Before: her scope was worked on too (a model call about her facts, its file refused, her

@@ -10,29 +10,26 @@ import threading
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from memoryapp.forgetting.person import person_erase
-from memoryapp.forgetting.services import cascade_step_hook
 from memoryapp.models import Entry, Thread
-from memoryapp.subjects.erasing import erasure_running
 from tests.forgetting.test_index_races import WAIT, Side, _until
 from tests.kit.api import Caller, import_jsonl, post_entry, post_thread
-from tests.kit.mentions import PERSON
+from tests.kit.erasing import erase_with_writes_between, erasure_held
+from tests.kit.mentions import PERSON, her_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the erasure and the writer on two connections
 
 URL = "/api/v1/threads/t-carl/entries"
 
 
-@pytest.fixture(autouse=True)
-def _no_hook() -> Any:
-    yield
-    cascade_step_hook(None)
-
-
 def _hers(caller: Caller) -> int:
     return Entry.objects.filter(agent=caller.agent, sender=PERSON).count()
+
+
+def _her_threads(caller: Caller) -> bool:
+    return Thread.objects.filter(agent=caller.agent, user_id=PERSON).exists()
 
 
 def _carls_thread_with_her_message(caller: Caller) -> None:
@@ -43,27 +40,15 @@ def _carls_thread_with_her_message(caller: Caller) -> None:
 
 def test_her_message_sent_after_the_erasure_took_hers_is_refused_and_none_outlives_it(alice: Caller) -> None:
     _carls_thread_with_her_message(alice)
-    sent: list[Any] = []
-
-    def between_steps(step: str) -> None:
-        # The first point between the erasure's batches (no transaction open) where her messages
-        # are gone: the sender step is done.
-        if step != "batch" or sent or _hers(alice):
-            return
-        writer = Side(
-            lambda: alice.client.post(
-                URL, {"role": "user", "content": "And back on Friday.", "metadata": {"userId": PERSON}}, format="json"
-            ),
-            "her message",
-        )
-        writer.join()
-        assert not writer.errors, writer.errors
-        sent.append(writer.answer)
-
-    cascade_step_hook(between_steps)
-    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
-
-    [answer] = sent
+    # Where her messages are gone: the sender step is done.
+    [answer] = erase_with_writes_between(
+        alice,
+        lambda: alice.client.post(
+            URL, {"role": "user", "content": "And back on Friday.", "metadata": {"userId": PERSON}}, format="json"
+        ),
+        when=lambda: not _hers(alice),
+        what="her message",
+    )
     # Before: 201, and her message stayed in Carl's thread after her erasure.
     assert answer.status_code == 409, answer.content
     assert answer.json()["error"]["code"] == "person_being_erased"
@@ -77,20 +62,7 @@ def test_her_message_sent_after_the_erasure_took_hers_is_refused_and_none_outliv
 
 def test_while_she_is_being_erased_only_her_messages_are_refused_on_every_append_path(alice: Caller) -> None:
     _carls_thread_with_her_message(alice)
-    holding, release = threading.Event(), threading.Event()
-
-    def eraser() -> None:
-        try:
-            with erasure_running(agent_id=alice.agent.pk, user_id=PERSON):
-                holding.set()
-                assert release.wait(WAIT)
-        finally:
-            connection.close()
-
-    side = threading.Thread(target=eraser)
-    side.start()
-    try:
-        assert holding.wait(WAIT)
+    with erasure_held(alice.agent.pk):
         single = alice.client.post(
             URL, {"role": "user", "content": "Single.", "metadata": {"userId": PERSON}}, format="json"
         )
@@ -105,9 +77,6 @@ def test_while_she_is_being_erased_only_her_messages_are_refused_on_every_append
             format="json",
         )
         others = post_entry(alice, "t-carl", role="user", content="Dora here.", metadata={"userId": "u-dora"})
-    finally:
-        release.set()
-        side.join()
     assert single.status_code == 409 and single.json()["error"]["field"] == "metadata.userId", single.content
     assert batch.status_code == 409 and batch.json()["error"]["field"] == "entries[1].metadata.userId", batch.content
     assert others["content"] == "Dora here."
@@ -156,20 +125,12 @@ def _import_with_her_message(caller: Caller, thread_id: str) -> Any:
 def test_her_message_imported_after_the_erasure_took_hers_is_refused_and_none_outlives_it(alice: Caller) -> None:
     # The import stores messages as an append does: one of hers is refused while her erasure runs.
     _carls_thread_with_her_message(alice)
-    sent: list[Any] = []
-
-    def between_steps(step: str) -> None:
-        if step != "batch" or sent or _hers(alice):
-            return
-        writer = Side(lambda: _import_with_her_message(alice, "t-carl-imported"), "her message imported")
-        writer.join()
-        assert not writer.errors, writer.errors
-        sent.append(writer.answer)
-
-    cascade_step_hook(between_steps)
-    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
-
-    [answer] = sent
+    [answer] = erase_with_writes_between(
+        alice,
+        lambda: _import_with_her_message(alice, "t-carl-imported"),
+        when=lambda: not _hers(alice),
+        what="her message imported",
+    )
     # Before: 201, and her imported message stayed after her erasure.
     assert answer.status_code == 409, answer.content
     assert answer.json()["error"]["code"] == "person_being_erased"
@@ -182,28 +143,15 @@ def test_her_message_imported_after_the_erasure_took_hers_is_refused_and_none_ou
 
 
 def test_a_thread_about_her_made_after_her_threads_went_is_refused_and_none_outlives_it(alice: Caller) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
+    her_thread(alice)
     post_thread(alice, "t-carl", user_id="u-carl")
-    sent: list[Any] = []
-
-    def between_steps(step: str) -> None:
-        # The first point between the erasure's batches where her threads are gone.
-        if step != "batch" or sent or Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists():
-            return
-        for work in (
-            lambda: alice.client.post("/api/v1/threads", {"id": "t-ines-2", "user_id": PERSON}, format="json"),
-            lambda: alice.client.patch("/api/v1/threads/t-carl", {"user_id": PERSON}, format="json"),
-        ):
-            writer = Side(work, "her thread")
-            writer.join()
-            assert not writer.errors, writer.errors
-            sent.append(writer.answer)
-
-    cascade_step_hook(between_steps)
-    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
-
-    made, given = sent
+    made, given = erase_with_writes_between(
+        alice,
+        lambda: alice.client.post("/api/v1/threads", {"id": "t-ines-2", "user_id": PERSON}, format="json"),
+        lambda: alice.client.patch("/api/v1/threads/t-carl", {"user_id": PERSON}, format="json"),
+        when=lambda: not _her_threads(alice),
+        what="her thread",
+    )
     # Before: 201 and 200, and both threads were hers after her erasure.
     for answer in (made, given):
         assert answer.status_code == 409, answer.content
@@ -220,23 +168,15 @@ def test_a_thread_of_hers_imported_after_the_erasure_took_her_threads_is_refused
     # An import whose header names her makes a thread about her, as POST /threads does.
     post_thread(alice, "t-hers", user_id=PERSON)
     post_entry(alice, "t-hers", role="user", content="Hello.")
-    sent: list[Any] = []
     header = {"type": "thread", "format": 2, "thread": {"id": "t-hers-imported", "user_id": PERSON}}
     node = {"id": "n1", "parent": None, "seq": 1, "turn": {"role": "user", "content": "An imported turn."}}
     lines = [json.dumps(header), json.dumps({"type": "node", "node": node})]
-
-    def between_steps(step: str) -> None:
-        if step != "batch" or sent or Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists():
-            return
-        writer = Side(lambda: import_jsonl(alice, lines), "a thread of hers imported")
-        writer.join()
-        assert not writer.errors, writer.errors
-        sent.append(writer.answer)
-
-    cascade_step_hook(between_steps)
-    person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], actor="agent:alice")
-
-    [answer] = sent
+    [answer] = erase_with_writes_between(
+        alice,
+        lambda: import_jsonl(alice, lines),
+        when=lambda: not _her_threads(alice),
+        what="a thread of hers imported",
+    )
     # Before: 201, and the imported thread of hers outlived her erasure.
     assert answer.status_code == 409, answer.content
     assert answer.json()["error"]["code"] == "person_being_erased"

@@ -16,8 +16,8 @@ from governance.models import AuditRecord, ErasureRequest
 from governance.tasks import erasures_resume_tick
 from memoryapp.models import Thread
 from tests.kit.admin import staff_client
-from tests.kit.api import Caller, post_entry, post_thread
-from tests.kit.mentions import PERSON
+from tests.kit.api import Caller
+from tests.kit.mentions import PERSON, her_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -45,31 +45,39 @@ def _waited(request: ErasureRequest, wait: timedelta) -> None:
     ErasureRequest.objects.filter(pk=request.pk).update(finished_at=request.finished_at - wait - timedelta(minutes=1))
 
 
+def _failed(caller: Caller, monkeypatch: pytest.MonkeyPatch, capture: Any, error: Exception) -> ErasureRequest:
+    """Her thread, and a staff request to erase her whose run failed with `error` (still failing)."""
+    her_thread(caller)
+    _failing(monkeypatch, error)
+    with capture(execute=True):
+        erasure_request_file(user_id=PERSON, actor="staff:pat")
+    request = ErasureRequest.objects.get(user_id=PERSON)
+    assert request.status == ErasureRequest.Status.FAILED
+    return request
+
+
+def _tick(request: ErasureRequest, capture: Any) -> ErasureRequest.Status:
+    """The beat's tick (its jobs run), then the request's status."""
+    with capture(execute=True):
+        erasures_resume_tick()
+    request.refresh_from_db()
+    return ErasureRequest.Status(request.status)
+
+
 def test_a_request_failed_on_the_database_is_run_again_after_its_wait(
     alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    post_entry(alice, "t-ines", role="user", content="I booked the flights myself.")
-    _failing(monkeypatch, OperationalError("the database system is shutting down"))
-    with django_capture_on_commit_callbacks(execute=True):
-        erasure_request_file(user_id=PERSON, actor="staff:pat")
+    capture = django_capture_on_commit_callbacks
+    request = _failed(alice, monkeypatch, capture, OperationalError("the database system is shutting down"))
     monkeypatch.undo()
-    request = ErasureRequest.objects.get(user_id=PERSON)
-    assert request.status == ErasureRequest.Status.FAILED
     # Before: nothing ran it again, and the page said nothing of it.
     page = _page(request)
     assert 'id="er-auto-retry"' in page and f"automatic retry 1 of {len(AUTO_RETRY_WAITS)}" in page
     # Not before its wait.
-    with django_capture_on_commit_callbacks(execute=True):
-        erasures_resume_tick()
-    request.refresh_from_db()
-    assert request.status == ErasureRequest.Status.FAILED
+    assert _tick(request, capture) == ErasureRequest.Status.FAILED
 
     _waited(request, AUTO_RETRY_WAITS[0])
-    with django_capture_on_commit_callbacks(execute=True):
-        erasures_resume_tick()
-    request.refresh_from_db()
-    assert request.status == ErasureRequest.Status.DONE, request.error
+    assert _tick(request, capture) == ErasureRequest.Status.DONE, request.error
     assert not Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     assert AuditRecord.objects.filter(action="erasure.retry", actor=AUTO_RETRY_ACTOR).count() == 1
 
@@ -77,21 +85,14 @@ def test_a_request_failed_on_the_database_is_run_again_after_its_wait(
 def test_automatic_retries_are_bounded_and_the_page_says_when_they_stopped(
     alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    _failing(monkeypatch, OperationalError("could not connect to server"))
-    with django_capture_on_commit_callbacks(execute=True):
-        erasure_request_file(user_id=PERSON, actor="staff:pat")
-    request = ErasureRequest.objects.get(user_id=PERSON)
+    capture = django_capture_on_commit_callbacks
+    request = _failed(alice, monkeypatch, capture, OperationalError("could not connect to server"))
     for wait in AUTO_RETRY_WAITS:
         _waited(request, wait)
-        with django_capture_on_commit_callbacks(execute=True):
-            erasures_resume_tick()
-        request.refresh_from_db()
-        assert request.status == ErasureRequest.Status.FAILED
+        assert _tick(request, capture) == ErasureRequest.Status.FAILED
     assert AuditRecord.objects.filter(action="erasure.retry", actor=AUTO_RETRY_ACTOR).count() == len(AUTO_RETRY_WAITS)
     _waited(request, timedelta(days=30))
-    with django_capture_on_commit_callbacks(execute=True):
-        erasures_resume_tick()
+    assert _tick(request, capture) == ErasureRequest.Status.FAILED
     assert AuditRecord.objects.filter(action="erasure.retry", actor=AUTO_RETRY_ACTOR).count() == len(AUTO_RETRY_WAITS)
     page = _page(request)
     assert "Not run again automatically any more" in page and 'id="er-retry"' in page
@@ -100,15 +101,8 @@ def test_automatic_retries_are_bounded_and_the_page_says_when_they_stopped(
 def test_a_request_failed_on_another_error_is_not_run_again_and_the_page_says_why(
     alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
-    post_thread(alice, "t-ines", user_id=PERSON)
-    _failing(monkeypatch, ValueError("a defect"))
-    with django_capture_on_commit_callbacks(execute=True):
-        erasure_request_file(user_id=PERSON, actor="staff:pat")
-    request = ErasureRequest.objects.get(user_id=PERSON)
+    request = _failed(alice, monkeypatch, django_capture_on_commit_callbacks, ValueError("a defect"))
     _waited(request, timedelta(days=30))
-    with django_capture_on_commit_callbacks(execute=True):
-        erasures_resume_tick()
-    request.refresh_from_db()
-    assert request.status == ErasureRequest.Status.FAILED
+    assert _tick(request, django_capture_on_commit_callbacks) == ErasureRequest.Status.FAILED
     page = _page(request)
     assert "Not run again automatically: ValueError is not an error that passes by itself" in page

@@ -20,6 +20,12 @@ NEEDLES = ("valdomiro", EMAIL, "912 345 678", "912345678")
 CARL_SAYS = "Carl prefers green tea in the mornings."
 
 
+def her_thread(caller: Caller, said: str = "I booked the flights myself.") -> None:
+    """Her own thread (`t-ines`, about her) with one turn of hers."""
+    post_thread(caller, "t-ines", user_id=PERSON)
+    post_entry(caller, "t-ines", role="user", content=said)
+
+
 def plant(caller: Caller) -> dict[str, Any]:
     """Her own thread, and her mentions in: another person's turn and thread metadata (with a
     participants list naming her), an agent-wide item, an item about her (its entity), a fact, a
