@@ -258,6 +258,10 @@ def embed_pending(
        likely committed by then: a deleted row is gone, a spliced one is embedded). What is still
        held then is left to the next run (the next write's, or the sweep's).
     4. Items the same way.
+    5. A batch of fewer rows than EMBEDDING_BATCH_SIZE took every row pending when it read them, so
+       no further look is made for rows written since (a transaction, its advisory lock and a read
+       that found nothing, in every run): the run of those writes does it (its debounce mark is
+       cleared as this run starts, so they sent one), or the sweep.
     Returns counts (`passed_over`: rows left to the next run); raises EmbedderError for the job's
     retry policy.
     """
@@ -273,7 +277,7 @@ def embed_pending(
         pending: Callable[[int | None, int, set[str]], list[Any]],
         embed: Callable[[list[Any]], set[str]],
         passed_over: set[str],
-    ) -> tuple[int, set[str]] | None:
+    ) -> tuple[int, set[str], int] | None:
         # One batch of an agent at a time (a transaction-level advisory lock, held until the vectors
         # are stored): a second run waits for the batch and then takes the next instead of embedding
         # the same rows twice. Rows are locked only to write their vectors, and never waited for,
@@ -284,7 +288,7 @@ def embed_pending(
             if not rows:
                 return None
             written = embed(rows)
-            return len(written), {r.id for r in rows} - written
+            return len(written), {r.id for r in rows} - written, len(rows)
 
     steps: list[tuple[str, Callable[[int | None, int, set[str]], list[Any]], Callable[[list[Any]], set[str]]]] = [
         ("entries", _pending_entries, embed_entries_batch),
@@ -300,12 +304,16 @@ def embed_pending(
                     break
                 second_look, passed_over = True, set()  # step 3: once more, what was held
                 continue
-            count, held = outcome
+            count, held, read = outcome
             passed_over |= held
             done[kind] += count
             batches += 1
             if progress:
                 progress(done["entries"] + done["items"])
+            if read < batch:  # step 5: every row pending when it was read is taken
+                if second_look or not passed_over:
+                    break
+                second_look, passed_over = True, set()
         left_over += len(passed_over)
     return {**done, "batches": batches, "passed_over": left_over}
 

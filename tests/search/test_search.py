@@ -7,7 +7,9 @@ import time
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from governance.models import JobRun
 from memoryapp.forgetting.services import entry_redact
@@ -122,6 +124,20 @@ def test_concurrent_embedding_runs_take_different_batches(alice: Any, monkeypatc
     assert len(embedded_texts) == len(turns)
     assert sorted(r["entries"] for r in results)[0] > 0 and sum(r["entries"] for r in results) == len(turns)
     assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
+
+
+@override_settings(EMBEDDING_BATCH_SIZE=4)
+@pytest.mark.parametrize("turns", [3, 4, 6])
+def test_a_run_looks_for_more_entries_only_after_a_full_batch(alice: Any, turns: int) -> None:
+    # A batch of fewer rows than the batch size took every row pending when it read them: the run
+    # stops there (the writes made since sent a run of their own), and never reads the rows twice.
+    ThreadFactory(agent=alice.agent, turns=[("user", f"turn {n} about the garden") for n in range(turns)])
+    with CaptureQueriesContext(connection) as queries:
+        result = embed_pending(agent_id=alice.agent.pk)
+    assert result["entries"] == turns
+    assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
+    reads = [q["sql"] for q in queries.captured_queries if 'FROM "memoryapp_entry"' in q["sql"] and "LIMIT" in q["sql"]]
+    assert len(reads) == turns // 4 + 1  # full batches, then the one that was not full (or found none)
 
 
 @pytest.mark.django_db(transaction=True)
