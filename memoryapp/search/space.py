@@ -51,6 +51,13 @@ FAMILIES = {
 }
 
 
+# The models whose vectors' sign bits were measured to find a thread's exact nearest turns
+# (memoryapp.search.vector.quantized_read, issue 26: all-MiniLM-L6-v2-q8 on LoCoMo, the top 10 the
+# exact top 10 for 995 of 999 questions). Another model's vectors are compared whole: a model whose
+# dimensions all lean one way (a large mean component) gives bits that tell little apart.
+QUANTIZED_MODELS = frozenset(FAMILIES)
+
+
 def same_family(a: str, b: str) -> bool:
     return a == b or (a in FAMILIES and FAMILIES.get(a) == FAMILIES.get(b))
 
@@ -225,6 +232,90 @@ def thread_vectors_index_sql(dimensions: int, *, concurrently: bool = False) -> 
     ]
 
 
+# A compact copy of each entry's vector (issue 26, migration 0063): its sign bits,
+# `binary_quantize(embedding)` (1 where a dimension is above 0: 48 bytes at 384 dimensions, a 32nd of
+# the vector), written by a trigger at every write of the vector (the embedding job, `reembed`, an
+# erasure's re-embedding, a redaction setting it NULL, a COPY), so no writer can leave it stale. A
+# thread's nearest rows are found by comparing these bits (Hamming distance) over an index of the
+# thread's bits, then the best candidates by their full vectors (memoryapp.search.vector): the
+# thread's 10,000 bit strings fit in ~150 index pages where its vectors take ~2,000. The column is
+# not a model field: the ORM never reads or writes it. Rows embedded before the migration have no
+# bits until `vectors_quantize` (manage.py) fills them; the search compares those by their vectors.
+QUANTIZED_COLUMN = "embedding_bits"
+THREAD_BITS_INDEX = "entry_thread_bits_idx"
+# The embedded entries without bits yet (rows from before migration 0063, until `vectors_quantize`):
+# none once it has run, and none is ever added (the trigger fills the bits as the vector is written).
+BITS_PENDING_INDEX = "entry_bits_pending_idx"
+BITS_TRIGGER_FUNCTION = "memoryapp_entry_embedding_bits"
+
+
+def embedding_bits_sql() -> list[str]:
+    """The column, its trigger function and the two triggers (one statement each; each a
+    catalog change: adding a nullable column without a default rewrites nothing)."""
+    return [
+        f"ALTER TABLE memoryapp_entry ADD COLUMN IF NOT EXISTS {QUANTIZED_COLUMN} bit varying",
+        f"""CREATE OR REPLACE FUNCTION {BITS_TRIGGER_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                NEW.{QUANTIZED_COLUMN} := binary_quantize(NEW.embedding)::bit varying;
+                RETURN NEW;
+            END $$""",
+        "DROP TRIGGER IF EXISTS entry_embedding_bits_insert ON memoryapp_entry",
+        "CREATE TRIGGER entry_embedding_bits_insert BEFORE INSERT ON memoryapp_entry FOR EACH ROW"
+        f" WHEN (NEW.embedding IS NOT NULL OR NEW.{QUANTIZED_COLUMN} IS NOT NULL)"
+        f" EXECUTE FUNCTION {BITS_TRIGGER_FUNCTION}()",
+        "DROP TRIGGER IF EXISTS entry_embedding_bits_update ON memoryapp_entry",
+        "CREATE TRIGGER entry_embedding_bits_update BEFORE UPDATE OF embedding, embedding_bits ON memoryapp_entry"
+        " FOR EACH ROW WHEN (NEW.embedding IS DISTINCT FROM OLD.embedding"
+        f" OR NEW.{QUANTIZED_COLUMN} IS DISTINCT FROM OLD.{QUANTIZED_COLUMN})"
+        f" EXECUTE FUNCTION {BITS_TRIGGER_FUNCTION}()",
+    ]
+
+
+def thread_bits_index_sql(*, concurrently: bool = False) -> list[str]:
+    """The thread index of the bits (the scope's fixed conditions as its predicate, as
+    THREAD_VECTORS_INDEX) and the index of the rows still without bits."""
+    how = "CONCURRENTLY " if concurrently else ""
+    return [
+        f"CREATE INDEX {how}IF NOT EXISTS {THREAD_BITS_INDEX} ON memoryapp_entry (thread_id, seq)"
+        f" INCLUDE (agent_id, id, created_at, {QUANTIZED_COLUMN})"
+        " WHERE type IN ('message', 'tool_result') AND redacted_at IS NULL AND held_at IS NULL"
+        f" AND {QUANTIZED_COLUMN} IS NOT NULL",
+        f"CREATE INDEX {how}IF NOT EXISTS {BITS_PENDING_INDEX} ON memoryapp_entry (thread_id)"
+        f" WHERE embedding IS NOT NULL AND {QUANTIZED_COLUMN} IS NULL",
+    ]
+
+
+def vectors_quantize(*, agent_id: int | None = None, thread_id: int | None = None, batch: int = 500) -> int:
+    """Fill the bits of the entries embedded before migration 0063, by primary key, `batch` rows a
+    transaction (the trigger computes them: any write of the column does). Safe to stop and run
+    again. Each row is a new version (an entry in each of the table's indexes, the HNSW one most
+    of the cost). `thread_id` limits it to a thread's entries. Returns the rows written."""
+    done, last = 0, None
+    scope, params = "", []
+    if agent_id is not None:
+        scope, params = " AND agent_id = %s", [agent_id]
+    if thread_id is not None:
+        scope, params = scope + " AND thread_id = %s", [*params, thread_id]
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM memoryapp_entry WHERE embedding IS NOT NULL AND {QUANTIZED_COLUMN} IS NULL{scope}"
+                + (" AND id > %s" if last is not None else "")
+                + " ORDER BY id LIMIT %s",
+                [*params, *([last] if last is not None else []), batch],
+            )
+            ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                return done
+            last = ids[-1]
+            cursor.execute(
+                f"UPDATE memoryapp_entry SET {QUANTIZED_COLUMN} = binary_quantize(embedding)::bit varying"
+                f" WHERE id = ANY(%s) AND embedding IS NOT NULL AND {QUANTIZED_COLUMN} IS NULL",
+                [ids],
+            )
+            done += cursor.rowcount
+
+
 def vector_storage_sql(table: str, dimensions: int | None = None) -> str:
     """MAIN (see INLINE_VECTOR_TABLES); PLAIN for the entries' column when it has the thread index:
     an index's column takes its table column's storage, and a MAIN vector in an index row is
@@ -301,6 +392,9 @@ def vector_columns_resize(dimensions: int) -> None:
         cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         # The thread index holds vectors: it is made again for the new dimension, if it fits one.
         cursor.execute(f"DROP INDEX IF EXISTS {THREAD_VECTORS_INDEX}")
+        # The bits' triggers name the column (a type change is refused while they do): made again after.
+        cursor.execute("DROP TRIGGER IF EXISTS entry_embedding_bits_insert ON memoryapp_entry")
+        cursor.execute("DROP TRIGGER IF EXISTS entry_embedding_bits_update ON memoryapp_entry")
         for table, index, dated in VECTOR_COLUMNS:
             cursor.execute(f"DROP INDEX IF EXISTS {index}")
             cursor.execute(
@@ -308,6 +402,8 @@ def vector_columns_resize(dimensions: int) -> None:
             )
             if dated:
                 cursor.execute(f"UPDATE {table} SET embedded_at = NULL WHERE embedded_at IS NOT NULL")
+            if table == "memoryapp_entry":  # a rewrite by ALTER fires no trigger: the bits go with the vectors
+                cursor.execute(f"UPDATE {table} SET {QUANTIZED_COLUMN} = NULL WHERE {QUANTIZED_COLUMN} IS NOT NULL")
             cursor.execute(
                 f"CREATE INDEX {index} ON {table} USING hnsw (embedding vector_cosine_ops) "
                 "WITH (m = 16, ef_construction = 64)"
@@ -315,6 +411,8 @@ def vector_columns_resize(dimensions: int) -> None:
             # A new type is a new storage (EXTERNAL, pgvector's): the vector is kept in the row again.
             cursor.execute(vector_storage_sql(table, dimensions))
         for statement in thread_vectors_index_sql(dimensions):
+            cursor.execute(statement)
+        for statement in embedding_bits_sql():
             cursor.execute(statement)
         # No vector is left: every one written from now on is the configured model's.
         space_record()

@@ -18,7 +18,7 @@ from pgvector.django import CosineDistance
 from memoryapp.models import MemoryItem
 from memoryapp.search.keyword import ChannelHit, entry_scope_sizes
 from memoryapp.search.scope import EntryScope
-from memoryapp.search.space import thread_vectors_indexed
+from memoryapp.search.space import QUANTIZED_COLUMN, QUANTIZED_MODELS, configured_space, thread_vectors_indexed
 
 # A scope of at most this many embedded entries is read exactly when the HNSW walk came back short.
 EXACT_SCAN_MAX = 50_000
@@ -48,6 +48,17 @@ WALK_INDEXED_EXACT_RATIO = 80
 # holds for most of a thread, and its exact read compared them all, each a heap read of its vector).
 NEAREST_KEPT = 120
 _NEAREST_MEMO = "vector.nearest"
+# A scope read exactly is read by its rows' sign bits first (memoryapp.search.space.QUANTIZED_COLUMN,
+# migration 0063): the CANDIDATES_PER_ROW x n rows (at least CANDIDATES_MIN) nearest by Hamming
+# distance, then those by their full vectors, the n nearest kept (n = the rows asked for). Measured
+# (issue 26) on LoCoMo's 2,760 turns and LongMemEval turns, 10,000 in one thread, all-MiniLM-L6-v2-q8,
+# LoCoMo's 999 questions: see docs/recall-and-context.md. A scope of at most that many rows is
+# compared whole, as is any row without bits yet (embedded before the migration). Only for the
+# models whose bits were measured so (QUANTIZED_MODELS): another model's vectors are compared whole.
+# QUANTIZED_READ True or False overrides that (the bench measures both ways in one run).
+QUANTIZED_READ: bool | None = None
+CANDIDATES_PER_ROW = 4
+CANDIDATES_MIN = 400
 # An entry's cosine distance to the question, as the HNSW index orders by it (the walk) and as no
 # index does (`+ 0`: the exact read, every row of the scope compared).
 _WALKED = "e.embedding <=> %(v)s::vector"
@@ -99,8 +110,12 @@ def vector_entries(
     """
     if read_exactly(scope, limit):
         reach = max(limit, NEAREST_KEPT) if memo is not None else limit
+        candidates = max(CANDIDATES_MIN, CANDIDATES_PER_ROW * reach)
+        read = nearest.format(distance=_EXACT)
+        if quantized_read() and entry_scope_sizes(scope)[0] > candidates:
+            read = _quantized_nearest(scope)
         with connection.cursor() as cursor:
-            cursor.execute(nearest.format(distance=_EXACT), {**params, "n": reach})
+            cursor.execute(read, {**params, "n": reach, "m": candidates})
             rows = cursor.fetchall()
         exact = sorted((ChannelHit(id=r[0], score=1.0 - float(r[1])) for r in rows), key=lambda h: -h.score)
         if memo is not None:
@@ -121,6 +136,35 @@ def vector_entries(
     hits = [ChannelHit(id=r[0], score=1.0 - float(r[1])) for r in rows]
     hits.sort(key=lambda h: -h.score)
     return hits
+
+
+def quantized_read() -> bool:
+    """Whether a scope read exactly is read by its bits first (see QUANTIZED_READ)."""
+    if QUANTIZED_READ is not None:
+        return QUANTIZED_READ
+    return configured_space() in QUANTIZED_MODELS
+
+
+def _quantized_nearest(scope: EntryScope) -> str:
+    """The scope's `n` nearest rows by the full vector among its `m` nearest by the sign bits (an
+    index-only scan of the thread's bits, THREAD_BITS_INDEX, then `m` rows fetched by id), and its
+    rows without bits compared whole (none once `vectors_quantize` has run: BITS_PENDING_INDEX)."""
+    where, _ = scope.where("e")
+    near_where, _ = scope.where("q")
+    return f"""
+        SELECT e.id, (e.embedding <=> %(v)s::vector) AS distance
+          FROM (SELECT q.id FROM memoryapp_entry q
+                 WHERE {near_where} AND q.{QUANTIZED_COLUMN} IS NOT NULL
+                 ORDER BY q.{QUANTIZED_COLUMN} <~> binary_quantize(%(v)s::vector)::bit varying
+                 LIMIT %(m)s) AS c
+          JOIN memoryapp_entry e ON e.id = c.id
+        UNION ALL
+        SELECT e.id, (e.embedding <=> %(v)s::vector) + 0
+          FROM memoryapp_entry e
+         WHERE {where} AND e.embedding IS NOT NULL AND e.{QUANTIZED_COLUMN} IS NULL
+         ORDER BY distance
+         LIMIT %(n)s
+    """
 
 
 def read_exactly(scope: EntryScope, limit: int) -> bool:

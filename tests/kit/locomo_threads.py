@@ -98,3 +98,11 @@ def locomo_thread(
         entries_add(thread=thread, entries=specs[offset : offset + MAX_BATCH_ENTRIES])
     thread.refresh_from_db()
     return thread
+
+
+@functools.cache
+def locomo_questions() -> list[str]:
+    """Every question of the split, conversation after conversation."""
+    if not LOCOMO.exists():
+        pytest.skip(f"{LOCOMO} is not here")
+    return [qa["question"] for sample in json.loads(LOCOMO.read_text()) for qa in sample["qa"]]
