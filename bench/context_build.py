@@ -12,6 +12,13 @@ p50 / p95 of:
 and, measured in the same run as baselines: a keyword-only search, and a raw SQL fetch of the
 thread's newest 200 entries. It never asserts a duration and never stops a server.
 
+Within the thread, hybrid and vector-only search are measured twice in the same rounds: reading the
+thread's nearest rows by their vectors' sign bits and then the best candidates by their vectors
+(the default, migration 0063), and by every vector of the thread (`vector.QUANTIZED_READ` off); the
+share of questions whose top 10 both reads agree on is printed. --quantize-thread first gives the
+thread's rows of a database kept from before migration 0063 their bits (`vectors_quantize`), then
+VACUUM ANALYZE.
+
 With --inline-after (on a kept database: --reuse, or --database for a copy of one) it then moves
 the thread's vectors kept in TOAST into their rows (`vectors_inline`, migration 0053) and measures
 again in the same run.
@@ -101,6 +108,11 @@ if __name__ == "__main__":
         action="store_true",
         help="then move the thread's vectors kept in TOAST into their rows (`vectors_inline`) and measure again",
     )
+    _parser.add_argument(
+        "--quantize-thread",
+        action="store_true",
+        help="first fill the sign bits of the thread's rows (a database kept from before migration 0063), then vacuum",
+    )
     ARGS = _parser.parse_args()
     # One database per size, so that both sizes can be kept and measured again.
     DATABASE = ARGS.database or f"bench_context_{ARGS.thread_entries}_{ARGS.other_entries}"
@@ -120,6 +132,7 @@ from django.db import connection  # noqa: E402
 from memoryapp.agents.services import agent_get_or_create  # noqa: E402
 from memoryapp.context.builder import ContextRequest, context_build  # noqa: E402
 from memoryapp.models import Agent, Entry, Thread  # noqa: E402
+from memoryapp.search import vector as vector_channel  # noqa: E402
 from memoryapp.search.embedders import (  # noqa: E402
     FakeEmbedder,
     _word_stem,
@@ -130,7 +143,8 @@ from memoryapp.search.embedders import (  # noqa: E402
 )
 from memoryapp.search.indexing import embed_pending  # noqa: E402
 from memoryapp.search.retrieval import search  # noqa: E402
-from memoryapp.search.space import vectors_inline  # noqa: E402
+from memoryapp.search.scope import EntryScope  # noqa: E402
+from memoryapp.search.space import vectors_inline, vectors_quantize  # noqa: E402
 from memoryapp.threads.services import entries_add, thread_create  # noqa: E402
 from memoryapp.threads.validation import MAX_BATCH_ENTRIES  # noqa: E402
 
@@ -425,6 +439,14 @@ def main() -> None:
             f"setup: database {DATABASE}, {total} entries of one agent ({in_thread} in the thread),"
             f" embedder {embedder().name}, {time.perf_counter() - started:.0f} s"
         )
+        if args.quantize_thread:
+            begun = time.perf_counter()
+            filled = vectors_quantize(agent_id=agent.pk, thread_id=thread.pk)
+            with connection.cursor() as cursor:
+                cursor.execute("VACUUM ANALYZE memoryapp_entry")
+            print(
+                f"vectors_quantize: {filled} rows of the thread, {time.perf_counter() - begun:.0f} s (with VACUUM ANALYZE)"
+            )
         measure(args, agent, thread, total)
         if args.inline_after:
             moved_at = time.perf_counter()
@@ -482,6 +504,21 @@ def measure(args: argparse.Namespace, agent: Agent, thread: Thread, total: int) 
 
         return run
 
+    def exact(op: Callable[[int], Any]) -> Callable[[int], Any]:
+        def run(i: int) -> Any:
+            vector_channel.QUANTIZED_READ = False
+            try:
+                return op(i)
+            finally:
+                vector_channel.QUANTIZED_READ = True
+
+        return run
+
+    # The read by the bits is measured whatever the embedder (the fake one's bits tell little apart,
+    # and the service reads them only for the models measured: `vector.quantized_read`): its cost is
+    # the same, `agreement` says how often it finds the exact rows.
+    vector_channel.QUANTIZED_READ = True
+
     def newest(i: int) -> Any:
         with connection.cursor() as cursor:
             cursor.execute(
@@ -499,6 +536,9 @@ def measure(args: argparse.Namespace, agent: Agent, thread: Thread, total: int) 
         "hybrid": searching("hybrid"),
         "hybrid thread": searching("hybrid", in_thread=True),
         "hybrid thread fresh": searching("hybrid", in_thread=True, fresh=True),
+        "hybrid thread exact": exact(searching("hybrid", in_thread=True)),
+        "vector thread": searching("vector", in_thread=True),
+        "vector thread exact": exact(searching("vector", in_thread=True)),
         "keyword": searching("keyword"),
         "keyword thread": searching("keyword", in_thread=True),
         "vector": searching("vector", query=0),
@@ -528,6 +568,10 @@ def measure(args: argparse.Namespace, agent: Agent, thread: Thread, total: int) 
     # both are shown, the fresh one with its embedding paid.
     print(line("hybrid within the thread, question cached", *found["hybrid thread"]))
     print(line("  the same, a fresh question (embedding paid)", *found["hybrid thread fresh"]))
+    print(line("hybrid within the thread, every vector compared", *found["hybrid thread exact"]))
+    print(line("vector-only within the thread, by the bits", *found["vector thread"]))
+    print(line("vector-only within the thread, every vector", *found["vector thread exact"]))
+    print(agreement(agent, thread))
     print("baselines, same rounds:")
     print(line("keyword-only search (same selector)", *found["keyword"]))
     print(line("keyword-only search within the thread", *found["keyword thread"]))
@@ -543,7 +587,35 @@ def measure(args: argparse.Namespace, agent: Agent, thread: Thread, total: int) 
     print(f"  hybrid / keyword-only search, whole scope     {ratio('hybrid', 'keyword')}")
     print(f"  hybrid / keyword-only search, in the thread   {ratio('hybrid thread', 'keyword thread')}")
     print(f"    the same, a fresh question                  {ratio('hybrid thread fresh', 'keyword thread')}")
+    print(f"  hybrid / keyword-only in the thread, exact    {ratio('hybrid thread exact', 'keyword thread')}")
+    print(f"  vector-only in the thread, bits / exact       {ratio('vector thread', 'vector thread exact')}")
     print(f"  hybrid context build / raw newest 200 rows    {ratio('build hybrid', 'raw')}")
+
+
+def agreement(agent: Agent, thread: Thread) -> str:
+    """How often the read by the bits (with the search's candidates) and the exact read give the
+    thread's same 10 nearest rows, and the share of the exact 10 the bits' read finds."""
+    scope = EntryScope(agent_id=agent.pk, thread_pk=thread.pk)
+    where, params = scope.where("e")
+    exact_sql = (
+        f"SELECT e.id FROM memoryapp_entry e WHERE {where} AND e.embedding IS NOT NULL"
+        " ORDER BY (e.embedding <=> %(v)s::vector) + 0 LIMIT %(n)s"  # + 0: every row compared, not the walk
+    )
+    candidates = max(vector_channel.CANDIDATES_MIN, vector_channel.CANDIDATES_PER_ROW * vector_channel.NEAREST_KEPT)
+    same = found_share = 0.0
+    with connection.cursor() as cursor:
+        for text in QUERIES:
+            values = {**params, "v": vector_channel.vector_literal(embed_query(text)), "n": 10, "m": candidates}
+            cursor.execute(vector_channel._quantized_nearest(scope), values)
+            by_bits = {r[0] for r in cursor.fetchall()}
+            cursor.execute(exact_sql, values)
+            every = {r[0] for r in cursor.fetchall()}
+            same += by_bits == every
+            found_share += len(by_bits & every) / max(len(every), 1)
+    return (
+        f"  the top 10 by the bits ({candidates} candidates) = the exact top 10: {same:.0f} of {len(QUERIES)}"
+        f" questions, {100 * found_share / len(QUERIES):.0f}% of the exact 10 found ({embedder().name} vectors)"
+    )
 
 
 if __name__ == "__main__":
