@@ -153,6 +153,31 @@ def test_a_staff_request_interrupted_is_shown_on_its_page_and_finished_by_runnin
     )
 
 
+def _release_once_an_eraser_waits(release: threading.Event, seen: list[bool]) -> None:
+    """Set `release` once a process waits for a person's eraser lock (an erasure starting behind a
+    write that holds it shared); `seen` says whether one did (within 30 s)."""
+    from governance import locks
+    from tests.forgetting.test_index_races import _until
+
+    def waiting() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                " AND classid = %s::oid)",
+                [locks.ERASURE_RUN],
+            )
+            return bool(cursor.fetchone()[0])
+
+    try:
+        _until(waiting, "an erasure waited for the write")
+        seen.append(True)
+    except AssertionError:
+        seen.append(False)
+    finally:
+        release.set()
+        connection.close()
+
+
 def test_her_message_written_while_her_erasure_is_interrupted_does_not_show_it_running(alice: Caller) -> None:
     # A write of a message she sent holds her eraser lock shared for its transaction
     # (senders_erasing_refuse): that is no eraser, and the mark stays interrupted for the sweep.
@@ -173,12 +198,20 @@ def test_her_message_written_while_her_erasure_is_interrupted_does_not_show_it_r
 
     side = threading.Thread(target=writer)
     side.start()
+    seen: list[bool] = []
     try:
         assert holding.wait(30)
         [mark] = erasures_marked(user_id=PERSON)
         # Before: running (any lock of the class counted, a writer's shared one too); the sweep left it.
         assert not mark.running
+        # The resume job runs here (eagerly) and its erasure waits for the write to commit: the write
+        # commits once it does (before, the write held on until its own wait timed out, 30 s, and
+        # failed in its thread).
+        watcher = threading.Thread(target=_release_once_an_eraser_waits, args=(release, seen))
+        watcher.start()
         assert erasures_resume()["resumed"] == 1
+        watcher.join(30)
+        assert seen == [True]
     finally:
         release.set()
         side.join()
