@@ -76,10 +76,19 @@ def _scope_size(key: tuple[Any, ...], count: Any) -> int:
 
 def _bm25(rows: list[tuple[str, int, int, float]], *, terms: int, total: int, limit: int) -> list[ChannelHit]:
     """Rows are (id, the words it holds as bits: word i is bit i, lexeme count, newness); see the
-    module's steps 3 and 4. Rows of the same words and length score the same: each such score is
-    computed once (a read finds hundreds of rows and few kinds of them; issue 26)."""
+    module's steps 3 and 4."""
+    return _bm25_ranked(rows, terms=terms, total=total, limit=limit)[0]
+
+
+def _bm25_ranked(
+    rows: list[tuple[str, int, int, float]], *, terms: int, total: int, limit: int
+) -> tuple[list[ChannelHit], bool]:
+    """`_bm25`'s hits, and whether the order the rows were read in chose among them: two rows of the
+    same score and newness within the first `limit` or at its edge. Rows of the same words and
+    length score the same: each such score is computed once (a read finds hundreds of rows and few
+    kinds of them; issue 26)."""
     if not rows:
-        return []
+        return [], False
     df = [0] * terms
     for mask, count in Counter(r[1] for r in rows).items():
         for i in range(terms):
@@ -101,7 +110,9 @@ def _bm25(rows: list[tuple[str, int, int, float]], *, terms: int, total: int, li
         ranked.append((-score, -newness, at))
     # Best first, ties newest first, then in the order read (as a stable sort of the rows).
     ranked.sort()
-    return [ChannelHit(id=rows[at][0], score=-score, created_order=-newness) for score, newness, at in ranked[:limit]]
+    tied = any(ranked[i][:2] == ranked[i + 1][:2] for i in range(min(limit, len(ranked) - 1)))
+    hits = [ChannelHit(id=rows[at][0], score=-score, created_order=-newness) for score, newness, at in ranked[:limit]]
+    return hits, tied
 
 
 def flags_mask(flags: list[str]) -> str:
@@ -202,62 +213,83 @@ def keyword_entries(
     if names:
         params["names"] = names
 
-    def read(query: str, also: str | None = None) -> list[tuple[str, int, int, float, bool]]:
-        """The matches of `query`, best first: (id, the words it holds as bits, lexemes, newness,
-        whether the row also matches `also`)."""
+    def read(query: str, also: str | None = None, ordered: bool = True) -> list[tuple[str, int, int, float, bool]]:
+        """The matches of `query`, best first (in no order unless `ordered`, while they are no more
+        than the cap): (id, the words it holds as bits, lexemes, newness, whether the row also
+        matches `also`)."""
         match = "e.search_vector @@ to_tsquery('english', %(q_match)s)"
         also_sql = "e.search_vector @@ to_tsquery('english', %(q_also)s)" if also is not None else "false"
         if names:
             match = f"({match} OR lower(e.sender_name) = ANY(%(names)s))"
             if also is not None:
                 also_sql = f"({also_sql} OR lower(e.sender_name) = ANY(%(names)s))"
+        order = "ORDER BY ts_rank_cd(e.search_vector, to_tsquery('english', %(q_or)s)) DESC" if ordered else ""
         sql = f"""
             SELECT e.id, {flags_mask(flags)}, coalesce(length(e.search_vector), 0),
                    (extract(epoch FROM e.created_at) + e.seq * 1e-6)::float8, coalesce({also_sql}, false)
               FROM memoryapp_entry e
              WHERE {where} AND {match}
-             ORDER BY ts_rank_cd(e.search_vector, to_tsquery('english', %(q_or)s)) DESC
+             {order}
              LIMIT %(cap)s
         """
         with connection.cursor() as cursor:
-            cursor.execute(sql, {**params, "q_match": query, "q_also": also})
             # The newness a float8 (exactly what float() of the numeric gives: both round it to
             # the nearest double), so that no row needs a Decimal.
-            return cursor.fetchall()
+            cursor.execute(
+                sql,
+                {**params, "q_match": query, "q_also": also, "cap": KEYWORD_CANDIDATES + (0 if ordered else 1)},
+            )
+            found = cursor.fetchall()
+        # More matches than the cap: which of them are kept is the rank's choice.
+        return read(query, also) if len(found) > KEYWORD_CANDIDATES else found
 
     def plain(found: list[tuple[str, int, int, float, bool]]) -> list[tuple[str, int, int, float]]:
         return [r[:4] for r in found]
 
-    rows: list[tuple[str, int, int, float]] = []
-    if total >= LARGE_SCOPE and len(words) >= 2:
-        # Most selective first: every word, then any two words; each tier is read only when the
-        # one before found fewer rows than asked for.
-        tiers = [" & ".join(words)]
-        if len(words) >= 4:
-            # One word of the question is often not in memory at all ("... in 2019?").
-            tiers.append(" | ".join("(" + " & ".join(c) + ")" for c in combinations(words, len(words) - 1)))
-        if len(words) >= 3:
-            tiers.append(" | ".join(f"({a} & {b})" for a, b in combinations(words, 2)))
-        if len(tiers) >= 2 and total <= MERGED_TIERS_MAX_SCOPE:
-            # The first two tiers in one read (each GIN scan has a fixed cost, the pending list's):
-            # the second tier's rows, each flagged whether it matches the first. Its matches are a
-            # subset of the second's, so when that read is not capped it holds all of them, in
-            # the same order: the same rows as reading the first tier alone.
-            second = read(tiers[1], also=tiers[0])
-            capped = len(second) >= KEYWORD_CANDIDATES
-            rows = plain(read(tiers[0]) if capped else [r for r in second if r[4]])
-            if len(rows) < limit:
-                rows = plain(second)
-            tiers = tiers[2:] if len(rows) < limit else []
-        for query in tiers:
-            rows = plain(read(query))
-            if len(rows) >= limit:
-                break
-    if len(rows) < limit:
-        rows = plain(read(" | ".join(words)))
-    if len(rows) >= KEYWORD_CANDIDATES:
-        total = max(total, len(rows) * 4)
-    return _bm25(rows, terms=len(terms), total=max(total, len(rows)), limit=limit)
+    def gather(ordered: bool) -> list[tuple[str, int, int, float]]:
+        """The rows the tiers below choose, each read `ordered` or not."""
+        rows: list[tuple[str, int, int, float]] = []
+        if total >= LARGE_SCOPE and len(words) >= 2:
+            # Most selective first: every word, then any two words; each tier is read only when the
+            # one before found fewer rows than asked for.
+            tiers = [" & ".join(words)]
+            if len(words) >= 4:
+                # One word of the question is often not in memory at all ("... in 2019?").
+                tiers.append(" | ".join("(" + " & ".join(c) + ")" for c in combinations(words, len(words) - 1)))
+            if len(words) >= 3:
+                tiers.append(" | ".join(f"({a} & {b})" for a, b in combinations(words, 2)))
+            if len(tiers) >= 2 and total <= MERGED_TIERS_MAX_SCOPE:
+                # The first two tiers in one read (each GIN scan has a fixed cost, the pending list's):
+                # the second tier's rows, each flagged whether it matches the first. Its matches are a
+                # subset of the second's, so when that read is not capped it holds all of them, in
+                # the same order: the same rows as reading the first tier alone.
+                second = read(tiers[1], also=tiers[0], ordered=ordered)
+                capped = len(second) >= KEYWORD_CANDIDATES
+                rows = plain(read(tiers[0], ordered=ordered) if capped else [r for r in second if r[4]])
+                if len(rows) < limit:
+                    rows = plain(second)
+                tiers = tiers[2:] if len(rows) < limit else []
+            for query in tiers:
+                rows = plain(read(query, ordered=ordered))
+                if len(rows) >= limit:
+                    break
+        if len(rows) < limit:
+            rows = plain(read(" | ".join(words), ordered=ordered))
+        return rows
+
+    def ranked(rows: list[tuple[str, int, int, float]]) -> tuple[list[ChannelHit], bool]:
+        size = max(total, len(rows) * 4) if len(rows) >= KEYWORD_CANDIDATES else total
+        return _bm25_ranked(rows, terms=len(terms), total=max(size, len(rows)), limit=limit)
+
+    # Within a thread the rows are read in no order (ranking them by cover density was a third of
+    # the read's CPU; issue 26) unless they are more than the cap: BM25 orders them by score, then
+    # newness, which tell a thread's rows apart; should two rows tie on both where the page is laid
+    # out, they are read again ranked, as before, so that the answer is the same.
+    unordered = scope.thread_pk is not None
+    hits, tied = ranked(gather(ordered=not unordered))
+    if unordered and tied:
+        hits, _ = ranked(gather(ordered=True))
+    return hits
 
 
 def sender_name_key(name: str, *, key: bytes) -> str:
