@@ -99,19 +99,22 @@ def test_a_hybrid_search_is_eleven_queries(
     assert answer["results"]
 
 
-def test_a_hybrid_context_build_is_thirteen_queries(
+def test_a_hybrid_context_build_is_twelve_queries(
     alice: Caller, thread_of_alice: Thread, django_assert_max_num_queries: Any
 ) -> None:
-    # the thread, its compaction settings, the memory files (context documents and observations in
-    # one statement) and the items (whether any item is live for recall is what they found) in one
-    # round trip, the branch, the keyword channel, the vector channel (one statement, then the embedded scope's
-    # size; in a table many times the thread's size, the thread's rows read exactly in one), the
-    # entity turn channel (one query, in a savepoint pair), the access log (+ its savepoint pair);
-    # no time channel, no graph channels (as the search above; 33 before, 16 before the memory
-    # files were read at once, 15 before recall took the items' liveness from the facts' read, 14
-    # before the items were read with the memory files)
-    with django_assert_max_num_queries(13):
+    # the thread, its compaction settings, then in one round trip the memory files (context documents
+    # and observations in one statement), the items (whether any item is live for recall is what they
+    # found) and the branch's newest rows (one chain: a range of seqs), the keyword channel, the
+    # vector channel (one statement, then the embedded scope's size; in a table many times the
+    # thread's size, the thread's rows read exactly in one), the entity turn channel (one query, in a
+    # savepoint pair), the access log (+ its savepoint pair); no time channel, no graph channels (as
+    # the search above; 33 before, 16 before the memory files were read at once, 15 before recall took
+    # the items' liveness from the facts' read, 14 before the items and the branch were read with the
+    # memory files)
+    with django_assert_max_num_queries(12) as captured:
         context = build_context(alice, strategy="hybrid", max_tokens=3000, current_input="lake")
+    # The branch's rows came with the memory files: no statement reads them alone.
+    assert not any(q["sql"].lstrip().startswith("SELECT e.id, e.parent_id") for q in captured.captured_queries)
     assert context["messages"]
 
 
