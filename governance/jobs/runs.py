@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -81,9 +82,18 @@ def job_task(name: str) -> Any | None:
     """
     task = current_app.tasks.get(name)
     if task is None:
-        current_app.autodiscover_tasks(force=True)
-        task = current_app.tasks.get(name)
+        # One discovery at a time: threads that looked up a name together while another imported the
+        # tasks modules found none (7 of 8 at a web process's first writes, measured), and each such
+        # write left its debounce mark without a run (memoryapp.search.indexing).
+        with _discovery:
+            task = current_app.tasks.get(name)
+            if task is None:
+                current_app.autodiscover_tasks(force=True)
+                task = current_app.tasks.get(name)
     return task
+
+
+_discovery = threading.Lock()
 
 
 def _run_lock_take(run_id: int, *, wait: bool) -> bool:

@@ -836,6 +836,33 @@ print(job_task("memoryapp.tasks.compact_thread").queue, tasks())
     assert after.startswith("extraction [") and "'memoryapp.tasks.compaction'" in after
 
 
+def test_threads_sending_a_fresh_processs_first_jobs_together_all_find_the_task() -> None:
+    """A web process's first writes come on several threads at once: each looks up the job's task
+    while one of them loads the task modules, and each finds it (7 of 8 found none before)."""
+    code = """
+import os, sys, threading
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "memory_project.settings")
+import django
+django.setup()
+import memory_project.urls, memoryapp.search.indexing
+from governance.jobs.runs import job_task
+found, start = [], threading.Barrier(8)
+def look():
+    start.wait()
+    found.append(job_task("memoryapp.tasks.embed_pending") is not None)
+threads = [threading.Thread(target=look) for _ in range(8)]
+for thread in threads: thread.start()
+for thread in threads: thread.join()
+print(found.count(True))
+"""
+    env = {"DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, **env}, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "8"
+
+
 @pytest.mark.django_db
 def test_migrate_keeps_every_declared_schedule_and_leaves_the_operators_edits() -> None:
     """After migrate every schedule of SCHEDULES exists; an operator's interval, enabled flag and
