@@ -276,6 +276,11 @@ EMBEDDING_BATCH_SIZE = env_int("EMBEDDING_BATCH_SIZE", 256, minimum=1, maximum=2
 # CPU threads of the local model in each process (0: torch's default, one per core). One each keeps
 # two worker processes and the web from oversubscribing a small machine.
 EMBEDDING_THREADS = env_int("EMBEDDING_THREADS", 1, minimum=0, maximum=256)
+# The embedding job of an agent runs this many seconds after the write that sent it; the writes of
+# those seconds join it (memoryapp.search.indexing.embedding_schedule). A run has a fixed cost
+# (~14 ms of the worker's CPU, its message and job run rows: docs/operations.md), so a longer wait
+# embeds more turns a run for that cost, and a new turn is found by vector that much later.
+EMBEDDING_DEBOUNCE_SECONDS = env_float("EMBEDDING_DEBOUNCE_SECONDS", 1.0, minimum=0.0, maximum=3600.0)
 
 # The search's reranker port (memoryapp.search.rerank): none, an HTTP rerank endpoint (Cohere, Jina,
 # Hugging Face TEI and vLLM answer this shape), or a local cross-encoder whose weights are at a

@@ -61,7 +61,7 @@ def embedding_schedule(*, agent_id: int, debounced: bool = True) -> None:
         arguments={"agent_id": agent_id},
         agent_id=agent_id,
         debounce_key=key,
-        countdown=1.0,
+        countdown=settings.EMBEDDING_DEBOUNCE_SECONDS or None,
     )
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from governance.models import JobRun
 from memoryapp.forgetting.services import entry_redact
@@ -124,6 +126,18 @@ def test_concurrent_embedding_runs_take_different_batches(alice: Any, monkeypatc
     assert len(embedded_texts) == len(turns)
     assert sorted(r["entries"] for r in results)[0] > 0 and sum(r["entries"] for r in results) == len(turns)
     assert Entry.objects.filter(agent=alice.agent, embedding__isnull=True).count() == 0
+
+
+@pytest.mark.parametrize("seconds", [1.0, 7.0])
+def test_the_embedding_job_waits_the_debounce_seconds_for_the_writes_that_join_it(
+    alice: Any, seconds: float, settings: Any
+) -> None:
+    settings.EMBEDDING_DEBOUNCE_SECONDS = seconds
+    before = timezone.now()
+    embedding_schedule(agent_id=alice.agent.pk)
+    run = JobRun.objects.get(kind="embedding", agent_id=alice.agent.pk)
+    assert run.eta is not None
+    assert before + timedelta(seconds=seconds) <= run.eta <= timezone.now() + timedelta(seconds=seconds)
 
 
 @override_settings(EMBEDDING_BATCH_SIZE=4)
