@@ -69,6 +69,27 @@ SAMPLES = [
     "sendgrid 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",
     # Non-ASCII around a secret (the case-insensitive gates are not tried then).
     "Inês' clé: password=ŝecretŝ and the \uff21\uff30\uff29 key xoxp-123456789012-1234567890123-aBcDeF",
+    # Addresses inside punctuation, after a line break, a no-break and an ideographic space; tokens.
+    "(ines@example.com),<bob@example.org>;\ncarl@example.net\u00a0dana@example.co.uk\u3000x@y",
+    "keys: ghp_short, eyJhbGciOiJIUzI1NiJ9, AIzaSyA-1234567890abcdefghijklmnopqrstu and sk-ant-api03-AbCdEfGhIjKlMnOpQrStUv",
+]
+
+# A value of each category as typed with lookalike characters, which the cheap checks and the
+# detectors' pre-passes must let through to be found.
+LOOKALIKES = [
+    ("email", "ines.valdomiro\ufe6bexample.com"),
+    ("email", "ines.valdomiro\uff20example\uff0ecom"),
+    ("phone", "\ufe62351 912 345 678"),
+    ("phone", "\uff0b\uff14\uff14 \uff12\uff10 \uff17\uff19\uff14\uff16 \uff10\uff19\uff15\uff18"),
+    (
+        "payment_card",
+        "\uff14\uff11\uff11\uff11 \uff11\uff11\uff11\uff11 \uff11\uff11\uff11\uff11 \uff11\uff11\uff11\uff11",
+    ),
+    ("iban", "GB82 WEST \uff11\uff12\uff13\uff14 5698 7654 32"),
+    ("national_id", "RSSMRA85T10A562S".translate({ord(c): 0xFF10 + int(c) for c in "0123456789"})),
+    ("national_id", "\uff15\uff13\uff16-\uff12\uff12-\uff18\uff11\uff17\uff13"),
+    ("ip_address", "\uff11\uff19\uff12.\uff11\uff16\uff18.\uff11\uff14.\uff12\uff17"),
+    ("secret", "ghp_" + "\uff41" + "1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"),
 ]
 
 
@@ -77,6 +98,8 @@ def _ungated(monkeypatch: pytest.MonkeyPatch, category: str) -> Callable[[str], 
     with monkeypatch.context() as patched:
         patched.setattr(recognizers, "_PATTERN_GATES", {})
         patched.setattr(recognizers, "literal_gate", lambda pattern: None)
+        patched.setattr(recognizers, "_EMAIL_WINDOWS", None)
+        patched.setattr(recognizers, "_GATES_IN_WORDS", {})
         recognizers.detector.cache_clear()
         try:
             return recognizers.detector(category)
@@ -257,3 +280,80 @@ def test_a_case_insensitive_gate_lets_a_non_ascii_text_through() -> None:
     assert re.compile(r"password=\w+", re.I).search(text)
     assert gate.may_match(text, None)
     assert not gate.may_match("nothing here", "nothing here")
+
+
+@pytest.mark.parametrize(("category", "value"), LOOKALIKES)
+def test_a_value_typed_with_lookalikes_is_found_through_the_pre_passes(category: str, value: str) -> None:
+    text = f"Hi there: {value}, thanks."
+    spans = {(f.start, f.end) for f in recognizers.findings(text, [category], recognizers.Memo())}
+    at = text.index(value)
+    assert any(start <= at + 1 and end >= at + len(value) - 1 for start, end in spans), (value, spans)
+
+
+_AROUND_AN_ADDRESS = st.text(
+    alphabet=st.sampled_from(list("ab.-_@+'!x9 \t\n\x1c\u00a0\u3000\u2028(),;<>\"\uff20\ufe6b\u00e9\u0301\u200c")),
+    max_size=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    before=_AROUND_AN_ADDRESS,
+    local=st.sampled_from(["ines", "a", "marta.rossi", "x+y", "o'neil", "_u"]),
+    domain=st.sampled_from(["example.com", "example.co.uk", "b.c", "localhost", "ex-ample.org"]),
+    between=_AROUND_AN_ADDRESS,
+    after=_AROUND_AN_ADDRESS,
+)
+def test_the_email_detector_finds_in_its_windows_what_it_finds_in_the_whole_text(
+    before: str, local: str, domain: str, between: str, after: str
+) -> None:
+    """The e-mail detector reads each word holding an `@` alone (`_EMAIL_WINDOWS`), its spans kept
+    by the word in a write's memo: the same spans as over the whole text, with the memo or without."""
+    text = f"{before}{local}@{domain}{between}{local}@{domain}{after}"
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(recognizers, "_EMAIL_WINDOWS", None)
+        recognizers.detector.cache_clear()
+        whole = recognizers.detector(recognizers.EMAIL)
+    recognizers.detector.cache_clear()
+    windowed = recognizers.detector(recognizers.EMAIL)
+    expected = sorted(set(whole(text)))
+    assert sorted(set(windowed(text))) == expected
+    memo = recognizers.Memo()
+    assert sorted(set(windowed(text, memo.parsed))) == expected
+    assert sorted(set(windowed("x " + text, memo.parsed))) == [(s + 2, e + 2) for s, e in expected]
+
+
+def _detected_secret_patterns() -> list[tuple[re.Pattern[str], int]]:
+    """The patterns the secret detector runs, each with the group it takes (0: the whole match)."""
+    from detect_secrets.plugins.base import RegexBasedDetector
+    from detect_secrets.plugins.ip_public import IPPublicDetector
+    from detect_secrets.plugins.private_key import PrivateKeyDetector
+
+    recognizers._import_plugin_modules()
+    found: list[tuple[re.Pattern[str], int]] = []
+    stack: list[type] = [RegexBasedDetector]
+    while stack:
+        plugin = stack.pop()
+        stack.extend(plugin.__subclasses__())
+        left_out = issubclass(plugin, (IPPublicDetector, PrivateKeyDetector)) or plugin is RegexBasedDetector
+        if not left_out and not getattr(plugin, "__abstractmethods__", None):
+            found += [(pattern, 0) for pattern in plugin().denylist]  # type: ignore[attr-defined]
+    return found + [(pattern, min(pattern.groups, 1)) for pattern in recognizers._OWN_SECRET_PATTERNS]
+
+
+DETECTED_SECRET_PATTERNS = _detected_secret_patterns()
+
+
+@pytest.mark.parametrize(("pattern", "group"), DETECTED_SECRET_PATTERNS, ids=lambda p: str(p).strip()[:40])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_every_match_of_a_secret_pattern_is_found_past_the_pre_pass(
+    pattern: re.Pattern[str], group: int, data: Any
+) -> None:
+    """The secret detector asks a group of rare gates only when one of their strings is in the text
+    (one alternation a group): every match of each pattern, drawn inside other text, is still found."""
+    around = st.text(alphabet=st.characters(codec="utf-8"), max_size=8)
+    text = data.draw(around) + data.draw(st.from_regex(pattern)) + data.draw(around)
+    expected = {match.span(group) for match in pattern.finditer(text)}
+    assume(expected)
+    assert expected <= set(recognizers.detector(recognizers.SECRET)(text)), text
