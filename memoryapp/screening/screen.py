@@ -10,6 +10,8 @@ rolls back, so the refusal is audited after it by the error handlers (`refusal_r
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -117,10 +119,8 @@ class Screener:
         clear = nothing_possible_many(joined, self.categories)
         if self.persons is not None and any(clear):
             let_go = self.persons.lets_go(joined)
-            self.memo.let_go.setdefault(self.persons.number, set()).update(
-                text for text, gone in zip(texts, let_go, strict=True) if gone
-            )
-            clear = [quiet and gone for quiet, gone in zip(clear, let_go, strict=True)]
+            self.memo.let_go.setdefault(self.persons.number, set()).update(itertools.compress(texts, let_go))
+            clear = list(map(operator.and_, clear, let_go))
         return clear
 
     def value(self, value: Any, *, field: str, holdable: bool = True) -> Any:
