@@ -601,9 +601,13 @@ def erasure_request_stalled(request: ErasureRequest) -> bool:
 
 
 @transaction.atomic
-def erasure_request_retry(*, request: ErasureRequest, actor: str) -> ErasureRequest:
+def erasure_request_retry(*, request: ErasureRequest, actor: str, due_at: datetime | None = None) -> ErasureRequest:
     """Run a failed, blocked or stalled request again (a new job run). It finishes the work:
-    person_erase takes what is left, and the report counts what this run found."""
+    person_erase takes what is left, and the report counts what this run found.
+
+    `due_at` (the beat's automatic retry): run it only if its automatic retry is due at that time,
+    decided here, under the row's lock, from the request as it stands: a request the officer ran
+    again meanwhile, and that failed again, waits for its next wait (a conflict otherwise)."""
     locked = ErasureRequest.objects.select_for_update().filter(pk=request.pk).first()
     if locked is None:
         raise DomainError("not_found", f"Erasure request #{request.pk} no longer exists.")
@@ -613,6 +617,10 @@ def erasure_request_retry(*, request: ErasureRequest, actor: str) -> ErasureRequ
             f"Erasure request #{locked.pk} is {locked.status}: only a failed or blocked one (or one whose job "
             "run ended without it) is run again.",
         )
+    if due_at is not None:
+        retry = erasure_auto_retry(locked)
+        if retry is None or retry.due is None or retry.due > due_at:
+            raise DomainError("conflict", f"Erasure request #{locked.pk} is not due to be run again automatically.")
     before = locked.status
     ErasureRequest.objects.filter(pk=locked.pk).update(
         status=Status.QUEUED, phase="", error="", blocked_by=[], finished_at=None
@@ -685,9 +693,11 @@ def erasure_requests_retry_due(*, now: datetime | None = None) -> int:
         if retry is None or retry.due is None or retry.due > now:
             continue
         try:
-            erasure_request_retry(request=request, actor=AUTO_RETRY_ACTOR)
+            # Due on this read; decided again under the row's lock (an officer may have run it
+            # again since, and it may have failed again: then it waits for its next wait).
+            erasure_request_retry(request=request, actor=AUTO_RETRY_ACTOR, due_at=now)
         except DomainError:
-            continue  # run again meanwhile by an officer
+            continue  # run again meanwhile by an officer, or no longer due
         sent += 1
     return sent
 

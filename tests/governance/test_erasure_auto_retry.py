@@ -4,19 +4,21 @@ after its wait, shown on the request's page; any other error is not, and the pag
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import OperationalError
+from django.db import OperationalError, connection, transaction
 
 from governance.erasure import services
-from governance.erasure.services import erasure_request_file
+from governance.erasure.services import erasure_request_file, erasure_request_retry, erasure_requests_retry_due
 from governance.models import AuditRecord, ErasureRequest
-from governance.tasks import erasures_resume_tick
+from governance.tasks import erasure_job, erasures_resume_tick
 from memoryapp.models import Thread
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller
+from tests.kit.faults import wait_for
 from tests.kit.mentions import PERSON, her_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -106,3 +108,50 @@ def test_a_request_failed_on_another_error_is_not_run_again_and_the_page_says_wh
     assert _tick(request, django_capture_on_commit_callbacks) == ErasureRequest.Status.FAILED
     page = _page(request)
     assert "Not run again automatically: ValueError is not an error that passes by itself" in page
+
+
+def _a_session_waits_on_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        # pg_locks, not pg_stat_activity: the latter is a snapshot taken once per transaction.
+        cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+        return bool(cursor.fetchone()[0])
+
+
+def test_a_retry_due_when_the_beat_looked_waits_when_the_officers_own_retry_failed_meanwhile(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The race made deterministic: the beat reads the request due (failed once, its first wait
+    over), then the officer's own retry, holding the row, runs it again and it fails again. The
+    beat, getting the row, decides again: its next wait (the second) starts now, not yet due."""
+    capture = django_capture_on_commit_callbacks
+    request = _failed(alice, monkeypatch, capture, OperationalError("could not connect to server"))
+    _waited(request, AUTO_RETRY_WAITS[0])  # due, as the beat reads it
+    sent: list[int] = []
+
+    def beat() -> None:
+        try:
+            sent.append(erasure_requests_retry_due())
+        finally:
+            connection.close()
+
+    looking = threading.Thread(target=beat)
+    with transaction.atomic():
+        # The officer's retry has the row (erasure_request_retry locks it first) when the beat looks.
+        ErasureRequest.objects.select_for_update().get(pk=request.pk)
+        looking.start()
+        wait_for("the beat to have read the request and wait for its row", _a_session_waits_on_a_lock)
+        erasure_request_retry(request=request, actor="staff:pat")
+        request.refresh_from_db()
+        with pytest.raises(OperationalError):
+            erasure_job(request.job_run_id)  # the officer's run fails again (person_erase still fails)
+    looking.join(timeout=60)
+    assert not looking.is_alive()
+    request.refresh_from_db()
+    assert sent == [0]
+    assert request.status == ErasureRequest.Status.FAILED
+    assert not AuditRecord.objects.filter(action="erasure.retry", actor=AUTO_RETRY_ACTOR).exists()
+    assert f"automatic retry 2 of {len(AUTO_RETRY_WAITS)}" in _page(request)
+    # Its second wait over, the beat runs it.
+    monkeypatch.undo()
+    _waited(request, AUTO_RETRY_WAITS[1])
+    assert _tick(request, capture) == ErasureRequest.Status.DONE, request.error
