@@ -14,19 +14,45 @@ index, dropped when the migration runs again."""
 
 from django.db import migrations
 
-from memoryapp.search.space import (
-    BITS_PENDING_INDEX,
-    BITS_TRIGGER_FUNCTION,
-    QUANTIZED_COLUMN,
-    THREAD_BITS_INDEX,
-    embedding_bits_sql,
-    thread_bits_index_sql,
-)
+# The statements as they were when this migration was written, copied here rather than imported
+# from memoryapp.search.space: a migration runs the same SQL whatever that module becomes (a later
+# column in its index or trigger would be named here before the migration that adds it).
+QUANTIZED_COLUMN = "embedding_bits"
+THREAD_BITS_INDEX = "entry_thread_bits_idx"
+BITS_PENDING_INDEX = "entry_bits_pending_idx"
+BITS_TRIGGER_FUNCTION = "memoryapp_entry_embedding_bits"
+
+BITS_SQL = [
+    f"ALTER TABLE memoryapp_entry ADD COLUMN IF NOT EXISTS {QUANTIZED_COLUMN} bit varying",
+    f"""CREATE OR REPLACE FUNCTION {BITS_TRIGGER_FUNCTION}() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                NEW.{QUANTIZED_COLUMN} := binary_quantize(NEW.embedding)::bit varying;
+                RETURN NEW;
+            END $$""",
+    "DROP TRIGGER IF EXISTS entry_embedding_bits_insert ON memoryapp_entry",
+    "CREATE TRIGGER entry_embedding_bits_insert BEFORE INSERT ON memoryapp_entry FOR EACH ROW"
+    f" WHEN (NEW.embedding IS NOT NULL OR NEW.{QUANTIZED_COLUMN} IS NOT NULL)"
+    f" EXECUTE FUNCTION {BITS_TRIGGER_FUNCTION}()",
+    "DROP TRIGGER IF EXISTS entry_embedding_bits_update ON memoryapp_entry",
+    "CREATE TRIGGER entry_embedding_bits_update BEFORE UPDATE OF embedding, embedding_bits ON memoryapp_entry"
+    " FOR EACH ROW WHEN (NEW.embedding IS DISTINCT FROM OLD.embedding"
+    f" OR NEW.{QUANTIZED_COLUMN} IS DISTINCT FROM OLD.{QUANTIZED_COLUMN})"
+    f" EXECUTE FUNCTION {BITS_TRIGGER_FUNCTION}()",
+]
+
+INDEXES_SQL = [
+    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {THREAD_BITS_INDEX} ON memoryapp_entry (thread_id, seq)"
+    f" INCLUDE (agent_id, id, created_at, {QUANTIZED_COLUMN})"
+    " WHERE type IN ('message', 'tool_result') AND redacted_at IS NULL AND held_at IS NULL"
+    f" AND {QUANTIZED_COLUMN} IS NOT NULL",
+    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {BITS_PENDING_INDEX} ON memoryapp_entry (thread_id)"
+    f" WHERE embedding IS NOT NULL AND {QUANTIZED_COLUMN} IS NULL",
+]
 
 
 def add_bits(apps, schema_editor):
     with schema_editor.connection.cursor() as cursor:
-        for statement in embedding_bits_sql():
+        for statement in BITS_SQL:
             cursor.execute(statement)
         for index in (THREAD_BITS_INDEX, BITS_PENDING_INDEX):
             cursor.execute(
@@ -36,7 +62,7 @@ def add_bits(apps, schema_editor):
             )
             if cursor.fetchone():
                 cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index}")
-        for statement in thread_bits_index_sql(concurrently=True):
+        for statement in INDEXES_SQL:
             cursor.execute(statement)
 
 
