@@ -9,7 +9,7 @@ from governance.audit.chain import AUDIT_VERIFY_KIND, audit_verify
 from governance.crypto.envelope import OWNER_CACHE_SECONDS
 from governance.crypto.rotation import encryption_rotate
 from governance.erasure.resume import erasure_resume, erasures_resume
-from governance.erasure.services import erasure_requests_retry_due, erasure_run
+from governance.erasure.services import erasure_requests_lost, erasure_requests_retry_due, erasure_run
 from governance.export.services import export_run
 from governance.jobs import runs, sweep
 from governance.jobs.broker import job_enqueue
@@ -47,10 +47,14 @@ def erasures_resume_tick() -> None:
     """Beat, every 5 minutes: a resume job for each person left marked as being erased by an
     erasure no process runs and no request stands behind (governance.erasure.resume), and the
     automatic retries due of failed erasure requests (`erasure_requests_retry_due`: an error that
-    passes by itself, bounded, with backoff)."""
+    passes by itself, bounded, with backoff), a request whose job run stopped without it (its
+    worker killed: `erasure_requests_lost`) first failed as such an error."""
     counts = erasures_resume()
     if counts["resumed"]:
         logger.info("erasures resumed: %s", counts)
+    lost = erasure_requests_lost()
+    if lost:
+        logger.warning("erasure requests whose job run stopped, failed to be run again: %s", lost)
     retried = erasure_requests_retry_due()
     if retried:
         logger.info("erasure requests run again automatically: %s", retried)

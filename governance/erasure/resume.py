@@ -9,7 +9,8 @@ mark: every write naming the person keeps storing the placeholder, and nothing e
    `locks.ERASURE_RUN`) or interrupted. Staff see both on the person's page and the request's.
 2. A mark a staff request stands behind (one of the person's requests queued, running or failed,
    covering that agent) is the request's to finish: the job sweep requeues a run whose worker
-   died, the beat runs a failed one again when its error passes by itself (bounded, with backoff:
+   died, the beat fails one whose job run is no longer running (`erasure_requests_lost`) and runs a
+   failed one again when its error passes by itself (bounded, with backoff:
    governance.erasure.services.erasure_requests_retry_due), the officer any other once its cause
    is fixed (its page says which, and that the person is still marked). The sweep here sends no
    resume of its own: it would race the request.

@@ -63,7 +63,7 @@ from governance.erasure.files import files_scan
 from governance.erasure.tally import HASHES, PSEUDONYMS, rows_tallied, tally_totals
 from governance.export.services import exports_forget_person
 from governance.jobs.broker import job_enqueue
-from governance.jobs.runs import job_progress
+from governance.jobs.runs import job_fail, job_progress, run_lock_release, run_lock_try
 from governance.models import AuditRecord, DataKey, ErasureRequest, JobRun
 from governance.receipts import receipt_sign
 from governance.retention.held import holds_blocking
@@ -681,6 +681,71 @@ def erasure_auto_retry(request: ErasureRequest) -> AutoRetry | None:
         )
     since = request.finished_at or request.created_at
     return AutoRetry(since + AUTO_RETRY_WAITS[failed - 1], failed, "")
+
+
+def _run_lost_why(run: JobRun) -> str:
+    """The request's error for a job run that stopped without finishing it (`erasure_request_lost`):
+    its kind first, as TRANSIENT_ERRORS names it, so the automatic retry applies."""
+    if run.status == JobRun.Status.FAILED and (run.error or "").startswith("time limit of"):
+        return f"TimeLimitExceeded: job run #{run.pk} was stopped by the worker past its time limit ({run.error})"
+    return (
+        f"WorkerLostError: job run #{run.pk} stopped without finishing it (its worker killed, out of memory, its "
+        f"machine restarted, or its connection to the database lost){f': {run.error}' if run.error else ''}"
+    )
+
+
+def erasure_request_lost(request_id: int, run_id: int) -> bool:
+    """Fail a queued or running request whose job run is no longer running, as a transient error
+    (TRANSIENT_ERRORS): the automatic retry then runs it again, bounded, after its wait. True when
+    it was so failed.
+
+    A run no longer running: ended (failed past its time limit, or after its worker died
+    LOST_RUN_MAX_ATTEMPTS times: governance.jobs), or `running` with its lock free. The process
+    running a job holds the run's session advisory lock (governance.jobs.runs) until it ends, and
+    PostgreSQL frees it when that process dies (SIGKILL, out of memory, a machine restarted): a
+    free lock is a dead run, never a slow one; time alone decides nothing. The lock is taken here,
+    as the job sweep takes it, so no process claims the run while it is failed. A queued run is
+    left alone (it waits for a worker: the job sweep sends it again), and so is a live one."""
+    status = JobRun.objects.filter(pk=run_id).values_list("status", flat=True).first()
+    if status is None or status == JobRun.Status.QUEUED:
+        return False
+    if not run_lock_try(run_id):
+        return False  # its process is alive
+    try:
+        with transaction.atomic():
+            locked = (
+                ErasureRequest.objects.select_for_update()
+                .filter(pk=request_id, status__in=(Status.QUEUED, Status.RUNNING), job_run_id=run_id)
+                .first()
+            )
+            run = JobRun.objects.filter(pk=run_id).first()
+            if locked is None or run is None or run.status == JobRun.Status.QUEUED:
+                return False
+            if run.status == JobRun.Status.RUNNING:
+                job_fail(run, "the process running it stopped (its run's lock was free): failed for the request")
+            error = _run_lost_why(run)
+            was = locked.status
+            _update(locked, status=Status.FAILED, phase="", error=error[:2000], finished_at=timezone.now())
+            audit_append(
+                action="erasure.failed",
+                actor=f"erasure:{locked.pk}",
+                subject=str(locked.pk),
+                outcome="failed",
+                details={"request": locked.pk, "error": error.split(":", 1)[0], "job_run": run_id, "was": was},
+            )
+        return True
+    finally:
+        run_lock_release(run_id)
+
+
+def erasure_requests_lost() -> int:
+    """The beat's look at queued and running requests: each whose job run is no longer running is
+    failed as a transient error (`erasure_request_lost`), then retried as any such failure (the
+    next tick after its wait). Answers how many."""
+    open_requests = ErasureRequest.objects.filter(
+        status__in=(Status.QUEUED, Status.RUNNING), job_run__isnull=False
+    ).order_by("pk")
+    return sum(1 for pk, run_id in open_requests.values_list("pk", "job_run_id") if erasure_request_lost(pk, run_id))
 
 
 def erasure_requests_retry_due(*, now: datetime | None = None) -> int:

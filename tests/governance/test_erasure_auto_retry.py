@@ -5,19 +5,24 @@ after its wait, shown on the request's page; any other error is not, and the pag
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import OperationalError, connection, transaction
+from django.utils import timezone
 
 from governance.erasure import services
 from governance.erasure.services import erasure_request_file, erasure_request_retry, erasure_requests_retry_due
-from governance.models import AuditRecord, ErasureRequest
+from governance.jobs.runs import run_lock_release, run_lock_try
+from governance.models import AuditRecord, ErasureRequest, JobRun
 from governance.tasks import erasure_job, erasures_resume_tick
 from memoryapp.models import Thread
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller
+from tests.kit.erasing import held_by_another_process
 from tests.kit.faults import wait_for
 from tests.kit.mentions import PERSON, her_thread
 
@@ -155,3 +160,55 @@ def test_a_retry_due_when_the_beat_looked_waits_when_the_officers_own_retry_fail
     monkeypatch.undo()
     _waited(request, AUTO_RETRY_WAITS[1])
     assert _tick(request, capture) == ErasureRequest.Status.DONE, request.error
+
+
+def _running_with(run: JobRun) -> ErasureRequest:
+    """A request that says it runs, on job run `run` (its worker's `except` never ran)."""
+    return ErasureRequest.objects.create(user_id=PERSON, status="running", phase="erasing", job_run=run)
+
+
+def test_a_request_whose_run_ended_past_its_time_limit_is_failed_by_the_beat_and_run_again(
+    alice: Caller, django_capture_on_commit_callbacks: Any
+) -> None:
+    her_thread(alice)
+    killed = JobRun.objects.create(
+        kind="erasure", status="failed", arguments={}, error="time limit of 1800 s exceeded: the worker stopped the job"
+    )
+    request = _running_with(killed)
+    assert _tick(request, django_capture_on_commit_callbacks) == ErasureRequest.Status.FAILED
+    assert request.error.startswith("TimeLimitExceeded: ")
+    assert AuditRecord.objects.filter(action="erasure.failed", subject=str(request.pk)).count() == 1
+    assert "automatic retry 1 of 3" in _page(request)
+    _waited(request, AUTO_RETRY_WAITS[0])
+    assert _tick(request, django_capture_on_commit_callbacks) == ErasureRequest.Status.DONE, request.error
+    assert not Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+
+
+@contextmanager
+def _run_held(run: JobRun) -> Iterator[None]:
+    """The run's lock held by another session, as the live process running it holds it."""
+    assert run_lock_try(run.pk)
+    try:
+        yield
+    finally:
+        run_lock_release(run.pk)
+
+
+def test_a_running_request_whose_worker_lives_is_left_alone_however_long_it_runs(
+    alice: Caller, django_capture_on_commit_callbacks: Any
+) -> None:
+    her_thread(alice)
+    run = JobRun.objects.create(kind="erasure", status="running", arguments={}, attempts=1)
+    request = _running_with(run)
+    ErasureRequest.objects.filter(pk=request.pk).update(started_at=timezone.now() - timedelta(days=2))
+    side, release = held_by_another_process(lambda: _run_held(run))
+    try:
+        assert _tick(request, django_capture_on_commit_callbacks) == ErasureRequest.Status.RUNNING
+        assert JobRun.objects.get(pk=run.pk).status == JobRun.Status.RUNNING
+    finally:
+        release.set()
+        side.join(60)
+    # Its process gone (the lock free), the beat fails it, transient.
+    assert _tick(request, django_capture_on_commit_callbacks) == ErasureRequest.Status.FAILED
+    assert request.error.startswith("WorkerLostError: ")
+    assert JobRun.objects.get(pk=run.pk).status == JobRun.Status.FAILED
