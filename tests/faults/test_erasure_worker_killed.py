@@ -10,6 +10,8 @@ when it is killed. Marked `fault`."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -119,3 +121,44 @@ def test_a_request_whose_worker_is_killed_mid_erasure_is_failed_by_the_beat_and_
     assert not ErasureMark.objects.filter(user_id=PERSON).exists()
     carl = Entry.objects.filter(agent=alice.agent, thread__external_id="t-carl")
     assert CARL_SAYS in [entry.text for entry in carl]  # another person's words whole
+
+
+def test_a_request_whose_pool_process_is_killed_mid_erasure_goes_on_at_once_to_its_end(
+    alice: Caller, settings: Any
+) -> None:
+    """kill -9 of the pool process alone (what the out-of-memory killer picks): its message comes
+    back (acks_late + reject_on_worker_lost), the next pool process claims the run once the dead
+    one's lock is gone, and the erasure goes on from what is left, no beat needed: one job run,
+    two attempts, nothing of her left."""
+    answer = alice.client.put(f"/api/v1/users/{PERSON}/identifiers", IDENTIFIERS, format="json")
+    assert answer.status_code == 200, answer.content
+    plant(alice)
+    with private_redis() as redis_server, broker_at(redis_server.url, settings):
+        side, release = held_by_another_process(_her_thread_held)
+        worker = Worker(redis_url=redis_server.url, queues="governance")
+        try:
+            with transaction.atomic():
+                request = erasure_request_file(user_id=PERSON, identifiers=[EMAIL, PHONE, NAME], actor="staff:pat")
+            wait_for(
+                "the erasure to be inside its steps, waiting on her thread",
+                lambda: _status(request) == Status.RUNNING and _someone_waits_on_a_lock(),
+            )
+            [pool_process] = worker.pool_processes()
+            os.kill(pool_process, signal.SIGKILL)
+            release.set()
+            side.join(WAIT)
+            wait_for("the request to end", lambda: _status(request) not in (Status.QUEUED, Status.RUNNING))
+        except AssertionError as failure:
+            raise AssertionError(f"{failure}\n{worker.log_tail()}") from None
+        finally:
+            release.set()
+            side.join(WAIT)
+            worker.stop()
+    request.refresh_from_db()
+    assert request.status == Status.DONE, request.error
+    assert JobRun.objects.get(pk=request.job_run_id).attempts == 2
+    assert request.report["scan"]["findings"] == []
+    left = rows_naming_her()
+    left.pop(ErasureRequest._meta.db_table, None)
+    assert left == {}
+    assert not ErasureMark.objects.filter(user_id=PERSON).exists()
