@@ -20,6 +20,13 @@ mark: every write naming the person keeps storing the placeholder, and nothing e
    left), with the identifiers the agent registered and those given with the interrupted call
    (kept, sealed, with the mark: memoryapp.subjects.erasing), and forgets the agent's export archives of the person as the `forget`
    does. One automatic try per mark: a failed run stays in the job runs, the mark on the pages.
+4. The resume makes the erasure's choices again, all of them, as the mark keeps them: its
+   `mentions` ("keep" leaves the mentions) and every group excluded with the reason recorded (the
+   participants lists too, which are no table of the index). Its audit record
+   (`erasure.resumed`) and its job run's result say which groups it kept and why. A mark written
+   before it kept them (`mentions` "", memoryapp 0064) has its choices read from what there is
+   (`_choices_of_old_mark`), erring towards keeping: a group kept can still be erased by a new
+   request, a mention redacted cannot be had back, and the officer's reason may be a legal one.
 """
 
 from __future__ import annotations
@@ -30,11 +37,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
+from governance.audit.chain import audit_append
 from governance.export.services import exports_forget_person
 from governance.jobs.broker import job_enqueue
 from governance.models import ErasureRequest, JobRun
+from memoryapp.forgetting.mentions import GROUPS, PARTICIPANTS
 from memoryapp.forgetting.person import person_erase
-from memoryapp.models import ErasureMark
+from memoryapp.models import ErasureMark, SubjectMention
 from memoryapp.subjects.erasing import ErasureMarked, erasures_marked
 
 RESUME_KIND = "erasure_resume"
@@ -101,27 +110,71 @@ def erasures_resume() -> dict[str, int]:
     return counts
 
 
+def _choices_of_old_mark(*, agent_id: int, user_id: str, keeps: list[str]) -> tuple[str, dict[str, str]]:
+    """The `mentions` and excluded groups of a mark written before it kept them (step 4): it has
+    only the excluded groups that are tables (`keeps`). An agent's `forget` excludes none of its
+    own: no table kept is "redact", every table kept is "keep" (which leaves the participants lists
+    to the erasure). A staff request is never deleted: the person's latest one covering the agent
+    whose tables excluded are the mark's gives its groups and reasons. Any other mark keeps its
+    tables and the participants lists as well (a group that may have been excluded, unknown)."""
+    tables = set(SubjectMention.Table.values)
+    for request in ErasureRequest.objects.filter(user_id=user_id).order_by("-pk"):
+        covers = not request.agent_ids or agent_id in request.agent_ids
+        excluded = {str(group): str(why) for group, why in (request.excluded or {}).items() if group in GROUPS}
+        if covers and set(excluded) & tables == set(keeps):
+            return "redact", excluded
+    if not keeps:
+        return "redact", {}
+    if set(keeps) == tables:
+        return "keep", {}
+    return "redact", {**dict.fromkeys(keeps, ""), PARTICIPANTS: ""}
+
+
 def erasure_resume(*, mark_id: int | None, run: JobRun | None = None) -> dict[str, Any]:
     """The resume job's body (step 3); guarded on the mark: gone (the erasure finished, or its
-    request is running it now) is a skip, so a run sent twice or late changes nothing."""
+    request is running it now) is a skip, so a run sent twice or late changes nothing. It makes
+    the erasure's choices again (step 4)."""
     marked = (
-        ErasureMark.objects.filter(pk=mark_id).values_list("agent_id", "user_id", "mode", "keeps").first()
+        ErasureMark.objects.filter(pk=mark_id)
+        .values_list("agent_id", "user_id", "mode", "keeps", "mentions", "excluded")
+        .first()
         if mark_id is not None
         else None
     )
     if marked is None:
         return {"skipped": "no such mark"}
-    agent_id, user_id, mode, keeps = marked
+    agent_id, user_id, mode, keeps, mentions, excluded = marked
     if request_behind(agent_id=agent_id, user_id=user_id) is not None:
         return {"skipped": "a request stands behind it"}
+    old = not mentions
+    if old:
+        mentions, excluded = _choices_of_old_mark(agent_id=agent_id, user_id=user_id, keeps=list(keeps or ()))
+    excluded = {str(group): str(why) for group, why in (excluded or {}).items()}
     counts = person_erase(
         user_id=user_id,
         agent_ids=[agent_id],
         mode=mode or "erase",
         actor=ACTOR,
-        exclude=keeps or (),
+        mentions=mentions,
+        exclude=excluded,
         keep_job_ids=[run.pk] if run is not None else (),
     )
+    done = {kind: n for kind, n in counts.items() if n}
     with transaction.atomic():
         exports_forget_person(user_id=user_id, actor=ACTOR, agent_id=agent_id)
-    return {"counts": {kind: n for kind, n in counts.items() if n}}
+        # The choices it made, as the erasure's first run recorded them: ids and groups, no person.
+        audit_append(
+            action="erasure.resumed",
+            actor=ACTOR,
+            agent_id=agent_id,
+            subject=str(mark_id),
+            details={
+                "mark": mark_id,
+                "mode": mode or "erase",
+                "mentions": mentions,
+                "excluded": excluded,
+                "old_mark": old,
+                "counts": done,
+            },
+        )
+    return {"counts": done, "mentions": mentions, "excluded": excluded}

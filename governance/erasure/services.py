@@ -405,7 +405,7 @@ def erasure_steps(
     actor: str,
     progress: Any = None,
     identifiers: Sequence[str] = (),
-    exclude: Sequence[str] = (),
+    exclude: Sequence[str] | Mapping[str, str] = (),
     examples: dict[str, list[str]] | None = None,
 ) -> dict[str, int]:
     """What an erasure changes, and its counts (the report's): `person_erase`, then, erasing, the
@@ -1371,7 +1371,8 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
                 actor=actor,
                 progress=progress,
                 identifiers=request.identifiers or [],
-                exclude=[group for group, _ in (request.excluded or {}).items()],
+                # With the reasons: the mark keeps them, for a resume (governance.erasure.resume).
+                exclude=dict(request.excluded or {}),
             )
         touched = tally.tables()
         held = tally.held_before()

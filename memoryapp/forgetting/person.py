@@ -312,7 +312,7 @@ def person_erase(
     unowned: bool = False,
     identifiers: Mapping[str, Sequence[str]] | None = None,
     mentions: str = "redact",
-    exclude: Collection[str] = (),
+    exclude: Collection[str] | Mapping[str, str] = (),
     examples: dict[str, list[str]] | None = None,
     wait: bool = True,
 ) -> dict[str, int]:
@@ -325,7 +325,9 @@ def person_erase(
     agent's erasure touches its own rows only.
     `identifiers` (normalised, `identifiers_check`) are the person's besides those each agent
     registered; with `mentions` "redact" the rows naming the person by them are erased or
-    redacted (memoryapp.forgetting.mentions), except the groups in `exclude`; "keep" leaves them.
+    redacted (memoryapp.forgetting.mentions), except the groups in `exclude` (a mapping gives
+    each group's reason, the officer's); "keep" leaves them. Both are kept with the person's mark,
+    every group with its reason, so a resume of a run interrupted makes the same choices.
     `wait` False (a web request): an erasure of the person already running in an agent is a 409
     `erasure_running` at once, not waited for (`erasure_running`). See the module's docstring for the steps. Idempotent: a second run returns zero counts.
     """
@@ -339,6 +341,10 @@ def person_erase(
     unknown = sorted(set(exclude) - set(GROUPS))
     if unknown:
         raise DomainError("invalid_value", f"exclude names no group: {', '.join(unknown)}.", field="exclude")
+    # The choices as made (before `keep` widens them), for the mark: a resume makes them again.
+    excluded = (
+        {str(g): str(exclude[g]) for g in exclude} if isinstance(exclude, Mapping) else dict.fromkeys(exclude, "")
+    )
     if mentions == "keep":
         exclude = {*exclude, *(group for group in GROUPS if group != PARTICIPANTS)}
     agents = _agents(agent_ids)
@@ -371,7 +377,15 @@ def person_erase(
             # when every table's mentions are kept (`mentions` "keep"), and when she has no
             # identifier at all: writers change nothing then, and the mark is what shows the run
             # interrupted and has it resumed.
-            erasing_mark(agent_id=agent_id, user_id=user_id, keeps=kept, mode=mode, given=identifiers)
+            erasing_mark(
+                agent_id=agent_id,
+                user_id=user_id,
+                keeps=kept,
+                mode=mode,
+                given=identifiers,
+                mentions=mentions,
+                excluded=excluded,
+            )
             # 0. The access log: the rows of requests about the person go, and the ids of their items and
             # entries leave the rows of other people's requests (first, while those ids can be read).
             counts_add(counts, _access_log_forget(user_id=user_id, agent_id=agent_id, mode=mode))

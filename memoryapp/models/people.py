@@ -76,7 +76,7 @@ class ErasureMark(models.Model):
     column of her identifiers: a person with no identifier, registered or given, is marked too.
 
     A write naming her (by an identifier) stores the placeholder instead, except in the index's
-    tables kept (`keeps`: the groups the officer excluded). `mode` ("erase" or "redact") is the
+    tables kept (`keeps`: the groups the officer excluded that are tables). `mode` ("erase" or "redact") is the
     erasure's: an erasure interrupted with no request to run it again (an agent's `forget`) is
     finished in it. `since`: when she was first marked (a run again keeps it)."""
 
@@ -86,6 +86,13 @@ class ErasureMark(models.Model):
     since = models.DateTimeField()
     keeps = ArrayField(models.CharField(max_length=32), default=list, blank=True)
     mode = models.CharField(max_length=8, default="erase")
+    # The erasure's choices, all of them, so a resume does what its first run would have done
+    # (governance.erasure.resume): `mentions` ("redact" or "keep"; "" on a mark written before
+    # they were kept, 0064) and every group excluded, the index's tables and the others
+    # (participants lists), each with the reason recorded ({"participants": "legal_claims"}; ""
+    # when none is recorded).
+    mentions = models.CharField(max_length=8, blank=True, default="")
+    excluded = models.JSONField(default=dict, blank=True)
 
     class Meta:
         constraints = [

@@ -72,13 +72,17 @@ def erasing_mark(
     keeps: Collection[str],
     mode: str = "erase",
     given: Mapping[str, Sequence[str]] | None = None,
+    mentions: str = "",
+    excluded: Mapping[str, str] | None = None,
 ) -> None:
     """Mark the person as being erased (step 1 of the module's docstring), in a transaction of its
     own that waits for the writes naming her in flight: her `ErasureMark` (a run again keeps its
     `since`), whether or not she has identifiers (with none, no write names her, but the mark is
     what shows the erasure interrupted and has it resumed). The identifiers `given` with the
     erasure are kept with the mark (`identifiers_given_keep`): sealed as registered ones, for the
-    erasure's span, so writers find her by them and a resume uses them.
+    erasure's span, so writers find her by them and a resume uses them. `mentions` and `excluded`
+    (every group left out, with its reason) are the erasure's choices, kept for its resume; a call
+    without them (`mentions` "", the mentions' own mark) leaves those the mark has.
 
     Inside a caller's transaction (a dry run, rolled back) nothing is marked: writers read a mark
     only once committed, and holding its lock to the caller's end, over the rows the erasure then
@@ -93,11 +97,14 @@ def erasing_mark(
         # After the lock: a replacement of her identifiers (`identifiers_set`, which takes it
         # shared) committed; one after keeps the rows given here.
         identifiers_given_keep(agent_id=agent_id, user_id=user_id, given=given)
+        chosen: dict[str, Any] = {"keeps": sorted(keeps), "mode": mode}
+        if mentions:
+            chosen.update(mentions=mentions, excluded=dict(sorted((excluded or {}).items())))
         ErasureMark.objects.update_or_create(
             agent_id=agent_id,
             user_id=user_id,
-            defaults={"keeps": sorted(keeps), "mode": mode},
-            create_defaults={"keeps": sorted(keeps), "mode": mode, "since": now},
+            defaults=chosen,
+            create_defaults={**chosen, "since": now},
         )
 
 
