@@ -948,6 +948,7 @@ _TYPE_REASONS: dict[str, str] = {
     "bytea": "bytes",
     "inet": "an address",
     "vector": "a vector: numbers, no text (counted with its row)",
+    "bit varying": "a vector's sign bits: no text (counted with the vector's row)",
     "tsvector": "the search index of the row's text, generated from its text columns (scanned)",
 }
 
@@ -1376,6 +1377,7 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
             )
         touched = tally.tables()
         held = tally.held_before()
+        copies = tally.copies()
         seconds["erasing"] = time.perf_counter() - began
         _update(request, phase="scanning", counts=counts)
         began = time.perf_counter()
@@ -1392,6 +1394,7 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
             counts=counts,
             tables=touched,
             held=held,
+            copies=copies,
             probes=probes,
             scan=scan,
             holding=holding,
@@ -1532,10 +1535,11 @@ def _plain_ids_why(table: str, column: str) -> str | None:
     return None
 
 
-def _unsealed_kept(tables: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+def _unsealed_kept(tables: dict[str, dict[str, int]], copies: dict[tuple[str, str], int]) -> list[dict[str, Any]]:
     """What a copy made before the erasure keeps of the rows it deleted or redacted besides their
     content columns, which encryption never seals: per table, the vectors (counted as the
-    statements deleted or cleared them) and the rows with a blind index (keyed hashes of words)."""
+    statements deleted or cleared them), the copies of a vector outside the model (an entry's sign
+    bits, counted the same way) and the rows with a blind index (keyed hashes of words)."""
     indexed = {
         model._meta.db_table: [str(f.column) for f in model._meta.concrete_fields if isinstance(f, BlindIndexField)]
         for model in apps.get_models()
@@ -1546,6 +1550,11 @@ def _unsealed_kept(tables: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
         vectors = kinds.get("vectors_deleted", 0) + kinds.get("vectors_cleared", 0)
         if vectors:
             kept.append({"table": table, "column": "embedding", "rows": vectors, "what": "vectors"})
+        kept.extend(
+            {"table": table, "column": column, "rows": rows, "what": "the vectors' sign bits"}
+            for (copied, column), rows in copies.items()
+            if copied == table
+        )
         rows = kinds.get("deleted", 0) + kinds.get("redacted", 0)
         if rows and keyring().enabled:
             kept.extend(
@@ -1556,7 +1565,11 @@ def _unsealed_kept(tables: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
 
 
 def _shredding(
-    request: ErasureRequest, *, held: dict[tuple[str, str, str], int], tables: dict[str, dict[str, int]]
+    request: ErasureRequest,
+    *,
+    held: dict[tuple[str, str, str], int],
+    tables: dict[str, dict[str, int]],
+    copies: dict[tuple[str, str], int],
 ) -> dict[str, Any]:
     """What became of the person's data keys (encryption at rest, governance.crypto): the ids of
     those destroyed (so no copy of their sealed rows opens any more), and any still live; and what
@@ -1574,7 +1587,7 @@ def _shredding(
     destroyed = [listed(k) for k in keys if k["destroyed_at"] is not None]
     live = [listed(k) for k in keys if k["destroyed_at"] is None]
     backup = backup_holdings(user_id=request.user_id, held=held)
-    backup["unsealed"] = _unsealed_kept(tables) + [
+    backup["unsealed"] = _unsealed_kept(tables, copies) + [
         {**r, "what": "keyed hashes of whole values (equality)"} for r in backup.pop("hashed")
     ]
     unsealed = "; ".join(f"{r['table']}.{r['column']}: {r['rows']} ({r['what']})" for r in backup["unsealed"])
@@ -1636,6 +1649,7 @@ def _report(
     counts: dict[str, int],
     tables: dict[str, dict[str, int]],
     held: dict[tuple[str, str, str], int],
+    copies: dict[tuple[str, str], int],
     probes: Sequence[Probe],
     scan: dict[str, Any],
     holding: Sequence[int],
@@ -1709,7 +1723,7 @@ def _report(
             "samples_taken": "before the erasure, kept in memory only",
         },
         "scan": scan,
-        "crypto_shredding": _shredding(request, held=held, tables=tables),
+        "crypto_shredding": _shredding(request, held=held, tables=tables, copies=copies),
         "outcome": "clean" if scan["found"] == 0 else "leftovers",
         "summary": summary,
     }

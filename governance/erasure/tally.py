@@ -31,6 +31,8 @@ from typing import Any
 from django.apps import apps
 from django.db import connection, models, transaction
 
+from memoryapp.search.space import QUANTIZED_COLUMN
+
 # What `held_before` says instead of a data key id for values that are keyed pseudonyms only, and
 # for values that are an equality column's keyed hash (`bh:<hex>`: an item's subject, an entity's
 # normalised name, with encryption on): neither is plaintext, neither opens with a key.
@@ -38,6 +40,9 @@ PSEUDONYMS = "pseudonyms"
 HASHES = "keyed hashes"
 KINDS = ("deleted", "redacted", "re_embedded", "updated", "inserted")
 VECTOR_KINDS = ("vectors_deleted", "vectors_cleared")
+# Columns outside the models that copy a vector, per table (memoryapp.search.space: an entry's sign bits,
+# written by a trigger from its vector).
+VECTOR_COPIES: dict[str, tuple[str, ...]] = {"memoryapp_entry": (QUANTIZED_COLUMN,)}
 
 _STATEMENT = re.compile(
     r'^\s*(?:(?P<delete>DELETE\s+FROM)|(?P<update>UPDATE)|(?P<insert>INSERT\s+INTO))\s+"?(?P<table>[A-Za-z_][\w]*)"?',
@@ -51,6 +56,9 @@ _WHERE = re.compile(r"\sWHERE\s", re.IGNORECASE)
 class _Columns:
     content: frozenset[str]
     vectors: frozenset[str]
+    # Columns outside the model that copy a vector (written by a trigger from it): a copy made before
+    # the erasure keeps them as it keeps the vector, so they are counted with it.
+    copies: frozenset[str] = frozenset()
 
 
 @cache
@@ -76,7 +84,8 @@ def _columns_of_tables() -> dict[str, _Columns]:
             and f.column
         )
         vectors = frozenset(f.column for f in meta.concrete_fields if isinstance(f, VectorField) and f.column)
-        found[meta.db_table] = _Columns(content=content, vectors=vectors)
+        copies = frozenset(VECTOR_COPIES.get(meta.db_table, ()))
+        found[meta.db_table] = _Columns(content=content, vectors=vectors, copies=copies)
     return found
 
 
@@ -92,6 +101,8 @@ class _Counted:
     # What the rows held before the statement, per column: {(column, data key id or ""): rows}
     # ("" for plaintext): what a copy made before the erasure keeps of them.
     held: dict[tuple[str, str], int] = field(default_factory=dict)
+    # The rows whose copies of a vector (`_Columns.copies`) the statement deleted or changed, per column.
+    copies: dict[str, int] = field(default_factory=dict)
     ran: bool = False
 
     def __call__(self) -> None:
@@ -146,6 +157,14 @@ class RowTally:
                 row[kind] = row.get(kind, 0) + counted.vectors
         return {table: dict(sorted(kinds.items())) for table, kinds in sorted(out.items()) if kinds}
 
+    def copies(self) -> dict[tuple[str, str], int]:
+        """{(table, column): rows} whose copy of a vector (`_Columns.copies`) was deleted or changed."""
+        out: dict[tuple[str, str], int] = {}
+        for counted in [*self._committed, *self._pending()]:
+            for column, n in counted.copies.items():
+                out[(counted.table, column)] = out.get((counted.table, column), 0) + n
+        return dict(sorted(out.items()))
+
     def __call__(self, execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]) -> Any:
         match = _STATEMENT.match(sql) if isinstance(sql, str) and not self._paused else None
         if match is None:
@@ -156,12 +175,13 @@ class RowTally:
         kind = "inserted"
         set_columns: set[str] = set()
         vectors = 0
+        copies: dict[str, int] = {}
         # A statement naming its table by an alias is not counted for vectors (the WHERE says the alias).
         plain = not re.match(r'^\s*\S+(\s+FROM)?\s+"?\w+"?\s+AS\s', sql, re.IGNORECASE)
         if match.group("delete"):
             kind = "deleted"
             if columns.vectors and not many and plain:
-                vectors = _vectors_in(cursor, table, columns.vectors, sql, params, set_part="")
+                vectors, copies = _vectors_in(cursor, table, columns, columns.vectors, sql, params, set_part="")
         elif match.group("update"):
             head = _WHERE.split(sql, maxsplit=1)[0]
             set_columns = set(_SET_COLUMN.findall(head))
@@ -172,7 +192,9 @@ class RowTally:
             else:
                 kind = "updated"
             if set_columns & columns.vectors and not many and plain:
-                vectors = _vectors_in(cursor, table, columns.vectors & set_columns, sql, params, set_part=head)
+                vectors, copies = _vectors_in(
+                    cursor, table, columns, columns.vectors & set_columns, sql, params, set_part=head
+                )
         held: dict[tuple[str, str], int] = {}
         if kind == "deleted" and columns.content and not many and plain:
             held = _held_in(cursor, table, columns.content, sql, params, set_part="")
@@ -183,7 +205,7 @@ class RowTally:
         if kind == "re_embedded" and not vectors:
             kind = "updated"  # a vector cleared where there was none: nothing to embed again
         if rows or vectors:
-            counted = _Counted(self, table, kind, rows, vectors, held)
+            counted = _Counted(self, table, kind, rows, vectors, held, copies)
             if connection.in_atomic_block:
                 self._sent.append(counted)
                 transaction.on_commit(counted)
@@ -233,17 +255,32 @@ def _held_in(
 
 
 def _vectors_in(
-    cursor: Any, table: str, vector_columns: frozenset[str] | set[str], sql: str, params: Any, *, set_part: str
-) -> int:
-    """How many rows the DELETE or UPDATE `sql` will find with a vector: the same WHERE, counted.
+    cursor: Any,
+    table: str,
+    columns: _Columns,
+    vector_columns: frozenset[str] | set[str],
+    sql: str,
+    params: Any,
+    *,
+    set_part: str,
+) -> tuple[int, dict[str, int]]:
+    """How many rows the DELETE or UPDATE `sql` will find with a vector, and with each copy of a
+    vector (`_Columns.copies`, which follow the vector): the same WHERE, counted in one statement.
 
     An UPDATE's parameters for its SET come first; those of its WHERE follow (`%s` counted in the
     SET part). A statement with no WHERE counts every row of the table."""
     where, where_params = _where_of(sql, params, set_part=set_part)
     having = " OR ".join(f'"{table}"."{c}" IS NOT NULL' for c in sorted(vector_columns))
-    cursor.execute(f'SELECT count(*) FROM "{table}" WHERE ({where}) AND ({having})', where_params)
+    copies = sorted(columns.copies)
+    counts = "".join(f', count("{table}"."{c}")' for c in copies)
+    found = " OR ".join([having, *(f'"{table}"."{c}" IS NOT NULL' for c in copies)])
+    cursor.execute(
+        f'SELECT count(*) FILTER (WHERE {having}){counts} FROM "{table}" WHERE ({where}) AND ({found})', where_params
+    )
     row = cursor.fetchone()
-    return int(row[0]) if row else 0
+    if not row:
+        return 0, {}
+    return int(row[0]), {c: int(n) for c, n in zip(copies, row[1:], strict=True) if n}
 
 
 @contextmanager

@@ -122,3 +122,34 @@ def test_a_redaction_counts_the_rows_it_redacted_and_deletes_none_of_the_entries
     now_redacted = Entry.objects.filter(redacted_at__isnull=False).count() - redacted_before
     assert now_redacted > 0 and entry["redacted"] >= now_redacted
     assert report["erased_total"] == report["totals"]["deleted"] + report["totals"]["redacted"]
+
+
+def test_the_vectors_sign_bits_are_counted_where_the_receipt_says_what_a_backup_keeps(
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """An entry's sign bits (memoryapp.search.space, written by a trigger from its vector) are in a
+    copy made before the erasure as its vector is: counted as the statements took them, listed with
+    the vectors in what such a copy keeps, and given their reason in the scan's coverage."""
+
+    def with_bits() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM memoryapp_entry WHERE embedding_bits IS NOT NULL")
+            return int(cursor.fetchone()[0])
+
+    _world()
+    had = with_bits()
+    assert had == _vectors("memoryapp_entry") > 0
+
+    report = _erase(django_capture_on_commit_callbacks).report
+
+    gone = had - with_bits()
+    kept = report["crypto_shredding"]["backup"]["unsealed"]
+    bits = [r for r in kept if (r["table"], r["column"]) == ("memoryapp_entry", "embedding_bits")]
+    assert bits == [
+        {"table": "memoryapp_entry", "column": "embedding_bits", "rows": gone, "what": "the vectors' sign bits"}
+    ]
+    assert gone > 0
+    vectors = [r for r in kept if (r["table"], r["column"]) == ("memoryapp_entry", "embedding")]
+    assert vectors[0]["rows"] == gone  # every vector it took had its bits
+    coverage = {(c["table"], c["column"]): c for c in report["scan"]["coverage"]}
+    assert coverage[("memoryapp_entry", "embedding_bits")]["why"].startswith("a vector's sign bits")
