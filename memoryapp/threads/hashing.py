@@ -50,6 +50,17 @@ def content_hash_around_parent(*, turn: dict[str, Any], created_at: datetime) ->
     return f'{{"createdAt":{_millis(created_at)},"parent":', f',"turn":{_json(turn)}}}'
 
 
+def content_hash_plain(*, parent_id: str | None, role: str, content: str, created_at: datetime) -> str:
+    """`content_hash` of a plain message (text content, no tool call or event: `hashed_turn` gives
+    {"type": "message", "role", "content"}), its JSON written out: keys sorted, strings as the
+    encoder writes them (ensure_ascii off: `encode_basestring`)."""
+    raw = (
+        f'{{"createdAt":{_millis(created_at)},"parent":{_json_id(parent_id)},"turn":'
+        f'{{"content":{encode_basestring(content)},"role":{encode_basestring(role)},"type":"message"}}}}'
+    )
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
 def hashed_turn(entry: Entry) -> dict[str, Any]:
     """The part of an entry that the hash covers: what was said, by whom, in which form."""
     turn: dict[str, Any] = {"type": entry.type, "role": entry.role, "content": entry.content}
