@@ -14,6 +14,7 @@ import operator
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from django.db import IntegrityError, connection, models, transaction
@@ -662,12 +663,24 @@ def _entry_rows(entries: Sequence[Entry]) -> list[list[Any]]:
     rows = [list(_ROW_VALUES(e)) for e in entries]
     if encryption_enabled():
         _seal_rows(entries, rows)
-    as_json = Jsonb if len(rows) == 1 else json.dumps
+    as_json = Jsonb if len(rows) == 1 else _copy_json
     for row in rows:
         for at in _INSERT_JSON_AT:
             if row[at] is not None:
                 row[at] = as_json(row[at])
     return rows
+
+
+def _copy_json(value: Any) -> str:
+    """json.dumps(value), the most of a batch's values (a text's content, empty metadata) without its
+    calls: a string is its JSON by the C function json.dumps ends in (ensure_ascii on), an empty
+    object is `{}`."""
+    kind = type(value)
+    if kind is str:
+        return encode_basestring_ascii(value)
+    if kind is dict and not value:
+        return "{}"
+    return json.dumps(value)
 
 
 def _entries_insert(entries: Sequence[Entry], rows: list[list[Any]], cursor: Any) -> None:
@@ -692,9 +705,11 @@ def _entries_insert(entries: Sequence[Entry], rows: list[list[Any]], cursor: Any
 
 def _entries_stored(entries: Sequence[Entry]) -> None:
     """The inserted entries are saved rows from now on (`_state.adding` false), as after save()."""
+    alias = connection.alias  # the connection proxy's lookup, once (not once an entry)
     for e in entries:
-        e._state.adding = False
-        e._state.db = connection.alias
+        state = e._state
+        state.adding = False
+        state.db = alias
 
 
 _COPY_SQL = f"COPY {ENTRY_TABLE} ({', '.join(ENTRY_INSERT_COLUMNS)}) FROM STDIN"
