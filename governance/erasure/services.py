@@ -1702,6 +1702,9 @@ def _report(
         "mode": request.mode,
         "agents": list(request.agent_ids) or "all",
         "agents_holding": list(holding),
+        # The groups of mentions the officer left out, each with its typed reason, as filed and
+        # audited (`erasure.request`): what every run of it kept, a resumed one's too.
+        "excluded": dict(request.excluded or {}),
         "requested_by": request.requested_by_name,
         "requested_at": request.created_at.isoformat(timespec="seconds"),
         "started_at": request.started_at.isoformat(timespec="seconds") if request.started_at else None,

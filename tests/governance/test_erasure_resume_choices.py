@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from governance.erasure.resume import RESUME_KIND, erasures_resume
-from governance.erasure.services import erasure_steps
+from governance.erasure.services import erasure_request_file, erasure_request_retry, erasure_steps
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from memoryapp.forgetting import person
 from memoryapp.models import ErasureMark, MemoryFileVersion, MemoryItem, PersonIdentifier, SubjectMention, Thread
@@ -168,3 +168,30 @@ def test_a_mark_written_before_it_kept_the_choices_resumes_on_the_side_of_keepin
     if request_excluded is not None:
         assert run.result["excluded"] == request_excluded
     assert ("participants" in run.result["excluded"]) is participants_kept
+
+
+def test_a_staff_request_interrupted_and_run_again_keeps_its_groups_and_its_receipt_says_so(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    plant(alice)
+    _killed_after_the_first_steps(monkeypatch)
+    with django_capture_on_commit_callbacks(execute=True):  # its job fails: the request says so
+        erasure_request_file(
+            user_id=PERSON, identifiers=[EMAIL, NAME, PHONE], actor="staff:pat", excluded=STAFF_EXCLUDED
+        )
+    monkeypatch.undo()
+    request = ErasureRequest.objects.get(user_id=PERSON)
+    assert request.status == ErasureRequest.Status.FAILED
+    mark = ErasureMark.objects.get(agent=alice.agent, user_id=PERSON)
+    assert (mark.mentions, mark.excluded) == ("redact", STAFF_EXCLUDED)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        erasure_request_retry(request=request, actor="staff:pat")
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.DONE, request.error
+    carl = Thread.objects.get(agent=alice.agent, external_id="t-carl")
+    assert PERSON in thread_participants(carl.metadata)
+    # The receipt says which groups were kept and why, as the filing's audit record does.
+    filed = AuditRecord.objects.get(action="erasure.request", subject=str(request.pk))
+    assert request.receipt is not None
+    assert request.receipt["document"]["report"]["excluded"] == filed.details["excluded"] == STAFF_EXCLUDED
