@@ -52,6 +52,7 @@ from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 from psycopg import sql
 
+from governance import locks
 from governance.audit.chain import audit_append
 from governance.audit.pseudonyms import pseudonym_names, pseudonyms_forget
 from governance.crypto.envelope import data_key_destroy, data_keys_made_since_delete
@@ -487,10 +488,19 @@ def person_erase(
                 # The agent held nothing of her: the only key of hers here is the one this erasure
                 # made for the identifiers given (deleted at step 6), sealing nothing left; its row
                 # goes too, not kept destroyed (governance.crypto.envelope).
+                # Unless a row still needs it: a write naming her during the erasure, in a table
+                # whose mentions are kept, sealed under it; a redaction keeps such a row, and it
+                # would no longer open. Under her marking lock, so no such write commits meanwhile.
                 since = ErasureMark.objects.filter(agent_id=agent_id, user_id=user_id).values_list("since", flat=True)
                 if since:
                     with transaction.atomic():
-                        data_keys_made_since_delete(agent_id=agent_id, user_id=user_id, since=since[0])
+                        with connection.cursor() as cursor:
+                            cursor.execute(
+                                "SELECT pg_advisory_xact_lock(%s, %s)",
+                                [locks.ERASING, locks.person(agent_id, user_id)],
+                            )
+                        if not _sealed_under_hers(agent_id=agent_id, user_id=user_id):
+                            data_keys_made_since_delete(agent_id=agent_id, user_id=user_id, since=since[0])
             # Her erasure here ended: the mark goes last, so a run stopped at any step above
             # (the key's destruction too) is resumed (memoryapp.subjects.erasing).
             erasing_unmark(agent_id=agent_id, user_id=user_id)
@@ -515,6 +525,18 @@ def _held_before(*, agent_id: int, user_id: str) -> bool:
         keys = keys.filter(created_at__lt=since)
     if keys.exists():
         return True
+    plan = person_erase_plan(user_id=user_id, agent_ids=[agent_id])
+    return any(plan[kind] for kind in ("threads", "messages_elsewhere", "items", "entities", "file_versions"))
+
+
+def _sealed_under_hers(*, agent_id: int, user_id: str) -> bool:
+    """Whether a row of the agent still needs the person's key: one naming her or holding her words
+    (`key_people`), or one of hers."""
+    for model in apps.get_models():
+        if model._meta.proxy or not any(isinstance(f, KeyPeopleField) for f in model._meta.concrete_fields):
+            continue
+        if model._default_manager.filter(agent_id=agent_id, key_people__contains=[user_id]).exists():
+            return True
     plan = person_erase_plan(user_id=user_id, agent_ids=[agent_id])
     return any(plan[kind] for kind in ("threads", "messages_elsewhere", "items", "entities", "file_versions"))
 
