@@ -7,8 +7,8 @@ mark: every write naming the person keeps storing the placeholder, and nothing e
 
 1. `erasures_marked` lists the marks, each told running (its eraser holds the person's
    `locks.ERASURE_RUN`) or interrupted. Staff see both on the person's page and the request's.
-2. A mark a staff request stands behind (one of the person's requests queued, running or failed,
-   covering that agent) is the request's to finish: the job sweep requeues a run whose worker
+2. A mark a staff request stands behind (one of the person's requests queued, running, failed or
+   blocked by a legal hold, covering that agent) is the request's to finish: the job sweep requeues a run whose worker
    died, the beat fails one whose job run is no longer running (`erasure_requests_lost`) and runs a
    failed one again when its error passes by itself (bounded, with backoff:
    governance.erasure.services.erasure_requests_retry_due), the officer any other once its cause
@@ -49,8 +49,15 @@ from memoryapp.subjects.erasing import ErasureMarked, erasures_marked
 RESUME_KIND = "erasure_resume"
 RESUME_TASK = "governance.tasks.erasure_resume_job"
 ACTOR = "erasure:resume"
-# The requests that stand behind a mark (step 2): the job sweep or the officer finishes them.
-REQUEST_OPEN = (ErasureRequest.Status.QUEUED, ErasureRequest.Status.RUNNING, ErasureRequest.Status.FAILED)
+# The requests that stand behind a mark (step 2): the job sweep or the officer finishes them. A
+# blocked one too (a legal hold placed since its run was interrupted stopped its retry): the
+# officer runs it again once the hold is lifted; a resume of its own would erase under the hold.
+REQUEST_OPEN = (
+    ErasureRequest.Status.QUEUED,
+    ErasureRequest.Status.RUNNING,
+    ErasureRequest.Status.FAILED,
+    ErasureRequest.Status.BLOCKED,
+)
 
 
 def request_behind(*, agent_id: int, user_id: str) -> ErasureRequest | None:

@@ -14,7 +14,15 @@ from governance.erasure.resume import RESUME_KIND, erasures_resume
 from governance.erasure.services import erasure_request_file, erasure_request_retry, erasure_steps
 from governance.models import AuditRecord, ErasureRequest, JobRun
 from memoryapp.forgetting import person
-from memoryapp.models import ErasureMark, MemoryFileVersion, MemoryItem, PersonIdentifier, SubjectMention, Thread
+from memoryapp.models import (
+    ErasureMark,
+    LegalHold,
+    MemoryFileVersion,
+    MemoryItem,
+    PersonIdentifier,
+    SubjectMention,
+    Thread,
+)
 from memoryapp.models.people import thread_participants
 from memoryapp.subjects.erasing import erasing_mark
 from memoryapp.subjects.matching import PLACEHOLDER
@@ -149,9 +157,10 @@ def test_a_mark_written_before_it_kept_the_choices_resumes_on_the_side_of_keepin
     said = f"Please call {NAME} about the trip."
     post_entry(alice, "t-carl", role="user", content=said)
     if request_excluded is not None:
-        # Its request no longer stands behind the mark (blocked by a hold placed since, say).
+        # Its request no longer stands behind the mark (done: a request queued, running, failed or
+        # blocked is the one to run it again, with its own choices).
         ErasureRequest.objects.create(
-            user_id=PERSON, agent_ids=[alice.agent.pk], excluded=request_excluded, status=ErasureRequest.Status.BLOCKED
+            user_id=PERSON, agent_ids=[alice.agent.pk], excluded=request_excluded, status=ErasureRequest.Status.DONE
         )
     # A mark as written before 0064: the excluded tables alone, no process running its erasure.
     erasing_mark(agent_id=alice.agent.pk, user_id=PERSON, keeps=keeps, mode="erase")
@@ -195,3 +204,27 @@ def test_a_staff_request_interrupted_and_run_again_keeps_its_groups_and_its_rece
     filed = AuditRecord.objects.get(action="erasure.request", subject=str(request.pk))
     assert request.receipt is not None
     assert request.receipt["document"]["report"]["excluded"] == filed.details["excluded"] == STAFF_EXCLUDED
+
+
+def test_a_staff_request_blocked_by_a_hold_placed_since_its_run_was_interrupted_is_not_resumed(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    plant(alice)
+    _killed_after_the_first_steps(monkeypatch)
+    with django_capture_on_commit_callbacks(execute=True):
+        erasure_request_file(user_id=PERSON, identifiers=[EMAIL], actor="staff:pat")
+    monkeypatch.undo()
+    request = ErasureRequest.objects.get(user_id=PERSON)
+    assert request.status == ErasureRequest.Status.FAILED
+    LegalHold.objects.create(user_id=PERSON, reason="litigation", placed_by="pat")
+    with django_capture_on_commit_callbacks(execute=True):
+        erasure_request_retry(request=request, actor="staff:pat")
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.BLOCKED
+    # Before: the blocked request stood behind the mark no more, and the beat's resume erased her
+    # threads under the hold.
+    with django_capture_on_commit_callbacks(execute=True):
+        assert erasures_resume() == {"running": 0, "requests": 1, "tried": 0, "resumed": 0}
+    assert not JobRun.objects.filter(kind=RESUME_KIND).exists()
+    assert Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    assert ErasureMark.objects.filter(agent=alice.agent, user_id=PERSON).exists()
