@@ -18,7 +18,7 @@ from django.core.management.base import CommandError, CommandParser
 from governance.jobs.broker import job_enqueue
 from governance.models import JobRun
 from memory_project.commands import ProjectCommand
-from memoryapp.models import Agent
+from memoryapp.management.options import agent_of_options, agent_option_add
 from memoryapp.search.space import column_dimensions, vector_columns_resize
 from memoryapp.tasks.embedding import embed_all_again
 
@@ -27,7 +27,7 @@ class Command(ProjectCommand):
     help = "Re-embed entries, memory items and knowledge chunks with the configured embedder (a job, in batches)."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--agent", help="only this agent (slug)")
+        agent_option_add(parser)
         parser.add_argument(
             "--dimensions",
             action="store_true",
@@ -38,12 +38,7 @@ class Command(ProjectCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        agent_id = None
-        if options.get("agent"):
-            agent = Agent.objects.filter(slug=options["agent"]).first()
-            if agent is None:
-                raise CommandError(f"no agent {options['agent']!r}")
-            agent_id = agent.pk
+        agent_id = agent_of_options(options)
         stored = column_dimensions()
         configured = settings.EMBEDDING_DIMENSIONS
         if options["dimensions"]:

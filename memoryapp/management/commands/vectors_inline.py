@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import CommandError, CommandParser
+from django.core.management.base import CommandParser
 
 from memory_project.commands import ProjectCommand
-from memoryapp.models import Agent
+from memoryapp.management.options import agent_of_options, agent_option_add, batch_of_options, batch_option_add
 from memoryapp.search.space import vectors_inline
 
 
@@ -20,18 +20,10 @@ class Command(ProjectCommand):
     help = "Rewrite the vectors stored out of line (TOAST) into their rows, in batches."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--agent", help="only this agent (slug)")
-        parser.add_argument("--batch", type=int, default=500, help="rows read per transaction (default 500)")
+        agent_option_add(parser)
+        batch_option_add(parser, what="read")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        agent_id = None
-        if options.get("agent"):
-            agent = Agent.objects.filter(slug=options["agent"]).first()
-            if agent is None:
-                raise CommandError(f"no agent {options['agent']!r}")
-            agent_id = agent.pk
-        if options["batch"] < 1:
-            raise CommandError("--batch must be at least 1")
-        done = vectors_inline(agent_id=agent_id, batch=options["batch"])
+        done = vectors_inline(agent_id=agent_of_options(options), batch=batch_of_options(options))
         for table, count in done.items():
             self.stdout.write(f"{table}: {count} vectors moved into their rows")
