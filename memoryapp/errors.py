@@ -1,16 +1,28 @@
-"""The one exception type of the domain: a code, a message and, when input caused it, the field."""
+"""The one exception type of the domain: a code, a message and, when input caused it, the field
+(and, for a few errors, ids a program acts on: `details`, merged into the error's body)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class DomainError(Exception):
     status = 400
 
-    def __init__(self, code: str, message: str, *, field: str | None = None, status: int | None = None):
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        field: str | None = None,
+        status: int | None = None,
+        details: dict[str, Any] | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.message = message
         self.field = field
+        self.details = details or {}
         if status is not None:
             self.status = status
 
@@ -25,8 +37,8 @@ class NotFound(DomainError):
 class Conflict(DomainError):
     status = 409
 
-    def __init__(self, code: str, message: str, *, field: str | None = None):
-        super().__init__(code, message, field=field)
+    def __init__(self, code: str, message: str, *, field: str | None = None, details: dict[str, Any] | None = None):
+        super().__init__(code, message, field=field, details=details)
 
 
 class TooManyRequests(DomainError):

@@ -20,6 +20,10 @@ mark: every write naming the person keeps storing the placeholder, and nothing e
    left), with the identifiers the agent registered and those given with the interrupted call
    (kept, sealed, with the mark: memoryapp.subjects.erasing), and forgets the agent's export archives of the person as the `forget`
    does. One automatic try per mark: a failed run stays in the job runs, the mark on the pages.
+   A mark whose person, or one of her threads, is under a legal hold in force in that agent
+   (placed since the `forget` started; the match of staff requests, `holds_in_the_way`) is left
+   alone, as a blocked request's is: no resume is sent, and a resume sent before the hold skips;
+   the beat's next look after the hold is lifted sends it.
 4. The resume makes the erasure's choices again, all of them, as the mark keeps them: its
    `mentions` ("keep" leaves the mentions) and every group excluded with the reason recorded (the
    participants lists too, which are no table of the index). Its audit record
@@ -38,6 +42,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from governance.audit.chain import audit_append
+from governance.erasure.services import holds_in_the_way
 from governance.export.services import exports_forget_person
 from governance.jobs.broker import job_enqueue
 from governance.models import ErasureRequest, JobRun
@@ -96,13 +101,15 @@ def _tried(mark: ErasureMarked) -> bool:
 
 def erasures_resume() -> dict[str, int]:
     """The beat's look at the marks (steps 1 to 3): counts of marks running, left to their request,
-    already tried, and sent a resume job."""
-    counts = {"running": 0, "requests": 0, "tried": 0, "resumed": 0}
+    held (a legal hold in force stands behind it), already tried, and sent a resume job."""
+    counts = {"running": 0, "requests": 0, "held": 0, "tried": 0, "resumed": 0}
     for mark in erasures_marked():
         if mark.running:
             counts["running"] += 1
         elif request_behind(agent_id=mark.agent_id, user_id=mark.user_id) is not None:
             counts["requests"] += 1
+        elif holds_in_the_way(user_id=mark.user_id, agent_ids=[mark.agent_id]):
+            counts["held"] += 1
         elif _tried(mark):
             counts["tried"] += 1
         else:
@@ -153,6 +160,9 @@ def erasure_resume(*, mark_id: int | None, run: JobRun | None = None) -> dict[st
     agent_id, user_id, mode, keeps, mentions, excluded = marked
     if request_behind(agent_id=agent_id, user_id=user_id) is not None:
         return {"skipped": "a request stands behind it"}
+    held = holds_in_the_way(user_id=user_id, agent_ids=[agent_id])
+    if held:  # placed since the beat sent it: the beat sends another once they are lifted
+        return {"skipped": "legal holds", "holds": held}
     old = not mentions
     if old:
         mentions, excluded = _choices_of_old_mark(agent_id=agent_id, user_id=user_id, keeps=list(keeps or ()))

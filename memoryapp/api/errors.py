@@ -60,8 +60,11 @@ class ErrorOut(OutputSerializer):
     error = ErrorDetailOut()
 
 
-def error_body(code: str, message: str, field: str | None = None) -> dict[str, Any]:
-    body: dict[str, Any] = {"code": code, "message": message}
+def error_body(
+    code: str, message: str, field: str | None = None, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The error; a few carry ids a program acts on (`legal_hold`: `user_id`, `holds`) beside them."""
+    body: dict[str, Any] = {**(details or {}), "code": code, "message": message}
     if field:
         body["field"] = field
     return {"error": body}
@@ -70,7 +73,7 @@ def error_body(code: str, message: str, field: str | None = None) -> dict[str, A
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, DomainError):
         refusal_record(exc)  # the write rolled back: its refusal is audited now
-        response = Response(error_body(exc.code, exc.message, exc.field), status=exc.status)
+        response = Response(error_body(exc.code, exc.message, exc.field, exc.details), status=exc.status)
         if isinstance(exc, TooManyRequests):
             response["Retry-After"] = str(exc.retry_after)
         return response

@@ -4,6 +4,10 @@ The agent's own erasure of a person (004 deleteUser, 002 forgetAll): every threa
 their messages in threads of others with the replies, their items, facts, entities and memory
 files, and the job runs naming them, of the calling agent only (`person_erase` with its agent).
 Staff erasure requests across agents, with a report, live in governance.
+
+A legal hold in force on the person, or on one of her threads, in the calling agent (the match a
+staff request makes: governance.erasure.services.holds_in_the_way) refuses it: 409 `legal_hold`
+with the hold ids, nothing changed (GDPR art. 17(3)(e)); the refusal is audited with ids only.
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from governance.audit.chain import audit_append
+from governance.erasure.services import holds_in_the_way
 from governance.export.services import exports_forget_person
 from memoryapp.api.auth import request_agent
 from memoryapp.api.base import OutputSerializer, StrictSerializer, validated
-from memoryapp.errors import DomainError
+from memoryapp.api.errors import ErrorOut
+from memoryapp.errors import Conflict, DomainError
 from memoryapp.forgetting.mentions import MENTION_MODES, mentions_counts
 from memoryapp.forgetting.person import MODES, person_erase
 from memoryapp.ids import person_id_check
@@ -67,7 +74,7 @@ class UserForgetView(APIView):
     """POST: erase what the calling agent holds about the person; answers with the counts (a second
     call finds nothing and answers zeros)."""
 
-    @extend_schema(request=UserForgetInput, responses={200: UserForgetOut})
+    @extend_schema(request=UserForgetInput, responses={200: UserForgetOut, 409: ErrorOut})
     def post(self, request: Request, user_id: str) -> Response:
         agent = request_agent(request)
         # The one rule of person ids (memoryapp.ids.person_id_check): every id stored is one this path can name.
@@ -76,6 +83,7 @@ class UserForgetView(APIView):
         user_id = person_id_check(user_id)
         data = validated(UserForgetInput, request.data if request.data is not None else {})
         given = identifiers_given(data.get("identifiers"), field="identifiers")
+        _holds_refuse(agent_id=agent.pk, actor=f"agent:{agent.slug}", user_id=user_id)
         counts = person_erase(
             user_id=user_id,
             agent_ids=[agent.pk],
@@ -92,3 +100,29 @@ class UserForgetView(APIView):
             exports_forget_person(user_id=user_id, actor=f"agent:{agent.slug}", agent_id=agent.pk)
         counts["mentions"] = mentions_counts(counts)  # type: ignore[assignment]
         return Response(UserForgetOut({"user_id": user_id, "mode": data["mode"], "counts": counts}).data)
+
+
+def _holds_refuse(*, agent_id: int, actor: str, user_id: str) -> None:
+    """409 `legal_hold` naming the holds in force on the person or her threads in this agent,
+    before anything changes; the refusal audited with the hold ids only (no person, no pseudonym:
+    it makes no key of hers)."""
+    held = holds_in_the_way(user_id=user_id, agent_ids=[agent_id])
+    if not held:
+        return
+    with transaction.atomic():
+        audit_append(
+            action="person.erase.blocked",
+            actor=actor,
+            agent_id=agent_id,
+            subject=f"{len(held)} holds",
+            outcome="blocked",
+            details={"holds": held},
+        )
+    raise Conflict(
+        "legal_hold",
+        f"Not erased: legal hold{'s' if len(held) > 1 else ''} "
+        + ", ".join(f"#{i}" for i in held)
+        + " keep this person's data in this agent; nothing was changed. Ask again once lifted.",
+        field="user_id",
+        details={"user_id": user_id, "holds": held},
+    )

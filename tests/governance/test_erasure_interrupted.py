@@ -86,7 +86,7 @@ def test_an_agents_forget_interrupted_is_shown_and_finished_by_the_resume_sweep(
     assert Thread.objects.filter(agent=alice.agent, external_id="t-ines").exists()
     # She is registered no more: a write naming her is stored as written, and the sweep has nothing to do.
     assert post_entry(alice, "t-eve", role="user", content=f"Ask {NAME}.")["content"] == f"Ask {NAME}."
-    assert erasures_resume() == {"running": 0, "requests": 0, "tried": 0, "resumed": 0}
+    assert erasures_resume() == {"running": 0, "requests": 0, "held": 0, "tried": 0, "resumed": 0}
     assert "erasing-list" not in _officer().get("/admin/person/").content.decode()
 
 

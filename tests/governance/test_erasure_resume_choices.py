@@ -224,7 +224,7 @@ def test_a_staff_request_blocked_by_a_hold_placed_since_its_run_was_interrupted_
     # Before: the blocked request stood behind the mark no more, and the beat's resume erased her
     # threads under the hold.
     with django_capture_on_commit_callbacks(execute=True):
-        assert erasures_resume() == {"running": 0, "requests": 1, "tried": 0, "resumed": 0}
+        assert erasures_resume() == {"running": 0, "requests": 1, "held": 0, "tried": 0, "resumed": 0}
     assert not JobRun.objects.filter(kind=RESUME_KIND).exists()
     assert Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists()
     assert ErasureMark.objects.filter(agent=alice.agent, user_id=PERSON).exists()
