@@ -21,9 +21,9 @@ from governance.models import AuditRecord
 from memoryapp.compaction.services import compaction_now
 from memoryapp.items.facts import fact_recall, fact_remember
 from memoryapp.models import ChannelSession, Entry, MemoryFileVersion, MemoryItem, Thread
-from tests.forgetting.test_erasure_leftovers import _eraser_holding
 from tests.forgetting.test_index_races import WAIT
 from tests.kit.api import Caller
+from tests.kit.erasing import eraser_holding
 from tests.kit.factories import tool_thread
 from tests.kit.mentions import PERSON
 from tests.kit.servers import gunicorn_serving
@@ -519,7 +519,7 @@ def test_an_mcp_memory_command_in_the_scope_of_a_person_being_erased_is_refused_
             "memory", {"command": "create", "path": "/memories/passport.md", "file_text": "Passport PX4471.\n"}
         )
 
-    side, release = _eraser_holding(alice.agent.pk)
+    side, release = eraser_holding(alice.agent.pk)
     try:
         over_mcp(f"{service}/mcp/?user_id={PERSON}", alice.key, write)
     finally:
