@@ -19,14 +19,16 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 _SEPARATOR = "\n"
-_COLONS = itertools.repeat(":")
 _ELEVEN = b"x" * 11
 
 # Each ASCII byte as its class: `#` a digit or `@`, a space for whitespace (as `str.split` reads it),
-# `x` anything else. A run of 11 `x` is a word of 11 characters or more without a digit or `@`.
+# `x` anything else.
 _CLASSES = bytes(
     ord("#") if chr(b) in "0123456789@" else ord(" ") if chr(b).isspace() else ord("x") for b in range(256)
 )
+# And as a word's: a space for whitespace, `x` anything else. A run of 11 `x` is a word of 11
+# characters or more (of `str.split`).
+_WORD_CLASSES = bytes(ord(" ") if chr(b).isspace() else ord("x") for b in range(256))
 
 
 class JoinedTexts:
@@ -74,16 +76,12 @@ class JoinedTexts:
             match = pattern.search(self.lowered, self.ends[k])
         return found
 
-    def let_go(self, flagged: Iterable[int], *, colons: bool = False) -> list[bool]:
-        """Of each of the write's texts, whether it is let go: joined, not among `flagged` (their
-        positions in `self.texts`) and, with `colons`, holding fewer than two colons. Told with a
-        list comprehension over the texts' colon counts (`map` in C), not a loop of tests a text:
-        some 25 against 8 us a batch of 100."""
+    def let_go(self, flagged: Iterable[int]) -> list[bool]:
+        """Of each of the write's texts, whether it is let go: joined and not among `flagged` (their
+        positions in `self.texts`)."""
         quiet = [True] * len(self.texts)
         for k in flagged:
             quiet[k] = False
-        if colons:
-            quiet = [calm and many < 2 for calm, many in zip(quiet, map(str.count, self.texts, _COLONS), strict=True)]
         if len(self.joined) == self.count:  # every text joined (the usual batch: ASCII strings)
             return quiet
         answer = [False] * self.count
@@ -92,12 +90,11 @@ class JoinedTexts:
         return answer
 
     def long_words(self) -> Iterator[tuple[int, str]]:
-        """Each word of 11 characters or more of the joined texts without a digit or an `@` (a run of
-        11 `x` of the classes or more: theirs are flagged before), lower-cased, with the position of
-        its text in `self.texts`; found with `bytes.find`, as `holding` finds (a regex over the
-        classes tried every position). A text holding a digit or an `@` may give a word of it cut
-        short or longer: it is flagged."""
-        classes = self.classes()
+        """Each word (`str.split`'s) of 11 characters or more of the joined texts (a run of 11 `x` of
+        the words' classes or more), lower-cased, with the position of its text in `self.texts`;
+        found with `bytes.find`, as `holding` finds (a regex over the classes tried every position).
+        The separator is whitespace: no word spans two texts."""
+        classes = self.lowered.encode("ascii").translate(_WORD_CLASSES)
         at = classes.find(_ELEVEN)
         while at >= 0:
             end = classes.find(b" ", at)

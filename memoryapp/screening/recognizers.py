@@ -23,6 +23,7 @@ Each detector is built once per process, before the web server and the workers f
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import sys
 import unicodedata
@@ -397,23 +398,12 @@ def _digits_only(text: str) -> str:
 
 
 @functools.cache
-def _phone_run() -> re.Pattern[str]:
-    """What a text must hold for phonenumbers' matcher to find a number in it: a run of digits (any
-    script's: the matcher reads them all) joined by at most four of its punctuation marks between
-    two digits (spaces, dots, dashes, slashes, brackets, `x`: its `_PATTERN` joins the blocks of a
-    candidate so), holding at least as many digits as the shortest valid number has.
-
-    Every number the matcher answers is a candidate of `_PATTERN` (or a part of one), parsed and
-    found valid, so its digits are one such run and number at least the shortest valid number's
-    (country code and national number: 6, `+43 1110`; a national number read in the US or the UK is
-    longer). The fewest is read from phonenumbers' metadata, not assumed."""
+def _phone_fewest() -> int:
+    """The fewest digits a valid phone number has (country code and national number: 6, `+43 1110`;
+    a national number read in the US or the UK is longer), read from phonenumbers' metadata, not
+    assumed."""
     from phonenumbers.phonemetadata import PhoneMetadata
-    from phonenumbers.phonenumberutil import (
-        _REGEX_FLAGS,
-        _VALID_PUNCTUATION,
-        COUNTRY_CODES_FOR_NON_GEO_REGIONS,
-        SUPPORTED_REGIONS,
-    )
+    from phonenumbers.phonenumberutil import COUNTRY_CODES_FOR_NON_GEO_REGIONS, SUPPORTED_REGIONS
 
     fewest: int | None = None
     for metadata in [
@@ -426,6 +416,21 @@ def _phone_run() -> re.Pattern[str]:
             digits = len(str(metadata.country_code)) + min(lengths)
             fewest = digits if fewest is None else min(fewest, digits)
     assert fewest is not None, "phonenumbers' metadata gives no number lengths"
+    return fewest
+
+
+@functools.cache
+def _phone_run() -> re.Pattern[str]:
+    """What a text must hold for phonenumbers' matcher to find a number in it: a run of digits (any
+    script's: the matcher reads them all) joined by at most four of its punctuation marks between
+    two digits (spaces, dots, dashes, slashes, brackets, `x`: its `_PATTERN` joins the blocks of a
+    candidate so), holding at least as many digits as the shortest valid number has (`_phone_fewest`).
+
+    Every number the matcher answers is a candidate of `_PATTERN` (or a part of one), parsed and
+    found valid, so its digits are one such run and number at least the shortest valid number's."""
+    from phonenumbers.phonenumberutil import _REGEX_FLAGS, _VALID_PUNCTUATION
+
+    fewest = _phone_fewest()
     # The punctuation and the digits are disjoint: each repetition is one digit after at most four
     # marks, so the search never backtracks into a run it has read.
     return re.compile(rf"\d(?:[{_VALID_PUNCTUATION}]{{0,4}}\d){{{fewest - 1},}}", _REGEX_FLAGS)
@@ -937,36 +942,62 @@ def findings(text: str, categories: Iterable[str], memo: Memo | None = None) -> 
 
 def nothing_possible(text: str, categories: Iterable[str]) -> bool:
     """Whether `findings` answers nothing for an ASCII text (read as it is, once: `text_readings`)
-    because no category's check in `_findings` lets it through to a detector: the ordinary turn
-    (no digit, `@` or two colons, no word of 11 characters, no secret keyword or `bearer`), told without
-    building the readings, findings and lists a screened text costs. False for a category it does
-    not know (then `findings` decides), and for a text that is not ASCII.
-
-    The digit test is on the text's bytes: an ASCII text's only digits (`\\d`) are 0-9, and deleting
-    them with `bytes.translate` is some five times faster than searching for one with `\\d` (0.25
-    against 1.3 us a turn of bench/screening.py; its ordinary turns hold none, so the search read
-    them whole)."""
+    because no category's check in `_findings` lets it through to a detector: the ordinary turn,
+    with or without digits (a time, a price, a date: fewer digits than a card's 12, no phone-shaped
+    run, no digit-dot-digit where IP addresses are looked for), told without building the readings,
+    findings and lists a screened text costs. The checks that read digits, `@` and colons are
+    `_marks_pass`; those of national ids' letters and secrets follow. False for a category it does
+    not know (then `findings` decides), and for a text that is not ASCII."""
     if not text.isascii():
         return False
-    raw = text.encode("ascii")
-    if b"@" in raw or raw.count(b":") >= 2 or len(raw.translate(None, _ASCII_DIGITS)) != len(raw):
+    categories = list(categories)
+    if not _KNOWN.issuperset(categories) or _marks_pass(text, categories):
         return False
-    # A bare text, as `_findings` calls it: its five categories are skipped, and it has no digit.
     longest = -1
     for category in categories:
-        if category in _BARE_SKIPPED:
-            continue
-        if longest < 0:
-            longest = _longest_word(text)
         if category == NATIONAL_ID:
+            if longest < 0:
+                longest = _longest_word(text)
             if longest >= 16 and _LONG_ALNUM_RUN.search(text) is not None:
                 return False
         elif category == SECRET:
+            if longest < 0:
+                longest = _longest_word(text)
             if _may_hold_secret(text, longest):
                 return False
-        else:
-            return False
     return True
+
+
+def _marks_pass(text: str, categories: Iterable[str]) -> bool:
+    """Whether a check of `_findings` that reads an ASCII text's digits, `@` or colons lets it
+    through for one of `categories`: a bare text (none of them) skips the five categories of
+    `_BARE_SKIPPED`; else a counted category (`_COUNTED`) needs its number of digits, e-mail an `@`,
+    phones a phone-shaped run (`phone_possible`, after the digits it needs), IP addresses two colons
+    or a digit-dot-digit. (A national id's run of 16 letters and digits and secrets are not read here.)
+
+    The digits are counted on the text's bytes: an ASCII text's only digits (`\\d`) are 0-9, and
+    deleting them with `bytes.translate` is some five times faster than searching for one with `\\d`."""
+    raw = text.encode("ascii")
+    digits = len(raw) - len(raw.translate(None, _ASCII_DIGITS))
+    at = b"@" in raw
+    colons = raw.count(b":")
+    if not digits and not at and colons < 2:
+        return False  # bare: the five skipped, no count reached
+    for category in categories:
+        fewest = _COUNTED.get(category)
+        if fewest is not None:
+            passes = digits >= fewest
+        elif category == EMAIL:
+            passes = at
+        elif category == PHONE:
+            passes = digits >= _phone_fewest() and phone_possible(text)
+        elif category == IP_ADDRESS:
+            passes = colons >= 2 or (digits >= 2 and _DIGIT_DOT_DIGIT.search(text) is not None)
+        else:
+            continue  # secrets and national ids' letters: read by `nothing_possible`
+        if passes:
+            return True
+    return False
 
 
 def nothing_possible_many(joined: JoinedTexts, categories: Iterable[str]) -> list[bool]:
@@ -974,20 +1005,20 @@ def nothing_possible_many(joined: JoinedTexts, categories: Iterable[str]) -> lis
     (memoryapp.screening.batch): True only where `nothing_possible` says True; False for a text it is
     to read alone (not ASCII, or one where a test below finds what one of its checks looks for):
 
-    1. A digit or an `@` (its first test): a `#` of the joined text's classes.
-    2. For secrets, the strings `_may_hold_secret` looks for, lower-cased: the keywords' parts
+    1. For secrets, the strings `_may_hold_secret` looks for, lower-cased: the keywords' parts
        (the keywords' regex when they have none), `bearer`, a private key's header, PuTTY's.
-    3. Two colons (its first test), counted per text.
-    4. A word of 11 characters or more (a run of 11 `x` or more), where its national id check (16
-       letters and digits in a row) and its secret check (a word of 11, punctuation around it aside,
-       that is not all letters) look: each such word of a text nothing above flagged is read alone
-       (`_long_word_quiet`; `vegetarian,` is such a word, and no secret's).
+    2. A digit, an `@` (a `#` of the joined text's classes) or two colons: `_marks_pass` of that text
+       alone (its digits counted against the enabled categories' needs, its `@`, colons and runs).
+    3. A word of 11 characters or more (a run of 11 `x` or more of the words' classes), where its
+       national id check (16 letters and digits in a row) and its secret check (a word of 11,
+       punctuation around it aside, that is not all letters) look: each such word of a text nothing
+       above flagged is read alone (`_long_word_quiet`; `vegetarian,` is such a word, and no secret's).
     """
     categories = list(categories)
-    looked_for = set(categories) - _BARE_SKIPPED
-    if looked_for - {NATIONAL_ID, SECRET}:
+    if not _KNOWN.issuperset(categories):
         return [False] * joined.count  # a category it does not know: `nothing_possible` says False
-    flagged = joined.holding(b"#", joined.classes())
+    looked_for = set(categories)
+    flagged: list[int] = []
     if SECRET in looked_for:
         parts = _keyword_parts()
         if parts is None:
@@ -996,9 +1027,16 @@ def nothing_possible_many(joined: JoinedTexts, categories: Iterable[str]) -> lis
         key_header = () if parts is not None and "key" in parts else ("private key",)
         for needle in (*(parts or ()), "bearer", *key_header, "putty"):
             flagged += joined.holding(needle)
-    answer = joined.let_go(flagged, colons=True)
-    if looked_for:
-        national, secret = NATIONAL_ID in looked_for, SECRET in looked_for
+    answer = joined.let_go(flagged)
+    # The texts holding a digit or an `@`, and those holding two colons (counted by `map` in C).
+    marked = set(joined.holding(b"#", joined.classes()))
+    marked.update(k for k, many in enumerate(map(str.count, joined.texts, _COLONS)) if many >= 2)
+    for k in marked:
+        at = joined.joined[k]
+        if answer[at] and _marks_pass(joined.texts[k], categories):
+            answer[at] = False
+    national, secret = NATIONAL_ID in looked_for, SECRET in looked_for
+    if national or secret:
         for k, word in joined.long_words():
             at = joined.joined[k]
             if answer[at] and not _long_word_quiet(word, national=national, secret=secret):
@@ -1008,8 +1046,8 @@ def nothing_possible_many(joined: JoinedTexts, categories: Iterable[str]) -> lis
 
 def _long_word_quiet(word: str, *, national: bool, secret: bool) -> bool:
     """Whether a word of 11 characters or more (lower-cased) of a text that passed every other test
-    above (an ASCII text with no digit, `@`, two colons, secret keyword, `bearer` or key header)
-    leaves `nothing_possible` True: what is left of its checks reads only such words, each alone.
+    above (an ASCII text whose digits, `@` and colons pass no check, with no secret keyword, `bearer`
+    or key header) leaves `nothing_possible` True: what is left of its checks reads only such words, each alone.
     National ids: a run of 16 letters and digits (within one word); secrets: a word of 11, sentence
     punctuation around it aside, that is not all letters (`_may_hold_secret`). The words are found
     over the batch's texts at once (`JoinedTexts.long_words`): some 0.5 us a word, where splitting
@@ -1099,6 +1137,7 @@ def detected(category: str, text: str, memo: Memo | None = None) -> list[tuple[i
 _BARE_SKIPPED = frozenset({PAYMENT_CARD, IBAN, EMAIL, PHONE, IP_ADDRESS})
 _ANY_DIGIT = re.compile(r"\d")
 _ASCII_DIGITS = b"0123456789"
+_COLONS = itertools.repeat(":")
 # The categories whose every match holds at least this many digits. National ids: every one of
 # them holds four, but for an Italian fiscal code, whose seven digits may each be written as a
 # letter (omocodia: `RSSMRAURTMLARSNL` validates): 16 letters and digits in a row, which a text
@@ -1115,3 +1154,5 @@ _POSSIBLE: dict[str, Callable[[str], bool]] = {
     IP_ADDRESS: lambda text: text.count(":") >= 2 or _DIGIT_DOT_DIGIT.search(text) is not None,
     SECRET: _may_hold_secret,
 }
+# The categories `nothing_possible` knows every check of.
+_KNOWN = frozenset(_COUNTED) | frozenset(_POSSIBLE)

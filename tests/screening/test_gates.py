@@ -357,3 +357,50 @@ def test_every_match_of_a_secret_pattern_is_found_past_the_pre_pass(
     expected = {match.span(group) for match in pattern.finditer(text)}
     assume(expected)
     assert expected <= set(recognizers.detector(recognizers.SECRET)(text)), text
+
+
+# Turns with digits as people write them (times, prices, dates, versions, counts), phone- and
+# card-shaped runs, IBAN- and SSN-shaped ones, IP addresses, and digit lookalikes (full-width digits
+# and a superscript: not ASCII, such a text is read alone; letters that look like digits).
+DIGIT_PIECES = [
+    *["plan", "a", "day", "in", "Rome", "at", "for", "call", "card", "iban", "x@y.org"],
+    *["[12.5]", "07:45", "10:30:15", "$12.99", "4.5", "v1.2.3", "2026-12-05", "05/12/2026", "#3", "1,250"],
+    *["+39 312 345 6789", "(415) 555-2671", "4111 1111 1111 1111", "4111-1111-1111-1111", "378282246310005"],
+    *["DE89 3704 0044 0532 0130 00", "536-22-8173", "10.0.0.1", "192.168.14.27", "2001:db8::1", "::1"],
+    *["\uff14\uff11\uff11\uff11 \uff11\uff11\uff11\uff11", "\u00b2", "O0l1", "2026-12-05T01:11:17"],
+]
+
+
+@pytest.mark.parametrize("policy", ["default", "all"])
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    words=st.lists(
+        st.one_of(st.sampled_from(DIGIT_PIECES), st.text(alphabet="0123456789 .:-/+()$", max_size=16)), max_size=8
+    )
+)
+def test_a_turn_with_digits_the_shortcut_lets_go_holds_nothing_any_ungated_detector_finds(
+    monkeypatch: pytest.MonkeyPatch, policy: str, words: list[str]
+) -> None:
+    """`nothing_possible` lets turns with digits go when no enabled category's check passes (the
+    default policy: fewer than a card's 12 digits and no secret); every such turn is one in which the
+    category's detector, without any gate, finds nothing."""
+    from memoryapp.screening.policy import ALLOW, DEFAULTS
+
+    categories = [
+        c for c in recognizers.CATEGORIES if c != recognizers.PERSON and (policy == "all" or DEFAULTS[c] != ALLOW)
+    ]
+    ungated = _UNGATED.get(tuple(categories))
+    if ungated is None:
+        ungated = _UNGATED[tuple(categories)] = {c: _ungated(monkeypatch, c) for c in categories}
+    text = " ".join(words)
+    if recognizers.nothing_possible(text, categories):
+        assert text.isascii(), text
+        for category in categories:
+            assert not ungated[category](text), (category, text)
+
+
+_UNGATED: dict[tuple[str, ...], dict[str, Callable[[str], list[tuple[int, int]]]]] = {}
