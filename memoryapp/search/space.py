@@ -265,10 +265,10 @@ def embedding_bits_sql() -> list[str]:
         f" WHEN (NEW.embedding IS NOT NULL OR NEW.{QUANTIZED_COLUMN} IS NOT NULL)"
         f" EXECUTE FUNCTION {BITS_TRIGGER_FUNCTION}()",
         "DROP TRIGGER IF EXISTS entry_embedding_bits_update ON memoryapp_entry",
+        # No WHEN comparing the vectors: pg_dump writes `IS DISTINCT FROM` without the schema of
+        # pgvector's `=`, and a restore (search_path empty) then fails on the trigger (migration 0065).
         "CREATE TRIGGER entry_embedding_bits_update BEFORE UPDATE OF embedding, embedding_bits ON memoryapp_entry"
-        " FOR EACH ROW WHEN (NEW.embedding IS DISTINCT FROM OLD.embedding"
-        f" OR NEW.{QUANTIZED_COLUMN} IS DISTINCT FROM OLD.{QUANTIZED_COLUMN})"
-        f" EXECUTE FUNCTION {BITS_TRIGGER_FUNCTION}()",
+        f" FOR EACH ROW EXECUTE FUNCTION {BITS_TRIGGER_FUNCTION}()",
     ]
 
 
