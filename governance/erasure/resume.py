@@ -22,7 +22,8 @@ mark: every write naming the person keeps storing the placeholder, and nothing e
    does. One automatic try per mark: a failed run stays in the job runs, the mark on the pages.
    A mark whose person, or one of her threads, is under a legal hold in force in that agent
    (placed since the `forget` started; the match of staff requests, `holds_in_the_way`) is left
-   alone, as a blocked request's is: no resume is sent, and a resume sent before the hold skips;
+   alone, as a blocked request's is: no resume is sent, and a resume sent before the hold skips
+   (it reads the holds under her eraser lock, `erasure_gate`: memoryapp.subjects.erasing step 6);
    the beat's next look after the hold is lifted sends it.
 4. The resume makes the erasure's choices again, all of them, as the mark keeps them: its
    `mentions` ("keep" leaves the mentions) and every group excluded with the reason recorded (the
@@ -49,7 +50,7 @@ from governance.models import ErasureRequest, JobRun
 from memoryapp.forgetting.mentions import GROUPS, PARTICIPANTS
 from memoryapp.forgetting.person import person_erase
 from memoryapp.models import ErasureMark, SubjectMention
-from memoryapp.subjects.erasing import ErasureMarked, erasures_marked
+from memoryapp.subjects.erasing import ErasureMarked, erasure_gate, erasures_marked
 
 RESUME_KIND = "erasure_resume"
 RESUME_TASK = "governance.tasks.erasure_resume_job"
@@ -160,38 +161,41 @@ def erasure_resume(*, mark_id: int | None, run: JobRun | None = None) -> dict[st
     agent_id, user_id, mode, keeps, mentions, excluded = marked
     if request_behind(agent_id=agent_id, user_id=user_id) is not None:
         return {"skipped": "a request stands behind it"}
-    held = holds_in_the_way(user_id=user_id, agent_ids=[agent_id])
-    if held:  # placed since the beat sent it: the beat sends another once they are lifted
-        return {"skipped": "legal holds", "holds": held}
     old = not mentions
     if old:
         mentions, excluded = _choices_of_old_mark(agent_id=agent_id, user_id=user_id, keeps=list(keeps or ()))
     excluded = {str(group): str(why) for group, why in (excluded or {}).items()}
-    counts = person_erase(
-        user_id=user_id,
-        agent_ids=[agent_id],
-        mode=mode or "erase",
-        actor=ACTOR,
-        mentions=mentions,
-        exclude=excluded,
-        keep_job_ids=[run.pk] if run is not None else (),
-    )
-    done = {kind: n for kind, n in counts.items() if n}
-    with transaction.atomic():
-        exports_forget_person(user_id=user_id, actor=ACTOR, agent_id=agent_id)
-        # The choices it made, as the erasure's first run recorded them: ids and groups, no person.
-        audit_append(
-            action="erasure.resumed",
+    # The holds read under her eraser lock (memoryapp.subjects.erasing step 6), held to the end.
+    with erasure_gate(
+        user_id=user_id, agent_ids=[agent_id], holds=lambda: holds_in_the_way(user_id=user_id, agent_ids=[agent_id])
+    ) as gate:
+        if gate.holds:  # placed since the beat sent it: the beat sends another once they are lifted
+            return {"skipped": "legal holds", "holds": gate.holds}
+        counts = person_erase(
+            user_id=user_id,
+            agent_ids=[agent_id],
+            mode=mode or "erase",
             actor=ACTOR,
-            agent_id=agent_id,
-            subject=str(mark_id),
-            details={
-                "mark": mark_id,
-                "mode": mode or "erase",
-                "mentions": mentions,
-                "excluded": excluded,
-                "old_mark": old,
-                "counts": done,
-            },
+            mentions=mentions,
+            exclude=excluded,
+            keep_job_ids=[run.pk] if run is not None else (),
         )
+        done = {kind: n for kind, n in counts.items() if n}
+        with transaction.atomic():
+            exports_forget_person(user_id=user_id, actor=ACTOR, agent_id=agent_id)
+            # The choices it made, as the erasure's first run recorded them: ids and groups, no person.
+            audit_append(
+                action="erasure.resumed",
+                actor=ACTOR,
+                agent_id=agent_id,
+                subject=str(mark_id),
+                details={
+                    "mark": mark_id,
+                    "mode": mode or "erase",
+                    "mentions": mentions,
+                    "excluded": excluded,
+                    "old_mark": old,
+                    "counts": done,
+                },
+            )
     return {"counts": done, "mentions": mentions, "excluded": excluded}

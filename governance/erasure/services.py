@@ -7,8 +7,10 @@ run by the job `governance.tasks.erasure_job`; the proof is a report built after
    request, audit `erasure.request` (its id, mode and number of agents: the typed legal basis and
    reason stay on the request), send the job after commit.
 2. The job (`erasure_run`), guarded on the request's status so a rerun is harmless:
-   a. Legal holds (`holds_blocking`) on the person or one of their threads, in the chosen agents:
-      the request is `blocked`, naming the holds, before anything changes (audit `erasure.blocked`).
+   a. Legal holds (`holds_blocking`) on the person or one of their threads, in the chosen agents,
+      read under the person's eraser lock of every agent covered (`erasure_gate`, held to the end
+      of step c: memoryapp.subjects.erasing step 6): the request is `blocked`, naming the holds,
+      before anything changes (audit `erasure.blocked`).
    b. Probes, taken before anything is erased and kept in memory only: the person's user id, the
       other identifiers of the request, and sample strings cut from the person's entries.
    c. `person_erase`, batch after batch, its progress written into the request.
@@ -78,6 +80,7 @@ from memoryapp.models import Agent, Entry, Evidence, MemoryFileVersion, MemoryIt
 from memoryapp.models.choices import EntryType, Role
 from memoryapp.models.people import PersonIdentifier, sent_by
 from memoryapp.screening.identifiers import identifiers_classified
+from memoryapp.subjects.erasing import erasure_gate
 
 logger = logging.getLogger(__name__)
 
@@ -1306,9 +1309,9 @@ def _update(request: ErasureRequest, **fields: Any) -> None:
         setattr(request, name, value)
 
 
-def _blocked(request: ErasureRequest, *, actor: str) -> bool:
-    """Stop at legal holds on the person or one of their threads, before anything changes."""
-    ids = holds_in_the_way(user_id=request.user_id, agent_ids=request.agent_ids)
+def _blocked(request: ErasureRequest, *, actor: str, ids: list[int]) -> bool:
+    """Stop at legal holds on the person or one of their threads (`ids`, read under the erasure's
+    locks: `erasure_gate`), before anything changes."""
     if not ids:
         return False
     with transaction.atomic():
@@ -1346,35 +1349,45 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
     actor = f"erasure:{request.pk}"
     _update(request, status=Status.RUNNING, started_at=request.started_at or timezone.now(), phase="holds")
     try:
-        if _blocked(request, actor=actor):
-            return {"blocked_by": request.blocked_by}
-        _update(request, phase="sampling")
-        began = time.perf_counter()
-        probes = probes_take(request=request)
-        erased_ids = erased_ids_take(request=request) if request.mode == ErasureRequest.Mode.ERASE else []
-        holding = agents_holding(user_id=request.user_id, agent_ids=request.agent_ids)
-        seconds = {"sampling": time.perf_counter() - began}
-        _update(request, phase="erasing", progress_done=0, progress_total=None)
-        began = time.perf_counter()
+        # The person's eraser lock in every agent covered, then the holds read under them (the rule of
+        # memoryapp.subjects.erasing step 6): a hold committed before the locks is read here, and one
+        # placed after is told it came too late. Held until the erasure's last change.
+        with erasure_gate(
+            user_id=request.user_id,
+            agent_ids=request.agent_ids or None,
+            holds=lambda: holds_in_the_way(user_id=request.user_id, agent_ids=request.agent_ids),
+        ) as gate:
+            if _blocked(request, actor=actor, ids=gate.holds):
+                return {"blocked_by": request.blocked_by}
+            _update(request, phase="sampling")
+            began = time.perf_counter()
+            probes = probes_take(request=request)
+            erased_ids = erased_ids_take(request=request) if request.mode == ErasureRequest.Mode.ERASE else []
+            holding = agents_holding(user_id=request.user_id, agent_ids=request.agent_ids)
+            seconds = {"sampling": time.perf_counter() - began}
+            _update(request, phase="erasing", progress_done=0, progress_total=None)
+            began = time.perf_counter()
 
-        with rows_tallied() as tally:
+            with rows_tallied() as tally:
 
-            def progress(done: int, total: int) -> None:
-                with tally.paused():
-                    _update(request, progress_done=done, progress_total=total)
-                    if run is not None:
-                        job_progress(run, done=done, total=total)
+                def progress(done: int, total: int) -> None:
+                    with tally.paused():
+                        _update(request, progress_done=done, progress_total=total)
+                        if run is not None:
+                            job_progress(run, done=done, total=total)
 
-            counts = erasure_steps(
-                user_id=request.user_id,
-                agent_ids=request.agent_ids,
-                mode=request.mode,
-                actor=actor,
-                progress=progress,
-                identifiers=request.identifiers or [],
-                # With the reasons: the mark keeps them, for a resume (governance.erasure.resume).
-                exclude=dict(request.excluded or {}),
-            )
+                counts = erasure_steps(
+                    user_id=request.user_id,
+                    # The agents locked and checked: for every agent, those there were at the gate (an
+                    # agent made since is in no lock); chosen ones as chosen (one deleted since is none).
+                    agent_ids=request.agent_ids or gate.agent_ids,
+                    mode=request.mode,
+                    actor=actor,
+                    progress=progress,
+                    identifiers=request.identifiers or [],
+                    # With the reasons: the mark keeps them, for a resume (governance.erasure.resume).
+                    exclude=dict(request.excluded or {}),
+                )
         touched = tally.tables()
         held = tally.held_before()
         copies = tally.copies()

@@ -293,6 +293,8 @@ class LegalHoldAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
         except DomainError as error:  # the form checked the same: a race at most
             raise PermissionDenied(error.message) from error
         obj.pk, obj.placed_at = hold.pk, hold.placed_at
+        if hold.erasures_running:
+            messages.warning(request, _erasures_running_warning(hold))
 
     @admin.action(description="Lift the selected holds…", permissions=["change"])
     def lift(self, request: HttpRequest, queryset: QuerySet[LegalHold]) -> HttpResponse | None:
@@ -333,3 +335,16 @@ class LegalHoldAdmin(FullWidthList, NamelessAdminLog, admin.ModelAdmin):
             return None
         messages.success(request, f"{lifted} hold{'s' if lifted != 1 else ''} lifted.")
         return None
+
+
+def _erasures_running_warning(hold: LegalHold) -> str:
+    """What staff are told of a hold placed while an erasure of its person ran (governance.retention.holds):
+    where, and that the hold does not stop it."""
+    slugs = list(Agent.objects.filter(pk__in=hold.erasures_running).order_by("pk").values_list("slug", flat=True))
+    where = ", ".join(slugs)
+    return (
+        f"Hold #{hold.pk} is placed, but an erasure of this person was already running in agent"
+        f"{'s' if len(slugs) > 1 else ''} {where}: it started before the hold, which does not stop it. What it "
+        "erases there is gone; the hold keeps what is left if that erasure is interrupted, and blocks any "
+        "erasure started from now on."
+    )

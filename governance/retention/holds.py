@@ -1,6 +1,17 @@
 """Legal holds: placing and lifting them, audited (ids; the reason for lifting as typed, see `legal_hold_lift`).
 
 What a hold keeps is read by `governance.retention.held` (prune and erasure ask it first).
+
+A hold and an erasure of its person are ordered by one rule (memoryapp.subjects.erasing step 6):
+the erasure reads the holds under the person's eraser lock of every agent it covers; a hold takes
+those locks shared, a try, in its transaction (`holds_placing`). So a hold either commits before
+an erasure has its locks, and the erasure reads it and stops, or finds one running (the try
+refused): it is placed all the same, the legal record that keeps what is left should that erasure
+be interrupted, and the agents where one runs are told (`LegalHold.erasures_running`, the audit
+record's `erasures_running`), for the admin to warn that the hold came after that erasure began
+and does not stop it. A hold on a person in every agent takes the lock of every agent (one
+statement): an erasure of her runs in any agent, whatever she has there now (a mention of her is
+enough), so no agent is left out; a hold on a thread, that of its agent and owner.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ from governance.models import ErasureRequest
 from governance.retention.held import holds_in_force, threads_kept_by
 from memoryapp.errors import DomainError
 from memoryapp.models import Agent, LegalHold, Thread
+from memoryapp.subjects.erasing import holds_placing
 
 REASON_MAX = 2000
 LIFT_REASON_MAX = 500
@@ -44,7 +56,7 @@ def legal_hold_place(
         raise DomainError("too_long", f"The reason holds at most {REASON_MAX} characters.", field="reason")
     if ends_at is not None and ends_at <= timezone.now():
         raise DomainError("invalid_value", "The end date must be in the future.", field="ends_at")
-    hold = LegalHold.objects.create(
+    hold = LegalHold(
         agent=agent,
         user_id=user_id,
         thread_external_id=thread_external_id,
@@ -52,6 +64,9 @@ def legal_hold_place(
         ends_at=ends_at,
         placed_by=placed_by,
     )
+    # Before the row: from here to the commit no erasure of the person there begins (module's docstring).
+    hold.erasures_running = tuple(_erasures_running(hold))
+    hold.save()
     audit_append(
         action="legal_hold.placed",
         actor=placed_by,
@@ -65,10 +80,26 @@ def legal_hold_place(
             "user_id": user_id,
             "all_agents": agent is None,
             "ends_at": ends_at.isoformat() if ends_at else None,
+            # The agents where an erasure of the person had begun: the hold does not stop it there.
+            "erasures_running": list(hold.erasures_running),
         },
         person=_hold_person(hold),
     )
     return hold
+
+
+def _erasures_running(hold: LegalHold) -> list[int]:
+    """Take the eraser locks of the people and agents the hold covers, shared, to the end of the
+    placing transaction (`holds_placing`); the agents where an erasure of the person runs."""
+    person = _hold_person(hold)
+    if not person:  # a thread about nobody, or none yet: no person's erasure takes it
+        return []
+    agents = (
+        [hold.agent_id]
+        if hold.agent_id is not None
+        else list(Agent.objects.order_by("pk").values_list("pk", flat=True))
+    )
+    return holds_placing(agent_ids=agents, user_id=person)
 
 
 def _hold_person(hold: LegalHold) -> str:

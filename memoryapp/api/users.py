@@ -7,7 +7,9 @@ Staff erasure requests across agents, with a report, live in governance.
 
 A legal hold in force on the person, or on one of her threads, in the calling agent (the match a
 staff request makes: governance.erasure.services.holds_in_the_way) refuses it: 409 `legal_hold`
-with the hold ids, nothing changed (GDPR art. 17(3)(e)); the refusal is audited with ids only.
+with the hold ids, nothing changed (GDPR art. 17(3)(e)); the refusal is audited with ids only. The
+holds are read under her erasure lock in the agent (`erasure_gate`: the rule of
+memoryapp.subjects.erasing step 6), so a hold committed before the erasure has its lock is read.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from memoryapp.forgetting.mentions import MENTION_MODES, mentions_counts
 from memoryapp.forgetting.person import MODES, person_erase
 from memoryapp.ids import person_id_check
 from memoryapp.screening.identifiers import identifiers_given
+from memoryapp.subjects.erasing import erasure_gate
 
 
 class UserForgetInput(StrictSerializer):
@@ -83,30 +86,35 @@ class UserForgetView(APIView):
         user_id = person_id_check(user_id)
         data = validated(UserForgetInput, request.data if request.data is not None else {})
         given = identifiers_given(data.get("identifiers"), field="identifiers")
-        _holds_refuse(agent_id=agent.pk, actor=f"agent:{agent.slug}", user_id=user_id)
-        counts = person_erase(
+        # A web worker never waits on a running erasure of the person: 409 `erasure_running`.
+        with erasure_gate(
             user_id=user_id,
             agent_ids=[agent.pk],
-            mode=data["mode"],
-            actor=f"agent:{agent.slug}",
-            identifiers=given,
-            mentions=data["mentions"],
-            # A web worker never waits on a running erasure of the person: 409 `erasure_running`.
+            holds=lambda: holds_in_the_way(user_id=user_id, agent_ids=[agent.pk]),
             wait=False,
-        )
+        ) as gate:
+            _holds_refuse(agent_id=agent.pk, actor=f"agent:{agent.slug}", user_id=user_id, held=gate.holds)
+            counts = person_erase(
+                user_id=user_id,
+                agent_ids=[agent.pk],
+                mode=data["mode"],
+                actor=f"agent:{agent.slug}",
+                identifiers=given,
+                mentions=data["mentions"],
+                wait=False,
+            )
+            # A staff export of the person holding this agent's memory of them is a copy of what went.
+            with transaction.atomic():
+                exports_forget_person(user_id=user_id, actor=f"agent:{agent.slug}", agent_id=agent.pk)
         counts.setdefault("sessions", 0)
-        # A staff export of the person holding this agent's memory of them is a copy of what went.
-        with transaction.atomic():
-            exports_forget_person(user_id=user_id, actor=f"agent:{agent.slug}", agent_id=agent.pk)
         counts["mentions"] = mentions_counts(counts)  # type: ignore[assignment]
         return Response(UserForgetOut({"user_id": user_id, "mode": data["mode"], "counts": counts}).data)
 
 
-def _holds_refuse(*, agent_id: int, actor: str, user_id: str) -> None:
-    """409 `legal_hold` naming the holds in force on the person or her threads in this agent,
-    before anything changes; the refusal audited with the hold ids only (no person, no pseudonym:
-    it makes no key of hers)."""
-    held = holds_in_the_way(user_id=user_id, agent_ids=[agent_id])
+def _holds_refuse(*, agent_id: int, actor: str, user_id: str, held: list[int]) -> None:
+    """409 `legal_hold` naming the holds in force on the person or her threads in this agent (read
+    under her erasure lock), before anything changes; the refusal audited with the hold ids only
+    (no person, no pseudonym: it makes no key of hers)."""
     if not held:
         return
     with transaction.atomic():

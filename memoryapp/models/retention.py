@@ -31,6 +31,10 @@ class LegalHold(models.Model):
     lifted_at = models.DateTimeField(null=True, blank=True)
     lifted_by = models.CharField(max_length=150, blank=True, default="")
 
+    # Not stored: the agents where an erasure of the person was running as the hold was placed, which
+    # it does not stop (set by governance.retention.holds.legal_hold_place; its audit record keeps them).
+    erasures_running: tuple[int, ...] = ()
+
     class Meta:
         ordering = ["-placed_at"]
         constraints = [

@@ -35,6 +35,22 @@ after its scan, naming her, was neither seen nor, once the index forgot her, mar
 A replacement of her identifiers (`PUT /users/{id}/identifiers`) takes the lock shared too (it
 keeps the identifiers given with the erasure); the mark, a row of its own, stays.
 
+6. Legal holds and the erasure, one rule (`erasure_gate`, `holds_placing`): an erasure reads the
+   holds *under* its locks, and a hold is placed under the same locks taken shared, so one of the
+   two is first. The erasure takes her `locks.ERASURE_RUN` in every agent it covers, in agent pk
+   order (no two erasures of her wait on each other crosswise), before it changes anything, then
+   reads the holds in force on her or her threads there (its caller's check: governance's, which
+   this package may not import); one found stops it as it stands (the agent's `forget` a 409
+   `legal_hold`, a staff request `blocked`, a resume skipped). A hold's transaction takes the same
+   locks shared, a try, to its commit: taken, the hold commits before any eraser of hers gets its
+   lock, so every later erasure reads it. Refused, an erasure of her holds the lock there (or is
+   queued for it, behind writes of her memory committing): it read the holds, or reads them, without
+   waiting for this one, and goes on; the hold is placed all the same (the legal record, and it
+   keeps what is left should that erasure be interrupted: its resume and its retry read it) and the
+   agents are told, to be said to staff. (One that reads the holds after the hold committed stops:
+   the warning then errs on the side of telling.) Reading the holds before the lock, as the erasure
+   did, missed a hold committed between the read and the lock.
+
 Cost: a write naming no registered person takes no lock and sends no query; one naming someone
 sends two (the shared lock, the read), and waits only on the mark of a person it names: a
 transaction that takes that lock first, holding nothing, then only her mark and registry rows,
@@ -44,8 +60,8 @@ goes through it, whatever the writes hold (threads, rows, the audit chain).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -56,7 +72,7 @@ from django.utils import timezone
 
 from governance import locks
 from memoryapp.errors import Conflict
-from memoryapp.models import ErasureMark
+from memoryapp.models import Agent, ErasureMark
 from memoryapp.models.people import thread_participants
 from memoryapp.screening.identifiers import identifiers_given_keep
 
@@ -143,6 +159,62 @@ def erasure_running(*, agent_id: int, user_id: str, wait: bool = True) -> Iterat
         # must not stand in for the erasure's in the job's report.
         with suppress(DatabaseError), connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [locks.ERASURE_RUN, number])
+
+
+@dataclass(frozen=True)
+class ErasureGate:
+    """An erasure's way in (step 6 of the module's docstring): the agents it covers, each one's
+    eraser lock held, in pk order; and the legal holds in force read under those locks (ids; any
+    one stops the erasure before it changes anything)."""
+
+    agent_ids: list[int]
+    holds: list[int]
+
+
+@contextmanager
+def erasure_gate(
+    *,
+    user_id: str,
+    agent_ids: Sequence[int] | None,
+    holds: Callable[[], list[int]],
+    wait: bool = True,
+) -> Iterator[ErasureGate]:
+    """Take the person's `locks.ERASURE_RUN` in every agent the erasure covers (`agent_ids`, None
+    for every agent: those there are now), agent pk order, as `erasure_running` does (`wait` False:
+    409 `erasure_running` at once), then read `holds()`, the caller's check of the legal holds in
+    the way, under them (step 6 of the module's docstring). Held to the block's end, and let go
+    however it ends: the erasure runs inside, in those agents (`person_erase`, whose own
+    `erasure_running` takes each again in the same session: PostgreSQL counts a session's locks,
+    and each is let go as often as taken).
+
+    Inside a caller's transaction (a dry run) nothing is held, as `erasure_running`."""
+    agents = Agent.objects.order_by("pk")
+    if agent_ids is not None:
+        agents = agents.filter(pk__in=list(agent_ids))
+    covered = list(agents.values_list("pk", flat=True))
+    with ExitStack() as held:
+        for agent_id in covered:
+            held.enter_context(erasure_running(agent_id=agent_id, user_id=user_id, wait=wait))
+        yield ErasureGate(agent_ids=covered, holds=holds())
+
+
+def holds_placing(*, agent_ids: Sequence[int], user_id: str) -> list[int]:
+    """A legal hold on the person in these agents is being placed (step 6 of the module's
+    docstring): take her eraser lock shared in each, a try, to the end of the caller's transaction
+    (call it inside the hold's), so an erasure of hers not yet begun reads the hold once it has its
+    lock. Answers the agents (pk order) where the try failed: an erasure of hers holds the lock
+    there, or is queued for it, and does not wait for this hold to read the holds. One statement;
+    a try, never a wait: an admin page never waits on an erasure that may run for minutes."""
+    numbers = {agent_id: locks.person(agent_id, user_id) for agent_id in agent_ids}
+    if not numbers:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT n FROM unnest(%s::int[]) AS n WHERE NOT pg_try_advisory_xact_lock_shared(%s, n)",
+            [sorted(set(numbers.values())), locks.ERASURE_RUN],
+        )
+        refused = {n for (n,) in cursor.fetchall()}
+    return sorted(agent_id for agent_id, number in numbers.items() if number in refused)
 
 
 # How long a web request's erasure waits for the writes of the person's memory in flight, each of

@@ -1,0 +1,304 @@
+"""A legal hold placed while an erasure of its person begins (issue 25, memoryapp.subjects.erasing
+step 6), on two connections with PostgreSQL's own advisory locks, interleaved by who waits on which
+lock (`pg_locks`), never by sleeps; every wait bounded.
+
+1. A hold committing while the agent's `forget` waits for the person's eraser lock (the hold's
+   transaction holds it shared): the `forget` read the holds before taking the lock, found none,
+   and erased under the hold. It reads them under the lock now: 409 `legal_hold`, nothing changed.
+2. The same for a staff request, the hold on every agent: it read the holds (`_blocked`) before
+   the lock and erased. Now `blocked`, naming the hold, nothing changed.
+3. A hold placed while an erasure of its person runs (holds the lock): placed, the admin warns that
+   the erasure started before it in that agent, named, and is not stopped by it, and the audit
+   record lists the agent's id; the erasure goes on; the next one is refused.
+4. The locks balance: after a `forget` (done, refused by a hold, refused as running) and a staff
+   request (done, blocked) the session holds no advisory lock; a staff request held every agent's
+   lock from its start.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from governance import locks
+from governance.erasure.services import erasure_run
+from governance.models import AuditRecord, DataKey, ErasureRequest, PseudonymKey
+from governance.retention.holds import legal_hold_place
+from memoryapp.forgetting.services import cascade_step_hook
+from memoryapp.models import (
+    Agent,
+    Entry,
+    ErasureMark,
+    LegalHold,
+    MemoryFileVersion,
+    MemoryItem,
+    PersonIdentifier,
+    SubjectMention,
+    Thread,
+)
+from tests.forgetting.test_index_races import WAIT, Side
+from tests.kit.admin import staff_client
+from tests.kit.api import Caller, post_thread
+from tests.kit.erasing import erasure_held
+from tests.kit.mentions import IDENTIFIERS, PERSON, plant
+
+pytestmark = pytest.mark.django_db(transaction=True)  # two connections: what each commits is seen
+
+REASON = "Litigation Valdomiro v. Travel Co"
+HOLDS = "/admin/memoryapp/legalhold/"
+
+
+def _register(caller: Caller) -> None:
+    answer = caller.client.put(f"/api/v1/users/{PERSON}/identifiers", IDENTIFIERS, format="json")
+    assert answer.status_code == 200, answer.content
+
+
+def _state() -> dict[str, Any]:
+    """What an erasure changes: rows (with their text), marks, keys."""
+    return {
+        "threads": sorted(Thread.objects.values_list("agent_id", "external_id", "user_id", "metadata")),
+        "entries": sorted(Entry.objects.values_list("pk", "content")),
+        "items": sorted(MemoryItem.objects.values_list("pk", "value", "status")),
+        "files": sorted(MemoryFileVersion.objects.values_list("pk", "content")),
+        "identifiers": PersonIdentifier.objects.count(),
+        "mentions": SubjectMention.objects.count(),
+        "marks": ErasureMark.objects.count(),
+        "data_keys": sorted(DataKey.objects.values_list("pk", flat=True)),
+        "pseudonym_keys": sorted(PseudonymKey.objects.values_list("pk", flat=True)),
+    }
+
+
+def _forget(caller: Caller) -> Any:
+    return caller.client.post(f"/api/v1/users/{PERSON}/forget", {"identifiers": IDENTIFIERS}, format="json")
+
+
+def _advisory_locks() -> list[tuple[int, int, str]]:
+    """The advisory locks this session holds (class, number, mode)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT classid::bigint, objid::bigint, mode FROM pg_locks"
+            " WHERE locktype = 'advisory' AND pid = pg_backend_pid() ORDER BY 1, 2"
+        )
+        return [(int(c), int(o), str(m)) for c, o, m in cursor.fetchall()]
+
+
+def _waits_for_eraser_lock(side: Side) -> bool:
+    """Whether `side` waits (not granted) for a person's eraser lock (`locks.ERASURE_RUN`)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted AND locktype = 'advisory'"
+            " AND classid = %s::oid)",
+            [side.pid, locks.ERASURE_RUN],
+        )
+        return bool(cursor.fetchone()[0])
+
+
+def _until(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while time.monotonic() < deadline:
+        if done():
+            return
+        time.sleep(0.01)  # polling a condition, not deciding a race
+    raise AssertionError(f"never: {what}")
+
+
+@contextmanager
+def _hold_in_flight(agent: Agent | None) -> Iterator[Side]:
+    """A hold on her placed in a transaction of another connection, not yet committed (it holds her
+    eraser lock shared, as every write of her memory does); committed when the block ends."""
+    placed, commit = threading.Event(), threading.Event()
+
+    def place() -> LegalHold:
+        with transaction.atomic():
+            hold = legal_hold_place(reason=REASON, placed_by="staff:pat", agent=agent, user_id=PERSON)
+            placed.set()
+            assert commit.wait(WAIT)
+        return hold
+
+    side = Side(place, "hold")
+    assert placed.wait(WAIT)
+    try:
+        yield side
+    finally:
+        commit.set()
+        side.join()
+        assert not side.errors, side.errors
+
+
+def test_a_hold_committed_while_the_forget_waits_for_its_lock_refuses_it(alice: Caller) -> None:
+    _register(alice)
+    plant(alice)
+    before = _state()
+    audit_before = set(AuditRecord.objects.values_list("pk", flat=True))
+
+    with _hold_in_flight(alice.agent) as placing:
+        forget = Side(lambda: _forget(alice), "forget")
+        # The forget waits for her eraser lock, which the hold's transaction holds shared.
+        _until(lambda: _waits_for_eraser_lock(forget), "the forget waits for the hold's commit")
+    forget.join()
+    assert not forget.errors, forget.errors
+    hold: LegalHold = placing.answer
+
+    # Before: it had read the holds (none committed) and erased her under the hold, answering 200.
+    answer = forget.answer
+    assert answer.status_code == 409, answer.content
+    assert answer.json()["error"]["code"] == "legal_hold" and answer.json()["error"]["holds"] == [hold.pk]
+    assert _state() == before
+    assert Thread.objects.filter(agent=alice.agent, external_id="t-ines", user_id=PERSON).exists()
+    added = AuditRecord.objects.exclude(pk__in=audit_before)
+    assert sorted(added.values_list("action", flat=True)) == ["legal_hold.placed", "person.erase.blocked"]
+    # Placed before any erasure had her lock: nothing told to staff.
+    assert added.get(action="legal_hold.placed").details["erasures_running"] == []
+
+
+def test_a_hold_committed_while_a_staff_request_waits_for_its_locks_blocks_it(alice: Caller, bob: Caller) -> None:
+    for caller in (alice, bob):
+        _register(caller)
+        plant(caller)
+    request = ErasureRequest.objects.create(user_id=PERSON, agent_ids=[], mode=ErasureRequest.Mode.ERASE)
+    before = _state()
+
+    with _hold_in_flight(None) as placing:  # on her in every agent
+        run = Side(lambda: erasure_run(request_id=request.pk), "staff erasure")
+        # Past the point where `_blocked` read the holds before: waiting for her first agent's lock.
+        _until(lambda: _waits_for_eraser_lock(run), "the request waits for the hold's commit")
+        request.refresh_from_db()
+        assert request.status == ErasureRequest.Status.RUNNING and request.phase == "holds"
+    run.join()
+    assert not run.errors, run.errors
+    hold: LegalHold = placing.answer
+
+    # Before: status done, her threads in both agents gone under the hold.
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.BLOCKED, request.error
+    assert request.blocked_by == [hold.pk] and run.answer == {"blocked_by": [hold.pk]}
+    after = _state()
+    # (The hold's audit record on every agent may make her a pseudonym key of no agent: none went.)
+    assert set(before.pop("pseudonym_keys")) <= set(after.pop("pseudonym_keys"))
+    assert after == before
+    assert Thread.objects.filter(user_id=PERSON).count() == 2
+    assert AuditRecord.objects.filter(action="erasure.blocked", details__request=request.pk).exists()
+    assert AuditRecord.objects.get(action="legal_hold.placed").details["erasures_running"] == []
+
+
+def _paused_forget(caller: Caller) -> tuple[Side, threading.Event]:
+    """Her `forget` in another connection, stopped between two of its batches (her eraser lock
+    held, part of her memory erased) until the event answered is set."""
+    paused, go = threading.Event(), threading.Event()
+
+    def between_batches(step: str) -> None:
+        if step == "batch" and not paused.is_set():
+            paused.set()
+            assert go.wait(WAIT)
+
+    cascade_step_hook(between_batches)
+    forget = Side(lambda: _forget(caller), "forget")
+    assert paused.wait(WAIT)
+    return forget, go
+
+
+@pytest.mark.parametrize("on", ["her in alice", "her in every agent"])
+def test_a_hold_placed_while_her_erasure_runs_is_placed_and_staff_are_told_it_does_not_stop_it(
+    alice: Caller, bob: Caller, on: str
+) -> None:
+    for caller in (alice, bob):
+        _register(caller)
+        plant(caller)
+    officer = staff_client(username="pia", groups=("Privacy officers",))
+    forget, go = _paused_forget(alice)
+    try:
+        form = {"agent": alice.agent.pk if on == "her in alice" else "", "user_id": PERSON, "reason": REASON}
+        answer = officer.post(f"{HOLDS}add/", form, follow=True)
+    finally:
+        go.set()
+        forget.join()
+        cascade_step_hook(None)
+    assert not forget.errors, forget.errors
+
+    assert answer.status_code == 200, answer.content.decode()[:2000]
+    hold = LegalHold.objects.get()
+    assert hold.user_id == PERSON and hold.lifted_at is None
+    shown = [(m.level_tag, str(m)) for m in answer.context["messages"]]
+    warnings = [text for level, text in shown if level == "warning"]
+    # Before: placed with no word, though the erasure under way was not stopped by it.
+    assert len(warnings) == 1, shown
+    assert f"Hold #{hold.pk} is placed" in warnings[0] and "agent alice:" in warnings[0]
+    assert "started before the hold" in warnings[0] and "does not stop it" in warnings[0]
+    assert "bob" not in warnings[0] and PERSON not in warnings[0]
+    placed = AuditRecord.objects.get(action="legal_hold.placed")
+    assert placed.details["erasures_running"] == [alice.agent.pk]
+    assert PERSON not in str(placed.details) + placed.subject and "Litigation" not in str(placed.details)
+
+    # The erasure that started before it went on to its end (the hold is no stop to it) ...
+    assert forget.answer.status_code == 200, forget.answer.content
+    assert not Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+    # ... and the next one reads it; bob's memory of her, under an every-agent hold, stays.
+    assert _forget(alice).json()["error"]["code"] == "legal_hold"
+    if on == "her in every agent":
+        assert _forget(bob).json()["error"]["code"] == "legal_hold"
+    assert Thread.objects.filter(agent=bob.agent, user_id=PERSON).exists()
+
+
+def test_a_hold_placed_with_no_erasure_running_takes_the_lock_and_tells_nothing(alice: Caller) -> None:
+    plant(alice)
+    officer = staff_client(username="pia", groups=("Privacy officers",))
+
+    answer = officer.post(f"{HOLDS}add/", {"agent": alice.agent.pk, "user_id": PERSON, "reason": REASON}, follow=True)
+
+    assert answer.status_code == 200
+    assert not [m for m in answer.context["messages"] if m.level_tag == "warning"]
+    assert AuditRecord.objects.get(action="legal_hold.placed").details["erasures_running"] == []
+    assert _advisory_locks() == []  # the shared lock went with the hold's transaction
+
+
+def _person_number(agent: Agent) -> int:
+    return locks.person(agent.pk, PERSON)
+
+
+def test_the_erasures_let_go_of_every_lock_they_took(alice: Caller, bob: Caller) -> None:
+    for caller in (alice, bob):
+        _register(caller)
+        plant(caller)
+    # A staff request of every agent holds her lock in both from its start (bob's while in alice).
+    held_mid_run: list[list[tuple[int, int, str]]] = []
+
+    def between_batches(step: str) -> None:
+        if step == "batch" and not held_mid_run:
+            held_mid_run.append(_advisory_locks())
+
+    request = ErasureRequest.objects.create(user_id=PERSON, agent_ids=[], mode=ErasureRequest.Mode.ERASE)
+    cascade_step_hook(between_batches)
+    try:
+        erasure_run(request_id=request.pk)
+    finally:
+        cascade_step_hook(None)
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.DONE, request.error
+    eraser = {(locks.ERASURE_RUN, _person_number(a), "ExclusiveLock") for a in (alice.agent, bob.agent)}
+    assert eraser <= set(held_mid_run[0])
+    assert _advisory_locks() == []
+
+    # A forget done, then one refused by a hold: nothing left held either.
+    post_thread(alice, "t-ines-2", user_id=PERSON)
+    assert _forget(alice).json()["counts"]["threads"] == 1
+    assert _advisory_locks() == []
+    post_thread(alice, "t-ines-3", user_id=PERSON)
+    legal_hold_place(reason=REASON, placed_by="staff:pat", agent=alice.agent, user_id=PERSON)
+    assert _forget(alice).json()["error"]["code"] == "legal_hold"
+    assert _advisory_locks() == []
+    # A staff request blocked by it.
+    blocked = ErasureRequest.objects.create(user_id=PERSON, agent_ids=[alice.agent.pk], mode="erase")
+    erasure_run(request_id=blocked.pk)
+    blocked.refresh_from_db()
+    assert blocked.status == ErasureRequest.Status.BLOCKED
+    assert _advisory_locks() == []
+    # A forget in bob refused because another process erases her there.
+    with erasure_held(bob.agent.pk):
+        assert _forget(bob).json()["error"]["code"] == "erasure_running"
+        assert _advisory_locks() == []
