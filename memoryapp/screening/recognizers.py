@@ -299,12 +299,27 @@ def _phones(recognizer: Any) -> Detector:
     # write's phone numbers had theirs compiled again and again (`_match_national_number`, some 5%
     # of screening's time in bench/screening.py). Kept once compiled, from now on (its own switch).
     phonenumbers.enable_pattern_cache()
+    lead = _phone_lead()
 
     class Matcher(PhoneNumberMatcher):  # type: ignore[misc]
         def __init__(self, text: str, region: str, parsed: Parsed) -> None:
             super().__init__(text, region, leniency=leniency)
             self.parsed = parsed
             self.read_in_region = False  # whether a candidate without its country code was parsed
+
+        def has_next(self) -> bool:
+            """The matcher's `has_next`, its next search begun `lead` characters before the next digit
+            rather than where the last match ended, and not made when no digit is left (`_phone_lead`):
+            its pattern, which opens with optional parts, was tried at every place of the prose before
+            and after a number (a turn of bench/screening.py with its number parsed already: 11.9
+            against 9.6 us, the fastest of 300 runs each on a busy machine)."""
+            if lead is not None and self._state == PhoneNumberMatcher._NOT_READY:
+                digit = _ANY_DIGIT.search(self.text, self._search_index)
+                if digit is None:
+                    self._state = PhoneNumberMatcher._DONE
+                elif digit.start() - lead > self._search_index:
+                    self._search_index = digit.start() - lead
+            return bool(super().has_next())
 
         def _parse_and_verify(self, candidate: str, offset: int) -> Any:
             text, end = self.text, offset + len(candidate)
@@ -353,6 +368,33 @@ def _phones(recognizer: Any) -> Detector:
         return spans
 
     return detect
+
+
+@functools.cache
+def _phone_lead() -> int | None:
+    """The most characters a match of phonenumbers' candidate pattern (`_PATTERN`) holds before its
+    first digit, read from the pattern itself: it opens with its leading part (up to two brackets or
+    plus signs, each followed by up to four punctuation marks: 10 characters), then a run of digits
+    (`\\d{1,20}`). None when it does not open so (another version of the library).
+
+    So no match begins more than `lead` characters before the first digit at or after where it
+    begins: a search begun that far before the next digit finds the match a search begun earlier
+    finds (a match at a place is the same whichever place the search began at: `re` reads what is
+    before `pos` for a lookbehind, `^` or `\\b`), as the places skipped hold none. With no digit
+    left, there is none."""
+    from re import _constants as sre_constants  # type: ignore[attr-defined]
+    from re import _parser as sre_parser  # type: ignore[attr-defined]
+
+    from phonenumbers.phonenumbermatcher import _PATTERN
+
+    parsed = sre_parser.parse(_PATTERN.pattern, _PATTERN.flags)
+    if len(parsed) < 2:
+        return None
+    lead = sre_parser.SubPattern(parsed.state, [parsed[0]]).getwidth()[1]
+    op, arguments = parsed[1]
+    digit = [(sre_constants.IN, [(sre_constants.CATEGORY, sre_constants.CATEGORY_DIGIT)])]
+    opens_with_digits = op is sre_constants.MAX_REPEAT and arguments[0] >= 1 and list(arguments[2]) == digit
+    return int(lead) if opens_with_digits and lead < sre_constants.MAXREPEAT else None
 
 
 # The plus signs phonenumbers reads as the start of a country code (phonenumberutil._PLUS_CHARS).

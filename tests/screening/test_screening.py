@@ -16,6 +16,8 @@ from memoryapp.llm.scripted import ScriptedModel
 from memoryapp.models import Entry, MemoryFileVersion, MemoryItem, Thread
 from memoryapp.search import embedders
 from memoryapp.search.indexing import embed_pending
+from memoryapp.threads.hashing import content_hash, hashed_turn
+from memoryapp.threads.validation import entry_text
 from tests.kit.api import (
     MEMORY_TOOL,
     THREADS,
@@ -100,6 +102,35 @@ def test_each_category_is_redacted_to_its_placeholder_when_the_policy_says_redac
     assert record.action == "screening.screened"
     assert {"category": category, "action": "redact", "field": "content"} in record.details["decisions"]
     assert SAMPLES[category] not in json.dumps(record.details)
+
+
+def test_a_redacted_turn_is_stored_with_the_text_and_hash_of_what_stays(alice: Caller) -> None:
+    """A plain message's text and hash are made the short way (`content_hash_plain`), the others'
+    from their turn: each as an entry made from the stored values would have them."""
+    screening_set(alice, email="redact", phone="redact")
+    post_thread(alice, "t-h")
+    call = {"id": "c1", "name": "lookup", "arguments": {"q": SAMPLES["email"]}}
+    entries = [
+        {"role": "user", "content": SAMPLES["email"]},
+        {"role": "assistant", "content": SAMPLES["phone"], "tool_calls": [call]},
+        {"type": "tool_result", "tool_call_id": "c1", "content": SAMPLES["phone"]},
+        {"role": "assistant", "content": [{"type": "text", "text": SAMPLES["email"]}]},
+        {"role": "user", "content": "no one named here"},
+    ]
+    post_ok(alice.client, f"{THREADS}/t-h/entries", {"entries": entries})
+    stored = list(Entry.objects.filter(thread__external_id="t-h").order_by("seq"))
+    assert [e.content if isinstance(e.content, str) else e.content[0]["text"] for e in stored] == [
+        "write to [email] please",
+        "call me on [phone] tonight",
+        "call me on [phone] tonight",
+        "write to [email] please",
+        "no one named here",
+    ]
+    assert stored[1].tool_calls[0]["arguments"] == {"q": "write to [email] please"}
+    for entry in stored:
+        assert entry.text == entry_text(content=entry.content, tool_calls=entry.tool_calls)
+        turn = hashed_turn(entry)
+        assert entry.content_hash == content_hash(parent_id=entry.parent_id, turn=turn, created_at=entry.created_at)
 
 
 @pytest.mark.parametrize("category", sorted(SAMPLES))
