@@ -284,8 +284,11 @@ def keyword_entries(
     # Within a thread the rows are read in no order (ranking them by cover density was a third of
     # the read's CPU; issue 26) unless they are more than the cap: BM25 orders them by score, then
     # newness, which tell a thread's rows apart; should two rows tie on both where the page is laid
-    # out, they are read again ranked, as before, so that the answer is the same.
-    unordered = scope.thread_pk is not None
+    # out, they are read again ranked, as before, so that the answer is the same. So is a scope of
+    # no more rows than the cap (an agent's or a person's): every match is read whatever the order,
+    # and the rank was most of the read (260 matches of an agent's 270 rows: 1.0-1.3 against
+    # 3.7-4.6 ms a statement). A larger one would read its rows twice whenever they pass the cap.
+    unordered = scope.thread_pk is not None or total <= KEYWORD_CANDIDATES
     hits, tied = ranked(gather(ordered=not unordered))
     if unordered and tied:
         hits, _ = ranked(gather(ordered=True))

@@ -10,6 +10,7 @@ from typing import Any
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from memoryapp.search import keyword
 from memoryapp.search.keyword import keyword_entries
 from memoryapp.search.query import analyze_query
 from memoryapp.search.scope import EntryScope
@@ -51,3 +52,30 @@ def test_rows_tied_on_score_and_newness_are_read_again_ranked(alice: Any) -> Non
     ids, reads = _read(alice, thread)
     assert len(reads) == 2 and "ts_rank_cd" not in reads[0] and "ts_rank_cd" in reads[1]
     assert sorted(ids) == sorted(thread.entries.values_list("id", flat=True))
+
+
+def test_an_agent_scope_within_the_cap_is_read_in_no_order(alice: Any) -> None:
+    # Every match of a scope of no more rows than the cap is read whatever the order: the agent's
+    # scope is ranked by BM25 alone, as a thread's is, newest first among like rows.
+    older = ThreadFactory(agent=alice.agent, external_id="t-a1", turns=_turns([AT, AT + timedelta(minutes=1)]))
+    newer = ThreadFactory(agent=alice.agent, external_id="t-a2", turns=_turns([AT + timedelta(minutes=2)]))
+    with CaptureQueriesContext(connection) as queries:
+        hits = keyword_entries(scope=EntryScope(agent_id=alice.agent.pk), analysis=analyze_query("garden"), limit=10)
+    reads = [q["sql"] for q in queries.captured_queries if "search_vector @@" in q["sql"]]
+    assert len(reads) == 1 and "ts_rank_cd" not in reads[0]
+    newest_first = [
+        *newer.entries.values_list("id", flat=True),
+        *older.entries.order_by("-seq").values_list("id", flat=True),
+    ]
+    assert [h.id for h in hits] == newest_first
+
+
+def test_an_agent_scope_above_the_cap_keeps_the_ranked_read(alice: Any, monkeypatch: Any) -> None:
+    # Its matches may pass the cap: an unordered read would then be made again ranked.
+    monkeypatch.setattr(keyword, "KEYWORD_CANDIDATES", 2)
+    ThreadFactory(agent=alice.agent, external_id="t-b", turns=_turns([AT + timedelta(minutes=i) for i in range(3)]))
+    with CaptureQueriesContext(connection) as queries:
+        hits = keyword_entries(scope=EntryScope(agent_id=alice.agent.pk), analysis=analyze_query("garden"), limit=10)
+    reads = [q["sql"] for q in queries.captured_queries if "search_vector @@" in q["sql"]]
+    assert len(reads) == 1 and "ts_rank_cd" in reads[0]
+    assert len(hits) == 2
