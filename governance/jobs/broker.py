@@ -19,6 +19,7 @@ from django.db.models import F
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
+from governance.jobs.redis_io import redis_command
 from governance.jobs.runs import job_task, thread_run_current
 from governance.models import JobRun
 
@@ -203,7 +204,9 @@ def debounce_mark_set(key: str, *, ttl: int) -> bool:
     if broker_resting():
         return True
     try:
-        fresh = bool(broker_redis().set(key, "1", nx=True, ex=ttl))
+        # SET NX EX, without redis-py's layers of a command (a round trip of every append): its
+        # reply is OK when the key was set, nil when it was there already.
+        fresh = redis_command(broker_redis(), "SET", key, "1", "NX", "EX", ttl) is not None
     except redis.RedisError:
         _broker_failed()
         return True

@@ -33,6 +33,7 @@ from typing import Any
 import redis
 from django.conf import settings
 
+from governance.jobs.redis_io import redis_command
 from memoryapp.models import Agent, AgentKey
 
 logger = logging.getLogger(__name__)
@@ -94,10 +95,11 @@ def limits_redis() -> redis.Redis:
 def _script_run(source: str, numkeys: int, *keys_and_arguments: Any) -> Any:
     """Run a Lua script by its SHA1 (EVALSHA): EVAL sends the text (the gate's is ~1.5 kB) and Redis
     hashes it on every request. A Redis that does not hold it (restarted, flushed) gets it by EVAL,
-    which also keeps it for the next call."""
+    which also keeps it for the next call. EVALSHA goes without redis-py's layers of a command
+    (`redis_command`: the gate is a round trip of every agent request)."""
     client = limits_redis()
     try:
-        return client.evalsha(_script_sha(source), numkeys, *keys_and_arguments)  # type: ignore[no-untyped-call]
+        return redis_command(client, "EVALSHA", _script_sha(source), numkeys, *keys_and_arguments)
     except redis.exceptions.NoScriptError:
         return client.eval(source, numkeys, *keys_and_arguments)  # type: ignore[no-untyped-call]
 
