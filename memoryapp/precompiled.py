@@ -20,6 +20,10 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from django.db import connections, models
+from django.db.models.base import ModelState
+from django.db.models.fields.related_descriptors import ForeignKeyDeferredAttribute
+from django.db.models.query_utils import DeferredAttribute
+from django.db.models.signals import post_init, pre_init
 from django.db.transaction import TransactionManagementError
 from psycopg import ClientCursor
 
@@ -235,6 +239,44 @@ class _Returned:
     columns: tuple[str, ...]
     init_list: list[str]
     converters: list[tuple[int, tuple[list[Any], Any]]]
+    # Whether a row's values may be put in place (`_in_place`) rather than given to `from_db`.
+    in_place: bool
+
+
+# The descriptors Django puts on a model's field attributes that store any value as it is given: a
+# plain field's (it only reads) and a foreign key's id (it drops the related object cached on the
+# instance when the id changes, and a new instance caches none).
+_PLAIN_DESCRIPTORS = (DeferredAttribute, ForeignKeyDeferredAttribute)
+
+
+def _in_place_possible(model: type[models.Model], init_list: list[str]) -> bool:
+    """Whether `from_db(db, init_list, values)` leaves nothing but what `_in_place` leaves: every
+    concrete field given, in order, Django's own `from_db` and `__init__`, and no field whose class
+    attribute does more with a value than store it. The init signals' listeners are looked at by
+    `_in_place` itself (one may be connected later)."""
+    return (
+        init_list == [field.attname for field in model._meta.concrete_fields]
+        and getattr(model.from_db, "__func__", None) is getattr(models.Model.from_db, "__func__", None)
+        and model.__init__ is models.Model.__init__
+        and all(type(getattr(model, name, None)) in _PLAIN_DESCRIPTORS for name in init_list)
+    )
+
+
+def _in_place(model: type[M], db: str, init_list: list[str], values: list[Any]) -> M:
+    """`model.from_db(db, init_list, values)` for a model `_in_place_possible` accepts, its values put
+    in place: Model.__init__ by position sets each through setattr and sends pre_init and post_init
+    (the single append's thread, 21 columns: ~14 us against ~10 us, issue 26). What it leaves is what
+    from_db leaves: a state of its own (not adding, of `db`), each field's value under its attribute
+    name. With a listener of either init signal: from_db itself."""
+    if pre_init.has_listeners(model) or post_init.has_listeners(model):
+        return model.from_db(db, init_list, values)  # type: ignore[return-value]
+    instance = model.__new__(model)
+    fields = instance.__dict__
+    state = fields["_state"] = ModelState()
+    fields.update(zip(init_list, values, strict=True))
+    state.adding = False
+    state.db = db
+    return instance
 
 
 class ReturnedRows(Generic[M]):
@@ -255,11 +297,13 @@ class ReturnedRows(Generic[M]):
                 compiler = queryset.query.get_compiler(using=queryset.db)
                 compiler.as_sql()
                 select = [column[0] for column in compiler.select]
+                init_list = [column.target.attname for column in select]
                 self._compiled = _Returned(
                     db=queryset.db,
                     columns=tuple(str(column.target.column) for column in select),
-                    init_list=[column.target.attname for column in select],
+                    init_list=init_list,
                     converters=sorted(compiler.get_converters(select).items()),
+                    in_place=_in_place_possible(self._model, init_list),
                 )
             return self._compiled
 
@@ -278,4 +322,6 @@ class ReturnedRows(Generic[M]):
             for function in functions:
                 value = function(value, expression, connection)
             found[at] = value
+        if compiled.in_place:
+            return _in_place(self._model, compiled.db, compiled.init_list, found)
         return self._model.from_db(compiled.db, compiled.init_list, found)

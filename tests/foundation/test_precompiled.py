@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 from django.db.models import Model
+from django.db.models.signals import post_init
 from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -15,7 +16,7 @@ from memoryapp.errors import NotFound
 from memoryapp.items import selectors
 from memoryapp.items.selectors import context_facts, thread_context_scope
 from memoryapp.models import Thread
-from memoryapp.precompiled import Precompiled, read_together
+from memoryapp.precompiled import Precompiled, ReturnedRows, read_together
 from memoryapp.threads.selectors import thread_for_agent
 from tests.kit.api import Caller
 from tests.kit.factories import MemoryItemFactory, ThreadFactory
@@ -155,3 +156,31 @@ def test_reads_sent_together_give_each_its_own_rows_in_one_round_trip(alice: Cal
     )
     assert [(f.item_id, f.text) for f in together] == [(f.item_id, f.text) for f in alone]
     assert [f.text for f in together] == ["Ana city: Lisbon 100%"]
+
+
+@pytest.mark.django_db
+def test_a_returned_row_built_in_place_is_the_row_from_db_builds(alice: Caller) -> None:
+    thread = ThreadFactory(agent=alice.agent, external_id="t-r", user_id="u-ana", metadata={"topic": ["rome", 1]})
+    Thread.objects.filter(pk=thread.pk).update(extraction={"off": [[1, 2]]}, history_tokens=17)
+    returned = ReturnedRows(Thread)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {returned.columns('t')} FROM memoryapp_thread t WHERE t.id = %s", [thread.pk])
+        row = cursor.fetchone()
+    built = returned.build(row)
+    expected = Thread.objects.get(pk=thread.pk)
+    assert type(built) is Thread and values(built) == values(expected)
+    assert built.metadata == {"topic": ["rome", 1]} and built.extraction == {"off": [[1, 2]]}
+    assert not built._state.adding and built._state.db == "default" and built._state.fields_cache == {}
+    assert set(built.__dict__) == set(expected.__dict__)
+    # A listener of the init signals gets its call: the row is then built by from_db.
+    seen: list[Any] = []
+
+    def listener(sender: Any, instance: Any, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    post_init.connect(listener, sender=Thread)
+    try:
+        again = returned.build(row)
+    finally:
+        post_init.disconnect(listener, sender=Thread)
+    assert seen == [again] and values(again) == values(expected)
