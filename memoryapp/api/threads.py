@@ -204,6 +204,60 @@ def entry_json(entry: Entry, thread_id: str) -> dict[str, Any]:
     return body
 
 
+# A text as JSON the way the API's renderer writes it (DRF's JSONRenderer: UNICODE_JSON, non-ASCII as
+# it is; \u2028 and \u2029 escaped after, over the whole answer).
+_json_text = json.encoder.encode_basestring  # type: ignore[attr-defined]
+
+
+def _plain_entry_json(entry: Entry, thread_text: str, created_text: str) -> str | None:
+    """`entry_json(entry, ...)` as the renderer writes it (compact, keys in its order), for an entry
+    with none of the optional keys and a text content, `thread_text` and `created_text` already JSON;
+    None for any other entry (its answer is then rendered from `entry_json`)."""
+    content, token_count = entry.content, entry.token_count
+    if (
+        type(content) is not str
+        or entry.metadata
+        or entry.tool_calls
+        or entry.tool_call_id
+        or entry.tool_name
+        or entry.sender_name
+        or entry.event is not None
+        or entry.redacted_at is not None
+        or (token_count is not None and type(token_count) is not int)
+    ):
+        return None
+    parent = entry.parent_id
+    return (
+        f'{{"id":{_json_text(entry.id)},"thread_id":{thread_text},'
+        f'"parent_id":{"null" if parent is None else _json_text(parent)},"seq":{int(entry.seq)},'
+        f'"type":{_json_text(entry.type)},"role":{_json_text(entry.role)},"content":{_json_text(content)},'
+        f'"token_count":{"null" if token_count is None else token_count},"metadata":{{}},'
+        f'"created_at":{created_text},"content_hash":{_json_text(entry.content_hash)}}}'
+    )
+
+
+def batch_added_json(entries: list[Entry], thread_id: str, active_leaf_id: str | None) -> bytes:
+    """The answer to a batch append, `{"entries": [entry_json(e) ...], "active_leaf_id": ...}`, as the
+    API's JSON renderer writes it, byte for byte (tests/api/test_batch_answer.py). Its entries are
+    mostly plain turns of one creation time: each written out, the time's text made once; dicts built
+    and dumped, ~0.9 ms of a 9.5 ms batch of 100 (issue 26), was the largest part of its answer."""
+    thread_text = _json_text(thread_id)
+    times: dict[Any, str] = {}
+    parts = []
+    for entry in entries:
+        created = entry.created_at
+        created_text = times.get(created)
+        if created_text is None:
+            created_text = times[created] = _json_text(created.isoformat())
+        part = _plain_entry_json(entry, thread_text, created_text)
+        if part is None:
+            part = _RENDERER.render(entry_json(entry, thread_id)).decode()
+        parts.append(part)
+    leaf = "null" if active_leaf_id is None else _json_text(active_leaf_id)
+    text = f'{{"entries":[{",".join(parts)}],"active_leaf_id":{leaf}}}'
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029").encode()
+
+
 class EntryBatchOut(OutputSerializer):
     entries = EntryOut(many=True)
     active_leaf_id = serializers.CharField(allow_null=True)
@@ -580,7 +634,7 @@ class ThreadEntriesView(APIView):
         },
         description='One entry {"role", "content", ...} or a batch {"entries": [...]}.',
     )
-    def post(self, request: Request, thread_id: str) -> Response:
+    def post(self, request: Request, thread_id: str) -> HttpResponseBase:
         _check_body_size(request)
         agent = request_agent(request)
         run_id = request_run_id(request)
@@ -604,12 +658,11 @@ class ThreadEntriesView(APIView):
                 thread, created = thread_append(
                     agent=agent, external_id=thread_id, entries=specs, field_prefix="entries"
                 )
-            return Response(
-                {
-                    "entries": [entry_json(e, thread.external_id) for e in created],
-                    "active_leaf_id": thread.active_leaf_id,
-                },
+            # The renderer's answer, written out (`batch_added_json`); the view's headers are DRF's.
+            return HttpResponse(
+                batch_added_json(created, thread.external_id, thread.active_leaf_id),
                 status=_added_status(created),
+                content_type=_RENDERER.media_type,
             )
         spec = entry_input(body)
         if run_id:
