@@ -29,6 +29,12 @@ ERASING = 0x4552
 # "EU", a person of an agent (`person`): held (session lock) by the process running their erasure,
 # so a mark left with no holder is an erasure interrupted (memoryapp.subjects.erasing)
 ERASURE_RUN = 0x4555
+# "EP", a person in every agent (`person_anywhere`): held (session lock) by a staff erasure of her in
+# several agents for its whole run, so a legal hold placed meanwhile can tell it runs
+ERASURE_PERSON = 0x4550
+# "HG", a person in every agent (`person_anywhere`): a legal hold on her (or her thread) being placed
+# holds it exclusive to its commit; an erasure reads the holds holding it shared (memoryapp.subjects.erasing)
+HOLDS_GATE = 0x4847
 
 
 def pair(lock_class: int, number: int) -> tuple[int, int]:
@@ -53,4 +59,11 @@ def person(agent_id: int, user_id: str) -> int:
     """The int4 number of a person of an agent, for a two-key lock (`ERASING`): a hash of both (two
     people sharing a number only wait on each other's erasure, never miss it)."""
     raw = f"{agent_id}\x1f{user_id}"
+    return int.from_bytes(hashlib.blake2b(raw.encode(), digest_size=4).digest(), "big") % 2**31
+
+
+def person_anywhere(user_id: str) -> int:
+    """The int4 number of a person whatever the agent, for `ERASURE_PERSON` and `HOLDS_GATE`: a hash of
+    her id, salted apart from `person` (two people sharing a number only wait on each other)."""
+    raw = f"anywhere\x1f{user_id}"
     return int.from_bytes(hashlib.blake2b(raw.encode(), digest_size=4).digest(), "big") % 2**31

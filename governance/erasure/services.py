@@ -8,8 +8,8 @@ run by the job `governance.tasks.erasure_job`; the proof is a report built after
    reason stay on the request), send the job after commit.
 2. The job (`erasure_run`), guarded on the request's status so a rerun is harmless:
    a. Legal holds (`holds_blocking`) on the person or one of their threads, in the chosen agents,
-      read under the person's eraser lock of every agent covered (`erasure_gate`, held to the end
-      of step c: memoryapp.subjects.erasing step 6): the request is `blocked`, naming the holds,
+      read once the run holds the person's erasure lock (`erasure_gate`, held to the end of step c:
+      memoryapp.subjects.erasing step 6): the request is `blocked`, naming the holds,
       before anything changes (audit `erasure.blocked`).
    b. Probes, taken before anything is erased and kept in memory only: the person's user id, the
       other identifiers of the request, and sample strings cut from the person's entries.
@@ -1349,9 +1349,9 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
     actor = f"erasure:{request.pk}"
     _update(request, status=Status.RUNNING, started_at=request.started_at or timezone.now(), phase="holds")
     try:
-        # The person's eraser lock in every agent covered, then the holds read under them (the rule of
-        # memoryapp.subjects.erasing step 6): a hold committed before the locks is read here, and one
-        # placed after is told it came too late. Held until the erasure's last change.
+        # The person's erasure lock, then the holds read (the rule of memoryapp.subjects.erasing step
+        # 6): a hold committed before the read is read here, and one placed after is told it came too
+        # late. Held until the erasure's last change.
         with erasure_gate(
             user_id=request.user_id,
             agent_ids=request.agent_ids or None,
@@ -1378,8 +1378,8 @@ def erasure_run(*, request_id: int, run: JobRun | None = None) -> dict[str, Any]
 
                 counts = erasure_steps(
                     user_id=request.user_id,
-                    # The agents locked and checked: for every agent, those there were at the gate (an
-                    # agent made since is in no lock); chosen ones as chosen (one deleted since is none).
+                    # The agents checked: for every agent, those there were at the gate (an agent made
+                    # since is not erased); chosen ones as chosen (one deleted since is none).
                     agent_ids=request.agent_ids or gate.agent_ids,
                     mode=request.mode,
                     actor=actor,

@@ -3,15 +3,15 @@
 What a hold keeps is read by `governance.retention.held` (prune and erasure ask it first).
 
 A hold and an erasure of its person are ordered by one rule (memoryapp.subjects.erasing step 6):
-the erasure reads the holds under the person's eraser lock of every agent it covers; a hold takes
-those locks shared, a try, in its transaction (`holds_placing`). So a hold either commits before
-an erasure has its locks, and the erasure reads it and stops, or finds one running (the try
-refused): it is placed all the same, the legal record that keeps what is left should that erasure
-be interrupted, and the agents where one runs are told (`LegalHold.erasures_running`, the audit
+the erasure takes its lock, then reads the holds behind her holds gate; a hold takes that gate in
+its transaction, then looks for the erasures of her holding their lock (`holds_placing`). So a
+hold either commits before an erasure reads the holds, and the erasure stops, or finds one running:
+it is placed all the same, the legal record that keeps what is left should that erasure be
+interrupted, and the agents where one runs are told (`LegalHold.erasures_running`, the audit
 record's `erasures_running`), for the admin to warn that the hold came after that erasure began
-and does not stop it. A hold on a person in every agent takes the lock of every agent (one
-statement): an erasure of her runs in any agent, whatever she has there now (a mention of her is
-enough), so no agent is left out; a hold on a thread, that of its agent and owner.
+and does not stop it. A hold on a person in every agent looks in every agent (an erasure of her
+runs in any agent, whatever she has there now: a mention of her is enough); a hold on a thread, in
+its agent, for its owner. One lock either way, whatever the number of agents.
 """
 
 from __future__ import annotations
@@ -89,8 +89,9 @@ def legal_hold_place(
 
 
 def _erasures_running(hold: LegalHold) -> list[int]:
-    """Take the eraser locks of the people and agents the hold covers, shared, to the end of the
-    placing transaction (`holds_placing`); the agents where an erasure of the person runs."""
+    """The agents the hold covers where an erasure of its person runs (`holds_placing`, which holds
+    her holds gate to the end of the placing transaction): an agent's own, or a staff request's of
+    her in several agents, running now, in the agents it covers."""
     person = _hold_person(hold)
     if not person:  # a thread about nobody, or none yet: no person's erasure takes it
         return []
@@ -99,7 +100,14 @@ def _erasures_running(hold: LegalHold) -> list[int]:
         if hold.agent_id is not None
         else list(Agent.objects.order_by("pk").values_list("pk", flat=True))
     )
-    return holds_placing(agent_ids=agents, user_id=person)
+    found = holds_placing(agent_ids=agents, user_id=person)
+    running = set(found.agent_ids)
+    if found.across_agents:
+        for covered in ErasureRequest.objects.filter(user_id=person, status=ErasureRequest.Status.RUNNING).values_list(
+            "agent_ids", flat=True
+        ):
+            running |= set(agents) & set(covered) if covered else set(agents)
+    return sorted(running)
 
 
 def _hold_person(hold: LegalHold) -> str:

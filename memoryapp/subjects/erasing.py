@@ -36,20 +36,22 @@ A replacement of her identifiers (`PUT /users/{id}/identifiers`) takes the lock 
 keeps the identifiers given with the erasure); the mark, a row of its own, stays.
 
 6. Legal holds and the erasure, one rule (`erasure_gate`, `holds_placing`): an erasure reads the
-   holds *under* its locks, and a hold is placed under the same locks taken shared, so one of the
-   two is first. The erasure takes her `locks.ERASURE_RUN` in every agent it covers, in agent pk
-   order (no two erasures of her wait on each other crosswise), before it changes anything, then
-   reads the holds in force on her or her threads there (its caller's check: governance's, which
-   this package may not import); one found stops it as it stands (the agent's `forget` a 409
-   `legal_hold`, a staff request `blocked`, a resume skipped). A hold's transaction takes the same
-   locks shared, a try, to its commit: taken, the hold commits before any eraser of hers gets its
-   lock, so every later erasure reads it. Refused, an erasure of her holds the lock there (or is
-   queued for it, behind writes of her memory committing): it read the holds, or reads them, without
-   waiting for this one, and goes on; the hold is placed all the same (the legal record, and it
-   keeps what is left should that erasure be interrupted: its resume and its retry read it) and the
-   agents are told, to be said to staff. (One that reads the holds after the hold committed stops:
-   the warning then errs on the side of telling.) Reading the holds before the lock, as the erasure
-   did, missed a hold committed between the read and the lock.
+   holds once it holds its lock, and a hold looks for that lock once it holds the person's holds
+   gate, so one of the two is first. The erasure takes its lock before it changes anything (one
+   agent: her `locks.ERASURE_RUN` there; several or every agent, a staff request: her
+   `locks.ERASURE_PERSON`, one lock whatever their number, each agent's taken in turn as it goes),
+   then reads the holds in force on her or her threads there (its caller's check: governance's,
+   which this package may not import) with her `locks.HOLDS_GATE` taken shared for the read; one
+   found stops it as it stands (the agent's `forget` a 409 `legal_hold`, a staff request
+   `blocked`, a resume skipped). A hold's transaction takes that gate exclusive to its commit, then
+   looks in `pg_locks` for an erasure of her holding its lock in an agent the hold covers. None: any
+   erasure of her not yet begun reads the holds after the hold's commit (its read waits on the
+   gate), and stops. One found: it read the holds, or reads them after this commit (then it stops:
+   the warning errs on the side of telling), and goes on; the hold is placed all the same (the legal
+   record, and it keeps what is left should that erasure be interrupted: its resume and its retry
+   read it) and the agents are told, to be said to staff. Reading the holds before the lock, as the
+   erasure did, missed a hold committed between the read and the lock. One lock a hold, one or two
+   an erasure: a service of thousands of agents fills no lock table.
 
 Cost: a write naming no registered person takes no lock and sends no query; one naming someone
 sends two (the shared lock, the read), and waits only on the mark of a person it names: a
@@ -61,7 +63,7 @@ goes through it, whatever the writes hold (threads, rows, the audit chain).
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -163,9 +165,9 @@ def erasure_running(*, agent_id: int, user_id: str, wait: bool = True) -> Iterat
 
 @dataclass(frozen=True)
 class ErasureGate:
-    """An erasure's way in (step 6 of the module's docstring): the agents it covers, each one's
-    eraser lock held, in pk order; and the legal holds in force read under those locks (ids; any
-    one stops the erasure before it changes anything)."""
+    """An erasure's way in (step 6 of the module's docstring): the agents it covers, and the legal
+    holds in force read once it held its lock (ids; any one stops the erasure before it changes
+    anything)."""
 
     agent_ids: list[int]
     holds: list[int]
@@ -179,42 +181,101 @@ def erasure_gate(
     holds: Callable[[], list[int]],
     wait: bool = True,
 ) -> Iterator[ErasureGate]:
-    """Take the person's `locks.ERASURE_RUN` in every agent the erasure covers (`agent_ids`, None
-    for every agent: those there are now), agent pk order, as `erasure_running` does (`wait` False:
-    409 `erasure_running` at once), then read `holds()`, the caller's check of the legal holds in
-    the way, under them (step 6 of the module's docstring). Held to the block's end, and let go
-    however it ends: the erasure runs inside, in those agents (`person_erase`, whose own
-    `erasure_running` takes each again in the same session: PostgreSQL counts a session's locks,
-    and each is let go as often as taken).
+    """Take the erasure's lock (one agent: her `locks.ERASURE_RUN` there, as `erasure_running` does,
+    `wait` False a 409 `erasure_running` at once; several, or every agent (`agent_ids` None: those
+    there are now): her `locks.ERASURE_PERSON`, one lock whatever the number of agents, while
+    `person_erase` takes each agent's in turn), then read `holds()`, the caller's check of the legal
+    holds in the way, behind any hold on her being placed (`_holds_read`): step 6 of the module's
+    docstring. Held to the block's end, and let go however it ends (`person_erase`'s own
+    `erasure_running` takes an agent's lock again in the same session: PostgreSQL counts a
+    session's locks, and each is let go as often as taken).
 
     Inside a caller's transaction (a dry run) nothing is held, as `erasure_running`."""
     agents = Agent.objects.order_by("pk")
     if agent_ids is not None:
         agents = agents.filter(pk__in=list(agent_ids))
     covered = list(agents.values_list("pk", flat=True))
-    with ExitStack() as held:
-        for agent_id in covered:
-            held.enter_context(erasure_running(agent_id=agent_id, user_id=user_id, wait=wait))
-        yield ErasureGate(agent_ids=covered, holds=holds())
+    if agent_ids is not None and len(covered) == 1:
+        lock = erasure_running(agent_id=covered[0], user_id=user_id, wait=wait)
+    else:
+        lock = _person_erasing(user_id=user_id, wait=wait)
+    with lock:
+        yield ErasureGate(agent_ids=covered, holds=_holds_read(user_id=user_id, holds=holds))
 
 
-def holds_placing(*, agent_ids: Sequence[int], user_id: str) -> list[int]:
-    """A legal hold on the person in these agents is being placed (step 6 of the module's
-    docstring): take her eraser lock shared in each, a try, to the end of the caller's transaction
-    (call it inside the hold's), so an erasure of hers not yet begun reads the hold once it has its
-    lock. Answers the agents (pk order) where the try failed: an erasure of hers holds the lock
-    there, or is queued for it, and does not wait for this hold to read the holds. One statement;
-    a try, never a wait: an admin page never waits on an erasure that may run for minutes."""
-    numbers = {agent_id: locks.person(agent_id, user_id) for agent_id in agent_ids}
-    if not numbers:
-        return []
+@contextmanager
+def _person_erasing(*, user_id: str, wait: bool) -> Iterator[None]:
+    """Her `locks.ERASURE_PERSON` (a session lock) while an erasure of her in several agents runs:
+    what a hold placed meanwhile finds (`holds_placing`). Another such erasure of her waits for it
+    (`wait` False: 409 `erasure_running` at once)."""
+    if connection.in_atomic_block:
+        yield
+        return
+    number = locks.person_anywhere(user_id)
     with connection.cursor() as cursor:
+        take = "pg_advisory_lock" if wait else "pg_try_advisory_lock"
+        cursor.execute(f"SELECT {take}(%s, %s)", [locks.ERASURE_PERSON, number])
+        if not wait and not cursor.fetchone()[0]:
+            raise Conflict(
+                "erasure_running",
+                "This person is already being erased: nothing was erased by this call.",
+                field="user_id",
+            )
+    try:
+        yield
+    finally:
+        with suppress(DatabaseError), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [locks.ERASURE_PERSON, number])
+
+
+def _holds_read(*, user_id: str, holds: Callable[[], list[int]]) -> list[int]:
+    """`holds()`, read once no hold on her is being placed: her `locks.HOLDS_GATE` taken shared for
+    the read (a hold holds it exclusive to its commit, a short transaction), so a hold either
+    committed before the read, and is read, or takes the gate after it, when the erasure's own lock
+    is there for the hold to find (`holds_placing`)."""
+    if connection.in_atomic_block:
+        return holds()
+    with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            "SELECT n FROM unnest(%s::int[]) AS n WHERE NOT pg_try_advisory_xact_lock_shared(%s, n)",
-            [sorted(set(numbers.values())), locks.ERASURE_RUN],
+            "SELECT pg_advisory_xact_lock_shared(%s, %s)", [locks.HOLDS_GATE, locks.person_anywhere(user_id)]
         )
-        refused = {n for (n,) in cursor.fetchall()}
-    return sorted(agent_id for agent_id, number in numbers.items() if number in refused)
+        return holds()
+
+
+@dataclass(frozen=True)
+class ErasuresRunning:
+    """What a hold being placed found (`holds_placing`): the agents (pk order) where an erasure of
+    the person holds her lock, and whether an erasure of her in several agents runs (which agents
+    it covers is its caller's to say: a staff request's)."""
+
+    agent_ids: list[int]
+    across_agents: bool
+
+
+def holds_placing(*, agent_ids: Sequence[int], user_id: str) -> ErasuresRunning:
+    """A legal hold on the person in these agents is being placed (step 6 of the module's
+    docstring; call it inside the hold's transaction): take her `locks.HOLDS_GATE` exclusive to the
+    commit (waiting, briefly, only for another hold of her or an erasure's read of the holds), then
+    look for the erasures of her running (`pg_locks`: their lock granted to another session). One
+    not found has not read the holds yet: it reads them after this commit, and stops. One found read
+    them, or reads them after this commit (then it stops: telling errs on that side); it is told to
+    staff. Two statements, one lock, whatever the number of agents."""
+    numbers = {agent_id: locks.person(agent_id, user_id) for agent_id in agent_ids}
+    anywhere = locks.person_anywhere(user_id)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [locks.HOLDS_GATE, anywhere])
+        cursor.execute(
+            "SELECT DISTINCT classid::bigint, objid::bigint FROM pg_locks"
+            " WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND pid <> pg_backend_pid()"
+            " AND ((classid = %s::oid AND objid::bigint = ANY(%s::bigint[])) OR (classid = %s::oid AND objid::bigint = %s))",
+            [locks.ERASURE_RUN, sorted(set(numbers.values())), locks.ERASURE_PERSON, anywhere],
+        )
+        found = cursor.fetchall()
+    running = {int(number) for lock_class, number in found if lock_class == locks.ERASURE_RUN}
+    return ErasuresRunning(
+        agent_ids=sorted(agent_id for agent_id, number in numbers.items() if number in running),
+        across_agents=any(lock_class == locks.ERASURE_PERSON for lock_class, _ in found),
+    )
 
 
 # How long a web request's erasure waits for the writes of the person's memory in flight, each of

@@ -2,17 +2,20 @@
 step 6), on two connections with PostgreSQL's own advisory locks, interleaved by who waits on which
 lock (`pg_locks`), never by sleeps; every wait bounded.
 
-1. A hold committing while the agent's `forget` waits for the person's eraser lock (the hold's
-   transaction holds it shared): the `forget` read the holds before taking the lock, found none,
-   and erased under the hold. It reads them under the lock now: 409 `legal_hold`, nothing changed.
+1. A hold committing while the agent's `forget` waits to read the holds (the hold's transaction
+   holds her holds gate): the `forget` read the holds before taking its lock, found none, and
+   erased under the hold. It reads them once it holds its lock, behind the gate, now: 409
+   `legal_hold`, nothing changed. The same for the resume of a `forget` interrupted: skipped.
 2. The same for a staff request, the hold on every agent: it read the holds (`_blocked`) before
-   the lock and erased. Now `blocked`, naming the hold, nothing changed.
+   its lock and erased. Now `blocked`, naming the hold, nothing changed.
 3. A hold placed while an erasure of its person runs (holds the lock): placed, the admin warns that
    the erasure started before it in that agent, named, and is not stopped by it, and the audit
    record lists the agent's id; the erasure goes on; the next one is refused.
+   A hold placed while a staff request of every agent runs is told so for every agent it covers.
 4. The locks balance: after a `forget` (done, refused by a hold, refused as running) and a staff
-   request (done, blocked) the session holds no advisory lock; a staff request held every agent's
-   lock from its start.
+   request (done, blocked) the session holds no advisory lock; a staff request of every agent held
+   her one person-wide lock from its start, and one agent's lock at a time (not one an agent: a
+   service of thousands of agents would fill PostgreSQL's lock table).
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ import pytest
 from django.db import connection, transaction
 
 from governance import locks
+from governance.erasure.resume import erasure_resume
 from governance.erasure.services import erasure_run
 from governance.models import AuditRecord, DataKey, ErasureRequest, PseudonymKey
 from governance.retention.holds import legal_hold_place
+from memoryapp.forgetting import person
+from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
 from memoryapp.models import (
     Agent,
@@ -88,13 +94,13 @@ def _advisory_locks() -> list[tuple[int, int, str]]:
         return [(int(c), int(o), str(m)) for c, o, m in cursor.fetchall()]
 
 
-def _waits_for_eraser_lock(side: Side) -> bool:
-    """Whether `side` waits (not granted) for a person's eraser lock (`locks.ERASURE_RUN`)."""
+def _waits_for_holds_gate(side: Side) -> bool:
+    """Whether `side` waits (not granted) to read the holds behind a hold being placed (`locks.HOLDS_GATE`)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted AND locktype = 'advisory'"
             " AND classid = %s::oid)",
-            [side.pid, locks.ERASURE_RUN],
+            [side.pid, locks.HOLDS_GATE],
         )
         return bool(cursor.fetchone()[0])
 
@@ -111,7 +117,7 @@ def _until(done: Callable[[], bool], what: str) -> None:
 @contextmanager
 def _hold_in_flight(agent: Agent | None) -> Iterator[Side]:
     """A hold on her placed in a transaction of another connection, not yet committed (it holds her
-    eraser lock shared, as every write of her memory does); committed when the block ends."""
+    holds gate); committed when the block ends."""
     placed, commit = threading.Event(), threading.Event()
 
     def place() -> LegalHold:
@@ -139,8 +145,8 @@ def test_a_hold_committed_while_the_forget_waits_for_its_lock_refuses_it(alice: 
 
     with _hold_in_flight(alice.agent) as placing:
         forget = Side(lambda: _forget(alice), "forget")
-        # The forget waits for her eraser lock, which the hold's transaction holds shared.
-        _until(lambda: _waits_for_eraser_lock(forget), "the forget waits for the hold's commit")
+        # The forget holds its lock and waits to read the holds, behind the hold's transaction.
+        _until(lambda: _waits_for_holds_gate(forget), "the forget waits for the hold's commit")
     forget.join()
     assert not forget.errors, forget.errors
     hold: LegalHold = placing.answer
@@ -166,8 +172,8 @@ def test_a_hold_committed_while_a_staff_request_waits_for_its_locks_blocks_it(al
 
     with _hold_in_flight(None) as placing:  # on her in every agent
         run = Side(lambda: erasure_run(request_id=request.pk), "staff erasure")
-        # Past the point where `_blocked` read the holds before: waiting for her first agent's lock.
-        _until(lambda: _waits_for_eraser_lock(run), "the request waits for the hold's commit")
+        # Past the point where `_blocked` read the holds before: holding its lock, waiting to read them.
+        _until(lambda: _waits_for_holds_gate(run), "the request waits for the hold's commit")
         request.refresh_from_db()
         assert request.status == ErasureRequest.Status.RUNNING and request.phase == "holds"
     run.join()
@@ -265,7 +271,7 @@ def test_the_erasures_let_go_of_every_lock_they_took(alice: Caller, bob: Caller)
     for caller in (alice, bob):
         _register(caller)
         plant(caller)
-    # A staff request of every agent holds her lock in both from its start (bob's while in alice).
+    # A staff request of every agent holds her person-wide lock from its start, one agent's at a time.
     held_mid_run: list[list[tuple[int, int, str]]] = []
 
     def between_batches(step: str) -> None:
@@ -280,8 +286,10 @@ def test_the_erasures_let_go_of_every_lock_they_took(alice: Caller, bob: Caller)
         cascade_step_hook(None)
     request.refresh_from_db()
     assert request.status == ErasureRequest.Status.DONE, request.error
-    eraser = {(locks.ERASURE_RUN, _person_number(a), "ExclusiveLock") for a in (alice.agent, bob.agent)}
-    assert eraser <= set(held_mid_run[0])
+    mid_run = held_mid_run[0]
+    assert (locks.ERASURE_PERSON, locks.person_anywhere(PERSON), "ExclusiveLock") in mid_run
+    agents_held = [number for lock_class, number, _ in mid_run if lock_class == locks.ERASURE_RUN]
+    assert agents_held in ([_person_number(alice.agent)], [_person_number(bob.agent)]), mid_run
     assert _advisory_locks() == []
 
     # A forget done, then one refused by a hold: nothing left held either.
@@ -302,3 +310,72 @@ def test_the_erasures_let_go_of_every_lock_they_took(alice: Caller, bob: Caller)
     with erasure_held(bob.agent.pk):
         assert _forget(bob).json()["error"]["code"] == "erasure_running"
         assert _advisory_locks() == []
+
+
+def test_a_hold_committed_while_the_resume_waits_to_read_the_holds_skips_it(
+    alice: Caller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _register(alice)
+    plant(alice)
+
+    def killed(**_: Any) -> int:
+        raise RuntimeError("killed")
+
+    # Her forget stopped half-way (after her rows went, before her identifiers did): the mark stays.
+    monkeypatch.setattr(person, "identifiers_delete", killed)
+    with pytest.raises(RuntimeError):
+        person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="erase", actor="agent:alice")
+    monkeypatch.undo()
+    mark = ErasureMark.objects.get(agent=alice.agent, user_id=PERSON)
+    before = _state()
+
+    with _hold_in_flight(alice.agent) as placing:
+        resumed = Side(lambda: erasure_resume(mark_id=mark.pk), "resume")
+        _until(lambda: _waits_for_holds_gate(resumed), "the resume waits for the hold's commit")
+    resumed.join()
+    assert not resumed.errors, resumed.errors
+    hold: LegalHold = placing.answer
+    # Before: it read the holds before its lock, none seen, and erased the rest of her under the hold.
+    assert resumed.answer == {"skipped": "legal holds", "holds": [hold.pk]}
+    assert _state() == before
+
+
+def test_a_hold_placed_while_a_staff_request_of_every_agent_runs_is_told_for_each_agent(
+    alice: Caller, bob: Caller
+) -> None:
+    for caller in (alice, bob):
+        _register(caller)
+        plant(caller)
+    request = ErasureRequest.objects.create(user_id=PERSON, agent_ids=[], mode=ErasureRequest.Mode.ERASE)
+    paused, go = threading.Event(), threading.Event()
+
+    def between_batches(step: str) -> None:
+        if step == "batch" and not paused.is_set():
+            paused.set()
+            assert go.wait(WAIT)
+
+    cascade_step_hook(between_batches)
+    run = Side(lambda: erasure_run(request_id=request.pk), "staff erasure")
+    try:
+        assert paused.wait(WAIT)
+        # In one agent, the request's lock there; in the other, not reached yet: its person-wide lock.
+        for agent in (alice.agent, bob.agent):
+            legal_hold_place(reason=REASON, placed_by="staff:pat", agent=agent, user_id=PERSON)
+        every = legal_hold_place(reason=REASON, placed_by="staff:pat", agent=None, user_id=PERSON)
+    finally:
+        go.set()
+        run.join()
+        cascade_step_hook(None)
+    assert not run.errors, run.errors
+
+    told = {
+        record.details["hold_id"]: record.details["erasures_running"]
+        for record in AuditRecord.objects.filter(action="legal_hold.placed")
+    }
+    assert sorted(told.values()) == [[alice.agent.pk], [alice.agent.pk, bob.agent.pk], [bob.agent.pk]]
+    assert told[every.pk] == [alice.agent.pk, bob.agent.pk]
+    # Begun before the holds, it went on to its end; the next erasure reads them.
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.DONE, request.error
+    assert _forget(alice).json()["error"]["code"] == "legal_hold"
+    assert _advisory_locks() == []
