@@ -242,13 +242,15 @@ def batch_added_json(entries: list[Entry], thread_id: str, active_leaf_id: str |
     mostly plain turns of one creation time: each written out, the time's text made once; dicts built
     and dumped, ~0.9 ms of a 9.5 ms batch of 100 (issue 26), was the largest part of its answer."""
     thread_text = _json_text(thread_id)
-    times: dict[Any, str] = {}
+    times: dict[tuple[Any, Any], str] = {}
     parts = []
     for entry in entries:
         created = entry.created_at
-        created_text = times.get(created)
+        # Keyed by the offset too: two times of one instant are equal, their texts are not.
+        when = (created, created.utcoffset())
+        created_text = times.get(when)
         if created_text is None:
-            created_text = times[created] = _json_text(created.isoformat())
+            created_text = times[when] = _json_text(created.isoformat())
         part = _plain_entry_json(entry, thread_text, created_text)
         if part is None:
             part = _RENDERER.render(entry_json(entry, thread_id)).decode()
@@ -657,6 +659,14 @@ class ThreadEntriesView(APIView):
             with run_holding(agent=agent, thread_external_id=thread_id, run_id=run_id):
                 thread, created = thread_append(
                     agent=agent, external_id=thread_id, entries=specs, field_prefix="entries"
+                )
+            if _RENDERER.get_indent(request.accepted_media_type, {}) is not None:  # Accept: ...; indent=N
+                return Response(
+                    {
+                        "entries": [entry_json(e, thread.external_id) for e in created],
+                        "active_leaf_id": thread.active_leaf_id,
+                    },
+                    status=_added_status(created),
                 )
             # The renderer's answer, written out (`batch_added_json`); the view's headers are DRF's.
             return HttpResponse(

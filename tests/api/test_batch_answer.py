@@ -72,3 +72,45 @@ def test_written_out_and_rendered_agree_for_the_entries_as_built(alice: Caller) 
     expected = JSONRenderer().render({"entries": [entry_json(e, "t-built") for e in entries], "active_leaf_id": None})
     assert batch_added_json(entries, "t-built", None) == expected
     assert len(answer["entries"]) == 3
+
+
+@pytest.mark.django_db
+def test_a_batch_answers_an_accept_with_indent_as_drf_does(alice: Caller) -> None:
+    # Found in review: DRF's JSONRenderer indents for `Accept: application/json; indent=2` and names that media type;
+    # the single append's fast path (_single_append) hands such a request to DRF for this reason.
+    post_ok(alice.client, THREADS, {"id": "t-indent"})
+    single = alice.client.post(
+        f"{THREADS}/t-indent/entries",
+        {"role": "user", "content": "one"},
+        format="json",
+        HTTP_ACCEPT="application/json; indent=2",
+    )
+    assert single.status_code == 201
+    assert b'\n  "id"' in single.content, single.content
+    batch = alice.client.post(
+        f"{THREADS}/t-indent/entries",
+        {"entries": [{"role": "user", "content": "two"}]},
+        format="json",
+        HTTP_ACCEPT="application/json; indent=2",
+    )
+    assert batch.status_code == 201
+    assert b'\n  "entries"' in batch.content
+
+
+@pytest.mark.django_db
+def test_two_client_times_of_one_instant_keep_their_own_offsets(alice: Caller) -> None:
+    post_ok(alice.client, THREADS, {"id": "t-offsets"})
+    batch = alice.client.post(
+        f"{THREADS}/t-offsets/entries",
+        {
+            "entries": [
+                {"role": "user", "content": "a", "created_at": "2026-03-01T12:00:00+02:00"},
+                {"role": "user", "content": "b", "created_at": "2026-03-01T10:00:00+00:00"},
+            ]
+        },
+        format="json",
+    )
+    assert batch.status_code == 201, batch.content
+    times = [e["created_at"] for e in json.loads(batch.content)["entries"]]
+    # entry_json (what the renderer was given before) writes each entry's own created_at.isoformat().
+    assert times == ["2026-03-01T12:00:00+02:00", "2026-03-01T10:00:00+00:00"]
