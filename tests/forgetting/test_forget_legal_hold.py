@@ -10,44 +10,19 @@ from typing import Any
 import pytest
 
 from governance.erasure.resume import RESUME_KIND, erasure_resume, erasures_resume
-from governance.models import AuditRecord, DataKey, JobRun, PseudonymKey
+from governance.models import AuditRecord, JobRun
 from governance.retention.holds import legal_hold_lift, legal_hold_place
 from memoryapp.forgetting import person
 from memoryapp.forgetting.person import person_erase
 from memoryapp.models import (
-    Entry,
     ErasureMark,
-    MemoryFileVersion,
-    MemoryItem,
-    PersonIdentifier,
-    SubjectMention,
     Thread,
 )
 from tests.kit.api import Caller, post_thread
+from tests.kit.erasing import erasure_state, identifiers_register
 from tests.kit.mentions import IDENTIFIERS, PERSON, plant
 
 REASON = "Litigation Valdomiro v. Travel Co"
-
-
-def _register(caller: Caller) -> None:
-    answer = caller.client.put(f"/api/v1/users/{PERSON}/identifiers", IDENTIFIERS, format="json")
-    assert answer.status_code == 200, answer.content
-
-
-def _state() -> dict[str, Any]:
-    """Everything a `forget` changes: rows (with their text), marks, keys, the audit trail."""
-    return {
-        "threads": sorted(Thread.objects.values_list("agent_id", "external_id", "user_id", "metadata")),
-        "entries": sorted(Entry.objects.values_list("pk", "content")),
-        "items": sorted(MemoryItem.objects.values_list("pk", "value", "status")),
-        "files": sorted(MemoryFileVersion.objects.values_list("pk", "content")),
-        "identifiers": PersonIdentifier.objects.count(),
-        "mentions": SubjectMention.objects.count(),
-        "marks": ErasureMark.objects.count(),
-        "data_keys": sorted(DataKey.objects.values_list("pk", flat=True)),
-        "pseudonym_keys": sorted(PseudonymKey.objects.values_list("pk", flat=True)),
-        "audit": sorted(AuditRecord.objects.values_list("pk", flat=True)),
-    }
 
 
 def _forget(caller: Caller) -> Any:
@@ -56,14 +31,14 @@ def _forget(caller: Caller) -> Any:
 
 @pytest.mark.parametrize("on", ["person", "person in every agent", "her thread"])
 def test_a_forget_under_a_legal_hold_is_refused_and_changes_nothing(alice: Caller, on: str) -> None:
-    _register(alice)
+    identifiers_register(alice)
     plant(alice)
     if on == "her thread":
         hold = legal_hold_place(reason=REASON, placed_by="pat", agent=alice.agent, thread_external_id="t-ines")
     else:
         agent = alice.agent if on == "person" else None
         hold = legal_hold_place(reason=REASON, placed_by="pat", agent=agent, user_id=PERSON)
-    before = _state()
+    before = erasure_state(audit=True)
 
     answer = _forget(alice)
 
@@ -74,7 +49,7 @@ def test_a_forget_under_a_legal_hold_is_refused_and_changes_nothing(alice: Calle
     assert error["user_id"] == PERSON and error["holds"] == [hold.pk] and error["field"] == "user_id"
     assert f"#{hold.pk}" in error["message"]
     assert "Litigation" not in answer.content.decode()  # the hold's reason is staff's, never told
-    after = _state()
+    after = erasure_state(audit=True)
     refusal = AuditRecord.objects.exclude(pk__in=before["audit"]).get()
     assert after == {**before, "audit": sorted([*before["audit"], refusal.pk])}
     assert refusal.action == "person.erase.blocked" and refusal.outcome == "blocked"
@@ -90,9 +65,9 @@ def test_a_forget_under_a_legal_hold_is_refused_and_changes_nothing(alice: Calle
 
 
 def test_a_hold_in_another_agent_does_not_stand_in_the_way(alice: Caller, bob: Caller) -> None:
-    _register(alice)
+    identifiers_register(alice)
     plant(alice)
-    _register(bob)
+    identifiers_register(bob)
     plant(bob)
     legal_hold_place(reason=REASON, placed_by="pat", agent=bob.agent, user_id=PERSON)
     legal_hold_place(reason=REASON, placed_by="pat", agent=bob.agent, thread_external_id="t-ines")
@@ -116,7 +91,7 @@ class Killed(Exception):
 def test_the_resume_of_an_interrupted_forget_waits_behind_a_hold_placed_since(
     alice: Caller, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
 ) -> None:
-    _register(alice)
+    identifiers_register(alice)
     plant(alice)
 
     def killed(**_: Any) -> int:

@@ -32,52 +32,27 @@ from django.db import connection, transaction
 from governance import locks
 from governance.erasure.resume import erasure_resume
 from governance.erasure.services import erasure_run
-from governance.models import AuditRecord, DataKey, ErasureRequest, PseudonymKey
+from governance.models import AuditRecord, ErasureRequest
 from governance.retention.holds import legal_hold_place
 from memoryapp.forgetting import person
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
 from memoryapp.models import (
     Agent,
-    Entry,
     ErasureMark,
     LegalHold,
-    MemoryFileVersion,
-    MemoryItem,
-    PersonIdentifier,
-    SubjectMention,
     Thread,
 )
 from tests.forgetting.test_index_races import WAIT, Side
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller, post_thread
-from tests.kit.erasing import erasure_held
+from tests.kit.erasing import erasure_held, erasure_state, identifiers_register
 from tests.kit.mentions import IDENTIFIERS, PERSON, plant
 
 pytestmark = pytest.mark.django_db(transaction=True)  # two connections: what each commits is seen
 
 REASON = "Litigation Valdomiro v. Travel Co"
 HOLDS = "/admin/memoryapp/legalhold/"
-
-
-def _register(caller: Caller) -> None:
-    answer = caller.client.put(f"/api/v1/users/{PERSON}/identifiers", IDENTIFIERS, format="json")
-    assert answer.status_code == 200, answer.content
-
-
-def _state() -> dict[str, Any]:
-    """What an erasure changes: rows (with their text), marks, keys."""
-    return {
-        "threads": sorted(Thread.objects.values_list("agent_id", "external_id", "user_id", "metadata")),
-        "entries": sorted(Entry.objects.values_list("pk", "content")),
-        "items": sorted(MemoryItem.objects.values_list("pk", "value", "status")),
-        "files": sorted(MemoryFileVersion.objects.values_list("pk", "content")),
-        "identifiers": PersonIdentifier.objects.count(),
-        "mentions": SubjectMention.objects.count(),
-        "marks": ErasureMark.objects.count(),
-        "data_keys": sorted(DataKey.objects.values_list("pk", flat=True)),
-        "pseudonym_keys": sorted(PseudonymKey.objects.values_list("pk", flat=True)),
-    }
 
 
 def _forget(caller: Caller) -> Any:
@@ -138,9 +113,9 @@ def _hold_in_flight(agent: Agent | None) -> Iterator[Side]:
 
 
 def test_a_hold_committed_while_the_forget_waits_for_its_lock_refuses_it(alice: Caller) -> None:
-    _register(alice)
+    identifiers_register(alice)
     plant(alice)
-    before = _state()
+    before = erasure_state()
     audit_before = set(AuditRecord.objects.values_list("pk", flat=True))
 
     with _hold_in_flight(alice.agent) as placing:
@@ -155,7 +130,7 @@ def test_a_hold_committed_while_the_forget_waits_for_its_lock_refuses_it(alice: 
     answer = forget.answer
     assert answer.status_code == 409, answer.content
     assert answer.json()["error"]["code"] == "legal_hold" and answer.json()["error"]["holds"] == [hold.pk]
-    assert _state() == before
+    assert erasure_state() == before
     assert Thread.objects.filter(agent=alice.agent, external_id="t-ines", user_id=PERSON).exists()
     added = AuditRecord.objects.exclude(pk__in=audit_before)
     assert sorted(added.values_list("action", flat=True)) == ["legal_hold.placed", "person.erase.blocked"]
@@ -165,10 +140,10 @@ def test_a_hold_committed_while_the_forget_waits_for_its_lock_refuses_it(alice: 
 
 def test_a_hold_committed_while_a_staff_request_waits_for_its_locks_blocks_it(alice: Caller, bob: Caller) -> None:
     for caller in (alice, bob):
-        _register(caller)
+        identifiers_register(caller)
         plant(caller)
     request = ErasureRequest.objects.create(user_id=PERSON, agent_ids=[], mode=ErasureRequest.Mode.ERASE)
-    before = _state()
+    before = erasure_state()
 
     with _hold_in_flight(None) as placing:  # on her in every agent
         run = Side(lambda: erasure_run(request_id=request.pk), "staff erasure")
@@ -184,7 +159,7 @@ def test_a_hold_committed_while_a_staff_request_waits_for_its_locks_blocks_it(al
     request.refresh_from_db()
     assert request.status == ErasureRequest.Status.BLOCKED, request.error
     assert request.blocked_by == [hold.pk] and run.answer == {"blocked_by": [hold.pk]}
-    after = _state()
+    after = erasure_state()
     # (The hold's audit record on every agent may make her a pseudonym key of no agent: none went.)
     assert set(before.pop("pseudonym_keys")) <= set(after.pop("pseudonym_keys"))
     assert after == before
@@ -193,9 +168,9 @@ def test_a_hold_committed_while_a_staff_request_waits_for_its_locks_blocks_it(al
     assert AuditRecord.objects.get(action="legal_hold.placed").details["erasures_running"] == []
 
 
-def _paused_forget(caller: Caller) -> tuple[Side, threading.Event]:
-    """Her `forget` in another connection, stopped between two of its batches (her eraser lock
-    held, part of her memory erased) until the event answered is set."""
+def _paused(erase: Callable[[], Any], what: str) -> tuple[Side, threading.Event]:
+    """An erasure of her in another connection, stopped between two of its batches (its lock held,
+    part of her memory erased) until the event answered is set (then `cascade_step_hook(None)`)."""
     paused, go = threading.Event(), threading.Event()
 
     def between_batches(step: str) -> None:
@@ -204,9 +179,13 @@ def _paused_forget(caller: Caller) -> tuple[Side, threading.Event]:
             assert go.wait(WAIT)
 
     cascade_step_hook(between_batches)
-    forget = Side(lambda: _forget(caller), "forget")
+    side = Side(erase, what)
     assert paused.wait(WAIT)
-    return forget, go
+    return side, go
+
+
+def _paused_forget(caller: Caller) -> tuple[Side, threading.Event]:
+    return _paused(lambda: _forget(caller), "forget")
 
 
 @pytest.mark.parametrize("on", ["her in alice", "her in every agent"])
@@ -214,7 +193,7 @@ def test_a_hold_placed_while_her_erasure_runs_is_placed_and_staff_are_told_it_do
     alice: Caller, bob: Caller, on: str
 ) -> None:
     for caller in (alice, bob):
-        _register(caller)
+        identifiers_register(caller)
         plant(caller)
     officer = staff_client(username="pia", groups=("Privacy officers",))
     forget, go = _paused_forget(alice)
@@ -269,7 +248,7 @@ def _person_number(agent: Agent) -> int:
 
 def test_the_erasures_let_go_of_every_lock_they_took(alice: Caller, bob: Caller) -> None:
     for caller in (alice, bob):
-        _register(caller)
+        identifiers_register(caller)
         plant(caller)
     # A staff request of every agent holds her person-wide lock from its start, one agent's at a time.
     held_mid_run: list[list[tuple[int, int, str]]] = []
@@ -315,7 +294,7 @@ def test_the_erasures_let_go_of_every_lock_they_took(alice: Caller, bob: Caller)
 def test_a_hold_committed_while_the_resume_waits_to_read_the_holds_skips_it(
     alice: Caller, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _register(alice)
+    identifiers_register(alice)
     plant(alice)
 
     def killed(**_: Any) -> int:
@@ -327,7 +306,7 @@ def test_a_hold_committed_while_the_resume_waits_to_read_the_holds_skips_it(
         person_erase(user_id=PERSON, agent_ids=[alice.agent.pk], mode="erase", actor="agent:alice")
     monkeypatch.undo()
     mark = ErasureMark.objects.get(agent=alice.agent, user_id=PERSON)
-    before = _state()
+    before = erasure_state()
 
     with _hold_in_flight(alice.agent) as placing:
         resumed = Side(lambda: erasure_resume(mark_id=mark.pk), "resume")
@@ -337,27 +316,18 @@ def test_a_hold_committed_while_the_resume_waits_to_read_the_holds_skips_it(
     hold: LegalHold = placing.answer
     # Before: it read the holds before its lock, none seen, and erased the rest of her under the hold.
     assert resumed.answer == {"skipped": "legal holds", "holds": [hold.pk]}
-    assert _state() == before
+    assert erasure_state() == before
 
 
 def test_a_hold_placed_while_a_staff_request_of_every_agent_runs_is_told_for_each_agent(
     alice: Caller, bob: Caller
 ) -> None:
     for caller in (alice, bob):
-        _register(caller)
+        identifiers_register(caller)
         plant(caller)
     request = ErasureRequest.objects.create(user_id=PERSON, agent_ids=[], mode=ErasureRequest.Mode.ERASE)
-    paused, go = threading.Event(), threading.Event()
-
-    def between_batches(step: str) -> None:
-        if step == "batch" and not paused.is_set():
-            paused.set()
-            assert go.wait(WAIT)
-
-    cascade_step_hook(between_batches)
-    run = Side(lambda: erasure_run(request_id=request.pk), "staff erasure")
+    run, go = _paused(lambda: erasure_run(request_id=request.pk), "staff erasure")
     try:
-        assert paused.wait(WAIT)
         # In one agent, the request's lock there; in the other, not reached yet: its person-wide lock.
         for agent in (alice.agent, bob.agent):
             legal_hold_place(reason=REASON, placed_by="staff:pat", agent=agent, user_id=PERSON)

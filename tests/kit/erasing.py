@@ -12,12 +12,22 @@ from typing import Any
 
 from django.db import connection
 
+from governance.models import AuditRecord, DataKey, PseudonymKey
 from memoryapp.forgetting.person import person_erase
 from memoryapp.forgetting.services import cascade_step_hook
+from memoryapp.models import (
+    Entry,
+    ErasureMark,
+    MemoryFileVersion,
+    MemoryItem,
+    PersonIdentifier,
+    SubjectMention,
+    Thread,
+)
 from memoryapp.subjects.erasing import erasing_mark, erasure_running
 from tests.forgetting.test_index_races import WAIT, Side
 from tests.kit.api import Caller
-from tests.kit.mentions import PERSON
+from tests.kit.mentions import IDENTIFIERS, PERSON
 
 
 def held_by_another_process(
@@ -103,3 +113,28 @@ def erase_with_writes_between(
         cascade_step_hook(None)
     assert ran, "the hook never ran"
     return sent
+
+
+def identifiers_register(caller: Caller) -> None:
+    """Her identifiers (tests.kit.mentions), registered with the caller's agent."""
+    answer = caller.client.put(f"/api/v1/users/{PERSON}/identifiers", IDENTIFIERS, format="json")
+    assert answer.status_code == 200, answer.content
+
+
+def erasure_state(*, audit: bool = False) -> dict[str, Any]:
+    """What an erasure changes: rows (with their text), marks, keys (and the audit trail's ids): equal
+    before and after an erasure refused, or one that changed nothing."""
+    state: dict[str, Any] = {
+        "threads": sorted(Thread.objects.values_list("agent_id", "external_id", "user_id", "metadata")),
+        "entries": sorted(Entry.objects.values_list("pk", "content")),
+        "items": sorted(MemoryItem.objects.values_list("pk", "value", "status")),
+        "files": sorted(MemoryFileVersion.objects.values_list("pk", "content")),
+        "identifiers": PersonIdentifier.objects.count(),
+        "mentions": SubjectMention.objects.count(),
+        "marks": ErasureMark.objects.count(),
+        "data_keys": sorted(DataKey.objects.values_list("pk", flat=True)),
+        "pseudonym_keys": sorted(PseudonymKey.objects.values_list("pk", flat=True)),
+    }
+    if audit:
+        state["audit"] = sorted(AuditRecord.objects.values_list("pk", flat=True))
+    return state
