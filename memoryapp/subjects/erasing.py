@@ -256,8 +256,8 @@ def holds_placing(*, agent_ids: Sequence[int], user_id: str) -> ErasuresRunning:
     """A legal hold on the person in these agents is being placed (step 6 of the module's
     docstring; call it inside the hold's transaction): take her `locks.HOLDS_GATE` exclusive to the
     commit (waiting, briefly, only for another hold of her or an erasure's read of the holds), then
-    look for the erasures of her running (`pg_locks`: their lock granted to another session of this
-    database). One not found has not read the holds yet: it reads them after this commit, and stops.
+    look for the erasures of her running (`pg_locks`: their lock granted, exclusive, to another
+    session of this database; a write of her memory holds it shared, and is none). One not found has not read the holds yet: it reads them after this commit, and stops.
     One found read them, or reads them after this commit (then it stops: telling errs on that side);
     it is told to staff. Two statements, one lock, whatever the number of agents."""
     numbers = {agent_id: locks.person(agent_id, user_id) for agent_id in agent_ids}
@@ -266,7 +266,8 @@ def holds_placing(*, agent_ids: Sequence[int], user_id: str) -> ErasuresRunning:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [locks.HOLDS_GATE, anywhere])
         cursor.execute(
             "SELECT DISTINCT classid::bigint, objid::bigint FROM pg_locks"
-            " WHERE locktype = 'advisory' AND granted AND objsubid = 2 AND pid <> pg_backend_pid()"
+            " WHERE locktype = 'advisory' AND granted AND mode = 'ExclusiveLock' AND objsubid = 2"
+            " AND pid <> pg_backend_pid()"
             " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
             " AND ((classid = %s::oid AND objid::bigint = ANY(%s::bigint[])) OR (classid = %s::oid AND objid::bigint = %s))",
             [locks.ERASURE_RUN, sorted(set(numbers.values())), locks.ERASURE_PERSON, anywhere],

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 
@@ -43,10 +44,11 @@ from memoryapp.models import (
     LegalHold,
     Thread,
 )
+from memoryapp.subjects.erasing import senders_erasing_refuse
 from tests.forgetting.test_index_races import WAIT, Side
 from tests.kit.admin import staff_client
 from tests.kit.api import Caller, post_thread
-from tests.kit.erasing import erasure_held, erasure_state, identifiers_register
+from tests.kit.erasing import erasure_held, erasure_state, held_by_another_process, identifiers_register
 from tests.kit.mentions import IDENTIFIERS, PERSON, plant
 
 pytestmark = pytest.mark.django_db(transaction=True)  # two connections: what each commits is seen
@@ -69,15 +71,20 @@ def _advisory_locks() -> list[tuple[int, int, str]]:
         return [(int(c), int(o), str(m)) for c, o, m in cursor.fetchall()]
 
 
-def _waits_for_holds_gate(side: Side) -> bool:
-    """Whether `side` waits (not granted) to read the holds behind a hold being placed (`locks.HOLDS_GATE`)."""
+def _waits_for(side: Side, lock_class: int) -> bool:
+    """Whether `side` waits (not granted) for an advisory lock of the class."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE pid = %s AND NOT granted AND locktype = 'advisory'"
             " AND classid = %s::oid)",
-            [side.pid, locks.HOLDS_GATE],
+            [side.pid, lock_class],
         )
         return bool(cursor.fetchone()[0])
+
+
+def _waits_for_holds_gate(side: Side) -> bool:
+    """Whether `side` waits to read the holds behind a hold being placed (`locks.HOLDS_GATE`)."""
+    return _waits_for(side, locks.HOLDS_GATE)
 
 
 def _until(done: Callable[[], bool], what: str) -> None:
@@ -349,3 +356,52 @@ def test_a_hold_placed_while_a_staff_request_of_every_agent_runs_is_told_for_eac
     assert request.status == ErasureRequest.Status.DONE, request.error
     assert _forget(alice).json()["error"]["code"] == "legal_hold"
     assert _advisory_locks() == []
+
+
+def test_a_hold_committed_while_a_staff_request_waits_for_its_erasure_lock_blocks_it(alice: Caller) -> None:
+    # Found in review: every test above holds the gate before the erasure starts, so reading the
+    # holds before the erasure's own lock (behind the gate) passed them all. Here the request waits
+    # for its lock, held by another erasure of her, while a hold commits: it must read that hold.
+    plant(alice)
+    request = ErasureRequest.objects.create(user_id=PERSON, agent_ids=[alice.agent.pk], mode="erase")
+    with erasure_held(alice.agent.pk):
+        run = Side(lambda: erasure_run(request_id=request.pk), "staff erasure")
+        _until(lambda: _waits_for(run, locks.ERASURE_RUN), "the request waits for its lock")
+        hold = legal_hold_place(reason=REASON, placed_by="staff:pat", agent=alice.agent, user_id=PERSON)
+    run.join()
+    assert not run.errors, run.errors
+    request.refresh_from_db()
+    assert request.status == ErasureRequest.Status.BLOCKED and request.blocked_by == [hold.pk]
+    assert Thread.objects.filter(agent=alice.agent, user_id=PERSON).exists()
+
+
+def test_a_write_of_her_memory_in_flight_is_no_erasure_running(alice: Caller) -> None:
+    # Found in review: a write of her message holds her eraser lock shared to its commit; a hold
+    # placed meanwhile was told an erasure ran.
+    plant(alice)
+
+    @contextmanager
+    def writing() -> Iterator[None]:
+        with transaction.atomic():
+            senders_erasing_refuse(agent_id=alice.agent.pk, senders={PERSON: "user_id"})
+            yield
+
+    side, release = held_by_another_process(writing)
+    try:
+        hold = legal_hold_place(reason=REASON, placed_by="staff:pat", agent=alice.agent, user_id=PERSON)
+    finally:
+        release.set()
+        side.join()
+    assert list(hold.erasures_running) == []
+
+
+def test_an_eraser_lock_in_another_database_of_the_server_is_no_erasure_here(alice: Caller) -> None:
+    # Advisory locks are a database's own: the same key held in another database of the server (a
+    # staging copy, with the same agent ids) is no erasure of her here.
+    plant(alice)
+    params = connection.get_connection_params()
+    kept = {k: v for k, v in params.items() if k in ("host", "port", "user", "password")}
+    with psycopg.connect(**kept, dbname="postgres", autocommit=True) as other:
+        other.execute("SELECT pg_advisory_lock(%s, %s)", [locks.ERASURE_RUN, locks.person(alice.agent.pk, PERSON)])
+        hold = legal_hold_place(reason=REASON, placed_by="staff:pat", agent=alice.agent, user_id=PERSON)
+    assert list(hold.erasures_running) == []
