@@ -15,7 +15,6 @@ from typing import Any
 
 from django.db import connection
 from django.db.models import JSONField, Q, QuerySet
-from django.db.models.base import ModelState
 from django.db.models.expressions import RawSQL
 from django.db.models.sql import Query
 
@@ -25,7 +24,7 @@ from memoryapp.errors import DomainError, NotFound
 from memoryapp.models import Agent, Entry, Thread
 from memoryapp.models.choices import HISTORY_TYPES
 from memoryapp.paging import Page, decode_cursor, encode_cursor
-from memoryapp.precompiled import Precompiled
+from memoryapp.precompiled import Precompiled, models_loaded
 from memoryapp.storable import time_in_range, unstorable_text_field
 from memoryapp.threads.branch import branch_cte, branch_rows_sql, branch_sql
 from memoryapp.threads.columns import ENTRY_COLUMNS, ENTRY_LIGHT_DEFER, ENTRY_TABLE
@@ -100,11 +99,8 @@ _ENTRY_ATTNAMES: tuple[str, ...] = tuple(field.attname for field in _ENTRY_READ_
 
 def _entries_read(sql: str, params: dict[str, Any]) -> list[Entry]:
     """The entries of `sql`'s rows (ENTRY_COLUMNS, in order), as `Entry.objects.raw` loads them: each
-    column through its field's converters (the sealed fields open, JSON parsed), the instance in
-    the state a load leaves (not adding, of this database), the heavy fields deferred. Without
-    Model.__init__: setting each field through setattr and sending pre_init and post_init (nothing
-    listens to Entry's: tests/threads/test_entry_build.py) was ~1.1 ms of a 50-turn path read's
-    ~2.2 ms of CPU (issue 26)."""
+    column through its field's converters (the sealed fields open, JSON parsed), the instances as a
+    load leaves them, the heavy fields deferred, built without Model.__init__ (`models_loaded`)."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -112,16 +108,7 @@ def _entries_read(sql: str, params: dict[str, Any]) -> list[Entry]:
         converters = compiler.get_converters([field.get_col(ENTRY_TABLE) for field in _ENTRY_READ_FIELDS])
     if converters:
         rows = list(compiler.apply_converters(rows, converters))
-    entries = []
-    for row in rows:
-        entry = Entry.__new__(Entry)
-        state = ModelState()
-        state.adding, state.db = False, connection.alias
-        values = entry.__dict__
-        values["_state"] = state
-        values.update(zip(_ENTRY_ATTNAMES, row, strict=True))
-        entries.append(entry)
-    return entries
+    return models_loaded(Entry, connection.alias, _ENTRY_ATTNAMES, rows)
 
 
 def path_entries(

@@ -16,7 +16,7 @@ from memoryapp.errors import NotFound
 from memoryapp.items import selectors
 from memoryapp.items.selectors import context_facts, thread_context_scope
 from memoryapp.models import Thread
-from memoryapp.precompiled import Precompiled, ReturnedRows, read_together
+from memoryapp.precompiled import Precompiled, ReturnedRows, models_loaded, read_together
 from memoryapp.threads.selectors import thread_for_agent
 from tests.kit.api import Caller
 from tests.kit.factories import MemoryItemFactory, ThreadFactory
@@ -184,3 +184,28 @@ def test_a_returned_row_built_in_place_is_the_row_from_db_builds(alice: Caller) 
     finally:
         post_init.disconnect(listener, sender=Thread)
     assert seen == [again] and values(again) == values(expected)
+
+
+@pytest.mark.django_db
+def test_rows_loaded_by_name_in_any_order_are_from_dbs_rows_with_the_rest_deferred(alice: Caller) -> None:
+    thread = ThreadFactory(agent=alice.agent, external_id="t-l", user_id="u-ana", metadata={"topic": "lisbon"})
+    names = ["user_id", "external_id", "id"]  # not the fields' order; the others deferred
+    row = ("u-ana", "t-l", thread.pk)
+    expected = Thread.objects.only(*names).get(pk=thread.pk)
+    built = models_loaded(Thread, "default", names, [row])[0]
+    assert type(built) is Thread and not built._state.adding and built._state.db == "default"
+    assert (built.pk, built.external_id, built.user_id) == (thread.pk, "t-l", "u-ana")
+    assert built.get_deferred_fields() == expected.get_deferred_fields()
+    # With a listener of the init signals, from_db builds them, from the values put in its order.
+    seen: list[Any] = []
+
+    def listener(sender: Any, instance: Any, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    post_init.connect(listener, sender=Thread)
+    try:
+        again = models_loaded(Thread, "default", names, [row])[0]
+    finally:
+        post_init.disconnect(listener, sender=Thread)
+    assert seen == [again] and (again.pk, again.external_id, again.user_id) == (thread.pk, "t-l", "u-ana")
+    assert again.get_deferred_fields() == expected.get_deferred_fields()
