@@ -11,9 +11,8 @@ from django.db import transaction
 
 from governance.audit.chain import audit_append
 from memoryapp.models import Entry, Thread
-from memoryapp.models.choices import EntryType
 from memoryapp.screening.screen import Screener, screener_for
-from memoryapp.threads.hashing import content_hash, content_hash_plain, hashed_turn
+from memoryapp.threads.hashing import entry_hash
 from memoryapp.threads.hooks import after_vectors_cleared
 from memoryapp.threads.validation import entry_text
 
@@ -29,7 +28,7 @@ def entry_texts_refresh(entry: Entry) -> list[str]:
     """An entry's text and hash made again from its content and tool calls (after a redaction:
     memoryapp.subjects.erasing); answers the fields they are."""
     entry.text = entry_text(content=entry.content, tool_calls=entry.tool_calls)
-    entry.content_hash = content_hash(parent_id=entry.parent_id, turn=hashed_turn(entry), created_at=entry.created_at)
+    entry.content_hash = entry_hash(entry)
     return ["text", "content_hash"]
 
 
@@ -55,31 +54,9 @@ def entries_screened(*, entries: Sequence[Entry], screener: Screener, prefixes: 
             entry.sender_name = screener.text(entry.sender_name, field=f"{prefix}sender_name")
         if content != entry.content or tool_calls != entry.tool_calls or event != entry.event:
             entry.content, entry.tool_calls, entry.event = content, tool_calls, event
-            _texts_remade(entry)
+            entry_texts_refresh(entry)
         if screener.take_held():
             entry.held_at = now
-
-
-def _texts_remade(entry: Entry) -> None:
-    """The entry's text and hash made again from what screening left of it. A plain message (text
-    content, no tool call or event: the most of what a batch redacts) as `entry_from_spec` made them:
-    its text is its content and its hash the plain one (`content_hash_plain`, without the turn's
-    dict and the encoder's call: 4 against 10 us)."""
-    content = entry.content
-    if (
-        type(content) is str
-        and not entry.tool_calls
-        and entry.event is None
-        and not entry.tool_call_id
-        and entry.type == EntryType.MESSAGE
-    ):
-        entry.text = content
-        entry.content_hash = content_hash_plain(
-            parent_id=entry.parent_id, role=entry.role, content=content, created_at=entry.created_at
-        )
-        return
-    entry.text = entry_text(content=content, tool_calls=entry.tool_calls)
-    entry.content_hash = content_hash(parent_id=entry.parent_id, turn=hashed_turn(entry), created_at=entry.created_at)
 
 
 @transaction.atomic
